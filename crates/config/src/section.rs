@@ -1,0 +1,204 @@
+//! Groups lexed lines into sections (`global`, `defaults`, `frontend`, `backend`, `listen`).
+
+use std::sync::Arc;
+
+use crate::{lex_line, ConfigError};
+
+/// One non-empty configuration line, lexed, with where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub file: Arc<str>,
+    pub line: usize,
+    pub words: Vec<String>,
+}
+
+impl Line {
+    pub fn error(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::at(&self.file, self.line, message)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectionKind {
+    Global,
+    Defaults,
+    Frontend,
+    Backend,
+    Listen,
+}
+
+impl SectionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SectionKind::Global => "global",
+            SectionKind::Defaults => "defaults",
+            SectionKind::Frontend => "frontend",
+            SectionKind::Backend => "backend",
+            SectionKind::Listen => "listen",
+        }
+    }
+
+    fn from_word(w: &str) -> Option<Self> {
+        Some(match w {
+            "global" => SectionKind::Global,
+            "defaults" => SectionKind::Defaults,
+            "frontend" => SectionKind::Frontend,
+            "backend" => SectionKind::Backend,
+            "listen" => SectionKind::Listen,
+            _ => return None,
+        })
+    }
+}
+
+/// Section keywords HAProxy knows that sluice does not implement: refused by name rather than
+/// misread as a keyword of the previous section.
+const FOREIGN_SECTIONS: &[&str] = &[
+    "userlist",
+    "peers",
+    "resolvers",
+    "mailers",
+    "program",
+    "http-errors",
+    "ring",
+    "cache",
+    "log-forward",
+    "crt-store",
+    "traces",
+];
+
+/// A section header and the lines that follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub kind: SectionKind,
+    /// The section's name (`frontend web` → `web`); `defaults` may be unnamed.
+    pub name: Option<String>,
+    /// Words after the name (`listen web 127.0.0.1:80` keeps the address here).
+    pub args: Vec<String>,
+    pub header: Line,
+    pub lines: Vec<Line>,
+}
+
+/// Reads and parses every file, in order. All errors found are returned, not only the first.
+pub fn parse_files(paths: &[String]) -> Result<Vec<Section>, Vec<ConfigError>> {
+    let mut sections = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        match std::fs::read_to_string(path) {
+            Ok(text) => match parse_str(path, &text, &|k| std::env::var(k).ok()) {
+                Ok(mut s) => sections.append(&mut s),
+                Err(mut e) => errors.append(&mut e),
+            },
+            Err(e) => errors.push(ConfigError::at(path, 0, format!("cannot read file: {e}"))),
+        }
+    }
+    if errors.is_empty() {
+        Ok(sections)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Parses one file's text. `env` resolves `${VAR}` references.
+pub fn parse_str(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Section>, Vec<ConfigError>> {
+    let file: Arc<str> = Arc::from(file);
+    let mut sections: Vec<Section> = Vec::new();
+    let mut errors = Vec::new();
+    for (idx, raw) in text.lines().enumerate() {
+        let lineno = idx + 1;
+        let words = match lex_line(raw, env) {
+            Ok(w) if w.is_empty() => continue,
+            Ok(w) => w,
+            Err(e) => {
+                errors.push(ConfigError::at(&file, lineno, e.to_string()));
+                continue;
+            }
+        };
+        let line = Line {
+            file: file.clone(),
+            line: lineno,
+            words,
+        };
+        let first = line.words[0].as_str();
+        if let Some(kind) = SectionKind::from_word(first) {
+            let name = line.words.get(1).cloned();
+            if name.is_none() && !matches!(kind, SectionKind::Global | SectionKind::Defaults) {
+                errors.push(line.error(format!("'{first}' section needs a name")));
+            }
+            if kind == SectionKind::Global && line.words.len() > 1 {
+                errors.push(line.error("'global' section takes no name"));
+            }
+            let args = line.words.iter().skip(2).cloned().collect();
+            sections.push(Section {
+                kind,
+                name,
+                args,
+                header: line,
+                lines: Vec::new(),
+            });
+        } else if FOREIGN_SECTIONS.contains(&first) {
+            errors.push(line.error(format!("'{first}' section: not supported yet")));
+            // Swallow its body: those lines belong to a section we do not parse.
+            sections.push(Section {
+                kind: SectionKind::Global,
+                name: Some(String::from("\0ignored")),
+                args: Vec::new(),
+                header: line,
+                lines: Vec::new(),
+            });
+        } else if let Some(cur) = sections.last_mut() {
+            if cur.name.as_deref() != Some("\0ignored") {
+                cur.lines.push(line);
+            }
+        } else {
+            errors.push(line.error(format!(
+                "unknown keyword '{first}' out of section (expects global, defaults, frontend, backend or listen)"
+            )));
+        }
+    }
+    sections.retain(|s| s.name.as_deref() != Some("\0ignored"));
+    if errors.is_empty() {
+        Ok(sections)
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_lines_into_sections() {
+        let text = "global\n  nbthread 2\n\ndefaults\n timeout client 5s\nfrontend fe\n bind :80\nlisten l1 :81\n";
+        let s = parse_str("t.cfg", text, &|_| None).unwrap();
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[0].kind, SectionKind::Global);
+        assert_eq!(s[0].lines[0].words, vec!["nbthread", "2"]);
+        assert_eq!(s[0].lines[0].line, 2);
+        assert_eq!(s[1].name, None);
+        assert_eq!(s[2].name.as_deref(), Some("fe"));
+        assert_eq!(s[3].args, vec![":81"]);
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let e = parse_str("x.cfg", "bind :80\nbackend\nfrontend a\n bind \"oops\n", &|_| None)
+            .unwrap_err();
+        let msgs: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+        assert!(msgs[0].starts_with("x.cfg:1: unknown keyword 'bind' out of section"));
+        assert_eq!(msgs[1], "x.cfg:2: 'backend' section needs a name");
+        assert_eq!(msgs[2], "x.cfg:4: unterminated double quote");
+    }
+
+    #[test]
+    fn foreign_sections_are_refused() {
+        let e = parse_str("x.cfg", "resolvers dns\n nameserver a 1.2.3.4:53\n", &|_| None)
+            .unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].to_string(), "x.cfg:1: 'resolvers' section: not supported yet");
+    }
+}
