@@ -1,1 +1,30 @@
+//! Strict HTTP/1.1 for a proxy: message heads, body framing and error responses.
+//!
+//! Heads are parsed with `httparse` and then checked against the rules of
+//! `shared/notes/h1-strictness.md` ("Ours" column): anything that could let two parties
+//! disagree on where a message ends is refused with the status the table gives. A parsed
+//! head keeps byte ranges into the caller's buffer rather than copies, so it is valid only
+//! while that buffer is untouched.
+//!
+//! Invariant: a request head that parses successfully has exactly one framing
+//! ([`Framing`]) and, for HTTP/1.1, exactly one valid Host.
 
+mod chunked;
+mod errors;
+mod head;
+mod request;
+mod response;
+
+pub use chunked::{push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
+pub use errors::{error_page, reason};
+pub use head::{Framing, Header, Version};
+pub use request::{parse_request, HeadError, RequestHead};
+pub use response::{parse_response, ResponseHead};
+
+/// Headers beyond this count make a request fail with 431 (a response with 502).
+pub const MAX_HEADERS: usize = 100;
+
+/// Case-insensitive ASCII comparison of a header name with a lowercase literal.
+pub fn name_is(name: &[u8], lower: &str) -> bool {
+    name.eq_ignore_ascii_case(lower.as_bytes())
+}
