@@ -43,7 +43,9 @@ pub struct Keyword<C> {
 
 /// A parser for keywords that are recognised but belong to a feature not built yet.
 pub fn not_yet<C>(_: &mut C, _: &[String]) -> Result<(), KwError> {
-    Err(KwError::NotYet("recognised HAProxy keyword, not implemented by sluice"))
+    Err(KwError::NotYet(
+        "recognised HAProxy keyword, not implemented by sluice",
+    ))
 }
 
 /// Finds the longest row of `tables` whose words prefix the line's words and runs it.
@@ -171,29 +173,67 @@ mod tests {
     #[test]
     fn longest_match_wins() {
         let mut c = Ctx::default();
-        dispatch(&[TABLE], &mut c, &line(&["timeout", "connect", "5s"]), Scope::BACKEND, "backend")
-            .unwrap();
+        dispatch(
+            &[TABLE],
+            &mut c,
+            &line(&["timeout", "connect", "5s"]),
+            Scope::BACKEND,
+            "backend",
+        )
+        .unwrap();
         assert_eq!(c.seen, vec!["connect 5s"]);
     }
 
     #[test]
     fn errors_carry_location_and_suggestion() {
         let mut c = Ctx::default();
-        let e = dispatch(&[TABLE], &mut c, &line(&["balanse", "rr"]), Scope::BACKEND, "backend")
-            .unwrap_err();
+        let e = dispatch(
+            &[TABLE],
+            &mut c,
+            &line(&["balanse", "rr"]),
+            Scope::BACKEND,
+            "backend",
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
             "k.cfg:7: unknown keyword 'balanse' in 'backend' section; did you mean 'balance'?"
         );
-        let e = dispatch(&[TABLE], &mut c, &line(&["frobnicate"]), Scope::BACKEND, "backend")
-            .unwrap_err();
-        assert_eq!(e.to_string(), "k.cfg:7: unknown keyword 'frobnicate' in 'backend' section");
-        let e = dispatch(&[TABLE], &mut c, &line(&["balance"]), Scope::FRONTEND, "frontend")
-            .unwrap_err();
-        assert_eq!(e.to_string(), "k.cfg:7: 'balance' is not allowed in 'frontend' section");
-        let e = dispatch(&[TABLE], &mut c, &line(&["retries", "3"]), Scope::BACKEND, "backend")
-            .unwrap_err();
-        assert!(e.to_string().contains("'retries' in 'backend' section: not supported yet"));
+        let e = dispatch(
+            &[TABLE],
+            &mut c,
+            &line(&["frobnicate"]),
+            Scope::BACKEND,
+            "backend",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "k.cfg:7: unknown keyword 'frobnicate' in 'backend' section"
+        );
+        let e = dispatch(
+            &[TABLE],
+            &mut c,
+            &line(&["balance"]),
+            Scope::FRONTEND,
+            "frontend",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "k.cfg:7: 'balance' is not allowed in 'frontend' section"
+        );
+        let e = dispatch(
+            &[TABLE],
+            &mut c,
+            &line(&["retries", "3"]),
+            Scope::BACKEND,
+            "backend",
+        )
+        .unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("'retries' in 'backend' section: not supported yet"));
     }
 
     #[test]

@@ -155,7 +155,10 @@ mod tests {
 
     #[test]
     fn quotes_and_escapes() {
-        assert_eq!(lex(r#"a "b c" 'd $e' f\ g"#), vec!["a", "b c", "d $e", "f g"]);
+        assert_eq!(
+            lex(r#"a "b c" 'd $e' f\ g"#),
+            vec!["a", "b c", "d $e", "f g"]
+        );
         assert_eq!(lex(r#"x "a\"b" \# y"#), vec!["x", "a\"b", "#", "y"]);
         assert_eq!(lex(r#""\x41\t""#), vec!["A\t"]);
         assert_eq!(lex(r#"ab"cd"'ef'"#), vec!["abcdef"]);
@@ -173,10 +176,19 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(lex_line("a \"b", &env), Err(LexError::Unterminated("double")));
-        assert_eq!(lex_line("a 'b", &env), Err(LexError::Unterminated("single")));
+        assert_eq!(
+            lex_line("a \"b", &env),
+            Err(LexError::Unterminated("double"))
+        );
+        assert_eq!(
+            lex_line("a 'b", &env),
+            Err(LexError::Unterminated("single"))
+        );
         assert_eq!(lex_line("a \\", &env), Err(LexError::TrailingBackslash));
         assert_eq!(lex_line("\"${X\"", &env), Err(LexError::UnterminatedVar));
-        assert!(matches!(lex_line("\\xZZ", &env), Err(LexError::BadHexEscape(_))));
+        assert!(matches!(
+            lex_line("\\xZZ", &env),
+            Err(LexError::BadHexEscape(_))
+        ));
     }
 }

@@ -186,8 +186,12 @@ mod tests {
 
     #[test]
     fn errors_name_file_and_line() {
-        let e = parse_str("x.cfg", "bind :80\nbackend\nfrontend a\n bind \"oops\n", &|_| None)
-            .unwrap_err();
+        let e = parse_str(
+            "x.cfg",
+            "bind :80\nbackend\nfrontend a\n bind \"oops\n",
+            &|_| None,
+        )
+        .unwrap_err();
         let msgs: Vec<String> = e.iter().map(|e| e.to_string()).collect();
         assert!(msgs[0].starts_with("x.cfg:1: unknown keyword 'bind' out of section"));
         assert_eq!(msgs[1], "x.cfg:2: 'backend' section needs a name");
@@ -196,9 +200,16 @@ mod tests {
 
     #[test]
     fn foreign_sections_are_refused() {
-        let e = parse_str("x.cfg", "resolvers dns\n nameserver a 1.2.3.4:53\n", &|_| None)
-            .unwrap_err();
+        let e = parse_str(
+            "x.cfg",
+            "resolvers dns\n nameserver a 1.2.3.4:53\n",
+            &|_| None,
+        )
+        .unwrap_err();
         assert_eq!(e.len(), 1);
-        assert_eq!(e[0].to_string(), "x.cfg:1: 'resolvers' section: not supported yet");
+        assert_eq!(
+            e[0].to_string(),
+            "x.cfg:1: 'resolvers' section: not supported yet"
+        );
     }
 }

@@ -9,7 +9,9 @@ pub fn parse_time(s: &str) -> Result<Duration, String> {
     if digits == 0 {
         return Err("expects a number followed by an optional unit (us, ms, s, m, h, d)".into());
     }
-    let n: u64 = s[..digits].parse().map_err(|_| "number too large".to_string())?;
+    let n: u64 = s[..digits]
+        .parse()
+        .map_err(|_| "number too large".to_string())?;
     let micros_per = match &s[digits..] {
         "us" => 1,
         "" | "ms" => 1_000,
@@ -30,7 +32,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if digits == 0 {
         return Err("expects a number followed by an optional unit (k, m, g)".into());
     }
-    let n: u64 = s[..digits].parse().map_err(|_| "number too large".to_string())?;
+    let n: u64 = s[..digits]
+        .parse()
+        .map_err(|_| "number too large".to_string())?;
     let mult = match &s[digits..] {
         "" => 1,
         "k" | "K" => 1 << 10,
@@ -38,7 +42,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "g" | "G" => 1 << 30,
         unit => return Err(format!("unknown size unit '{unit}' (k, m, g)")),
     };
-    n.checked_mul(mult).ok_or_else(|| "size value too large".into())
+    n.checked_mul(mult)
+        .ok_or_else(|| "size value too large".into())
 }
 
 #[cfg(test)]

@@ -1,1 +1,29 @@
+//! The sluice proxy: configuration lowering, worker threads, listeners, HTTP streams,
+//! backends with their balancing, and per-thread idle server-connection pools.
+//!
+//! Module map (one concept each; each feature module owns the configuration keywords it
+//! implements, in a `KEYWORDS` table):
+//! - [`config`]: assembles the keyword tables, lowers sections into a validated [`Config`].
+//! - [`threads`]: worker threads, [`threads::ThreadCtx`], per-worker inboxes.
+//! - [`listener`]: `bind`, `maxconn`, listening sockets and the accept loops.
+//! - [`stream`]: one client connection's HTTP/1.1 life: requests, forwarding, keep-alive.
+//! - [`backend`]: servers, `default-server`, connect/server timeouts, `http-reuse`.
+//! - [`balance`]: the `balance` algorithms.
+//! - [`pool`]: per-thread idle server connections.
+//! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
+//! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
+//!
+//! See `docs/internals/threading.md` for what runs where and what crosses threads.
 
+pub mod backend;
+pub mod balance;
+pub mod config;
+pub mod listener;
+pub mod pending;
+pub mod pool;
+pub mod rules;
+pub mod stream;
+pub mod threads;
+
+pub use config::{load, load_str, Config};
+pub use threads::run;

@@ -79,7 +79,12 @@ impl ChunkedDecoder {
     /// Decodes as much of `input` as possible, appending re-framed bytes to `out`.
     /// Returns the number of input bytes consumed; fewer than `input.len()` means the rest is
     /// an incomplete line (or follows the end of the body).
-    pub fn decode(&mut self, input: &[u8], mode: ChunkedOut, out: &mut Vec<u8>) -> Result<usize, ChunkError> {
+    pub fn decode(
+        &mut self,
+        input: &[u8],
+        mode: ChunkedOut,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, ChunkError> {
         let mut pos = 0;
         loop {
             let rest = &input[pos..];
@@ -208,7 +213,10 @@ fn parse_size_line(line: &[u8]) -> Result<(u64, usize), ChunkError> {
     if ext.is_empty() {
         return Ok((size, 0));
     }
-    let after_ws = ext.iter().position(|&b| b != b' ' && b != b'\t').ok_or(ChunkError::BadSize)?;
+    let after_ws = ext
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .ok_or(ChunkError::BadSize)?;
     if ext[after_ws] != b';' {
         return Err(ChunkError::BadSize);
     }
@@ -248,7 +256,10 @@ fn check_extensions(ext: &[u8]) -> Result<(), ChunkError> {
 }
 
 fn parse_trailer(line: &[u8]) -> Result<(&[u8], &[u8]), ChunkError> {
-    let colon = line.iter().position(|&b| b == b':').ok_or(ChunkError::BadTrailer)?;
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(ChunkError::BadTrailer)?;
     let name = &line[..colon];
     if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
         return Err(ChunkError::BadTrailer);
@@ -332,10 +343,17 @@ mod tests {
             b"3;a\x01\r\nabc\r\n0\r\n\r\n",
             b"3;a\\b\r\nabc\r\n0\r\n\r\n",
         ] {
-            assert!(run(bad, ChunkedOut::Chunked).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                run(bad, ChunkedOut::Chunked).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         let huge = format!("3;{}\r\nabc\r\n0\r\n\r\n", "a".repeat(70000));
-        assert_eq!(run(huge.as_bytes(), ChunkedOut::Chunked).unwrap_err(), ChunkError::ExtensionsTooLong);
+        assert_eq!(
+            run(huge.as_bytes(), ChunkedOut::Chunked).unwrap_err(),
+            ChunkError::ExtensionsTooLong
+        );
     }
 
     #[test]

@@ -82,6 +82,9 @@ mod tests {
         let r = crate::parse_response(&page, false).unwrap().unwrap();
         assert_eq!(r.status, 503);
         assert!(r.must_close);
-        assert_eq!(r.framing, crate::Framing::Length((page.len() - r.len) as u64));
+        assert_eq!(
+            r.framing,
+            crate::Framing::Length((page.len() - r.len) as u64)
+        );
     }
 }

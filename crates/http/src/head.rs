@@ -114,7 +114,10 @@ pub(crate) fn transfer_encoding(values: &[&[u8]]) -> TeVerdict {
             codings.push(tok.to_ascii_lowercase());
         }
     }
-    let chunked = codings.iter().filter(|c| c.as_slice() == b"chunked").count();
+    let chunked = codings
+        .iter()
+        .filter(|c| c.as_slice() == b"chunked")
+        .count();
     if chunked > 1 || (chunked == 1 && codings.last().map(Vec::as_slice) != Some(b"chunked")) {
         return TeVerdict::Malformed;
     }
@@ -141,7 +144,15 @@ mod tests {
         assert_eq!(parse_content_length(b"003"), Some(3));
         assert_eq!(parse_content_length(b"3, 3"), Some(3));
         assert_eq!(parse_content_length(b"3, 4"), None);
-        for bad in [&b"+3"[..], b"-1", b"0x3", b"1 2", b"", b"3_0", b"99999999999999999999999"] {
+        for bad in [
+            &b"+3"[..],
+            b"-1",
+            b"0x3",
+            b"1 2",
+            b"",
+            b"3_0",
+            b"99999999999999999999999",
+        ] {
             assert_eq!(parse_content_length(bad), None, "{:?}", bad);
         }
     }
@@ -151,11 +162,20 @@ mod tests {
         assert_eq!(transfer_encoding(&[b"chunked"]), TeVerdict::Chunked);
         assert_eq!(transfer_encoding(&[b"CHUNKED"]), TeVerdict::Chunked);
         assert_eq!(transfer_encoding(&[b"chunked, gzip"]), TeVerdict::Malformed);
-        assert_eq!(transfer_encoding(&[b"chunked", b"chunked"]), TeVerdict::Malformed);
-        assert_eq!(transfer_encoding(&[b"chunked, chunked"]), TeVerdict::Malformed);
+        assert_eq!(
+            transfer_encoding(&[b"chunked", b"chunked"]),
+            TeVerdict::Malformed
+        );
+        assert_eq!(
+            transfer_encoding(&[b"chunked, chunked"]),
+            TeVerdict::Malformed
+        );
         assert_eq!(transfer_encoding(&[b", chunked"]), TeVerdict::Malformed);
         assert_eq!(transfer_encoding(&[b"\"chunked\""]), TeVerdict::Malformed);
-        assert_eq!(transfer_encoding(&[b"gzip, chunked"]), TeVerdict::Unsupported);
+        assert_eq!(
+            transfer_encoding(&[b"gzip, chunked"]),
+            TeVerdict::Unsupported
+        );
         assert_eq!(transfer_encoding(&[b"identity"]), TeVerdict::Unsupported);
         assert_eq!(transfer_encoding(&[b"xchunked"]), TeVerdict::Unsupported);
     }

@@ -120,7 +120,10 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
             return reject(400, "control character in a header value");
         }
         if name.contains(&b'_') {
-            let dashed: Vec<u8> = name.iter().map(|&b| if b == b'_' { b'-' } else { b }).collect();
+            let dashed: Vec<u8> = name
+                .iter()
+                .map(|&b| if b == b'_' { b'-' } else { b })
+                .collect();
             if name_is(&dashed, "content-length") || name_is(&dashed, "transfer-encoding") {
                 return reject(400, "framing header name with an underscore");
             }
@@ -197,7 +200,9 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
 /// A request line whose version is a well-formed `HTTP/x.y` other than 1.x gets 505.
 fn version_status(buf: &[u8]) -> u16 {
     let line_end = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
-    let line = buf[..line_end].strip_suffix(b"\r").unwrap_or(&buf[..line_end]);
+    let line = buf[..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&buf[..line_end]);
     match line.rsplit(|&b| b == b' ').next() {
         Some([b'H', b'T', b'T', b'P', b'/', major, b'.', minor])
             if major.is_ascii_digit() && minor.is_ascii_digit() && *major >= b'2' =>
@@ -211,7 +216,10 @@ fn version_status(buf: &[u8]) -> u16 {
 /// Checks the request-target form against the method; returns the path part's range
 /// relative to the target.
 fn check_target(method: &[u8], target: &[u8]) -> Result<Range<usize>, HeadError> {
-    if target.iter().any(|&b| !(0x21..=0x7e).contains(&b) || b == b'#') {
+    if target
+        .iter()
+        .any(|&b| !(0x21..=0x7e).contains(&b) || b == b'#')
+    {
         return reject(400, "invalid character in request target");
     }
     let path_of = |start: usize| {
@@ -256,7 +264,11 @@ fn host_ok(v: &[u8]) -> bool {
             return false;
         };
         let literal = &rest[..close];
-        if literal.is_empty() || !literal.iter().all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
             return false;
         }
         match &rest[close + 1..] {
@@ -313,24 +325,40 @@ mod tests {
         assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), 200);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\n"), 0);
         assert_eq!(status("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 200);
-        assert_eq!(status("GET http://a:8080/x HTTP/1.1\r\nHost: a:8080\r\n\r\n"), 200);
+        assert_eq!(
+            status("GET http://a:8080/x HTTP/1.1\r\nHost: a:8080\r\n\r\n"),
+            200
+        );
         assert_eq!(status("GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n"), 200);
     }
 
     #[test]
     fn framing_vectors() {
-        let cl = |v: &str| status(&format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {v}\r\n\r\n"));
+        let cl = |v: &str| {
+            status(&format!(
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {v}\r\n\r\n"
+            ))
+        };
         assert_eq!(cl("3"), 200);
         assert_eq!(cl("3, 3"), 200);
         assert_eq!(cl("3, 4"), 400);
         assert_eq!(cl("+3"), 400);
         assert_eq!(cl(""), 400);
         assert_eq!(cl("99999999999999999999999"), 400);
-        let h = parse_request(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 003\r\n\r\n").unwrap().unwrap();
+        let h = parse_request(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 003\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing, Framing::Length(3));
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"),
+            400
+        );
         assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
-        let te = |v: &str| status(&format!("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {v}\r\n\r\n"));
+        let te = |v: &str| {
+            status(&format!(
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {v}\r\n\r\n"
+            ))
+        };
         assert_eq!(te("chunked"), 200);
         assert_eq!(te("CHUNKED"), 200);
         assert_eq!(te("chunked, gzip"), 400);
@@ -338,8 +366,14 @@ mod tests {
         assert_eq!(te("identity"), 501);
         assert_eq!(te("chunked, chunked"), 400);
         assert_eq!(te("\"chunked\""), 400);
-        assert_eq!(status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nTransfer_Encoding: chunked\r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer_Encoding: chunked\r\n\r\n"),
+            400
+        );
         assert_eq!(status("GET / HTTP/1.0\r\nContent-Length: 5\r\n\r\n"), 413);
     }
 
@@ -349,11 +383,20 @@ mod tests {
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nnocolon\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n"), 400);
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nX: a\x0bb\r\n\r\n"), 400);
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n"), 400);
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: a\r\nX: a\x0bb\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n"),
+            400
+        );
         assert_eq!(status("GET / HTTP/1.1\r\n Host: a\r\n\r\n"), 400);
         let many: String = (0..150).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")), 431);
+        assert_eq!(
+            status(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")),
+            431
+        );
     }
 
     #[test]
@@ -381,11 +424,15 @@ mod tests {
 
     #[test]
     fn connection_semantics() {
-        let h = parse_request(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap().unwrap();
+        let h = parse_request(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(!h.wants_close);
         let h = parse_request(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(h.wants_close);
-        let h = parse_request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+        let h = parse_request(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.wants_close);
     }
 }

@@ -37,7 +37,10 @@ impl ResponseHead {
 
 /// Parses a response head. `head_request` says the request was HEAD (no body follows).
 /// `Err` carries a reason; the caller answers 502.
-pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, &'static str> {
+pub fn parse_response(
+    buf: &[u8],
+    head_request: bool,
+) -> Result<Option<ResponseHead>, &'static str> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS + 1];
     let mut rsp = httparse::Response::new(&mut storage);
     let len = match rsp.parse(buf) {
@@ -127,25 +130,54 @@ mod tests {
 
     #[test]
     fn framings() {
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").unwrap().framing, Framing::Length(5));
-        let r = parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+                .unwrap()
+                .framing,
+            Framing::Length(5)
+        );
+        let r = parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n")
+            .unwrap();
         assert_eq!(r.framing, Framing::Chunked);
         assert!(r.must_close);
         let r = parse("HTTP/1.1 200 OK\r\n\r\n").unwrap();
         assert_eq!(r.framing, Framing::UntilClose);
         assert!(r.must_close);
-        assert_eq!(parse("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n").unwrap().framing, Framing::None);
-        assert_eq!(parse("HTTP/1.1 304 Not Modified\r\n\r\n").unwrap().framing, Framing::None);
-        assert_eq!(parse("HTTP/1.1 103 Early Hints\r\n\r\n").unwrap().framing, Framing::None);
-        let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).unwrap().unwrap();
+        assert_eq!(
+            parse("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n")
+                .unwrap()
+                .framing,
+            Framing::None
+        );
+        assert_eq!(
+            parse("HTTP/1.1 304 Not Modified\r\n\r\n").unwrap().framing,
+            Framing::None
+        );
+        assert_eq!(
+            parse("HTTP/1.1 103 Early Hints\r\n\r\n").unwrap().framing,
+            Framing::None
+        );
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true)
+            .unwrap()
+            .unwrap();
         assert_eq!(r.framing, Framing::None);
-        assert!(parse("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n").unwrap().must_close);
-        assert!(!parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n").unwrap().must_close);
+        assert!(
+            parse("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .unwrap()
+                .must_close
+        );
+        assert!(
+            !parse("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n")
+                .unwrap()
+                .must_close
+        );
     }
 
     #[test]
     fn malformed_responses() {
-        assert!(parse("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n").is_err());
+        assert!(
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n").is_err()
+        );
         assert!(parse("HTTP/1.1 200 OK\r\nX : y\r\n\r\n").is_err());
         assert!(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").is_err());
         assert!(parse("HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n").is_err());

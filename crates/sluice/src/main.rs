@@ -1,1 +1,94 @@
-fn main(){}
+//! The `sluice` command: HAProxy's command line (`-f`, `-c`, `-d`, `-db`, `-v`, `-h`) over
+//! the proxy core.
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+Usage: sluice -f FILE [-f FILE ...] [-c] [-d|-db] [-v] [-h]
+  -f FILE   read configuration from FILE (repeatable; files are read in order)
+  -c        check the configuration and exit (0 when valid, 1 otherwise)
+  -d, -db   stay in the foreground (sluice always does; accepted for HAProxy compatibility)
+  -v        print the version and exit
+  -h        print this help and exit";
+
+enum Action {
+    Run(Vec<String>),
+    Check(Vec<String>),
+    Version,
+    Help,
+}
+
+fn parse_args(args: &[String]) -> Result<Action, String> {
+    let mut files = Vec::new();
+    let mut check = false;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "-f" => {
+                i += 1;
+                files.push(args.get(i).ok_or("-f expects a file name")?.clone());
+            }
+            "-c" => check = true,
+            "-d" | "-db" | "-dW" => {}
+            "-v" | "-vv" | "--version" => return Ok(Action::Version),
+            "-h" | "--help" => return Ok(Action::Help),
+            other => return Err(format!("unknown option '{other}'")),
+        }
+        i += 1;
+    }
+    if files.is_empty() {
+        return Err("no configuration file given (-f FILE)".into());
+    }
+    Ok(if check {
+        Action::Check(files)
+    } else {
+        Action::Run(files)
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let action = match parse_args(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("sluice: {e}\n{USAGE}");
+            return ExitCode::from(1);
+        }
+    };
+    let (files, check) = match action {
+        Action::Version => {
+            println!("sluice version {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Action::Help => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Action::Check(f) => (f, true),
+        Action::Run(f) => (f, false),
+    };
+    let config = match sluice_core::load(&files) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("sluice: {e}");
+            }
+            eprintln!(
+                "sluice: fatal: {} error(s) in the configuration",
+                errors.len()
+            );
+            return ExitCode::from(1);
+        }
+    };
+    if check {
+        println!("Configuration file is valid");
+        return ExitCode::SUCCESS;
+    }
+    match sluice_core::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: fatal: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! Backends and their servers: `server`, `default-server`, `timeout connect|server` and
+//! `http-reuse`, and the runtime [`Backend`] / [`Server`] that streams pick from.
+//!
+//! Invariant: a [`Server`]'s counters are only ever incremented by the worker that did the
+//! work; they are atomics because other threads (and later the stats page) read them.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sluice_config::{units, ConfigError, Keyword, KwError, Scope};
+
+use crate::balance::Balancer;
+use crate::config::ProxyConf;
+use crate::pool::ServerPools;
+use crate::rules::{self, BackendRules};
+use crate::stream::StreamConf;
+
+/// `http-reuse`: when a request may go over an idle connection from the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReuseMode {
+    /// Server connections stay private to the client connection that opened them.
+    Never,
+    /// A client connection's first request always gets a new (or its own) connection.
+    #[default]
+    Safe,
+    /// First requests may use connections that have already served several requests.
+    Aggressive,
+    /// Any idle connection may serve any request.
+    Always,
+}
+
+/// Server settings as written (`server` or `default-server`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerOpts {
+    pub weight: Option<u32>,
+    pub backup: bool,
+    pub disabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub opts: ServerOpts,
+}
+
+/// A backend's settings as its keywords set them.
+#[derive(Debug, Clone, Default)]
+pub struct BackendConf {
+    pub servers: Vec<ServerSpec>,
+    pub default_server: ServerOpts,
+    pub timeout_connect: Option<Duration>,
+    pub timeout_server: Option<Duration>,
+    pub reuse: ReuseMode,
+}
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "server",
+        scope: Scope::BACKEND,
+        help: "server NAME ADDR:PORT [weight N] [backup] [disabled]: declare a server",
+        parse: parse_server,
+    },
+    Keyword {
+        name: "default-server",
+        scope: Scope::BE,
+        help: "default-server [options]: options applied to every following server",
+        parse: |c, args| {
+            let mut opts = c.backend.default_server.clone();
+            parse_opts(&mut opts, args, 0)?;
+            c.backend.default_server = opts;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "timeout connect",
+        scope: Scope::BE,
+        help: "timeout connect TIME: maximum time to establish a server connection",
+        parse: |c, a| time_arg(a).map(|t| c.backend.timeout_connect = Some(t)),
+    },
+    Keyword {
+        name: "timeout server",
+        scope: Scope::BE,
+        help: "timeout server TIME: maximum inactivity time on the server side",
+        parse: |c, a| time_arg(a).map(|t| c.backend.timeout_server = Some(t)),
+    },
+    Keyword {
+        name: "http-reuse",
+        scope: Scope::BE,
+        help: "http-reuse never|safe|aggressive|always: sharing of idle server connections",
+        parse: |c, a| {
+            c.backend.reuse = match one_arg(a, "never, safe, aggressive or always")? {
+                "never" => ReuseMode::Never,
+                "safe" => ReuseMode::Safe,
+                "aggressive" => ReuseMode::Aggressive,
+                "always" => ReuseMode::Always,
+                other => {
+                    return Err(KwError::bad(
+                        1,
+                        other,
+                        "expects never, safe, aggressive or always",
+                    ))
+                }
+            };
+            Ok(())
+        },
+    },
+];
+
+/// Returns the only argument, or an error naming what was expected.
+pub(crate) fn one_arg<'a>(args: &'a [String], expects: &'static str) -> Result<&'a str, KwError> {
+    match args {
+        [] => Err(KwError::Missing(expects)),
+        [a] => Ok(a),
+        [_, extra, ..] => Err(KwError::Extra(extra.clone())),
+    }
+}
+
+/// Parses the single time argument of a `timeout` keyword.
+pub(crate) fn time_arg(args: &[String]) -> Result<Duration, KwError> {
+    let v = one_arg(args, "a time (e.g. 5s)")?;
+    units::parse_time(v).map_err(|e| KwError::bad(1, v, e))
+}
+
+/// One row of the server option table, as HAProxy's `srv_kws`.
+struct ServerOption {
+    name: &'static str,
+    args: usize,
+    parse: fn(&mut ServerOpts, &[String]) -> Result<(), String>,
+}
+
+const SERVER_OPTIONS: &[ServerOption] = &[
+    ServerOption {
+        name: "weight",
+        args: 1,
+        parse: |o, a| {
+            let w: u32 = a[0]
+                .parse()
+                .map_err(|_| "expects an integer from 0 to 256".to_string())?;
+            if w > 256 {
+                return Err("expects an integer from 0 to 256".into());
+            }
+            o.weight = Some(w);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "backup",
+        args: 0,
+        parse: |o, _| {
+            o.backup = true;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "no-backup",
+        args: 0,
+        parse: |o, _| {
+            o.backup = false;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "disabled",
+        args: 0,
+        parse: |o, _| {
+            o.disabled = true;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "enabled",
+        args: 0,
+        parse: |o, _| {
+            o.disabled = false;
+            Ok(())
+        },
+    },
+];
+
+/// Server options HAProxy has that belong to features not built yet.
+const PENDING_SERVER_OPTIONS: &[&str] = &[
+    "check",
+    "inter",
+    "fastinter",
+    "downinter",
+    "rise",
+    "fall",
+    "maxconn",
+    "maxqueue",
+    "minconn",
+    "pool-low-conn",
+    "pool-max-conn",
+    "pool-purge-delay",
+    "ssl",
+    "verify",
+    "sni",
+    "alpn",
+    "send-proxy",
+    "send-proxy-v2",
+    "cookie",
+    "slowstart",
+    "observe",
+    "on-error",
+    "resolvers",
+    "init-addr",
+    "id",
+    "track",
+    "agent-check",
+    "check-ssl",
+    "proto",
+    "source",
+    "redir",
+];
+
+fn parse_opts(opts: &mut ServerOpts, args: &[String], offset: usize) -> Result<(), KwError> {
+    let mut i = 0;
+    while i < args.len() {
+        let word = args[i].as_str();
+        let Some(opt) = SERVER_OPTIONS.iter().find(|o| o.name == word) else {
+            if PENDING_SERVER_OPTIONS.contains(&word) {
+                return Err(KwError::Invalid(format!(
+                    "server option '{word}': not supported yet"
+                )));
+            }
+            return Err(KwError::bad(offset + i + 1, word, "unknown server option"));
+        };
+        if i + 1 + opt.args > args.len() {
+            return Err(KwError::Invalid(format!(
+                "server option '{word}' expects {} argument(s)",
+                opt.args
+            )));
+        }
+        (opt.parse)(opts, &args[i + 1..i + 1 + opt.args])
+            .map_err(|e| KwError::bad(offset + i + 2, args.get(i + 1).map_or("", |s| s), e))?;
+        i += 1 + opt.args;
+    }
+    Ok(())
+}
+
+fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
+    let [name, addr, rest @ ..] = args else {
+        return Err(KwError::Missing(
+            "a name and an address (server NAME ADDR:PORT [options])",
+        ));
+    };
+    if c.backend.servers.iter().any(|s| &s.name == name) {
+        return Err(KwError::bad(
+            1,
+            name,
+            "a server with this name already exists in this backend",
+        ));
+    }
+    let addr = resolve(addr).map_err(|e| KwError::bad(2, addr, e))?;
+    let mut opts = c.backend.default_server.clone();
+    parse_opts(&mut opts, rest, 2)?;
+    c.backend.servers.push(ServerSpec {
+        name: name.clone(),
+        addr,
+        opts,
+    });
+    Ok(())
+}
+
+/// Resolves `host:port`, `[v6]:port` or `ipv4:port` (name resolution happens once, here).
+pub(crate) fn resolve(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or("expects an address with a port (HOST:PORT)")?;
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!("invalid port '{port}'"));
+    }
+    (host, port.parse::<u16>().unwrap_or(0))
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve '{host}': {e}"))?
+        .next()
+        .ok_or_else(|| format!("'{host}' has no address"))
+}
+
+/// Counters of one server, read by the stats and CLI.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// New connections opened.
+    pub connect: AtomicU64,
+    /// Requests sent over a reused connection.
+    pub reuse: AtomicU64,
+    /// Requests sent.
+    pub requests: AtomicU64,
+    /// Connection attempts that failed.
+    pub connect_errors: AtomicU64,
+    /// Responses that were invalid or cut short.
+    pub response_errors: AtomicU64,
+}
+
+/// A server at run time.
+#[derive(Debug)]
+pub struct Server {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub backup: bool,
+    pub disabled: bool,
+    /// Requests in flight on this server; `leastconn` and `random` read it.
+    pub cur_conns: AtomicUsize,
+    pub counters: ServerCounters,
+    pub idle: ServerPools,
+}
+
+impl Server {
+    /// Whether the balancer may choose this server.
+    pub fn usable(&self) -> bool {
+        !self.disabled && self.weight > 0
+    }
+
+    pub fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A backend at run time.
+#[derive(Debug)]
+pub struct Backend {
+    pub name: String,
+    pub servers: Vec<Server>,
+    pub balancer: Balancer,
+    pub timeout_connect: Option<Duration>,
+    pub timeout_server: Option<Duration>,
+    pub reuse: ReuseMode,
+    /// Connection-handling options set on the backend side.
+    pub stream: StreamConf,
+    pub rules: BackendRules,
+}
+
+impl Backend {
+    pub(crate) fn lower(
+        name: &str,
+        conf: &ProxyConf,
+        nbthread: usize,
+    ) -> Result<Backend, ConfigError> {
+        let servers: Vec<Server> = conf
+            .backend
+            .servers
+            .iter()
+            .map(|s| Server {
+                name: s.name.clone(),
+                addr: s.addr,
+                weight: s.opts.weight.unwrap_or(1),
+                backup: s.opts.backup,
+                disabled: s.opts.disabled,
+                cur_conns: AtomicUsize::new(0),
+                counters: ServerCounters::default(),
+                idle: ServerPools::new(nbthread),
+            })
+            .collect();
+        let balancer = Balancer::new(conf.balance.algo.clone(), &servers);
+        Ok(Backend {
+            name: name.to_string(),
+            balancer,
+            servers,
+            timeout_connect: conf.backend.timeout_connect,
+            timeout_server: conf.backend.timeout_server,
+            reuse: conf.backend.reuse,
+            stream: conf.stream.clone(),
+            rules: rules::lower_backend(&conf.rules),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn server_lines() {
+        let mut c = ProxyConf::default();
+        parse_server(&mut c, &words("s1 127.0.0.1:80 weight 3 backup")).unwrap();
+        let s = &c.backend.servers[0];
+        assert_eq!(s.addr, "127.0.0.1:80".parse().unwrap());
+        assert_eq!(
+            s.opts,
+            ServerOpts {
+                weight: Some(3),
+                backup: true,
+                disabled: false
+            }
+        );
+        parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();
+        assert!(c.backend.servers[1].opts.disabled);
+        assert!(parse_server(&mut c, &words("s1 127.0.0.1:81"))
+            .unwrap_err()
+            .to_string()
+            .contains("already exists"));
+        assert_eq!(
+            parse_server(&mut c, &words("s3 127.0.0.1:80 weight 300"))
+                .unwrap_err()
+                .to_string(),
+            "argument 4 '300': expects an integer from 0 to 256"
+        );
+        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 weight")).is_err());
+        assert_eq!(
+            parse_server(&mut c, &words("s3 127.0.0.1:80 frob"))
+                .unwrap_err()
+                .to_string(),
+            "argument 3 'frob': unknown server option"
+        );
+        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 check"))
+            .unwrap_err()
+            .to_string()
+            .contains("not supported yet"));
+        assert!(parse_server(&mut c, &words("s3 127.0.0.1"))
+            .unwrap_err()
+            .to_string()
+            .contains("port"));
+        assert!(parse_server(&mut c, &words("s3")).is_err());
+    }
+
+    #[test]
+    fn default_server_applies_to_later_servers() {
+        let mut c = ProxyConf::default();
+        (KEYWORDS[1].parse)(&mut c, &words("weight 5")).unwrap();
+        parse_server(&mut c, &words("a 127.0.0.1:1")).unwrap();
+        parse_server(&mut c, &words("b 127.0.0.1:2 weight 2")).unwrap();
+        assert_eq!(c.backend.servers[0].opts.weight, Some(5));
+        assert_eq!(c.backend.servers[1].opts.weight, Some(2));
+    }
+}

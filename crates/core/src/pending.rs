@@ -1,0 +1,66 @@
+//! HAProxy keywords that operators commonly have in their configurations but whose
+//! features sluice has not built yet. Each is refused with "not supported yet" and its
+//! file and line, rather than being silently ignored or reported as a typo.
+
+use sluice_config::{not_yet, Keyword, Scope};
+
+use crate::config::{GlobalConf, ProxyConf};
+
+macro_rules! pending {
+    ($($name:literal => $scope:expr),* $(,)?) => {
+        &[$(Keyword { name: $name, scope: $scope, help: "not supported yet", parse: not_yet },)*]
+    };
+}
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
+    "daemon" => Scope::GLOBAL,
+    "log" => Scope::GLOBAL,
+    "stats" => Scope::GLOBAL,
+    "user" => Scope::GLOBAL,
+    "group" => Scope::GLOBAL,
+    "chroot" => Scope::GLOBAL,
+    "pidfile" => Scope::GLOBAL,
+    "hard-stop-after" => Scope::GLOBAL,
+    "maxcomprate" => Scope::GLOBAL,
+    "maxcompcpuusage" => Scope::GLOBAL,
+    "tune.comp.maxlevel" => Scope::GLOBAL,
+    "tune.pool-low-fd-ratio" => Scope::GLOBAL,
+    "tune.pool-high-fd-ratio" => Scope::GLOBAL,
+    "tune.idle-pool.shared" => Scope::GLOBAL,
+    "ssl-default-bind-ciphers" => Scope::GLOBAL,
+    "ssl-default-bind-options" => Scope::GLOBAL,
+    "master-worker" => Scope::GLOBAL,
+];
+
+pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
+    "log" => Scope::PROXY,
+    "log-format" => Scope::PROXY,
+    "option httplog" => Scope::PROXY,
+    "option tcplog" => Scope::PROXY,
+    "option dontlognull" => Scope::PROXY,
+    "option redispatch" => Scope::BE,
+    "option abortonclose" => Scope::BE,
+    "option httpchk" => Scope::BE,
+    "option http-keep-alive" => Scope::PROXY,
+    "option idle-close-on-response" => Scope::FE,
+    "retries" => Scope::BE,
+    "timeout queue" => Scope::BE,
+    "timeout tunnel" => Scope::BE,
+    "timeout client-fin" => Scope::FE,
+    "timeout server-fin" => Scope::BE,
+    "timeout check" => Scope::BE,
+    "errorfile" => Scope::PROXY,
+    "http-error" => Scope::PROXY,
+    "compression" => Scope::PROXY,
+    "stats" => Scope::PROXY,
+    "cookie" => Scope::BE,
+    "stick-table" => Scope::FE_BE,
+    "stick" => Scope::BE,
+    "redirect" => Scope::FE_BE,
+    "capture" => Scope::FE,
+    "unique-id-format" => Scope::FE,
+    "tcp-request" => Scope::FE_BE,
+    "tcp-response" => Scope::BE,
+    "fullconn" => Scope::BE,
+    "hash-type" => Scope::BE,
+];

@@ -1,0 +1,1239 @@
+//! One client connection's HTTP/1.1 life: read a request head, apply rules, route it,
+//! forward it and its body to a server over a pooled or new connection, relay the response,
+//! then keep the connection alive for the next (possibly pipelined) request or close it.
+//!
+//! Invariants:
+//! - Memory per connection is two buffers of `tune.bufsize` (client side, server side) plus
+//!   small state; bodies are streamed through them, never accumulated.
+//! - Nothing of a request reaches a server before its head has been fully validated.
+//! - A server connection goes back to the pool only after a complete, well-framed response
+//!   with nothing trailing it, and after the whole request body was sent.
+//! - Requests on one client connection are handled one at a time, so pipelined requests are
+//!   answered in order and a server connection never carries two requests at once.
+//!
+//! The states are documented in `docs/internals/stream-lifecycle.md`.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{units, Keyword, KwError, Scope};
+use sluice_http::{
+    error_page, parse_request, parse_response, push_chunk_header, reason, ChunkedDecoder,
+    ChunkedOut, Framing, HeadError, RequestHead, ResponseHead, Version,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::backend::{one_arg, time_arg, Backend, ReuseMode, Server};
+use crate::balance::PickKey;
+use crate::config::{Frontend, GlobalConf, ProxyConf};
+use crate::listener::Slot;
+use crate::pool::Want;
+use crate::rules::{holds, Action, HttpRule, ReqView};
+use crate::threads::Worker;
+
+/// How connections are kept alive (`option http-server-close`, `option httpclose`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum CloseMode {
+    #[default]
+    KeepAlive,
+    /// Client side kept alive, server connection closed after each response.
+    ServerClose,
+    /// Both sides closed after each response.
+    Close,
+}
+
+/// `option forwardfor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardFor {
+    pub header: String,
+    /// Clients in this network (address, prefix length) get no header.
+    pub except: Option<(IpAddr, u8)>,
+    pub if_none: bool,
+}
+
+/// Per-proxy settings of the stream layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamConf {
+    pub timeout_client: Option<Duration>,
+    pub timeout_http_request: Option<Duration>,
+    pub timeout_keep_alive: Option<Duration>,
+    pub forwardfor: Option<ForwardFor>,
+    pub close_mode: CloseMode,
+}
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+    name: "tune.bufsize",
+    scope: Scope::GLOBAL,
+    help: "tune.bufsize SIZE: per-direction buffer size of a connection (default 16384)",
+    parse: |g, a| {
+        let v = one_arg(a, "a size")?;
+        let n = units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;
+        if !(1024..=1 << 26).contains(&n) {
+            return Err(KwError::bad(1, v, "expects a size from 1024 to 64m"));
+        }
+        g.bufsize = n as usize;
+        Ok(())
+    },
+}];
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "mode",
+        scope: Scope::PROXY,
+        help: "mode http: the proxy's protocol (tcp is not supported yet)",
+        parse: |_, a| match one_arg(a, "http or tcp")? {
+            "http" => Ok(()),
+            "tcp" => Err(KwError::NotYet("mode tcp")),
+            other => Err(KwError::bad(1, other, "expects http or tcp")),
+        },
+    },
+    Keyword {
+        name: "timeout client",
+        scope: Scope::FE,
+        help: "timeout client TIME: maximum inactivity time on the client side",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_client = Some(t)),
+    },
+    Keyword {
+        name: "timeout http-request",
+        scope: Scope::FE,
+        help: "timeout http-request TIME: maximum time to receive a complete request head",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_http_request = Some(t)),
+    },
+    Keyword {
+        name: "timeout http-keep-alive",
+        scope: Scope::FE,
+        help: "timeout http-keep-alive TIME: maximum wait for the next request on a kept-alive connection",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_keep_alive = Some(t)),
+    },
+    Keyword {
+        name: "option forwardfor",
+        scope: Scope::PROXY,
+        help: "option forwardfor [except NET] [header NAME] [if-none]: add the client address",
+        parse: |c, a| parse_forwardfor(a).map(|f| c.stream.forwardfor = Some(f)),
+    },
+    Keyword {
+        name: "no option forwardfor",
+        scope: Scope::PROXY,
+        help: "no option forwardfor: cancel an inherited option forwardfor",
+        parse: |c, a| no_args(a).map(|_| c.stream.forwardfor = None),
+    },
+    Keyword {
+        name: "option http-server-close",
+        scope: Scope::PROXY,
+        help: "option http-server-close: close the server connection after each response",
+        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::ServerClose),
+    },
+    Keyword {
+        name: "option httpclose",
+        scope: Scope::PROXY,
+        help: "option httpclose: close both connections after each response",
+        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::Close),
+    },
+    Keyword {
+        name: "no option http-server-close",
+        scope: Scope::PROXY,
+        help: "no option http-server-close: cancel an inherited http-server-close",
+        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::KeepAlive),
+    },
+    Keyword {
+        name: "no option httpclose",
+        scope: Scope::PROXY,
+        help: "no option httpclose: cancel an inherited httpclose",
+        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::KeepAlive),
+    },
+];
+
+fn no_args(a: &[String]) -> Result<(), KwError> {
+    match a.first() {
+        Some(x) => Err(KwError::Extra(x.clone())),
+        None => Ok(()),
+    }
+}
+
+fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {
+    let mut f = ForwardFor {
+        header: "x-forwarded-for".into(),
+        except: None,
+        if_none: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "if-none" => f.if_none = true,
+            kw @ ("except" | "header") => {
+                let v = args
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a value after except/header"))?;
+                if kw == "except" {
+                    f.except = Some(parse_net(v).map_err(|e| KwError::bad(i + 2, v, e))?);
+                } else {
+                    f.header = v.to_ascii_lowercase();
+                }
+                i += 1;
+            }
+            other => {
+                return Err(KwError::bad(
+                    i + 1,
+                    other,
+                    "expects except, header or if-none",
+                ))
+            }
+        }
+        i += 1;
+    }
+    Ok(f)
+}
+
+fn parse_net(s: &str) -> Result<(IpAddr, u8), String> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| "expects an address or network (a.b.c.d/len)".to_string())?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or("invalid prefix length")?,
+        None => max,
+    };
+    Ok((ip, len))
+}
+
+fn in_net(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
+    let mask = |bits: u32, len: u8| {
+        if len == 0 {
+            0
+        } else {
+            u128::MAX << (bits - u32::from(len))
+        }
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let m = mask(32, len) as u32;
+            u32::from(a) & m == u32::from(b) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let m = mask(128, len);
+            u128::from(a) & m == u128::from(b) & m
+        }
+        _ => false,
+    }
+}
+
+/// A byte buffer with a read window `start..end`.
+struct Buf {
+    data: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Buf {
+    fn new(size: usize) -> Buf {
+        Buf {
+            data: vec![0; size].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.start == 0 && self.end == self.data.len()
+    }
+
+    /// Reads once from `stream` into the free space, compacting first if needed.
+    async fn fill(&mut self, stream: &mut TcpStream) -> std::io::Result<usize> {
+        if self.end == self.data.len() && self.start > 0 {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let n = stream.read(&mut self.data[self.end..]).await?;
+        self.end += n;
+        Ok(n)
+    }
+}
+
+/// Why a stream step stopped.
+#[derive(Debug)]
+enum Fail {
+    /// The client went away or must be dropped without a response.
+    ClientGone,
+    /// Answer this error status, then close.
+    Status(u16),
+}
+
+async fn within<F: Future>(limit: Option<Duration>, f: F) -> Result<F::Output, ()> {
+    match limit {
+        Some(d) => tokio::time::timeout(d, f).await.map_err(|_| ()),
+        None => Ok(f.await),
+    }
+}
+
+/// A server connection attached to the current request.
+struct ServerConn {
+    stream: TcpStream,
+    backend: usize,
+    server: usize,
+    /// Requests already completed on this connection.
+    served: u32,
+    /// It came from a pool (or is the session's private one) rather than a fresh connect.
+    reused: bool,
+}
+
+/// The routing decision for a request, computed from its head.
+enum Route {
+    /// Answer locally with these bytes; `close` when the connection cannot continue.
+    Respond {
+        bytes: Vec<u8>,
+        close: bool,
+    },
+    Forward {
+        backend: usize,
+        server: usize,
+    },
+}
+
+/// Facts about the current request kept after its head leaves the buffer.
+struct ReqFacts {
+    framing: Framing,
+    version: Version,
+    is_head: bool,
+    idempotent: bool,
+    wants_close: bool,
+    expect_continue: bool,
+}
+
+/// Header edits accumulated by `set-header` / `add-header` / `del-header` rules.
+#[derive(Default)]
+struct Edits {
+    del: Vec<String>,
+    add: Vec<(String, String)>,
+}
+
+impl Edits {
+    fn apply(&mut self, action: &Action) {
+        match action {
+            Action::SetHeader(n, v) => {
+                self.remove(n);
+                self.add.push((n.clone(), v.clone()));
+            }
+            Action::AddHeader(n, v) => self.add.push((n.clone(), v.clone())),
+            Action::DelHeader(n) => self.remove(n),
+            _ => {}
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        self.add.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.del.push(name.to_ascii_lowercase());
+    }
+
+    fn deletes(&self, name: &[u8]) -> bool {
+        self.del
+            .iter()
+            .any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
+    }
+}
+
+/// Serves one client connection until it closes.
+pub(crate) async fn serve(
+    w: Rc<Worker>,
+    client: TcpStream,
+    peer: SocketAddr,
+    fe: Arc<Frontend>,
+    slot: Slot,
+) {
+    let ctx = w.ctx();
+    ctx.active.fetch_add(1, Ordering::Relaxed);
+    let bufsize = w.config().global.bufsize;
+    let mut s = Session {
+        w: w.clone(),
+        fe,
+        client,
+        peer,
+        cbuf: Buf::new(bufsize),
+        sbuf: None,
+        out: Vec::with_capacity(1024),
+        private: None,
+        requests: 0,
+    };
+    s.run().await;
+    drop(slot);
+    ctx.active.fetch_sub(1, Ordering::Relaxed);
+}
+
+struct Session {
+    w: Rc<Worker>,
+    fe: Arc<Frontend>,
+    client: TcpStream,
+    peer: SocketAddr,
+    cbuf: Buf,
+    sbuf: Option<Buf>,
+    /// Scratch for outgoing bytes.
+    out: Vec<u8>,
+    /// With `http-reuse never`, the server connection this client connection owns.
+    private: Option<ServerConn>,
+    requests: u32,
+}
+
+impl Session {
+    async fn run(&mut self) {
+        loop {
+            let head = match self.read_head().await {
+                Ok(h) => h,
+                Err(Fail::ClientGone) => return,
+                Err(Fail::Status(status)) => return self.fail(status).await,
+            };
+            self.w
+                .ctx()
+                .counters
+                .requests
+                .fetch_add(1, Ordering::Relaxed);
+            let keep = match self.handle(head).await {
+                Ok(keep) => keep,
+                Err(Fail::ClientGone) => return,
+                Err(Fail::Status(status)) => return self.fail(status).await,
+            };
+            self.requests += 1;
+            if !keep {
+                return self.close_gracefully().await;
+            }
+        }
+    }
+
+    /// Waits for a complete request head, enforcing `timeout http-request` (total time from
+    /// the first wait for this request) and `timeout http-keep-alive` between requests.
+    async fn read_head(&mut self) -> Result<RequestHead, Fail> {
+        let st = &self.fe.stream;
+        let started = tokio::time::Instant::now();
+        loop {
+            if !self.cbuf.is_empty() {
+                match parse_request(self.cbuf.bytes()) {
+                    Ok(Some(h)) => return Ok(h),
+                    Ok(None) => {}
+                    Err(HeadError { status, .. }) => return Err(Fail::Status(status)),
+                }
+                if self.cbuf.is_full() {
+                    let line_done = memchr::memchr(b'\n', self.cbuf.bytes()).is_some();
+                    return Err(Fail::Status(if line_done { 431 } else { 414 }));
+                }
+            }
+            let idle_wait = self.cbuf.is_empty() && self.requests > 0;
+            let limit = if idle_wait {
+                st.timeout_keep_alive
+                    .or(st.timeout_http_request)
+                    .or(st.timeout_client)
+            } else {
+                match st.timeout_http_request {
+                    Some(t) => Some(t.saturating_sub(started.elapsed())),
+                    None => st.timeout_client,
+                }
+            };
+            match within(limit, self.cbuf.fill(&mut self.client)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(Fail::ClientGone),
+                Ok(Ok(_)) => {}
+                Err(()) if idle_wait || self.cbuf.is_empty() && self.requests > 0 => {
+                    return Err(Fail::ClientGone)
+                }
+                Err(()) => return Err(Fail::Status(408)),
+            }
+        }
+    }
+
+    /// Sends an error page and closes.
+    async fn fail(&mut self, status: u16) {
+        let page = error_page(status);
+        let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
+        self.close_gracefully().await;
+    }
+
+    /// Half-closes and drains briefly, so that a response is not destroyed by a reset when
+    /// the client still had unread bytes in flight.
+    async fn close_gracefully(&mut self) {
+        let _ = self.client.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < 256 * 1024 {
+            match within(Some(Duration::from_secs(1)), self.client.read(&mut sink)).await {
+                Ok(Ok(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    }
+
+    /// Handles one request whose head is at the start of the client buffer. Returns whether
+    /// the client connection stays open.
+    async fn handle(&mut self, head: RequestHead) -> Result<bool, Fail> {
+        let facts = {
+            let buf = self.cbuf.bytes();
+            ReqFacts {
+                framing: head.framing,
+                version: head.version,
+                is_head: head.is_head(buf),
+                idempotent: head.is_idempotent(buf),
+                wants_close: head.wants_close,
+                expect_continue: head
+                    .header(buf, "expect")
+                    .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
+            }
+        };
+        let (route, edits) = self.route(&head);
+        match route {
+            Route::Respond { bytes, close } => {
+                self.cbuf.consume(head.len);
+                let close = close || facts.wants_close || facts.framing != Framing::None;
+                let bytes = if close { with_close(bytes) } else { bytes };
+                self.write_client(&bytes).await?;
+                Ok(!close)
+            }
+            Route::Forward { backend, server } => {
+                let config = self.w.config_arc();
+                let be = &config.backends[backend];
+                self.out.clear();
+                let server_close = self.server_close(be);
+                build_request_head(
+                    &mut self.out,
+                    self.cbuf.bytes(),
+                    &head,
+                    &edits,
+                    forwardfor(&self.fe, be, self.peer.ip()),
+                    server_close,
+                );
+                self.cbuf.consume(head.len);
+                let srv = &be.servers[server];
+                srv.cur_conns.fetch_add(1, Ordering::Relaxed);
+                let result = self.forward(be, backend, server, &facts).await;
+                srv.cur_conns.fetch_sub(1, Ordering::Relaxed);
+                result
+            }
+        }
+    }
+
+    fn server_close(&self, be: &Backend) -> bool {
+        self.fe.stream.close_mode.max(be.stream.close_mode) >= CloseMode::ServerClose
+    }
+
+    /// Applies frontend rules, routing, then backend rules.
+    fn route(&self, head: &RequestHead) -> (Route, Edits) {
+        let config = self.w.config();
+        let req = ReqView {
+            buf: self.cbuf.bytes(),
+            head,
+        };
+        let mut edits = Edits::default();
+        if let Some(r) = apply_rules(&self.fe.rules.http_request, &req, &mut edits) {
+            return (r, edits);
+        }
+        let rules = &self.fe.rules;
+        let backend = rules
+            .switching
+            .iter()
+            .find(|(cond, _)| holds(cond, &req))
+            .map(|(_, b)| *b)
+            .or(rules.default_backend);
+        let Some(backend) = backend else {
+            return (respond_error(404), edits);
+        };
+        let be = &config.backends[backend];
+        if let Some(r) = apply_rules(&be.rules.http_request, &req, &mut edits) {
+            return (r, edits);
+        }
+        let header = match &be.balancer.algo {
+            crate::balance::Algo::Hdr(name) => head.header(req.buf, name),
+            _ => None,
+        };
+        let key = PickKey {
+            client: self.peer.ip(),
+            path: &req.buf[head.path.clone()],
+            header,
+        };
+        // A private connection (http-reuse never) keeps its server while it is usable.
+        let server = match &self.private {
+            Some(p) if p.backend == backend && be.servers[p.server].usable() => Some(p.server),
+            _ => be.balancer.pick(&be.servers, &key),
+        };
+        match server {
+            Some(server) => (Route::Forward { backend, server }, edits),
+            None => (respond_error(503), edits),
+        }
+    }
+
+    async fn write_client(&mut self, bytes: &[u8]) -> Result<(), Fail> {
+        match within(self.fe.stream.timeout_client, self.client.write_all(bytes)).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Fail::ClientGone),
+        }
+    }
+
+    /// Gets a connection to the server: the private one, a pooled one, or a new one.
+    async fn connect(
+        &mut self,
+        be: &Backend,
+        backend: usize,
+        server: usize,
+        allow_reuse: bool,
+    ) -> Result<ServerConn, Fail> {
+        let srv: &Server = &be.servers[server];
+        if allow_reuse {
+            if let Some(p) = self.private.take() {
+                if p.backend == backend && p.server == server {
+                    return Ok(ServerConn { reused: true, ..p });
+                }
+            }
+            let want = Want::for_request(be.reuse, self.requests == 0);
+            if let Some(idle) = srv.idle.take(self.w.tid, want) {
+                Server::add(&srv.counters.reuse);
+                return Ok(ServerConn {
+                    stream: idle.stream,
+                    backend,
+                    server,
+                    served: idle.served,
+                    reused: true,
+                });
+            }
+        }
+        match within(be.timeout_connect, TcpStream::connect(srv.addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                Server::add(&srv.counters.connect);
+                Ok(ServerConn {
+                    stream,
+                    backend,
+                    server,
+                    served: 0,
+                    reused: false,
+                })
+            }
+            _ => {
+                Server::add(&srv.counters.connect_errors);
+                Err(Fail::Status(503))
+            }
+        }
+    }
+
+    /// Sends the request (head in `self.out`, body from the client) and relays the response.
+    async fn forward(
+        &mut self,
+        be: &Backend,
+        backend: usize,
+        server: usize,
+        facts: &ReqFacts,
+    ) -> Result<bool, Fail> {
+        let srv = &be.servers[server];
+        Server::add(&srv.counters.requests);
+        if facts.expect_continue
+            && facts.version == Version::Http11
+            && facts.framing != Framing::None
+        {
+            // The proxy streams the body itself, so it invites the client to send it now
+            // rather than relaying the server's interim answer (which could deadlock).
+            self.write_client(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        let head_len = self.out.len();
+        let mut conn = self.connect(be, backend, server, true).await?;
+        // One retry on a fresh connection when a reused one turns out dead before any
+        // response byte, for bodiless idempotent requests (nothing was consumed that cannot
+        // be sent again).
+        let replayable = facts.idempotent && facts.framing == Framing::None;
+        let mut attempt = 0;
+        let rsp = loop {
+            attempt += 1;
+            self.out.truncate(head_len);
+            let sent = self.send_request(be, &mut conn, facts).await;
+            let result = match sent {
+                Ok(()) => self.read_response_head(be, &mut conn, facts).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(rsp) => break rsp,
+                Err(SendFail::Retryable) if conn.reused && replayable && attempt == 1 => {
+                    conn = self.connect(be, backend, server, false).await?;
+                }
+                Err(SendFail::Retryable) | Err(SendFail::Status(502)) => {
+                    Server::add(&srv.counters.response_errors);
+                    return Err(Fail::Status(502));
+                }
+                Err(SendFail::Status(s)) => return Err(Fail::Status(s)),
+                Err(SendFail::ClientGone) => return Err(Fail::ClientGone),
+            }
+        };
+        self.relay_response(be, conn, rsp, facts).await
+    }
+
+    /// Writes the request head and streams the body to the server.
+    async fn send_request(
+        &mut self,
+        be: &Backend,
+        conn: &mut ServerConn,
+        facts: &ReqFacts,
+    ) -> Result<(), SendFail> {
+        let tserver = be.timeout_server;
+        match facts.framing {
+            Framing::None | Framing::UntilClose => {
+                return write_server(&mut conn.stream, &self.out, tserver).await;
+            }
+            Framing::Length(total) => {
+                let mut remaining = total;
+                loop {
+                    let take = (remaining as usize).min(self.cbuf.bytes().len());
+                    self.out.extend_from_slice(&self.cbuf.bytes()[..take]);
+                    self.cbuf.consume(take);
+                    remaining -= take as u64;
+                    if !self.out.is_empty() {
+                        write_server(&mut conn.stream, &self.out, tserver).await?;
+                        self.out.clear();
+                    }
+                    if remaining == 0 {
+                        return Ok(());
+                    }
+                    self.read_client_body().await?;
+                }
+            }
+            Framing::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                loop {
+                    let used = dec
+                        .decode(self.cbuf.bytes(), ChunkedOut::Chunked, &mut self.out)
+                        .map_err(|_| SendFail::Status(400))?;
+                    self.cbuf.consume(used);
+                    if !self.out.is_empty() {
+                        write_server(&mut conn.stream, &self.out, tserver).await?;
+                        self.out.clear();
+                    }
+                    if dec.is_done() {
+                        return Ok(());
+                    }
+                    if self.cbuf.is_full() {
+                        return Err(SendFail::Status(400));
+                    }
+                    self.read_client_body().await?;
+                }
+            }
+        }
+    }
+
+    async fn read_client_body(&mut self) -> Result<(), SendFail> {
+        match within(
+            self.fe.stream.timeout_client,
+            self.cbuf.fill(&mut self.client),
+        )
+        .await
+        {
+            Ok(Ok(n)) if n > 0 => Ok(()),
+            Ok(_) => Err(SendFail::ClientGone),
+            Err(()) => Err(SendFail::Status(408)),
+        }
+    }
+
+    /// Reads the final response head, relaying interim (1xx) responses to the client.
+    async fn read_response_head(
+        &mut self,
+        be: &Backend,
+        conn: &mut ServerConn,
+        facts: &ReqFacts,
+    ) -> Result<ResponseHead, SendFail> {
+        let bufsize = self.cbuf.data.len();
+        let sbuf = self.sbuf.get_or_insert_with(|| Buf::new(bufsize));
+        let mut got_any = false;
+        loop {
+            if !sbuf.is_empty() {
+                match parse_response(sbuf.bytes(), facts.is_head) {
+                    Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
+                        if rsp.status == 101 {
+                            return Err(SendFail::Status(502));
+                        }
+                        let mut interim = Vec::new();
+                        write_response_head(
+                            &mut interim,
+                            sbuf.bytes(),
+                            &rsp,
+                            &Edits::default(),
+                            None,
+                        );
+                        sbuf.consume(rsp.len);
+                        if facts.version == Version::Http11 {
+                            match within(
+                                self.fe.stream.timeout_client,
+                                self.client.write_all(&interim),
+                            )
+                            .await
+                            {
+                                Ok(Ok(())) => {}
+                                _ => return Err(SendFail::ClientGone),
+                            }
+                        }
+                        continue;
+                    }
+                    Ok(Some(rsp)) => return Ok(rsp),
+                    Ok(None) if sbuf.is_full() => return Err(SendFail::Status(502)),
+                    Ok(None) => {}
+                    Err(_) => return Err(SendFail::Status(502)),
+                }
+            }
+            match within(be.timeout_server, sbuf.fill(&mut conn.stream)).await {
+                Ok(Ok(n)) if n > 0 => got_any = true,
+                Ok(_) if !got_any => return Err(SendFail::Retryable),
+                Ok(_) => return Err(SendFail::Status(502)),
+                Err(()) => return Err(SendFail::Status(504)),
+            }
+        }
+    }
+
+    /// Sends the response head and body to the client, then releases the server connection.
+    async fn relay_response(
+        &mut self,
+        be: &Backend,
+        mut conn: ServerConn,
+        rsp: ResponseHead,
+        facts: &ReqFacts,
+    ) -> Result<bool, Fail> {
+        let sbuf = self.sbuf.as_mut().expect("response buffer exists");
+        // Backend rules run before frontend rules, as in HAProxy. (Conditions on
+        // http-response rules are refused at configuration time.)
+        let mut rsp_edits = Edits::default();
+        for rule in be
+            .rules
+            .http_response
+            .iter()
+            .chain(self.fe.rules.http_response.iter())
+        {
+            rsp_edits.apply(&rule.action);
+        }
+        let client_11 = facts.version == Version::Http11;
+        let (client_framing, mode) = match rsp.framing {
+            Framing::Chunked if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
+            Framing::Chunked => (Framing::UntilClose, ChunkedOut::Raw),
+            Framing::UntilClose if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
+            other => (other, ChunkedOut::Raw),
+        };
+        let close_mode = self.fe.stream.close_mode.max(be.stream.close_mode);
+        let keep_client = !facts.wants_close
+            && close_mode != CloseMode::Close
+            && client_framing != Framing::UntilClose
+            && !self.w.stopping();
+        self.out.clear();
+        let length_hint = (facts.is_head || rsp.status == 304)
+            .then(|| rsp.header(sbuf.bytes(), "content-length"))
+            .flatten()
+            .map(<[u8]>::to_vec);
+        write_response_head(
+            &mut self.out,
+            sbuf.bytes(),
+            &rsp,
+            &rsp_edits,
+            Some((client_framing, keep_client, facts.version, length_hint)),
+        );
+        sbuf.consume(rsp.len);
+        let tclient = self.fe.stream.timeout_client;
+        let tserver = be.timeout_server;
+        // Body relay; `complete` says the server's message ended where its framing said.
+        let complete = match rsp.framing {
+            Framing::None => true,
+            Framing::Length(total) => {
+                let mut remaining = total;
+                loop {
+                    let take = (remaining as usize).min(sbuf.bytes().len());
+                    self.out.extend_from_slice(&sbuf.bytes()[..take]);
+                    sbuf.consume(take);
+                    remaining -= take as u64;
+                    if !self.out.is_empty() {
+                        if !write_ok(&mut self.client, &self.out, tclient).await {
+                            return Err(Fail::ClientGone);
+                        }
+                        self.out.clear();
+                    }
+                    if remaining == 0 {
+                        break true;
+                    }
+                    if !read_ok(&mut conn.stream, sbuf, tserver).await {
+                        break false;
+                    }
+                }
+            }
+            Framing::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                loop {
+                    let Ok(used) = dec.decode(sbuf.bytes(), mode, &mut self.out) else {
+                        break false;
+                    };
+                    sbuf.consume(used);
+                    if !self.out.is_empty() {
+                        if !write_ok(&mut self.client, &self.out, tclient).await {
+                            return Err(Fail::ClientGone);
+                        }
+                        self.out.clear();
+                    }
+                    if dec.is_done() {
+                        break true;
+                    }
+                    if sbuf.is_full() || !read_ok(&mut conn.stream, sbuf, tserver).await {
+                        break false;
+                    }
+                }
+            }
+            Framing::UntilClose => loop {
+                let data = sbuf.bytes();
+                if !data.is_empty() {
+                    if mode == ChunkedOut::Chunked {
+                        push_chunk_header(&mut self.out, data.len());
+                        self.out.extend_from_slice(data);
+                        self.out.extend_from_slice(b"\r\n");
+                    } else {
+                        self.out.extend_from_slice(data);
+                    }
+                    let n = data.len();
+                    sbuf.consume(n);
+                }
+                if !self.out.is_empty() {
+                    if !write_ok(&mut self.client, &self.out, tclient).await {
+                        return Err(Fail::ClientGone);
+                    }
+                    self.out.clear();
+                }
+                match within(tserver, sbuf.fill(&mut conn.stream)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(_) => {
+                        if mode == ChunkedOut::Chunked
+                            && !write_ok(&mut self.client, b"0\r\n\r\n", tclient).await
+                        {
+                            return Err(Fail::ClientGone);
+                        }
+                        break true;
+                    }
+                    Err(()) => break false,
+                }
+            },
+        };
+        if !complete {
+            // The client got a truncated message: never terminate it as if it were whole.
+            Server::add(&be.servers[conn.server].counters.response_errors);
+            return Err(Fail::ClientGone);
+        }
+        // Bytes after the end of the response (or any for an aborted one) poison the
+        // connection: it is dropped rather than pooled.
+        let clean = sbuf.is_empty();
+        sbuf.start = 0;
+        sbuf.end = 0;
+        let reusable =
+            clean && !rsp.must_close && close_mode == CloseMode::KeepAlive && !self.w.stopping();
+        if reusable {
+            conn.served += 1;
+            if be.reuse == ReuseMode::Never {
+                self.private = Some(conn);
+            } else {
+                be.servers[conn.server]
+                    .idle
+                    .put(self.w.tid, conn.stream, conn.served);
+            }
+        }
+        Ok(keep_client)
+    }
+}
+
+/// Why sending a request or reading its response head failed.
+enum SendFail {
+    /// The connection died before any response byte: a replay may be possible.
+    Retryable,
+    Status(u16),
+    ClientGone,
+}
+
+async fn write_server(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    limit: Option<Duration>,
+) -> Result<(), SendFail> {
+    match within(limit, stream.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(SendFail::Retryable),
+        Err(()) => Err(SendFail::Status(504)),
+    }
+}
+
+async fn write_ok(stream: &mut TcpStream, bytes: &[u8], limit: Option<Duration>) -> bool {
+    matches!(within(limit, stream.write_all(bytes)).await, Ok(Ok(())))
+}
+
+async fn read_ok(stream: &mut TcpStream, buf: &mut Buf, limit: Option<Duration>) -> bool {
+    matches!(within(limit, buf.fill(stream)).await, Ok(Ok(n)) if n > 0)
+}
+
+fn apply_rules(rules: &[HttpRule], req: &ReqView<'_>, edits: &mut Edits) -> Option<Route> {
+    for rule in rules {
+        if !holds(&rule.cond, req) {
+            continue;
+        }
+        match &rule.action {
+            Action::Return {
+                status,
+                content_type,
+                body,
+            } => {
+                return Some(Route::Respond {
+                    bytes: local_response(*status, content_type.as_deref(), body),
+                    close: false,
+                })
+            }
+            Action::Deny { status } => return Some(respond_error(*status)),
+            Action::Allow => return None,
+            other => edits.apply(other),
+        }
+    }
+    None
+}
+
+fn respond_error(status: u16) -> Route {
+    Route::Respond {
+        bytes: error_page(status),
+        close: true,
+    }
+}
+
+fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
+        reason(status),
+        body.len()
+    )
+    .into_bytes();
+    if let Some(ct) = content_type {
+        out.extend_from_slice(format!("content-type: {ct}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// Inserts `connection: close` into a locally generated response that lacks it.
+fn with_close(bytes: Vec<u8>) -> Vec<u8> {
+    let head_end = memchr::memmem::find(&bytes, b"\r\n\r\n").unwrap_or(bytes.len());
+    if memchr::memmem::find(&bytes[..head_end], b"connection: close").is_some() {
+        return bytes;
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 19);
+    out.extend_from_slice(&bytes[..head_end + 2]);
+    out.extend_from_slice(b"connection: close\r\n");
+    out.extend_from_slice(&bytes[head_end + 2..]);
+    out
+}
+
+/// The forwardfor setting that applies: the backend's, else the frontend's.
+fn forwardfor<'a>(
+    fe: &'a Frontend,
+    be: &'a Backend,
+    ip: IpAddr,
+) -> Option<(&'a ForwardFor, IpAddr)> {
+    let f = be
+        .stream
+        .forwardfor
+        .as_ref()
+        .or(fe.stream.forwardfor.as_ref())?;
+    if f.except.is_some_and(|net| in_net(ip, net)) {
+        return None;
+    }
+    Some((f, ip))
+}
+
+/// Writes the request head sent to the server: hop-by-hop fields removed first (so a client
+/// cannot nominate the proxy's own headers for removal), then edits, X-Forwarded-For and the
+/// canonical framing header.
+fn build_request_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &RequestHead,
+    edits: &Edits,
+    xff: Option<(&ForwardFor, IpAddr)>,
+    server_close: bool,
+) {
+    out.extend_from_slice(&buf[head.method.clone()]);
+    out.push(b' ');
+    out.extend_from_slice(&buf[head.target.clone()]);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut has_xff = false;
+    for h in &head.headers {
+        let name = &buf[h.name.clone()];
+        if head.is_hop_by_hop(name) || edits.deletes(name) || name.eq_ignore_ascii_case(b"expect") {
+            continue;
+        }
+        if let Some((f, _)) = xff {
+            has_xff |= name.eq_ignore_ascii_case(f.header.as_bytes());
+        }
+        push_header(out, name, &buf[h.value.clone()]);
+    }
+    for (n, v) in &edits.add {
+        push_header(out, n.as_bytes(), v.as_bytes());
+    }
+    if let Some((f, ip)) = xff {
+        if !(f.if_none && has_xff) {
+            push_header(out, f.header.as_bytes(), ip.to_string().as_bytes());
+        }
+    }
+    match head.framing {
+        Framing::Length(n) => push_header(out, b"content-length", n.to_string().as_bytes()),
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::None | Framing::UntilClose => {
+            // A body-less POST/PUT still states its length so the server does not wait.
+            if matches!(&buf[head.method.clone()], b"POST" | b"PUT" | b"PATCH") {
+                out.extend_from_slice(b"content-length: 0\r\n");
+            }
+        }
+    }
+    if server_close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a response head for the client. `client` is `None` for interim (1xx) responses;
+/// otherwise (framing sent to the client, keep-alive, client version, length to repeat for
+/// HEAD/304).
+fn write_response_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    rsp: &ResponseHead,
+    edits: &Edits,
+    client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(rsp.status.to_string().as_bytes());
+    out.push(b' ');
+    if rsp.reason.is_empty() {
+        out.extend_from_slice(reason(rsp.status).as_bytes());
+    } else {
+        out.extend_from_slice(&buf[rsp.reason.clone()]);
+    }
+    out.extend_from_slice(b"\r\n");
+    for h in &rsp.headers {
+        let name = &buf[h.name.clone()];
+        if rsp.is_hop_by_hop(name) || edits.deletes(name) {
+            continue;
+        }
+        push_header(out, name, &buf[h.value.clone()]);
+    }
+    for (n, v) in &edits.add {
+        push_header(out, n.as_bytes(), v.as_bytes());
+    }
+    if let Some((framing, keep, version, length_hint)) = client {
+        match framing {
+            Framing::Length(n) => push_header(out, b"content-length", n.to_string().as_bytes()),
+            Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+            Framing::None => {
+                if let Some(v) = length_hint {
+                    push_header(out, b"content-length", &v);
+                }
+            }
+            Framing::UntilClose => {}
+        }
+        if !keep {
+            out.extend_from_slice(b"connection: close\r\n");
+        } else if version == Version::Http10 {
+            out.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks() {
+        let net = parse_net("10.0.0.0/8").unwrap();
+        assert!(in_net("10.1.2.3".parse().unwrap(), net));
+        assert!(!in_net("11.1.2.3".parse().unwrap(), net));
+        assert!(in_net("::1".parse().unwrap(), parse_net("::1").unwrap()));
+        assert!(in_net(
+            "1.2.3.4".parse().unwrap(),
+            parse_net("0.0.0.0/0").unwrap()
+        ));
+        assert!(parse_net("10.0.0.0/33").is_err());
+        assert!(parse_net("nope").is_err());
+    }
+
+    #[test]
+    fn forwardfor_options() {
+        let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let f = parse_forwardfor(&w("except 127.0.0.0/8 header X-Client if-none")).unwrap();
+        assert_eq!(f.header, "x-client");
+        assert!(f.if_none);
+        assert!(parse_forwardfor(&w("frob")).is_err());
+        assert!(parse_forwardfor(&w("except")).is_err());
+    }
+
+    #[test]
+    fn request_head_strips_hop_by_hop_before_adding_ours() {
+        let raw = b"POST /p HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Forwarded-For, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nContent-Length: 003\r\nX-Keep: y\r\n\r\n";
+        let head = parse_request(raw).unwrap().unwrap();
+        let f = ForwardFor {
+            header: "x-forwarded-for".into(),
+            except: None,
+            if_none: false,
+        };
+        let mut edits = Edits::default();
+        edits.apply(&Action::SetHeader("X-Keep".into(), "z".into()));
+        let mut out = Vec::new();
+        build_request_head(
+            &mut out,
+            raw,
+            &head,
+            &edits,
+            Some((&f, "10.0.0.9".parse().unwrap())),
+            false,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "POST /p HTTP/1.1\r\nHost: h\r\nX-Keep: z\r\nx-forwarded-for: 10.0.0.9\r\ncontent-length: 3\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn close_is_inserted_once() {
+        let r = with_close(local_response(200, Some("text/plain"), b"hi"));
+        let text = String::from_utf8(r).unwrap();
+        assert!(text.contains("connection: close\r\n"));
+        assert!(text.ends_with("\r\n\r\nhi"));
+        let again = with_close(text.into_bytes());
+        assert_eq!(
+            String::from_utf8(again)
+                .unwrap()
+                .matches("connection: close")
+                .count(),
+            1
+        );
+    }
+}

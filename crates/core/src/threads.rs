@@ -1,0 +1,350 @@
+//! Worker threads: one single-threaded event loop per thread (`nbthread`), a [`ThreadCtx`]
+//! per worker that other threads may read, and a per-worker inbox for anything that
+//! crosses threads.
+//!
+//! Invariants (see `docs/internals/threading.md`):
+//! - A client connection is served by one worker for its whole life, registered only with
+//!   that worker's event loop.
+//! - A socket moves between workers only as a plain `std` socket through the target's inbox:
+//!   deregistered by the sender (`into_std`), registered by the receiver (`from_std`). Every
+//!   such move is counted on both sides.
+//! - `ThreadCtx` fields are atomics written by their owner and read by anyone.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{Keyword, KwError, Scope};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::backend::one_arg;
+use crate::config::{Config, GlobalConf};
+use crate::listener::{self, Admission, ListenError, Slot};
+use crate::stream;
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+    name: "nbthread",
+    scope: Scope::GLOBAL,
+    help: "nbthread N: number of worker threads (default: CPUs available to the process)",
+    parse: |g, a| {
+        let v = one_arg(a, "a thread count")?;
+        let n = v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1024).contains(n))
+            .ok_or_else(|| KwError::bad(1, v, "expects an integer from 1 to 1024"))?;
+        g.nbthread = Some(n);
+        Ok(())
+    },
+}];
+
+pub fn effective_nbthread(g: &GlobalConf) -> usize {
+    g.nbthread
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Per-worker counters (`show activity` prints them).
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    pub accepted: AtomicU64,
+    /// Connections this worker accepted but handed to a less loaded sibling.
+    pub handed_off: AtomicU64,
+    /// Connections received from a sibling through the inbox.
+    pub adopted: AtomicU64,
+    pub requests: AtomicU64,
+    pub accept_errors: AtomicU64,
+    /// Idle server connections closed by the purge timer.
+    pub idle_purged: AtomicU64,
+}
+
+/// What other threads may know about a worker.
+#[derive(Debug)]
+pub struct ThreadCtx {
+    pub id: usize,
+    /// Client connections being served: the load figure balancing decisions compare.
+    pub active: AtomicUsize,
+    /// Messages sent to this worker's inbox and not yet handled.
+    pub inbox_pending: AtomicUsize,
+    pub counters: WorkerCounters,
+    inbox: mpsc::UnboundedSender<InboxMsg>,
+}
+
+impl ThreadCtx {
+    pub fn load(&self) -> usize {
+        self.active.load(Ordering::Relaxed) + self.inbox_pending.load(Ordering::Relaxed)
+    }
+
+    fn send(&self, msg: InboxMsg) -> bool {
+        self.inbox_pending.fetch_add(1, Ordering::Relaxed);
+        let ok = self.inbox.send(msg).is_ok();
+        if !ok {
+            self.inbox_pending.fetch_sub(1, Ordering::Relaxed);
+        }
+        ok
+    }
+}
+
+/// Everything that crosses into a worker.
+#[derive(Debug)]
+enum InboxMsg {
+    /// Serve this connection (deregistered by the sender).
+    Adopt {
+        stream: std::net::TcpStream,
+        peer: SocketAddr,
+        frontend: usize,
+        slot: Slot,
+    },
+}
+
+/// State shared by all workers (read-only apart from atomics).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub config: Arc<Config>,
+    pub threads: Box<[ThreadCtx]>,
+    pub admission: Admission,
+    pub stopping: AtomicBool,
+}
+
+/// A worker's view of the process, owned by its thread.
+pub(crate) struct Worker {
+    pub tid: usize,
+    pub shared: Arc<Shared>,
+}
+
+impl Worker {
+    pub fn ctx(&self) -> &ThreadCtx {
+        &self.shared.threads[self.tid]
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    pub fn config_arc(&self) -> Arc<Config> {
+        self.shared.config.clone()
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Serves a freshly accepted connection here, or hands it to a sibling whose load is
+    /// under half of ours (the same 2x rule HAProxy applies to task redistribution).
+    pub fn dispatch(
+        self: &Rc<Self>,
+        sock: TcpStream,
+        peer: SocketAddr,
+        frontend: usize,
+        slot: Slot,
+    ) {
+        let ctx = self.ctx();
+        ctx.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        let mine = ctx.load();
+        let n = self.shared.threads.len();
+        if n > 1 && mine >= 2 {
+            let other = &self.shared.threads[(self.tid + 1 + fastrand::usize(..n - 1)) % n];
+            if other.load() * 2 < mine {
+                if let Ok(stream) = sock.into_std() {
+                    ctx.counters.handed_off.fetch_add(1, Ordering::Relaxed);
+                    other.send(InboxMsg::Adopt {
+                        stream,
+                        peer,
+                        frontend,
+                        slot,
+                    });
+                }
+                return;
+            }
+        }
+        self.serve_local(sock, peer, frontend, slot);
+    }
+
+    fn serve_local(
+        self: &Rc<Self>,
+        sock: TcpStream,
+        peer: SocketAddr,
+        frontend: usize,
+        slot: Slot,
+    ) {
+        let fe = self.shared.config.frontends[frontend].clone();
+        tokio::task::spawn_local(stream::serve(self.clone(), sock, peer, fe, slot));
+    }
+
+    fn handle(self: &Rc<Self>, msg: InboxMsg) {
+        self.ctx().inbox_pending.fetch_sub(1, Ordering::Relaxed);
+        match msg {
+            InboxMsg::Adopt {
+                stream,
+                peer,
+                frontend,
+                slot,
+            } => {
+                self.ctx().counters.adopted.fetch_add(1, Ordering::Relaxed);
+                // Registers the socket with this worker's event loop.
+                if let Ok(sock) = TcpStream::from_std(stream) {
+                    self.serve_local(sock, peer, frontend, slot);
+                }
+            }
+        }
+    }
+}
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    #[error("cannot start worker {tid}: {source}")]
+    Worker { tid: usize, source: std::io::Error },
+    #[error("cannot set up signal handling: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Opens the listeners, starts the workers and blocks until SIGINT or SIGTERM.
+pub fn run(config: Config) -> Result<(), RunError> {
+    let nbthread = effective_nbthread(&config.global);
+    let global_max = config.global.maxconn.unwrap_or_else(default_maxconn);
+    let mut listeners = Vec::new();
+    for (fi, fe) in config.frontends.iter().enumerate() {
+        let backlog = fe.listen.maxconn.unwrap_or(global_max);
+        for spec in &fe.listen.binds {
+            listeners.push((fi, listener::open(spec, backlog)?));
+        }
+    }
+    let admission = Admission::new(
+        global_max,
+        config
+            .frontends
+            .iter()
+            .map(|f| f.listen.maxconn.unwrap_or(global_max)),
+    );
+    let mut inboxes = Vec::new();
+    let threads: Box<[ThreadCtx]> = (0..nbthread)
+        .map(|id| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            inboxes.push(rx);
+            ThreadCtx {
+                id,
+                active: AtomicUsize::new(0),
+                inbox_pending: AtomicUsize::new(0),
+                counters: WorkerCounters::default(),
+                inbox: tx,
+            }
+        })
+        .collect();
+    let shared = Arc::new(Shared {
+        config: Arc::new(config),
+        threads,
+        admission,
+        stopping: AtomicBool::new(false),
+    });
+    for (tid, inbox) in inboxes.into_iter().enumerate() {
+        let mine = listeners
+            .iter()
+            .map(|(fe, l)| l.try_clone().map(|l| (*fe, l)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| RunError::Worker { tid, source })?;
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("sluice-w{tid}"))
+            .spawn(move || worker_main(tid, shared, mine, inbox))
+            .map_err(|source| RunError::Worker { tid, source })?;
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .filter_map(|(_, l)| l.local_addr().ok().map(|a| a.to_string()))
+        .collect();
+    eprintln!(
+        "sluice: {nbthread} worker(s) listening on {}",
+        addrs.join(", ")
+    );
+    wait_for_stop_signal()
+}
+
+/// HAProxy derives its default maxconn from the file-descriptor limit: two descriptors per
+/// proxied connection plus a margin.
+fn default_maxconn() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes into the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let nofile = if ok { lim.rlim_cur as usize } else { 1024 };
+    (nofile.saturating_sub(64) / 2).clamp(64, 1_000_000)
+}
+
+fn worker_main(
+    tid: usize,
+    shared: Arc<Shared>,
+    listeners: Vec<(usize, std::net::TcpListener)>,
+    mut inbox: mpsc::UnboundedReceiver<InboxMsg>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build_local(Default::default())
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: worker {tid}: cannot build its event loop: {e}");
+            std::process::exit(1);
+        }
+    };
+    rt.block_on(async move {
+        let w = Rc::new(Worker { tid, shared });
+        for (fe, l) in listeners {
+            match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => {
+                    tokio::task::spawn_local(listener::accept_loop(w.clone(), fe, l));
+                }
+                Err(e) => eprintln!("sluice: worker {tid}: cannot register a listener: {e}"),
+            }
+        }
+        tokio::task::spawn_local(purge_idle(w.clone()));
+        while let Some(msg) = inbox.recv().await {
+            w.handle(msg);
+        }
+    });
+}
+
+/// How long an idle server connection is kept (`pool-purge-delay` default).
+const IDLE_KEEP: Duration = Duration::from_secs(5);
+
+/// Periodically closes this worker's idle server connections that are too old or that the
+/// server has closed.
+async fn purge_idle(w: Rc<Worker>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let mut closed = 0;
+        for be in &w.config().backends {
+            for srv in &be.servers {
+                closed += srv.idle.purge(w.tid, IDLE_KEEP);
+            }
+        }
+        w.ctx()
+            .counters
+            .idle_purged
+            .fetch_add(closed as u64, Ordering::Relaxed);
+    }
+}
+
+fn wait_for_stop_signal() -> Result<(), RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Signals)?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        Ok(())
+    })
+}
