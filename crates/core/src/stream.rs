@@ -854,7 +854,12 @@ impl Session {
         let tserver = be.timeout_server;
         // Body relay; `complete` says the server's message ended where its framing said.
         let complete = match rsp.framing {
-            Framing::None => true,
+            Framing::None => {
+                if !write_ok(&mut self.client, &self.out, tclient).await {
+                    return Err(Fail::ClientGone);
+                }
+                true
+            }
             Framing::Length(total) => {
                 let mut remaining = total;
                 loop {

@@ -1,0 +1,485 @@
+//! Test harness: real origin servers on 127.0.0.1 with kernel-assigned ports that record
+//! what reaches them, the real `sluice` binary started on a generated configuration, and
+//! raw-TCP HTTP clients.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A request as an origin received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub conn: usize,
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The head exactly as received.
+    pub raw_head: String,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn header_count(&self, name: &str) -> usize {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count()
+    }
+}
+
+/// What an origin does with a request.
+pub enum Reply {
+    /// Send these bytes as the response.
+    Raw(Vec<u8>),
+    /// Wait, then send.
+    Delayed(Duration, Vec<u8>),
+    /// Close the connection without answering.
+    Close,
+}
+
+pub type Handler = Arc<dyn Fn(&Received) -> Reply + Send + Sync>;
+
+pub fn ok_response(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{}",
+        body.len(),
+        body
+    )
+    .into_bytes()
+}
+
+/// An origin server answering on its own thread per connection.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub name: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    pub connections: Arc<AtomicUsize>,
+    /// Times a request arrived while the previous one on the same connection was unanswered.
+    pub overlaps: Arc<AtomicUsize>,
+}
+
+impl Origin {
+    /// An origin answering `200` with body `"{name} {target}"`.
+    pub fn start(name: &str) -> Origin {
+        let n = name.to_string();
+        Origin::with_handler(
+            name,
+            Arc::new(move |r: &Received| ok_response(&format!("{n} {}", r.target)).into()),
+        )
+    }
+
+    pub fn with_handler(name: &str, handler: Handler) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let (r, c, o) = (received.clone(), connections.clone(), overlaps.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let id = c.fetch_add(1, Ordering::SeqCst);
+                let (r, o, h) = (r.clone(), o.clone(), handler.clone());
+                std::thread::spawn(move || serve_origin_conn(stream, id, r, o, h));
+            }
+        });
+        Origin {
+            addr,
+            name: name.to_string(),
+            received,
+            connections,
+            overlaps,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+
+    pub fn conns(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl From<Vec<u8>> for Reply {
+    fn from(v: Vec<u8>) -> Reply {
+        Reply::Raw(v)
+    }
+}
+
+fn serve_origin_conn(
+    stream: TcpStream,
+    id: usize,
+    rec: Arc<Mutex<Vec<Received>>>,
+    overlaps: Arc<AtomicUsize>,
+    h: Handler,
+) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let Some(req) = read_request(&mut reader, id) else {
+            return;
+        };
+        // Anything already buffered behind this request arrived before we answered it.
+        if !reader.buffer().is_empty() {
+            overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        rec.lock().unwrap().push(req.clone());
+        match h(&req) {
+            Reply::Raw(bytes) => {
+                if writer.write_all(&bytes).is_err() {
+                    return;
+                }
+            }
+            Reply::Delayed(d, bytes) => {
+                std::thread::sleep(d);
+                if writer.write_all(&bytes).is_err() {
+                    return;
+                }
+            }
+            Reply::Close => return,
+        }
+    }
+}
+
+fn read_request(r: &mut BufReader<TcpStream>, conn: usize) -> Option<Received> {
+    let mut raw_head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        raw_head.push_str(&line);
+        if line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let mut lines = raw_head.lines();
+    let mut first = lines.next()?.split(' ');
+    let method = first.next()?.to_string();
+    let target = first.next()?.to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(n, v)| (n.to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let find = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        read_chunked(r)?
+    } else if let Some(n) = find("content-length") {
+        let mut b = vec![0; n.parse().ok()?];
+        r.read_exact(&mut b).ok()?;
+        b
+    } else {
+        Vec::new()
+    };
+    Some(Received {
+        conn,
+        method,
+        target,
+        headers,
+        body,
+        raw_head,
+    })
+}
+
+fn read_chunked<R: BufRead>(r: &mut R) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).ok()?;
+        let size = usize::from_str_radix(line.trim_end().split(';').next()?, 16).ok()?;
+        if size == 0 {
+            loop {
+                let mut t = String::new();
+                r.read_line(&mut t).ok()?;
+                if t == "\r\n" || t.is_empty() {
+                    return Some(body);
+                }
+            }
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        r.read_exact(&mut body[start..]).ok()?;
+        let mut crlf = [0; 2];
+        r.read_exact(&mut crlf).ok()?;
+    }
+}
+
+/// A running sluice process, killed on drop.
+pub struct Sluice {
+    pub child: Child,
+    /// Frontend addresses in the order of the `{fe}` placeholders.
+    pub addrs: Vec<SocketAddr>,
+    pub stderr_path: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "sluice-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn sluice_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+impl Sluice {
+    /// Starts sluice on `config`. Each `{fe}` in it becomes `bind fd@N` for a listening socket
+    /// this test created on 127.0.0.1 port 0 and passes down (race-free ports).
+    pub fn start(config: &str) -> Sluice {
+        let dir = TempDir::new();
+        let mut listeners = Vec::new();
+        let mut text = String::new();
+        let mut rest = config;
+        while let Some(i) = rest.find("{fe}") {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            text.push_str(&rest[..i]);
+            text.push_str(&format!("bind fd@{}", l.as_raw_fd()));
+            rest = &rest[i + 4..];
+            listeners.push(l);
+        }
+        text.push_str(rest);
+        let path = dir.write("test.cfg", &text);
+        let stderr_path = dir.0.join("stderr.log");
+        let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("-f")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        cmd.stderr(std::fs::File::create(&stderr_path).unwrap());
+        // SAFETY: only async-signal-safe fcntl calls run between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                for &fd in &fds {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start sluice");
+        let addrs = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        drop(listeners);
+        let mut s = Sluice {
+            child,
+            addrs,
+            stderr_path,
+            _dir: dir,
+        };
+        s.wait_ready();
+        s
+    }
+
+    /// Polls until the process says it is listening, failing if it exits first.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("sluice exited ({status}): {}", self.stderr());
+            }
+            if self.stderr().contains("listening on") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sluice did not start: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::new(self.addr())
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed response as a client received it.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A raw client connection.
+pub struct Conn {
+    pub reader: BufReader<TcpStream>,
+    pub writer: TcpStream,
+}
+
+impl Conn {
+    pub fn new(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        s.set_write_timeout(Some(TIMEOUT)).unwrap();
+        Conn {
+            writer: s.try_clone().unwrap(),
+            reader: BufReader::new(s),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    /// Reads one response; `head` says it answers a HEAD request.
+    pub fn response_for(&mut self, head: bool) -> Option<Response> {
+        let mut status_line = String::new();
+        if self.reader.read_line(&mut status_line).ok()? == 0 {
+            return None;
+        }
+        let status: u16 = status_line.split(' ').nth(1)?.parse().ok()?;
+        let mut headers = Vec::new();
+        loop {
+            let mut l = String::new();
+            self.reader.read_line(&mut l).ok()?;
+            let l = l.trim_end_matches(['\r', '\n']);
+            if l.is_empty() {
+                break;
+            }
+            let (n, v) = l.split_once(':')?;
+            headers.push((n.to_string(), v.trim().to_string()));
+        }
+        let find = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _): &&(String, String)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.clone())
+        };
+        let body = if head || status == 204 || status == 304 || (100..200).contains(&status) {
+            Vec::new()
+        } else if find("transfer-encoding").is_some() {
+            read_chunked(&mut self.reader)?
+        } else if let Some(n) = find("content-length") {
+            let mut b = vec![0; n.parse().ok()?];
+            self.reader.read_exact(&mut b).ok()?;
+            b
+        } else {
+            let mut b = Vec::new();
+            self.reader.read_to_end(&mut b).ok()?;
+            b
+        };
+        Some(Response {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    pub fn response(&mut self) -> Response {
+        self.response_for(false).expect("a response")
+    }
+
+    pub fn get(&mut self, path: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+        self.response()
+    }
+
+    /// True when the server has closed the connection (EOF with nothing more to read).
+    pub fn is_closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.reader.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+/// One request on a fresh connection; returns the response.
+pub fn get(addr: SocketAddr, path: &str) -> Response {
+    Conn::new(addr).get(path)
+}
+
+/// Sends raw bytes on a fresh connection and returns the first response and whether the
+/// connection was then closed.
+pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> (Option<Response>, bool) {
+    let mut c = Conn::new(addr);
+    c.send(bytes);
+    let r = c.response_for(false);
+    let closed = c.is_closed();
+    (r, closed)
+}
+
+/// The defaults used by most tests.
+pub const DEFAULTS: &str = "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n";

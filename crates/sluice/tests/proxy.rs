@@ -1,0 +1,552 @@
+//! Proxying behaviour through the real binary: forwarding, headers, keep-alive and reuse,
+//! bodies, pipelining, error statuses.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+fn one_backend(origin: &Origin, extra_fe: &str, extra_be: &str) -> String {
+    format!(
+        "global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n{extra_fe}\n    default_backend be\n\nbackend be\n{extra_be}\n    server s1 {}\n",
+        origin.addr
+    )
+}
+
+#[test]
+fn forwards_and_rewrites_headers() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(
+        &origin,
+        "    option forwardfor\n    http-request set-header X-Set v1\n    http-request del-header X-Drop\n    http-request add-header X-Add a",
+        "    http-response set-header X-Resp yes\n    http-response del-header X-Origin-Secret",
+    ));
+    let mut c = p.connect();
+    c.send(
+        b"GET /a?b=1 HTTP/1.1\r\nHost: example.test\r\nConnection: keep-alive, X-Nominated\r\nX-Nominated: 1\r\n\
+Keep-Alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Connection: x\r\nX-Drop: d\r\nX-Set: old\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
+    );
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "o /a?b=1");
+    assert_eq!(r.header("x-resp"), Some("yes"));
+    let got = &origin.requests()[0];
+    assert_eq!(got.method, "GET");
+    assert_eq!(got.target, "/a?b=1");
+    assert_eq!(got.header("host"), Some("example.test"));
+    for hop in [
+        "connection",
+        "x-nominated",
+        "keep-alive",
+        "te",
+        "upgrade",
+        "proxy-connection",
+        "x-drop",
+    ] {
+        assert_eq!(
+            got.header(hop),
+            None,
+            "{hop} must not be forwarded: {}",
+            got.raw_head
+        );
+    }
+    assert_eq!(got.header("x-set"), Some("v1"));
+    assert_eq!(got.header("x-add"), Some("a"));
+    // The client's own X-Forwarded-For is kept and ours is added after it.
+    let xff: Vec<&str> = got
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(xff, vec!["6.6.6.6", "127.0.0.1"]);
+    assert!(got.raw_head.starts_with("GET /a?b=1 HTTP/1.1\r\n"));
+}
+
+#[test]
+fn forwardfor_except_and_custom_header() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(
+        &origin,
+        "",
+        "    option forwardfor except 10.0.0.0/8 header X-Client",
+    ));
+    get(p.addr(), "/");
+    let got = &origin.requests()[0];
+    assert_eq!(got.header("x-client"), Some("127.0.0.1"));
+    assert_eq!(got.header("x-forwarded-for"), None);
+    let origin2 = Origin::start("o");
+    let p2 = Sluice::start(&one_backend(
+        &origin2,
+        "    option forwardfor except 127.0.0.0/8",
+        "",
+    ));
+    get(p2.addr(), "/");
+    assert_eq!(origin2.requests()[0].header("x-forwarded-for"), None);
+}
+
+#[test]
+fn response_hop_by_hop_headers_are_removed() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_| {
+            Reply::Raw(b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=9\r\nX-Keep: 2\r\nContent-Length: 2\r\n\r\nok".to_vec())
+        }),
+    );
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let r = get(p.addr(), "/");
+    assert_eq!(r.text(), "ok");
+    assert_eq!(r.header("x-hop"), None);
+    assert_eq!(r.header("keep-alive"), None);
+    assert_eq!(r.header("connection"), None);
+    assert_eq!(r.header("x-keep"), Some("2"));
+}
+
+#[test]
+fn keep_alive_reuses_one_server_connection() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    for i in 0..20 {
+        let r = c.get(&format!("/{i}"));
+        assert_eq!(r.text(), format!("o /{i}"));
+    }
+    assert_eq!(origin.count(), 20);
+    assert_eq!(
+        origin.conns(),
+        1,
+        "20 requests on one client connection must reuse one server connection"
+    );
+}
+
+#[test]
+fn reuse_safe_gives_each_client_connection_a_fresh_first_connection() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    // Two client connections, one after the other: with http-reuse safe (the default) the
+    // second client's first request may not use the first client's idle connection, its
+    // second request may.
+    let mut a = p.connect();
+    a.get("/a1");
+    a.get("/a2");
+    drop(a);
+    let mut b = p.connect();
+    b.get("/b1");
+    b.get("/b2");
+    assert_eq!(origin.conns(), 2);
+}
+
+#[test]
+fn reuse_always_shares_idle_connections_between_clients() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {}\n",
+        origin.addr
+    ));
+    for i in 0..5 {
+        let mut c = p.connect();
+        assert_eq!(c.get(&format!("/{i}")).status, 200);
+    }
+    assert_eq!(origin.conns(), 1);
+}
+
+#[test]
+fn reuse_aggressive_needs_a_proven_connection_for_first_requests() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    http-reuse aggressive\n    server s1 {}\n",
+        origin.addr
+    ));
+    // Client 1 makes one request: its connection has served once (not proven).
+    let mut a = p.connect();
+    a.get("/1");
+    drop(a);
+    // Client 2's first request may not use it: a second server connection.
+    let mut b = p.connect();
+    b.get("/2");
+    b.get("/3");
+    drop(b);
+    assert_eq!(origin.conns(), 2);
+    // Client 3's first request may use a connection that served several requests.
+    let mut c = p.connect();
+    c.get("/4");
+    assert_eq!(origin.conns(), 2);
+}
+
+#[test]
+fn reuse_never_keeps_connections_private() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    http-reuse never\n    server s1 {}\n",
+        origin.addr
+    ));
+    let mut a = p.connect();
+    let mut b = p.connect();
+    for i in 0..3 {
+        a.get(&format!("/a{i}"));
+        b.get(&format!("/b{i}"));
+    }
+    let reqs = origin.requests();
+    let conn_of = |prefix: &str| {
+        let mut ids: Vec<usize> = reqs
+            .iter()
+            .filter(|r| r.target.starts_with(prefix))
+            .map(|r| r.conn)
+            .collect();
+        ids.dedup();
+        ids
+    };
+    assert_eq!(conn_of("/a").len(), 1);
+    assert_eq!(conn_of("/b").len(), 1);
+    assert_ne!(conn_of("/a"), conn_of("/b"));
+    assert_eq!(origin.conns(), 2);
+}
+
+#[test]
+fn http_server_close_and_httpclose() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "", "    option http-server-close"));
+    let mut c = p.connect();
+    for _ in 0..3 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    assert_eq!(origin.conns(), 3, "a server connection per request");
+    assert!(origin
+        .requests()
+        .iter()
+        .all(|r| r.header("connection") == Some("close")));
+
+    let origin2 = Origin::start("o");
+    let p2 = Sluice::start(&one_backend(&origin2, "    option httpclose", ""));
+    let mut c2 = p2.connect();
+    let r = c2.get("/");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(c2.is_closed());
+}
+
+#[test]
+fn request_bodies_content_length_and_chunked() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    c.send(b"POST /cl HTTP/1.1\r\nHost: t\r\nContent-Length: 011\r\n\r\nhello world");
+    assert_eq!(c.response().status, 200);
+    c.send(b"POST /ch HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    let reqs = origin.requests();
+    assert_eq!(reqs[0].body, b"hello world");
+    assert_eq!(reqs[0].header("content-length"), Some("11"));
+    assert_eq!(reqs[1].body, b"hello world");
+    assert_eq!(reqs[1].header("transfer-encoding"), Some("chunked"));
+    assert!(!reqs[1]
+        .raw_head
+        .to_ascii_lowercase()
+        .contains("content-length"));
+}
+
+#[test]
+fn expect_100_continue_does_not_deadlock() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    c.send(b"POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+    let interim = c.response();
+    assert_eq!(interim.status, 100);
+    c.send(b"data");
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.requests()[0].body, b"data");
+}
+
+#[test]
+fn response_framings_reach_the_client_correctly() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            Reply::Raw(match r.target.as_str() {
+                "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n".to_vec(),
+                "/204" => b"HTTP/1.1 204 No Content\r\n\r\n".to_vec(),
+                "/304" => b"HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n".to_vec(),
+                "/head" => b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n".to_vec(),
+                "/hints" => b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+                _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+            })
+        }),
+    );
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    let r = c.get("/chunked");
+    assert_eq!((r.status, r.text().as_str()), (200, "abcde"));
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(c.get("/204").status, 204);
+    let r = c.get("/304");
+    assert_eq!((r.status, r.header("content-length")), (304, Some("99")));
+    c.send(b"HEAD /head HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response_for(true).unwrap();
+    assert_eq!((r.status, r.header("content-length")), (200, Some("1234")));
+    let early = c.get("/hints");
+    assert_eq!(early.status, 103);
+    assert_eq!(early.header("link"), Some("</s.css>"));
+    assert_eq!(c.response().text(), "ok");
+    // After all of that the connection is still in sync.
+    assert_eq!(c.get("/plain").text(), "ok");
+    assert_eq!(origin.conns(), 1);
+}
+
+#[test]
+fn close_delimited_response_is_rechunked_for_http11_and_closed_for_http10() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_| {
+            Reply::Raw(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil close".to_vec())
+        }),
+    );
+    // The origin handler keeps the connection open after answering; close it from a wrapper
+    // origin that answers then closes.
+    drop(origin);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for s in listener.incoming().flatten() {
+            let mut s = s;
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil close");
+        }
+    });
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {addr}\n"
+    ));
+    let mut c = p.connect();
+    let r = c.get("/");
+    assert_eq!(r.text(), "until close");
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(
+        c.get("/again").text(),
+        "until close",
+        "the client connection stays usable"
+    );
+    let mut c10 = p.connect();
+    c10.send(b"GET / HTTP/1.0\r\n\r\n");
+    let r = c10.response();
+    assert_eq!(r.text(), "until close");
+    assert!(c10.is_closed());
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    c.send(b"GET /1 HTTP/1.1\r\nHost: t\r\n\r\nPOST /2 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response().text(), "o /1");
+    assert_eq!(c.response().text(), "o /2");
+    assert_eq!(c.response().text(), "o /3");
+    assert_eq!(origin.overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[test]
+fn http10_clients() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    c.send(b"GET /x HTTP/1.0\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.text(), "o /x");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(c.is_closed());
+    let mut k = p.connect();
+    k.send(b"GET /k HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let r = k.response();
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    k.send(b"GET /k2 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    assert_eq!(k.response().text(), "o /k2");
+    // The origin always sees HTTP/1.1.
+    assert!(origin
+        .requests()
+        .iter()
+        .all(|r| r.raw_head.contains(" HTTP/1.1\r\n")));
+}
+
+#[test]
+fn large_bodies_stream_through_bounded_memory() {
+    const SIZE: usize = 64 << 20;
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            if r.target == "/download" {
+                let mut v =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\n\r\n").into_bytes();
+                v.resize(v.len() + SIZE, b'x');
+                Reply::Raw(v)
+            } else {
+                ok_response(&r.body.len().to_string()).into()
+            }
+        }),
+    );
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    let r = c.get("/download");
+    assert_eq!(r.body.len(), SIZE);
+    let mut head =
+        format!("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {SIZE}\r\n\r\n").into_bytes();
+    head.resize(head.len() + SIZE, b'y');
+    c.send(&head);
+    assert_eq!(c.response().text(), SIZE.to_string());
+    // Peak resident memory stays far below one body: nothing was buffered whole.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    let hwm_kb: usize = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        hwm_kb < 48 * 1024,
+        "peak RSS {hwm_kb} kB after moving two 64 MiB bodies"
+    );
+}
+
+#[test]
+fn local_responses_and_denials() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(
+        &origin,
+        "    acl blocked path_beg /admin\n    acl ping path /ping\n    http-request deny if blocked\n    http-request deny deny_status 429 if { path /slow }\n    http-request return status 201 content-type text/plain string pong if ping",
+        "",
+    ));
+    let mut c = p.connect();
+    let r = c.get("/ping");
+    assert_eq!((r.status, r.text().as_str()), (201, "pong"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(
+        c.get("/ok").status,
+        200,
+        "return keeps the connection alive"
+    );
+    let (r, closed) = raw_exchange(p.addr(), b"GET /admin/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.unwrap().status, 403);
+    assert!(closed);
+    let (r, _) = raw_exchange(p.addr(), b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.unwrap().status, 429);
+    assert_eq!(origin.count(), 1);
+}
+
+#[test]
+fn error_statuses() {
+    // No backend matches and no default: 404.
+    let p = Sluice::start(&format!("{DEFAULTS}\nfrontend fe\n    {{fe}}\n"));
+    let r = get(p.addr(), "/");
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("404"));
+    assert_eq!(r.header("content-type"), Some("text/html"));
+
+    // Every server disabled: 503.
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 127.0.0.1:9 disabled\n"
+    ));
+    assert_eq!(get(p.addr(), "/").status, 503);
+
+    // Connection refused: 503.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {dead}\n"
+    ));
+    assert_eq!(get(p.addr(), "/").status, 503);
+
+    // A server slower than timeout server: 504.
+    let slow = Origin::with_handler(
+        "slow",
+        Arc::new(|_| Reply::Delayed(Duration::from_secs(3), ok_response("late"))),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 300ms\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        slow.addr
+    ));
+    assert_eq!(get(p.addr(), "/").status, 504);
+
+    // A server closing without answering: 502.
+    let rude = Origin::with_handler("rude", Arc::new(|_| Reply::Close));
+    let p = Sluice::start(&one_backend(&rude, "", ""));
+    assert_eq!(get(p.addr(), "/").status, 502);
+}
+
+#[test]
+fn a_failed_server_does_not_stop_the_others() {
+    let good = Origin::start("good");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server dead {dead}\n    server good {}\n",
+        good.addr
+    ));
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(get(p.addr(), "/").status);
+    }
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 5);
+    assert_eq!(statuses.iter().filter(|&&s| s == 503).count(), 5);
+    assert_eq!(good.count(), 5);
+}
+
+#[test]
+fn slow_request_head_gets_408() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(&origin, "    timeout http-request 300ms", ""));
+    let mut c = p.connect();
+    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 408);
+    assert!(c.is_closed());
+    assert_eq!(origin.count(), 0);
+}
+
+#[test]
+fn keep_alive_timeout_closes_idle_client_connections() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&one_backend(
+        &origin,
+        "    timeout http-keep-alive 200ms",
+        "",
+    ));
+    let mut c = p.connect();
+    assert_eq!(c.get("/").status, 200);
+    // Nothing more is sent: the proxy closes quietly (no 408 between requests).
+    assert!(c.is_closed());
+}
+
+#[test]
+fn frontend_maxconn_pauses_accepting() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    maxconn 2\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    let mut a = p.connect();
+    let mut b = p.connect();
+    assert_eq!(a.get("/a").status, 200);
+    assert_eq!(b.get("/b").status, 200);
+    // A third connection is accepted by the kernel but not served while two are open.
+    let mut third = p.connect();
+    third.send(b"GET /third HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        origin.count(),
+        2,
+        "the third request must wait for a free slot"
+    );
+    drop(a);
+    assert_eq!(third.response().text(), "o /third");
+    assert_eq!(b.get("/b2").status, 200);
+}
