@@ -1,0 +1,227 @@
+//! Routing and balancing through the real binary, observed as request counts at origins.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+fn backend_with(algo: &str, servers: &[(&Origin, &str)]) -> String {
+    let mut cfg = format!("global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance {algo}\n");
+    for (i, (o, opts)) in servers.iter().enumerate() {
+        cfg.push_str(&format!("    server s{i} {} {opts}\n", o.addr));
+    }
+    cfg
+}
+
+/// Sends `n` requests, each on a new connection, and returns how many each origin served.
+fn spread(p: &Sluice, n: usize, path: impl Fn(usize) -> String) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            get(p.addr(), &path(i))
+                .text()
+                .split(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+fn counts(names: &[String]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for n in names {
+        *m.entry(n.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+#[test]
+fn roundrobin_and_static_rr_follow_weights() {
+    for algo in ["roundrobin", "static-rr"] {
+        let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+        let p = Sluice::start(&backend_with(
+            algo,
+            &[(&a, "weight 3"), (&b, "weight 1"), (&c, "")],
+        ));
+        let got = counts(&spread(&p, 50, |_| "/".into()));
+        // Sequential requests walk the weighted schedule exactly: 10 cycles of 5.
+        assert_eq!(got["a"], 30, "{algo}: {got:?}");
+        assert_eq!(got["b"], 10, "{algo}: {got:?}");
+        assert_eq!(got["c"], 10, "{algo}: {got:?}");
+    }
+}
+
+#[test]
+fn weight_zero_and_disabled_servers_get_nothing() {
+    let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+    let p = Sluice::start(&backend_with(
+        "roundrobin",
+        &[(&a, ""), (&b, "weight 0"), (&c, "disabled")],
+    ));
+    spread(&p, 6, |_| "/".into());
+    assert_eq!((a.count(), b.count(), c.count()), (6, 0, 0));
+}
+
+#[test]
+fn backup_servers_only_when_no_active_server_is_usable() {
+    let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+    let p = Sluice::start(&backend_with(
+        "roundrobin",
+        &[(&a, ""), (&b, "backup"), (&c, "backup")],
+    ));
+    spread(&p, 4, |_| "/".into());
+    assert_eq!((a.count(), b.count(), c.count()), (4, 0, 0));
+    let p = Sluice::start(&backend_with(
+        "roundrobin",
+        &[(&a, "disabled"), (&b, "backup"), (&c, "backup")],
+    ));
+    spread(&p, 4, |_| "/".into());
+    // Only the first usable backup serves (HAProxy's default without allbackups).
+    assert_eq!((b.count(), c.count()), (4, 0));
+}
+
+#[test]
+fn first_fills_the_first_server() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let p = Sluice::start(&backend_with("first", &[(&a, ""), (&b, "")]));
+    spread(&p, 5, |_| "/".into());
+    assert_eq!((a.count(), b.count()), (5, 0));
+}
+
+#[test]
+fn leastconn_avoids_the_busy_server() {
+    let slow = Origin::with_handler(
+        "slow",
+        Arc::new(|_| Reply::Delayed(Duration::from_secs(2), ok_response("slow /"))),
+    );
+    let fast = Origin::start("fast");
+    let p = Sluice::start(&backend_with("leastconn", &[(&slow, ""), (&fast, "")]));
+    // Occupy the slow server with two in-flight requests (whichever gets them first).
+    let addr = p.addr();
+    let holders: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get(addr, "/hold").text()))
+        .collect();
+    // Wait until something is in flight on the slow server.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while slow.count() == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // While the slow server holds a request, new requests go to the fast one.
+    let got = spread(&p, 6, |_| "/".into());
+    assert!(got.iter().all(|n| n == "fast"), "{got:?}");
+    for h in holders {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn random_uses_every_server() {
+    let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+    let p = Sluice::start(&backend_with("random(2)", &[(&a, ""), (&b, ""), (&c, "")]));
+    spread(&p, 60, |_| "/".into());
+    assert_eq!(a.count() + b.count() + c.count(), 60);
+    assert!(
+        a.count() > 0 && b.count() > 0 && c.count() > 0,
+        "{} {} {}",
+        a.count(),
+        b.count(),
+        c.count()
+    );
+}
+
+#[test]
+fn uri_and_hdr_hashing_are_sticky() {
+    let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+    let p = Sluice::start(&backend_with("uri", &[(&a, ""), (&b, ""), (&c, "")]));
+    for path in ["/x", "/y", "/z/1", "/w?q=1"] {
+        let first = spread(&p, 1, |_| path.to_string());
+        let again = spread(&p, 5, |_| path.to_string());
+        assert!(
+            again.iter().all(|n| *n == first[0]),
+            "{path}: {first:?} then {again:?}"
+        );
+    }
+    let many = counts(&spread(&p, 60, |i| format!("/p{i}")));
+    assert!(many.len() >= 2, "different URIs spread: {many:?}");
+
+    let p = Sluice::start(&backend_with(
+        "hdr(X-User)",
+        &[(&a, ""), (&b, ""), (&c, "")],
+    ));
+    let by_user = |user: &str| {
+        let mut c = p.connect();
+        c.send(format!("GET / HTTP/1.1\r\nHost: t\r\nX-User: {user}\r\n\r\n").as_bytes());
+        c.response().text().split(' ').next().unwrap().to_string()
+    };
+    for user in ["alice", "bob", "carol"] {
+        let first = by_user(user);
+        for _ in 0..4 {
+            assert_eq!(by_user(user), first, "{user}");
+        }
+    }
+    // Without the header: round robin over all three.
+    let got = counts(&spread(&p, 6, |_| "/".into()));
+    assert_eq!(got.len(), 3, "{got:?}");
+}
+
+#[test]
+fn source_hashing_keeps_a_client_on_one_server() {
+    let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+    let p = Sluice::start(&backend_with("source", &[(&a, ""), (&b, ""), (&c, "")]));
+    let got = counts(&spread(&p, 10, |i| format!("/{i}")));
+    assert_eq!(got.len(), 1, "one client address, one server: {got:?}");
+}
+
+#[test]
+fn acl_routing_with_use_backend() {
+    let (api, img, admin, def) = (
+        Origin::start("api"),
+        Origin::start("img"),
+        Origin::start("admin"),
+        Origin::start("def"),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    acl is_api path_beg /api/\n    acl is_img path_end .png .jpg\n    acl is_post method POST\n    acl admin_hdr hdr(X-Role) -i admin\n    use_backend api if is_api !is_post\n    use_backend img if is_img or {{ path /logo }}\n    use_backend admin if admin_hdr\n    default_backend def\n\
+backend api\n    server s {}\nbackend img\n    server s {}\nbackend admin\n    server s {}\nbackend def\n    server s {}\n",
+        api.addr, img.addr, admin.addr, def.addr
+    ));
+    let route = |req: &str| {
+        let mut c = p.connect();
+        c.send(req.as_bytes());
+        c.response().text().split(' ').next().unwrap().to_string()
+    };
+    assert_eq!(route("GET /api/x HTTP/1.1\r\nHost: t\r\n\r\n"), "api");
+    assert_eq!(
+        route("POST /api/x HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"),
+        "def"
+    );
+    assert_eq!(route("GET /a/b.png HTTP/1.1\r\nHost: t\r\n\r\n"), "img");
+    assert_eq!(route("GET /logo HTTP/1.1\r\nHost: t\r\n\r\n"), "img");
+    assert_eq!(
+        route("GET /x HTTP/1.1\r\nHost: t\r\nX-Role: ADMIN\r\n\r\n"),
+        "admin"
+    );
+    assert_eq!(route("GET /x HTTP/1.1\r\nHost: t\r\n\r\n"), "def");
+    // Routing applies to each request of a keep-alive connection, pipelined ones included.
+    let mut c = p.connect();
+    c.send(b"GET /api/1 HTTP/1.1\r\nHost: t\r\n\r\nGET /x.jpg HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(c.response().text().starts_with("api"));
+    assert!(c.response().text().starts_with("img"));
+}
+
+#[test]
+fn listen_section_is_frontend_and_backend() {
+    let o = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nlisten web\n    {{fe}}\n    http-request set-header X-Once 1\n    option forwardfor\n    server s1 {}\n",
+        o.addr
+    ));
+    assert_eq!(get(p.addr(), "/l").text(), "o /l");
+    let r = &o.requests()[0];
+    assert_eq!(r.header_count("x-once"), 1, "listen rules apply once");
+    assert_eq!(r.header_count("x-forwarded-for"), 1);
+}

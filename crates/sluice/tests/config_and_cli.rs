@@ -1,0 +1,239 @@
+//! The command line and configuration errors, through the real binary.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn check(text: &str) -> (bool, String, String) {
+    let dir = TempDir::new();
+    let path = dir.write("c.cfg", text);
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &path])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).replace(&path, "c.cfg"),
+    )
+}
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cfg") {
+            let out = Command::new(sluice_bin())
+                .arg("-c")
+                .arg("-f")
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "Configuration file is valid"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "examples/ holds at least three configs");
+}
+
+#[test]
+fn errors_name_file_line_and_keyword() {
+    let cases: &[(&str, &str)] = &[
+        ("frontend f\n    bind :1\n    frobnicate 1\n", "c.cfg:3: unknown keyword 'frobnicate' in 'frontend' section"),
+        ("backend b\n    balanse roundrobin\n", "c.cfg:2: unknown keyword 'balanse' in 'backend' section; did you mean 'balance'?"),
+        ("backend b\n    timeout connetc 5s\n", "c.cfg:2: unknown keyword 'timeout connetc' in 'backend' section; did you mean 'timeout connect'?"),
+        ("backend b\n    timeout connect 5x\n", "c.cfg:2: 'timeout connect' in 'backend' section: argument 1 '5x': unknown time unit 'x'"),
+        ("backend b\n    server s1 127.0.0.1:80 weight 999\n", "c.cfg:2: 'server' in 'backend' section: argument 4 '999': expects an integer from 0 to 256"),
+        ("backend b\n    server s1 127.0.0.1:80 check\n", "c.cfg:2: 'server' in 'backend' section: server option 'check': not supported yet"),
+        ("backend b\n    retries 3\n", "c.cfg:2: 'retries' in 'backend' section: not supported yet"),
+        ("frontend f\n    bind :1\n    server s 1.2.3.4:5\n", "c.cfg:3: 'server' is not allowed in 'frontend' section"),
+        ("frontend f\n    bind :1\n    use_backend nope\n", "c.cfg:3: backend 'nope' not found"),
+        ("frontend f\n    bind :1\n    use_backend b if missing_acl\nbackend b\n", "c.cfg:3: 'use_backend' in 'frontend' section: argument 3 'missing_acl': no such ACL"),
+        ("frontend f\n", "c.cfg:1: frontend 'f' has no 'bind' line"),
+        ("global\n    nbthread zero\n", "c.cfg:2: 'nbthread' in 'global' section: argument 1 'zero': expects an integer from 1 to 1024"),
+        ("listen l\n    bind \"unterminated\n", "c.cfg:2: unterminated double quote"),
+        ("bind :80\n", "c.cfg:1: unknown keyword 'bind' out of section"),
+        ("frontend f\n    bind :1\n    mode tcp\n", "c.cfg:3: 'mode' in 'frontend' section: not supported yet (mode tcp)"),
+    ];
+    for (text, want) in cases {
+        let (ok, _, stderr) = check(text);
+        assert!(!ok, "{text:?} must be refused");
+        assert!(
+            stderr.contains(want),
+            "{text:?}\nwant: {want}\ngot:  {stderr}"
+        );
+    }
+}
+
+#[test]
+fn all_errors_are_reported_at_once() {
+    let (ok, _, stderr) =
+        check("frontend f\n    bind :1\n    nope1\n    nope2\nbackend b\n    nope3\n");
+    assert!(!ok);
+    for l in ["c.cfg:3:", "c.cfg:4:", "c.cfg:6:"] {
+        assert!(stderr.contains(l), "{stderr}");
+    }
+    assert!(stderr.contains("3 error(s)"));
+}
+
+#[test]
+fn environment_variables_and_defaults_inheritance() {
+    let (ok, out, err) = check("defaults\n    timeout client \"${SLUICE_T-5s}\"\nfrontend f\n    bind \"127.0.0.1:${SLUICE_PORT-8080}\"\n    default_backend b\nbackend b\n");
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "Configuration file is valid");
+}
+
+#[test]
+fn command_line() {
+    let out = Command::new(sluice_bin()).arg("-v").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("sluice version "));
+    let out = Command::new(sluice_bin()).arg("-h").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("-f FILE"));
+    let out = Command::new(sluice_bin()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no configuration file"));
+    let out = Command::new(sluice_bin())
+        .args(["-f", "/nonexistent.cfg", "-c"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.cfg: cannot read file"));
+    let out = Command::new(sluice_bin()).args(["-x"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option '-x'"));
+}
+
+#[test]
+fn several_files_are_read_in_order() {
+    let dir = TempDir::new();
+    let a = dir.write("a.cfg", "defaults\n    timeout client 5s\n");
+    let b = dir.write(
+        "b.cfg",
+        "frontend f\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n",
+    );
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &a, "-f", &b])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn binding_an_address_in_use_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = TempDir::new();
+    let cfg = dir.write("c.cfg", &format!("frontend f\n    bind {addr}\n"));
+    let out = Command::new(sluice_bin())
+        .args(["-f", &cfg])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("cannot bind {addr}")));
+}
+
+#[test]
+fn binds_ipv4_and_ipv6_addresses() {
+    let o = Origin::start("o");
+    // Pick free ports from the kernel, then release them for sluice.
+    let v4 = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let v6 = std::net::TcpListener::bind("[::1]:0")
+        .ok()
+        .map(|l| l.local_addr().unwrap());
+    let binds = match v6 {
+        Some(v6) => format!("    bind {v4}\n    bind {v6}\n"),
+        None => format!("    bind {v4}\n"),
+    };
+    let dir = TempDir::new();
+    let cfg = dir.write(
+        "c.cfg",
+        &format!(
+            "{DEFAULTS}\nfrontend f\n{binds}    default_backend b\nbackend b\n    server s {}\n",
+            o.addr
+        ),
+    );
+    let mut child = Command::new(sluice_bin())
+        .args(["-f", &cfg])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait_get = |addr: std::net::SocketAddr| {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            if let Ok(s) = std::net::TcpStream::connect(addr) {
+                drop(s);
+                return get(addr, "/v").text();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{addr} never accepted"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    assert_eq!(wait_get(v4), "o /v");
+    if let Some(v6) = v6 {
+        assert_eq!(wait_get(v6), "o /v");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_real_http_client_works_through_the_proxy() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        panic!("curl is required (installed by .ci/run)");
+    }
+    let o = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend f\n    {{fe}}\n    default_backend b\nbackend b\n    server s {}\n",
+        o.addr
+    ));
+    let url = format!("http://{}/curl", p.addr());
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-X",
+            "POST",
+            "--data-binary",
+            "payload",
+            "-D",
+            "-",
+            &url,
+            &url,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+    assert_eq!(text.matches("o /curl").count(), 2);
+    assert_eq!(o.conns(), 1, "curl reused its connection and so did sluice");
+    assert!(o.requests().iter().all(|r| r.body == b"payload"));
+}
