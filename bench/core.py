@@ -1,0 +1,211 @@
+"""Runs the proxy-core benchmark: see bench/run.sh. Prints a markdown table.
+
+For each response size (13 B, the 76 kB corpus page) and thread count (1, 2), each proxy is
+started, warmed up, and loaded by wrk (1 thread, 50 keep-alive connections) for N seconds,
+R times. Reported: requests/s, p50/p99 latency, and requests per CPU-second of the proxy
+(utime+stime of all its processes from /proc/PID/stat), each the median of the R runs.
+"""
+import os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+
+SECS = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "..", "shared", "corpus")
+SLUICE = os.path.join(ROOT, "target", "release", "sluice")
+CLK = os.sysconf("SC_CLK_TCK")
+ORIGIN, PROXY = 18080, 18081
+work = tempfile.mkdtemp(prefix="sluice-bench-")
+os.chmod(work, 0o755)  # nginx workers run unprivileged and must read the origin's files
+procs = []
+
+
+def wait_port(port, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"port {port} never opened: " + open(os.path.join(work, "stderr.log")).read()[-2000:])
+
+
+def wait_closed(port, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            time.sleep(0.05)
+        except OSError:
+            return
+
+
+def start(cmd, port):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "stderr.log"), "a"), start_new_session=True)
+    procs.append(p)
+    wait_port(port)
+    return p
+
+
+def stop(p):
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        p.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    procs.remove(p)
+
+
+def group_cpu(pgid):
+    """CPU seconds of every process in the process group (nginx has a master and workers)."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLK
+
+
+def nginx_origin():
+    root = os.path.join(work, "www")
+    os.makedirs(root, exist_ok=True)
+    shutil.copy(os.path.join(CORPUS, "hello.txt"), os.path.join(root, "hello.txt"))
+    shutil.copy(os.path.join(CORPUS, "python-tutorial-errors.html"), os.path.join(root, "page.html"))
+    conf = os.path.join(work, "origin.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off; master_process on; worker_processes 1; pid {work}/origin.pid;
+error_log {work}/origin.err; events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; sendfile on;
+  server {{ listen 127.0.0.1:{ORIGIN} backlog=4096; root {root}; }} }}
+""")
+    return start(["nginx", "-c", conf, "-p", work], ORIGIN)
+
+
+def sluice_cmd(threads):
+    conf = os.path.join(work, "sluice.cfg")
+    with open(conf, "w") as f:
+        f.write(f"""global
+    nbthread {threads}
+    maxconn 5000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:{PROXY}
+    default_backend be
+backend be
+    server s1 127.0.0.1:{ORIGIN}
+""")
+    return [SLUICE, "-f", conf]
+
+
+def haproxy_cmd(threads):
+    conf = os.path.join(work, "haproxy.cfg")
+    with open(conf, "w") as f:
+        f.write(f"""global
+    nbthread {threads}
+    maxconn 5000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:{PROXY}
+    default_backend be
+backend be
+    server s1 127.0.0.1:{ORIGIN}
+""")
+    return ["haproxy", "-db", "-f", conf]
+
+
+def nginx_cmd(threads):
+    conf = os.path.join(work, "proxy.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off; master_process on; worker_processes {threads}; pid {work}/proxy.pid;
+error_log {work}/proxy.err; events {{ worker_connections 5000; }}
+http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
+  upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 256; keepalive_requests 1000000; }}
+  server {{ listen 127.0.0.1:{PROXY} backlog=4096;
+    location / {{ proxy_pass http://o; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering on; }} }} }}
+""")
+    return ["nginx", "-c", conf, "-p", work]
+
+
+LAT = re.compile(r"^\s+(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", re.M)
+
+
+def to_ms(v, unit):
+    return float(v) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
+
+
+def wrk(path, secs):
+    out = subprocess.run(["wrk", "-t1", "-c50", f"-d{secs}s", "--latency", f"http://127.0.0.1:{PROXY}{path}"],
+                         capture_output=True, text=True, check=True).stdout
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors and int(errors.group(1)) > 0:
+        raise SystemExit(f"{path}: {errors.group(1)} error responses; results discarded\n{out}")
+    sock_err = re.search(r"Socket errors: (.*)", out)
+    lat = {m.group(1): to_ms(m.group(2), m.group(3)) for m in LAT.finditer(out)}
+    return reqs, lat.get("50"), lat.get("99"), (errors.group(1) if errors else "0"), (sock_err.group(1) if sock_err else "")
+
+
+def measure(name, cmd, path):
+    p = start(cmd, PROXY)
+    wrk(path, 1)  # warm-up: connections, caches
+    rows = []
+    for _ in range(RUNS):
+        c0, t0 = group_cpu(p.pid), time.time()
+        reqs, p50, p99, bad, sockerr = wrk(path, SECS)
+        c1, t1 = group_cpu(p.pid), time.time()
+        cpu = max(c1 - c0, 1e-9)
+        rows.append((reqs / (t1 - t0), p50, p99, reqs / cpu, bad, sockerr))
+    stop(p)
+    wait_closed(PROXY)
+    med = lambda i: statistics.median(r[i] for r in rows)
+    return {"name": name, "rps": med(0), "p50": med(1), "p99": med(2), "rpcpu": med(3),
+            "bad": ",".join(r[4] for r in rows), "sockerr": "; ".join(r[5] for r in rows if r[5])}
+
+
+def main():
+    if not os.path.exists(SLUICE):
+        raise SystemExit("build sluice first: cargo build --release -p sluice")
+    origin = nginx_origin()
+    print(f"# proxy core benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), wrk -t1 -c50, nginx origin\n")
+    for size, path in [("13 B", "/hello.txt"), ("76 kB", "/page.html")]:
+        for threads in (1, 2):
+            results = [measure("sluice", sluice_cmd(threads), path),
+                       measure("haproxy", haproxy_cmd(threads), path),
+                       measure("nginx", nginx_cmd(threads), path)]
+            best = max(r["rpcpu"] for r in results[1:])
+            print(f"## {size}, {threads} thread(s)\n")
+            print("| proxy | req/s | p50 ms | p99 ms | req per proxy CPU-s | non-2xx |")
+            print("| --- | ---: | ---: | ---: | ---: | --- |")
+            for r in results:
+                print(f"| {r['name']} | {r['rps']:.0f} | {r['p50']:.3f} | {r['p99']:.3f} | {r['rpcpu']:.0f} | {r['bad']} |")
+            s = results[0]
+            print(f"\nsluice / HAProxy: req/s {s['rps']/results[1]['rps']:.2f}x, req/CPU-s {s['rpcpu']/results[1]['rpcpu']:.2f}x; "
+                  f"sluice / nginx: req/s {s['rps']/results[2]['rps']:.2f}x, req/CPU-s {s['rpcpu']/results[2]['rpcpu']:.2f}x; "
+                  f"sluice / best req/CPU-s: {s['rpcpu']/best:.2f}x\n", flush=True)
+    stop(origin)
+
+
+try:
+    main()
+finally:
+    for p in list(procs):
+        stop(p)
+    shutil.rmtree(work, ignore_errors=True)

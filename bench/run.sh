@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: sluice vs HAProxy vs nginx as reverse proxies in front of one
+# nginx origin, same load generator (wrk), same thread counts, keep-alive on both sides.
+# Never run in CI. Usage: bench/run.sh [seconds-per-run] [runs]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+for t in haproxy nginx wrk; do command -v "$t" >/dev/null 2>&1 || need+=("$t"); done
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}"
+fi
+cargo build --release -p sluice
+exec python3 bench/core.py "${1:-8}" "${2:-3}"
