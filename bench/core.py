@@ -185,7 +185,9 @@ def main():
         raise SystemExit("build sluice first: cargo build --release -p sluice")
     origin = nginx_origin()
     print(f"# proxy core benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), wrk -t1 -c50, nginx origin\n")
-    for size, path in [("13 B", "/hello.txt"), ("76 kB", "/page.html")]:
+    sizes = [("13 B", "/hello.txt"), ("76 kB", "/page.html")]
+    only = os.environ.get("BENCH_ONLY")  # e.g. "76 kB" to run one size while iterating
+    for size, path in [x for x in sizes if not only or x[0] == only]:
         for threads in (1, 2):
             results = [measure("sluice", sluice_cmd(threads), path),
                        measure("haproxy", haproxy_cmd(threads), path),

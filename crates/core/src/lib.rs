@@ -7,6 +7,7 @@
 //! - [`threads`]: worker threads, [`threads::ThreadCtx`], per-worker inboxes.
 //! - [`listener`]: `bind`, `maxconn`, listening sockets and the accept loops.
 //! - [`stream`]: one client connection's HTTP/1.1 life: requests, forwarding, keep-alive.
+//! - `buffer`: per-worker pool of I/O buffers, held only while data is in flight.
 //! - [`backend`]: servers, `default-server`, connect/server timeouts, `http-reuse`.
 //! - [`balance`]: the `balance` algorithms.
 //! - [`pool`]: per-thread idle server connections.
@@ -17,6 +18,7 @@
 
 pub mod backend;
 pub mod balance;
+mod buffer;
 pub mod config;
 pub mod listener;
 pub mod pending;

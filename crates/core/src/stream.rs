@@ -14,6 +14,7 @@
 //! The states are documented in `docs/internals/stream-lifecycle.md`.
 
 use std::future::Future;
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -30,6 +31,7 @@ use tokio::net::TcpStream;
 
 use crate::backend::{one_arg, time_arg, Backend, ReuseMode, Server};
 use crate::balance::PickKey;
+use crate::buffer::Buf;
 use crate::config::{Frontend, GlobalConf, ProxyConf};
 use crate::listener::Slot;
 use crate::pool::Want;
@@ -230,55 +232,6 @@ fn in_net(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
     }
 }
 
-/// A byte buffer with a read window `start..end`.
-struct Buf {
-    data: Box<[u8]>,
-    start: usize,
-    end: usize,
-}
-
-impl Buf {
-    fn new(size: usize) -> Buf {
-        Buf {
-            data: vec![0; size].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.data[self.start..self.end]
-    }
-
-    fn is_empty(&self) -> bool {
-        self.start == self.end
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    fn is_full(&self) -> bool {
-        self.start == 0 && self.end == self.data.len()
-    }
-
-    /// Reads once from `stream` into the free space, compacting first if needed.
-    async fn fill(&mut self, stream: &mut TcpStream) -> std::io::Result<usize> {
-        if self.end == self.data.len() && self.start > 0 {
-            self.data.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        let n = stream.read(&mut self.data[self.end..]).await?;
-        self.end += n;
-        Ok(n)
-    }
-}
-
 /// Why a stream step stopped.
 #[derive(Debug)]
 enum Fail {
@@ -371,19 +324,22 @@ pub(crate) async fn serve(
 ) {
     let ctx = w.ctx();
     ctx.active.fetch_add(1, Ordering::Relaxed);
-    let bufsize = w.config().global.bufsize;
     let mut s = Session {
         w: w.clone(),
         fe,
         client,
         peer,
-        cbuf: Buf::new(bufsize),
-        sbuf: None,
+        cbuf: Buf::default(),
+        sbuf: Buf::default(),
         out: Vec::with_capacity(1024),
         private: None,
         requests: 0,
     };
     s.run().await;
+    // Buffers go back to the worker's pool; whatever they held is discarded with the
+    // connection.
+    s.cbuf.clear(&w.bufs);
+    s.sbuf.clear(&w.bufs);
     drop(slot);
     ctx.active.fetch_sub(1, Ordering::Relaxed);
 }
@@ -394,7 +350,7 @@ struct Session {
     client: TcpStream,
     peer: SocketAddr,
     cbuf: Buf,
-    sbuf: Option<Buf>,
+    sbuf: Buf,
     /// Scratch for outgoing bytes.
     out: Vec<u8>,
     /// With `http-reuse never`, the server connection this client connection owns.
@@ -455,7 +411,7 @@ impl Session {
                     None => st.timeout_client,
                 }
             };
-            match within(limit, self.cbuf.fill(&mut self.client)).await {
+            match within(limit, self.cbuf.fill(&mut self.client, &self.w.bufs)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(Fail::ClientGone),
                 Ok(Ok(_)) => {}
                 Err(()) if idle_wait || self.cbuf.is_empty() && self.requests > 0 => {
@@ -513,8 +469,10 @@ impl Session {
                 Ok(!close)
             }
             Route::Forward { backend, server } => {
-                let config = self.w.config_arc();
-                let be = &config.backends[backend];
+                // An Rc clone (thread-local) rather than an Arc one: no shared cache line
+                // is written per request.
+                let w = self.w.clone();
+                let be = &w.config().backends[backend];
                 self.out.clear();
                 let server_close = self.server_close(be);
                 build_request_head(
@@ -647,6 +605,7 @@ impl Session {
     ) -> Result<bool, Fail> {
         let srv = &be.servers[server];
         Server::add(&srv.counters.requests);
+        self.sbuf.clear(&self.w.bufs);
         if facts.expect_continue
             && facts.version == Version::Http11
             && facts.framing != Framing::None
@@ -702,13 +661,25 @@ impl Session {
                 let mut remaining = total;
                 loop {
                     let take = (remaining as usize).min(self.cbuf.bytes().len());
-                    self.out.extend_from_slice(&self.cbuf.bytes()[..take]);
+                    let more = remaining > take as u64;
+                    match within(
+                        tserver,
+                        write_pair(
+                            &mut conn.stream,
+                            &self.out,
+                            &self.cbuf.bytes()[..take],
+                            more,
+                        ),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return Err(SendFail::Retryable),
+                        Err(()) => return Err(SendFail::Status(504)),
+                    }
+                    self.out.clear();
                     self.cbuf.consume(take);
                     remaining -= take as u64;
-                    if !self.out.is_empty() {
-                        write_server(&mut conn.stream, &self.out, tserver).await?;
-                        self.out.clear();
-                    }
                     if remaining == 0 {
                         return Ok(());
                     }
@@ -741,7 +712,7 @@ impl Session {
     async fn read_client_body(&mut self) -> Result<(), SendFail> {
         match within(
             self.fe.stream.timeout_client,
-            self.cbuf.fill(&mut self.client),
+            self.cbuf.fill(&mut self.client, &self.w.bufs),
         )
         .await
         {
@@ -758,8 +729,8 @@ impl Session {
         conn: &mut ServerConn,
         facts: &ReqFacts,
     ) -> Result<ResponseHead, SendFail> {
-        let bufsize = self.cbuf.data.len();
-        let sbuf = self.sbuf.get_or_insert_with(|| Buf::new(bufsize));
+        let bufs = &self.w.bufs;
+        let sbuf = &mut self.sbuf;
         let mut got_any = false;
         loop {
             if !sbuf.is_empty() {
@@ -796,7 +767,7 @@ impl Session {
                     Err(_) => return Err(SendFail::Status(502)),
                 }
             }
-            match within(be.timeout_server, sbuf.fill(&mut conn.stream)).await {
+            match within(be.timeout_server, sbuf.fill(&mut conn.stream, bufs)).await {
                 Ok(Ok(n)) if n > 0 => got_any = true,
                 Ok(_) if !got_any => return Err(SendFail::Retryable),
                 Ok(_) => return Err(SendFail::Status(502)),
@@ -813,7 +784,8 @@ impl Session {
         rsp: ResponseHead,
         facts: &ReqFacts,
     ) -> Result<bool, Fail> {
-        let sbuf = self.sbuf.as_mut().expect("response buffer exists");
+        let bufs = &self.w.bufs;
+        let sbuf = &mut self.sbuf;
         // Backend rules run before frontend rules, as in HAProxy. (Conditions on
         // http-response rules are refused at configuration time.)
         let mut rsp_edits = Edits::default();
@@ -861,22 +833,27 @@ impl Session {
                 true
             }
             Framing::Length(total) => {
+                // The head and the body bytes already read leave in one writev; the rest is
+                // written straight from the server buffer, never copied.
                 let mut remaining = total;
                 loop {
                     let take = (remaining as usize).min(sbuf.bytes().len());
-                    self.out.extend_from_slice(&sbuf.bytes()[..take]);
+                    let more = remaining > take as u64;
+                    let ok = within(
+                        tclient,
+                        write_pair(&mut self.client, &self.out, &sbuf.bytes()[..take], more),
+                    )
+                    .await;
+                    if !matches!(ok, Ok(Ok(()))) {
+                        return Err(Fail::ClientGone);
+                    }
+                    self.out.clear();
                     sbuf.consume(take);
                     remaining -= take as u64;
-                    if !self.out.is_empty() {
-                        if !write_ok(&mut self.client, &self.out, tclient).await {
-                            return Err(Fail::ClientGone);
-                        }
-                        self.out.clear();
-                    }
                     if remaining == 0 {
                         break true;
                     }
-                    if !read_ok(&mut conn.stream, sbuf, tserver).await {
+                    if !read_ok(&mut conn.stream, sbuf, bufs, tserver).await {
                         break false;
                     }
                 }
@@ -897,7 +874,7 @@ impl Session {
                     if dec.is_done() {
                         break true;
                     }
-                    if sbuf.is_full() || !read_ok(&mut conn.stream, sbuf, tserver).await {
+                    if sbuf.is_full() || !read_ok(&mut conn.stream, sbuf, bufs, tserver).await {
                         break false;
                     }
                 }
@@ -921,7 +898,7 @@ impl Session {
                     }
                     self.out.clear();
                 }
-                match within(tserver, sbuf.fill(&mut conn.stream)).await {
+                match within(tserver, sbuf.fill(&mut conn.stream, bufs)).await {
                     Ok(Ok(n)) if n > 0 => {}
                     Ok(_) => {
                         if mode == ChunkedOut::Chunked
@@ -943,8 +920,7 @@ impl Session {
         // Bytes after the end of the response (or any for an aborted one) poison the
         // connection: it is dropped rather than pooled.
         let clean = sbuf.is_empty();
-        sbuf.start = 0;
-        sbuf.end = 0;
+        sbuf.clear(bufs);
         let reusable =
             clean && !rsp.must_close && close_mode == CloseMode::KeepAlive && !self.w.stopping();
         if reusable {
@@ -981,12 +957,49 @@ async fn write_server(
     }
 }
 
+/// Writes `a` then `b` with as few system calls as possible (one sendmsg when both fit).
+/// `more` says more of the message follows: the kernel may then hold a partial segment
+/// (`MSG_MORE`) and send fewer, fuller packets; the last write of a message never sets it.
+async fn write_pair(
+    stream: &mut TcpStream,
+    mut a: &[u8],
+    mut b: &[u8],
+    more: bool,
+) -> std::io::Result<()> {
+    let flags = if more { libc::MSG_MORE } else { 0 } | libc::MSG_NOSIGNAL;
+    while !a.is_empty() || !b.is_empty() {
+        stream.writable().await?;
+        let sock = socket2::SockRef::from(&*stream);
+        let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            sock.send_vectored_with_flags(&[IoSlice::new(a), IoSlice::new(b)], flags)
+        });
+        let n = match sent {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        if n < a.len() {
+            a = &a[n..];
+        } else {
+            b = &b[n - a.len()..];
+            a = &[];
+        }
+    }
+    Ok(())
+}
+
 async fn write_ok(stream: &mut TcpStream, bytes: &[u8], limit: Option<Duration>) -> bool {
     matches!(within(limit, stream.write_all(bytes)).await, Ok(Ok(())))
 }
 
-async fn read_ok(stream: &mut TcpStream, buf: &mut Buf, limit: Option<Duration>) -> bool {
-    matches!(within(limit, buf.fill(stream)).await, Ok(Ok(n)) if n > 0)
+async fn read_ok(
+    stream: &mut TcpStream,
+    buf: &mut Buf,
+    bufs: &crate::buffer::BufPool,
+    limit: Option<Duration>,
+) -> bool {
+    matches!(within(limit, buf.fill(stream, bufs)).await, Ok(Ok(n)) if n > 0)
 }
 
 fn apply_rules(rules: &[HttpRule], req: &ReqView<'_>, edits: &mut Edits) -> Option<Route> {
@@ -1100,7 +1113,7 @@ fn build_request_head(
         }
     }
     match head.framing {
-        Framing::Length(n) => push_header(out, b"content-length", n.to_string().as_bytes()),
+        Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::None | Framing::UntilClose => {
             // A body-less POST/PUT still states its length so the server does not wait.
@@ -1126,7 +1139,7 @@ fn write_response_head(
     client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(rsp.status.to_string().as_bytes());
+    out.extend_from_slice(Digits::new(u64::from(rsp.status)).as_bytes());
     out.push(b' ');
     if rsp.reason.is_empty() {
         out.extend_from_slice(reason(rsp.status).as_bytes());
@@ -1146,7 +1159,7 @@ fn write_response_head(
     }
     if let Some((framing, keep, version, length_hint)) = client {
         match framing {
-            Framing::Length(n) => push_header(out, b"content-length", n.to_string().as_bytes()),
+            Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
             Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
             Framing::None => {
                 if let Some(v) = length_hint {
@@ -1162,6 +1175,32 @@ fn write_response_head(
         }
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// A decimal number formatted on the stack.
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn new(mut n: u64) -> Digits {
+        let mut buf = [0u8; 20];
+        let mut start = buf.len();
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Digits { buf, start }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
 }
 
 fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

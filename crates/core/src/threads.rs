@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::backend::one_arg;
+use crate::buffer::BufPool;
 use crate::config::{Config, GlobalConf};
 use crate::listener::{self, Admission, ListenError, Slot};
 use crate::stream;
@@ -60,8 +61,10 @@ pub struct WorkerCounters {
     pub idle_purged: AtomicU64,
 }
 
-/// What other threads may know about a worker.
+/// What other threads may know about a worker. Aligned to two cache lines so that workers
+/// updating their own counters never write a line another worker's counters share.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct ThreadCtx {
     pub id: usize,
     /// Client connections being served: the load figure balancing decisions compare.
@@ -112,6 +115,7 @@ pub(crate) struct Shared {
 pub(crate) struct Worker {
     pub tid: usize,
     pub shared: Arc<Shared>,
+    pub bufs: BufPool,
 }
 
 impl Worker {
@@ -121,10 +125,6 @@ impl Worker {
 
     pub fn config(&self) -> &Config {
         &self.shared.config
-    }
-
-    pub fn config_arc(&self) -> Arc<Config> {
-        self.shared.config.clone()
     }
 
     pub fn stopping(&self) -> bool {
@@ -294,7 +294,8 @@ fn worker_main(
         }
     };
     rt.block_on(async move {
-        let w = Rc::new(Worker { tid, shared });
+        let bufs = BufPool::new(shared.config.global.bufsize);
+        let w = Rc::new(Worker { tid, shared, bufs });
         for (fe, l) in listeners {
             match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => {
