@@ -30,7 +30,7 @@ pub(crate) fn build_lengths(freq: &[u32], max_len: usize, out: &mut [u8]) {
         weight[i] = u64::from(s.0);
     }
     let (mut leaf, mut inner, mut next) = (0, n, n);
-    let mut pick = |leaf: &mut usize, inner: &mut usize, next: usize, weight: &[u64]| {
+    let pick = |leaf: &mut usize, inner: &mut usize, next: usize, weight: &[u64]| {
         if *leaf < n && (*inner >= next || weight[*leaf] <= weight[*inner]) {
             *leaf += 1;
             *leaf - 1
