@@ -69,7 +69,10 @@ impl Enc {
                 total
             }
             Enc::Flate2(level) => {
-                let mut e = flate2::write::GzEncoder::new(std::mem::take(out), flate2::Compression::new(level));
+                let mut e = flate2::write::GzEncoder::new(
+                    std::mem::take(out),
+                    flate2::Compression::new(level),
+                );
                 for piece in data.chunks(chunk) {
                     e.write_all(piece).unwrap();
                     e.flush().unwrap();
@@ -96,7 +99,8 @@ impl Enc {
             }
             Enc::Flate2(level) => {
                 let before = LIVE.load(Ordering::Relaxed);
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+                let mut e =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
                 e.write_all(sample).unwrap();
                 e.flush().unwrap();
                 let out_len = e.get_ref().capacity();
@@ -128,9 +132,9 @@ fn time(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let dir = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus").to_string());
+    let dir = std::env::args().nth(1).unwrap_or_else(|| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus").to_string()
+    });
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .expect("corpus directory")
         .map(|e| e.unwrap().path())
@@ -138,14 +142,43 @@ fn main() {
             let n = p.file_name().unwrap().to_string_lossy();
             !n.ends_with(".md") && n != "SHA256SUMS"
         })
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
         .collect();
     files.sort();
-    let encoders = [Enc::Sluice(1), Enc::Sluice(2), Enc::Flate2(1), Enc::Flate2(6)];
+    let all = [
+        Enc::Sluice(1),
+        Enc::Sluice(2),
+        Enc::Flate2(1),
+        Enc::Flate2(6),
+    ];
+    // BENCH_ENCODERS=0,2 keeps a subset (indices into the list above) while iterating.
+    let encoders: Vec<Enc> = match std::env::var("BENCH_ENCODERS") {
+        Ok(v) => v
+            .split(',')
+            .filter_map(|i| i.parse::<usize>().ok())
+            .filter_map(|i| all.get(i).copied())
+            .collect(),
+        Err(_) => all.to_vec(),
+    };
     let mut out = Vec::new();
-    for (mode, chunk_of) in [("16 KiB chunks, flush after each", Some(16384)), ("whole file per call", None)] {
+    for (mode, chunk_of) in [
+        ("16 KiB chunks, flush after each", Some(16384)),
+        ("whole file per call", None),
+    ] {
         println!("\n## gzip, {mode}\n");
-        println!("| file | bytes | {} |", encoders.map(|e| format!("{} MB/s | ratio", e.name())).join(" | "));
+        println!(
+            "| file | bytes | {} |",
+            encoders
+                .iter()
+                .map(|e| format!("{} MB/s | ratio", e.name()))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
         println!("|---|---:|{}", "---:|---:|".repeat(encoders.len()));
         let mut agg = vec![(0.0f64, 0usize); encoders.len()];
         let total_in: usize = files.iter().map(|f| f.1.len()).sum();
@@ -159,23 +192,37 @@ fn main() {
                 });
                 agg[i].0 += secs;
                 agg[i].1 += size;
-                cells.push(format!("{:.0} | {:.2}", data.len() as f64 / secs / 1e6, data.len() as f64 / size as f64));
+                cells.push(format!(
+                    "{:.0} | {:.2}",
+                    data.len() as f64 / secs / 1e6,
+                    data.len() as f64 / size as f64
+                ));
             }
             println!("| {name} | {} | {} |", data.len(), cells.join(" | "));
         }
         let cells: Vec<String> = agg
             .iter()
-            .map(|(secs, size)| format!("**{:.0}** | **{:.2}**", total_in as f64 / secs / 1e6, total_in as f64 / *size as f64))
+            .map(|(secs, size)| {
+                format!(
+                    "**{:.0}** | **{:.2}**",
+                    total_in as f64 / secs / 1e6,
+                    total_in as f64 / *size as f64
+                )
+            })
             .collect();
         println!("| **all files** | {total_in} | {} |", cells.join(" | "));
     }
     println!("\n## Per stream\n");
     println!("| encoder | bytes kept per stream | 13-byte body (µs, set-up included) | 1 KiB body (µs) |");
     println!("|---|---:|---:|---:|");
-    let html = &files.iter().find(|f| f.0.ends_with(".html")).expect("an html file").1;
+    let html = &files
+        .iter()
+        .find(|f| f.0.ends_with(".html"))
+        .expect("an html file")
+        .1;
     let kib = &html[..1024];
     let tiny = b"Hello world!\n";
-    for e in encoders {
+    for &e in &encoders {
         let state = e.state_bytes(&html[..16384]);
         let t13 = time(|| {
             e.run(tiny, 16384, &mut out);
@@ -183,6 +230,11 @@ fn main() {
         let t1k = time(|| {
             e.run(kib, 16384, &mut out);
         });
-        println!("| {} | {state} | {:.3} | {:.2} |", e.name(), t13 * 1e6, t1k * 1e6);
+        println!(
+            "| {} | {state} | {:.3} | {:.2} |",
+            e.name(),
+            t13 * 1e6,
+            t1k * 1e6
+        );
     }
 }

@@ -59,7 +59,9 @@ fn main() -> ExitCode {
             }
         }
         let end = filled < chunk;
-        let mut n = stream.encode(&input[..filled], &mut out, true).expect("output sized to the bound");
+        let mut n = stream
+            .encode(&input[..filled], &mut out, true)
+            .expect("output sized to the bound");
         n += if end {
             stream.finish(&mut out[n..]).expect("room for the trailer")
         } else {

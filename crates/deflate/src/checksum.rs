@@ -65,6 +65,9 @@ mod tests {
         }
         assert_eq!(adler32(1, &big), (naive.1 << 16) | naive.0);
         // Split updates equal one update.
-        assert_eq!(adler32(adler32(1, &big[..777]), &big[777..]), adler32(1, &big));
+        assert_eq!(
+            adler32(adler32(1, &big[..777]), &big[777..]),
+            adler32(1, &big)
+        );
     }
 }

@@ -65,7 +65,9 @@ pub(crate) fn build_lengths(freq: &[u32], max_len: usize, out: &mut [u8]) {
             count[max_len] += count[d];
             count[d] = 0;
         }
-        let mut total: u64 = (1..=max_len).map(|i| u64::from(count[i]) << (max_len - i)).sum();
+        let mut total: u64 = (1..=max_len)
+            .map(|i| u64::from(count[i]) << (max_len - i))
+            .sum();
         while total > 1 << max_len {
             count[max_len] -= 1;
             for i in (1..max_len).rev() {
@@ -114,7 +116,11 @@ mod tests {
     use super::*;
 
     fn kraft(lengths: &[u8], max: usize) -> u64 {
-        lengths.iter().filter(|&&l| l > 0).map(|&l| 1u64 << (max - l as usize)).sum()
+        lengths
+            .iter()
+            .filter(|&&l| l > 0)
+            .map(|&l| 1u64 << (max - l as usize))
+            .sum()
     }
 
     #[test]
@@ -149,7 +155,10 @@ mod tests {
         canonical_codes(&lengths, &mut codes);
         let want = [0b010, 0b011, 0b100, 0b101, 0b110, 0b00, 0b1110, 0b1111];
         for i in 0..8 {
-            assert_eq!(codes[i] as u32, crate::tables::reverse(want[i], lengths[i] as u32));
+            assert_eq!(
+                codes[i] as u32,
+                crate::tables::reverse(want[i], lengths[i] as u32)
+            );
         }
     }
 }

@@ -80,7 +80,9 @@ pub enum Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::OutputTooSmall { needed } => write!(f, "output buffer too small (needs {needed} bytes)"),
+            Error::OutputTooSmall { needed } => {
+                write!(f, "output buffer too small (needs {needed} bytes)")
+            }
             Error::Finished => write!(f, "the stream is already finished"),
         }
     }
@@ -176,7 +178,9 @@ impl Stream {
             return Err(Error::Finished);
         }
         if out.len() < MAX_FLUSH_LEN {
-            return Err(Error::OutputTooSmall { needed: MAX_FLUSH_LEN });
+            return Err(Error::OutputTooSmall {
+                needed: MAX_FLUSH_LEN,
+            });
         }
         let mut w = Writer::new(out, self.bits, self.nbits);
         self.header(&mut w);
@@ -195,7 +199,9 @@ impl Stream {
             return Err(Error::Finished);
         }
         if out.len() < MAX_FINISH_LEN {
-            return Err(Error::OutputTooSmall { needed: MAX_FINISH_LEN });
+            return Err(Error::OutputTooSmall {
+                needed: MAX_FINISH_LEN,
+            });
         }
         let mut w = Writer::new(out, self.bits, self.nbits);
         self.header(&mut w);
@@ -244,7 +250,11 @@ mod tests {
 
     #[test]
     fn stream_state_is_small() {
-        assert!(std::mem::size_of::<Stream>() <= 64, "{}", std::mem::size_of::<Stream>());
+        assert!(
+            std::mem::size_of::<Stream>() <= 64,
+            "{}",
+            std::mem::size_of::<Stream>()
+        );
         assert_eq!(std::mem::size_of::<Stream>(), 24);
     }
 }

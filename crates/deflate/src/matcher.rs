@@ -9,7 +9,8 @@ use std::cell::RefCell;
 
 use crate::huffman::{build_lengths, canonical_codes};
 use crate::tables::{
-    dist_code, DIST_BASE, DIST_EXTRA, FIXED_DIST, FIXED_LEN, FIXED_LIT, LEN_BASE, LEN_CODE, LEN_EXTRA,
+    dist_code, DIST_BASE, DIST_EXTRA, FIXED_DIST, FIXED_LEN, FIXED_LIT, LEN_BASE, LEN_CODE,
+    LEN_EXTRA,
 };
 use crate::writer::Writer;
 
@@ -25,10 +26,12 @@ const WINDOW: usize = 32768;
 const MIN_MATCH: usize = 4;
 const MAX_MATCH: usize = 258;
 /// Level 2: chain links followed per position, and the match length that ends the search.
-const MAX_CHAIN: usize = 8;
-const GOOD_ENOUGH: usize = 32;
+const MAX_CHAIN: usize = 1;
+const GOOD_ENOUGH: usize = 16;
 /// Level 2: positions inside matches up to this length are hashed too.
-const MAX_INSERT: usize = 16;
+const MAX_INSERT: usize = 4;
+/// Level 2: matches shorter than this are compared with the match one byte later.
+const LAZY_BELOW: usize = 6;
 
 struct Scratch {
     head: Vec<u32>,
@@ -105,7 +108,10 @@ fn put_fixed_match(w: &mut Writer<'_>, len: usize, dist: usize) {
     let dextra = (dist - DIST_BASE[dc] as usize) as u64;
     let dbits = 5 + u32::from(DIST_EXTRA[dc]);
     let dcode = u64::from(FIXED_DIST[dc]) | (dextra << 5);
-    w.put(u64::from(lcode) | (dcode << lbits), u32::from(lbits) + dbits);
+    w.put(
+        u64::from(lcode) | (dcode << lbits),
+        u32::from(lbits) + dbits,
+    );
 }
 
 /// Level 1: greedy matching, one candidate per hash slot, fixed-Huffman blocks; a segment
@@ -128,7 +134,9 @@ fn fast_with(w: &mut Writer<'_>, input: &[u8], last: bool, head: &mut [u32], bas
         let start_bits = w.bit_pos();
         // Stored bits for the bytes consumed so far, plus the margin: the fixed block gives up
         // when it would exceed that.
-        let give_up = |w: &Writer<'_>, consumed: usize| w.bit_pos() - start_bits > consumed as u64 * 8 + GIVE_UP_MARGIN;
+        let give_up = |w: &Writer<'_>, consumed: usize| {
+            w.bit_pos() - start_bits > consumed as u64 * 8 + GIVE_UP_MARGIN
+        };
         w.put(u64::from(fin) | 0b10, 3);
         let mut p = seg_start;
         let mut ok = true;
@@ -178,7 +186,9 @@ pub(crate) fn better(w: &mut Writer<'_>, input: &[u8], last: bool) {
         if s.prev.is_empty() {
             s.prev = vec![0; WINDOW];
         }
-        let Scratch { head, prev, tokens, .. } = &mut *s;
+        let Scratch {
+            head, prev, tokens, ..
+        } = &mut *s;
         better_with(w, input, last, head, prev, tokens, base);
     });
 }
@@ -209,7 +219,9 @@ impl Chains<'_> {
                 break;
             }
             // A candidate can only beat the best if it matches one byte further.
-            if read32(input, c) == v && (best_len == 0 || input[c + best_len] == input[p + best_len]) {
+            if read32(input, c) == v
+                && (best_len == 0 || input[c + best_len] == input[p + best_len])
+            {
                 let len = MIN_MATCH + common(input, c + MIN_MATCH, p + MIN_MATCH, max - MIN_MATCH);
                 if len > best_len {
                     best_len = len;
@@ -231,7 +243,13 @@ impl Chains<'_> {
 
     #[inline(always)]
     fn insert_known(&mut self, p: usize, h: usize, first: usize) {
-        self.prev[p % WINDOW] = if first < p && p - first <= WINDOW { (p - first) as u16 } else { 0 };
+        if MAX_CHAIN > 1 {
+            self.prev[p % WINDOW] = if first < p && p - first <= WINDOW {
+                (p - first) as u16
+            } else {
+                0
+            };
+        }
         self.head[h] = self.base + p as u32;
     }
 
@@ -253,16 +271,26 @@ fn better_with(
     base: u32,
 ) {
     let n = input.len();
-    let mut ch = Chains { input, head, prev, base };
+    let mut ch = Chains {
+        input,
+        head,
+        prev,
+        base,
+    };
     let mut seg_start = 0;
     while seg_start < n {
         let seg_end = (seg_start + SEGMENT).min(n);
         let fin = last && seg_end == n;
         tokens.clear();
+        tokens.reserve(seg_end - seg_start);
         let mut lit = [0u32; 286];
         let mut dist = [0u32; 30];
         let mut extra_bits = 0u64;
-        let mut push_match = |tokens: &mut Vec<u32>, lit: &mut [u32; 286], dist: &mut [u32; 30], len: usize, d: usize| {
+        let mut push_match = |tokens: &mut Vec<u32>,
+                              lit: &mut [u32; 286],
+                              dist: &mut [u32; 30],
+                              len: usize,
+                              d: usize| {
             let lc = LEN_CODE[len - 3] as usize;
             let dc = dist_code(d as u32);
             lit[257 + lc] += 1;
@@ -284,7 +312,7 @@ fn better_with(
                 continue;
             }
             // Lazy evaluation: a longer match one byte later wins over this one.
-            if len < GOOD_ENOUGH && p + 1 + MIN_MATCH <= seg_end {
+            if len < LAZY_BELOW && p + 1 + MIN_MATCH <= seg_end {
                 let next = ch.search_and_insert(p + 1, seg_end);
                 if next.0 > len {
                     lit[input[p] as usize] += 1;
@@ -315,13 +343,23 @@ fn better_with(
             p += 1;
         }
         lit[256] += 1;
-        emit_best_block(w, &input[seg_start..seg_end], tokens, &lit, &dist, extra_bits, fin);
+        emit_best_block(
+            w,
+            &input[seg_start..seg_end],
+            tokens,
+            &lit,
+            &dist,
+            extra_bits,
+            fin,
+        );
         seg_start = seg_end;
     }
 }
 
 /// The order code-length code lengths are sent in (RFC 1951 §3.2.7).
-const CL_ORDER: [usize; 19] = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15];
+const CL_ORDER: [usize; 19] = [
+    16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
+];
 
 /// Run-length encodes code lengths into (symbol, extra value) pairs.
 fn rle_lengths(lengths: &[u8], out: &mut Vec<(u8, u8)>) {
@@ -355,7 +393,15 @@ fn rle_lengths(lengths: &[u8], out: &mut Vec<(u8, u8)>) {
     }
 }
 
-fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 286], dist: &[u32; 30], extra_bits: u64, fin: bool) {
+fn emit_best_block(
+    w: &mut Writer<'_>,
+    data: &[u8],
+    tokens: &[u32],
+    lit: &[u32; 286],
+    dist: &[u32; 30],
+    extra_bits: u64,
+    fin: bool,
+) {
     // Fixed-Huffman cost.
     let fixed_lit_len = |s: usize| -> u64 {
         match s {
@@ -366,7 +412,9 @@ fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 
         }
     };
     let fixed_bits: u64 = 3
-        + (0..286).map(|s| u64::from(lit[s]) * fixed_lit_len(s)).sum::<u64>()
+        + (0..286)
+            .map(|s| u64::from(lit[s]) * fixed_lit_len(s))
+            .sum::<u64>()
         + dist.iter().map(|&f| u64::from(f) * 5).sum::<u64>()
         + extra_bits;
     // Dynamic-Huffman cost.
@@ -377,7 +425,11 @@ fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 
     if dist_len.iter().all(|&l| l == 0) {
         dist_len[0] = 1; // at least one distance code must be described
     }
-    let hlit = 257 + lit_len[257..].iter().rposition(|&l| l > 0).map_or(0, |i| i + 1);
+    let hlit = 257
+        + lit_len[257..]
+            .iter()
+            .rposition(|&l| l > 0)
+            .map_or(0, |i| i + 1);
     let hdist = 1 + dist_len.iter().rposition(|&l| l > 0).unwrap_or(0);
     let mut all = [0u8; 316];
     all[..hlit].copy_from_slice(&lit_len[..hlit]);
@@ -390,18 +442,33 @@ fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 
     }
     let mut cl_len = [0u8; 19];
     build_lengths(&cl_freq, 7, &mut cl_len);
-    let hclen = 4 + CL_ORDER.iter().rposition(|&s| cl_len[s] > 0).map_or(0, |i| i + 1).saturating_sub(4);
+    let hclen = 4 + CL_ORDER
+        .iter()
+        .rposition(|&s| cl_len[s] > 0)
+        .map_or(0, |i| i + 1)
+        .saturating_sub(4);
     let rle_extra = |s: u8| match s {
         16 => 2,
         17 => 3,
         18 => 7,
         _ => 0,
     };
-    let header_bits: u64 = 3 + 5 + 5 + 4 + 3 * hclen as u64
-        + rle.iter().map(|&(s, _)| u64::from(cl_len[s as usize]) + rle_extra(s)).sum::<u64>();
+    let header_bits: u64 = 3
+        + 5
+        + 5
+        + 4
+        + 3 * hclen as u64
+        + rle
+            .iter()
+            .map(|&(s, _)| u64::from(cl_len[s as usize]) + rle_extra(s))
+            .sum::<u64>();
     let dynamic_bits = header_bits
-        + (0..286).map(|s| u64::from(lit[s]) * u64::from(lit_len[s])).sum::<u64>()
-        + (0..30).map(|s| u64::from(dist[s]) * u64::from(dist_len[s])).sum::<u64>()
+        + (0..286)
+            .map(|s| u64::from(lit[s]) * u64::from(lit_len[s]))
+            .sum::<u64>()
+        + (0..30)
+            .map(|s| u64::from(dist[s]) * u64::from(dist_len[s]))
+            .sum::<u64>()
         + extra_bits;
     let stored_bits = data.len() as u64 * 8 + 42 * (data.len() as u64 / 65535 + 1);
 
@@ -413,7 +480,11 @@ fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 
             if t & MATCH == 0 {
                 put_fixed_literal(w, t as u8);
             } else {
-                put_fixed_match(w, ((t >> 16) & 0xff) as usize + 3, (t & 0xffff) as usize + 1);
+                put_fixed_match(
+                    w,
+                    ((t >> 16) & 0xff) as usize + 3,
+                    (t & 0xffff) as usize + 1,
+                );
             }
         }
         w.put(0, 7);
@@ -432,10 +503,26 @@ fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 
             w.put(u64::from(cl_len[s]), 3);
         }
         for &(s, x) in &rle {
-            w.put(u64::from(cl_code[s as usize]), u32::from(cl_len[s as usize]));
+            w.put(
+                u64::from(cl_code[s as usize]),
+                u32::from(cl_len[s as usize]),
+            );
             let e = rle_extra(s);
             if e > 0 {
                 w.put(u64::from(x), e as u32);
+            }
+        }
+        // Per-block tables so each token is one or two look-ups, as for fixed blocks.
+        let mut len_bits = [(0u32, 0u8); 256];
+        for (i, e) in len_bits.iter_mut().enumerate() {
+            let lc = LEN_CODE[i] as usize;
+            let s = 257 + lc;
+            if lit_len[s] > 0 {
+                let extra = (i + 3 - LEN_BASE[lc] as usize) as u32;
+                *e = (
+                    u32::from(lit_code[s]) | (extra << lit_len[s]),
+                    lit_len[s] + LEN_EXTRA[lc],
+                );
             }
         }
         for &t in tokens {
@@ -443,17 +530,13 @@ fn emit_best_block(w: &mut Writer<'_>, data: &[u8], tokens: &[u32], lit: &[u32; 
                 let s = t as usize;
                 w.put(u64::from(lit_code[s]), u32::from(lit_len[s]));
             } else {
-                let len = ((t >> 16) & 0xff) as usize + 3;
+                let (lcode, lbits) = len_bits[((t >> 16) & 0xff) as usize];
                 let d = (t & 0xffff) as usize + 1;
-                let lc = LEN_CODE[len - 3] as usize;
-                let s = 257 + lc;
-                let lextra = (len - LEN_BASE[lc] as usize) as u64;
-                w.put(
-                    u64::from(lit_code[s]) | (lextra << lit_len[s]),
-                    u32::from(lit_len[s]) + u32::from(LEN_EXTRA[lc]),
-                );
                 let dc = dist_code(d as u32);
                 let dextra = (d - DIST_BASE[dc] as usize) as u64;
+                // Two puts: a dynamic length (<= 15 + 5 bits) and distance (<= 15 + 13 bits)
+                // together could exceed the writer's 32 bits per put.
+                w.put(u64::from(lcode), u32::from(lbits));
                 w.put(
                     u64::from(dist_code_tab[dc]) | (dextra << dist_len[dc]),
                     u32::from(dist_len[dc]) + u32::from(DIST_EXTRA[dc]),
@@ -470,7 +553,9 @@ mod tests {
 
     #[test]
     fn rle_round_trip() {
-        let lengths = [0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8, 5, 0, 0, 3, 3];
+        let lengths = [
+            0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8, 5, 0, 0, 3, 3,
+        ];
         let mut rle = Vec::new();
         rle_lengths(&lengths, &mut rle);
         let mut back = Vec::new();

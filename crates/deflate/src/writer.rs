@@ -47,6 +47,11 @@ impl<'a> Writer<'a> {
 
     #[inline(always)]
     pub(crate) fn put(&mut self, code: u64, len: u32) {
+        debug_assert!(
+            len <= 32 && self.nbits < 32,
+            "put of {len} bits with {} queued",
+            self.nbits
+        );
         self.bits |= code << self.nbits;
         self.nbits += len;
         if self.nbits >= 32 {

@@ -8,7 +8,13 @@ use sluice_deflate::{max_encoded_len, Format, Stream, MAX_FINISH_LEN, MAX_FLUSH_
 
 /// Encodes `data` split at `cuts`, with a flush after chunks where `flushes` says so and the
 /// level for each chunk from `levels`. Checks the bound on every call.
-fn encode(format: Format, data: &[u8], chunk_sizes: &[usize], levels: &[u8], flushes: &[bool]) -> Vec<u8> {
+fn encode(
+    format: Format,
+    data: &[u8],
+    chunk_sizes: &[usize],
+    levels: &[u8],
+    flushes: &[bool],
+) -> Vec<u8> {
     let mut s = Stream::new(format, levels.first().copied().unwrap_or(1));
     let mut out = Vec::new();
     let mut pos = 0;
@@ -19,7 +25,11 @@ fn encode(format: Format, data: &[u8], chunk_sizes: &[usize], levels: &[u8], flu
         s.set_level(levels[i % levels.len()]);
         let mut buf = vec![0u8; max_encoded_len(end - pos) + MAX_FLUSH_LEN];
         let n = s.encode(&data[pos..end], &mut buf, true).unwrap();
-        assert!(n <= max_encoded_len(end - pos), "bound exceeded: {n} > {}", max_encoded_len(end - pos));
+        assert!(
+            n <= max_encoded_len(end - pos),
+            "bound exceeded: {n} > {}",
+            max_encoded_len(end - pos)
+        );
         let mut m = n;
         if flushes[i % flushes.len()] {
             m += s.flush(&mut buf[n..]).unwrap();
@@ -48,7 +58,11 @@ fn decode(format: Format, z: &[u8]) -> Vec<u8> {
 fn check(data: &[u8], chunks: &[usize], levels: &[u8], flushes: &[bool]) {
     for format in [Format::Raw, Format::Zlib, Format::Gzip] {
         let z = encode(format, data, chunks, levels, flushes);
-        assert_eq!(decode(format, &z), data, "{format:?} chunks {chunks:?} levels {levels:?}");
+        assert_eq!(
+            decode(format, &z),
+            data,
+            "{format:?} chunks {chunks:?} levels {levels:?}"
+        );
     }
 }
 
@@ -69,8 +83,15 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .expect("shared/corpus next to the repository")
         .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().ends_with(".md") && !p.ends_with("SHA256SUMS"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .filter(|p| {
+            !p.file_name().unwrap().to_string_lossy().ends_with(".md") && !p.ends_with("SHA256SUMS")
+        })
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
         .collect();
     files.sort();
     assert!(files.len() >= 5);
@@ -84,7 +105,12 @@ fn edge_cases() {
         check(b"x", &[1], &[level], &[false]);
         check(&[7u8; 1000], &[1000], &[level], &[false]);
         check(&vec![b'a'; 300], &[300], &[level], &[true]);
-        let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog. ".iter().cycle().take(32768).copied().collect();
+        let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog. "
+            .iter()
+            .cycle()
+            .take(32768)
+            .copied()
+            .collect();
         check(&text, &[32768], &[level], &[false]);
         let text64: Vec<u8> = text.iter().cycle().take(65536).copied().collect();
         check(&text64, &[65536], &[level], &[true]);
@@ -107,7 +133,10 @@ fn empty_stream_and_empty_final_call() {
         let mut n = s.encode(b"abcabcabc", &mut buf, false).unwrap();
         n += s.finish(&mut buf[n..]).unwrap();
         assert_eq!(decode(format, &buf[..n]), b"abcabcabc");
-        assert!(s.encode(b"x", &mut vec![0; 100], true).is_err(), "no data after the final block");
+        assert!(
+            s.encode(b"x", &mut [0; 100], true).is_err(),
+            "no data after the final block"
+        );
     }
 }
 
@@ -118,15 +147,29 @@ fn incompressible_data_stays_within_the_bound() {
         let z = encode(Format::Gzip, &data, &[1 << 20], &[level], &[false]);
         assert!(z.len() <= max_encoded_len(data.len()) + MAX_FINISH_LEN);
         // Stored blocks: about 5 bytes per 32 KiB plus framing.
-        assert!(z.len() < data.len() + data.len() / 32768 * 8 + 64, "level {level}: {} for {}", z.len(), data.len());
+        assert!(
+            z.len() < data.len() + data.len() / 32768 * 8 + 64,
+            "level {level}: {} for {}",
+            z.len(),
+            data.len()
+        );
         assert_eq!(decode(Format::Gzip, &z), data);
     }
 }
 
 #[test]
 fn level_switches_mid_stream() {
-    let data: Vec<u8> = corpus().into_iter().flat_map(|(_, d)| d).take(300_000).collect();
-    check(&data, &[10_000, 3000, 16384], &[0, 1, 2, 1, 0, 2], &[true, false, false]);
+    let data: Vec<u8> = corpus()
+        .into_iter()
+        .flat_map(|(_, d)| d)
+        .take(300_000)
+        .collect();
+    check(
+        &data,
+        &[10_000, 3000, 16384],
+        &[0, 1, 2, 1, 0, 2],
+        &[true, false, false],
+    );
 }
 
 #[test]
@@ -136,7 +179,11 @@ fn every_corpus_file_at_several_chunk_sizes() {
             for level in 0..=2 {
                 for format in [Format::Raw, Format::Zlib, Format::Gzip] {
                     let z = encode(format, &data, &[chunk], &[level], &[true]);
-                    assert_eq!(decode(format, &z), data, "{name} chunk {chunk} level {level} {format:?}");
+                    assert_eq!(
+                        decode(format, &z),
+                        data,
+                        "{name} chunk {chunk} level {level} {format:?}"
+                    );
                 }
             }
         }
@@ -145,7 +192,10 @@ fn every_corpus_file_at_several_chunk_sizes() {
 
 #[test]
 fn system_gzip_decodes_our_output() {
-    let (_, data) = corpus().into_iter().find(|(n, _)| n.ends_with(".html")).unwrap();
+    let (_, data) = corpus()
+        .into_iter()
+        .find(|(n, _)| n.ends_with(".html"))
+        .unwrap();
     for level in 0..=2 {
         let z = encode(Format::Gzip, &data, &[16384], &[level], &[true]);
         let mut child = std::process::Command::new("gzip")
@@ -165,10 +215,17 @@ fn system_gzip_decodes_our_output() {
 
 #[test]
 fn compression_actually_compresses() {
-    let (_, html) = corpus().into_iter().find(|(n, _)| n.ends_with(".html")).unwrap();
+    let (_, html) = corpus()
+        .into_iter()
+        .find(|(n, _)| n.ends_with(".html"))
+        .unwrap();
     let l1 = encode(Format::Raw, &html, &[16384], &[1], &[true]).len();
     let l2 = encode(Format::Raw, &html, &[16384], &[2], &[true]).len();
-    assert!(l1 * 3 < html.len(), "level 1 ratio below 3: {l1} of {}", html.len());
+    assert!(
+        l1 * 3 < html.len(),
+        "level 1 ratio below 3: {l1} of {}",
+        html.len()
+    );
     assert!(l2 < l1, "level 2 ({l2}) must beat level 1 ({l1})");
 }
 
