@@ -439,6 +439,19 @@ fn local_responses_and_denials() {
 }
 
 #[test]
+fn return_serves_a_file() {
+    let dir = TempDir::new();
+    let page = dir.write("maintenance.html", "<h1>back soon</h1>\n");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    http-request return status 503 content-type text/html file {page}\n"
+    ));
+    let r = get(p.addr(), "/anything");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(r.text(), "<h1>back soon</h1>\n");
+}
+
+#[test]
 fn error_statuses() {
     // No backend matches and no default: 404.
     let p = Sluice::start(&format!("{DEFAULTS}\nfrontend fe\n    {{fe}}\n"));
