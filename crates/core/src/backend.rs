@@ -11,6 +11,7 @@ use std::time::Duration;
 use sluice_config::{units, ConfigError, Keyword, KwError, Scope};
 
 use crate::balance::Balancer;
+use crate::compression::{CompConf, CompCounters};
 use crate::config::ProxyConf;
 use crate::pool::ServerPools;
 use crate::rules::{self, BackendRules};
@@ -333,6 +334,8 @@ pub struct Backend {
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
     pub rules: BackendRules,
+    pub compression: CompConf,
+    pub comp_counters: CompCounters,
 }
 
 impl Backend {
@@ -366,6 +369,8 @@ impl Backend {
             reuse: conf.backend.reuse,
             stream: conf.stream.clone(),
             rules: rules::lower_backend(&conf.rules),
+            compression: conf.compression.clone(),
+            comp_counters: CompCounters::default(),
         })
     }
 }

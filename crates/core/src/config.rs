@@ -14,10 +14,11 @@ use sluice_config::{
 
 use crate::backend::{Backend, BackendConf};
 use crate::balance::BalanceConf;
+use crate::compression::{CompConf, CompCounters, GlobalComp};
 use crate::listener::ListenConf;
 use crate::rules::{FrontendRules, RulesConf};
 use crate::stream::StreamConf;
-use crate::{backend, balance, listener, pending, rules, stream, threads};
+use crate::{backend, balance, compression, listener, pending, rules, stream, threads};
 
 /// Where a line came from, kept by settings that are validated after their section.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,6 +39,7 @@ pub struct GlobalConf {
     pub nbthread: Option<usize>,
     pub maxconn: Option<usize>,
     pub bufsize: usize,
+    pub compression: GlobalComp,
 }
 
 impl Default for GlobalConf {
@@ -46,6 +48,7 @@ impl Default for GlobalConf {
             nbthread: None,
             maxconn: None,
             bufsize: 16384,
+            compression: GlobalComp::default(),
         }
     }
 }
@@ -61,6 +64,7 @@ pub struct ProxyConf {
     pub backend: BackendConf,
     pub balance: BalanceConf,
     pub rules: RulesConf,
+    pub compression: CompConf,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -70,6 +74,8 @@ pub struct Frontend {
     pub listen: ListenConf,
     pub stream: StreamConf,
     pub rules: FrontendRules,
+    pub compression: CompConf,
+    pub comp_counters: CompCounters,
 }
 
 /// The whole validated configuration.
@@ -84,6 +90,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     threads::GLOBAL_KEYWORDS,
     listener::GLOBAL_KEYWORDS,
     stream::GLOBAL_KEYWORDS,
+    compression::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
@@ -93,6 +100,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     backend::KEYWORDS,
     balance::KEYWORDS,
     rules::KEYWORDS,
+    compression::KEYWORDS,
     pending::PROXY_KEYWORDS,
 ];
 
@@ -243,6 +251,8 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                 listen: p.conf.listen.clone(),
                 stream: p.conf.stream.clone(),
                 rules,
+                compression: p.conf.compression.clone(),
+                comp_counters: CompCounters::default(),
             })),
             Err(e) => errors.push(e),
         }

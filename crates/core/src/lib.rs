@@ -10,6 +10,7 @@
 //! - `buffer`: per-worker pool of I/O buffers, held only while data is in flight.
 //! - [`backend`]: servers, `default-server`, connect/server timeouts, `http-reuse`.
 //! - [`balance`]: the `balance` algorithms.
+//! - [`compression`]: response compression keywords, negotiation, rules, throttling.
 //! - [`pool`]: per-thread idle server connections.
 //! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
 //! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
@@ -19,6 +20,7 @@
 pub mod backend;
 pub mod balance;
 mod buffer;
+pub mod compression;
 pub mod config;
 pub mod listener;
 pub mod pending;

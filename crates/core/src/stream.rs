@@ -31,7 +31,10 @@ use tokio::net::TcpStream;
 
 use crate::backend::{one_arg, time_arg, Backend, ReuseMode, Server};
 use crate::balance::PickKey;
-use crate::buffer::Buf;
+use crate::buffer::{Buf, BufPool};
+use crate::compression::{
+    self, Algo, CompConf, CompCounters, Compressor, GlobalComp, RATE_IN, RATE_OUT,
+};
 use crate::config::{Frontend, GlobalConf, ProxyConf};
 use crate::listener::Slot;
 use crate::pool::Want;
@@ -280,6 +283,8 @@ struct ReqFacts {
     idempotent: bool,
     wants_close: bool,
     expect_continue: bool,
+    /// The algorithm to compress the response with, if the request allows it.
+    comp: Option<Algo>,
 }
 
 /// Header edits accumulated by `set-header` / `add-header` / `del-header` rules.
@@ -457,9 +462,10 @@ impl Session {
                 expect_continue: head
                     .header(buf, "expect")
                     .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
+                comp: None,
             }
         };
-        let (route, edits) = self.route(&head);
+        let (route, mut edits) = self.route(&head);
         match route {
             Route::Respond { bytes, close } => {
                 self.cbuf.consume(head.len);
@@ -473,6 +479,14 @@ impl Session {
                 // is written per request.
                 let w = self.w.clone();
                 let be = &w.config().backends[backend];
+                let conf = comp_conf(&self.fe, be);
+                let facts = ReqFacts {
+                    comp: compression::for_request(conf, &head, self.cbuf.bytes()),
+                    ..facts
+                };
+                if conf.offload {
+                    edits.remove("accept-encoding");
+                }
                 self.out.clear();
                 let server_close = self.server_close(be);
                 build_request_head(
@@ -746,6 +760,7 @@ impl Session {
                             &rsp,
                             &Edits::default(),
                             None,
+                            None,
                         );
                         sbuf.consume(rsp.len);
                         if facts.version == Version::Http11 {
@@ -776,7 +791,8 @@ impl Session {
         }
     }
 
-    /// Sends the response head and body to the client, then releases the server connection.
+    /// Sends the response head and body to the client (compressed when the request, the
+    /// response and the load allow it), then releases the server connection.
     async fn relay_response(
         &mut self,
         be: &Backend,
@@ -784,8 +800,7 @@ impl Session {
         rsp: ResponseHead,
         facts: &ReqFacts,
     ) -> Result<bool, Fail> {
-        let bufs = &self.w.bufs;
-        let sbuf = &mut self.sbuf;
+        let w = self.w.clone();
         // Backend rules run before frontend rules, as in HAProxy. (Conditions on
         // http-response rules are refused at configuration time.)
         let mut rsp_edits = Edits::default();
@@ -797,8 +812,16 @@ impl Session {
         {
             rsp_edits.apply(&rule.action);
         }
+        let conf = comp_conf(&self.fe, be);
+        let limits = &w.config().global.compression;
+        let mut compressor = facts
+            .comp
+            .filter(|_| compression::response_allows(conf, &rsp, self.sbuf.bytes()))
+            .filter(|_| !compression::over_limit(limits, RATE_IN.rate(), w.busy_pct()))
+            .map(|algo| Compressor::new(algo, limits.max_level));
         let client_11 = facts.version == Version::Http11;
         let (client_framing, mode) = match rsp.framing {
+            _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),
             Framing::Chunked if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
             Framing::Chunked => (Framing::UntilClose, ChunkedOut::Raw),
             Framing::UntilClose if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
@@ -808,110 +831,53 @@ impl Session {
         let keep_client = !facts.wants_close
             && close_mode != CloseMode::Close
             && client_framing != Framing::UntilClose
-            && !self.w.stopping();
+            && !w.stopping();
         self.out.clear();
         let length_hint = (facts.is_head || rsp.status == 304)
-            .then(|| rsp.header(sbuf.bytes(), "content-length"))
+            .then(|| rsp.header(self.sbuf.bytes(), "content-length"))
             .flatten()
             .map(<[u8]>::to_vec);
         write_response_head(
             &mut self.out,
-            sbuf.bytes(),
+            self.sbuf.bytes(),
             &rsp,
             &rsp_edits,
             Some((client_framing, keep_client, facts.version, length_hint)),
+            compressor.as_ref().map(|c| c.algo),
         );
-        sbuf.consume(rsp.len);
-        let tclient = self.fe.stream.timeout_client;
-        let tserver = be.timeout_server;
-        // Body relay; `complete` says the server's message ended where its framing said.
-        let complete = match rsp.framing {
-            Framing::None => {
-                if !write_ok(&mut self.client, &self.out, tclient).await {
-                    return Err(Fail::ClientGone);
-                }
-                true
-            }
-            Framing::Length(total) => {
-                // The head and the body bytes already read leave in one writev; the rest is
-                // written straight from the server buffer, never copied.
-                let mut remaining = total;
-                loop {
-                    let take = (remaining as usize).min(sbuf.bytes().len());
-                    let more = remaining > take as u64;
-                    let ok = within(
-                        tclient,
-                        write_pair(&mut self.client, &self.out, &sbuf.bytes()[..take], more),
-                    )
-                    .await;
-                    if !matches!(ok, Ok(Ok(()))) {
-                        return Err(Fail::ClientGone);
-                    }
-                    self.out.clear();
-                    sbuf.consume(take);
-                    remaining -= take as u64;
-                    if remaining == 0 {
-                        break true;
-                    }
-                    if !read_ok(&mut conn.stream, sbuf, bufs, tserver).await {
-                        break false;
-                    }
-                }
-            }
-            Framing::Chunked => {
-                let mut dec = ChunkedDecoder::new();
-                loop {
-                    let Ok(used) = dec.decode(sbuf.bytes(), mode, &mut self.out) else {
-                        break false;
-                    };
-                    sbuf.consume(used);
-                    if !self.out.is_empty() {
-                        if !write_ok(&mut self.client, &self.out, tclient).await {
-                            return Err(Fail::ClientGone);
-                        }
-                        self.out.clear();
-                    }
-                    if dec.is_done() {
-                        break true;
-                    }
-                    if sbuf.is_full() || !read_ok(&mut conn.stream, sbuf, bufs, tserver).await {
-                        break false;
-                    }
-                }
-            }
-            Framing::UntilClose => loop {
-                let data = sbuf.bytes();
-                if !data.is_empty() {
-                    if mode == ChunkedOut::Chunked {
-                        push_chunk_header(&mut self.out, data.len());
-                        self.out.extend_from_slice(data);
-                        self.out.extend_from_slice(b"\r\n");
-                    } else {
-                        self.out.extend_from_slice(data);
-                    }
-                    let n = data.len();
-                    sbuf.consume(n);
-                }
-                if !self.out.is_empty() {
-                    if !write_ok(&mut self.client, &self.out, tclient).await {
-                        return Err(Fail::ClientGone);
-                    }
-                    self.out.clear();
-                }
-                match within(tserver, sbuf.fill(&mut conn.stream, bufs)).await {
-                    Ok(Ok(n)) if n > 0 => {}
-                    Ok(_) => {
-                        if mode == ChunkedOut::Chunked
-                            && !write_ok(&mut self.client, b"0\r\n\r\n", tclient).await
-                        {
-                            return Err(Fail::ClientGone);
-                        }
-                        break true;
-                    }
-                    Err(()) => break false,
-                }
-            },
+        self.sbuf.consume(rsp.len);
+        let mut relay = Relay {
+            client: &mut self.client,
+            out: &mut self.out,
+            sbuf: &mut self.sbuf,
+            bufs: &w.bufs,
+            server: &mut conn.stream,
+            tclient: self.fe.stream.timeout_client,
+            tserver: be.timeout_server,
         };
+        let counters = [&self.fe.comp_counters, &be.comp_counters];
+        // `complete`: the server's message ended where its framing said.
+        let complete = match compressor.as_mut() {
+            Some(c) => {
+                for k in counters {
+                    k.comp_rsp.fetch_add(1, Ordering::Relaxed);
+                }
+                relay
+                    .compressed(rsp.framing, c, &w, &counters, limits)
+                    .await?
+            }
+            None => {
+                let (complete, relayed) = relay.plain(rsp.framing, mode).await?;
+                if conf.enabled() {
+                    for k in counters {
+                        k.comp_byp.fetch_add(relayed, Ordering::Relaxed);
+                    }
+                }
+                complete
+            }
+        };
+        let bufs = &w.bufs;
+        let sbuf = &mut self.sbuf;
         if !complete {
             // The client got a truncated message: never terminate it as if it were whole.
             Server::add(&be.servers[conn.server].counters.response_errors);
@@ -934,6 +900,201 @@ impl Session {
             }
         }
         Ok(keep_client)
+    }
+}
+
+/// The pieces a response body relay works with.
+struct Relay<'a> {
+    client: &'a mut TcpStream,
+    out: &'a mut Vec<u8>,
+    sbuf: &'a mut Buf,
+    bufs: &'a BufPool,
+    server: &'a mut TcpStream,
+    tclient: Option<Duration>,
+    tserver: Option<Duration>,
+}
+
+impl Relay<'_> {
+    /// Relays the body as is (re-framed as `mode` says). Returns whether it was complete and
+    /// how many body bytes went through. `self.out` holds the response head.
+    async fn plain(&mut self, framing: Framing, mode: ChunkedOut) -> Result<(bool, u64), Fail> {
+        let mut relayed = 0u64;
+        let complete = match framing {
+            Framing::None => {
+                if !write_ok(self.client, self.out, self.tclient).await {
+                    return Err(Fail::ClientGone);
+                }
+                true
+            }
+            Framing::Length(total) => {
+                // The head and the body bytes already read leave in one writev; the rest is
+                // written straight from the server buffer, never copied.
+                let mut remaining = total;
+                loop {
+                    let take = (remaining as usize).min(self.sbuf.bytes().len());
+                    let more = remaining > take as u64;
+                    let ok = within(
+                        self.tclient,
+                        write_pair(self.client, self.out, &self.sbuf.bytes()[..take], more),
+                    )
+                    .await;
+                    if !matches!(ok, Ok(Ok(()))) {
+                        return Err(Fail::ClientGone);
+                    }
+                    self.out.clear();
+                    self.sbuf.consume(take);
+                    relayed += take as u64;
+                    remaining -= take as u64;
+                    if remaining == 0 {
+                        break true;
+                    }
+                    if !read_ok(self.server, self.sbuf, self.bufs, self.tserver).await {
+                        break false;
+                    }
+                }
+            }
+            Framing::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                loop {
+                    let Ok(used) = dec.decode(self.sbuf.bytes(), mode, self.out) else {
+                        break false;
+                    };
+                    self.sbuf.consume(used);
+                    relayed += used as u64;
+                    if !self.out.is_empty() {
+                        if !write_ok(self.client, self.out, self.tclient).await {
+                            return Err(Fail::ClientGone);
+                        }
+                        self.out.clear();
+                    }
+                    if dec.is_done() {
+                        break true;
+                    }
+                    if self.sbuf.is_full()
+                        || !read_ok(self.server, self.sbuf, self.bufs, self.tserver).await
+                    {
+                        break false;
+                    }
+                }
+            }
+            Framing::UntilClose => loop {
+                let data = self.sbuf.bytes();
+                if !data.is_empty() {
+                    if mode == ChunkedOut::Chunked {
+                        push_chunk_header(self.out, data.len());
+                        self.out.extend_from_slice(data);
+                        self.out.extend_from_slice(b"\r\n");
+                    } else {
+                        self.out.extend_from_slice(data);
+                    }
+                    let n = data.len();
+                    self.sbuf.consume(n);
+                    relayed += n as u64;
+                }
+                if !self.out.is_empty() {
+                    if !write_ok(self.client, self.out, self.tclient).await {
+                        return Err(Fail::ClientGone);
+                    }
+                    self.out.clear();
+                }
+                match within(self.tserver, self.sbuf.fill(self.server, self.bufs)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(_) => {
+                        if mode == ChunkedOut::Chunked
+                            && !write_ok(self.client, b"0\r\n\r\n", self.tclient).await
+                        {
+                            return Err(Fail::ClientGone);
+                        }
+                        break true;
+                    }
+                    Err(()) => break false,
+                }
+            },
+        };
+        Ok((complete, relayed))
+    }
+
+    /// Relays the body through `comp`, one flushed HTTP chunk per read, stepping the level
+    /// down or up after each chunk as the limits say. Returns whether it was complete.
+    async fn compressed(
+        &mut self,
+        framing: Framing,
+        comp: &mut Compressor,
+        w: &Worker,
+        counters: &[&CompCounters],
+        limits: &GlobalComp,
+    ) -> Result<bool, Fail> {
+        let mut dec = ChunkedDecoder::new();
+        let mut remaining = match framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
+        };
+        let mut eof = false;
+        loop {
+            let (used, last) = {
+                let mut plain = w.comp_plain.borrow_mut();
+                let mut scratch = w.comp_out.borrow_mut();
+                plain.clear();
+                let avail = self.sbuf.bytes();
+                let (data, used, last): (&[u8], usize, bool) = match framing {
+                    Framing::Length(_) => {
+                        let take = (remaining.min(avail.len() as u64)) as usize;
+                        (&avail[..take], take, take as u64 == remaining)
+                    }
+                    Framing::Chunked => match dec.decode(avail, ChunkedOut::Raw, &mut plain) {
+                        Ok(used) => (&plain[..], used, dec.is_done()),
+                        Err(_) => return Ok(false),
+                    },
+                    Framing::UntilClose | Framing::None => (avail, avail.len(), eof),
+                };
+                if !data.is_empty() || last {
+                    let n = comp.chunk(data, last, dec.trailers(), &mut scratch, self.out);
+                    for k in counters {
+                        k.comp_in.fetch_add(data.len() as u64, Ordering::Relaxed);
+                        k.comp_out.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    RATE_IN.add(data.len() as u64);
+                    RATE_OUT.add(n as u64);
+                    let over = compression::over_limit(limits, RATE_IN.rate(), w.busy_pct());
+                    comp.set_level(compression::next_level(
+                        comp.level(),
+                        limits.max_level,
+                        over,
+                    ));
+                }
+                (used, last)
+            };
+            self.sbuf.consume(used);
+            if let Framing::Length(_) = framing {
+                remaining -= used as u64;
+            }
+            if !self.out.is_empty() {
+                if !write_ok(self.client, self.out, self.tclient).await {
+                    return Err(Fail::ClientGone);
+                }
+                self.out.clear();
+            }
+            if last {
+                return Ok(true);
+            }
+            if self.sbuf.is_full() {
+                return Ok(false);
+            }
+            match within(self.tserver, self.sbuf.fill(self.server, self.bufs)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(Ok(_)) if framing == Framing::UntilClose => eof = true,
+                _ => return Ok(false),
+            }
+        }
+    }
+}
+
+/// The compression settings that apply: the backend's when it has any, else the frontend's.
+fn comp_conf<'a>(fe: &'a Frontend, be: &'a Backend) -> &'a CompConf {
+    if be.compression.algos.is_empty() {
+        &fe.compression
+    } else {
+        &be.compression
     }
 }
 
@@ -1137,6 +1298,7 @@ fn write_response_head(
     rsp: &ResponseHead,
     edits: &Edits,
     client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
+    compressed: Option<Algo>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(Digits::new(u64::from(rsp.status)).as_bytes());
@@ -1147,15 +1309,23 @@ fn write_response_head(
         out.extend_from_slice(&buf[rsp.reason.clone()]);
     }
     out.extend_from_slice(b"\r\n");
+    let mut saw_vary = false;
     for h in &rsp.headers {
         let name = &buf[h.name.clone()];
         if rsp.is_hop_by_hop(name) || edits.deletes(name) {
             continue;
         }
-        push_header(out, name, &buf[h.value.clone()]);
+        let value = &buf[h.value.clone()];
+        if compressed.is_some() && !compression::rewrite_header(out, name, value, &mut saw_vary) {
+            continue;
+        }
+        push_header(out, name, value);
     }
     for (n, v) in &edits.add {
         push_header(out, n.as_bytes(), v.as_bytes());
+    }
+    if let Some(algo) = compressed {
+        compression::added_headers(out, algo, saw_vary);
     }
     if let Some((framing, keep, version, length_hint)) = client {
         match framing {

@@ -10,9 +10,10 @@
 //!   such move is counted on both sides.
 //! - `ThreadCtx` fields are atomics written by their owner and read by anyone.
 
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,9 @@ pub struct ThreadCtx {
     pub active: AtomicUsize,
     /// Messages sent to this worker's inbox and not yet handled.
     pub inbox_pending: AtomicUsize,
+    /// Share of time (percent) the worker spent outside its event loop's wait, smoothed
+    /// over about a second.
+    pub busy_pct: AtomicU32,
     pub counters: WorkerCounters,
     inbox: mpsc::UnboundedSender<InboxMsg>,
 }
@@ -116,6 +120,10 @@ pub(crate) struct Worker {
     pub tid: usize,
     pub shared: Arc<Shared>,
     pub bufs: BufPool,
+    /// Compressor output, used within one synchronous step at a time.
+    pub comp_out: RefCell<Vec<u8>>,
+    /// Decoded body bytes waiting to be compressed, same discipline.
+    pub comp_plain: RefCell<Vec<u8>>,
 }
 
 impl Worker {
@@ -125,6 +133,10 @@ impl Worker {
 
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    pub fn busy_pct(&self) -> u32 {
+        self.ctx().busy_pct.load(Ordering::Relaxed)
     }
 
     pub fn stopping(&self) -> bool {
@@ -230,6 +242,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
                 id,
                 active: AtomicUsize::new(0),
                 inbox_pending: AtomicUsize::new(0),
+                busy_pct: AtomicU32::new(0),
                 counters: WorkerCounters::default(),
                 inbox: tx,
             }
@@ -285,6 +298,15 @@ fn worker_main(
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_unpark(|| BUSY.with(|b| b.unparked.set(Some(std::time::Instant::now()))))
+        .on_thread_park(|| {
+            BUSY.with(|b| {
+                if let Some(t) = b.unparked.take() {
+                    b.busy_ns
+                        .set(b.busy_ns.get() + t.elapsed().as_nanos() as u64);
+                }
+            })
+        })
         .build_local(Default::default())
     {
         Ok(rt) => rt,
@@ -295,7 +317,13 @@ fn worker_main(
     };
     rt.block_on(async move {
         let bufs = BufPool::new(shared.config.global.bufsize);
-        let w = Rc::new(Worker { tid, shared, bufs });
+        let w = Rc::new(Worker {
+            tid,
+            shared,
+            bufs,
+            comp_out: RefCell::default(),
+            comp_plain: RefCell::default(),
+        });
         for (fe, l) in listeners {
             match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => {
@@ -305,6 +333,7 @@ fn worker_main(
             }
         }
         tokio::task::spawn_local(purge_idle(w.clone()));
+        tokio::task::spawn_local(measure_busy(w.clone()));
         while let Some(msg) = inbox.recv().await {
             w.handle(msg);
         }
@@ -330,6 +359,45 @@ async fn purge_idle(w: Rc<Worker>) {
             .counters
             .idle_purged
             .fetch_add(closed as u64, Ordering::Relaxed);
+    }
+}
+
+/// Busy-time accounting of the current worker thread, fed by the runtime's park/unpark hooks.
+struct Busy {
+    unparked: Cell<Option<std::time::Instant>>,
+    busy_ns: Cell<u64>,
+}
+
+thread_local! {
+    static BUSY: Busy = const { Busy { unparked: Cell::new(None), busy_ns: Cell::new(0) } };
+}
+
+/// Publishes the worker's busy share every 250 ms, smoothed (half old, half new) so that it
+/// follows changes within about a second.
+async fn measure_busy(w: Rc<Worker>) {
+    const PERIOD: Duration = Duration::from_millis(250);
+    let mut tick = tokio::time::interval(PERIOD);
+    let mut last_busy = 0u64;
+    let mut last_at = std::time::Instant::now();
+    let mut smoothed = 0f64;
+    loop {
+        tick.tick().await;
+        let now = std::time::Instant::now();
+        // The time since this wake-up is busy too but not yet accounted: include it.
+        let busy = BUSY.with(|b| {
+            b.busy_ns.get()
+                + b.unparked
+                    .get()
+                    .map_or(0, |t| t.elapsed().as_nanos() as u64)
+        });
+        let wall = now.duration_since(last_at).as_nanos().max(1) as f64;
+        let share = ((busy.saturating_sub(last_busy)) as f64 / wall).min(1.0) * 100.0;
+        smoothed = (smoothed + share) / 2.0;
+        w.ctx()
+            .busy_pct
+            .store(smoothed.round() as u32, Ordering::Relaxed);
+        last_busy = busy;
+        last_at = now;
     }
 }
 

@@ -54,6 +54,9 @@ pub struct ChunkedDecoder {
     state: State,
     remaining: u64,
     ext_total: usize,
+    /// In `Raw` mode, the allowed trailer lines (`name: value\r\n` each), kept for a caller
+    /// that re-frames the body itself.
+    trailers: Vec<u8>,
 }
 
 impl Default for ChunkedDecoder {
@@ -68,7 +71,13 @@ impl ChunkedDecoder {
             state: State::Size,
             remaining: 0,
             ext_total: 0,
+            trailers: Vec::new(),
         }
+    }
+
+    /// Allowed trailer lines seen in `Raw` mode.
+    pub fn trailers(&self) -> &[u8] {
+        &self.trailers
     }
 
     /// The last chunk and the trailer section have been read.
@@ -158,11 +167,16 @@ impl ChunkedDecoder {
                     for line in rest[..end].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                         let line = line.strip_suffix(b"\r").ok_or(ChunkError::BadTrailer)?;
                         let (name, value) = parse_trailer(line)?;
-                        if mode == ChunkedOut::Chunked && trailer_allowed(name) {
-                            out.extend_from_slice(name);
-                            out.extend_from_slice(b": ");
-                            out.extend_from_slice(value);
-                            out.extend_from_slice(b"\r\n");
+                        if trailer_allowed(name) {
+                            let dst = if mode == ChunkedOut::Chunked {
+                                &mut *out
+                            } else {
+                                &mut self.trailers
+                            };
+                            dst.extend_from_slice(name);
+                            dst.extend_from_slice(b": ");
+                            dst.extend_from_slice(value);
+                            dst.extend_from_slice(b"\r\n");
                         }
                     }
                     if mode == ChunkedOut::Chunked {
@@ -306,8 +320,15 @@ mod tests {
         assert!(done);
         assert_eq!(n, body.len() - 4);
         assert_eq!(out, b"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 1\r\n\r\n");
-        let (raw, _, _) = run(body, ChunkedOut::Raw).unwrap();
+        let mut d = ChunkedDecoder::new();
+        let mut raw = Vec::new();
+        d.decode(body, ChunkedOut::Raw, &mut raw).unwrap();
         assert_eq!(raw, b"hello world");
+        assert_eq!(
+            d.trailers(),
+            b"X-Sum: 1\r\n",
+            "kept aside, disallowed ones dropped"
+        );
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub enum Reply {
     Delayed(Duration, Vec<u8>),
     /// Close the connection without answering.
     Close,
+    /// Send these pieces one by one with a pause between them (a slow server).
+    Dripped(Vec<Vec<u8>>, Duration),
 }
 
 pub type Handler = Arc<dyn Fn(&Received) -> Reply + Send + Sync>;
@@ -157,6 +159,14 @@ fn serve_origin_conn(
                 }
             }
             Reply::Close => return,
+            Reply::Dripped(pieces, pause) => {
+                for p in pieces {
+                    if writer.write_all(&p).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(pause);
+                }
+            }
         }
     }
 }

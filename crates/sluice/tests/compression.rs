@@ -1,0 +1,452 @@
+//! Response compression through the real binary: every algorithm round-trips every corpus
+//! file from plain, chunked and slow origins; each skip rule; each header rewrite; Accept-
+//! Encoding negotiation; offload; throttling by rate.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus");
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            !n.ends_with(".md") && n != "SHA256SUMS"
+        })
+        .map(|p| {
+            (
+                format!("/{}", p.file_name().unwrap().to_string_lossy()),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn decode(encoding: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match encoding {
+        "gzip" => flate2::read::GzDecoder::new(body).read_to_end(&mut out),
+        "deflate-zlib" => flate2::read::ZlibDecoder::new(body).read_to_end(&mut out),
+        "deflate-raw" => flate2::read::DeflateDecoder::new(body).read_to_end(&mut out),
+        other => panic!("{other}"),
+    }
+    .expect("decodable body");
+    out
+}
+
+fn system_gunzip(body: &[u8]) -> Vec<u8> {
+    let mut child = std::process::Command::new("gzip")
+        .arg("-dc")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gzip (installed by .ci/run)");
+    let mut stdin = child.stdin.take().unwrap();
+    let body = body.to_vec();
+    let t = std::thread::spawn(move || stdin.write_all(&body).unwrap());
+    let out = child.wait_with_output().unwrap();
+    t.join().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// An origin serving the corpus: `/plain/F` with Content-Length, `/chunked/F` chunked in
+/// 5000-byte chunks, `/slow/F` dripped in 3 pieces. Content type from the extension.
+fn corpus_origin() -> Origin {
+    let files = Arc::new(corpus());
+    Origin::with_handler(
+        "corpus",
+        Arc::new(move |r: &Received| {
+            let (mode, name) = r.target[1..]
+                .split_once('/')
+                .map(|(m, n)| (m.to_string(), format!("/{n}")))
+                .unwrap();
+            let Some((_, body)) = files.iter().find(|(n, _)| *n == name) else {
+                return Reply::Raw(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec());
+            };
+            let ct = if name.ends_with(".html") {
+                "text/html"
+            } else if name.ends_with(".js") {
+                "application/javascript"
+            } else if name.ends_with(".css") {
+                "text/css"
+            } else if name.ends_with(".json") {
+                "application/json"
+            } else {
+                "text/plain"
+            };
+            match mode.as_str() {
+                "plain" => {
+                    let mut v = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    v.extend_from_slice(body);
+                    Reply::Raw(v)
+                }
+                "chunked" => {
+                    let mut v = format!("HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nTransfer-Encoding: chunked\r\n\r\n").into_bytes();
+                    for c in body.chunks(5000) {
+                        v.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+                        v.extend_from_slice(c);
+                        v.extend_from_slice(b"\r\n");
+                    }
+                    v.extend_from_slice(b"0\r\nX-Checksum: abc\r\n\r\n");
+                    Reply::Raw(v)
+                }
+                _ => {
+                    let mut head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    let third = body.len() / 3 + 1;
+                    let mut pieces: Vec<Vec<u8>> = body.chunks(third).map(<[u8]>::to_vec).collect();
+                    head.extend_from_slice(&pieces.remove(0));
+                    pieces.insert(0, head);
+                    Reply::Dripped(pieces, Duration::from_millis(30))
+                }
+            }
+        }),
+    )
+}
+
+fn proxy(origin: &Origin, comp: &str, global: &str) -> Sluice {
+    Sluice::start(&format!(
+        "global\n    nbthread 2\n{global}\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n{comp}\n    server s1 {}\n",
+        origin.addr
+    ))
+}
+
+fn request(c: &mut Conn, path: &str, ae: &str) -> Response {
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\nAccept-Encoding: {ae}\r\n\r\n").as_bytes());
+    c.response()
+}
+
+#[test]
+fn every_algorithm_round_trips_every_corpus_file() {
+    let origin = corpus_origin();
+    for (algo, ae, decoder) in [
+        ("gzip", "gzip", "gzip"),
+        ("deflate", "deflate", "deflate-zlib"),
+        ("raw-deflate", "deflate", "deflate-raw"),
+    ] {
+        let p = proxy(&origin, &format!("    compression algo {algo}"), "");
+        let mut c = p.connect();
+        for (name, body) in corpus() {
+            for mode in ["plain", "chunked", "slow"] {
+                if body.len() < 256 && mode != "plain" {
+                    continue;
+                }
+                let r = request(&mut c, &format!("/{mode}{name}"), ae);
+                assert_eq!(r.status, 200);
+                if body.len() < 256 {
+                    assert_eq!(r.header("content-encoding"), None, "{name}: below minsize");
+                    assert_eq!(r.body, body);
+                    continue;
+                }
+                assert_eq!(
+                    r.header("content-encoding"),
+                    Some(ae),
+                    "{algo} {mode} {name}"
+                );
+                assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+                assert_eq!(r.header("content-length"), None);
+                assert_eq!(decode(decoder, &r.body), body, "{algo} {mode} {name}");
+                if algo == "gzip" && mode == "plain" {
+                    assert_eq!(system_gunzip(&r.body), body, "gzip -d {name}");
+                }
+                assert!(
+                    r.body.len() < body.len(),
+                    "{algo} {mode} {name} did not shrink"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_trailers_are_preserved() {
+    let origin = corpus_origin();
+    let p = proxy(&origin, "    compression algo gzip", "");
+    let mut c = p.connect();
+    c.send(b"GET /chunked/jquery.min.js HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n");
+    // Read the raw bytes of this one response and look for the trailer after the last chunk.
+    let r = c.response();
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    // The test client drops trailers; ask the proxy again and read raw bytes instead.
+    let mut s = std::net::TcpStream::connect(p.addr()).unwrap();
+    s.write_all(b"GET /chunked/jquery.min.js HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    assert!(
+        raw.ends_with(b"0\r\nX-Checksum: abc\r\n\r\n"),
+        "trailer kept after the last chunk"
+    );
+}
+
+/// An origin answering every request with `response`.
+fn fixed_origin(response: &'static str) -> Origin {
+    Origin::with_handler(
+        "fixed",
+        Arc::new(move |_| Reply::Raw(response.as_bytes().to_vec())),
+    )
+}
+
+fn body_of(n: usize) -> String {
+    "compressible text ".repeat(n / 18 + 1)[..n].to_string()
+}
+
+#[test]
+fn skip_rules() {
+    let big = body_of(5000);
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let cases: Vec<(&str, &'static str)> = vec![
+        ("status 404", leak(format!("HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("HTTP/1.0 response", leak(format!("HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("already encoded", leak(format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: br\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("no-transform", leak(format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: public, no-transform\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("multipart", leak(format!("HTTP/1.1 200 OK\r\nContent-Type: multipart/mixed; boundary=x\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("unlisted type", leak(format!("HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("no content type", leak(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("invalid etag", leak(format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: abc\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("two etags", leak(format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"a\"\r\nETag: \"b\"\r\nContent-Length: {}\r\n\r\n{big}", big.len()))),
+        ("below minsize", "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100\r\n\r\n0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"),
+        ("no body (204)", "HTTP/1.1 204 No Content\r\nContent-Type: text/html\r\n\r\n"),
+    ];
+    for (name, response) in cases {
+        let origin = fixed_origin(response);
+        let p = proxy(
+            &origin,
+            "    compression algo gzip\n    compression type text/html text/plain",
+            "",
+        );
+        let mut c = p.connect();
+        let r = request(&mut c, "/x", "gzip");
+        assert_eq!(
+            r.header("content-encoding").filter(|v| *v == "gzip"),
+            None,
+            "{name}: must not be compressed"
+        );
+        let sent_body = response.split_once("\r\n\r\n").unwrap().1;
+        assert_eq!(r.text(), sent_body, "{name}: body unchanged");
+    }
+    // Request side: HEAD, HTTP/1.0, no Accept-Encoding, q=0.
+    let origin = fixed_origin(leak(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{big}",
+        big.len()
+    )));
+    let p = proxy(&origin, "    compression algo gzip", "");
+    let mut c = p.connect();
+    c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n");
+    let r = c.response_for(true).unwrap();
+    assert_eq!(r.header("content-encoding"), None, "HEAD");
+    assert_eq!(r.header("content-length"), Some("5000"));
+    let mut c10 = p.connect();
+    c10.send(b"GET / HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n");
+    let r = c10.response();
+    assert_eq!(
+        r.header("content-encoding"),
+        None,
+        "HTTP/1.0 client gets identity"
+    );
+    assert_eq!(r.text(), big);
+    let mut c = p.connect();
+    assert_eq!(
+        c.get("/").header("content-encoding"),
+        None,
+        "no Accept-Encoding"
+    );
+    assert_eq!(
+        request(&mut c, "/", "gzip;q=0").header("content-encoding"),
+        None,
+        "q=0"
+    );
+    assert_eq!(
+        request(&mut c, "/", "gzip").header("content-encoding"),
+        Some("gzip"),
+        "control"
+    );
+}
+
+#[test]
+fn header_rewrites() {
+    let big = body_of(3000);
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let origin = fixed_origin(leak(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nETag: \"v1\"\r\nVary: Origin\r\nContent-Length: {}\r\n\r\n{big}",
+        big.len()
+    )));
+    let p = proxy(&origin, "    compression algo gzip deflate", "");
+    let mut c = p.connect();
+    let r = request(&mut c, "/", "gzip, deflate");
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(r.header("etag"), Some("W/\"v1\""));
+    assert_eq!(r.header("vary"), Some("Origin, Accept-Encoding"));
+    assert_eq!(r.header("content-length"), None);
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(decode("gzip", &r.body), big.as_bytes());
+    // Without a Vary header one is added; q-values pick deflate here.
+    let origin = fixed_origin(leak(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{big}",
+        big.len()
+    )));
+    let p = proxy(&origin, "    compression algo gzip deflate", "");
+    let mut c = p.connect();
+    let r = request(&mut c, "/", "gzip;q=0.4, deflate;q=0.9");
+    assert_eq!(r.header("content-encoding"), Some("deflate"));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(decode("deflate-zlib", &r.body), big.as_bytes());
+    // Keep-alive continues correctly after compressed responses.
+    for _ in 0..3 {
+        let r = request(&mut c, "/", "*");
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+        assert_eq!(decode("gzip", &r.body), big.as_bytes());
+    }
+    assert_eq!(origin.conns(), 1);
+}
+
+#[test]
+fn frontend_settings_apply_unless_the_backend_has_its_own() {
+    let big = body_of(3000);
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let origin = fixed_origin(leak(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{big}",
+        big.len()
+    )));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    compression algo gzip\n    use_backend own if {{ path /own }}\n    default_backend inherit\nbackend inherit\n    server s {}\nbackend own\n    compression algo deflate\n    server s {}\n",
+        origin.addr, origin.addr
+    ));
+    let mut c = p.connect();
+    assert_eq!(
+        request(&mut c, "/x", "gzip, deflate").header("content-encoding"),
+        Some("gzip")
+    );
+    assert_eq!(
+        request(&mut c, "/own", "gzip, deflate").header("content-encoding"),
+        Some("deflate")
+    );
+}
+
+#[test]
+fn offload_removes_accept_encoding_before_the_server() {
+    let origin = Origin::start("o");
+    let p = proxy(
+        &origin,
+        "    compression algo gzip\n    compression offload",
+        "",
+    );
+    let mut c = p.connect();
+    request(&mut c, "/", "gzip, br");
+    assert_eq!(origin.requests()[0].header("accept-encoding"), None);
+    let origin2 = Origin::start("o");
+    let p2 = proxy(&origin2, "    compression algo gzip", "");
+    let mut c2 = p2.connect();
+    request(&mut c2, "/", "gzip, br");
+    assert_eq!(
+        origin2.requests()[0].header("accept-encoding"),
+        Some("gzip, br")
+    );
+}
+
+#[test]
+fn a_client_aborting_mid_response_frees_everything() {
+    let big: Vec<u8> = corpus().into_iter().flat_map(|(_, b)| b).collect();
+    let big = Arc::new(big);
+    let b2 = big.clone();
+    let origin = Origin::with_handler(
+        "big",
+        Arc::new(move |r: &Received| {
+            if r.target == "/small" {
+                return ok_response("small and fine").into();
+            }
+            let mut v = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                b2.len()
+            )
+            .into_bytes();
+            v.extend_from_slice(&b2);
+            Reply::Raw(v)
+        }),
+    );
+    let p = proxy(&origin, "    compression algo gzip", "");
+    for _ in 0..5 {
+        let mut s = std::net::TcpStream::connect(p.addr()).unwrap();
+        s.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+            .unwrap();
+        let mut some = [0u8; 1000];
+        let _ = s.read(&mut some).unwrap();
+        drop(s); // abort after the first bytes
+    }
+    // The proxy keeps serving, compressed and not.
+    let mut c = p.connect();
+    let r = request(&mut c, "/big", "gzip");
+    assert_eq!(decode("gzip", &r.body), *big);
+    assert_eq!(c.get("/small").text(), "small and fine");
+}
+
+#[test]
+fn a_very_low_maxcomprate_stops_compressing_new_responses() {
+    let big = body_of(200_000);
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let origin = fixed_origin(leak(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{big}",
+        big.len()
+    )));
+    // 1 kB/s: the first response (200 kB) puts the input rate far above it.
+    let p = proxy(&origin, "    compression algo gzip", "    maxcomprate 1");
+    let mut c = p.connect();
+    let first = request(&mut c, "/", "gzip");
+    assert_eq!(first.header("content-encoding"), Some("gzip"));
+    assert_eq!(decode("gzip", &first.body), big.as_bytes());
+    let second = request(&mut c, "/", "gzip");
+    assert_eq!(
+        second.header("content-encoding"),
+        None,
+        "over maxcomprate: sent uncompressed"
+    );
+    assert_eq!(second.text(), big);
+}
+
+#[test]
+fn compression_keywords_are_checked() {
+    let check = |text: &str| {
+        let dir = TempDir::new();
+        let path = dir.write("c.cfg", text);
+        let out = std::process::Command::new(sluice_bin())
+            .args(["-c", "-f", &path])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(check("global\n    maxcomprate 100\n    maxcompcpuusage 85\n    tune.comp.maxlevel 2\nfrontend f\n    bind :1\n    compression algo gzip deflate raw-deflate identity\n    compression type text/html\n    compression offload\n    compression minsize-res 1k\n").0);
+    let (ok, err) = check("frontend f\n    bind :1\n    compression algo brotli\n");
+    assert!(
+        !ok && err.contains("argument 1 'brotli': unknown algorithm"),
+        "{err}"
+    );
+    let (ok, err) = check("global\n    tune.comp.maxlevel 9\n");
+    assert!(!ok && err.contains("levels 0 (stored), 1 and 2"), "{err}");
+    let (ok, err) = check("global\n    tune.zlib.memlevel 8\n");
+    assert!(!ok && err.contains("zlib tunables do not apply"), "{err}");
+    let (ok, err) = check("frontend f\n    bind :1\n    compression algo-req gzip\n");
+    assert!(!ok && err.contains("not supported yet"), "{err}");
+    let (ok, err) = check("frontend f\n    bind :1\n    compression frob\n");
+    assert!(
+        !ok && err.contains("unknown keyword 'compression frob'"),
+        "{err}"
+    );
+}
