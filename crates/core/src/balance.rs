@@ -30,6 +30,22 @@ pub enum Algo {
     Hdr(String),
 }
 
+impl Algo {
+    /// The name as written after `balance`.
+    pub fn name(&self) -> String {
+        match self {
+            Algo::RoundRobin => "roundrobin".into(),
+            Algo::StaticRr => "static-rr".into(),
+            Algo::LeastConn => "leastconn".into(),
+            Algo::First => "first".into(),
+            Algo::Random(n) => format!("random({n})"),
+            Algo::Source => "source".into(),
+            Algo::Uri => "uri".into(),
+            Algo::Hdr(h) => format!("hdr({h})"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BalanceConf {
     pub algo: Algo,

@@ -40,6 +40,7 @@ pub struct GlobalConf {
     pub maxconn: Option<usize>,
     pub bufsize: usize,
     pub compression: GlobalComp,
+    pub stats_socket: Option<crate::cli::SocketConf>,
 }
 
 impl Default for GlobalConf {
@@ -49,6 +50,7 @@ impl Default for GlobalConf {
             maxconn: None,
             bufsize: 16384,
             compression: GlobalComp::default(),
+            stats_socket: None,
         }
     }
 }
@@ -91,6 +93,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     listener::GLOBAL_KEYWORDS,
     stream::GLOBAL_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
+    crate::cli::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 

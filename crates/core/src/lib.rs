@@ -13,6 +13,7 @@
 //! - [`compression`]: response compression keywords, negotiation, rules, throttling.
 //! - [`pool`]: per-thread idle server connections.
 //! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
+//! - [`cli`]: the runtime CLI on a unix socket (`stats socket`), table-driven commands.
 //! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
 //!
 //! See `docs/internals/threading.md` for what runs where and what crosses threads.
@@ -20,6 +21,7 @@
 pub mod backend;
 pub mod balance;
 mod buffer;
+pub mod cli;
 pub mod compression;
 pub mod config;
 pub mod listener;

@@ -25,7 +25,7 @@ use crate::backend::one_arg;
 use crate::buffer::BufPool;
 use crate::config::{Config, GlobalConf};
 use crate::listener::{self, Admission, ListenError, Slot};
-use crate::stream;
+use crate::{cli, stream};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "nbthread",
@@ -113,6 +113,7 @@ pub(crate) struct Shared {
     pub threads: Box<[ThreadCtx]>,
     pub admission: Admission,
     pub stopping: AtomicBool,
+    pub started: std::time::Instant,
 }
 
 /// A worker's view of the process, owned by its thread.
@@ -213,6 +214,11 @@ pub enum RunError {
     Worker { tid: usize, source: std::io::Error },
     #[error("cannot set up signal handling: {0}")]
     Signals(std::io::Error),
+    #[error("stats socket {path}: {source}")]
+    Cli {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Opens the listeners, starts the workers and blocks until SIGINT or SIGTERM.
@@ -253,6 +259,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         threads,
         admission,
         stopping: AtomicBool::new(false),
+        started: std::time::Instant::now(),
     });
     for (tid, inbox) in inboxes.into_iter().enumerate() {
         let mine = listeners
@@ -265,6 +272,20 @@ pub fn run(config: Config) -> Result<(), RunError> {
             .name(format!("sluice-w{tid}"))
             .spawn(move || worker_main(tid, shared, mine, inbox))
             .map_err(|source| RunError::Worker { tid, source })?;
+    }
+    if let Some(conf) = shared.config.global.stats_socket.clone() {
+        let listener = cli::bind(&conf).map_err(|source| RunError::Cli {
+            path: conf.path.clone(),
+            source,
+        })?;
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("sluice-cli".into())
+            .spawn(move || cli::serve(shared, conf, listener))
+            .map_err(|source| RunError::Worker {
+                tid: usize::MAX,
+                source,
+            })?;
     }
     let addrs: Vec<String> = listeners
         .iter()

@@ -1,0 +1,427 @@
+//! The runtime CLI on a unix socket (`stats socket PATH [mode M] [level L]`), like HAProxy's
+//! in non-interactive mode: one command per connection, answered, then the connection is
+//! closed, so `echo "show info" | socat - UNIX:/path` works.
+//!
+//! Commands are rows of `COMMANDS` (words, help line, handler); `help` is generated from the
+//! table. The CLI runs on the control thread and only reads shared atomics: it never blocks
+//! or wakes a worker.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{Keyword, KwError, Scope};
+
+use crate::compression::{RATE_IN, RATE_OUT};
+use crate::config::GlobalConf;
+use crate::threads::Shared;
+
+/// Access levels, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    User,
+    Operator,
+    Admin,
+}
+
+/// `stats socket` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketConf {
+    pub path: String,
+    pub mode: Option<u32>,
+    pub level: Level,
+}
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+    name: "stats socket",
+    scope: Scope::GLOBAL,
+    help:
+        "stats socket PATH [mode OCTAL] [level user|operator|admin]: runtime CLI on a unix socket",
+    parse: |g, args| {
+        let Some(path) = args.first() else {
+            return Err(KwError::Missing("a unix socket path"));
+        };
+        if path.contains('@') || path.contains(':') && !path.starts_with('/') {
+            return Err(KwError::bad(
+                1,
+                path,
+                "only unix socket paths are supported yet",
+            ));
+        }
+        let mut conf = SocketConf {
+            path: path.clone(),
+            mode: None,
+            level: Level::Operator,
+        };
+        let mut i = 1;
+        while i < args.len() {
+            let val = args
+                .get(i + 1)
+                .ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", args[i])))?;
+            match args[i].as_str() {
+                "mode" => {
+                    conf.mode = Some(
+                        u32::from_str_radix(val, 8)
+                            .map_err(|_| KwError::bad(i + 2, val, "expects an octal mode"))?,
+                    )
+                }
+                "level" => {
+                    conf.level = match val.as_str() {
+                        "user" => Level::User,
+                        "operator" => Level::Operator,
+                        "admin" => Level::Admin,
+                        _ => {
+                            return Err(KwError::bad(i + 2, val, "expects user, operator or admin"))
+                        }
+                    }
+                }
+                other => {
+                    return Err(KwError::bad(
+                        i + 1,
+                        other,
+                        "expects mode or level (other options are not supported yet)",
+                    ))
+                }
+            }
+            i += 2;
+        }
+        g.stats_socket = Some(conf);
+        Ok(())
+    },
+}];
+
+/// One CLI command.
+pub(crate) struct Command {
+    pub words: &'static [&'static str],
+    pub help: &'static str,
+    pub level: Level,
+    pub run: fn(&Shared, &[&str]) -> String,
+}
+
+pub(crate) const COMMANDS: &[Command] = &[
+    Command {
+        words: &["help"],
+        help: "list the commands",
+        level: Level::User,
+        run: |_, _| help(),
+    },
+    Command {
+        words: &["show", "info"],
+        help: "report information about the running process",
+        level: Level::User,
+        run: show_info,
+    },
+    Command {
+        words: &["show", "activity"],
+        help: "show per-thread activity counters",
+        level: Level::Operator,
+        run: show_activity,
+    },
+    Command {
+        words: &["show", "stat"],
+        help: "report counters for each proxy and server (CSV)",
+        level: Level::User,
+        run: show_stat,
+    },
+];
+
+fn help() -> String {
+    let mut s = String::from("The following commands are valid at this level:\n");
+    for c in COMMANDS {
+        let _ = writeln!(s, "  {:<24} : {}", c.words.join(" "), c.help);
+    }
+    s
+}
+
+/// Runs one command line and returns the answer (always ending with an empty line).
+pub(crate) fn execute(shared: &Shared, line: &str, level: Level) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let found = COMMANDS
+        .iter()
+        .filter(|c| words.len() >= c.words.len() && c.words.iter().zip(&words).all(|(a, b)| a == b))
+        .max_by_key(|c| c.words.len());
+    let mut out = match found {
+        None if words.is_empty() => String::new(),
+        None => format!("Unknown command: '{}'\n{}", line.trim(), help()),
+        Some(c) if c.level > level => "Permission denied\n".to_string(),
+        Some(c) => (c.run)(shared, &words[c.words.len()..]),
+    };
+    out.push('\n');
+    out
+}
+
+/// Serves the socket until the process exits (control thread).
+pub(crate) fn serve(shared: Arc<Shared>, conf: SocketConf, listener: UnixListener) {
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut line = String::new();
+        if BufReader::new(&conn).read_line(&mut line).is_err() {
+            continue;
+        }
+        let _ = conn.write_all(execute(&shared, &line, conf.level).as_bytes());
+    }
+}
+
+/// Creates the socket file (replacing a stale one) with the configured mode.
+pub(crate) fn bind(conf: &SocketConf) -> std::io::Result<UnixListener> {
+    let _ = std::fs::remove_file(&conf.path);
+    let l = UnixListener::bind(&conf.path)?;
+    if let Some(mode) = conf.mode {
+        std::fs::set_permissions(&conf.path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(l)
+}
+
+fn show_info(s: &Shared, _: &[&str]) -> String {
+    let sum = |f: fn(&crate::threads::ThreadCtx) -> u64| s.threads.iter().map(f).sum::<u64>();
+    let n = s.threads.len() as u64;
+    let busy = sum(|t| u64::from(t.busy_pct.load(Ordering::Relaxed)));
+    let lim = s.config.global.compression.max_rate;
+    let rows: Vec<(&str, String)> = vec![
+        ("Name", "sluice".into()),
+        ("Version", env!("CARGO_PKG_VERSION").into()),
+        ("Pid", std::process::id().to_string()),
+        ("Uptime_sec", s.started.elapsed().as_secs().to_string()),
+        ("Nbthread", n.to_string()),
+        (
+            "CurrConns",
+            sum(|t| t.active.load(Ordering::Relaxed) as u64).to_string(),
+        ),
+        (
+            "CumConns",
+            sum(|t| t.counters.accepted.load(Ordering::Relaxed)).to_string(),
+        ),
+        (
+            "CumReq",
+            sum(|t| t.counters.requests.load(Ordering::Relaxed)).to_string(),
+        ),
+        ("Run_queue", sum(|t| t.load() as u64).to_string()),
+        ("Idle_pct", (100 - (busy / n.max(1)).min(100)).to_string()),
+        ("CompressBpsIn", RATE_IN.rate().to_string()),
+        ("CompressBpsOut", RATE_OUT.rate().to_string()),
+        ("CompressBpsRateLim", lim.to_string()),
+    ];
+    rows.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+}
+
+fn show_activity(s: &Shared, _: &[&str]) -> String {
+    type Get = fn(&crate::threads::ThreadCtx) -> u64;
+    let rows: &[(&str, Get)] = &[
+        ("accepted", |t| t.counters.accepted.load(Ordering::Relaxed)),
+        ("accq_pushed", |t| {
+            t.counters.handed_off.load(Ordering::Relaxed)
+        }),
+        ("adopted", |t| t.counters.adopted.load(Ordering::Relaxed)),
+        ("accept_errors", |t| {
+            t.counters.accept_errors.load(Ordering::Relaxed)
+        }),
+        ("requests", |t| t.counters.requests.load(Ordering::Relaxed)),
+        ("curr_rq", |t| t.load() as u64),
+        ("avg_cpu_pct", |t| {
+            u64::from(t.busy_pct.load(Ordering::Relaxed))
+        }),
+        ("idle_purged", |t| {
+            t.counters.idle_purged.load(Ordering::Relaxed)
+        }),
+    ];
+    let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
+    let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());
+    for (name, get) in rows {
+        let values: Vec<u64> = s.threads.iter().map(get).collect();
+        let total: u64 = if *name == "avg_cpu_pct" {
+            values.iter().sum::<u64>() / values.len().max(1) as u64
+        } else {
+            values.iter().sum()
+        };
+        let per: Vec<String> = values.iter().map(u64::to_string).collect();
+        let _ = writeln!(out, "{name}: {total} [ {} ]", per.join(" "));
+    }
+    out
+}
+
+/// HAProxy's CSV columns, in order, up to the last one sluice fills (`reuse`).
+const STAT_FIELDS: &[&str] = &[
+    "pxname",
+    "svname",
+    "qcur",
+    "qmax",
+    "scur",
+    "smax",
+    "slim",
+    "stot",
+    "bin",
+    "bout",
+    "dreq",
+    "dresp",
+    "ereq",
+    "econ",
+    "eresp",
+    "wretr",
+    "wredis",
+    "status",
+    "weight",
+    "act",
+    "bck",
+    "chkfail",
+    "chkdown",
+    "lastchg",
+    "downtime",
+    "qlimit",
+    "pid",
+    "iid",
+    "sid",
+    "throttle",
+    "lbtot",
+    "tracked",
+    "type",
+    "rate",
+    "rate_lim",
+    "rate_max",
+    "check_status",
+    "check_code",
+    "check_duration",
+    "hrsp_1xx",
+    "hrsp_2xx",
+    "hrsp_3xx",
+    "hrsp_4xx",
+    "hrsp_5xx",
+    "hrsp_other",
+    "hanafail",
+    "req_rate",
+    "req_rate_max",
+    "req_tot",
+    "cli_abrt",
+    "srv_abrt",
+    "comp_in",
+    "comp_out",
+    "comp_byp",
+    "comp_rsp",
+    "lastsess",
+    "last_chk",
+    "last_agt",
+    "qtime",
+    "ctime",
+    "rtime",
+    "ttime",
+    "agent_status",
+    "agent_code",
+    "agent_duration",
+    "check_desc",
+    "agent_desc",
+    "check_rise",
+    "check_fall",
+    "check_health",
+    "agent_rise",
+    "agent_fall",
+    "agent_health",
+    "addr",
+    "cookie",
+    "mode",
+    "algo",
+    "conn_rate",
+    "conn_rate_max",
+    "conn_tot",
+    "intercepted",
+    "dcon",
+    "dses",
+    "wrew",
+    "connect",
+    "reuse",
+];
+
+fn show_stat(s: &Shared, _: &[&str]) -> String {
+    let mut out = format!("# {},\n", STAT_FIELDS.join(","));
+    let pid = std::process::id().to_string();
+    let row = |out: &mut String, values: &[(&str, String)]| {
+        let cells: Vec<&str> = STAT_FIELDS
+            .iter()
+            .map(|f| {
+                values
+                    .iter()
+                    .find(|(k, _)| k == f)
+                    .map_or("", |(_, v)| v.as_str())
+            })
+            .collect();
+        let _ = writeln!(out, "{},", cells.join(","));
+    };
+    let comp = |c: &crate::compression::CompCounters| {
+        vec![
+            ("comp_in", c.comp_in.load(Ordering::Relaxed).to_string()),
+            ("comp_out", c.comp_out.load(Ordering::Relaxed).to_string()),
+            ("comp_byp", c.comp_byp.load(Ordering::Relaxed).to_string()),
+            ("comp_rsp", c.comp_rsp.load(Ordering::Relaxed).to_string()),
+        ]
+    };
+    for (i, fe) in s.config.frontends.iter().enumerate() {
+        let mut v = vec![
+            ("pxname", fe.name.clone()),
+            ("svname", "FRONTEND".into()),
+            ("status", "OPEN".into()),
+            ("pid", pid.clone()),
+            ("iid", (i + 1).to_string()),
+            ("sid", "0".into()),
+            ("type", "0".into()),
+            ("mode", "http".into()),
+        ];
+        v.extend(comp(&fe.comp_counters));
+        row(&mut out, &v);
+    }
+    for (i, be) in s.config.backends.iter().enumerate() {
+        let iid = (s.config.frontends.len() + i + 1).to_string();
+        for (j, srv) in be.servers.iter().enumerate() {
+            let c = &srv.counters;
+            row(
+                &mut out,
+                &[
+                    ("pxname", be.name.clone()),
+                    ("svname", srv.name.clone()),
+                    ("scur", srv.cur_conns.load(Ordering::Relaxed).to_string()),
+                    (
+                        "status",
+                        if srv.disabled {
+                            "MAINT".into()
+                        } else {
+                            "UP".into()
+                        },
+                    ),
+                    ("weight", srv.weight.to_string()),
+                    ("act", u8::from(!srv.backup).to_string()),
+                    ("bck", u8::from(srv.backup).to_string()),
+                    ("pid", pid.clone()),
+                    ("iid", iid.clone()),
+                    ("sid", (j + 1).to_string()),
+                    ("lbtot", c.requests.load(Ordering::Relaxed).to_string()),
+                    ("type", "2".into()),
+                    ("econ", c.connect_errors.load(Ordering::Relaxed).to_string()),
+                    (
+                        "eresp",
+                        c.response_errors.load(Ordering::Relaxed).to_string(),
+                    ),
+                    ("addr", srv.addr.to_string()),
+                    ("mode", "http".into()),
+                    ("connect", c.connect.load(Ordering::Relaxed).to_string()),
+                    ("reuse", c.reuse.load(Ordering::Relaxed).to_string()),
+                ],
+            );
+        }
+        let mut v = vec![
+            ("pxname", be.name.clone()),
+            ("svname", "BACKEND".into()),
+            ("status", "UP".into()),
+            ("pid", pid.clone()),
+            ("iid", iid.clone()),
+            ("sid", "0".into()),
+            ("type", "1".into()),
+            ("mode", "http".into()),
+            ("algo", be.balancer.algo.name()),
+        ];
+        v.extend(comp(&be.comp_counters));
+        row(&mut out, &v);
+    }
+    out
+}
