@@ -7,8 +7,8 @@ R times. Reported: requests/s, p50/p99 latency, and requests per CPU-second of t
 """
 import os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
-SECS = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+SECS = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 8
+RUNS = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 3
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "..", "shared", "corpus")
 SLUICE = os.path.join(ROOT, "target", "release", "sluice")
@@ -205,9 +205,14 @@ def main():
     stop(origin)
 
 
-try:
-    main()
-finally:
+def cleanup():
     for p in list(procs):
         stop(p)
     shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        cleanup()

@@ -1069,7 +1069,10 @@ impl Relay<'_> {
                 remaining -= used as u64;
             }
             if !self.out.is_empty() {
-                if !write_ok(self.client, self.out, self.tclient).await {
+                // More chunks follow unless this was the last: let the kernel coalesce.
+                let sent =
+                    within(self.tclient, write_pair(self.client, self.out, &[], !last)).await;
+                if !matches!(sent, Ok(Ok(()))) {
                     return Err(Fail::ClientGone);
                 }
                 self.out.clear();

@@ -21,7 +21,7 @@ pub(crate) const SEGMENT_OVERHEAD: usize = 48;
 /// How far (in bits) a fixed-Huffman block may fall behind a stored one before giving up.
 const GIVE_UP_MARGIN: u64 = 256;
 
-const HASH_BITS: u32 = 14;
+const HASH_BITS: u32 = 13;
 const WINDOW: usize = 32768;
 const MIN_MATCH: usize = 4;
 const MAX_MATCH: usize = 258;
@@ -149,6 +149,12 @@ fn fast_with(w: &mut Writer<'_>, input: &[u8], last: bool, head: &mut [u32], bas
                 let max = (seg_end - p).min(MAX_MATCH);
                 let len = MIN_MATCH + common(input, c + MIN_MATCH, p + MIN_MATCH, max - MIN_MATCH);
                 put_fixed_match(w, len, p - c);
+                // Hash one position near the match's end: the next search then finds the
+                // most recent copy of what follows, for one table write per match.
+                let q = p + len - 2;
+                if len > 4 && q + MIN_MATCH <= seg_end {
+                    head[hash(read32(input, q))] = base + q as u32;
+                }
                 p += len;
             } else {
                 let b = input[p];
