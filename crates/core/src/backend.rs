@@ -13,7 +13,7 @@ use sluice_config::{units, ConfigError, Keyword, KwError, Scope};
 use crate::balance::Balancer;
 use crate::compression::{CompConf, CompCounters};
 use crate::config::ProxyConf;
-use crate::pool::ServerPools;
+use crate::pool::{PoolConf, Resource, ServerPools};
 use crate::rules::{self, BackendRules};
 use crate::stream::StreamConf;
 
@@ -37,6 +37,7 @@ pub struct ServerOpts {
     pub weight: Option<u32>,
     pub backup: bool,
     pub disabled: bool,
+    pub pool: PoolConf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +164,37 @@ const SERVER_OPTIONS: &[ServerOption] = &[
         },
     },
     ServerOption {
+        name: "pool-max-conn",
+        args: 1,
+        parse: |o, a| {
+            let n: i64 = a[0]
+                .parse()
+                .map_err(|_| "expects -1 (unlimited) or a count".to_string())?;
+            o.pool.max_conn = match n {
+                -1 => None,
+                n if n >= 0 => Some(n as usize),
+                _ => return Err("expects -1 (unlimited) or a count".into()),
+            };
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "pool-low-conn",
+        args: 1,
+        parse: |o, a| {
+            o.pool.low_conn = a[0].parse().map_err(|_| "expects a count".to_string())?;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "pool-purge-delay",
+        args: 1,
+        parse: |o, a| {
+            o.pool.purge_delay = units::parse_time(&a[0])?;
+            Ok(())
+        },
+    },
+    ServerOption {
         name: "disabled",
         args: 0,
         parse: |o, _| {
@@ -191,9 +223,10 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "maxconn",
     "maxqueue",
     "minconn",
-    "pool-low-conn",
-    "pool-max-conn",
-    "pool-purge-delay",
+    "max-reuse",
+    "pool-conn-name",
+    "strict-maxconn",
+    "idle-ping",
     "ssl",
     "verify",
     "sni",
@@ -308,7 +341,20 @@ pub struct Server {
     /// Requests in flight on this server; `leastconn` and `random` read it.
     pub cur_conns: AtomicUsize,
     pub counters: ServerCounters,
-    pub idle: ServerPools,
+    pub idle: ServerPools<Pooled>,
+}
+
+/// A pooled server socket: the stream and its place in the descriptor count.
+#[derive(Debug)]
+pub struct Pooled {
+    pub stream: tokio::net::TcpStream,
+    pub fd: crate::fds::Counted,
+}
+
+impl Resource for Pooled {
+    fn alive(&self) -> bool {
+        self.stream.alive()
+    }
 }
 
 impl Server {
@@ -356,7 +402,7 @@ impl Backend {
                 disabled: s.opts.disabled,
                 cur_conns: AtomicUsize::new(0),
                 counters: ServerCounters::default(),
-                idle: ServerPools::new(nbthread),
+                idle: ServerPools::new(nbthread, s.opts.pool),
             })
             .collect();
         let balancer = Balancer::new(conf.balance.algo.clone(), &servers);
@@ -394,7 +440,8 @@ mod tests {
             ServerOpts {
                 weight: Some(3),
                 backup: true,
-                disabled: false
+                disabled: false,
+                pool: PoolConf::default()
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();
@@ -416,6 +463,21 @@ mod tests {
                 .to_string(),
             "argument 3 'frob': unknown server option"
         );
+        parse_server(
+            &mut c,
+            &words("p 127.0.0.1:80 pool-max-conn 4 pool-low-conn 8 pool-purge-delay 2s"),
+        )
+        .unwrap();
+        let p = c.backend.servers.last().unwrap().opts.pool;
+        assert_eq!(
+            p,
+            PoolConf {
+                max_conn: Some(4),
+                low_conn: 8,
+                purge_delay: std::time::Duration::from_secs(2)
+            }
+        );
+        assert!(parse_server(&mut c, &words("q 127.0.0.1:80 pool-max-conn -2")).is_err());
         assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 check"))
             .unwrap_err()
             .to_string()

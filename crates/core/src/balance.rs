@@ -263,7 +263,7 @@ mod tests {
             disabled,
             cur_conns: AtomicUsize::new(0),
             counters: Default::default(),
-            idle: ServerPools::new(1),
+            idle: ServerPools::new(1, Default::default()),
         }
     }
 

@@ -122,6 +122,12 @@ pub(crate) const COMMANDS: &[Command] = &[
         run: show_activity,
     },
     Command {
+        words: &["show", "servers", "conn"],
+        help: "show idle and used connections per server and per thread [BACKEND]",
+        level: Level::Operator,
+        run: show_servers_conn,
+    },
+    Command {
         words: &["show", "stat"],
         help: "report counters for each proxy and server (CSV)",
         level: Level::User,
@@ -228,6 +234,9 @@ fn show_activity(s: &Shared, _: &[&str]) -> String {
         ("idle_purged", |t| {
             t.counters.idle_purged.load(Ordering::Relaxed)
         }),
+        ("fd_takeover", |t| {
+            t.counters.fd_takeover.load(Ordering::Relaxed)
+        }),
     ];
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());
@@ -240,6 +249,46 @@ fn show_activity(s: &Shared, _: &[&str]) -> String {
         };
         let per: Vec<String> = values.iter().map(u64::to_string).collect();
         let _ = writeln!(out, "{name}: {total} [ {} ]", per.join(" "));
+    }
+    out
+}
+
+/// HAProxy's `show servers conn` layout: pool counters per server, then idle per thread.
+fn show_servers_conn(s: &Shared, args: &[&str]) -> String {
+    let n = s.threads.len();
+    let mut out = format!(
+        "# bkname/svname bkid/svid addr port - purge_delay used_cur used_max need_est unsafe_nb safe_nb idle_lim idle_cur idle_per_thr[{n}]\n"
+    );
+    for (i, be) in s.config.backends.iter().enumerate() {
+        if args.first().is_some_and(|name| *name != be.name) {
+            continue;
+        }
+        for (j, srv) in be.servers.iter().enumerate() {
+            let p = &srv.idle.stats;
+            let get = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
+            let idle = get(&p.idle_cur);
+            let safe = get(&p.safe_cur).min(idle);
+            let per: Vec<String> = p.per_thread.iter().map(|t| get(t).to_string()).collect();
+            let _ = writeln!(
+                out,
+                "{}/{} {}/{} {} {} - {} {} {} {} {} {} {} {} {}",
+                be.name,
+                srv.name,
+                s.config.frontends.len() + i + 1,
+                j + 1,
+                srv.addr.ip(),
+                srv.addr.port(),
+                srv.idle.conf.purge_delay.as_millis(),
+                get(&p.used_cur),
+                get(&p.used_max),
+                get(&p.need_est),
+                idle - safe,
+                safe,
+                srv.idle.conf.max_conn.map_or(-1, |m| m as i64),
+                idle,
+                per.join(" ")
+            );
+        }
     }
     out
 }
@@ -332,6 +381,19 @@ const STAT_FIELDS: &[&str] = &[
     "wrew",
     "connect",
     "reuse",
+    "cache_lookups",
+    "cache_hits",
+    "srv_icur",
+    "src_ilim",
+    "qtime_max",
+    "ctime_max",
+    "rtime_max",
+    "ttime_max",
+    "eint",
+    "idle_conn_cur",
+    "safe_conn_cur",
+    "used_conn_cur",
+    "need_conn_est",
 ];
 
 fn show_stat(s: &Shared, _: &[&str]) -> String {
@@ -375,6 +437,9 @@ fn show_stat(s: &Shared, _: &[&str]) -> String {
         let iid = (s.config.frontends.len() + i + 1).to_string();
         for (j, srv) in be.servers.iter().enumerate() {
             let c = &srv.counters;
+            let pool = &srv.idle.stats;
+            let idle = pool.idle_cur.load(Ordering::Relaxed);
+            let safe = pool.safe_cur.load(Ordering::Relaxed).min(idle);
             row(
                 &mut out,
                 &[
@@ -406,6 +471,24 @@ fn show_stat(s: &Shared, _: &[&str]) -> String {
                     ("mode", "http".into()),
                     ("connect", c.connect.load(Ordering::Relaxed).to_string()),
                     ("reuse", c.reuse.load(Ordering::Relaxed).to_string()),
+                    ("srv_icur", idle.to_string()),
+                    (
+                        "src_ilim",
+                        srv.idle
+                            .conf
+                            .max_conn
+                            .map_or("-1".into(), |m| m.to_string()),
+                    ),
+                    ("idle_conn_cur", (idle - safe).to_string()),
+                    ("safe_conn_cur", safe.to_string()),
+                    (
+                        "used_conn_cur",
+                        pool.used_cur.load(Ordering::Relaxed).to_string(),
+                    ),
+                    (
+                        "need_conn_est",
+                        pool.need_est.load(Ordering::Relaxed).to_string(),
+                    ),
                 ],
             );
         }

@@ -41,6 +41,7 @@ pub struct GlobalConf {
     pub bufsize: usize,
     pub compression: GlobalComp,
     pub stats_socket: Option<crate::cli::SocketConf>,
+    pub pool: crate::pool::PoolGlobal,
 }
 
 impl Default for GlobalConf {
@@ -51,6 +52,7 @@ impl Default for GlobalConf {
             bufsize: 16384,
             compression: GlobalComp::default(),
             stats_socket: None,
+            pool: crate::pool::PoolGlobal::default(),
         }
     }
 }
@@ -94,6 +96,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     stream::GLOBAL_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
     crate::cli::GLOBAL_KEYWORDS,
+    crate::pool::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
@@ -244,6 +247,21 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                 "{} '{}' has no 'bind' line",
                 p.kind.name(),
                 p.name
+            )));
+            continue;
+        }
+        if let Some(b) = p
+            .conf
+            .listen
+            .binds
+            .iter()
+            .find(|b| b.threads.is_some_and(|(_, hi)| hi > nbthread))
+        {
+            errors.push(p.header.error(format!(
+                "{} '{}': bind {} uses a thread above nbthread ({nbthread})",
+                p.kind.name(),
+                p.name,
+                b.spec
             )));
             continue;
         }

@@ -11,7 +11,8 @@
 //! - [`backend`]: servers, `default-server`, connect/server timeouts, `http-reuse`.
 //! - [`balance`]: the `balance` algorithms.
 //! - [`compression`]: response compression keywords, negotiation, rules, throttling.
-//! - [`pool`]: per-thread idle server connections.
+//! - [`pool`]: per-thread idle server connections with bounded takeover (`pool-*` keywords).
+//! - [`fds`]: open-socket count against the descriptor limit, for the pools' fd rules.
 //! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
 //! - [`cli`]: the runtime CLI on a unix socket (`stats socket`), table-driven commands.
 //! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
@@ -24,6 +25,7 @@ mod buffer;
 pub mod cli;
 pub mod compression;
 pub mod config;
+pub mod fds;
 pub mod listener;
 pub mod pending;
 pub mod pool;

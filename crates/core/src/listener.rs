@@ -36,9 +36,25 @@ impl std::fmt::Display for BindSpec {
     }
 }
 
+/// A `bind` line's address and the workers allowed to accept on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub spec: BindSpec,
+    /// `thread N[-M]` (1-based, inclusive); `None`: every worker.
+    pub threads: Option<(usize, usize)>,
+}
+
+impl Bind {
+    /// Whether worker `tid` (0-based) accepts on this bind.
+    pub fn on_thread(&self, tid: usize) -> bool {
+        self.threads
+            .is_none_or(|(a, b)| (a..=b).contains(&(tid + 1)))
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListenConf {
-    pub binds: Vec<BindSpec>,
+    pub binds: Vec<Bind>,
     pub maxconn: Option<usize>,
 }
 
@@ -53,7 +69,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "bind",
         scope: Scope::FRONTEND,
-        help: "bind ADDR:PORT[,...] | fd@N: where the frontend accepts connections",
+        help: "bind ADDR:PORT[,...] | fd@N [thread N[-M]]: where the frontend accepts connections, and on which workers",
         parse: add_bind,
     },
     Keyword {
@@ -79,7 +95,6 @@ const PENDING_BIND_OPTIONS: &[&str] = &[
     "alpn",
     "name",
     "process",
-    "thread",
     "shards",
     "accept-proxy",
     "v4v6",
@@ -101,18 +116,46 @@ pub(crate) fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError
             "an address (ADDR:PORT, [v6]:PORT, *:PORT, :PORT or fd@N)",
         ));
     };
-    if let Some(o) = opts.first() {
-        return Err(if PENDING_BIND_OPTIONS.contains(&o.as_str()) {
-            KwError::Invalid(format!("bind option '{o}': not supported yet"))
-        } else {
-            KwError::bad(2, o, "unknown bind option")
-        });
+    let mut threads = None;
+    let mut i = 0;
+    while i < opts.len() {
+        let o = opts[i].as_str();
+        match o {
+            "thread" => {
+                let v = opts
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a thread number or range after 'thread'"))?;
+                threads = Some(parse_threads(v).map_err(|e| KwError::bad(i + 3, v, e))?);
+                i += 2;
+            }
+            _ if PENDING_BIND_OPTIONS.contains(&o) => {
+                return Err(KwError::Invalid(format!(
+                    "bind option '{o}': not supported yet"
+                )))
+            }
+            _ => return Err(KwError::bad(i + 2, o, "unknown bind option")),
+        }
     }
     for a in addrs.split(',') {
         let spec = parse_bind(a).map_err(|e| KwError::bad(1, a, e))?;
-        c.listen.binds.push(spec);
+        c.listen.binds.push(Bind { spec, threads });
     }
     Ok(())
+}
+
+/// `N` or `N-M`, 1-based.
+fn parse_threads(v: &str) -> Result<(usize, usize), String> {
+    let (a, b) = v.split_once('-').unwrap_or((v, v));
+    let a: usize = a
+        .parse()
+        .map_err(|_| "expects a thread number or range (1-based)".to_string())?;
+    let b: usize = b
+        .parse()
+        .map_err(|_| "expects a thread number or range (1-based)".to_string())?;
+    if a == 0 || b < a {
+        return Err("expects a thread number or range (1-based, ascending)".into());
+    }
+    Ok((a, b))
 }
 
 fn parse_bind(a: &str) -> Result<BindSpec, String> {
@@ -237,7 +280,12 @@ impl Admission {
 }
 
 /// Accepts connections for frontend `fe` on this worker's copy of a listening socket.
-pub(crate) async fn accept_loop(w: Rc<Worker>, fe: usize, listener: tokio::net::TcpListener) {
+pub(crate) async fn accept_loop(
+    w: Rc<Worker>,
+    fe: usize,
+    pinned: bool,
+    listener: tokio::net::TcpListener,
+) {
     let mut last_log = Instant::now() - Duration::from_secs(60);
     let mut suppressed = 0u64;
     loop {
@@ -245,7 +293,7 @@ pub(crate) async fn accept_loop(w: Rc<Worker>, fe: usize, listener: tokio::net::
         match listener.accept().await {
             Ok((sock, peer)) => {
                 let _ = sock.set_nodelay(true);
-                w.dispatch(sock, peer, fe, slot);
+                w.dispatch(sock, peer, fe, slot, pinned);
             }
             Err(e) => {
                 // Out of descriptors or similar: back off instead of spinning, and say so at a
@@ -302,6 +350,11 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));
+        add_bind(&mut c, &[":81".into(), "thread".into(), "2".into()]).unwrap();
+        let b = c.listen.binds.last().unwrap();
+        assert!(b.on_thread(1) && !b.on_thread(0));
+        assert_eq!(parse_threads("1-3"), Ok((1, 3)));
+        assert!(parse_threads("0").is_err() && parse_threads("3-1").is_err());
     }
 
     #[test]

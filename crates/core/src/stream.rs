@@ -29,6 +29,7 @@ use sluice_http::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::backend::Pooled;
 use crate::backend::{one_arg, time_arg, Backend, ReuseMode, Server};
 use crate::balance::PickKey;
 use crate::buffer::{Buf, BufPool};
@@ -36,10 +37,12 @@ use crate::compression::{
     self, Algo, CompConf, CompCounters, Compressor, GlobalComp, RATE_IN, RATE_OUT,
 };
 use crate::config::{Frontend, GlobalConf, ProxyConf};
+use crate::fds::Counted;
 use crate::listener::Slot;
-use crate::pool::Want;
+use crate::pool::{self, Got, Want};
 use crate::rules::{holds, Action, HttpRule, ReqView};
 use crate::threads::Worker;
+use std::time::Instant;
 
 /// How connections are kept alive (`option http-server-close`, `option httpclose`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -254,12 +257,34 @@ async fn within<F: Future>(limit: Option<Duration>, f: F) -> Result<F::Output, (
 /// A server connection attached to the current request.
 struct ServerConn {
     stream: TcpStream,
+    fd: Counted,
     backend: usize,
     server: usize,
     /// Requests already completed on this connection.
     served: u32,
     /// It came from a pool (or is the session's private one) rather than a fresh connect.
     reused: bool,
+    used: Used,
+}
+
+/// Keeps the server's count of used connections right however a connection ends: armed while
+/// the connection is in use, it gives the count back on drop unless the connection went back
+/// to the pool (which does that itself).
+struct Used {
+    w: Rc<Worker>,
+    backend: usize,
+    server: usize,
+    armed: bool,
+}
+
+impl Drop for Used {
+    fn drop(&mut self) {
+        if self.armed {
+            self.w.config().backends[self.backend].servers[self.server]
+                .idle
+                .close_used();
+        }
+    }
 }
 
 /// The routing decision for a request, computed from its head.
@@ -329,6 +354,7 @@ pub(crate) async fn serve(
 ) {
     let ctx = w.ctx();
     ctx.active.fetch_add(1, Ordering::Relaxed);
+    let _fd = Counted::new();
     let mut s = Session {
         w: w.clone(),
         fe,
@@ -572,6 +598,13 @@ impl Session {
         allow_reuse: bool,
     ) -> Result<ServerConn, Fail> {
         let srv: &Server = &be.servers[server];
+        let pressure = self.w.config().global.pool.pressure();
+        let used = |w: &Rc<Worker>| Used {
+            w: w.clone(),
+            backend,
+            server,
+            armed: true,
+        };
         if allow_reuse {
             if let Some(p) = self.private.take() {
                 if p.backend == backend && p.server == server {
@@ -579,27 +612,62 @@ impl Session {
                 }
             }
             let want = Want::for_request(be.reuse, self.requests == 0);
-            if let Some(idle) = srv.idle.take(self.w.tid, want) {
-                Server::add(&srv.counters.reuse);
-                return Ok(ServerConn {
-                    stream: idle.stream,
-                    backend,
-                    server,
-                    served: idle.served,
-                    reused: true,
-                });
+            let mut dead = Vec::new();
+            let got = srv
+                .idle
+                .get(self.w.tid, want, &pressure, Instant::now(), &mut dead);
+            drop(dead);
+            let (idle, stolen) = match got {
+                Got::Local(c) => (Some(c), false),
+                Got::Stolen(c, _) => (Some(c), true),
+                Got::None => (None, false),
+            };
+            if let Some(c) = idle {
+                let stream = if stolen {
+                    self.w
+                        .ctx()
+                        .counters
+                        .fd_takeover
+                        .fetch_add(1, Ordering::Relaxed);
+                    // Move the socket from the sibling's event loop into ours.
+                    pool::adopt(c.conn.stream)
+                } else {
+                    Ok(c.conn.stream)
+                };
+                match stream {
+                    Ok(stream) => {
+                        Server::add(&srv.counters.reuse);
+                        return Ok(ServerConn {
+                            stream,
+                            fd: c.conn.fd,
+                            backend,
+                            server,
+                            served: c.served,
+                            reused: true,
+                            used: used(&self.w),
+                        });
+                    }
+                    Err(_) => srv.idle.close_used(),
+                }
             }
+        }
+        if pressure.high() {
+            // Descriptors are scarce: an idle connection makes room for the new one.
+            drop(srv.idle.evict_one(self.w.tid));
         }
         match within(be.timeout_connect, TcpStream::connect(srv.addr)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 Server::add(&srv.counters.connect);
+                srv.idle.use_one();
                 Ok(ServerConn {
                     stream,
+                    fd: Counted::new(),
                     backend,
                     server,
                     served: 0,
                     reused: false,
+                    used: used(&self.w),
                 })
             }
             _ => {
@@ -833,6 +901,7 @@ impl Session {
             && client_framing != Framing::UntilClose
             && !w.stopping();
         self.out.clear();
+        let expires = keep_alive_deadline(&rsp, self.sbuf.bytes());
         let length_hint = (facts.is_head || rsp.status == 304)
             .then(|| rsp.header(self.sbuf.bytes(), "content-length"))
             .flatten()
@@ -894,9 +963,28 @@ impl Session {
             if be.reuse == ReuseMode::Never {
                 self.private = Some(conn);
             } else {
-                be.servers[conn.server]
-                    .idle
-                    .put(self.w.tid, conn.stream, conn.served);
+                let srv = &be.servers[conn.server];
+                let ServerConn {
+                    stream,
+                    fd,
+                    served,
+                    mut used,
+                    ..
+                } = conn;
+                // The pool accounts for it from here on (kept or refused).
+                used.armed = false;
+                let pressure = w.config().global.pool.pressure();
+                let kept = srv.idle.release(
+                    w.tid,
+                    Pooled { stream, fd },
+                    served,
+                    srv.usable(),
+                    false,
+                    &pressure,
+                    Instant::now(),
+                    expires,
+                );
+                drop(kept);
             }
         }
         Ok(keep_client)
@@ -1099,6 +1187,20 @@ fn comp_conf<'a>(fe: &'a Frontend, be: &'a Backend) -> &'a CompConf {
     } else {
         &be.compression
     }
+}
+
+/// When a server's `Keep-Alive: timeout=N` says it will close an idle connection: the pool
+/// retires it a second before that, so a request never races the server's close.
+fn keep_alive_deadline(rsp: &ResponseHead, buf: &[u8]) -> Option<Instant> {
+    let v = rsp.header(buf, "keep-alive")?;
+    let secs = v.split(|&b| b == b',').find_map(|p| {
+        let p = std::str::from_utf8(p).ok()?.trim();
+        let (k, n) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("timeout")
+            .then(|| n.trim().parse::<u64>().ok())?
+    })?;
+    Some(Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(1)))
 }
 
 /// Why sending a request or reading its response head failed.

@@ -60,6 +60,8 @@ pub struct WorkerCounters {
     pub accept_errors: AtomicU64,
     /// Idle server connections closed by the purge timer.
     pub idle_purged: AtomicU64,
+    /// Idle server connections this worker took over from a sibling.
+    pub fd_takeover: AtomicU64,
 }
 
 /// What other threads may know about a worker. Aligned to two cache lines so that workers
@@ -152,12 +154,14 @@ impl Worker {
         peer: SocketAddr,
         frontend: usize,
         slot: Slot,
+        pinned: bool,
     ) {
         let ctx = self.ctx();
         ctx.counters.accepted.fetch_add(1, Ordering::Relaxed);
         let mine = ctx.load();
         let n = self.shared.threads.len();
-        if n > 1 && mine >= 2 {
+        // A bind restricted to some threads (`thread N`) keeps its connections there.
+        if n > 1 && mine >= 2 && !pinned {
             let other = &self.shared.threads[(self.tid + 1 + fastrand::usize(..n - 1)) % n];
             if other.load() * 2 < mine {
                 if let Ok(stream) = sock.into_std() {
@@ -228,8 +232,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
         let backlog = fe.listen.maxconn.unwrap_or(global_max);
-        for spec in &fe.listen.binds {
-            listeners.push((fi, listener::open(spec, backlog)?));
+        for bind in &fe.listen.binds {
+            listeners.push((fi, bind.clone(), listener::open(&bind.spec, backlog)?));
         }
     }
     let admission = Admission::new(
@@ -264,7 +268,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
     for (tid, inbox) in inboxes.into_iter().enumerate() {
         let mine = listeners
             .iter()
-            .map(|(fe, l)| l.try_clone().map(|l| (*fe, l)))
+            .filter(|(_, bind, _)| bind.on_thread(tid))
+            .map(|(fe, bind, l)| l.try_clone().map(|l| (*fe, bind.threads.is_some(), l)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|source| RunError::Worker { tid, source })?;
         let shared = shared.clone();
@@ -289,7 +294,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
     }
     let addrs: Vec<String> = listeners
         .iter()
-        .filter_map(|(_, l)| l.local_addr().ok().map(|a| a.to_string()))
+        .filter_map(|(_, _, l)| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
     eprintln!(
         "sluice: {nbthread} worker(s) listening on {}",
@@ -314,7 +319,7 @@ fn default_maxconn() -> usize {
 fn worker_main(
     tid: usize,
     shared: Arc<Shared>,
-    listeners: Vec<(usize, std::net::TcpListener)>,
+    listeners: Vec<(usize, bool, std::net::TcpListener)>,
     mut inbox: mpsc::UnboundedReceiver<InboxMsg>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -345,10 +350,10 @@ fn worker_main(
             comp_out: RefCell::default(),
             comp_plain: RefCell::default(),
         });
-        for (fe, l) in listeners {
+        for (fe, pinned, l) in listeners {
             match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => {
-                    tokio::task::spawn_local(listener::accept_loop(w.clone(), fe, l));
+                    tokio::task::spawn_local(listener::accept_loop(w.clone(), fe, pinned, l));
                 }
                 Err(e) => eprintln!("sluice: worker {tid}: cannot register a listener: {e}"),
             }
@@ -361,19 +366,20 @@ fn worker_main(
     });
 }
 
-/// How long an idle server connection is kept (`pool-purge-delay` default).
-const IDLE_KEEP: Duration = Duration::from_secs(5);
-
-/// Periodically closes this worker's idle server connections that are too old or that the
-/// server has closed.
+/// Runs this worker's share of idle-pool maintenance: dead and expiring connections go at
+/// once, and once per `pool-purge-delay` half the surplus above the need (see `pool`).
 async fn purge_idle(w: Rc<Worker>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // One clock for every worker, so that they agree on purge periods.
+    let start = w.shared.started;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tick.tick().await;
+        let now = std::time::Instant::now();
+        let now_ms = now.duration_since(start).as_millis() as u64 + 1;
         let mut closed = 0;
         for be in &w.config().backends {
             for srv in &be.servers {
-                closed += srv.idle.purge(w.tid, IDLE_KEEP);
+                closed += srv.idle.purge(w.tid, now, now_ms).len();
             }
         }
         w.ctx()

@@ -93,9 +93,17 @@ fn first_fills_the_first_server() {
 
 #[test]
 fn leastconn_avoids_the_busy_server() {
+    // The slow server holds every response until the test lets it go: no timing assumption.
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = release.clone();
     let slow = Origin::with_handler(
         "slow",
-        Arc::new(|_| Reply::Delayed(Duration::from_secs(2), ok_response("slow /"))),
+        Arc::new(move |_| {
+            while !gate.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ok_response("slow /").into()
+        }),
     );
     let fast = Origin::start("fast");
     let p = Sluice::start(&backend_with("leastconn", &[(&slow, ""), (&fast, "")]));
@@ -113,6 +121,7 @@ fn leastconn_avoids_the_busy_server() {
     // While the slow server holds a request, new requests go to the fast one.
     let got = spread(&p, 6, |_| "/".into());
     assert!(got.iter().all(|n| n == "fast"), "{got:?}");
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
     for h in holders {
         h.join().unwrap();
     }

@@ -52,6 +52,8 @@ pub enum Reply {
     Close,
     /// Send these pieces one by one with a pause between them (a slow server).
     Dripped(Vec<Vec<u8>>, Duration),
+    /// Send, then close the connection (a server retiring an idle connection).
+    RawThenClose(Vec<u8>),
 }
 
 pub type Handler = Arc<dyn Fn(&Received) -> Reply + Send + Sync>;
@@ -159,6 +161,10 @@ fn serve_origin_conn(
                 }
             }
             Reply::Close => return,
+            Reply::RawThenClose(bytes) => {
+                let _ = writer.write_all(&bytes);
+                return;
+            }
             Reply::Dripped(pieces, pause) => {
                 for p in pieces {
                     if writer.write_all(&p).is_err() {
@@ -286,6 +292,11 @@ impl Sluice {
     /// Starts sluice on `config`. Each `{fe}` in it becomes `bind fd@N` for a listening socket
     /// this test created on 127.0.0.1 port 0 and passes down (race-free ports).
     pub fn start(config: &str) -> Sluice {
+        Sluice::start_limited(config, None)
+    }
+
+    /// Like `start`, with the descriptor limit (`ulimit -n`) set for the process.
+    pub fn start_limited(config: &str, nofile: Option<u64>) -> Sluice {
         let dir = TempDir::new();
         let mut listeners = Vec::new();
         let mut text = String::new();
@@ -310,6 +321,15 @@ impl Sluice {
         // SAFETY: only async-signal-safe fcntl calls run between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(n) = nofile {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 for &fd in &fds {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
@@ -364,6 +384,15 @@ impl Sluice {
 
     pub fn connect(&self) -> Conn {
         Conn::new(self.addr())
+    }
+
+    /// Sends one command to the CLI socket at `path` and returns the answer.
+    pub fn cli(path: &std::path::Path, cmd: &str) -> String {
+        let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+        s.write_all(format!("{cmd}\n").as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
     }
 }
 
