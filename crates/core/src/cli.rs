@@ -234,6 +234,7 @@ fn show_activity(s: &Shared, _: &[&str]) -> String {
         ("idle_purged", |t| {
             t.counters.idle_purged.load(Ordering::Relaxed)
         }),
+        ("loops", |t| t.counters.loops.load(Ordering::Relaxed)),
         ("fd_takeover", |t| {
             t.counters.fd_takeover.load(Ordering::Relaxed)
         }),

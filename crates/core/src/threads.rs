@@ -62,6 +62,8 @@ pub struct WorkerCounters {
     pub idle_purged: AtomicU64,
     /// Idle server connections this worker took over from a sibling.
     pub fd_takeover: AtomicU64,
+    /// Event-loop wake-ups (returns from waiting for events).
+    pub loops: AtomicU64,
 }
 
 /// What other threads may know about a worker. Aligned to two cache lines so that workers
@@ -324,7 +326,12 @@ fn worker_main(
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_unpark(|| BUSY.with(|b| b.unparked.set(Some(std::time::Instant::now()))))
+        .on_thread_unpark(|| {
+            BUSY.with(|b| {
+                b.unparked.set(Some(std::time::Instant::now()));
+                b.loops.set(b.loops.get() + 1);
+            })
+        })
         .on_thread_park(|| {
             BUSY.with(|b| {
                 if let Some(t) = b.unparked.take() {
@@ -393,10 +400,17 @@ async fn purge_idle(w: Rc<Worker>) {
 struct Busy {
     unparked: Cell<Option<std::time::Instant>>,
     busy_ns: Cell<u64>,
+    loops: Cell<u64>,
 }
 
 thread_local! {
-    static BUSY: Busy = const { Busy { unparked: Cell::new(None), busy_ns: Cell::new(0) } };
+    static BUSY: Busy = const {
+        Busy {
+            unparked: Cell::new(None),
+            busy_ns: Cell::new(0),
+            loops: Cell::new(0),
+        }
+    };
 }
 
 /// Publishes the worker's busy share every 250 ms, smoothed (half old, half new) so that it
@@ -423,6 +437,10 @@ async fn measure_busy(w: Rc<Worker>) {
         w.ctx()
             .busy_pct
             .store(smoothed.round() as u32, Ordering::Relaxed);
+        w.ctx()
+            .counters
+            .loops
+            .store(BUSY.with(|b| b.loops.get()), Ordering::Relaxed);
         last_busy = busy;
         last_at = now;
     }

@@ -519,6 +519,11 @@ fn counters_show_compressed_and_bypassed_bytes() {
     assert!(info.contains("CompressBpsRateLim: 1000\n"), "{info}");
     assert!(info.contains("Name: sluice\n"));
     assert!(cli(&sock, "help").contains("show activity"));
-    assert!(cli(&sock, "show activity").contains("accepted: 1 ["));
+    let activity = cli(&sock, "show activity");
+    assert!(activity.contains("accepted: 1 ["), "{activity}");
+    assert!(
+        activity.contains("\nloops: ") && activity.contains("\nfd_takeover: "),
+        "{activity}"
+    );
     assert!(cli(&sock, "frobnicate").starts_with("Unknown command"));
 }
