@@ -5,7 +5,6 @@
 //! the few internal descriptors are a fixed margin); reading the count is one atomic load.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 static OPEN: AtomicUsize = AtomicUsize::new(0);
 /// Descriptors that are not connections: stdio, epoll and event descriptors, listeners.
@@ -39,20 +38,71 @@ pub fn used() -> usize {
     OPEN.load(Ordering::Relaxed) + MARGIN
 }
 
-/// The soft `RLIMIT_NOFILE`, read once.
-pub fn limit() -> usize {
-    static LIMIT: OnceLock<usize> = OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit only writes into the struct we pass.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
-        if ok {
-            lim.rlim_cur as usize
-        } else {
-            1024
+fn get_limit() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        (lim.rlim_cur, lim.rlim_max)
+    } else {
+        (1024, 1024)
+    }
+}
+
+fn set_soft_limit(soft: u64, hard: u64) -> bool {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 }
+}
+
+/// Descriptors a `maxconn` needs: two per proxied connection plus the margin.
+pub fn needed(maxconn: usize) -> usize {
+    maxconn * 2 + 2 * MARGIN
+}
+
+/// Raises the descriptor limit to what `maxconn` needs (or, without one, to the hard limit)
+/// and returns the `maxconn` to apply. Refuses, with the figures, when the hard limit is too
+/// low: running out of descriptors under load is worse than not starting.
+pub fn ensure(maxconn: Option<usize>) -> Result<usize, String> {
+    let (soft, hard) = get_limit();
+    let effective = match maxconn {
+        Some(m) => {
+            let need = needed(m) as u64;
+            if need > hard {
+                return Err(format!(
+                    "maxconn {m} needs {need} file descriptors but the hard limit is {hard} (ulimit -Hn): lower maxconn or raise the limit"
+                ));
+            }
+            if need > soft && !set_soft_limit(need, hard) {
+                return Err(format!(
+                    "cannot raise the file descriptor limit from {soft} to {need}"
+                ));
+            }
+            m
         }
-    })
+        None => {
+            if hard > soft {
+                set_soft_limit(hard, hard);
+            }
+            let now = get_limit().0 as usize;
+            (now.saturating_sub(2 * MARGIN) / 2).clamp(16, 1_000_000)
+        }
+    };
+    LIMIT.store(get_limit().0 as usize, Ordering::Relaxed);
+    Ok(effective)
+}
+
+static LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// The descriptor limit in force (after `ensure`).
+pub fn limit() -> usize {
+    match LIMIT.load(Ordering::Relaxed) {
+        0 => get_limit().0 as usize,
+        n => n,
+    }
 }

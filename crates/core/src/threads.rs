@@ -220,6 +220,8 @@ pub enum RunError {
     Worker { tid: usize, source: std::io::Error },
     #[error("cannot set up signal handling: {0}")]
     Signals(std::io::Error),
+    #[error("{0}")]
+    Fds(String),
     #[error("stats socket {path}: {source}")]
     Cli {
         path: String,
@@ -230,7 +232,9 @@ pub enum RunError {
 /// Opens the listeners, starts the workers and blocks until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), RunError> {
     let nbthread = effective_nbthread(&config.global);
-    let global_max = config.global.maxconn.unwrap_or_else(default_maxconn);
+    // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
+    // limit is raised to match or the start is refused.
+    let global_max = crate::fds::ensure(config.global.maxconn).map_err(RunError::Fds)?;
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
         let backlog = fe.listen.maxconn.unwrap_or(global_max);
@@ -303,19 +307,6 @@ pub fn run(config: Config) -> Result<(), RunError> {
         addrs.join(", ")
     );
     wait_for_stop_signal()
-}
-
-/// HAProxy derives its default maxconn from the file-descriptor limit: two descriptors per
-/// proxied connection plus a margin.
-fn default_maxconn() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes into the struct we pass.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
-    let nofile = if ok { lim.rlim_cur as usize } else { 1024 };
-    (nofile.saturating_sub(64) / 2).clamp(64, 1_000_000)
 }
 
 fn worker_main(

@@ -237,3 +237,33 @@ fn a_real_http_client_works_through_the_proxy() {
     assert_eq!(o.conns(), 1, "curl reused its connection and so did sluice");
     assert!(o.requests().iter().all(|r| r.body == b"payload"));
 }
+
+#[test]
+fn a_maxconn_the_descriptor_limit_cannot_hold_is_refused() {
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new();
+    let cfg = dir.write(
+        "c.cfg",
+        "global\n    maxconn 1000\nfrontend f\n    bind 127.0.0.1:0\n",
+    );
+    let mut cmd = Command::new(sluice_bin());
+    cmd.args(["-f", &cfg]);
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 100,
+                rlim_max: 100,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("maxconn 1000 needs 2064 file descriptors but the hard limit is 100"),
+        "{err}"
+    );
+}

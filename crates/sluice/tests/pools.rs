@@ -131,7 +131,7 @@ fn descriptor_shortage_overrides_the_threshold() {
     // Limit 200 descriptors, low ratio 20 % = 40; a few dozen open client connections cross it.
     let p = Sluice::start_limited(
         &format!(
-            "global\n    nbthread 2\n    maxconn 80\n    stats socket {} level admin\n    tune.pool-low-fd-ratio 20\n    tune.pool-high-fd-ratio 95\n{DEFAULTS}\nfrontend w1\n    {{fe}} thread 1\n    default_backend be\nfrontend w2\n    {{fe}} thread 2\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {} pool-low-conn 100\n",
+            "global\n    nbthread 2\n    maxconn 60\n    stats socket {} level admin\n    tune.pool-low-fd-ratio 20\n    tune.pool-high-fd-ratio 95\n{DEFAULTS}\nfrontend w1\n    {{fe}} thread 1\n    default_backend be\nfrontend w2\n    {{fe}} thread 2\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {} pool-low-conn 100\n",
             sock.display(),
             origin.addr
         ),
