@@ -55,6 +55,9 @@ pub struct BackendConf {
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
     pub reuse: ReuseMode,
+    /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
+    pub retries: Option<usize>,
+    pub redispatch: bool,
 }
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
@@ -86,6 +89,44 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "timeout server TIME: maximum inactivity time on the server side",
         parse: |c, a| time_arg(a).map(|t| c.backend.timeout_server = Some(t)),
+    },
+    Keyword {
+        name: "retries",
+        scope: Scope::BE,
+        help: "retries N: new connection attempts after a failed one (default 3)",
+        parse: |c, a| {
+            let v = one_arg(a, "a count")?;
+            c.backend.retries = Some(
+                v.parse()
+                    .map_err(|_| KwError::bad(1, v, "expects a count"))?,
+            );
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "option redispatch",
+        scope: Scope::BE,
+        help: "option redispatch: the last connection retry goes to another server",
+        parse: |c, a| match a.first() {
+            Some(x) => Err(KwError::bad(
+                1,
+                x,
+                "redispatch intervals are not supported yet",
+            )),
+            None => {
+                c.backend.redispatch = true;
+                Ok(())
+            }
+        },
+    },
+    Keyword {
+        name: "no option redispatch",
+        scope: Scope::BE,
+        help: "no option redispatch: cancel an inherited option redispatch",
+        parse: |c, _| {
+            c.backend.redispatch = false;
+            Ok(())
+        },
     },
     Keyword {
         name: "http-reuse",
@@ -328,6 +369,10 @@ pub struct ServerCounters {
     pub connect_errors: AtomicU64,
     /// Responses that were invalid or cut short.
     pub response_errors: AtomicU64,
+    /// Connection retries (`wretr`).
+    pub retries: AtomicU64,
+    /// Requests moved to another server after failed connections (`wredis`).
+    pub redispatches: AtomicU64,
 }
 
 /// A server at run time.
@@ -377,6 +422,8 @@ pub struct Backend {
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
     pub reuse: ReuseMode,
+    pub retries: usize,
+    pub redispatch: bool,
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
     pub rules: BackendRules,
@@ -413,6 +460,8 @@ impl Backend {
             timeout_connect: conf.backend.timeout_connect,
             timeout_server: conf.backend.timeout_server,
             reuse: conf.backend.reuse,
+            retries: conf.backend.retries.unwrap_or(3),
+            redispatch: conf.backend.redispatch,
             stream: conf.stream.clone(),
             rules: rules::lower_backend(&conf.rules),
             compression: conf.compression.clone(),

@@ -464,6 +464,8 @@ fn show_stat(s: &Shared, _: &[&str]) -> String {
                     ("lbtot", c.requests.load(Ordering::Relaxed).to_string()),
                     ("type", "2".into()),
                     ("econ", c.connect_errors.load(Ordering::Relaxed).to_string()),
+                    ("wretr", c.retries.load(Ordering::Relaxed).to_string()),
+                    ("wredis", c.redispatches.load(Ordering::Relaxed).to_string()),
                     (
                         "eresp",
                         c.response_errors.load(Ordering::Relaxed).to_string(),

@@ -524,13 +524,21 @@ impl Session {
                     server_close,
                 );
                 self.cbuf.consume(head.len);
-                let srv = &be.servers[server];
-                srv.cur_conns.fetch_add(1, Ordering::Relaxed);
-                let result = self.forward(be, backend, server, &facts).await;
-                srv.cur_conns.fetch_sub(1, Ordering::Relaxed);
-                result
+                self.forward(be, backend, server, &facts).await
             }
         }
+    }
+
+    /// A usable server other than `not`, from the balancer.
+    fn pick_other(&self, be: &Backend, not: usize) -> Option<usize> {
+        let key = PickKey {
+            client: self.peer.ip(),
+            path: b"",
+            header: None,
+        };
+        (0..be.servers.len() * 2)
+            .filter_map(|_| be.balancer.pick(&be.servers, &key))
+            .find(|&s| s != not)
     }
 
     fn server_close(&self, be: &Backend) -> bool {
@@ -685,8 +693,10 @@ impl Session {
         server: usize,
         facts: &ReqFacts,
     ) -> Result<bool, Fail> {
-        let srv = &be.servers[server];
-        Server::add(&srv.counters.requests);
+        let mut server = server;
+        // Held for its drop: the in-flight count follows the request to its server.
+        let mut _in_flight = InFlight::new(&be.servers[server]);
+        Server::add(&be.servers[server].counters.requests);
         self.sbuf.clear(&self.w.bufs);
         if facts.expect_continue
             && facts.version == Version::Http11
@@ -697,7 +707,33 @@ impl Session {
             self.write_client(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         let head_len = self.out.len();
-        let mut conn = self.connect(be, backend, server, true).await?;
+        let mut conn = match self.connect(be, backend, server, true).await {
+            Ok(c) => c,
+            Err(Fail::Status(503)) => {
+                // Connection failures only: nothing reached the server, so retrying is safe.
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    if attempt > be.retries {
+                        return Err(Fail::Status(503));
+                    }
+                    Server::add(&be.servers[server].counters.retries);
+                    if be.redispatch && attempt == be.retries {
+                        // The last retry goes to another server (HAProxy's `option redispatch`).
+                        if let Some(other) = self.pick_other(be, server) {
+                            Server::add(&be.servers[server].counters.redispatches);
+                            server = other;
+                            _in_flight = InFlight::new(&be.servers[server]);
+                        }
+                    }
+                    if let Ok(c) = self.connect(be, backend, server, false).await {
+                        break c;
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let srv = &be.servers[server];
         // One retry on a fresh connection when a reused one turns out dead before any
         // response byte, for bodiless idempotent requests (nothing was consumed that cannot
         // be sent again).
@@ -1201,6 +1237,22 @@ fn keep_alive_deadline(rsp: &ResponseHead, buf: &[u8]) -> Option<Instant> {
             .then(|| n.trim().parse::<u64>().ok())?
     })?;
     Some(Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(1)))
+}
+
+/// Counts a request in flight on a server (read by `leastconn` and `random`) for its lifetime.
+struct InFlight<'a>(&'a Server);
+
+impl<'a> InFlight<'a> {
+    fn new(s: &'a Server) -> Self {
+        s.cur_conns.fetch_add(1, Ordering::Relaxed);
+        InFlight(s)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.cur_conns.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Why sending a request or reading its response head failed.

@@ -234,3 +234,57 @@ fn listen_section_is_frontend_and_backend() {
     assert_eq!(r.header_count("x-once"), 1, "listen rules apply once");
     assert_eq!(r.header_count("x-forwarded-for"), 1);
 }
+
+#[test]
+fn retries_and_redispatch_on_connection_failures() {
+    let good = Origin::start("good");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let cfg = |opts: &str| {
+        format!(
+            "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n{opts}\n    server dead {dead}\n    server good {}\n",
+            sock.display(),
+            good.addr
+        )
+    };
+    // With redispatch, requests meant for the dead server end up on the good one.
+    let p = Sluice::start(&cfg("    retries 2\n    option redispatch"));
+    for _ in 0..6 {
+        assert_eq!(get(p.addr(), "/").status, 200);
+    }
+    assert_eq!(good.count(), 6);
+    let csv = Sluice::cli(&sock, "show stat");
+    let header: Vec<&str> = csv
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let dead_row: Vec<&str> = csv
+        .lines()
+        .find(|l| l.starts_with("be,dead,"))
+        .unwrap()
+        .split(',')
+        .collect();
+    let col = |name: &str| dead_row[header.iter().position(|h| *h == name).unwrap()];
+    // Each request first sent to the dead server was retried twice, the second time elsewhere
+    // (the redispatch re-runs the balancer, so how many started there depends on the cursor).
+    let retried: u64 = col("wretr").parse().unwrap();
+    let redispatched: u64 = col("wredis").parse().unwrap();
+    assert!(redispatched >= 3, "{csv}");
+    assert_eq!(retried, 2 * redispatched, "{csv}");
+    drop(p);
+    // Without it, the retries stay on the dead server and end in 503.
+    let p = Sluice::start(&cfg("    retries 1"));
+    let statuses: Vec<u16> = (0..4).map(|_| get(p.addr(), "/").status).collect();
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 503).count(),
+        2,
+        "{statuses:?}"
+    );
+}
