@@ -42,6 +42,7 @@ pub struct GlobalConf {
     pub compression: GlobalComp,
     pub stats_socket: Option<crate::cli::SocketConf>,
     pub pool: crate::pool::PoolGlobal,
+    pub hard_stop_after: Option<std::time::Duration>,
 }
 
 impl Default for GlobalConf {
@@ -53,6 +54,7 @@ impl Default for GlobalConf {
             compression: GlobalComp::default(),
             stats_socket: None,
             pool: crate::pool::PoolGlobal::default(),
+            hard_stop_after: None,
         }
     }
 }

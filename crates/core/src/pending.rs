@@ -20,7 +20,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "group" => Scope::GLOBAL,
     "chroot" => Scope::GLOBAL,
     "pidfile" => Scope::GLOBAL,
-    "hard-stop-after" => Scope::GLOBAL,
     "ssl-default-bind-ciphers" => Scope::GLOBAL,
     "ssl-default-bind-options" => Scope::GLOBAL,
     "master-worker" => Scope::GLOBAL,

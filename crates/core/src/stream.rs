@@ -442,7 +442,21 @@ impl Session {
                     None => st.timeout_client,
                 }
             };
-            match within(limit, self.cbuf.fill(&mut self.client, &self.w.bufs)).await {
+            // A connection with nothing of a request buffered is idle: a soft stop closes it.
+            // The notification is registered before the flag is read, so none is missed.
+            let w = self.w.clone();
+            let stop = w.stop.notified();
+            tokio::pin!(stop);
+            stop.as_mut().enable();
+            let idle = self.cbuf.is_empty();
+            if idle && w.stopping() {
+                return Err(Fail::ClientGone);
+            }
+            let read = tokio::select! {
+                r = within(limit, self.cbuf.fill(&mut self.client, &w.bufs)) => r,
+                _ = &mut stop, if idle => return Err(Fail::ClientGone),
+            };
+            match read {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(Fail::ClientGone),
                 Ok(Ok(_)) => {}
                 Err(()) if idle_wait || self.cbuf.is_empty() && self.requests > 0 => {

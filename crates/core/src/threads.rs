@@ -27,21 +27,29 @@ use crate::config::{Config, GlobalConf};
 use crate::listener::{self, Admission, ListenError, Slot};
 use crate::{cli, stream};
 
-pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
-    name: "nbthread",
-    scope: Scope::GLOBAL,
-    help: "nbthread N: number of worker threads (default: CPUs available to the process)",
-    parse: |g, a| {
-        let v = one_arg(a, "a thread count")?;
-        let n = v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=1024).contains(n))
-            .ok_or_else(|| KwError::bad(1, v, "expects an integer from 1 to 1024"))?;
-        g.nbthread = Some(n);
-        Ok(())
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "hard-stop-after",
+        scope: Scope::GLOBAL,
+        help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
+        parse: |g, a| crate::backend::time_arg(a).map(|t| g.hard_stop_after = Some(t)),
     },
-}];
+    Keyword {
+        name: "nbthread",
+        scope: Scope::GLOBAL,
+        help: "nbthread N: number of worker threads (default: CPUs available to the process)",
+        parse: |g, a| {
+            let v = one_arg(a, "a thread count")?;
+            let n = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=1024).contains(n))
+                .ok_or_else(|| KwError::bad(1, v, "expects an integer from 1 to 1024"))?;
+            g.nbthread = Some(n);
+            Ok(())
+        },
+    },
+];
 
 pub fn effective_nbthread(g: &GlobalConf) -> usize {
     g.nbthread
@@ -108,6 +116,8 @@ enum InboxMsg {
         frontend: usize,
         slot: Slot,
     },
+    /// Soft stop: stop accepting, close idle client connections, finish the rest.
+    Stop,
 }
 
 /// State shared by all workers (read-only apart from atomics).
@@ -129,6 +139,9 @@ pub(crate) struct Worker {
     pub comp_out: RefCell<Vec<u8>>,
     /// Decoded body bytes waiting to be compressed, same discipline.
     pub comp_plain: RefCell<Vec<u8>>,
+    /// Woken at soft stop, for client connections waiting idle between requests.
+    pub stop: tokio::sync::Notify,
+    accepting: RefCell<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Worker {
@@ -206,6 +219,13 @@ impl Worker {
                 if let Ok(sock) = TcpStream::from_std(stream) {
                     self.serve_local(sock, peer, frontend, slot);
                 }
+            }
+            InboxMsg::Stop => {
+                // Dropping the accept tasks closes this worker's copies of the listeners.
+                for task in self.accepting.borrow_mut().drain(..) {
+                    task.abort();
+                }
+                self.stop.notify_waiters();
             }
         }
     }
@@ -302,11 +322,13 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .iter()
         .filter_map(|(_, _, l)| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
+    // The workers hold their own copies; a soft stop closes those.
+    drop(listeners);
     eprintln!(
         "sluice: {nbthread} worker(s) listening on {}",
         addrs.join(", ")
     );
-    wait_for_stop_signal()
+    wait_for_stop_signal(&shared)
 }
 
 fn worker_main(
@@ -347,11 +369,15 @@ fn worker_main(
             bufs,
             comp_out: RefCell::default(),
             comp_plain: RefCell::default(),
+            stop: tokio::sync::Notify::new(),
+            accepting: RefCell::default(),
         });
         for (fe, pinned, l) in listeners {
             match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => {
-                    tokio::task::spawn_local(listener::accept_loop(w.clone(), fe, pinned, l));
+                    let task =
+                        tokio::task::spawn_local(listener::accept_loop(w.clone(), fe, pinned, l));
+                    w.accepting.borrow_mut().push(task);
                 }
                 Err(e) => eprintln!("sluice: worker {tid}: cannot register a listener: {e}"),
             }
@@ -437,7 +463,9 @@ async fn measure_busy(w: Rc<Worker>) {
     }
 }
 
-fn wait_for_stop_signal() -> Result<(), RunError> {
+/// The control thread: SIGTERM/SIGINT stop at once; SIGUSR1 starts a soft stop, which ends
+/// when no client connection is left or when `hard-stop-after` expires.
+fn wait_for_stop_signal(shared: &Shared) -> Result<(), RunError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -446,10 +474,43 @@ fn wait_for_stop_signal() -> Result<(), RunError> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+        let mut usr1 = signal(SignalKind::user_defined1()).map_err(RunError::Signals)?;
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = usr1.recv() => {}
         }
-        Ok(())
+        eprintln!("sluice: soft stop: no longer accepting, finishing active connections");
+        shared.stopping.store(true, Ordering::Relaxed);
+        for t in shared.threads.iter() {
+            t.send(InboxMsg::Stop);
+        }
+        let deadline = shared
+            .config
+            .global
+            .hard_stop_after
+            .map(|d| tokio::time::Instant::now() + d);
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            let active: usize = shared
+                .threads
+                .iter()
+                .map(|t| t.active.load(Ordering::Relaxed))
+                .sum();
+            if active == 0 {
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                eprintln!(
+                    "sluice: hard-stop-after reached with {active} connection(s) still active"
+                );
+                return Ok(());
+            }
+        }
     })
 }
