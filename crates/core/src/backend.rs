@@ -5,8 +5,11 @@
 //! work; they are atomics because other threads (and later the stats page) read them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 use sluice_config::{units, ConfigError, Keyword, KwError, Scope};
 
@@ -38,6 +41,10 @@ pub struct ServerOpts {
     pub backup: bool,
     pub disabled: bool,
     pub pool: PoolConf,
+    /// `maxconn`: requests served at once; more wait in the server's queue.
+    pub maxconn: Option<usize>,
+    /// `maxqueue`: requests allowed to wait; beyond it they get 503.
+    pub maxqueue: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +61,7 @@ pub struct BackendConf {
     pub default_server: ServerOpts,
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
+    pub timeout_queue: Option<Duration>,
     pub reuse: ReuseMode,
     /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
     pub retries: Option<usize>,
@@ -89,6 +97,13 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "timeout server TIME: maximum inactivity time on the server side",
         parse: |c, a| time_arg(a).map(|t| c.backend.timeout_server = Some(t)),
+    },
+    Keyword {
+        name: "timeout queue",
+        scope: Scope::BE,
+        help:
+            "timeout queue TIME: longest wait in a full server's queue (default: timeout connect)",
+        parse: |c, a| time_arg(a).map(|t| c.backend.timeout_queue = Some(t)),
     },
     Keyword {
         name: "retries",
@@ -205,6 +220,28 @@ const SERVER_OPTIONS: &[ServerOption] = &[
         },
     },
     ServerOption {
+        name: "maxconn",
+        args: 1,
+        parse: |o, a| {
+            let n: usize = a[0]
+                .parse()
+                .map_err(|_| "expects a count (0: unlimited)".to_string())?;
+            o.maxconn = (n > 0).then_some(n);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "maxqueue",
+        args: 1,
+        parse: |o, a| {
+            let n: usize = a[0]
+                .parse()
+                .map_err(|_| "expects a count (0: unlimited)".to_string())?;
+            o.maxqueue = (n > 0).then_some(n);
+            Ok(())
+        },
+    },
+    ServerOption {
         name: "pool-max-conn",
         args: 1,
         parse: |o, a| {
@@ -261,8 +298,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "downinter",
     "rise",
     "fall",
-    "maxconn",
-    "maxqueue",
     "minconn",
     "max-reuse",
     "pool-conn-name",
@@ -387,6 +422,13 @@ pub struct Server {
     pub cur_conns: AtomicUsize,
     pub counters: ServerCounters,
     pub idle: ServerPools<Pooled>,
+    /// With `maxconn`: one permit per request served; the semaphore is fair, so waiters are
+    /// served in arrival order whichever worker they are on.
+    pub slots: Option<Arc<Semaphore>>,
+    pub maxconn: Option<usize>,
+    pub maxqueue: Option<usize>,
+    /// Requests waiting in this server's queue.
+    pub queued: AtomicUsize,
 }
 
 /// A pooled server socket: the stream and its place in the descriptor count.
@@ -408,6 +450,13 @@ impl Server {
         !self.disabled && self.weight > 0
     }
 
+    /// Whether a request would be served now rather than queued.
+    pub fn has_room(&self) -> bool {
+        self.slots
+            .as_ref()
+            .is_none_or(|s| s.available_permits() > 0)
+    }
+
     pub fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -421,6 +470,7 @@ pub struct Backend {
     pub balancer: Balancer,
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
+    pub timeout_queue: Option<Duration>,
     pub reuse: ReuseMode,
     pub retries: usize,
     pub redispatch: bool,
@@ -450,6 +500,10 @@ impl Backend {
                 cur_conns: AtomicUsize::new(0),
                 counters: ServerCounters::default(),
                 idle: ServerPools::new(nbthread, s.opts.pool),
+                slots: s.opts.maxconn.map(|n| Arc::new(Semaphore::new(n))),
+                maxconn: s.opts.maxconn,
+                maxqueue: s.opts.maxqueue,
+                queued: AtomicUsize::new(0),
             })
             .collect();
         let balancer = Balancer::new(conf.balance.algo.clone(), &servers);
@@ -459,6 +513,7 @@ impl Backend {
             servers,
             timeout_connect: conf.backend.timeout_connect,
             timeout_server: conf.backend.timeout_server,
+            timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),
             reuse: conf.backend.reuse,
             retries: conf.backend.retries.unwrap_or(3),
             redispatch: conf.backend.redispatch,
@@ -490,7 +545,9 @@ mod tests {
                 weight: Some(3),
                 backup: true,
                 disabled: false,
-                pool: PoolConf::default()
+                pool: PoolConf::default(),
+                maxconn: None,
+                maxqueue: None,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

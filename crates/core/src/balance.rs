@@ -135,8 +135,21 @@ impl Balancer {
         }
     }
 
-    /// Chooses a server index, or `None` when no server is usable.
+    /// Chooses a server index, or `None` when no server is usable. A server at its `maxconn`
+    /// is passed over for one with room when the algorithm offers one; when all are full the
+    /// request queues on the algorithm's first choice.
     pub fn pick(&self, servers: &[Server], key: &PickKey<'_>) -> Option<usize> {
+        let first = self.pick_any(servers, key)?;
+        if servers[first].has_room() {
+            return Some(first);
+        }
+        (0..servers.len())
+            .filter_map(|_| self.pick_any(servers, key))
+            .find(|&i| servers[i].has_room())
+            .or(Some(first))
+    }
+
+    fn pick_any(&self, servers: &[Server], key: &PickKey<'_>) -> Option<usize> {
         let active = self.schedule.iter().any(|&i| servers[i].usable());
         if !active {
             return servers.iter().position(|s| s.backup && s.usable());
@@ -144,7 +157,10 @@ impl Balancer {
         match &self.algo {
             Algo::RoundRobin | Algo::StaticRr => self.next_rr(servers),
             Algo::LeastConn => self.least_conn(servers),
-            Algo::First => servers.iter().position(|s| !s.backup && s.usable()),
+            Algo::First => servers
+                .iter()
+                .position(|s| !s.backup && s.usable() && s.has_room())
+                .or_else(|| servers.iter().position(|s| !s.backup && s.usable())),
             Algo::Random(draws) => self.random(servers, *draws),
             Algo::Source => {
                 let h = match key.client {
@@ -264,6 +280,10 @@ mod tests {
             cur_conns: AtomicUsize::new(0),
             counters: Default::default(),
             idle: ServerPools::new(1, Default::default()),
+            slots: None,
+            maxconn: None,
+            maxqueue: None,
+            queued: AtomicUsize::new(0),
         }
     }
 

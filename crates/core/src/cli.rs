@@ -446,7 +446,13 @@ fn show_stat(s: &Shared, _: &[&str]) -> String {
                 &[
                     ("pxname", be.name.clone()),
                     ("svname", srv.name.clone()),
+                    ("qcur", srv.queued.load(Ordering::Relaxed).to_string()),
                     ("scur", srv.cur_conns.load(Ordering::Relaxed).to_string()),
+                    ("slim", srv.maxconn.map_or(String::new(), |m| m.to_string())),
+                    (
+                        "qlimit",
+                        srv.maxqueue.map_or(String::new(), |m| m.to_string()),
+                    ),
                     (
                         "status",
                         if srv.disabled {

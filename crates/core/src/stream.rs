@@ -28,6 +28,7 @@ use sluice_http::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::Pooled;
 use crate::backend::{one_arg, time_arg, Backend, ReuseMode, Server};
@@ -710,6 +711,8 @@ impl Session {
         let mut server = server;
         // Held for its drop: the in-flight count follows the request to its server.
         let mut _in_flight = InFlight::new(&be.servers[server]);
+        // A server at its maxconn makes the request wait its turn (or refuses it).
+        let mut _slot = queue_for(&be.servers[server], be.timeout_queue).await?;
         Server::add(&be.servers[server].counters.requests);
         self.sbuf.clear(&self.w.bufs);
         if facts.expect_continue
@@ -738,6 +741,7 @@ impl Session {
                             Server::add(&be.servers[server].counters.redispatches);
                             server = other;
                             _in_flight = InFlight::new(&be.servers[server]);
+                            _slot = queue_for(&be.servers[server], be.timeout_queue).await?;
                         }
                     }
                     if let Ok(c) = self.connect(be, backend, server, false).await {
@@ -1251,6 +1255,33 @@ fn keep_alive_deadline(rsp: &ResponseHead, buf: &[u8]) -> Option<Instant> {
             .then(|| n.trim().parse::<u64>().ok())?
     })?;
     Some(Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(1)))
+}
+
+/// Waits for a free slot on a server with `maxconn`, in arrival order, up to `timeout queue`;
+/// 503 when the wait times out or the queue is full (`maxqueue`).
+async fn queue_for(
+    srv: &Server,
+    limit: Option<Duration>,
+) -> Result<Option<OwnedSemaphorePermit>, Fail> {
+    let Some(slots) = &srv.slots else {
+        return Ok(None);
+    };
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Ok(Some(p));
+    }
+    if srv
+        .maxqueue
+        .is_some_and(|m| srv.queued.load(Ordering::Relaxed) >= m)
+    {
+        return Err(Fail::Status(503));
+    }
+    srv.queued.fetch_add(1, Ordering::Relaxed);
+    let got = within(limit, slots.clone().acquire_owned()).await;
+    srv.queued.fetch_sub(1, Ordering::Relaxed);
+    match got {
+        Ok(Ok(p)) => Ok(Some(p)),
+        _ => Err(Fail::Status(503)),
+    }
 }
 
 /// Counts a request in flight on a server (read by `leastconn` and `random`) for its lifetime.

@@ -288,3 +288,122 @@ fn retries_and_redispatch_on_connection_failures() {
         "{statuses:?}"
     );
 }
+
+/// An origin that holds `/hold*` requests until released and records arrival order.
+fn gated() -> (Origin, Arc<std::sync::atomic::AtomicBool>) {
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = release.clone();
+    let o = Origin::with_handler(
+        "gated",
+        Arc::new(move |r: &Received| {
+            if r.target.starts_with("/hold") {
+                while !gate.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            ok_response(&format!("gated {}", r.target)).into()
+        }),
+    );
+    (o, release)
+}
+
+fn qcur(sock: &std::path::Path) -> u64 {
+    let csv = Sluice::cli(sock, "show stat");
+    let header: Vec<&str> = csv
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let row: Vec<&str> = csv
+        .lines()
+        .find(|l| l.starts_with("be,s,"))
+        .unwrap()
+        .split(',')
+        .collect();
+    row[header.iter().position(|h| *h == "qcur").unwrap()]
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn server_maxconn_queues_in_arrival_order() {
+    let (origin, release) = gated();
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {}\n{DEFAULTS}\n    timeout queue 20s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {} maxconn 1\n",
+        sock.display(),
+        origin.addr
+    ));
+    let addr = p.addr();
+    let mut clients = Vec::new();
+    for i in 0..4 {
+        clients.push(std::thread::spawn(move || {
+            get(addr, &format!("/hold{i}")).text()
+        }));
+        // Each request is in (in flight or queued) before the next one is sent.
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while origin.count() + qcur(&sock) as usize != i + 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "request {i} not queued"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert_eq!(
+        origin.count(),
+        1,
+        "maxconn 1: one at the server, three queued"
+    );
+    assert_eq!(qcur(&sock), 3);
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    for (i, c) in clients.into_iter().enumerate() {
+        assert_eq!(c.join().unwrap(), format!("gated /hold{i}"));
+    }
+    let order: Vec<String> = origin.requests().into_iter().map(|r| r.target).collect();
+    assert_eq!(
+        order,
+        vec!["/hold0", "/hold1", "/hold2", "/hold3"],
+        "served in arrival order"
+    );
+}
+
+#[test]
+fn queue_timeout_and_maxqueue_give_503() {
+    let (origin, release) = gated();
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}\n    timeout queue 2s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {} maxconn 1 maxqueue 1\n",
+        sock.display(),
+        origin.addr
+    ));
+    let addr = p.addr();
+    let holder = std::thread::spawn(move || get(addr, "/hold").status);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while origin.count() == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let queued = std::thread::spawn(move || get(addr, "/q").status);
+    while qcur(&sock) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "second request never queued"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The queue is full: refused at once, while the queued request is still waiting.
+    assert_eq!(get(addr, "/full").status, 503, "queue full");
+    assert!(
+        !queued.is_finished(),
+        "the queued request was still waiting when /full was refused"
+    );
+    assert_eq!(queued.join().unwrap(), 503, "queue timeout");
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(holder.join().unwrap(), 200);
+    assert_eq!(get(addr, "/after").status, 200);
+}
