@@ -479,6 +479,7 @@ pub struct Backend {
     pub rules: BackendRules,
     pub compression: CompConf,
     pub comp_counters: CompCounters,
+    pub errors: crate::errorpages::ErrorPages,
 }
 
 impl Backend {
@@ -521,6 +522,7 @@ impl Backend {
             rules: rules::lower_backend(&conf.rules),
             compression: conf.compression.clone(),
             comp_counters: CompCounters::default(),
+            errors: conf.errors.clone(),
         })
     }
 }

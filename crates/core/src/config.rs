@@ -71,6 +71,7 @@ pub struct ProxyConf {
     pub balance: BalanceConf,
     pub rules: RulesConf,
     pub compression: CompConf,
+    pub errors: crate::errorpages::ErrorPages,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -82,6 +83,7 @@ pub struct Frontend {
     pub rules: FrontendRules,
     pub compression: CompConf,
     pub comp_counters: CompCounters,
+    pub errors: crate::errorpages::ErrorPages,
 }
 
 /// The whole validated configuration.
@@ -109,6 +111,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     balance::KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,
+    crate::errorpages::KEYWORDS,
     pending::PROXY_KEYWORDS,
 ];
 
@@ -276,6 +279,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                 rules,
                 compression: p.conf.compression.clone(),
                 comp_counters: CompCounters::default(),
+                errors: p.conf.errors.clone(),
             })),
             Err(e) => errors.push(e),
         }

@@ -15,6 +15,7 @@
 //! - [`fds`]: open-socket count against the descriptor limit, for the pools' fd rules.
 //! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
 //! - [`cli`]: the runtime CLI on a unix socket (`stats socket`), table-driven commands.
+//! - [`errorpages`]: `errorfile` and `http-error`, custom error responses.
 //! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
 //!
 //! See `docs/internals/threading.md` for what runs where and what crosses threads.
@@ -25,6 +26,7 @@ mod buffer;
 pub mod cli;
 pub mod compression;
 pub mod config;
+pub mod errorpages;
 pub mod fds;
 pub mod listener;
 pub mod pending;

@@ -295,6 +295,8 @@ enum Route {
         bytes: Vec<u8>,
         close: bool,
     },
+    /// Answer with the error page for this status (the backend's pages win when known).
+    Error(u16, Option<usize>),
     Forward {
         backend: usize,
         server: usize,
@@ -366,6 +368,7 @@ pub(crate) async fn serve(
         out: Vec::with_capacity(1024),
         private: None,
         requests: 0,
+        backend: None,
     };
     s.run().await;
     // Buffers go back to the worker's pool; whatever they held is discarded with the
@@ -388,11 +391,14 @@ struct Session {
     /// With `http-reuse never`, the server connection this client connection owns.
     private: Option<ServerConn>,
     requests: u32,
+    /// The backend of the current request, once routed.
+    backend: Option<usize>,
 }
 
 impl Session {
     async fn run(&mut self) {
         loop {
+            self.backend = None;
             let head = match self.read_head().await {
                 Ok(h) => h,
                 Err(Fail::ClientGone) => return,
@@ -469,8 +475,18 @@ impl Session {
     }
 
     /// Sends an error page and closes.
+    /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the
+    /// frontend's, else the built-in one.
+    fn error_bytes(&self, status: u16, backend: Option<usize>) -> Vec<u8> {
+        let config = self.w.config();
+        backend
+            .and_then(|b| config.backends[b].errors.get(status))
+            .or_else(|| self.fe.errors.get(status))
+            .map_or_else(|| error_page(status), <[u8]>::to_vec)
+    }
+
     async fn fail(&mut self, status: u16) {
-        let page = error_page(status);
+        let page = self.error_bytes(status, self.backend);
         let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
         self.close_gracefully().await;
     }
@@ -508,6 +524,12 @@ impl Session {
         };
         let (route, mut edits) = self.route(&head);
         match route {
+            Route::Error(status, backend) => {
+                self.cbuf.consume(head.len);
+                let bytes = self.error_bytes(status, backend);
+                self.write_client(&with_close(bytes)).await?;
+                Ok(false)
+            }
             Route::Respond { bytes, close } => {
                 self.cbuf.consume(head.len);
                 let close = close || facts.wants_close || facts.framing != Framing::None;
@@ -516,6 +538,7 @@ impl Session {
                 Ok(!close)
             }
             Route::Forward { backend, server } => {
+                self.backend = Some(backend);
                 // An Rc clone (thread-local) rather than an Arc one: no shared cache line
                 // is written per request.
                 let w = self.w.clone();
@@ -568,7 +591,7 @@ impl Session {
             head,
         };
         let mut edits = Edits::default();
-        if let Some(r) = apply_rules(&self.fe.rules.http_request, &req, &mut edits) {
+        if let Some(r) = apply_rules(&self.fe.rules.http_request, &req, &mut edits, None) {
             return (r, edits);
         }
         let rules = &self.fe.rules;
@@ -579,10 +602,10 @@ impl Session {
             .map(|(_, b)| *b)
             .or(rules.default_backend);
         let Some(backend) = backend else {
-            return (respond_error(404), edits);
+            return (Route::Error(404, None), edits);
         };
         let be = &config.backends[backend];
-        if let Some(r) = apply_rules(&be.rules.http_request, &req, &mut edits) {
+        if let Some(r) = apply_rules(&be.rules.http_request, &req, &mut edits, Some(backend)) {
             return (r, edits);
         }
         let header = match &be.balancer.algo {
@@ -601,7 +624,7 @@ impl Session {
         };
         match server {
             Some(server) => (Route::Forward { backend, server }, edits),
-            None => (respond_error(503), edits),
+            None => (Route::Error(503, Some(backend)), edits),
         }
     }
 
@@ -1365,7 +1388,12 @@ async fn read_ok(
     matches!(within(limit, buf.fill(stream, bufs)).await, Ok(Ok(n)) if n > 0)
 }
 
-fn apply_rules(rules: &[HttpRule], req: &ReqView<'_>, edits: &mut Edits) -> Option<Route> {
+fn apply_rules(
+    rules: &[HttpRule],
+    req: &ReqView<'_>,
+    edits: &mut Edits,
+    backend: Option<usize>,
+) -> Option<Route> {
     for rule in rules {
         if !holds(&rule.cond, req) {
             continue;
@@ -1381,19 +1409,12 @@ fn apply_rules(rules: &[HttpRule], req: &ReqView<'_>, edits: &mut Edits) -> Opti
                     close: false,
                 })
             }
-            Action::Deny { status } => return Some(respond_error(*status)),
+            Action::Deny { status } => return Some(Route::Error(*status, backend)),
             Action::Allow => return None,
             other => edits.apply(other),
         }
     }
     None
-}
-
-fn respond_error(status: u16) -> Route {
-    Route::Respond {
-        bytes: error_page(status),
-        close: true,
-    }
 }
 
 fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Vec<u8> {
@@ -1414,7 +1435,12 @@ fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Vec<u
 /// Inserts `connection: close` into a locally generated response that lacks it.
 fn with_close(bytes: Vec<u8>) -> Vec<u8> {
     let head_end = memchr::memmem::find(&bytes, b"\r\n\r\n").unwrap_or(bytes.len());
-    if memchr::memmem::find(&bytes[..head_end], b"connection: close").is_some() {
+    if memchr::memmem::find(
+        &bytes[..head_end].to_ascii_lowercase(),
+        b"connection: close",
+    )
+    .is_some()
+    {
         return bytes;
     }
     let mut out = Vec::with_capacity(bytes.len() + 19);

@@ -563,3 +563,44 @@ fn frontend_maxconn_pauses_accepting() {
     assert_eq!(third.response().text(), "o /third");
     assert_eq!(b.get("/b2").status, 200);
 }
+
+#[test]
+fn errorfile_and_http_error_replace_built_in_pages() {
+    let dir = TempDir::new();
+    let page = dir.write(
+        "503.http",
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nall busy :(\n",
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 404 content-type text/plain string \"nothing here\"\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain string \"backend says no\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
+    ));
+    let r = get(p.addr(), "/nowhere");
+    assert_eq!((r.status, r.text().as_str()), (404, "nothing here"));
+    let r = get(p.addr(), "/plain");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, "all busy :(\n"),
+        "errorfile from defaults"
+    );
+    let r = get(p.addr(), "/own");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, "backend says no"),
+        "the backend's page wins"
+    );
+    // A malformed request after all of that still gets the built-in 400.
+    let (r, _) = raw_exchange(p.addr(), b"GET / HTTP/1.1\r\nHost : x\r\n\r\n");
+    assert_eq!(r.unwrap().status, 400);
+    // A file that is not an HTTP response is refused at load time.
+    let bad = dir.write("bad.http", "just text\n");
+    let cfg = dir.write(
+        "c.cfg",
+        &format!("frontend f\n    bind :1\n    errorfile 503 {bad}\n"),
+    );
+    let out = std::process::Command::new(sluice_bin())
+        .args(["-c", "-f", &cfg])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid HTTP response"));
+}

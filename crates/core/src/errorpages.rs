@@ -1,0 +1,118 @@
+//! Custom error responses: `errorfile CODE FILE` (a complete HTTP response in a file, as
+//! HAProxy's errorfiles are) and `http-error status CODE [content-type T] [string S | file F]`.
+//! They replace the built-in pages of `sluice_http::error_page`; a backend's pages win over
+//! its frontend's once a request has been routed to it.
+
+use std::sync::Arc;
+
+use sluice_config::{Keyword, KwError, Scope};
+
+use crate::config::ProxyConf;
+
+/// Status codes whose pages may be replaced (those the proxy itself produces).
+const CODES: [u16; 12] = [400, 403, 404, 405, 408, 413, 414, 425, 429, 431, 500, 501];
+const CODES_5XX: [u16; 4] = [502, 503, 504, 505];
+
+#[derive(Debug, Clone, Default)]
+pub struct ErrorPages {
+    pages: Vec<(u16, Arc<[u8]>)>,
+}
+
+impl ErrorPages {
+    pub fn get(&self, status: u16) -> Option<&[u8]> {
+        self.pages
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == status)
+            .map(|(_, b)| &b[..])
+    }
+
+    fn set(&mut self, status: u16, bytes: Vec<u8>) {
+        self.pages.retain(|(s, _)| *s != status);
+        self.pages.push((status, bytes.into()));
+    }
+}
+
+fn status_arg(v: &str, index: usize) -> Result<u16, KwError> {
+    v.parse::<u16>()
+        .ok()
+        .filter(|s| CODES.contains(s) || CODES_5XX.contains(s))
+        .ok_or_else(|| {
+            KwError::bad(
+                index,
+                v,
+                "expects a status the proxy produces (400-414, 425, 429, 431, 500-505)",
+            )
+        })
+}
+
+/// The response must end the connection cleanly: it is sent before closing.
+fn with_close_and_length(head_and_body: &[u8]) -> Result<Vec<u8>, String> {
+    let head = sluice_http::parse_response(head_and_body, false)
+        .map_err(|e| format!("not a valid HTTP response: {e}"))?
+        .ok_or("incomplete HTTP response (missing the empty line after the headers)")?;
+    Ok(head_and_body.to_vec()).and_then(|v| {
+        if head.header(&v, "content-length").is_none() && v.len() > head.len {
+            return Err("the response needs a Content-Length for its body".into());
+        }
+        Ok(v)
+    })
+}
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "errorfile",
+        scope: Scope::PROXY,
+        help: "errorfile CODE FILE: send FILE (a complete HTTP response) instead of the built-in CODE page",
+        parse: |c, a| {
+            let [code, file] = a else {
+                return Err(KwError::Missing("a status code and a file"));
+            };
+            let status = status_arg(code, 1)?;
+            let bytes = std::fs::read(file).map_err(|e| KwError::bad(2, file, format!("cannot read file: {e}")))?;
+            let bytes = with_close_and_length(&bytes).map_err(|e| KwError::bad(2, file, e))?;
+            c.errors.set(status, bytes);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "http-error",
+        scope: Scope::PROXY,
+        help: "http-error status CODE [content-type T] [string S | file F]: replace a built-in error page",
+        parse: |c, a| {
+            let [kw, code, rest @ ..] = a else {
+                return Err(KwError::Missing("status CODE"));
+            };
+            if kw != "status" {
+                return Err(KwError::bad(1, kw, "expects 'status'"));
+            }
+            let status = status_arg(code, 2)?;
+            let mut content_type = None;
+            let mut body = Vec::new();
+            let mut i = 0;
+            while i < rest.len() {
+                let v = rest.get(i + 1).ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", rest[i])))?;
+                match rest[i].as_str() {
+                    "content-type" => content_type = Some(v.clone()),
+                    "string" => body = v.clone().into_bytes(),
+                    "file" => body = std::fs::read(v).map_err(|e| KwError::bad(i + 4, v, format!("cannot read file: {e}")))?,
+                    other => return Err(KwError::bad(i + 3, other, "expects content-type, string or file")),
+                }
+                i += 2;
+            }
+            let mut out = format!(
+                "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\ncache-control: no-cache\r\n",
+                sluice_http::reason(status),
+                body.len()
+            )
+            .into_bytes();
+            if let Some(ct) = content_type {
+                out.extend_from_slice(format!("content-type: {ct}\r\n").as_bytes());
+            }
+            out.extend_from_slice(b"connection: close\r\n\r\n");
+            out.extend_from_slice(&body);
+            c.errors.set(status, out);
+            Ok(())
+        },
+    },
+];
