@@ -62,6 +62,7 @@ pub struct BackendConf {
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
     pub timeout_queue: Option<Duration>,
+    pub timeout_tunnel: Option<Duration>,
     pub reuse: ReuseMode,
     /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
     pub retries: Option<usize>,
@@ -104,6 +105,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help:
             "timeout queue TIME: longest wait in a full server's queue (default: timeout connect)",
         parse: |c, a| time_arg(a).map(|t| c.backend.timeout_queue = Some(t)),
+    },
+    Keyword {
+        name: "timeout tunnel",
+        scope: Scope::BE,
+        help: "timeout tunnel TIME: inactivity limit of an upgraded (WebSocket) connection",
+        parse: |c, a| time_arg(a).map(|t| c.backend.timeout_tunnel = Some(t)),
     },
     Keyword {
         name: "retries",
@@ -471,6 +478,7 @@ pub struct Backend {
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
     pub timeout_queue: Option<Duration>,
+    pub timeout_tunnel: Option<Duration>,
     pub reuse: ReuseMode,
     pub retries: usize,
     pub redispatch: bool,
@@ -515,6 +523,7 @@ impl Backend {
             timeout_connect: conf.backend.timeout_connect,
             timeout_server: conf.backend.timeout_server,
             timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),
+            timeout_tunnel: conf.backend.timeout_tunnel,
             reuse: conf.backend.reuse,
             retries: conf.backend.retries.unwrap_or(3),
             redispatch: conf.backend.redispatch,

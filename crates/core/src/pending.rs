@@ -35,7 +35,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option httpchk" => Scope::BE,
     "option http-keep-alive" => Scope::PROXY,
     "option idle-close-on-response" => Scope::FE,
-    "timeout tunnel" => Scope::BE,
     "timeout client-fin" => Scope::FE,
     "timeout server-fin" => Scope::BE,
     "timeout check" => Scope::BE,

@@ -313,6 +313,8 @@ struct ReqFacts {
     expect_continue: bool,
     /// The algorithm to compress the response with, if the request allows it.
     comp: Option<Algo>,
+    /// The protocols the client asks to switch to (`Upgrade`, h2c removed), if any.
+    upgrade: Option<Vec<u8>>,
 }
 
 /// Header edits accumulated by `set-header` / `add-header` / `del-header` rules.
@@ -520,6 +522,7 @@ impl Session {
                     .header(buf, "expect")
                     .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
                 comp: None,
+                upgrade: upgrade_request(&head, buf),
             }
         };
         let (route, mut edits) = self.route(&head);
@@ -560,9 +563,70 @@ impl Session {
                     &edits,
                     forwardfor(&self.fe, be, self.peer.ip()),
                     server_close,
+                    facts.upgrade.as_deref(),
                 );
                 self.cbuf.consume(head.len);
                 self.forward(be, backend, server, &facts).await
+            }
+        }
+    }
+
+    /// Relays bytes both ways after a 101 until both sides have closed or nothing moved for
+    /// `idle` (`timeout tunnel`). A side's end of stream is passed on as a half-close. The
+    /// server connection is never reused afterwards.
+    async fn tunnel(&mut self, mut conn: ServerConn, idle: Option<Duration>) {
+        let w = self.w.clone();
+        // Bytes that arrived with the heads go first.
+        if !self.cbuf.is_empty() {
+            if conn.stream.write_all(self.cbuf.bytes()).await.is_err() {
+                return;
+            }
+            let n = self.cbuf.bytes().len();
+            self.cbuf.consume(n);
+        }
+        if !self.sbuf.is_empty() {
+            if self.client.write_all(self.sbuf.bytes()).await.is_err() {
+                return;
+            }
+            let n = self.sbuf.bytes().len();
+            self.sbuf.consume(n);
+        }
+        let (mut client_done, mut server_done) = (false, false);
+        while !(client_done && server_done) {
+            let quiet = async {
+                match idle {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = self.cbuf.fill(&mut self.client, &w.bufs), if !client_done => match r {
+                    Ok(n) if n > 0 => {
+                        if conn.stream.write_all(self.cbuf.bytes()).await.is_err() {
+                            return;
+                        }
+                        let n = self.cbuf.bytes().len();
+                        self.cbuf.consume(n);
+                    }
+                    _ => {
+                        client_done = true;
+                        let _ = conn.stream.shutdown().await;
+                    }
+                },
+                r = self.sbuf.fill(&mut conn.stream, &w.bufs), if !server_done => match r {
+                    Ok(n) if n > 0 => {
+                        if self.client.write_all(self.sbuf.bytes()).await.is_err() {
+                            return;
+                        }
+                        let n = self.sbuf.bytes().len();
+                        self.sbuf.consume(n);
+                    }
+                    _ => {
+                        server_done = true;
+                        let _ = self.client.shutdown().await;
+                    }
+                },
+                _ = quiet => return,
             }
         }
     }
@@ -896,7 +960,12 @@ impl Session {
                 match parse_response(sbuf.bytes(), facts.is_head) {
                     Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
                         if rsp.status == 101 {
-                            return Err(SendFail::Status(502));
+                            // Only an upgrade the client asked for switches protocols.
+                            return if facts.upgrade.is_some() {
+                                Ok(rsp)
+                            } else {
+                                Err(SendFail::Status(502))
+                            };
                         }
                         let mut interim = Vec::new();
                         write_response_head(
@@ -956,6 +1025,35 @@ impl Session {
             .chain(self.fe.rules.http_response.iter())
         {
             rsp_edits.apply(&rule.action);
+        }
+        if rsp.status == 101 {
+            self.out.clear();
+            write_response_head(
+                &mut self.out,
+                self.sbuf.bytes(),
+                &rsp,
+                &rsp_edits,
+                None,
+                None,
+            );
+            self.out.truncate(self.out.len() - 2);
+            let proto = rsp
+                .header(self.sbuf.bytes(), "upgrade")
+                .unwrap_or(b"websocket")
+                .to_vec();
+            self.out.extend_from_slice(b"connection: upgrade\r\n");
+            push_header(&mut self.out, b"upgrade", &proto);
+            self.out.extend_from_slice(b"\r\n");
+            self.sbuf.consume(rsp.len);
+            let head = std::mem::take(&mut self.out);
+            let sent = self.write_client(&head).await;
+            self.out = head;
+            sent?;
+            let idle = be
+                .timeout_tunnel
+                .or_else(|| self.fe.stream.timeout_client.max(be.timeout_server));
+            self.tunnel(conn, idle).await;
+            return Ok(false);
         }
         let conf = comp_conf(&self.fe, be);
         let limits = &w.config().global.compression;
@@ -1477,6 +1575,7 @@ fn build_request_head(
     edits: &Edits,
     xff: Option<(&ForwardFor, IpAddr)>,
     server_close: bool,
+    upgrade: Option<&[u8]>,
 ) {
     out.extend_from_slice(&buf[head.method.clone()]);
     out.push(b' ');
@@ -1511,10 +1610,37 @@ fn build_request_head(
             }
         }
     }
-    if server_close {
+    if let Some(up) = upgrade {
+        out.extend_from_slice(b"connection: upgrade\r\n");
+        push_header(out, b"upgrade", up);
+    } else if server_close {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The protocols a request asks to switch to: a bodiless HTTP/1.1 request with `Upgrade`
+/// nominated by `Connection`. `h2c`/`h2` are removed (a proxy must not tunnel cleartext HTTP/2
+/// it does not speak); nothing left means no upgrade.
+fn upgrade_request(head: &RequestHead, buf: &[u8]) -> Option<Vec<u8>> {
+    if head.version != Version::Http11
+        || head.framing != Framing::None
+        || !head.nominated.iter().any(|n| n == b"upgrade")
+    {
+        return None;
+    }
+    let value = head.header(buf, "upgrade")?;
+    let kept: Vec<&[u8]> = value
+        .split(|&b| b == b',')
+        .map(|t| {
+            let t = t.strip_prefix(b" ").unwrap_or(t);
+            t.strip_suffix(b" ").unwrap_or(t)
+        })
+        .filter(|t| {
+            !t.is_empty() && !t.eq_ignore_ascii_case(b"h2c") && !t.eq_ignore_ascii_case(b"h2")
+        })
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(&b", "[..]))
 }
 
 /// Writes a response head for the client. `client` is `None` for interim (1xx) responses;
@@ -1655,6 +1781,7 @@ mod tests {
             &edits,
             Some((&f, "10.0.0.9".parse().unwrap())),
             false,
+            None,
         );
         let text = String::from_utf8(out).unwrap();
         assert_eq!(

@@ -503,7 +503,14 @@ fn counters_show_compressed_and_bypassed_bytes() {
     assert!(first.body.len() > big.len() / 2, "{}", first.body.len());
     let second = request(&mut c, "/", "gzip");
     assert_eq!(second.header("content-encoding"), None);
-    let csv = cli(&sock, "show stat");
+    // Counters are updated as the relay finishes, just after the client has the last byte.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut csv = cli(&sock, "show stat");
+    while stat(&csv, "be", "BACKEND", "comp_byp") < 200_000 {
+        assert!(std::time::Instant::now() < deadline, "{csv}");
+        std::thread::sleep(Duration::from_millis(10));
+        csv = cli(&sock, "show stat");
+    }
     for px in [("fe", "FRONTEND"), ("be", "BACKEND")] {
         assert_eq!(stat(&csv, px.0, px.1, "comp_rsp"), 1, "{csv}");
         assert_eq!(stat(&csv, px.0, px.1, "comp_in"), 200_000);

@@ -58,7 +58,7 @@ fn errors_name_file_line_and_keyword() {
         ("backend b\n    timeout connect 5x\n", "c.cfg:2: 'timeout connect' in 'backend' section: argument 1 '5x': unknown time unit 'x'"),
         ("backend b\n    server s1 127.0.0.1:80 weight 999\n", "c.cfg:2: 'server' in 'backend' section: argument 4 '999': expects an integer from 0 to 256"),
         ("backend b\n    server s1 127.0.0.1:80 check\n", "c.cfg:2: 'server' in 'backend' section: server option 'check': not supported yet"),
-        ("backend b\n    timeout tunnel 3s\n", "c.cfg:2: 'timeout tunnel' in 'backend' section: not supported yet"),
+        ("backend b\n    timeout server-fin 3s\n", "c.cfg:2: 'timeout server-fin' in 'backend' section: not supported yet"),
         ("frontend f\n    bind :1\n    server s 1.2.3.4:5\n", "c.cfg:3: 'server' is not allowed in 'frontend' section"),
         ("frontend f\n    bind :1\n    use_backend nope\n", "c.cfg:3: backend 'nope' not found"),
         ("frontend f\n    bind :1\n    use_backend b if missing_acl\nbackend b\n", "c.cfg:3: 'use_backend' in 'frontend' section: argument 3 'missing_acl': no such ACL"),
