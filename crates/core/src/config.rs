@@ -243,6 +243,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         }
     }
     let mut frontends = Vec::new();
+    let mut fe_locs = Vec::new();
     for p in proxies
         .iter()
         .filter(|p| matches!(p.kind, SectionKind::Frontend | SectionKind::Listen))
@@ -271,17 +272,56 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             continue;
         }
         let own = (p.kind == SectionKind::Listen).then_some(p.name.as_str());
+        if p.conf.stream.mode == crate::stream::Mode::Tcp && !p.conf.rules.http_rules_empty() {
+            errors.push(p.header.error(format!(
+                "{} '{}' is in mode tcp: use_backend, acl, http-request and http-response need mode http",
+                p.kind.name(),
+                p.name
+            )));
+            continue;
+        }
         match rules::lower_frontend(&p.conf.rules, &backend_names, own) {
-            Ok(rules) => frontends.push(Arc::new(Frontend {
-                name: p.name.clone(),
-                listen: p.conf.listen.clone(),
-                stream: p.conf.stream.clone(),
-                rules,
-                compression: p.conf.compression.clone(),
-                comp_counters: CompCounters::default(),
-                errors: p.conf.errors.clone(),
-            })),
+            Ok(rules) => {
+                fe_locs.push((p.kind, p.header.clone()));
+                frontends.push(Arc::new(Frontend {
+                    name: p.name.clone(),
+                    listen: p.conf.listen.clone(),
+                    stream: p.conf.stream.clone(),
+                    rules,
+                    compression: p.conf.compression.clone(),
+                    comp_counters: CompCounters::default(),
+                    errors: p.conf.errors.clone(),
+                }));
+            }
             Err(e) => errors.push(e),
+        }
+    }
+    // A frontend may only use backends that speak its mode.
+    for (fe, (kind, header)) in frontends.iter().zip(&fe_locs) {
+        let targets = fe
+            .rules
+            .switching
+            .iter()
+            .map(|(_, b)| *b)
+            .chain(fe.rules.default_backend);
+        for b in targets {
+            if let Some(be) = backends.get(b) {
+                if be.stream.mode != fe.stream.mode {
+                    errors.push(
+                        header.error(
+                            format!(
+                                "{} '{}' (mode {:?}) cannot use backend '{}' (mode {:?})",
+                                kind.name(),
+                                fe.name,
+                                fe.stream.mode,
+                                be.name,
+                                be.stream.mode
+                            )
+                            .to_lowercase(),
+                        ),
+                    );
+                }
+            }
         }
     }
     if frontends.is_empty() && errors.is_empty() {

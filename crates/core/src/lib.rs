@@ -7,6 +7,7 @@
 //! - [`threads`]: worker threads, [`threads::ThreadCtx`], per-worker inboxes.
 //! - [`listener`]: `bind`, `maxconn`, listening sockets and the accept loops.
 //! - [`stream`]: one client connection's HTTP/1.1 life: requests, forwarding, keep-alive.
+//! - `tcp`: `mode tcp` proxies; `tunnel`: the two-way byte relay they and WebSocket upgrades share.
 //! - `buffer`: per-worker pool of I/O buffers, held only while data is in flight.
 //! - [`backend`]: servers, `default-server`, connect/server timeouts, `http-reuse`.
 //! - [`balance`]: the `balance` algorithms.
@@ -33,7 +34,9 @@ pub mod pending;
 pub mod pool;
 pub mod rules;
 pub mod stream;
+mod tcp;
 pub mod threads;
+mod tunnel;
 
 pub use config::{load, load_str, Config};
 pub use threads::run;

@@ -143,6 +143,16 @@ pub struct RulesConf {
     pub http_response: Vec<HttpRule>,
 }
 
+impl RulesConf {
+    /// No ACL, switching or HTTP rule is configured (what `mode tcp` requires).
+    pub(crate) fn http_rules_empty(&self) -> bool {
+        self.acls.is_empty()
+            && self.switching.is_empty()
+            && self.http_request.is_empty()
+            && self.http_response.is_empty()
+    }
+}
+
 /// A frontend's rules with backend names resolved to indices into `Config::backends`.
 #[derive(Debug, Default)]
 pub struct FrontendRules {

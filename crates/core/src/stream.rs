@@ -65,9 +65,19 @@ pub struct ForwardFor {
     pub if_none: bool,
 }
 
+/// `mode`: what a proxy speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Http,
+    /// Bytes relayed as they are, both ways (see `tcp`).
+    Tcp,
+}
+
 /// Per-proxy settings of the stream layer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamConf {
+    pub mode: Mode,
     pub timeout_client: Option<Duration>,
     pub timeout_http_request: Option<Duration>,
     pub timeout_keep_alive: Option<Duration>,
@@ -94,11 +104,14 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "mode",
         scope: Scope::PROXY,
-        help: "mode http: the proxy's protocol (tcp is not supported yet)",
-        parse: |_, a| match one_arg(a, "http or tcp")? {
-            "http" => Ok(()),
-            "tcp" => Err(KwError::NotYet("mode tcp")),
-            other => Err(KwError::bad(1, other, "expects http or tcp")),
+        help: "mode http|tcp: the proxy's protocol",
+        parse: |c, a| {
+            c.stream.mode = match one_arg(a, "http or tcp")? {
+                "http" => Mode::Http,
+                "tcp" => Mode::Tcp,
+                other => return Err(KwError::bad(1, other, "expects http or tcp")),
+            };
+            Ok(())
         },
     },
     Keyword {
@@ -360,6 +373,12 @@ pub(crate) async fn serve(
     let ctx = w.ctx();
     ctx.active.fetch_add(1, Ordering::Relaxed);
     let _fd = Counted::new();
+    if fe.stream.mode == Mode::Tcp {
+        crate::tcp::serve(&w, client, peer, &fe).await;
+        drop(slot);
+        ctx.active.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
     let mut s = Session {
         w: w.clone(),
         fe,
@@ -571,64 +590,19 @@ impl Session {
         }
     }
 
-    /// Relays bytes both ways after a 101 until both sides have closed or nothing moved for
-    /// `idle` (`timeout tunnel`). A side's end of stream is passed on as a half-close. The
-    /// server connection is never reused afterwards.
+    /// Relays bytes both ways after a 101 (see `tunnel`); the server connection is never
+    /// reused afterwards.
     async fn tunnel(&mut self, mut conn: ServerConn, idle: Option<Duration>) {
         let w = self.w.clone();
-        // Bytes that arrived with the heads go first.
-        if !self.cbuf.is_empty() {
-            if conn.stream.write_all(self.cbuf.bytes()).await.is_err() {
-                return;
-            }
-            let n = self.cbuf.bytes().len();
-            self.cbuf.consume(n);
-        }
-        if !self.sbuf.is_empty() {
-            if self.client.write_all(self.sbuf.bytes()).await.is_err() {
-                return;
-            }
-            let n = self.sbuf.bytes().len();
-            self.sbuf.consume(n);
-        }
-        let (mut client_done, mut server_done) = (false, false);
-        while !(client_done && server_done) {
-            let quiet = async {
-                match idle {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                r = self.cbuf.fill(&mut self.client, &w.bufs), if !client_done => match r {
-                    Ok(n) if n > 0 => {
-                        if conn.stream.write_all(self.cbuf.bytes()).await.is_err() {
-                            return;
-                        }
-                        let n = self.cbuf.bytes().len();
-                        self.cbuf.consume(n);
-                    }
-                    _ => {
-                        client_done = true;
-                        let _ = conn.stream.shutdown().await;
-                    }
-                },
-                r = self.sbuf.fill(&mut conn.stream, &w.bufs), if !server_done => match r {
-                    Ok(n) if n > 0 => {
-                        if self.client.write_all(self.sbuf.bytes()).await.is_err() {
-                            return;
-                        }
-                        let n = self.sbuf.bytes().len();
-                        self.sbuf.consume(n);
-                    }
-                    _ => {
-                        server_done = true;
-                        let _ = self.client.shutdown().await;
-                    }
-                },
-                _ = quiet => return,
-            }
-        }
+        crate::tunnel::relay(
+            &mut self.client,
+            &mut conn.stream,
+            &mut self.cbuf,
+            &mut self.sbuf,
+            &w.bufs,
+            idle,
+        )
+        .await;
     }
 
     /// A usable server other than `not`, from the balancer.

@@ -66,7 +66,7 @@ fn errors_name_file_line_and_keyword() {
         ("global\n    nbthread zero\n", "c.cfg:2: 'nbthread' in 'global' section: argument 1 'zero': expects an integer from 1 to 1024"),
         ("listen l\n    bind \"unterminated\n", "c.cfg:2: unterminated double quote"),
         ("bind :80\n", "c.cfg:1: unknown keyword 'bind' out of section"),
-        ("frontend f\n    bind :1\n    mode tcp\n", "c.cfg:3: 'mode' in 'frontend' section: not supported yet (mode tcp)"),
+        ("frontend f\n    bind :1\n    mode health\n", "c.cfg:3: 'mode' in 'frontend' section: argument 1 'health': expects http or tcp"),
     ];
     for (text, want) in cases {
         let (ok, _, stderr) = check(text);

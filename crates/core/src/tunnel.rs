@@ -1,0 +1,74 @@
+//! Relaying bytes both ways between two sockets: upgraded HTTP connections (after a 101) and
+//! `mode tcp` proxies. Each side's end of stream is passed on to the other as a half-close;
+//! the relay ends when both sides have finished, on an error, or when nothing moved for `idle`.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::buffer::{Buf, BufPool};
+
+/// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
+/// `b_buf` (read from `b`) are delivered first.
+pub(crate) async fn relay(
+    a: &mut TcpStream,
+    b: &mut TcpStream,
+    a_buf: &mut Buf,
+    b_buf: &mut Buf,
+    bufs: &BufPool,
+    idle: Option<Duration>,
+) {
+    if !a_buf.is_empty() {
+        if b.write_all(a_buf.bytes()).await.is_err() {
+            return;
+        }
+        let n = a_buf.bytes().len();
+        a_buf.consume(n);
+    }
+    if !b_buf.is_empty() {
+        if a.write_all(b_buf.bytes()).await.is_err() {
+            return;
+        }
+        let n = b_buf.bytes().len();
+        b_buf.consume(n);
+    }
+    let (mut a_done, mut b_done) = (false, false);
+    while !(a_done && b_done) {
+        let quiet = async {
+            match idle {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = a_buf.fill(a, bufs), if !a_done => match r {
+                Ok(n) if n > 0 => {
+                    if b.write_all(a_buf.bytes()).await.is_err() {
+                        return;
+                    }
+                    let n = a_buf.bytes().len();
+                    a_buf.consume(n);
+                }
+                _ => {
+                    a_done = true;
+                    let _ = b.shutdown().await;
+                }
+            },
+            r = b_buf.fill(b, bufs), if !b_done => match r {
+                Ok(n) if n > 0 => {
+                    if a.write_all(b_buf.bytes()).await.is_err() {
+                        return;
+                    }
+                    let n = b_buf.bytes().len();
+                    b_buf.consume(n);
+                }
+                _ => {
+                    b_done = true;
+                    let _ = a.shutdown().await;
+                }
+            },
+            _ = quiet => return,
+        }
+    }
+}

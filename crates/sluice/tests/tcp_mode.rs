@@ -1,0 +1,103 @@
+//! `mode tcp`: bytes relayed both ways with half-close, balancing, retries and redispatch.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use common::*;
+
+/// Echoes until EOF, then says "bye <name>" and closes.
+fn echo(name: &'static str) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 8192];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = s.write_all(format!("bye {name}").as_bytes());
+            });
+        }
+    });
+    addr
+}
+
+fn talk(addr: std::net::SocketAddr, msg: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(msg).unwrap();
+    let mut back = vec![0u8; msg.len()];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(back, msg);
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    rest
+}
+
+#[test]
+fn tcp_echo_with_half_close_and_balancing() {
+    let (a, b) = (echo("a"), echo("b"));
+    let p = Sluice::start(&format!(
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    balance roundrobin\n    server a {a}\n    server b {b}\n"
+    ));
+    // Not HTTP at all, in both directions.
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(String::from_utf8(talk(p.addr(), &payload)).unwrap());
+    }
+    seen.sort();
+    assert_eq!(seen, vec!["bye a", "bye a", "bye b", "bye b"]);
+}
+
+#[test]
+fn tcp_connect_retries_and_redispatch() {
+    let good = echo("good");
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let p = Sluice::start(&format!(
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    retries 1\n    option redispatch\n    server dead {dead}\n    server good {good}\n"
+    ));
+    for _ in 0..4 {
+        assert_eq!(talk(p.addr(), b"ping"), b"bye good");
+    }
+}
+
+#[test]
+fn tcp_mode_configuration_errors() {
+    let check = |text: &str| {
+        let dir = TempDir::new();
+        let path = dir.write("c.cfg", text);
+        let out = std::process::Command::new(sluice_bin())
+            .args(["-c", "-f", &path])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = check(
+        "frontend f\n    mode tcp\n    bind :1\n    default_backend b\nbackend b\n    mode http\n",
+    );
+    assert!(
+        !ok && err.contains("(mode tcp) cannot use backend 'b' (mode http)"),
+        "{err}"
+    );
+    let (ok, err) = check("frontend f\n    mode tcp\n    bind :1\n    acl x path /\n    use_backend b if x\nbackend b\n    mode tcp\n");
+    assert!(!ok && err.contains("need mode http"), "{err}");
+}
