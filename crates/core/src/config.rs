@@ -43,6 +43,7 @@ pub struct GlobalConf {
     pub stats_socket: Option<crate::cli::SocketConf>,
     pub pool: crate::pool::PoolGlobal,
     pub hard_stop_after: Option<std::time::Duration>,
+    pub log: Vec<crate::log::LogTarget>,
 }
 
 impl Default for GlobalConf {
@@ -55,6 +56,7 @@ impl Default for GlobalConf {
             stats_socket: None,
             pool: crate::pool::PoolGlobal::default(),
             hard_stop_after: None,
+            log: Vec::new(),
         }
     }
 }
@@ -72,6 +74,7 @@ pub struct ProxyConf {
     pub rules: RulesConf,
     pub compression: CompConf,
     pub errors: crate::errorpages::ErrorPages,
+    pub log: crate::log::LogConf,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -84,6 +87,11 @@ pub struct Frontend {
     pub compression: CompConf,
     pub comp_counters: CompCounters,
     pub errors: crate::errorpages::ErrorPages,
+    pub log: crate::log::LogConf,
+    /// Opened when the proxy starts (not by `-c`).
+    pub loggers: std::sync::OnceLock<Vec<Arc<crate::log::Logger>>>,
+    /// Client connections open on this frontend (`%fc`).
+    pub cur_conns: std::sync::atomic::AtomicUsize,
 }
 
 /// The whole validated configuration.
@@ -101,6 +109,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     compression::GLOBAL_KEYWORDS,
     crate::cli::GLOBAL_KEYWORDS,
     crate::pool::GLOBAL_KEYWORDS,
+    crate::log::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
@@ -112,6 +121,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     rules::KEYWORDS,
     compression::KEYWORDS,
     crate::errorpages::KEYWORDS,
+    crate::log::KEYWORDS,
     pending::PROXY_KEYWORDS,
 ];
 
@@ -291,6 +301,9 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                     compression: p.conf.compression.clone(),
                     comp_counters: CompCounters::default(),
                     errors: p.conf.errors.clone(),
+                    log: p.conf.log.clone(),
+                    loggers: std::sync::OnceLock::new(),
+                    cur_conns: Default::default(),
                 }));
             }
             Err(e) => errors.push(e),

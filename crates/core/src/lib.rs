@@ -17,6 +17,7 @@
 //! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
 //! - [`cli`]: the runtime CLI on a unix socket (`stats socket`), table-driven commands.
 //! - [`errorpages`]: `errorfile` and `http-error`, custom error responses.
+//! - [`log`]: access logs (`log`, `option httplog`/`tcplog`, `log-format`), never blocking a worker.
 //! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
 //!
 //! See `docs/internals/threading.md` for what runs where and what crosses threads.
@@ -30,6 +31,7 @@ pub mod config;
 pub mod errorpages;
 pub mod fds;
 pub mod listener;
+pub mod log;
 pub mod pending;
 pub mod pool;
 pub mod rules;

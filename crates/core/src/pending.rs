@@ -14,7 +14,6 @@ macro_rules! pending {
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "daemon" => Scope::GLOBAL,
-    "log" => Scope::GLOBAL,
     "stats" => Scope::GLOBAL,
     "user" => Scope::GLOBAL,
     "group" => Scope::GLOBAL,
@@ -26,10 +25,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
 ];
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
-    "log" => Scope::PROXY,
-    "log-format" => Scope::PROXY,
-    "option httplog" => Scope::PROXY,
-    "option tcplog" => Scope::PROXY,
     "option dontlognull" => Scope::PROXY,
     "option abortonclose" => Scope::BE,
     "option httpchk" => Scope::BE,

@@ -372,9 +372,12 @@ pub(crate) async fn serve(
 ) {
     let ctx = w.ctx();
     ctx.active.fetch_add(1, Ordering::Relaxed);
+    fe.cur_conns.fetch_add(1, Ordering::Relaxed);
     let _fd = Counted::new();
+    let fe_ref = fe.clone();
     if fe.stream.mode == Mode::Tcp {
         crate::tcp::serve(&w, client, peer, &fe).await;
+        fe.cur_conns.fetch_sub(1, Ordering::Relaxed);
         drop(slot);
         ctx.active.fetch_sub(1, Ordering::Relaxed);
         return;
@@ -390,6 +393,7 @@ pub(crate) async fn serve(
         private: None,
         requests: 0,
         backend: None,
+        lg: ReqLog::default(),
     };
     s.run().await;
     // Buffers go back to the worker's pool; whatever they held is discarded with the
@@ -397,6 +401,7 @@ pub(crate) async fn serve(
     s.cbuf.clear(&w.bufs);
     s.sbuf.clear(&w.bufs);
     drop(slot);
+    fe_ref.cur_conns.fetch_sub(1, Ordering::Relaxed);
     ctx.active.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -414,26 +419,115 @@ struct Session {
     requests: u32,
     /// The backend of the current request, once routed.
     backend: Option<usize>,
+    /// What the access log will say about the current request.
+    lg: ReqLog,
+}
+
+/// Facts about the current request for its access-log line (milliseconds, -1 when a step
+/// did not happen).
+struct ReqLog {
+    started: Option<Instant>,
+    date: Option<std::time::SystemTime>,
+    head_done: Option<Instant>,
+    got_bytes: bool,
+    t_queue: i64,
+    t_connect: i64,
+    t_response: i64,
+    status: i64,
+    bytes: u64,
+    retries: u32,
+    server: Option<usize>,
+    term: Option<[u8; 2]>,
+    line: Option<(String, String, &'static str)>,
+}
+
+impl Default for ReqLog {
+    fn default() -> Self {
+        ReqLog {
+            started: None,
+            date: None,
+            head_done: None,
+            got_bytes: false,
+            t_queue: -1,
+            t_connect: -1,
+            t_response: -1,
+            status: -1,
+            bytes: 0,
+            retries: 0,
+            server: None,
+            term: None,
+            line: None,
+        }
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
 }
 
 impl Session {
     async fn run(&mut self) {
         loop {
             self.backend = None;
+            self.lg = ReqLog::default();
             let head = match self.read_head().await {
                 Ok(h) => h,
-                Err(Fail::ClientGone) => return,
-                Err(Fail::Status(status)) => return self.fail(status).await,
+                Err(Fail::ClientGone) => {
+                    if self.lg.got_bytes {
+                        self.emit_log(-1, *b"CR");
+                    }
+                    return;
+                }
+                Err(Fail::Status(status)) => {
+                    self.emit_log(
+                        i64::from(status),
+                        if status == 408 { *b"cR" } else { *b"PR" },
+                    );
+                    return self.fail(status).await;
+                }
             };
             self.w
                 .ctx()
                 .counters
                 .requests
                 .fetch_add(1, Ordering::Relaxed);
+            if self.logging() {
+                let b = self.cbuf.bytes();
+                self.lg.line = Some((
+                    String::from_utf8_lossy(head.method(b)).into_owned(),
+                    String::from_utf8_lossy(&b[head.target.clone()]).into_owned(),
+                    if head.version == Version::Http10 {
+                        "HTTP/1.0"
+                    } else {
+                        "HTTP/1.1"
+                    },
+                ));
+            }
             let keep = match self.handle(head).await {
-                Ok(keep) => keep,
-                Err(Fail::ClientGone) => return,
-                Err(Fail::Status(status)) => return self.fail(status).await,
+                Ok(keep) => {
+                    self.emit_log(self.lg.status, self.lg.term.unwrap_or(*b"--"));
+                    keep
+                }
+                Err(Fail::ClientGone) => {
+                    let term =
+                        self.lg
+                            .term
+                            .unwrap_or(if self.lg.status >= 0 { *b"CD" } else { *b"CH" });
+                    self.emit_log(self.lg.status, term);
+                    return;
+                }
+                Err(Fail::Status(status)) => {
+                    self.lg.bytes = self.error_bytes(status, self.backend).len() as u64;
+                    let term = self.lg.term.unwrap_or(match status {
+                        503 => *b"SC",
+                        504 => *b"sH",
+                        502 => *b"SH",
+                        408 => *b"cD",
+                        _ => *b"PR",
+                    });
+                    self.emit_log(i64::from(status), term);
+                    return self.fail(status).await;
+                }
             };
             self.requests += 1;
             if !keep {
@@ -447,10 +541,15 @@ impl Session {
     async fn read_head(&mut self) -> Result<RequestHead, Fail> {
         let st = &self.fe.stream;
         let started = tokio::time::Instant::now();
+        self.lg.started = Some(Instant::now());
+        self.lg.date = Some(std::time::SystemTime::now());
         loop {
             if !self.cbuf.is_empty() {
                 match parse_request(self.cbuf.bytes()) {
-                    Ok(Some(h)) => return Ok(h),
+                    Ok(Some(h)) => {
+                        self.lg.head_done = Some(Instant::now());
+                        return Ok(h);
+                    }
                     Ok(None) => {}
                     Err(HeadError { status, .. }) => return Err(Fail::Status(status)),
                 }
@@ -484,6 +583,9 @@ impl Session {
                 r = within(limit, self.cbuf.fill(&mut self.client, &w.bufs)) => r,
                 _ = &mut stop, if idle => return Err(Fail::ClientGone),
             };
+            if matches!(read, Ok(Ok(n)) if n > 0) {
+                self.lg.got_bytes = true;
+            }
             match read {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(Fail::ClientGone),
                 Ok(Ok(_)) => {}
@@ -496,6 +598,72 @@ impl Session {
     }
 
     /// Sends an error page and closes.
+    fn logging(&self) -> bool {
+        self.fe.loggers.get().is_some_and(|l| !l.is_empty())
+    }
+
+    /// Sends the access-log line of the current request.
+    fn emit_log(&self, status: i64, term: [u8; 2]) {
+        let Some(loggers) = self.fe.loggers.get().filter(|l| !l.is_empty()) else {
+            return;
+        };
+        let config = self.w.config();
+        let lg = &self.lg;
+        let now = Instant::now();
+        let be = self.backend.map(|b| &config.backends[b]);
+        let srv = be.zip(lg.server).map(|(be, s)| &be.servers[s]);
+        let (method, uri, version) = lg
+            .line
+            .clone()
+            .unwrap_or_else(|| ("<BADREQ>".into(), String::new(), ""));
+        let rec = crate::log::Record {
+            client: self.peer,
+            date: lg.date.unwrap_or_else(std::time::SystemTime::now),
+            frontend: self.fe.name.clone(),
+            backend: be.map_or_else(|| self.fe.name.clone(), |b| b.name.clone()),
+            server: srv.map_or_else(|| "<NOSRV>".into(), |s| s.name.clone()),
+            t_request: lg.started.zip(lg.head_done).map_or(-1, |(a, b)| ms(b - a)),
+            t_queue: lg.t_queue,
+            t_connect: lg.t_connect,
+            t_response: lg.t_response,
+            t_active: lg.started.map_or(-1, |a| ms(now - a)),
+            status,
+            bytes: lg.bytes,
+            term,
+            act_conn: self
+                .w
+                .shared
+                .threads
+                .iter()
+                .map(|t| t.active.load(Ordering::Relaxed))
+                .sum(),
+            fe_conn: self.fe.cur_conns.load(Ordering::Relaxed),
+            // The request is over; HAProxy's counts include it.
+            be_conn: be.map_or(0, |b| {
+                b.servers
+                    .iter()
+                    .map(|s| s.cur_conns.load(Ordering::Relaxed))
+                    .sum()
+            }) + usize::from(srv.is_some()),
+            srv_conn: srv.map_or(0, |s| s.cur_conns.load(Ordering::Relaxed) + 1),
+            retries: lg.retries,
+            srv_queue: srv.map_or(0, |s| s.queued.load(Ordering::Relaxed)),
+            be_queue: 0,
+            method,
+            uri,
+            version: version.into(),
+        };
+        let default = if self.fe.stream.mode == Mode::Tcp {
+            crate::log::Format::Tcp
+        } else {
+            crate::log::Format::Http
+        };
+        let line = rec.render(self.fe.log.format.as_ref().unwrap_or(&default));
+        for l in loggers {
+            l.send("sluice", &line);
+        }
+    }
+
     /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the
     /// frontend's, else the built-in one.
     fn error_bytes(&self, status: u16, backend: Option<usize>) -> Vec<u8> {
@@ -548,12 +716,21 @@ impl Session {
         match route {
             Route::Error(status, backend) => {
                 self.cbuf.consume(head.len);
+                self.lg.status = i64::from(status);
+                self.lg.term = Some(if status == 503 { *b"SC" } else { *b"PR" });
                 let bytes = self.error_bytes(status, backend);
+                self.lg.bytes = bytes.len() as u64;
                 self.write_client(&with_close(bytes)).await?;
                 Ok(false)
             }
             Route::Respond { bytes, close } => {
                 self.cbuf.consume(head.len);
+                self.lg.status = std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(-1);
+                self.lg.term = Some(*b"LR");
+                self.lg.bytes = bytes.len() as u64;
                 let close = close || facts.wants_close || facts.framing != Framing::None;
                 let bytes = if close { with_close(bytes) } else { bytes };
                 self.write_client(&bytes).await?;
@@ -773,7 +950,14 @@ impl Session {
         // Held for its drop: the in-flight count follows the request to its server.
         let mut _in_flight = InFlight::new(&be.servers[server]);
         // A server at its maxconn makes the request wait its turn (or refuses it).
-        let mut _slot = queue_for(&be.servers[server], be.timeout_queue).await?;
+        self.lg.server = Some(server);
+        let queued_at = Instant::now();
+        let queued = queue_for(&be.servers[server], be.timeout_queue).await;
+        self.lg.t_queue = ms(queued_at.elapsed());
+        if queued.is_err() {
+            self.lg.term = Some(*b"sQ");
+        }
+        let mut _slot = queued?;
         Server::add(&be.servers[server].counters.requests);
         self.sbuf.clear(&self.w.bufs);
         if facts.expect_continue
@@ -785,6 +969,7 @@ impl Session {
             self.write_client(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         let head_len = self.out.len();
+        let connect_at = Instant::now();
         let mut conn = match self.connect(be, backend, server, true).await {
             Ok(c) => c,
             Err(Fail::Status(503)) => {
@@ -796,11 +981,13 @@ impl Session {
                         return Err(Fail::Status(503));
                     }
                     Server::add(&be.servers[server].counters.retries);
+                    self.lg.retries += 1;
                     if be.redispatch && attempt == be.retries {
                         // The last retry goes to another server (HAProxy's `option redispatch`).
                         if let Some(other) = self.pick_other(be, server) {
                             Server::add(&be.servers[server].counters.redispatches);
                             server = other;
+                            self.lg.server = Some(server);
                             _in_flight = InFlight::new(&be.servers[server]);
                             _slot = queue_for(&be.servers[server], be.timeout_queue).await?;
                         }
@@ -812,6 +999,12 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
+        self.lg.t_connect = if conn.reused {
+            0
+        } else {
+            ms(connect_at.elapsed())
+        };
+        let sent_at = Instant::now();
         let srv = &be.servers[server];
         // One retry on a fresh connection when a reused one turns out dead before any
         // response byte, for bodiless idempotent requests (nothing was consumed that cannot
@@ -827,7 +1020,11 @@ impl Session {
                 Err(e) => Err(e),
             };
             match result {
-                Ok(rsp) => break rsp,
+                Ok(rsp) => {
+                    self.lg.t_response = ms(sent_at.elapsed());
+                    self.lg.status = i64::from(rsp.status);
+                    break rsp;
+                }
                 Err(SendFail::Retryable) if conn.reused && replayable && attempt == 1 => {
                     conn = self.connect(be, backend, server, false).await?;
                 }
@@ -1072,6 +1269,7 @@ impl Session {
             server: &mut conn.stream,
             tclient: self.fe.stream.timeout_client,
             tserver: be.timeout_server,
+            sent: 0,
         };
         let counters = [&self.fe.comp_counters, &be.comp_counters];
         // `complete`: the server's message ended where its framing said.
@@ -1094,6 +1292,7 @@ impl Session {
                 complete
             }
         };
+        self.lg.bytes = relay.sent;
         let bufs = &w.bufs;
         let sbuf = &mut self.sbuf;
         if !complete {
@@ -1149,6 +1348,8 @@ struct Relay<'a> {
     server: &'a mut TcpStream,
     tclient: Option<Duration>,
     tserver: Option<Duration>,
+    /// Bytes written to the client (head included), for the access log.
+    sent: u64,
 }
 
 impl Relay<'_> {
@@ -1161,6 +1362,7 @@ impl Relay<'_> {
                 if !write_ok(self.client, self.out, self.tclient).await {
                     return Err(Fail::ClientGone);
                 }
+                self.sent += self.out.len() as u64;
                 true
             }
             Framing::Length(total) => {
@@ -1178,6 +1380,7 @@ impl Relay<'_> {
                     if !matches!(ok, Ok(Ok(()))) {
                         return Err(Fail::ClientGone);
                     }
+                    self.sent += (self.out.len() + take) as u64;
                     self.out.clear();
                     self.sbuf.consume(take);
                     relayed += take as u64;
@@ -1202,6 +1405,7 @@ impl Relay<'_> {
                         if !write_ok(self.client, self.out, self.tclient).await {
                             return Err(Fail::ClientGone);
                         }
+                        self.sent += self.out.len() as u64;
                         self.out.clear();
                     }
                     if dec.is_done() {
@@ -1232,6 +1436,7 @@ impl Relay<'_> {
                     if !write_ok(self.client, self.out, self.tclient).await {
                         return Err(Fail::ClientGone);
                     }
+                    self.sent += self.out.len() as u64;
                     self.out.clear();
                 }
                 match within(self.tserver, self.sbuf.fill(self.server, self.bufs)).await {
@@ -1312,6 +1517,7 @@ impl Relay<'_> {
                 if !matches!(sent, Ok(Ok(()))) {
                     return Err(Fail::ClientGone);
                 }
+                self.sent += self.out.len() as u64;
                 self.out.clear();
             }
             if last {

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio::net::TcpStream;
 
@@ -18,6 +19,8 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: TcpStream, peer: SocketAdd
     let Some(backend) = fe.rules.default_backend else {
         return;
     };
+    let started = Instant::now();
+    let date = std::time::SystemTime::now();
     let config = w.config();
     let be = &config.backends[backend];
     let key = PickKey {
@@ -28,24 +31,98 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: TcpStream, peer: SocketAdd
     let Some(mut server) = be.balancer.pick(&be.servers, &key) else {
         return;
     };
-    let Some(mut conn) = connect(be, &mut server, &key).await else {
+    let mut retries = 0;
+    let Some(mut conn) = connect(be, &mut server, &key, &mut retries).await else {
+        log(
+            w, fe, be, server, peer, date, started, -1, 0, *b"SC", retries,
+        );
         return;
     };
+    let t_connect = started.elapsed().as_millis() as i64;
     let srv = &be.servers[server];
     srv.cur_conns.fetch_add(1, Ordering::Relaxed);
     Server::add(&srv.counters.requests);
     let idle = fe.stream.timeout_client.max(be.timeout_server);
     let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
-    crate::tunnel::relay(&mut client, &mut conn, &mut cbuf, &mut sbuf, &w.bufs, idle).await;
+    let bytes =
+        crate::tunnel::relay(&mut client, &mut conn, &mut cbuf, &mut sbuf, &w.bufs, idle).await;
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
+    log(
+        w, fe, be, server, peer, date, started, t_connect, bytes, *b"--", retries,
+    );
     srv.cur_conns.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// The tcplog line of a connection (when the frontend logs).
+#[allow(clippy::too_many_arguments)]
+fn log(
+    w: &Worker,
+    fe: &Frontend,
+    be: &Backend,
+    server: usize,
+    peer: SocketAddr,
+    date: std::time::SystemTime,
+    started: Instant,
+    t_connect: i64,
+    bytes: u64,
+    term: [u8; 2],
+    retries: u32,
+) {
+    let Some(loggers) = fe.loggers.get().filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let srv = &be.servers[server];
+    let rec = crate::log::Record {
+        client: peer,
+        date,
+        frontend: fe.name.clone(),
+        backend: be.name.clone(),
+        server: srv.name.clone(),
+        t_request: -1,
+        t_queue: 0,
+        t_connect,
+        t_response: -1,
+        t_active: started.elapsed().as_millis() as i64,
+        status: -1,
+        bytes,
+        term,
+        act_conn: w
+            .shared
+            .threads
+            .iter()
+            .map(|t| t.active.load(Ordering::Relaxed))
+            .sum(),
+        fe_conn: fe.cur_conns.load(Ordering::Relaxed),
+        be_conn: be
+            .servers
+            .iter()
+            .map(|s| s.cur_conns.load(Ordering::Relaxed))
+            .sum(),
+        srv_conn: srv.cur_conns.load(Ordering::Relaxed),
+        retries,
+        srv_queue: 0,
+        be_queue: 0,
+        method: String::new(),
+        uri: String::new(),
+        version: String::new(),
+    };
+    let line = rec.render(fe.log.format.as_ref().unwrap_or(&crate::log::Format::Tcp));
+    for l in loggers {
+        l.send("sluice", &line);
+    }
+}
+
 /// Connects with `retries`, the last one on another server with `option redispatch`.
-async fn connect(be: &Backend, server: &mut usize, key: &PickKey<'_>) -> Option<TcpStream> {
+async fn connect(
+    be: &Backend,
+    server: &mut usize,
+    key: &PickKey<'_>,
+    retries: &mut u32,
+) -> Option<TcpStream> {
     for attempt in 0..=be.retries {
         if attempt > 0 {
+            *retries += 1;
             Server::add(&be.servers[*server].counters.retries);
             if be.redispatch && attempt == be.retries {
                 if let Some(other) = (0..be.servers.len() * 2)

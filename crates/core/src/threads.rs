@@ -242,6 +242,8 @@ pub enum RunError {
     Signals(std::io::Error),
     #[error("{0}")]
     Fds(String),
+    #[error("cannot open a log target: {0}")]
+    Log(std::io::Error),
     #[error("stats socket {path}: {source}")]
     Cli {
         path: String,
@@ -261,6 +263,10 @@ pub fn run(config: Config) -> Result<(), RunError> {
         for bind in &fe.listen.binds {
             listeners.push((fi, bind.clone(), listener::open(&bind.spec, backlog)?));
         }
+    }
+    for fe in &config.frontends {
+        let loggers = crate::log::open_all(&fe.log, &config.global.log).map_err(RunError::Log)?;
+        let _ = fe.loggers.set(loggers);
     }
     let admission = Admission::new(
         global_max,

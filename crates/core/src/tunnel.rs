@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use crate::buffer::{Buf, BufPool};
 
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
-/// `b_buf` (read from `b`) are delivered first.
+/// `b_buf` (read from `b`) are delivered first. Returns the bytes delivered to `a` (from `b`).
 pub(crate) async fn relay(
     a: &mut TcpStream,
     b: &mut TcpStream,
@@ -18,19 +18,21 @@ pub(crate) async fn relay(
     b_buf: &mut Buf,
     bufs: &BufPool,
     idle: Option<Duration>,
-) {
+) -> u64 {
+    let mut to_a = 0u64;
     if !a_buf.is_empty() {
         if b.write_all(a_buf.bytes()).await.is_err() {
-            return;
+            return to_a;
         }
         let n = a_buf.bytes().len();
         a_buf.consume(n);
     }
     if !b_buf.is_empty() {
         if a.write_all(b_buf.bytes()).await.is_err() {
-            return;
+            return to_a;
         }
         let n = b_buf.bytes().len();
+        to_a += n as u64;
         b_buf.consume(n);
     }
     let (mut a_done, mut b_done) = (false, false);
@@ -45,7 +47,7 @@ pub(crate) async fn relay(
             r = a_buf.fill(a, bufs), if !a_done => match r {
                 Ok(n) if n > 0 => {
                     if b.write_all(a_buf.bytes()).await.is_err() {
-                        return;
+                        return to_a;
                     }
                     let n = a_buf.bytes().len();
                     a_buf.consume(n);
@@ -58,9 +60,10 @@ pub(crate) async fn relay(
             r = b_buf.fill(b, bufs), if !b_done => match r {
                 Ok(n) if n > 0 => {
                     if a.write_all(b_buf.bytes()).await.is_err() {
-                        return;
+                        return to_a;
                     }
                     let n = b_buf.bytes().len();
+                    to_a += n as u64;
                     b_buf.consume(n);
                 }
                 _ => {
@@ -68,7 +71,8 @@ pub(crate) async fn relay(
                     let _ = a.shutdown().await;
                 }
             },
-            _ = quiet => return,
+            _ = quiet => return to_a,
         }
     }
+    to_a
 }

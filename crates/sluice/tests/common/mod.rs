@@ -313,10 +313,8 @@ impl Sluice {
         let stderr_path = dir.0.join("stderr.log");
         let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
         let mut cmd = Command::new(sluice_bin());
-        cmd.arg("-f")
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
+        cmd.arg("-f").arg(&path).stdin(Stdio::null());
+        cmd.stdout(std::fs::File::create(dir.0.join("stdout.log")).unwrap());
         cmd.stderr(std::fs::File::create(&stderr_path).unwrap());
         // SAFETY: only async-signal-safe fcntl calls run between fork and exec.
         unsafe {
@@ -372,6 +370,11 @@ impl Sluice {
 
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// What the process wrote on standard output so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.stderr_path.with_file_name("stdout.log")).unwrap_or_default()
     }
 
     pub fn addr(&self) -> SocketAddr {

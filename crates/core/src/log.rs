@@ -1,0 +1,707 @@
+//! Access logs: `log` targets, `option httplog` / `option tcplog`, `log-format`.
+//!
+//! A worker never blocks on logging. Lines for stdout/stderr go through a bounded channel to a
+//! writer thread (a full channel drops the line and counts it); syslog lines go out as UDP
+//! datagrams from a non-blocking socket (a full socket buffer drops the line too).
+//!
+//! The httplog line is HAProxy's:
+//! `%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %{+Q}r`
+//! and the tcplog line `%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/%sc/%rc %sq/%bq`.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use sluice_config::{Keyword, KwError, Scope};
+
+use crate::backend::one_arg;
+use crate::config::{GlobalConf, ProxyConf};
+
+/// Where log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Stdout,
+    Stderr,
+    Udp(SocketAddr),
+}
+
+/// How a line is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Raw,
+    Short,
+    Rfc3164,
+    Rfc5424,
+}
+
+/// One `log` line of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTarget {
+    pub target: Target,
+    pub framing: Framing,
+    pub facility: u8,
+    /// Longest line sent (`len`), default 1024.
+    pub max_len: usize,
+}
+
+/// A proxy's logging: its targets (or the global ones) and the line format.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogConf {
+    pub targets: Vec<LogTarget>,
+    /// `log global` was given: use the global section's targets.
+    pub use_global: bool,
+    pub format: Option<Format>,
+}
+
+/// The line format of a proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    Http,
+    Tcp,
+    Custom(Vec<Token>),
+}
+
+/// A piece of a `log-format` string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    Text(String),
+    Var(Var),
+}
+
+/// The `%` variables sluice knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Var {
+    ClientIp,
+    ClientPort,
+    DateLocal,
+    DateRequest,
+    Frontend,
+    Backend,
+    Server,
+    TimeRequest,
+    TimeQueue,
+    TimeConnect,
+    TimeResponse,
+    TimeActive,
+    TimeTotal,
+    Status,
+    Bytes,
+    TermState,
+    TermStateCookies,
+    ActConn,
+    FeConn,
+    BeConn,
+    SrvConn,
+    Retries,
+    SrvQueue,
+    BeQueue,
+    RequestLine,
+    RequestLineQuoted,
+    Method,
+    Uri,
+    Version,
+}
+
+const VARS: &[(&str, Var)] = &[
+    ("ci", Var::ClientIp),
+    ("cp", Var::ClientPort),
+    ("t", Var::DateLocal),
+    ("tr", Var::DateRequest),
+    ("ft", Var::Frontend),
+    ("f", Var::Frontend),
+    ("b", Var::Backend),
+    ("s", Var::Server),
+    ("TR", Var::TimeRequest),
+    ("Tw", Var::TimeQueue),
+    ("Tc", Var::TimeConnect),
+    ("Tr", Var::TimeResponse),
+    ("Ta", Var::TimeActive),
+    ("Tt", Var::TimeTotal),
+    ("ST", Var::Status),
+    ("B", Var::Bytes),
+    ("ts", Var::TermState),
+    ("tsc", Var::TermStateCookies),
+    ("ac", Var::ActConn),
+    ("fc", Var::FeConn),
+    ("bc", Var::BeConn),
+    ("sc", Var::SrvConn),
+    ("rc", Var::Retries),
+    ("sq", Var::SrvQueue),
+    ("bq", Var::BeQueue),
+    ("r", Var::RequestLine),
+    ("HM", Var::Method),
+    ("HU", Var::Uri),
+    ("HV", Var::Version),
+];
+
+/// Parses a `log-format` string into tokens. `%{+Q}r` quotes the request line; other
+/// `%{...}` options and unknown variables are refused.
+pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' {
+            text.push(b[i] as char);
+            i += 1;
+            continue;
+        }
+        if b.get(i + 1) == Some(&b'%') {
+            text.push('%');
+            i += 2;
+            continue;
+        }
+        let mut quoted = false;
+        let mut j = i + 1;
+        if b.get(j) == Some(&b'{') {
+            let end = s[j..].find('}').ok_or("unterminated %{...}")? + j;
+            match &s[j + 1..end] {
+                "+Q" => quoted = true,
+                other => {
+                    return Err(format!(
+                        "log-format option %{{{other}}} is not supported yet"
+                    ))
+                }
+            }
+            j = end + 1;
+        }
+        let name_len = b[j..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .count();
+        let name = &s[j..j + name_len];
+        // Longest known variable name at this position (so `%tsc` is not `%ts` + "c").
+        let (var_name, var) = VARS
+            .iter()
+            .filter(|(n, _)| name.starts_with(n))
+            .max_by_key(|(n, _)| n.len())
+            .ok_or_else(|| format!("unknown log-format variable '%{name}'"))?;
+        if !text.is_empty() {
+            out.push(Token::Text(std::mem::take(&mut text)));
+        }
+        out.push(Token::Var(if quoted && *var == Var::RequestLine {
+            Var::RequestLineQuoted
+        } else {
+            *var
+        }));
+        i = j + var_name.len();
+    }
+    if !text.is_empty() {
+        out.push(Token::Text(text));
+    }
+    Ok(out)
+}
+
+fn facility(name: &str) -> Option<u8> {
+    const NAMES: [&str; 24] = [
+        "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "auth2",
+        "ftp", "ntp", "audit", "alert", "cron2", "local0", "local1", "local2", "local3", "local4",
+        "local5", "local6", "local7",
+    ];
+    NAMES.iter().position(|n| *n == name).map(|p| p as u8)
+}
+
+/// Parses `TARGET [len N] [format F] FACILITY [LEVEL [MINLEVEL]]`.
+fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
+    let Some(t) = args.first() else {
+        return Err(KwError::Missing(
+            "a target (stdout, stderr, ADDR:PORT) or 'global'",
+        ));
+    };
+    let target = match t.as_str() {
+        "stdout" => Target::Stdout,
+        "stderr" => Target::Stderr,
+        other => {
+            let a = other
+                .strip_prefix("udp@")
+                .or_else(|| other.strip_prefix("udp4@"))
+                .unwrap_or(other);
+            let addr = if a.contains(':') {
+                a.to_string()
+            } else {
+                format!("{a}:514")
+            };
+            Target::Udp(
+                crate::backend::resolve(&addr)
+                    .map_err(|e| KwError::bad(1, other, format!("{e} (stdout, stderr or a UDP ADDR:PORT; unix sockets and rings are not supported yet)")))?,
+            )
+        }
+    };
+    let mut lt = LogTarget {
+        target,
+        framing: Framing::Rfc3164,
+        facility: 16,
+        max_len: 1024,
+    };
+    let mut i = 1;
+    let mut facility_seen = false;
+    while i < args.len() {
+        let a = args[i].as_str();
+        match a {
+            "len" | "format" => {
+                let v = args
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a value after len/format"))?;
+                if a == "len" {
+                    lt.max_len = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (64..=65535).contains(n))
+                        .ok_or_else(|| {
+                            KwError::bad(i + 2, v, "expects a length from 64 to 65535")
+                        })?;
+                } else {
+                    lt.framing = match v.as_str() {
+                        "raw" => Framing::Raw,
+                        "short" => Framing::Short,
+                        "rfc3164" => Framing::Rfc3164,
+                        "rfc5424" => Framing::Rfc5424,
+                        _ => {
+                            return Err(KwError::bad(
+                                i + 2,
+                                v,
+                                "expects raw, short, rfc3164 or rfc5424",
+                            ))
+                        }
+                    };
+                }
+                i += 2;
+            }
+            _ if !facility_seen => {
+                lt.facility = facility(a).ok_or_else(|| {
+                    KwError::bad(
+                        i + 1,
+                        a,
+                        "unknown syslog facility (local0..local7, daemon, user, ...)",
+                    )
+                })?;
+                facility_seen = true;
+                i += 1;
+            }
+            "emerg" | "alert" | "crit" | "err" | "warning" | "notice" | "info" | "debug" => i += 1,
+            _ => {
+                return Err(KwError::bad(
+                    i + 1,
+                    a,
+                    "unexpected (expects len, format, a facility and levels)",
+                ))
+            }
+        }
+    }
+    if !facility_seen {
+        return Err(KwError::Missing("a syslog facility (e.g. local0)"));
+    }
+    Ok(lt)
+}
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+    name: "log",
+    scope: Scope::GLOBAL,
+    help: "log stdout|stderr|ADDR:PORT [len N] [format raw|short|rfc3164|rfc5424] FACILITY: where logs go",
+    parse: |g, a| parse_target(a).map(|t| g.log.push(t)),
+}];
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "log",
+        scope: Scope::PROXY,
+        help: "log global | log TARGET [len N] [format F] FACILITY: this proxy's log targets",
+        parse: |c, a| {
+            if a.first().map(String::as_str) == Some("global") {
+                if let Some(x) = a.get(1) {
+                    return Err(KwError::Extra(x.clone()));
+                }
+                c.log.use_global = true;
+                return Ok(());
+            }
+            parse_target(a).map(|t| c.log.targets.push(t))
+        },
+    },
+    Keyword {
+        name: "no log",
+        scope: Scope::PROXY,
+        help: "no log: this proxy logs nothing (cancels inherited log lines)",
+        parse: |c, _| {
+            c.log.targets.clear();
+            c.log.use_global = false;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "option httplog",
+        scope: Scope::PROXY,
+        help: "option httplog: one HAProxy-format line per HTTP request",
+        parse: |c, a| match a.first() {
+            Some(x) => Err(KwError::bad(1, x, "'clf' and other variants are not supported yet")),
+            None => {
+                c.log.format = Some(Format::Http);
+                Ok(())
+            }
+        },
+    },
+    Keyword {
+        name: "option tcplog",
+        scope: Scope::PROXY,
+        help: "option tcplog: one HAProxy-format line per TCP connection",
+        parse: |c, _| {
+            c.log.format = Some(Format::Tcp);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "log-format",
+        scope: Scope::PROXY,
+        help: "log-format STRING: a custom line with %-variables (%ci %cp %tr %ft %b %s %TR %Tw %Tc %Tr %Ta %ST %B %tsc %r ...)",
+        parse: |c, a| {
+            let v = one_arg(a, "a format string (quote it)")?;
+            c.log.format = Some(Format::Custom(parse_format(v).map_err(|e| KwError::bad(1, v, e))?));
+            Ok(())
+        },
+    },
+];
+
+/// Lines dropped because a target could not take them at once.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Sends lines to their targets without blocking the caller.
+#[derive(Debug)]
+pub struct Logger {
+    target: LogTarget,
+    sink: Sink,
+}
+
+#[derive(Debug)]
+enum Sink {
+    Stream(SyncSender<Vec<u8>>),
+    Udp(UdpSocket),
+}
+
+fn stream_writer(stderr: bool) -> SyncSender<Vec<u8>> {
+    static OUT: OnceLock<SyncSender<Vec<u8>>> = OnceLock::new();
+    static ERR: OnceLock<SyncSender<Vec<u8>>> = OnceLock::new();
+    let cell = if stderr { &ERR } else { &OUT };
+    cell.get_or_init(|| {
+        let (tx, rx) = sync_channel::<Vec<u8>>(8192);
+        std::thread::Builder::new()
+            .name("sluice-log".into())
+            .spawn(move || {
+                use std::io::Write;
+                for line in rx {
+                    let _ = if stderr {
+                        std::io::stderr().lock().write_all(&line)
+                    } else {
+                        std::io::stdout().lock().write_all(&line)
+                    };
+                }
+            })
+            .expect("log writer thread");
+        tx
+    })
+    .clone()
+}
+
+impl Logger {
+    pub fn open(target: &LogTarget) -> std::io::Result<Logger> {
+        let sink = match &target.target {
+            Target::Stdout => Sink::Stream(stream_writer(false)),
+            Target::Stderr => Sink::Stream(stream_writer(true)),
+            Target::Udp(addr) => {
+                let bind: SocketAddr = if addr.is_ipv6() {
+                    "[::]:0"
+                } else {
+                    "0.0.0.0:0"
+                }
+                .parse()
+                .expect("literal");
+                let s = UdpSocket::bind(bind)?;
+                s.set_nonblocking(true)?;
+                s.connect(addr)?;
+                Sink::Udp(s)
+            }
+        };
+        Ok(Logger {
+            target: target.clone(),
+            sink,
+        })
+    }
+
+    /// Frames `msg` (info severity) and sends it, or drops it if the target is busy.
+    pub fn send(&self, tag: &str, msg: &str) {
+        let mut line = frame(&self.target, tag, msg);
+        line.truncate(self.target.max_len);
+        let ok = match &self.sink {
+            Sink::Stream(tx) => {
+                line.push(b'\n');
+                tx.try_send(line).is_ok()
+            }
+            Sink::Udp(s) => s.send(&line).is_ok(),
+        };
+        if !ok {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Opens the loggers of a proxy (its own targets, or the global ones with `log global`).
+pub fn open_all(conf: &LogConf, global: &[LogTarget]) -> std::io::Result<Vec<Arc<Logger>>> {
+    let targets = if conf.use_global {
+        global
+    } else {
+        &conf.targets[..]
+    };
+    targets
+        .iter()
+        .map(|t| Logger::open(t).map(Arc::new))
+        .collect()
+}
+
+fn frame(t: &LogTarget, tag: &str, msg: &str) -> Vec<u8> {
+    let pri = u32::from(t.facility) * 8 + 6;
+    let pid = std::process::id();
+    match t.framing {
+        Framing::Raw => msg.as_bytes().to_vec(),
+        Framing::Short => format!("<{pri}>{msg}").into_bytes(),
+        Framing::Rfc3164 => {
+            let (_, mon, day, h, m, s, _) = civil(SystemTime::now());
+            format!(
+                "<{pri}>{} {day:>2} {h:02}:{m:02}:{s:02} {tag}[{pid}]: {msg}",
+                MONTHS[mon as usize - 1]
+            )
+            .into_bytes()
+        }
+        Framing::Rfc5424 => {
+            let (y, mon, day, h, m, s, ms) = civil(SystemTime::now());
+            format!("<{pri}>1 {y:04}-{mon:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z - {tag} {pid} - - {msg}").into_bytes()
+        }
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// UTC calendar fields of a time: (year, month, day, hour, minute, second, millisecond).
+pub fn civil(t: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        month,
+        day,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+        d.subsec_millis(),
+    )
+}
+
+/// HAProxy's `%tr`/`%t` date: `22/Nov/2026:06:40:00.123` (UTC).
+pub fn log_date(t: SystemTime) -> String {
+    let (y, mon, d, h, m, s, ms) = civil(t);
+    format!(
+        "{d:02}/{}/{y}:{h:02}:{m:02}:{s:02}.{ms:03}",
+        MONTHS[mon as usize - 1]
+    )
+}
+
+/// Everything a log line can say about one request (or TCP connection). Times are in
+/// milliseconds, -1 when the step did not happen.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub client: SocketAddr,
+    pub date: SystemTime,
+    pub frontend: String,
+    pub backend: String,
+    pub server: String,
+    pub t_request: i64,
+    pub t_queue: i64,
+    pub t_connect: i64,
+    pub t_response: i64,
+    pub t_active: i64,
+    pub status: i64,
+    pub bytes: u64,
+    /// Two-letter termination state (`--` when normal).
+    pub term: [u8; 2],
+    pub act_conn: usize,
+    pub fe_conn: usize,
+    pub be_conn: usize,
+    pub srv_conn: usize,
+    pub retries: u32,
+    pub srv_queue: usize,
+    pub be_queue: usize,
+    pub method: String,
+    pub uri: String,
+    pub version: String,
+}
+
+impl Record {
+    fn term(&self) -> &str {
+        std::str::from_utf8(&self.term).unwrap_or("--")
+    }
+
+    fn var(&self, out: &mut String, v: Var) {
+        let _ = match v {
+            Var::ClientIp => write!(out, "{}", self.client.ip()),
+            Var::ClientPort => write!(out, "{}", self.client.port()),
+            Var::DateLocal | Var::DateRequest => write!(out, "{}", log_date(self.date)),
+            Var::Frontend => write!(out, "{}", self.frontend),
+            Var::Backend => write!(out, "{}", self.backend),
+            Var::Server => write!(out, "{}", self.server),
+            Var::TimeRequest => write!(out, "{}", self.t_request),
+            Var::TimeQueue => write!(out, "{}", self.t_queue),
+            Var::TimeConnect => write!(out, "{}", self.t_connect),
+            Var::TimeResponse => write!(out, "{}", self.t_response),
+            Var::TimeActive | Var::TimeTotal => write!(out, "{}", self.t_active),
+            Var::Status => write!(out, "{}", self.status),
+            Var::Bytes => write!(out, "{}", self.bytes),
+            Var::TermState => write!(out, "{}", self.term()),
+            Var::TermStateCookies => write!(out, "{}--", self.term()),
+            Var::ActConn => write!(out, "{}", self.act_conn),
+            Var::FeConn => write!(out, "{}", self.fe_conn),
+            Var::BeConn => write!(out, "{}", self.be_conn),
+            Var::SrvConn => write!(out, "{}", self.srv_conn),
+            Var::Retries => write!(out, "{}", self.retries),
+            Var::SrvQueue => write!(out, "{}", self.srv_queue),
+            Var::BeQueue => write!(out, "{}", self.be_queue),
+            Var::RequestLine => write!(out, "{} {} {}", self.method, self.uri, self.version),
+            Var::RequestLineQuoted => {
+                write!(out, "\"{} {} {}\"", self.method, self.uri, self.version)
+            }
+            Var::Method => write!(out, "{}", self.method),
+            Var::Uri => write!(out, "{}", self.uri),
+            Var::Version => write!(out, "{}", self.version),
+        };
+    }
+
+    /// The line for `format`.
+    pub fn render(&self, format: &Format) -> String {
+        let mut out = String::with_capacity(160);
+        match format {
+            Format::Http => {
+                let _ = write!(
+                    out,
+                    "{}:{} [{}] {} {}/{} {}/{}/{}/{}/{} {} {} - - {}-- {}/{}/{}/{}/{} {}/{} \"{} {} {}\"",
+                    self.client.ip(),
+                    self.client.port(),
+                    log_date(self.date),
+                    self.frontend,
+                    self.backend,
+                    self.server,
+                    self.t_request,
+                    self.t_queue,
+                    self.t_connect,
+                    self.t_response,
+                    self.t_active,
+                    self.status,
+                    self.bytes,
+                    self.term(),
+                    self.act_conn,
+                    self.fe_conn,
+                    self.be_conn,
+                    self.srv_conn,
+                    self.retries,
+                    self.srv_queue,
+                    self.be_queue,
+                    self.method,
+                    self.uri,
+                    self.version
+                );
+            }
+            Format::Tcp => {
+                let _ = write!(
+                    out,
+                    "{}:{} [{}] {} {}/{} {}/{}/{} {} {} {}/{}/{}/{}/{} {}/{}",
+                    self.client.ip(),
+                    self.client.port(),
+                    log_date(self.date),
+                    self.frontend,
+                    self.backend,
+                    self.server,
+                    self.t_queue,
+                    self.t_connect,
+                    self.t_active,
+                    self.bytes,
+                    self.term(),
+                    self.act_conn,
+                    self.fe_conn,
+                    self.be_conn,
+                    self.srv_conn,
+                    self.retries,
+                    self.srv_queue,
+                    self.be_queue
+                );
+            }
+            Format::Custom(tokens) => {
+                for t in tokens {
+                    match t {
+                        Token::Text(s) => out.push_str(s),
+                        Token::Var(v) => self.var(&mut out, *v),
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_parse() {
+        let t = parse_format("%ci:%cp %{+Q}r %tsc 100%%").unwrap();
+        assert_eq!(
+            t,
+            vec![
+                Token::Var(Var::ClientIp),
+                Token::Text(":".into()),
+                Token::Var(Var::ClientPort),
+                Token::Text(" ".into()),
+                Token::Var(Var::RequestLineQuoted),
+                Token::Text(" ".into()),
+                Token::Var(Var::TermStateCookies),
+                Token::Text(" 100%".into()),
+            ]
+        );
+        assert!(parse_format("%nope").unwrap_err().contains("unknown"));
+        assert!(parse_format("%{+E}r").is_err());
+    }
+
+    #[test]
+    fn dates() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_795_327_200_123);
+        assert_eq!(log_date(t), "22/Nov/2026:06:00:00.123");
+        assert_eq!(civil(SystemTime::UNIX_EPOCH).0, 1970);
+    }
+
+    #[test]
+    fn targets() {
+        let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let t = parse_target(&w("stdout format raw local0")).unwrap();
+        assert_eq!(
+            (t.target, t.framing, t.facility),
+            (Target::Stdout, Framing::Raw, 16)
+        );
+        let t = parse_target(&w("127.0.0.1:514 len 2048 local7 info")).unwrap();
+        assert_eq!((t.max_len, t.facility), (2048, 23));
+        assert!(parse_target(&w("stdout")).is_err());
+        assert!(parse_target(&w("stdout format json local0")).is_err());
+        assert!(parse_target(&w("/dev/log local0")).is_err());
+    }
+}

@@ -1,0 +1,267 @@
+//! Access logs through the real binary: httplog lines over UDP syslog parsed field by field,
+//! termination codes for timeouts and failures, stdout raw logs, tcplog, log-format.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A syslog collector on 127.0.0.1.
+struct Collector(UdpSocket);
+
+impl Collector {
+    fn new() -> Collector {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        Collector(s)
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.0.local_addr().unwrap()
+    }
+
+    /// The next datagram, as text.
+    fn next(&self) -> String {
+        let mut buf = [0u8; 4096];
+        let n = self
+            .0
+            .recv(&mut buf)
+            .expect("a log line within the timeout");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+/// The fields of an httplog message, split as HAProxy documents them.
+#[derive(Debug)]
+struct HttpLog {
+    client: String,
+    date: String,
+    frontend: String,
+    backend_server: String,
+    timers: Vec<i64>,
+    status: i64,
+    bytes: u64,
+    term: String,
+    conns: Vec<u64>,
+    queues: String,
+    request: String,
+}
+
+fn parse_httplog(msg: &str) -> HttpLog {
+    let (head, request) = msg.split_once(" \"").expect("quoted request line");
+    let f: Vec<&str> = head.split(' ').collect();
+    assert_eq!(f.len(), 12, "{msg}");
+    HttpLog {
+        client: f[0].into(),
+        date: f[1].trim_matches(|c| c == '[' || c == ']').into(),
+        frontend: f[2].into(),
+        backend_server: f[3].into(),
+        timers: f[4].split('/').map(|t| t.parse().unwrap()).collect(),
+        status: f[5].parse().unwrap(),
+        bytes: f[6].parse().unwrap(),
+        term: f[9].into(),
+        conns: f[10].split('/').map(|t| t.parse().unwrap()).collect(),
+        queues: f[11].into(),
+        request: request.trim_end_matches('"').into(),
+    }
+    .check_cookies(f[7], f[8])
+}
+
+impl HttpLog {
+    fn check_cookies(self, cc: &str, cs: &str) -> Self {
+        assert_eq!((cc, cs), ("-", "-"));
+        self
+    }
+}
+
+/// Strips the RFC 3164 framing: `<134>Nov 22 06:40:00 sluice[123]: msg`.
+fn syslog_msg(line: &str, pri: u32) -> String {
+    let rest = line
+        .strip_prefix(&format!("<{pri}>"))
+        .unwrap_or_else(|| panic!("priority {pri}: {line}"));
+    let (_, msg) = rest
+        .split_once("]: ")
+        .unwrap_or_else(|| panic!("tag: {line}"));
+    assert!(rest.contains(" sluice["), "{line}");
+    msg.to_string()
+}
+
+fn config(collector: &Collector, origin_addr: std::net::SocketAddr, extra_be: &str) -> String {
+    format!(
+        "global\n    log {} local0\n{DEFAULTS}    log global\n    option httplog\n    timeout http-request 300ms\nfrontend fe\n    {{fe}}\n    use_backend slow if {{ path_beg /slow }}\n    default_backend be\nbackend be\n{extra_be}\n    server s1 {origin_addr}\nbackend slow\n    timeout server 200ms\n    server s2 {origin_addr}\n",
+        collector.addr()
+    )
+}
+
+#[test]
+fn httplog_lines_reach_syslog_field_by_field() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            if r.target.starts_with("/slow") {
+                Reply::Delayed(Duration::from_secs(2), ok_response("late"))
+            } else {
+                ok_response("hello").into()
+            }
+        }),
+    );
+    let collector = Collector::new();
+    let p = Sluice::start(&config(&collector, origin.addr, ""));
+    let mut c = p.connect();
+    let before = Instant::now();
+    assert_eq!(c.get("/ok?x=1").status, 200);
+    let line = collector.next();
+    let l = parse_httplog(&syslog_msg(&line, 134));
+    assert!(l.client.starts_with("127.0.0.1:"), "{l:?}");
+    let port: u16 = l.client.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(port, c.writer.local_addr().unwrap().port());
+    assert!(
+        l.date.contains('/') && l.date.contains(':') && l.date.contains('.'),
+        "{l:?}"
+    );
+    assert_eq!(
+        (l.frontend.as_str(), l.backend_server.as_str()),
+        ("fe", "be/s1")
+    );
+    assert_eq!(l.timers.len(), 5);
+    assert!(
+        l.timers.iter().all(|&t| t >= 0),
+        "all steps happened: {l:?}"
+    );
+    let elapsed = before.elapsed().as_millis() as i64;
+    assert!(l.timers[4] <= elapsed + 5, "Ta within the request: {l:?}");
+    assert_eq!(l.status, 200);
+    assert!(l.bytes > 5, "head and body counted: {l:?}");
+    assert_eq!(l.term, "----");
+    assert_eq!(l.conns.len(), 5);
+    assert!(l.conns[0] >= 1 && l.conns[1] >= 1, "{l:?}");
+    assert_eq!(l.queues, "0/0");
+    assert_eq!(l.request, "GET /ok?x=1 HTTP/1.1");
+
+    // A slow server: 504 and sH.
+    assert_eq!(get(p.addr(), "/slow").status, 504);
+    let l = parse_httplog(&syslog_msg(&collector.next(), 134));
+    assert_eq!(
+        (l.status, l.term.as_str(), l.backend_server.as_str()),
+        (504, "sH--", "slow/s2")
+    );
+    // A malformed request: 400 and PR.
+    let (r, _) = raw_exchange(p.addr(), b"GET / HTTP/1.1\r\nHost : x\r\n\r\n");
+    assert_eq!(r.unwrap().status, 400);
+    let l = parse_httplog(&syslog_msg(&collector.next(), 134));
+    assert_eq!((l.status, l.term.as_str()), (400, "PR--"));
+    // A slow client (timeout http-request): 408 and cR.
+    let mut slow = p.connect();
+    slow.send(b"GET / HTTP/1.1\r\n");
+    assert_eq!(slow.response().status, 408);
+    let l = parse_httplog(&syslog_msg(&collector.next(), 134));
+    assert_eq!((l.status, l.term.as_str()), (408, "cR--"));
+}
+
+#[test]
+fn connection_refused_logs_sc() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let collector = Collector::new();
+    let p = Sluice::start(&config(&collector, dead, "    retries 1"));
+    assert_eq!(get(p.addr(), "/").status, 503);
+    let l = parse_httplog(&syslog_msg(&collector.next(), 134));
+    assert_eq!((l.status, l.term.as_str()), (503, "SC--"));
+    assert_eq!(l.conns[4], 1, "one retry: {l:?}");
+}
+
+#[test]
+fn stdout_raw_logs_and_log_format() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    log global\n    log-format \"%ci %ft %b/%s %ST %{{+Q}}r %tsc\"\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    get(p.addr(), "/a");
+    get(p.addr(), "/b");
+    let deadline = Instant::now() + TIMEOUT;
+    while p.stdout().lines().count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "log lines on stdout: {:?}",
+            p.stdout()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = p.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "127.0.0.1 fe be/s1 200 \"GET /a HTTP/1.1\" ----");
+    assert_eq!(lines[1], "127.0.0.1 fe be/s1 200 \"GET /b HTTP/1.1\" ----");
+}
+
+#[test]
+fn tcplog_in_tcp_mode() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let mut b = [0u8; 64];
+            let n = s.read(&mut b).unwrap_or(0);
+            let _ = s.write_all(&b[..n]);
+        }
+    });
+    let collector = Collector::new();
+    let p = Sluice::start(&format!(
+        "global\n    log {} format rfc5424 local1\ndefaults\n    mode tcp\n    log global\n    option tcplog\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    server echo {addr}\n",
+        collector.addr()
+    ));
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(p.addr()).unwrap();
+        s.write_all(b"12345").unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+    }
+    let line = collector.next();
+    // RFC 5424: <PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG; local1.info = 142.
+    assert!(line.starts_with("<142>1 "), "{line}");
+    let msg = line.splitn(8, ' ').nth(7).unwrap();
+    let f: Vec<&str> = msg.split(' ').collect();
+    assert_eq!(f.len(), 9, "{msg}");
+    assert_eq!((f[2], f[3]), ("raw", "raw/echo"));
+    assert_eq!(f[5], "5", "bytes sent to the client: {msg}");
+    assert_eq!(f[6], "--");
+}
+
+#[test]
+fn log_keywords_are_checked() {
+    let check = |text: &str| {
+        let dir = TempDir::new();
+        let path = dir.write("c.cfg", text);
+        let out = std::process::Command::new(sluice_bin())
+            .args(["-c", "-f", &path])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = check("global\n    log stdout format json local0\n");
+    assert!(
+        !ok && err.contains("expects raw, short, rfc3164 or rfc5424"),
+        "{err}"
+    );
+    let (ok, err) = check("frontend f\n    bind :1\n    log-format \"%ci %nope\"\n");
+    assert!(
+        !ok && err.contains("unknown log-format variable '%nope'"),
+        "{err}"
+    );
+    let (ok, err) = check("global\n    log 127.0.0.1:514\n");
+    assert!(!ok && err.contains("facility"), "{err}");
+}
