@@ -63,6 +63,7 @@ pub struct BackendConf {
     pub timeout_server: Option<Duration>,
     pub timeout_queue: Option<Duration>,
     pub timeout_tunnel: Option<Duration>,
+    pub timeout_server_fin: Option<Duration>,
     pub reuse: ReuseMode,
     /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
     pub retries: Option<usize>,
@@ -111,6 +112,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "timeout tunnel TIME: inactivity limit of an upgraded (WebSocket) connection",
         parse: |c, a| time_arg(a).map(|t| c.backend.timeout_tunnel = Some(t)),
+    },
+    Keyword {
+        name: "timeout server-fin",
+        scope: Scope::BE,
+        help: "timeout server-fin TIME: inactivity limit on the server side once the client side has closed",
+        parse: |c, a| time_arg(a).map(|t| c.backend.timeout_server_fin = Some(t)),
     },
     Keyword {
         name: "retries",
@@ -479,6 +486,7 @@ pub struct Backend {
     pub timeout_server: Option<Duration>,
     pub timeout_queue: Option<Duration>,
     pub timeout_tunnel: Option<Duration>,
+    pub timeout_server_fin: Option<Duration>,
     pub reuse: ReuseMode,
     pub retries: usize,
     pub redispatch: bool,
@@ -524,6 +532,7 @@ impl Backend {
             timeout_server: conf.backend.timeout_server,
             timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),
             timeout_tunnel: conf.backend.timeout_tunnel,
+            timeout_server_fin: conf.backend.timeout_server_fin,
             reuse: conf.backend.reuse,
             retries: conf.backend.retries.unwrap_or(3),
             redispatch: conf.backend.redispatch,

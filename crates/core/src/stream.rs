@@ -81,6 +81,7 @@ pub struct StreamConf {
     pub timeout_client: Option<Duration>,
     pub timeout_http_request: Option<Duration>,
     pub timeout_keep_alive: Option<Duration>,
+    pub timeout_client_fin: Option<Duration>,
     pub forwardfor: Option<ForwardFor>,
     pub close_mode: CloseMode,
 }
@@ -131,6 +132,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::FE,
         help: "timeout http-keep-alive TIME: maximum wait for the next request on a kept-alive connection",
         parse: |c, a| time_arg(a).map(|t| c.stream.timeout_keep_alive = Some(t)),
+    },
+    Keyword {
+        name: "timeout client-fin",
+        scope: Scope::FE,
+        help: "timeout client-fin TIME: inactivity limit on the client side once the server side has closed",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_client_fin = Some(t)),
     },
     Keyword {
         name: "option forwardfor",
@@ -769,15 +776,25 @@ impl Session {
 
     /// Relays bytes both ways after a 101 (see `tunnel`); the server connection is never
     /// reused afterwards.
-    async fn tunnel(&mut self, mut conn: ServerConn, idle: Option<Duration>) {
+    async fn tunnel(
+        &mut self,
+        mut conn: ServerConn,
+        idle: Option<Duration>,
+        fin: Option<Duration>,
+    ) {
         let w = self.w.clone();
+        let limits = crate::tunnel::Limits {
+            idle,
+            a_fin: self.fe.stream.timeout_client_fin,
+            b_fin: fin,
+        };
         crate::tunnel::relay(
             &mut self.client,
             &mut conn.stream,
             &mut self.cbuf,
             &mut self.sbuf,
             &w.bufs,
-            idle,
+            limits,
         )
         .await;
     }
@@ -1223,7 +1240,7 @@ impl Session {
             let idle = be
                 .timeout_tunnel
                 .or_else(|| self.fe.stream.timeout_client.max(be.timeout_server));
-            self.tunnel(conn, idle).await;
+            self.tunnel(conn, idle, be.timeout_server_fin).await;
             return Ok(false);
         }
         let conf = comp_conf(&self.fe, be);

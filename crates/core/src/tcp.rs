@@ -44,8 +44,20 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: TcpStream, peer: SocketAdd
     Server::add(&srv.counters.requests);
     let idle = fe.stream.timeout_client.max(be.timeout_server);
     let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
-    let bytes =
-        crate::tunnel::relay(&mut client, &mut conn, &mut cbuf, &mut sbuf, &w.bufs, idle).await;
+    let limits = crate::tunnel::Limits {
+        idle,
+        a_fin: fe.stream.timeout_client_fin,
+        b_fin: be.timeout_server_fin,
+    };
+    let bytes = crate::tunnel::relay(
+        &mut client,
+        &mut conn,
+        &mut cbuf,
+        &mut sbuf,
+        &w.bufs,
+        limits,
+    )
+    .await;
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
     log(

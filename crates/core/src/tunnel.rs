@@ -9,6 +9,16 @@ use tokio::net::TcpStream;
 
 use crate::buffer::{Buf, BufPool};
 
+/// Inactivity limits of a relay: `idle` while both directions are open; once `a` (the
+/// client) has finished, `b_fin` (`timeout server-fin`) while waiting on `b`, and once `b`
+/// has finished, `a_fin` (`timeout client-fin`) while waiting on `a`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Limits {
+    pub idle: Option<Duration>,
+    pub a_fin: Option<Duration>,
+    pub b_fin: Option<Duration>,
+}
+
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
 /// `b_buf` (read from `b`) are delivered first. Returns the bytes delivered to `a` (from `b`).
 pub(crate) async fn relay(
@@ -17,7 +27,7 @@ pub(crate) async fn relay(
     a_buf: &mut Buf,
     b_buf: &mut Buf,
     bufs: &BufPool,
-    idle: Option<Duration>,
+    limits: Limits,
 ) -> u64 {
     let mut to_a = 0u64;
     if !a_buf.is_empty() {
@@ -37,8 +47,13 @@ pub(crate) async fn relay(
     }
     let (mut a_done, mut b_done) = (false, false);
     while !(a_done && b_done) {
+        let limit = match (a_done, b_done) {
+            (true, false) => limits.b_fin.or(limits.idle),
+            (false, true) => limits.a_fin.or(limits.idle),
+            _ => limits.idle,
+        };
         let quiet = async {
-            match idle {
+            match limit {
                 Some(d) => tokio::time::sleep(d).await,
                 None => std::future::pending().await,
             }

@@ -58,7 +58,7 @@ fn errors_name_file_line_and_keyword() {
         ("backend b\n    timeout connect 5x\n", "c.cfg:2: 'timeout connect' in 'backend' section: argument 1 '5x': unknown time unit 'x'"),
         ("backend b\n    server s1 127.0.0.1:80 weight 999\n", "c.cfg:2: 'server' in 'backend' section: argument 4 '999': expects an integer from 0 to 256"),
         ("backend b\n    server s1 127.0.0.1:80 check\n", "c.cfg:2: 'server' in 'backend' section: server option 'check': not supported yet"),
-        ("backend b\n    timeout server-fin 3s\n", "c.cfg:2: 'timeout server-fin' in 'backend' section: not supported yet"),
+        ("backend b\n    timeout check 3s\n", "c.cfg:2: 'timeout check' in 'backend' section: not supported yet"),
         ("frontend f\n    bind :1\n    server s 1.2.3.4:5\n", "c.cfg:3: 'server' is not allowed in 'frontend' section"),
         ("frontend f\n    bind :1\n    use_backend nope\n", "c.cfg:3: backend 'nope' not found"),
         ("frontend f\n    bind :1\n    use_backend b if missing_acl\nbackend b\n", "c.cfg:3: 'use_backend' in 'frontend' section: argument 3 'missing_acl': no such ACL"),
@@ -265,5 +265,48 @@ fn a_maxconn_the_descriptor_limit_cannot_hold_is_refused() {
     assert!(
         err.contains("maxconn 1000 needs 2064 file descriptors but the hard limit is 100"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_low_descriptor_limit_pauses_accepting_without_spinning() {
+    let origin = Origin::start("o");
+    // 100 descriptors: the derived maxconn is (100 - 64) / 2 = 18.
+    let p = Sluice::start_limited(
+        &format!("{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n", origin.addr),
+        Some(100),
+    );
+    let mut first = p.connect();
+    assert_eq!(first.get("/first").status, 200);
+    // Far more clients than it may hold: the rest wait in the kernel's backlog.
+    let crowd: Vec<std::net::TcpStream> = (0..60)
+        .filter_map(|_| std::net::TcpStream::connect(p.addr()).ok())
+        .collect();
+    let cpu = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.pid())).unwrap();
+        let f: Vec<u64> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        f[10] + f[11]
+    };
+    let before = cpu();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let ticks = cpu() - before;
+    assert!(
+        ticks < 50,
+        "a paused accept loop must not spin: {ticks} ticks in one second"
+    );
+    // The connection it already holds is still served.
+    assert_eq!(first.get("/still").status, 200);
+    drop(crowd);
+    let mut late = p.connect();
+    assert_eq!(
+        late.get("/late").status,
+        200,
+        "accepting resumes as connections close"
     );
 }

@@ -101,3 +101,33 @@ fn tcp_mode_configuration_errors() {
     let (ok, err) = check("frontend f\n    mode tcp\n    bind :1\n    acl x path /\n    use_backend b if x\nbackend b\n    mode tcp\n");
     assert!(!ok && err.contains("need mode http"), "{err}");
 }
+
+#[test]
+fn server_fin_closes_half_closed_relays() {
+    // A server that reads until the client's end of stream, then neither writes nor closes.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let mut buf = [0u8; 1024];
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            h.lock().unwrap().push(s);
+        }
+    });
+    let p = Sluice::start(&format!(
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\n    timeout server-fin 300ms\nlisten raw\n    {{fe}}\n    server s {addr}\n"
+    ));
+    let mut s = TcpStream::connect(p.addr()).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(b"last words").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    let end = s.read_to_end(&mut rest);
+    assert!(
+        end.is_ok(),
+        "closed by server-fin, not by the test's read timeout: {end:?}"
+    );
+}
