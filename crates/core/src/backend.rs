@@ -68,6 +68,7 @@ pub struct BackendConf {
     /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
     pub retries: Option<usize>,
     pub redispatch: bool,
+    pub abortonclose: bool,
 }
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
@@ -146,6 +147,24 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 c.backend.redispatch = true;
                 Ok(())
             }
+        },
+    },
+    Keyword {
+        name: "option abortonclose",
+        scope: Scope::BE,
+        help: "option abortonclose: drop a queued request whose client has gone",
+        parse: |c, _| {
+            c.backend.abortonclose = true;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "no option abortonclose",
+        scope: Scope::BE,
+        help: "no option abortonclose: cancel an inherited option abortonclose",
+        parse: |c, _| {
+            c.backend.abortonclose = false;
+            Ok(())
         },
     },
     Keyword {
@@ -490,6 +509,7 @@ pub struct Backend {
     pub reuse: ReuseMode,
     pub retries: usize,
     pub redispatch: bool,
+    pub abortonclose: bool,
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
     pub rules: BackendRules,
@@ -536,6 +556,7 @@ impl Backend {
             reuse: conf.backend.reuse,
             retries: conf.backend.retries.unwrap_or(3),
             redispatch: conf.backend.redispatch,
+            abortonclose: conf.backend.abortonclose,
             stream: conf.stream.clone(),
             rules: rules::lower_backend(&conf.rules),
             compression: conf.compression.clone(),

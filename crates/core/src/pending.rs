@@ -26,7 +26,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option dontlognull" => Scope::PROXY,
-    "option abortonclose" => Scope::BE,
     "option httpchk" => Scope::BE,
     "option http-keep-alive" => Scope::PROXY,
     "option idle-close-on-response" => Scope::FE,

@@ -969,7 +969,17 @@ impl Session {
         // A server at its maxconn makes the request wait its turn (or refuses it).
         self.lg.server = Some(server);
         let queued_at = Instant::now();
-        let queued = queue_for(&be.servers[server], be.timeout_queue).await;
+        let queued = if be.abortonclose {
+            tokio::select! {
+                q = queue_for(&be.servers[server], be.timeout_queue) => q,
+                _ = client_gone(&self.client) => {
+                    self.lg.term = Some(*b"CQ");
+                    Err(Fail::ClientGone)
+                }
+            }
+        } else {
+            queue_for(&be.servers[server], be.timeout_queue).await
+        };
         self.lg.t_queue = ms(queued_at.elapsed());
         if queued.is_err() {
             self.lg.term = Some(*b"sQ");
@@ -1593,12 +1603,41 @@ async fn queue_for(
     {
         return Err(Fail::Status(503));
     }
+    // Counted while waiting, however the wait ends (including this future being dropped).
+    struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+    impl Drop for Waiting<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
     srv.queued.fetch_add(1, Ordering::Relaxed);
+    let waiting = Waiting(&srv.queued);
     let got = within(limit, slots.clone().acquire_owned()).await;
-    srv.queued.fetch_sub(1, Ordering::Relaxed);
+    drop(waiting);
     match got {
         Ok(Ok(p)) => Ok(Some(p)),
         _ => Err(Fail::Status(503)),
+    }
+}
+
+/// Resolves when the client has closed its side (end of stream or reset). Pipelined data is
+/// not a close: it is left unread and this never resolves.
+async fn client_gone(client: &TcpStream) {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    loop {
+        if client.readable().await.is_err() {
+            return;
+        }
+        // Through try_io, a spurious readiness is cleared rather than spun on.
+        let peeked = client.try_io(tokio::io::Interest::READABLE, || {
+            socket2::SockRef::from(client).peek(&mut probe)
+        });
+        match peeked {
+            Ok(0) => return,
+            Ok(_) => return std::future::pending().await,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
     }
 }
 

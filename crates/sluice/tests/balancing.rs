@@ -407,3 +407,58 @@ fn queue_timeout_and_maxqueue_give_503() {
     assert_eq!(holder.join().unwrap(), 200);
     assert_eq!(get(addr, "/after").status, 200);
 }
+
+#[test]
+fn abortonclose_drops_queued_requests_of_departed_clients() {
+    for abort in [true, false] {
+        let (origin, release) = gated();
+        let dir = TempDir::new();
+        let sock = dir.0.join("cli.sock");
+        let p = Sluice::start(&format!(
+            "global\n    stats socket {}\n{DEFAULTS}\n    timeout queue 20s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n{}\n    server s {} maxconn 1\n",
+            sock.display(),
+            if abort { "    option abortonclose" } else { "" },
+            origin.addr
+        ));
+        let addr = p.addr();
+        let holder = std::thread::spawn(move || get(addr, "/hold").status);
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while origin.count() == 0 {
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A second client queues, then gives up.
+        let mut quitter = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(
+            &mut quitter,
+            b"GET /hold-quitter HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .unwrap();
+        while qcur(&sock) != 1 {
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(quitter);
+        if abort {
+            while qcur(&sock) != 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the departed client's request left the queue"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        release.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(holder.join().unwrap(), 200);
+        // A later request is served after whatever was queued.
+        assert_eq!(get(addr, "/after").status, 200);
+        let sent_quitter = origin
+            .requests()
+            .iter()
+            .any(|r| r.target == "/hold-quitter");
+        assert_eq!(
+            sent_quitter, !abort,
+            "abortonclose={abort}: the abandoned request reached the server: {sent_quitter}"
+        );
+    }
+}
