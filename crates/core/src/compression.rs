@@ -16,7 +16,9 @@ use std::time::Instant;
 
 use sluice_config::{units, Keyword, KwError, Scope};
 use sluice_deflate::{max_encoded_len, Format, Stream, MAX_FINISH_LEN, MAX_FLUSH_LEN};
-use sluice_http::{name_is, push_chunk_header, Framing, RequestHead, ResponseHead, Version};
+use sluice_http::{
+    name_is, push_chunk_header, trim_ows, Framing, RequestHead, ResponseHead, Version,
+};
 
 use crate::backend::one_arg;
 use crate::config::{GlobalConf, ProxyConf};
@@ -294,11 +296,11 @@ pub fn choose<'a>(accept: impl Iterator<Item = &'a [u8]>, offered: &[Algo]) -> O
     for value in accept {
         for element in value.split(|&b| b == b',') {
             let mut parts = element.split(|&b| b == b';');
-            let token = trim(parts.next().unwrap_or_default());
+            let token = trim_ows(parts.next().unwrap_or_default());
             if token.is_empty() {
                 continue;
             }
-            let q = parts.find_map(|p| parse_q(trim(p))).unwrap_or(1000);
+            let q = parts.find_map(|p| parse_q(trim_ows(p))).unwrap_or(1000);
             named.push(token);
             if token == b"*" {
                 star = Some(q);
@@ -329,16 +331,6 @@ pub fn choose<'a>(accept: impl Iterator<Item = &'a [u8]>, offered: &[Algo]) -> O
         }
     }
     best.map(|(a, _)| a).filter(|a| *a != Algo::Identity)
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', r @ ..] = s {
-        s = r;
-    }
-    while let [r @ .., b' ' | b'\t'] = s {
-        s = r;
-    }
-    s
 }
 
 /// `q=0.5` as thousandths; `None` when the parameter is not a q-value.
@@ -386,7 +378,7 @@ pub fn response_allows(conf: &CompConf, rsp: &ResponseHead, buf: &[u8]) -> bool 
         if name_is(name, "cache-control")
             && value
                 .split(|&b| b == b',')
-                .any(|t| trim(t).eq_ignore_ascii_case(b"no-transform"))
+                .any(|t| trim_ows(t).eq_ignore_ascii_case(b"no-transform"))
         {
             return false;
         }
@@ -436,7 +428,7 @@ pub fn rewrite_header(out: &mut Vec<u8>, name: &[u8], value: &[u8], saw_vary: &m
         *saw_vary = true;
         let covered = value
             .split(|&b| b == b',')
-            .any(|t| trim(t) == b"*" || trim(t).eq_ignore_ascii_case(b"accept-encoding"));
+            .any(|t| trim_ows(t) == b"*" || trim_ows(t).eq_ignore_ascii_case(b"accept-encoding"));
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);

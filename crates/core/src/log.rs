@@ -103,6 +103,8 @@ pub enum Var {
     Method,
     Uri,
     Version,
+    /// Captured request / response cookie (none are captured: `-`).
+    Cookie,
 }
 
 const VARS: &[(&str, Var)] = &[
@@ -135,6 +137,8 @@ const VARS: &[(&str, Var)] = &[
     ("HM", Var::Method),
     ("HU", Var::Uri),
     ("HV", Var::Version),
+    ("CC", Var::Cookie),
+    ("CS", Var::Cookie),
 ];
 
 /// Parses a `log-format` string into tokens. `%{+Q}r` quotes the request line; other
@@ -585,77 +589,49 @@ impl Record {
             Var::Method => write!(out, "{}", self.method),
             Var::Uri => write!(out, "{}", self.uri),
             Var::Version => write!(out, "{}", self.version),
+            Var::Cookie => write!(out, "-"),
         };
     }
 
     /// The line for `format`.
     pub fn render(&self, format: &Format) -> String {
+        let tokens: &[Token] = match format {
+            Format::Http => httplog(),
+            Format::Tcp => tcplog(),
+            Format::Custom(tokens) => tokens,
+        };
         let mut out = String::with_capacity(160);
-        match format {
-            Format::Http => {
-                let _ = write!(
-                    out,
-                    "{}:{} [{}] {} {}/{} {}/{}/{}/{}/{} {} {} - - {}-- {}/{}/{}/{}/{} {}/{} \"{} {} {}\"",
-                    self.client.ip(),
-                    self.client.port(),
-                    log_date(self.date),
-                    self.frontend,
-                    self.backend,
-                    self.server,
-                    self.t_request,
-                    self.t_queue,
-                    self.t_connect,
-                    self.t_response,
-                    self.t_active,
-                    self.status,
-                    self.bytes,
-                    self.term(),
-                    self.act_conn,
-                    self.fe_conn,
-                    self.be_conn,
-                    self.srv_conn,
-                    self.retries,
-                    self.srv_queue,
-                    self.be_queue,
-                    self.method,
-                    self.uri,
-                    self.version
-                );
-            }
-            Format::Tcp => {
-                let _ = write!(
-                    out,
-                    "{}:{} [{}] {} {}/{} {}/{}/{} {} {} {}/{}/{}/{}/{} {}/{}",
-                    self.client.ip(),
-                    self.client.port(),
-                    log_date(self.date),
-                    self.frontend,
-                    self.backend,
-                    self.server,
-                    self.t_queue,
-                    self.t_connect,
-                    self.t_active,
-                    self.bytes,
-                    self.term(),
-                    self.act_conn,
-                    self.fe_conn,
-                    self.be_conn,
-                    self.srv_conn,
-                    self.retries,
-                    self.srv_queue,
-                    self.be_queue
-                );
-            }
-            Format::Custom(tokens) => {
-                for t in tokens {
-                    match t {
-                        Token::Text(s) => out.push_str(s),
-                        Token::Var(v) => self.var(&mut out, *v),
-                    }
-                }
+        for t in tokens {
+            match t {
+                Token::Text(s) => out.push_str(s),
+                Token::Var(v) => self.var(&mut out, *v),
             }
         }
         out
+    }
+}
+
+/// HAProxy's `option httplog` line.
+pub const HTTPLOG: &str =
+    "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %{+Q}r";
+/// HAProxy's `option tcplog` line.
+pub const TCPLOG: &str = "%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/%sc/%rc %sq/%bq";
+
+fn httplog() -> &'static [Token] {
+    static T: OnceLock<Vec<Token>> = OnceLock::new();
+    T.get_or_init(|| parse_format(HTTPLOG).expect("built-in format"))
+}
+
+fn tcplog() -> &'static [Token] {
+    static T: OnceLock<Vec<Token>> = OnceLock::new();
+    T.get_or_init(|| parse_format(TCPLOG).expect("built-in format"))
+}
+
+/// Sends `rec` to every logger, as `format` says.
+pub fn emit(loggers: &[Arc<Logger>], format: &Format, rec: &Record) {
+    let line = rec.render(format);
+    for l in loggers {
+        l.send("sluice", &line);
     }
 }
 

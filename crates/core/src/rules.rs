@@ -7,7 +7,7 @@
 //! workers only evaluate plain data. Conditions see the request as the client sent it.
 
 use sluice_config::{ConfigError, Keyword, KwError, Scope};
-use sluice_http::{name_is, RequestHead};
+use sluice_http::{name_is, trim_ows, RequestHead};
 
 use crate::config::{Loc, ProxyConf};
 
@@ -77,20 +77,10 @@ impl Acl {
                 name_is(&req.buf[h.name.clone()], name)
                     && req.buf[h.value.clone()]
                         .split(|&b| b == b',')
-                        .any(|v| sample(trim(v)))
+                        .any(|v| sample(trim_ows(v)))
             }),
         }
     }
-}
-
-fn trim(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', r @ ..] = v {
-        v = r;
-    }
-    while let [r @ .., b' ' | b'\t'] = v {
-        v = r;
-    }
-    v
 }
 
 impl Cond {

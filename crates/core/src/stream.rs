@@ -637,13 +637,7 @@ impl Session {
             status,
             bytes: lg.bytes,
             term,
-            act_conn: self
-                .w
-                .shared
-                .threads
-                .iter()
-                .map(|t| t.active.load(Ordering::Relaxed))
-                .sum(),
+            act_conn: self.w.active_total(),
             fe_conn: self.fe.cur_conns.load(Ordering::Relaxed),
             // The request is over; HAProxy's counts include it.
             be_conn: be.map_or(0, |b| {
@@ -660,15 +654,14 @@ impl Session {
             uri,
             version: version.into(),
         };
-        let default = if self.fe.stream.mode == Mode::Tcp {
-            crate::log::Format::Tcp
-        } else {
-            crate::log::Format::Http
-        };
-        let line = rec.render(self.fe.log.format.as_ref().unwrap_or(&default));
-        for l in loggers {
-            l.send("sluice", &line);
-        }
+        // A TCP frontend logs from `tcp`; here the default is the HTTP line.
+        let format = self
+            .fe
+            .log
+            .format
+            .as_ref()
+            .unwrap_or(&crate::log::Format::Http);
+        crate::log::emit(loggers, format, &rec);
     }
 
     /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the

@@ -99,12 +99,7 @@ fn log(
         status: -1,
         bytes,
         term,
-        act_conn: w
-            .shared
-            .threads
-            .iter()
-            .map(|t| t.active.load(Ordering::Relaxed))
-            .sum(),
+        act_conn: w.active_total(),
         fe_conn: fe.cur_conns.load(Ordering::Relaxed),
         be_conn: be
             .servers
@@ -119,10 +114,11 @@ fn log(
         uri: String::new(),
         version: String::new(),
     };
-    let line = rec.render(fe.log.format.as_ref().unwrap_or(&crate::log::Format::Tcp));
-    for l in loggers {
-        l.send("sluice", &line);
-    }
+    crate::log::emit(
+        loggers,
+        fe.log.format.as_ref().unwrap_or(&crate::log::Format::Tcp),
+        &rec,
+    );
 }
 
 /// Connects with `retries`, the last one on another server with `option redispatch`.

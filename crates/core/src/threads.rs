@@ -153,6 +153,15 @@ impl Worker {
         &self.shared.config
     }
 
+    /// Client connections open in the whole process (`%ac`).
+    pub fn active_total(&self) -> usize {
+        self.shared
+            .threads
+            .iter()
+            .map(|t| t.active.load(Ordering::Relaxed))
+            .sum()
+    }
+
     pub fn busy_pct(&self) -> u32 {
         self.ctx().busy_pct.load(Ordering::Relaxed)
     }

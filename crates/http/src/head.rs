@@ -55,7 +55,8 @@ impl ConnInfo {
     }
 }
 
-pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+/// Removes optional whitespace (SP, HTAB) around a field value or list element.
+pub fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }

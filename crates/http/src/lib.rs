@@ -17,7 +17,7 @@ mod response;
 
 pub use chunked::{push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
 pub use errors::{error_page, reason};
-pub use head::{Framing, Header, Version};
+pub use head::{trim_ows, Framing, Header, Version};
 pub use request::{parse_request, HeadError, RequestHead};
 pub use response::{parse_response, ResponseHead};
 

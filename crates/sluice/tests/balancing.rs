@@ -258,20 +258,7 @@ fn retries_and_redispatch_on_connection_failures() {
     }
     assert_eq!(good.count(), 6);
     let csv = Sluice::cli(&sock, "show stat");
-    let header: Vec<&str> = csv
-        .lines()
-        .next()
-        .unwrap()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let dead_row: Vec<&str> = csv
-        .lines()
-        .find(|l| l.starts_with("be,dead,"))
-        .unwrap()
-        .split(',')
-        .collect();
-    let col = |name: &str| dead_row[header.iter().position(|h| *h == name).unwrap()];
+    let col = |name: &str| stat_field(&csv, "be", "dead", name);
     // Each request first sent to the dead server was retried twice, the second time elsewhere
     // (the redispatch re-runs the balancer, so how many started there depends on the cursor).
     let retried: u64 = col("wretr").parse().unwrap();
@@ -308,21 +295,7 @@ fn gated() -> (Origin, Arc<std::sync::atomic::AtomicBool>) {
 }
 
 fn qcur(sock: &std::path::Path) -> u64 {
-    let csv = Sluice::cli(sock, "show stat");
-    let header: Vec<&str> = csv
-        .lines()
-        .next()
-        .unwrap()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let row: Vec<&str> = csv
-        .lines()
-        .find(|l| l.starts_with("be,s,"))
-        .unwrap()
-        .split(',')
-        .collect();
-    row[header.iter().position(|h| *h == "qcur").unwrap()]
+    stat_field(&Sluice::cli(sock, "show stat"), "be", "s", "qcur")
         .parse()
         .unwrap()
 }

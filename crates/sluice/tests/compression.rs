@@ -420,18 +420,7 @@ fn a_very_low_maxcomprate_stops_compressing_new_responses() {
 
 #[test]
 fn compression_keywords_are_checked() {
-    let check = |text: &str| {
-        let dir = TempDir::new();
-        let path = dir.write("c.cfg", text);
-        let out = std::process::Command::new(sluice_bin())
-            .args(["-c", "-f", &path])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = check_config;
     assert!(check("global\n    maxcomprate 100\n    maxcompcpuusage 85\n    tune.comp.maxlevel 2\nfrontend f\n    bind :1\n    compression algo gzip deflate raw-deflate identity\n    compression type text/html\n    compression offload\n    compression minsize-res 1k\n").0);
     let (ok, err) = check("frontend f\n    bind :1\n    compression algo brotli\n");
     assert!(
@@ -451,29 +440,9 @@ fn compression_keywords_are_checked() {
     );
 }
 
-fn cli(path: &std::path::Path, cmd: &str) -> String {
-    let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
-    s.write_all(format!("{cmd}\n").as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// The value of `field` in the CSV row whose first two cells are `px`,`sv`.
+/// A numeric `show stat` field.
 fn stat(csv: &str, px: &str, sv: &str, field: &str) -> u64 {
-    let header: Vec<&str> = csv
-        .lines()
-        .next()
-        .unwrap()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let col = header.iter().position(|h| *h == field).unwrap();
-    let row = csv
-        .lines()
-        .find(|l| l.starts_with(&format!("{px},{sv},")))
-        .unwrap();
-    row.split(',').nth(col).unwrap().parse().unwrap_or(0)
+    stat_field(csv, px, sv, field).parse().unwrap_or(0)
 }
 
 #[test]
@@ -505,11 +474,11 @@ fn counters_show_compressed_and_bypassed_bytes() {
     assert_eq!(second.header("content-encoding"), None);
     // Counters are updated as the relay finishes, just after the client has the last byte.
     let deadline = std::time::Instant::now() + TIMEOUT;
-    let mut csv = cli(&sock, "show stat");
+    let mut csv = Sluice::cli(&sock, "show stat");
     while stat(&csv, "be", "BACKEND", "comp_byp") < 200_000 {
         assert!(std::time::Instant::now() < deadline, "{csv}");
         std::thread::sleep(Duration::from_millis(10));
-        csv = cli(&sock, "show stat");
+        csv = Sluice::cli(&sock, "show stat");
     }
     for px in [("fe", "FRONTEND"), ("be", "BACKEND")] {
         assert_eq!(stat(&csv, px.0, px.1, "comp_rsp"), 1, "{csv}");
@@ -522,15 +491,15 @@ fn counters_show_compressed_and_bypassed_bytes() {
             "the second response bypassed the compressor"
         );
     }
-    let info = cli(&sock, "show info");
+    let info = Sluice::cli(&sock, "show info");
     assert!(info.contains("CompressBpsRateLim: 1000\n"), "{info}");
     assert!(info.contains("Name: sluice\n"));
-    assert!(cli(&sock, "help").contains("show activity"));
-    let activity = cli(&sock, "show activity");
+    assert!(Sluice::cli(&sock, "help").contains("show activity"));
+    let activity = Sluice::cli(&sock, "show activity");
     assert!(activity.contains("accepted: 1 ["), "{activity}");
     assert!(
         activity.contains("\nloops: ") && activity.contains("\nfd_takeover: "),
         "{activity}"
     );
-    assert!(cli(&sock, "frobnicate").starts_with("Unknown command"));
+    assert!(Sluice::cli(&sock, "frobnicate").starts_with("Unknown command"));
 }

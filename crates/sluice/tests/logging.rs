@@ -240,18 +240,7 @@ fn tcplog_in_tcp_mode() {
 
 #[test]
 fn log_keywords_are_checked() {
-    let check = |text: &str| {
-        let dir = TempDir::new();
-        let path = dir.write("c.cfg", text);
-        let out = std::process::Command::new(sluice_bin())
-            .args(["-c", "-f", &path])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = check_config;
     let (ok, err) = check("global\n    log stdout format json local0\n");
     assert!(
         !ok && err.contains("expects raw, short, rfc3164 or rfc5424"),

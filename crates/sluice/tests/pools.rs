@@ -250,18 +250,7 @@ fn keep_alive_timeout_retires_connections_before_the_server_does() {
 
 #[test]
 fn pool_keywords_are_checked() {
-    let check = |text: &str| {
-        let dir = TempDir::new();
-        let path = dir.write("c.cfg", text);
-        let out = std::process::Command::new(sluice_bin())
-            .args(["-c", "-f", &path])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = check_config;
     assert!(check("global\n    nbthread 2\n    tune.pool-low-fd-ratio 10\n    tune.pool-high-fd-ratio 30\n    tune.idle-pool.shared on\nfrontend f\n    bind :1 thread 2\n    default_backend b\nbackend b\n    default-server pool-purge-delay 10s pool-low-conn 4\n    server s 127.0.0.1:2 pool-max-conn -1\n").0);
     let (ok, err) = check("global\n    tune.pool-low-fd-ratio 200\n");
     assert!(!ok && err.contains("percentage"), "{err}");

@@ -79,18 +79,7 @@ fn tcp_connect_retries_and_redispatch() {
 
 #[test]
 fn tcp_mode_configuration_errors() {
-    let check = |text: &str| {
-        let dir = TempDir::new();
-        let path = dir.write("c.cfg", text);
-        let out = std::process::Command::new(sluice_bin())
-            .args(["-c", "-f", &path])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = check_config;
     let (ok, err) = check(
         "frontend f\n    mode tcp\n    bind :1\n    default_backend b\nbackend b\n    mode http\n",
     );

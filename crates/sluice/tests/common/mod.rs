@@ -523,5 +523,39 @@ pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> (Option<Response>, bool) 
     (r, closed)
 }
 
+/// Runs `sluice -c` on a configuration text: (valid, stderr).
+pub fn check_config(text: &str) -> (bool, String) {
+    let dir = TempDir::new();
+    let path = dir.write("c.cfg", text);
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &path])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).replace(&path, "c.cfg"),
+    )
+}
+
+/// The value of `field` in a `show stat` CSV row whose first cells are `px`,`sv`.
+pub fn stat_field(csv: &str, px: &str, sv: &str, field: &str) -> String {
+    let header: Vec<&str> = csv
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let col = header
+        .iter()
+        .position(|h| *h == field)
+        .unwrap_or_else(|| panic!("no column {field}"));
+    let row = csv
+        .lines()
+        .find(|l| l.starts_with(&format!("{px},{sv},")))
+        .unwrap_or_else(|| panic!("no row {px},{sv} in {csv}"));
+    row.split(',').nth(col).unwrap_or("").to_string()
+}
+
 /// The defaults used by most tests.
 pub const DEFAULTS: &str = "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n";
