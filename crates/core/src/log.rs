@@ -465,7 +465,9 @@ pub fn open_all(conf: &LogConf, global: &[LogTarget]) -> std::io::Result<Vec<Arc
 
 fn frame(t: &LogTarget, tag: &str, msg: &str) -> Vec<u8> {
     let pri = u32::from(t.facility) * 8 + 6;
-    let pid = std::process::id();
+    // getpid is a system call on every libc that no longer caches it: read it once.
+    static PID: OnceLock<u32> = OnceLock::new();
+    let pid = *PID.get_or_init(std::process::id);
     match t.framing {
         Framing::Raw => msg.as_bytes().to_vec(),
         Framing::Short => format!("<{pri}>{msg}").into_bytes(),
@@ -526,12 +528,12 @@ pub fn log_date(t: SystemTime) -> String {
 /// Everything a log line can say about one request (or TCP connection). Times are in
 /// milliseconds, -1 when the step did not happen.
 #[derive(Debug, Clone)]
-pub struct Record {
+pub struct Record<'a> {
     pub client: SocketAddr,
     pub date: SystemTime,
-    pub frontend: String,
-    pub backend: String,
-    pub server: String,
+    pub frontend: &'a str,
+    pub backend: &'a str,
+    pub server: &'a str,
     pub t_request: i64,
     pub t_queue: i64,
     pub t_connect: i64,
@@ -553,7 +555,7 @@ pub struct Record {
     pub version: String,
 }
 
-impl Record {
+impl Record<'_> {
     fn term(&self) -> &str {
         std::str::from_utf8(&self.term).unwrap_or("--")
     }
@@ -628,7 +630,7 @@ fn tcplog() -> &'static [Token] {
 }
 
 /// Sends `rec` to every logger, as `format` says.
-pub fn emit(loggers: &[Arc<Logger>], format: &Format, rec: &Record) {
+pub fn emit(loggers: &[Arc<Logger>], format: &Format, rec: &Record<'_>) {
     let line = rec.render(format);
     for l in loggers {
         l.send("sluice", &line);

@@ -626,9 +626,9 @@ impl Session {
         let rec = crate::log::Record {
             client: self.peer,
             date: lg.date.unwrap_or_else(std::time::SystemTime::now),
-            frontend: self.fe.name.clone(),
-            backend: be.map_or_else(|| self.fe.name.clone(), |b| b.name.clone()),
-            server: srv.map_or_else(|| "<NOSRV>".into(), |s| s.name.clone()),
+            frontend: &self.fe.name,
+            backend: be.map_or(&self.fe.name, |b| &b.name),
+            server: srv.map_or("<NOSRV>", |s| &s.name),
             t_request: lg.started.zip(lg.head_done).map_or(-1, |(a, b)| ms(b - a)),
             t_queue: lg.t_queue,
             t_connect: lg.t_connect,

@@ -88,9 +88,9 @@ fn log(
     let rec = crate::log::Record {
         client: peer,
         date,
-        frontend: fe.name.clone(),
-        backend: be.name.clone(),
-        server: srv.name.clone(),
+        frontend: &fe.name,
+        backend: &be.name,
+        server: &srv.name,
         t_request: -1,
         t_queue: 0,
         t_connect,
