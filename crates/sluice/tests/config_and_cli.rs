@@ -310,3 +310,53 @@ fn a_low_descriptor_limit_pauses_accepting_without_spinning() {
         "accepting resumes as connections close"
     );
 }
+
+#[test]
+fn the_quick_start_demo_runs_and_balances() {
+    // The README's demo, with its three addresses moved to ports the kernel hands out.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/demo.cfg"
+    ))
+    .unwrap();
+    let ports: Vec<std::net::SocketAddr> = (0..3)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        })
+        .collect();
+    let text = text
+        .replace("127.0.0.1:8080", &ports[0].to_string())
+        .replace("127.0.0.1:8081", &ports[1].to_string())
+        .replace("127.0.0.1:8082", &ports[2].to_string());
+    let dir = TempDir::new();
+    let cfg = dir.write("demo.cfg", &text);
+    let mut child = Command::new(sluice_bin())
+        .args(["-f", &cfg])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::net::TcpStream::connect(ports[0]).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the demo exited ({status}): {err}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the demo never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let a = get(ports[0], "/").text();
+    let b = get(ports[0], "/").text();
+    let mut seen = vec![a, b];
+    seen.sort();
+    assert_eq!(seen, vec!["hello from server a\n", "hello from server b\n"]);
+    assert_eq!(get(ports[0], "/health").text(), "ok\n");
+    let _ = child.kill();
+    let _ = child.wait();
+}
