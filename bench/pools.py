@@ -14,11 +14,17 @@ PORTS = [19001, 19002, 19003, 19004]
 SOCK = os.path.join(work, "stats.sock")
 
 
+# POOLS_DELAY_MS=1: the servers answer after ~1 ms (nginx echo module) instead of at once.
+DELAY_MS = float(os.environ.get("POOLS_DELAY_MS", "0"))
+
+
 def origin():
     conf = os.path.join(work, "servers.conf")
-    listens = "\n".join(f"  server {{ listen 127.0.0.1:{p} backlog=4096; location / {{ return 200 \"ok\\n\"; }} }}" for p in PORTS)
+    answer = f'echo_sleep {DELAY_MS / 1000}; echo "ok";' if DELAY_MS else 'return 200 "ok\\n";'
+    listens = "\n".join(f"  server {{ listen 127.0.0.1:{p} backlog=4096; location / {{ {answer} }} }}" for p in PORTS)
+    module = "load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;" if DELAY_MS else ""
     with open(conf, "w") as f:
-        f.write(f"""daemon off; master_process on; worker_processes 1; pid {work}/servers.pid;
+        f.write(f"""daemon off; master_process on; worker_processes 1; pid {work}/servers.pid; {module}
 error_log {work}/servers.err; events {{ worker_connections 8192; }}
 http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
 {listens}
@@ -117,7 +123,8 @@ def measure(kind, threads, low):
 
 def main():
     o = origin()
-    print(f"# Idle-pool benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), wrk -t1 -c400, 4 servers answering at once\n")
+    when = f"after ~{DELAY_MS:g} ms" if DELAY_MS else "at once"
+    print(f"# Idle-pool benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), wrk -t1 -c400, 4 servers answering {when}\n")
     print("| nbthread | pool-low-conn | proxy | req/s | req per CPU-s | takeovers % of requests | new server conn/s | server conns open at end |")
     print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for threads in (2, 4, 8):
