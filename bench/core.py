@@ -91,8 +91,9 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; sendf
     return start(["nginx", "-c", conf, "-p", work], ORIGIN)
 
 
-def sluice_cmd(threads):
-    conf = os.path.join(work, "sluice.cfg")
+def proxy_config(kind, threads):
+    """The same HAProxy-syntax configuration for sluice and HAProxy."""
+    conf = os.path.join(work, f"{kind}.cfg")
     with open(conf, "w") as f:
         f.write(f"""global
     nbthread {threads}
@@ -108,27 +109,15 @@ frontend fe
 backend be
     server s1 127.0.0.1:{ORIGIN}
 """)
-    return [SLUICE, "-f", conf]
+    return conf
+
+
+def sluice_cmd(threads):
+    return [SLUICE, "-f", proxy_config("sluice", threads)]
 
 
 def haproxy_cmd(threads):
-    conf = os.path.join(work, "haproxy.cfg")
-    with open(conf, "w") as f:
-        f.write(f"""global
-    nbthread {threads}
-    maxconn 5000
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    default_backend be
-backend be
-    server s1 127.0.0.1:{ORIGIN}
-""")
-    return ["haproxy", "-db", "-f", conf]
+    return ["haproxy", "-db", "-f", proxy_config("haproxy", threads)]
 
 
 def nginx_cmd(threads):

@@ -41,6 +41,44 @@ pub struct Keyword<C> {
     pub parse: fn(&mut C, &[String]) -> Result<(), KwError>,
 }
 
+/// Refuses any argument: for keywords that take none.
+pub fn no_args(args: &[String]) -> Result<(), KwError> {
+    match args.first() {
+        Some(x) => Err(KwError::Extra(x.clone())),
+        None => Ok(()),
+    }
+}
+
+/// The keyword rows of boolean HAProxy options: each `NAME` and its `no NAME` (which cancels a
+/// value inherited from `defaults`), neither taking arguments. `set` receives the context and
+/// `true` or `false`.
+///
+/// ```ignore
+/// pub const OPTIONS: &[Keyword<ProxyConf>] = flag_keywords![
+///     "option abortonclose", Scope::BE, "drop queued requests of departed clients",
+///         |c: &mut ProxyConf, on| c.backend.abortonclose = on;
+/// ];
+/// ```
+#[macro_export]
+macro_rules! flag_keywords {
+    ($( $name:literal, $scope:expr, $help:literal, $set:expr; )*) => {
+        &[$(
+            $crate::Keyword {
+                name: $name,
+                scope: $scope,
+                help: concat!($name, ": ", $help),
+                parse: |c, a| $crate::no_args(a).map(|_| ($set)(c, true)),
+            },
+            $crate::Keyword {
+                name: concat!("no ", $name),
+                scope: $scope,
+                help: concat!("no ", $name, ": cancel an inherited ", $name),
+                parse: |c, a| $crate::no_args(a).map(|_| ($set)(c, false)),
+            },
+        )*]
+    };
+}
+
 /// A parser for keywords that are recognised but belong to a feature not built yet.
 pub fn not_yet<C>(_: &mut C, _: &[String]) -> Result<(), KwError> {
     Err(KwError::NotYet(

@@ -16,6 +16,6 @@ mod section;
 pub mod units;
 
 pub use error::{ConfigError, KwError};
-pub use keyword::{dispatch, not_yet, Keyword, Scope};
+pub use keyword::{dispatch, no_args, not_yet, Keyword, Scope};
 pub use lexer::{lex_line, LexError};
 pub use section::{parse_files, parse_str, Line, Section, SectionKind};

@@ -150,24 +150,6 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
-        name: "option abortonclose",
-        scope: Scope::BE,
-        help: "option abortonclose: drop a queued request whose client has gone",
-        parse: |c, _| {
-            c.backend.abortonclose = true;
-            Ok(())
-        },
-    },
-    Keyword {
-        name: "no option abortonclose",
-        scope: Scope::BE,
-        help: "no option abortonclose: cancel an inherited option abortonclose",
-        parse: |c, _| {
-            c.backend.abortonclose = false;
-            Ok(())
-        },
-    },
-    Keyword {
         name: "no option redispatch",
         scope: Scope::BE,
         help: "no option redispatch: cancel an inherited option redispatch",
@@ -197,6 +179,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             Ok(())
         },
     },
+];
+
+/// Boolean backend options (`NAME` and `no NAME`).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option abortonclose", Scope::BE, "drop a queued request whose client has gone",
+        |c: &mut ProxyConf, on| c.backend.abortonclose = on;
 ];
 
 /// Returns the only argument, or an error naming what was expected.

@@ -116,7 +116,9 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
 const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     listener::KEYWORDS,
     stream::KEYWORDS,
+    stream::OPTION_KEYWORDS,
     backend::KEYWORDS,
+    backend::OPTION_KEYWORDS,
     balance::KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,

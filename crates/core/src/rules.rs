@@ -426,7 +426,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
             Action::Deny { status }
         }
         ("allow", Side::Request) => {
-            no_params(params)?;
+            sluice_config::no_args(params)?;
             Action::Allow
         }
         ("set-header" | "add-header", _) => {
@@ -469,13 +469,6 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
         (a, _) => return Err(KwError::bad(1, a, "unknown action")),
     };
     Ok(HttpRule { action, cond })
-}
-
-fn no_params(params: &[String]) -> Result<(), KwError> {
-    match params.first() {
-        Some(p) => Err(KwError::Extra(p.clone())),
-        None => Ok(()),
-    }
 }
 
 fn check_name(name: &str, index: usize) -> Result<(), KwError> {

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::{units, Keyword, KwError, Scope};
+use sluice_config::{no_args, units, Keyword, KwError, Scope};
 use sluice_http::{
     error_page, parse_request, parse_response, push_chunk_header, reason, ChunkedDecoder,
     ChunkedOut, Framing, HeadError, RequestHead, ResponseHead, Version,
@@ -151,38 +151,15 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "no option forwardfor: cancel an inherited option forwardfor",
         parse: |c, a| no_args(a).map(|_| c.stream.forwardfor = None),
     },
-    Keyword {
-        name: "option http-server-close",
-        scope: Scope::PROXY,
-        help: "option http-server-close: close the server connection after each response",
-        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::ServerClose),
-    },
-    Keyword {
-        name: "option httpclose",
-        scope: Scope::PROXY,
-        help: "option httpclose: close both connections after each response",
-        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::Close),
-    },
-    Keyword {
-        name: "no option http-server-close",
-        scope: Scope::PROXY,
-        help: "no option http-server-close: cancel an inherited http-server-close",
-        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::KeepAlive),
-    },
-    Keyword {
-        name: "no option httpclose",
-        scope: Scope::PROXY,
-        help: "no option httpclose: cancel an inherited httpclose",
-        parse: |c, a| no_args(a).map(|_| c.stream.close_mode = CloseMode::KeepAlive),
-    },
 ];
 
-fn no_args(a: &[String]) -> Result<(), KwError> {
-    match a.first() {
-        Some(x) => Err(KwError::Extra(x.clone())),
-        None => Ok(()),
-    }
-}
+/// Connection-closing options (`NAME` and `no NAME`).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option http-server-close", Scope::PROXY, "close the server connection after each response",
+        |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::ServerClose } else { CloseMode::KeepAlive };
+    "option httpclose", Scope::PROXY, "close both connections after each response",
+        |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::Close } else { CloseMode::KeepAlive };
+];
 
 fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {
     let mut f = ForwardFor {
