@@ -43,14 +43,24 @@ fn idle_cur(sock: &Path) -> usize {
     line.split_whitespace().nth(13).unwrap().parse().unwrap()
 }
 
-fn slow_origin(ms: u64) -> Origin {
+/// An origin that holds each `/fill*` request until `n` of them have arrived, so that they are
+/// in flight together on `n` distinct server connections however loaded the machine is; other
+/// requests are answered at once.
+fn fill_origin(n: usize) -> Origin {
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     Origin::with_handler(
         "slow",
         Arc::new(move |r: &Received| {
-            Reply::Delayed(
-                Duration::from_millis(ms),
-                ok_response(&format!("slow {}", r.target)),
-            )
+            if r.target.starts_with("/fill") {
+                arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let deadline = Instant::now() + TIMEOUT;
+                while arrived.load(std::sync::atomic::Ordering::SeqCst) < n
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            ok_response(&format!("slow {}", r.target)).into()
         }),
     )
 }
@@ -76,7 +86,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn takeover_allowed_at_the_threshold() {
-    let origin = slow_origin(300);
+    let origin = fill_origin(2);
     let (p, sock, _d) = two_workers(&origin, "pool-low-conn 2", "");
     fill_worker1(&p, 2);
     wait_until("two idle connections", || idle_cur(&sock) == 2);
@@ -99,7 +109,7 @@ fn takeover_allowed_at_the_threshold() {
 
 #[test]
 fn takeover_refused_below_the_threshold() {
-    let origin = slow_origin(300);
+    let origin = fill_origin(2);
     let (p, sock, _d) = two_workers(&origin, "pool-low-conn 3", "");
     fill_worker1(&p, 2);
     wait_until("two idle connections", || idle_cur(&sock) == 2);
@@ -114,7 +124,7 @@ fn takeover_refused_below_the_threshold() {
 
 #[test]
 fn takeover_refused_when_the_pool_is_not_shared() {
-    let origin = slow_origin(300);
+    let origin = fill_origin(2);
     let (p, sock, _d) = two_workers(&origin, "", "    tune.idle-pool.shared off");
     fill_worker1(&p, 2);
     wait_until("two idle connections", || idle_cur(&sock) == 2);
@@ -125,7 +135,7 @@ fn takeover_refused_when_the_pool_is_not_shared() {
 
 #[test]
 fn descriptor_shortage_overrides_the_threshold() {
-    let origin = slow_origin(300);
+    let origin = fill_origin(2);
     let dir = TempDir::new();
     let sock = dir.0.join("cli.sock");
     // Limit 200 descriptors, low ratio 20 % = 40; a few dozen open client connections cross it.
@@ -170,7 +180,7 @@ fn pool_max_conn_zero_keeps_nothing() {
 
 #[test]
 fn pool_max_conn_is_never_exceeded() {
-    let origin = slow_origin(300);
+    let origin = fill_origin(5);
     let (p, sock, _d) = two_workers(&origin, "pool-max-conn 2 pool-low-conn 100", "");
     fill_worker1(&p, 5);
     assert_eq!(origin.conns(), 5);
@@ -181,7 +191,7 @@ fn pool_max_conn_is_never_exceeded() {
 
 #[test]
 fn purge_shrinks_the_pool_towards_the_need() {
-    let origin = slow_origin(200);
+    let origin = fill_origin(6);
     let (p, sock, _d) = two_workers(&origin, "pool-purge-delay 300ms pool-low-conn 100", "");
     fill_worker1(&p, 6);
     assert_eq!(idle_cur(&sock), 6);
