@@ -1,75 +1,12 @@
-//! Backends and their servers: `server`, `default-server`, `timeout connect|server` and
-//! `http-reuse`, and the runtime [`Backend`] / [`Server`] that streams pick from.
-//!
-//! Invariant: a [`Server`]'s counters are only ever incremented by the worker that did the
-//! work; they are atomics because other threads (and later the stats page) read them.
+//! Backends and their servers: `server`, `default-server`, `timeout connect|server|queue|
+//! tunnel|server-fin`, `retries`, `option redispatch`, `option abortonclose` and
+//! `http-reuse`, parsed into `conf::backend` and lowered into [`conf::Backend`].
 
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use sluice_config::{units, Keyword, KwError, Scope};
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
-use tokio::sync::Semaphore;
-
-use sluice_config::{units, ConfigError, Keyword, KwError, Scope};
-
-use crate::balance::Balancer;
-use crate::compression::{CompConf, CompCounters};
-use crate::config::ProxyConf;
-use crate::pool::{PoolConf, Resource, ServerPools};
-use crate::rules::{self, BackendRules};
-use crate::stream::StreamConf;
-
-/// `http-reuse`: when a request may go over an idle connection from the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReuseMode {
-    /// Server connections stay private to the client connection that opened them.
-    Never,
-    /// A client connection's first request always gets a new (or its own) connection.
-    #[default]
-    Safe,
-    /// First requests may use connections that have already served several requests.
-    Aggressive,
-    /// Any idle connection may serve any request.
-    Always,
-}
-
-/// Server settings as written (`server` or `default-server`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServerOpts {
-    pub weight: Option<u32>,
-    pub backup: bool,
-    pub disabled: bool,
-    pub pool: PoolConf,
-    /// `maxconn`: requests served at once; more wait in the server's queue.
-    pub maxconn: Option<usize>,
-    /// `maxqueue`: requests allowed to wait; beyond it they get 503.
-    pub maxqueue: Option<usize>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerSpec {
-    pub name: String,
-    pub addr: SocketAddr,
-    pub opts: ServerOpts,
-}
-
-/// A backend's settings as its keywords set them.
-#[derive(Debug, Clone, Default)]
-pub struct BackendConf {
-    pub servers: Vec<ServerSpec>,
-    pub default_server: ServerOpts,
-    pub timeout_connect: Option<Duration>,
-    pub timeout_server: Option<Duration>,
-    pub timeout_queue: Option<Duration>,
-    pub timeout_tunnel: Option<Duration>,
-    pub timeout_server_fin: Option<Duration>,
-    pub reuse: ReuseMode,
-    /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
-    pub retries: Option<usize>,
-    pub redispatch: bool,
-    pub abortonclose: bool,
-}
+pub use crate::conf::backend::*;
+use crate::conf::{one_arg, resolve, time_arg, Backend, ProxyConf, Server};
+use crate::rules;
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -85,6 +22,11 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, args| {
             let mut opts = c.backend.default_server.clone();
             parse_opts(&mut opts, args, 0)?;
+            if opts.id.is_some() {
+                return Err(KwError::Invalid(
+                    "'id' applies to one server: it is not allowed on default-server".into(),
+                ));
+            }
             c.backend.default_server = opts;
             Ok(())
         },
@@ -187,21 +129,6 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.backend.abortonclose = on;
 ];
 
-/// Returns the only argument, or an error naming what was expected.
-pub(crate) fn one_arg<'a>(args: &'a [String], expects: &'static str) -> Result<&'a str, KwError> {
-    match args {
-        [] => Err(KwError::Missing(expects)),
-        [a] => Ok(a),
-        [_, extra, ..] => Err(KwError::Extra(extra.clone())),
-    }
-}
-
-/// Parses the single time argument of a `timeout` keyword.
-pub(crate) fn time_arg(args: &[String]) -> Result<Duration, KwError> {
-    let v = one_arg(args, "a time (e.g. 5s)")?;
-    units::parse_time(v).map_err(|e| KwError::bad(1, v, e))
-}
-
 /// One row of the server option table, as HAProxy's `srv_kws`.
 struct ServerOption {
     name: &'static str,
@@ -210,6 +137,19 @@ struct ServerOption {
 }
 
 const SERVER_OPTIONS: &[ServerOption] = &[
+    ServerOption {
+        name: "id",
+        args: 1,
+        parse: |o, a| {
+            let id: u32 = a[0]
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| "expects a positive integer".to_string())?;
+            o.id = Some(id);
+            Ok(())
+        },
+    },
     ServerOption {
         name: "weight",
         args: 1,
@@ -336,7 +276,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "on-error",
     "resolvers",
     "init-addr",
-    "id",
     "track",
     "agent-check",
     "check-ssl",
@@ -386,6 +325,14 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let addr = resolve(addr).map_err(|e| KwError::bad(2, addr, e))?;
     let mut opts = c.backend.default_server.clone();
     parse_opts(&mut opts, rest, 2)?;
+    if let Some(id) = opts.id {
+        if let Some(other) = c.backend.servers.iter().find(|s| s.opts.id == Some(id)) {
+            return Err(KwError::Invalid(format!(
+                "server id {id} is already used by server '{}'",
+                other.name
+            )));
+        }
+    }
     c.backend.servers.push(ServerSpec {
         name: name.clone(),
         addr,
@@ -394,169 +341,66 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     Ok(())
 }
 
-/// Resolves `host:port`, `[v6]:port` or `ipv4:port` (name resolution happens once, here).
-pub(crate) fn resolve(s: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    let (host, port) = s
-        .rsplit_once(':')
-        .ok_or("expects an address with a port (HOST:PORT)")?;
-    if port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(format!("invalid port '{port}'"));
-    }
-    (host, port.parse::<u16>().unwrap_or(0))
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve '{host}': {e}"))?
-        .next()
-        .ok_or_else(|| format!("'{host}' has no address"))
-}
-
-/// Counters of one server, read by the stats and CLI.
-#[derive(Debug, Default)]
-pub struct ServerCounters {
-    /// New connections opened.
-    pub connect: AtomicU64,
-    /// Requests sent over a reused connection.
-    pub reuse: AtomicU64,
-    /// Requests sent.
-    pub requests: AtomicU64,
-    /// Connection attempts that failed.
-    pub connect_errors: AtomicU64,
-    /// Responses that were invalid or cut short.
-    pub response_errors: AtomicU64,
-    /// Connection retries (`wretr`).
-    pub retries: AtomicU64,
-    /// Requests moved to another server after failed connections (`wredis`).
-    pub redispatches: AtomicU64,
-}
-
-/// A server at run time.
-#[derive(Debug)]
-pub struct Server {
-    pub name: String,
-    pub addr: SocketAddr,
-    pub weight: u32,
-    pub backup: bool,
-    pub disabled: bool,
-    /// Requests in flight on this server; `leastconn` and `random` read it.
-    pub cur_conns: AtomicUsize,
-    pub counters: ServerCounters,
-    pub idle: ServerPools<Pooled>,
-    /// With `maxconn`: one permit per request served; the semaphore is fair, so waiters are
-    /// served in arrival order whichever worker they are on.
-    pub slots: Option<Arc<Semaphore>>,
-    pub maxconn: Option<usize>,
-    pub maxqueue: Option<usize>,
-    /// Requests waiting in this server's queue.
-    pub queued: AtomicUsize,
-}
-
-/// A pooled server socket: the stream and its place in the descriptor count.
-#[derive(Debug)]
-pub struct Pooled {
-    pub stream: tokio::net::TcpStream,
-    pub fd: crate::fds::Counted,
-}
-
-impl Resource for Pooled {
-    fn alive(&self) -> bool {
-        self.stream.alive()
-    }
-}
-
-impl Server {
-    /// Whether the balancer may choose this server.
-    pub fn usable(&self) -> bool {
-        !self.disabled && self.weight > 0
-    }
-
-    /// Whether a request would be served now rather than queued.
-    pub fn has_room(&self) -> bool {
-        self.slots
-            .as_ref()
-            .is_none_or(|s| s.available_permits() > 0)
-    }
-
-    pub fn add(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// A backend at run time.
-#[derive(Debug)]
-pub struct Backend {
-    pub name: String,
-    pub servers: Vec<Server>,
-    pub balancer: Balancer,
-    pub timeout_connect: Option<Duration>,
-    pub timeout_server: Option<Duration>,
-    pub timeout_queue: Option<Duration>,
-    pub timeout_tunnel: Option<Duration>,
-    pub timeout_server_fin: Option<Duration>,
-    pub reuse: ReuseMode,
-    pub retries: usize,
-    pub redispatch: bool,
-    pub abortonclose: bool,
-    /// Connection-handling options set on the backend side.
-    pub stream: StreamConf,
-    pub rules: BackendRules,
-    pub compression: CompConf,
-    pub comp_counters: CompCounters,
-    pub errors: crate::errorpages::ErrorPages,
-}
-
-impl Backend {
-    pub(crate) fn lower(
-        name: &str,
-        conf: &ProxyConf,
-        nbthread: usize,
-    ) -> Result<Backend, ConfigError> {
-        let servers: Vec<Server> = conf
-            .backend
-            .servers
-            .iter()
-            .map(|s| Server {
+/// Lowers a backend section (or the backend side of a `listen`) into its validated form.
+/// Server ids not set with `id` are assigned in order, skipping the ones taken.
+pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
+    let mut taken: Vec<u32> = conf
+        .backend
+        .servers
+        .iter()
+        .filter_map(|s| s.opts.id)
+        .collect();
+    let mut next = 1;
+    let servers = conf
+        .backend
+        .servers
+        .iter()
+        .map(|s| {
+            let id = s.opts.id.unwrap_or_else(|| {
+                while taken.contains(&next) {
+                    next += 1;
+                }
+                taken.push(next);
+                next
+            });
+            Server {
+                id,
                 name: s.name.clone(),
                 addr: s.addr,
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
-                cur_conns: AtomicUsize::new(0),
-                counters: ServerCounters::default(),
-                idle: ServerPools::new(nbthread, s.opts.pool),
-                slots: s.opts.maxconn.map(|n| Arc::new(Semaphore::new(n))),
+                pool: s.opts.pool,
                 maxconn: s.opts.maxconn,
                 maxqueue: s.opts.maxqueue,
-                queued: AtomicUsize::new(0),
-            })
-            .collect();
-        let balancer = Balancer::new(conf.balance.algo.clone(), &servers);
-        Ok(Backend {
-            name: name.to_string(),
-            balancer,
-            servers,
-            timeout_connect: conf.backend.timeout_connect,
-            timeout_server: conf.backend.timeout_server,
-            timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),
-            timeout_tunnel: conf.backend.timeout_tunnel,
-            timeout_server_fin: conf.backend.timeout_server_fin,
-            reuse: conf.backend.reuse,
-            retries: conf.backend.retries.unwrap_or(3),
-            redispatch: conf.backend.redispatch,
-            abortonclose: conf.backend.abortonclose,
-            stream: conf.stream.clone(),
-            rules: rules::lower_backend(&conf.rules),
-            compression: conf.compression.clone(),
-            comp_counters: CompCounters::default(),
-            errors: conf.errors.clone(),
+            }
         })
+        .collect();
+    Backend {
+        id,
+        name: name.to_string(),
+        servers,
+        algo: conf.balance.algo.clone(),
+        timeout_connect: conf.backend.timeout_connect,
+        timeout_server: conf.backend.timeout_server,
+        timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),
+        timeout_tunnel: conf.backend.timeout_tunnel,
+        timeout_server_fin: conf.backend.timeout_server_fin,
+        reuse: conf.backend.reuse,
+        retries: conf.backend.retries.unwrap_or(3),
+        redispatch: conf.backend.redispatch,
+        abortonclose: conf.backend.abortonclose,
+        stream: conf.stream.clone(),
+        rules: rules::lower_backend(&conf.rules),
+        compression: conf.compression.clone(),
+        errors: conf.errors.clone(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conf::pool::PoolConf;
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
@@ -571,6 +415,7 @@ mod tests {
         assert_eq!(
             s.opts,
             ServerOpts {
+                id: None,
                 weight: Some(3),
                 backup: true,
                 disabled: false,
@@ -632,5 +477,22 @@ mod tests {
         parse_server(&mut c, &words("b 127.0.0.1:2 weight 2")).unwrap();
         assert_eq!(c.backend.servers[0].opts.weight, Some(5));
         assert_eq!(c.backend.servers[1].opts.weight, Some(2));
+    }
+
+    #[test]
+    fn server_ids_are_kept_or_assigned_around_the_taken_ones() {
+        let mut c = ProxyConf::default();
+        parse_server(&mut c, &words("a 127.0.0.1:1")).unwrap();
+        parse_server(&mut c, &words("b 127.0.0.1:2 id 1")).unwrap();
+        parse_server(&mut c, &words("c 127.0.0.1:3")).unwrap();
+        assert!(parse_server(&mut c, &words("d 127.0.0.1:4 id 1"))
+            .unwrap_err()
+            .to_string()
+            .contains("already used by server 'b'"));
+        assert!((KEYWORDS[1].parse)(&mut c, &words("id 3")).is_err());
+        let be = lower("be", 7, &c);
+        let ids: Vec<u32> = be.servers.iter().map(|s| s.id).collect();
+        assert_eq!(ids, [2, 1, 3]);
+        assert_eq!(be.id, 7);
     }
 }

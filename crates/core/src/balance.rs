@@ -1,55 +1,28 @@
 //! Load-balancing algorithms (`balance`): which server of a backend gets a request.
 //!
-//! Weighted algorithms walk a precomputed smooth weighted schedule (each server appears
-//! `weight` times, spread out) with one shared atomic cursor, so picking is lock-free across
-//! workers. Servers that are not usable are skipped at pick time; backup servers are
-//! considered only when no active server is usable, and then only the first usable one (as
-//! HAProxy without `option allbackups`). Weights are static until health checks exist, so
-//! `roundrobin` and `static-rr` currently behave the same.
+//! The algorithms read the live server states and weights of `crate::runtime`:
+//! - `roundrobin` and `random` walk a smooth weighted schedule (each server appears
+//!   `weight` times, spread out) built from the *live* weights of usable servers, rebuilt
+//!   when a server's state or weight changes (the backend's balancing generation moved), so a
+//!   change takes effect for the next pick. `leastconn` compares in-flight requests divided
+//!   by live weights.
+//! - `static-rr`, `source`, `uri` and `hdr()` keep a static map of the configured weights
+//!   (so a key keeps its server while the server set is stable) and skip unusable servers.
+//! - Backup servers are considered only when no active server is usable, and then only the
+//!   first usable one (as HAProxy without `option allbackups`).
+//!
+//! One shared atomic cursor makes walks lock-free across workers; reading the dynamic
+//! schedule takes a read lock that is only contended while it is being rebuilt.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-use crate::backend::Server;
-use crate::config::ProxyConf;
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Algo {
-    #[default]
-    RoundRobin,
-    StaticRr,
-    LeastConn,
-    First,
-    /// Power of N random choices (weighted draws, least loaded wins).
-    Random(u32),
-    Source,
-    Uri,
-    /// Hash of the named header (lowercase); round robin when it is absent.
-    Hdr(String),
-}
-
-impl Algo {
-    /// The name as written after `balance`.
-    pub fn name(&self) -> String {
-        match self {
-            Algo::RoundRobin => "roundrobin".into(),
-            Algo::StaticRr => "static-rr".into(),
-            Algo::LeastConn => "leastconn".into(),
-            Algo::First => "first".into(),
-            Algo::Random(n) => format!("random({n})"),
-            Algo::Source => "source".into(),
-            Algo::Uri => "uri".into(),
-            Algo::Hdr(h) => format!("hdr({h})"),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BalanceConf {
-    pub algo: Algo,
-}
+pub use crate::conf::balance::{Algo, BalanceConf};
+use crate::conf::{Backend, ProxyConf};
+use crate::runtime::BackendState;
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     name: "balance",
@@ -114,121 +87,164 @@ pub struct PickKey<'a> {
     pub header: Option<&'a [u8]>,
 }
 
-#[derive(Debug)]
-pub struct Balancer {
-    pub algo: Algo,
-    /// Indices of active (non-backup) servers, each repeated by weight, smoothly interleaved.
-    schedule: Vec<usize>,
-    cursor: AtomicUsize,
+/// Chooses a server index of `be`, or `None` when no server is usable. A server at its
+/// `maxconn` is passed over for one with room when the algorithm offers one; when all are
+/// full the request queues on the algorithm's first choice.
+pub fn pick(be: &Backend, st: &BackendState, key: &PickKey<'_>) -> Option<usize> {
+    let first = pick_any(be, st, key)?;
+    if st.servers[first].has_room() {
+        return Some(first);
+    }
+    (0..be.servers.len())
+        .filter_map(|_| pick_any(be, st, key))
+        .find(|&i| st.servers[i].has_room())
+        .or(Some(first))
 }
 
-impl Balancer {
-    pub fn new(algo: Algo, servers: &[Server]) -> Balancer {
-        let weights: Vec<u32> = servers
+/// A usable server other than `not` (the last connection retry with `option redispatch`).
+pub fn pick_other(be: &Backend, st: &BackendState, key: &PickKey<'_>, not: usize) -> Option<usize> {
+    (0..be.servers.len() * 2)
+        .filter_map(|_| pick(be, st, key))
+        .find(|&s| s != not)
+}
+
+fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>) -> Option<usize> {
+    let active = |i: usize| !be.servers[i].backup && st.servers[i].usable();
+    if !(0..be.servers.len()).any(active) {
+        return (0..be.servers.len()).find(|&i| be.servers[i].backup && st.servers[i].usable());
+    }
+    match &be.algo {
+        Algo::RoundRobin => next_rr(be, st),
+        Algo::StaticRr => next_static(be, st),
+        Algo::LeastConn => least_conn(be, st),
+        Algo::First => (0..be.servers.len())
+            .find(|&i| active(i) && st.servers[i].has_room())
+            .or_else(|| (0..be.servers.len()).find(|&i| active(i))),
+        Algo::Random(draws) => random(be, st, *draws),
+        Algo::Source => {
+            let h = match key.client {
+                IpAddr::V4(a) => hash(&a.octets()),
+                IpAddr::V6(a) => hash(&a.octets()),
+            };
+            by_hash(be, st, h)
+        }
+        Algo::Uri => by_hash(be, st, hash(key.path)),
+        Algo::Hdr(_) => match key.header {
+            Some(v) => by_hash(be, st, hash(v)),
+            None => next_rr(be, st),
+        },
+    }
+}
+
+/// Runs `f` on the dynamic schedule (live weights of usable active servers), rebuilding it
+/// first when a server's state or weight changed since it was built.
+fn with_schedule<R>(be: &Backend, st: &BackendState, f: impl FnOnce(&[usize]) -> R) -> R {
+    let lb = &st.lb;
+    let gen = lb.generation.load(Ordering::Acquire);
+    {
+        let s = lb.schedule.read().unwrap_or_else(|e| e.into_inner());
+        if s.0 == gen {
+            return f(&s.1);
+        }
+    }
+    let weights: Vec<u32> = be
+        .servers
+        .iter()
+        .zip(st.servers.iter())
+        .map(|(c, s)| if c.backup { 0 } else { s.effective_weight() })
+        .collect();
+    let built: Arc<[usize]> = smooth_schedule(&weights).into();
+    let mut s = lb.schedule.write().unwrap_or_else(|e| e.into_inner());
+    *s = (gen, built.clone());
+    drop(s);
+    f(&built)
+}
+
+/// The static map of `static-rr` and the hash algorithms: configured weights, built once.
+fn static_map<'a>(be: &Backend, st: &'a BackendState) -> &'a [usize] {
+    st.lb.static_map.get_or_init(|| {
+        let weights: Vec<u32> = be
+            .servers
             .iter()
-            .map(|s| if s.backup || s.disabled { 0 } else { s.weight })
+            .map(|s| if s.backup { 0 } else { s.weight })
             .collect();
-        Balancer {
-            algo,
-            schedule: smooth_schedule(&weights),
-            cursor: AtomicUsize::new(0),
+        smooth_schedule(&weights).into()
+    })
+}
+
+fn walk(map: &[usize], st: &BackendState) -> Option<usize> {
+    let len = map.len();
+    if len == 0 {
+        return None;
+    }
+    let start = st.lb.cursor.fetch_add(1, Ordering::Relaxed);
+    (0..len)
+        .map(|k| map[(start + k) % len])
+        .find(|&i| st.servers[i].usable())
+}
+
+fn next_rr(be: &Backend, st: &BackendState) -> Option<usize> {
+    with_schedule(be, st, |map| walk(map, st))
+}
+
+fn next_static(be: &Backend, st: &BackendState) -> Option<usize> {
+    walk(static_map(be, st), st).or_else(|| next_rr(be, st))
+}
+
+fn least_conn(be: &Backend, st: &BackendState) -> Option<usize> {
+    // Rotate the starting point so that ties spread over servers.
+    let n = be.servers.len();
+    let start = st.lb.cursor.fetch_add(1, Ordering::Relaxed);
+    let mut best: Option<(usize, u64, u64)> = None;
+    for k in 0..n {
+        let i = (start + k) % n;
+        let s = &st.servers[i];
+        let w = u64::from(s.effective_weight());
+        if be.servers[i].backup || w == 0 {
+            continue;
+        }
+        let cur = s.in_flight.load(Ordering::Relaxed) as u64;
+        // cur/w < best_cur/best_w, compared without division.
+        if best.is_none_or(|(_, bc, bw)| cur * bw < bc * w) {
+            best = Some((i, cur, w));
         }
     }
+    best.map(|(i, _, _)| i)
+}
 
-    /// Chooses a server index, or `None` when no server is usable. A server at its `maxconn`
-    /// is passed over for one with room when the algorithm offers one; when all are full the
-    /// request queues on the algorithm's first choice.
-    pub fn pick(&self, servers: &[Server], key: &PickKey<'_>) -> Option<usize> {
-        let first = self.pick_any(servers, key)?;
-        if servers[first].has_room() {
-            return Some(first);
-        }
-        (0..servers.len())
-            .filter_map(|_| self.pick_any(servers, key))
-            .find(|&i| servers[i].has_room())
-            .or(Some(first))
-    }
-
-    fn pick_any(&self, servers: &[Server], key: &PickKey<'_>) -> Option<usize> {
-        let active = self.schedule.iter().any(|&i| servers[i].usable());
-        if !active {
-            return servers.iter().position(|s| s.backup && s.usable());
-        }
-        match &self.algo {
-            Algo::RoundRobin | Algo::StaticRr => self.next_rr(servers),
-            Algo::LeastConn => self.least_conn(servers),
-            Algo::First => servers
-                .iter()
-                .position(|s| !s.backup && s.usable() && s.has_room())
-                .or_else(|| servers.iter().position(|s| !s.backup && s.usable())),
-            Algo::Random(draws) => self.random(servers, *draws),
-            Algo::Source => {
-                let h = match key.client {
-                    IpAddr::V4(a) => hash(&a.octets()),
-                    IpAddr::V6(a) => hash(&a.octets()),
-                };
-                self.by_hash(servers, h)
-            }
-            Algo::Uri => self.by_hash(servers, hash(key.path)),
-            Algo::Hdr(_) => match key.header {
-                Some(v) => self.by_hash(servers, hash(v)),
-                None => self.next_rr(servers),
-            },
-        }
-    }
-
-    fn next_rr(&self, servers: &[Server]) -> Option<usize> {
-        let len = self.schedule.len();
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        (0..len)
-            .map(|k| self.schedule[(start + k) % len])
-            .find(|&i| servers[i].usable())
-    }
-
-    fn least_conn(&self, servers: &[Server]) -> Option<usize> {
-        // Rotate the starting point so that ties spread over servers.
-        let n = servers.len();
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let mut best: Option<(usize, u64, u64)> = None;
-        for k in 0..n {
-            let i = (start + k) % n;
-            let s = &servers[i];
-            if s.backup || !s.usable() {
-                continue;
-            }
-            let cur = s.cur_conns.load(Ordering::Relaxed) as u64;
-            let w = s.weight as u64;
-            // cur/w < best_cur/best_w, compared without division.
-            if best.is_none_or(|(_, bc, bw)| cur * bw < bc * w) {
-                best = Some((i, cur, w));
-            }
-        }
-        best.map(|(i, _, _)| i)
-    }
-
-    fn random(&self, servers: &[Server], draws: u32) -> Option<usize> {
+fn random(be: &Backend, st: &BackendState, draws: u32) -> Option<usize> {
+    let best = with_schedule(be, st, |map| {
         let mut best: Option<(usize, usize)> = None;
+        if map.is_empty() {
+            return None;
+        }
         for _ in 0..draws {
-            let i = self.schedule[fastrand::usize(..self.schedule.len())];
-            if !servers[i].usable() {
+            let i = map[fastrand::usize(..map.len())];
+            if !st.servers[i].usable() {
                 continue;
             }
-            let load = servers[i].cur_conns.load(Ordering::Relaxed);
+            let load = st.servers[i].in_flight.load(Ordering::Relaxed);
             if best.is_none_or(|(_, b)| load < b) {
                 best = Some((i, load));
             }
         }
-        best.map(|(i, _)| i).or_else(|| self.next_rr(servers))
-    }
+        best.map(|(i, _)| i)
+    });
+    best.or_else(|| next_rr(be, st))
+}
 
-    /// Map-based hashing: the hash selects a slot of the weighted schedule.
-    fn by_hash(&self, servers: &[Server], h: u64) -> Option<usize> {
-        let i = self.schedule[(h % self.schedule.len() as u64) as usize];
-        if servers[i].usable() {
-            Some(i)
-        } else {
-            self.next_rr(servers)
-        }
+/// Map-based hashing: the hash selects a slot of the static map; an unusable server's
+/// requests go round robin over the others.
+fn by_hash(be: &Backend, st: &BackendState, h: u64) -> Option<usize> {
+    let map = static_map(be, st);
+    if map.is_empty() {
+        return next_rr(be, st);
+    }
+    let i = map[(h % map.len() as u64) as usize];
+    if st.servers[i].usable() {
+        Some(i)
+    } else {
+        next_rr(be, st)
     }
 }
 
@@ -267,24 +283,26 @@ fn smooth_schedule(weights: &[u32]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::ServerPools;
-    use std::sync::atomic::AtomicUsize;
+    use crate::runtime::AdminState;
 
-    fn server(weight: u32, backup: bool, disabled: bool) -> Server {
-        Server {
-            name: String::new(),
-            addr: "127.0.0.1:1".parse().unwrap(),
-            weight,
-            backup,
-            disabled,
-            cur_conns: AtomicUsize::new(0),
-            counters: Default::default(),
-            idle: ServerPools::new(1, Default::default()),
-            slots: None,
-            maxconn: None,
-            maxqueue: None,
-            queued: AtomicUsize::new(0),
+    fn backend(algo: Algo, servers: &[(u32, bool, bool)]) -> (Backend, BackendState) {
+        let mut c = ProxyConf::default();
+        c.balance.algo = algo;
+        for (i, &(weight, backup, disabled)) in servers.iter().enumerate() {
+            c.backend.servers.push(crate::conf::backend::ServerSpec {
+                name: format!("s{i}"),
+                addr: "127.0.0.1:1".parse().unwrap(),
+                opts: crate::conf::backend::ServerOpts {
+                    weight: Some(weight),
+                    backup,
+                    disabled,
+                    ..Default::default()
+                },
+            });
         }
+        let be = crate::backend::lower("be", 1, &c);
+        let st = BackendState::new(&be, 1);
+        (be, st)
     }
 
     fn key() -> PickKey<'static> {
@@ -293,6 +311,14 @@ mod tests {
             path: b"/x",
             header: None,
         }
+    }
+
+    fn picks(be: &Backend, st: &BackendState, n: usize) -> Vec<usize> {
+        let mut count = vec![0; be.servers.len()];
+        for _ in 0..n {
+            count[pick(be, st, &key()).unwrap()] += 1;
+        }
+        count
     }
 
     #[test]
@@ -306,46 +332,69 @@ mod tests {
 
     #[test]
     fn roundrobin_skips_disabled_and_uses_backup_last() {
-        let servers = vec![
-            server(1, false, false),
-            server(1, false, true),
-            server(1, true, false),
-        ];
-        let b = Balancer::new(Algo::RoundRobin, &servers);
+        let (be, st) = backend(
+            Algo::RoundRobin,
+            &[(1, false, false), (1, false, true), (1, true, false)],
+        );
         for _ in 0..4 {
-            assert_eq!(b.pick(&servers, &key()), Some(0));
+            assert_eq!(pick(&be, &st, &key()), Some(0));
         }
-        let servers = vec![
-            server(1, false, true),
-            server(1, true, false),
-            server(1, true, false),
-        ];
-        let b = Balancer::new(Algo::RoundRobin, &servers);
-        assert_eq!(b.pick(&servers, &key()), Some(1));
-        let servers = vec![server(1, false, true)];
-        let b = Balancer::new(Algo::RoundRobin, &servers);
-        assert_eq!(b.pick(&servers, &key()), None);
+        let (be, st) = backend(
+            Algo::RoundRobin,
+            &[(1, false, true), (1, true, false), (1, true, false)],
+        );
+        assert_eq!(pick(&be, &st, &key()), Some(1));
+        let (be, st) = backend(Algo::RoundRobin, &[(1, false, true)]);
+        assert_eq!(pick(&be, &st, &key()), None);
     }
 
     #[test]
-    fn leastconn_prefers_idle_servers() {
-        let servers = vec![server(1, false, false), server(1, false, false)];
-        servers[0].cur_conns.store(3, Ordering::Relaxed);
-        let b = Balancer::new(Algo::LeastConn, &servers);
-        assert_eq!(b.pick(&servers, &key()), Some(1));
+    fn roundrobin_follows_live_weights_and_states() {
+        let (be, st) = backend(Algo::RoundRobin, &[(1, false, false), (1, false, false)]);
+        assert_eq!(picks(&be, &st, 100), [50, 50]);
+        st.set_weight(0, 3);
+        assert_eq!(picks(&be, &st, 100), [75, 25]);
+        st.set_admin(1, AdminState::Drain);
+        assert_eq!(picks(&be, &st, 10), [10, 0]);
+        st.set_admin(1, AdminState::Ready);
+        st.set_weight(0, 0);
+        assert_eq!(picks(&be, &st, 10), [0, 10]);
+        st.set_admin(1, AdminState::Maint);
+        assert_eq!(pick(&be, &st, &key()), None);
     }
 
     #[test]
-    fn hashing_is_stable() {
-        let servers = vec![
-            server(1, false, false),
-            server(1, false, false),
-            server(1, false, false),
-        ];
-        let b = Balancer::new(Algo::Source, &servers);
-        let first = b.pick(&servers, &key());
+    fn static_rr_keeps_its_map_but_skips_unusable_servers() {
+        let (be, st) = backend(Algo::StaticRr, &[(3, false, false), (1, false, false)]);
+        st.set_weight(0, 1);
+        assert_eq!(picks(&be, &st, 100), [75, 25], "configured weights");
+        st.set_admin(0, AdminState::Maint);
+        assert_eq!(picks(&be, &st, 10), [0, 10]);
+    }
+
+    #[test]
+    fn leastconn_prefers_idle_servers_by_live_weight() {
+        let (be, st) = backend(Algo::LeastConn, &[(1, false, false), (1, false, false)]);
+        st.servers[0].in_flight.store(3, Ordering::Relaxed);
+        assert_eq!(pick(&be, &st, &key()), Some(1));
+        st.servers[1].in_flight.store(2, Ordering::Relaxed);
+        st.set_weight(0, 4);
+        assert_eq!(pick(&be, &st, &key()), Some(0), "3/4 < 2/1");
+    }
+
+    #[test]
+    fn hashing_is_stable_and_avoids_unusable_servers() {
+        let (be, st) = backend(
+            Algo::Source,
+            &[(1, false, false), (1, false, false), (1, false, false)],
+        );
+        let first = pick(&be, &st, &key()).unwrap();
         for _ in 0..10 {
-            assert_eq!(b.pick(&servers, &key()), first);
+            assert_eq!(pick(&be, &st, &key()), Some(first));
+        }
+        st.set_admin(first, AdminState::Maint);
+        for _ in 0..10 {
+            assert_ne!(pick(&be, &st, &key()), Some(first));
         }
     }
 

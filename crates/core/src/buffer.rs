@@ -9,10 +9,10 @@
 
 use std::cell::RefCell;
 
-use tokio::net::TcpStream;
+use crate::transport::Conn;
 
 /// A worker's free buffers, all of `tune.bufsize` bytes.
-pub(crate) struct BufPool {
+pub struct BufPool {
     size: usize,
     free: RefCell<Vec<Box<[u8]>>>,
 }
@@ -21,7 +21,7 @@ pub(crate) struct BufPool {
 const MAX_FREE: usize = 256;
 
 impl BufPool {
-    pub(crate) fn new(size: usize) -> BufPool {
+    pub fn new(size: usize) -> BufPool {
         BufPool {
             size,
             free: RefCell::new(Vec::new()),
@@ -45,25 +45,25 @@ impl BufPool {
 
 /// A byte buffer with a read window `start..end`; its storage comes from a [`BufPool`].
 #[derive(Default)]
-pub(crate) struct Buf {
+pub struct Buf {
     data: Option<Box<[u8]>>,
-    pub(crate) start: usize,
-    pub(crate) end: usize,
+    pub start: usize,
+    pub end: usize,
 }
 
 impl Buf {
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         match &self.data {
             Some(d) => &d[self.start..self.end],
             None => &[],
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
-    pub(crate) fn consume(&mut self, n: usize) {
+    pub fn consume(&mut self, n: usize) {
         self.start += n;
         if self.start == self.end {
             self.start = 0;
@@ -72,21 +72,21 @@ impl Buf {
     }
 
     /// Drops whatever is buffered (a connection that will not be read again).
-    pub(crate) fn clear(&mut self, pool: &BufPool) {
+    pub fn clear(&mut self, pool: &BufPool) {
         self.start = 0;
         self.end = 0;
         self.release(pool);
     }
 
     /// No room is left and nothing can be compacted.
-    pub(crate) fn is_full(&self) -> bool {
+    pub fn is_full(&self) -> bool {
         self.data
             .as_ref()
             .is_some_and(|d| self.start == 0 && self.end == d.len())
     }
 
     /// Returns the storage to the pool if nothing is buffered.
-    pub(crate) fn release(&mut self, pool: &BufPool) {
+    pub fn release(&mut self, pool: &BufPool) {
         if self.is_empty() {
             if let Some(d) = self.data.take() {
                 pool.give(d);
@@ -96,11 +96,7 @@ impl Buf {
 
     /// Reads once from `stream`. Waits for readability without holding storage, so an idle
     /// connection costs no buffer.
-    pub(crate) async fn fill(
-        &mut self,
-        stream: &mut TcpStream,
-        pool: &BufPool,
-    ) -> std::io::Result<usize> {
+    pub async fn fill(&mut self, stream: &mut Conn, pool: &BufPool) -> std::io::Result<usize> {
         loop {
             if self.is_empty() {
                 self.release(pool);

@@ -20,95 +20,15 @@ use sluice_http::{
     name_is, push_chunk_header, trim_ows, Framing, RequestHead, ResponseHead, Version,
 };
 
-use crate::backend::one_arg;
-use crate::config::{GlobalConf, ProxyConf};
+pub use crate::conf::compression::{Algo, CompConf, GlobalComp};
+use crate::conf::{one_arg, GlobalConf, ProxyConf};
 
-/// A `compression algo` name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algo {
-    Identity,
-    Gzip,
-    /// zlib-wrapped DEFLATE, announced as `deflate`.
-    Deflate,
-    /// Bare DEFLATE, also announced as `deflate` (for clients that expect it).
-    RawDeflate,
-}
-
-impl Algo {
-    fn parse(s: &str) -> Option<Algo> {
-        Some(match s {
-            "identity" => Algo::Identity,
-            "gzip" => Algo::Gzip,
-            "deflate" => Algo::Deflate,
-            "raw-deflate" => Algo::RawDeflate,
-            _ => return None,
-        })
-    }
-
-    /// The content-coding token clients use for it.
-    pub fn token(self) -> &'static str {
-        match self {
-            Algo::Identity => "identity",
-            Algo::Gzip => "gzip",
-            Algo::Deflate | Algo::RawDeflate => "deflate",
-        }
-    }
-
-    fn format(self) -> Format {
-        match self {
-            Algo::Gzip => Format::Gzip,
-            Algo::Deflate => Format::Zlib,
-            Algo::Identity | Algo::RawDeflate => Format::Raw,
-        }
-    }
-}
-
-/// A proxy's `compression` settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompConf {
-    pub algos: Vec<Algo>,
-    /// Lowercase content-type prefixes; empty means every type.
-    pub types: Vec<String>,
-    pub offload: bool,
-    pub minsize: u64,
-}
-
-impl Default for CompConf {
-    fn default() -> Self {
-        CompConf {
-            algos: Vec::new(),
-            types: Vec::new(),
-            offload: false,
-            // A 13-byte body grows to 33 bytes in gzip: small bodies are not worth it.
-            minsize: 256,
-        }
-    }
-}
-
-impl CompConf {
-    pub fn enabled(&self) -> bool {
-        self.algos.iter().any(|a| *a != Algo::Identity)
-    }
-}
-
-/// The process-wide compression limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GlobalComp {
-    /// `maxcomprate`, in bytes per second of compressor input (0: no limit).
-    pub max_rate: u64,
-    /// `maxcompcpuusage`, percent of a worker's time (100: no limit).
-    pub max_cpu: u8,
-    /// `tune.comp.maxlevel`.
-    pub max_level: u8,
-}
-
-impl Default for GlobalComp {
-    fn default() -> Self {
-        GlobalComp {
-            max_rate: 0,
-            max_cpu: 100,
-            max_level: 1,
-        }
+/// The encoder's container format for an algorithm.
+fn format(algo: Algo) -> Format {
+    match algo {
+        Algo::Gzip => Format::Gzip,
+        Algo::Deflate => Format::Zlib,
+        Algo::Identity | Algo::RawDeflate => Format::Raw,
     }
 }
 
@@ -466,19 +386,6 @@ pub fn next_level(current: u8, max: u8, over: bool) -> u8 {
     }
 }
 
-/// Per-proxy counters (HAProxy's `comp_in`, `comp_out`, `comp_byp`, `comp_rsp`).
-#[derive(Debug, Default)]
-pub struct CompCounters {
-    /// Bytes fed to the compressor.
-    pub comp_in: AtomicU64,
-    /// Bytes it produced.
-    pub comp_out: AtomicU64,
-    /// Body bytes of responses sent uncompressed by a proxy that has compression enabled.
-    pub comp_byp: AtomicU64,
-    /// Responses compressed.
-    pub comp_rsp: AtomicU64,
-}
-
 /// An events-per-second estimate over a sliding second (current second plus the share of the
 /// previous one still inside the window), shared by all workers.
 #[derive(Debug, Default)]
@@ -544,7 +451,7 @@ pub struct Compressor {
 impl Compressor {
     pub fn new(algo: Algo, level: u8) -> Compressor {
         Compressor {
-            stream: Stream::new(algo.format(), level),
+            stream: Stream::new(format(algo), level),
             algo,
         }
     }

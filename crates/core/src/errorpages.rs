@@ -3,35 +3,14 @@
 //! They replace the built-in pages of `sluice_http::error_page`; a backend's pages win over
 //! its frontend's once a request has been routed to it.
 
-use std::sync::Arc;
-
 use sluice_config::{Keyword, KwError, Scope};
 
-use crate::config::ProxyConf;
+pub use crate::conf::errorpages::ErrorPages;
+use crate::conf::ProxyConf;
 
 /// Status codes whose pages may be replaced (those the proxy itself produces).
 const CODES: [u16; 12] = [400, 403, 404, 405, 408, 413, 414, 425, 429, 431, 500, 501];
 const CODES_5XX: [u16; 4] = [502, 503, 504, 505];
-
-#[derive(Debug, Clone, Default)]
-pub struct ErrorPages {
-    pages: Vec<(u16, Arc<[u8]>)>,
-}
-
-impl ErrorPages {
-    pub fn get(&self, status: u16) -> Option<&[u8]> {
-        self.pages
-            .iter()
-            .rev()
-            .find(|(s, _)| *s == status)
-            .map(|(_, b)| &b[..])
-    }
-
-    fn set(&mut self, status: u16, bytes: Vec<u8>) {
-        self.pages.retain(|(s, _)| *s != status);
-        self.pages.push((status, bytes.into()));
-    }
-}
 
 fn status_arg(v: &str, index: usize) -> Result<u16, KwError> {
     v.parse::<u16>()

@@ -1,44 +1,51 @@
-//! The sluice proxy: configuration lowering, worker threads, listeners, HTTP streams,
-//! backends with their balancing, and per-thread idle server-connection pools.
+//! The sluice proxy. The modules form layers; each imports only from layers below it (a
+//! test, `tests/layers.rs`, checks it), so the folder layout is the architecture:
 //!
-//! Module map (one concept each; each feature module owns the configuration keywords it
-//! implements, in a `KEYWORDS` table):
-//! - [`config`]: assembles the keyword tables, lowers sections into a validated [`Config`].
-//! - [`threads`]: worker threads, [`threads::ThreadCtx`], per-worker inboxes.
-//! - [`listener`]: `bind`, `maxconn`, listening sockets and the accept loops.
-//! - [`stream`]: one client connection's HTTP/1.1 life: requests, forwarding, keep-alive.
-//! - `tcp`: `mode tcp` proxies; `tunnel`: the two-way byte relay they and WebSocket upgrades share.
-//! - `buffer`: per-worker pool of I/O buffers, held only while data is in flight.
-//! - [`backend`]: servers, `default-server`, connect/server timeouts, `http-reuse`.
-//! - [`balance`]: the `balance` algorithms.
-//! - [`compression`]: response compression keywords, negotiation, rules, throttling.
-//! - [`pool`]: per-thread idle server connections with bounded takeover (`pool-*` keywords).
-//! - [`fds`]: open-socket count against the descriptor limit, for the pools' fd rules.
-//! - [`rules`]: ACLs, `use_backend`, `http-request` / `http-response` rules.
-//! - [`cli`]: the runtime CLI on a unix socket (`stats socket`), table-driven commands.
-//! - [`errorpages`]: `errorfile` and `http-error`, custom error responses.
-//! - [`log`]: access logs (`log`, `option httplog`/`tcplog`, `log-format`), never blocking a worker.
-//! - [`pending`]: HAProxy keywords recognised but not implemented yet (clear errors).
+//! 1. [`conf`]: one configuration generation as plain data. No behaviour, no state.
+//! 2. [`fds`], [`buffer`], [`transport`]: descriptor accounting, per-worker I/O buffers, and
+//!    the connection seam every socket goes through.
+//! 3. [`pool`], [`log`]: per-thread idle server-connection pools (capability 1) and access
+//!    log targets; self-contained mechanisms over the layers below.
+//! 4. [`runtime`]: live state that outlives configuration generations: server states and
+//!    weights, queues, idle pools, per-worker counters, admission, worker figures.
+//! 5. Mechanisms over the runtime: [`balance`], [`queue`], [`rules`], [`compression`]
+//!    (capability 3's throttling around the `sluice-deflate` encoder), [`errorpages`], and
+//!    the backend keywords ([`backend`]).
+//! 6. [`stream`]: the data path: HTTP sessions and transactions, TCP and tunnels.
+//! 7. [`worker`]: worker threads, inboxes, accept dispatch (capability 4), listeners.
+//! 8. [`control`]: starting and stopping the process, signals, the runtime CLI.
+//! 9. [`load`]: the keyword tables of every feature and the lowering into a [`Config`].
 //!
-//! See `docs/internals/threading.md` for what runs where and what crosses threads.
+//! Each feature module owns the configuration keywords it implements, in a `KEYWORDS`
+//! table that writes into the `conf` types. See `docs/internals/architecture.md`.
+
+pub mod conf;
+
+pub mod buffer;
+pub mod fds;
+pub mod transport;
+
+pub mod log;
+pub mod pool;
+
+pub mod runtime;
 
 pub mod backend;
 pub mod balance;
-mod buffer;
-pub mod cli;
 pub mod compression;
-pub mod config;
 pub mod errorpages;
-pub mod fds;
-pub mod listener;
-pub mod log;
 pub mod pending;
-pub mod pool;
+pub mod queue;
 pub mod rules;
-pub mod stream;
-mod tcp;
-pub mod threads;
-mod tunnel;
 
-pub use config::{load, load_str, Config};
-pub use threads::run;
+pub mod stream;
+
+pub mod worker;
+
+pub mod control;
+
+pub mod load;
+
+pub use conf::Config;
+pub use control::run;
+pub use load::{load, load_str};

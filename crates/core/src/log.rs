@@ -17,95 +17,8 @@ use std::time::SystemTime;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-use crate::backend::one_arg;
-use crate::config::{GlobalConf, ProxyConf};
-
-/// Where log lines go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Stdout,
-    Stderr,
-    Udp(SocketAddr),
-}
-
-/// How a line is framed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    Raw,
-    Short,
-    Rfc3164,
-    Rfc5424,
-}
-
-/// One `log` line of the configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogTarget {
-    pub target: Target,
-    pub framing: Framing,
-    pub facility: u8,
-    /// Longest line sent (`len`), default 1024.
-    pub max_len: usize,
-}
-
-/// A proxy's logging: its targets (or the global ones) and the line format.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogConf {
-    pub targets: Vec<LogTarget>,
-    /// `log global` was given: use the global section's targets.
-    pub use_global: bool,
-    pub format: Option<Format>,
-}
-
-/// The line format of a proxy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Format {
-    Http,
-    Tcp,
-    Custom(Vec<Token>),
-}
-
-/// A piece of a `log-format` string.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Token {
-    Text(String),
-    Var(Var),
-}
-
-/// The `%` variables sluice knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Var {
-    ClientIp,
-    ClientPort,
-    DateLocal,
-    DateRequest,
-    Frontend,
-    Backend,
-    Server,
-    TimeRequest,
-    TimeQueue,
-    TimeConnect,
-    TimeResponse,
-    TimeActive,
-    TimeTotal,
-    Status,
-    Bytes,
-    TermState,
-    TermStateCookies,
-    ActConn,
-    FeConn,
-    BeConn,
-    SrvConn,
-    Retries,
-    SrvQueue,
-    BeQueue,
-    RequestLine,
-    RequestLineQuoted,
-    Method,
-    Uri,
-    Version,
-    /// Captured request / response cookie (none are captured: `-`).
-    Cookie,
-}
+pub use crate::conf::log::*;
+use crate::conf::{one_arg, resolve, GlobalConf, ProxyConf};
 
 const VARS: &[(&str, Var)] = &[
     ("ci", Var::ClientIp),
@@ -230,7 +143,7 @@ fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
                 format!("{a}:514")
             };
             Target::Udp(
-                crate::backend::resolve(&addr)
+                resolve(&addr)
                     .map_err(|e| KwError::bad(1, other, format!("{e} (stdout, stderr or a UDP ADDR:PORT; unix sockets and rings are not supported yet)")))?,
             )
         }

@@ -4,7 +4,7 @@
 
 use sluice_config::{not_yet, Keyword, Scope};
 
-use crate::config::{GlobalConf, ProxyConf};
+use crate::conf::{GlobalConf, ProxyConf};
 
 macro_rules! pending {
     ($($name:literal => $scope:expr),* $(,)?) => {

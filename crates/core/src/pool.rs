@@ -7,7 +7,7 @@
 //! short (`tune.pool-low-fd-ratio`); otherwise it opens a new connection. That gate is what
 //! keeps threads from stealing each other's connections on every request (capability 1).
 //!
-//! Releasing, purging and the need estimate follow HAProxy (shared/notes §B.6, §B.7): a
+//! Releasing, purging and the need estimate follow HAProxy's idle-connection rules: a
 //! released connection is kept if the server may pool at all, descriptors are not scarce,
 //! `pool-max-conn` is not reached, and either this worker has no connection of that class
 //! yet or the total stays within `max(used, need) + pool-low-conn`. Every `pool-purge-delay`
@@ -26,15 +26,16 @@
 //! (`adopt`) before use; see `docs/internals/threading.md`.
 
 use std::collections::VecDeque;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-use crate::backend::{one_arg, ReuseMode};
-use crate::config::GlobalConf;
+use crate::conf::backend::ReuseMode;
+use crate::conf::pool::{PoolConf, PoolGlobal};
+use crate::conf::{one_arg, GlobalConf};
+use crate::transport::Conn;
 
 /// What the pool needs to know about a connection it holds.
 pub trait Resource {
@@ -42,51 +43,9 @@ pub trait Resource {
     fn alive(&self) -> bool;
 }
 
-impl Resource for tokio::net::TcpStream {
+impl Resource for Conn {
     fn alive(&self) -> bool {
-        let mut buf = [MaybeUninit::<u8>::uninit(); 1];
-        match socket2::SockRef::from(self).peek(&mut buf) {
-            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
-            Ok(_) => false,
-        }
-    }
-}
-
-/// A server's pool settings (`pool-max-conn`, `pool-low-conn`, `pool-purge-delay`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConf {
-    /// `None`: unlimited (-1).
-    pub max_conn: Option<usize>,
-    pub low_conn: usize,
-    pub purge_delay: Duration,
-}
-
-impl Default for PoolConf {
-    fn default() -> Self {
-        PoolConf {
-            max_conn: None,
-            low_conn: 0,
-            purge_delay: Duration::from_secs(5),
-        }
-    }
-}
-
-/// Process-wide pool settings (`tune.pool-low-fd-ratio`, `tune.pool-high-fd-ratio`,
-/// `tune.idle-pool.shared`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolGlobal {
-    pub low_ratio: u8,
-    pub high_ratio: u8,
-    pub shared: bool,
-}
-
-impl Default for PoolGlobal {
-    fn default() -> Self {
-        PoolGlobal {
-            low_ratio: 20,
-            high_ratio: 25,
-            shared: true,
-        }
+        Conn::alive(self)
     }
 }
 
@@ -597,15 +556,10 @@ impl<C: Resource> ServerPools<C> {
     }
 }
 
-/// Registers a connection taken over from a sibling with this worker's event loop (it must
-/// be called on the taker's runtime).
-pub fn adopt(stream: tokio::net::TcpStream) -> std::io::Result<tokio::net::TcpStream> {
-    tokio::net::TcpStream::from_std(stream.into_std()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn pressure(used: usize) -> Pressure {
         Pressure {

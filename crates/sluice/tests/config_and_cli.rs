@@ -146,7 +146,20 @@ fn binding_an_address_in_use_is_a_clear_error() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("cannot bind {addr}")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The failing line is named, as for any other configuration error.
+    assert!(err.contains(&format!("{cfg}:2: bind {addr}: ")), "{err}");
+    assert!(err.contains("in use"), "{err}");
+}
+
+#[test]
+fn port_zero_is_refused_with_its_line() {
+    for addr in ["127.0.0.1:0", ":0", "[::1]:0"] {
+        let (ok, err) = check_config(&format!("frontend f\n    bind {addr}\n"));
+        assert!(!ok, "{addr} accepted");
+        assert!(err.contains("c.cfg:2: 'bind'"), "{err}");
+        assert!(err.contains("invalid port '0'"), "{err}");
+    }
 }
 
 #[test]
@@ -242,9 +255,10 @@ fn a_real_http_client_works_through_the_proxy() {
 fn a_maxconn_the_descriptor_limit_cannot_hold_is_refused() {
     use std::os::unix::process::CommandExt;
     let dir = TempDir::new();
+    // The start is refused before anything is bound: any port will do.
     let cfg = dir.write(
         "c.cfg",
-        "global\n    maxconn 1000\nfrontend f\n    bind 127.0.0.1:0\n",
+        "global\n    maxconn 1000\nfrontend f\n    bind 127.0.0.1:9\n",
     );
     let mut cmd = Command::new(sluice_bin());
     cmd.args(["-f", &cfg]);

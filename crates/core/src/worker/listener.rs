@@ -2,61 +2,24 @@
 //!
 //! Sockets are opened once by the main thread (or adopted with `fd@N`); every worker then
 //! registers its own duplicate of each listening socket in its own event loop and accepts
-//! from it, so an accepted connection is born on the worker that will serve it. `maxconn`
-//! is enforced with semaphores taken *before* accepting: at the limit, workers simply stop
-//! calling accept and the kernel's backlog absorbs new connections; no busy loop.
+//! from it, so an accepted connection is born on the worker that will serve it.
+//!
+//! `maxconn` is enforced with semaphores taken *after* a connection is known to be waiting
+//! and *before* accepting it: at the limit, workers simply stop calling accept and the
+//! kernel's backlog absorbs new connections; no busy loop. An accept loop with nothing to
+//! accept holds no slot, so idle listeners never starve busy ones.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_config::{Keyword, KwError, Scope};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::io::unix::AsyncFd;
 
-use crate::backend::one_arg;
-use crate::config::{GlobalConf, ProxyConf};
-use crate::threads::Worker;
-
-/// One `bind` address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BindSpec {
-    Addr(SocketAddr),
-    /// An already-listening socket inherited from the parent process.
-    Fd(RawFd),
-}
-
-impl std::fmt::Display for BindSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BindSpec::Addr(a) => write!(f, "{a}"),
-            BindSpec::Fd(n) => write!(f, "fd@{n}"),
-        }
-    }
-}
-
-/// A `bind` line's address and the workers allowed to accept on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bind {
-    pub spec: BindSpec,
-    /// `thread N[-M]` (1-based, inclusive); `None`: every worker.
-    pub threads: Option<(usize, usize)>,
-}
-
-impl Bind {
-    /// Whether worker `tid` (0-based) accepts on this bind.
-    pub fn on_thread(&self, tid: usize) -> bool {
-        self.threads
-            .is_none_or(|(a, b)| (a..=b).contains(&(tid + 1)))
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListenConf {
-    pub binds: Vec<Bind>,
-    pub maxconn: Option<usize>,
-}
+pub use crate::conf::listen::*;
+use crate::conf::{one_arg, GlobalConf, ProxyConf};
+use crate::transport::Conn;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "maxconn",
@@ -110,7 +73,7 @@ const PENDING_BIND_OPTIONS: &[&str] = &[
     "level",
 ];
 
-pub(crate) fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
+pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let [addrs, opts @ ..] = args else {
         return Err(KwError::Missing(
             "an address (ADDR:PORT, [v6]:PORT, *:PORT, :PORT or fd@N)",
@@ -138,7 +101,11 @@ pub(crate) fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError
     }
     for a in addrs.split(',') {
         let spec = parse_bind(a).map_err(|e| KwError::bad(1, a, e))?;
-        c.listen.binds.push(Bind { spec, threads });
+        c.listen.binds.push(Bind {
+            spec,
+            threads,
+            at: c.at.clone(),
+        });
     }
     Ok(())
 }
@@ -168,10 +135,17 @@ fn parse_bind(a: &str) -> Result<BindSpec, String> {
             .ok_or_else(|| "fd@ expects a file descriptor number".into());
     }
     if let Ok(addr) = a.parse::<SocketAddr>() {
+        if addr.port() == 0 {
+            return Err("invalid port '0' (1 to 65535)".into());
+        }
         return Ok(BindSpec::Addr(addr));
     }
     let (host, port) = a.rsplit_once(':').ok_or("expects ADDR:PORT")?;
-    let port: u16 = port.parse().map_err(|_| format!("invalid port '{port}'"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("invalid port '{port}' (1 to 65535)"))?;
     let ip = match host {
         "" | "*" | "0.0.0.0" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         h => h
@@ -184,17 +158,58 @@ fn parse_bind(a: &str) -> Result<BindSpec, String> {
 /// Why a listening socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
-    #[error("cannot bind {addr}: {source}")]
+    #[error("{file}:{line}: bind {addr}: {source}")]
     Bind {
+        file: std::sync::Arc<str>,
+        line: usize,
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("fd@{fd}: {reason}")]
-    Fd { fd: RawFd, reason: String },
+    #[error("{file}:{line}: bind fd@{fd}: {reason}")]
+    Fd {
+        file: std::sync::Arc<str>,
+        line: usize,
+        fd: RawFd,
+        reason: String,
+    },
+}
+
+/// Opens (or adopts) the listening socket of a `bind` line.
+pub fn open_bind(bind: &Bind, backlog: usize) -> Result<std::net::TcpListener, ListenError> {
+    let (file, line) = (bind.at.file.clone(), bind.at.line);
+    open(&bind.spec, backlog).map_err(|e| match e {
+        OpenError::Bind(addr, source) => ListenError::Bind {
+            file,
+            line,
+            addr,
+            source,
+        },
+        OpenError::Fd(fd, reason) => ListenError::Fd {
+            file,
+            line,
+            fd,
+            reason,
+        },
+    })
+}
+
+#[derive(Debug)]
+enum OpenError {
+    Bind(SocketAddr, std::io::Error),
+    Fd(RawFd, String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Bind(a, e) => write!(f, "cannot bind {a}: {e}"),
+            OpenError::Fd(n, r) => write!(f, "fd@{n}: {r}"),
+        }
+    }
 }
 
 /// Opens (or adopts) the listening socket for `spec`.
-pub(crate) fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListener, ListenError> {
+fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListener, OpenError> {
     match *spec {
         BindSpec::Addr(addr) => {
             let mk = || -> std::io::Result<std::net::TcpListener> {
@@ -212,10 +227,10 @@ pub(crate) fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListe
                 sock.set_nonblocking(true)?;
                 Ok(sock.into())
             };
-            mk().map_err(|source| ListenError::Bind { addr, source })
+            mk().map_err(|source| OpenError::Bind(addr, source))
         }
         BindSpec::Fd(fd) => {
-            let fail = |reason: String| ListenError::Fd { fd, reason };
+            let fail = |reason: String| OpenError::Fd(fd, reason);
             // SAFETY: the descriptor is only borrowed for the duration of these checks; an
             // invalid number makes the syscalls fail with EBADF, which is reported.
             let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -237,71 +252,69 @@ pub(crate) fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListe
     }
 }
 
-/// The right to hold one client connection under the global and frontend `maxconn`.
-/// Released when the connection ends.
+/// One worker's copy of a listening socket, before it is registered with its event loop.
 #[derive(Debug)]
-pub struct Slot {
-    _global: OwnedSemaphorePermit,
-    _frontend: OwnedSemaphorePermit,
+pub struct Listening {
+    pub frontend: usize,
+    /// The bind is restricted to some workers (`thread N`): connections stay where accepted.
+    pub pinned: bool,
+    pub socket: std::net::TcpListener,
 }
 
-/// Connection-count limits shared by all workers.
-#[derive(Debug)]
-pub(crate) struct Admission {
-    global: Arc<Semaphore>,
-    frontends: Vec<Arc<Semaphore>>,
-}
-
-impl Admission {
-    pub(crate) fn new(global: usize, frontends: impl Iterator<Item = usize>) -> Admission {
-        Admission {
-            global: Arc::new(Semaphore::new(global)),
-            frontends: frontends.map(|n| Arc::new(Semaphore::new(n))).collect(),
-        }
-    }
-
-    async fn admit(&self, fe: usize) -> Slot {
-        let frontend = self.frontends[fe]
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
-        let global = self
-            .global
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
-        Slot {
-            _global: global,
-            _frontend: frontend,
-        }
-    }
-}
-
-/// Accepts connections for frontend `fe` on this worker's copy of a listening socket.
-pub(crate) async fn accept_loop(
-    w: Rc<Worker>,
-    fe: usize,
+/// A listening socket registered with the current worker's event loop.
+pub(crate) struct Registered {
+    frontend: usize,
     pinned: bool,
-    listener: tokio::net::TcpListener,
-) {
+    fd: AsyncFd<std::net::TcpListener>,
+}
+
+impl Listening {
+    pub(crate) fn register(self) -> std::io::Result<Registered> {
+        Ok(Registered {
+            frontend: self.frontend,
+            pinned: self.pinned,
+            // SAFETY: the listener owns its descriptor and moves into the AsyncFd, which
+            // keeps it open and unchanged until both are dropped together.
+            fd: unsafe { AsyncFd::register(self.socket) }?,
+        })
+    }
+}
+
+/// Accepts connections for one frontend on this worker's copy of a listening socket.
+pub(crate) async fn accept_loop(t: Rc<super::Thread>, l: Registered) {
+    let w = t.w.clone();
     let mut last_log = Instant::now() - Duration::from_secs(60);
     let mut suppressed = 0u64;
     loop {
-        let slot = w.shared.admission.admit(fe).await;
-        match listener.accept().await {
+        // A connection is waiting before a slot is taken: an idle loop holds none.
+        let Ok(mut ready) = l.fd.readable().await else {
+            return;
+        };
+        let slot = w.process.admission.admit(l.frontend).await;
+        let accepted = socket2::SockRef::from(l.fd.get_ref())
+            .accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+        match accepted {
             Ok((sock, peer)) => {
-                let _ = sock.set_nodelay(true);
-                w.dispatch(sock, peer, fe, slot, pinned);
+                let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
+                let std: std::net::TcpStream = sock.into();
+                match tokio::net::TcpStream::from_std(std) {
+                    Ok(stream) => {
+                        t.dispatch(Conn::accepted(stream), peer, l.frontend, slot, l.pinned)
+                    }
+                    Err(e) => eprintln!(
+                        "sluice: worker {}: cannot register a connection: {e}",
+                        w.tid
+                    ),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // A sibling took it: wait for the next one.
+                ready.clear_ready();
             }
             Err(e) => {
                 // Out of descriptors or similar: back off instead of spinning, and say so at a
                 // limited rate.
-                w.ctx()
-                    .counters
-                    .accept_errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                w.ctx().counters.accept_errors.bump();
                 if last_log.elapsed() >= Duration::from_secs(1) {
                     eprintln!("sluice: accept failed on worker {}: {e} ({suppressed} similar errors suppressed)", w.tid);
                     last_log = Instant::now();
@@ -343,6 +356,8 @@ mod tests {
         assert!(parse_bind("localhost:80").is_err());
         assert!(parse_bind("127.0.0.1").is_err());
         assert!(parse_bind(":99999").is_err());
+        assert!(parse_bind(":0").is_err(), "HAProxy refuses port 0");
+        assert!(parse_bind("127.0.0.1:0").is_err());
         let mut c = ProxyConf::default();
         add_bind(&mut c, &["127.0.0.1:1,127.0.0.1:2".into()]).unwrap();
         assert_eq!(c.listen.binds.len(), 2);

@@ -6,124 +6,56 @@
 //! proxies (`use_backend`, `default_backend`) are resolved by name. The result is plain data:
 //! workers never see the keyword-level structures.
 
-use std::sync::Arc;
-
 use sluice_config::{
-    dispatch, parse_files, parse_str, ConfigError, Keyword, Scope, Section, SectionKind,
+    dispatch, parse_files, parse_str, ConfigError, Keyword, KwError, Scope, Section, SectionKind,
 };
 
-use crate::backend::{Backend, BackendConf};
-use crate::balance::BalanceConf;
-use crate::compression::{CompConf, CompCounters, GlobalComp};
-use crate::listener::ListenConf;
-use crate::rules::{FrontendRules, RulesConf};
-use crate::stream::StreamConf;
-use crate::{backend, balance, compression, listener, pending, rules, stream, threads};
+use crate::conf::stream::Mode;
+use crate::conf::{one_arg, Config, Frontend, GlobalConf, Loc, ProxyConf};
+use crate::{backend, balance, compression, control, errorpages, log, pending, pool, rules};
+use crate::{stream, worker};
 
-/// Where a line came from, kept by settings that are validated after their section.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Loc {
-    pub file: Arc<str>,
-    pub line: usize,
-}
-
-impl Loc {
-    pub fn error(&self, msg: impl Into<String>) -> ConfigError {
-        ConfigError::at(&self.file, self.line, msg)
-    }
-}
-
-/// Process-wide settings from the `global` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GlobalConf {
-    pub nbthread: Option<usize>,
-    pub maxconn: Option<usize>,
-    pub bufsize: usize,
-    pub compression: GlobalComp,
-    pub stats_socket: Option<crate::cli::SocketConf>,
-    pub pool: crate::pool::PoolGlobal,
-    pub hard_stop_after: Option<std::time::Duration>,
-    pub log: Vec<crate::log::LogTarget>,
-}
-
-impl Default for GlobalConf {
-    fn default() -> Self {
-        GlobalConf {
-            nbthread: None,
-            maxconn: None,
-            bufsize: 16384,
-            compression: GlobalComp::default(),
-            stats_socket: None,
-            pool: crate::pool::PoolGlobal::default(),
-            hard_stop_after: None,
-            log: Vec::new(),
-        }
-    }
-}
-
-/// The settings of one proxy section as its keywords set them. Each part belongs to the
-/// module that parses it.
-#[derive(Debug, Clone, Default)]
-pub struct ProxyConf {
-    /// The line being parsed (set before each keyword is dispatched).
-    pub at: Loc,
-    pub listen: ListenConf,
-    pub stream: StreamConf,
-    pub backend: BackendConf,
-    pub balance: BalanceConf,
-    pub rules: RulesConf,
-    pub compression: CompConf,
-    pub errors: crate::errorpages::ErrorPages,
-    pub log: crate::log::LogConf,
-}
-
-/// A validated frontend: what a listener needs to serve its connections.
-#[derive(Debug)]
-pub struct Frontend {
-    pub name: String,
-    pub listen: ListenConf,
-    pub stream: StreamConf,
-    pub rules: FrontendRules,
-    pub compression: CompConf,
-    pub comp_counters: CompCounters,
-    pub errors: crate::errorpages::ErrorPages,
-    pub log: crate::log::LogConf,
-    /// Opened when the proxy starts (not by `-c`).
-    pub loggers: std::sync::OnceLock<Vec<Arc<crate::log::Logger>>>,
-    /// Client connections open on this frontend (`%fc`).
-    pub cur_conns: std::sync::atomic::AtomicUsize,
-}
-
-/// The whole validated configuration.
-#[derive(Debug)]
-pub struct Config {
-    pub global: GlobalConf,
-    pub frontends: Vec<Arc<Frontend>>,
-    pub backends: Vec<Arc<Backend>>,
-}
+/// Keywords about the proxy section itself.
+const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
+    name: "id",
+    scope: Scope::FE_BE,
+    help: "id N: the proxy's stable numeric identifier (default: the next free one)",
+    parse: |c, a| {
+        let v = one_arg(a, "a positive integer")?;
+        let id = v
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| KwError::bad(1, v, "expects a positive integer"))?;
+        c.id = Some(id);
+        Ok(())
+    },
+}];
 
 const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
-    threads::GLOBAL_KEYWORDS,
-    listener::GLOBAL_KEYWORDS,
-    stream::GLOBAL_KEYWORDS,
+    worker::GLOBAL_KEYWORDS,
+    worker::listener::GLOBAL_KEYWORDS,
+    control::GLOBAL_KEYWORDS,
+    stream::keywords::GLOBAL_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
-    crate::cli::GLOBAL_KEYWORDS,
-    crate::pool::GLOBAL_KEYWORDS,
-    crate::log::GLOBAL_KEYWORDS,
+    control::cli::GLOBAL_KEYWORDS,
+    pool::GLOBAL_KEYWORDS,
+    log::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
 const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
-    listener::KEYWORDS,
-    stream::KEYWORDS,
-    stream::OPTION_KEYWORDS,
+    SECTION_KEYWORDS,
+    worker::listener::KEYWORDS,
+    stream::keywords::KEYWORDS,
+    stream::keywords::OPTION_KEYWORDS,
     backend::KEYWORDS,
     backend::OPTION_KEYWORDS,
     balance::KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,
-    crate::errorpages::KEYWORDS,
-    crate::log::KEYWORDS,
+    errorpages::KEYWORDS,
+    log::KEYWORDS,
     pending::PROXY_KEYWORDS,
 ];
 
@@ -188,7 +120,9 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                 if kind == SectionKind::Listen {
                     if let Some(addr) = section.args.first() {
                         conf.at = header.clone();
-                        if let Err(e) = listener::add_bind(&mut conf, std::slice::from_ref(addr)) {
+                        if let Err(e) =
+                            worker::listener::add_bind(&mut conf, std::slice::from_ref(addr))
+                        {
                             errors.push(header.error(format!("listen address: {e}")));
                         }
                     }
@@ -233,7 +167,11 @@ fn parse_proxy_lines(
 
 fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
-    let nbthread = threads::effective_nbthread(&global);
+    let nbthread = global.nbthread();
+    let ids = match assign_ids(&proxies) {
+        Ok(ids) => ids,
+        Err(e) => return Err(vec![e]),
+    };
     let is_backend = |k: SectionKind| matches!(k, SectionKind::Backend | SectionKind::Listen);
     let backend_names: Vec<&str> = proxies
         .iter()
@@ -241,7 +179,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         .map(|p| p.name.as_str())
         .collect();
     let mut backends = Vec::new();
-    for p in proxies.iter().filter(|p| is_backend(p.kind)) {
+    for (p, &id) in proxies.iter().zip(&ids).filter(|(p, _)| is_backend(p.kind)) {
         // A listen section's rules run once, on its frontend side.
         let mut conf = p.conf.clone();
         if p.kind == SectionKind::Listen {
@@ -249,16 +187,14 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             conf.rules.http_response.clear();
             conf.stream.forwardfor = None;
         }
-        match Backend::lower(&p.name, &conf, nbthread) {
-            Ok(b) => backends.push(Arc::new(b)),
-            Err(e) => errors.push(e),
-        }
+        backends.push(backend::lower(&p.name, id, &conf));
     }
     let mut frontends = Vec::new();
     let mut fe_locs = Vec::new();
-    for p in proxies
+    for (p, &id) in proxies
         .iter()
-        .filter(|p| matches!(p.kind, SectionKind::Frontend | SectionKind::Listen))
+        .zip(&ids)
+        .filter(|(p, _)| matches!(p.kind, SectionKind::Frontend | SectionKind::Listen))
     {
         if p.conf.listen.binds.is_empty() {
             errors.push(p.header.error(format!(
@@ -284,7 +220,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             continue;
         }
         let own = (p.kind == SectionKind::Listen).then_some(p.name.as_str());
-        if p.conf.stream.mode == crate::stream::Mode::Tcp && !p.conf.rules.http_rules_empty() {
+        if p.conf.stream.mode == Mode::Tcp && !p.conf.rules.http_rules_empty() {
             errors.push(p.header.error(format!(
                 "{} '{}' is in mode tcp: use_backend, acl, http-request and http-response need mode http",
                 p.kind.name(),
@@ -295,18 +231,16 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         match rules::lower_frontend(&p.conf.rules, &backend_names, own) {
             Ok(rules) => {
                 fe_locs.push((p.kind, p.header.clone()));
-                frontends.push(Arc::new(Frontend {
+                frontends.push(Frontend {
+                    id,
                     name: p.name.clone(),
                     listen: p.conf.listen.clone(),
                     stream: p.conf.stream.clone(),
                     rules,
                     compression: p.conf.compression.clone(),
-                    comp_counters: CompCounters::default(),
                     errors: p.conf.errors.clone(),
                     log: p.conf.log.clone(),
-                    loggers: std::sync::OnceLock::new(),
-                    cur_conns: Default::default(),
-                }));
+                });
             }
             Err(e) => errors.push(e),
         }
@@ -355,4 +289,35 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
     } else {
         Err(errors)
     }
+}
+
+/// The id of every proxy section: its `id`, else the next one no section took (a `listen`
+/// section is one proxy, with one id for both sides, as in HAProxy).
+fn assign_ids(proxies: &[Proxy]) -> Result<Vec<u32>, ConfigError> {
+    let mut taken: Vec<u32> = Vec::new();
+    for p in proxies {
+        if let Some(id) = p.conf.id {
+            if taken.contains(&id) {
+                return Err(p.header.error(format!(
+                    "{} '{}': proxy id {id} is already used by another proxy",
+                    p.kind.name(),
+                    p.name
+                )));
+            }
+            taken.push(id);
+        }
+    }
+    let mut next = 1;
+    Ok(proxies
+        .iter()
+        .map(|p| {
+            p.conf.id.unwrap_or_else(|| {
+                while taken.contains(&next) {
+                    next += 1;
+                }
+                taken.push(next);
+                next
+            })
+        })
+        .collect())
 }

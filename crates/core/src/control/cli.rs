@@ -17,24 +17,10 @@ use std::time::Duration;
 use sluice_config::{Keyword, KwError, Scope};
 
 use crate::compression::{RATE_IN, RATE_OUT};
-use crate::config::GlobalConf;
-use crate::threads::Shared;
-
-/// Access levels, lowest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    User,
-    Operator,
-    Admin,
-}
-
-/// `stats socket` settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketConf {
-    pub path: String,
-    pub mode: Option<u32>,
-    pub level: Level,
-}
+pub use crate::conf::cli::{Level, SocketConf};
+use crate::conf::stream::Mode;
+use crate::conf::GlobalConf;
+use crate::runtime::{PerWorker, Process, ProxyCounters, ThreadCtx};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "stats socket",
@@ -95,14 +81,14 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
 }];
 
 /// One CLI command.
-pub(crate) struct Command {
+pub struct Command {
     pub words: &'static [&'static str],
     pub help: &'static str,
     pub level: Level,
-    pub run: fn(&Shared, &[&str]) -> String,
+    pub run: fn(&Process, &[&str]) -> String,
 }
 
-pub(crate) const COMMANDS: &[Command] = &[
+pub const COMMANDS: &[Command] = &[
     Command {
         words: &["help"],
         help: "list the commands",
@@ -144,7 +130,7 @@ fn help() -> String {
 }
 
 /// Runs one command line and returns the answer (always ending with an empty line).
-pub(crate) fn execute(shared: &Shared, line: &str, level: Level) -> String {
+pub fn execute(shared: &Process, line: &str, level: Level) -> String {
     let words: Vec<&str> = line.split_whitespace().collect();
     let found = COMMANDS
         .iter()
@@ -161,7 +147,7 @@ pub(crate) fn execute(shared: &Shared, line: &str, level: Level) -> String {
 }
 
 /// Serves the socket until the process exits (control thread).
-pub(crate) fn serve(shared: Arc<Shared>, conf: SocketConf, listener: UnixListener) {
+pub fn serve(shared: Arc<Process>, conf: SocketConf, listener: UnixListener) {
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
         let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
@@ -174,7 +160,7 @@ pub(crate) fn serve(shared: Arc<Shared>, conf: SocketConf, listener: UnixListene
 }
 
 /// Creates the socket file (replacing a stale one) with the configured mode.
-pub(crate) fn bind(conf: &SocketConf) -> std::io::Result<UnixListener> {
+pub fn bind(conf: &SocketConf) -> std::io::Result<UnixListener> {
     let _ = std::fs::remove_file(&conf.path);
     let l = UnixListener::bind(&conf.path)?;
     if let Some(mode) = conf.mode {
@@ -183,8 +169,8 @@ pub(crate) fn bind(conf: &SocketConf) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
-fn show_info(s: &Shared, _: &[&str]) -> String {
-    let sum = |f: fn(&crate::threads::ThreadCtx) -> u64| s.threads.iter().map(f).sum::<u64>();
+fn show_info(s: &Process, _: &[&str]) -> String {
+    let sum = |f: fn(&ThreadCtx) -> u64| s.threads.iter().map(f).sum::<u64>();
     let n = s.threads.len() as u64;
     let busy = sum(|t| u64::from(t.busy_pct.load(Ordering::Relaxed)));
     let lim = s.config.global.compression.max_rate;
@@ -198,14 +184,8 @@ fn show_info(s: &Shared, _: &[&str]) -> String {
             "CurrConns",
             sum(|t| t.active.load(Ordering::Relaxed) as u64).to_string(),
         ),
-        (
-            "CumConns",
-            sum(|t| t.counters.accepted.load(Ordering::Relaxed)).to_string(),
-        ),
-        (
-            "CumReq",
-            sum(|t| t.counters.requests.load(Ordering::Relaxed)).to_string(),
-        ),
+        ("CumConns", sum(|t| t.counters.accepted.get()).to_string()),
+        ("CumReq", sum(|t| t.counters.requests.get()).to_string()),
         ("Run_queue", sum(|t| t.load() as u64).to_string()),
         ("Idle_pct", (100 - (busy / n.max(1)).min(100)).to_string()),
         ("CompressBpsIn", RATE_IN.rate().to_string()),
@@ -215,29 +195,21 @@ fn show_info(s: &Shared, _: &[&str]) -> String {
     rows.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
 }
 
-fn show_activity(s: &Shared, _: &[&str]) -> String {
-    type Get = fn(&crate::threads::ThreadCtx) -> u64;
+fn show_activity(s: &Process, _: &[&str]) -> String {
+    type Get = fn(&ThreadCtx) -> u64;
     let rows: &[(&str, Get)] = &[
-        ("accepted", |t| t.counters.accepted.load(Ordering::Relaxed)),
-        ("accq_pushed", |t| {
-            t.counters.handed_off.load(Ordering::Relaxed)
-        }),
-        ("adopted", |t| t.counters.adopted.load(Ordering::Relaxed)),
-        ("accept_errors", |t| {
-            t.counters.accept_errors.load(Ordering::Relaxed)
-        }),
-        ("requests", |t| t.counters.requests.load(Ordering::Relaxed)),
+        ("accepted", |t| t.counters.accepted.get()),
+        ("accq_pushed", |t| t.counters.handed_off.get()),
+        ("adopted", |t| t.counters.adopted.get()),
+        ("accept_errors", |t| t.counters.accept_errors.get()),
+        ("requests", |t| t.counters.requests.get()),
         ("curr_rq", |t| t.load() as u64),
         ("avg_cpu_pct", |t| {
             u64::from(t.busy_pct.load(Ordering::Relaxed))
         }),
-        ("idle_purged", |t| {
-            t.counters.idle_purged.load(Ordering::Relaxed)
-        }),
-        ("loops", |t| t.counters.loops.load(Ordering::Relaxed)),
-        ("fd_takeover", |t| {
-            t.counters.fd_takeover.load(Ordering::Relaxed)
-        }),
+        ("idle_purged", |t| t.counters.idle_purged.get()),
+        ("loops", |t| t.counters.loops.get()),
+        ("fd_takeover", |t| t.counters.fd_takeover.get()),
     ];
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());
@@ -255,17 +227,17 @@ fn show_activity(s: &Shared, _: &[&str]) -> String {
 }
 
 /// HAProxy's `show servers conn` layout: pool counters per server, then idle per thread.
-fn show_servers_conn(s: &Shared, args: &[&str]) -> String {
+fn show_servers_conn(s: &Process, args: &[&str]) -> String {
     let n = s.threads.len();
     let mut out = format!(
         "# bkname/svname bkid/svid addr port - purge_delay used_cur used_max need_est unsafe_nb safe_nb idle_lim idle_cur idle_per_thr[{n}]\n"
     );
-    for (i, be) in s.config.backends.iter().enumerate() {
+    for (be, st) in s.config.backends.iter().zip(s.state.backends.iter()) {
         if args.first().is_some_and(|name| *name != be.name) {
             continue;
         }
-        for (j, srv) in be.servers.iter().enumerate() {
-            let p = &srv.idle.stats;
+        for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
+            let p = &sst.idle.stats;
             let get = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
             let idle = get(&p.idle_cur);
             let safe = get(&p.safe_cur).min(idle);
@@ -275,17 +247,17 @@ fn show_servers_conn(s: &Shared, args: &[&str]) -> String {
                 "{}/{} {}/{} {} {} - {} {} {} {} {} {} {} {} {}",
                 be.name,
                 srv.name,
-                s.config.frontends.len() + i + 1,
-                j + 1,
+                be.id,
+                srv.id,
                 srv.addr.ip(),
                 srv.addr.port(),
-                srv.idle.conf.purge_delay.as_millis(),
+                srv.pool.purge_delay.as_millis(),
                 get(&p.used_cur),
                 get(&p.used_max),
                 get(&p.need_est),
                 idle - safe,
                 safe,
-                srv.idle.conf.max_conn.map_or(-1, |m| m as i64),
+                srv.pool.max_conn.map_or(-1, |m| m as i64),
                 idle,
                 per.join(" ")
             );
@@ -397,7 +369,7 @@ const STAT_FIELDS: &[&str] = &[
     "need_conn_est",
 ];
 
-fn show_stat(s: &Shared, _: &[&str]) -> String {
+fn show_stat(s: &Process, _: &[&str]) -> String {
     let mut out = format!("# {},\n", STAT_FIELDS.join(","));
     let pid = std::process::id().to_string();
     let row = |out: &mut String, values: &[(&str, String)]| {
@@ -412,81 +384,74 @@ fn show_stat(s: &Shared, _: &[&str]) -> String {
             .collect();
         let _ = writeln!(out, "{},", cells.join(","));
     };
-    let comp = |c: &crate::compression::CompCounters| {
+    let comp = |c: &PerWorker<ProxyCounters>| {
         vec![
-            ("comp_in", c.comp_in.load(Ordering::Relaxed).to_string()),
-            ("comp_out", c.comp_out.load(Ordering::Relaxed).to_string()),
-            ("comp_byp", c.comp_byp.load(Ordering::Relaxed).to_string()),
-            ("comp_rsp", c.comp_rsp.load(Ordering::Relaxed).to_string()),
+            ("comp_in", c.sum(|c| &c.comp_in).to_string()),
+            ("comp_out", c.sum(|c| &c.comp_out).to_string()),
+            ("comp_byp", c.sum(|c| &c.comp_byp).to_string()),
+            ("comp_rsp", c.sum(|c| &c.comp_rsp).to_string()),
         ]
     };
-    for (i, fe) in s.config.frontends.iter().enumerate() {
+    let mode = |m: Mode| match m {
+        Mode::Http => "http".to_string(),
+        Mode::Tcp => "tcp".to_string(),
+    };
+    for (fe, st) in s.config.frontends.iter().zip(s.state.frontends.iter()) {
         let mut v = vec![
             ("pxname", fe.name.clone()),
             ("svname", "FRONTEND".into()),
+            ("scur", st.conns.load(Ordering::Relaxed).to_string()),
             ("status", "OPEN".into()),
             ("pid", pid.clone()),
-            ("iid", (i + 1).to_string()),
+            ("iid", fe.id.to_string()),
             ("sid", "0".into()),
             ("type", "0".into()),
-            ("mode", "http".into()),
+            ("mode", mode(fe.stream.mode)),
         ];
-        v.extend(comp(&fe.comp_counters));
+        v.extend(comp(&st.counters));
         row(&mut out, &v);
     }
-    for (i, be) in s.config.backends.iter().enumerate() {
-        let iid = (s.config.frontends.len() + i + 1).to_string();
-        for (j, srv) in be.servers.iter().enumerate() {
-            let c = &srv.counters;
-            let pool = &srv.idle.stats;
+    for (be, st) in s.config.backends.iter().zip(s.state.backends.iter()) {
+        let iid = be.id.to_string();
+        for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
+            let c = &sst.counters;
+            let pool = &sst.idle.stats;
             let idle = pool.idle_cur.load(Ordering::Relaxed);
             let safe = pool.safe_cur.load(Ordering::Relaxed).min(idle);
+            let opt = |v: Option<usize>| v.map_or(String::new(), |m| m.to_string());
             row(
                 &mut out,
                 &[
                     ("pxname", be.name.clone()),
                     ("svname", srv.name.clone()),
-                    ("qcur", srv.queued.load(Ordering::Relaxed).to_string()),
-                    ("scur", srv.cur_conns.load(Ordering::Relaxed).to_string()),
-                    ("slim", srv.maxconn.map_or(String::new(), |m| m.to_string())),
                     (
-                        "qlimit",
-                        srv.maxqueue.map_or(String::new(), |m| m.to_string()),
+                        "qcur",
+                        sst.queue.waiting.load(Ordering::Relaxed).to_string(),
                     ),
-                    (
-                        "status",
-                        if srv.disabled {
-                            "MAINT".into()
-                        } else {
-                            "UP".into()
-                        },
-                    ),
-                    ("weight", srv.weight.to_string()),
+                    ("scur", sst.in_flight.load(Ordering::Relaxed).to_string()),
+                    ("slim", opt(srv.maxconn)),
+                    ("qlimit", opt(srv.maxqueue)),
+                    ("status", sst.status().into()),
+                    ("weight", sst.weight().to_string()),
                     ("act", u8::from(!srv.backup).to_string()),
                     ("bck", u8::from(srv.backup).to_string()),
                     ("pid", pid.clone()),
                     ("iid", iid.clone()),
-                    ("sid", (j + 1).to_string()),
-                    ("lbtot", c.requests.load(Ordering::Relaxed).to_string()),
+                    ("sid", srv.id.to_string()),
+                    ("lbtot", c.sum(|c| &c.requests).to_string()),
                     ("type", "2".into()),
-                    ("econ", c.connect_errors.load(Ordering::Relaxed).to_string()),
-                    ("wretr", c.retries.load(Ordering::Relaxed).to_string()),
-                    ("wredis", c.redispatches.load(Ordering::Relaxed).to_string()),
-                    (
-                        "eresp",
-                        c.response_errors.load(Ordering::Relaxed).to_string(),
-                    ),
+                    ("econ", c.sum(|c| &c.connect_errors).to_string()),
+                    ("wretr", c.sum(|c| &c.retries).to_string()),
+                    ("wredis", c.sum(|c| &c.redispatches).to_string()),
+                    ("eresp", c.sum(|c| &c.response_errors).to_string()),
                     ("addr", srv.addr.to_string()),
-                    ("mode", "http".into()),
-                    ("connect", c.connect.load(Ordering::Relaxed).to_string()),
-                    ("reuse", c.reuse.load(Ordering::Relaxed).to_string()),
+                    ("mode", mode(be.stream.mode)),
+                    ("connect", c.sum(|c| &c.connect).to_string()),
+                    ("reuse", c.sum(|c| &c.reuse).to_string()),
                     ("srv_icur", idle.to_string()),
                     (
                         "src_ilim",
-                        srv.idle
-                            .conf
-                            .max_conn
-                            .map_or("-1".into(), |m| m.to_string()),
+                        srv.pool.max_conn.map_or("-1".into(), |m| m.to_string()),
                     ),
                     ("idle_conn_cur", (idle - safe).to_string()),
                     ("safe_conn_cur", safe.to_string()),
@@ -504,15 +469,16 @@ fn show_stat(s: &Shared, _: &[&str]) -> String {
         let mut v = vec![
             ("pxname", be.name.clone()),
             ("svname", "BACKEND".into()),
+            ("scur", st.in_flight().to_string()),
             ("status", "UP".into()),
             ("pid", pid.clone()),
             ("iid", iid.clone()),
             ("sid", "0".into()),
             ("type", "1".into()),
-            ("mode", "http".into()),
-            ("algo", be.balancer.algo.name()),
+            ("mode", mode(be.stream.mode)),
+            ("algo", be.algo.name()),
         ];
-        v.extend(comp(&be.comp_counters));
+        v.extend(comp(&st.counters));
         row(&mut out, &v);
     }
     out

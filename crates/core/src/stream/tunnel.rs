@@ -1,13 +1,14 @@
-//! Relaying bytes both ways between two sockets: upgraded HTTP connections (after a 101) and
-//! `mode tcp` proxies. Each side's end of stream is passed on to the other as a half-close;
-//! the relay ends when both sides have finished, on an error, or when nothing moved for `idle`.
+//! Relaying bytes both ways between two connections: upgraded HTTP connections (after a
+//! 101) and `mode tcp` proxies. Each side's end of stream is passed on to the other as a
+//! half-close; the relay ends when both sides have finished, on an error, or when nothing
+//! moved for the inactivity limit, reading or writing: a peer that stops reading cannot pin
+//! the tunnel.
 
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-
+use super::within;
 use crate::buffer::{Buf, BufPool};
+use crate::transport::Conn;
 
 /// Inactivity limits of a relay: `idle` while both directions are open; once `a` (the
 /// client) has finished, `b_fin` (`timeout server-fin`) while waiting on `b`, and once `b`
@@ -22,28 +23,23 @@ pub(crate) struct Limits {
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
 /// `b_buf` (read from `b`) are delivered first. Returns the bytes delivered to `a` (from `b`).
 pub(crate) async fn relay(
-    a: &mut TcpStream,
-    b: &mut TcpStream,
+    a: &mut Conn,
+    b: &mut Conn,
     a_buf: &mut Buf,
     b_buf: &mut Buf,
     bufs: &BufPool,
     limits: Limits,
 ) -> u64 {
     let mut to_a = 0u64;
-    if !a_buf.is_empty() {
-        if b.write_all(a_buf.bytes()).await.is_err() {
-            return to_a;
-        }
-        let n = a_buf.bytes().len();
-        a_buf.consume(n);
+    if !a_buf.is_empty() && !deliver(b, a_buf, limits.idle).await {
+        return to_a;
     }
     if !b_buf.is_empty() {
-        if a.write_all(b_buf.bytes()).await.is_err() {
+        let n = b_buf.bytes().len();
+        if !deliver(a, b_buf, limits.idle).await {
             return to_a;
         }
-        let n = b_buf.bytes().len();
         to_a += n as u64;
-        b_buf.consume(n);
     }
     let (mut a_done, mut b_done) = (false, false);
     while !(a_done && b_done) {
@@ -61,33 +57,38 @@ pub(crate) async fn relay(
         tokio::select! {
             r = a_buf.fill(a, bufs), if !a_done => match r {
                 Ok(n) if n > 0 => {
-                    if b.write_all(a_buf.bytes()).await.is_err() {
+                    if !deliver(b, a_buf, limit).await {
                         return to_a;
                     }
-                    let n = a_buf.bytes().len();
-                    a_buf.consume(n);
                 }
                 _ => {
                     a_done = true;
-                    let _ = b.shutdown().await;
+                    let _ = within(limit, b.shutdown()).await;
                 }
             },
             r = b_buf.fill(b, bufs), if !b_done => match r {
                 Ok(n) if n > 0 => {
-                    if a.write_all(b_buf.bytes()).await.is_err() {
+                    if !deliver(a, b_buf, limit).await {
                         return to_a;
                     }
-                    let n = b_buf.bytes().len();
                     to_a += n as u64;
-                    b_buf.consume(n);
                 }
                 _ => {
                     b_done = true;
-                    let _ = a.shutdown().await;
+                    let _ = within(limit, a.shutdown()).await;
                 }
             },
             _ = quiet => return to_a,
         }
     }
     to_a
+}
+
+/// Writes everything `buf` holds to `to` within `limit`; false when the peer failed or
+/// stopped reading for that long.
+async fn deliver(to: &mut Conn, buf: &mut Buf, limit: Option<Duration>) -> bool {
+    let ok = matches!(within(limit, to.write_all(buf.bytes())).await, Ok(Ok(())));
+    let n = buf.bytes().len();
+    buf.consume(n);
+    ok
 }

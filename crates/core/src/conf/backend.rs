@@ -1,0 +1,59 @@
+//! Backend and server settings as their keywords set them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::pool::PoolConf;
+
+/// `http-reuse`: when a request may go over an idle connection from the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReuseMode {
+    /// Server connections stay private to the client connection that opened them.
+    Never,
+    /// A client connection's first request always gets a new (or its own) connection.
+    #[default]
+    Safe,
+    /// First requests may use connections that have already served several requests.
+    Aggressive,
+    /// Any idle connection may serve any request.
+    Always,
+}
+
+/// Server settings as written (`server` or `default-server`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerOpts {
+    /// `id`: the server's stable identifier within its backend.
+    pub id: Option<u32>,
+    pub weight: Option<u32>,
+    pub backup: bool,
+    pub disabled: bool,
+    pub pool: PoolConf,
+    /// `maxconn`: requests served at once; more wait in the server's queue.
+    pub maxconn: Option<usize>,
+    /// `maxqueue`: requests allowed to wait; beyond it they get 503.
+    pub maxqueue: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub opts: ServerOpts,
+}
+
+/// A backend's settings as its keywords set them.
+#[derive(Debug, Clone, Default)]
+pub struct BackendConf {
+    pub servers: Vec<ServerSpec>,
+    pub default_server: ServerOpts,
+    pub timeout_connect: Option<Duration>,
+    pub timeout_server: Option<Duration>,
+    pub timeout_queue: Option<Duration>,
+    pub timeout_tunnel: Option<Duration>,
+    pub timeout_server_fin: Option<Duration>,
+    pub reuse: ReuseMode,
+    /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
+    pub retries: Option<usize>,
+    pub redispatch: bool,
+    pub abortonclose: bool,
+}

@@ -1,0 +1,47 @@
+//! Listening addresses and connection limits (`bind`, `maxconn`).
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+use super::Loc;
+
+/// One `bind` address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindSpec {
+    Addr(SocketAddr),
+    /// An already-listening socket inherited from the parent process.
+    Fd(RawFd),
+}
+
+impl std::fmt::Display for BindSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindSpec::Addr(a) => write!(f, "{a}"),
+            BindSpec::Fd(n) => write!(f, "fd@{n}"),
+        }
+    }
+}
+
+/// A `bind` line's address and the workers allowed to accept on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub spec: BindSpec,
+    /// `thread N[-M]` (1-based, inclusive); `None`: every worker.
+    pub threads: Option<(usize, usize)>,
+    /// The `bind` line, for errors found when the socket is opened.
+    pub at: Loc,
+}
+
+impl Bind {
+    /// Whether worker `tid` (0-based) accepts on this bind.
+    pub fn on_thread(&self, tid: usize) -> bool {
+        self.threads
+            .is_none_or(|(a, b)| (a..=b).contains(&(tid + 1)))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenConf {
+    pub binds: Vec<Bind>,
+    pub maxconn: Option<usize>,
+}

@@ -1,0 +1,203 @@
+//! The bottom layer: one configuration generation as plain data.
+//!
+//! Keyword parsers (beside their features) write into the `*Conf` types here; the loader
+//! (`crate::load`) lowers them into a validated [`Config`]. Nothing here holds a socket, a
+//! counter, a lock or a logger, and nothing here imports another module of the crate: live
+//! state belongs to `crate::runtime`, which outlives configuration generations.
+//!
+//! Invariants: a [`Config`] is immutable once built; `frontends` and `backends` are in
+//! configuration order and every index stored in them (`use_backend` targets, server
+//! indices) points into the same `Config`. Ids are unique per kind (proxies across the
+//! whole configuration, servers within their backend) and stable across generations when
+//! the operator sets them with `id`.
+
+pub mod backend;
+pub mod balance;
+pub mod cli;
+pub mod compression;
+pub mod errorpages;
+pub mod listen;
+pub mod log;
+pub mod pool;
+pub mod rules;
+pub mod stream;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{units, ConfigError, KwError};
+
+use self::backend::{BackendConf, ReuseMode};
+use self::balance::{Algo, BalanceConf};
+use self::compression::{CompConf, GlobalComp};
+use self::errorpages::ErrorPages;
+use self::listen::ListenConf;
+use self::log::{LogConf, LogTarget};
+use self::pool::{PoolConf, PoolGlobal};
+use self::rules::{BackendRules, FrontendRules, RulesConf};
+use self::stream::StreamConf;
+
+/// Where a line came from, kept by settings that are validated after their section.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Loc {
+    pub file: Arc<str>,
+    pub line: usize,
+}
+
+impl Loc {
+    pub fn error(&self, msg: impl Into<String>) -> ConfigError {
+        ConfigError::at(&self.file, self.line, msg)
+    }
+}
+
+/// Process-wide settings from the `global` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalConf {
+    pub nbthread: Option<usize>,
+    pub maxconn: Option<usize>,
+    pub bufsize: usize,
+    pub compression: GlobalComp,
+    pub stats_socket: Option<cli::SocketConf>,
+    pub pool: PoolGlobal,
+    pub hard_stop_after: Option<Duration>,
+    pub log: Vec<LogTarget>,
+}
+
+impl Default for GlobalConf {
+    fn default() -> Self {
+        GlobalConf {
+            nbthread: None,
+            maxconn: None,
+            bufsize: 16384,
+            compression: GlobalComp::default(),
+            stats_socket: None,
+            pool: PoolGlobal::default(),
+            hard_stop_after: None,
+            log: Vec::new(),
+        }
+    }
+}
+
+impl GlobalConf {
+    /// Worker threads: `nbthread`, else the CPUs available to the process.
+    pub fn nbthread(&self) -> usize {
+        self.nbthread
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+}
+
+/// The settings of one proxy section as its keywords set them. Each part belongs to the
+/// module that parses it.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyConf {
+    /// The line being parsed (set before each keyword is dispatched).
+    pub at: Loc,
+    /// `id`: the proxy's stable identifier.
+    pub id: Option<u32>,
+    pub listen: ListenConf,
+    pub stream: StreamConf,
+    pub backend: BackendConf,
+    pub balance: BalanceConf,
+    pub rules: RulesConf,
+    pub compression: CompConf,
+    pub errors: ErrorPages,
+    pub log: LogConf,
+}
+
+/// A validated frontend: what a listener needs to serve its connections.
+#[derive(Debug)]
+pub struct Frontend {
+    pub id: u32,
+    pub name: String,
+    pub listen: ListenConf,
+    pub stream: StreamConf,
+    pub rules: FrontendRules,
+    pub compression: CompConf,
+    pub errors: ErrorPages,
+    pub log: LogConf,
+}
+
+/// A validated server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// Unique within its backend.
+    pub id: u32,
+    pub name: String,
+    pub addr: SocketAddr,
+    /// The configured weight (0 to 256); the live one is in the runtime.
+    pub weight: u32,
+    pub backup: bool,
+    /// `disabled`: the server starts in maintenance.
+    pub disabled: bool,
+    pub pool: PoolConf,
+    /// `maxconn`: requests served at once; more wait in the server's queue.
+    pub maxconn: Option<usize>,
+    /// `maxqueue`: requests allowed to wait; beyond it they get 503.
+    pub maxqueue: Option<usize>,
+}
+
+/// A validated backend.
+#[derive(Debug)]
+pub struct Backend {
+    pub id: u32,
+    pub name: String,
+    pub servers: Vec<Server>,
+    pub algo: Algo,
+    pub timeout_connect: Option<Duration>,
+    pub timeout_server: Option<Duration>,
+    pub timeout_queue: Option<Duration>,
+    pub timeout_tunnel: Option<Duration>,
+    pub timeout_server_fin: Option<Duration>,
+    pub reuse: ReuseMode,
+    /// Connection attempts after the first one fails.
+    pub retries: usize,
+    pub redispatch: bool,
+    pub abortonclose: bool,
+    /// Connection-handling options set on the backend side.
+    pub stream: StreamConf,
+    pub rules: BackendRules,
+    pub compression: CompConf,
+    pub errors: ErrorPages,
+}
+
+/// One validated configuration generation.
+#[derive(Debug)]
+pub struct Config {
+    pub global: GlobalConf,
+    pub frontends: Vec<Frontend>,
+    pub backends: Vec<Backend>,
+}
+
+/// Returns the only argument, or an error naming what was expected.
+pub fn one_arg<'a>(args: &'a [String], expects: &'static str) -> Result<&'a str, KwError> {
+    match args {
+        [] => Err(KwError::Missing(expects)),
+        [a] => Ok(a),
+        [_, extra, ..] => Err(KwError::Extra(extra.clone())),
+    }
+}
+
+/// Parses the single time argument of a `timeout` keyword.
+pub fn time_arg(args: &[String]) -> Result<Duration, KwError> {
+    let v = one_arg(args, "a time (e.g. 5s)")?;
+    units::parse_time(v).map_err(|e| KwError::bad(1, v, e))
+}
+
+/// Resolves `host:port`, `[v6]:port` or `ipv4:port` (name resolution happens once, here).
+pub fn resolve(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or("expects an address with a port (HOST:PORT)")?;
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!("invalid port '{port}'"));
+    }
+    (host, port.parse::<u16>().unwrap_or(0))
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve '{host}': {e}"))?
+        .next()
+        .ok_or_else(|| format!("'{host}' has no address"))
+}

@@ -1,0 +1,96 @@
+//! ACLs, conditions and HTTP rules as plain data (evaluated by `crate::rules`).
+
+use super::Loc;
+
+/// What an ACL looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Criterion {
+    Path,
+    PathBeg,
+    PathEnd,
+    /// A header's values (comma-separated), by lowercase name.
+    Hdr(String),
+    Method,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acl {
+    pub criterion: Criterion,
+    pub values: Vec<String>,
+    pub icase: bool,
+}
+
+/// An ACL reference in a condition: true when any of `acls` matches, inverted by `neg`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub neg: bool,
+    pub acls: Vec<Acl>,
+}
+
+/// `if`/`unless` followed by OR'ed groups of AND'ed terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cond {
+    pub unless: bool,
+    pub groups: Vec<Vec<Term>>,
+}
+
+/// What an `http-request` / `http-response` rule does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Answer directly with this status, content type and body.
+    Return {
+        status: u16,
+        content_type: Option<String>,
+        body: Vec<u8>,
+    },
+    Deny {
+        status: u16,
+    },
+    /// Stop evaluating rules.
+    Allow,
+    SetHeader(String, String),
+    AddHeader(String, String),
+    DelHeader(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRule {
+    pub action: Action,
+    pub cond: Option<Cond>,
+}
+
+/// Rules as the keywords set them, before backend names are resolved.
+#[derive(Debug, Clone, Default)]
+pub struct RulesConf {
+    pub acls: Vec<(String, Acl)>,
+    pub switching: Vec<(String, Option<Cond>, Loc)>,
+    pub default_backend: Option<(String, Loc)>,
+    pub http_request: Vec<HttpRule>,
+    pub http_response: Vec<HttpRule>,
+}
+
+impl RulesConf {
+    /// No ACL, switching or HTTP rule is configured (what `mode tcp` requires).
+    pub(crate) fn http_rules_empty(&self) -> bool {
+        self.acls.is_empty()
+            && self.switching.is_empty()
+            && self.http_request.is_empty()
+            && self.http_response.is_empty()
+    }
+}
+
+/// A frontend's rules with backend names resolved to indices into `Config::backends`.
+#[derive(Debug, Default)]
+pub struct FrontendRules {
+    pub switching: Vec<(Option<Cond>, usize)>,
+    pub default_backend: Option<usize>,
+    pub http_request: Vec<HttpRule>,
+    pub http_response: Vec<HttpRule>,
+}
+
+/// The rules a backend applies after the frontend's.
+#[derive(Debug, Default)]
+pub struct BackendRules {
+    pub http_request: Vec<HttpRule>,
+    pub http_response: Vec<HttpRule>,
+}

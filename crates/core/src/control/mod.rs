@@ -1,0 +1,174 @@
+//! The control plane, at the top of the stack: starting the process (listeners, workers, the
+//! runtime CLI), and the signals that stop it (`hard-stop-after`).
+//!
+//! The control thread is the process's main thread once the workers run: it waits for
+//! signals. SIGTERM/SIGINT stop at once; SIGUSR1 starts a soft stop, which ends when no
+//! client connection is left or when `hard-stop-after` expires.
+
+pub mod cli;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{Keyword, Scope};
+
+use crate::conf::{time_arg, Config, GlobalConf};
+use crate::runtime::{Admission, Process, Runtime, ThreadCtx};
+use crate::worker::listener::{self, ListenError, Listening};
+use crate::worker::{self, Inboxes};
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+    name: "hard-stop-after",
+    scope: Scope::GLOBAL,
+    help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
+    parse: |g, a| time_arg(a).map(|t| g.hard_stop_after = Some(t)),
+}];
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    #[error("cannot start worker {tid}: {source}")]
+    Worker { tid: usize, source: std::io::Error },
+    #[error("cannot set up signal handling: {0}")]
+    Signals(std::io::Error),
+    #[error("{0}")]
+    Fds(String),
+    #[error("cannot open a log target: {0}")]
+    Log(std::io::Error),
+    #[error("stats socket {path}: {source}")]
+    Cli {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Opens the listeners, starts the workers and blocks until the process must exit.
+pub fn run(config: Config) -> Result<(), RunError> {
+    let nbthread = config.global.nbthread();
+    // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
+    // limit is raised to match or the start is refused.
+    let global_max = crate::fds::ensure(config.global.maxconn).map_err(RunError::Fds)?;
+    let mut listeners = Vec::new();
+    for (fi, fe) in config.frontends.iter().enumerate() {
+        let backlog = fe.listen.maxconn.unwrap_or(global_max);
+        for bind in &fe.listen.binds {
+            listeners.push((fi, bind.clone(), listener::open_bind(bind, backlog)?));
+        }
+    }
+    let loggers = config
+        .frontends
+        .iter()
+        .map(|fe| crate::log::open_all(&fe.log, &config.global.log))
+        .collect::<Result<_, _>>()
+        .map_err(RunError::Log)?;
+    let admission = Admission::new(
+        global_max,
+        config
+            .frontends
+            .iter()
+            .map(|f| f.listen.maxconn.unwrap_or(global_max)),
+    );
+    let (inboxes, receivers) = worker::inboxes(nbthread);
+    let process = Arc::new(Process {
+        state: Runtime::new(&config),
+        config: Arc::new(config),
+        threads: (0..nbthread)
+            .map(|id| ThreadCtx {
+                id,
+                ..ThreadCtx::default()
+            })
+            .collect(),
+        admission,
+        loggers,
+        stopping: AtomicBool::new(false),
+        started: std::time::Instant::now(),
+    });
+    for (tid, inbox) in receivers.into_iter().enumerate() {
+        let mine = listeners
+            .iter()
+            .filter(|(_, bind, _)| bind.on_thread(tid))
+            .map(|(fe, bind, l)| {
+                l.try_clone().map(|socket| Listening {
+                    frontend: *fe,
+                    pinned: bind.threads.is_some(),
+                    socket,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| RunError::Worker { tid, source })?;
+        worker::spawn(tid, process.clone(), inboxes.clone(), mine, inbox)
+            .map_err(|source| RunError::Worker { tid, source })?;
+    }
+    if let Some(conf) = process.config.global.stats_socket.clone() {
+        let socket = cli::bind(&conf).map_err(|source| RunError::Cli {
+            path: conf.path.clone(),
+            source,
+        })?;
+        let process = process.clone();
+        std::thread::Builder::new()
+            .name("sluice-cli".into())
+            .spawn(move || cli::serve(process, conf, socket))
+            .map_err(|source| RunError::Worker {
+                tid: usize::MAX,
+                source,
+            })?;
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .filter_map(|(_, _, l)| l.local_addr().ok().map(|a| a.to_string()))
+        .collect();
+    // The workers hold their own copies; a soft stop closes those.
+    drop(listeners);
+    eprintln!(
+        "sluice: {nbthread} worker(s) listening on {}",
+        addrs.join(", ")
+    );
+    wait_for_stop_signal(&process, &inboxes)
+}
+
+fn wait_for_stop_signal(process: &Process, inboxes: &Inboxes) -> Result<(), RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Signals)?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+        let mut usr1 = signal(SignalKind::user_defined1()).map_err(RunError::Signals)?;
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = usr1.recv() => {}
+        }
+        eprintln!("sluice: soft stop: no longer accepting, finishing active connections");
+        process.stopping.store(true, Ordering::Relaxed);
+        inboxes.stop_all(process);
+        let deadline = process
+            .config
+            .global
+            .hard_stop_after
+            .map(|d| tokio::time::Instant::now() + d);
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            let active = process.active_total();
+            if active == 0 {
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                eprintln!(
+                    "sluice: hard-stop-after reached with {active} connection(s) still active"
+                );
+                return Ok(());
+            }
+        }
+    })
+}

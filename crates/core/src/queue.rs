@@ -1,0 +1,88 @@
+//! Server occupancy: the fair FIFO queue of a server with `maxconn` (`maxqueue`,
+//! `timeout queue`) and the in-flight count that `leastconn` and `random` read.
+//!
+//! Invariant: every count taken here is given back by a drop guard, so a request that ends
+//! in any way (error, client gone, panic, its future dropped) leaves the counts right.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::conf::Server;
+use crate::runtime::ServerState;
+
+/// Why a request could not get a server slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    #[error("the server's queue is full (maxqueue)")]
+    Full,
+    #[error("timeout queue expired")]
+    Timeout,
+}
+
+/// The right to send one request to a server under its `maxconn` (none without one).
+#[derive(Debug)]
+pub struct ServerSlot(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+
+/// Waits for a free slot on a server with `maxconn`, in arrival order, up to `timeout queue`.
+pub async fn wait_turn(
+    conf: &Server,
+    st: &ServerState,
+    limit: Option<Duration>,
+) -> Result<ServerSlot, QueueError> {
+    let Some(slots) = &st.queue.slots else {
+        return Ok(ServerSlot(None));
+    };
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Ok(ServerSlot(Some(p)));
+    }
+    if conf
+        .maxqueue
+        .is_some_and(|m| st.queue.waiting.load(Ordering::Relaxed) >= m)
+    {
+        return Err(QueueError::Full);
+    }
+    let _waiting = Held::take(&st.queue.waiting);
+    let got = match limit {
+        Some(d) => tokio::time::timeout(d, slots.clone().acquire_owned())
+            .await
+            .map_err(|_| QueueError::Timeout)?,
+        None => slots.clone().acquire_owned().await,
+    };
+    got.map(|p| ServerSlot(Some(p)))
+        .map_err(|_| QueueError::Timeout)
+}
+
+/// One unit of a shared count, given back on drop.
+struct Held<'a>(&'a AtomicUsize);
+
+impl<'a> Held<'a> {
+    fn take(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Held(count)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a request in flight on a server for its lifetime.
+#[derive(Debug)]
+pub struct InFlight<'a>(&'a ServerState);
+
+impl<'a> InFlight<'a> {
+    pub fn new(s: &'a ServerState) -> Self {
+        s.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(s)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,184 @@
+//! The process as the data path sees it: the configuration generation being served with its
+//! live state, each worker's public figures ([`ThreadCtx`]), connection admission, and the
+//! worker-local handle ([`Worker`]) that every stream holds.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::counters::WorkerCounters;
+use super::Runtime;
+use crate::buffer::BufPool;
+use crate::conf::Config;
+use crate::log::Logger;
+
+/// What other threads may know about a worker. Aligned to two cache lines so that workers
+/// updating their own figures never write a line another worker's figures share.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ThreadCtx {
+    pub id: usize,
+    /// Client connections being served: the load figure balancing decisions compare.
+    pub active: AtomicUsize,
+    /// Messages sent to this worker's inbox and not yet handled.
+    pub inbox_pending: AtomicUsize,
+    /// Share of time (percent) the worker spent outside its event loop's wait, smoothed
+    /// over about a second.
+    pub busy_pct: AtomicU32,
+    pub counters: WorkerCounters,
+}
+
+impl ThreadCtx {
+    pub fn load(&self) -> usize {
+        self.active.load(Ordering::Relaxed) + self.inbox_pending.load(Ordering::Relaxed)
+    }
+}
+
+/// The right to hold one client connection under the global and frontend `maxconn`.
+/// Released when the connection ends.
+#[derive(Debug)]
+pub struct Slot {
+    _global: OwnedSemaphorePermit,
+    _frontend: OwnedSemaphorePermit,
+}
+
+/// Connection-count limits shared by all workers (global and per-frontend `maxconn`).
+#[derive(Debug)]
+pub struct Admission {
+    global: Arc<Semaphore>,
+    frontends: Vec<Arc<Semaphore>>,
+}
+
+impl Admission {
+    pub fn new(global: usize, frontends: impl Iterator<Item = usize>) -> Admission {
+        Admission {
+            global: Arc::new(Semaphore::new(global)),
+            frontends: frontends.map(|n| Arc::new(Semaphore::new(n))).collect(),
+        }
+    }
+
+    /// Waits until one more connection may be held on frontend `fe`.
+    pub async fn admit(&self, fe: usize) -> Slot {
+        let frontend = self.frontends[fe]
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        let global = self
+            .global
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        Slot {
+            _global: global,
+            _frontend: frontend,
+        }
+    }
+}
+
+/// Everything the workers share: read-only apart from atomics.
+#[derive(Debug)]
+pub struct Process {
+    pub config: Arc<Config>,
+    pub state: Runtime,
+    pub threads: Box<[ThreadCtx]>,
+    pub admission: Admission,
+    /// Each frontend's open log targets, aligned with `Config::frontends`.
+    pub loggers: Box<[Vec<Arc<Logger>>]>,
+    pub stopping: AtomicBool,
+    pub started: Instant,
+}
+
+impl Process {
+    /// Client connections open in the whole process (`%ac`).
+    pub fn active_total(&self) -> usize {
+        self.threads
+            .iter()
+            .map(|t| t.active.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// A worker's handle on the process, owned by its thread and shared (`Rc`) by its streams.
+pub struct Worker {
+    pub tid: usize,
+    pub process: Arc<Process>,
+    pub bufs: BufPool,
+    /// Compressor output, used within one synchronous step at a time.
+    pub comp_out: RefCell<Vec<u8>>,
+    /// Decoded body bytes waiting to be compressed, same discipline.
+    pub comp_plain: RefCell<Vec<u8>>,
+    /// Woken at soft stop, for client connections waiting idle between requests.
+    pub stop: tokio::sync::Notify,
+}
+
+impl Worker {
+    pub fn new(tid: usize, process: Arc<Process>) -> Worker {
+        Worker {
+            tid,
+            bufs: BufPool::new(process.config.global.bufsize),
+            process,
+            comp_out: RefCell::default(),
+            comp_plain: RefCell::default(),
+            stop: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn ctx(&self) -> &ThreadCtx {
+        &self.process.threads[self.tid]
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.process.config
+    }
+
+    pub fn state(&self) -> &Runtime {
+        &self.process.state
+    }
+
+    pub fn busy_pct(&self) -> u32 {
+        self.ctx().busy_pct.load(Ordering::Relaxed)
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.process.stopping.load(Ordering::Relaxed)
+    }
+}
+
+/// Counts one client connection on its worker and its frontend for as long as it lives,
+/// however it ends (a panicking stream included).
+#[derive(Debug)]
+pub struct ClientConn {
+    process: Arc<Process>,
+    tid: usize,
+    frontend: usize,
+}
+
+impl ClientConn {
+    pub fn open(process: &Arc<Process>, tid: usize, frontend: usize) -> ClientConn {
+        process.threads[tid].active.fetch_add(1, Ordering::Relaxed);
+        process.state.frontends[frontend]
+            .conns
+            .fetch_add(1, Ordering::Relaxed);
+        ClientConn {
+            process: process.clone(),
+            tid,
+            frontend,
+        }
+    }
+}
+
+impl Drop for ClientConn {
+    fn drop(&mut self) {
+        self.process.threads[self.tid]
+            .active
+            .fetch_sub(1, Ordering::Relaxed);
+        self.process.state.frontends[self.frontend]
+            .conns
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}

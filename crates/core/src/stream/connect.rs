@@ -1,0 +1,303 @@
+//! Getting a server connection for a request, for HTTP and TCP alike: the server's queue
+//! (`maxconn`), a private, pooled or new connection, and the one connection-retry policy
+//! (`retries`, the last retry elsewhere with `option redispatch`).
+//!
+//! Invariants:
+//! - A retry only ever follows a failed connection attempt: nothing reached a server, so it
+//!   is safe for any request.
+//! - The server's used-connection count follows the connection: a [`ServerConn`] gives it
+//!   back when dropped unless it went back to the pool, which then owns the count.
+//! - The request holds its server's queue slot and in-flight count ([`Occupancy`]) until it
+//!   ends, and moves them when it is redispatched.
+
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::balance::{self, PickKey};
+use crate::pool::{Got, Want};
+use crate::queue::{self, InFlight, QueueError, ServerSlot};
+use crate::runtime::Worker;
+use crate::transport::Conn;
+
+/// A server connection attached to the current request.
+pub(crate) struct ServerConn {
+    pub conn: Conn,
+    pub backend: usize,
+    pub server: usize,
+    /// Requests already completed on this connection.
+    pub served: u32,
+    /// It came from a pool (or is the session's private one) rather than a fresh connect.
+    pub reused: bool,
+    used: Used,
+}
+
+impl ServerConn {
+    /// Hands the connection to the pool, which accounts for it from here on (kept or not).
+    pub fn into_pooled(mut self) -> (Conn, u32) {
+        self.used.armed = false;
+        (self.conn, self.served)
+    }
+}
+
+/// Gives the server's used-connection count back on drop while armed.
+struct Used {
+    w: Rc<Worker>,
+    backend: usize,
+    server: usize,
+    armed: bool,
+}
+
+impl Drop for Used {
+    fn drop(&mut self) {
+        if self.armed {
+            self.w.state().backends[self.backend].servers[self.server]
+                .idle
+                .close_used();
+        }
+    }
+}
+
+/// Why no server connection could be had. The cause is kept: the status and the log's
+/// termination code derive from it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    #[error("no server slot: {0}")]
+    Queue(#[from] QueueError),
+    #[error("cannot connect: {0}")]
+    Connect(io::Error),
+    #[error("the client left while the request was queued")]
+    ClientGone,
+}
+
+impl ConnectError {
+    /// HAProxy's two-letter termination state.
+    pub fn term(&self) -> [u8; 2] {
+        match self {
+            ConnectError::Queue(_) => *b"sQ",
+            ConnectError::Connect(e) if e.kind() == io::ErrorKind::TimedOut => *b"sC",
+            ConnectError::Connect(_) => *b"SC",
+            ConnectError::ClientGone => *b"CQ",
+        }
+    }
+}
+
+/// What the access log reports about getting the connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempts {
+    /// The server finally used (it changes on redispatch).
+    pub server: usize,
+    pub retries: u32,
+    /// Milliseconds in the queue, -1 when the request never got that far.
+    pub t_queue: i64,
+    /// Milliseconds to connect (0 for a reused connection), -1 likewise.
+    pub t_connect: i64,
+}
+
+impl Attempts {
+    pub fn new(server: usize) -> Attempts {
+        Attempts {
+            server,
+            retries: 0,
+            t_queue: -1,
+            t_connect: -1,
+        }
+    }
+}
+
+/// What the request holds on its server while it runs.
+pub(crate) struct Occupancy<'a> {
+    _in_flight: InFlight<'a>,
+    _slot: ServerSlot,
+}
+
+/// How the first attempt may reuse a connection (HTTP); `None` for a fresh one (TCP).
+pub(crate) struct Reuse<'s> {
+    /// With `http-reuse never`, the connection the client connection owns.
+    pub private: &'s mut Option<ServerConn>,
+    pub first_request: bool,
+}
+
+/// Gets a connection to `backend`'s server `server` (or, after failures and with
+/// `option redispatch`, another one). With `abort_on` (`option abortonclose`), a client
+/// that closes while queued ends the wait.
+pub(crate) async fn establish<'w>(
+    w: &'w Rc<Worker>,
+    backend: usize,
+    server: usize,
+    key: &PickKey<'_>,
+    mut reuse: Option<Reuse<'_>>,
+    abort_on: Option<&Conn>,
+    at: &mut Attempts,
+) -> Result<(ServerConn, Occupancy<'w>), ConnectError> {
+    let be = &w.config().backends[backend];
+    let st = &w.state().backends[backend];
+    let mut server = server;
+    at.server = server;
+    let queued_at = Instant::now();
+    let mut occupancy = occupy(w, backend, server, abort_on).await;
+    at.t_queue = ms(queued_at.elapsed());
+    let mut occ = occupancy?;
+    let connect_at = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let got = match reuse.take() {
+            Some(r) => connect_reusing(w, backend, server, r).await,
+            None => connect_new(w, backend, server).await,
+        };
+        match got {
+            Ok(c) => {
+                at.t_connect = if c.reused {
+                    0
+                } else {
+                    ms(connect_at.elapsed())
+                };
+                return Ok((c, occ));
+            }
+            Err(e) if attempt >= be.retries => return Err(ConnectError::Connect(e)),
+            Err(_) => {}
+        }
+        attempt += 1;
+        at.retries += 1;
+        let counters = st.servers[server].counters.at(w.tid);
+        counters.retries.bump();
+        if be.redispatch && attempt == be.retries {
+            if let Some(other) = balance::pick_other(be, st, key, server) {
+                counters.redispatches.bump();
+                server = other;
+                at.server = server;
+                drop(occ);
+                occupancy = occupy(w, backend, server, abort_on).await;
+                occ = occupancy?;
+            }
+        }
+    }
+}
+
+/// Takes a queue slot and the in-flight count on a server.
+async fn occupy<'w>(
+    w: &'w Rc<Worker>,
+    backend: usize,
+    server: usize,
+    abort_on: Option<&Conn>,
+) -> Result<Occupancy<'w>, ConnectError> {
+    let be = &w.config().backends[backend];
+    let st = &w.state().backends[backend].servers[server];
+    let in_flight = InFlight::new(st);
+    let turn = queue::wait_turn(&be.servers[server], st, be.timeout_queue);
+    let slot = match abort_on {
+        Some(client) => tokio::select! {
+            t = turn => t?,
+            _ = client.closed() => return Err(ConnectError::ClientGone),
+        },
+        None => turn.await?,
+    };
+    st.counters.at(w.tid).requests.bump();
+    Ok(Occupancy {
+        _in_flight: in_flight,
+        _slot: slot,
+    })
+}
+
+/// The session's private connection, an idle one from the pools, or a new one.
+async fn connect_reusing(
+    w: &Rc<Worker>,
+    backend: usize,
+    server: usize,
+    reuse: Reuse<'_>,
+) -> io::Result<ServerConn> {
+    if let Some(p) = reuse.private.take() {
+        if p.backend == backend && p.server == server {
+            return Ok(ServerConn { reused: true, ..p });
+        }
+    }
+    let be = &w.config().backends[backend];
+    let st = &w.state().backends[backend].servers[server];
+    let pressure = w.config().global.pool.pressure();
+    let want = Want::for_request(be.reuse, reuse.first_request);
+    let mut dead = Vec::new();
+    let got = st
+        .idle
+        .get(w.tid, want, &pressure, Instant::now(), &mut dead);
+    drop(dead);
+    let idle = match got {
+        Got::Local(c) => Some(Ok(c)),
+        Got::Stolen(c, _) => {
+            w.ctx().counters.fd_takeover.bump();
+            // Move the socket from the sibling's event loop into ours.
+            Some(
+                c.conn
+                    .adopt()
+                    .map(|conn| crate::pool::IdleConn { conn, ..c }),
+            )
+        }
+        Got::None => None,
+    };
+    match idle {
+        Some(Ok(c)) => {
+            st.counters.at(w.tid).reuse.bump();
+            Ok(ServerConn {
+                conn: c.conn,
+                backend,
+                server,
+                served: c.served,
+                reused: true,
+                used: used(w, backend, server),
+            })
+        }
+        Some(Err(_)) => {
+            st.idle.close_used();
+            connect_new(w, backend, server).await
+        }
+        None => connect_new(w, backend, server).await,
+    }
+}
+
+/// Opens a new connection within `timeout connect`.
+async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Result<ServerConn> {
+    let be = &w.config().backends[backend];
+    let st = &w.state().backends[backend].servers[server];
+    if w.config().global.pool.pressure().high() {
+        // Descriptors are scarce: an idle connection makes room for the new one.
+        drop(st.idle.evict_one(w.tid));
+    }
+    let addr = be.servers[server].addr;
+    let attempt = match be.timeout_connect {
+        Some(t) => tokio::time::timeout(t, Conn::connect(addr))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+        None => Conn::connect(addr).await,
+    };
+    let counters = st.counters.at(w.tid);
+    match attempt {
+        Ok(conn) => {
+            counters.connect.bump();
+            st.idle.use_one();
+            Ok(ServerConn {
+                conn,
+                backend,
+                server,
+                served: 0,
+                reused: false,
+                used: used(w, backend, server),
+            })
+        }
+        Err(e) => {
+            counters.connect_errors.bump();
+            Err(e)
+        }
+    }
+}
+
+fn used(w: &Rc<Worker>, backend: usize, server: usize) -> Used {
+    Used {
+        w: w.clone(),
+        backend,
+        server,
+        armed: true,
+    }
+}
+
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}

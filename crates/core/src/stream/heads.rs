@@ -1,0 +1,322 @@
+//! Head writers: the request head sent to a server and the response head sent to a client,
+//! with hop-by-hop fields removed, rule edits applied, and framing and connection headers
+//! chosen by the proxy; locally generated responses.
+
+use std::net::IpAddr;
+
+use sluice_http::{reason, Framing, RequestHead, ResponseHead, Version};
+
+use super::keywords::{in_net, ForwardFor};
+use crate::compression::{self, Algo};
+use crate::conf::{Backend, Frontend};
+use crate::rules::Action;
+
+/// Header edits accumulated by `set-header` / `add-header` / `del-header` rules.
+#[derive(Default)]
+pub(crate) struct Edits {
+    pub del: Vec<String>,
+    pub add: Vec<(String, String)>,
+}
+
+impl Edits {
+    pub fn apply(&mut self, action: &Action) {
+        match action {
+            Action::SetHeader(n, v) => {
+                self.remove(n);
+                self.add.push((n.clone(), v.clone()));
+            }
+            Action::AddHeader(n, v) => self.add.push((n.clone(), v.clone())),
+            Action::DelHeader(n) => self.remove(n),
+            _ => {}
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.add.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.del.push(name.to_ascii_lowercase());
+    }
+
+    pub fn deletes(&self, name: &[u8]) -> bool {
+        self.del
+            .iter()
+            .any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
+    }
+}
+
+pub(crate) fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
+        reason(status),
+        body.len()
+    )
+    .into_bytes();
+    if let Some(ct) = content_type {
+        out.extend_from_slice(format!("content-type: {ct}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// Inserts `connection: close` into a locally generated response that lacks it.
+pub(crate) fn with_close(bytes: Vec<u8>) -> Vec<u8> {
+    let head_end = memchr::memmem::find(&bytes, b"\r\n\r\n").unwrap_or(bytes.len());
+    if memchr::memmem::find(
+        &bytes[..head_end].to_ascii_lowercase(),
+        b"connection: close",
+    )
+    .is_some()
+    {
+        return bytes;
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 19);
+    out.extend_from_slice(&bytes[..head_end + 2]);
+    out.extend_from_slice(b"connection: close\r\n");
+    out.extend_from_slice(&bytes[head_end + 2..]);
+    out
+}
+
+/// The forwardfor setting that applies: the backend's, else the frontend's.
+pub(crate) fn forwardfor<'a>(
+    fe: &'a Frontend,
+    be: &'a Backend,
+    ip: IpAddr,
+) -> Option<(&'a ForwardFor, IpAddr)> {
+    let f = be
+        .stream
+        .forwardfor
+        .as_ref()
+        .or(fe.stream.forwardfor.as_ref())?;
+    if f.except.is_some_and(|net| in_net(ip, net)) {
+        return None;
+    }
+    Some((f, ip))
+}
+
+/// Writes the request head sent to the server: hop-by-hop fields removed first (so a client
+/// cannot nominate the proxy's own headers for removal), then edits, X-Forwarded-For and the
+/// canonical framing header.
+pub(crate) fn build_request_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &RequestHead,
+    edits: &Edits,
+    xff: Option<(&ForwardFor, IpAddr)>,
+    server_close: bool,
+    upgrade: Option<&[u8]>,
+) {
+    out.extend_from_slice(&buf[head.method.clone()]);
+    out.push(b' ');
+    out.extend_from_slice(&buf[head.target.clone()]);
+    // The server sees the client's version: an HTTP/1.0 request may lack Host, which an
+    // HTTP/1.1 request may not.
+    out.extend_from_slice(match head.version {
+        Version::Http10 => b" HTTP/1.0\r\n",
+        Version::Http11 => b" HTTP/1.1\r\n",
+    });
+    let mut has_xff = false;
+    for h in &head.headers {
+        let name = &buf[h.name.clone()];
+        if head.is_hop_by_hop(name) || edits.deletes(name) || name.eq_ignore_ascii_case(b"expect") {
+            continue;
+        }
+        if let Some((f, _)) = xff {
+            has_xff |= name.eq_ignore_ascii_case(f.header.as_bytes());
+        }
+        push_header(out, name, &buf[h.value.clone()]);
+    }
+    for (n, v) in &edits.add {
+        push_header(out, n.as_bytes(), v.as_bytes());
+    }
+    if let Some((f, ip)) = xff {
+        if !(f.if_none && has_xff) {
+            push_header(out, f.header.as_bytes(), ip.to_string().as_bytes());
+        }
+    }
+    match head.framing {
+        Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::None | Framing::UntilClose => {
+            // A body-less POST/PUT still states its length so the server does not wait.
+            if matches!(&buf[head.method.clone()], b"POST" | b"PUT" | b"PATCH") {
+                out.extend_from_slice(b"content-length: 0\r\n");
+            }
+        }
+    }
+    if let Some(up) = upgrade {
+        out.extend_from_slice(b"connection: upgrade\r\n");
+        push_header(out, b"upgrade", up);
+    } else if server_close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if head.version == Version::Http10 {
+        // HTTP/1.0 closes by default: ask to keep the server connection for the pool.
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The protocols a request asks to switch to: a bodiless HTTP/1.1 request with `Upgrade`
+/// nominated by `Connection`. `h2c`/`h2` are removed (a proxy must not tunnel cleartext HTTP/2
+/// it does not speak); nothing left means no upgrade.
+pub(crate) fn upgrade_request(head: &RequestHead, buf: &[u8]) -> Option<Vec<u8>> {
+    if head.version != Version::Http11
+        || head.framing != Framing::None
+        || !head.nominated.iter().any(|n| n == b"upgrade")
+    {
+        return None;
+    }
+    let value = head.header(buf, "upgrade")?;
+    let kept: Vec<&[u8]> = value
+        .split(|&b| b == b',')
+        .map(|t| {
+            let t = t.strip_prefix(b" ").unwrap_or(t);
+            t.strip_suffix(b" ").unwrap_or(t)
+        })
+        .filter(|t| {
+            !t.is_empty() && !t.eq_ignore_ascii_case(b"h2c") && !t.eq_ignore_ascii_case(b"h2")
+        })
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(&b", "[..]))
+}
+
+/// Writes a response head for the client. `client` is `None` for interim (1xx) responses;
+/// otherwise (framing sent to the client, keep-alive, client version, length to repeat for
+/// HEAD/304).
+pub(crate) fn write_response_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    rsp: &ResponseHead,
+    edits: &Edits,
+    client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
+    compressed: Option<Algo>,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(Digits::new(u64::from(rsp.status)).as_bytes());
+    out.push(b' ');
+    if rsp.reason.is_empty() {
+        out.extend_from_slice(reason(rsp.status).as_bytes());
+    } else {
+        out.extend_from_slice(&buf[rsp.reason.clone()]);
+    }
+    out.extend_from_slice(b"\r\n");
+    let mut saw_vary = false;
+    for h in &rsp.headers {
+        let name = &buf[h.name.clone()];
+        if rsp.is_hop_by_hop(name) || edits.deletes(name) {
+            continue;
+        }
+        let value = &buf[h.value.clone()];
+        if compressed.is_some() && !compression::rewrite_header(out, name, value, &mut saw_vary) {
+            continue;
+        }
+        push_header(out, name, value);
+    }
+    for (n, v) in &edits.add {
+        push_header(out, n.as_bytes(), v.as_bytes());
+    }
+    if let Some(algo) = compressed {
+        compression::added_headers(out, algo, saw_vary);
+    }
+    if let Some((framing, keep, version, length_hint)) = client {
+        match framing {
+            Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
+            Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+            Framing::None => {
+                if let Some(v) = length_hint {
+                    push_header(out, b"content-length", &v);
+                }
+            }
+            Framing::UntilClose => {}
+        }
+        if !keep {
+            out.extend_from_slice(b"connection: close\r\n");
+        } else if version == Version::Http10 {
+            out.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A decimal number formatted on the stack.
+pub(crate) struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    pub fn new(mut n: u64) -> Digits {
+        let mut buf = [0u8; 20];
+        let mut start = buf.len();
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Digits { buf, start }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+pub(crate) fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Action;
+    use sluice_http::parse_request;
+
+    #[test]
+    fn request_head_strips_hop_by_hop_before_adding_ours() {
+        let raw = b"POST /p HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Forwarded-For, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nContent-Length: 003\r\nX-Keep: y\r\n\r\n";
+        let head = parse_request(raw).unwrap().unwrap();
+        let f = ForwardFor {
+            header: "x-forwarded-for".into(),
+            except: None,
+            if_none: false,
+        };
+        let mut edits = Edits::default();
+        edits.apply(&Action::SetHeader("X-Keep".into(), "z".into()));
+        let mut out = Vec::new();
+        build_request_head(
+            &mut out,
+            raw,
+            &head,
+            &edits,
+            Some((&f, "10.0.0.9".parse().unwrap())),
+            false,
+            None,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "POST /p HTTP/1.1\r\nHost: h\r\nX-Keep: z\r\nx-forwarded-for: 10.0.0.9\r\ncontent-length: 3\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn close_is_inserted_once() {
+        let r = with_close(local_response(200, Some("text/plain"), b"hi"));
+        let text = String::from_utf8(r).unwrap();
+        assert!(text.contains("connection: close\r\n"));
+        assert!(text.ends_with("\r\n\r\nhi"));
+        let again = with_close(text.into_bytes());
+        assert_eq!(
+            String::from_utf8(again)
+                .unwrap()
+                .matches("connection: close")
+                .count(),
+            1
+        );
+    }
+}

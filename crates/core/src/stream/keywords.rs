@@ -1,0 +1,188 @@
+//! The data path's keywords: `mode`, the client-side timeouts, `option forwardfor`,
+//! `option http-server-close` / `option httpclose`, and `tune.bufsize`.
+
+use std::net::IpAddr;
+
+use sluice_config::{no_args, units, Keyword, KwError, Scope};
+
+pub use crate::conf::stream::*;
+use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+    name: "tune.bufsize",
+    scope: Scope::GLOBAL,
+    help: "tune.bufsize SIZE: per-direction buffer size of a connection (default 16384)",
+    parse: |g, a| {
+        let v = one_arg(a, "a size")?;
+        let n = units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;
+        if !(1024..=1 << 26).contains(&n) {
+            return Err(KwError::bad(1, v, "expects a size from 1024 to 64m"));
+        }
+        g.bufsize = n as usize;
+        Ok(())
+    },
+}];
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "mode",
+        scope: Scope::PROXY,
+        help: "mode http|tcp: the proxy's protocol",
+        parse: |c, a| {
+            c.stream.mode = match one_arg(a, "http or tcp")? {
+                "http" => Mode::Http,
+                "tcp" => Mode::Tcp,
+                other => return Err(KwError::bad(1, other, "expects http or tcp")),
+            };
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "timeout client",
+        scope: Scope::FE,
+        help: "timeout client TIME: maximum inactivity time on the client side",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_client = Some(t)),
+    },
+    Keyword {
+        name: "timeout http-request",
+        scope: Scope::FE,
+        help: "timeout http-request TIME: maximum time to receive a complete request head",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_http_request = Some(t)),
+    },
+    Keyword {
+        name: "timeout http-keep-alive",
+        scope: Scope::FE,
+        help: "timeout http-keep-alive TIME: maximum wait for the next request on a kept-alive connection",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_keep_alive = Some(t)),
+    },
+    Keyword {
+        name: "timeout client-fin",
+        scope: Scope::FE,
+        help: "timeout client-fin TIME: inactivity limit on the client side once the server side has closed",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_client_fin = Some(t)),
+    },
+    Keyword {
+        name: "option forwardfor",
+        scope: Scope::PROXY,
+        help: "option forwardfor [except NET] [header NAME] [if-none]: add the client address",
+        parse: |c, a| parse_forwardfor(a).map(|f| c.stream.forwardfor = Some(f)),
+    },
+    Keyword {
+        name: "no option forwardfor",
+        scope: Scope::PROXY,
+        help: "no option forwardfor: cancel an inherited option forwardfor",
+        parse: |c, a| no_args(a).map(|_| c.stream.forwardfor = None),
+    },
+];
+
+/// Connection-closing options (`NAME` and `no NAME`).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option http-server-close", Scope::PROXY, "close the server connection after each response",
+        |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::ServerClose } else { CloseMode::KeepAlive };
+    "option httpclose", Scope::PROXY, "close both connections after each response",
+        |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::Close } else { CloseMode::KeepAlive };
+];
+
+fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {
+    let mut f = ForwardFor {
+        header: "x-forwarded-for".into(),
+        except: None,
+        if_none: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "if-none" => f.if_none = true,
+            kw @ ("except" | "header") => {
+                let v = args
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a value after except/header"))?;
+                if kw == "except" {
+                    f.except = Some(parse_net(v).map_err(|e| KwError::bad(i + 2, v, e))?);
+                } else {
+                    f.header = v.to_ascii_lowercase();
+                }
+                i += 1;
+            }
+            other => {
+                return Err(KwError::bad(
+                    i + 1,
+                    other,
+                    "expects except, header or if-none",
+                ))
+            }
+        }
+        i += 1;
+    }
+    Ok(f)
+}
+
+fn parse_net(s: &str) -> Result<(IpAddr, u8), String> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| "expects an address or network (a.b.c.d/len)".to_string())?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l
+            .parse::<u8>()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or("invalid prefix length")?,
+        None => max,
+    };
+    Ok((ip, len))
+}
+
+pub fn in_net(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
+    let mask = |bits: u32, len: u8| {
+        if len == 0 {
+            0
+        } else {
+            u128::MAX << (bits - u32::from(len))
+        }
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let m = mask(32, len) as u32;
+            u32::from(a) & m == u32::from(b) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let m = mask(128, len);
+            u128::from(a) & m == u128::from(b) & m
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks() {
+        let net = parse_net("10.0.0.0/8").unwrap();
+        assert!(in_net("10.1.2.3".parse().unwrap(), net));
+        assert!(!in_net("11.1.2.3".parse().unwrap(), net));
+        assert!(in_net("::1".parse().unwrap(), parse_net("::1").unwrap()));
+        assert!(in_net(
+            "1.2.3.4".parse().unwrap(),
+            parse_net("0.0.0.0/0").unwrap()
+        ));
+        assert!(parse_net("10.0.0.0/33").is_err());
+        assert!(parse_net("nope").is_err());
+    }
+
+    #[test]
+    fn forwardfor_options() {
+        let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let f = parse_forwardfor(&w("except 127.0.0.0/8 header X-Client if-none")).unwrap();
+        assert_eq!(f.header, "x-client");
+        assert!(f.if_none);
+        assert!(parse_forwardfor(&w("frob")).is_err());
+        assert!(parse_forwardfor(&w("except")).is_err());
+    }
+}

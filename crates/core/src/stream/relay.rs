@@ -1,0 +1,418 @@
+//! Relaying a response: the head as the client must see it, then the body as is (re-framed
+//! when the client's version needs it) or through the compressor, then the server connection
+//! back to the pool (or kept private, or closed). A 101 turns the exchange into a tunnel.
+//!
+//! Invariants:
+//! - Memory per connection is the two session buffers plus `Session::out`, which holds one
+//!   head or one re-framed/compressed chunk at a time; bodies are streamed, never
+//!   accumulated.
+//! - A server connection goes back to the pool only after a complete, well-framed response
+//!   with nothing trailing it, and after the whole request body was sent.
+//! - A write announces that more follows (`MSG_MORE`) only when the next bytes are already
+//!   waiting on the server connection.
+
+use std::time::{Duration, Instant};
+
+use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseHead, Version};
+
+use super::connect::ServerConn;
+use super::heads::{push_header, write_response_head, Edits};
+use super::keywords::CloseMode;
+use super::session::Session;
+use super::txn::{Cause, Fail, Phase, ReqFacts, Txn};
+use super::within;
+use crate::buffer::{Buf, BufPool};
+use crate::compression::{self, CompConf, Compressor, GlobalComp, RATE_IN, RATE_OUT};
+use crate::conf::backend::ReuseMode;
+use crate::conf::{Backend, Frontend};
+use crate::runtime::{ProxyCounters, Worker};
+use crate::transport::Conn;
+
+/// The compression settings that apply: the backend's when it has any, else the frontend's.
+pub(crate) fn comp_conf<'a>(fe: &'a Frontend, be: &'a Backend) -> &'a CompConf {
+    if be.compression.algos.is_empty() {
+        &fe.compression
+    } else {
+        &be.compression
+    }
+}
+
+impl Txn {
+    /// Sends the response head and body to the client (compressed when the request, the
+    /// response and the load allow it), then releases the server connection.
+    pub(super) async fn relay_response(
+        &mut self,
+        s: &mut Session,
+        be: &Backend,
+        mut conn: ServerConn,
+        rsp: ResponseHead,
+        facts: &ReqFacts,
+    ) -> Result<bool, Fail> {
+        let w = s.w.clone();
+        let fe = &w.config().frontends[s.fe];
+        self.phase = Phase::Data;
+        // Backend rules run before frontend rules, as in HAProxy. (Conditions on
+        // http-response rules are refused at configuration time.)
+        let mut rsp_edits = Edits::default();
+        for rule in be.rules.http_response.iter().chain(&fe.rules.http_response) {
+            rsp_edits.apply(&rule.action);
+        }
+        if rsp.status == 101 {
+            return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;
+        }
+        let conf = comp_conf(fe, be);
+        let limits = &w.config().global.compression;
+        let mut compressor = facts
+            .comp
+            .filter(|_| compression::response_allows(conf, &rsp, s.sbuf.bytes()))
+            .filter(|_| !compression::over_limit(limits, RATE_IN.rate(), w.busy_pct()))
+            .map(|algo| Compressor::new(algo, limits.max_level));
+        let client_11 = facts.version == Version::Http11;
+        let (client_framing, mode) = match rsp.framing {
+            _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),
+            Framing::Chunked if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
+            Framing::Chunked => (Framing::UntilClose, ChunkedOut::Raw),
+            Framing::UntilClose if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
+            other => (other, ChunkedOut::Raw),
+        };
+        let close_mode = fe.stream.close_mode.max(be.stream.close_mode);
+        let keep_client = !facts.wants_close
+            && close_mode != CloseMode::Close
+            && client_framing != Framing::UntilClose
+            && !w.stopping();
+        s.out.clear();
+        let expires = keep_alive_deadline(&rsp, s.sbuf.bytes());
+        let length_hint = (facts.is_head || rsp.status == 304)
+            .then(|| rsp.header(s.sbuf.bytes(), "content-length"))
+            .flatten()
+            .map(<[u8]>::to_vec);
+        write_response_head(
+            &mut s.out,
+            s.sbuf.bytes(),
+            &rsp,
+            &rsp_edits,
+            Some((client_framing, keep_client, facts.version, length_hint)),
+            compressor.as_ref().map(|c| c.algo),
+        );
+        s.sbuf.consume(rsp.len);
+        let mut relay = Relay {
+            client: &mut s.client,
+            out: &mut s.out,
+            sbuf: &mut s.sbuf,
+            bufs: &w.bufs,
+            server: &mut conn.conn,
+            tclient: fe.stream.timeout_client,
+            tserver: be.timeout_server,
+            sent: 0,
+            relayed: 0,
+        };
+        let backend = self.backend.expect("routed");
+        let counters = [
+            w.state().frontends[s.fe].counters.at(w.tid),
+            w.state().backends[backend].counters.at(w.tid),
+        ];
+        let outcome = match compressor.as_mut() {
+            Some(c) => {
+                for k in counters {
+                    k.comp_rsp.bump();
+                }
+                relay
+                    .compressed(rsp.framing, c, &w, &counters, limits)
+                    .await
+            }
+            None => {
+                let outcome = relay.plain(rsp.framing, mode).await;
+                if conf.enabled() {
+                    for k in counters {
+                        k.comp_byp.add(relay.relayed);
+                    }
+                }
+                outcome
+            }
+        };
+        self.log.bytes = relay.sent;
+        if let Err(cause) = outcome {
+            if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
+                // The client got a truncated message: never terminate it as if it were whole.
+                w.state().backends[backend].servers[conn.server]
+                    .counters
+                    .at(w.tid)
+                    .response_errors
+                    .bump();
+            }
+            return Err(Fail::drop(cause, Phase::Data));
+        }
+        // Bytes after the end of the response poison the connection: it is dropped rather
+        // than pooled.
+        let clean = s.sbuf.is_empty();
+        s.sbuf.clear(&w.bufs);
+        let reusable =
+            clean && !rsp.must_close && close_mode == CloseMode::KeepAlive && !w.stopping();
+        if reusable {
+            conn.served += 1;
+            if be.reuse == ReuseMode::Never {
+                s.private = Some(conn);
+            } else {
+                let st = &w.state().backends[backend].servers[conn.server];
+                let (c, served) = conn.into_pooled();
+                let pressure = w.config().global.pool.pressure();
+                let kept = st.idle.release(
+                    w.tid,
+                    c,
+                    served,
+                    st.usable(),
+                    false,
+                    &pressure,
+                    Instant::now(),
+                    expires,
+                );
+                drop(kept);
+            }
+        }
+        Ok(keep_client)
+    }
+
+    /// Answers the client's upgrade with the server's 101, then relays bytes both ways; the
+    /// server connection is never reused afterwards.
+    async fn upgrade(
+        &mut self,
+        s: &mut Session,
+        be: &Backend,
+        mut conn: ServerConn,
+        rsp: &ResponseHead,
+        edits: &Edits,
+    ) -> Result<bool, Fail> {
+        let w = s.w.clone();
+        let fe = &w.config().frontends[s.fe];
+        s.out.clear();
+        write_response_head(&mut s.out, s.sbuf.bytes(), rsp, edits, None, None);
+        s.out.truncate(s.out.len() - 2);
+        let proto = rsp
+            .header(s.sbuf.bytes(), "upgrade")
+            .unwrap_or(b"websocket")
+            .to_vec();
+        s.out.extend_from_slice(b"connection: upgrade\r\n");
+        push_header(&mut s.out, b"upgrade", &proto);
+        s.out.extend_from_slice(b"\r\n");
+        s.sbuf.consume(rsp.len);
+        let head = std::mem::take(&mut s.out);
+        let sent = s.write_client(&head).await;
+        s.out = head;
+        sent.map_err(|c| Fail::drop(c, Phase::Data))?;
+        self.phase = Phase::Tunnel;
+        let limits = super::tunnel::Limits {
+            idle: be
+                .timeout_tunnel
+                .or_else(|| fe.stream.timeout_client.max(be.timeout_server)),
+            a_fin: fe.stream.timeout_client_fin,
+            b_fin: be.timeout_server_fin,
+        };
+        super::tunnel::relay(
+            &mut s.client,
+            &mut conn.conn,
+            &mut s.cbuf,
+            &mut s.sbuf,
+            &w.bufs,
+            limits,
+        )
+        .await;
+        Ok(false)
+    }
+}
+
+/// When a server's `Keep-Alive: timeout=N` says it will close an idle connection: the pool
+/// retires it a second before that, so a request never races the server's close.
+fn keep_alive_deadline(rsp: &ResponseHead, buf: &[u8]) -> Option<Instant> {
+    let v = rsp.header(buf, "keep-alive")?;
+    let secs = v.split(|&b| b == b',').find_map(|p| {
+        let p = std::str::from_utf8(p).ok()?.trim();
+        let (k, n) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("timeout")
+            .then(|| n.trim().parse::<u64>().ok())?
+    })?;
+    Some(Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(1)))
+}
+
+/// The pieces a response body relay works with.
+struct Relay<'a> {
+    client: &'a mut Conn,
+    out: &'a mut Vec<u8>,
+    sbuf: &'a mut Buf,
+    bufs: &'a BufPool,
+    server: &'a mut Conn,
+    tclient: Option<Duration>,
+    tserver: Option<Duration>,
+    /// Bytes written to the client (head included), for the access log.
+    sent: u64,
+    /// Body bytes taken from the server.
+    relayed: u64,
+}
+
+impl Relay<'_> {
+    /// Writes `self.out` then `extra` to the client; `more` as in `Conn::write_pair`.
+    async fn send(&mut self, extra_len: usize, more: bool) -> Result<(), Cause> {
+        let extra = &self.sbuf.bytes()[..extra_len];
+        match within(self.tclient, self.client.write_pair(self.out, extra, more)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Cause::ClientClosed(Some(e))),
+            Err(()) => return Err(Cause::ClientTimeout),
+        }
+        self.sent += (self.out.len() + extra_len) as u64;
+        self.out.clear();
+        self.sbuf.consume(extra_len);
+        Ok(())
+    }
+
+    /// Reads more of the body from the server (`Ok(false)` at its end of stream).
+    async fn read_server(&mut self) -> Result<bool, Cause> {
+        match within(self.tserver, self.sbuf.fill(self.server, self.bufs)).await {
+            Ok(Ok(n)) => Ok(n > 0),
+            Ok(Err(e)) => Err(Cause::Server(Some(e))),
+            Err(()) => Err(Cause::ServerTimeout),
+        }
+    }
+
+    /// Relays the body as is (re-framed as `mode` says). `self.out` holds the response head.
+    async fn plain(&mut self, framing: Framing, mode: ChunkedOut) -> Result<(), Cause> {
+        let truncated = || Cause::Server(None);
+        match framing {
+            Framing::None => self.send(0, false).await,
+            Framing::Length(total) => {
+                // The head and the body bytes already read leave in one writev; the rest is
+                // written straight from the server buffer, never copied.
+                let mut remaining = total;
+                loop {
+                    let take = (remaining as usize).min(self.sbuf.bytes().len());
+                    let more = remaining > take as u64 && self.server.has_input();
+                    self.send(take, more).await?;
+                    self.relayed += take as u64;
+                    remaining -= take as u64;
+                    if remaining == 0 {
+                        return Ok(());
+                    }
+                    if !self.read_server().await? {
+                        return Err(truncated());
+                    }
+                }
+            }
+            Framing::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                loop {
+                    let used = dec
+                        .decode(self.sbuf.bytes(), mode, self.out)
+                        .map_err(|_| truncated())?;
+                    self.sbuf.consume(used);
+                    self.relayed += used as u64;
+                    if !self.out.is_empty() {
+                        self.send(0, false).await?;
+                    }
+                    if dec.is_done() {
+                        return Ok(());
+                    }
+                    if self.sbuf.is_full() || !self.read_server().await? {
+                        return Err(truncated());
+                    }
+                }
+            }
+            Framing::UntilClose => loop {
+                let data = self.sbuf.bytes();
+                if !data.is_empty() {
+                    if mode == ChunkedOut::Chunked {
+                        push_chunk_header(self.out, data.len());
+                        self.out.extend_from_slice(data);
+                        self.out.extend_from_slice(b"\r\n");
+                    } else {
+                        self.out.extend_from_slice(data);
+                    }
+                    let n = data.len();
+                    self.sbuf.consume(n);
+                    self.relayed += n as u64;
+                }
+                if !self.out.is_empty() {
+                    self.send(0, false).await?;
+                }
+                if !self.read_server().await? {
+                    if mode == ChunkedOut::Chunked {
+                        self.out.extend_from_slice(b"0\r\n\r\n");
+                        self.send(0, false).await?;
+                    }
+                    return Ok(());
+                }
+            },
+        }
+    }
+
+    /// Relays the body through `comp`, one flushed HTTP chunk per read, stepping the level
+    /// down or up after each chunk as the limits say.
+    async fn compressed(
+        &mut self,
+        framing: Framing,
+        comp: &mut Compressor,
+        w: &Worker,
+        counters: &[&ProxyCounters],
+        limits: &GlobalComp,
+    ) -> Result<(), Cause> {
+        let mut dec = ChunkedDecoder::new();
+        let mut remaining = match framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
+        };
+        let mut eof = false;
+        loop {
+            let (used, last) = {
+                let mut plain = w.comp_plain.borrow_mut();
+                let mut scratch = w.comp_out.borrow_mut();
+                plain.clear();
+                let avail = self.sbuf.bytes();
+                let (data, used, last): (&[u8], usize, bool) = match framing {
+                    Framing::Length(_) => {
+                        let take = (remaining.min(avail.len() as u64)) as usize;
+                        (&avail[..take], take, take as u64 == remaining)
+                    }
+                    Framing::Chunked => match dec.decode(avail, ChunkedOut::Raw, &mut plain) {
+                        Ok(used) => (&plain[..], used, dec.is_done()),
+                        Err(_) => return Err(Cause::Server(None)),
+                    },
+                    Framing::UntilClose | Framing::None => (avail, avail.len(), eof),
+                };
+                if !data.is_empty() || last {
+                    let n = comp.chunk(data, last, dec.trailers(), &mut scratch, self.out);
+                    for k in counters {
+                        k.comp_in.add(data.len() as u64);
+                        k.comp_out.add(n as u64);
+                    }
+                    RATE_IN.add(data.len() as u64);
+                    RATE_OUT.add(n as u64);
+                    let over = compression::over_limit(limits, RATE_IN.rate(), w.busy_pct());
+                    comp.set_level(compression::next_level(
+                        comp.level(),
+                        limits.max_level,
+                        over,
+                    ));
+                }
+                (used, last)
+            };
+            self.sbuf.consume(used);
+            if let Framing::Length(_) = framing {
+                remaining -= used as u64;
+            }
+            if !self.out.is_empty() {
+                // Let the kernel coalesce only when the next chunk's input is already here.
+                let more = !last && self.server.has_input();
+                self.send(0, more).await?;
+            }
+            if last {
+                return Ok(());
+            }
+            if self.sbuf.is_full() {
+                return Err(Cause::Server(None));
+            }
+            match self.read_server().await? {
+                true => {}
+                false if framing == Framing::UntilClose => eof = true,
+                false => return Err(Cause::Server(None)),
+            }
+        }
+    }
+}

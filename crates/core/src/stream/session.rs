@@ -1,0 +1,221 @@
+//! The HTTP/1.1 client session: owns the client connection, its two buffers and its
+//! keep-alive loop. It reads and validates each request head, hands it to a transaction
+//! ([`super::txn::Txn`]), and closes the connection gracefully when a transaction says so.
+//!
+//! Invariants:
+//! - Nothing of a request reaches a server before its head has been fully validated.
+//! - Requests are handled one at a time, so pipelined requests are answered in order and a
+//!   server connection never carries two requests at once.
+//! - A connection with nothing of a request buffered is idle: a soft stop closes it.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use sluice_http::{error_page, parse_request, HeadError, RequestHead};
+
+use super::connect::ServerConn;
+use super::txn::{Cause, Fail, Phase, ReqLog, Txn};
+use super::within;
+use crate::buffer::Buf;
+use crate::conf::Frontend;
+use crate::runtime::Worker;
+use crate::transport::Conn;
+
+pub(crate) struct Session {
+    pub w: Rc<Worker>,
+    /// Index of the frontend in the configuration.
+    pub fe: usize,
+    pub client: Conn,
+    pub peer: SocketAddr,
+    pub cbuf: Buf,
+    pub sbuf: Buf,
+    /// Scratch for outgoing bytes (head writers, re-framed chunks).
+    pub out: Vec<u8>,
+    /// With `http-reuse never`, the server connection this client connection owns.
+    pub private: Option<ServerConn>,
+    /// Requests completed on this connection.
+    pub requests: u32,
+}
+
+/// Serves one HTTP client connection until it closes.
+pub(crate) async fn serve(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
+    let mut s = Session {
+        w: w.clone(),
+        fe,
+        client,
+        peer,
+        cbuf: Buf::default(),
+        sbuf: Buf::default(),
+        out: Vec::with_capacity(1024),
+        private: None,
+        requests: 0,
+    };
+    s.run().await;
+    // Buffers go back to the worker's pool; whatever they held goes with the connection.
+    s.cbuf.clear(&w.bufs);
+    s.sbuf.clear(&w.bufs);
+}
+
+impl Session {
+    pub fn frontend(&self) -> &Frontend {
+        &self.w.config().frontends[self.fe]
+    }
+
+    async fn run(&mut self) {
+        loop {
+            let mut txn = Txn::default();
+            let head = match self.read_head(&mut txn.log).await {
+                Ok(h) => h,
+                Err(fail) => {
+                    if fail.status.is_some() || txn.log.got_bytes {
+                        txn.log_end(self, &fail);
+                    }
+                    return self.fail(&txn, fail.status).await;
+                }
+            };
+            self.w.ctx().counters.requests.bump();
+            txn.log.capture_line(self, &head);
+            match txn.handle(self, head).await {
+                Ok(keep) => {
+                    txn.log_done(self);
+                    self.requests += 1;
+                    if !keep {
+                        return self.close_gracefully().await;
+                    }
+                }
+                Err(fail) => {
+                    txn.log_end(self, &fail);
+                    return self.fail(&txn, fail.status).await;
+                }
+            }
+        }
+    }
+
+    /// Waits for a complete request head, enforcing `timeout http-request` (total time from
+    /// the first wait for this request) and `timeout http-keep-alive` between requests.
+    async fn read_head(&mut self, lg: &mut ReqLog) -> Result<RequestHead, Fail> {
+        let w = self.w.clone();
+        let st = &w.config().frontends[self.fe].stream;
+        let started = tokio::time::Instant::now();
+        lg.started = Some(Instant::now());
+        lg.date = Some(std::time::SystemTime::now());
+        let gone = |e| Fail::drop(Cause::ClientClosed(e), Phase::Request);
+        loop {
+            if !self.cbuf.is_empty() {
+                match parse_request(self.cbuf.bytes()) {
+                    Ok(Some(h)) => {
+                        lg.head_done = Some(Instant::now());
+                        return Ok(h);
+                    }
+                    Ok(None) => {}
+                    Err(HeadError { status, .. }) => {
+                        return Err(Fail::answer(status, Cause::Proxy, Phase::Request))
+                    }
+                }
+                if self.cbuf.is_full() {
+                    let line_done = memchr::memchr(b'\n', self.cbuf.bytes()).is_some();
+                    let status = if line_done { 431 } else { 414 };
+                    return Err(Fail::answer(status, Cause::Proxy, Phase::Request));
+                }
+            }
+            let idle_wait = self.cbuf.is_empty() && self.requests > 0;
+            let limit = if idle_wait {
+                st.timeout_keep_alive
+                    .or(st.timeout_http_request)
+                    .or(st.timeout_client)
+            } else {
+                match st.timeout_http_request {
+                    Some(t) => Some(t.saturating_sub(started.elapsed())),
+                    None => st.timeout_client,
+                }
+            };
+            // The notification is registered before the flag is read, so none is missed.
+            let stop = w.stop.notified();
+            tokio::pin!(stop);
+            stop.as_mut().enable();
+            let idle = self.cbuf.is_empty();
+            if idle && w.stopping() {
+                return Err(gone(None));
+            }
+            let read = tokio::select! {
+                r = within(limit, self.cbuf.fill(&mut self.client, &w.bufs)) => r,
+                _ = &mut stop, if idle => return Err(gone(None)),
+            };
+            match read {
+                Ok(Ok(0)) => return Err(gone(None)),
+                Ok(Err(e)) => return Err(gone(Some(e))),
+                Ok(Ok(_)) => lg.got_bytes = true,
+                Err(()) if self.cbuf.is_empty() && self.requests > 0 => return Err(gone(None)),
+                Err(()) => return Err(Fail::answer(408, Cause::ClientTimeout, Phase::Request)),
+            }
+        }
+    }
+
+    /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the
+    /// frontend's, else the built-in one.
+    pub fn error_bytes(&self, status: u16, backend: Option<usize>) -> Vec<u8> {
+        backend
+            .and_then(|b| self.w.config().backends[b].errors.get(status))
+            .or_else(|| self.frontend().errors.get(status))
+            .map_or_else(|| error_page(status), <[u8]>::to_vec)
+    }
+
+    /// Sends the error page of `status` and closes gracefully; without a status the
+    /// connection is simply dropped.
+    async fn fail(&mut self, txn: &Txn, status: Option<u16>) {
+        let Some(status) = status else {
+            return;
+        };
+        let page = self.error_bytes(status, txn.backend);
+        let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
+        self.close_gracefully().await;
+    }
+
+    /// Half-closes and drains briefly, so that a response is not destroyed by a reset when
+    /// the client still had unread bytes in flight.
+    async fn close_gracefully(&mut self) {
+        let _ = self.client.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < 256 * 1024 {
+            let read = async {
+                self.client.readable().await?;
+                loop {
+                    match self.client.try_read(&mut sink) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            self.client.readable().await?
+                        }
+                        other => return other,
+                    }
+                }
+            };
+            match within(Some(Duration::from_secs(1)), read).await {
+                Ok(Ok(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    }
+
+    /// Writes to the client within `timeout client`.
+    pub async fn write_client(&mut self, bytes: &[u8]) -> Result<(), Cause> {
+        let limit = self.frontend().stream.timeout_client;
+        match within(limit, self.client.write_all(bytes)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Cause::ClientClosed(Some(e))),
+            Err(()) => Err(Cause::ClientTimeout),
+        }
+    }
+
+    /// Reads more of the request body within `timeout client`.
+    pub async fn read_client(&mut self) -> Result<(), Cause> {
+        let w = self.w.clone();
+        let limit = w.config().frontends[self.fe].stream.timeout_client;
+        match within(limit, self.cbuf.fill(&mut self.client, &w.bufs)).await {
+            Ok(Ok(n)) if n > 0 => Ok(()),
+            Ok(Ok(_)) => Err(Cause::ClientClosed(None)),
+            Ok(Err(e)) => Err(Cause::ClientClosed(Some(e))),
+            Err(()) => Err(Cause::ClientTimeout),
+        }
+    }
+}

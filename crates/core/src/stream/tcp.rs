@@ -1,0 +1,143 @@
+//! `mode tcp`: a client connection is relayed as bytes to a server chosen by the backend's
+//! balancing, through the same queueing and connection-retry policy as HTTP (`connect`),
+//! with `timeout connect` and the client/server inactivity timeouts; half-closes are passed
+//! on (`tunnel`).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::connect::{self, Attempts};
+use crate::balance::{self, PickKey};
+use crate::buffer::Buf;
+use crate::runtime::Worker;
+use crate::transport::Conn;
+
+pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe: usize) {
+    let config = w.config();
+    let frontend = &config.frontends[fe];
+    let Some(backend) = frontend.rules.default_backend else {
+        return;
+    };
+    let started = Instant::now();
+    let date = std::time::SystemTime::now();
+    let be = &config.backends[backend];
+    let key = PickKey {
+        client: peer.ip(),
+        path: b"",
+        header: None,
+    };
+    let Some(server) = balance::pick(be, &w.state().backends[backend], &key) else {
+        let at = Attempts::new(0);
+        return log(w, fe, backend, None, peer, date, started, &at, 0, *b"SC");
+    };
+    let mut at = Attempts::new(server);
+    let abort_on = be.abortonclose.then_some(&client);
+    let got = connect::establish(w, backend, server, &key, None, abort_on, &mut at).await;
+    let (mut conn, occupancy) = match got {
+        Ok(c) => c,
+        Err(e) => {
+            let server = Some(at.server);
+            return log(
+                w,
+                fe,
+                backend,
+                server,
+                peer,
+                date,
+                started,
+                &at,
+                0,
+                e.term(),
+            );
+        }
+    };
+    let limits = super::tunnel::Limits {
+        idle: frontend.stream.timeout_client.max(be.timeout_server),
+        a_fin: frontend.stream.timeout_client_fin,
+        b_fin: be.timeout_server_fin,
+    };
+    let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
+    let bytes = super::tunnel::relay(
+        &mut client,
+        &mut conn.conn,
+        &mut cbuf,
+        &mut sbuf,
+        &w.bufs,
+        limits,
+    )
+    .await;
+    cbuf.clear(&w.bufs);
+    sbuf.clear(&w.bufs);
+    log(
+        w,
+        fe,
+        backend,
+        Some(at.server),
+        peer,
+        date,
+        started,
+        &at,
+        bytes,
+        *b"--",
+    );
+    drop(occupancy);
+}
+
+/// The tcplog line of a connection (when the frontend logs).
+#[allow(clippy::too_many_arguments)]
+fn log(
+    w: &Worker,
+    fe: usize,
+    backend: usize,
+    server: Option<usize>,
+    peer: SocketAddr,
+    date: std::time::SystemTime,
+    started: Instant,
+    at: &Attempts,
+    bytes: u64,
+    term: [u8; 2],
+) {
+    let loggers = &w.process.loggers[fe];
+    if loggers.is_empty() {
+        return;
+    }
+    let config = w.config();
+    let (frontend, be) = (&config.frontends[fe], &config.backends[backend]);
+    let st = &w.state().backends[backend];
+    let rec = crate::log::Record {
+        client: peer,
+        date,
+        frontend: &frontend.name,
+        backend: &be.name,
+        server: server.map_or("<NOSRV>", |s| &be.servers[s].name),
+        t_request: -1,
+        t_queue: at.t_queue.max(0),
+        t_connect: at.t_connect,
+        t_response: -1,
+        t_active: connect::ms(started.elapsed()),
+        status: -1,
+        bytes,
+        term,
+        act_conn: w.process.active_total(),
+        fe_conn: w.state().frontends[fe].conns.load(Ordering::Relaxed),
+        be_conn: st.in_flight(),
+        srv_conn: server.map_or(0, |s| st.servers[s].in_flight.load(Ordering::Relaxed)),
+        retries: at.retries,
+        srv_queue: 0,
+        be_queue: 0,
+        method: String::new(),
+        uri: String::new(),
+        version: String::new(),
+    };
+    crate::log::emit(
+        loggers,
+        frontend
+            .log
+            .format
+            .as_ref()
+            .unwrap_or(&crate::log::Format::Tcp),
+        &rec,
+    );
+}

@@ -1,0 +1,694 @@
+//! One HTTP transaction: a request/response exchange on a client session. It applies the
+//! rules, routes to a backend, picks a server, gets a server connection (queue, pool,
+//! retries: `connect`), sends the request with its body, reads the response head, relays
+//! the response (`relay`), and writes the access-log line.
+//!
+//! Every failure is a [`Fail`]: the status to answer, if any, and its [`Cause`] with the
+//! I/O error behind it; the log's termination code derives from the cause and the
+//! [`Phase`] the transaction was in.
+
+use std::io;
+use std::time::Instant;
+
+use sluice_http::{
+    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, ResponseHead, Version,
+};
+
+use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
+use super::heads::{
+    build_request_head, forwardfor, local_response, upgrade_request, with_close,
+    write_response_head, Edits,
+};
+use super::keywords::CloseMode;
+use super::session::Session;
+use super::within;
+use crate::balance::{self, PickKey};
+use crate::compression::{self, Algo};
+use crate::conf::{Backend, Frontend};
+use crate::rules::{holds, Action, HttpRule, ReqView};
+
+/// Where the transaction was when it ended (the second letter of the termination code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Phase {
+    /// Waiting for or reading the request head.
+    #[default]
+    Request,
+    /// Waiting in a server's queue.
+    Queue,
+    /// Connecting to the server.
+    Connect,
+    /// Sending the request and waiting for the response head.
+    Headers,
+    /// Relaying the response body.
+    Data,
+    /// Relaying an upgraded connection.
+    Tunnel,
+    /// Answered by the proxy itself.
+    Local,
+}
+
+impl Phase {
+    fn letter(self) -> u8 {
+        match self {
+            Phase::Request => b'R',
+            Phase::Queue => b'Q',
+            Phase::Connect => b'C',
+            Phase::Headers => b'H',
+            Phase::Data => b'D',
+            Phase::Tunnel => b'T',
+            Phase::Local => b'L',
+        }
+    }
+}
+
+/// What ended a transaction early (the first letter of the termination code), with the
+/// I/O error behind it when there is one.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Cause {
+    /// The client closed or failed (`C`).
+    #[error("the client closed the connection")]
+    ClientClosed(#[source] Option<io::Error>),
+    /// The client was too slow (`c`).
+    #[error("the client timed out")]
+    ClientTimeout,
+    /// The proxy refused the request: invalid, denied, or no route (`P`).
+    #[error("the proxy refused the request")]
+    Proxy,
+    /// No server connection could be had (`S`, `s` on timeouts; `C` if the client left).
+    #[error(transparent)]
+    Connect(ConnectError),
+    /// The server was too slow (`s`).
+    #[error("the server timed out")]
+    ServerTimeout,
+    /// The server closed, failed, or sent something invalid (`S`).
+    #[error("the server closed the connection or sent an invalid response")]
+    Server(#[source] Option<io::Error>),
+}
+
+impl Cause {
+    fn letter(&self) -> u8 {
+        match self {
+            Cause::ClientClosed(_) => b'C',
+            Cause::ClientTimeout => b'c',
+            Cause::Proxy => b'P',
+            Cause::Connect(e) => e.term()[0],
+            Cause::ServerTimeout => b's',
+            Cause::Server(_) => b'S',
+        }
+    }
+}
+
+/// A transaction that could not complete.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    /// The status to answer before closing; `None`: close without a response (the client
+    /// is gone, or part of a response was already sent).
+    pub status: Option<u16>,
+    pub cause: Cause,
+    pub phase: Phase,
+}
+
+impl Fail {
+    pub fn answer(status: u16, cause: Cause, phase: Phase) -> Fail {
+        Fail {
+            status: Some(status),
+            cause,
+            phase,
+        }
+    }
+
+    pub fn drop(cause: Cause, phase: Phase) -> Fail {
+        Fail {
+            status: None,
+            cause,
+            phase,
+        }
+    }
+
+    /// HAProxy's two-letter termination state.
+    pub fn term(&self) -> [u8; 2] {
+        [self.cause.letter(), self.phase.letter()]
+    }
+}
+
+/// Facts about the current request for its access-log line (milliseconds, -1 when a step
+/// did not happen).
+#[derive(Debug)]
+pub(crate) struct ReqLog {
+    pub started: Option<Instant>,
+    pub date: Option<std::time::SystemTime>,
+    pub head_done: Option<Instant>,
+    pub got_bytes: bool,
+    pub attempts: Option<Attempts>,
+    pub t_response: i64,
+    pub status: i64,
+    pub bytes: u64,
+    pub term: Option<[u8; 2]>,
+    pub line: Option<(String, String, &'static str)>,
+}
+
+impl Default for ReqLog {
+    fn default() -> Self {
+        ReqLog {
+            started: None,
+            date: None,
+            head_done: None,
+            got_bytes: false,
+            attempts: None,
+            t_response: -1,
+            status: -1,
+            bytes: 0,
+            term: None,
+            line: None,
+        }
+    }
+}
+
+impl ReqLog {
+    /// Keeps the request line when the frontend logs (the head leaves the buffer soon).
+    pub fn capture_line(&mut self, s: &Session, head: &RequestHead) {
+        if s.w.process.loggers[s.fe].is_empty() {
+            return;
+        }
+        let b = s.cbuf.bytes();
+        self.line = Some((
+            String::from_utf8_lossy(head.method(b)).into_owned(),
+            String::from_utf8_lossy(&b[head.target.clone()]).into_owned(),
+            if head.version == Version::Http10 {
+                "HTTP/1.0"
+            } else {
+                "HTTP/1.1"
+            },
+        ));
+    }
+}
+
+/// The routing decision for a request, computed from its head.
+enum Route {
+    /// Answer locally with these bytes; `close` when the connection cannot continue.
+    Respond {
+        bytes: Vec<u8>,
+        close: bool,
+    },
+    /// Answer with the error page for this status (the backend's pages win when known).
+    Error(u16, Option<usize>),
+    Forward {
+        backend: usize,
+        server: usize,
+    },
+}
+
+/// Facts about the current request kept after its head leaves the buffer.
+pub(crate) struct ReqFacts {
+    pub framing: Framing,
+    pub version: Version,
+    pub is_head: bool,
+    pub idempotent: bool,
+    pub wants_close: bool,
+    pub expect_continue: bool,
+    /// The algorithm to compress the response with, if the request allows it.
+    pub comp: Option<Algo>,
+    /// The protocols the client asks to switch to (`Upgrade`, h2c removed), if any.
+    pub upgrade: Option<Vec<u8>>,
+}
+
+/// One request/response exchange.
+#[derive(Debug, Default)]
+pub(crate) struct Txn {
+    /// The backend, once routed.
+    pub backend: Option<usize>,
+    pub phase: Phase,
+    pub log: ReqLog,
+}
+
+/// Why sending a request or reading its response head failed.
+enum SendFail {
+    /// The connection died before any response byte: a replay may be possible.
+    Retryable(io::Error),
+    Fail(Fail),
+}
+
+impl Txn {
+    /// Handles one request whose head is at the start of the client buffer. Returns whether
+    /// the client connection stays open.
+    pub async fn handle(&mut self, s: &mut Session, head: RequestHead) -> Result<bool, Fail> {
+        let facts = {
+            let buf = s.cbuf.bytes();
+            ReqFacts {
+                framing: head.framing,
+                version: head.version,
+                is_head: head.is_head(buf),
+                idempotent: head.is_idempotent(buf),
+                wants_close: head.wants_close,
+                expect_continue: head
+                    .header(buf, "expect")
+                    .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
+                comp: None,
+                upgrade: upgrade_request(&head, buf),
+            }
+        };
+        let (route, mut edits) = route(s, &head);
+        match route {
+            Route::Error(status, backend) => {
+                self.phase = Phase::Local;
+                s.cbuf.consume(head.len);
+                self.backend = backend;
+                self.log.status = i64::from(status);
+                self.log.term = Some(if status == 503 { *b"SC" } else { *b"PR" });
+                let bytes = s.error_bytes(status, backend);
+                self.log.bytes = bytes.len() as u64;
+                self.send_local(s, &with_close(bytes)).await?;
+                Ok(false)
+            }
+            Route::Respond { bytes, close } => {
+                self.phase = Phase::Local;
+                s.cbuf.consume(head.len);
+                self.log.status = std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(-1);
+                self.log.term = Some(*b"LR");
+                self.log.bytes = bytes.len() as u64;
+                let close = close || facts.wants_close || facts.framing != Framing::None;
+                let bytes = if close { with_close(bytes) } else { bytes };
+                self.send_local(s, &bytes).await?;
+                Ok(!close)
+            }
+            Route::Forward { backend, server } => {
+                self.backend = Some(backend);
+                // An Rc clone (thread-local) rather than an Arc one: no shared cache line
+                // is written per request.
+                let w = s.w.clone();
+                let fe = &w.config().frontends[s.fe];
+                let be = &w.config().backends[backend];
+                let conf = super::relay::comp_conf(fe, be);
+                let facts = ReqFacts {
+                    comp: compression::for_request(conf, &head, s.cbuf.bytes()),
+                    ..facts
+                };
+                if conf.offload {
+                    edits.remove("accept-encoding");
+                }
+                s.out.clear();
+                build_request_head(
+                    &mut s.out,
+                    s.cbuf.bytes(),
+                    &head,
+                    &edits,
+                    forwardfor(fe, be, s.peer.ip()),
+                    server_close(fe, be),
+                    facts.upgrade.as_deref(),
+                );
+                s.cbuf.consume(head.len);
+                self.forward(s, backend, server, &facts).await
+            }
+        }
+    }
+
+    async fn send_local(&mut self, s: &mut Session, bytes: &[u8]) -> Result<(), Fail> {
+        s.write_client(bytes)
+            .await
+            .map_err(|c| Fail::drop(c, self.phase))
+    }
+
+    /// Sends the request (head in `s.out`, body from the client) and relays the response.
+    async fn forward(
+        &mut self,
+        s: &mut Session,
+        backend: usize,
+        server: usize,
+        facts: &ReqFacts,
+    ) -> Result<bool, Fail> {
+        let w = s.w.clone();
+        let be = &w.config().backends[backend];
+        s.sbuf.clear(&w.bufs);
+        if facts.expect_continue
+            && facts.version == Version::Http11
+            && facts.framing != Framing::None
+        {
+            // The proxy streams the body itself, so it invites the client to send it now
+            // rather than relaying the server's interim answer (which could deadlock).
+            self.send_local(s, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        // What a redispatch hashes: the request has left the buffer by now.
+        let key = PickKey {
+            client: s.peer.ip(),
+            path: b"",
+            header: None,
+        };
+        self.phase = Phase::Queue;
+        let mut at = Attempts::new(server);
+        let reuse = Reuse {
+            private: &mut s.private,
+            first_request: s.requests == 0,
+        };
+        let abort_on = be.abortonclose.then_some(&s.client);
+        let got = connect::establish(&w, backend, server, &key, Some(reuse), abort_on, &mut at);
+        let got = got.await;
+        self.log.attempts = Some(at);
+        let (mut conn, _occupancy) = got.map_err(|e| {
+            let phase = match e {
+                ConnectError::Connect(_) => Phase::Connect,
+                _ => Phase::Queue,
+            };
+            match e {
+                ConnectError::ClientGone => Fail::drop(Cause::Connect(e), phase),
+                e => Fail::answer(503, Cause::Connect(e), phase),
+            }
+        })?;
+        let server = at.server;
+        self.phase = Phase::Headers;
+        let head_len = s.out.len();
+        let sent_at = Instant::now();
+        let counters = w.state().backends[backend].servers[server]
+            .counters
+            .at(w.tid);
+        // One retry on a fresh connection when a reused one turns out dead before any
+        // response byte, for bodiless idempotent requests (nothing was consumed that cannot
+        // be sent again).
+        let replayable = facts.idempotent && facts.framing == Framing::None;
+        let mut attempt = 0;
+        let rsp = loop {
+            attempt += 1;
+            s.out.truncate(head_len);
+            let result = match self.send_request(s, be, &mut conn, facts).await {
+                Ok(()) => self.read_response_head(s, be, &mut conn, facts).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(rsp) => {
+                    self.log.t_response = connect::ms(sent_at.elapsed());
+                    self.log.status = i64::from(rsp.status);
+                    break rsp;
+                }
+                Err(SendFail::Retryable(_)) if conn.reused && replayable && attempt == 1 => {
+                    let mut again = Attempts::new(server);
+                    conn = connect::establish(&w, backend, server, &key, None, None, &mut again)
+                        .await
+                        .map(|(c, _)| c)
+                        .map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
+                }
+                Err(SendFail::Retryable(e)) => {
+                    counters.response_errors.bump();
+                    return Err(Fail::answer(502, Cause::Server(Some(e)), Phase::Headers));
+                }
+                Err(SendFail::Fail(f)) => {
+                    if matches!(f.cause, Cause::Server(_)) {
+                        counters.response_errors.bump();
+                    }
+                    return Err(f);
+                }
+            }
+        };
+        self.relay_response(s, be, conn, rsp, facts).await
+    }
+
+    /// Writes the request head and streams the body to the server.
+    async fn send_request(
+        &mut self,
+        s: &mut Session,
+        be: &Backend,
+        conn: &mut ServerConn,
+        facts: &ReqFacts,
+    ) -> Result<(), SendFail> {
+        let tserver = be.timeout_server;
+        let to_server = |r: Result<io::Result<()>, ()>| match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(SendFail::Retryable(e)),
+            Err(()) => Err(SendFail::Fail(Fail::answer(
+                504,
+                Cause::ServerTimeout,
+                Phase::Headers,
+            ))),
+        };
+        let from_client = |c: Cause| {
+            SendFail::Fail(match c {
+                Cause::ClientTimeout => Fail::answer(408, c, Phase::Headers),
+                c => Fail::drop(c, Phase::Headers),
+            })
+        };
+        match facts.framing {
+            Framing::None | Framing::UntilClose => {
+                to_server(within(tserver, conn.conn.write_all(&s.out)).await)
+            }
+            Framing::Length(total) => {
+                let mut remaining = total;
+                loop {
+                    let take = (remaining as usize).min(s.cbuf.bytes().len());
+                    // Only hold the segment back when the rest is already waiting.
+                    let more = remaining > take as u64 && s.client.has_input();
+                    let body = &s.cbuf.bytes()[..take];
+                    to_server(within(tserver, conn.conn.write_pair(&s.out, body, more)).await)?;
+                    s.out.clear();
+                    s.cbuf.consume(take);
+                    remaining -= take as u64;
+                    if remaining == 0 {
+                        return Ok(());
+                    }
+                    s.read_client().await.map_err(from_client)?;
+                }
+            }
+            Framing::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                let bad = || SendFail::Fail(Fail::answer(400, Cause::Proxy, Phase::Headers));
+                loop {
+                    let used = dec
+                        .decode(s.cbuf.bytes(), ChunkedOut::Chunked, &mut s.out)
+                        .map_err(|_| bad())?;
+                    s.cbuf.consume(used);
+                    if !s.out.is_empty() {
+                        to_server(within(tserver, conn.conn.write_all(&s.out)).await)?;
+                        s.out.clear();
+                    }
+                    if dec.is_done() {
+                        return Ok(());
+                    }
+                    if s.cbuf.is_full() {
+                        return Err(bad());
+                    }
+                    s.read_client().await.map_err(from_client)?;
+                }
+            }
+        }
+    }
+
+    /// Reads the final response head, relaying interim (1xx) responses to the client.
+    async fn read_response_head(
+        &mut self,
+        s: &mut Session,
+        be: &Backend,
+        conn: &mut ServerConn,
+        facts: &ReqFacts,
+    ) -> Result<ResponseHead, SendFail> {
+        let w = s.w.clone();
+        let invalid = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
+        let mut got_any = false;
+        loop {
+            if !s.sbuf.is_empty() {
+                match parse_response(s.sbuf.bytes(), facts.is_head) {
+                    Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
+                        if rsp.status == 101 {
+                            // Only an upgrade the client asked for switches protocols.
+                            return if facts.upgrade.is_some() {
+                                Ok(rsp)
+                            } else {
+                                Err(invalid())
+                            };
+                        }
+                        let mut interim = Vec::new();
+                        write_response_head(
+                            &mut interim,
+                            s.sbuf.bytes(),
+                            &rsp,
+                            &Edits::default(),
+                            None,
+                            None,
+                        );
+                        s.sbuf.consume(rsp.len);
+                        if facts.version == Version::Http11 {
+                            s.write_client(&interim)
+                                .await
+                                .map_err(|c| SendFail::Fail(Fail::drop(c, Phase::Headers)))?;
+                        }
+                        continue;
+                    }
+                    Ok(Some(rsp)) => return Ok(rsp),
+                    Ok(None) if s.sbuf.is_full() => return Err(invalid()),
+                    Ok(None) => {}
+                    Err(_) => return Err(invalid()),
+                }
+            }
+            match within(be.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs)).await {
+                Ok(Ok(n)) if n > 0 => got_any = true,
+                Ok(Ok(_)) if !got_any => {
+                    return Err(SendFail::Retryable(io::ErrorKind::UnexpectedEof.into()))
+                }
+                Ok(Err(e)) if !got_any => return Err(SendFail::Retryable(e)),
+                Ok(_) => return Err(invalid()),
+                Err(()) => {
+                    return Err(SendFail::Fail(Fail::answer(
+                        504,
+                        Cause::ServerTimeout,
+                        Phase::Headers,
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Logs a transaction that completed.
+    pub fn log_done(&self, s: &Session) {
+        self.emit_log(s, self.log.status, self.log.term.unwrap_or(*b"--"));
+    }
+
+    /// Logs a transaction that failed.
+    pub fn log_end(&mut self, s: &Session, fail: &Fail) {
+        let status = match fail.status {
+            Some(st) => {
+                self.log.bytes = s.error_bytes(st, self.backend).len() as u64;
+                i64::from(st)
+            }
+            None => self.log.status,
+        };
+        self.emit_log(s, status, self.log.term.unwrap_or_else(|| fail.term()));
+    }
+
+    /// Sends the access-log line of the transaction.
+    fn emit_log(&self, s: &Session, status: i64, term: [u8; 2]) {
+        let process = &s.w.process;
+        let loggers = &process.loggers[s.fe];
+        if loggers.is_empty() {
+            return;
+        }
+        let config = s.w.config();
+        let fe = s.frontend();
+        let lg = &self.log;
+        let now = Instant::now();
+        let be = self.backend.map(|b| &config.backends[b]);
+        let be_state = self.backend.map(|b| &s.w.state().backends[b]);
+        let server = lg.attempts.map(|a| a.server);
+        let srv = be.zip(server).map(|(be, i)| &be.servers[i]);
+        let srv_state = be_state.zip(server).map(|(st, i)| &st.servers[i]);
+        let (method, uri, version) = lg
+            .line
+            .clone()
+            .unwrap_or_else(|| ("<BADREQ>".into(), String::new(), ""));
+        let ms = |d: std::time::Duration| d.as_millis() as i64;
+        let rec = crate::log::Record {
+            client: s.peer,
+            date: lg.date.unwrap_or_else(std::time::SystemTime::now),
+            frontend: &fe.name,
+            backend: be.map_or(&fe.name, |b| &b.name),
+            server: srv.map_or("<NOSRV>", |s| &s.name),
+            t_request: lg.started.zip(lg.head_done).map_or(-1, |(a, b)| ms(b - a)),
+            t_queue: lg.attempts.map_or(-1, |a| a.t_queue),
+            t_connect: lg.attempts.map_or(-1, |a| a.t_connect),
+            t_response: lg.t_response,
+            t_active: lg.started.map_or(-1, |a| ms(now - a)),
+            status,
+            bytes: lg.bytes,
+            term,
+            act_conn: process.active_total(),
+            fe_conn: process.state.frontends[s.fe]
+                .conns
+                .load(std::sync::atomic::Ordering::Relaxed),
+            // The request is over; HAProxy's counts include it.
+            be_conn: be_state.map_or(0, |b| b.in_flight()) + usize::from(srv.is_some()),
+            srv_conn: srv_state.map_or(0, |st| {
+                st.in_flight.load(std::sync::atomic::Ordering::Relaxed) + 1
+            }),
+            retries: lg.attempts.map_or(0, |a| a.retries),
+            srv_queue: srv_state.map_or(0, |st| {
+                st.queue.waiting.load(std::sync::atomic::Ordering::Relaxed)
+            }),
+            be_queue: 0,
+            method,
+            uri,
+            version: version.into(),
+        };
+        // A TCP frontend logs from `tcp`; here the default is the HTTP line.
+        let format = fe.log.format.as_ref().unwrap_or(&crate::log::Format::Http);
+        crate::log::emit(loggers, format, &rec);
+    }
+}
+
+/// Whether the server connection closes after this response.
+pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
+    fe.stream.close_mode.max(be.stream.close_mode) >= CloseMode::ServerClose
+}
+
+/// Applies frontend rules, routing, then backend rules, and picks a server.
+fn route(s: &Session, head: &RequestHead) -> (Route, Edits) {
+    let config = s.w.config();
+    let fe = s.frontend();
+    let req = ReqView {
+        buf: s.cbuf.bytes(),
+        head,
+    };
+    let mut edits = Edits::default();
+    if let Some(r) = apply_rules(&fe.rules.http_request, &req, &mut edits, None) {
+        return (r, edits);
+    }
+    let backend = fe
+        .rules
+        .switching
+        .iter()
+        .find(|(cond, _)| holds(cond, &req))
+        .map(|(_, b)| *b)
+        .or(fe.rules.default_backend);
+    let Some(backend) = backend else {
+        return (Route::Error(404, None), edits);
+    };
+    let be = &config.backends[backend];
+    let st = &s.w.state().backends[backend];
+    if let Some(r) = apply_rules(&be.rules.http_request, &req, &mut edits, Some(backend)) {
+        return (r, edits);
+    }
+    let header = match &be.algo {
+        balance::Algo::Hdr(name) => head.header(req.buf, name),
+        _ => None,
+    };
+    let key = PickKey {
+        client: s.peer.ip(),
+        path: &req.buf[head.path.clone()],
+        header,
+    };
+    // A private connection (http-reuse never) keeps its server while it is usable.
+    let server = match &s.private {
+        Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
+        _ => balance::pick(be, st, &key),
+    };
+    match server {
+        Some(server) => (Route::Forward { backend, server }, edits),
+        None => (Route::Error(503, Some(backend)), edits),
+    }
+}
+
+fn apply_rules(
+    rules: &[HttpRule],
+    req: &ReqView<'_>,
+    edits: &mut Edits,
+    backend: Option<usize>,
+) -> Option<Route> {
+    for rule in rules {
+        if !holds(&rule.cond, req) {
+            continue;
+        }
+        match &rule.action {
+            Action::Return {
+                status,
+                content_type,
+                body,
+            } => {
+                return Some(Route::Respond {
+                    bytes: local_response(*status, content_type.as_deref(), body),
+                    close: false,
+                })
+            }
+            Action::Deny { status } => return Some(Route::Error(*status, backend)),
+            Action::Allow => return None,
+            other => edits.apply(other),
+        }
+    }
+    None
+}
