@@ -21,7 +21,7 @@ use sluice_http::{
 };
 
 pub use crate::conf::compression::{Algo, CompConf, GlobalComp};
-use crate::conf::{one_arg, GlobalConf, ProxyConf};
+use crate::conf::{one_arg, Backend, Frontend, GlobalConf, ProxyConf};
 
 /// The encoder's container format for an algorithm.
 fn format(algo: Algo) -> Format {
@@ -29,6 +29,16 @@ fn format(algo: Algo) -> Format {
         Algo::Gzip => Format::Gzip,
         Algo::Deflate => Format::Zlib,
         Algo::Identity | Algo::RawDeflate => Format::Raw,
+    }
+}
+
+/// The compression settings that apply to a request: the backend's when it has any, else
+/// the frontend's.
+pub fn conf_for<'a>(fe: &'a Frontend, be: &'a Backend) -> &'a CompConf {
+    if be.compression.algos.is_empty() {
+        &fe.compression
+    } else {
+        &be.compression
     }
 }
 

@@ -33,6 +33,11 @@ impl Drop for Counted {
     }
 }
 
+/// Client and server sockets open now (`show activity`'s `open_sockets`).
+pub fn open_sockets() -> usize {
+    OPEN.load(Ordering::Relaxed)
+}
+
 /// Descriptors in use now (approximate by `MARGIN`).
 pub fn used() -> usize {
     OPEN.load(Ordering::Relaxed) + MARGIN

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-use super::Loc;
+use super::loc::Loc;
 
 /// One `bind` address.
 #[derive(Debug, Clone, PartialEq, Eq)]

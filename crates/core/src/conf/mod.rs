@@ -17,16 +17,16 @@ pub mod cli;
 pub mod compression;
 pub mod errorpages;
 pub mod listen;
+mod loc;
 pub mod log;
 pub mod pool;
 pub mod rules;
 pub mod stream;
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_config::{units, ConfigError, KwError};
+use sluice_config::{units, KwError};
 
 use self::backend::{BackendConf, ReuseMode};
 use self::balance::{Algo, BalanceConf};
@@ -38,18 +38,7 @@ use self::pool::{PoolConf, PoolGlobal};
 use self::rules::{BackendRules, FrontendRules, RulesConf};
 use self::stream::StreamConf;
 
-/// Where a line came from, kept by settings that are validated after their section.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Loc {
-    pub file: Arc<str>,
-    pub line: usize,
-}
-
-impl Loc {
-    pub fn error(&self, msg: impl Into<String>) -> ConfigError {
-        ConfigError::at(&self.file, self.line, msg)
-    }
-}
+pub use self::loc::Loc;
 
 /// Process-wide settings from the `global` section.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! ACLs, conditions and HTTP rules as plain data (evaluated by `crate::rules`).
 
-use super::Loc;
+use super::loc::Loc;
 
 /// What an ACL looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::counters::WorkerCounters;
-use super::Runtime;
+use super::state::Runtime;
 use crate::buffer::BufPool;
 use crate::conf::Config;
 use crate::log::Logger;

@@ -1,31 +1,35 @@
 //! The data path: one client connection from accept to close.
 //!
-//! - [`session`]: an HTTP/1.1 client connection, its buffers and its keep-alive loop.
-//! - [`txn`]: one request/response exchange on it: rules, routing, server choice, sending
+//! - `session`: an HTTP/1.1 client connection and its buffers; its keep-alive loop is
+//!   [`serve_http`] here.
+//! - `txn`: one request/response exchange on it: rules, routing, server choice, sending
 //!   the request, reading the response head, logging.
 //! - `connect`: the server connection for a request (queue, pool, retries, redispatch),
 //!   shared by HTTP and TCP.
 //! - `relay`: the response body (plain or compressed) and the connection back to the pool.
-//! - `heads`: the head writers.
+//! - `heads`: the head writers; `report`: how a transaction ended, for logs and counters.
 //! - `tcp`, `tunnel`: `mode tcp` and upgraded connections, relayed as bytes.
 //! - `keywords`: the data path's configuration keywords.
 //!
 //! The states are documented in `docs/internals/stream-lifecycle.md`.
 
 mod connect;
+mod deadline;
 mod heads;
 pub mod keywords;
 mod relay;
-pub(crate) mod session;
+mod report;
+mod session;
 mod tcp;
 mod tunnel;
-pub(crate) mod txn;
+mod txn;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
 
+use self::session::Session;
+use self::txn::Txn;
+use crate::buffer::Buf;
 use crate::conf::stream::Mode;
 use crate::runtime::{ClientConn, Slot, Worker};
 use crate::transport::Conn;
@@ -38,14 +42,58 @@ pub async fn serve(w: Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize, slo
     let _slot = slot;
     match w.config().frontends[fe].stream.mode {
         Mode::Tcp => tcp::serve(&w, client, peer, fe).await,
-        Mode::Http => session::serve(&w, client, peer, fe).await,
+        Mode::Http => serve_http(&w, client, peer, fe).await,
     }
 }
 
-/// Runs `f` within `limit` (`Err` when it expires).
-pub(crate) async fn within<F: Future>(limit: Option<Duration>, f: F) -> Result<F::Output, ()> {
-    match limit {
-        Some(d) => tokio::time::timeout(d, f).await.map_err(|_| ()),
-        None => Ok(f.await),
+/// Serves one HTTP client connection until it closes: one transaction per request, in
+/// order, while the connection stays open.
+async fn serve_http(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
+    let mut s = Session {
+        w: w.clone(),
+        fe,
+        client,
+        peer,
+        cbuf: Buf::default(),
+        sbuf: Buf::default(),
+        out: Vec::with_capacity(1024),
+        private: None,
+        requests: 0,
+    };
+    run(&mut s).await;
+    // Buffers go back to the worker's pool; whatever they held goes with the connection.
+    s.cbuf.clear(&w.bufs);
+    s.sbuf.clear(&w.bufs);
+}
+
+async fn run(s: &mut Session) {
+    loop {
+        let mut txn = Txn::default();
+        let head = match s.read_head(&mut txn.log).await {
+            Ok(h) => h,
+            Err(fail) => {
+                if fail.status.is_some() || txn.log.got_bytes {
+                    txn.log_end(s, &fail);
+                }
+                return s.fail(txn.backend, fail.status).await;
+            }
+        };
+        s.w.ctx().counters.requests.bump();
+        if !s.w.process.loggers[s.fe].is_empty() {
+            txn.log.capture_line(s.cbuf.bytes(), &head);
+        }
+        match txn.handle(s, head).await {
+            Ok(keep) => {
+                txn.log_done(s);
+                s.requests += 1;
+                if !keep {
+                    return s.close_gracefully().await;
+                }
+            }
+            Err(fail) => {
+                txn.log_end(s, &fail);
+                return s.fail(txn.backend, fail.status).await;
+            }
+        }
     }
 }

@@ -16,26 +16,18 @@ use std::time::{Duration, Instant};
 use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseHead, Version};
 
 use super::connect::ServerConn;
+use super::deadline::within;
 use super::heads::{push_header, write_response_head, Edits};
 use super::keywords::CloseMode;
+use super::report::{Cause, Fail, Phase};
 use super::session::Session;
-use super::txn::{Cause, Fail, Phase, ReqFacts, Txn};
-use super::within;
+use super::txn::{ReqFacts, Txn};
 use crate::buffer::{Buf, BufPool};
-use crate::compression::{self, CompConf, Compressor, GlobalComp, RATE_IN, RATE_OUT};
+use crate::compression::{self, Compressor, GlobalComp, RATE_IN, RATE_OUT};
 use crate::conf::backend::ReuseMode;
-use crate::conf::{Backend, Frontend};
+use crate::conf::Backend;
 use crate::runtime::{ProxyCounters, Worker};
 use crate::transport::Conn;
-
-/// The compression settings that apply: the backend's when it has any, else the frontend's.
-pub(crate) fn comp_conf<'a>(fe: &'a Frontend, be: &'a Backend) -> &'a CompConf {
-    if be.compression.algos.is_empty() {
-        &fe.compression
-    } else {
-        &be.compression
-    }
-}
 
 impl Txn {
     /// Sends the response head and body to the client (compressed when the request, the
@@ -60,7 +52,7 @@ impl Txn {
         if rsp.status == 101 {
             return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;
         }
-        let conf = comp_conf(fe, be);
+        let conf = compression::conf_for(fe, be);
         let limits = &w.config().global.compression;
         let mut compressor = facts
             .comp

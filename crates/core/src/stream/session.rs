@@ -1,6 +1,6 @@
-//! The HTTP/1.1 client session: owns the client connection, its two buffers and its
-//! keep-alive loop. It reads and validates each request head, hands it to a transaction
-//! ([`super::txn::Txn`]), and closes the connection gracefully when a transaction says so.
+//! The HTTP/1.1 client session: owns the client connection and its two buffers, reads and
+//! validates each request head, and closes the connection gracefully. Its keep-alive loop
+//! (in the module root) hands each head to a transaction (`txn`).
 //!
 //! Invariants:
 //! - Nothing of a request reaches a server before its head has been fully validated.
@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use sluice_http::{error_page, parse_request, HeadError, RequestHead};
 
 use super::connect::ServerConn;
-use super::txn::{Cause, Fail, Phase, ReqLog, Txn};
-use super::within;
+use super::deadline::within;
+use super::report::{Cause, Fail, Phase, ReqLog};
 use crate::buffer::Buf;
 use crate::conf::Frontend;
 use crate::runtime::Worker;
@@ -38,63 +38,14 @@ pub(crate) struct Session {
     pub requests: u32,
 }
 
-/// Serves one HTTP client connection until it closes.
-pub(crate) async fn serve(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
-    let mut s = Session {
-        w: w.clone(),
-        fe,
-        client,
-        peer,
-        cbuf: Buf::default(),
-        sbuf: Buf::default(),
-        out: Vec::with_capacity(1024),
-        private: None,
-        requests: 0,
-    };
-    s.run().await;
-    // Buffers go back to the worker's pool; whatever they held goes with the connection.
-    s.cbuf.clear(&w.bufs);
-    s.sbuf.clear(&w.bufs);
-}
-
 impl Session {
     pub fn frontend(&self) -> &Frontend {
         &self.w.config().frontends[self.fe]
     }
 
-    async fn run(&mut self) {
-        loop {
-            let mut txn = Txn::default();
-            let head = match self.read_head(&mut txn.log).await {
-                Ok(h) => h,
-                Err(fail) => {
-                    if fail.status.is_some() || txn.log.got_bytes {
-                        txn.log_end(self, &fail);
-                    }
-                    return self.fail(&txn, fail.status).await;
-                }
-            };
-            self.w.ctx().counters.requests.bump();
-            txn.log.capture_line(self, &head);
-            match txn.handle(self, head).await {
-                Ok(keep) => {
-                    txn.log_done(self);
-                    self.requests += 1;
-                    if !keep {
-                        return self.close_gracefully().await;
-                    }
-                }
-                Err(fail) => {
-                    txn.log_end(self, &fail);
-                    return self.fail(&txn, fail.status).await;
-                }
-            }
-        }
-    }
-
     /// Waits for a complete request head, enforcing `timeout http-request` (total time from
     /// the first wait for this request) and `timeout http-keep-alive` between requests.
-    async fn read_head(&mut self, lg: &mut ReqLog) -> Result<RequestHead, Fail> {
+    pub async fn read_head(&mut self, lg: &mut ReqLog) -> Result<RequestHead, Fail> {
         let w = self.w.clone();
         let st = &w.config().frontends[self.fe].stream;
         let started = tokio::time::Instant::now();
@@ -163,18 +114,18 @@ impl Session {
 
     /// Sends the error page of `status` and closes gracefully; without a status the
     /// connection is simply dropped.
-    async fn fail(&mut self, txn: &Txn, status: Option<u16>) {
+    pub async fn fail(&mut self, backend: Option<usize>, status: Option<u16>) {
         let Some(status) = status else {
             return;
         };
-        let page = self.error_bytes(status, txn.backend);
+        let page = self.error_bytes(status, backend);
         let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
         self.close_gracefully().await;
     }
 
     /// Half-closes and drains briefly, so that a response is not destroyed by a reset when
     /// the client still had unread bytes in flight.
-    async fn close_gracefully(&mut self) {
+    pub async fn close_gracefully(&mut self) {
         let _ = self.client.shutdown().await;
         let mut sink = [0u8; 4096];
         let mut drained = 0;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::within;
+use super::deadline::within;
 use crate::buffer::{Buf, BufPool};
 use crate::transport::Conn;
 

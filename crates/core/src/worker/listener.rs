@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use sluice_config::{Keyword, KwError, Scope};
 use tokio::io::unix::AsyncFd;
 
+use super::thread::Thread;
 pub use crate::conf::listen::*;
 use crate::conf::{one_arg, GlobalConf, ProxyConf};
 use crate::transport::Conn;
@@ -281,7 +282,7 @@ impl Listening {
 }
 
 /// Accepts connections for one frontend on this worker's copy of a listening socket.
-pub(crate) async fn accept_loop(t: Rc<super::Thread>, l: Registered) {
+pub(crate) async fn accept_loop(t: Rc<Thread>, l: Registered) {
     let w = t.w.clone();
     let mut last_log = Instant::now() - Duration::from_secs(60);
     let mut suppressed = 0u64;

@@ -10,10 +10,11 @@
 //!   sides (`accq_pushed`, `adopted`).
 //! - `ThreadCtx` fields are written by their owner and read by anyone.
 
+mod inbox;
 pub mod listener;
+mod thread;
 
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,9 +23,10 @@ use std::time::Duration;
 use sluice_config::{Keyword, KwError, Scope};
 use tokio::sync::mpsc;
 
+pub use self::inbox::{inboxes, InboxMsg, Inboxes};
+use self::thread::Thread;
 use crate::conf::{one_arg, GlobalConf};
-use crate::runtime::{Process, Slot, Worker};
-use crate::transport::{Conn, Detached};
+use crate::runtime::{Process, Worker};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "nbthread",
@@ -41,127 +43,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
         Ok(())
     },
 }];
-
-/// Everything that crosses into a worker.
-#[derive(Debug)]
-pub enum InboxMsg {
-    /// Serve this connection (detached by the sender).
-    Adopt {
-        conn: Detached,
-        peer: SocketAddr,
-        frontend: usize,
-        slot: Slot,
-    },
-    /// Soft stop: stop accepting, close idle client connections, finish the rest.
-    Stop,
-}
-
-/// The senders of every worker's inbox, indexed by worker.
-#[derive(Debug, Clone)]
-pub struct Inboxes(Arc<[mpsc::UnboundedSender<InboxMsg>]>);
-
-impl Inboxes {
-    /// Sends `msg` to worker `tid`, counting it in that worker's load until handled.
-    pub fn send(&self, process: &Process, tid: usize, msg: InboxMsg) -> bool {
-        let ctx = &process.threads[tid];
-        ctx.inbox_pending.fetch_add(1, Ordering::Relaxed);
-        let ok = self.0[tid].send(msg).is_ok();
-        if !ok {
-            ctx.inbox_pending.fetch_sub(1, Ordering::Relaxed);
-        }
-        ok
-    }
-
-    /// Asks every worker to stop softly.
-    pub fn stop_all(&self, process: &Process) {
-        for tid in 0..self.0.len() {
-            self.send(process, tid, InboxMsg::Stop);
-        }
-    }
-}
-
-/// A worker thread's own state around its [`Worker`] handle.
-pub(crate) struct Thread {
-    pub w: Rc<Worker>,
-    inboxes: Inboxes,
-    accepting: RefCell<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-impl Thread {
-    /// Serves a freshly accepted connection here, or hands it to a sibling whose load is
-    /// under half of ours (the same 2x rule HAProxy applies to task redistribution).
-    pub fn dispatch(
-        &self,
-        conn: Conn,
-        peer: SocketAddr,
-        frontend: usize,
-        slot: Slot,
-        pinned: bool,
-    ) {
-        let w = &self.w;
-        let ctx = w.ctx();
-        ctx.counters.accepted.bump();
-        let mine = ctx.load();
-        let threads = &w.process.threads;
-        let n = threads.len();
-        // A bind restricted to some threads (`thread N`) keeps its connections there.
-        if n > 1 && mine >= 2 && !pinned {
-            let other = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
-            if threads[other].load() * 2 < mine {
-                if let Ok(conn) = conn.detach() {
-                    ctx.counters.handed_off.bump();
-                    let msg = InboxMsg::Adopt {
-                        conn,
-                        peer,
-                        frontend,
-                        slot,
-                    };
-                    self.inboxes.send(&w.process, other, msg);
-                }
-                return;
-            }
-        }
-        tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, frontend, slot));
-    }
-
-    fn handle(&self, msg: InboxMsg) {
-        let w = &self.w;
-        w.ctx().inbox_pending.fetch_sub(1, Ordering::Relaxed);
-        match msg {
-            InboxMsg::Adopt {
-                conn,
-                peer,
-                frontend,
-                slot,
-            } => {
-                w.ctx().counters.adopted.bump();
-                // Registers the socket with this worker's event loop.
-                if let Ok(conn) = Conn::attach(conn) {
-                    tokio::task::spawn_local(crate::stream::serve(
-                        w.clone(),
-                        conn,
-                        peer,
-                        frontend,
-                        slot,
-                    ));
-                }
-            }
-            InboxMsg::Stop => {
-                // Dropping the accept tasks closes this worker's copies of the listeners.
-                for task in self.accepting.borrow_mut().drain(..) {
-                    task.abort();
-                }
-                w.stop.notify_waiters();
-            }
-        }
-    }
-}
-
-/// Creates the inboxes of `n` workers.
-pub fn inboxes(n: usize) -> (Inboxes, Vec<mpsc::UnboundedReceiver<InboxMsg>>) {
-    let (tx, rx): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::unbounded_channel()).unzip();
-    (Inboxes(tx.into()), rx)
-}
 
 /// Starts worker `tid` on its own thread with its share of the listening sockets.
 pub fn spawn(

@@ -1,0 +1,322 @@
+//! The live state of proxies and servers, aligned with one configuration generation.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use tokio::sync::Semaphore;
+
+use super::counters::{PerWorker, ProxyCounters, ServerCounters};
+use crate::conf::{Backend, Config, Frontend, Server};
+use crate::pool::ServerPools;
+use crate::transport::Conn;
+
+/// What an operator decided about a server (`set server ... state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AdminState {
+    Ready = 0,
+    /// No new traffic from the balancer; requests in flight finish.
+    Drain = 1,
+    /// Out of service.
+    Maint = 2,
+}
+
+/// What the health checks found (always `Up` until checks exist).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OperState {
+    Up = 0,
+    Down = 1,
+    /// Answering but asking for no new traffic (HAProxy's NOLB).
+    Stopping = 2,
+}
+
+/// A server's waiting room under `maxconn`.
+#[derive(Debug)]
+pub struct ServerQueue {
+    /// One permit per request served; the semaphore is fair, so waiters are served in
+    /// arrival order whichever worker they are on.
+    pub slots: Option<Arc<Semaphore>>,
+    /// Requests waiting now.
+    pub waiting: AtomicUsize,
+}
+
+/// A server's live state.
+#[derive(Debug)]
+pub struct ServerState {
+    pub id: u32,
+    admin: AtomicU8,
+    oper: AtomicU8,
+    weight: AtomicU32,
+    /// Requests in flight on this server; `leastconn` and `random` read it.
+    pub in_flight: AtomicUsize,
+    pub counters: PerWorker<ServerCounters>,
+    pub idle: ServerPools<Conn>,
+    pub queue: ServerQueue,
+}
+
+impl ServerState {
+    pub fn new(conf: &Server, workers: usize) -> ServerState {
+        ServerState {
+            id: conf.id,
+            admin: AtomicU8::new(if conf.disabled {
+                AdminState::Maint
+            } else {
+                AdminState::Ready
+            } as u8),
+            oper: AtomicU8::new(OperState::Up as u8),
+            weight: AtomicU32::new(conf.weight),
+            in_flight: AtomicUsize::new(0),
+            counters: PerWorker::new(workers),
+            idle: ServerPools::new(workers, conf.pool),
+            queue: ServerQueue {
+                slots: conf.maxconn.map(|n| Arc::new(Semaphore::new(n))),
+                waiting: AtomicUsize::new(0),
+            },
+        }
+    }
+
+    pub fn admin(&self) -> AdminState {
+        match self.admin.load(Ordering::Relaxed) {
+            0 => AdminState::Ready,
+            1 => AdminState::Drain,
+            _ => AdminState::Maint,
+        }
+    }
+
+    pub fn oper(&self) -> OperState {
+        match self.oper.load(Ordering::Relaxed) {
+            0 => OperState::Up,
+            1 => OperState::Down,
+            _ => OperState::Stopping,
+        }
+    }
+
+    /// The live weight (what `set weight` changes).
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Whether the balancer may choose this server for a new request.
+    pub fn usable(&self) -> bool {
+        self.admin() == AdminState::Ready && self.oper() == OperState::Up && self.weight() > 0
+    }
+
+    /// The weight the balancer uses: the live weight while usable, else 0.
+    pub fn effective_weight(&self) -> u32 {
+        if self.usable() {
+            self.weight()
+        } else {
+            0
+        }
+    }
+
+    /// Whether a request would be served now rather than queued.
+    pub fn has_room(&self) -> bool {
+        self.queue
+            .slots
+            .as_ref()
+            .is_none_or(|s| s.available_permits() > 0)
+    }
+
+    /// HAProxy's status word for `show stat`.
+    pub fn status(&self) -> &'static str {
+        match (self.admin(), self.oper()) {
+            (AdminState::Maint, _) => "MAINT",
+            (AdminState::Drain, _) => "DRAIN",
+            (_, OperState::Down) => "DOWN",
+            (_, OperState::Stopping) => "NOLB",
+            (AdminState::Ready, OperState::Up) => "UP",
+        }
+    }
+}
+
+/// The balancer's live view of a backend. The algorithms (`crate::balance`) fill and read
+/// it; it lives here so that it survives while servers change state.
+#[derive(Debug, Default)]
+pub struct LbState {
+    /// Shared cursor of the round-robin and rotation walks.
+    pub cursor: AtomicUsize,
+    /// Bumped by every change of a server's usable weight.
+    pub generation: AtomicU64,
+    /// The dynamic weighted schedule and the generation it was built for.
+    pub schedule: RwLock<(u64, Arc<[usize]>)>,
+    /// The static map of `static-rr` and the hash algorithms (configured weights).
+    pub static_map: OnceLock<Box<[usize]>>,
+}
+
+/// A backend's live state.
+#[derive(Debug)]
+pub struct BackendState {
+    pub id: u32,
+    /// Aligned with the configuration's `servers`.
+    pub servers: Box<[Arc<ServerState>]>,
+    pub lb: LbState,
+    pub counters: PerWorker<ProxyCounters>,
+}
+
+impl BackendState {
+    pub fn new(conf: &Backend, workers: usize) -> BackendState {
+        BackendState {
+            id: conf.id,
+            servers: conf
+                .servers
+                .iter()
+                .map(|s| Arc::new(ServerState::new(s, workers)))
+                .collect(),
+            lb: LbState {
+                generation: AtomicU64::new(1),
+                ..LbState::default()
+            },
+            counters: PerWorker::new(workers),
+        }
+    }
+
+    /// Sets a server's administrative state; the balancer sees it at its next pick.
+    pub fn set_admin(&self, server: usize, state: AdminState) {
+        self.servers[server]
+            .admin
+            .store(state as u8, Ordering::Relaxed);
+        self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Sets a server's operational state (health checks).
+    pub fn set_oper(&self, server: usize, state: OperState) {
+        self.servers[server]
+            .oper
+            .store(state as u8, Ordering::Relaxed);
+        self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Sets a server's live weight (0 to 256).
+    pub fn set_weight(&self, server: usize, weight: u32) {
+        self.servers[server]
+            .weight
+            .store(weight.min(256), Ordering::Relaxed);
+        self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Requests in flight on all servers.
+    pub fn in_flight(&self) -> usize {
+        self.servers
+            .iter()
+            .map(|s| s.in_flight.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// A frontend's live state.
+#[derive(Debug)]
+pub struct FrontendState {
+    pub id: u32,
+    /// Client connections open on this frontend (`%fc`, `scur`).
+    pub conns: AtomicUsize,
+    pub counters: PerWorker<ProxyCounters>,
+}
+
+/// The live state of every proxy of the current generation.
+#[derive(Debug)]
+pub struct Runtime {
+    /// Aligned with `Config::frontends`.
+    pub frontends: Box<[Arc<FrontendState>]>,
+    /// Aligned with `Config::backends`.
+    pub backends: Box<[Arc<BackendState>]>,
+}
+
+impl Runtime {
+    pub fn new(config: &Config) -> Runtime {
+        let workers = config.global.nbthread();
+        Runtime {
+            frontends: config
+                .frontends
+                .iter()
+                .map(|f| Arc::new(new_frontend(f, workers)))
+                .collect(),
+            backends: config
+                .backends
+                .iter()
+                .map(|b| Arc::new(BackendState::new(b, workers)))
+                .collect(),
+        }
+    }
+
+    /// The state for a new generation `new`, keeping what `self` (serving `old`) holds for
+    /// the proxies and servers that are still there: matched by id and name, then by name
+    /// alone (an id the loader assigned shifts when a section is added before it). A server
+    /// keeps its state (counters, admin state, weight, idle connections, queue) only when its
+    /// address, `maxconn` and pool settings are unchanged and the worker count is the same;
+    /// otherwise it starts afresh. A backend's own counters start afresh.
+    pub fn next(&self, old: &Config, new: &Config) -> Runtime {
+        let workers = new.global.nbthread();
+        let same_workers = workers == old.global.nbthread();
+        let frontends = new
+            .frontends
+            .iter()
+            .map(|f| {
+                match_index(
+                    &old.frontends,
+                    |o| o.id == f.id && o.name == f.name,
+                    |o| o.name == f.name,
+                )
+                .filter(|_| same_workers)
+                .map(|i| self.frontends[i].clone())
+                .unwrap_or_else(|| Arc::new(new_frontend(f, workers)))
+            })
+            .collect();
+        let backends = new
+            .backends
+            .iter()
+            .map(|b| {
+                let Some(i) = match_index(
+                    &old.backends,
+                    |o| o.id == b.id && o.name == b.name,
+                    |o| o.name == b.name,
+                )
+                .filter(|_| same_workers) else {
+                    return Arc::new(BackendState::new(b, workers));
+                };
+                let (old_be, old_state) = (&old.backends[i], &self.backends[i]);
+                let mut state = BackendState::new(b, workers);
+                for (j, s) in b.servers.iter().enumerate() {
+                    let kept = match_index(
+                        &old_be.servers,
+                        |o| o.id == s.id && o.name == s.name,
+                        |o| o.name == s.name,
+                    )
+                    .filter(|&k| {
+                        let o = &old_be.servers[k];
+                        o.addr == s.addr && o.maxconn == s.maxconn && o.pool == s.pool
+                    });
+                    if let Some(k) = kept {
+                        state.servers[j] = old_state.servers[k].clone();
+                    }
+                }
+                Arc::new(state)
+            })
+            .collect();
+        Runtime {
+            frontends,
+            backends,
+        }
+    }
+}
+
+fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
+    FrontendState {
+        id: f.id,
+        conns: AtomicUsize::new(0),
+        counters: PerWorker::new(workers),
+    }
+}
+
+/// The index of the first item matching by id, else the first matching by name.
+fn match_index<T>(
+    items: &[T],
+    by_id: impl Fn(&T) -> bool,
+    by_name: impl Fn(&T) -> bool,
+) -> Option<usize> {
+    items
+        .iter()
+        .position(by_id)
+        .or_else(|| items.iter().position(by_name))
+}

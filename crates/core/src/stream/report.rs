@@ -1,0 +1,162 @@
+//! How a transaction ended and what its access-log line reports: the [`Fail`] of a
+//! transaction that could not complete, with its [`Cause`] (and the I/O error behind it) and
+//! the [`Phase`] it was in, from which HAProxy's two-letter termination code derives.
+
+use std::io;
+use std::time::Instant;
+
+use sluice_http::{RequestHead, Version};
+
+use super::connect::{Attempts, ConnectError};
+
+/// Where the transaction was when it ended (the second letter of the termination code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Phase {
+    /// Waiting for or reading the request head.
+    #[default]
+    Request,
+    /// Waiting in a server's queue.
+    Queue,
+    /// Connecting to the server.
+    Connect,
+    /// Sending the request and waiting for the response head.
+    Headers,
+    /// Relaying the response body.
+    Data,
+    /// Relaying an upgraded connection.
+    Tunnel,
+    /// Answered by the proxy itself.
+    Local,
+}
+
+impl Phase {
+    fn letter(self) -> u8 {
+        match self {
+            Phase::Request => b'R',
+            Phase::Queue => b'Q',
+            Phase::Connect => b'C',
+            Phase::Headers => b'H',
+            Phase::Data => b'D',
+            Phase::Tunnel => b'T',
+            Phase::Local => b'L',
+        }
+    }
+}
+
+/// What ended a transaction early (the first letter of the termination code), with the
+/// I/O error behind it when there is one.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Cause {
+    /// The client closed or failed (`C`).
+    #[error("the client closed the connection")]
+    ClientClosed(#[source] Option<io::Error>),
+    /// The client was too slow (`c`).
+    #[error("the client timed out")]
+    ClientTimeout,
+    /// The proxy refused the request: invalid, denied, or no route (`P`).
+    #[error("the proxy refused the request")]
+    Proxy,
+    /// No server connection could be had (`S`, `s` on timeouts; `C` if the client left).
+    #[error(transparent)]
+    Connect(ConnectError),
+    /// The server was too slow (`s`).
+    #[error("the server timed out")]
+    ServerTimeout,
+    /// The server closed, failed, or sent something invalid (`S`).
+    #[error("the server closed the connection or sent an invalid response")]
+    Server(#[source] Option<io::Error>),
+}
+
+impl Cause {
+    fn letter(&self) -> u8 {
+        match self {
+            Cause::ClientClosed(_) => b'C',
+            Cause::ClientTimeout => b'c',
+            Cause::Proxy => b'P',
+            Cause::Connect(e) => e.term()[0],
+            Cause::ServerTimeout => b's',
+            Cause::Server(_) => b'S',
+        }
+    }
+}
+
+/// A transaction that could not complete.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    /// The status to answer before closing; `None`: close without a response (the client
+    /// is gone, or part of a response was already sent).
+    pub status: Option<u16>,
+    pub cause: Cause,
+    pub phase: Phase,
+}
+
+impl Fail {
+    pub fn answer(status: u16, cause: Cause, phase: Phase) -> Fail {
+        Fail {
+            status: Some(status),
+            cause,
+            phase,
+        }
+    }
+
+    pub fn drop(cause: Cause, phase: Phase) -> Fail {
+        Fail {
+            status: None,
+            cause,
+            phase,
+        }
+    }
+
+    /// HAProxy's two-letter termination state.
+    pub fn term(&self) -> [u8; 2] {
+        [self.cause.letter(), self.phase.letter()]
+    }
+}
+
+/// Facts about the current request for its access-log line (milliseconds, -1 when a step
+/// did not happen).
+#[derive(Debug)]
+pub(crate) struct ReqLog {
+    pub started: Option<Instant>,
+    pub date: Option<std::time::SystemTime>,
+    pub head_done: Option<Instant>,
+    pub got_bytes: bool,
+    pub attempts: Option<Attempts>,
+    pub t_response: i64,
+    pub status: i64,
+    pub bytes: u64,
+    pub term: Option<[u8; 2]>,
+    pub line: Option<(String, String, &'static str)>,
+}
+
+impl Default for ReqLog {
+    fn default() -> Self {
+        ReqLog {
+            started: None,
+            date: None,
+            head_done: None,
+            got_bytes: false,
+            attempts: None,
+            t_response: -1,
+            status: -1,
+            bytes: 0,
+            term: None,
+            line: None,
+        }
+    }
+}
+
+impl ReqLog {
+    /// Keeps the request line for the log (the head leaves the buffer soon).
+    pub fn capture_line(&mut self, b: &[u8], head: &RequestHead) {
+        self.line = Some((
+            String::from_utf8_lossy(head.method(b)).into_owned(),
+            String::from_utf8_lossy(&b[head.target.clone()]).into_owned(),
+            if head.version == Version::Http10 {
+                "HTTP/1.0"
+            } else {
+                "HTTP/1.1"
+            },
+        ));
+    }
+}

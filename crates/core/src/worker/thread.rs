@@ -1,0 +1,89 @@
+//! A worker thread's state around its `Worker` handle: accept dispatch to the least loaded
+//! worker (capability 4) and the handling of inbox messages.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use super::inbox::{InboxMsg, Inboxes};
+use crate::runtime::{Slot, Worker};
+use crate::transport::Conn;
+
+/// A worker thread's own state around its [`Worker`] handle.
+pub(crate) struct Thread {
+    pub w: Rc<Worker>,
+    pub inboxes: Inboxes,
+    /// This worker's accept loops, aborted at soft stop.
+    pub accepting: RefCell<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Thread {
+    /// Serves a freshly accepted connection here, or hands it to a sibling whose load is
+    /// under half of ours (the same 2x rule HAProxy applies to task redistribution).
+    pub fn dispatch(
+        &self,
+        conn: Conn,
+        peer: SocketAddr,
+        frontend: usize,
+        slot: Slot,
+        pinned: bool,
+    ) {
+        let w = &self.w;
+        let ctx = w.ctx();
+        ctx.counters.accepted.bump();
+        let mine = ctx.load();
+        let threads = &w.process.threads;
+        let n = threads.len();
+        // A bind restricted to some threads (`thread N`) keeps its connections there.
+        if n > 1 && mine >= 2 && !pinned {
+            let other = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
+            if threads[other].load() * 2 < mine {
+                if let Ok(conn) = conn.detach() {
+                    ctx.counters.handed_off.bump();
+                    let msg = InboxMsg::Adopt {
+                        conn,
+                        peer,
+                        frontend,
+                        slot,
+                    };
+                    self.inboxes.send(&w.process, other, msg);
+                }
+                return;
+            }
+        }
+        tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, frontend, slot));
+    }
+
+    pub fn handle(&self, msg: InboxMsg) {
+        let w = &self.w;
+        w.ctx().inbox_pending.fetch_sub(1, Ordering::Relaxed);
+        match msg {
+            InboxMsg::Adopt {
+                conn,
+                peer,
+                frontend,
+                slot,
+            } => {
+                w.ctx().counters.adopted.bump();
+                // Registers the socket with this worker's event loop.
+                if let Ok(conn) = Conn::attach(conn) {
+                    tokio::task::spawn_local(crate::stream::serve(
+                        w.clone(),
+                        conn,
+                        peer,
+                        frontend,
+                        slot,
+                    ));
+                }
+            }
+            InboxMsg::Stop => {
+                // Dropping the accept tasks closes this worker's copies of the listeners.
+                for task in self.accepting.borrow_mut().drain(..) {
+                    task.abort();
+                }
+                w.stop.notify_waiters();
+            }
+        }
+    }
+}
