@@ -106,25 +106,65 @@ fn leastconn_avoids_the_busy_server() {
         }),
     );
     let fast = Origin::start("fast");
-    let p = Sluice::start(&backend_with("leastconn", &[(&slow, ""), (&fast, "")]));
-    // Occupy the slow server with two in-flight requests (whichever gets them first).
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let cfg = backend_with("leastconn", &[(&slow, ""), (&fast, "")]).replacen(
+        "global\n",
+        &format!("global\n    stats socket {}\n", sock.display()),
+        1,
+    );
+    let p = Sluice::start(&cfg);
+    // Requests in flight on a server as the balancer counts them (s0 slow, s1 fast).
+    let scur = |sv: &str| -> u64 {
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", sv, "scur")
+            .parse()
+            .unwrap()
+    };
     let addr = p.addr();
-    let holders: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(move || get(addr, "/hold").text()))
-        .collect();
-    // Wait until something is in flight on the slow server.
     let deadline = std::time::Instant::now() + TIMEOUT;
+    // Occupy the slow server with one in-flight request. Between two idle servers leastconn
+    // may pick either, so send one at a time until one lands there (any that went to the
+    // fast server have been answered).
+    let mut holders = Vec::new();
     while slow.count() == 0 {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(10));
+        let h = std::thread::spawn(move || get(addr, "/hold").text());
+        while slow.count() == 0 && !h.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no request reached the slow server"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        holders.push(h);
     }
-    // While the slow server holds a request, new requests go to the fast one.
-    let got = spread(&p, 6, |_| "/".into());
+    // While the slow server holds a request, new requests go to the fast one. A client can
+    // read a whole response before the proxy has taken that request off the fast server's
+    // count (that happens just after the last byte is written, possibly on another worker),
+    // so each request waits until the previous ones are no longer counted: otherwise the
+    // servers tie at one each and either may be picked.
+    let mut got = Vec::new();
+    for i in 0..6 {
+        while scur("s1") != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "request {i}: earlier requests still counted on the fast server"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            scur("s0"),
+            1,
+            "request {i}: the slow server holds one request"
+        );
+        got.push(get(addr, "/").text().split(' ').next().unwrap().to_string());
+    }
     assert!(got.iter().all(|n| n == "fast"), "{got:?}");
     release.store(true, std::sync::atomic::Ordering::SeqCst);
     for h in holders {
-        h.join().unwrap();
+        let t = h.join().unwrap();
+        assert!(t == "slow /" || t == "fast /hold", "{t}");
     }
+    assert_eq!(slow.count(), 1);
 }
 
 #[test]
