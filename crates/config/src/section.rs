@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::error::shorten;
 use crate::{lexer::lex_bytes, ConfigError};
 
 /// One non-empty configuration line, lexed, with where it came from.
@@ -165,7 +166,8 @@ pub fn parse_bytes(
             }
         } else {
             errors.push(line.error(format!(
-                "unknown keyword '{first}' out of section (expects global, defaults, frontend, backend or listen)"
+                "unknown keyword '{}' out of section (expects global, defaults, frontend, backend or listen)",
+                shorten(first)
             )));
         }
     }
