@@ -49,7 +49,7 @@ const SIZE_UNITS: [(&str, u64); 7] = [
 /// A size written with the largest unit that divides it exactly.
 fn format_size(n: u64) -> String {
     for (unit, mult) in [("g", 1u64 << 30), ("m", 1 << 20), ("k", 1 << 10)] {
-        if n != 0 && n % mult == 0 {
+        if n != 0 && n.checked_rem(mult) == Some(0) {
             return format!("{}{unit}", n / mult);
         }
     }
@@ -60,7 +60,7 @@ fn format_size(n: u64) -> String {
 fn format_time(t: Duration) -> String {
     let us = t.as_micros() as u64;
     for (unit, per) in TIME_UNITS.iter().rev() {
-        if !unit.is_empty() && us != 0 && us % per == 0 {
+        if !unit.is_empty() && us != 0 && us.checked_rem(*per) == Some(0) {
             return format!("{}{unit}", us / per);
         }
     }
