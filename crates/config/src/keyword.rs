@@ -1,6 +1,7 @@
 //! Keyword tables: each feature exports a `&[Keyword<C>]` whose rows parse that feature's
 //! configuration lines into its own settings. [`dispatch`] finds the row for a line.
 
+use crate::error::shorten;
 use crate::{ConfigError, KwError, Line};
 
 /// Where a keyword may appear. A set of section kinds, as bits.
@@ -128,15 +129,23 @@ fn unknown<C>(tables: &[&[Keyword<C>]], line: &Line, scope: Scope, section: &str
         (true, Some(second)) => format!("{first} {second}"),
         _ => first.to_string(),
     };
-    let mut msg = format!("unknown keyword '{attempted}' in '{section}' section");
+    let mut msg = format!(
+        "unknown keyword '{}' in '{section}' section",
+        shorten(&attempted)
+    );
+    let tolerance = (attempted.len() / 3).max(2);
+    // The distance is at least the difference in length: rows far longer or shorter than the
+    // attempt are skipped, which also keeps a huge word from costing a huge computation.
     let suggestion = tables
         .iter()
         .flat_map(|t| t.iter())
-        .filter(|r| r.scope.intersects(scope))
+        .filter(|r| {
+            r.scope.intersects(scope) && r.name.len().abs_diff(attempted.len()) <= tolerance
+        })
         .map(|r| (edit_distance(&attempted, r.name), r.name))
         .min();
     if let Some((d, name)) = suggestion {
-        if d <= (attempted.len() / 3).max(2) {
+        if d <= tolerance {
             msg.push_str(&format!("; did you mean '{name}'?"));
         }
     }
@@ -272,6 +281,29 @@ mod tests {
         assert!(e
             .to_string()
             .contains("'retries' in 'backend' section: not supported yet"));
+    }
+
+    #[test]
+    fn a_huge_unknown_word_is_cut_and_quick() {
+        let mut c = Ctx::default();
+        let huge = "x".repeat(1 << 20);
+        let started = std::time::Instant::now();
+        let e = dispatch(
+            &[TABLE],
+            &mut c,
+            &line(&[&huge, "1"]),
+            Scope::BACKEND,
+            "backend",
+        )
+        .unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "k.cfg:7: unknown keyword '{}... (1048576 bytes)' in 'backend' section",
+                "x".repeat(64)
+            )
+        );
     }
 
     #[test]

@@ -13,119 +13,146 @@ pub enum LexError {
     BadHexEscape(String),
     #[error("trailing backslash")]
     TrailingBackslash,
+    /// Word `word` (1-based) is not UTF-8; `byte` is the first byte that does not fit.
+    #[error("word {word} is not valid UTF-8 (byte 0x{byte:02X}); only comments may use another encoding")]
+    NotUtf8 { word: usize, byte: u8 },
 }
 
 /// Splits `line` into words. `env` resolves environment variables (injected for tests).
 pub fn lex_line(line: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, LexError> {
-    let chars: Vec<char> = line.chars().collect();
+    lex_bytes(line.as_bytes(), env)
+}
+
+/// Splits a line given as raw bytes into words. Bytes after an unquoted `#` are never looked
+/// at, so a comment may be in any encoding (HAProxy reads bytes too); a word must be UTF-8 once
+/// quotes and escapes are resolved, otherwise [`LexError::NotUtf8`] names it.
+pub fn lex_bytes(
+    line: &[u8],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, LexError> {
     let mut words = Vec::new();
-    let mut cur = String::new();
+    let mut cur: Vec<u8> = Vec::new();
     let mut in_word = false;
     let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            ' ' | '\t' | '\r' | '\n' => {
+    while i < line.len() {
+        match line[i] {
+            b' ' | b'\t' | b'\r' | b'\n' => {
                 if in_word {
-                    words.push(std::mem::take(&mut cur));
+                    words.push(word_text(&mut cur, words.len() + 1)?);
                     in_word = false;
                 }
                 i += 1;
             }
-            '#' => break,
-            '\\' => {
+            b'#' => break,
+            b'\\' => {
                 in_word = true;
-                i = escape(&chars, i, &mut cur)?;
+                i = escape(line, i, &mut cur)?;
             }
-            '\'' => {
+            b'\'' => {
                 in_word = true;
                 i += 1;
                 loop {
-                    match chars.get(i) {
+                    match line.get(i) {
                         None => return Err(LexError::Unterminated("single")),
-                        Some('\'') => break,
-                        Some(&ch) => cur.push(ch),
+                        Some(b'\'') => break,
+                        Some(&b) => cur.push(b),
                     }
                     i += 1;
                 }
                 i += 1;
             }
-            '"' => {
+            b'"' => {
                 in_word = true;
                 i += 1;
                 loop {
-                    match chars.get(i) {
+                    match line.get(i) {
                         None => return Err(LexError::Unterminated("double")),
-                        Some('"') => break,
-                        Some('\\') => {
-                            i = escape(&chars, i, &mut cur)?;
+                        Some(b'"') => break,
+                        Some(b'\\') => {
+                            i = escape(line, i, &mut cur)?;
                             continue;
                         }
-                        Some('$') if chars.get(i + 1) == Some(&'{') => {
-                            i = expand(&chars, i, &mut cur, env)?;
+                        Some(b'$') if line.get(i + 1) == Some(&b'{') => {
+                            i = expand(line, i, &mut cur, env)?;
                             continue;
                         }
-                        Some(&ch) => cur.push(ch),
+                        Some(&b) => cur.push(b),
                     }
                     i += 1;
                 }
                 i += 1;
             }
-            _ => {
+            b => {
                 in_word = true;
-                cur.push(c);
+                cur.push(b);
                 i += 1;
             }
         }
     }
     if in_word {
-        words.push(cur);
+        words.push(word_text(&mut cur, words.len() + 1)?);
     }
     Ok(words)
 }
 
-/// Handles the escape starting at `chars[i] == '\\'`; returns the index after it.
-fn escape(chars: &[char], i: usize, out: &mut String) -> Result<usize, LexError> {
-    let Some(&next) = chars.get(i + 1) else {
+/// Takes the bytes of word number `index` (1-based) as a string.
+fn word_text(cur: &mut Vec<u8>, index: usize) -> Result<String, LexError> {
+    String::from_utf8(std::mem::take(cur)).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        LexError::NotUtf8 {
+            word: index,
+            byte: e.as_bytes()[at],
+        }
+    })
+}
+
+/// Handles the escape starting at `line[i] == b'\\'`; returns the index after it.
+fn escape(line: &[u8], i: usize, out: &mut Vec<u8>) -> Result<usize, LexError> {
+    let Some(&next) = line.get(i + 1) else {
         return Err(LexError::TrailingBackslash);
     };
     match next {
-        't' => out.push('\t'),
-        'n' => out.push('\n'),
-        'r' => out.push('\r'),
-        'x' => {
-            let hex: String = chars.iter().skip(i + 2).take(2).collect();
-            let byte = u8::from_str_radix(&hex, 16)
+        b't' => out.push(b'\t'),
+        b'n' => out.push(b'\n'),
+        b'r' => out.push(b'\r'),
+        b'x' => {
+            let hex = &line[(i + 2).min(line.len())..(i + 4).min(line.len())];
+            let byte = std::str::from_utf8(hex)
                 .ok()
-                .filter(|_| hex.len() == 2)
-                .ok_or_else(|| LexError::BadHexEscape(hex.clone()))?;
-            out.push(byte as char);
+                .filter(|h| h.len() == 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| LexError::BadHexEscape(String::from_utf8_lossy(hex).into_owned()))?;
+            // The escaped value is a code point (U+0000..U+00FF), stored as UTF-8.
+            let mut utf8 = [0u8; 2];
+            out.extend_from_slice(char::from(byte).encode_utf8(&mut utf8).as_bytes());
             return Ok(i + 4);
         }
+        // Any other byte stands for itself; the rest of a multi-byte character follows as
+        // ordinary bytes.
         other => out.push(other),
     }
     Ok(i + 2)
 }
 
-/// Expands `${NAME}` or `${NAME-default}` starting at `chars[i] == '$'`.
+/// Expands `${NAME}` or `${NAME-default}` starting at `line[i] == b'$'`.
 fn expand(
-    chars: &[char],
+    line: &[u8],
     i: usize,
-    out: &mut String,
+    out: &mut Vec<u8>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<usize, LexError> {
     let start = i + 2;
-    let end = (start..chars.len())
-        .find(|&j| chars[j] == '}')
+    let end = (start..line.len())
+        .find(|&j| line[j] == b'}')
         .ok_or(LexError::UnterminatedVar)?;
-    let inner: String = chars[start..end].iter().collect();
-    let (name, default) = match inner.split_once('-') {
-        Some((n, d)) => (n.to_string(), Some(d.to_string())),
+    let inner = &line[start..end];
+    let (name, default) = match inner.iter().position(|&b| b == b'-') {
+        Some(dash) => (&inner[..dash], Some(&inner[dash + 1..])),
         None => (inner, None),
     };
-    match env(&name) {
-        Some(v) => out.push_str(&v),
-        None => out.push_str(default.as_deref().unwrap_or("")),
+    match env(&String::from_utf8_lossy(name)) {
+        Some(v) => out.extend_from_slice(v.as_bytes()),
+        None => out.extend_from_slice(default.unwrap_or(b"")),
     }
     Ok(end + 1)
 }
@@ -172,6 +199,45 @@ mod tests {
         assert_eq!(lex(r#""${NOPE}x""#), vec!["x"]);
         assert_eq!(lex(r#""${EMPTY-d}""#), vec![""]);
         assert_eq!(lex(r#"'${PORT}'"#), vec!["${PORT}"]);
+    }
+
+    #[test]
+    fn other_encodings_only_in_comments() {
+        // Latin-1 'é' (0xE9) after a '#' is ignored like the rest of the comment.
+        let line = b"bind :80 # caf\xe9 \xff\xfe";
+        assert_eq!(lex_bytes(line, &env).unwrap(), vec!["bind", ":80"]);
+        assert_eq!(
+            lex_bytes(b"# \xe9t\xe9", &env).unwrap(),
+            Vec::<String>::new()
+        );
+        // In a word it is refused, naming the word and the byte.
+        assert_eq!(
+            lex_bytes(b"server caf\xe9 1.2.3.4:80", &env),
+            Err(LexError::NotUtf8 {
+                word: 2,
+                byte: 0xe9
+            })
+        );
+        assert_eq!(
+            lex_bytes(b"x \"a b\xc3\"", &env),
+            Err(LexError::NotUtf8 {
+                word: 2,
+                byte: 0xc3
+            })
+        );
+        assert_eq!(
+            lex_bytes(b"x '\xff'", &env),
+            Err(LexError::NotUtf8 {
+                word: 2,
+                byte: 0xff
+            })
+        );
+        // UTF-8 words stay as they are, quoted, escaped or bare.
+        assert_eq!(
+            lex("caf\u{e9} \"\u{e9}t\u{e9}\" \\\u{e9}x 'ny\u{e5}'"),
+            vec!["caf\u{e9}", "\u{e9}t\u{e9}", "\u{e9}x", "ny\u{e5}"]
+        );
+        assert_eq!(lex(r#""\xe9""#), vec!["\u{e9}"]);
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod lexer;
 mod section;
 pub mod units;
 
-pub use error::{ConfigError, KwError};
+pub use error::{shorten, ConfigError, KwError};
 pub use keyword::{dispatch, no_args, not_yet, Keyword, Scope};
-pub use lexer::{lex_line, LexError};
-pub use section::{parse_files, parse_str, Line, Section, SectionKind};
+pub use lexer::{lex_bytes, lex_line, LexError};
+pub use section::{parse_bytes, parse_files, parse_str, Line, Section, SectionKind};

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::{lex_line, ConfigError};
+use crate::error::shorten;
+use crate::{lexer::lex_bytes, ConfigError};
 
 /// One non-empty configuration line, lexed, with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,8 +84,8 @@ pub fn parse_files(paths: &[String]) -> Result<Vec<Section>, Vec<ConfigError>> {
     let mut sections = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
-        match std::fs::read_to_string(path) {
-            Ok(text) => match parse_str(path, &text, &|k| std::env::var(k).ok()) {
+        match std::fs::read(path) {
+            Ok(text) => match parse_bytes(path, &text, &|k| std::env::var(k).ok()) {
                 Ok(mut s) => sections.append(&mut s),
                 Err(mut e) => errors.append(&mut e),
             },
@@ -104,12 +105,22 @@ pub fn parse_str(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Section>, Vec<ConfigError>> {
+    parse_bytes(file, text.as_bytes(), env)
+}
+
+/// Parses one file's content as bytes: lines end with LF (a CR before it is a blank), and
+/// a line that is not UTF-8 is an error only if the bytes in question are outside a comment.
+pub fn parse_bytes(
+    file: &str,
+    text: &[u8],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Section>, Vec<ConfigError>> {
     let file: Arc<str> = Arc::from(file);
     let mut sections: Vec<Section> = Vec::new();
     let mut errors = Vec::new();
-    for (idx, raw) in text.lines().enumerate() {
+    for (idx, raw) in text.split(|&b| b == b'\n').enumerate() {
         let lineno = idx + 1;
-        let words = match lex_line(raw, env) {
+        let words = match lex_bytes(raw, env) {
             Ok(w) if w.is_empty() => continue,
             Ok(w) => w,
             Err(e) => {
@@ -155,7 +166,8 @@ pub fn parse_str(
             }
         } else {
             errors.push(line.error(format!(
-                "unknown keyword '{first}' out of section (expects global, defaults, frontend, backend or listen)"
+                "unknown keyword '{}' out of section (expects global, defaults, frontend, backend or listen)",
+                shorten(first)
             )));
         }
     }
@@ -196,6 +208,34 @@ mod tests {
         assert!(msgs[0].starts_with("x.cfg:1: unknown keyword 'bind' out of section"));
         assert_eq!(msgs[1], "x.cfg:2: 'backend' section needs a name");
         assert_eq!(msgs[2], "x.cfg:4: unterminated double quote");
+    }
+
+    #[test]
+    fn non_utf8_bytes_in_comments_are_accepted_and_elsewhere_located() {
+        let text =
+            b"# R\xe9glages\nglobal # \xe9t\xe9\r\n    nbthread 2\nfrontend f\xe9\n    bind :80\n";
+        let e = parse_bytes("l1.cfg", text, &|_| None).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            e[0].to_string(),
+            "l1.cfg:4: word 2 is not valid UTF-8 (byte 0xE9); only comments may use another encoding"
+        );
+        let text = b"# R\xe9glages\nglobal # \xe9t\xe9\r\n    nbthread 2\n";
+        let s = parse_bytes("l1.cfg", text, &|_| None).unwrap();
+        assert_eq!(s[0].lines[0].words, vec!["nbthread", "2"]);
+        assert_eq!(s[0].lines[0].line, 3);
+    }
+
+    #[test]
+    fn parse_files_reads_bytes() {
+        let dir = std::env::temp_dir().join(format!("sluice-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("latin1.cfg");
+        std::fs::write(&path, b"global\n    # caf\xe9\n    nbthread 2\n").unwrap();
+        let got = parse_files(&[path.to_string_lossy().into_owned()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let s = got.unwrap();
+        assert_eq!(s[0].lines[0].words, vec!["nbthread", "2"]);
     }
 
     #[test]

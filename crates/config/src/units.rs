@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::error::shorten;
+
 /// Parses a time value such as `5s`, `250`, `100us`, `1m`.
 pub fn parse_time(s: &str) -> Result<Duration, String> {
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
@@ -19,7 +21,12 @@ pub fn parse_time(s: &str) -> Result<Duration, String> {
         "m" => 60_000_000,
         "h" => 3_600_000_000,
         "d" => 86_400_000_000,
-        unit => return Err(format!("unknown time unit '{unit}' (us, ms, s, m, h, d)")),
+        unit => {
+            return Err(format!(
+                "unknown time unit '{}' (us, ms, s, m, h, d)",
+                shorten(unit)
+            ))
+        }
     };
     n.checked_mul(micros_per)
         .map(Duration::from_micros)
@@ -40,7 +47,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "k" | "K" => 1 << 10,
         "m" | "M" => 1 << 20,
         "g" | "G" => 1 << 30,
-        unit => return Err(format!("unknown size unit '{unit}' (k, m, g)")),
+        unit => return Err(format!("unknown size unit '{}' (k, m, g)", shorten(unit))),
     };
     n.checked_mul(mult)
         .ok_or_else(|| "size value too large".into())

@@ -133,7 +133,7 @@ fn time(mut f: impl FnMut()) -> f64 {
 
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus").to_string()
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/corpus").to_string()
     });
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .expect("corpus directory")

@@ -79,9 +79,9 @@ fn random(n: usize, seed: u64) -> Vec<u8> {
 }
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/corpus");
     let mut files: Vec<_> = std::fs::read_dir(dir)
-        .expect("shared/corpus next to the repository")
+        .expect("testdata/corpus in the repository")
         .map(|e| e.unwrap().path())
         .filter(|p| {
             !p.file_name().unwrap().to_string_lossy().ends_with(".md") && !p.ends_with("SHA256SUMS")

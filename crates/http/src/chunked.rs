@@ -1,7 +1,7 @@
 //! A streaming decoder for chunked bodies that re-emits them in canonical form.
 //!
-//! The proxy never forwards a chunked body byte for byte: it decodes it strictly (table C of
-//! the strictness notes) and writes either canonical chunks (`{hex}\r\n data \r\n`, extensions
+//! The proxy never forwards a chunked body byte for byte: it decodes it strictly (section C of
+//! `docs/h1-strictness.md`) and writes either canonical chunks (`{hex}\r\n data \r\n`, extensions
 //! stripped, disallowed trailers dropped) or the bare data. A peer's odd framing therefore
 //! never reaches the other side.
 

@@ -1,7 +1,7 @@
 //! Strict HTTP/1.1 for a proxy: message heads, body framing and error responses.
 //!
 //! Heads are parsed with `httparse` and then checked against the rules of
-//! `shared/notes/h1-strictness.md` ("Ours" column): anything that could let two parties
+//! `docs/h1-strictness.md` at the repository root: anything that could let two parties
 //! disagree on where a message ends is refused with the status the table gives. A parsed
 //! head keeps byte ranges into the caller's buffer rather than copies, so it is valid only
 //! while that buffer is untouched.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/corpus");
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

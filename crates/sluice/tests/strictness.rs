@@ -1,4 +1,4 @@
-//! Adversarial input from clients and servers (shared/notes/h1-strictness.md): every
+//! Adversarial input from clients and servers (docs/h1-strictness.md): every
 //! rejected request gets its status and a closed connection and never reaches the origin;
 //! every malformed response becomes a 502 and its server connection is never reused.
 
