@@ -10,7 +10,7 @@ import os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, ti
 SECS = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 8
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 3
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(ROOT, "..", "shared", "corpus")
+CORPUS = os.path.join(ROOT, "testdata", "corpus")
 SLUICE = os.path.join(ROOT, "target", "release", "sluice")
 CLK = os.sysconf("SC_CLK_TCK")
 ORIGIN, PROXY = 18080, 18081
