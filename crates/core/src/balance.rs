@@ -22,7 +22,7 @@ use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::balance::{Algo, BalanceConf};
 use crate::conf::{Backend, ProxyConf};
-use crate::runtime::BackendState;
+use crate::runtime::{BackendState, LbCache};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     name: "balance",
@@ -90,74 +90,97 @@ pub struct PickKey<'a> {
 /// Chooses a server index of `be`, or `None` when no server is usable. A server at its
 /// `maxconn` is passed over for one with room when the algorithm offers one; when all are
 /// full the request queues on the algorithm's first choice.
-pub fn pick(be: &Backend, st: &BackendState, key: &PickKey<'_>) -> Option<usize> {
-    let first = pick_any(be, st, key)?;
+pub fn pick(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) -> Option<usize> {
+    let first = pick_any(be, st, key, lb)?;
     if st.servers[first].has_room() {
         return Some(first);
     }
     (0..be.servers.len())
-        .filter_map(|_| pick_any(be, st, key))
+        .filter_map(|_| pick_any(be, st, key, lb))
         .find(|&i| st.servers[i].has_room())
         .or(Some(first))
 }
 
 /// A usable server other than `not` (the last connection retry with `option redispatch`).
-pub fn pick_other(be: &Backend, st: &BackendState, key: &PickKey<'_>, not: usize) -> Option<usize> {
+pub fn pick_other(
+    be: &Backend,
+    st: &BackendState,
+    key: &PickKey<'_>,
+    lb: &LbCache,
+    not: usize,
+) -> Option<usize> {
     (0..be.servers.len() * 2)
-        .filter_map(|_| pick(be, st, key))
+        .filter_map(|_| pick(be, st, key, lb))
         .find(|&s| s != not)
 }
 
-fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>) -> Option<usize> {
+fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) -> Option<usize> {
     let active = |i: usize| !be.servers[i].backup && st.servers[i].usable();
     if !(0..be.servers.len()).any(active) {
         return (0..be.servers.len()).find(|&i| be.servers[i].backup && st.servers[i].usable());
     }
     match &be.algo {
-        Algo::RoundRobin => next_rr(be, st),
-        Algo::StaticRr => next_static(be, st),
+        Algo::RoundRobin => next_rr(be, st, lb),
+        Algo::StaticRr => next_static(be, st, lb),
         Algo::LeastConn => least_conn(be, st),
         Algo::First => (0..be.servers.len())
             .find(|&i| active(i) && st.servers[i].has_room())
             .or_else(|| (0..be.servers.len()).find(|&i| active(i))),
-        Algo::Random(draws) => random(be, st, *draws),
+        Algo::Random(draws) => random(be, st, lb, *draws),
         Algo::Source => {
             let h = match key.client {
                 IpAddr::V4(a) => hash(&a.octets()),
                 IpAddr::V6(a) => hash(&a.octets()),
             };
-            by_hash(be, st, h)
+            by_hash(be, st, lb, h)
         }
-        Algo::Uri => by_hash(be, st, hash(key.path)),
+        Algo::Uri => by_hash(be, st, lb, hash(key.path)),
         Algo::Hdr(_) => match key.header {
-            Some(v) => by_hash(be, st, hash(v)),
-            None => next_rr(be, st),
+            Some(v) => by_hash(be, st, lb, hash(v)),
+            None => next_rr(be, st, lb),
         },
     }
 }
 
-/// Runs `f` on the dynamic schedule (live weights of usable active servers), rebuilding it
-/// first when a server's state or weight changed since it was built.
-fn with_schedule<R>(be: &Backend, st: &BackendState, f: impl FnOnce(&[usize]) -> R) -> R {
-    let lb = &st.lb;
-    let gen = lb.generation.load(Ordering::Acquire);
-    {
-        let s = lb.schedule.read().unwrap_or_else(|e| e.into_inner());
-        if s.0 == gen {
-            return f(&s.1);
+/// Runs `f` on the dynamic schedule (live weights of usable active servers). The worker's
+/// copy serves while the backend's balancing generation is unchanged; after a change, the
+/// first worker to notice rebuilds the shared schedule and the others copy it.
+fn with_schedule<R>(
+    be: &Backend,
+    st: &BackendState,
+    lb: &LbCache,
+    f: impl FnOnce(&[usize]) -> R,
+) -> R {
+    let gen = st.lb.generation.load(Ordering::Acquire);
+    let mut cache = lb.0.borrow_mut();
+    if cache.len() <= st.index {
+        cache.resize(st.index + 1, None);
+    }
+    let mine = &mut cache[st.index];
+    if let Some((g, s)) = mine {
+        if *g == gen {
+            return f(s);
         }
     }
-    let weights: Vec<u32> = be
-        .servers
-        .iter()
-        .zip(st.servers.iter())
-        .map(|(c, s)| if c.backup { 0 } else { s.effective_weight() })
-        .collect();
-    let built: Arc<[usize]> = smooth_schedule(&weights).into();
-    let mut s = lb.schedule.write().unwrap_or_else(|e| e.into_inner());
-    *s = (gen, built.clone());
-    drop(s);
-    f(&built)
+    let shared = {
+        let s = st.lb.schedule.read().unwrap_or_else(|e| e.into_inner());
+        (s.0 == gen).then(|| s.1.clone())
+    };
+    let schedule = shared.unwrap_or_else(|| {
+        let weights: Vec<u32> = be
+            .servers
+            .iter()
+            .zip(st.servers.iter())
+            .map(|(c, s)| if c.backup { 0 } else { s.effective_weight() })
+            .collect();
+        let built: Arc<[usize]> = smooth_schedule(&weights).into();
+        let mut s = st.lb.schedule.write().unwrap_or_else(|e| e.into_inner());
+        *s = (gen, built.clone());
+        built
+    });
+    *mine = Some((gen, schedule.clone()));
+    drop(cache);
+    f(&schedule)
 }
 
 /// The static map of `static-rr` and the hash algorithms: configured weights, built once.
@@ -183,12 +206,12 @@ fn walk(map: &[usize], st: &BackendState) -> Option<usize> {
         .find(|&i| st.servers[i].usable())
 }
 
-fn next_rr(be: &Backend, st: &BackendState) -> Option<usize> {
-    with_schedule(be, st, |map| walk(map, st))
+fn next_rr(be: &Backend, st: &BackendState, lb: &LbCache) -> Option<usize> {
+    with_schedule(be, st, lb, |map| walk(map, st))
 }
 
-fn next_static(be: &Backend, st: &BackendState) -> Option<usize> {
-    walk(static_map(be, st), st).or_else(|| next_rr(be, st))
+fn next_static(be: &Backend, st: &BackendState, lb: &LbCache) -> Option<usize> {
+    walk(static_map(be, st), st).or_else(|| next_rr(be, st, lb))
 }
 
 fn least_conn(be: &Backend, st: &BackendState) -> Option<usize> {
@@ -212,8 +235,8 @@ fn least_conn(be: &Backend, st: &BackendState) -> Option<usize> {
     best.map(|(i, _, _)| i)
 }
 
-fn random(be: &Backend, st: &BackendState, draws: u32) -> Option<usize> {
-    let best = with_schedule(be, st, |map| {
+fn random(be: &Backend, st: &BackendState, lb: &LbCache, draws: u32) -> Option<usize> {
+    let best = with_schedule(be, st, lb, |map| {
         let mut best: Option<(usize, usize)> = None;
         if map.is_empty() {
             return None;
@@ -230,21 +253,21 @@ fn random(be: &Backend, st: &BackendState, draws: u32) -> Option<usize> {
         }
         best.map(|(i, _)| i)
     });
-    best.or_else(|| next_rr(be, st))
+    best.or_else(|| next_rr(be, st, lb))
 }
 
 /// Map-based hashing: the hash selects a slot of the static map; an unusable server's
 /// requests go round robin over the others.
-fn by_hash(be: &Backend, st: &BackendState, h: u64) -> Option<usize> {
+fn by_hash(be: &Backend, st: &BackendState, lb: &LbCache, h: u64) -> Option<usize> {
     let map = static_map(be, st);
     if map.is_empty() {
-        return next_rr(be, st);
+        return next_rr(be, st, lb);
     }
     let i = map[(h % map.len() as u64) as usize];
     if st.servers[i].usable() {
         Some(i)
     } else {
-        next_rr(be, st)
+        next_rr(be, st, lb)
     }
 }
 
@@ -301,7 +324,7 @@ mod tests {
             });
         }
         let be = crate::backend::lower("be", 1, &c);
-        let st = BackendState::new(&be, 1);
+        let st = BackendState::new(&be, 0, 1);
         (be, st)
     }
 
@@ -313,10 +336,11 @@ mod tests {
         }
     }
 
-    fn picks(be: &Backend, st: &BackendState, n: usize) -> Vec<usize> {
+    /// Counts `n` picks with one worker's cache (kept across calls, as a worker's is).
+    fn picks(be: &Backend, st: &BackendState, lb: &LbCache, n: usize) -> Vec<usize> {
         let mut count = vec![0; be.servers.len()];
         for _ in 0..n {
-            count[pick(be, st, &key()).unwrap()] += 1;
+            count[pick(be, st, &key(), lb).unwrap()] += 1;
         }
         count
     }
@@ -337,49 +361,55 @@ mod tests {
             &[(1, false, false), (1, false, true), (1, true, false)],
         );
         for _ in 0..4 {
-            assert_eq!(pick(&be, &st, &key()), Some(0));
+            assert_eq!(pick(&be, &st, &key(), &LbCache::default()), Some(0));
         }
         let (be, st) = backend(
             Algo::RoundRobin,
             &[(1, false, true), (1, true, false), (1, true, false)],
         );
-        assert_eq!(pick(&be, &st, &key()), Some(1));
+        assert_eq!(pick(&be, &st, &key(), &LbCache::default()), Some(1));
         let (be, st) = backend(Algo::RoundRobin, &[(1, false, true)]);
-        assert_eq!(pick(&be, &st, &key()), None);
+        assert_eq!(pick(&be, &st, &key(), &LbCache::default()), None);
     }
 
     #[test]
     fn roundrobin_follows_live_weights_and_states() {
         let (be, st) = backend(Algo::RoundRobin, &[(1, false, false), (1, false, false)]);
-        assert_eq!(picks(&be, &st, 100), [50, 50]);
+        let lb = LbCache::default();
+        assert_eq!(picks(&be, &st, &lb, 100), [50, 50]);
         st.set_weight(0, 3);
-        assert_eq!(picks(&be, &st, 100), [75, 25]);
+        assert_eq!(picks(&be, &st, &lb, 100), [75, 25]);
         st.set_admin(1, AdminState::Drain);
-        assert_eq!(picks(&be, &st, 10), [10, 0]);
+        assert_eq!(picks(&be, &st, &lb, 10), [10, 0]);
         st.set_admin(1, AdminState::Ready);
         st.set_weight(0, 0);
-        assert_eq!(picks(&be, &st, 10), [0, 10]);
+        assert_eq!(picks(&be, &st, &lb, 10), [0, 10]);
         st.set_admin(1, AdminState::Maint);
-        assert_eq!(pick(&be, &st, &key()), None);
+        assert_eq!(pick(&be, &st, &key(), &LbCache::default()), None);
     }
 
     #[test]
     fn static_rr_keeps_its_map_but_skips_unusable_servers() {
         let (be, st) = backend(Algo::StaticRr, &[(3, false, false), (1, false, false)]);
+        let lb = LbCache::default();
         st.set_weight(0, 1);
-        assert_eq!(picks(&be, &st, 100), [75, 25], "configured weights");
+        assert_eq!(picks(&be, &st, &lb, 100), [75, 25], "configured weights");
         st.set_admin(0, AdminState::Maint);
-        assert_eq!(picks(&be, &st, 10), [0, 10]);
+        assert_eq!(picks(&be, &st, &lb, 10), [0, 10]);
     }
 
     #[test]
     fn leastconn_prefers_idle_servers_by_live_weight() {
         let (be, st) = backend(Algo::LeastConn, &[(1, false, false), (1, false, false)]);
         st.servers[0].in_flight.store(3, Ordering::Relaxed);
-        assert_eq!(pick(&be, &st, &key()), Some(1));
+        assert_eq!(pick(&be, &st, &key(), &LbCache::default()), Some(1));
         st.servers[1].in_flight.store(2, Ordering::Relaxed);
         st.set_weight(0, 4);
-        assert_eq!(pick(&be, &st, &key()), Some(0), "3/4 < 2/1");
+        assert_eq!(
+            pick(&be, &st, &key(), &LbCache::default()),
+            Some(0),
+            "3/4 < 2/1"
+        );
     }
 
     #[test]
@@ -388,13 +418,13 @@ mod tests {
             Algo::Source,
             &[(1, false, false), (1, false, false), (1, false, false)],
         );
-        let first = pick(&be, &st, &key()).unwrap();
+        let first = pick(&be, &st, &key(), &LbCache::default()).unwrap();
         for _ in 0..10 {
-            assert_eq!(pick(&be, &st, &key()), Some(first));
+            assert_eq!(pick(&be, &st, &key(), &LbCache::default()), Some(first));
         }
         st.set_admin(first, AdminState::Maint);
         for _ in 0..10 {
-            assert_ne!(pick(&be, &st, &key()), Some(first));
+            assert_ne!(pick(&be, &st, &key(), &LbCache::default()), Some(first));
         }
     }
 

@@ -85,6 +85,12 @@ impl Buf {
             .is_some_and(|d| self.start == 0 && self.end == d.len())
     }
 
+    /// The last read stopped at the end of the storage, so the peer may well have more
+    /// waiting (a read that stopped short took everything there was).
+    pub fn read_to_capacity(&self) -> bool {
+        self.data.as_ref().is_some_and(|d| self.end == d.len())
+    }
+
     /// Returns the storage to the pool if nothing is buffered.
     pub fn release(&mut self, pool: &BufPool) {
         if self.is_empty() {

@@ -272,7 +272,8 @@ pub struct PoolStats {
     pub used_cur: AtomicUsize,
     pub used_max: AtomicUsize,
     pub need_est: AtomicUsize,
-    pub per_thread: Box<[AtomicUsize]>,
+    /// Idle connections per worker, each on cache lines of its own.
+    pub per_thread: Box<[Padded<AtomicUsize>]>,
     /// Sibling to try first at the next takeover.
     next_takeover: AtomicUsize,
     /// The current purge period and its surplus.
@@ -296,7 +297,21 @@ pub enum Got<C> {
 pub struct ServerPools<C> {
     pub conf: PoolConf,
     pub stats: PoolStats,
-    per_thread: Box<[Mutex<ThreadIdle<C>>]>,
+    /// Each worker's lists, on cache lines of their own: a worker locking its own lists
+    /// never touches a line a sibling locks.
+    per_thread: Box<[Padded<Mutex<ThreadIdle<C>>>]>,
+}
+
+/// A value alone on its pair of cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 impl<C: Resource> ServerPools<C> {
@@ -310,13 +325,13 @@ impl<C: Resource> ServerPools<C> {
                 used_cur: AtomicUsize::new(0),
                 used_max: AtomicUsize::new(0),
                 need_est: AtomicUsize::new(0),
-                per_thread: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+                per_thread: (0..n).map(|_| Padded::default()).collect(),
                 next_takeover: AtomicUsize::new(0),
                 purge_epoch: AtomicU64::new(0),
                 purge_exceed: AtomicUsize::new(0),
                 takeovers: AtomicU64::new(0),
             },
-            per_thread: (0..n).map(|_| Mutex::default()).collect(),
+            per_thread: (0..n).map(|_| Padded::default()).collect(),
         }
     }
 
@@ -399,8 +414,12 @@ impl<C: Resource> ServerPools<C> {
     /// current use.
     pub fn use_one(&self) {
         let used = self.stats.used_cur.fetch_add(1, Ordering::Relaxed) + 1;
-        self.stats.used_max.fetch_max(used, Ordering::Relaxed);
-        self.stats.need_est.fetch_max(used, Ordering::Relaxed);
+        // Read first: the maxima rarely move, and a plain read keeps the line shared.
+        for max in [&self.stats.used_max, &self.stats.need_est] {
+            if used > max.load(Ordering::Relaxed) {
+                max.fetch_max(used, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Counts a used connection that was closed instead of released.

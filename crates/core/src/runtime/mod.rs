@@ -22,5 +22,6 @@ mod state;
 pub use self::counters::{Counter, PerWorker, ProxyCounters, ServerCounters, WorkerCounters};
 pub use self::process::{Admission, ClientConn, Process, Slot, ThreadCtx, Worker};
 pub use self::state::{
-    AdminState, BackendState, FrontendState, LbState, OperState, Runtime, ServerQueue, ServerState,
+    AdminState, BackendState, FrontendState, LbCache, LbState, OperState, Runtime, ServerQueue,
+    ServerState,
 };

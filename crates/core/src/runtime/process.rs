@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::counters::WorkerCounters;
-use super::state::Runtime;
+use super::state::{LbCache, Runtime};
 use crate::buffer::BufPool;
 use crate::conf::Config;
 use crate::log::Logger;
@@ -114,6 +114,8 @@ pub struct Worker {
     pub comp_plain: RefCell<Vec<u8>>,
     /// Woken at soft stop, for client connections waiting idle between requests.
     pub stop: tokio::sync::Notify,
+    /// This worker's copies of the balancing schedules.
+    pub lb: LbCache,
 }
 
 impl Worker {
@@ -125,6 +127,7 @@ impl Worker {
             comp_out: RefCell::default(),
             comp_plain: RefCell::default(),
             stop: tokio::sync::Notify::new(),
+            lb: LbCache::default(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The live state of proxies and servers, aligned with one configuration generation.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -140,15 +141,25 @@ pub struct LbState {
     /// Bumped by every change of a server's usable weight.
     pub generation: AtomicU64,
     /// The dynamic weighted schedule and the generation it was built for.
-    pub schedule: RwLock<(u64, Arc<[usize]>)>,
+    pub schedule: RwLock<Schedule>,
     /// The static map of `static-rr` and the hash algorithms (configured weights).
     pub static_map: OnceLock<Box<[usize]>>,
 }
+
+/// One worker's copies of its backends' dynamic schedules: while a schedule is unchanged,
+/// a pick reads no cache line that other workers write (only the balancing generation).
+#[derive(Debug, Default)]
+pub struct LbCache(pub RefCell<Vec<Option<Schedule>>>);
+
+/// A weighted schedule of server indices and the balancing generation it was built for.
+pub type Schedule = (u64, Arc<[usize]>);
 
 /// A backend's live state.
 #[derive(Debug)]
 pub struct BackendState {
     pub id: u32,
+    /// Position in the generation's `backends` (the key of per-worker caches).
+    pub index: usize,
     /// Aligned with the configuration's `servers`.
     pub servers: Box<[Arc<ServerState>]>,
     pub lb: LbState,
@@ -156,9 +167,10 @@ pub struct BackendState {
 }
 
 impl BackendState {
-    pub fn new(conf: &Backend, workers: usize) -> BackendState {
+    pub fn new(conf: &Backend, index: usize, workers: usize) -> BackendState {
         BackendState {
             id: conf.id,
+            index,
             servers: conf
                 .servers
                 .iter()
@@ -235,7 +247,8 @@ impl Runtime {
             backends: config
                 .backends
                 .iter()
-                .map(|b| Arc::new(BackendState::new(b, workers)))
+                .enumerate()
+                .map(|(i, b)| Arc::new(BackendState::new(b, i, workers)))
                 .collect(),
         }
     }
@@ -266,17 +279,18 @@ impl Runtime {
         let backends = new
             .backends
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(index, b)| {
                 let Some(i) = match_index(
                     &old.backends,
                     |o| o.id == b.id && o.name == b.name,
                     |o| o.name == b.name,
                 )
                 .filter(|_| same_workers) else {
-                    return Arc::new(BackendState::new(b, workers));
+                    return Arc::new(BackendState::new(b, index, workers));
                 };
                 let (old_be, old_state) = (&old.backends[i], &self.backends[i]);
-                let mut state = BackendState::new(b, workers);
+                let mut state = BackendState::new(b, index, workers);
                 for (j, s) in b.servers.iter().enumerate() {
                     let kept = match_index(
                         &old_be.servers,

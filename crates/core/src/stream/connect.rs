@@ -162,7 +162,7 @@ pub(crate) async fn establish<'w>(
         let counters = st.servers[server].counters.at(w.tid);
         counters.retries.bump();
         if be.redispatch && attempt == be.retries {
-            if let Some(other) = balance::pick_other(be, st, key, server) {
+            if let Some(other) = balance::pick_other(be, st, key, &w.lb, server) {
                 counters.redispatches.bump();
                 server = other;
                 at.server = server;

@@ -276,7 +276,10 @@ impl Relay<'_> {
                 let mut remaining = total;
                 loop {
                     let take = (remaining as usize).min(self.sbuf.bytes().len());
-                    let more = remaining > take as u64 && self.server.has_input();
+                    // Only a full buffer can have left bytes waiting; the peek confirms it.
+                    let more = remaining > take as u64
+                        && self.sbuf.read_to_capacity()
+                        && self.server.has_input();
                     self.send(take, more).await?;
                     self.relayed += take as u64;
                     remaining -= take as u64;
@@ -391,7 +394,7 @@ impl Relay<'_> {
             }
             if !self.out.is_empty() {
                 // Let the kernel coalesce only when the next chunk's input is already here.
-                let more = !last && self.server.has_input();
+                let more = !last && self.sbuf.read_to_capacity() && self.server.has_input();
                 self.send(0, more).await?;
             }
             if last {

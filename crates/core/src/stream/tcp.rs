@@ -28,7 +28,7 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
         path: b"",
         header: None,
     };
-    let Some(server) = balance::pick(be, &w.state().backends[backend], &key) else {
+    let Some(server) = balance::pick(be, &w.state().backends[backend], &key, &w.lb) else {
         let at = Attempts::new(0);
         return log(w, fe, backend, None, peer, date, started, &at, 0, *b"SC");
     };

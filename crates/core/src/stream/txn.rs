@@ -281,7 +281,9 @@ impl Txn {
                 loop {
                     let take = (remaining as usize).min(s.cbuf.bytes().len());
                     // Only hold the segment back when the rest is already waiting.
-                    let more = remaining > take as u64 && s.client.has_input();
+                    let more = remaining > take as u64
+                        && s.cbuf.read_to_capacity()
+                        && s.client.has_input();
                     let body = &s.cbuf.bytes()[..take];
                     to_server(within(tserver, conn.conn.write_pair(&s.out, body, more)).await)?;
                     s.out.clear();
@@ -501,7 +503,7 @@ fn route(s: &Session, head: &RequestHead) -> (Route, Edits) {
     // A private connection (http-reuse never) keeps its server while it is usable.
     let server = match &s.private {
         Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
-        _ => balance::pick(be, st, &key),
+        _ => balance::pick(be, st, &key, &s.w.lb),
     };
     match server {
         Some(server) => (Route::Forward { backend, server }, edits),
