@@ -280,6 +280,10 @@ pub struct PoolStats {
     purge_epoch: AtomicU64,
     purge_exceed: AtomicUsize,
     pub takeovers: AtomicU64,
+    /// Idle connections of one worker closed by another: dead ones met during a takeover,
+    /// and evictions under descriptor pressure. (Their sockets leave the owner's event loop
+    /// from the closing worker's thread.)
+    pub foreign_closed: AtomicU64,
 }
 
 /// What `get` found.
@@ -330,6 +334,7 @@ impl<C: Resource> ServerPools<C> {
                 purge_epoch: AtomicU64::new(0),
                 purge_exceed: AtomicUsize::new(0),
                 takeovers: AtomicU64::new(0),
+                foreign_closed: AtomicU64::new(0),
             },
             per_thread: (0..n).map(|_| Padded::default()).collect(),
         }
@@ -394,10 +399,17 @@ impl<C: Resource> ServerPools<C> {
                 continue;
             };
             let (before, before_safe) = (l.len(), l.safe.len());
+            let dead_before = dropped.len();
             let got = l.pop(want, now, dropped);
             let (after, after_safe) = (l.len(), l.safe.len());
             drop(l);
             self.note_removed(victim, before - after, before_safe - after_safe);
+            let dead = dropped.len() - dead_before;
+            if dead > 0 {
+                self.stats
+                    .foreign_closed
+                    .fetch_add(dead as u64, Ordering::Relaxed);
+            }
             if let Some(c) = got {
                 self.stats
                     .next_takeover
@@ -562,6 +574,9 @@ impl<C: Resource> ServerPools<C> {
                 let safe = was_safe - l.safe.len();
                 drop(l);
                 self.note_removed(t, 1, safe);
+                if t != tid {
+                    self.stats.foreign_closed.fetch_add(1, Ordering::Relaxed);
+                }
                 return Some(c.conn);
             }
         }
@@ -745,6 +760,62 @@ mod tests {
         fn alive(&self) -> bool {
             self.alive
         }
+    }
+
+    #[test]
+    fn closing_a_siblings_connection_is_counted() {
+        let pools: ServerPools<Fake> = ServerPools::new(
+            2,
+            PoolConf {
+                max_conn: None,
+                low_conn: 0,
+                purge_delay: Duration::from_secs(5),
+            },
+        );
+        let now = Instant::now();
+        let p = pressure(10);
+        // Newest last: the newest (taken first) is dead.
+        for (id, alive) in [(1, true), (2, false)] {
+            pools.use_one();
+            let kept = pools.release(1, Fake { id, alive }, 2, true, false, &p, now, None);
+            assert!(kept.is_ok());
+        }
+        // Worker 0 takes over: the dead one is met (and closed here), the live one taken.
+        let mut dead = Vec::new();
+        let got = pools.get(0, Want::Any, &p, now, &mut dead);
+        assert!(
+            matches!(got, Got::Stolen(ref c, 1) if c.conn.id == 1),
+            "{got:?}"
+        );
+        assert_eq!(dead.len(), 1);
+        assert_eq!(pools.stats.foreign_closed.load(Ordering::Relaxed), 1);
+        // Eviction of a sibling's connection is counted too; of its own, not.
+        pools.use_one();
+        let _ = pools.release(
+            1,
+            Fake { id: 3, alive: true },
+            2,
+            true,
+            false,
+            &p,
+            now,
+            None,
+        );
+        assert_eq!(pools.evict_one(0).map(|c| c.id), Some(3));
+        assert_eq!(pools.stats.foreign_closed.load(Ordering::Relaxed), 2);
+        pools.use_one();
+        let _ = pools.release(
+            0,
+            Fake { id: 4, alive: true },
+            2,
+            true,
+            false,
+            &p,
+            now,
+            None,
+        );
+        assert_eq!(pools.evict_one(0).map(|c| c.id), Some(4));
+        assert_eq!(pools.stats.foreign_closed.load(Ordering::Relaxed), 2);
     }
 
     /// A seeded random sequence of take / return / close / purge / takeover operations on a

@@ -214,6 +214,14 @@ fn show_activity(s: &Process, _: &[&str]) -> String {
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());
     let _ = writeln!(out, "open_sockets: {}", crate::fds::open_sockets());
+    let foreign: u64 = s
+        .state
+        .backends
+        .iter()
+        .flat_map(|b| b.servers.iter())
+        .map(|srv| srv.idle.stats.foreign_closed.load(Ordering::Relaxed))
+        .sum();
+    let _ = writeln!(out, "idle_foreign_closed: {foreign}");
     for (name, get) in rows {
         let values: Vec<u64> = s.threads.iter().map(get).collect();
         let total: u64 = if *name == "avg_cpu_pct" {

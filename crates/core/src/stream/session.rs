@@ -6,7 +6,9 @@
 //! - Nothing of a request reaches a server before its head has been fully validated.
 //! - Requests are handled one at a time, so pipelined requests are answered in order and a
 //!   server connection never carries two requests at once.
-//! - A connection with nothing of a request buffered is idle: a soft stop closes it.
+//! - A connection with nothing of a request buffered is idle: a soft stop closes it, and it
+//!   holds no buffer storage (both buffers go back to the worker's pool) and at most
+//!   `OUT_IDLE_CAPACITY` bytes of output scratch.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -21,6 +23,9 @@ use crate::buffer::Buf;
 use crate::conf::Frontend;
 use crate::runtime::Worker;
 use crate::transport::Conn;
+
+/// What the output scratch keeps while the connection waits for its next request.
+const OUT_IDLE_CAPACITY: usize = 4096;
 
 pub(crate) struct Session {
     pub w: Rc<Worker>,
@@ -71,6 +76,11 @@ impl Session {
                 }
             }
             let idle_wait = self.cbuf.is_empty() && self.requests > 0;
+            if idle_wait && self.out.capacity() > OUT_IDLE_CAPACITY {
+                // Re-framed and compressed responses grow the scratch to a few buffers; an
+                // idle connection keeps only what a head needs.
+                self.out = Vec::with_capacity(OUT_IDLE_CAPACITY);
+            }
             let limit = if idle_wait {
                 st.timeout_keep_alive
                     .or(st.timeout_http_request)
