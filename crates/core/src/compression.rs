@@ -17,7 +17,7 @@ use std::time::Instant;
 use sluice_config::{units, Keyword, KwError, Scope};
 use sluice_deflate::{max_encoded_len, Format, Stream, MAX_FINISH_LEN, MAX_FLUSH_LEN};
 use sluice_http::{
-    name_is, push_chunk_header, trim_ows, Framing, RequestHead, ResponseHead, Version,
+    name_is, push_chunk_header, trim_ows, Framing, RequestView, ResponseView, Version,
 };
 
 pub use crate::conf::compression::{Algo, CompConf, GlobalComp};
@@ -276,32 +276,30 @@ fn parse_q(p: &[u8]) -> Option<u16> {
 }
 
 /// The algorithm to use for this request, if its form allows compressing the response.
-pub fn for_request(conf: &CompConf, head: &RequestHead, buf: &[u8]) -> Option<Algo> {
-    if !conf.enabled() || head.version != Version::Http11 || head.is_head(buf) {
+pub fn for_request(conf: &CompConf, req: &RequestView<'_>) -> Option<Algo> {
+    if !conf.enabled() || req.version() != Version::Http11 || req.is_head() {
         return None;
     }
-    let values = head
-        .headers
-        .iter()
-        .filter(|h| name_is(&buf[h.name.clone()], "accept-encoding"))
-        .map(|h| &buf[h.value.clone()]);
+    let values = req
+        .headers()
+        .filter(|(n, _)| name_is(n, "accept-encoding"))
+        .map(|(_, v)| v);
     choose(values, &conf.algos)
 }
 
 /// Whether a response may be compressed (HAProxy's rules, see the module docs of `stream`).
-pub fn response_allows(conf: &CompConf, rsp: &ResponseHead, buf: &[u8]) -> bool {
-    if !(200..=203).contains(&rsp.status) || rsp.version != Version::Http11 {
+pub fn response_allows(conf: &CompConf, rsp: &ResponseView<'_>) -> bool {
+    if !(200..=203).contains(&rsp.status()) || rsp.version() != Version::Http11 {
         return false;
     }
-    match rsp.framing {
+    match rsp.framing() {
         Framing::None => return false,
         Framing::Length(n) if n == 0 || n < conf.minsize => return false,
         _ => {}
     }
     let mut etags = 0;
     let mut content_type = None;
-    for h in &rsp.headers {
-        let (name, value) = (&buf[h.name.clone()], &buf[h.value.clone()]);
+    for (name, value) in rsp.headers() {
         if name_is(name, "content-encoding") {
             return false;
         }

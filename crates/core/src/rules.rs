@@ -7,19 +7,13 @@
 //! workers only evaluate plain data. Conditions see the request as the client sent it.
 
 use sluice_config::{ConfigError, Keyword, KwError, Scope};
-use sluice_http::{name_is, trim_ows, RequestHead};
+use sluice_http::{name_is, trim_ows, RequestView};
 
 pub use crate::conf::rules::*;
 use crate::conf::{Loc, ProxyConf};
 
-/// The request as conditions see it.
-pub struct ReqView<'a> {
-    pub buf: &'a [u8],
-    pub head: &'a RequestHead,
-}
-
 impl Acl {
-    fn matches(&self, req: &ReqView<'_>) -> bool {
+    fn matches(&self, req: &RequestView<'_>) -> bool {
         let eq = |a: &[u8], b: &[u8]| {
             if self.icase {
                 a.eq_ignore_ascii_case(b)
@@ -38,22 +32,17 @@ impl Acl {
             })
         };
         match &self.criterion {
-            Criterion::Path | Criterion::PathBeg | Criterion::PathEnd => {
-                sample(&req.buf[req.head.path.clone()])
-            }
-            Criterion::Method => sample(req.head.method(req.buf)),
-            Criterion::Hdr(name) => req.head.headers.iter().any(|h| {
-                name_is(&req.buf[h.name.clone()], name)
-                    && req.buf[h.value.clone()]
-                        .split(|&b| b == b',')
-                        .any(|v| sample(trim_ows(v)))
+            Criterion::Path | Criterion::PathBeg | Criterion::PathEnd => sample(req.path()),
+            Criterion::Method => sample(req.method()),
+            Criterion::Hdr(name) => req.headers().any(|(n, v)| {
+                name_is(n, name) && v.split(|&b| b == b',').any(|v| sample(trim_ows(v)))
             }),
         }
     }
 }
 
 impl Cond {
-    pub fn eval(&self, req: &ReqView<'_>) -> bool {
+    pub fn eval(&self, req: &RequestView<'_>) -> bool {
         let hit = self.groups.iter().any(|g| {
             g.iter()
                 .all(|t| t.acls.iter().any(|a| a.matches(req)) != t.neg)
@@ -63,7 +52,7 @@ impl Cond {
 }
 
 /// Evaluates an optional condition (absent means true).
-pub fn holds(cond: &Option<Cond>, req: &ReqView<'_>) -> bool {
+pub fn holds(cond: &Option<Cond>, req: &RequestView<'_>) -> bool {
     cond.as_ref().is_none_or(|c| c.eval(req))
 }
 
@@ -500,10 +489,7 @@ mod tests {
 
     fn eval(c: &Cond, raw: &[u8]) -> bool {
         let head = sluice_http::parse_request(raw).unwrap().unwrap();
-        c.eval(&ReqView {
-            buf: raw,
-            head: &head,
-        })
+        c.eval(&RequestView::h1(raw, &head))
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! head keeps byte ranges into the caller's buffer rather than copies, so it is valid only
 //! while that buffer is untouched.
 //!
+//! Transactions read heads through the protocol-neutral [`RequestView`] and
+//! [`ResponseView`].
+//!
 //! Invariant: a request head that parses successfully has exactly one framing
 //! ([`Framing`]) and, for HTTP/1.1, exactly one valid Host.
 
@@ -14,12 +17,14 @@ mod errors;
 mod head;
 mod request;
 mod response;
+mod view;
 
 pub use chunked::{push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
 pub use errors::{error_page, reason};
 pub use head::{trim_ows, Framing, Header, Version};
 pub use request::{parse_request, HeadError, RequestHead};
 pub use response::{parse_response, ResponseHead};
+pub use view::{RequestView, ResponseView};
 
 /// Headers beyond this count make a request fail with 431 (a response with 502).
 pub const MAX_HEADERS: usize = 100;

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use sluice_http::{reason, Framing, RequestHead, ResponseHead, Version};
+use sluice_http::{reason, Framing, RequestView, ResponseView, Version};
 
 use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
@@ -98,32 +98,30 @@ pub(crate) fn forwardfor<'a>(
 /// canonical framing header.
 pub(crate) fn build_request_head(
     out: &mut Vec<u8>,
-    buf: &[u8],
-    head: &RequestHead,
+    req: &RequestView<'_>,
     edits: &Edits,
     xff: Option<(&ForwardFor, IpAddr)>,
     server_close: bool,
     upgrade: Option<&[u8]>,
 ) {
-    out.extend_from_slice(&buf[head.method.clone()]);
+    out.extend_from_slice(req.method());
     out.push(b' ');
-    out.extend_from_slice(&buf[head.target.clone()]);
+    out.extend_from_slice(req.target());
     // The server sees the client's version: an HTTP/1.0 request may lack Host, which an
     // HTTP/1.1 request may not.
-    out.extend_from_slice(match head.version {
+    out.extend_from_slice(match req.version() {
         Version::Http10 => b" HTTP/1.0\r\n",
         Version::Http11 => b" HTTP/1.1\r\n",
     });
     let mut has_xff = false;
-    for h in &head.headers {
-        let name = &buf[h.name.clone()];
-        if head.is_hop_by_hop(name) || edits.deletes(name) || name.eq_ignore_ascii_case(b"expect") {
+    for (name, value) in req.headers() {
+        if req.is_hop_by_hop(name) || edits.deletes(name) || name.eq_ignore_ascii_case(b"expect") {
             continue;
         }
         if let Some((f, _)) = xff {
             has_xff |= name.eq_ignore_ascii_case(f.header.as_bytes());
         }
-        push_header(out, name, &buf[h.value.clone()]);
+        push_header(out, name, value);
     }
     for (n, v) in &edits.add {
         push_header(out, n.as_bytes(), v.as_bytes());
@@ -133,12 +131,12 @@ pub(crate) fn build_request_head(
             push_header(out, f.header.as_bytes(), ip.to_string().as_bytes());
         }
     }
-    match head.framing {
+    match req.framing() {
         Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::None | Framing::UntilClose => {
             // A body-less POST/PUT still states its length so the server does not wait.
-            if matches!(&buf[head.method.clone()], b"POST" | b"PUT" | b"PATCH") {
+            if matches!(req.method(), b"POST" | b"PUT" | b"PATCH") {
                 out.extend_from_slice(b"content-length: 0\r\n");
             }
         }
@@ -148,7 +146,7 @@ pub(crate) fn build_request_head(
         push_header(out, b"upgrade", up);
     } else if server_close {
         out.extend_from_slice(b"connection: close\r\n");
-    } else if head.version == Version::Http10 {
+    } else if req.version() == Version::Http10 {
         // HTTP/1.0 closes by default: ask to keep the server connection for the pool.
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
@@ -158,14 +156,14 @@ pub(crate) fn build_request_head(
 /// The protocols a request asks to switch to: a bodiless HTTP/1.1 request with `Upgrade`
 /// nominated by `Connection`. `h2c`/`h2` are removed (a proxy must not tunnel cleartext HTTP/2
 /// it does not speak); nothing left means no upgrade.
-pub(crate) fn upgrade_request(head: &RequestHead, buf: &[u8]) -> Option<Vec<u8>> {
-    if head.version != Version::Http11
-        || head.framing != Framing::None
-        || !head.nominated.iter().any(|n| n == b"upgrade")
+pub(crate) fn upgrade_request(req: &RequestView<'_>) -> Option<Vec<u8>> {
+    if req.version() != Version::Http11
+        || req.framing() != Framing::None
+        || !req.nominates(b"upgrade")
     {
         return None;
     }
-    let value = head.header(buf, "upgrade")?;
+    let value = req.header("upgrade")?;
     let kept: Vec<&[u8]> = value
         .split(|&b| b == b',')
         .map(|t| {
@@ -184,28 +182,25 @@ pub(crate) fn upgrade_request(head: &RequestHead, buf: &[u8]) -> Option<Vec<u8>>
 /// HEAD/304).
 pub(crate) fn write_response_head(
     out: &mut Vec<u8>,
-    buf: &[u8],
-    rsp: &ResponseHead,
+    rsp: &ResponseView<'_>,
     edits: &Edits,
     client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
     compressed: Option<Algo>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(Digits::new(u64::from(rsp.status)).as_bytes());
+    out.extend_from_slice(Digits::new(u64::from(rsp.status())).as_bytes());
     out.push(b' ');
-    if rsp.reason.is_empty() {
-        out.extend_from_slice(reason(rsp.status).as_bytes());
+    if rsp.reason().is_empty() {
+        out.extend_from_slice(reason(rsp.status()).as_bytes());
     } else {
-        out.extend_from_slice(&buf[rsp.reason.clone()]);
+        out.extend_from_slice(rsp.reason());
     }
     out.extend_from_slice(b"\r\n");
     let mut saw_vary = false;
-    for h in &rsp.headers {
-        let name = &buf[h.name.clone()];
+    for (name, value) in rsp.headers() {
         if rsp.is_hop_by_hop(name) || edits.deletes(name) {
             continue;
         }
-        let value = &buf[h.value.clone()];
         if compressed.is_some() && !compression::rewrite_header(out, name, value, &mut saw_vary) {
             continue;
         }
@@ -290,8 +285,7 @@ mod tests {
         let mut out = Vec::new();
         build_request_head(
             &mut out,
-            raw,
-            &head,
+            &sluice_http::RequestView::h1(raw, &head),
             &edits,
             Some((&f, "10.0.0.9".parse().unwrap())),
             false,

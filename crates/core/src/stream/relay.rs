@@ -13,7 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseHead, Version};
+use sluice_http::{
+    push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseHead, ResponseView, Version,
+};
 
 use super::connect::ServerConn;
 use super::deadline::within;
@@ -52,11 +54,12 @@ impl Txn {
         if rsp.status == 101 {
             return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;
         }
+        let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
         let conf = compression::conf_for(fe, be);
         let limits = &w.config().global.compression;
         let mut compressor = facts
             .comp
-            .filter(|_| compression::response_allows(conf, &rsp, s.sbuf.bytes()))
+            .filter(|_| compression::response_allows(conf, &view))
             .filter(|_| !compression::over_limit(limits, RATE_IN.rate(), w.busy_pct()))
             .map(|algo| Compressor::new(algo, limits.max_level));
         let client_11 = facts.version == Version::Http11;
@@ -73,15 +76,14 @@ impl Txn {
             && client_framing != Framing::UntilClose
             && !w.stopping();
         s.out.clear();
-        let expires = keep_alive_deadline(&rsp, s.sbuf.bytes());
+        let expires = keep_alive_deadline(&view);
         let length_hint = (facts.is_head || rsp.status == 304)
-            .then(|| rsp.header(s.sbuf.bytes(), "content-length"))
+            .then(|| view.header("content-length"))
             .flatten()
             .map(<[u8]>::to_vec);
         write_response_head(
             &mut s.out,
-            s.sbuf.bytes(),
-            &rsp,
+            &view,
             &rsp_edits,
             Some((client_framing, keep_client, facts.version, length_hint)),
             compressor.as_ref().map(|c| c.algo),
@@ -177,12 +179,10 @@ impl Txn {
         let w = s.w.clone();
         let fe = &w.config().frontends[s.fe];
         s.out.clear();
-        write_response_head(&mut s.out, s.sbuf.bytes(), rsp, edits, None, None);
+        let view = ResponseView::h1(s.sbuf.bytes(), rsp);
+        write_response_head(&mut s.out, &view, edits, None, None);
         s.out.truncate(s.out.len() - 2);
-        let proto = rsp
-            .header(s.sbuf.bytes(), "upgrade")
-            .unwrap_or(b"websocket")
-            .to_vec();
+        let proto = view.header("upgrade").unwrap_or(b"websocket").to_vec();
         s.out.extend_from_slice(b"connection: upgrade\r\n");
         push_header(&mut s.out, b"upgrade", &proto);
         s.out.extend_from_slice(b"\r\n");
@@ -214,8 +214,8 @@ impl Txn {
 
 /// When a server's `Keep-Alive: timeout=N` says it will close an idle connection: the pool
 /// retires it a second before that, so a request never races the server's close.
-fn keep_alive_deadline(rsp: &ResponseHead, buf: &[u8]) -> Option<Instant> {
-    let v = rsp.header(buf, "keep-alive")?;
+fn keep_alive_deadline(rsp: &ResponseView<'_>) -> Option<Instant> {
+    let v = rsp.header("keep-alive")?;
     let secs = v.split(|&b| b == b',').find_map(|p| {
         let p = std::str::from_utf8(p).ok()?.trim();
         let (k, n) = p.split_once('=')?;

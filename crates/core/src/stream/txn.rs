@@ -11,7 +11,8 @@ use std::io;
 use std::time::Instant;
 
 use sluice_http::{
-    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, ResponseHead, Version,
+    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, RequestView, ResponseHead,
+    ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
@@ -26,7 +27,7 @@ use super::session::Session;
 use crate::balance::{self, PickKey};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
-use crate::rules::{holds, Action, HttpRule, ReqView};
+use crate::rules::{holds, Action, HttpRule};
 
 /// The routing decision for a request, computed from its head.
 enum Route {
@@ -77,22 +78,20 @@ impl Txn {
     /// Handles one request whose head is at the start of the client buffer. Returns whether
     /// the client connection stays open.
     pub async fn handle(&mut self, s: &mut Session, head: RequestHead) -> Result<bool, Fail> {
-        let facts = {
-            let buf = s.cbuf.bytes();
-            ReqFacts {
-                framing: head.framing,
-                version: head.version,
-                is_head: head.is_head(buf),
-                idempotent: head.is_idempotent(buf),
-                wants_close: head.wants_close,
-                expect_continue: head
-                    .header(buf, "expect")
-                    .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
-                comp: None,
-                upgrade: upgrade_request(&head, buf),
-            }
+        let req = RequestView::h1(s.cbuf.bytes(), &head);
+        let facts = ReqFacts {
+            framing: req.framing(),
+            version: req.version(),
+            is_head: req.is_head(),
+            idempotent: req.is_idempotent(),
+            wants_close: req.wants_close(),
+            expect_continue: req
+                .header("expect")
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
+            comp: None,
+            upgrade: upgrade_request(&req),
         };
-        let (route, mut edits) = route(s, &head);
+        let (route, mut edits) = route(s, &req);
         match route {
             Route::Error(status, backend) => {
                 self.phase = Phase::Local;
@@ -127,8 +126,9 @@ impl Txn {
                 let fe = &w.config().frontends[s.fe];
                 let be = &w.config().backends[backend];
                 let conf = compression::conf_for(fe, be);
+                let req = RequestView::h1(s.cbuf.bytes(), &head);
                 let facts = ReqFacts {
-                    comp: compression::for_request(conf, &head, s.cbuf.bytes()),
+                    comp: compression::for_request(conf, &req),
                     ..facts
                 };
                 if conf.offload {
@@ -137,8 +137,7 @@ impl Txn {
                 s.out.clear();
                 build_request_head(
                     &mut s.out,
-                    s.cbuf.bytes(),
-                    &head,
+                    &req,
                     &edits,
                     forwardfor(fe, be, s.peer.ip()),
                     server_close(fe, be),
@@ -345,8 +344,7 @@ impl Txn {
                         let mut interim = Vec::new();
                         write_response_head(
                             &mut interim,
-                            s.sbuf.bytes(),
-                            &rsp,
+                            &ResponseView::h1(s.sbuf.bytes(), &rsp),
                             &Edits::default(),
                             None,
                             None,
@@ -465,22 +463,18 @@ pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
 }
 
 /// Applies frontend rules, routing, then backend rules, and picks a server.
-fn route(s: &Session, head: &RequestHead) -> (Route, Edits) {
+fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
-    let req = ReqView {
-        buf: s.cbuf.bytes(),
-        head,
-    };
     let mut edits = Edits::default();
-    if let Some(r) = apply_rules(&fe.rules.http_request, &req, &mut edits, None) {
+    if let Some(r) = apply_rules(&fe.rules.http_request, req, &mut edits, None) {
         return (r, edits);
     }
     let backend = fe
         .rules
         .switching
         .iter()
-        .find(|(cond, _)| holds(cond, &req))
+        .find(|(cond, _)| holds(cond, req))
         .map(|(_, b)| *b)
         .or(fe.rules.default_backend);
     let Some(backend) = backend else {
@@ -488,16 +482,16 @@ fn route(s: &Session, head: &RequestHead) -> (Route, Edits) {
     };
     let be = &config.backends[backend];
     let st = &s.w.state().backends[backend];
-    if let Some(r) = apply_rules(&be.rules.http_request, &req, &mut edits, Some(backend)) {
+    if let Some(r) = apply_rules(&be.rules.http_request, req, &mut edits, Some(backend)) {
         return (r, edits);
     }
     let header = match &be.algo {
-        balance::Algo::Hdr(name) => head.header(req.buf, name),
+        balance::Algo::Hdr(name) => req.header(name),
         _ => None,
     };
     let key = PickKey {
         client: s.peer.ip(),
-        path: &req.buf[head.path.clone()],
+        path: req.path(),
         header,
     };
     // A private connection (http-reuse never) keeps its server while it is usable.
@@ -513,7 +507,7 @@ fn route(s: &Session, head: &RequestHead) -> (Route, Edits) {
 
 fn apply_rules(
     rules: &[HttpRule],
-    req: &ReqView<'_>,
+    req: &RequestView<'_>,
     edits: &mut Edits,
     backend: Option<usize>,
 ) -> Option<Route> {
