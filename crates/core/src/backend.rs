@@ -130,11 +130,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
 ];
 
 /// One row of the server option table, as HAProxy's `srv_kws`.
-struct ServerOption {
-    name: &'static str,
-    args: usize,
-    parse: fn(&mut ServerOpts, &[String]) -> Result<(), String>,
-}
+/// The server options of every feature: this module's, then the health checks'.
+const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[SERVER_OPTIONS, crate::check::SERVER_OPTIONS];
 
 const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
@@ -253,12 +250,6 @@ const SERVER_OPTIONS: &[ServerOption] = &[
 
 /// Server options HAProxy has that belong to features not built yet.
 const PENDING_SERVER_OPTIONS: &[&str] = &[
-    "check",
-    "inter",
-    "fastinter",
-    "downinter",
-    "rise",
-    "fall",
     "minconn",
     "max-reuse",
     "pool-conn-name",
@@ -288,7 +279,11 @@ fn parse_opts(opts: &mut ServerOpts, args: &[String], offset: usize) -> Result<(
     let mut i = 0;
     while i < args.len() {
         let word = args[i].as_str();
-        let Some(opt) = SERVER_OPTIONS.iter().find(|o| o.name == word) else {
+        let found = SERVER_OPTION_TABLES
+            .iter()
+            .flat_map(|t| t.iter())
+            .find(|o| o.name == word);
+        let Some(opt) = found else {
             if PENDING_SERVER_OPTIONS.contains(&word) {
                 return Err(KwError::Invalid(format!(
                     "server option '{word}': not supported yet"
@@ -367,6 +362,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 id,
                 name: s.name.clone(),
                 addr: s.addr,
+                check: s.opts.check.enabled.then_some(s.opts.check),
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
@@ -394,6 +390,8 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         rules: rules::lower_backend(&conf.rules),
         compression: conf.compression.clone(),
         errors: conf.errors.clone(),
+        check: conf.check.clone(),
+        log: conf.log.clone(),
     }
 }
 
@@ -416,6 +414,7 @@ mod tests {
             s.opts,
             ServerOpts {
                 id: None,
+                check: Default::default(),
                 weight: Some(3),
                 backup: true,
                 disabled: false,
@@ -458,10 +457,13 @@ mod tests {
             }
         );
         assert!(parse_server(&mut c, &words("q 127.0.0.1:80 pool-max-conn -2")).is_err());
-        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 check"))
+        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 agent-check"))
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));
+        parse_server(&mut c, &words("s4 127.0.0.1:80 check inter 1s fall 5")).unwrap();
+        let chk = c.backend.servers.last().unwrap().opts.check;
+        assert!(chk.enabled && chk.fall == 5 && chk.inter == std::time::Duration::from_secs(1));
         assert!(parse_server(&mut c, &words("s3 127.0.0.1"))
             .unwrap_err()
             .to_string()

@@ -8,7 +8,8 @@
 //!    log targets; self-contained mechanisms over the layers below.
 //! 4. [`runtime`]: live state that outlives configuration generations: server states and
 //!    weights, queues, idle pools, per-worker counters, admission, worker figures.
-//! 5. Mechanisms over the runtime: [`balance`], [`queue`], [`rules`], [`compression`]
+//! 5. Mechanisms over the runtime: [`balance`], [`check`] (health checks, capability 2),
+//!    [`queue`], [`rules`], [`compression`]
 //!    (capability 3's throttling around the `sluice-deflate` encoder), [`errorpages`], and
 //!    the backend keywords ([`backend`]).
 //! 6. [`stream`]: the data path: HTTP sessions and transactions, TCP and tunnels.
@@ -32,6 +33,7 @@ pub mod runtime;
 
 pub mod backend;
 pub mod balance;
+pub mod check;
 pub mod compression;
 pub mod errorpages;
 pub mod pending;

@@ -12,7 +12,7 @@ use sluice_config::{
 
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Config, Frontend, GlobalConf, Loc, ProxyConf};
-use crate::{backend, balance, compression, control, errorpages, log, pending, pool, rules};
+use crate::{backend, balance, check, compression, control, errorpages, log, pending, pool, rules};
 use crate::{stream, worker};
 
 /// Keywords about the proxy section itself.
@@ -36,6 +36,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::GLOBAL_KEYWORDS,
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
+    check::GLOBAL_KEYWORDS,
     stream::keywords::GLOBAL_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
     control::cli::GLOBAL_KEYWORDS,
@@ -52,6 +53,8 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     backend::KEYWORDS,
     backend::OPTION_KEYWORDS,
     balance::KEYWORDS,
+    check::KEYWORDS,
+    check::OPTION_KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,
     errorpages::KEYWORDS,

@@ -348,7 +348,12 @@ impl Logger {
 
     /// Frames `msg` (info severity) and sends it, or drops it if the target is busy.
     pub fn send(&self, tag: &str, msg: &str) {
-        let mut line = frame(&self.target, tag, msg);
+        self.send_at(Severity::Info, tag, msg);
+    }
+
+    /// Frames `msg` with a severity and sends it, or drops it if the target is busy.
+    pub fn send_at(&self, severity: Severity, tag: &str, msg: &str) {
+        let mut line = frame(&self.target, severity, tag, msg);
         line.truncate(self.target.max_len);
         let ok = match &self.sink {
             Sink::Stream(tx) => {
@@ -376,8 +381,17 @@ pub fn open_all(conf: &LogConf, global: &[LogTarget]) -> std::io::Result<Vec<Arc
         .collect()
 }
 
-fn frame(t: &LogTarget, tag: &str, msg: &str) -> Vec<u8> {
-    let pri = u32::from(t.facility) * 8 + 6;
+/// Syslog severities (RFC 5424), the ones sluice uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Emerg = 0,
+    Alert = 1,
+    Notice = 5,
+    Info = 6,
+}
+
+fn frame(t: &LogTarget, severity: Severity, tag: &str, msg: &str) -> Vec<u8> {
+    let pri = u32::from(t.facility) * 8 + severity as u32;
     // getpid is a system call on every libc that no longer caches it: read it once.
     static PID: OnceLock<u32> = OnceLock::new();
     let pid = *PID.get_or_init(std::process::id);

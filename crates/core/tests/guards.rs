@@ -22,6 +22,7 @@ fn process() -> Arc<Process> {
             .collect(),
         admission: Admission::new(10, std::iter::once(10)),
         loggers: vec![Vec::new()].into(),
+        backend_loggers: vec![Vec::new()].into(),
         config: Arc::new(config),
         stopping: AtomicBool::new(false),
         started: std::time::Instant::now(),

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &[
         "balance",
+        "check",
         "queue",
         "rules",
         "compression",

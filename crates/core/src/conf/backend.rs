@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::check::CheckOpts;
 use super::pool::PoolConf;
 
 /// `http-reuse`: when a request may go over an idle connection from the pool.
@@ -24,6 +25,8 @@ pub enum ReuseMode {
 pub struct ServerOpts {
     /// `id`: the server's stable identifier within its backend.
     pub id: Option<u32>,
+    /// Health-check options (`check`, `inter`, `rise`, ...).
+    pub check: CheckOpts,
     pub weight: Option<u32>,
     pub backup: bool,
     pub disabled: bool,
@@ -56,4 +59,12 @@ pub struct BackendConf {
     pub retries: Option<usize>,
     pub redispatch: bool,
     pub abortonclose: bool,
+}
+
+/// One row of a server option table, as HAProxy's `srv_kws`: the option's name, its number
+/// of arguments, and the parser that writes it into [`ServerOpts`].
+pub struct ServerOption {
+    pub name: &'static str,
+    pub args: usize,
+    pub parse: fn(&mut ServerOpts, &[String]) -> Result<(), String>,
 }

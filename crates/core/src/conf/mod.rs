@@ -13,6 +13,7 @@
 
 pub mod backend;
 pub mod balance;
+pub mod check;
 pub mod cli;
 pub mod compression;
 pub mod errorpages;
@@ -30,6 +31,7 @@ use sluice_config::{units, KwError};
 
 use self::backend::{BackendConf, ReuseMode};
 use self::balance::{Algo, BalanceConf};
+use self::check::{BackendCheck, CheckOpts, GlobalCheck};
 use self::compression::{CompConf, GlobalComp};
 use self::errorpages::ErrorPages;
 use self::listen::ListenConf;
@@ -51,6 +53,7 @@ pub struct GlobalConf {
     pub pool: PoolGlobal,
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
+    pub check: GlobalCheck,
 }
 
 impl Default for GlobalConf {
@@ -64,6 +67,7 @@ impl Default for GlobalConf {
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),
+            check: GlobalCheck::default(),
         }
     }
 }
@@ -92,6 +96,7 @@ pub struct ProxyConf {
     pub compression: CompConf,
     pub errors: ErrorPages,
     pub log: LogConf,
+    pub check: BackendCheck,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -124,6 +129,8 @@ pub struct Server {
     pub maxconn: Option<usize>,
     /// `maxqueue`: requests allowed to wait; beyond it they get 503.
     pub maxqueue: Option<usize>,
+    /// Health checks, when the server has `check`.
+    pub check: Option<CheckOpts>,
 }
 
 /// A validated backend.
@@ -148,6 +155,9 @@ pub struct Backend {
     pub rules: BackendRules,
     pub compression: CompConf,
     pub errors: ErrorPages,
+    pub check: BackendCheck,
+    /// Where health-check events go.
+    pub log: LogConf,
 }
 
 /// One validated configuration generation.

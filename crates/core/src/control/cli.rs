@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use sluice_config::{Keyword, KwError, Scope};
 
+use super::servers;
 use crate::compression::{RATE_IN, RATE_OUT};
 pub use crate::conf::cli::{Level, SocketConf};
 use crate::conf::stream::Mode;
@@ -85,7 +86,7 @@ pub struct Command {
     pub words: &'static [&'static str],
     pub help: &'static str,
     pub level: Level,
-    pub run: fn(&Process, &[&str]) -> String,
+    pub run: fn(&Process, &[&str], Level) -> String,
 }
 
 pub const COMMANDS: &[Command] = &[
@@ -93,7 +94,7 @@ pub const COMMANDS: &[Command] = &[
         words: &["help"],
         help: "list the commands",
         level: Level::User,
-        run: |_, _| help(),
+        run: |_, _, _| help(),
     },
     Command {
         words: &["show", "info"],
@@ -119,6 +120,48 @@ pub const COMMANDS: &[Command] = &[
         level: Level::User,
         run: show_stat,
     },
+    Command {
+        words: &["show", "servers", "state"],
+        help: "dump the volatile server information [BACKEND]",
+        level: Level::User,
+        run: servers::show_servers_state,
+    },
+    Command {
+        words: &["show", "backend"],
+        help: "list the backends",
+        level: Level::User,
+        run: servers::show_backend,
+    },
+    Command {
+        words: &["disable", "server"],
+        help: "put a server in maintenance (BACKEND/SERVER)",
+        level: Level::Operator,
+        run: servers::disable_server,
+    },
+    Command {
+        words: &["enable", "server"],
+        help: "bring a server back from maintenance (BACKEND/SERVER)",
+        level: Level::Operator,
+        run: servers::enable_server,
+    },
+    Command {
+        words: &["set", "server"],
+        help: "change a server's state, weight or health (BACKEND/SERVER ...)",
+        level: Level::Operator,
+        run: servers::set_server,
+    },
+    Command {
+        words: &["set", "weight"],
+        help: "change a server's weight (BACKEND/SERVER N[%])",
+        level: Level::Admin,
+        run: servers::set_weight,
+    },
+    Command {
+        words: &["get", "weight"],
+        help: "report a server's current and initial weight (BACKEND/SERVER)",
+        level: Level::User,
+        run: servers::get_weight,
+    },
 ];
 
 fn help() -> String {
@@ -140,7 +183,7 @@ pub fn execute(shared: &Process, line: &str, level: Level) -> String {
         None if words.is_empty() => String::new(),
         None => format!("Unknown command: '{}'\n{}", line.trim(), help()),
         Some(c) if c.level > level => "Permission denied\n".to_string(),
-        Some(c) => (c.run)(shared, &words[c.words.len()..]),
+        Some(c) => (c.run)(shared, &words[c.words.len()..], level),
     };
     out.push('\n');
     out
@@ -169,7 +212,7 @@ pub fn bind(conf: &SocketConf) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
-fn show_info(s: &Process, _: &[&str]) -> String {
+fn show_info(s: &Process, _: &[&str], _: Level) -> String {
     let sum = |f: fn(&ThreadCtx) -> u64| s.threads.iter().map(f).sum::<u64>();
     let n = s.threads.len() as u64;
     let busy = sum(|t| u64::from(t.busy_pct.load(Ordering::Relaxed)));
@@ -195,7 +238,7 @@ fn show_info(s: &Process, _: &[&str]) -> String {
     rows.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
 }
 
-fn show_activity(s: &Process, _: &[&str]) -> String {
+fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
     type Get = fn(&ThreadCtx) -> u64;
     let rows: &[(&str, Get)] = &[
         ("accepted", |t| t.counters.accepted.get()),
@@ -210,6 +253,9 @@ fn show_activity(s: &Process, _: &[&str]) -> String {
         ("idle_purged", |t| t.counters.idle_purged.get()),
         ("loops", |t| t.counters.loops.get()),
         ("fd_takeover", |t| t.counters.fd_takeover.get()),
+        ("checks_run", |t| t.counters.checks_run.get()),
+        ("checks_moved", |t| t.counters.checks_moved.get()),
+        ("checks_queued", |t| t.counters.checks_queued.get()),
     ];
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());
@@ -236,7 +282,7 @@ fn show_activity(s: &Process, _: &[&str]) -> String {
 }
 
 /// HAProxy's `show servers conn` layout: pool counters per server, then idle per thread.
-fn show_servers_conn(s: &Process, args: &[&str]) -> String {
+fn show_servers_conn(s: &Process, args: &[&str], _: Level) -> String {
     let n = s.threads.len();
     let mut out = format!(
         "# bkname/svname bkid/svid addr port - purge_delay used_cur used_max need_est unsafe_nb safe_nb idle_lim idle_cur idle_per_thr[{n}]\n"
@@ -378,7 +424,7 @@ const STAT_FIELDS: &[&str] = &[
     "need_conn_est",
 ];
 
-fn show_stat(s: &Process, _: &[&str]) -> String {
+fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
     let mut out = format!("# {},\n", STAT_FIELDS.join(","));
     let pid = std::process::id().to_string();
     let row = |out: &mut String, values: &[(&str, String)]| {
@@ -428,6 +474,28 @@ fn show_stat(s: &Process, _: &[&str]) -> String {
             let idle = pool.idle_cur.load(Ordering::Relaxed);
             let safe = pool.safe_cur.load(Ordering::Relaxed).min(idle);
             let opt = |v: Option<usize>| v.map_or(String::new(), |m| m.to_string());
+            let mut checks = Vec::new();
+            if let (Some(c), Some(cs)) = (srv.check, &sst.check) {
+                let health = cs.health.load(Ordering::Relaxed);
+                checks.extend([
+                    ("chkfail", cs.failed.load(Ordering::Relaxed).to_string()),
+                    ("chkdown", cs.downs.load(Ordering::Relaxed).to_string()),
+                    ("check_rise", c.rise.to_string()),
+                    ("check_fall", c.fall.to_string()),
+                    // HAProxy counts health from 0 to rise+fall-1 and shows it as is.
+                    ("check_health", health.to_string()),
+                ]);
+                if let Some(last) = cs.last.lock().ok().and_then(|l| l.clone()) {
+                    checks.push(("check_status", last.status.to_string()));
+                    checks.push(("check_duration", last.duration_ms.to_string()));
+                    if let Some(code) = last.code {
+                        checks.push(("check_code", code.to_string()));
+                    }
+                    if let Some(info) = last.info {
+                        checks.push(("check_desc", info.replace(',', " ")));
+                    }
+                }
+            }
             row(
                 &mut out,
                 &[
@@ -440,7 +508,7 @@ fn show_stat(s: &Process, _: &[&str]) -> String {
                     ("scur", sst.in_flight.load(Ordering::Relaxed).to_string()),
                     ("slim", opt(srv.maxconn)),
                     ("qlimit", opt(srv.maxqueue)),
-                    ("status", sst.status().into()),
+                    ("status", sst.status(srv.check.map(|c| (c.rise, c.fall)))),
                     ("weight", sst.weight().to_string()),
                     ("act", u8::from(!srv.backup).to_string()),
                     ("bck", u8::from(srv.backup).to_string()),
@@ -454,6 +522,13 @@ fn show_stat(s: &Process, _: &[&str]) -> String {
                     ("wredis", c.sum(|c| &c.redispatches).to_string()),
                     ("eresp", c.sum(|c| &c.response_errors).to_string()),
                     ("addr", srv.addr.to_string()),
+                    (
+                        "lastchg",
+                        sst.last_change
+                            .lock()
+                            .map_or(0, |t| t.elapsed().as_secs())
+                            .to_string(),
+                    ),
                     ("mode", mode(be.stream.mode)),
                     ("connect", c.sum(|c| &c.connect).to_string()),
                     ("reuse", c.sum(|c| &c.reuse).to_string()),
@@ -472,7 +547,10 @@ fn show_stat(s: &Process, _: &[&str]) -> String {
                         "need_conn_est",
                         pool.need_est.load(Ordering::Relaxed).to_string(),
                     ),
-                ],
+                ]
+                .into_iter()
+                .chain(checks)
+                .collect::<Vec<_>>(),
             );
         }
         let mut v = vec![

@@ -6,6 +6,7 @@
 //! client connection is left or when `hard-stop-after` expires.
 
 pub mod cli;
+mod servers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use sluice_config::{Keyword, Scope};
 
+use crate::check::CheckTask;
 use crate::conf::{time_arg, Config, GlobalConf};
 use crate::runtime::{Admission, Process, Runtime, ThreadCtx};
 use crate::worker::listener::{self, ListenError, Listening};
@@ -64,6 +66,21 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .map(|fe| crate::log::open_all(&fe.log, &config.global.log))
         .collect::<Result<_, _>>()
         .map_err(RunError::Log)?;
+    let backend_loggers = config
+        .backends
+        .iter()
+        .map(|be| crate::log::open_all(&be.log, &config.global.log))
+        .collect::<Result<_, _>>()
+        .map_err(RunError::Log)?;
+    // Checks start spread over time and round-robin over the workers; from there they move
+    // to less loaded workers by themselves.
+    let mut checks: Vec<Vec<CheckTask>> = vec![Vec::new(); nbthread];
+    for (k, task) in crate::check::initial_tasks(&config, std::time::Instant::now())
+        .into_iter()
+        .enumerate()
+    {
+        checks[k % nbthread].push(task);
+    }
     let admission = Admission::new(
         global_max,
         config
@@ -83,10 +100,11 @@ pub fn run(config: Config) -> Result<(), RunError> {
             .collect(),
         admission,
         loggers,
+        backend_loggers,
         stopping: AtomicBool::new(false),
         started: std::time::Instant::now(),
     });
-    for (tid, inbox) in receivers.into_iter().enumerate() {
+    for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners
             .iter()
             .filter(|(_, bind, _)| bind.on_thread(tid))
@@ -99,7 +117,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|source| RunError::Worker { tid, source })?;
-        worker::spawn(tid, process.clone(), inboxes.clone(), mine, inbox)
+        worker::spawn(tid, process.clone(), inboxes.clone(), mine, checks, inbox)
             .map_err(|source| RunError::Worker { tid, source })?;
     }
     if let Some(conf) = process.config.global.stats_socket.clone() {

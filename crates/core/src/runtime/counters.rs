@@ -121,6 +121,12 @@ pub struct WorkerCounters {
     pub fd_takeover: Counter,
     /// Event-loop wake-ups (returns from waiting for events).
     pub loops: Counter,
+    /// Health checks run here.
+    pub checks_run: Counter,
+    /// Health checks that moved here from a busier worker.
+    pub checks_moved: Counter,
+    /// Health checks that had to wait for a slot (`tune.max-checks-per-thread`).
+    pub checks_queued: Counter,
 }
 
 #[cfg(test)]

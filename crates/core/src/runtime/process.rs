@@ -28,12 +28,18 @@ pub struct ThreadCtx {
     /// Share of time (percent) the worker spent outside its event loop's wait, smoothed
     /// over about a second.
     pub busy_pct: AtomicU32,
+    /// Health checks awake on this worker: running, or waiting for a check slot.
+    pub checks_awake: AtomicUsize,
     pub counters: WorkerCounters,
 }
 
 impl ThreadCtx {
+    /// Everything the worker has to run: client connections, awake checks, and messages
+    /// waiting in its inbox.
     pub fn load(&self) -> usize {
-        self.active.load(Ordering::Relaxed) + self.inbox_pending.load(Ordering::Relaxed)
+        self.active.load(Ordering::Relaxed)
+            + self.checks_awake.load(Ordering::Relaxed)
+            + self.inbox_pending.load(Ordering::Relaxed)
     }
 }
 
@@ -89,6 +95,8 @@ pub struct Process {
     pub admission: Admission,
     /// Each frontend's open log targets, aligned with `Config::frontends`.
     pub loggers: Box<[Vec<Arc<Logger>>]>,
+    /// Each backend's (health-check events), aligned with `Config::backends`.
+    pub backend_loggers: Box<[Vec<Arc<Logger>>]>,
     pub stopping: AtomicBool,
     pub started: Instant,
 }
@@ -116,18 +124,26 @@ pub struct Worker {
     pub stop: tokio::sync::Notify,
     /// This worker's copies of the balancing schedules.
     pub lb: LbCache,
+    /// Health checks allowed to run at once here (`tune.max-checks-per-thread`); the others
+    /// wait in arrival order.
+    pub check_slots: tokio::sync::Semaphore,
 }
 
 impl Worker {
     pub fn new(tid: usize, process: Arc<Process>) -> Worker {
+        let check_slots = match process.config.global.check.max_per_thread {
+            0 => tokio::sync::Semaphore::MAX_PERMITS,
+            n => n,
+        };
         Worker {
             tid,
             bufs: BufPool::new(process.config.global.bufsize),
-            process,
             comp_out: RefCell::default(),
             comp_plain: RefCell::default(),
             stop: tokio::sync::Notify::new(),
             lb: LbCache::default(),
+            process,
+            check_slots: tokio::sync::Semaphore::new(check_slots),
         }
     }
 

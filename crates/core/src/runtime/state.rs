@@ -1,8 +1,9 @@
 //! The live state of proxies and servers, aligned with one configuration generation.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 
 use tokio::sync::Semaphore;
 
@@ -54,6 +55,39 @@ pub struct ServerState {
     pub counters: PerWorker<ServerCounters>,
     pub idle: ServerPools<Conn>,
     pub queue: ServerQueue,
+    /// Health-check state; `None` for a server without `check`.
+    pub check: Option<CheckState>,
+    /// When the server last changed state (`lastchg`).
+    pub last_change: Mutex<Instant>,
+}
+
+/// How a check ended, in HAProxy's terms (`check_status` in `show stat`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckResult {
+    pub passed: bool,
+    /// `L4OK`, `L4CON`, `L4TOUT`, `L7OK`, `L7STS`, `L7RSP`, `L7TOUT`.
+    pub status: &'static str,
+    /// What the status means, as HAProxy's logs word it (`Layer4 check passed`, ...).
+    pub reason: &'static str,
+    /// The HTTP status of a layer-7 check.
+    pub code: Option<u16>,
+    /// More detail (the error, or the response's reason phrase).
+    pub info: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// A server's health-check state, shared by whichever worker runs its check.
+#[derive(Debug)]
+pub struct CheckState {
+    /// HAProxy's health counter, from 0 to `rise + fall - 1`: up from `rise` on.
+    pub health: AtomicU32,
+    /// A check of this server is running now: there is never a second one at once.
+    pub running: AtomicBool,
+    /// Checks that failed (`chkfail`).
+    pub failed: AtomicU64,
+    /// Transitions from up to down (`chkdown`).
+    pub downs: AtomicU64,
+    pub last: Mutex<Option<CheckResult>>,
 }
 
 impl ServerState {
@@ -74,6 +108,16 @@ impl ServerState {
                 slots: conf.maxconn.map(|n| Arc::new(Semaphore::new(n))),
                 waiting: AtomicUsize::new(0),
             },
+            // As HAProxy 2.6: a checked server starts up, but at the lowest up health, so
+            // the first failed check takes it down.
+            check: conf.check.map(|c| CheckState {
+                health: AtomicU32::new(c.rise),
+                running: AtomicBool::new(false),
+                failed: AtomicU64::new(0),
+                downs: AtomicU64::new(0),
+                last: Mutex::new(None),
+            }),
+            last_change: Mutex::new(Instant::now()),
         }
     }
 
@@ -120,15 +164,33 @@ impl ServerState {
             .is_none_or(|s| s.available_permits() > 0)
     }
 
-    /// HAProxy's status word for `show stat`.
-    pub fn status(&self) -> &'static str {
-        match (self.admin(), self.oper()) {
-            (AdminState::Maint, _) => "MAINT",
-            (AdminState::Drain, _) => "DRAIN",
-            (_, OperState::Down) => "DOWN",
-            (_, OperState::Stopping) => "NOLB",
-            (AdminState::Ready, OperState::Up) => "UP",
+    /// HAProxy's status for `show stat`: `MAINT`, `DRAIN`, `no check`, `UP`, `DOWN`, `NOLB`,
+    /// or a transition (`UP 1/3`: up, one more failure counted of `fall`; `DOWN 1/2`: down,
+    /// one success counted of `rise`). `rise`/`fall` come from the server's configuration.
+    pub fn status(&self, rise_fall: Option<(u32, u32)>) -> String {
+        match self.admin() {
+            AdminState::Maint => return "MAINT".into(),
+            AdminState::Drain => return "DRAIN".into(),
+            AdminState::Ready => {}
         }
+        let (Some(c), Some((rise, fall))) = (&self.check, rise_fall) else {
+            return "no check".into();
+        };
+        let health = c.health.load(Ordering::Relaxed);
+        match self.oper() {
+            OperState::Stopping => "NOLB".into(),
+            OperState::Up if health < rise + fall - 1 => {
+                format!("UP {}/{}", health + 1 - rise, fall)
+            }
+            OperState::Up => "UP".into(),
+            OperState::Down if health > 0 => format!("DOWN {health}/{rise}"),
+            OperState::Down => "DOWN".into(),
+        }
+    }
+
+    /// Notes a change of state now (`lastchg`).
+    pub fn changed(&self) {
+        *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 }
 
@@ -186,17 +248,19 @@ impl BackendState {
 
     /// Sets a server's administrative state; the balancer sees it at its next pick.
     pub fn set_admin(&self, server: usize, state: AdminState) {
-        self.servers[server]
-            .admin
-            .store(state as u8, Ordering::Relaxed);
+        let s = &self.servers[server];
+        if s.admin.swap(state as u8, Ordering::Relaxed) != state as u8 {
+            s.changed();
+        }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Sets a server's operational state (health checks).
     pub fn set_oper(&self, server: usize, state: OperState) {
-        self.servers[server]
-            .oper
-            .store(state as u8, Ordering::Relaxed);
+        let s = &self.servers[server];
+        if s.oper.swap(state as u8, Ordering::Relaxed) != state as u8 {
+            s.changed();
+        }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
 

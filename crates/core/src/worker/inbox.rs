@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::check::CheckTask;
 use crate::runtime::{Process, Slot};
 use crate::transport::Detached;
 
@@ -20,6 +21,8 @@ pub enum InboxMsg {
         frontend: usize,
         slot: Slot,
     },
+    /// Run this health check here (it moved from a busier worker).
+    Check(CheckTask),
     /// Soft stop: stop accepting, close idle client connections, finish the rest.
     Stop,
 }

@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 
 pub use self::inbox::{inboxes, InboxMsg, Inboxes};
 use self::thread::Thread;
+use crate::check::CheckTask;
 use crate::conf::{one_arg, GlobalConf};
 use crate::runtime::{Process, Worker};
 
@@ -50,11 +51,12 @@ pub fn spawn(
     process: Arc<Process>,
     inboxes: Inboxes,
     listeners: Vec<listener::Listening>,
+    checks: Vec<CheckTask>,
     inbox: mpsc::UnboundedReceiver<InboxMsg>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name(format!("sluice-w{tid}"))
-        .spawn(move || worker_main(tid, process, inboxes, listeners, inbox))
+        .spawn(move || worker_main(tid, process, inboxes, listeners, checks, inbox))
         .map(|_| ())
 }
 
@@ -63,6 +65,7 @@ fn worker_main(
     process: Arc<Process>,
     inboxes: Inboxes,
     listeners: Vec<listener::Listening>,
+    checks: Vec<CheckTask>,
     mut inbox: mpsc::UnboundedReceiver<InboxMsg>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -103,6 +106,9 @@ fn worker_main(
                 }
                 Err(e) => eprintln!("sluice: worker {tid}: cannot register a listener: {e}"),
             }
+        }
+        for task in checks {
+            t.start_check(task);
         }
         tokio::task::spawn_local(purge_idle(t.w.clone()));
         tokio::task::spawn_local(measure_busy(t.w.clone()));

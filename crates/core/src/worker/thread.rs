@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use super::inbox::{InboxMsg, Inboxes};
+use crate::check::CheckTask;
 use crate::runtime::{Slot, Worker};
 use crate::transport::Conn;
 
@@ -77,6 +78,7 @@ impl Thread {
                     ));
                 }
             }
+            InboxMsg::Check(task) => self.start_check(task),
             InboxMsg::Stop => {
                 // Dropping the accept tasks closes this worker's copies of the listeners.
                 for task in self.accepting.borrow_mut().drain(..) {
@@ -85,5 +87,15 @@ impl Thread {
                 w.stop.notify_waiters();
             }
         }
+    }
+
+    /// Runs a health check here until it decides to move, then sends it to its new worker.
+    pub fn start_check(&self, task: CheckTask) {
+        let w = self.w.clone();
+        let inboxes = self.inboxes.clone();
+        tokio::task::spawn_local(async move {
+            let (to, task) = crate::check::run(w.clone(), task).await;
+            inboxes.send(&w.process, to, InboxMsg::Check(task));
+        });
     }
 }

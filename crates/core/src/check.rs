@@ -1,0 +1,727 @@
+//! Health checks spread over workers (capability 2): a check is a task on one worker; on each
+//! wake-up from sleep it may move to a less loaded worker, then it runs (within the worker's
+//! check slots), updates its server's health as HAProxy's state machine does, and sleeps
+//! until its next interval.
+//!
+//! Invariants:
+//! - There is one check task per checked server, and it runs on one worker at a time; a
+//!   server's `running` flag guards against a second run at once all the same.
+//! - A check moves only on a wake-up from sleep, to a random other worker whose load is at
+//!   most half of its own, and a check that has just moved does not move again before it
+//!   runs (no ping-pong). Moving goes through the target's inbox (the worker layer does it).
+//! - No global queue or timer: each worker sleeps until its own next event.
+//!
+//! The state machine (HAProxy 2.6): `health` runs from 0 to `rise + fall - 1`; a server is up
+//! from `rise` on. A success adds one, jumping to the top once `rise` is reached; a failure
+//! removes one, dropping to 0 (down) once below `rise`. A checked server starts up at health
+//! `rise`, so the first failed check takes it down. The interval is `inter` at the top,
+//! `downinter` at 0, `fastinter` in between.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use sluice_config::{units, Keyword, KwError, Scope};
+
+use crate::conf::backend::{ServerOption, ServerOpts};
+pub use crate::conf::check::*;
+use crate::conf::{one_arg, time_arg, Backend, Config, GlobalConf, ProxyConf, Server};
+use crate::log::Severity;
+use crate::runtime::{CheckResult, OperState, Worker};
+use crate::transport::Conn;
+
+/// Server options of the checks (`server` and `default-server`).
+pub const SERVER_OPTIONS: &[ServerOption] = &[
+    ServerOption {
+        name: "check",
+        args: 0,
+        parse: |o, _| {
+            o.check.enabled = true;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "no-check",
+        args: 0,
+        parse: |o, _| {
+            o.check.enabled = false;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "inter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.inter = t),
+    },
+    ServerOption {
+        name: "fastinter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.fastinter = Some(t)),
+    },
+    ServerOption {
+        name: "downinter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.downinter = Some(t)),
+    },
+    ServerOption {
+        name: "rise",
+        args: 1,
+        parse: |o, a| count(&a[0]).map(|n| o.check.rise = n),
+    },
+    ServerOption {
+        name: "fall",
+        args: 1,
+        parse: |o, a| count(&a[0]).map(|n| o.check.fall = n),
+    },
+    ServerOption {
+        name: "port",
+        args: 1,
+        parse: |o: &mut ServerOpts, a| {
+            let p = a[0]
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or("expects a port from 1 to 65535")?;
+            o.check.port = Some(p);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "addr",
+        args: 1,
+        parse: |o, a| {
+            let ip = a[0]
+                .parse()
+                .map_err(|_| "expects an IP address".to_string())?;
+            o.check.addr = Some(ip);
+            Ok(())
+        },
+    },
+];
+
+fn interval(v: &str) -> Result<Duration, String> {
+    let t = units::parse_time(v)?;
+    if t.is_zero() {
+        return Err("expects a time above zero".into());
+    }
+    Ok(t)
+}
+
+fn count(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "expects a positive integer".into())
+}
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "option httpchk",
+        scope: Scope::BE,
+        help: "option httpchk [METH] [URI] [VER [HOST]]: check servers with an HTTP request",
+        parse: |c, a| {
+            let (method, uri, version, host) = match a {
+                [] => ("OPTIONS", "/", "HTTP/1.0", None),
+                [uri] => ("OPTIONS", uri.as_str(), "HTTP/1.0", None),
+                [m, uri] => (m.as_str(), uri.as_str(), "HTTP/1.0", None),
+                [m, uri, v] => (m.as_str(), uri.as_str(), v.as_str(), None),
+                [m, uri, v, h] => (m.as_str(), uri.as_str(), v.as_str(), Some(h.clone())),
+                [_, _, _, _, extra, ..] => return Err(KwError::Extra(extra.clone())),
+            };
+            c.check.kind = CheckKind::Http {
+                method: method.to_string(),
+                uri: uri.to_string(),
+                version: version.to_string(),
+                host,
+            };
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "no option httpchk",
+        scope: Scope::BE,
+        help: "no option httpchk: check servers with a plain connection again",
+        parse: |c, _| {
+            c.check.kind = CheckKind::Tcp;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "http-check expect",
+        scope: Scope::BE,
+        help:
+            "http-check expect [!] status CODE[,CODE...] | string TEXT: what an HTTP check requires",
+        parse: |c, a| {
+            let (neg, rest) = match a.first().map(String::as_str) {
+                Some("!") => (true, &a[1..]),
+                _ => (false, a),
+            };
+            let expect = match rest {
+                [kind, value] if kind == "status" => Expect::Status(
+                    value
+                        .split(',')
+                        .map(|v| {
+                            v.parse::<u16>()
+                                .ok()
+                                .filter(|s| (100..600).contains(s))
+                                .ok_or_else(|| KwError::bad(2, v, "expects HTTP status codes"))
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+                [kind, value] if kind == "string" => Expect::String(value.clone()),
+                [kind, _] if matches!(kind.as_str(), "rstatus" | "rstring" | "hdr" | "fhdr") => {
+                    return Err(KwError::Invalid(format!(
+                        "http-check expect {kind}: not supported yet"
+                    )))
+                }
+                [kind, ..] => {
+                    return Err(KwError::bad(1, kind, "expects status or string"));
+                }
+                [] => return Err(KwError::Missing("status CODE or string TEXT")),
+            };
+            c.check.expect = Some((neg, expect));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "timeout check",
+        scope: Scope::BE,
+        help: "timeout check TIME: time a check may take once connected (default: inter)",
+        parse: |c, a| time_arg(a).map(|t| c.check.timeout = Some(t)),
+    },
+];
+
+/// `option log-health-checks` (and its `no` form).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option log-health-checks", Scope::BE, "log every health-check result, not only state changes",
+        |c: &mut ProxyConf, on| c.check.log_all = on;
+];
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "spread-checks",
+        scope: Scope::GLOBAL,
+        help: "spread-checks PCT: random +/- percent added to check intervals (0 to 50)",
+        parse: |g, a| {
+            let v = one_arg(a, "a percentage")?;
+            g.check.spread_pct = v
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= 50)
+                .ok_or_else(|| KwError::bad(1, v, "expects a percentage from 0 to 50"))?;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "max-spread-checks",
+        scope: Scope::GLOBAL,
+        help: "max-spread-checks TIME: longest window the first checks are spread over",
+        parse: |g, a| time_arg(a).map(|t| g.check.max_spread = Some(t)),
+    },
+    Keyword {
+        name: "tune.max-checks-per-thread",
+        scope: Scope::GLOBAL,
+        help: "tune.max-checks-per-thread N: checks running at once per worker (0: no limit)",
+        parse: |g, a| {
+            let v = one_arg(a, "a count")?;
+            g.check.max_per_thread = v
+                .parse()
+                .map_err(|_| KwError::bad(1, v, "expects a count"))?;
+            Ok(())
+        },
+    },
+];
+
+/// A check between two runs: which server, when it is due, and whether it has just moved.
+/// Plain data, so that it can cross to another worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckTask {
+    pub backend: usize,
+    pub server: usize,
+    pub due: Instant,
+    /// It arrived from another worker: it runs here before it may move again.
+    pub moved: bool,
+}
+
+/// Every check of a configuration with its first due time: check k of N first fires at k/N
+/// of the smallest interval (capped by `max-spread-checks`), so that they do not all fire
+/// at once.
+pub fn initial_tasks(config: &Config, now: Instant) -> Vec<CheckTask> {
+    let checked: Vec<(usize, usize, &CheckOpts)> = config
+        .backends
+        .iter()
+        .enumerate()
+        .flat_map(|(b, be)| {
+            be.servers
+                .iter()
+                .enumerate()
+                .filter_map(move |(s, srv)| srv.check.as_ref().map(|c| (b, s, c)))
+        })
+        .collect();
+    let n = checked.len() as u32;
+    let Some(min) = checked.iter().map(|(_, _, c)| c.inter).min() else {
+        return Vec::new();
+    };
+    let window = config
+        .global
+        .check
+        .max_spread
+        .map_or(min, |cap| min.min(cap));
+    checked
+        .iter()
+        .enumerate()
+        .map(|(k, &(backend, server, _))| CheckTask {
+            backend,
+            server,
+            due: now + window * k as u32 / n,
+            moved: false,
+        })
+        .collect()
+}
+
+/// What the state machine says after a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    None,
+    Up,
+    Down,
+}
+
+/// Applies one result to `health` (HAProxy's counter, see the module docs).
+pub fn next_health(health: u32, passed: bool, rise: u32, fall: u32) -> (u32, Transition) {
+    let top = rise + fall - 1;
+    if passed {
+        if health >= top {
+            return (top, Transition::None);
+        }
+        let h = health + 1;
+        if h >= rise {
+            (
+                top,
+                if health < rise {
+                    Transition::Up
+                } else {
+                    Transition::None
+                },
+            )
+        } else {
+            (h, Transition::None)
+        }
+    } else {
+        if health == 0 {
+            return (0, Transition::None);
+        }
+        let h = health - 1;
+        if h < rise {
+            (
+                0,
+                if health >= rise {
+                    Transition::Down
+                } else {
+                    Transition::None
+                },
+            )
+        } else {
+            (h, Transition::None)
+        }
+    }
+}
+
+/// The interval before the next check at this health.
+pub fn interval_for(c: &CheckOpts, health: u32) -> Duration {
+    if health >= c.rise + c.fall - 1 {
+        c.inter
+    } else if health == 0 {
+        c.downinter.unwrap_or(c.inter)
+    } else {
+        c.fastinter.unwrap_or(c.inter)
+    }
+}
+
+/// Adds `spread-checks` jitter (+/- `pct` percent) to an interval.
+fn jitter(d: Duration, pct: u8) -> Duration {
+    if pct == 0 {
+        return d;
+    }
+    let span = d.as_secs_f64() * f64::from(pct) / 100.0;
+    let off = (fastrand::f64() * 2.0 - 1.0) * span;
+    Duration::from_secs_f64((d.as_secs_f64() + off).max(0.001))
+}
+
+/// The worker a check should move to: one random other worker, if its load is at most half
+/// of this one's (and this one has at least two things to run).
+fn better_home(w: &Worker) -> Option<usize> {
+    let threads = &w.process.threads;
+    let n = threads.len();
+    if n < 2 {
+        return None;
+    }
+    let mine = w.ctx().load();
+    let other = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
+    (mine >= 2 && threads[other].load() * 2 <= mine).then_some(other)
+}
+
+/// Runs a check task on this worker until it should move: then returns the target worker
+/// and the task, for the caller to send through that worker's inbox.
+pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
+    if task.moved {
+        w.ctx().counters.checks_moved.bump();
+    }
+    loop {
+        tokio::time::sleep_until(task.due.into()).await;
+        let ctx = w.ctx();
+        ctx.checks_awake.fetch_add(1, Ordering::Relaxed);
+        if !task.moved {
+            if let Some(to) = better_home(&w) {
+                ctx.checks_awake.fetch_sub(1, Ordering::Relaxed);
+                task.moved = true;
+                return (to, task);
+            }
+        }
+        task.moved = false;
+        let slot = match w.check_slots.try_acquire() {
+            Ok(p) => p,
+            Err(_) => {
+                ctx.counters.checks_queued.bump();
+                w.check_slots.acquire().await.expect("never closed")
+            }
+        };
+        let health = run_once(&w, task.backend, task.server).await;
+        drop(slot);
+        ctx.checks_awake.fetch_sub(1, Ordering::Relaxed);
+        let be = &w.config().backends[task.backend];
+        let opts = be.servers[task.server].check.expect("checked server");
+        let pct = w.config().global.check.spread_pct;
+        task.due = Instant::now() + jitter(interval_for(&opts, health), pct);
+    }
+}
+
+/// Runs one check of a server and applies its result. Returns the new health.
+async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> u32 {
+    let be = &w.config().backends[backend];
+    let srv = &be.servers[server];
+    let opts = srv.check.expect("checked server");
+    let st = &w.state().backends[backend].servers[server];
+    let check = st.check.as_ref().expect("checked server");
+    if check.running.swap(true, Ordering::Acquire) {
+        // Cannot happen with one task per server; never run two at once regardless.
+        return check.health.load(Ordering::Relaxed);
+    }
+    let result = probe(be, srv, &opts).await;
+    check.running.store(false, Ordering::Release);
+    w.ctx().counters.checks_run.bump();
+    if !result.passed {
+        check.failed.fetch_add(1, Ordering::Relaxed);
+    }
+    let before = check.health.load(Ordering::Relaxed);
+    let (health, transition) = next_health(before, result.passed, opts.rise, opts.fall);
+    check.health.store(health, Ordering::Relaxed);
+    let state = &w.state().backends[backend];
+    match transition {
+        Transition::Up => state.set_oper(server, OperState::Up),
+        Transition::Down => {
+            check.downs.fetch_add(1, Ordering::Relaxed);
+            state.set_oper(server, OperState::Down);
+        }
+        Transition::None => {}
+    }
+    report(w, backend, server, &result, health, transition);
+    *check.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+    health
+}
+
+/// Sends the state change (and, with `option log-health-checks`, every result) to the
+/// backend's log targets in HAProxy's wording.
+fn report(
+    w: &Worker,
+    backend: usize,
+    server: usize,
+    r: &CheckResult,
+    health: u32,
+    transition: Transition,
+) {
+    let be = &w.config().backends[backend];
+    let loggers = &w.process.backend_loggers[backend];
+    if loggers.is_empty() {
+        return;
+    }
+    let srv = &be.servers[server];
+    let opts = srv.check.expect("checked server");
+    let name = format!("{}/{}", be.name, srv.name);
+    let mut why = format!("reason: {}", r.reason);
+    if let Some(code) = r.code {
+        why.push_str(&format!(", code: {code}"));
+    }
+    if let Some(info) = &r.info {
+        why.push_str(&format!(", info: \"{info}\""));
+    }
+    let duration = format!("check duration: {}ms", r.duration_ms);
+    let send = |sev, msg: &str| {
+        for l in loggers {
+            l.send_at(sev, "sluice", msg);
+        }
+    };
+    if be.check.log_all && transition == Transition::None {
+        let up = health >= opts.rise;
+        let status = if up {
+            format!("{}/{} UP", health + 1 - opts.rise, opts.fall)
+        } else {
+            format!("{health}/{} DOWN", opts.rise)
+        };
+        let verb = if r.passed { "succeeded" } else { "failed" };
+        send(
+            Severity::Notice,
+            &format!("Health check for server {name} {verb}, {why}, {duration}, status: {status}."),
+        );
+    }
+    let st = &w.state().backends[backend];
+    let (active, backup) = usable_counts(be, st);
+    match transition {
+        Transition::None => {}
+        Transition::Up => send(
+            Severity::Alert,
+            &format!(
+                "Server {name} is UP, {why}, {duration}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
+            ),
+        ),
+        Transition::Down => {
+            let sst = &st.servers[server];
+            send(
+                Severity::Alert,
+                &format!(
+                    "Server {name} is DOWN, {why}, {duration}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+                    sst.in_flight.load(Ordering::Relaxed),
+                    sst.queue.waiting.load(Ordering::Relaxed)
+                ),
+            );
+            if active + backup == 0 {
+                send(
+                    Severity::Emerg,
+                    &format!("backend {} has no server available!", be.name),
+                );
+            }
+        }
+    }
+}
+
+/// Usable active and backup servers of a backend.
+fn usable_counts(be: &Backend, st: &crate::runtime::BackendState) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for (c, s) in be.servers.iter().zip(st.servers.iter()) {
+        if s.usable() {
+            if c.backup {
+                counts.1 += 1;
+            } else {
+                counts.0 += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Where a check connects: the server's address, with `addr` and `port` applied.
+fn target(srv: &Server, opts: &CheckOpts) -> SocketAddr {
+    let mut a = srv.addr;
+    if let Some(ip) = opts.addr {
+        a.set_ip(ip);
+    }
+    if let Some(p) = opts.port {
+        a.set_port(p);
+    }
+    a
+}
+
+/// Connects and, for HTTP checks, sends the request and judges the response.
+async fn probe(be: &Backend, srv: &Server, opts: &CheckOpts) -> CheckResult {
+    let started = Instant::now();
+    let elapsed = || started.elapsed().as_millis() as u64;
+    let connect_limit = be.timeout_connect.map_or(opts.inter, |t| t.min(opts.inter));
+    let fail = |status, reason, info: Option<String>, code| CheckResult {
+        passed: false,
+        status,
+        reason,
+        code,
+        info,
+        duration_ms: elapsed(),
+    };
+    let mut conn = match tokio::time::timeout(connect_limit, Conn::connect(target(srv, opts))).await
+    {
+        Err(_) => return fail("L4TOUT", "Layer4 timeout", None, None),
+        Ok(Err(e)) => {
+            return fail(
+                "L4CON",
+                "Layer4 connection problem",
+                Some(describe(&e)),
+                None,
+            )
+        }
+        Ok(Ok(c)) => c,
+    };
+    let CheckKind::Http {
+        method,
+        uri,
+        version,
+        host,
+    } = &be.check.kind
+    else {
+        return CheckResult {
+            passed: true,
+            status: "L4OK",
+            reason: "Layer4 check passed",
+            code: None,
+            info: None,
+            duration_ms: elapsed(),
+        };
+    };
+    let mut req = format!("{method} {uri} {version}\r\n");
+    if let Some(h) = host {
+        req.push_str(&format!("host: {h}\r\n"));
+    }
+    req.push_str("connection: close\r\n\r\n");
+    let limit = be.check.timeout.unwrap_or(opts.inter);
+    let exchange = async {
+        conn.write_all(req.as_bytes()).await?;
+        read_response(&conn).await
+    };
+    let rsp = match tokio::time::timeout(limit, exchange).await {
+        Err(_) => return fail("L7TOUT", "Layer7 timeout", None, None),
+        Ok(Err(e)) => return fail("L7RSP", "Layer7 invalid response", Some(describe(&e)), None),
+        Ok(Ok(r)) => r,
+    };
+    let Some((code, phrase, body)) = parse_status(&rsp) else {
+        return fail(
+            "L7RSP",
+            "Layer7 invalid response",
+            Some("not an HTTP response".into()),
+            None,
+        );
+    };
+    let ok = match &be.check.expect {
+        None => (200..400).contains(&code),
+        Some((neg, Expect::Status(codes))) => codes.contains(&code) != *neg,
+        Some((neg, Expect::String(s))) => contains(body, s.as_bytes()) != *neg,
+    };
+    let info = (!phrase.is_empty()).then(|| phrase.to_string());
+    if ok {
+        CheckResult {
+            passed: true,
+            status: "L7OK",
+            reason: "Layer7 check passed",
+            code: Some(code),
+            info,
+            duration_ms: elapsed(),
+        }
+    } else if matches!(be.check.expect, Some((_, Expect::String(_)))) {
+        fail("L7RSP", "Layer7 invalid response", info, Some(code))
+    } else {
+        fail("L7STS", "Layer7 wrong status", info, Some(code))
+    }
+}
+
+/// An I/O error as HAProxy's check logs name it.
+fn describe(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "Connection refused".into(),
+        std::io::ErrorKind::ConnectionReset => "Connection reset by peer".into(),
+        std::io::ErrorKind::UnexpectedEof => "Connection closed early".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Reads the response until the server closes or 16 KiB arrived (enough for a status line
+/// and a body to search).
+async fn read_response(conn: &Conn) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        conn.readable().await?;
+        match conn.try_read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                if out.len() >= 16384 {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if !out.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if out.is_empty() {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(out)
+}
+
+/// The status code, reason phrase and body of an HTTP/1.x response.
+fn parse_status(rsp: &[u8]) -> Option<(u16, &str, &[u8])> {
+    let line_end = memchr::memmem::find(rsp, b"\r\n")?;
+    let line = std::str::from_utf8(&rsp[..line_end]).ok()?;
+    let rest = line.strip_prefix("HTTP/1.")?;
+    let mut parts = rest.splitn(3, ' ');
+    let _minor = parts.next()?;
+    let code: u16 = parts.next()?.parse().ok()?;
+    let phrase = parts.next().unwrap_or("").trim();
+    let body = memchr::memmem::find(rsp, b"\r\n\r\n").map_or(&[][..], |i| &rsp[i + 4..]);
+    Some((code, phrase, body))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(hay, needle).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_follows_haproxy_rise_and_fall() {
+        let (rise, fall) = (2, 3);
+        // Starts up at `rise`: the first failure takes it down.
+        assert_eq!(next_health(2, false, rise, fall), (0, Transition::Down));
+        // Down: `rise` successes bring it up, to the top at once.
+        assert_eq!(next_health(0, true, rise, fall), (1, Transition::None));
+        assert_eq!(next_health(1, true, rise, fall), (4, Transition::Up));
+        // Up at the top: `fall` failures take it down.
+        assert_eq!(next_health(4, false, rise, fall), (3, Transition::None));
+        assert_eq!(next_health(3, false, rise, fall), (2, Transition::None));
+        assert_eq!(next_health(2, false, rise, fall), (0, Transition::Down));
+        // A success in between climbs back to the top.
+        assert_eq!(next_health(3, true, rise, fall), (4, Transition::None));
+        assert_eq!(next_health(0, false, rise, fall), (0, Transition::None));
+        // rise 1 / fall 1: every result decides.
+        assert_eq!(next_health(0, true, 1, 1), (1, Transition::Up));
+        assert_eq!(next_health(1, false, 1, 1), (0, Transition::Down));
+    }
+
+    #[test]
+    fn intervals_by_state() {
+        let c = CheckOpts {
+            inter: Duration::from_secs(2),
+            fastinter: Some(Duration::from_millis(500)),
+            downinter: Some(Duration::from_secs(5)),
+            ..CheckOpts::default()
+        };
+        assert_eq!(interval_for(&c, 4), Duration::from_secs(2));
+        assert_eq!(interval_for(&c, 2), Duration::from_millis(500));
+        assert_eq!(interval_for(&c, 0), Duration::from_secs(5));
+        for _ in 0..100 {
+            let j = jitter(Duration::from_secs(10), 20);
+            assert!(j >= Duration::from_secs(8) && j <= Duration::from_secs(12));
+        }
+    }
+
+    #[test]
+    fn status_lines() {
+        let (code, phrase, body) =
+            parse_status(b"HTTP/1.1 503 Service Unavailable\r\nx: y\r\n\r\nbusy").unwrap();
+        assert_eq!(
+            (code, phrase, body),
+            (503, "Service Unavailable", &b"busy"[..])
+        );
+        assert_eq!(parse_status(b"HTTP/1.0 200\r\n\r\n").unwrap().0, 200);
+        assert!(parse_status(b"SSH-2.0-OpenSSH\r\n").is_none());
+    }
+}

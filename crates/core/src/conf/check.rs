@@ -1,0 +1,89 @@
+//! Health-check settings: per server (`check`, `inter`, `rise`, ...), per backend (the check
+//! kind, `timeout check`, `option log-health-checks`) and process-wide (`spread-checks`,
+//! `tune.max-checks-per-thread`).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// A server's check options as written (`server` or `default-server`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckOpts {
+    /// `check` / `no-check`.
+    pub enabled: bool,
+    /// `inter`: the interval while the server is fully up (HAProxy's 2 s).
+    pub inter: Duration,
+    /// `fastinter`: the interval while the server changes state (default: `inter`).
+    pub fastinter: Option<Duration>,
+    /// `downinter`: the interval while the server is fully down (default: `inter`).
+    pub downinter: Option<Duration>,
+    /// `rise`: consecutive successes that bring a down server up (2).
+    pub rise: u32,
+    /// `fall`: consecutive failures that take an up server down (3).
+    pub fall: u32,
+    /// `port`: check this port instead of the server's.
+    pub port: Option<u16>,
+    /// `addr`: check this address instead of the server's.
+    pub addr: Option<IpAddr>,
+}
+
+impl Default for CheckOpts {
+    fn default() -> Self {
+        CheckOpts {
+            enabled: false,
+            inter: Duration::from_secs(2),
+            fastinter: None,
+            downinter: None,
+            rise: 2,
+            fall: 3,
+            port: None,
+            addr: None,
+        }
+    }
+}
+
+/// What an HTTP check expects of the response (`http-check expect`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// Any of these status codes.
+    Status(Vec<u16>),
+    /// The body contains this string.
+    String(String),
+}
+
+/// How a backend's servers are checked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CheckKind {
+    /// A connection that completes is a success (HAProxy's "Layer4 check passed").
+    #[default]
+    Tcp,
+    /// `option httpchk [METH] [URI] [VER [HOST]]`: one request, judged by `expect`.
+    Http {
+        method: String,
+        uri: String,
+        version: String,
+        host: Option<String>,
+    },
+}
+
+/// A backend's check settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BackendCheck {
+    pub kind: CheckKind,
+    /// `http-check expect [!] status|string VALUE`; without it, 2xx and 3xx pass.
+    pub expect: Option<(bool, Expect)>,
+    /// `timeout check`: the time a check may take once connected (default: `inter`).
+    pub timeout: Option<Duration>,
+    /// `option log-health-checks`: every check result is logged, not only state changes.
+    pub log_all: bool,
+}
+
+/// Process-wide check settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GlobalCheck {
+    /// `spread-checks`: random +/- percent added to every interval (0 to 50).
+    pub spread_pct: u8,
+    /// `max-spread-checks`: the longest window the first checks are spread over.
+    pub max_spread: Option<Duration>,
+    /// `tune.max-checks-per-thread`: checks running at once per worker (0: no limit).
+    pub max_per_thread: usize,
+}

@@ -1,0 +1,244 @@
+//! Runtime control of servers from the CLI, in HAProxy's syntax: administrative state
+//! (`enable`/`disable server`, `set server ... state`), weights (`set weight`, `get weight`),
+//! forced health (`set server ... health`), and `show servers state`, `show backend`.
+//!
+//! Every change goes through `runtime::BackendState`'s setters, so balancers see it at their
+//! next pick. Levels: `operator` may make a server ready or drain it, `admin` everything.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::conf::cli::Level;
+use crate::conf::Server;
+use crate::runtime::{AdminState, OperState, Process, ServerState};
+
+/// Finds `BACKEND/SERVER`: (backend index, server index).
+fn find(p: &Process, spec: Option<&&str>) -> Result<(usize, usize), String> {
+    let spec = spec.ok_or("Require 'backend/server'.\n")?;
+    let (b, s) = spec.split_once('/').ok_or("Require 'backend/server'.\n")?;
+    let bi = p
+        .config
+        .backends
+        .iter()
+        .position(|be| be.name == b)
+        .ok_or("No such backend.\n")?;
+    let si = p.config.backends[bi]
+        .servers
+        .iter()
+        .position(|srv| srv.name == s)
+        .ok_or("No such server.\n")?;
+    Ok((bi, si))
+}
+
+fn needs(have: Level, want: Level) -> Result<(), String> {
+    if have < want {
+        Err("Permission denied\n".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn answer(r: Result<String, String>) -> String {
+    r.unwrap_or_else(|e| e)
+}
+
+/// `disable server B/S`: maintenance.
+pub fn disable_server(p: &Process, args: &[&str], level: Level) -> String {
+    answer(set_admin(p, args.first(), AdminState::Maint, level))
+}
+
+/// `enable server B/S`: back from maintenance.
+pub fn enable_server(p: &Process, args: &[&str], level: Level) -> String {
+    answer(set_admin(p, args.first(), AdminState::Ready, level))
+}
+
+fn set_admin(
+    p: &Process,
+    spec: Option<&&str>,
+    state: AdminState,
+    level: Level,
+) -> Result<String, String> {
+    needs(
+        level,
+        match state {
+            AdminState::Maint => Level::Admin,
+            _ => Level::Operator,
+        },
+    )?;
+    let (b, s) = find(p, spec)?;
+    p.state.backends[b].set_admin(s, state);
+    Ok(String::new())
+}
+
+/// `set server B/S state ready|drain|maint`, `set server B/S weight N[%]`,
+/// `set server B/S health up|stopping|down`.
+pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
+    answer((|| {
+        let (b, s) = find(p, args.first())?;
+        match (args.get(1).copied(), args.get(2).copied()) {
+            (Some("state"), Some(v)) => {
+                let state = match v {
+                    "ready" => AdminState::Ready,
+                    "drain" => AdminState::Drain,
+                    "maint" => AdminState::Maint,
+                    _ => {
+                        return Err(
+                            "'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n"
+                                .into(),
+                        )
+                    }
+                };
+                set_admin(p, args.first(), state, level)
+            }
+            (Some("weight"), Some(v)) => set_weight_of(p, b, s, v, level),
+            (Some("health"), Some(v)) => {
+                needs(level, Level::Admin)?;
+                let state = match v {
+                    "up" => OperState::Up,
+                    "stopping" => OperState::Stopping,
+                    "down" => OperState::Down,
+                    _ => {
+                        return Err(
+                            "'set server <srv> health' expects 'up', 'stopping', or 'down'.\n"
+                                .into(),
+                        )
+                    }
+                };
+                force_health(p, b, s, state);
+                Ok(String::new())
+            }
+            (Some(kw @ ("agent" | "addr" | "check-port" | "fqdn" | "ssl")), _) => {
+                Err(format!("'set server <srv> {kw}' is not supported yet.\n"))
+            }
+            _ => Err("'set server <srv>' only supports 'state', 'weight' and 'health'.\n".into()),
+        }
+    })())
+}
+
+/// A forced health: the check counter jumps to the matching end, as HAProxy does.
+fn force_health(p: &Process, b: usize, s: usize, state: OperState) {
+    let conf = &p.config.backends[b].servers[s];
+    let st = &p.state.backends[b];
+    if let (Some(c), Some(cs)) = (conf.check, &st.servers[s].check) {
+        let health = match state {
+            OperState::Down => 0,
+            _ => c.rise + c.fall - 1,
+        };
+        cs.health.store(health, Ordering::Relaxed);
+    }
+    st.set_oper(s, state);
+}
+
+/// `set weight B/S N[%]`.
+pub fn set_weight(p: &Process, args: &[&str], level: Level) -> String {
+    answer((|| {
+        let (b, s) = find(p, args.first())?;
+        let v = args.get(1).ok_or("Require <weight>.\n")?;
+        set_weight_of(p, b, s, v, level)
+    })())
+}
+
+fn set_weight_of(p: &Process, b: usize, s: usize, v: &str, level: Level) -> Result<String, String> {
+    needs(level, Level::Admin)?;
+    let initial = p.config.backends[b].servers[s].weight;
+    let w = match v.strip_suffix('%') {
+        Some(pct) => {
+            let pct: u32 = pct.parse().map_err(|_| "Invalid weight.\n")?;
+            initial * pct / 100
+        }
+        None => v.parse().map_err(|_| "Invalid weight.\n")?,
+    };
+    if w > 256 {
+        return Err("Absolute weight can only be between 0 and 256 inclusive.\n".into());
+    }
+    p.state.backends[b].set_weight(s, w);
+    Ok(String::new())
+}
+
+/// `get weight B/S`: the live weight and the configured one.
+pub fn get_weight(p: &Process, args: &[&str], _: Level) -> String {
+    answer(find(p, args.first()).map(|(b, s)| {
+        format!(
+            "{} (initial {})\n",
+            p.state.backends[b].servers[s].weight(),
+            p.config.backends[b].servers[s].weight
+        )
+    }))
+}
+
+/// `show backend`: the backend names.
+pub fn show_backend(p: &Process, _: &[&str], _: Level) -> String {
+    let mut out = String::from("# name\n");
+    for be in &p.config.backends {
+        let _ = writeln!(out, "{}", be.name);
+    }
+    out
+}
+
+/// HAProxy's check status numbers (`HCHK_STATUS_*`) for `show servers state`.
+fn check_status_number(status: &str) -> u8 {
+    match status {
+        "L4OK" => 5,
+        "L4TOUT" => 6,
+        "L4CON" => 7,
+        "L7TOUT" => 11,
+        "L7RSP" => 12,
+        "L7OK" => 13,
+        "L7STS" => 15,
+        _ => 0,
+    }
+}
+
+/// `show servers state [BACKEND]`: HAProxy's version-1 format.
+pub fn show_servers_state(p: &Process, args: &[&str], _: Level) -> String {
+    let mut out = String::from("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n");
+    for (be, st) in p.config.backends.iter().zip(p.state.backends.iter()) {
+        if args.first().is_some_and(|name| *name != be.name) {
+            continue;
+        }
+        for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
+            let _ = writeln!(out, "{} {} {}", be.id, be.name, server_state_row(srv, sst));
+        }
+    }
+    out
+}
+
+fn server_state_row(srv: &Server, sst: &ServerState) -> String {
+    // SRV_ST_STOPPED 0, RUNNING 2, STOPPING 3; admin flags FMAINT 0x01, FDRAIN 0x08.
+    let op = match sst.oper() {
+        OperState::Down => 0,
+        OperState::Up => 2,
+        OperState::Stopping => 3,
+    };
+    let admin = match sst.admin() {
+        AdminState::Ready => 0,
+        AdminState::Maint => 0x01,
+        AdminState::Drain => 0x08,
+    };
+    let since = sst.last_change.lock().map_or(0, |t| t.elapsed().as_secs());
+    let (status, result, health, state) = match &sst.check {
+        Some(c) => {
+            let last = c.last.lock().ok().and_then(|l| l.clone());
+            // CHK_RES_FAILED 2, PASSED 3; CHK_ST_CONFIGURED|ENABLED = 6.
+            let (status, result) = last.map_or((0, 0), |l| {
+                (check_status_number(l.status), if l.passed { 3 } else { 2 })
+            });
+            (status, result, c.health.load(Ordering::Relaxed), 6)
+        }
+        None => (0, 0, 0, 0),
+    };
+    let check_port = srv.check.and_then(|c| c.port).unwrap_or(0);
+    let check_addr = srv
+        .check
+        .and_then(|c| c.addr)
+        .map_or("-".to_string(), |a| a.to_string());
+    format!(
+        "{} {} {} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {} - 0 {check_port} {check_addr} - 0",
+        srv.id,
+        srv.name,
+        srv.addr.ip(),
+        sst.weight(),
+        srv.weight,
+        srv.addr.port(),
+    )
+}
