@@ -4,6 +4,9 @@ For each response size (13 B, the 76 kB corpus page) and thread count (1, 2), ea
 started, warmed up, and loaded by wrk (1 thread, 50 keep-alive connections) for N seconds,
 R times. Reported: requests/s, p50/p99 latency, and requests per CPU-second of the proxy
 (utime+stime of all its processes from /proc/PID/stat), each the median of the R runs.
+
+With SLUICE_BASELINE=/path/to/sluice, that binary is a fourth contender, "sluice-before", with
+sluice's configuration; all four then take turns run by run and sluice / sluice-before is printed.
 """
 import os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -12,6 +15,7 @@ RUNS = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 3
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "testdata", "corpus")
 SLUICE = os.path.join(ROOT, "target", "release", "sluice")
+BASELINE = os.environ.get("SLUICE_BASELINE")  # an earlier sluice build to compare against
 CLK = os.sysconf("SC_CLK_TCK")
 ORIGIN, PROXY = 18080, 18081
 work = tempfile.mkdtemp(prefix="sluice-bench-")
@@ -112,8 +116,9 @@ backend be
     return conf
 
 
-def sluice_cmd(threads):
-    return [SLUICE, "-f", proxy_config("sluice", threads)]
+def sluice_cmd(threads, binary=SLUICE):
+    # One configuration file for both builds, so the baseline differs from sluice by its binary only.
+    return [binary, "-f", proxy_config("sluice", threads)]
 
 
 def haproxy_cmd(threads):
@@ -152,11 +157,12 @@ def wrk(path, secs):
     return reqs, lat.get("50"), lat.get("99"), (errors.group(1) if errors else "0"), (sock_err.group(1) if sock_err else "")
 
 
-def measure(name, cmd, path):
+def runs(cmd, path, n):
+    """Starts the proxy, warms it up, and returns one row per run of wrk."""
     p = start(cmd, PROXY)
     wrk(path, 1)  # warm-up: connections, caches
     rows = []
-    for _ in range(RUNS):
+    for _ in range(n):
         c0, t0 = group_cpu(p.pid), time.time()
         reqs, p50, p99, bad, sockerr = wrk(path, SECS)
         c1, t1 = group_cpu(p.pid), time.time()
@@ -164,32 +170,73 @@ def measure(name, cmd, path):
         rows.append((reqs / (t1 - t0), p50, p99, reqs / cpu, bad, sockerr))
     stop(p)
     wait_closed(PROXY)
+    return rows
+
+
+def summary(name, rows):
     med = lambda i: statistics.median(r[i] for r in rows)
     return {"name": name, "rps": med(0), "p50": med(1), "p99": med(2), "rpcpu": med(3),
             "bad": ",".join(r[4] for r in rows), "sockerr": "; ".join(r[5] for r in rows if r[5])}
 
 
+def measure(name, cmd, path):
+    return summary(name, runs(cmd, path, RUNS))
+
+
+def measure_interleaved(contenders, path):
+    """Every contender once per round, RUNS rounds: a noisy spell on this shared machine then hits
+    all of them instead of one contender's whole block. They share the proxy port, so each run is a
+    fresh start with its own warm-up. sluice and sluice-before swap places every other round so
+    neither always follows the same process."""
+    rows = {name: [] for name, _ in contenders}
+    for i in range(RUNS):
+        order = list(contenders)
+        if i % 2:
+            order[0], order[1] = order[1], order[0]
+        for name, cmd in order:
+            rows[name] += runs(cmd, path, 1)
+    return [summary(name, rows[name]) for name, _ in contenders]
+
+
+def results_for(threads, path):
+    if not BASELINE:
+        return [measure("sluice", sluice_cmd(threads), path),
+                measure("haproxy", haproxy_cmd(threads), path),
+                measure("nginx", nginx_cmd(threads), path)]
+    return measure_interleaved([("sluice", sluice_cmd(threads)),
+                                ("sluice-before", sluice_cmd(threads, BASELINE)),
+                                ("haproxy", haproxy_cmd(threads)),
+                                ("nginx", nginx_cmd(threads))], path)
+
+
 def main():
     if not os.path.exists(SLUICE):
         raise SystemExit("build sluice first: cargo build --release -p sluice")
+    if BASELINE and not os.access(BASELINE, os.X_OK):
+        raise SystemExit(f"SLUICE_BASELINE={BASELINE} is not an executable file")
     origin = nginx_origin()
     print(f"# proxy core benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), wrk -t1 -c50, nginx origin\n")
+    if BASELINE:  # the tables must say that these runs were taken in turns, unlike a default run's
+        print(f"sluice-before: {BASELINE}, same configuration as sluice; contenders interleaved run by run\n")
     sizes = [("13 B", "/hello.txt"), ("76 kB", "/page.html")]
     only = os.environ.get("BENCH_ONLY")  # e.g. "76 kB" to run one size while iterating
     for size, path in [x for x in sizes if not only or x[0] == only]:
         for threads in (1, 2):
-            results = [measure("sluice", sluice_cmd(threads), path),
-                       measure("haproxy", haproxy_cmd(threads), path),
-                       measure("nginx", nginx_cmd(threads), path)]
-            best = max(r["rpcpu"] for r in results[1:])
+            results = results_for(threads, path)
+            by = {r["name"]: r for r in results}
+            best = max(by["haproxy"]["rpcpu"], by["nginx"]["rpcpu"])
             print(f"## {size}, {threads} thread(s)\n")
             print("| proxy | req/s | p50 ms | p99 ms | req per proxy CPU-s | non-2xx |")
             print("| --- | ---: | ---: | ---: | ---: | --- |")
             for r in results:
                 print(f"| {r['name']} | {r['rps']:.0f} | {r['p50']:.3f} | {r['p99']:.3f} | {r['rpcpu']:.0f} | {r['bad']} |")
-            s = results[0]
-            print(f"\nsluice / HAProxy: req/s {s['rps']/results[1]['rps']:.2f}x, req/CPU-s {s['rpcpu']/results[1]['rpcpu']:.2f}x; "
-                  f"sluice / nginx: req/s {s['rps']/results[2]['rps']:.2f}x, req/CPU-s {s['rpcpu']/results[2]['rpcpu']:.2f}x; "
+            s, h, n = by["sluice"], by["haproxy"], by["nginx"]
+            before = ""
+            if "sluice-before" in by:
+                b = by["sluice-before"]
+                before = f"sluice / sluice-before: req/s {s['rps']/b['rps']:.2f}x, req/CPU-s {s['rpcpu']/b['rpcpu']:.2f}x; "
+            print(f"\n{before}sluice / HAProxy: req/s {s['rps']/h['rps']:.2f}x, req/CPU-s {s['rpcpu']/h['rpcpu']:.2f}x; "
+                  f"sluice / nginx: req/s {s['rps']/n['rps']:.2f}x, req/CPU-s {s['rpcpu']/n['rpcpu']:.2f}x; "
                   f"sluice / best req/CPU-s: {s['rpcpu']/best:.2f}x\n", flush=True)
     stop(origin)
 
