@@ -162,6 +162,15 @@ const SERVER_OPTIONS: &[ServerOption] = &[
         },
     },
     ServerOption {
+        name: "slowstart",
+        args: 1,
+        parse: |o, a| {
+            let t = units::parse_time(&a[0])?;
+            o.slowstart = (!t.is_zero()).then_some(t);
+            Ok(())
+        },
+    },
+    ServerOption {
         name: "backup",
         args: 0,
         parse: |o, _| {
@@ -262,13 +271,11 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "send-proxy",
     "send-proxy-v2",
     "cookie",
-    "slowstart",
     "observe",
     "on-error",
     "resolvers",
     "init-addr",
     "track",
-    "agent-check",
     "check-ssl",
     "proto",
     "source",
@@ -362,7 +369,14 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 id,
                 name: s.name.clone(),
                 addr: s.addr,
-                check: s.opts.check.enabled.then_some(s.opts.check),
+                check: s.opts.check.enabled.then(|| s.opts.check.clone()),
+                agent: s
+                    .opts
+                    .check
+                    .agent
+                    .enabled
+                    .then(|| s.opts.check.agent.clone()),
+                slowstart: s.opts.slowstart,
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
@@ -377,6 +391,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         name: name.to_string(),
         servers,
         algo: conf.balance.algo.clone(),
+        allbackups: conf.balance.allbackups,
         timeout_connect: conf.backend.timeout_connect,
         timeout_server: conf.backend.timeout_server,
         timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),
@@ -421,6 +436,7 @@ mod tests {
                 pool: PoolConf::default(),
                 maxconn: None,
                 maxqueue: None,
+                slowstart: None,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();
@@ -457,12 +473,12 @@ mod tests {
             }
         );
         assert!(parse_server(&mut c, &words("q 127.0.0.1:80 pool-max-conn -2")).is_err());
-        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 agent-check"))
+        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 track b/x"))
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));
         parse_server(&mut c, &words("s4 127.0.0.1:80 check inter 1s fall 5")).unwrap();
-        let chk = c.backend.servers.last().unwrap().opts.check;
+        let chk = c.backend.servers.last().unwrap().opts.check.clone();
         assert!(chk.enabled && chk.fall == 5 && chk.inter == std::time::Duration::from_secs(1));
         assert!(parse_server(&mut c, &words("s3 127.0.0.1"))
             .unwrap_err()

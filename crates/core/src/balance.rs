@@ -8,8 +8,8 @@
 //!   by live weights.
 //! - `static-rr`, `source`, `uri` and `hdr()` keep a static map of the configured weights
 //!   (so a key keeps its server while the server set is stable) and skip unusable servers.
-//! - Backup servers are considered only when no active server is usable, and then only the
-//!   first usable one (as HAProxy without `option allbackups`).
+//! - Backup servers are considered only when no active server is usable: the first usable
+//!   one, or with `option allbackups` all of them in turn, by weight.
 //!
 //! One shared atomic cursor makes walks lock-free across workers; reading the dynamic
 //! schedule takes a read lock that is only contended while it is being rebuilt.
@@ -22,7 +22,13 @@ use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::balance::{Algo, BalanceConf};
 use crate::conf::{Backend, ProxyConf};
-use crate::runtime::{BackendState, LbCache};
+use crate::runtime::{clock_ns, BackendState, LbCache};
+
+/// `option allbackups` (and its `no` form).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option allbackups", Scope::BE, "balance over all backup servers when no active one is usable",
+        |c: &mut ProxyConf, on| c.balance.allbackups = on;
+];
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     name: "balance",
@@ -117,7 +123,7 @@ pub fn pick_other(
 fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) -> Option<usize> {
     let active = |i: usize| !be.servers[i].backup && st.servers[i].usable();
     if !(0..be.servers.len()).any(active) {
-        return (0..be.servers.len()).find(|&i| be.servers[i].backup && st.servers[i].usable());
+        return backup(be, st);
     }
     match &be.algo {
         Algo::RoundRobin => next_rr(be, st, lb),
@@ -142,6 +148,32 @@ fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) ->
     }
 }
 
+/// A backup server, when no active one is usable: the first usable one, or with
+/// `option allbackups` each usable one in turn, by weight.
+fn backup(be: &Backend, st: &BackendState) -> Option<usize> {
+    let usable = |i: &usize| be.servers[*i].backup && st.servers[*i].usable();
+    if !be.allbackups {
+        return (0..be.servers.len()).find(usable);
+    }
+    let weights: Vec<(usize, u32)> = (0..be.servers.len())
+        .filter(usable)
+        .map(|i| (i, st.servers[i].effective_weight()))
+        .collect();
+    let total: u64 = weights.iter().map(|&(_, w)| u64::from(w)).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut k = st.lb.cursor.fetch_add(1, Ordering::Relaxed) as u64 % total;
+    weights.into_iter().find_map(|(i, w)| {
+        if k < u64::from(w) {
+            Some(i)
+        } else {
+            k -= u64::from(w);
+            None
+        }
+    })
+}
+
 /// Runs `f` on the dynamic schedule (live weights of usable active servers). The worker's
 /// copy serves while the backend's balancing generation is unchanged; after a change, the
 /// first worker to notice rebuilds the shared schedule and the others copy it.
@@ -151,7 +183,15 @@ fn with_schedule<R>(
     lb: &LbCache,
     f: impl FnOnce(&[usize]) -> R,
 ) -> R {
-    let gen = st.lb.generation.load(Ordering::Acquire);
+    let mut gen = st.lb.generation.load(Ordering::Acquire);
+    let ramp = st.lb.ramp_until.load(Ordering::Relaxed);
+    if ramp != 0 {
+        // A weight is ramping up (`slowstart`): a new schedule every 100 ms until it is done.
+        let now = clock_ns();
+        if now < ramp {
+            gen = gen.wrapping_add((now / 100_000_000) << 32);
+        }
+    }
     let mut cache = lb.0.borrow_mut();
     if cache.len() <= st.index {
         cache.resize(st.index + 1, None);

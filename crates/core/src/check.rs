@@ -98,6 +98,59 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
             Ok(())
         },
     },
+    ServerOption {
+        name: "agent-check",
+        args: 0,
+        parse: |o, _| {
+            o.check.agent.enabled = true;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "no-agent-check",
+        args: 0,
+        parse: |o, _| {
+            o.check.agent.enabled = false;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-port",
+        args: 1,
+        parse: |o, a| {
+            let p = a[0]
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or("expects a port from 1 to 65535")?;
+            o.check.agent.port = Some(p);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-addr",
+        args: 1,
+        parse: |o, a| {
+            let ip = a[0]
+                .parse()
+                .map_err(|_| "expects an IP address".to_string())?;
+            o.check.agent.addr = Some(ip);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-inter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.agent.inter = Some(t)),
+    },
+    ServerOption {
+        name: "agent-send",
+        args: 1,
+        parse: |o, a| {
+            o.check.agent.send = Some(a[0].clone());
+            Ok(())
+        },
+    },
 ];
 
 fn interval(v: &str) -> Result<Duration, String> {
@@ -239,6 +292,8 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
 pub struct CheckTask {
     pub backend: usize,
     pub server: usize,
+    /// The server's agent check rather than its health check.
+    pub agent: bool,
     pub due: Instant,
     /// It arrived from another worker: it runs here before it may move again.
     pub moved: bool,
@@ -248,19 +303,24 @@ pub struct CheckTask {
 /// of the smallest interval (capped by `max-spread-checks`), so that they do not all fire
 /// at once.
 pub fn initial_tasks(config: &Config, now: Instant) -> Vec<CheckTask> {
-    let checked: Vec<(usize, usize, &CheckOpts)> = config
-        .backends
-        .iter()
-        .enumerate()
-        .flat_map(|(b, be)| {
-            be.servers
-                .iter()
-                .enumerate()
-                .filter_map(move |(s, srv)| srv.check.as_ref().map(|c| (b, s, c)))
-        })
-        .collect();
+    // (backend, server, agent, interval) of every check.
+    let mut checked: Vec<(usize, usize, bool, Duration)> = Vec::new();
+    for (b, be) in config.backends.iter().enumerate() {
+        for (s, srv) in be.servers.iter().enumerate() {
+            if let Some(c) = &srv.check {
+                checked.push((b, s, false, c.inter));
+            }
+            if let Some(a) = &srv.agent {
+                let inter = a
+                    .inter
+                    .or(srv.check.as_ref().map(|c| c.inter))
+                    .unwrap_or(CheckOpts::default().inter);
+                checked.push((b, s, true, inter));
+            }
+        }
+    }
     let n = checked.len() as u32;
-    let Some(min) = checked.iter().map(|(_, _, c)| c.inter).min() else {
+    let Some(min) = checked.iter().map(|c| c.3).min() else {
         return Vec::new();
     };
     let window = config
@@ -271,9 +331,10 @@ pub fn initial_tasks(config: &Config, now: Instant) -> Vec<CheckTask> {
     checked
         .iter()
         .enumerate()
-        .map(|(k, &(backend, server, _))| CheckTask {
+        .map(|(k, &(backend, server, agent, _))| CheckTask {
             backend,
             server,
+            agent,
             due: now + window * k as u32 / n,
             moved: false,
         })
@@ -387,48 +448,188 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
                 w.check_slots.acquire().await.expect("never closed")
             }
         };
-        let health = run_once(&w, task.backend, task.server).await;
+        let next = if task.agent {
+            run_agent(&w, task.backend, task.server).await
+        } else {
+            run_once(&w, task.backend, task.server).await
+        };
         drop(slot);
         ctx.checks_awake.fetch_sub(1, Ordering::Relaxed);
-        let be = &w.config().backends[task.backend];
-        let opts = be.servers[task.server].check.expect("checked server");
         let pct = w.config().global.check.spread_pct;
-        task.due = Instant::now() + jitter(interval_for(&opts, health), pct);
+        task.due = Instant::now() + jitter(next, pct);
     }
 }
 
-/// Runs one check of a server and applies its result. Returns the new health.
-async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> u32 {
+/// Runs one health check of a server and applies its result. Returns the interval before
+/// the next one.
+async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     let be = &w.config().backends[backend];
     let srv = &be.servers[server];
-    let opts = srv.check.expect("checked server");
+    let opts = srv.check.as_ref().expect("checked server");
     let st = &w.state().backends[backend].servers[server];
     let check = st.check.as_ref().expect("checked server");
     if check.running.swap(true, Ordering::Acquire) {
         // Cannot happen with one task per server; never run two at once regardless.
-        return check.health.load(Ordering::Relaxed);
+        return opts.inter;
     }
-    let result = probe(be, srv, &opts).await;
+    let result = probe(be, srv, opts).await;
     check.running.store(false, Ordering::Release);
     w.ctx().counters.checks_run.bump();
     if !result.passed {
         check.failed.fetch_add(1, Ordering::Relaxed);
     }
     let before = check.health.load(Ordering::Relaxed);
-    let (health, transition) = next_health(before, result.passed, opts.rise, opts.fall);
+    let (health, _) = next_health(before, result.passed, opts.rise, opts.fall);
     check.health.store(health, Ordering::Relaxed);
-    let state = &w.state().backends[backend];
-    match transition {
-        Transition::Up => state.set_oper(server, OperState::Up),
-        Transition::Down => {
-            check.downs.fetch_add(1, Ordering::Relaxed);
-            state.set_oper(server, OperState::Down);
-        }
-        Transition::None => {}
-    }
+    let transition = settle(w, backend, server);
     report(w, backend, server, &result, health, transition);
     *check.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-    health
+    interval_for(opts, health)
+}
+
+/// Sets the server's operational state from its checks: up while its health check (if
+/// any) is at `rise` or above and its agent (if any) has not said down; a server asked to
+/// stop (NOLB) stays so until told otherwise.
+fn settle(w: &Worker, backend: usize, server: usize) -> Transition {
+    let conf = &w.config().backends[backend].servers[server];
+    let state = &w.state().backends[backend];
+    let st = &state.servers[server];
+    let health_up = match (&conf.check, &st.check) {
+        (Some(c), Some(cs)) => cs.health.load(Ordering::Relaxed) >= c.rise,
+        _ => true,
+    };
+    let agent_up = st
+        .agent
+        .as_ref()
+        .is_none_or(|a| a.up.load(Ordering::Relaxed));
+    let up = health_up && agent_up;
+    match (st.oper(), up) {
+        (OperState::Down, true) => {
+            state.set_oper(server, OperState::Up);
+            Transition::Up
+        }
+        (OperState::Up | OperState::Stopping, false) => {
+            if let Some(cs) = &st.check {
+                cs.downs.fetch_add(1, Ordering::Relaxed);
+            }
+            state.set_oper(server, OperState::Down);
+            Transition::Down
+        }
+        _ => Transition::None,
+    }
+}
+
+/// Runs one agent check: reads the agent's line and applies its words. An agent that cannot
+/// be reached changes nothing. Returns the interval before the next one.
+async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
+    let be = &w.config().backends[backend];
+    let srv = &be.servers[server];
+    let opts = srv.agent.as_ref().expect("agent-checked server");
+    let inter = opts
+        .inter
+        .or(srv.check.as_ref().map(|c| c.inter))
+        .unwrap_or(CheckOpts::default().inter);
+    let st = &w.state().backends[backend].servers[server];
+    let agent = st.agent.as_ref().expect("agent-checked server");
+    if agent.running.swap(true, Ordering::Acquire) {
+        return inter;
+    }
+    let mut addr = srv.addr;
+    if let Some(ip) = opts.addr {
+        addr.set_ip(ip);
+    }
+    if let Some(p) = opts.port {
+        addr.set_port(p);
+    }
+    let started = Instant::now();
+    let exchange = async {
+        let mut conn = Conn::connect(addr).await?;
+        if let Some(send) = &opts.send {
+            conn.write_all(send.as_bytes()).await?;
+        }
+        read_response(&conn).await
+    };
+    let got = tokio::time::timeout(inter, exchange).await;
+    agent.running.store(false, Ordering::Release);
+    w.ctx().counters.checks_run.bump();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let result = match got {
+        Ok(Ok(reply)) => {
+            let line = String::from_utf8_lossy(&reply);
+            let line = line.lines().next().unwrap_or("").trim().to_string();
+            apply_agent(w, backend, server, &line);
+            // The description after `#`, else the whole line, is what logs show.
+            let info = line
+                .split_once('#')
+                .map_or(line.as_str(), |(_, d)| d)
+                .trim()
+                .to_string();
+            let up = agent.up.load(Ordering::Relaxed);
+            CheckResult {
+                passed: up,
+                status: if up { "L7OK" } else { "L7STS" },
+                reason: if up {
+                    "Layer7 check passed"
+                } else {
+                    "Layer7 wrong status"
+                },
+                code: None,
+                info: (!info.is_empty()).then_some(info),
+                duration_ms,
+            }
+        }
+        Ok(Err(e)) => CheckResult {
+            passed: false,
+            status: "L4CON",
+            reason: "Layer4 connection problem",
+            code: None,
+            info: Some(describe(&e)),
+            duration_ms,
+        },
+        Err(_) => CheckResult {
+            passed: false,
+            status: "L4TOUT",
+            reason: "Layer4 timeout",
+            code: None,
+            info: None,
+            duration_ms,
+        },
+    };
+    let transition = settle(w, backend, server);
+    if transition != Transition::None {
+        let health = st
+            .check
+            .as_ref()
+            .map_or(0, |c| c.health.load(Ordering::Relaxed));
+        report(w, backend, server, &result, health, transition);
+    }
+    *agent.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+    inter
+}
+
+/// Applies an agent's words, as HAProxy does: `up`; `down`, `fail`, `stopped` (down);
+/// `ready`, `drain`, `maint` (administrative state); `N%` (weight, of the configured one);
+/// anything after `#` is a description.
+fn apply_agent(w: &Worker, backend: usize, server: usize, line: &str) {
+    let state = &w.state().backends[backend];
+    let agent = state.servers[server].agent.as_ref().expect("agent");
+    let words = line.split('#').next().unwrap_or("");
+    for word in words.split([' ', ',', '\t']).filter(|w| !w.is_empty()) {
+        match word.to_ascii_lowercase().as_str() {
+            "up" => agent.up.store(true, Ordering::Relaxed),
+            "down" | "fail" | "stopped" => agent.up.store(false, Ordering::Relaxed),
+            "ready" => state.set_admin(server, crate::runtime::AdminState::Ready),
+            "drain" => state.set_admin(server, crate::runtime::AdminState::Drain),
+            "maint" => state.set_admin(server, crate::runtime::AdminState::Maint),
+            pct if pct.ends_with('%') => {
+                if let Ok(p) = pct.trim_end_matches('%').parse::<u32>() {
+                    let initial = w.config().backends[backend].servers[server].weight;
+                    state.set_weight(server, initial * p / 100);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Sends the state change (and, with `option log-health-checks`, every result) to the
@@ -447,7 +648,6 @@ fn report(
         return;
     }
     let srv = &be.servers[server];
-    let opts = srv.check.expect("checked server");
     let name = format!("{}/{}", be.name, srv.name);
     let mut why = format!("reason: {}", r.reason);
     if let Some(code) = r.code {
@@ -462,7 +662,7 @@ fn report(
             l.send_at(sev, "sluice", msg);
         }
     };
-    if be.check.log_all && transition == Transition::None {
+    if let (true, Transition::None, Some(opts)) = (be.check.log_all, transition, &srv.check) {
         let up = health >= opts.rise;
         let status = if up {
             format!("{}/{} UP", health + 1 - opts.rise, opts.fall)

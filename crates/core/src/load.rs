@@ -53,6 +53,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     backend::KEYWORDS,
     backend::OPTION_KEYWORDS,
     balance::KEYWORDS,
+    balance::OPTION_KEYWORDS,
     check::KEYWORDS,
     check::OPTION_KEYWORDS,
     rules::KEYWORDS,

@@ -35,7 +35,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option pgsql-check" => Scope::BE,
     "option ldap-check" => Scope::BE,
     "option ssl-hello-chk" => Scope::BE,
-    "option allbackups" => Scope::BE,
     "option http-keep-alive" => Scope::PROXY,
     "option idle-close-on-response" => Scope::FE,
     "stats" => Scope::PROXY,

@@ -148,6 +148,9 @@ proptest! {
             .as_ref()
             .map(|(n, v)| format!("{n}: {v}\r\n"))
             .unwrap_or_default();
+        // The decoder caps extensions at 4 KiB per body (an abuse limit): keep them under it.
+        let chunks = data.len() / sizes.iter().min().copied().unwrap_or(1) + 1;
+        let ext = ext && chunks * 40 < 4096;
         let mut wire = encode_chunked(&data, &sizes, upper, ext, &trailers);
         wire.extend_from_slice(b"GET /next HTTP/1.1\r\n");
         let body_len = wire.len() - 20;

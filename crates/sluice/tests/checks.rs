@@ -414,3 +414,116 @@ fn checks_are_spread_over_workers_and_leave_a_busy_one() {
     );
     drop(held);
 }
+
+/// An agent: answers every connection with the current line, then closes.
+fn agent(line: &str) -> (SocketAddr, Arc<std::sync::Mutex<String>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let say = Arc::new(std::sync::Mutex::new(line.to_string()));
+    let s = say.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let line = s.lock().unwrap().clone();
+            let _ = c.write_all(format!("{line}\n").as_bytes());
+        }
+    });
+    (addr, say)
+}
+
+#[test]
+fn an_agent_steers_state_and_weight() {
+    let a = Switchable::start("a");
+    let b = Switchable::start("b");
+    let (agent_addr, say) = agent("up");
+    let logs = Collector::new();
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    log {} local0\n    server a {} weight 4 agent-check agent-port {} agent-inter 100ms\n    server b {} weight 4\n",
+        sock.display(),
+        logs.0.local_addr().unwrap(),
+        a.addr,
+        agent_addr.port(),
+        b.addr
+    ));
+    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
+    *say.lock().unwrap() = "down #maintenance window".into();
+    wait_until("a down", || status(&sock, "be", "a") == "DOWN");
+    let line = logs.wait_for("Server be/a is DOWN");
+    assert!(
+        line.contains("reason: Layer7 wrong status, info: \"maintenance window\""),
+        "{line}"
+    );
+    assert_eq!(count(&shares(&p, 10), "b"), 10);
+    *say.lock().unwrap() = "up 50%".into();
+    wait_until("a up at half weight", || {
+        status(&sock, "be", "a") == "UP" && Sluice::cli(&sock, "get weight be/a").starts_with("2 ")
+    });
+    let m = shares(&p, 30);
+    assert_eq!((count(&m, "a"), count(&m, "b")), (10, 20));
+    *say.lock().unwrap() = "drain".into();
+    wait_until("a drained", || status(&sock, "be", "a") == "DRAIN");
+    assert_eq!(count(&shares(&p, 10), "b"), 10);
+    *say.lock().unwrap() = "ready 100%".into();
+    wait_until("a ready", || status(&sock, "be", "a") == "UP");
+}
+
+#[test]
+fn backups_take_over_when_no_active_server_is_left() {
+    let s1 = Switchable::start("s1");
+    let b1 = Switchable::start("b1");
+    let b2 = Switchable::start("b2");
+    let (_d, sock) = cli_dir();
+    let conf = |all: &str| {
+        format!(
+            "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n{all}    server s1 {}\n    server b1 {} backup\n    server b2 {} backup\n",
+            sock.display(),
+            s1.addr,
+            b1.addr,
+            b2.addr
+        )
+    };
+    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
+    {
+        let p = Sluice::start(&conf(""));
+        assert_eq!(
+            count(&shares(&p, 6), "s1"),
+            6,
+            "backups idle while s1 is up"
+        );
+        Sluice::cli(&sock, "set server be/s1 health down");
+        assert_eq!(count(&shares(&p, 6), "b1"), 6, "the first backup only");
+    }
+    let p = Sluice::start(&conf("    option allbackups\n"));
+    Sluice::cli(&sock, "set server be/s1 health down");
+    let m = shares(&p, 6);
+    assert_eq!((count(&m, "b1"), count(&m, "b2")), (3, 3), "all backups");
+    Sluice::cli(&sock, "set server be/s1 health up");
+    assert_eq!(count(&shares(&p, 6), "s1"), 6);
+}
+
+#[test]
+fn slowstart_ramps_a_returning_server_up() {
+    let mut a = Switchable::start("a");
+    let b = Switchable::start("b");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {} weight 20 check inter 100ms rise 1 fall 1 slowstart 8s\n    server b {} weight 20\n",
+        sock.display(),
+        a.addr,
+        b.addr
+    ));
+    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
+    a.down();
+    wait_until("a down", || status(&sock, "be", "a") == "DOWN");
+    a.up();
+    wait_until("a up", || status(&sock, "be", "a") == "UP");
+    // Just back: a small share of the traffic (its weight starts near 1 of 20).
+    let early = count(&shares(&p, 20), "a");
+    assert!(early <= 6, "a got {early} of 20 right after coming back");
+    // Once the ramp is over, an equal share.
+    wait_until("equal shares", || {
+        let m = shares(&p, 20);
+        (count(&m, "a"), count(&m, "b")) == (10, 10)
+    });
+}

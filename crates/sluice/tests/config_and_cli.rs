@@ -57,7 +57,7 @@ fn errors_name_file_line_and_keyword() {
         ("backend b\n    timeout connetc 5s\n", "c.cfg:2: unknown keyword 'timeout connetc' in 'backend' section; did you mean 'timeout connect'?"),
         ("backend b\n    timeout connect 5x\n", "c.cfg:2: 'timeout connect' in 'backend' section: argument 1 '5x': unknown time unit 'x'"),
         ("backend b\n    server s1 127.0.0.1:80 weight 999\n", "c.cfg:2: 'server' in 'backend' section: argument 4 '999': expects an integer from 0 to 256"),
-        ("backend b\n    server s1 127.0.0.1:80 agent-check\n", "c.cfg:2: 'server' in 'backend' section: server option 'agent-check': not supported yet"),
+        ("backend b\n    server s1 127.0.0.1:80 track b/s2\n", "c.cfg:2: 'server' in 'backend' section: server option 'track': not supported yet"),
         ("backend b\n    server s1 127.0.0.1:80 check rise 0\n", "c.cfg:2: 'server' in 'backend' section: argument 5 '0': expects a positive integer"),
         ("backend b\n    option tcp-check\n", "c.cfg:2: 'option tcp-check' in 'backend' section: not supported yet"),
         ("backend b\n    http-check expect rstatus ^2\n", "c.cfg:2: 'http-check expect' in 'backend' section: http-check expect rstatus: not supported yet"),

@@ -35,6 +35,8 @@ pub struct ServerOpts {
     pub maxconn: Option<usize>,
     /// `maxqueue`: requests allowed to wait; beyond it they get 503.
     pub maxqueue: Option<usize>,
+    /// `slowstart`: ramp-up time of the weight after the server comes back up.
+    pub slowstart: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,4 +34,7 @@ impl Algo {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BalanceConf {
     pub algo: Algo,
+    /// `option allbackups`: when no active server is usable, balance over every usable
+    /// backup server rather than only the first.
+    pub allbackups: bool,
 }

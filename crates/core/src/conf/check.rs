@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 /// A server's check options as written (`server` or `default-server`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckOpts {
     /// `check` / `no-check`.
     pub enabled: bool,
@@ -24,6 +24,24 @@ pub struct CheckOpts {
     pub port: Option<u16>,
     /// `addr`: check this address instead of the server's.
     pub addr: Option<IpAddr>,
+    /// The agent check (`agent-check`, `agent-port`, ...).
+    pub agent: AgentOpts,
+}
+
+/// A server's agent-check options: a TCP service on the server that answers one line saying
+/// how the server wants to be treated (`up`, `down`, `drain`, `50%`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentOpts {
+    /// `agent-check` / `no-agent-check`.
+    pub enabled: bool,
+    /// `agent-port` (required with `agent-check`).
+    pub port: Option<u16>,
+    /// `agent-addr`: the agent's address, when not the server's.
+    pub addr: Option<IpAddr>,
+    /// `agent-inter` (default: `inter`).
+    pub inter: Option<Duration>,
+    /// `agent-send`: a string sent to the agent before reading its answer.
+    pub send: Option<String>,
 }
 
 impl Default for CheckOpts {
@@ -37,6 +55,7 @@ impl Default for CheckOpts {
             fall: 3,
             port: None,
             addr: None,
+            agent: AgentOpts::default(),
         }
     }
 }

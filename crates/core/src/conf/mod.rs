@@ -31,7 +31,7 @@ use sluice_config::{units, KwError};
 
 use self::backend::{BackendConf, ReuseMode};
 use self::balance::{Algo, BalanceConf};
-use self::check::{BackendCheck, CheckOpts, GlobalCheck};
+use self::check::{AgentOpts, BackendCheck, CheckOpts, GlobalCheck};
 use self::compression::{CompConf, GlobalComp};
 use self::errorpages::ErrorPages;
 use self::listen::ListenConf;
@@ -131,6 +131,10 @@ pub struct Server {
     pub maxqueue: Option<usize>,
     /// Health checks, when the server has `check`.
     pub check: Option<CheckOpts>,
+    /// The agent check, when the server has `agent-check`.
+    pub agent: Option<AgentOpts>,
+    /// `slowstart`: how long the weight takes to ramp up after the server comes back up.
+    pub slowstart: Option<Duration>,
 }
 
 /// A validated backend.
@@ -140,6 +144,7 @@ pub struct Backend {
     pub name: String,
     pub servers: Vec<Server>,
     pub algo: Algo,
+    pub allbackups: bool,
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
     pub timeout_queue: Option<Duration>,

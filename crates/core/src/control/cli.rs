@@ -475,7 +475,7 @@ fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
             let safe = pool.safe_cur.load(Ordering::Relaxed).min(idle);
             let opt = |v: Option<usize>| v.map_or(String::new(), |m| m.to_string());
             let mut checks = Vec::new();
-            if let (Some(c), Some(cs)) = (srv.check, &sst.check) {
+            if let (Some(c), Some(cs)) = (&srv.check, &sst.check) {
                 let health = cs.health.load(Ordering::Relaxed);
                 checks.extend([
                     ("chkfail", cs.failed.load(Ordering::Relaxed).to_string()),
@@ -508,7 +508,10 @@ fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
                     ("scur", sst.in_flight.load(Ordering::Relaxed).to_string()),
                     ("slim", opt(srv.maxconn)),
                     ("qlimit", opt(srv.maxqueue)),
-                    ("status", sst.status(srv.check.map(|c| (c.rise, c.fall)))),
+                    (
+                        "status",
+                        sst.status(srv.check.as_ref().map(|c| (c.rise, c.fall))),
+                    ),
                     ("weight", sst.weight().to_string()),
                     ("act", u8::from(!srv.backup).to_string()),
                     ("bck", u8::from(srv.backup).to_string()),

@@ -119,7 +119,7 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
 fn force_health(p: &Process, b: usize, s: usize, state: OperState) {
     let conf = &p.config.backends[b].servers[s];
     let st = &p.state.backends[b];
-    if let (Some(c), Some(cs)) = (conf.check, &st.servers[s].check) {
+    if let (Some(c), Some(cs)) = (&conf.check, &st.servers[s].check) {
         let health = match state {
             OperState::Down => 0,
             _ => c.rise + c.fall - 1,
@@ -227,9 +227,10 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         }
         None => (0, 0, 0, 0),
     };
-    let check_port = srv.check.and_then(|c| c.port).unwrap_or(0);
+    let check_port = srv.check.as_ref().and_then(|c| c.port).unwrap_or(0);
     let check_addr = srv
         .check
+        .as_ref()
         .and_then(|c| c.addr)
         .map_or("-".to_string(), |a| a.to_string());
     format!(

@@ -22,6 +22,6 @@ mod state;
 pub use self::counters::{Counter, PerWorker, ProxyCounters, ServerCounters, WorkerCounters};
 pub use self::process::{Admission, ClientConn, Process, Slot, ThreadCtx, Worker};
 pub use self::state::{
-    AdminState, BackendState, CheckResult, CheckState, FrontendState, LbCache, LbState, OperState,
-    Runtime, ServerQueue, ServerState,
+    clock_ns, AdminState, AgentState, BackendState, CheckResult, CheckState, FrontendState,
+    LbCache, LbState, OperState, Runtime, ServerQueue, ServerState,
 };

@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
@@ -57,8 +57,20 @@ pub struct ServerState {
     pub queue: ServerQueue,
     /// Health-check state; `None` for a server without `check`.
     pub check: Option<CheckState>,
+    /// Agent-check state; `None` for a server without `agent-check`.
+    pub agent: Option<AgentState>,
     /// When the server last changed state (`lastchg`).
     pub last_change: Mutex<Instant>,
+    /// `slowstart`: the weight ramps up over this time after the server comes back.
+    slowstart: Option<Duration>,
+    /// When the current ramp started ([`clock_ns`]), 0 when none.
+    ramp_from: AtomicU64,
+}
+
+/// A monotonic clock in nanoseconds (never 0), cheap to store in an atomic.
+pub fn clock_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
 /// How a check ended, in HAProxy's terms (`check_status` in `show stat`).
@@ -90,6 +102,15 @@ pub struct CheckState {
     pub last: Mutex<Option<CheckResult>>,
 }
 
+/// A server's agent-check state.
+#[derive(Debug)]
+pub struct AgentState {
+    /// The agent's last word on the server's health (`up` until it says otherwise).
+    pub up: AtomicBool,
+    pub running: AtomicBool,
+    pub last: Mutex<Option<CheckResult>>,
+}
+
 impl ServerState {
     pub fn new(conf: &Server, workers: usize) -> ServerState {
         ServerState {
@@ -110,14 +131,21 @@ impl ServerState {
             },
             // As HAProxy 2.6: a checked server starts up, but at the lowest up health, so
             // the first failed check takes it down.
-            check: conf.check.map(|c| CheckState {
+            check: conf.check.as_ref().map(|c| CheckState {
                 health: AtomicU32::new(c.rise),
                 running: AtomicBool::new(false),
                 failed: AtomicU64::new(0),
                 downs: AtomicU64::new(0),
                 last: Mutex::new(None),
             }),
+            agent: conf.agent.as_ref().map(|_| AgentState {
+                up: AtomicBool::new(true),
+                running: AtomicBool::new(false),
+                last: Mutex::new(None),
+            }),
             last_change: Mutex::new(Instant::now()),
+            slowstart: conf.slowstart,
+            ramp_from: AtomicU64::new(0),
         }
     }
 
@@ -147,13 +175,24 @@ impl ServerState {
         self.admin() == AdminState::Ready && self.oper() == OperState::Up && self.weight() > 0
     }
 
-    /// The weight the balancer uses: the live weight while usable, else 0.
+    /// The weight the balancer uses: the live weight while usable (ramping up during
+    /// `slowstart`, never below 1), else 0.
     pub fn effective_weight(&self) -> u32 {
-        if self.usable() {
-            self.weight()
-        } else {
-            0
+        if !self.usable() {
+            return 0;
         }
+        let w = self.weight();
+        let from = self.ramp_from.load(Ordering::Relaxed);
+        let Some(ss) = self.slowstart.filter(|_| from != 0) else {
+            return w;
+        };
+        let elapsed = clock_ns().saturating_sub(from);
+        let total = ss.as_nanos() as u64;
+        if elapsed >= total {
+            self.ramp_from.store(0, Ordering::Relaxed);
+            return w;
+        }
+        ((u64::from(w) * elapsed / total) as u32).max(1)
     }
 
     /// Whether a request would be served now rather than queued.
@@ -174,7 +213,13 @@ impl ServerState {
             AdminState::Ready => {}
         }
         let (Some(c), Some((rise, fall))) = (&self.check, rise_fall) else {
-            return "no check".into();
+            // Without a health check, only an agent can have changed the state.
+            return match (&self.agent, self.oper()) {
+                (None, _) => "no check".into(),
+                (Some(_), OperState::Up) => "UP".into(),
+                (Some(_), OperState::Down) => "DOWN".into(),
+                (Some(_), OperState::Stopping) => "NOLB".into(),
+            };
         };
         let health = c.health.load(Ordering::Relaxed);
         match self.oper() {
@@ -206,6 +251,9 @@ pub struct LbState {
     pub schedule: RwLock<Schedule>,
     /// The static map of `static-rr` and the hash algorithms (configured weights).
     pub static_map: OnceLock<Box<[usize]>>,
+    /// Until when ([`clock_ns`]) a server's weight is ramping up: the dynamic schedule is
+    /// rebuilt every 100 ms until then.
+    pub ramp_until: AtomicU64,
 }
 
 /// One worker's copies of its backends' dynamic schedules: while a schedule is unchanged,
@@ -246,20 +294,30 @@ impl BackendState {
         }
     }
 
-    /// Sets a server's administrative state; the balancer sees it at its next pick.
+    /// Sets a server's administrative state; the balancer sees it at its next pick. A
+    /// server leaving maintenance ramps up with `slowstart`.
     pub fn set_admin(&self, server: usize, state: AdminState) {
         let s = &self.servers[server];
-        if s.admin.swap(state as u8, Ordering::Relaxed) != state as u8 {
+        let was = s.admin.swap(state as u8, Ordering::Relaxed);
+        if was != state as u8 {
             s.changed();
+            if was == AdminState::Maint as u8 && state == AdminState::Ready {
+                self.start_ramp(server);
+            }
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Sets a server's operational state (health checks).
+    /// Sets a server's operational state (health checks). A server coming back up ramps
+    /// up with `slowstart`.
     pub fn set_oper(&self, server: usize, state: OperState) {
         let s = &self.servers[server];
-        if s.oper.swap(state as u8, Ordering::Relaxed) != state as u8 {
+        let was = s.oper.swap(state as u8, Ordering::Relaxed);
+        if was != state as u8 {
             s.changed();
+            if was == OperState::Down as u8 && state == OperState::Up {
+                self.start_ramp(server);
+            }
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
@@ -270,6 +328,20 @@ impl BackendState {
             .weight
             .store(weight.min(256), Ordering::Relaxed);
         self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Starts a server's `slowstart` ramp: its weight grows from 1 to its full value, and
+    /// the dynamic schedule is rebuilt as it does.
+    fn start_ramp(&self, server: usize) {
+        let s = &self.servers[server];
+        let Some(ss) = s.slowstart else {
+            return;
+        };
+        let now = clock_ns();
+        s.ramp_from.store(now, Ordering::Relaxed);
+        self.lb
+            .ramp_until
+            .fetch_max(now + ss.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Requests in flight on all servers.
