@@ -527,3 +527,314 @@ fn slowstart_ramps_a_returning_server_up() {
         (count(&m, "a"), count(&m, "b")) == (10, 10)
     });
 }
+
+/// A server that runs `script` on every connection (a scripted protocol peer).
+fn scripted(script: fn(&mut TcpStream)) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+                script(&mut c);
+            });
+        }
+    });
+    addr
+}
+
+/// Reads until `n` bytes arrived (or the peer stopped).
+fn read_n(c: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match c.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => got += k,
+        }
+    }
+    buf.truncate(got);
+    buf
+}
+
+/// Reads one CRLF-terminated line.
+fn read_line(c: &mut TcpStream) -> String {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        match c.read(&mut b) {
+            Ok(1) => line.push(b[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&line).into_owned()
+}
+
+/// Starts sluice with one backend per (name, check lines, server address), every server
+/// checked every 100 ms with rise 1 and fall 1.
+fn checked(backends: &[(&str, &str, SocketAddr)]) -> (Sluice, PathBuf, TempDir) {
+    let (d, sock) = cli_dir();
+    let mut text = format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend {}\n",
+        sock.display(),
+        backends[0].0
+    );
+    for (name, lines, addr) in backends {
+        text.push_str(&format!(
+            "backend {name}\n{lines}    server s {addr} check inter 100ms rise 1 fall 1\n"
+        ));
+    }
+    (Sluice::start(&text), sock, d)
+}
+
+/// Waits until every named backend's server has a check result, then returns the
+/// (status, check_status, check_desc) of each.
+fn verdicts(sock: &Path, names: &[&str]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    wait_until("every check judged", || {
+        let csv = Sluice::cli(sock, "show stat");
+        out = names
+            .iter()
+            .map(|n| {
+                (
+                    stat_field(&csv, n, "s", "status"),
+                    stat_field(&csv, n, "s", "check_status"),
+                    stat_field(&csv, n, "s", "check_desc"),
+                )
+            })
+            .collect();
+        out.iter().all(|(_, cs, _)| !cs.is_empty())
+    });
+    out
+}
+
+#[test]
+fn tcp_check_rules_and_protocol_probes() {
+    let redis_ok = scripted(|c| {
+        if read_n(c, 14) == b"*1\r\n$4\r\nPING\r\n" {
+            let _ = c.write_all(b"+PONG\r\n");
+        }
+    });
+    let redis_bad = scripted(|c| {
+        read_n(c, 14);
+        let _ = c.write_all(b"-NOAUTH Authentication required.\r\n");
+    });
+    let smtp_ok = scripted(|c| {
+        let _ = c.write_all(b"220 mail.example ESMTP\r\n");
+        if read_line(c).starts_with("EHLO check.example") {
+            let _ = c.write_all(b"250 mail.example\r\n");
+        }
+        read_line(c);
+    });
+    let smtp_bad = scripted(|c| {
+        let _ = c.write_all(b"554 go away\r\n");
+    });
+    let rules_ok = scripted(|c| {
+        let _ = c.write_all(b"* OK IMAP ready\r\n");
+        if read_n(c, 10) == b"a1 LOGOUT\r" {
+            let _ = c.write_all(b"\x00\x01BYE");
+        }
+    });
+    let banner_then_close = scripted(|c| {
+        let _ = c.write_all(b"* OK IMAP ready\r\n");
+    });
+    let (_p, sock, _d) = checked(&[
+        ("redis_ok", "    option redis-check\n", redis_ok),
+        ("redis_bad", "    option redis-check\n", redis_bad),
+        ("smtp_ok", "    option smtpchk EHLO check.example\n", smtp_ok),
+        ("smtp_bad", "    option smtpchk\n", smtp_bad),
+        (
+            "rules_ok",
+            "    option tcp-check\n    tcp-check expect string OK\n    tcp-check send a1\\ LOGOUT\\r\n    tcp-check expect binary 0001\n",
+            rules_ok,
+        ),
+        (
+            "rules_bad",
+            "    option tcp-check\n    tcp-check comment banner\n    tcp-check expect string READY\n",
+            banner_then_close,
+        ),
+    ]);
+    let names = [
+        "redis_ok",
+        "redis_bad",
+        "smtp_ok",
+        "smtp_bad",
+        "rules_ok",
+        "rules_bad",
+    ];
+    let v = verdicts(&sock, &names);
+    let by: std::collections::BTreeMap<&str, &(String, String, String)> =
+        names.iter().copied().zip(v.iter()).collect();
+    for ok in ["redis_ok", "smtp_ok", "rules_ok"] {
+        assert_eq!(
+            (by[ok].0.as_str(), by[ok].1.as_str()),
+            ("UP", "L7OK"),
+            "{ok}: {:?}",
+            by[ok]
+        );
+    }
+    for bad in ["redis_bad", "smtp_bad", "rules_bad"] {
+        assert_eq!(by[bad].0, "DOWN", "{bad}: {:?}", by[bad]);
+    }
+    assert_eq!(by["redis_bad"].1, "L7RSP");
+    assert!(
+        by["rules_bad"]
+            .2
+            .contains("TCPCHK did not match content 'READY' at step 2 comment 'banner'"),
+        "{:?}",
+        by["rules_bad"]
+    );
+}
+
+/// A MySQL greeting: protocol 10, a version, a thread id, and the rest zeroed.
+fn mysql_greeting() -> Vec<u8> {
+    let mut p = vec![10];
+    p.extend_from_slice(b"5.7.0-fake\0");
+    p.extend_from_slice(&[1, 0, 0, 0]);
+    p.extend_from_slice(&[0; 20]);
+    let mut pkt = (p.len() as u32).to_le_bytes()[..3].to_vec();
+    pkt.push(0);
+    pkt.extend_from_slice(&p);
+    pkt
+}
+
+#[test]
+fn database_and_directory_probes() {
+    let pg_ok = scripted(|c| {
+        let head = read_n(c, 4);
+        let len = u32::from_be_bytes(head.clone().try_into().unwrap()) as usize;
+        let rest = read_n(c, len - 4);
+        if rest[..4] == [0, 3, 0, 0] && rest.ends_with(b"user\0app\0\0") {
+            // AuthenticationOk.
+            let _ = c.write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
+        }
+    });
+    let pg_bad = scripted(|c| {
+        read_n(c, 4);
+        let _ = c.write_all(b"E\x00\x00\x00\x10SFATAL\x00\x00");
+    });
+    let mysql_ok = scripted(|c| {
+        let _ = c.write_all(&mysql_greeting());
+        let head = read_n(c, 4);
+        if head.len() == 4 && head[3] == 1 {
+            let len = usize::from(head[0]) | usize::from(head[1]) << 8;
+            let body = read_n(c, len);
+            if body[32..].starts_with(b"checker\0") {
+                let _ = c.write_all(&[7, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0]);
+            }
+        }
+    });
+    let mysql_denied = scripted(|c| {
+        let _ = c.write_all(&mysql_greeting());
+        read_n(c, 4);
+        let mut err = vec![0xff, 0x15, 0x04, b'#'];
+        err.extend_from_slice(b"28000Access denied");
+        let mut pkt = (err.len() as u32).to_le_bytes()[..3].to_vec();
+        pkt.push(2);
+        pkt.extend_from_slice(&err);
+        let _ = c.write_all(&pkt);
+    });
+    let ldap_ok = scripted(|c| {
+        if read_n(c, 14)[5] == 0x60 {
+            let _ = c.write_all(&[
+                0x30, 0x0c, 0x02, 0x01, 0x01, 0x61, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00,
+            ]);
+        }
+    });
+    let ldap_bad = scripted(|c| {
+        read_n(c, 14);
+        let _ = c.write_all(&[
+            0x30, 0x0c, 0x02, 0x01, 0x01, 0x61, 0x07, 0x0a, 0x01, 0x31, 0x04, 0x00, 0x04, 0x00,
+        ]);
+    });
+    let (_p, sock, _d) = checked(&[
+        ("pg_ok", "    option pgsql-check user app\n", pg_ok),
+        ("pg_bad", "    option pgsql-check user app\n", pg_bad),
+        ("my_greet", "    option mysql-check\n", mysql_denied),
+        ("my_ok", "    option mysql-check user checker\n", mysql_ok),
+        (
+            "my_denied",
+            "    option mysql-check user checker\n",
+            mysql_denied,
+        ),
+        ("ldap_ok", "    option ldap-check\n", ldap_ok),
+        ("ldap_bad", "    option ldap-check\n", ldap_bad),
+    ]);
+    let names = [
+        "pg_ok",
+        "pg_bad",
+        "my_greet",
+        "my_ok",
+        "my_denied",
+        "ldap_ok",
+        "ldap_bad",
+    ];
+    let v = verdicts(&sock, &names);
+    let got: Vec<(&str, &str, &str)> = names
+        .iter()
+        .zip(&v)
+        .map(|(n, (s, cs, _))| (*n, s.as_str(), cs.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("pg_ok", "UP", "L7OK"),
+            ("pg_bad", "DOWN", "L7RSP"),
+            ("my_greet", "UP", "L7OK"),
+            ("my_ok", "UP", "L7OK"),
+            ("my_denied", "DOWN", "L7STS"),
+            ("ldap_ok", "UP", "L7OK"),
+            ("ldap_bad", "DOWN", "L7STS"),
+        ]
+    );
+    assert!(v[4].2.contains("Access denied"), "{:?}", v[4]);
+}
+
+#[test]
+fn http_check_send_and_disable_on_404() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut buf = vec![0u8; 4096];
+            let n = c.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+            s2.lock().unwrap().push(req.clone());
+            let status = if req.starts_with("HEAD /gone") {
+                404
+            } else {
+                200
+            };
+            let _ =
+                c.write_all(format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").as_bytes());
+        }
+    });
+    let (_p, sock, _d) = checked(&[
+        (
+            "sent",
+            "    option httpchk\n    http-check send meth GET uri /status ver HTTP/1.1 hdr Host svc.example hdr X-Probe 1\n",
+            addr,
+        ),
+        (
+            "gone",
+            "    option httpchk HEAD /gone\n    http-check disable-on-404\n",
+            addr,
+        ),
+    ]);
+    let v = verdicts(&sock, &["sent", "gone"]);
+    assert_eq!(v[0].0, "UP");
+    // A 404 with disable-on-404: up, but no new traffic.
+    assert_eq!(v[1].0, "NOLB");
+    assert_eq!(v[1].1, "L7OKC");
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.iter().any(|r| r.starts_with(
+            "GET /status HTTP/1.1\r\nHost: svc.example\r\nX-Probe: 1\r\nconnection: close\r\n\r\n"
+        )),
+        "{seen:?}"
+    );
+}

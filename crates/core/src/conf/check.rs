@@ -69,27 +69,88 @@ pub enum Expect {
     String(String),
 }
 
+/// The request an HTTP check sends (`option httpchk`, then `http-check send`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub uri: String,
+    pub version: String,
+    /// Header lines, in order (`option httpchk`'s HOST is a `host` header).
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Default for HttpRequest {
+    fn default() -> Self {
+        HttpRequest {
+            method: "OPTIONS".into(),
+            uri: "/".into(),
+            version: "HTTP/1.0".into(),
+            headers: Vec::new(),
+            body: String::new(),
+        }
+    }
+}
+
+/// What a received-bytes expectation looks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    /// These bytes anywhere in what was received.
+    Contains(Vec<u8>),
+    /// What was received starts with these bytes (protocol probes).
+    Prefix(Vec<u8>),
+}
+
+/// One step of a `tcp-check` rule set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpRule {
+    /// Open the connection (to `port` instead of the server's, when given).
+    Connect {
+        port: Option<u16>,
+    },
+    Send(Vec<u8>),
+    /// Read until `pattern` is found (or, negated, until the peer is done without it), after
+    /// at least `min_recv` bytes.
+    Expect {
+        neg: bool,
+        pattern: Pattern,
+        min_recv: usize,
+    },
+    /// Names the steps that follow in failure reports.
+    Comment(String),
+}
+
 /// How a backend's servers are checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum CheckKind {
     /// A connection that completes is a success (HAProxy's "Layer4 check passed").
     #[default]
     Tcp,
-    /// `option httpchk [METH] [URI] [VER [HOST]]`: one request, judged by `expect`.
-    Http {
-        method: String,
-        uri: String,
-        version: String,
-        host: Option<String>,
-    },
+    /// `option httpchk`: one request (`BackendCheck::http`), judged by `expect`.
+    Http,
+    /// `option tcp-check`: the backend's `tcp-check` rules (`BackendCheck::tcp_rules`).
+    TcpCheck,
+    /// A protocol probe written as rules (`option redis-check`, `smtpchk`, `pgsql-check`).
+    Probe(Vec<TcpRule>),
+    /// `option mysql-check [user U]`: the server's greeting, then a login when a user is
+    /// given.
+    Mysql { user: Option<String> },
+    /// `option ldap-check`: an anonymous bind.
+    Ldap,
 }
 
 /// A backend's check settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BackendCheck {
     pub kind: CheckKind,
+    pub http: HttpRequest,
     /// `http-check expect [!] status|string VALUE`; without it, 2xx and 3xx pass.
     pub expect: Option<(bool, Expect)>,
+    /// `http-check disable-on-404`: a server that is up and answers 404 stops taking new
+    /// traffic (NOLB) without being marked down.
+    pub disable_on_404: bool,
+    /// The `tcp-check` lines, in order.
+    pub tcp_rules: Vec<TcpRule>,
     /// `timeout check`: the time a check may take once connected (default: `inter`).
     pub timeout: Option<Duration>,
     /// `option log-health-checks`: every check result is logged, not only state changes.

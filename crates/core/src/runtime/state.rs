@@ -86,6 +86,8 @@ pub struct CheckResult {
     /// More detail (the error, or the response's reason phrase).
     pub info: Option<String>,
     pub duration_ms: u64,
+    /// `http-check disable-on-404` matched: the server stays up but takes no new traffic.
+    pub stopping: bool,
 }
 
 /// A server's health-check state, shared by whichever worker runs its check.

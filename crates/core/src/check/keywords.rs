@@ -1,0 +1,504 @@
+//! The health checks' keywords: server options (`check`, `inter`, `rise`, `agent-check`,
+//! ...), backend keywords (the check kind, `http-check`, `tcp-check`, `timeout check`,
+//! `option log-health-checks`) and global ones (`spread-checks`, ...).
+
+use std::time::Duration;
+
+use sluice_config::{no_args, units, Keyword, KwError, Scope};
+
+use super::probe;
+use crate::conf::backend::{ServerOption, ServerOpts};
+use crate::conf::check::{CheckKind, Expect, Pattern, TcpRule};
+use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
+
+/// Server options of the checks (`server` and `default-server`).
+pub const SERVER_OPTIONS: &[ServerOption] = &[
+    ServerOption {
+        name: "check",
+        args: 0,
+        parse: |o, _| {
+            o.check.enabled = true;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "no-check",
+        args: 0,
+        parse: |o, _| {
+            o.check.enabled = false;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "inter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.inter = t),
+    },
+    ServerOption {
+        name: "fastinter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.fastinter = Some(t)),
+    },
+    ServerOption {
+        name: "downinter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.downinter = Some(t)),
+    },
+    ServerOption {
+        name: "rise",
+        args: 1,
+        parse: |o, a| count(&a[0]).map(|n| o.check.rise = n),
+    },
+    ServerOption {
+        name: "fall",
+        args: 1,
+        parse: |o, a| count(&a[0]).map(|n| o.check.fall = n),
+    },
+    ServerOption {
+        name: "port",
+        args: 1,
+        parse: |o: &mut ServerOpts, a| {
+            let p = a[0]
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or("expects a port from 1 to 65535")?;
+            o.check.port = Some(p);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "addr",
+        args: 1,
+        parse: |o, a| {
+            let ip = a[0]
+                .parse()
+                .map_err(|_| "expects an IP address".to_string())?;
+            o.check.addr = Some(ip);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-check",
+        args: 0,
+        parse: |o, _| {
+            o.check.agent.enabled = true;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "no-agent-check",
+        args: 0,
+        parse: |o, _| {
+            o.check.agent.enabled = false;
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-port",
+        args: 1,
+        parse: |o, a| {
+            let p = a[0]
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or("expects a port from 1 to 65535")?;
+            o.check.agent.port = Some(p);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-addr",
+        args: 1,
+        parse: |o, a| {
+            let ip = a[0]
+                .parse()
+                .map_err(|_| "expects an IP address".to_string())?;
+            o.check.agent.addr = Some(ip);
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "agent-inter",
+        args: 1,
+        parse: |o, a| interval(&a[0]).map(|t| o.check.agent.inter = Some(t)),
+    },
+    ServerOption {
+        name: "agent-send",
+        args: 1,
+        parse: |o, a| {
+            o.check.agent.send = Some(a[0].clone());
+            Ok(())
+        },
+    },
+];
+
+fn interval(v: &str) -> Result<Duration, String> {
+    let t = units::parse_time(v)?;
+    if t.is_zero() {
+        return Err("expects a time above zero".into());
+    }
+    Ok(t)
+}
+
+fn count(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "expects a positive integer".into())
+}
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "option httpchk",
+        scope: Scope::BE,
+        help: "option httpchk [METH] [URI] [VER [HOST]]: check servers with an HTTP request",
+        parse: |c, a| {
+            let (method, uri, version, host) = match a {
+                [] => ("OPTIONS", "/", "HTTP/1.0", None),
+                [uri] => ("OPTIONS", uri.as_str(), "HTTP/1.0", None),
+                [m, uri] => (m.as_str(), uri.as_str(), "HTTP/1.0", None),
+                [m, uri, v] => (m.as_str(), uri.as_str(), v.as_str(), None),
+                [m, uri, v, h] => (m.as_str(), uri.as_str(), v.as_str(), Some(h.clone())),
+                [_, _, _, _, extra, ..] => return Err(KwError::Extra(extra.clone())),
+            };
+            c.check.kind = CheckKind::Http;
+            let r = &mut c.check.http;
+            r.method = method.to_string();
+            r.uri = uri.to_string();
+            r.version = version.to_string();
+            // HAProxy 2.6 takes a HOST given this way as the Host header.
+            if let Some(h) = host {
+                r.headers.retain(|(n, _)| !n.eq_ignore_ascii_case("host"));
+                r.headers.push(("host".into(), h));
+            }
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "http-check send",
+        scope: Scope::BE,
+        help: "http-check send [meth M] [uri U] [ver V] [hdr NAME VALUE]... [body STRING]: the HTTP check's request",
+        parse: |c, a| {
+            let r = &mut c.check.http;
+            let mut i = 0;
+            while i < a.len() {
+                let value = |k: usize| {
+                    a.get(i + k)
+                        .cloned()
+                        .ok_or(KwError::Missing("a value after meth/uri/ver/hdr/body"))
+                };
+                match a[i].as_str() {
+                    "meth" => r.method = value(1)?,
+                    "uri" => r.uri = value(1)?,
+                    "ver" => r.version = value(1)?,
+                    "body" => r.body = value(1)?,
+                    "hdr" => {
+                        r.headers.push((value(1)?, value(2)?));
+                        i += 1;
+                    }
+                    other => {
+                        return Err(KwError::bad(i + 1, other, "expects meth, uri, ver, hdr or body"))
+                    }
+                }
+                i += 2;
+            }
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "http-check disable-on-404",
+        scope: Scope::BE,
+        help: "http-check disable-on-404: a server answering 404 to its check takes no new traffic",
+        parse: |c, a| no_args(a).map(|_| c.check.disable_on_404 = true),
+    },
+    Keyword {
+        name: "http-check connect",
+        scope: Scope::BE,
+        help: "http-check connect [port N]: where the HTTP check connects (the server's check port by default)",
+        parse: |c, a| match a {
+            [] => {
+                let _ = c;
+                Ok(())
+            }
+            [other, ..] => Err(KwError::Invalid(format!(
+                "http-check connect {other}: not supported yet (the server's 'port' and 'addr' options set where checks go)"
+            ))),
+        },
+    },
+    Keyword {
+        name: "option tcp-check",
+        scope: Scope::BE,
+        help: "option tcp-check: check servers with the backend's tcp-check rules",
+        parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::TcpCheck),
+    },
+    Keyword {
+        name: "tcp-check connect",
+        scope: Scope::BE,
+        help: "tcp-check connect [port N]: (re)connect, to another port if given",
+        parse: |c, a| {
+            let port = match a {
+                [] => None,
+                [k, p] if k == "port" => Some(
+                    p.parse::<u16>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| KwError::bad(2, p, "expects a port"))?,
+                ),
+                [other, ..] => {
+                    return Err(KwError::Invalid(format!(
+                        "tcp-check connect {other}: not supported yet"
+                    )))
+                }
+            };
+            c.check.tcp_rules.push(TcpRule::Connect { port });
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-check send",
+        scope: Scope::BE,
+        help: "tcp-check send STRING: send a string",
+        parse: |c, a| {
+            let v = one_arg(a, "a string")?;
+            c.check.tcp_rules.push(TcpRule::Send(v.as_bytes().to_vec()));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-check send-lf",
+        scope: Scope::BE,
+        help: "tcp-check send-lf FMT: send a string (log-format variables are not expanded yet)",
+        parse: |c, a| {
+            let v = one_arg(a, "a string")?;
+            if v.contains('%') {
+                return Err(KwError::Invalid(
+                    "tcp-check send-lf with log-format variables: not supported yet".into(),
+                ));
+            }
+            c.check.tcp_rules.push(TcpRule::Send(v.as_bytes().to_vec()));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-check send-binary",
+        scope: Scope::BE,
+        help: "tcp-check send-binary HEX: send bytes written in hexadecimal",
+        parse: |c, a| {
+            let v = one_arg(a, "hexadecimal bytes")?;
+            let bytes = hex(v).map_err(|e| KwError::bad(1, v, e))?;
+            c.check.tcp_rules.push(TcpRule::Send(bytes));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-check expect",
+        scope: Scope::BE,
+        help: "tcp-check expect [min-recv N] [!] string TEXT | binary HEX: what must arrive",
+        parse: |c, a| {
+            let mut i = 0;
+            let mut min_recv = 0;
+            if a.first().is_some_and(|w| w == "min-recv") {
+                let v = a.get(1).ok_or(KwError::Missing("a byte count after min-recv"))?;
+                min_recv = v.parse().map_err(|_| KwError::bad(2, v, "expects a byte count"))?;
+                i = 2;
+            }
+            let neg = a.get(i).is_some_and(|w| w == "!");
+            if neg {
+                i += 1;
+            }
+            let pattern = match (a.get(i).map(String::as_str), a.get(i + 1)) {
+                (Some("string"), Some(v)) => Pattern::Contains(v.as_bytes().to_vec()),
+                (Some("binary"), Some(v)) => {
+                    Pattern::Contains(hex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
+                }
+                (Some(k @ ("rstring" | "rbinary" | "string-lf" | "binary-lf")), _) => {
+                    return Err(KwError::Invalid(format!(
+                        "tcp-check expect {k}: not supported yet"
+                    )))
+                }
+                (Some(k), _) => return Err(KwError::bad(i + 1, k, "expects string or binary")),
+                (None, _) => return Err(KwError::Missing("string TEXT or binary HEX")),
+            };
+            if let Some(extra) = a.get(i + 2) {
+                return Err(KwError::Extra(extra.clone()));
+            }
+            c.check.tcp_rules.push(TcpRule::Expect {
+                neg,
+                pattern,
+                min_recv,
+            });
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-check comment",
+        scope: Scope::BE,
+        help: "tcp-check comment TEXT: names the following rules in failure reports",
+        parse: |c, a| {
+            let v = one_arg(a, "a comment")?;
+            c.check.tcp_rules.push(TcpRule::Comment(v.to_string()));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "option redis-check",
+        scope: Scope::BE,
+        help: "option redis-check: check servers with a Redis PING",
+        parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::Probe(probe::redis_rules())),
+    },
+    Keyword {
+        name: "option smtpchk",
+        scope: Scope::BE,
+        help: "option smtpchk [HELO|EHLO DOMAIN]: check servers with an SMTP greeting",
+        parse: |c, a| {
+            let (verb, domain) = match a {
+                [] => ("HELO", "localhost"),
+                [v, d] if v == "HELO" || v == "EHLO" => (v.as_str(), d.as_str()),
+                [v, ..] => return Err(KwError::bad(1, v, "expects HELO or EHLO and a domain")),
+            };
+            c.check.kind = CheckKind::Probe(probe::smtp_rules(verb, domain));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "option pgsql-check",
+        scope: Scope::BE,
+        help: "option pgsql-check user USER: check servers with a PostgreSQL startup message",
+        parse: |c, a| match a {
+            [k, user] if k == "user" => {
+                c.check.kind = CheckKind::Probe(probe::pgsql_rules(user));
+                Ok(())
+            }
+            _ => Err(KwError::Missing("user USER")),
+        },
+    },
+    Keyword {
+        name: "option mysql-check",
+        scope: Scope::BE,
+        help: "option mysql-check [user USER [post-41]]: check servers with a MySQL handshake",
+        parse: |c, a| {
+            let user = match a {
+                [] => None,
+                [k, u] if k == "user" => Some(u.clone()),
+                [k, u, p] if k == "user" && p == "post-41" => Some(u.clone()),
+                [k, ..] => return Err(KwError::bad(1, k, "expects user USER")),
+            };
+            c.check.kind = CheckKind::Mysql { user };
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "option ldap-check",
+        scope: Scope::BE,
+        help: "option ldap-check: check servers with an anonymous LDAPv3 bind",
+        parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::Ldap),
+    },
+    Keyword {
+        name: "no option httpchk",
+        scope: Scope::BE,
+        help: "no option httpchk: check servers with a plain connection again",
+        parse: |c, _| {
+            c.check.kind = CheckKind::Tcp;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "http-check expect",
+        scope: Scope::BE,
+        help:
+            "http-check expect [!] status CODE[,CODE...] | string TEXT: what an HTTP check requires",
+        parse: |c, a| {
+            let (neg, rest) = match a.first().map(String::as_str) {
+                Some("!") => (true, &a[1..]),
+                _ => (false, a),
+            };
+            let expect = match rest {
+                [kind, value] if kind == "status" => Expect::Status(
+                    value
+                        .split(',')
+                        .map(|v| {
+                            v.parse::<u16>()
+                                .ok()
+                                .filter(|s| (100..600).contains(s))
+                                .ok_or_else(|| KwError::bad(2, v, "expects HTTP status codes"))
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+                [kind, value] if kind == "string" => Expect::String(value.clone()),
+                [kind, _] if matches!(kind.as_str(), "rstatus" | "rstring" | "hdr" | "fhdr") => {
+                    return Err(KwError::Invalid(format!(
+                        "http-check expect {kind}: not supported yet"
+                    )))
+                }
+                [kind, ..] => {
+                    return Err(KwError::bad(1, kind, "expects status or string"));
+                }
+                [] => return Err(KwError::Missing("status CODE or string TEXT")),
+            };
+            c.check.expect = Some((neg, expect));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "timeout check",
+        scope: Scope::BE,
+        help: "timeout check TIME: time a check may take once connected (default: inter)",
+        parse: |c, a| time_arg(a).map(|t| c.check.timeout = Some(t)),
+    },
+];
+
+/// `option log-health-checks` (and its `no` form).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option log-health-checks", Scope::BE, "log every health-check result, not only state changes",
+        |c: &mut ProxyConf, on| c.check.log_all = on;
+];
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "spread-checks",
+        scope: Scope::GLOBAL,
+        help: "spread-checks PCT: random +/- percent added to check intervals (0 to 50)",
+        parse: |g, a| {
+            let v = one_arg(a, "a percentage")?;
+            g.check.spread_pct = v
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= 50)
+                .ok_or_else(|| KwError::bad(1, v, "expects a percentage from 0 to 50"))?;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "max-spread-checks",
+        scope: Scope::GLOBAL,
+        help: "max-spread-checks TIME: longest window the first checks are spread over",
+        parse: |g, a| time_arg(a).map(|t| g.check.max_spread = Some(t)),
+    },
+    Keyword {
+        name: "tune.max-checks-per-thread",
+        scope: Scope::GLOBAL,
+        help: "tune.max-checks-per-thread N: checks running at once per worker (0: no limit)",
+        parse: |g, a| {
+            let v = one_arg(a, "a count")?;
+            g.check.max_per_thread = v
+                .parse()
+                .map_err(|_| KwError::bad(1, v, "expects a count"))?;
+            Ok(())
+        },
+    },
+];
+
+/// Bytes written in hexadecimal (`tcp-check send-binary`, `expect binary`).
+fn hex(v: &str) -> Result<Vec<u8>, String> {
+    if v.len() & 1 == 1 {
+        return Err("expects an even number of hexadecimal digits".into());
+    }
+    (0..v.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&v[i..i + 2], 16)
+                .map_err(|_| "expects hexadecimal digits".to_string())
+        })
+        .collect()
+}

@@ -1,0 +1,546 @@
+//! The probes: what one check does on the wire and how its outcome is named, in HAProxy's
+//! terms (`L4OK`, `L4CON`, `L4TOUT`, `L7OK`, `L7STS`, `L7RSP`, `L7TOUT`).
+//!
+//! A plain check connects. `option httpchk` sends one request and judges the status (or
+//! the body). `option tcp-check` runs the backend's `tcp-check` rules; the protocol probes
+//! (`redis-check`, `smtpchk`, `pgsql-check`) are rule sets too, while `mysql-check` and
+//! `ldap-check` speak a little of their protocols here.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::conf::check::{BackendCheck, CheckKind, CheckOpts, Expect, Pattern, TcpRule};
+use crate::conf::{Backend, Server};
+use crate::runtime::CheckResult;
+use crate::transport::Conn;
+
+/// Longest response kept for judging (status line, headers, the start of a body).
+const MAX_READ: usize = 16384;
+
+/// Runs one check of `srv` as its backend says.
+pub async fn probe(be: &Backend, srv: &Server, opts: &CheckOpts) -> CheckResult {
+    let started = Instant::now();
+    let connect_limit = be.timeout_connect.map_or(opts.inter, |t| t.min(opts.inter));
+    let limit = be.check.timeout.unwrap_or(opts.inter);
+    let outcome = match &be.check.kind {
+        CheckKind::TcpCheck => {
+            rules(target(srv, opts), &be.check.tcp_rules, connect_limit, limit).await
+        }
+        CheckKind::Probe(r) => rules(target(srv, opts), r, connect_limit, limit).await,
+        kind => {
+            let conn = match connect(target(srv, opts), connect_limit).await {
+                Ok(c) => c,
+                Err(o) => return o.finish(started),
+            };
+            match kind {
+                CheckKind::Http => http(conn, &be.check, limit).await,
+                CheckKind::Mysql { user } => mysql(conn, user.as_deref(), limit).await,
+                CheckKind::Ldap => ldap(conn, limit).await,
+                _ => Outcome::pass("L4OK", "Layer4 check passed"),
+            }
+        }
+    };
+    outcome.finish(started)
+}
+
+/// A probe's verdict, before its duration is known.
+#[derive(Debug)]
+struct Outcome {
+    passed: bool,
+    status: &'static str,
+    reason: &'static str,
+    code: Option<u16>,
+    info: Option<String>,
+    /// `http-check disable-on-404` matched: up, but no new traffic.
+    stopping: bool,
+}
+
+impl Outcome {
+    fn pass(status: &'static str, reason: &'static str) -> Outcome {
+        Outcome {
+            passed: true,
+            status,
+            reason,
+            code: None,
+            info: None,
+            stopping: false,
+        }
+    }
+
+    fn fail(status: &'static str, reason: &'static str, info: Option<String>) -> Outcome {
+        Outcome {
+            passed: false,
+            status,
+            reason,
+            code: None,
+            info,
+            stopping: false,
+        }
+    }
+
+    fn finish(self, started: Instant) -> CheckResult {
+        CheckResult {
+            passed: self.passed,
+            status: self.status,
+            reason: self.reason,
+            code: self.code,
+            info: self.info,
+            duration_ms: started.elapsed().as_millis() as u64,
+            stopping: self.stopping,
+        }
+    }
+}
+
+/// Where a check connects: the server's address, with `addr` and `port` applied.
+pub fn target(srv: &Server, opts: &CheckOpts) -> SocketAddr {
+    let mut a = srv.addr;
+    if let Some(ip) = opts.addr {
+        a.set_ip(ip);
+    }
+    if let Some(p) = opts.port {
+        a.set_port(p);
+    }
+    a
+}
+
+async fn connect(addr: SocketAddr, limit: Duration) -> Result<Conn, Outcome> {
+    match tokio::time::timeout(limit, Conn::connect(addr)).await {
+        Err(_) => Err(Outcome::fail("L4TOUT", "Layer4 timeout", None)),
+        Ok(Err(e)) => Err(Outcome::fail(
+            "L4CON",
+            "Layer4 connection problem",
+            Some(describe(&e)),
+        )),
+        Ok(Ok(c)) => Ok(c),
+    }
+}
+
+/// An I/O error as HAProxy's check logs name it.
+pub fn describe(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "Connection refused".into(),
+        io::ErrorKind::ConnectionReset => "Connection reset by peer".into(),
+        io::ErrorKind::UnexpectedEof => "Connection closed early".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Reads once more into `buf` (up to [`MAX_READ`]); `Ok(0)` at the peer's end of stream.
+async fn read_more(conn: &Conn, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        conn.readable().await?;
+        match conn.try_read(&mut chunk) {
+            Ok(n) => {
+                let room = MAX_READ.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..n.min(room)]);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads until the peer closes or [`MAX_READ`] bytes arrived.
+pub async fn read_response(conn: &Conn) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        match read_more(conn, &mut out).await {
+            Ok(0) => break,
+            Ok(_) if out.len() >= MAX_READ => break,
+            Ok(_) => {}
+            // A server that resets right after answering still answered.
+            Err(e) if !out.is_empty() && e.kind() == io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if out.is_empty() {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(out)
+}
+
+/// `option httpchk`: one request, judged by `http-check expect` (2xx and 3xx otherwise).
+async fn http(mut conn: Conn, check: &BackendCheck, limit: Duration) -> Outcome {
+    let r = &check.http;
+    let mut req = format!("{} {} {}\r\n", r.method, r.uri, r.version);
+    for (n, v) in &r.headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if !r.body.is_empty() {
+        req.push_str(&format!("content-length: {}\r\n", r.body.len()));
+    }
+    req.push_str("connection: close\r\n\r\n");
+    req.push_str(&r.body);
+    let exchange = async {
+        conn.write_all(req.as_bytes()).await?;
+        read_response(&conn).await
+    };
+    let rsp = match tokio::time::timeout(limit, exchange).await {
+        Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
+        Ok(Err(e)) => return Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
+        Ok(Ok(r)) => r,
+    };
+    let Some((code, phrase, body)) = parse_status(&rsp) else {
+        return Outcome::fail(
+            "L7RSP",
+            "Layer7 invalid response",
+            Some("not an HTTP response".into()),
+        );
+    };
+    let ok = match &check.expect {
+        None => (200..400).contains(&code),
+        Some((neg, Expect::Status(codes))) => codes.contains(&code) != *neg,
+        Some((neg, Expect::String(s))) => contains(body, s.as_bytes()) != *neg,
+    };
+    let info = (!phrase.is_empty()).then(|| phrase.to_string());
+    let mut o = if code == 404 && check.disable_on_404 {
+        // Up, but asking for no new traffic (HAProxy's L7OKC).
+        let mut o = Outcome::pass("L7OKC", "Layer7 check conditionally passed");
+        o.stopping = true;
+        o
+    } else if ok {
+        Outcome::pass("L7OK", "Layer7 check passed")
+    } else if matches!(check.expect, Some((_, Expect::String(_)))) {
+        Outcome::fail("L7RSP", "Layer7 invalid response", None)
+    } else {
+        Outcome::fail("L7STS", "Layer7 wrong status", None)
+    };
+    o.code = Some(code);
+    o.info = info;
+    o
+}
+
+/// The status code, reason phrase and body of an HTTP/1.x response.
+pub fn parse_status(rsp: &[u8]) -> Option<(u16, &str, &[u8])> {
+    let line_end = memchr::memmem::find(rsp, b"\r\n")?;
+    let line = std::str::from_utf8(&rsp[..line_end]).ok()?;
+    let rest = line.strip_prefix("HTTP/1.")?;
+    let mut parts = rest.splitn(3, ' ');
+    let _minor = parts.next()?;
+    let code: u16 = parts.next()?.parse().ok()?;
+    let phrase = parts.next().unwrap_or("").trim();
+    let body = memchr::memmem::find(rsp, b"\r\n\r\n").map_or(&[][..], |i| &rsp[i + 4..]);
+    Some((code, phrase, body))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(hay, needle).is_some()
+}
+
+/// Runs a rule set. Without a leading `connect` rule, the connection opens first. Each
+/// `expect` judges what arrived since the previous one.
+async fn rules(
+    addr: SocketAddr,
+    rules: &[TcpRule],
+    connect_limit: Duration,
+    limit: Duration,
+) -> Outcome {
+    let mut conn = None;
+    if !matches!(rules.first(), Some(TcpRule::Connect { .. })) {
+        match connect(addr, connect_limit).await {
+            Ok(c) => conn = Some(c),
+            Err(o) => return o,
+        }
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut buf = Vec::new();
+    let mut comment: Option<&str> = None;
+    for (step, rule) in rules.iter().enumerate() {
+        let step = step + 1;
+        let at = |what: &str| match comment {
+            Some(c) => format!("{what} at step {step} comment '{c}'"),
+            None => format!("{what} at step {step}"),
+        };
+        match rule {
+            TcpRule::Comment(c) => comment = Some(c),
+            TcpRule::Connect { port } => {
+                let mut a = addr;
+                if let Some(p) = port {
+                    a.set_port(*p);
+                }
+                match connect(a, connect_limit).await {
+                    Ok(c) => conn = Some(c),
+                    Err(o) => return o,
+                }
+                buf.clear();
+            }
+            TcpRule::Send(bytes) => {
+                let c = conn.as_mut().expect("connected before sending");
+                let sent = tokio::time::timeout_at(deadline, c.write_all(bytes)).await;
+                match sent {
+                    Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", Some(at("send"))),
+                    Ok(Err(e)) => {
+                        return Outcome::fail(
+                            "L7RSP",
+                            "Layer7 invalid response",
+                            Some(at(&format!("{} on send", describe(&e)))),
+                        )
+                    }
+                    Ok(Ok(())) => {}
+                }
+            }
+            TcpRule::Expect {
+                neg,
+                pattern,
+                min_recv,
+            } => {
+                let c = conn.as_ref().expect("connected before expecting");
+                let matched = |b: &[u8]| match pattern {
+                    Pattern::Contains(p) => contains(b, p),
+                    Pattern::Prefix(p) => b.starts_with(p),
+                };
+                let mut closed = false;
+                loop {
+                    // A match decides at once (a pass, or a negated rule's failure).
+                    if buf.len() >= (*min_recv).max(1) && matched(&buf) {
+                        break;
+                    }
+                    if closed || buf.len() >= MAX_READ {
+                        break;
+                    }
+                    match tokio::time::timeout_at(deadline, read_more(c, &mut buf)).await {
+                        // Nothing unwanted arrived in time: a negated rule passes.
+                        Err(_) if *neg => break,
+                        Err(_) => {
+                            return Outcome::fail("L7TOUT", "Layer7 timeout", Some(at("expect")))
+                        }
+                        Ok(Ok(0)) => closed = true,
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            return Outcome::fail(
+                                "L7RSP",
+                                "Layer7 invalid response",
+                                Some(at(&describe(&e))),
+                            )
+                        }
+                    }
+                }
+                if matched(&buf) == *neg {
+                    let what = match pattern {
+                        Pattern::Contains(p) | Pattern::Prefix(p) => {
+                            String::from_utf8_lossy(p).into_owned()
+                        }
+                    };
+                    return Outcome::fail(
+                        "L7RSP",
+                        "Layer7 invalid response",
+                        Some(at(&format!("TCPCHK did not match content '{what}'"))),
+                    );
+                }
+                buf.clear();
+            }
+        }
+    }
+    Outcome::pass("L7OK", "Layer7 check passed")
+}
+
+/// The rules of `option redis-check`: PING, expect +PONG.
+pub fn redis_rules() -> Vec<TcpRule> {
+    vec![
+        TcpRule::Send(b"*1\r\n$4\r\nPING\r\n".to_vec()),
+        TcpRule::Expect {
+            neg: false,
+            pattern: Pattern::Prefix(b"+PONG".to_vec()),
+            min_recv: 0,
+        },
+    ]
+}
+
+/// The rules of `option smtpchk [HELO|EHLO DOMAIN]`: a 2xx banner, the greeting, a 2xx
+/// answer.
+pub fn smtp_rules(verb: &str, domain: &str) -> Vec<TcpRule> {
+    let two_xx = || TcpRule::Expect {
+        neg: false,
+        pattern: Pattern::Prefix(b"2".to_vec()),
+        min_recv: 3,
+    };
+    vec![
+        two_xx(),
+        TcpRule::Send(format!("{verb} {domain}\r\n").into_bytes()),
+        two_xx(),
+        TcpRule::Send(b"QUIT\r\n".to_vec()),
+    ]
+}
+
+/// The rules of `option pgsql-check user USER`: a startup message (protocol 3.0), then an
+/// authentication request (`R`) rather than an error (`E`).
+pub fn pgsql_rules(user: &str) -> Vec<TcpRule> {
+    let mut params = Vec::new();
+    params.extend_from_slice(b"user\0");
+    params.extend_from_slice(user.as_bytes());
+    params.extend_from_slice(b"\0\0");
+    let len = (8 + params.len()) as u32;
+    let mut msg = len.to_be_bytes().to_vec();
+    msg.extend_from_slice(&196_608u32.to_be_bytes());
+    msg.extend_from_slice(&params);
+    vec![
+        TcpRule::Send(msg),
+        TcpRule::Expect {
+            neg: false,
+            pattern: Pattern::Prefix(b"R".to_vec()),
+            min_recv: 1,
+        },
+    ]
+}
+
+/// Reads until at least `n` bytes are in `buf` (or the peer closes).
+async fn read_at_least(conn: &Conn, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
+    while buf.len() < n {
+        if read_more(conn, buf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
+/// Reads one MySQL packet (3-byte little-endian length, sequence number, payload).
+async fn mysql_packet(conn: &Conn, buf: &mut Vec<u8>) -> io::Result<Vec<u8>> {
+    read_at_least(conn, buf, 4).await?;
+    let len = usize::from(buf[0]) | usize::from(buf[1]) << 8 | usize::from(buf[2]) << 16;
+    read_at_least(conn, buf, 4 + len).await?;
+    let payload = buf[4..4 + len].to_vec();
+    buf.drain(..4 + len);
+    Ok(payload)
+}
+
+/// `option mysql-check [user U]`: the server's greeting must be a protocol-10 handshake
+/// (not an error packet); with a user, a login without password must be accepted.
+async fn mysql(mut conn: Conn, user: Option<&str>, limit: Duration) -> Outcome {
+    let exchange = async {
+        let mut buf = Vec::new();
+        let greeting = mysql_packet(&conn, &mut buf).await?;
+        match greeting.first() {
+            Some(0xff) => return Ok(Err(mysql_error(&greeting))),
+            Some(10) => {}
+            _ => return Ok(Err("not a MySQL greeting".to_string())),
+        }
+        let Some(user) = user else {
+            return Ok(Ok(()));
+        };
+        // Handshake response 4.1: capabilities (long password, 4.1 protocol, secure
+        // connection), max packet, charset, 23 zero bytes, user, empty auth data.
+        let mut p = Vec::new();
+        p.extend_from_slice(&0x0000_8205u32.to_le_bytes());
+        p.extend_from_slice(&(1u32 << 24).to_le_bytes());
+        p.push(33);
+        p.extend_from_slice(&[0; 23]);
+        p.extend_from_slice(user.as_bytes());
+        p.push(0);
+        p.push(0);
+        let mut pkt = (p.len() as u32).to_le_bytes()[..3].to_vec();
+        pkt.push(1);
+        pkt.extend_from_slice(&p);
+        conn.write_all(&pkt).await?;
+        let answer = mysql_packet(&conn, &mut buf).await?;
+        Ok(match answer.first() {
+            Some(0x00) => Ok(()),
+            Some(0xff) => Err(mysql_error(&answer)),
+            _ => Err("unexpected answer to the login".to_string()),
+        })
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Err(_) => Outcome::fail("L7TOUT", "Layer7 timeout", None),
+        Ok(Err(e)) => Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
+        Ok(Ok(Err(why))) => Outcome::fail("L7STS", "Layer7 wrong status", Some(why)),
+        Ok(Ok(Ok(()))) => Outcome::pass("L7OK", "Layer7 check passed"),
+    }
+}
+
+/// The message of a MySQL error packet (0xff, code, `#` and SQL state, message).
+fn mysql_error(p: &[u8]) -> String {
+    let msg = p.get(9..).unwrap_or_default();
+    String::from_utf8_lossy(msg).into_owned()
+}
+
+/// `option ldap-check`: an anonymous LDAPv3 simple bind must succeed (result code 0).
+async fn ldap(mut conn: Conn, limit: Duration) -> Outcome {
+    // BindRequest, message id 1: version 3, empty name, empty simple password.
+    const BIND: &[u8] = &[
+        0x30, 0x0c, 0x02, 0x01, 0x01, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00,
+    ];
+    let exchange = async {
+        conn.write_all(BIND).await?;
+        let mut buf = Vec::new();
+        read_at_least(&conn, &mut buf, 2).await?;
+        // A short-form length is enough for a bind response without referrals.
+        let total = 2 + usize::from(buf[1] & 0x7f);
+        read_at_least(&conn, &mut buf, total).await?;
+        Ok::<_, io::Error>(buf)
+    };
+    let rsp = match tokio::time::timeout(limit, exchange).await {
+        Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
+        Ok(Err(e)) => return Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
+        Ok(Ok(r)) => r,
+    };
+    match ldap_bind_result(&rsp) {
+        Some(0) => Outcome::pass("L7OK", "Layer7 check passed"),
+        Some(code) => Outcome::fail(
+            "L7STS",
+            "Layer7 wrong status",
+            Some(format!("LDAP result code {code}")),
+        ),
+        None => Outcome::fail(
+            "L7RSP",
+            "Layer7 invalid response",
+            Some("not an LDAP bind response".into()),
+        ),
+    }
+}
+
+/// The result code of a BindResponse: SEQUENCE { messageID, [APPLICATION 1] { ENUMERATED
+/// resultCode, ... } }.
+fn ldap_bind_result(b: &[u8]) -> Option<u8> {
+    if b.first() != Some(&0x30) {
+        return None;
+    }
+    // messageID: INTEGER with a short length.
+    let id_len = usize::from(*b.get(3)?);
+    let op = 4 + id_len;
+    if *b.get(op)? != 0x61 {
+        return None;
+    }
+    let code_at = op + 2;
+    (*b.get(code_at)? == 0x0a && *b.get(code_at + 1)? == 1).then(|| b.get(code_at + 2).copied())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines() {
+        let (code, phrase, body) =
+            parse_status(b"HTTP/1.1 503 Service Unavailable\r\nx: y\r\n\r\nbusy").unwrap();
+        assert_eq!(
+            (code, phrase, body),
+            (503, "Service Unavailable", &b"busy"[..])
+        );
+        assert_eq!(parse_status(b"HTTP/1.0 200\r\n\r\n").unwrap().0, 200);
+        assert!(parse_status(b"SSH-2.0-OpenSSH\r\n").is_none());
+    }
+
+    #[test]
+    fn protocol_messages() {
+        let pg = pgsql_rules("app");
+        let TcpRule::Send(msg) = &pg[0] else { panic!() };
+        assert_eq!(&msg[..4], &(msg.len() as u32).to_be_bytes());
+        assert_eq!(&msg[4..8], &[0, 3, 0, 0]);
+        assert!(msg.ends_with(b"user\0app\0\0"));
+        assert_eq!(
+            ldap_bind_result(&[
+                0x30, 0x0c, 0x02, 0x01, 0x01, 0x61, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00
+            ]),
+            Some(0)
+        );
+        assert_eq!(
+            ldap_bind_result(&[
+                0x30, 0x0c, 0x02, 0x01, 0x01, 0x61, 0x07, 0x0a, 0x01, 0x31, 0x04, 0x00, 0x04, 0x00
+            ]),
+            Some(0x31)
+        );
+        assert_eq!(ldap_bind_result(b"HTTP/1.1 200 OK"), None);
+    }
+}
