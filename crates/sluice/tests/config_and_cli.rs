@@ -59,7 +59,7 @@ fn errors_name_file_line_and_keyword() {
         ("backend b\n    server s1 127.0.0.1:80 weight 999\n", "c.cfg:2: 'server' in 'backend' section: argument 4 '999': expects an integer from 0 to 256"),
         ("backend b\n    server s1 127.0.0.1:80 track b/s2\n", "c.cfg:2: 'server' in 'backend' section: server option 'track': not supported yet"),
         ("backend b\n    server s1 127.0.0.1:80 check rise 0\n", "c.cfg:2: 'server' in 'backend' section: argument 5 '0': expects a positive integer"),
-        ("backend b\n    option tcp-check\n", "c.cfg:2: 'option tcp-check' in 'backend' section: not supported yet"),
+        ("backend b\n    tcp-check expect rstring ^OK\n", "c.cfg:2: 'tcp-check expect' in 'backend' section: tcp-check expect rstring: not supported yet"),
         ("backend b\n    http-check expect rstatus ^2\n", "c.cfg:2: 'http-check expect' in 'backend' section: http-check expect rstatus: not supported yet"),
         ("frontend f\n    bind :1\n    server s 1.2.3.4:5\n", "c.cfg:3: 'server' is not allowed in 'frontend' section"),
         ("frontend f\n    bind :1\n    use_backend nope\n", "c.cfg:3: backend 'nope' not found"),
