@@ -838,3 +838,36 @@ fn http_check_send_and_disable_on_404() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn the_cli_listens_on_tcp_too() {
+    let a = Switchable::start("a");
+    let (_d, sock) = cli_dir();
+    // A free port from the kernel, released for sluice.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket ipv4@127.0.0.1:{port} level admin\n    stats socket {} level user\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
+        sock.display(),
+        a.addr
+    ));
+    let tcp = |cmd: &str| {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(format!("{cmd}\n").as_bytes()).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert_eq!(tcp("show backend"), "# name\nbe\n\n");
+    assert_eq!(tcp("set weight be/a 5"), "\n");
+    assert_eq!(tcp("get weight be/a"), "5 (initial 1)\n\n");
+    // The unix socket has its own level.
+    assert_eq!(
+        Sluice::cli(&sock, "set weight be/a 2"),
+        "Permission denied\n\n"
+    );
+    assert_eq!(Sluice::cli(&sock, "get weight be/a"), "5 (initial 1)\n\n");
+}

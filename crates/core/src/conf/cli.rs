@@ -1,5 +1,8 @@
 //! Runtime CLI settings (`stats socket`).
 
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
 /// Access levels, lowest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -8,10 +11,32 @@ pub enum Level {
     Admin,
 }
 
-/// `stats socket` settings.
+/// Where a `stats socket` listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CliAddr {
+    /// A unix socket path (also `unix@PATH`).
+    Unix(String),
+    /// `ipv4@ADDR:PORT`, `ipv6@[ADDR]:PORT` or `ADDR:PORT`.
+    Tcp(SocketAddr),
+    /// `fd@N`: a listening socket inherited from the parent process.
+    Fd(RawFd),
+}
+
+impl std::fmt::Display for CliAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliAddr::Unix(p) => write!(f, "{p}"),
+            CliAddr::Tcp(a) => write!(f, "{a}"),
+            CliAddr::Fd(n) => write!(f, "fd@{n}"),
+        }
+    }
+}
+
+/// One `stats socket` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketConf {
-    pub path: String,
+    pub addr: CliAddr,
+    /// `mode`: permissions of a unix socket file.
     pub mode: Option<u32>,
     pub level: Level,
 }

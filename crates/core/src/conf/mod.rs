@@ -49,7 +49,8 @@ pub struct GlobalConf {
     pub maxconn: Option<usize>,
     pub bufsize: usize,
     pub compression: GlobalComp,
-    pub stats_socket: Option<cli::SocketConf>,
+    /// Every `stats socket` line.
+    pub stats_sockets: Vec<cli::SocketConf>,
     pub pool: PoolGlobal,
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
@@ -63,7 +64,7 @@ impl Default for GlobalConf {
             maxconn: None,
             bufsize: 16384,
             compression: GlobalComp::default(),
-            stats_socket: None,
+            stats_sockets: Vec::new(),
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),

@@ -18,29 +18,25 @@ use sluice_config::{Keyword, KwError, Scope};
 
 use super::servers;
 use crate::compression::{RATE_IN, RATE_OUT};
-pub use crate::conf::cli::{Level, SocketConf};
+pub use crate::conf::cli::{CliAddr, Level, SocketConf};
 use crate::conf::stream::Mode;
 use crate::conf::GlobalConf;
 use crate::runtime::{PerWorker, Process, ProxyCounters, ThreadCtx};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "stats socket",
     scope: Scope::GLOBAL,
     help:
-        "stats socket PATH [mode OCTAL] [level user|operator|admin]: runtime CLI on a unix socket",
+        "stats socket PATH|ipv4@ADDR:PORT|ADDR:PORT|fd@N [mode OCTAL] [level user|operator|admin]: runtime CLI",
     parse: |g, args| {
-        let Some(path) = args.first() else {
-            return Err(KwError::Missing("a unix socket path"));
+        let Some(first) = args.first() else {
+            return Err(KwError::Missing("an address: PATH, ipv4@ADDR:PORT, ADDR:PORT or fd@N"));
         };
-        if path.contains('@') || path.contains(':') && !path.starts_with('/') {
-            return Err(KwError::bad(
-                1,
-                path,
-                "only unix socket paths are supported yet",
-            ));
-        }
+        let addr = parse_addr(first).map_err(|e| KwError::bad(1, first, e))?;
         let mut conf = SocketConf {
-            path: path.clone(),
+            addr,
             mode: None,
             level: Level::Operator,
         };
@@ -76,10 +72,42 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
             }
             i += 2;
         }
-        g.stats_socket = Some(conf);
+        g.stats_sockets.push(conf);
         Ok(())
     },
 }];
+
+/// A `stats socket` address, in HAProxy's forms.
+fn parse_addr(a: &str) -> Result<CliAddr, String> {
+    let tcp = |s: &str| {
+        s.parse::<SocketAddr>()
+            .ok()
+            .filter(|a| a.port() > 0)
+            .map(CliAddr::Tcp)
+            .ok_or_else(|| format!("expects ADDR:PORT with a port, not '{s}'"))
+    };
+    if let Some(p) = a.strip_prefix("unix@") {
+        return Ok(CliAddr::Unix(p.to_string()));
+    }
+    if let Some(s) = a.strip_prefix("ipv4@").or_else(|| a.strip_prefix("ipv6@")) {
+        return tcp(s);
+    }
+    if let Some(n) = a.strip_prefix("fd@") {
+        return n
+            .parse()
+            .ok()
+            .filter(|&n: &RawFd| n >= 0)
+            .map(CliAddr::Fd)
+            .ok_or_else(|| "fd@ expects a file descriptor number".into());
+    }
+    if let Some((kind, _)) = a.split_once('@') {
+        return Err(format!("'{kind}@' addresses are not supported yet"));
+    }
+    if !a.starts_with('/') && a.contains(':') {
+        return tcp(a);
+    }
+    Ok(CliAddr::Unix(a.to_string()))
+}
 
 /// One CLI command.
 pub struct Command {
@@ -189,27 +217,78 @@ pub fn execute(shared: &Process, line: &str, level: Level) -> String {
     out
 }
 
-/// Serves the socket until the process exits (control thread).
-pub fn serve(shared: Arc<Process>, conf: SocketConf, listener: UnixListener) {
-    for conn in listener.incoming() {
-        let Ok(mut conn) = conn else { continue };
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+/// A listening CLI socket.
+pub enum CliListener {
+    Unix(UnixListener),
+    Tcp(std::net::TcpListener),
+}
+
+/// Serves one socket until the process exits (a thread of its own): one command per
+/// connection, as HAProxy's non-interactive mode.
+pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
+    let answer = |conn: &mut dyn ReadWrite| {
         let mut line = String::new();
-        if BufReader::new(&conn).read_line(&mut line).is_err() {
-            continue;
+        if BufReader::new(&mut *conn).read_line(&mut line).is_ok() {
+            let _ = conn.write_all(execute(&process, &line, conf.level).as_bytes());
         }
-        let _ = conn.write_all(execute(&shared, &line, conf.level).as_bytes());
+    };
+    let timeout = Some(Duration::from_secs(10));
+    match listener {
+        CliListener::Unix(l) => {
+            for mut conn in l.incoming().flatten() {
+                let _ = conn.set_read_timeout(timeout);
+                answer(&mut conn);
+            }
+        }
+        CliListener::Tcp(l) => {
+            for mut conn in l.incoming().flatten() {
+                let _ = conn.set_read_timeout(timeout);
+                answer(&mut conn);
+            }
+        }
     }
 }
 
-/// Creates the socket file (replacing a stale one) with the configured mode.
-pub fn bind(conf: &SocketConf) -> std::io::Result<UnixListener> {
-    let _ = std::fs::remove_file(&conf.path);
-    let l = UnixListener::bind(&conf.path)?;
-    if let Some(mode) = conf.mode {
-        std::fs::set_permissions(&conf.path, std::fs::Permissions::from_mode(mode))?;
+/// A connection the CLI reads a command from and answers on.
+trait ReadWrite: std::io::Read + Write {}
+impl<T: std::io::Read + Write> ReadWrite for T {}
+
+/// Opens a CLI socket: a unix socket file (replacing a stale one, with the configured
+/// mode), a TCP socket, or an inherited one.
+pub fn bind(conf: &SocketConf) -> std::io::Result<CliListener> {
+    match &conf.addr {
+        CliAddr::Unix(path) => {
+            let _ = std::fs::remove_file(path);
+            let l = UnixListener::bind(path)?;
+            if let Some(mode) = conf.mode {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+            }
+            Ok(CliListener::Unix(l))
+        }
+        CliAddr::Tcp(addr) => {
+            let sock = socket2::Socket::new(
+                socket2::Domain::for_address(*addr),
+                socket2::Type::STREAM,
+                None,
+            )?;
+            sock.set_reuse_address(true)?;
+            sock.bind(&(*addr).into())?;
+            sock.listen(64)?;
+            Ok(CliListener::Tcp(sock.into()))
+        }
+        CliAddr::Fd(fd) => {
+            // SAFETY: the descriptor is only borrowed for the check; an invalid number fails
+            // with EBADF.
+            let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) };
+            if !socket2::SockRef::from(&borrowed).is_listener()? {
+                return Err(std::io::Error::other("not a listening socket"));
+            }
+            // SAFETY: checked above to be an open listening socket; taken over once.
+            let l = unsafe { <std::net::TcpListener as std::os::fd::FromRawFd>::from_raw_fd(*fd) };
+            l.set_nonblocking(false)?;
+            Ok(CliListener::Tcp(l))
+        }
     }
-    Ok(l)
 }
 
 fn show_info(s: &Process, _: &[&str], _: Level) -> String {

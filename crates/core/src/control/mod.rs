@@ -120,9 +120,9 @@ pub fn run(config: Config) -> Result<(), RunError> {
         worker::spawn(tid, process.clone(), inboxes.clone(), mine, checks, inbox)
             .map_err(|source| RunError::Worker { tid, source })?;
     }
-    if let Some(conf) = process.config.global.stats_socket.clone() {
+    for conf in process.config.global.stats_sockets.clone() {
         let socket = cli::bind(&conf).map_err(|source| RunError::Cli {
-            path: conf.path.clone(),
+            path: conf.addr.to_string(),
             source,
         })?;
         let process = process.clone();
