@@ -19,6 +19,10 @@ pub enum QueueError {
     Full,
     #[error("timeout queue expired")]
     Timeout,
+    /// The server went down or into maintenance while the request waited: it is to be
+    /// redistributed.
+    #[error("the server left while the request was queued")]
+    ServerGone,
 }
 
 /// The right to send one request to a server under its `maxconn` (none without one).
@@ -44,14 +48,26 @@ pub async fn wait_turn(
         return Err(QueueError::Full);
     }
     let _waiting = Held::take(&st.queue.waiting);
-    let got = match limit {
-        Some(d) => tokio::time::timeout(d, slots.clone().acquire_owned())
-            .await
-            .map_err(|_| QueueError::Timeout)?,
-        None => slots.clone().acquire_owned().await,
-    };
-    got.map(|p| ServerSlot(Some(p)))
+    // Registered before the state is read, so that a change in between is not missed.
+    let gone = st.queue.closed.notified();
+    tokio::pin!(gone);
+    gone.as_mut().enable();
+    if !st.usable() && st.admin() != crate::runtime::AdminState::Drain {
+        return Err(QueueError::ServerGone);
+    }
+    let turn = async {
+        match limit {
+            Some(d) => tokio::time::timeout(d, slots.clone().acquire_owned())
+                .await
+                .map_err(|_| QueueError::Timeout)?,
+            None => slots.clone().acquire_owned().await,
+        }
         .map_err(|_| QueueError::Timeout)
+    };
+    tokio::select! {
+        got = turn => got.map(|p| ServerSlot(Some(p))),
+        _ = &mut gone => Err(QueueError::ServerGone),
+    }
 }
 
 /// One unit of a shared count, given back on drop.

@@ -871,3 +871,62 @@ fn the_cli_listens_on_tcp_too() {
     );
     assert_eq!(Sluice::cli(&sock, "get weight be/a"), "5 (initial 1)\n\n");
 }
+
+#[test]
+fn requests_queued_on_a_server_that_goes_down_move_to_another() {
+    // s1 holds `/hold` until the test opens the gate; anything else answers at once.
+    let gate = Arc::new(AtomicBool::new(false));
+    let g = gate.clone();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let s1 = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let head = read_line(&mut c);
+                while !head.contains("/hold") || !g.load(Ordering::SeqCst) {
+                    if !head.contains("/hold") {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = c.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\ns1",
+                );
+            });
+        }
+    });
+    let s2 = Switchable::start("s2");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}    timeout queue 20s\nfrontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {s1} maxconn 1\n    server s2 {}\n",
+        sock.display(),
+        s2.addr
+    ));
+    // Only s1 in service: the first request takes its one slot, the second waits for it.
+    Sluice::cli(&sock, "disable server be/s2");
+    let addr = p.addr();
+    let first = std::thread::spawn(move || get(addr, "/hold").text());
+    wait_until("the slot taken", || {
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", "s1", "scur") == "1"
+    });
+    let second = std::thread::spawn(move || get(addr, "/queued").text());
+    wait_until("the second request queued", || {
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", "s1", "qcur") == "1"
+    });
+    // s2 back, s1 down: the queued request is served by s2 while s1 still holds the first.
+    Sluice::cli(&sock, "enable server be/s2");
+    Sluice::cli(&sock, "set server be/s1 health down");
+    assert_eq!(second.join().unwrap(), "s2");
+    assert!(
+        !first.is_finished(),
+        "the first request was not released yet"
+    );
+    gate.store(true, Ordering::SeqCst);
+    assert_eq!(first.join().unwrap(), "s1");
+    assert_eq!(
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", "s1", "wredis"),
+        "1"
+    );
+}

@@ -41,6 +41,9 @@ pub struct ServerQueue {
     pub slots: Option<Arc<Semaphore>>,
     /// Requests waiting now.
     pub waiting: AtomicUsize,
+    /// Wakes the waiting requests when the server goes down or into maintenance, so that
+    /// they go to another server rather than wait for this one.
+    pub closed: tokio::sync::Notify,
 }
 
 /// A server's live state.
@@ -130,6 +133,7 @@ impl ServerState {
             queue: ServerQueue {
                 slots: conf.maxconn.map(|n| Arc::new(Semaphore::new(n))),
                 waiting: AtomicUsize::new(0),
+                closed: tokio::sync::Notify::new(),
             },
             // As HAProxy 2.6: a checked server starts up, but at the lowest up health, so
             // the first failed check takes it down.
@@ -306,6 +310,9 @@ impl BackendState {
             if was == AdminState::Maint as u8 && state == AdminState::Ready {
                 self.start_ramp(server);
             }
+            if state == AdminState::Maint {
+                s.queue.closed.notify_waiters();
+            }
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
@@ -319,6 +326,9 @@ impl BackendState {
             s.changed();
             if was == OperState::Down as u8 && state == OperState::Up {
                 self.start_ramp(server);
+            }
+            if state == OperState::Down {
+                s.queue.closed.notify_waiters();
             }
         }
         self.lb.generation.fetch_add(1, Ordering::Release);

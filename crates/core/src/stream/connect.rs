@@ -136,6 +136,16 @@ pub(crate) async fn establish<'w>(
     at.server = server;
     let queued_at = Instant::now();
     let mut occupancy = occupy(w, backend, server, abort_on).await;
+    if let Err(ConnectError::Queue(QueueError::ServerGone)) = occupancy {
+        // Its server went away while it waited: the request goes to another one, as
+        // HAProxy redistributes a down server's queue.
+        if let Some(other) = balance::pick(be, st, key, &w.lb) {
+            st.servers[server].counters.at(w.tid).redispatches.bump();
+            server = other;
+            at.server = server;
+            occupancy = occupy(w, backend, server, abort_on).await;
+        }
+    }
     at.t_queue = ms(queued_at.elapsed());
     let mut occ = occupancy?;
     let connect_at = Instant::now();
