@@ -930,3 +930,43 @@ fn requests_queued_on_a_server_that_goes_down_move_to_another() {
         "1"
     );
 }
+
+#[test]
+fn checks_and_agents_can_be_paused_and_overridden() {
+    let mut s1 = Switchable::start("s1");
+    let s2 = Switchable::start("s2");
+    let (agent_addr, _say) = agent("up");
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {} check inter 50ms rise 1 fall 1\n    server s2 {} check inter 50ms rise 1 fall 1 agent-check agent-port {} agent-inter 50ms\n",
+        sock.display(),
+        s1.addr,
+        s2.addr,
+        agent_addr.port()
+    ));
+    let run = || activity(&sock, "checks_run")[0];
+    wait_until("both up", || {
+        status(&sock, "be", "s1") == "UP" && status(&sock, "be", "s2") == "UP"
+    });
+    assert_eq!(Sluice::cli(&sock, "disable health be/s1"), "\n");
+    s1.down();
+    // Other checks go on (s2's, its agent's) while s1's state stays as it was.
+    let before = run();
+    wait_until("a dozen more checks", || run() >= before + 12);
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "s1", "status"), "UP");
+    assert_eq!(stat_field(&csv, "be", "s1", "chkfail"), "0");
+    assert_eq!(Sluice::cli(&sock, "enable health be/s1"), "\n");
+    wait_until("s1 down once checked", || {
+        status(&sock, "be", "s1") == "DOWN"
+    });
+    // An agent paused, then overridden from the CLI.
+    assert_eq!(Sluice::cli(&sock, "disable agent be/s2"), "\n");
+    assert_eq!(Sluice::cli(&sock, "set server be/s2 agent down"), "\n");
+    assert_eq!(status(&sock, "be", "s2"), "DOWN (agent)");
+    assert_eq!(Sluice::cli(&sock, "set server be/s2 agent up"), "\n");
+    assert_eq!(status(&sock, "be", "s2"), "UP");
+    assert!(
+        Sluice::cli(&sock, "set server be/s1 agent up").starts_with("Server has no agent check.")
+    );
+}

@@ -29,7 +29,7 @@ use self::probe::{describe, probe, read_response};
 pub use crate::conf::check::*;
 use crate::conf::{Backend, Config};
 use crate::log::Severity;
-use crate::runtime::{CheckResult, OperState, Worker};
+use crate::runtime::{CheckResult, OperState, Process, Worker};
 use crate::transport::Conn;
 
 /// A check between two runs: which server, when it is due, and whether it has just moved.
@@ -214,6 +214,10 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     let opts = srv.check.as_ref().expect("checked server");
     let st = &w.state().backends[backend].servers[server];
     let check = st.check.as_ref().expect("checked server");
+    if check.paused.load(Ordering::Relaxed) {
+        // `disable health`: the state stays as it is until checks are enabled again.
+        return opts.inter;
+    }
     if check.running.swap(true, Ordering::Acquire) {
         // Cannot happen with one task per server; never run two at once regardless.
         return opts.inter;
@@ -227,7 +231,7 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     let before = check.health.load(Ordering::Relaxed);
     let (health, _) = next_health(before, result.passed, opts.rise, opts.fall);
     check.health.store(health, Ordering::Relaxed);
-    let transition = settle(w, backend, server, Some(result.stopping));
+    let transition = settle(&w.process, backend, server, Some(result.stopping));
     report(w, backend, server, &result, health, transition);
     *check.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
     interval_for(opts, health)
@@ -237,9 +241,9 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
 /// any) is at `rise` or above and its agent (if any) has not said down; up but taking no
 /// new traffic (NOLB) while `stopping` (`http-check disable-on-404`; `None` keeps it as
 /// it is).
-fn settle(w: &Worker, backend: usize, server: usize, stopping: Option<bool>) -> Transition {
-    let conf = &w.config().backends[backend].servers[server];
-    let state = &w.state().backends[backend];
+pub fn settle(p: &Process, backend: usize, server: usize, stopping: Option<bool>) -> Transition {
+    let conf = &p.config.backends[backend].servers[server];
+    let state = &p.state.backends[backend];
     let st = &state.servers[server];
     let health_up = match (&conf.check, &st.check) {
         (Some(c), Some(cs)) => cs.health.load(Ordering::Relaxed) >= c.rise,
@@ -285,7 +289,7 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
         .unwrap_or(CheckOpts::default().inter);
     let st = &w.state().backends[backend].servers[server];
     let agent = st.agent.as_ref().expect("agent-checked server");
-    if agent.running.swap(true, Ordering::Acquire) {
+    if agent.paused.load(Ordering::Relaxed) || agent.running.swap(true, Ordering::Acquire) {
         return inter;
     }
     let mut addr = srv.addr;
@@ -352,7 +356,7 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
             stopping: false,
         },
     };
-    let transition = settle(w, backend, server, None);
+    let transition = settle(&w.process, backend, server, None);
     if transition != Transition::None {
         let health = st
             .check

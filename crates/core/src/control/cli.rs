@@ -179,6 +179,30 @@ pub const COMMANDS: &[Command] = &[
         run: servers::set_server,
     },
     Command {
+        words: &["disable", "health"],
+        help: "stop running a server's health check (BACKEND/SERVER)",
+        level: Level::Admin,
+        run: servers::disable_health,
+    },
+    Command {
+        words: &["enable", "health"],
+        help: "run a server's health check again (BACKEND/SERVER)",
+        level: Level::Admin,
+        run: servers::enable_health,
+    },
+    Command {
+        words: &["disable", "agent"],
+        help: "stop asking a server's agent (BACKEND/SERVER)",
+        level: Level::Admin,
+        run: servers::disable_agent,
+    },
+    Command {
+        words: &["enable", "agent"],
+        help: "ask a server's agent again (BACKEND/SERVER)",
+        level: Level::Admin,
+        run: servers::enable_agent,
+    },
+    Command {
         words: &["set", "weight"],
         help: "change a server's weight (BACKEND/SERVER N[%])",
         level: Level::Admin,

@@ -107,10 +107,28 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                 force_health(p, b, s, state);
                 Ok(String::new())
             }
-            (Some(kw @ ("agent" | "addr" | "check-port" | "fqdn" | "ssl")), _) => {
+            (Some("agent"), Some(v)) => {
+                needs(level, Level::Admin)?;
+                let up = match v {
+                    "up" => true,
+                    "down" => false,
+                    _ => return Err("'set server <srv> agent' expects 'up' or 'down'.\n".into()),
+                };
+                let agent = p.state.backends[b].servers[s]
+                    .agent
+                    .as_ref()
+                    .ok_or("Server has no agent check.\n")?;
+                agent.up.store(up, Ordering::Relaxed);
+                crate::check::settle(p, b, s, None);
+                Ok(String::new())
+            }
+            (Some(kw @ ("addr" | "check-port" | "fqdn" | "ssl")), _) => {
                 Err(format!("'set server <srv> {kw}' is not supported yet.\n"))
             }
-            _ => Err("'set server <srv>' only supports 'state', 'weight' and 'health'.\n".into()),
+            _ => Err(
+                "'set server <srv>' only supports 'state', 'weight', 'health' and 'agent'.\n"
+                    .into(),
+            ),
         }
     })())
 }
@@ -127,6 +145,45 @@ fn force_health(p: &Process, b: usize, s: usize, state: OperState) {
         cs.health.store(health, Ordering::Relaxed);
     }
     st.set_oper(s, state);
+}
+
+/// `disable health B/S`, `enable health B/S`, `disable agent B/S`, `enable agent B/S`:
+/// pause or resume a server's checks (its state stays as it is meanwhile).
+fn pause(p: &Process, args: &[&str], level: Level, agent: bool, paused: bool) -> String {
+    answer((|| {
+        needs(level, Level::Admin)?;
+        let (b, s) = find(p, args.first())?;
+        let st = &p.state.backends[b].servers[s];
+        let flag = if agent {
+            st.agent
+                .as_ref()
+                .map(|a| &a.paused)
+                .ok_or("Server has no agent check.\n")?
+        } else {
+            st.check
+                .as_ref()
+                .map(|c| &c.paused)
+                .ok_or("Server has no health check.\n")?
+        };
+        flag.store(paused, Ordering::Relaxed);
+        Ok(String::new())
+    })())
+}
+
+pub fn disable_health(p: &Process, args: &[&str], level: Level) -> String {
+    pause(p, args, level, false, true)
+}
+
+pub fn enable_health(p: &Process, args: &[&str], level: Level) -> String {
+    pause(p, args, level, false, false)
+}
+
+pub fn disable_agent(p: &Process, args: &[&str], level: Level) -> String {
+    pause(p, args, level, true, true)
+}
+
+pub fn enable_agent(p: &Process, args: &[&str], level: Level) -> String {
+    pause(p, args, level, true, false)
 }
 
 /// `set weight B/S N[%]`.

@@ -100,6 +100,8 @@ pub struct CheckState {
     pub health: AtomicU32,
     /// A check of this server is running now: there is never a second one at once.
     pub running: AtomicBool,
+    /// `disable health`: checks are not run until `enable health`.
+    pub paused: AtomicBool,
     /// Checks that failed (`chkfail`).
     pub failed: AtomicU64,
     /// Transitions from up to down (`chkdown`).
@@ -113,6 +115,8 @@ pub struct AgentState {
     /// The agent's last word on the server's health (`up` until it says otherwise).
     pub up: AtomicBool,
     pub running: AtomicBool,
+    /// `disable agent`: the agent is not asked until `enable agent`.
+    pub paused: AtomicBool,
     pub last: Mutex<Option<CheckResult>>,
 }
 
@@ -140,6 +144,7 @@ impl ServerState {
             check: conf.check.as_ref().map(|c| CheckState {
                 health: AtomicU32::new(c.rise),
                 running: AtomicBool::new(false),
+                paused: AtomicBool::new(false),
                 failed: AtomicU64::new(0),
                 downs: AtomicU64::new(0),
                 last: Mutex::new(None),
@@ -147,6 +152,7 @@ impl ServerState {
             agent: conf.agent.as_ref().map(|_| AgentState {
                 up: AtomicBool::new(true),
                 running: AtomicBool::new(false),
+                paused: AtomicBool::new(false),
                 last: Mutex::new(None),
             }),
             last_change: Mutex::new(Instant::now()),
@@ -234,6 +240,8 @@ impl ServerState {
                 format!("UP {}/{}", health + 1 - rise, fall)
             }
             OperState::Up => "UP".into(),
+            // Down while the health check is fine: the agent said so.
+            OperState::Down if health >= rise => "DOWN (agent)".into(),
             OperState::Down if health > 0 => format!("DOWN {health}/{rise}"),
             OperState::Down => "DOWN".into(),
         }
