@@ -970,3 +970,43 @@ fn checks_and_agents_can_be_paused_and_overridden() {
         Sluice::cli(&sock, "set server be/s1 agent up").starts_with("Server has no agent check.")
     );
 }
+
+#[test]
+fn checks_per_worker_are_capped() {
+    // Every check takes 50 ms at this server, which records how many run at once.
+    let now = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (n2, m2) = (now.clone(), most.clone());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let (n, m) = (n2.clone(), m2.clone());
+            std::thread::spawn(move || {
+                let cur = n.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(cur, Ordering::SeqCst);
+                read_line(&mut c);
+                std::thread::sleep(Duration::from_millis(50));
+                n.fetch_sub(1, Ordering::SeqCst);
+                let _ = c.write_all(b"HTTP/1.0 200 OK\r\n\r\n");
+            });
+        }
+    });
+    let (_d, sock) = cli_dir();
+    let servers: String = (0..6)
+        .map(|i| format!("    server c{i} {addr} check inter 100ms\n"))
+        .collect();
+    let _p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    tune.max-checks-per-thread 1\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    option httpchk GET /\n{servers}",
+        sock.display()
+    ));
+    wait_until("checks waiting for their turn", || {
+        activity(&sock, "checks_queued")[0] >= 5 && activity(&sock, "checks_run")[0] >= 12
+    });
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "never two checks at once on the worker"
+    );
+}
