@@ -171,6 +171,14 @@ const SERVER_OPTIONS: &[ServerOption] = &[
         },
     },
     ServerOption {
+        name: "track",
+        args: 1,
+        parse: |o, a| {
+            o.track = Some(a[0].clone());
+            Ok(())
+        },
+    },
+    ServerOption {
         name: "backup",
         args: 0,
         parse: |o, _| {
@@ -271,11 +279,8 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "send-proxy",
     "send-proxy-v2",
     "cookie",
-    "observe",
-    "on-error",
     "resolvers",
     "init-addr",
-    "track",
     "check-ssl",
     "proto",
     "source",
@@ -377,6 +382,8 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                     .enabled
                     .then(|| s.opts.check.agent.clone()),
                 slowstart: s.opts.slowstart,
+                // Resolved by the loader, once every backend is known.
+                track: None,
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
@@ -437,6 +444,7 @@ mod tests {
                 maxconn: None,
                 maxqueue: None,
                 slowstart: None,
+                track: None,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();
@@ -473,10 +481,12 @@ mod tests {
             }
         );
         assert!(parse_server(&mut c, &words("q 127.0.0.1:80 pool-max-conn -2")).is_err());
-        assert!(parse_server(&mut c, &words("s3 127.0.0.1:80 track b/x"))
-            .unwrap_err()
-            .to_string()
-            .contains("not supported yet"));
+        assert!(
+            parse_server(&mut c, &words("s3 127.0.0.1:80 redir http://x"))
+                .unwrap_err()
+                .to_string()
+                .contains("not supported yet")
+        );
         parse_server(&mut c, &words("s4 127.0.0.1:80 check inter 1s fall 5")).unwrap();
         let chk = c.backend.servers.last().unwrap().opts.check.clone();
         assert!(chk.enabled && chk.fall == 5 && chk.inter == std::time::Duration::from_secs(1));

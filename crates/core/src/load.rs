@@ -11,7 +11,7 @@ use sluice_config::{
 };
 
 use crate::conf::stream::Mode;
-use crate::conf::{one_arg, Config, Frontend, GlobalConf, Loc, ProxyConf};
+use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::{backend, balance, check, compression, control, errorpages, log, pending, pool, rules};
 use crate::{stream, worker};
 
@@ -193,6 +193,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         }
         backends.push(backend::lower(&p.name, id, &conf));
     }
+    resolve_tracks(&proxies, &mut backends, &mut errors);
     let mut frontends = Vec::new();
     let mut fe_locs = Vec::new();
     for (p, &id) in proxies
@@ -324,4 +325,37 @@ fn assign_ids(proxies: &[Proxy]) -> Result<Vec<u32>, ConfigError> {
             })
         })
         .collect())
+}
+
+/// Resolves `track [BACKEND/]SERVER` into (backend, server) indices.
+fn resolve_tracks(proxies: &[Proxy], backends: &mut [Backend], errors: &mut Vec<ConfigError>) {
+    let is_backend = |k: SectionKind| matches!(k, SectionKind::Backend | SectionKind::Listen);
+    let names: Vec<(String, Vec<String>)> = backends
+        .iter()
+        .map(|b| {
+            (
+                b.name.clone(),
+                b.servers.iter().map(|s| s.name.clone()).collect(),
+            )
+        })
+        .collect();
+    for (bi, p) in proxies.iter().filter(|p| is_backend(p.kind)).enumerate() {
+        for (si, spec) in p.conf.backend.servers.iter().enumerate() {
+            let Some(t) = &spec.opts.track else {
+                continue;
+            };
+            let (be, srv) = t.split_once('/').unwrap_or((&p.name, t));
+            let found = names
+                .iter()
+                .position(|(n, _)| n == be)
+                .and_then(|b| names[b].1.iter().position(|s| s == srv).map(|s| (b, s)));
+            match found {
+                Some(target) if target != (bi, si) => backends[bi].servers[si].track = Some(target),
+                _ => errors.push(p.header.error(format!(
+                    "backend '{}': server '{}' tracks '{t}', which does not exist",
+                    p.name, spec.name
+                ))),
+            }
+        }
+    }
 }

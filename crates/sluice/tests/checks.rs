@@ -1010,3 +1010,81 @@ fn checks_per_worker_are_capped() {
         "never two checks at once on the worker"
     );
 }
+
+#[test]
+fn traffic_errors_take_a_server_down_with_observe() {
+    // s1 answers its health check but fails real requests with 503.
+    let s1 = scripted(|c| {
+        let line = read_line(c);
+        while read_line(c).len() > 2 {}
+        let status = if line.contains("/health") { 200 } else { 503 };
+        let _ = c.write_all(
+            format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\nconnection: close\r\n\r\ns1")
+                .as_bytes(),
+        );
+    });
+    let s2 = Switchable::start("s2");
+    let logs = Collector::new();
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    log {} local0\n    option httpchk GET /health\n    server s1 {s1} check inter 10s observe layer7 error-limit 3 on-error mark-down\n    server s2 {}\n",
+        sock.display(),
+        logs.0.local_addr().unwrap(),
+        s2.addr
+    ));
+    wait_until("s1 checked up", || status(&sock, "be", "s1") == "UP");
+    // Round robin: every other request goes to s1 and fails there.
+    let mut failed = 0;
+    for i in 0..6 {
+        let r = get(p.addr(), &format!("/r{i}"));
+        failed += usize::from(r.status == 503);
+    }
+    assert_eq!(failed, 3);
+    let line = logs.wait_for("Server be/s1 is DOWN");
+    assert!(
+        line.contains("reason: Health analyze, info: \"Detected 3 consecutive errors, last one was: L7 bad status\""),
+        "{line}"
+    );
+    assert!(status(&sock, "be", "s1").starts_with("DOWN"));
+    let got = shares(&p, 6);
+    assert_eq!(got.get("s2"), Some(&6), "{got:?}");
+}
+
+#[test]
+fn a_server_marked_down_loses_its_sessions_and_trackers_follow() {
+    let mut health = Switchable::start("health");
+    let echo = scripted(|c| {
+        let mut b = [0u8; 64];
+        while let Ok(n) = c.read(&mut b) {
+            if n == 0 || c.write_all(&b[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    let (_d, sock) = cli_dir();
+    let hp = health.addr.port();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {}\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    server e {echo} check port {hp} inter 100ms rise 1 fall 1 on-marked-down shutdown-sessions\nbackend mirror\n    server m {echo} track raw/e\n",
+        sock.display()
+    ));
+    wait_until("e up", || status(&sock, "raw", "e") == "UP");
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"hello").unwrap();
+    assert_eq!(read_n(&mut c, 5), b"hello");
+    // The check port goes away: e is marked down and its relayed connection is closed.
+    health.down();
+    let mut b = [0u8; 8];
+    assert_eq!(c.read(&mut b).unwrap_or(0), 0, "the session was shut down");
+    assert!(status(&sock, "raw", "e").starts_with("DOWN"));
+    wait_until("the tracking server follows", || {
+        stat_field(&Sluice::cli(&sock, "show stat"), "mirror", "m", "status") == "DOWN"
+            && Sluice::cli(&sock, "show servers state mirror").contains(" m 127.0.0.1 0 ")
+    });
+    health.up();
+    wait_until("e up again", || status(&sock, "raw", "e") == "UP");
+    wait_until("the tracking server up again", || {
+        stat_field(&Sluice::cli(&sock, "show stat"), "mirror", "m", "status") == "no check"
+            && Sluice::cli(&sock, "show servers state mirror").contains(" m 127.0.0.1 2 ")
+    });
+}

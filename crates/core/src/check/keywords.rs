@@ -8,7 +8,7 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
-use crate::conf::check::{CheckKind, Expect, Pattern, TcpRule};
+use crate::conf::check::{CheckKind, Expect, Observe, OnError, Pattern, TcpRule};
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
 /// Server options of the checks (`server` and `default-server`).
@@ -76,6 +76,59 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
                 .map_err(|_| "expects an IP address".to_string())?;
             o.check.addr = Some(ip);
             Ok(())
+        },
+    },
+    ServerOption {
+        name: "observe",
+        args: 1,
+        parse: |o, a| {
+            o.check.observe = Some(match a[0].as_str() {
+                "layer4" => Observe::Layer4,
+                "layer7" => Observe::Layer7,
+                _ => return Err("expects layer4 or layer7".into()),
+            });
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "error-limit",
+        args: 1,
+        parse: |o, a| count(&a[0]).map(|n| o.check.error_limit = n),
+    },
+    ServerOption {
+        name: "on-error",
+        args: 1,
+        parse: |o, a| {
+            o.check.on_error = match a[0].as_str() {
+                "fastinter" => OnError::Fastinter,
+                "fail-check" => OnError::FailCheck,
+                "sudden-death" => OnError::SuddenDeath,
+                "mark-down" => OnError::MarkDown,
+                _ => return Err("expects fastinter, fail-check, sudden-death or mark-down".into()),
+            };
+            Ok(())
+        },
+    },
+    ServerOption {
+        name: "on-marked-down",
+        args: 1,
+        parse: |o, a| match a[0].as_str() {
+            "shutdown-sessions" => {
+                o.check.shutdown_on_down = true;
+                Ok(())
+            }
+            _ => Err("expects shutdown-sessions".into()),
+        },
+    },
+    ServerOption {
+        name: "on-marked-up",
+        args: 1,
+        parse: |o, a| match a[0].as_str() {
+            "shutdown-backup-sessions" => {
+                o.check.shutdown_backups_on_up = true;
+                Ok(())
+            }
+            _ => Err("expects shutdown-backup-sessions".into()),
         },
     },
     ServerOption {

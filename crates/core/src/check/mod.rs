@@ -176,7 +176,22 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
         w.ctx().counters.checks_moved.bump();
     }
     loop {
-        tokio::time::sleep_until(task.due.into()).await;
+        let checked = &w.state().backends[task.backend].servers[task.server];
+        let wake = checked
+            .check
+            .as_ref()
+            .filter(|_| !task.agent)
+            .map(|c| &c.wake);
+        match wake {
+            // Traffic errors (`observe`, `on-error`) may ask for a check before it is due.
+            Some(wake) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(task.due.into()) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => tokio::time::sleep_until(task.due.into()).await,
+        }
         let ctx = w.ctx();
         ctx.checks_awake.fetch_add(1, Ordering::Relaxed);
         if !task.moved {
@@ -232,7 +247,7 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     let (health, _) = next_health(before, result.passed, opts.rise, opts.fall);
     check.health.store(health, Ordering::Relaxed);
     let transition = settle(&w.process, backend, server, Some(result.stopping));
-    report(w, backend, server, &result, health, transition);
+    report(&w.process, backend, server, &result, health, transition);
     *check.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
     interval_for(opts, health)
 }
@@ -265,15 +280,130 @@ pub fn settle(p: &Process, backend: usize, server: usize, stopping: Option<bool>
         return Transition::None;
     }
     state.set_oper(server, target);
+    let opts = conf.check.as_ref();
     match (now, target) {
-        (OperState::Down, _) => Transition::Up,
+        (OperState::Down, _) => {
+            if opts.is_some_and(|c| c.shutdown_backups_on_up) && !conf.backup {
+                // `on-marked-up shutdown-backup-sessions`: traffic leaves the backups.
+                for (c, s) in p.config.backends[backend]
+                    .servers
+                    .iter()
+                    .zip(state.servers.iter())
+                {
+                    if c.backup {
+                        s.kill.notify_waiters();
+                    }
+                }
+            }
+            propagate(p, backend, server, target);
+            Transition::Up
+        }
         (_, OperState::Down) => {
             if let Some(cs) = &st.check {
                 cs.downs.fetch_add(1, Ordering::Relaxed);
             }
+            if opts.is_some_and(|c| c.shutdown_on_down) {
+                st.kill.notify_waiters();
+            }
+            propagate(p, backend, server, target);
             Transition::Down
         }
-        _ => Transition::None,
+        _ => {
+            propagate(p, backend, server, target);
+            Transition::None
+        }
+    }
+}
+
+/// Servers that `track` this one take its operational state.
+fn propagate(p: &Process, backend: usize, server: usize, state: OperState) {
+    for (b, be) in p.config.backends.iter().enumerate() {
+        for (s, srv) in be.servers.iter().enumerate() {
+            if srv.track == Some((backend, server)) && (b, s) != (backend, server) {
+                let st = &p.state.backends[b];
+                if st.servers[s].oper() != state {
+                    st.set_oper(s, state);
+                    propagate(p, b, s, state);
+                }
+            }
+        }
+    }
+}
+
+/// What the data path saw of a server, for `observe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    Connected,
+    ConnectFailed,
+    /// A response head with this status.
+    Response(u16),
+    /// An invalid or cut-short response.
+    BadResponse,
+}
+
+/// Counts what traffic shows of a server with `observe`: after `error-limit` consecutive
+/// errors, `on-error` acts (as HAProxy's "Health analyze").
+pub fn observe(p: &Process, backend: usize, server: usize, seen: Seen) {
+    let conf = &p.config.backends[backend].servers[server];
+    let Some((c, mode)) = conf.check.as_ref().and_then(|c| c.observe.map(|m| (c, m))) else {
+        return;
+    };
+    let st = &p.state.backends[backend].servers[server];
+    let Some(cs) = &st.check else {
+        return;
+    };
+    let error = match (mode, seen) {
+        (_, Seen::ConnectFailed) => Some(true),
+        (Observe::Layer4, Seen::Connected) => Some(false),
+        (Observe::Layer7, Seen::BadResponse) => Some(true),
+        (Observe::Layer7, Seen::Response(s)) => {
+            Some((500..600).contains(&s) && s != 501 && s != 505)
+        }
+        _ => None,
+    };
+    match error {
+        // A success ends the streak; the store is skipped when there is none, so that
+        // the line stays shared.
+        Some(false) if cs.errors.load(Ordering::Relaxed) != 0 => {
+            cs.errors.store(0, Ordering::Relaxed);
+        }
+        None | Some(false) => {}
+        Some(true) => {
+            let n = cs.errors.fetch_add(1, Ordering::Relaxed) + 1;
+            if n < c.error_limit {
+                return;
+            }
+            cs.errors.store(0, Ordering::Relaxed);
+            let health = cs.health.load(Ordering::Relaxed);
+            let next = match c.on_error {
+                OnError::Fastinter => health,
+                OnError::FailCheck => next_health(health, false, c.rise, c.fall).0,
+                OnError::SuddenDeath => health.min(c.rise),
+                OnError::MarkDown => 0,
+            };
+            cs.health.store(next, Ordering::Relaxed);
+            let transition = settle(p, backend, server, None);
+            let last = match seen {
+                Seen::ConnectFailed => "L4 unsuccessful connection",
+                Seen::BadResponse => "L7 invalid response",
+                _ => "L7 bad status",
+            };
+            let result = CheckResult {
+                passed: false,
+                status: "HANA",
+                reason: "Health analyze",
+                code: None,
+                info: Some(format!(
+                    "Detected {n} consecutive errors, last one was: {last}"
+                )),
+                duration_ms: 0,
+                stopping: false,
+            };
+            report(p, backend, server, &result, next, transition);
+            *cs.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            // Check again soon to confirm, at `fastinter`.
+            cs.wake.notify_one();
+        }
     }
 }
 
@@ -362,7 +492,7 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
             .check
             .as_ref()
             .map_or(0, |c| c.health.load(Ordering::Relaxed));
-        report(w, backend, server, &result, health, transition);
+        report(&w.process, backend, server, &result, health, transition);
     }
     *agent.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
     inter
@@ -396,15 +526,15 @@ fn apply_agent(w: &Worker, backend: usize, server: usize, line: &str) {
 /// Sends the state change (and, with `option log-health-checks`, every result) to the
 /// backend's log targets in HAProxy's wording.
 fn report(
-    w: &Worker,
+    p: &Process,
     backend: usize,
     server: usize,
     r: &CheckResult,
     health: u32,
     transition: Transition,
 ) {
-    let be = &w.config().backends[backend];
-    let loggers = &w.process.backend_loggers[backend];
+    let be = &p.config.backends[backend];
+    let loggers = &p.backend_loggers[backend];
     if loggers.is_empty() {
         return;
     }
@@ -436,7 +566,7 @@ fn report(
             &format!("Health check for server {name} {verb}, {why}, {duration}, status: {status}."),
         );
     }
-    let st = &w.state().backends[backend];
+    let st = &p.state.backends[backend];
     let (active, backup) = usable_counts(be, st);
     match transition {
         Transition::None => {}

@@ -37,6 +37,8 @@ pub struct ServerOpts {
     pub maxqueue: Option<usize>,
     /// `slowstart`: ramp-up time of the weight after the server comes back up.
     pub slowstart: Option<Duration>,
+    /// `track [BACKEND/]SERVER`: take that server's health.
+    pub track: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,6 +26,40 @@ pub struct CheckOpts {
     pub addr: Option<IpAddr>,
     /// The agent check (`agent-check`, `agent-port`, ...).
     pub agent: AgentOpts,
+    /// `observe layer4|layer7`: the server's real traffic counts as checks too.
+    pub observe: Option<Observe>,
+    /// `error-limit`: consecutive errors seen in traffic before `on-error` acts (10).
+    pub error_limit: u32,
+    /// `on-error`: what those errors do (`fastinter` by default).
+    pub on_error: OnError,
+    /// `on-marked-down shutdown-sessions`: a server marked down loses its connections.
+    pub shutdown_on_down: bool,
+    /// `on-marked-up shutdown-backup-sessions`: a server marked up ends the backups'
+    /// connections.
+    pub shutdown_backups_on_up: bool,
+}
+
+/// What `observe` watches in a server's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observe {
+    /// Connection failures.
+    Layer4,
+    /// Connection failures, invalid responses and 5xx statuses (but 501 and 505).
+    Layer7,
+}
+
+/// What `error-limit` consecutive traffic errors do (`on-error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Check again soon, at `fastinter`.
+    #[default]
+    Fastinter,
+    /// Count as one failed check.
+    FailCheck,
+    /// Leave one failure before down, and check soon.
+    SuddenDeath,
+    /// Mark the server down at once, and check soon.
+    MarkDown,
 }
 
 /// A server's agent-check options: a TCP service on the server that answers one line saying
@@ -56,6 +90,11 @@ impl Default for CheckOpts {
             port: None,
             addr: None,
             agent: AgentOpts::default(),
+            observe: None,
+            error_limit: 10,
+            on_error: OnError::Fastinter,
+            shutdown_on_down: false,
+            shutdown_backups_on_up: false,
         }
     }
 }

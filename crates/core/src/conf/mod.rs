@@ -136,6 +136,8 @@ pub struct Server {
     pub agent: Option<AgentOpts>,
     /// `slowstart`: how long the weight takes to ramp up after the server comes back up.
     pub slowstart: Option<Duration>,
+    /// `track`: the (backend, server) whose health this server takes.
+    pub track: Option<(usize, usize)>,
 }
 
 /// A validated backend.

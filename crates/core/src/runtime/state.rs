@@ -64,6 +64,8 @@ pub struct ServerState {
     pub agent: Option<AgentState>,
     /// When the server last changed state (`lastchg`).
     pub last_change: Mutex<Instant>,
+    /// Ends the server's connections (`on-marked-down shutdown-sessions`).
+    pub kill: tokio::sync::Notify,
     /// `slowstart`: the weight ramps up over this time after the server comes back.
     slowstart: Option<Duration>,
     /// When the current ramp started ([`clock_ns`]), 0 when none.
@@ -102,6 +104,10 @@ pub struct CheckState {
     pub running: AtomicBool,
     /// `disable health`: checks are not run until `enable health`.
     pub paused: AtomicBool,
+    /// Consecutive errors seen in the server's traffic (`observe`).
+    pub errors: AtomicU32,
+    /// Wakes the check task to check now (`on-error`), at `fastinter`.
+    pub wake: tokio::sync::Notify,
     /// Checks that failed (`chkfail`).
     pub failed: AtomicU64,
     /// Transitions from up to down (`chkdown`).
@@ -145,6 +151,8 @@ impl ServerState {
                 health: AtomicU32::new(c.rise),
                 running: AtomicBool::new(false),
                 paused: AtomicBool::new(false),
+                errors: AtomicU32::new(0),
+                wake: tokio::sync::Notify::new(),
                 failed: AtomicU64::new(0),
                 downs: AtomicU64::new(0),
                 last: Mutex::new(None),
@@ -156,6 +164,7 @@ impl ServerState {
                 last: Mutex::new(None),
             }),
             last_change: Mutex::new(Instant::now()),
+            kill: tokio::sync::Notify::new(),
             slowstart: conf.slowstart,
             ramp_from: AtomicU64::new(0),
         }
@@ -226,11 +235,12 @@ impl ServerState {
         }
         let (Some(c), Some((rise, fall))) = (&self.check, rise_fall) else {
             // Without a health check, only an agent can have changed the state.
+            // (or the CLI, or a tracked server).
             return match (&self.agent, self.oper()) {
-                (None, _) => "no check".into(),
+                (None, OperState::Up) => "no check".into(),
                 (Some(_), OperState::Up) => "UP".into(),
-                (Some(_), OperState::Down) => "DOWN".into(),
-                (Some(_), OperState::Stopping) => "NOLB".into(),
+                (_, OperState::Down) => "DOWN".into(),
+                (_, OperState::Stopping) => "NOLB".into(),
             };
         };
         let health = c.health.load(Ordering::Relaxed);

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::balance::{self, PickKey};
+use crate::check::{self, Seen};
 use crate::pool::{Got, Want};
 use crate::queue::{self, InFlight, QueueError, ServerSlot};
 use crate::runtime::Worker;
@@ -279,6 +280,12 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
         None => Conn::connect(addr).await,
     };
     let counters = st.counters.at(w.tid);
+    let seen = if attempt.is_ok() {
+        Seen::Connected
+    } else {
+        Seen::ConnectFailed
+    };
+    check::observe(&w.process, backend, server, seen);
     match attempt {
         Ok(conn) => {
             counters.connect.bump();

@@ -25,6 +25,7 @@ use super::report::{Cause, Fail, Phase};
 use super::session::Session;
 use super::txn::{ReqFacts, Txn};
 use crate::buffer::{Buf, BufPool};
+use crate::check::Seen;
 use crate::compression::{self, Compressor, GlobalComp, RATE_IN, RATE_OUT};
 use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
@@ -133,6 +134,7 @@ impl Txn {
                     .at(w.tid)
                     .response_errors
                     .bump();
+                crate::check::observe(&w.process, backend, conn.server, Seen::BadResponse);
             }
             return Err(Fail::drop(cause, Phase::Data));
         }

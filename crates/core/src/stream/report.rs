@@ -62,6 +62,9 @@ pub(crate) enum Cause {
     /// The server was too slow (`s`).
     #[error("the server timed out")]
     ServerTimeout,
+    /// The proxy ended it: its server was marked down with `shutdown-sessions` (`K`).
+    #[error("killed: the server was marked down")]
+    Killed,
     /// The server closed, failed, or sent something invalid (`S`).
     #[error("the server closed the connection or sent an invalid response")]
     Server(#[source] Option<io::Error>),
@@ -75,6 +78,7 @@ impl Cause {
             Cause::Proxy => b'P',
             Cause::Connect(e) => e.term()[0],
             Cause::ServerTimeout => b's',
+            Cause::Killed => b'K',
             Cause::Server(_) => b'S',
         }
     }

@@ -59,15 +59,22 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
         b_fin: be.timeout_server_fin,
     };
     let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
-    let bytes = super::tunnel::relay(
+    // `on-marked-down shutdown-sessions` ends the relay.
+    let kill = w.state().backends[backend].servers[at.server]
+        .kill
+        .notified();
+    let relay = super::tunnel::relay(
         &mut client,
         &mut conn.conn,
         &mut cbuf,
         &mut sbuf,
         &w.bufs,
         limits,
-    )
-    .await;
+    );
+    let (bytes, term) = tokio::select! {
+        bytes = relay => (bytes, *b"--"),
+        _ = kill => (0, *b"KD"),
+    };
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
     log(
@@ -80,7 +87,7 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
         started,
         &at,
         bytes,
-        *b"--",
+        term,
     );
     drop(occupancy);
 }

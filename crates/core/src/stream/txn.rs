@@ -25,6 +25,7 @@ use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Phase, ReqLog};
 use super::session::Session;
 use crate::balance::{self, PickKey};
+use crate::check::{self, Seen};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::rules::{holds, Action, HttpRule};
@@ -144,7 +145,12 @@ impl Txn {
                     facts.upgrade.as_deref(),
                 );
                 s.cbuf.consume(head.len);
-                self.forward(s, backend, server, &facts).await
+                // `on-marked-down shutdown-sessions` ends the exchange wherever it is.
+                let kill = w.state().backends[backend].servers[server].kill.notified();
+                tokio::select! {
+                    done = self.forward(s, backend, server, &facts) => done,
+                    _ = kill => Err(Fail::drop(Cause::Killed, self.phase)),
+                }
             }
         }
     }
@@ -223,6 +229,7 @@ impl Txn {
                 Ok(rsp) => {
                     self.log.t_response = connect::ms(sent_at.elapsed());
                     self.log.status = i64::from(rsp.status);
+                    check::observe(&w.process, backend, server, Seen::Response(rsp.status));
                     break rsp;
                 }
                 Err(SendFail::Retryable(_)) if conn.reused && replayable && attempt == 1 => {
@@ -234,11 +241,13 @@ impl Txn {
                 }
                 Err(SendFail::Retryable(e)) => {
                     counters.response_errors.bump();
+                    check::observe(&w.process, backend, server, Seen::BadResponse);
                     return Err(Fail::answer(502, Cause::Server(Some(e)), Phase::Headers));
                 }
                 Err(SendFail::Fail(f)) => {
                     if matches!(f.cause, Cause::Server(_)) {
                         counters.response_errors.bump();
+                        check::observe(&w.process, backend, server, Seen::BadResponse);
                     }
                     return Err(f);
                 }
