@@ -1088,3 +1088,90 @@ fn a_server_marked_down_loses_its_sessions_and_trackers_follow() {
             && Sluice::cli(&sock, "show servers state mirror").contains(" m 127.0.0.1 2 ")
     });
 }
+
+#[test]
+fn two_hundred_checks_spread_evenly_over_eight_workers() {
+    let target = accepting();
+    let (_d, sock) = cli_dir();
+    let servers: String = (0..200)
+        .map(|i| format!("    server c{i} {target} check inter 200ms\n"))
+        .collect();
+    let _p = Sluice::start(&format!(
+        "global\n    nbthread 8\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend checked\nbackend checked\n{servers}",
+        sock.display()
+    ));
+    // Two intervals: every check has run at least twice.
+    wait_until("two rounds of checks", || {
+        activity(&sock, "checks_run").iter().sum::<u64>() >= 400
+    });
+    let run = activity(&sock, "checks_run");
+    let mean = run.iter().sum::<u64>() as f64 / run.len() as f64;
+    for (w, n) in run.iter().enumerate() {
+        let share = *n as f64 / mean;
+        assert!(
+            (0.5..=1.5).contains(&share),
+            "worker {w} ran {n} checks, mean {mean:.0}: {run:?}"
+        );
+    }
+}
+
+#[test]
+fn a_check_never_runs_twice_at_once_even_while_moving() {
+    // One listener per server, each recording how many checks it sees at once; a check
+    // holds its connection for 20 ms.
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let addrs: Vec<SocketAddr> = (0..10)
+        .map(|_| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let now = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let most = most.clone();
+            std::thread::spawn(move || {
+                for c in l.incoming() {
+                    let Ok(c) = c else { continue };
+                    let (now, most) = (now.clone(), most.clone());
+                    std::thread::spawn(move || {
+                        let cur = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(cur, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        drop(c);
+                    });
+                }
+            });
+            addr
+        })
+        .collect();
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let servers: String = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("    server c{i} {a} check inter 30ms\n"))
+        .collect();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {}\n{DEFAULTS}frontend busy\n    {{fe}} thread 1\n    default_backend app\nbackend app\n    server o {}\nbackend checked\n{servers}",
+        sock.display(),
+        origin.addr
+    ));
+    // Load on worker 1 makes the checks move while they run every 30 ms.
+    let held: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = TcpStream::connect(p.addr()).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let mut b = [0u8; 256];
+            let _ = c.read(&mut b);
+            c
+        })
+        .collect();
+    wait_until("checks moving and running", || {
+        activity(&sock, "checks_moved")[1] >= 5
+            && activity(&sock, "checks_run").iter().sum::<u64>() >= 200
+    });
+    drop(held);
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "a server saw two checks at once"
+    );
+}
