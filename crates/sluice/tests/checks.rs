@@ -1175,3 +1175,35 @@ fn a_check_never_runs_twice_at_once_even_while_moving() {
         "a server saw two checks at once"
     );
 }
+
+#[test]
+fn a_server_moves_to_another_address_at_run_time() {
+    let old = Switchable::start("old");
+    let new = Switchable::start("new");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {} check inter 100ms\n",
+        sock.display(),
+        old.addr
+    ));
+    // A kept-alive client: its server connection is pooled, and must not be reused after
+    // the move.
+    let mut c = p.connect();
+    assert_eq!(c.get("/1").text(), "old");
+    let answer = Sluice::cli(
+        &sock,
+        &format!("set server be/a addr 127.0.0.1 port {}", new.addr.port()),
+    );
+    assert_eq!(
+        answer,
+        format!(
+            "IP changed from '127.0.0.1' to '127.0.0.1', port changed from '{}' to '{}' by 'stats socket command'\n\n",
+            old.addr.port(),
+            new.addr.port()
+        )
+    );
+    assert_eq!(c.get("/2").text(), "new");
+    assert_eq!(get(p.addr(), "/3").text(), "new");
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "a", "addr"), new.addr.to_string());
+}

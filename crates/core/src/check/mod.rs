@@ -237,7 +237,7 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
         // Cannot happen with one task per server; never run two at once regardless.
         return opts.inter;
     }
-    let result = probe(be, srv, opts).await;
+    let result = probe(be, st.addr(), opts).await;
     check.running.store(false, Ordering::Release);
     w.ctx().counters.checks_run.bump();
     if !result.passed {
@@ -422,7 +422,7 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     if agent.paused.load(Ordering::Relaxed) || agent.running.swap(true, Ordering::Acquire) {
         return inter;
     }
-    let mut addr = srv.addr;
+    let mut addr = st.addr();
     if let Some(ip) = opts.addr {
         addr.set_ip(ip);
     }

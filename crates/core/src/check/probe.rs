@@ -11,25 +11,31 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::conf::check::{BackendCheck, CheckKind, CheckOpts, Expect, Pattern, TcpRule};
-use crate::conf::{Backend, Server};
+use crate::conf::Backend;
 use crate::runtime::CheckResult;
 use crate::transport::Conn;
 
 /// Longest response kept for judging (status line, headers, the start of a body).
 const MAX_READ: usize = 16384;
 
-/// Runs one check of `srv` as its backend says.
-pub async fn probe(be: &Backend, srv: &Server, opts: &CheckOpts) -> CheckResult {
+/// Runs one check of `srv` (now at `addr`) as its backend says.
+pub async fn probe(be: &Backend, addr: SocketAddr, opts: &CheckOpts) -> CheckResult {
     let started = Instant::now();
     let connect_limit = be.timeout_connect.map_or(opts.inter, |t| t.min(opts.inter));
     let limit = be.check.timeout.unwrap_or(opts.inter);
     let outcome = match &be.check.kind {
         CheckKind::TcpCheck => {
-            rules(target(srv, opts), &be.check.tcp_rules, connect_limit, limit).await
+            rules(
+                target(addr, opts),
+                &be.check.tcp_rules,
+                connect_limit,
+                limit,
+            )
+            .await
         }
-        CheckKind::Probe(r) => rules(target(srv, opts), r, connect_limit, limit).await,
+        CheckKind::Probe(r) => rules(target(addr, opts), r, connect_limit, limit).await,
         kind => {
-            let conn = match connect(target(srv, opts), connect_limit).await {
+            let conn = match connect(target(addr, opts), connect_limit).await {
                 Ok(c) => c,
                 Err(o) => return o.finish(started),
             };
@@ -93,8 +99,8 @@ impl Outcome {
 }
 
 /// Where a check connects: the server's address, with `addr` and `port` applied.
-pub fn target(srv: &Server, opts: &CheckOpts) -> SocketAddr {
-    let mut a = srv.addr;
+pub fn target(server: SocketAddr, opts: &CheckOpts) -> SocketAddr {
+    let mut a = server;
     if let Some(ip) = opts.addr {
         a.set_ip(ip);
     }

@@ -407,8 +407,8 @@ fn show_servers_conn(s: &Process, args: &[&str], _: Level) -> String {
                 srv.name,
                 be.id,
                 srv.id,
-                srv.addr.ip(),
-                srv.addr.port(),
+                sst.addr().ip(),
+                sst.addr().port(),
                 srv.pool.purge_delay.as_millis(),
                 get(&p.used_cur),
                 get(&p.used_max),
@@ -627,7 +627,7 @@ fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
                     ("wretr", c.sum(|c| &c.retries).to_string()),
                     ("wredis", c.sum(|c| &c.redispatches).to_string()),
                     ("eresp", c.sum(|c| &c.response_errors).to_string()),
-                    ("addr", srv.addr.to_string()),
+                    ("addr", sst.addr().to_string()),
                     (
                         "lastchg",
                         sst.last_change

@@ -122,7 +122,35 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                 crate::check::settle(p, b, s, None);
                 Ok(String::new())
             }
-            (Some(kw @ ("addr" | "check-port" | "fqdn" | "ssl")), _) => {
+            (Some("addr"), Some(ip)) => {
+                needs(level, Level::Admin)?;
+                let ip: std::net::IpAddr = ip.parse().map_err(|_| "Invalid IP address.\n")?;
+                let st = &p.state.backends[b].servers[s];
+                let old = st.addr();
+                let port = match (args.get(3).copied(), args.get(4)) {
+                    (Some("port"), Some(v)) => v
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or("Invalid port.\n")?,
+                    (None, _) => old.port(),
+                    _ => {
+                        return Err("'set server <srv> addr' expects <addr> [port <port>].\n".into())
+                    }
+                };
+                let new = std::net::SocketAddr::new(ip, port);
+                st.set_addr(new);
+                let port_note = if port == old.port() {
+                    "no need to change the port".to_string()
+                } else {
+                    format!("port changed from '{}' to '{port}'", old.port())
+                };
+                Ok(format!(
+                    "IP changed from '{}' to '{ip}', {port_note} by 'stats socket command'\n",
+                    old.ip()
+                ))
+            }
+            (Some(kw @ ("check-port" | "fqdn" | "ssl")), _) => {
                 Err(format!("'set server <srv> {kw}' is not supported yet.\n"))
             }
             _ => Err(
@@ -294,9 +322,9 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         "{} {} {} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {} - 0 {check_port} {check_addr} - 0",
         srv.id,
         srv.name,
-        srv.addr.ip(),
+        sst.addr().ip(),
         sst.weight(),
         srv.weight,
-        srv.addr.port(),
+        sst.addr().port(),
     )
 }

@@ -1,6 +1,7 @@
 //! The live state of proxies and servers, aligned with one configuration generation.
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -66,6 +67,8 @@ pub struct ServerState {
     pub last_change: Mutex<Instant>,
     /// Ends the server's connections (`on-marked-down shutdown-sessions`).
     pub kill: tokio::sync::Notify,
+    /// Where the server is now (`set server ... addr` changes it).
+    addr: RwLock<SocketAddr>,
     /// `slowstart`: the weight ramps up over this time after the server comes back.
     slowstart: Option<Duration>,
     /// When the current ramp started ([`clock_ns`]), 0 when none.
@@ -165,6 +168,7 @@ impl ServerState {
             }),
             last_change: Mutex::new(Instant::now()),
             kill: tokio::sync::Notify::new(),
+            addr: RwLock::new(conf.addr),
             slowstart: conf.slowstart,
             ramp_from: AtomicU64::new(0),
         }
@@ -254,6 +258,20 @@ impl ServerState {
             OperState::Down if health >= rise => "DOWN (agent)".into(),
             OperState::Down if health > 0 => format!("DOWN {health}/{rise}"),
             OperState::Down => "DOWN".into(),
+        }
+    }
+
+    /// The server's address now.
+    pub fn addr(&self) -> SocketAddr {
+        *self.addr.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the server to another address: idle connections to the old one are closed,
+    /// new connections and checks go to the new one.
+    pub fn set_addr(&self, addr: SocketAddr) {
+        *self.addr.write().unwrap_or_else(|e| e.into_inner()) = addr;
+        for tid in 0..self.idle.stats.per_thread.len() {
+            while self.idle.evict_one(tid).is_some() {}
         }
     }
 

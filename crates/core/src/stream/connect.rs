@@ -272,7 +272,7 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
         // Descriptors are scarce: an idle connection makes room for the new one.
         drop(st.idle.evict_one(w.tid));
     }
-    let addr = be.servers[server].addr;
+    let addr = st.addr();
     let attempt = match be.timeout_connect {
         Some(t) => tokio::time::timeout(t, Conn::connect(addr))
             .await
