@@ -198,6 +198,14 @@ fn a_dead_server_is_taken_out_and_comes_back() {
     assert!(line.starts_with("<129>"), "{line}");
     let csv = Sluice::cli(&sock, "show stat");
     assert_eq!(stat_field(&csv, "be", "s1", "check_status"), "L4CON");
+    assert_eq!(
+        stat_field(&csv, "be", "s1", "check_desc"),
+        "Layer4 connection problem"
+    );
+    assert_eq!(
+        stat_field(&csv, "be", "s1", "last_chk"),
+        "Connection refused"
+    );
     assert_eq!(stat_field(&csv, "be", "s1", "chkdown"), "1");
     // Every request goes to s2 and none fails.
     let got = shares(&p, 20);
@@ -260,6 +268,10 @@ fn http_checks_are_judged_by_their_status() {
     });
     let csv = Sluice::cli(&sock, "show stat");
     assert_eq!(stat_field(&csv, "plain", "a", "check_status"), "L7STS");
+    assert_eq!(
+        stat_field(&csv, "plain", "a", "check_desc"),
+        "Layer7 wrong status"
+    );
     assert_eq!(stat_field(&csv, "plain", "a", "check_code"), "500");
     wait_until("b judged", || {
         let csv = Sluice::cli(&sock, "show stat");
@@ -466,6 +478,10 @@ fn an_agent_steers_state_and_weight() {
     assert_eq!(count(&shares(&p, 10), "b"), 10);
     *say.lock().unwrap() = "ready 100%".into();
     wait_until("a ready", || status(&sock, "be", "a") == "UP");
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "a", "agent_status"), "L7OK");
+    assert_eq!(stat_field(&csv, "be", "a", "last_agt"), "ready 100%");
+    assert_eq!(stat_field(&csv, "be", "a", "agent_health"), "1");
 }
 
 #[test]
@@ -600,7 +616,7 @@ fn verdicts(sock: &Path, names: &[&str]) -> Vec<(String, String, String)> {
                 (
                     stat_field(&csv, n, "s", "status"),
                     stat_field(&csv, n, "s", "check_status"),
-                    stat_field(&csv, n, "s", "check_desc"),
+                    stat_field(&csv, n, "s", "last_chk"),
                 )
             })
             .collect();
@@ -789,6 +805,11 @@ fn database_and_directory_probes() {
         ]
     );
     assert!(v[4].2.contains("Access denied"), "{:?}", v[4]);
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(
+        stat_field(&csv, "ldap_bad", "s", "check_desc"),
+        "Layer7 wrong status"
+    );
 }
 
 #[test]

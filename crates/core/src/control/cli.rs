@@ -591,11 +591,29 @@ fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
                 if let Some(last) = cs.last.lock().ok().and_then(|l| l.clone()) {
                     checks.push(("check_status", last.status.to_string()));
                     checks.push(("check_duration", last.duration_ms.to_string()));
+                    checks.push(("check_desc", last.reason.to_string()));
                     if let Some(code) = last.code {
                         checks.push(("check_code", code.to_string()));
                     }
                     if let Some(info) = last.info {
-                        checks.push(("check_desc", info.replace(',', " ")));
+                        // What the check found, without the CSV's separators.
+                        checks.push(("last_chk", info.replace(',', " ")));
+                    }
+                }
+            }
+            if let Some(a) = &sst.agent {
+                let up = a.up.load(Ordering::Relaxed);
+                checks.extend([
+                    ("agent_rise", "1".to_string()),
+                    ("agent_fall", "1".to_string()),
+                    ("agent_health", u8::from(up).to_string()),
+                ]);
+                if let Some(last) = a.last.lock().ok().and_then(|l| l.clone()) {
+                    checks.push(("agent_status", last.status.to_string()));
+                    checks.push(("agent_duration", last.duration_ms.to_string()));
+                    checks.push(("agent_desc", last.reason.to_string()));
+                    if let Some(info) = last.info {
+                        checks.push(("last_agt", info.replace(',', " ")));
                     }
                 }
             }
