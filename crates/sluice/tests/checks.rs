@@ -257,10 +257,11 @@ fn http_checks_are_judged_by_their_status() {
     let logs = Collector::new();
     let (_d, sock) = cli_dir();
     let _p = Sluice::start(&format!(
-        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend plain\nbackend plain\n    log {} local0\n    option httpchk GET /health\n    option log-health-checks\n    server a {} check inter 100ms rise 1 fall 1\nbackend wants500\n    option httpchk GET /health HTTP/1.1 example.org\n    http-check expect status 500\n    server b {} check inter 100ms rise 1 fall 1\n",
+        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend plain\nbackend plain\n    log {} local0\n    option httpchk GET /health\n    option log-health-checks\n    server a {} check inter 100ms rise 1 fall 1\nbackend wants500\n    option httpchk GET /health HTTP/1.1 example.org\n    http-check expect status 500\n    server b {} check inter 100ms rise 1 fall 1\nbackend any5xx\n    option httpchk GET /health\n    http-check expect rstatus ^5\n    server c {} check inter 100ms rise 1 fall 1\n",
         sock.display(),
         logs.0.local_addr().unwrap(),
         a.addr,
+        b.addr,
         b.addr
     ));
     wait_until("a down on its 500", || {
@@ -278,6 +279,15 @@ fn http_checks_are_judged_by_their_status() {
         stat_field(&csv, "wants500", "b", "check_status") == "L7OK"
     });
     assert_eq!(status(&sock, "wants500", "b"), "UP");
+    wait_until("c judged by its regular expression", || {
+        status(&sock, "any5xx", "c") == "UP"
+            && stat_field(
+                &Sluice::cli(&sock, "show stat"),
+                "any5xx",
+                "c",
+                "check_status",
+            ) == "L7OK"
+    });
     a.health.store(200, Ordering::SeqCst);
     wait_until("a up", || status(&sock, "plain", "a") == "UP");
     let line = logs.wait_for("Health check for server plain/a succeeded");
@@ -662,7 +672,7 @@ fn tcp_check_rules_and_protocol_probes() {
         ("smtp_bad", "    option smtpchk\n", smtp_bad),
         (
             "rules_ok",
-            "    option tcp-check\n    tcp-check expect string OK\n    tcp-check send a1\\ LOGOUT\\r\n    tcp-check expect binary 0001\n",
+            "    option tcp-check\n    tcp-check expect rstring ^\\*\\ OK\n    tcp-check send a1\\ LOGOUT\\r\n    tcp-check expect rbinary ^0001\n",
             rules_ok,
         ),
         (

@@ -8,7 +8,7 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
-use crate::conf::check::{CheckKind, Expect, Observe, OnError, Pattern, TcpRule};
+use crate::conf::check::{CheckKind, Expect, Observe, OnError, Pattern, Re, TcpRule};
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
 /// Server options of the checks (`server` and `default-server`).
@@ -347,7 +347,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "tcp-check expect",
         scope: Scope::BE,
-        help: "tcp-check expect [min-recv N] [!] string TEXT | binary HEX: what must arrive",
+        help: "tcp-check expect [min-recv N] [!] string|rstring|binary|rbinary VALUE: what must arrive",
         parse: |c, a| {
             let mut i = 0;
             let mut min_recv = 0;
@@ -365,7 +365,13 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 (Some("binary"), Some(v)) => {
                     Pattern::Contains(hex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
                 }
-                (Some(k @ ("rstring" | "rbinary" | "string-lf" | "binary-lf")), _) => {
+                (Some("rstring"), Some(v)) => {
+                    Pattern::Regex(regex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
+                }
+                (Some("rbinary"), Some(v)) => {
+                    Pattern::RegexHex(regex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
+                }
+                (Some(k @ ("string-lf" | "binary-lf")), _) => {
                     return Err(KwError::Invalid(format!(
                         "tcp-check expect {k}: not supported yet"
                     )))
@@ -460,7 +466,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         name: "http-check expect",
         scope: Scope::BE,
         help:
-            "http-check expect [!] status CODE[,CODE...] | string TEXT: what an HTTP check requires",
+            "http-check expect [!] status CODES | rstatus RE | string TEXT | rstring RE: what an HTTP check requires",
         parse: |c, a| {
             let (neg, rest) = match a.first().map(String::as_str) {
                 Some("!") => (true, &a[1..]),
@@ -479,13 +485,19 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                         .collect::<Result<_, _>>()?,
                 ),
                 [kind, value] if kind == "string" => Expect::String(value.clone()),
-                [kind, _] if matches!(kind.as_str(), "rstatus" | "rstring" | "hdr" | "fhdr") => {
+                [kind, value] if kind == "rstatus" => {
+                    Expect::RStatus(regex(value).map_err(|e| KwError::bad(2, value, e))?)
+                }
+                [kind, value] if kind == "rstring" => {
+                    Expect::RString(regex(value).map_err(|e| KwError::bad(2, value, e))?)
+                }
+                [kind, ..] if matches!(kind.as_str(), "hdr" | "fhdr") => {
                     return Err(KwError::Invalid(format!(
                         "http-check expect {kind}: not supported yet"
                     )))
                 }
                 [kind, ..] => {
-                    return Err(KwError::bad(1, kind, "expects status or string"));
+                    return Err(KwError::bad(1, kind, "expects status, rstatus, string or rstring"));
                 }
                 [] => return Err(KwError::Missing("status CODE or string TEXT")),
             };
@@ -541,6 +553,13 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         },
     },
 ];
+
+/// A regular expression for `rstatus`, `rstring`, `rbinary`.
+fn regex(v: &str) -> Result<Re, String> {
+    regex::bytes::Regex::new(v)
+        .map(Re)
+        .map_err(|e| format!("invalid regular expression: {e}"))
+}
 
 /// Bytes written in hexadecimal (`tcp-check send-binary`, `expect binary`).
 fn hex(v: &str) -> Result<Vec<u8>, String> {

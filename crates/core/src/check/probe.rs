@@ -199,7 +199,9 @@ async fn http(mut conn: Conn, check: &BackendCheck, limit: Duration) -> Outcome 
     let ok = match &check.expect {
         None => (200..400).contains(&code),
         Some((neg, Expect::Status(codes))) => codes.contains(&code) != *neg,
+        Some((neg, Expect::RStatus(re))) => re.0.is_match(code.to_string().as_bytes()) != *neg,
         Some((neg, Expect::String(s))) => contains(body, s.as_bytes()) != *neg,
+        Some((neg, Expect::RString(re))) => re.0.is_match(body) != *neg,
     };
     let info = (!phrase.is_empty()).then(|| phrase.to_string());
     let mut o = if code == 404 && check.disable_on_404 {
@@ -209,7 +211,10 @@ async fn http(mut conn: Conn, check: &BackendCheck, limit: Duration) -> Outcome 
         o
     } else if ok {
         Outcome::pass("L7OK", "Layer7 check passed")
-    } else if matches!(check.expect, Some((_, Expect::String(_)))) {
+    } else if matches!(
+        check.expect,
+        Some((_, Expect::String(_) | Expect::RString(_)))
+    ) {
         Outcome::fail("L7RSP", "Layer7 invalid response", None)
     } else {
         Outcome::fail("L7STS", "Layer7 wrong status", None)
@@ -230,6 +235,11 @@ pub fn parse_status(rsp: &[u8]) -> Option<(u16, &str, &[u8])> {
     let phrase = parts.next().unwrap_or("").trim();
     let body = memchr::memmem::find(rsp, b"\r\n\r\n").map_or(&[][..], |i| &rsp[i + 4..]);
     Some((code, phrase, body))
+}
+
+/// The bytes in hexadecimal, upper case, as `rbinary` matches them.
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02X}")).collect()
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -297,6 +307,8 @@ async fn rules(
                 let matched = |b: &[u8]| match pattern {
                     Pattern::Contains(p) => contains(b, p),
                     Pattern::Prefix(p) => b.starts_with(p),
+                    Pattern::Regex(re) => re.0.is_match(b),
+                    Pattern::RegexHex(re) => re.0.is_match(hex_of(b).as_bytes()),
                 };
                 let mut closed = false;
                 loop {
@@ -329,6 +341,7 @@ async fn rules(
                         Pattern::Contains(p) | Pattern::Prefix(p) => {
                             String::from_utf8_lossy(p).into_owned()
                         }
+                        Pattern::Regex(re) | Pattern::RegexHex(re) => re.0.as_str().to_string(),
                     };
                     return Outcome::fail(
                         "L7RSP",

@@ -99,13 +99,29 @@ impl Default for CheckOpts {
     }
 }
 
+/// A regular expression compiled once, at configuration time (equal when written alike).
+#[derive(Debug, Clone)]
+pub struct Re(pub regex::bytes::Regex);
+
+impl PartialEq for Re {
+    fn eq(&self, other: &Re) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for Re {}
+
 /// What an HTTP check expects of the response (`http-check expect`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
     /// Any of these status codes.
     Status(Vec<u16>),
+    /// The status code (as text) matches.
+    RStatus(Re),
     /// The body contains this string.
     String(String),
+    /// The body matches.
+    RString(Re),
 }
 
 /// The request an HTTP check sends (`option httpchk`, then `http-check send`).
@@ -138,6 +154,10 @@ pub enum Pattern {
     Contains(Vec<u8>),
     /// What was received starts with these bytes (protocol probes).
     Prefix(Vec<u8>),
+    /// What was received matches (`rstring`, `rbinary` as hexadecimal of the bytes).
+    Regex(Re),
+    /// The hexadecimal form of what was received matches (`rbinary`).
+    RegexHex(Re),
 }
 
 /// One step of a `tcp-check` rule set.
