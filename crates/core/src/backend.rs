@@ -384,6 +384,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 slowstart: s.opts.slowstart,
                 // Resolved by the loader, once every backend is known.
                 track: None,
+                shutdown_on_down: s.opts.check.shutdown_on_down,
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,

@@ -222,6 +222,11 @@ fn a_dead_server_is_taken_out_and_comes_back() {
         "{line}"
     );
     assert_eq!(shares(&p, 10).len(), 2, "s1 serves again");
+    let csv = Sluice::cli(&sock, "show stat");
+    let down: u64 = stat_field(&csv, "be", "s1", "downtime").parse().unwrap();
+    let up: u64 = stat_field(&csv, "be", "s2", "downtime").parse().unwrap();
+    assert_eq!(up, 0, "s2 was never down");
+    assert!(down <= 60, "s1 was down for a moment: {down} s");
 }
 
 #[test]
@@ -880,11 +885,17 @@ fn the_cli_listens_on_tcp_too() {
         .local_addr()
         .unwrap()
         .port();
-    let _p = Sluice::start(&format!(
-        "global\n    stats socket ipv4@127.0.0.1:{port} level admin\n    stats socket {} level user\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
+    let p = Sluice::start(&format!(
+        "global\n    stats socket ipv4@127.0.0.1:{port} level admin\n    stats socket {} level user\n    stats socket {{fd}} level operator\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
         sock.display(),
         a.addr
     ));
+    // The inherited socket (fd@N) answers too, at its own level.
+    let mut c = TcpStream::connect(p.addrs[0]).unwrap();
+    c.write_all(b"disable server be/a\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    assert_eq!(out, "Permission denied\n\n");
     let tcp = |cmd: &str| {
         let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.write_all(format!("{cmd}\n").as_bytes()).unwrap();
@@ -1237,4 +1248,31 @@ fn a_server_moves_to_another_address_at_run_time() {
     assert_eq!(get(p.addr(), "/3").text(), "new");
     let csv = Sluice::cli(&sock, "show stat");
     assert_eq!(stat_field(&csv, "be", "a", "addr"), new.addr.to_string());
+}
+
+#[test]
+fn maintenance_with_shutdown_sessions_ends_connections() {
+    let echo = scripted(|c| {
+        let mut b = [0u8; 64];
+        while let Ok(n) = c.read(&mut b) {
+            if n == 0 || c.write_all(&b[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {} level admin\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    server e {echo} on-marked-down shutdown-sessions\n",
+        sock.display()
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"ping").unwrap();
+    assert_eq!(read_n(&mut c, 4), b"ping");
+    Sluice::cli(&sock, "set server raw/e state maint");
+    let mut b = [0u8; 8];
+    assert_eq!(c.read(&mut b).unwrap_or(0), 0, "the session was shut down");
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "raw", "e", "status"), "MAINT");
+    assert_eq!(stat_field(&csv, "raw", "e", "uweight"), "1");
 }

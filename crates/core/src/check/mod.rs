@@ -302,7 +302,7 @@ pub fn settle(p: &Process, backend: usize, server: usize, stopping: Option<bool>
             if let Some(cs) = &st.check {
                 cs.downs.fetch_add(1, Ordering::Relaxed);
             }
-            if opts.is_some_and(|c| c.shutdown_on_down) {
+            if conf.shutdown_on_down {
                 st.kill.notify_waiters();
             }
             propagate(p, backend, server, target);

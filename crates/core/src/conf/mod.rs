@@ -138,6 +138,9 @@ pub struct Server {
     pub slowstart: Option<Duration>,
     /// `track`: the (backend, server) whose health this server takes.
     pub track: Option<(usize, usize)>,
+    /// `on-marked-down shutdown-sessions`: going down or into maintenance ends its
+    /// connections.
+    pub shutdown_on_down: bool,
 }
 
 /// A validated backend.

@@ -424,7 +424,7 @@ fn show_servers_conn(s: &Process, args: &[&str], _: Level) -> String {
     out
 }
 
-/// HAProxy's CSV columns, in order, up to the last one sluice fills (`reuse`).
+/// HAProxy's CSV columns, in order, up to the last one sluice fills (`uweight`).
 const STAT_FIELDS: &[&str] = &[
     "pxname",
     "svname",
@@ -525,6 +525,7 @@ const STAT_FIELDS: &[&str] = &[
     "safe_conn_cur",
     "used_conn_cur",
     "need_conn_est",
+    "uweight",
 ];
 
 fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
@@ -633,7 +634,18 @@ fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
                         "status",
                         sst.status(srv.check.as_ref().map(|c| (c.rise, c.fall))),
                     ),
-                    ("weight", sst.weight().to_string()),
+                    // Effective weight (ramping with slowstart) and the user-set one.
+                    (
+                        "weight",
+                        if sst.usable() {
+                            sst.effective_weight()
+                        } else {
+                            sst.weight()
+                        }
+                        .to_string(),
+                    ),
+                    ("uweight", sst.weight().to_string()),
+                    ("downtime", sst.downtime().as_secs().to_string()),
                     ("act", u8::from(!srv.backup).to_string()),
                     ("bck", u8::from(srv.backup).to_string()),
                     ("pid", pid.clone()),

@@ -69,6 +69,10 @@ pub struct ServerState {
     pub kill: tokio::sync::Notify,
     /// Where the server is now (`set server ... addr` changes it).
     addr: RwLock<SocketAddr>,
+    /// Time spent down before the current stretch, and since when it is down now.
+    downtime: Mutex<(Duration, Option<Instant>)>,
+    /// `on-marked-down shutdown-sessions`: entering maintenance ends connections too.
+    shutdown_on_down: bool,
     /// `slowstart`: the weight ramps up over this time after the server comes back.
     slowstart: Option<Duration>,
     /// When the current ramp started ([`clock_ns`]), 0 when none.
@@ -169,6 +173,8 @@ impl ServerState {
             last_change: Mutex::new(Instant::now()),
             kill: tokio::sync::Notify::new(),
             addr: RwLock::new(conf.addr),
+            downtime: Mutex::new((Duration::ZERO, None)),
+            shutdown_on_down: conf.shutdown_on_down,
             slowstart: conf.slowstart,
             ramp_from: AtomicU64::new(0),
         }
@@ -275,6 +281,24 @@ impl ServerState {
         }
     }
 
+    /// Total time spent down (`downtime`).
+    pub fn downtime(&self) -> Duration {
+        let d = self.downtime.lock().unwrap_or_else(|e| e.into_inner());
+        d.0 + d.1.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    fn note_down(&self, down: bool) {
+        let mut d = self.downtime.lock().unwrap_or_else(|e| e.into_inner());
+        match (down, d.1) {
+            (true, None) => d.1 = Some(Instant::now()),
+            (false, Some(since)) => {
+                d.0 += since.elapsed();
+                d.1 = None;
+            }
+            _ => {}
+        }
+    }
+
     /// Notes a change of state now (`lastchg`).
     pub fn changed(&self) {
         *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
@@ -348,6 +372,9 @@ impl BackendState {
             }
             if state == AdminState::Maint {
                 s.queue.closed.notify_waiters();
+                if s.shutdown_on_down {
+                    s.kill.notify_waiters();
+                }
             }
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
@@ -366,6 +393,7 @@ impl BackendState {
             if state == OperState::Down {
                 s.queue.closed.notify_waiters();
             }
+            s.note_down(state == OperState::Down);
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }

@@ -290,7 +290,8 @@ pub fn sluice_bin() -> &'static str {
 
 impl Sluice {
     /// Starts sluice on `config`. Each `{fe}` in it becomes `bind fd@N` for a listening socket
-    /// this test created on 127.0.0.1 port 0 and passes down (race-free ports).
+    /// this test created on 127.0.0.1 port 0 and passes down (race-free ports); each `{fd}`
+    /// becomes `fd@N` alone. `addrs` lists them in order.
     pub fn start(config: &str) -> Sluice {
         Sluice::start_limited(config, None)
     }
@@ -301,10 +302,21 @@ impl Sluice {
         let mut listeners = Vec::new();
         let mut text = String::new();
         let mut rest = config;
-        while let Some(i) = rest.find("{fe}") {
+        // `{fe}` becomes `bind fd@N`, `{fd}` just `fd@N` (for a `stats socket`).
+        loop {
+            let next = [rest.find("{fe}"), rest.find("{fd}")]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(i) = next else { break };
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             text.push_str(&rest[..i]);
-            text.push_str(&format!("bind fd@{}", l.as_raw_fd()));
+            let bind = if &rest[i..i + 4] == "{fe}" {
+                "bind "
+            } else {
+                ""
+            };
+            text.push_str(&format!("{bind}fd@{}", l.as_raw_fd()));
             rest = &rest[i + 4..];
             listeners.push(l);
         }
