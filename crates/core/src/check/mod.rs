@@ -7,8 +7,8 @@
 //! - There is one check task per checked server, and it runs on one worker at a time; a
 //!   server's `running` flag guards against a second run at once all the same.
 //! - A check moves only on a wake-up from sleep, to a random other worker whose load is at
-//!   most half of its own, and a check that has just moved does not move again before it
-//!   runs (no ping-pong). Moving goes through the target's inbox (the worker layer does it).
+//!   most half of its own and that holds less than twice its fair share of checks, and a
+//!   check that has just moved does not move again before it runs (no ping-pong). Moving goes through the target's inbox (the worker layer does it).
 //! - No global queue or timer: each worker sleeps until its own next event.
 //!
 //! The state machine (HAProxy 2.6): `health` runs from 0 to `rise + fall - 1`; a server is up
@@ -164,9 +164,33 @@ fn better_home(w: &Worker) -> Option<usize> {
     if n < 2 {
         return None;
     }
-    let mine = w.ctx().load();
-    let other = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
-    (mine >= 2 && threads[other].load() * 2 <= mine).then_some(other)
+    let me = w.ctx();
+    let mine = me.load();
+    let t = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
+    let other = &threads[t];
+    // The load rule moves checks off a busy worker; the cap keeps them from piling onto the
+    // quietest one (sleeping checks are not in the load figure): a worker takes more only
+    // while it holds less than twice its fair share.
+    let homed = |c: &crate::runtime::ThreadCtx| c.checks_homed.load(Ordering::Relaxed);
+    let total: usize = threads.iter().map(homed).sum();
+    let cap = 2 * total.div_ceil(n);
+    (mine >= 2 && other.load() * 2 <= mine && homed(other) < cap).then_some(t)
+}
+
+/// Counts a check task as living on its worker for as long as it runs there.
+struct Homed<'a>(&'a crate::runtime::ThreadCtx);
+
+impl<'a> Homed<'a> {
+    fn new(w: &'a Worker) -> Self {
+        w.ctx().checks_homed.fetch_add(1, Ordering::Relaxed);
+        Homed(w.ctx())
+    }
+}
+
+impl Drop for Homed<'_> {
+    fn drop(&mut self) {
+        self.0.checks_homed.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Runs a check task on this worker until it should move: then returns the target worker
@@ -175,6 +199,7 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
     if task.moved {
         w.ctx().counters.checks_moved.bump();
     }
+    let _homed = Homed::new(&w);
     loop {
         let checked = &w.state().backends[task.backend].servers[task.server];
         let wake = checked

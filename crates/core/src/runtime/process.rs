@@ -30,6 +30,8 @@ pub struct ThreadCtx {
     pub busy_pct: AtomicU32,
     /// Health checks awake on this worker: running, or waiting for a check slot.
     pub checks_awake: AtomicUsize,
+    /// Health-check tasks living on this worker, asleep or awake.
+    pub checks_homed: AtomicUsize,
     pub counters: WorkerCounters,
 }
 
