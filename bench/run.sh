@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: sluice vs HAProxy vs nginx as reverse proxies in front of one
 # nginx origin, same load generator (wrk), same thread counts, keep-alive on both sides.
-# Never run in CI. Usage: [BENCH=core|compression|pools|operating] bench/run.sh [seconds-per-run] [runs]
+# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks] bench/run.sh [seconds-per-run] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -15,8 +15,9 @@ case "${BENCH:-core}" in
     core) exec python3 bench/core.py "${1:-8}" "${2:-3}" ;;
     compression) exec python3 bench/compression.py "${1:-8}" "${2:-3}" ;;
     pools) exec python3 bench/pools.py "${1:-5}" "${2:-3}" ;;
+    checks) exec python3 bench/checks.py "${1:-30}" "${2:-3}" ;;
     operating)
         dpkg -s libnginx-mod-http-echo >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y libnginx-mod-http-echo
         exec python3 bench/operating.py "${1:-8}" "${2:-3}" ;;
-    *) echo "BENCH must be core, compression, pools or operating" >&2; exit 2 ;;
+    *) echo "BENCH must be core, compression, pools, operating or checks" >&2; exit 2 ;;
 esac
