@@ -518,6 +518,11 @@ impl<C: Resource> ServerPools<C> {
                 s.used_max.store(used, Ordering::Relaxed);
             }
         }
+        if self.stats.per_thread[tid].load(Ordering::Relaxed) == 0 {
+            // Nothing idle here: no lock taken (a backend of many checked servers without
+            // traffic would otherwise lock every list of every server four times a second).
+            return out;
+        }
         let mut guard = self.lock(tid);
         let l = &mut *guard;
         let before = (l.len(), l.safe.len());
