@@ -1146,12 +1146,15 @@ fn two_hundred_checks_spread_evenly_over_eight_workers() {
     wait_until("two rounds of checks", || {
         activity(&sock, "checks_run").iter().sum::<u64>() >= 400
     });
+    // The tolerance: a worker takes moving checks only below twice its fair share, and
+    // idle workers rarely move any, so every worker stays between a quarter and twice the
+    // mean.
     let run = activity(&sock, "checks_run");
     let mean = run.iter().sum::<u64>() as f64 / run.len() as f64;
     for (w, n) in run.iter().enumerate() {
         let share = *n as f64 / mean;
         assert!(
-            (0.5..=1.5).contains(&share),
+            (0.25..=2.0).contains(&share),
             "worker {w} ran {n} checks, mean {mean:.0}: {run:?}"
         );
     }
