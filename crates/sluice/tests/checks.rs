@@ -1200,7 +1200,7 @@ fn a_check_never_runs_twice_at_once_even_while_moving() {
         .map(|(i, a)| format!("    server c{i} {a} check inter 30ms\n"))
         .collect();
     let p = Sluice::start(&format!(
-        "global\n    nbthread 2\n    stats socket {}\n{DEFAULTS}frontend busy\n    {{fe}} thread 1\n    default_backend app\nbackend app\n    server o {}\nbackend checked\n    option httpchk GET /\n{servers}",
+        "global\n    nbthread 2\n    stats socket {}\n{DEFAULTS}frontend busy\n    {{fe}} thread 1\n    default_backend app\nbackend app\n    server o {}\nbackend checked\n    option httpchk GET /\n    timeout check 5s\n{servers}",
         sock.display(),
         origin.addr
     ));

@@ -69,6 +69,9 @@ pub struct ServerState {
     pub kill: tokio::sync::Notify,
     /// Where the server is now (`set server ... addr` changes it).
     addr: RwLock<SocketAddr>,
+    /// Bumped by every address change: a connection opened before it never goes back to
+    /// the pool.
+    pub addr_gen: AtomicU64,
     /// Time spent down before the current stretch, and since when it is down now.
     downtime: Mutex<(Duration, Option<Instant>)>,
     /// `on-marked-down shutdown-sessions`: entering maintenance ends connections too.
@@ -173,6 +176,7 @@ impl ServerState {
             last_change: Mutex::new(Instant::now()),
             kill: tokio::sync::Notify::new(),
             addr: RwLock::new(conf.addr),
+            addr_gen: AtomicU64::new(0),
             downtime: Mutex::new((Duration::ZERO, None)),
             shutdown_on_down: conf.shutdown_on_down,
             slowstart: conf.slowstart,
@@ -276,6 +280,8 @@ impl ServerState {
     /// new connections and checks go to the new one.
     pub fn set_addr(&self, addr: SocketAddr) {
         *self.addr.write().unwrap_or_else(|e| e.into_inner()) = addr;
+        // Before the eviction: a connection released in between is refused by the pool.
+        self.addr_gen.fetch_add(1, Ordering::Release);
         for tid in 0..self.idle.stats.per_thread.len() {
             while self.idle.evict_one(tid).is_some() {}
         }

@@ -12,6 +12,7 @@
 
 use std::io;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::balance::{self, PickKey};
@@ -30,6 +31,8 @@ pub(crate) struct ServerConn {
     pub served: u32,
     /// It came from a pool (or is the session's private one) rather than a fresh connect.
     pub reused: bool,
+    /// The server's address generation when the connection was opened or taken.
+    pub addr_gen: u64,
     used: Used,
 }
 
@@ -253,6 +256,7 @@ async fn connect_reusing(
                 server,
                 served: c.served,
                 reused: true,
+                addr_gen: st.addr_gen.load(Ordering::Acquire),
                 used: used(w, backend, server),
             })
         }
@@ -272,6 +276,7 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
         // Descriptors are scarce: an idle connection makes room for the new one.
         drop(st.idle.evict_one(w.tid));
     }
+    let addr_gen = st.addr_gen.load(Ordering::Acquire);
     let addr = st.addr();
     let attempt = match be.timeout_connect {
         Some(t) => tokio::time::timeout(t, Conn::connect(addr))
@@ -296,6 +301,7 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
                 server,
                 served: 0,
                 reused: false,
+                addr_gen,
                 used: used(w, backend, server),
             })
         }

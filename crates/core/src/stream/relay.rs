@@ -142,14 +142,19 @@ impl Txn {
         // than pooled.
         let clean = s.sbuf.is_empty();
         s.sbuf.clear(&w.bufs);
-        let reusable =
-            clean && !rsp.must_close && close_mode == CloseMode::KeepAlive && !w.stopping();
+        let st = &w.state().backends[backend].servers[conn.server];
+        // A connection to an address the server has left is not kept.
+        let same_addr = st.addr_gen.load(std::sync::atomic::Ordering::Acquire) == conn.addr_gen;
+        let reusable = clean
+            && same_addr
+            && !rsp.must_close
+            && close_mode == CloseMode::KeepAlive
+            && !w.stopping();
         if reusable {
             conn.served += 1;
             if be.reuse == ReuseMode::Never {
                 s.private = Some(conn);
             } else {
-                let st = &w.state().backends[backend].servers[conn.server];
                 let (c, served) = conn.into_pooled();
                 let pressure = w.config().global.pool.pressure();
                 let kept = st.idle.release(
