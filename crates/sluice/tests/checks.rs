@@ -391,6 +391,20 @@ fn activity(sock: &Path, name: &str) -> Vec<u64> {
         .collect()
 }
 
+/// `n` kept-alive client connections, each having had one answer: load on the worker that
+/// serves them.
+fn hold_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            let mut b = [0u8; 256];
+            let _ = c.read(&mut b);
+            c
+        })
+        .collect()
+}
+
 /// A TCP listener that accepts and closes: every layer-4 check passes.
 fn accepting() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -419,15 +433,7 @@ fn checks_are_spread_over_workers_and_leave_a_busy_one() {
         run.iter().all(|&n| n >= 20)
     });
     // Worker 1 gets 40 open client connections: its checks move to worker 2.
-    let held: Vec<TcpStream> = (0..40)
-        .map(|_| {
-            let mut c = TcpStream::connect(p.addr()).unwrap();
-            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-            let mut b = [0u8; 256];
-            let _ = c.read(&mut b);
-            c
-        })
-        .collect();
+    let held = hold_connections(p.addr(), 40);
     wait_until("checks moving off the busy worker", || {
         activity(&sock, "checks_moved")[1] >= 5
     });
@@ -1205,15 +1211,7 @@ fn a_check_never_runs_twice_at_once_even_while_moving() {
         origin.addr
     ));
     // Load on worker 1 makes the checks move while they run every 30 ms.
-    let held: Vec<TcpStream> = (0..20)
-        .map(|_| {
-            let mut c = TcpStream::connect(p.addr()).unwrap();
-            c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-            let mut b = [0u8; 256];
-            let _ = c.read(&mut b);
-            c
-        })
-        .collect();
+    let held = hold_connections(p.addr(), 20);
     wait_until("checks moving and running", || {
         activity(&sock, "checks_moved")[1] >= 5
             && activity(&sock, "checks_run").iter().sum::<u64>() >= 150

@@ -3,26 +3,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// Runs `sluice -c` on raw bytes: (valid, stderr with the temporary path shown as `c.cfg`).
-fn check_bytes(content: &[u8]) -> (bool, String) {
-    let dir = TempDir::new();
-    let path = dir.0.join("c.cfg");
-    std::fs::write(&path, content).unwrap();
-    let path = path.to_string_lossy().into_owned();
-    let out = Command::new(sluice_bin())
-        .args(["-c", "-f", &path])
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).replace(&path, "c.cfg"),
-    )
-}
 
 fn valid_config() -> Vec<u8> {
     format!(
@@ -36,7 +19,7 @@ fn latin1_comments_are_accepted() {
     let mut cfg = b"# R\xe9glages du proxy (Latin-1)\n".to_vec();
     cfg.extend_from_slice(&valid_config());
     cfg.extend_from_slice(b"    # serveur d'\xe9t\xe9 \xff\xfe\r\n");
-    let (ok, err) = check_bytes(&cfg);
+    let (ok, err) = check_config_bytes(&cfg);
     assert!(ok, "{err}");
 }
 
@@ -44,7 +27,7 @@ fn latin1_comments_are_accepted() {
 fn latin1_in_an_argument_is_refused_with_its_line() {
     let mut cfg = valid_config();
     cfg.extend_from_slice(b"    server caf\xe9 127.0.0.1:3\n");
-    let (ok, err) = check_bytes(&cfg);
+    let (ok, err) = check_config_bytes(&cfg);
     assert!(!ok);
     let line = valid_config().iter().filter(|&&b| b == b'\n').count() + 1;
     assert!(
@@ -74,7 +57,7 @@ fn huge_arguments_are_shortened_in_errors() {
     ];
     for cfg in cases {
         let started = Instant::now();
-        let (ok, err) = check_bytes(cfg.as_bytes());
+        let (ok, err) = check_config_bytes(cfg.as_bytes());
         assert!(!ok);
         assert!(
             started.elapsed() < Duration::from_secs(20),

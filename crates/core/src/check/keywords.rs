@@ -58,12 +58,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
         name: "port",
         args: 1,
         parse: |o: &mut ServerOpts, a| {
-            let p = a[0]
-                .parse::<u16>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or("expects a port from 1 to 65535")?;
-            o.check.port = Some(p);
+            o.check.port = Some(port(&a[0])?);
             Ok(())
         },
     },
@@ -151,12 +146,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
         name: "agent-port",
         args: 1,
         parse: |o, a| {
-            let p = a[0]
-                .parse::<u16>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or("expects a port from 1 to 65535")?;
-            o.check.agent.port = Some(p);
+            o.check.agent.port = Some(port(&a[0])?);
             Ok(())
         },
     },
@@ -192,6 +182,13 @@ fn interval(v: &str) -> Result<Duration, String> {
         return Err("expects a time above zero".into());
     }
     Ok(t)
+}
+
+fn port(v: &str) -> Result<u16, String> {
+    v.parse::<u16>()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| "expects a port from 1 to 65535".into())
 }
 
 fn count(v: &str) -> Result<u32, String> {
@@ -292,12 +289,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| {
             let port = match a {
                 [] => None,
-                [k, p] if k == "port" => Some(
-                    p.parse::<u16>()
-                        .ok()
-                        .filter(|&n| n > 0)
-                        .ok_or_else(|| KwError::bad(2, p, "expects a port"))?,
-                ),
+                [k, p] if k == "port" => Some(port(p).map_err(|e| KwError::bad(2, p, e))?),
                 [other, ..] => {
                     return Err(KwError::Invalid(format!(
                         "tcp-check connect {other}: not supported yet"

@@ -537,8 +537,16 @@ pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> (Option<Response>, bool) 
 
 /// Runs `sluice -c` on a configuration text: (valid, stderr).
 pub fn check_config(text: &str) -> (bool, String) {
+    check_config_bytes(text.as_bytes())
+}
+
+/// Runs `sluice -c` on raw configuration bytes: (valid, stderr with the temporary path shown
+/// as `c.cfg`).
+pub fn check_config_bytes(content: &[u8]) -> (bool, String) {
     let dir = TempDir::new();
-    let path = dir.write("c.cfg", text);
+    let path = dir.0.join("c.cfg");
+    std::fs::write(&path, content).unwrap();
+    let path = path.to_string_lossy().into_owned();
     let out = Command::new(sluice_bin())
         .args(["-c", "-f", &path])
         .output()
