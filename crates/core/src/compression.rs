@@ -1,9 +1,10 @@
 //! HTTP response compression: the `compression` keywords and the global limits, choosing an
 //! algorithm from `Accept-Encoding`, deciding whether a response may be compressed, the
-//! header changes a compressed response needs, the throttling decision, and the counters.
+//! header changes a compressed response needs, and the throttling decision (the counters are
+//! per worker, in `runtime`).
 //!
 //! The bytes themselves are compressed by [`Compressor`] as the stream relays them (see
-//! `stream.rs`); it keeps only `sluice_deflate::Stream` (24 bytes) per response, and its
+//! `stream/relay.rs`); it keeps only `sluice_deflate::Stream` (24 bytes) per response, and its
 //! output scratch is per worker.
 //!
 //! Throttling uses one basis for both limits: `maxcomprate` is compared with the process-wide

@@ -23,7 +23,7 @@
 //! used by two workers. The per-server counters are atomics updated next to the list
 //! operations; they may lag a concurrent operation by one (they steer decisions, they do not
 //! protect memory). A taker on another thread moves the socket into its own event loop
-//! (`adopt`) before use; see `docs/internals/threading.md`.
+//! (`transport::Conn::adopt`) before use; see `docs/internals/threading.md`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
