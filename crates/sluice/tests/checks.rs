@@ -1282,3 +1282,42 @@ fn maintenance_with_shutdown_sessions_ends_connections() {
     assert_eq!(stat_field(&csv, "raw", "e", "status"), "MAINT");
     assert_eq!(stat_field(&csv, "raw", "e", "uweight"), "1");
 }
+
+#[test]
+fn a_server_back_up_ends_the_backup_sessions_when_asked() {
+    let mut health = Switchable::start("health");
+    let echo = scripted(|c| {
+        let mut b = [0u8; 64];
+        while let Ok(n) = c.read(&mut b) {
+            if n == 0 || c.write_all(&b[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    let (_d, sock) = cli_dir();
+    let hp = health.addr.port();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {}\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    server a {echo} check port {hp} inter 100ms rise 1 fall 1 on-marked-up shutdown-backup-sessions\n    server b {echo} backup\n",
+        sock.display()
+    ));
+    wait_until("a up", || status(&sock, "raw", "a") == "UP");
+    health.down();
+    wait_until("a down", || status(&sock, "raw", "a") == "DOWN");
+    // Served by the backup meanwhile.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"hello").unwrap();
+    assert_eq!(read_n(&mut c, 5), b"hello");
+    assert_eq!(
+        stat_field(&Sluice::cli(&sock, "show stat"), "raw", "b", "scur"),
+        "1"
+    );
+    health.up();
+    let mut b = [0u8; 8];
+    assert_eq!(
+        c.read(&mut b).unwrap_or(0),
+        0,
+        "the backup session was shut down"
+    );
+    assert_eq!(status(&sock, "raw", "a"), "UP");
+}

@@ -340,6 +340,19 @@ pub fn settle(p: &Process, backend: usize, server: usize, stopping: Option<bool>
     }
 }
 
+/// Whether a server's connections may be ended by a state change (`on-marked-down
+/// shutdown-sessions` on it, or `on-marked-up shutdown-backup-sessions` on an active server
+/// of its backend when it is a backup): only those transactions wait on its notification.
+pub fn killable(be: &Backend, server: usize) -> bool {
+    let s = &be.servers[server];
+    s.shutdown_on_down
+        || s.backup
+            && be
+                .servers
+                .iter()
+                .any(|o| !o.backup && o.check.as_ref().is_some_and(|c| c.shutdown_backups_on_up))
+}
+
 /// Servers that `track` this one take its operational state.
 fn propagate(p: &Process, backend: usize, server: usize, state: OperState) {
     for (b, be) in p.config.backends.iter().enumerate() {

@@ -60,9 +60,14 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
     };
     let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
     // `on-marked-down shutdown-sessions` ends the relay.
-    let kill = w.state().backends[backend].servers[at.server]
-        .kill
-        .notified();
+    let state = &w.state().backends[backend].servers[at.server];
+    let killable = crate::check::killable(be, at.server);
+    let kill = async {
+        match killable {
+            true => state.kill.notified().await,
+            false => std::future::pending().await,
+        }
+    };
     let relay = super::tunnel::relay(
         &mut client,
         &mut conn.conn,

@@ -145,7 +145,11 @@ impl Txn {
                     facts.upgrade.as_deref(),
                 );
                 s.cbuf.consume(head.len);
-                // `on-marked-down shutdown-sessions` ends the exchange wherever it is.
+                if !check::killable(be, server) {
+                    return self.forward(s, backend, server, &facts).await;
+                }
+                // `on-marked-down shutdown-sessions` ends the exchange wherever it is. (Only
+                // then: waiting on the server's notification takes a lock shared by workers.)
                 let kill = w.state().backends[backend].servers[server].kill.notified();
                 tokio::select! {
                     done = self.forward(s, backend, server, &facts) => done,
