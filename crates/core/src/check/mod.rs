@@ -4,11 +4,12 @@
 //! until its next interval.
 //!
 //! Invariants:
-//! - There is one check task per checked server, and it runs on one worker at a time; a
-//!   server's `running` flag guards against a second run at once all the same.
+//! - There is one task per health check and one per agent check, each on one worker at a
+//!   time; a server's `running` flags guard against a second run at once all the same.
 //! - A check moves only on a wake-up from sleep, to a random other worker whose load is at
-//!   most half of its own and that holds less than twice its fair share of checks, and a
-//!   check that has just moved does not move again before it runs (no ping-pong). Moving goes through the target's inbox (the worker layer does it).
+//!   most half of its own and that holds less than twice its fair share of checks; a check
+//!   that has just moved does not move again before it runs (no ping-pong). Moving goes
+//!   through the target's inbox (the worker layer does it).
 //! - No global queue or timer: each worker sleeps until its own next event.
 //!
 //! The state machine (HAProxy 2.6): `health` runs from 0 to `rise + fall - 1`; a server is up
