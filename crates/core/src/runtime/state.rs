@@ -24,7 +24,7 @@ pub enum AdminState {
     Maint = 2,
 }
 
-/// What the health checks found (always `Up` until checks exist).
+/// What the health checks (or an agent, a tracked server, the CLI) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum OperState {
