@@ -88,22 +88,7 @@ backend be
 
 
 def cli(cmd):
-    for _ in range(50):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(SOCK)
-            s.sendall((cmd + "\n").encode())
-            out = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                out += b
-            s.close()
-            return out.decode()
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("stats socket unreachable")
+    return core.cli(SOCK, cmd)
 
 
 ACTIVITY = ("checks_run", "checks_moved", "checks_queued", "accepted", "accq_pushed", "adopted", "requests")

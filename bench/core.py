@@ -64,6 +64,24 @@ def stop(p):
     procs.remove(p)
 
 
+def cli(sock, cmd):
+    """One command to a stats socket (unix path), answered in full."""
+    for _ in range(50):
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(sock)
+                s.sendall((cmd + "\n").encode())
+                out = b""
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        return out.decode()
+                    out += b
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("stats socket unreachable")
+
+
 def group_cpu(pgid):
     """CPU seconds of every process in the process group (nginx has a master and workers)."""
     total = 0

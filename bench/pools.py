@@ -58,21 +58,7 @@ backend be
 
 
 def cli(cmd):
-    for _ in range(50):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(SOCK)
-            s.sendall((cmd + "\n").encode())
-            out = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                out += b
-            return out.decode()
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("stats socket unreachable")
+    return core.cli(SOCK, cmd)
 
 
 def takeovers():

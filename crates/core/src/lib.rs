@@ -2,8 +2,8 @@
 //! test, `tests/layers.rs`, checks it), so the folder layout is the architecture:
 //!
 //! 1. [`conf`]: one configuration generation as plain data. No behaviour, no state.
-//! 2. [`fds`], [`buffer`], [`transport`]: descriptor accounting, per-worker I/O buffers, and
-//!    the connection seam every socket goes through.
+//! 2. [`fds`], [`buffer`], [`transport`], [`padded`]: descriptor accounting, per-worker I/O
+//!    buffers, the connection seam every socket goes through, cache-line padding.
 //! 3. [`pool`], [`log`]: per-thread idle server-connection pools (capability 1) and access
 //!    log targets; self-contained mechanisms over the layers below.
 //! 4. [`runtime`]: live state that outlives configuration generations: server states and
@@ -24,6 +24,7 @@ pub mod conf;
 
 pub mod buffer;
 pub mod fds;
+pub mod padded;
 pub mod transport;
 
 pub mod log;

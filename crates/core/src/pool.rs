@@ -35,6 +35,7 @@ use sluice_config::{Keyword, KwError, Scope};
 use crate::conf::backend::ReuseMode;
 use crate::conf::pool::{PoolConf, PoolGlobal};
 use crate::conf::{one_arg, GlobalConf};
+use crate::padded::Padded;
 use crate::transport::Conn;
 
 /// What the pool needs to know about a connection it holds.
@@ -304,18 +305,6 @@ pub struct ServerPools<C> {
     /// Each worker's lists, on cache lines of their own: a worker locking its own lists
     /// never touches a line a sibling locks.
     per_thread: Box<[Padded<Mutex<ThreadIdle<C>>>]>,
-}
-
-/// A value alone on its pair of cache lines.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
 }
 
 impl<C: Resource> ServerPools<C> {

@@ -581,6 +581,18 @@ fn scripted(script: fn(&mut TcpStream)) -> SocketAddr {
     addr
 }
 
+/// A TCP server echoing what it reads, until the peer closes.
+fn echo_server() -> SocketAddr {
+    scripted(|c| {
+        let mut b = [0u8; 64];
+        while let Ok(n) = c.read(&mut b) {
+            if n == 0 || c.write_all(&b[..n]).is_err() {
+                return;
+            }
+        }
+    })
+}
+
 /// Reads until `n` bytes arrived (or the peer stopped).
 fn read_n(c: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut buf = vec![0u8; n];
@@ -1101,14 +1113,7 @@ fn traffic_errors_take_a_server_down_with_observe() {
 #[test]
 fn a_server_marked_down_loses_its_sessions_and_trackers_follow() {
     let mut health = Switchable::start("health");
-    let echo = scripted(|c| {
-        let mut b = [0u8; 64];
-        while let Ok(n) = c.read(&mut b) {
-            if n == 0 || c.write_all(&b[..n]).is_err() {
-                return;
-            }
-        }
-    });
+    let echo = echo_server();
     let (_d, sock) = cli_dir();
     let hp = health.addr.port();
     let p = Sluice::start(&format!(
@@ -1258,14 +1263,7 @@ fn a_server_moves_to_another_address_at_run_time() {
 
 #[test]
 fn maintenance_with_shutdown_sessions_ends_connections() {
-    let echo = scripted(|c| {
-        let mut b = [0u8; 64];
-        while let Ok(n) = c.read(&mut b) {
-            if n == 0 || c.write_all(&b[..n]).is_err() {
-                return;
-            }
-        }
-    });
+    let echo = echo_server();
     let (_d, sock) = cli_dir();
     let p = Sluice::start(&format!(
         "global\n    nbthread 1\n    stats socket {} level admin\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    server e {echo} on-marked-down shutdown-sessions\n",
@@ -1286,14 +1284,7 @@ fn maintenance_with_shutdown_sessions_ends_connections() {
 #[test]
 fn a_server_back_up_ends_the_backup_sessions_when_asked() {
     let mut health = Switchable::start("health");
-    let echo = scripted(|c| {
-        let mut b = [0u8; 64];
-        while let Ok(n) = c.read(&mut b) {
-            if n == 0 || c.write_all(&b[..n]).is_err() {
-                return;
-            }
-        }
-    });
+    let echo = echo_server();
     let (_d, sock) = cli_dir();
     let hp = health.addr.port();
     let p = Sluice::start(&format!(

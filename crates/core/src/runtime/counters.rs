@@ -8,6 +8,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::padded::Padded;
+
 /// A counter with one writer (the worker owning the slot) and any number of readers.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -43,10 +45,6 @@ impl Counter {
 pub struct PerWorker<T> {
     slots: Box<[Padded<T>]>,
 }
-
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Padded<T>(T);
 
 impl<T: Default> PerWorker<T> {
     pub fn new(workers: usize) -> Self {
