@@ -8,7 +8,9 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
-use crate::conf::check::{CheckKind, Expect, Observe, OnError, Pattern, Re, TcpRule};
+use crate::conf::check::{
+    CheckKind, CheckText, ConnectRule, Expect, Observe, OnError, Pattern, Re, TcpRule, TextPart,
+};
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
 /// Server options of the checks (`server` and `default-server`).
@@ -198,6 +200,111 @@ fn count(v: &str) -> Result<u32, String> {
         .ok_or_else(|| "expects a positive integer".into())
 }
 
+/// Parses the options of `tcp-check connect` and `http-check connect`.
+fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
+    let mut rule = ConnectRule::default();
+    let mut i = 0;
+    while i < a.len() {
+        let value = || {
+            a.get(i + 1)
+                .ok_or(KwError::Missing("a value after port/addr/comment"))
+        };
+        match a[i].as_str() {
+            "default" => {}
+            "linger" => rule.linger = true,
+            "port" => {
+                let v = value()?;
+                rule.port = Some(port(v).map_err(|e| KwError::bad(i + 2, v, e))?);
+                i += 1;
+            }
+            "addr" => {
+                let v = value()?;
+                rule.addr = Some(v.parse().map_err(|_| KwError::bad(i + 2, v, "expects an IP address"))?);
+                i += 1;
+            }
+            "comment" => {
+                rule.comment = Some(value()?.clone());
+                i += 1;
+            }
+            w @ ("ssl" | "sni" | "alpn" | "send-proxy" | "via-socks4" | "proto") => {
+                return Err(KwError::Invalid(format!(
+                    "connect option '{w}' is not supported yet (no TLS, PROXY protocol, SOCKS4 or other protocols towards servers)"
+                )))
+            }
+            other => {
+                return Err(KwError::bad(
+                    i + 1,
+                    other,
+                    "expects default, port, addr, linger or comment",
+                ))
+            }
+        }
+        i += 1;
+    }
+    Ok(rule)
+}
+
+/// The variables a check's text may use (HAProxy's log-format syntax; a check has no
+/// client, request or stream, so only these mean something).
+const TEXT_VARS: &[(&str, TextPart)] = &[
+    ("%b", TextPart::BackendName),
+    ("%s", TextPart::ServerName),
+    ("%H", TextPart::Hostname),
+    ("%pid", TextPart::Pid),
+    ("%[be_name]", TextPart::BackendName),
+    ("%[be_id]", TextPart::BackendId),
+    ("%[srv_name]", TextPart::ServerName),
+    ("%[srv_id]", TextPart::ServerId),
+    ("%[date]", TextPart::Date),
+];
+
+/// Parses text with variables (`send-lf`, `uri-lf`, `body-lf`, header values).
+pub fn parse_text(s: &str) -> Result<CheckText, String> {
+    let mut parts = Vec::new();
+    let mut lit = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find('%') {
+        lit.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix("%%") {
+            lit.push('%');
+            rest = after;
+            continue;
+        }
+        let part = if let Some(name) = rest
+            .strip_prefix("%[env(")
+            .and_then(|r| r.split_once(")]"))
+            .map(|(n, _)| n)
+        {
+            let n = name.len() + "%[env()]".len();
+            (n, TextPart::Env(name.to_string()))
+        } else {
+            // The longest known name here (`%pid` before `%p...`).
+            let (name, part) = TEXT_VARS
+                .iter()
+                .filter(|(n, _)| rest.starts_with(n))
+                .max_by_key(|(n, _)| n.len())
+                .ok_or_else(|| {
+                    let shown: String = rest.chars().take(16).collect();
+                    format!(
+                        "unknown variable at '{shown}' (a check knows %b, %s, %H, %pid, %[be_name], %[be_id], %[srv_name], %[srv_id], %[date], %[env(NAME)] and %%)"
+                    )
+                })?;
+            (name.len(), part.clone())
+        };
+        if !lit.is_empty() {
+            parts.push(TextPart::Literal(std::mem::take(&mut lit)));
+        }
+        parts.push(part.1);
+        rest = &rest[part.0..];
+    }
+    lit.push_str(rest);
+    if !lit.is_empty() {
+        parts.push(TextPart::Literal(lit));
+    }
+    Ok(CheckText(parts))
+}
+
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "option httpchk",
@@ -215,12 +322,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             c.check.kind = CheckKind::Http;
             let r = &mut c.check.http;
             r.method = method.to_string();
-            r.uri = uri.to_string();
+            r.uri = CheckText::literal(uri);
             r.version = version.to_string();
             // HAProxy 2.6 takes a HOST given this way as the Host header.
             if let Some(h) = host {
                 r.headers.retain(|(n, _)| !n.eq_ignore_ascii_case("host"));
-                r.headers.push(("host".into(), h));
+                r.headers.push(("host".into(), CheckText::literal(&h)));
             }
             Ok(())
         },
@@ -228,27 +335,37 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "http-check send",
         scope: Scope::BE,
-        help: "http-check send [meth M] [uri U] [ver V] [hdr NAME VALUE]... [body STRING]: the HTTP check's request",
+        help: "http-check send [meth M] [uri U | uri-lf FMT] [ver V] [hdr NAME FMT]... [body S | body-lf FMT]: the HTTP check's request",
         parse: |c, a| {
             let r = &mut c.check.http;
             let mut i = 0;
             while i < a.len() {
                 let value = |k: usize| {
-                    a.get(i + k)
-                        .cloned()
-                        .ok_or(KwError::Missing("a value after meth/uri/ver/hdr/body"))
+                    a.get(i + k).cloned().ok_or(KwError::Missing(
+                        "a value after meth/uri/uri-lf/ver/hdr/body/body-lf",
+                    ))
+                };
+                let text = |k: usize| {
+                    let v = value(k)?;
+                    parse_text(&v).map_err(|e| KwError::bad(i + k + 1, &v, e))
                 };
                 match a[i].as_str() {
                     "meth" => r.method = value(1)?,
-                    "uri" => r.uri = value(1)?,
+                    "uri" => r.uri = CheckText::literal(&value(1)?),
+                    "uri-lf" => r.uri = text(1)?,
                     "ver" => r.version = value(1)?,
-                    "body" => r.body = value(1)?,
+                    "body" => r.body = CheckText::literal(&value(1)?),
+                    "body-lf" => r.body = text(1)?,
                     "hdr" => {
-                        r.headers.push((value(1)?, value(2)?));
+                        r.headers.push((value(1)?, text(2)?));
                         i += 1;
                     }
                     other => {
-                        return Err(KwError::bad(i + 1, other, "expects meth, uri, ver, hdr or body"))
+                        return Err(KwError::bad(
+                            i + 1,
+                            other,
+                            "expects meth, uri, uri-lf, ver, hdr, body or body-lf",
+                        ))
                     }
                 }
                 i += 2;
@@ -265,15 +382,16 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "http-check connect",
         scope: Scope::BE,
-        help: "http-check connect [port N]: where the HTTP check connects (the server's check port by default)",
-        parse: |c, a| match a {
-            [] => {
-                let _ = c;
-                Ok(())
+        help: "http-check connect [default] [port N] [addr IP] [linger] [comment TEXT]: where the HTTP check connects and how it closes",
+        parse: |c, a| {
+            if c.check.http_connect != ConnectRule::default() {
+                return Err(KwError::Invalid(
+                    "a second 'http-check connect': sluice's HTTP check makes one connection"
+                        .into(),
+                ));
             }
-            [other, ..] => Err(KwError::Invalid(format!(
-                "http-check connect {other}: not supported yet (the server's 'port' and 'addr' options set where checks go)"
-            ))),
+            c.check.http_connect = connect_rule(a)?;
+            Ok(())
         },
     },
     Keyword {
@@ -285,18 +403,10 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "tcp-check connect",
         scope: Scope::BE,
-        help: "tcp-check connect [port N]: (re)connect, to another port if given",
+        help: "tcp-check connect [default] [port N] [addr IP] [linger] [comment TEXT]: (re)connect",
         parse: |c, a| {
-            let port = match a {
-                [] => None,
-                [k, p] if k == "port" => Some(port(p).map_err(|e| KwError::bad(2, p, e))?),
-                [other, ..] => {
-                    return Err(KwError::Invalid(format!(
-                        "tcp-check connect {other}: not supported yet"
-                    )))
-                }
-            };
-            c.check.tcp_rules.push(TcpRule::Connect { port });
+            let rule = connect_rule(a)?;
+            c.check.tcp_rules.push(TcpRule::Connect(rule));
             Ok(())
         },
     },
@@ -313,15 +423,11 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "tcp-check send-lf",
         scope: Scope::BE,
-        help: "tcp-check send-lf FMT: send a string (log-format variables are not expanded yet)",
+        help: "tcp-check send-lf FMT: send a string with variables (%[srv_name], %[be_name], %[env(NAME)], ...)",
         parse: |c, a| {
             let v = one_arg(a, "a string")?;
-            if v.contains('%') {
-                return Err(KwError::Invalid(
-                    "tcp-check send-lf with log-format variables: not supported yet".into(),
-                ));
-            }
-            c.check.tcp_rules.push(TcpRule::Send(v.as_bytes().to_vec()));
+            let text = parse_text(v).map_err(|e| KwError::bad(1, v, e))?;
+            c.check.tcp_rules.push(TcpRule::SendText(text));
             Ok(())
         },
     },

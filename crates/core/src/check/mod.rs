@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use self::keywords::{GLOBAL_KEYWORDS, KEYWORDS, OPTION_KEYWORDS, SERVER_OPTIONS};
-use self::probe::{describe, probe, read_response};
+use self::probe::{describe, probe, read_until};
 pub use crate::conf::check::*;
 use crate::conf::{Backend, Config};
 use crate::log::Severity;
@@ -157,16 +157,54 @@ fn jitter(d: Duration, pct: u8) -> Duration {
     Duration::from_secs_f64((d.as_secs_f64() + off).max(0.001))
 }
 
+/// The spacing of check wake-ups: 1/32 of the smallest interval of any check, within
+/// 1-50 ms. Each worker wakes its checks on its own grid of this step (the workers' grids
+/// offset from one another), so the checks falling due within one step share one wake-up
+/// instead of waking the worker one by one; a check is late by less than 1/32 of its
+/// interval, which `spread-checks` jitter usually exceeds.
+fn grid(w: &Worker) -> Duration {
+    *w.checks.grid.get_or_init(|| {
+        let smallest = w
+            .config()
+            .backends
+            .iter()
+            .flat_map(|be| &be.servers)
+            .flat_map(|s| {
+                let c = s
+                    .check
+                    .iter()
+                    .flat_map(|c| [Some(c.inter), c.fastinter, c.downinter]);
+                c.chain(s.agent.iter().map(|a| a.inter)).flatten()
+            })
+            .min()
+            .unwrap_or(CheckOpts::default().inter);
+        (smallest / 32).clamp(Duration::from_millis(1), Duration::from_millis(50))
+    })
+}
+
+/// The tick of this worker's grid nearest to `t` (so that intervals keep their length on
+/// average).
+fn tick_near(w: &Worker, t: Instant) -> Instant {
+    let step = grid(w);
+    let workers = w.process.threads.len().max(1) as u32;
+    let origin = w.process.started + step * w.tid as u32 / workers;
+    let since = t.saturating_duration_since(origin).as_nanos();
+    let steps = (since + step.as_nanos() / 2) / step.as_nanos();
+    origin + step * steps as u32
+}
+
 /// The worker a check should move to: one random other worker, if its load is at most half
-/// of this one's (and this one has at least two things to run).
-fn better_home(w: &Worker) -> Option<usize> {
+/// of this one's (and this one has at least two things to run). `batchmates` are the checks
+/// that woke on the same tick and run already: they are not counted against this one, or
+/// every shared wake-up would scatter its checks over the other workers.
+fn better_home(w: &Worker, batchmates: usize) -> Option<usize> {
     let threads = &w.process.threads;
     let n = threads.len();
     if n < 2 {
         return None;
     }
     let me = w.ctx();
-    let mine = me.load();
+    let mine = me.load().saturating_sub(batchmates);
     let t = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
     let other = &threads[t];
     // The load rule moves checks off a busy worker; the cap keeps them from piling onto the
@@ -208,31 +246,38 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
             .as_ref()
             .filter(|_| !task.agent)
             .map(|c| &c.wake);
+        let tick = tick_near(&w, task.due);
         match wake {
             // Traffic errors (`observe`, `on-error`) may ask for a check before it is due.
             Some(wake) => {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(task.due.into()) => {}
+                    _ = tokio::time::sleep_until(tick.into()) => {}
                     _ = wake.notified() => {}
                 }
             }
-            None => tokio::time::sleep_until(task.due.into()).await,
+            None => tokio::time::sleep_until(tick.into()).await,
         }
         let ctx = w.ctx();
         ctx.checks_awake.fetch_add(1, Ordering::Relaxed);
+        let batch = &w.checks.batch;
+        let batchmates = match batch.get() {
+            (t, n) if t == tick => n,
+            _ => 0,
+        };
         if !task.moved {
-            if let Some(to) = better_home(&w) {
+            if let Some(to) = better_home(&w, batchmates) {
                 ctx.checks_awake.fetch_sub(1, Ordering::Relaxed);
                 task.moved = true;
                 return (to, task);
             }
         }
         task.moved = false;
-        let slot = match w.check_slots.try_acquire() {
+        batch.set((tick, batchmates + 1));
+        let slot = match w.checks.slots.try_acquire() {
             Ok(p) => p,
             Err(_) => {
                 ctx.counters.checks_queued.bump();
-                w.check_slots.acquire().await.expect("never closed")
+                w.checks.slots.acquire().await.expect("never closed")
             }
         };
         let next = if task.agent {
@@ -241,6 +286,10 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
             run_once(&w, task.backend, task.server).await
         };
         drop(slot);
+        let (t, n) = batch.get();
+        if t == tick {
+            batch.set((t, n.saturating_sub(1)));
+        }
         ctx.checks_awake.fetch_sub(1, Ordering::Relaxed);
         let pct = w.config().global.check.spread_pct;
         task.due = Instant::now() + jitter(next, pct);
@@ -263,7 +312,7 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
         // Cannot happen with one task per server; never run two at once regardless.
         return opts.inter;
     }
-    let result = probe(be, st.addr(), opts).await;
+    let result = probe(be, srv, st.addr()).await;
     check.running.store(false, Ordering::Release);
     w.ctx().counters.checks_run.bump();
     if !result.passed {
@@ -470,11 +519,16 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     }
     let started = Instant::now();
     let exchange = async {
-        let mut conn = Conn::connect(addr).await?;
-        if let Some(send) = &opts.send {
-            conn.write_all(send.as_bytes()).await?;
+        let mut conn = Conn::dial(addr)?;
+        match &opts.send {
+            Some(send) => conn.write_all(send.as_bytes()).await?,
+            None => conn.connected().await?,
         }
-        read_response(&conn).await
+        // The agent's answer is one line; then the connection ends with a reset, as
+        // every check's does.
+        let reply = read_until(&conn, |b| b.contains(&b'\n')).await;
+        conn.abort();
+        reply
     };
     let got = tokio::time::timeout(inter, exchange).await;
     agent.running.store(false, Ordering::Release);

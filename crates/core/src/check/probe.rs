@@ -10,8 +10,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::conf::check::{BackendCheck, CheckKind, CheckOpts, Expect, Pattern, TcpRule};
-use crate::conf::Backend;
+use crate::conf::check::{
+    BackendCheck, CheckKind, CheckOpts, CheckVars, ConnectRule, Expect, Pattern, TcpRule,
+};
+use crate::conf::{Backend, Server};
 use crate::runtime::CheckResult;
 use crate::transport::Conn;
 
@@ -19,35 +21,66 @@ use crate::transport::Conn;
 const MAX_READ: usize = 16384;
 
 /// Runs one check of `srv` (now at `addr`) as its backend says.
-pub async fn probe(be: &Backend, addr: SocketAddr, opts: &CheckOpts) -> CheckResult {
+pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult {
     let started = Instant::now();
+    let opts = srv.check.as_ref().expect("checked server");
     let connect_limit = be.timeout_connect.map_or(opts.inter, |t| t.min(opts.inter));
     let limit = be.check.timeout.unwrap_or(opts.inter);
+    let vars = CheckVars {
+        backend: &be.name,
+        backend_id: be.id,
+        server: &srv.name,
+        server_id: srv.id,
+    };
+    let at = target(addr, opts);
     let outcome = match &be.check.kind {
-        CheckKind::TcpCheck => {
-            rules(
-                target(addr, opts),
-                &be.check.tcp_rules,
-                connect_limit,
-                limit,
-            )
-            .await
-        }
-        CheckKind::Probe(r) => rules(target(addr, opts), r, connect_limit, limit).await,
-        kind => {
-            let conn = match connect(target(addr, opts), connect_limit).await {
-                Ok(c) => c,
-                Err(o) => return o.finish(started),
-            };
-            match kind {
-                CheckKind::Http => http(conn, &be.check, limit).await,
-                CheckKind::Mysql { user } => mysql(conn, user.as_deref(), limit).await,
-                CheckKind::Ldap => ldap(conn, limit).await,
-                _ => Outcome::pass("L4OK", "Layer4 check passed"),
+        CheckKind::TcpCheck => rules(at, &be.check.tcp_rules, &vars, connect_limit, limit).await,
+        CheckKind::Probe(r) => rules(at, r, &vars, connect_limit, limit).await,
+        CheckKind::Http => {
+            let how = &be.check.http_connect;
+            let req = be.check.http.render(&vars);
+            match open(aim(at, how), connect_limit, &req).await {
+                Ok(conn) => {
+                    let o = http(&conn, &be.check, limit).await;
+                    close(conn, how);
+                    o
+                }
+                Err(o) => o,
             }
         }
+        kind => match open(at, connect_limit, &[]).await {
+            Ok(mut conn) => {
+                let o = match kind {
+                    CheckKind::Mysql { user } => mysql(&mut conn, user.as_deref(), limit).await,
+                    CheckKind::Ldap => ldap(&mut conn, limit).await,
+                    _ => Outcome::pass("L4OK", "Layer4 check passed"),
+                };
+                close(conn, &ConnectRule::default());
+                o
+            }
+            Err(o) => o,
+        },
     };
     outcome.finish(started)
+}
+
+/// Where a connect rule sends the check: its own address and port when it has them.
+fn aim(mut at: SocketAddr, how: &ConnectRule) -> SocketAddr {
+    if let Some(ip) = how.addr {
+        at.set_ip(ip);
+    }
+    if let Some(p) = how.port {
+        at.set_port(p);
+    }
+    at
+}
+
+/// Ends a check's connection: with a reset unless the rule says `linger`, as HAProxy does,
+/// so that checks leave no TIME_WAIT behind on either side.
+pub fn close(conn: Conn, how: &ConnectRule) {
+    if !how.linger {
+        conn.abort();
+    }
 }
 
 /// A probe's verdict, before its duration is known.
@@ -110,8 +143,20 @@ pub fn target(server: SocketAddr, opts: &CheckOpts) -> SocketAddr {
     a
 }
 
-async fn connect(addr: SocketAddr, limit: Duration) -> Result<Conn, Outcome> {
-    match tokio::time::timeout(limit, Conn::connect(addr)).await {
+/// Opens the check's connection within `limit` (the layer-4 part of a check). With `first`
+/// bytes (a request), they are written as soon as the connection allows, which proves it
+/// established without waiting for the event loop to say so.
+async fn open(addr: SocketAddr, limit: Duration, first: &[u8]) -> Result<Conn, Outcome> {
+    let opening = async {
+        let mut conn = Conn::dial(addr)?;
+        if first.is_empty() {
+            conn.connected().await?;
+        } else {
+            conn.write_all(first).await?;
+        }
+        Ok::<_, io::Error>(conn)
+    };
+    match tokio::time::timeout(limit, opening).await {
         Err(_) => Err(Outcome::fail("L4TOUT", "Layer4 timeout", None)),
         Ok(Err(e)) => Err(Outcome::fail(
             "L4CON",
@@ -149,13 +194,14 @@ async fn read_more(conn: &Conn, buf: &mut Vec<u8>) -> io::Result<usize> {
     }
 }
 
-/// Reads until the peer closes or [`MAX_READ`] bytes arrived.
-pub async fn read_response(conn: &Conn) -> io::Result<Vec<u8>> {
+/// Reads until `done` says the answer is whole, the peer closes, or [`MAX_READ`] bytes
+/// arrived.
+pub async fn read_until(conn: &Conn, done: impl Fn(&[u8]) -> bool) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         match read_more(conn, &mut out).await {
             Ok(0) => break,
-            Ok(_) if out.len() >= MAX_READ => break,
+            Ok(_) if out.len() >= MAX_READ || done(&out) => break,
             Ok(_) => {}
             // A server that resets right after answering still answered.
             Err(e) if !out.is_empty() && e.kind() == io::ErrorKind::ConnectionReset => break,
@@ -168,23 +214,42 @@ pub async fn read_response(conn: &Conn) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// `option httpchk`: one request, judged by `http-check expect` (2xx and 3xx otherwise).
-async fn http(mut conn: Conn, check: &BackendCheck, limit: Duration) -> Outcome {
-    let r = &check.http;
-    let mut req = format!("{} {} {}\r\n", r.method, r.uri, r.version);
-    for (n, v) in &r.headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    if !r.body.is_empty() {
-        req.push_str(&format!("content-length: {}\r\n", r.body.len()));
-    }
-    req.push_str("connection: close\r\n\r\n");
-    req.push_str(&r.body);
-    let exchange = async {
-        conn.write_all(req.as_bytes()).await?;
-        read_response(&conn).await
+/// Whether `rsp` is a whole HTTP response: a final status's head, then as many body bytes
+/// as its Content-Length says (none after HEAD, 204 or 304). Without a length the body
+/// ends when the server closes. Stopping here rather than at the close saves waiting for
+/// the server's FIN, which often arrives on its own.
+fn whole_response(rsp: &[u8], head_only: bool) -> bool {
+    let Some(head_end) = memchr::memmem::find(rsp, b"\r\n\r\n") else {
+        return false;
     };
-    let rsp = match tokio::time::timeout(limit, exchange).await {
+    let Some((code, _, body)) = parse_status(rsp) else {
+        // Not HTTP: judged as soon as it is here.
+        return true;
+    };
+    if code < 200 {
+        return false;
+    }
+    if head_only || code == 204 || code == 304 {
+        return true;
+    }
+    let length = rsp[..head_end].split(|&b| b == b'\n').find_map(|line| {
+        let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
+        name.eq_ignore_ascii_case(b"content-length").then(|| {
+            std::str::from_utf8(&value[1..])
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        })?
+    });
+    length.is_some_and(|n| body.len() >= n)
+}
+
+/// `option httpchk`: the answer to the request `open` sent, judged by `http-check expect` (2xx and 3xx otherwise).
+async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
+    let head_only = check.http.method.eq_ignore_ascii_case("HEAD");
+    let answer = read_until(conn, |b| whole_response(b, head_only));
+    let rsp = match tokio::time::timeout(limit, answer).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
         Ok(Err(e)) => return Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
         Ok(Ok(r)) => r,
@@ -251,16 +316,34 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 async fn rules(
     addr: SocketAddr,
     rules: &[TcpRule],
+    vars: &CheckVars<'_>,
     connect_limit: Duration,
     limit: Duration,
 ) -> Outcome {
-    let mut conn = None;
-    if !matches!(rules.first(), Some(TcpRule::Connect { .. })) {
-        match connect(addr, connect_limit).await {
-            Ok(c) => conn = Some(c),
+    // The open connection and the rule it was opened by.
+    let implicit = ConnectRule::default();
+    let mut conn: Option<(Conn, &ConnectRule)> = None;
+    if !matches!(rules.first(), Some(TcpRule::Connect(_))) {
+        match open(addr, connect_limit, &[]).await {
+            Ok(c) => conn = Some((c, &implicit)),
             Err(o) => return o,
         }
     }
+    let outcome = run_rules(addr, rules, vars, &mut conn, connect_limit, limit).await;
+    if let Some((c, how)) = conn {
+        close(c, how);
+    }
+    outcome
+}
+
+async fn run_rules<'r>(
+    addr: SocketAddr,
+    rules: &'r [TcpRule],
+    vars: &CheckVars<'_>,
+    conn: &mut Option<(Conn, &'r ConnectRule)>,
+    connect_limit: Duration,
+    limit: Duration,
+) -> Outcome {
     let deadline = tokio::time::Instant::now() + limit;
     let mut buf = Vec::new();
     let mut comment: Option<&str> = None;
@@ -272,19 +355,32 @@ async fn rules(
         };
         match rule {
             TcpRule::Comment(c) => comment = Some(c),
-            TcpRule::Connect { port } => {
-                let mut a = addr;
-                if let Some(p) = port {
-                    a.set_port(*p);
+            TcpRule::Connect(how) => {
+                if let Some(c) = &how.comment {
+                    comment = Some(c);
                 }
-                match connect(a, connect_limit).await {
-                    Ok(c) => conn = Some(c),
+                if let Some((old, old_how)) = conn.take() {
+                    close(old, old_how);
+                }
+                match open(aim(addr, how), connect_limit, &[]).await {
+                    Ok(c) => *conn = Some((c, how)),
                     Err(o) => return o,
                 }
                 buf.clear();
             }
-            TcpRule::Send(bytes) => {
-                let c = conn.as_mut().expect("connected before sending");
+            TcpRule::Send(_) | TcpRule::SendText(_) => {
+                let text;
+                let bytes = match rule {
+                    TcpRule::SendText(t) => {
+                        let mut s = String::new();
+                        t.render(vars, &mut s);
+                        text = s;
+                        text.as_bytes()
+                    }
+                    TcpRule::Send(b) => b.as_slice(),
+                    _ => unreachable!("only sends here"),
+                };
+                let c = &mut conn.as_mut().expect("connected before sending").0;
                 let sent = tokio::time::timeout_at(deadline, c.write_all(bytes)).await;
                 match sent {
                     Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", Some(at("send"))),
@@ -303,7 +399,7 @@ async fn rules(
                 pattern,
                 min_recv,
             } => {
-                let c = conn.as_ref().expect("connected before expecting");
+                let c = &conn.as_ref().expect("connected before expecting").0;
                 let matched = |b: &[u8]| match pattern {
                     Pattern::Contains(p) => contains(b, p),
                     Pattern::Prefix(p) => b.starts_with(p),
@@ -427,10 +523,10 @@ async fn mysql_packet(conn: &Conn, buf: &mut Vec<u8>) -> io::Result<Vec<u8>> {
 
 /// `option mysql-check [user U]`: the server's greeting must be a protocol-10 handshake
 /// (not an error packet); with a user, a login without password must be accepted.
-async fn mysql(mut conn: Conn, user: Option<&str>, limit: Duration) -> Outcome {
+async fn mysql(conn: &mut Conn, user: Option<&str>, limit: Duration) -> Outcome {
     let exchange = async {
         let mut buf = Vec::new();
-        let greeting = mysql_packet(&conn, &mut buf).await?;
+        let greeting = mysql_packet(conn, &mut buf).await?;
         match greeting.first() {
             Some(0xff) => return Ok(Err(mysql_error(&greeting))),
             Some(10) => {}
@@ -453,7 +549,7 @@ async fn mysql(mut conn: Conn, user: Option<&str>, limit: Duration) -> Outcome {
         pkt.push(1);
         pkt.extend_from_slice(&p);
         conn.write_all(&pkt).await?;
-        let answer = mysql_packet(&conn, &mut buf).await?;
+        let answer = mysql_packet(conn, &mut buf).await?;
         Ok(match answer.first() {
             Some(0x00) => Ok(()),
             Some(0xff) => Err(mysql_error(&answer)),
@@ -475,7 +571,7 @@ fn mysql_error(p: &[u8]) -> String {
 }
 
 /// `option ldap-check`: an anonymous LDAPv3 simple bind must succeed (result code 0).
-async fn ldap(mut conn: Conn, limit: Duration) -> Outcome {
+async fn ldap(conn: &mut Conn, limit: Duration) -> Outcome {
     // BindRequest, message id 1: version 3, empty name, empty simple password.
     const BIND: &[u8] = &[
         0x30, 0x0c, 0x02, 0x01, 0x01, 0x60, 0x07, 0x02, 0x01, 0x03, 0x04, 0x00, 0x80, 0x00,
@@ -483,10 +579,10 @@ async fn ldap(mut conn: Conn, limit: Duration) -> Outcome {
     let exchange = async {
         conn.write_all(BIND).await?;
         let mut buf = Vec::new();
-        read_at_least(&conn, &mut buf, 2).await?;
+        read_at_least(conn, &mut buf, 2).await?;
         // A short-form length is enough for a bind response without referrals.
         let total = 2 + usize::from(buf[1] & 0x7f);
-        read_at_least(&conn, &mut buf, total).await?;
+        read_at_least(conn, &mut buf, total).await?;
         Ok::<_, io::Error>(buf)
     };
     let rsp = match tokio::time::timeout(limit, exchange).await {

@@ -128,21 +128,131 @@ pub enum Expect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpRequest {
     pub method: String,
-    pub uri: String,
+    /// `uri` (plain) or `uri-lf` (with variables).
+    pub uri: CheckText,
     pub version: String,
-    /// Header lines, in order (`option httpchk`'s HOST is a `host` header).
-    pub headers: Vec<(String, String)>,
-    pub body: String,
+    /// Header lines, in order (`option httpchk`'s HOST is a `host` header); their values
+    /// may hold variables, as HAProxy reads them.
+    pub headers: Vec<(String, CheckText)>,
+    /// `body` (plain) or `body-lf` (with variables).
+    pub body: CheckText,
+}
+
+/// Text a check sends, with variables filled in at each check (`tcp-check send-lf`,
+/// `http-check send uri-lf|body-lf|hdr`): HAProxy's log-format syntax, limited to what a
+/// check knows (its backend and server).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CheckText(pub Vec<TextPart>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextPart {
+    Literal(String),
+    /// `%b`, `%[be_name]`.
+    BackendName,
+    /// `%[be_id]`.
+    BackendId,
+    /// `%s`, `%[srv_name]`.
+    ServerName,
+    /// `%[srv_id]`.
+    ServerId,
+    /// `%H`: the host name.
+    Hostname,
+    /// `%pid`.
+    Pid,
+    /// `%[env(NAME)]`, read when the check runs.
+    Env(String),
+    /// `%[date]`: seconds since the epoch.
+    Date,
+}
+
+/// What a check's variables stand for.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckVars<'a> {
+    pub backend: &'a str,
+    pub backend_id: u32,
+    pub server: &'a str,
+    pub server_id: u32,
+}
+
+impl CheckText {
+    pub fn literal(s: &str) -> CheckText {
+        CheckText(vec![TextPart::Literal(s.to_string())])
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0
+            .iter()
+            .all(|p| matches!(p, TextPart::Literal(s) if s.is_empty()))
+    }
+
+    /// Appends the text, variables filled in, to `out`.
+    pub fn render(&self, vars: &CheckVars<'_>, out: &mut String) {
+        use std::fmt::Write as _;
+        for part in &self.0 {
+            let _ = match part {
+                TextPart::Literal(s) => {
+                    out.push_str(s);
+                    Ok(())
+                }
+                TextPart::BackendName => write!(out, "{}", vars.backend),
+                TextPart::BackendId => write!(out, "{}", vars.backend_id),
+                TextPart::ServerName => write!(out, "{}", vars.server),
+                TextPart::ServerId => write!(out, "{}", vars.server_id),
+                TextPart::Hostname => write!(out, "{}", hostname()),
+                TextPart::Pid => write!(out, "{}", std::process::id()),
+                TextPart::Env(name) => write!(out, "{}", std::env::var(name).unwrap_or_default()),
+                TextPart::Date => write!(
+                    out,
+                    "{}",
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs())
+                ),
+            };
+        }
+    }
+}
+
+/// This machine's host name, as `%H` says it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl HttpRequest {
+    /// The request as sent: one per connection, which the server is asked to close.
+    pub fn render(&self, vars: &CheckVars<'_>) -> Vec<u8> {
+        let mut req = format!("{} ", self.method);
+        self.uri.render(vars, &mut req);
+        req.push(' ');
+        req.push_str(&self.version);
+        req.push_str("\r\n");
+        for (n, v) in &self.headers {
+            req.push_str(n);
+            req.push_str(": ");
+            v.render(vars, &mut req);
+            req.push_str("\r\n");
+        }
+        let mut body = String::new();
+        self.body.render(vars, &mut body);
+        if !body.is_empty() {
+            req.push_str(&format!("content-length: {}\r\n", body.len()));
+        }
+        req.push_str("connection: close\r\n\r\n");
+        req.push_str(&body);
+        req.into_bytes()
+    }
 }
 
 impl Default for HttpRequest {
     fn default() -> Self {
         HttpRequest {
             method: "OPTIONS".into(),
-            uri: "/".into(),
+            uri: CheckText::literal("/"),
             version: "HTTP/1.0".into(),
             headers: Vec::new(),
-            body: String::new(),
+            body: CheckText::default(),
         }
     }
 }
@@ -163,11 +273,11 @@ pub enum Pattern {
 /// One step of a `tcp-check` rule set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TcpRule {
-    /// Open the connection (to `port` instead of the server's, when given).
-    Connect {
-        port: Option<u16>,
-    },
+    /// Open the connection (`tcp-check connect`).
+    Connect(ConnectRule),
     Send(Vec<u8>),
+    /// `send-lf`: text with variables.
+    SendText(CheckText),
     /// Read until `pattern` is found (or, negated, until the peer is done without it), after
     /// at least `min_recv` bytes.
     Expect {
@@ -177,6 +287,20 @@ pub enum TcpRule {
     },
     /// Names the steps that follow in failure reports.
     Comment(String),
+}
+
+/// Where and how a check connects (`tcp-check connect`, `http-check connect`): the check's
+/// own address and port (the server's `addr` and `port` options, else the server's) unless
+/// given here.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnectRule {
+    pub port: Option<u16>,
+    pub addr: Option<IpAddr>,
+    /// `linger`: close with a FIN; by default a check ends its connection with a reset, so
+    /// that neither side keeps it in TIME_WAIT.
+    pub linger: bool,
+    /// `comment`: names this step in failure reports.
+    pub comment: Option<String>,
 }
 
 /// How a backend's servers are checked.
@@ -203,6 +327,8 @@ pub enum CheckKind {
 pub struct BackendCheck {
     pub kind: CheckKind,
     pub http: HttpRequest,
+    /// `http-check connect`: where the HTTP check connects, and how it closes.
+    pub http_connect: ConnectRule,
     /// `http-check expect [!] status|string VALUE`; without it, 2xx and 3xx pass.
     pub expect: Option<(bool, Expect)>,
     /// `http-check disable-on-404`: a server that is up and answers 404 stops taking new

@@ -20,7 +20,7 @@ mod process;
 mod state;
 
 pub use self::counters::{Counter, PerWorker, ProxyCounters, ServerCounters, WorkerCounters};
-pub use self::process::{Admission, ClientConn, Process, Slot, ThreadCtx, Worker};
+pub use self::process::{Admission, ClientConn, Process, Slot, ThreadCtx, Worker, WorkerChecks};
 pub use self::state::{
     clock_ns, AdminState, AgentState, BackendState, CheckResult, CheckState, FrontendState,
     LbCache, LbState, OperState, Runtime, ServerQueue, ServerState,

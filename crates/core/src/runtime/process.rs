@@ -2,10 +2,10 @@
 //! live state, each worker's public figures ([`ThreadCtx`]), connection admission, and the
 //! worker-local handle ([`Worker`]) that every stream holds.
 
-use std::cell::RefCell;
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -126,9 +126,21 @@ pub struct Worker {
     pub stop: tokio::sync::Notify,
     /// This worker's copies of the balancing schedules.
     pub lb: LbCache,
-    /// Health checks allowed to run at once here (`tune.max-checks-per-thread`); the others
-    /// wait in arrival order.
-    pub check_slots: tokio::sync::Semaphore,
+    /// This worker's side of the health checks.
+    pub checks: WorkerChecks,
+}
+
+/// What a worker keeps for the health checks it runs (the check module's policy reads and
+/// writes it; it lives here because it belongs to the worker).
+#[derive(Debug)]
+pub struct WorkerChecks {
+    /// Checks allowed to run at once here (`tune.max-checks-per-thread`); the others wait
+    /// in arrival order.
+    pub slots: Semaphore,
+    /// The spacing of this worker's check wake-ups, worked out once from the configuration.
+    pub grid: OnceCell<Duration>,
+    /// The wake-up tick now being served and how many of the checks it woke are running.
+    pub batch: Cell<(Instant, usize)>,
 }
 
 impl Worker {
@@ -145,7 +157,11 @@ impl Worker {
             stop: tokio::sync::Notify::new(),
             lb: LbCache::default(),
             process,
-            check_slots: tokio::sync::Semaphore::new(check_slots),
+            checks: WorkerChecks {
+                slots: Semaphore::new(check_slots),
+                grid: OnceCell::new(),
+                batch: Cell::new((Instant::now(), 0)),
+            },
         }
     }
 
