@@ -1312,3 +1312,192 @@ fn a_server_back_up_ends_the_backup_sessions_when_asked() {
     );
     assert_eq!(status(&sock, "raw", "a"), "UP");
 }
+
+/// How a check's connection ended, as the server saw it after answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Reset,
+    Fin,
+    Other,
+}
+
+/// An HTTP server that answers every request with a whole response (Content-Length) and
+/// then keeps the connection open until the client ends it, recording each request and
+/// how its connection ended.
+fn keeps_open() -> (SocketAddr, Arc<std::sync::Mutex<Vec<(String, Ending)>>>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let seen = s2.clone();
+            std::thread::spawn(move || {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(20)));
+                let mut req = Vec::new();
+                let mut b = [0u8; 4096];
+                // The head, then as many body bytes as it announces.
+                let whole = |r: &[u8]| {
+                    let Some(end) = r.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        return false;
+                    };
+                    let head = String::from_utf8_lossy(&r[..end]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    r.len() >= end + 4 + len
+                };
+                while !whole(&req) {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                let ending = match c.read(&mut b) {
+                    Ok(0) => Ending::Fin,
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ending::Reset,
+                    _ => Ending::Other,
+                };
+                let req = String::from_utf8_lossy(&req).into_owned();
+                seen.lock().unwrap().push((req, ending));
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn an_http_check_judges_a_whole_answer_and_ends_with_a_reset() {
+    let (quick, quick_seen) = keeps_open();
+    let (lingering, lingering_seen) = keeps_open();
+    // `timeout check` is shorter than the server's patience: a check that waited for the
+    // server to close would time out (L7TOUT) instead of passing.
+    let (_p, sock, _d) = checked(&[
+        (
+            "quick",
+            "    timeout check 2s\n    option httpchk GET /health\n",
+            quick,
+        ),
+        (
+            "lingering",
+            "    timeout check 2s\n    option httpchk GET /health\n    http-check connect linger\n",
+            lingering,
+        ),
+    ]);
+    let v = verdicts(&sock, &["quick", "lingering"]);
+    assert_eq!((v[0].0.as_str(), v[0].1.as_str()), ("UP", "L7OK"), "{v:?}");
+    assert_eq!((v[1].0.as_str(), v[1].1.as_str()), ("UP", "L7OK"), "{v:?}");
+    wait_until("three checks of each ended", || {
+        quick_seen.lock().unwrap().len() >= 3 && lingering_seen.lock().unwrap().len() >= 3
+    });
+    // By default the check's connection ends with a reset (no TIME_WAIT on either side);
+    // `linger` closes it with a FIN.
+    let endings = |s: &Arc<std::sync::Mutex<Vec<(String, Ending)>>>| -> Vec<Ending> {
+        s.lock().unwrap().iter().map(|e| e.1).collect()
+    };
+    assert!(
+        endings(&quick_seen).iter().all(|e| *e == Ending::Reset),
+        "{:?}",
+        endings(&quick_seen)
+    );
+    assert!(
+        endings(&lingering_seen).iter().all(|e| *e == Ending::Fin),
+        "{:?}",
+        endings(&lingering_seen)
+    );
+}
+
+/// A port nothing listens on.
+fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+#[test]
+fn check_connect_rules_and_variables() {
+    let (http_at, http_seen) = keeps_open();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let l2 = lines.clone();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_at = tcp.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in tcp.incoming() {
+            let Ok(mut c) = c else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+            let line = read_line(&mut c);
+            l2.lock().unwrap().push(line);
+            let _ = c.write_all(b"OK\r\n");
+        }
+    });
+    // Both servers are configured on a closed port: only the connect rules' `port` (and
+    // `addr`) lead the checks to the listening ones.
+    let nowhere = closed_port();
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {sock}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend web\n\
+         backend web\n    option httpchk\n    http-check connect addr 127.0.0.1 port {hp} comment probe\n    \
+         http-check send meth POST uri-lf /health/%[srv_name]?be=%[be_id] hdr X-Backend %b hdr X-Path %[env(PATH)] body-lf id=%[srv_id]\n    \
+         server app1 {nowhere} check inter 100ms rise 1 fall 1\n\
+         backend kv\n    option tcp-check\n    tcp-check connect port {tp} linger\n    tcp-check send-lf \"HELLO %[be_name]/%s 100%%\\r\\n\"\n    tcp-check expect string OK\n    \
+         server kv1 {nowhere} check inter 100ms rise 1 fall 1\n",
+        sock = sock.display(),
+        hp = http_at.port(),
+        tp = tcp_at.port(),
+    ));
+    wait_until("both checks passed", || {
+        let csv = Sluice::cli(&sock, "show stat");
+        stat_field(&csv, "web", "app1", "check_status") == "L7OK"
+            && stat_field(&csv, "kv", "kv1", "check_status") == "L7OK"
+    });
+    let req = http_seen.lock().unwrap()[0].0.clone();
+    let web_id = stat_field(&Sluice::cli(&sock, "show stat"), "web", "BACKEND", "iid");
+    assert!(
+        req.starts_with(&format!("POST /health/app1?be={web_id} HTTP/1.0\r\n")),
+        "{req}"
+    );
+    assert!(req.contains("\r\nX-Backend: web\r\n"), "{req}");
+    let path = std::env::var("PATH").unwrap_or_default();
+    assert!(req.contains(&format!("\r\nX-Path: {path}\r\n")), "{req}");
+    assert!(req.contains("\r\ncontent-length: 4\r\n"), "{req}");
+    assert!(req.ends_with("\r\n\r\nid=1"), "{req}");
+    assert_eq!(lines.lock().unwrap()[0], "HELLO kv/kv1 100%\r\n");
+}
+
+#[test]
+fn check_connect_and_variables_refuse_what_they_cannot_do() {
+    let base = "defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\nbackend b\n";
+    for (line, says) in [
+        ("    http-check connect ssl\n", "'ssl' is not supported yet"),
+        (
+            "    tcp-check connect send-proxy\n",
+            "'send-proxy' is not supported yet",
+        ),
+        ("    http-check connect port\n", "a value after port"),
+        (
+            "    http-check connect addr nowhere\n",
+            "expects an IP address",
+        ),
+        (
+            "    tcp-check send-lf \"%ci\"\n",
+            "unknown variable at '%ci'",
+        ),
+        (
+            "    http-check send uri-lf /%[req.hdr(host)]\n",
+            "unknown variable",
+        ),
+        (
+            "    http-check connect port 80\n    http-check connect port 81\n",
+            "a second 'http-check connect'",
+        ),
+    ] {
+        let (ok, err) = check_config(&format!("{base}{line}    server s 127.0.0.1:1\n"));
+        assert!(!ok, "{line} was accepted");
+        assert!(
+            err.contains("c.cfg:") && err.contains(says),
+            "{line}: {err}"
+        );
+    }
+}

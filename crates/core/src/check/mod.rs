@@ -11,6 +11,11 @@
 //!   that has just moved does not move again before it runs (no ping-pong). Moving goes
 //!   through the target's inbox (the worker layer does it).
 //! - No global queue or timer: each worker sleeps until its own next event.
+//! - A worker wakes its checks on its own grid (1/32 of the smallest interval, see
+//!   [`grid`]): checks falling due in one step share one wake-up, and when the worker wakes
+//!   for anything else less than a step before its next tick, that tick's checks start
+//!   then ([`on_wake`]). A check is therefore never more than one step early or half a step
+//!   late.
 //!
 //! The state machine (HAProxy 2.6): `health` runs from 0 to `rise + fall - 1`; a server is up
 //! from `rise` on. A success adds one, jumping to the top once `rise` is reached; a failure
@@ -182,12 +187,28 @@ fn grid(w: &Worker) -> Duration {
     })
 }
 
+/// Called each time the worker wakes up, for whatever reason: when its next check tick is
+/// less than one grid step away, that tick's checks start now, so that a worker awake for
+/// traffic does not wake again for them (a check may thus run up to one step early).
+pub fn on_wake(w: &Worker, now: Instant) {
+    let ticks = w.checks.ticks.borrow();
+    if let Some((&tick, early)) = ticks.first_key_value() {
+        if tick <= now + grid(w) {
+            early.notify_waiters();
+        }
+    }
+}
+
 /// The tick of this worker's grid nearest to `t` (so that intervals keep their length on
 /// average).
 fn tick_near(w: &Worker, t: Instant) -> Instant {
     let step = grid(w);
     let workers = w.process.threads.len().max(1) as u32;
-    let origin = w.process.started + step * w.tid as u32 / workers;
+    grid_tick(w.process.started + step * w.tid as u32 / workers, step, t)
+}
+
+/// The point of the grid `origin + k * step` (k >= 0) nearest to `t`.
+fn grid_tick(origin: Instant, step: Duration, t: Instant) -> Instant {
     let since = t.saturating_duration_since(origin).as_nanos();
     let steps = (since + step.as_nanos() / 2) / step.as_nanos();
     origin + step * steps as u32
@@ -247,16 +268,28 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
             .filter(|_| !task.agent)
             .map(|c| &c.wake);
         let tick = tick_near(&w, task.due);
+        let early = w.checks.ticks.borrow_mut().entry(tick).or_default().clone();
+        let sleep = tokio::time::sleep_until(tick.into());
         match wake {
             // Traffic errors (`observe`, `on-error`) may ask for a check before it is due.
             Some(wake) => {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(tick.into()) => {}
+                    _ = sleep => {}
+                    _ = early.notified() => {}
                     _ = wake.notified() => {}
                 }
             }
-            None => tokio::time::sleep_until(tick.into()).await,
+            None => {
+                tokio::select! {
+                    _ = sleep => {}
+                    _ = early.notified() => {}
+                }
+            }
         }
+        w.checks.ticks.borrow_mut().remove(&tick);
+        // Started early (the worker was awake anyway): the next interval counts from the
+        // tick, so that checks keep their rate.
+        let early_by = tick.saturating_duration_since(Instant::now());
         let ctx = w.ctx();
         ctx.checks_awake.fetch_add(1, Ordering::Relaxed);
         let batch = &w.checks.batch;
@@ -292,7 +325,7 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
         }
         ctx.checks_awake.fetch_sub(1, Ordering::Relaxed);
         let pct = w.config().global.check.spread_pct;
-        task.due = Instant::now() + jitter(next, pct);
+        task.due = Instant::now() + early_by + jitter(next, pct);
     }
 }
 
@@ -707,6 +740,19 @@ fn usable_counts(be: &Backend, st: &crate::runtime::BackendState) -> (usize, usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_wake_ups_fall_on_the_nearest_grid_tick() {
+        let o = Instant::now();
+        let step = Duration::from_millis(30);
+        let ms = Duration::from_millis;
+        assert_eq!(grid_tick(o, step, o + ms(14)), o);
+        assert_eq!(grid_tick(o, step, o + ms(16)), o + ms(30));
+        assert_eq!(grid_tick(o, step, o + ms(1000)), o + ms(990));
+        assert_eq!(grid_tick(o, step, o + ms(1006)), o + ms(1020));
+        // Before the grid starts: its first tick.
+        assert_eq!(grid_tick(o + ms(5), step, o), o + ms(5));
+    }
 
     #[test]
     fn health_follows_haproxy_rise_and_fall() {

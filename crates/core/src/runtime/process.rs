@@ -3,11 +3,13 @@
 //! worker-local handle ([`Worker`]) that every stream holds.
 
 use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::counters::WorkerCounters;
 use super::state::{LbCache, Runtime};
@@ -141,6 +143,8 @@ pub struct WorkerChecks {
     pub grid: OnceCell<Duration>,
     /// The wake-up tick now being served and how many of the checks it woke are running.
     pub batch: Cell<(Instant, usize)>,
+    /// The ticks checks are waiting for, each with the signal that starts them early.
+    pub ticks: RefCell<BTreeMap<Instant, Rc<Notify>>>,
 }
 
 impl Worker {
@@ -161,6 +165,7 @@ impl Worker {
                 slots: Semaphore::new(check_slots),
                 grid: OnceCell::new(),
                 batch: Cell::new((Instant::now(), 0)),
+                ticks: RefCell::default(),
             },
         }
     }

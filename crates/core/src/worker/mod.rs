@@ -14,7 +14,7 @@ mod inbox;
 pub mod listener;
 mod thread;
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -71,10 +71,16 @@ fn worker_main(
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .on_thread_unpark(|| {
+            let now = std::time::Instant::now();
             BUSY.with(|b| {
-                b.unparked.set(Some(std::time::Instant::now()));
+                b.unparked.set(Some(now));
                 b.loops.set(b.loops.get() + 1);
-            })
+            });
+            WORKER.with(|w| {
+                if let Some(w) = w.get() {
+                    crate::check::on_wake(w, now);
+                }
+            });
         })
         .on_thread_park(|| {
             BUSY.with(|b| {
@@ -97,6 +103,9 @@ fn worker_main(
             w: Rc::new(Worker::new(tid, process)),
             inboxes,
             accepting: RefCell::default(),
+        });
+        WORKER.with(|w| {
+            let _ = w.set(t.w.clone());
         });
         for l in listeners {
             match l.register() {
@@ -146,6 +155,8 @@ struct Busy {
 }
 
 thread_local! {
+    /// This thread's worker, for the wake-up hook (set once its event loop runs).
+    static WORKER: OnceCell<Rc<Worker>> = const { OnceCell::new() };
     static BUSY: Busy = const {
         Busy {
             unparked: Cell::new(None),
