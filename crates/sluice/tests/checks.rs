@@ -1324,7 +1324,10 @@ enum Ending {
 /// An HTTP server that answers every request with a whole response (Content-Length) and
 /// then keeps the connection open until the client ends it, recording each request and
 /// how its connection ended.
-fn keeps_open() -> (SocketAddr, Arc<std::sync::Mutex<Vec<(String, Ending)>>>) {
+/// What a test server saw: each request and how its connection ended.
+type Seen = Arc<std::sync::Mutex<Vec<(String, Ending)>>>;
+
+fn keeps_open() -> (SocketAddr, Seen) {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let s2 = seen.clone();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1395,9 +1398,7 @@ fn an_http_check_judges_a_whole_answer_and_ends_with_a_reset() {
     });
     // By default the check's connection ends with a reset (no TIME_WAIT on either side);
     // `linger` closes it with a FIN.
-    let endings = |s: &Arc<std::sync::Mutex<Vec<(String, Ending)>>>| -> Vec<Ending> {
-        s.lock().unwrap().iter().map(|e| e.1).collect()
-    };
+    let endings = |s: &Seen| -> Vec<Ending> { s.lock().unwrap().iter().map(|e| e.1).collect() };
     assert!(
         endings(&quick_seen).iter().all(|e| *e == Ending::Reset),
         "{:?}",
