@@ -1321,12 +1321,12 @@ enum Ending {
     Other,
 }
 
-/// An HTTP server that answers every request with a whole response (Content-Length) and
-/// then keeps the connection open until the client ends it, recording each request and
-/// how its connection ended.
 /// What a test server saw: each request and how its connection ended.
 type Seen = Arc<std::sync::Mutex<Vec<(String, Ending)>>>;
 
+/// An HTTP server that answers every request with a whole response (Content-Length) and
+/// then keeps the connection open until the client ends it, recording each request and
+/// how its connection ended.
 fn keeps_open() -> (SocketAddr, Seen) {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let s2 = seen.clone();
