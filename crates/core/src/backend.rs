@@ -395,6 +395,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         })
         .collect();
     Backend {
+        order: 0,
         id,
         name: name.to_string(),
         servers,

@@ -11,7 +11,8 @@
 //! 5. Mechanisms over the runtime: [`balance`], [`check`] (health checks, capability 2),
 //!    [`queue`], [`rules`], [`compression`]
 //!    (capability 3's throttling around the `sluice-deflate` encoder), [`errorpages`], and
-//!    the backend keywords ([`backend`]).
+//!    the backend keywords ([`backend`]), and [`stats`] (the statistics HAProxy's tools
+//!    read: `show stat`, `show info`).
 //! 6. [`stream`]: the data path: HTTP sessions and transactions, TCP and tunnels.
 //! 7. [`worker`]: worker threads, inboxes, accept dispatch (capability 4), listeners.
 //! 8. [`control`]: starting and stopping the process, signals, the runtime CLI.
@@ -40,6 +41,7 @@ pub mod errorpages;
 pub mod pending;
 pub mod queue;
 pub mod rules;
+pub mod stats;
 
 pub mod stream;
 

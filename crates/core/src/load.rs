@@ -183,7 +183,12 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         .map(|p| p.name.as_str())
         .collect();
     let mut backends = Vec::new();
-    for (p, &id) in proxies.iter().zip(&ids).filter(|(p, _)| is_backend(p.kind)) {
+    for (order, (p, &id)) in proxies
+        .iter()
+        .zip(&ids)
+        .enumerate()
+        .filter(|(_, (p, _))| is_backend(p.kind))
+    {
         // A listen section's rules run once, on its frontend side.
         let mut conf = p.conf.clone();
         if p.kind == SectionKind::Listen {
@@ -191,15 +196,19 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             conf.rules.http_response.clear();
             conf.stream.forwardfor = None;
         }
-        backends.push(backend::lower(&p.name, id, &conf));
+        backends.push(Backend {
+            order,
+            ..backend::lower(&p.name, id, &conf)
+        });
     }
     resolve_tracks(&proxies, &mut backends, &mut errors);
     let mut frontends = Vec::new();
     let mut fe_locs = Vec::new();
-    for (p, &id) in proxies
+    for (order, (p, &id)) in proxies
         .iter()
         .zip(&ids)
-        .filter(|(p, _)| matches!(p.kind, SectionKind::Frontend | SectionKind::Listen))
+        .enumerate()
+        .filter(|(_, (p, _))| matches!(p.kind, SectionKind::Frontend | SectionKind::Listen))
     {
         if p.conf.listen.binds.is_empty() {
             errors.push(p.header.error(format!(
@@ -237,6 +246,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             Ok(rules) => {
                 fe_locs.push((p.kind, p.header.clone()));
                 frontends.push(Frontend {
+                    order,
                     id,
                     name: p.name.clone(),
                     listen: p.conf.listen.clone(),

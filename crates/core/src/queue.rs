@@ -48,6 +48,9 @@ pub async fn wait_turn(
         return Err(QueueError::Full);
     }
     let _waiting = Held::take(&st.queue.waiting);
+    st.peaks
+        .queued
+        .note(st.queue.waiting.load(Ordering::Relaxed) as u64);
     // Registered before the state is read, so that a change in between is not missed.
     let gone = st.queue.closed.notified();
     tokio::pin!(gone);
@@ -92,7 +95,8 @@ pub struct InFlight<'a>(&'a ServerState);
 
 impl<'a> InFlight<'a> {
     pub fn new(s: &'a ServerState) -> Self {
-        s.in_flight.fetch_add(1, Ordering::Relaxed);
+        let now = s.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        s.peaks.sessions.note(now as u64);
         InFlight(s)
     }
 }

@@ -26,6 +26,7 @@ fn process() -> Arc<Process> {
         config: Arc::new(config),
         stopping: AtomicBool::new(false),
         started: std::time::Instant::now(),
+        figures: Default::default(),
     })
 }
 

@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
         "errorpages",
         "backend",
         "pending",
+        "stats",
     ],
     &["stream"],
     &["worker"],

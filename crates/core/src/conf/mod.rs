@@ -103,6 +103,8 @@ pub struct ProxyConf {
 /// A validated frontend: what a listener needs to serve its connections.
 #[derive(Debug)]
 pub struct Frontend {
+    /// The section's place among the proxy sections (statistics list proxies this way).
+    pub order: usize,
     pub id: u32,
     pub name: String,
     pub listen: ListenConf,
@@ -146,6 +148,9 @@ pub struct Server {
 /// A validated backend.
 #[derive(Debug)]
 pub struct Backend {
+    /// The section's place among the proxy sections (a `listen` shares it with its
+    /// frontend side).
+    pub order: usize,
     pub id: u32,
     pub name: String,
     pub servers: Vec<Server>,

@@ -17,11 +17,11 @@ use std::time::Duration;
 use sluice_config::{Keyword, KwError, Scope};
 
 use super::servers;
-use crate::compression::{RATE_IN, RATE_OUT};
+
 pub use crate::conf::cli::{CliAddr, Level, SocketConf};
-use crate::conf::stream::Mode;
 use crate::conf::GlobalConf;
-use crate::runtime::{PerWorker, Process, ProxyCounters, ThreadCtx};
+use crate::runtime::{Process, ThreadCtx};
+use crate::stats;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
@@ -144,9 +144,15 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         words: &["show", "stat"],
-        help: "report counters for each proxy and server (CSV)",
+        help: "report counters for each proxy and server [typed|json] [PROXY TYPE SID]",
         level: Level::User,
         run: show_stat,
+    },
+    Command {
+        words: &["clear", "counters"],
+        help: "clear the maxima ([all]: every counter, admin only)",
+        level: Level::Operator,
+        run: clear_counters,
     },
     Command {
         words: &["show", "servers", "state"],
@@ -315,30 +321,15 @@ pub fn bind(conf: &SocketConf) -> std::io::Result<CliListener> {
     }
 }
 
-fn show_info(s: &Process, _: &[&str], _: Level) -> String {
-    let sum = |f: fn(&ThreadCtx) -> u64| s.threads.iter().map(f).sum::<u64>();
-    let n = s.threads.len() as u64;
-    let busy = sum(|t| u64::from(t.busy_pct.load(Ordering::Relaxed)));
-    let lim = s.config.global.compression.max_rate;
-    let rows: Vec<(&str, String)> = vec![
-        ("Name", "sluice".into()),
-        ("Version", env!("CARGO_PKG_VERSION").into()),
-        ("Pid", std::process::id().to_string()),
-        ("Uptime_sec", s.started.elapsed().as_secs().to_string()),
-        ("Nbthread", n.to_string()),
-        (
-            "CurrConns",
-            sum(|t| t.active.load(Ordering::Relaxed) as u64).to_string(),
-        ),
-        ("CumConns", sum(|t| t.counters.accepted.get()).to_string()),
-        ("CumReq", sum(|t| t.counters.requests.get()).to_string()),
-        ("Run_queue", sum(|t| t.load() as u64).to_string()),
-        ("Idle_pct", (100 - (busy / n.max(1)).min(100)).to_string()),
-        ("CompressBpsIn", RATE_IN.rate().to_string()),
-        ("CompressBpsOut", RATE_OUT.rate().to_string()),
-        ("CompressBpsRateLim", lim.to_string()),
-    ];
-    rows.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+/// `show info [typed|json]`.
+fn show_info(s: &Process, args: &[&str], _: Level) -> String {
+    if args.contains(&"json") {
+        stats::info::json(s)
+    } else if args.contains(&"typed") {
+        stats::info::typed(s)
+    } else {
+        stats::info::text(s)
+    }
 }
 
 fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
@@ -425,284 +416,52 @@ fn show_servers_conn(s: &Process, args: &[&str], _: Level) -> String {
 }
 
 /// HAProxy's CSV columns, in order, up to the last one sluice fills (`uweight`).
-const STAT_FIELDS: &[&str] = &[
-    "pxname",
-    "svname",
-    "qcur",
-    "qmax",
-    "scur",
-    "smax",
-    "slim",
-    "stot",
-    "bin",
-    "bout",
-    "dreq",
-    "dresp",
-    "ereq",
-    "econ",
-    "eresp",
-    "wretr",
-    "wredis",
-    "status",
-    "weight",
-    "act",
-    "bck",
-    "chkfail",
-    "chkdown",
-    "lastchg",
-    "downtime",
-    "qlimit",
-    "pid",
-    "iid",
-    "sid",
-    "throttle",
-    "lbtot",
-    "tracked",
-    "type",
-    "rate",
-    "rate_lim",
-    "rate_max",
-    "check_status",
-    "check_code",
-    "check_duration",
-    "hrsp_1xx",
-    "hrsp_2xx",
-    "hrsp_3xx",
-    "hrsp_4xx",
-    "hrsp_5xx",
-    "hrsp_other",
-    "hanafail",
-    "req_rate",
-    "req_rate_max",
-    "req_tot",
-    "cli_abrt",
-    "srv_abrt",
-    "comp_in",
-    "comp_out",
-    "comp_byp",
-    "comp_rsp",
-    "lastsess",
-    "last_chk",
-    "last_agt",
-    "qtime",
-    "ctime",
-    "rtime",
-    "ttime",
-    "agent_status",
-    "agent_code",
-    "agent_duration",
-    "check_desc",
-    "agent_desc",
-    "check_rise",
-    "check_fall",
-    "check_health",
-    "agent_rise",
-    "agent_fall",
-    "agent_health",
-    "addr",
-    "cookie",
-    "mode",
-    "algo",
-    "conn_rate",
-    "conn_rate_max",
-    "conn_tot",
-    "intercepted",
-    "dcon",
-    "dses",
-    "wrew",
-    "connect",
-    "reuse",
-    "cache_lookups",
-    "cache_hits",
-    "srv_icur",
-    "src_ilim",
-    "qtime_max",
-    "ctime_max",
-    "rtime_max",
-    "ttime_max",
-    "eint",
-    "idle_conn_cur",
-    "safe_conn_cur",
-    "used_conn_cur",
-    "need_conn_est",
-    "uweight",
-];
-
-fn show_stat(s: &Process, _: &[&str], _: Level) -> String {
-    let mut out = format!("# {},\n", STAT_FIELDS.join(","));
-    let pid = std::process::id().to_string();
-    let row = |out: &mut String, values: &[(&str, String)]| {
-        let cells: Vec<&str> = STAT_FIELDS
-            .iter()
-            .map(|f| {
-                values
-                    .iter()
-                    .find(|(k, _)| k == f)
-                    .map_or("", |(_, v)| v.as_str())
-            })
-            .collect();
-        let _ = writeln!(out, "{},", cells.join(","));
-    };
-    let comp = |c: &PerWorker<ProxyCounters>| {
-        vec![
-            ("comp_in", c.sum(|c| &c.comp_in).to_string()),
-            ("comp_out", c.sum(|c| &c.comp_out).to_string()),
-            ("comp_byp", c.sum(|c| &c.comp_byp).to_string()),
-            ("comp_rsp", c.sum(|c| &c.comp_rsp).to_string()),
-        ]
-    };
-    let mode = |m: Mode| match m {
-        Mode::Http => "http".to_string(),
-        Mode::Tcp => "tcp".to_string(),
-    };
-    for (fe, st) in s.config.frontends.iter().zip(s.state.frontends.iter()) {
-        let mut v = vec![
-            ("pxname", fe.name.clone()),
-            ("svname", "FRONTEND".into()),
-            ("scur", st.conns.load(Ordering::Relaxed).to_string()),
-            ("status", "OPEN".into()),
-            ("pid", pid.clone()),
-            ("iid", fe.id.to_string()),
-            ("sid", "0".into()),
-            ("type", "0".into()),
-            ("mode", mode(fe.stream.mode)),
-        ];
-        v.extend(comp(&st.counters));
-        row(&mut out, &v);
-    }
-    for (be, st) in s.config.backends.iter().zip(s.state.backends.iter()) {
-        let iid = be.id.to_string();
-        for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
-            let c = &sst.counters;
-            let pool = &sst.idle.stats;
-            let idle = pool.idle_cur.load(Ordering::Relaxed);
-            let safe = pool.safe_cur.load(Ordering::Relaxed).min(idle);
-            let opt = |v: Option<usize>| v.map_or(String::new(), |m| m.to_string());
-            let mut checks = Vec::new();
-            if let (Some(c), Some(cs)) = (&srv.check, &sst.check) {
-                let health = cs.health.load(Ordering::Relaxed);
-                checks.extend([
-                    ("chkfail", cs.failed.load(Ordering::Relaxed).to_string()),
-                    ("chkdown", cs.downs.load(Ordering::Relaxed).to_string()),
-                    ("check_rise", c.rise.to_string()),
-                    ("check_fall", c.fall.to_string()),
-                    // HAProxy counts health from 0 to rise+fall-1 and shows it as is.
-                    ("check_health", health.to_string()),
-                ]);
-                if let Some(last) = cs.last.lock().ok().and_then(|l| l.clone()) {
-                    checks.push(("check_status", last.status.to_string()));
-                    checks.push(("check_duration", last.duration_ms.to_string()));
-                    checks.push(("check_desc", last.reason.to_string()));
-                    if let Some(code) = last.code {
-                        checks.push(("check_code", code.to_string()));
-                    }
-                    if let Some(info) = last.info {
-                        // What the check found, without the CSV's separators.
-                        checks.push(("last_chk", info.replace(',', " ")));
-                    }
-                }
-            }
-            if let Some(a) = &sst.agent {
-                let up = a.up.load(Ordering::Relaxed);
-                checks.extend([
-                    ("agent_rise", "1".to_string()),
-                    ("agent_fall", "1".to_string()),
-                    ("agent_health", u8::from(up).to_string()),
-                ]);
-                if let Some(last) = a.last.lock().ok().and_then(|l| l.clone()) {
-                    checks.push(("agent_status", last.status.to_string()));
-                    checks.push(("agent_duration", last.duration_ms.to_string()));
-                    checks.push(("agent_desc", last.reason.to_string()));
-                    if let Some(info) = last.info {
-                        checks.push(("last_agt", info.replace(',', " ")));
-                    }
-                }
-            }
-            row(
-                &mut out,
-                &[
-                    ("pxname", be.name.clone()),
-                    ("svname", srv.name.clone()),
-                    (
-                        "qcur",
-                        sst.queue.waiting.load(Ordering::Relaxed).to_string(),
-                    ),
-                    ("scur", sst.in_flight.load(Ordering::Relaxed).to_string()),
-                    ("slim", opt(srv.maxconn)),
-                    ("qlimit", opt(srv.maxqueue)),
-                    (
-                        "status",
-                        sst.status(srv.check.as_ref().map(|c| (c.rise, c.fall))),
-                    ),
-                    // Effective weight (ramping with slowstart) and the user-set one.
-                    (
-                        "weight",
-                        if sst.usable() {
-                            sst.effective_weight()
-                        } else {
-                            sst.weight()
-                        }
-                        .to_string(),
-                    ),
-                    ("uweight", sst.weight().to_string()),
-                    ("downtime", sst.downtime().as_secs().to_string()),
-                    ("act", u8::from(!srv.backup).to_string()),
-                    ("bck", u8::from(srv.backup).to_string()),
-                    ("pid", pid.clone()),
-                    ("iid", iid.clone()),
-                    ("sid", srv.id.to_string()),
-                    ("lbtot", c.sum(|c| &c.requests).to_string()),
-                    ("type", "2".into()),
-                    ("econ", c.sum(|c| &c.connect_errors).to_string()),
-                    ("wretr", c.sum(|c| &c.retries).to_string()),
-                    ("wredis", c.sum(|c| &c.redispatches).to_string()),
-                    ("eresp", c.sum(|c| &c.response_errors).to_string()),
-                    ("addr", sst.addr().to_string()),
-                    (
-                        "lastchg",
-                        sst.last_change
-                            .lock()
-                            .map_or(0, |t| t.elapsed().as_secs())
-                            .to_string(),
-                    ),
-                    ("mode", mode(be.stream.mode)),
-                    ("connect", c.sum(|c| &c.connect).to_string()),
-                    ("reuse", c.sum(|c| &c.reuse).to_string()),
-                    ("srv_icur", idle.to_string()),
-                    (
-                        "src_ilim",
-                        srv.pool.max_conn.map_or("-1".into(), |m| m.to_string()),
-                    ),
-                    ("idle_conn_cur", (idle - safe).to_string()),
-                    ("safe_conn_cur", safe.to_string()),
-                    (
-                        "used_conn_cur",
-                        pool.used_cur.load(Ordering::Relaxed).to_string(),
-                    ),
-                    (
-                        "need_conn_est",
-                        pool.need_est.load(Ordering::Relaxed).to_string(),
-                    ),
-                ]
-                .into_iter()
-                .chain(checks)
-                .collect::<Vec<_>>(),
-            );
+/// `show stat [typed|json] [desc]` and `show stat {PROXY|IID} {TYPE} {SID|-1} [typed|json]`.
+fn show_stat(s: &Process, args: &[&str], _: Level) -> String {
+    let mut format = "csv";
+    let mut rest = Vec::new();
+    for a in args {
+        match *a {
+            "typed" | "json" => format = a,
+            // Field descriptions are not kept; the values are the same either way.
+            "desc" => {}
+            a => rest.push(a),
         }
-        let mut v = vec![
-            ("pxname", be.name.clone()),
-            ("svname", "BACKEND".into()),
-            ("scur", st.in_flight().to_string()),
-            ("status", "UP".into()),
-            ("pid", pid.clone()),
-            ("iid", iid.clone()),
-            ("sid", "0".into()),
-            ("type", "1".into()),
-            ("mode", mode(be.stream.mode)),
-            ("algo", be.algo.name()),
-        ];
-        v.extend(comp(&st.counters));
-        row(&mut out, &v);
     }
-    out
+    let filter = match rest.as_slice() {
+        [] => stats::Filter::default(),
+        [px, ty, sid] => {
+            let (Ok(types), Ok(sid)) = (ty.parse::<i64>(), sid.parse::<i64>()) else {
+                return "Require 'backend', 'frontend' or 'proxy' id, a type mask and a server id.\n".into();
+            };
+            stats::Filter {
+                proxy: (*px != "-1").then(|| px.to_string()),
+                types: (types != -1).then_some(types as u32),
+                sid: (sid != -1).then_some(sid as u32),
+            }
+        }
+        _ => return "Usage: show stat [typed|json] | show stat {PROXY|IID} {TYPE} {SID|-1} [typed|json]\n".into(),
+    };
+    let rows = stats::collect(s, &filter);
+    match format {
+        "typed" => stats::typed(&rows),
+        "json" => stats::json(&rows),
+        _ => stats::csv(&rows),
+    }
+}
+
+/// `clear counters [all]`: maxima, or every counter.
+fn clear_counters(s: &Process, args: &[&str], level: Level) -> String {
+    match args {
+        [] => {
+            stats::clear(s, false);
+            String::new()
+        }
+        ["all"] if level >= Level::Admin => {
+            stats::clear(s, true);
+            String::new()
+        }
+        ["all"] => "Permission denied\n".into(),
+        _ => "Usage: clear counters [all]\n".into(),
+    }
 }

@@ -103,6 +103,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
         backend_loggers,
         stopping: AtomicBool::new(false),
         started: std::time::Instant::now(),
+        figures: Default::default(),
     });
     for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners

@@ -5,6 +5,10 @@
 //! plain load and store rather than a locked read-modify-write: the slot has a single writer.
 //! Readers (CLI, stats, logs) add the slots up; a sum may miss increments made during the
 //! read, never count one twice.
+//!
+//! `clear counters all` cannot write into slots it does not own: it records the sums at that
+//! moment as a baseline that reads subtract ([`PerWorker::clear`]). Maxima ([`Peak`]) are
+//! shared, written only when exceeded, and may be reset by anyone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,16 +44,24 @@ impl Counter {
     }
 }
 
-/// One slot per worker, each on cache lines of its own.
+/// A group of counters that `clear counters all` can zero (it lists them in a fixed order).
+pub trait CounterSet {
+    fn counters(&self) -> Vec<&Counter>;
+}
+
+/// One slot per worker, each on cache lines of its own, and the baseline reads subtract.
 #[derive(Debug)]
 pub struct PerWorker<T> {
     slots: Box<[Padded<T>]>,
+    /// The sums at the last `clear counters all` (written by the clearing thread only).
+    baseline: T,
 }
 
 impl<T: Default> PerWorker<T> {
     pub fn new(workers: usize) -> Self {
         PerWorker {
             slots: (0..workers.max(1)).map(|_| Padded::default()).collect(),
+            baseline: T::default(),
         }
     }
 }
@@ -65,9 +77,147 @@ impl<T> PerWorker<T> {
         self.slots.iter().map(|p| &p.0)
     }
 
-    /// The sum over workers of one counter.
+    /// The sum over workers of one counter, since the last clear.
     pub fn sum(&self, f: impl Fn(&T) -> &Counter) -> u64 {
-        self.iter().map(|t| f(t).get()).sum()
+        let total: u64 = self.iter().map(|t| f(t).get()).sum();
+        total.wrapping_sub(f(&self.baseline).get())
+    }
+}
+
+impl<T: CounterSet> PerWorker<T> {
+    /// Zeroes every counter as reads see them (`clear counters all`).
+    pub fn clear(&self) {
+        let base = self.baseline.counters();
+        let slots: Vec<Vec<&Counter>> = self.iter().map(|t| t.counters()).collect();
+        for (i, b) in base.iter().enumerate() {
+            b.set(slots.iter().map(|s| s[i].get()).sum());
+        }
+    }
+}
+
+/// A maximum (`smax`, `qmax`, `rate_max`, `ttime_max`, ...): read before written, so that
+/// its cache line is only dirtied when a new maximum is reached.
+#[derive(Debug, Default)]
+pub struct Peak(AtomicU64);
+
+impl Peak {
+    #[inline]
+    pub fn note(&self, v: u64) {
+        if v > self.0.load(Ordering::Relaxed) {
+            self.0.fetch_max(v, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// `clear counters`.
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Events per second over a sliding second (HAProxy's frequency counters): the count of the
+/// current second and of the one before, the latter weighted by how much of it is still
+/// within the last second. One writer per slot, like [`Counter`].
+#[derive(Debug, Default)]
+pub struct Rate {
+    sec: AtomicU64,
+    cur: AtomicU64,
+    prev: AtomicU64,
+}
+
+impl Rate {
+    /// Counts one event at `now_ms` (milliseconds of a monotonic clock).
+    #[inline]
+    pub fn hit(&self, now_ms: u64) {
+        let sec = now_ms / 1000;
+        let at = self.sec.load(Ordering::Relaxed);
+        if at != sec {
+            let cur = self.cur.load(Ordering::Relaxed);
+            let prev = if at + 1 == sec { cur } else { 0 };
+            self.prev.store(prev, Ordering::Relaxed);
+            self.cur.store(0, Ordering::Relaxed);
+            self.sec.store(sec, Ordering::Relaxed);
+        }
+        self.cur
+            .store(self.cur.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// The rate over the second before `now_ms`.
+    pub fn per_sec(&self, now_ms: u64) -> u64 {
+        let sec = now_ms / 1000;
+        let left = 1000 - now_ms % 1000;
+        let at = self.sec.load(Ordering::Relaxed);
+        let (prev, cur) = if at == sec {
+            (
+                self.prev.load(Ordering::Relaxed),
+                self.cur.load(Ordering::Relaxed),
+            )
+        } else if at + 1 == sec {
+            (self.cur.load(Ordering::Relaxed), 0)
+        } else {
+            (0, 0)
+        };
+        prev * left / 1000 + cur
+    }
+}
+
+/// An average over about the last 1024 values (HAProxy's `qtime`, `ctime`, `rtime`,
+/// `ttime`), with its maximum kept apart as a shared [`Peak`].
+#[derive(Debug, Default)]
+pub struct Timing {
+    sum: Counter,
+    n: Counter,
+}
+
+impl Timing {
+    const WINDOW: u64 = 1024;
+
+    #[inline]
+    pub fn add(&self, v: u64) {
+        let n = self.n.get();
+        let sum = self.sum.get();
+        let sum = if n >= Self::WINDOW {
+            sum - sum / Self::WINDOW + v
+        } else {
+            sum + v
+        };
+        self.sum.set(sum);
+        self.n.set(n + 1);
+    }
+
+    /// The average over every worker's window, each weighted by the values it holds.
+    pub fn average<'a>(slots: impl Iterator<Item = &'a Timing>) -> u64 {
+        let (sum, n) = slots.fold((0, 0), |(s, n), t| {
+            (s + t.sum.get(), n + t.n.get().min(Self::WINDOW))
+        });
+        sum.checked_div(n).unwrap_or(0)
+    }
+}
+
+/// A proxy's or server's four timings, the millisecond figures of each request.
+#[derive(Debug, Default)]
+pub struct Timings {
+    pub queue: Timing,
+    pub connect: Timing,
+    pub response: Timing,
+    pub total: Timing,
+}
+
+/// HTTP responses by status class (`hrsp_1xx` .. `hrsp_5xx`, `hrsp_other`).
+#[derive(Debug, Default)]
+pub struct StatusClasses(pub [Counter; 6]);
+
+impl StatusClasses {
+    #[inline]
+    pub fn count(&self, status: u16) {
+        let class = match status {
+            100..=599 => usize::from(status / 100) - 1,
+            _ => 5,
+        };
+        self.0[class].bump();
     }
 }
 
@@ -78,7 +228,7 @@ pub struct ServerCounters {
     pub connect: Counter,
     /// Requests sent over a reused connection (`reuse`).
     pub reuse: Counter,
-    /// Requests sent (`lbtot`).
+    /// Requests sent (`lbtot`, `req_tot`).
     pub requests: Counter,
     /// Connection attempts that failed (`econ`).
     pub connect_errors: Counter,
@@ -88,9 +238,48 @@ pub struct ServerCounters {
     pub retries: Counter,
     /// Requests moved to another server after failed connections (`wredis`).
     pub redispatches: Counter,
+    /// Transactions (streams) that used this server (`stot`).
+    pub sessions: Counter,
+    /// Bytes of requests sent to it and of responses relayed from it (`bin`, `bout`).
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
+    /// Responses by status class.
+    pub status: StatusClasses,
+    /// Transfers aborted by the client, and by the server (`cli_abrt`, `srv_abrt`).
+    pub client_aborts: Counter,
+    pub server_aborts: Counter,
+    /// Internal errors (`eint`).
+    pub internal_errors: Counter,
+    /// Transactions per second (`rate`).
+    pub rate: Rate,
+    pub timings: Timings,
+    /// When the last transaction started, in [`crate::runtime::clock_ms`] (`lastsess`).
+    pub last_session: Counter,
 }
 
-/// What a proxy counts per worker.
+impl CounterSet for ServerCounters {
+    fn counters(&self) -> Vec<&Counter> {
+        let mut v = vec![
+            &self.connect,
+            &self.reuse,
+            &self.requests,
+            &self.connect_errors,
+            &self.response_errors,
+            &self.retries,
+            &self.redispatches,
+            &self.sessions,
+            &self.bytes_in,
+            &self.bytes_out,
+            &self.client_aborts,
+            &self.server_aborts,
+            &self.internal_errors,
+        ];
+        v.extend(self.status.0.iter());
+        v
+    }
+}
+
+/// What a proxy counts per worker, on its frontend side or its backend side.
 #[derive(Debug, Default)]
 pub struct ProxyCounters {
     /// Bytes fed to the compressor (`comp_in`).
@@ -101,6 +290,96 @@ pub struct ProxyCounters {
     pub comp_byp: Counter,
     /// Responses compressed (`comp_rsp`).
     pub comp_rsp: Counter,
+    /// Sessions: client connections on a frontend, transactions on a backend (`stot`).
+    pub sessions: Counter,
+    /// Connections accepted (`conn_tot`, frontends).
+    pub connections: Counter,
+    /// Bytes received from clients and sent to them (`bin`, `bout`).
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
+    /// HTTP requests (`req_tot`).
+    pub requests: Counter,
+    /// Responses by status class.
+    pub status: StatusClasses,
+    /// Requests denied by rules (`dreq`) and responses denied (`dresp`).
+    pub denied_requests: Counter,
+    pub denied_responses: Counter,
+    /// Invalid or incomplete requests (`ereq`, frontends).
+    pub request_errors: Counter,
+    /// Requests answered by the proxy itself (`intercepted`, frontends).
+    pub intercepted: Counter,
+    /// Transfers aborted by the client, and by the server (`cli_abrt`, `srv_abrt`).
+    pub client_aborts: Counter,
+    pub server_aborts: Counter,
+    /// Internal errors (`eint`).
+    pub internal_errors: Counter,
+    /// Sessions, connections and requests per second (`rate`, `conn_rate`, `req_rate`).
+    pub session_rate: Rate,
+    pub connection_rate: Rate,
+    pub request_rate: Rate,
+    pub timings: Timings,
+    /// When the last transaction started (`lastsess`, backends).
+    pub last_session: Counter,
+}
+
+impl CounterSet for ProxyCounters {
+    fn counters(&self) -> Vec<&Counter> {
+        let mut v = vec![
+            &self.comp_in,
+            &self.comp_out,
+            &self.comp_byp,
+            &self.comp_rsp,
+            &self.sessions,
+            &self.connections,
+            &self.bytes_in,
+            &self.bytes_out,
+            &self.requests,
+            &self.denied_requests,
+            &self.denied_responses,
+            &self.request_errors,
+            &self.intercepted,
+            &self.client_aborts,
+            &self.server_aborts,
+            &self.internal_errors,
+        ];
+        v.extend(self.status.0.iter());
+        v
+    }
+}
+
+/// The maxima of a proxy or server (shared, written only when exceeded).
+#[derive(Debug, Default)]
+pub struct Peaks {
+    /// Sessions at once (`smax`), requests waiting at once (`qmax`).
+    pub sessions: Peak,
+    pub queued: Peak,
+    /// Rate maxima (`rate_max`, `conn_rate_max`, `req_rate_max`), sampled.
+    pub session_rate: Peak,
+    pub connection_rate: Peak,
+    pub request_rate: Peak,
+    /// Timing maxima (`qtime_max`, `ctime_max`, `rtime_max`, `ttime_max`).
+    pub queue_ms: Peak,
+    pub connect_ms: Peak,
+    pub response_ms: Peak,
+    pub total_ms: Peak,
+}
+
+impl Peaks {
+    pub fn reset(&self) {
+        for p in [
+            &self.sessions,
+            &self.queued,
+            &self.session_rate,
+            &self.connection_rate,
+            &self.request_rate,
+            &self.queue_ms,
+            &self.connect_ms,
+            &self.response_ms,
+            &self.total_ms,
+        ] {
+            p.reset();
+        }
+    }
 }
 
 /// What a worker counts about itself (`show activity`).

@@ -19,9 +19,14 @@ pub mod counters;
 mod process;
 mod state;
 
-pub use self::counters::{Counter, PerWorker, ProxyCounters, ServerCounters, WorkerCounters};
-pub use self::process::{Admission, ClientConn, Process, Slot, ThreadCtx, Worker, WorkerChecks};
+pub use self::counters::{
+    Counter, CounterSet, Peak, Peaks, PerWorker, ProxyCounters, Rate, ServerCounters,
+    StatusClasses, Timing, Timings, WorkerCounters,
+};
+pub use self::process::{
+    Admission, ClientConn, Process, ProcessFigures, Slot, ThreadCtx, Worker, WorkerChecks,
+};
 pub use self::state::{
-    clock_ns, AdminState, AgentState, BackendState, CheckResult, CheckState, FrontendState,
-    LbCache, LbState, OperState, Runtime, ServerQueue, ServerState,
+    clock_ms, clock_ns, AdminState, AgentState, BackendState, CheckResult, CheckState,
+    FrontendState, LbCache, LbState, OperState, Runtime, ServerQueue, ServerState,
 };

@@ -47,6 +47,16 @@ impl ThreadCtx {
     }
 }
 
+/// Process-wide figures sampled a few times a second (`stats::sample`).
+#[derive(Debug, Default)]
+pub struct ProcessFigures {
+    /// `MaxConnRate`, `MaxSessRate`.
+    pub peaks: super::counters::Peaks,
+    /// `BytesOutRate`, and the (total, clock_ms) it was last computed from.
+    pub bytes_out_rate: std::sync::atomic::AtomicU64,
+    pub bytes_out_at: std::sync::Mutex<(u64, u64)>,
+}
+
 /// The right to hold one client connection under the global and frontend `maxconn`.
 /// Released when the connection ends.
 #[derive(Debug)]
@@ -60,13 +70,22 @@ pub struct Slot {
 pub struct Admission {
     global: Arc<Semaphore>,
     frontends: Vec<Arc<Semaphore>>,
+    /// The limits themselves (`Maxconn` in `show info`, `slim` in `show stat`).
+    pub global_limit: usize,
+    pub frontend_limits: Vec<usize>,
 }
 
 impl Admission {
     pub fn new(global: usize, frontends: impl Iterator<Item = usize>) -> Admission {
+        let frontend_limits: Vec<usize> = frontends.collect();
         Admission {
             global: Arc::new(Semaphore::new(global)),
-            frontends: frontends.map(|n| Arc::new(Semaphore::new(n))).collect(),
+            frontends: frontend_limits
+                .iter()
+                .map(|&n| Arc::new(Semaphore::new(n)))
+                .collect(),
+            global_limit: global,
+            frontend_limits,
         }
     }
 
@@ -103,6 +122,8 @@ pub struct Process {
     pub backend_loggers: Box<[Vec<Arc<Logger>>]>,
     pub stopping: AtomicBool,
     pub started: Instant,
+    /// Process-wide figures of `show info` that are sampled rather than counted.
+    pub figures: ProcessFigures,
 }
 
 impl Process {
@@ -203,9 +224,15 @@ pub struct ClientConn {
 impl ClientConn {
     pub fn open(process: &Arc<Process>, tid: usize, frontend: usize) -> ClientConn {
         process.threads[tid].active.fetch_add(1, Ordering::Relaxed);
-        process.state.frontends[frontend]
-            .conns
-            .fetch_add(1, Ordering::Relaxed);
+        let fe = &process.state.frontends[frontend];
+        let now = fe.conns.fetch_add(1, Ordering::Relaxed) + 1;
+        fe.peaks.sessions.note(now as u64);
+        let c = fe.counters.at(tid);
+        let ms = super::state::clock_ms();
+        c.connections.bump();
+        c.connection_rate.hit(ms);
+        c.sessions.bump();
+        c.session_rate.hit(ms);
         ClientConn {
             process: process.clone(),
             tid,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use super::counters::{PerWorker, ProxyCounters, ServerCounters};
+use super::counters::{Peaks, PerWorker, ProxyCounters, ServerCounters};
 use crate::conf::{Backend, Config, Frontend, Server};
 use crate::pool::ServerPools;
 use crate::transport::Conn;
@@ -57,6 +57,7 @@ pub struct ServerState {
     /// Requests in flight on this server; `leastconn` and `random` read it.
     pub in_flight: AtomicUsize,
     pub counters: PerWorker<ServerCounters>,
+    pub peaks: Peaks,
     pub idle: ServerPools<Conn>,
     pub queue: ServerQueue,
     /// Health-check state; `None` for a server without `check`.
@@ -72,8 +73,8 @@ pub struct ServerState {
     /// Bumped by every address change: a connection opened before it never goes back to
     /// the pool.
     pub addr_gen: AtomicU64,
-    /// Time spent down before the current stretch, and since when it is down now.
-    downtime: Mutex<(Duration, Option<Instant>)>,
+    /// Time spent down (`downtime`).
+    downtime: Downtime,
     /// `on-marked-down shutdown-sessions`: entering maintenance ends connections too.
     shutdown_on_down: bool,
     /// `slowstart`: the weight ramps up over this time after the server comes back.
@@ -86,6 +87,11 @@ pub struct ServerState {
 pub fn clock_ns() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
     BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
+/// [`clock_ns`] in milliseconds (never 0).
+pub fn clock_ms() -> u64 {
+    clock_ns() / 1_000_000 + 1
 }
 
 /// How a check ended, in HAProxy's terms (`check_status` in `show stat`).
@@ -149,6 +155,7 @@ impl ServerState {
             weight: AtomicU32::new(conf.weight),
             in_flight: AtomicUsize::new(0),
             counters: PerWorker::new(workers),
+            peaks: Peaks::default(),
             idle: ServerPools::new(workers, conf.pool),
             queue: ServerQueue {
                 slots: conf.maxconn.map(|n| Arc::new(Semaphore::new(n))),
@@ -177,7 +184,7 @@ impl ServerState {
             kill: tokio::sync::Notify::new(),
             addr: RwLock::new(conf.addr),
             addr_gen: AtomicU64::new(0),
-            downtime: Mutex::new((Duration::ZERO, None)),
+            downtime: Downtime::default(),
             shutdown_on_down: conf.shutdown_on_down,
             slowstart: conf.slowstart,
             ramp_from: AtomicU64::new(0),
@@ -289,25 +296,37 @@ impl ServerState {
 
     /// Total time spent down (`downtime`).
     pub fn downtime(&self) -> Duration {
-        let d = self.downtime.lock().unwrap_or_else(|e| e.into_inner());
-        d.0 + d.1.map_or(Duration::ZERO, |t| t.elapsed())
+        self.downtime.total()
     }
 
-    fn note_down(&self, down: bool) {
-        let mut d = self.downtime.lock().unwrap_or_else(|e| e.into_inner());
+    /// Notes a change of state now (`lastchg`).
+    pub fn changed(&self) {
+        *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+}
+
+/// Time spent down: the closed stretches, and since when it is down now.
+#[derive(Debug, Default)]
+pub struct Downtime(Mutex<(Duration, Option<Instant>)>);
+
+impl Downtime {
+    /// Notes whether it is down now; says whether that changed.
+    pub fn note(&self, down: bool) -> bool {
+        let mut d = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match (down, d.1) {
             (true, None) => d.1 = Some(Instant::now()),
             (false, Some(since)) => {
                 d.0 += since.elapsed();
                 d.1 = None;
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
-    /// Notes a change of state now (`lastchg`).
-    pub fn changed(&self) {
-        *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    pub fn total(&self) -> Duration {
+        let d = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        d.0 + d.1.map_or(Duration::ZERO, |t| t.elapsed())
     }
 }
 
@@ -346,6 +365,12 @@ pub struct BackendState {
     pub servers: Box<[Arc<ServerState>]>,
     pub lb: LbState,
     pub counters: PerWorker<ProxyCounters>,
+    pub peaks: Peaks,
+    /// Times the backend lost its last server (`chkdown`), and when it last changed state.
+    pub downs: AtomicU64,
+    pub last_change: Mutex<Instant>,
+    /// Time spent with no usable server (`downtime`).
+    pub downtime: Downtime,
 }
 
 impl BackendState {
@@ -363,6 +388,10 @@ impl BackendState {
                 ..LbState::default()
             },
             counters: PerWorker::new(workers),
+            peaks: Peaks::default(),
+            downs: AtomicU64::new(0),
+            last_change: Mutex::new(Instant::now()),
+            downtime: Downtime::default(),
         }
     }
 
@@ -382,8 +411,21 @@ impl BackendState {
                     s.kill.notify_waiters();
                 }
             }
+            self.note_servers();
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Notes whether the backend has a usable server left (its `status`, `chkdown`,
+    /// `lastchg`, `downtime`).
+    fn note_servers(&self) {
+        let down = !self.servers.iter().any(|s| s.usable());
+        if self.downtime.note(down) {
+            if down {
+                self.downs.fetch_add(1, Ordering::Relaxed);
+            }
+            *self.last_change.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        }
     }
 
     /// Sets a server's operational state (health checks). A server coming back up ramps
@@ -399,7 +441,8 @@ impl BackendState {
             if state == OperState::Down {
                 s.queue.closed.notify_waiters();
             }
-            s.note_down(state == OperState::Down);
+            s.downtime.note(state == OperState::Down);
+            self.note_servers();
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
@@ -442,6 +485,7 @@ pub struct FrontendState {
     /// Client connections open on this frontend (`%fc`, `scur`).
     pub conns: AtomicUsize,
     pub counters: PerWorker<ProxyCounters>,
+    pub peaks: Peaks,
 }
 
 /// The live state of every proxy of the current generation.
@@ -538,6 +582,7 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
         id: f.id,
         conns: AtomicUsize::new(0),
         counters: PerWorker::new(workers),
+        peaks: Peaks::default(),
     }
 }
 

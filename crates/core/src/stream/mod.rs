@@ -59,6 +59,7 @@ async fn serve_http(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
         out: Vec::with_capacity(1024),
         private: None,
         requests: 0,
+        received: 0,
     };
     run(&mut s).await;
     // Buffers go back to the worker's pool; whatever they held goes with the connection.
@@ -69,6 +70,7 @@ async fn serve_http(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
 async fn run(s: &mut Session) {
     loop {
         let mut txn = Txn::default();
+        txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,
             Err(fail) => {
@@ -79,6 +81,7 @@ async fn run(s: &mut Session) {
             }
         };
         s.w.ctx().counters.requests.bump();
+        txn.log.parsed = true;
         if !s.w.process.loggers[s.fe].is_empty() {
             txn.log.capture_line(s.cbuf.bytes(), &head);
         }

@@ -206,7 +206,9 @@ impl Txn {
             a_fin: fe.stream.timeout_client_fin,
             b_fin: be.timeout_server_fin,
         };
-        super::tunnel::relay(
+        // What the client sent before the switch was counted as it arrived.
+        let counted = s.cbuf.bytes().len() as u64;
+        let moved = super::tunnel::relay(
             &mut s.client,
             &mut conn.conn,
             &mut s.cbuf,
@@ -215,6 +217,8 @@ impl Txn {
             limits,
         )
         .await;
+        self.log.bytes += moved.to_a;
+        s.received += moved.to_b.saturating_sub(counted);
         Ok(false)
     }
 }

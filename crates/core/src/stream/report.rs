@@ -8,6 +8,7 @@ use std::time::Instant;
 use sluice_http::{RequestHead, Version};
 
 use super::connect::{Attempts, ConnectError};
+use crate::runtime::{clock_ms, Peaks, Timings, Worker};
 
 /// Where the transaction was when it ended (the second letter of the termination code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -131,6 +132,19 @@ pub(crate) struct ReqLog {
     pub bytes: u64,
     pub term: Option<[u8; 2]>,
     pub line: Option<(String, String, &'static str)>,
+    /// The session's received-bytes count when this request began.
+    pub received_before: u64,
+    /// The request head was valid.
+    pub parsed: bool,
+    /// Answered by the proxy itself: denied by a rule, or intercepted (`return`, ...).
+    pub local: Option<Local>,
+}
+
+/// How the proxy answered a request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Local {
+    Denied,
+    Intercepted,
 }
 
 impl Default for ReqLog {
@@ -146,6 +160,9 @@ impl Default for ReqLog {
             bytes: 0,
             term: None,
             line: None,
+            received_before: 0,
+            parsed: false,
+            local: None,
         }
     }
 }
@@ -162,5 +179,113 @@ impl ReqLog {
                 "HTTP/1.1"
             },
         ));
+    }
+}
+
+/// What one transaction (or TCP session) adds to the statistics of its frontend, backend
+/// and server (`show stat`): all in the worker's own counter slots.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tally {
+    /// The HTTP status sent to the client (none in TCP mode or when nothing was sent).
+    pub status: Option<u16>,
+    /// An HTTP request was parsed.
+    pub request: bool,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub term: [u8; 2],
+    pub local: Option<Local>,
+    /// Milliseconds, -1 when the step did not happen.
+    pub t_queue: i64,
+    pub t_connect: i64,
+    pub t_response: i64,
+    pub t_total: i64,
+}
+
+impl Tally {
+    pub fn count(&self, w: &Worker, fe: usize, backend: Option<usize>, server: Option<usize>) {
+        let now = clock_ms();
+        let state = w.state();
+        let f = state.frontends[fe].counters.at(w.tid);
+        f.bytes_in.add(self.bytes_in);
+        f.bytes_out.add(self.bytes_out);
+        if let Some(st) = self.status {
+            f.status.count(st);
+        }
+        if self.request {
+            f.requests.bump();
+            f.request_rate.hit(now);
+        }
+        match self.local {
+            Some(Local::Denied) => f.denied_requests.bump(),
+            Some(Local::Intercepted) => f.intercepted.bump(),
+            None => {}
+        }
+        // Invalid, timed out or abandoned while the request was being received.
+        if self.local.is_none()
+            && self.term[1] == b'R'
+            && matches!(self.term[0], b'P' | b'c' | b'C')
+        {
+            f.request_errors.bump();
+        }
+        let client_abort = self.term[0] == b'C' && matches!(self.term[1], b'H' | b'D' | b'T');
+        let server_abort = self.term[0] == b'S' && matches!(self.term[1], b'D' | b'T');
+        let Some(b) = backend else {
+            return;
+        };
+        let bs = &state.backends[b];
+        let bc = bs.counters.at(w.tid);
+        bc.sessions.bump();
+        bc.session_rate.hit(now);
+        bc.last_session.set(now);
+        bc.bytes_in.add(self.bytes_in);
+        bc.bytes_out.add(self.bytes_out);
+        if self.request {
+            bc.requests.bump();
+        }
+        if let Some(st) = self.status {
+            bc.status.count(st);
+        }
+        if client_abort {
+            bc.client_aborts.bump();
+        }
+        if server_abort {
+            bc.server_aborts.bump();
+        }
+        self.time(&bc.timings, &bs.peaks);
+        let Some(s) = server else {
+            return;
+        };
+        let ss = &bs.servers[s];
+        let sc = ss.counters.at(w.tid);
+        sc.sessions.bump();
+        sc.rate.hit(now);
+        sc.last_session.set(now);
+        sc.bytes_in.add(self.bytes_in);
+        sc.bytes_out.add(self.bytes_out);
+        if let Some(st) = self.status {
+            sc.status.count(st);
+        }
+        if client_abort {
+            sc.client_aborts.bump();
+        }
+        if server_abort {
+            sc.server_aborts.bump();
+        }
+        self.time(&sc.timings, &ss.peaks);
+    }
+
+    /// Adds the steps that happened to the averages and maxima.
+    fn time(&self, t: &Timings, peaks: &Peaks) {
+        for (v, timing, peak) in [
+            (self.t_queue, &t.queue, &peaks.queue_ms),
+            (self.t_connect, &t.connect, &peaks.connect_ms),
+            (self.t_response, &t.response, &peaks.response_ms),
+            (self.t_total, &t.total, &peaks.total_ms),
+        ] {
+            if let Ok(v) = u64::try_from(v) {
+                timing.add(v);
+                peak.note(v);
+            }
+        }
     }
 }

@@ -41,6 +41,8 @@ pub(crate) struct Session {
     pub private: Option<ServerConn>,
     /// Requests completed on this connection.
     pub requests: u32,
+    /// Bytes received from the client so far (`bin`).
+    pub received: u64,
 }
 
 impl Session {
@@ -106,7 +108,10 @@ impl Session {
             match read {
                 Ok(Ok(0)) => return Err(gone(None)),
                 Ok(Err(e)) => return Err(gone(Some(e))),
-                Ok(Ok(_)) => lg.got_bytes = true,
+                Ok(Ok(n)) => {
+                    lg.got_bytes = true;
+                    self.received += n as u64;
+                }
                 Err(()) if self.cbuf.is_empty() && self.requests > 0 => return Err(gone(None)),
                 Err(()) => return Err(Fail::answer(408, Cause::ClientTimeout, Phase::Request)),
             }
@@ -173,7 +178,10 @@ impl Session {
         let w = self.w.clone();
         let limit = w.config().frontends[self.fe].stream.timeout_client;
         match within(limit, self.cbuf.fill(&mut self.client, &w.bufs)).await {
-            Ok(Ok(n)) if n > 0 => Ok(()),
+            Ok(Ok(n)) if n > 0 => {
+                self.received += n as u64;
+                Ok(())
+            }
             Ok(Ok(_)) => Err(Cause::ClientClosed(None)),
             Ok(Err(e)) => Err(Cause::ClientClosed(Some(e))),
             Err(()) => Err(Cause::ClientTimeout),

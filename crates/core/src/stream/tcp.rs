@@ -9,6 +9,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::connect::{self, Attempts};
+use super::report::Tally;
+use super::tunnel::Moved;
 use crate::balance::{self, PickKey};
 use crate::buffer::Buf;
 use crate::runtime::Worker;
@@ -30,6 +32,7 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
     };
     let Some(server) = balance::pick(be, &w.state().backends[backend], &key, &w.lb) else {
         let at = Attempts::new(0);
+        tally(&at, started, Moved::default(), *b"SC").count(w, fe, Some(backend), None);
         return log(w, fe, backend, None, peer, date, started, &at, 0, *b"SC");
     };
     let mut at = Attempts::new(server);
@@ -39,6 +42,7 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
         Ok(c) => c,
         Err(e) => {
             let server = Some(at.server);
+            tally(&at, started, Moved::default(), e.term()).count(w, fe, Some(backend), None);
             return log(
                 w,
                 fe,
@@ -76,10 +80,12 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
         &w.bufs,
         limits,
     );
-    let (bytes, term) = tokio::select! {
-        bytes = relay => (bytes, *b"--"),
-        _ = kill => (0, *b"KD"),
+    let (moved, term) = tokio::select! {
+        moved = relay => (moved, *b"--"),
+        _ = kill => (Default::default(), *b"KD"),
     };
+    let bytes = moved.to_a;
+    tally(&at, started, moved, term).count(w, fe, Some(backend), Some(at.server));
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
     log(
@@ -98,6 +104,22 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
 }
 
 /// The tcplog line of a connection (when the frontend logs).
+/// What a TCP session adds to the statistics.
+fn tally(at: &Attempts, started: Instant, moved: Moved, term: [u8; 2]) -> Tally {
+    Tally {
+        status: None,
+        request: false,
+        bytes_in: moved.to_b,
+        bytes_out: moved.to_a,
+        term,
+        local: None,
+        t_queue: at.t_queue,
+        t_connect: at.t_connect,
+        t_response: -1,
+        t_total: connect::ms(started.elapsed()),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn log(
     w: &Worker,

@@ -20,8 +20,15 @@ pub(crate) struct Limits {
     pub b_fin: Option<Duration>,
 }
 
+/// Bytes a relay delivered each way.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Moved {
+    pub to_a: u64,
+    pub to_b: u64,
+}
+
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
-/// `b_buf` (read from `b`) are delivered first. Returns the bytes delivered to `a` (from `b`).
+/// `b_buf` (read from `b`) are delivered first.
 pub(crate) async fn relay(
     a: &mut Conn,
     b: &mut Conn,
@@ -29,17 +36,21 @@ pub(crate) async fn relay(
     b_buf: &mut Buf,
     bufs: &BufPool,
     limits: Limits,
-) -> u64 {
-    let mut to_a = 0u64;
-    if !a_buf.is_empty() && !deliver(b, a_buf, limits.idle).await {
-        return to_a;
+) -> Moved {
+    let mut moved = Moved::default();
+    if !a_buf.is_empty() {
+        let n = a_buf.bytes().len();
+        if !deliver(b, a_buf, limits.idle).await {
+            return moved;
+        }
+        moved.to_b += n as u64;
     }
     if !b_buf.is_empty() {
         let n = b_buf.bytes().len();
         if !deliver(a, b_buf, limits.idle).await {
-            return to_a;
+            return moved;
         }
-        to_a += n as u64;
+        moved.to_a += n as u64;
     }
     let (mut a_done, mut b_done) = (false, false);
     while !(a_done && b_done) {
@@ -58,8 +69,9 @@ pub(crate) async fn relay(
             r = a_buf.fill(a, bufs), if !a_done => match r {
                 Ok(n) if n > 0 => {
                     if !deliver(b, a_buf, limit).await {
-                        return to_a;
+                        return moved;
                     }
+                    moved.to_b += n as u64;
                 }
                 _ => {
                     a_done = true;
@@ -69,19 +81,19 @@ pub(crate) async fn relay(
             r = b_buf.fill(b, bufs), if !b_done => match r {
                 Ok(n) if n > 0 => {
                     if !deliver(a, b_buf, limit).await {
-                        return to_a;
+                        return moved;
                     }
-                    to_a += n as u64;
+                    moved.to_a += n as u64;
                 }
                 _ => {
                     b_done = true;
                     let _ = within(limit, a.shutdown()).await;
                 }
             },
-            _ = quiet => return to_a,
+            _ = quiet => return moved,
         }
     }
-    to_a
+    moved
 }
 
 /// Writes everything `buf` holds to `to` within `limit`; false when the peer failed or

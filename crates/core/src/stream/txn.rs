@@ -22,7 +22,7 @@ use super::heads::{
     write_response_head, Edits,
 };
 use super::keywords::CloseMode;
-use super::report::{Cause, Fail, Phase, ReqLog};
+use super::report::{Cause, Fail, Local, Phase, ReqLog, Tally};
 use super::session::Session;
 use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
@@ -37,8 +37,13 @@ enum Route {
         bytes: Vec<u8>,
         close: bool,
     },
-    /// Answer with the error page for this status (the backend's pages win when known).
-    Error(u16, Option<usize>),
+    /// Answer with the error page for this status (the backend's pages win when known);
+    /// `denied` when a rule refused the request.
+    Error {
+        status: u16,
+        backend: Option<usize>,
+        denied: bool,
+    },
     Forward {
         backend: usize,
         server: usize,
@@ -94,28 +99,36 @@ impl Txn {
         };
         let (route, mut edits) = route(s, &req);
         match route {
-            Route::Error(status, backend) => {
+            Route::Error {
+                status,
+                backend,
+                denied,
+            } => {
                 self.phase = Phase::Local;
+                if denied {
+                    self.log.local = Some(Local::Denied);
+                }
                 s.cbuf.consume(head.len);
                 self.backend = backend;
                 self.log.status = i64::from(status);
                 self.log.term = Some(if status == 503 { *b"SC" } else { *b"PR" });
-                let bytes = s.error_bytes(status, backend);
+                let bytes = with_close(s.error_bytes(status, backend));
                 self.log.bytes = bytes.len() as u64;
-                self.send_local(s, &with_close(bytes)).await?;
+                self.send_local(s, &bytes).await?;
                 Ok(false)
             }
             Route::Respond { bytes, close } => {
                 self.phase = Phase::Local;
+                self.log.local = Some(Local::Intercepted);
                 s.cbuf.consume(head.len);
                 self.log.status = std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
                     .ok()
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(-1);
                 self.log.term = Some(*b"LR");
-                self.log.bytes = bytes.len() as u64;
                 let close = close || facts.wants_close || facts.framing != Framing::None;
                 let bytes = if close { with_close(bytes) } else { bytes };
+                self.log.bytes = bytes.len() as u64;
                 self.send_local(s, &bytes).await?;
                 Ok(!close)
             }
@@ -394,9 +407,11 @@ impl Txn {
         }
     }
 
-    /// Logs a transaction that completed.
+    /// Counts and logs a transaction that completed.
     pub fn log_done(&self, s: &Session) {
-        self.emit_log(s, self.log.status, self.log.term.unwrap_or(*b"--"));
+        let term = self.log.term.unwrap_or(*b"--");
+        self.count(s, self.log.status, term);
+        self.emit_log(s, self.log.status, term);
     }
 
     /// Logs a transaction that failed.
@@ -408,7 +423,30 @@ impl Txn {
             }
             None => self.log.status,
         };
-        self.emit_log(s, status, self.log.term.unwrap_or_else(|| fail.term()));
+        let term = self.log.term.unwrap_or_else(|| fail.term());
+        self.count(s, status, term);
+        self.emit_log(s, status, term);
+    }
+
+    /// Adds the transaction to the statistics of its frontend, backend and server.
+    fn count(&self, s: &Session, status: i64, term: [u8; 2]) {
+        let lg = &self.log;
+        let ms = |d: std::time::Duration| d.as_millis() as i64;
+        // The server counts once a connection to it was made.
+        let server = lg.attempts.filter(|a| a.t_connect >= 0).map(|a| a.server);
+        Tally {
+            status: u16::try_from(status).ok().filter(|&st| st > 0),
+            request: lg.parsed,
+            bytes_in: s.received - lg.received_before,
+            bytes_out: lg.bytes,
+            term,
+            local: lg.local,
+            t_queue: lg.attempts.map_or(-1, |a| a.t_queue),
+            t_connect: lg.attempts.map_or(-1, |a| a.t_connect),
+            t_response: lg.t_response,
+            t_total: lg.started.map_or(-1, |a| ms(a.elapsed())),
+        }
+        .count(&s.w, s.fe, self.backend, server);
     }
 
     /// Sends the access-log line of the transaction.
@@ -491,7 +529,14 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .map(|(_, b)| *b)
         .or(fe.rules.default_backend);
     let Some(backend) = backend else {
-        return (Route::Error(404, None), edits);
+        return (
+            Route::Error {
+                status: 404,
+                backend: None,
+                denied: false,
+            },
+            edits,
+        );
     };
     let be = &config.backends[backend];
     let st = &s.w.state().backends[backend];
@@ -514,7 +559,14 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     };
     match server {
         Some(server) => (Route::Forward { backend, server }, edits),
-        None => (Route::Error(503, Some(backend)), edits),
+        None => (
+            Route::Error {
+                status: 503,
+                backend: Some(backend),
+                denied: false,
+            },
+            edits,
+        ),
     }
 }
 
@@ -539,7 +591,13 @@ fn apply_rules(
                     close: false,
                 })
             }
-            Action::Deny { status } => return Some(Route::Error(*status, backend)),
+            Action::Deny { status } => {
+                return Some(Route::Error {
+                    status: *status,
+                    backend,
+                    denied: true,
+                })
+            }
             Action::Allow => return None,
             other => edits.apply(other),
         }

@@ -191,6 +191,9 @@ async fn measure_busy(w: Rc<Worker>) {
             .busy_pct
             .store(smoothed.round() as u32, Ordering::Relaxed);
         w.ctx().counters.loops.set(BUSY.with(|b| b.loops.get()));
+        if w.tid == 0 {
+            crate::stats::sample(&w.process);
+        }
         last_busy = busy;
         last_at = now;
     }

@@ -1,0 +1,447 @@
+//! Statistics through the real binary: `show stat` against HAProxy 2.6's columns and row
+//! order, values after known traffic (requests, statuses, bytes counted on the wire),
+//! `clear counters`, the typed, JSON and filter forms, exact sums over several workers, and
+//! `show info`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// `show stat` parsed by a CSV reader: the header, and one map per row.
+fn stat(sock: &Path, cmd: &str) -> (Vec<String>, Vec<HashMap<String, String>>) {
+    let text = Sluice::cli(sock, cmd);
+    let body = text.trim_end().strip_prefix("# ").expect("a '# ' header");
+    let mut rd = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(false)
+        .from_reader(body.as_bytes());
+    let header: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
+    let rows = rd
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            header
+                .iter()
+                .cloned()
+                .zip(r.iter().map(String::from))
+                .collect()
+        })
+        .collect();
+    (header, rows)
+}
+
+fn row<'a>(rows: &'a [HashMap<String, String>], px: &str, sv: &str) -> &'a HashMap<String, String> {
+    rows.iter()
+        .find(|r| r["pxname"] == px && r["svname"] == sv)
+        .unwrap_or_else(|| panic!("no row {px}/{sv}"))
+}
+
+fn num(r: &HashMap<String, String>, col: &str) -> u64 {
+    r[col]
+        .parse()
+        .unwrap_or_else(|_| panic!("{col} = {:?} is not a number", r[col]))
+}
+
+fn cli_dir() -> (TempDir, PathBuf) {
+    let d = TempDir::new();
+    let sock = d.0.join("stats.sock");
+    (d, sock)
+}
+
+#[test]
+fn show_stat_has_haproxy_26_columns_and_configuration_order() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}\
+         backend first\n    server s1 {o}\n    server s2 {o} id 7\n\
+         listen mid\n    {{fe}}\n    server m1 {o}\n\
+         frontend plain\n    mode tcp\n    {{fe}}\n    default_backend tb\n\
+         backend tb\n    mode tcp\n    balance leastconn\n    server t1 {o}\n",
+        sock.display(),
+        o = origin.addr
+    ));
+    let (header, rows) = stat(&sock, "show stat");
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/haproxy-2.6/show-stat-header.csv"
+    ))
+    .unwrap();
+    let reference: Vec<String> = reference
+        .trim_end()
+        .trim_start_matches("# ")
+        .split(',')
+        .map(String::from)
+        .collect();
+    assert_eq!(header, reference);
+    assert_eq!(header.len(), 129, "128 columns and the trailing comma");
+    let order: Vec<(String, String, String, String, String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["pxname"].clone(),
+                r["svname"].clone(),
+                r["type"].clone(),
+                r["mode"].clone(),
+                r["pid"].clone(),
+                r["iid"].clone(),
+                r["sid"].clone(),
+            )
+        })
+        .collect();
+    let t = |a: &str, b: &str, c: &str, d: &str, e: &str, f: &str| {
+        (
+            a.to_string(),
+            b.to_string(),
+            c.to_string(),
+            d.to_string(),
+            "1".to_string(),
+            e.to_string(),
+            f.to_string(),
+        )
+    };
+    assert_eq!(
+        order,
+        vec![
+            t("first", "s1", "2", "http", "1", "1"),
+            t("first", "s2", "2", "http", "1", "7"),
+            t("first", "BACKEND", "1", "http", "1", "0"),
+            t("mid", "FRONTEND", "0", "http", "2", "0"),
+            t("mid", "m1", "2", "http", "2", "1"),
+            t("mid", "BACKEND", "1", "http", "2", "0"),
+            t("plain", "FRONTEND", "0", "tcp", "3", "0"),
+            t("tb", "t1", "2", "tcp", "4", "1"),
+            t("tb", "BACKEND", "1", "tcp", "4", "0"),
+        ]
+    );
+    // Filled where HAProxy fills them: no HTTP counters on a TCP proxy, no check columns
+    // on an unchecked server.
+    assert_eq!(row(&rows, "plain", "FRONTEND")["hrsp_2xx"], "");
+    assert_eq!(row(&rows, "mid", "FRONTEND")["hrsp_2xx"], "0");
+    assert_eq!(row(&rows, "tb", "t1")["req_tot"], "");
+    assert_eq!(row(&rows, "first", "s1")["check_status"], "");
+    assert_eq!(row(&rows, "first", "s1")["status"], "no check");
+    assert_eq!(row(&rows, "tb", "BACKEND")["algo"], "leastconn");
+    assert_eq!(row(&rows, "first", "BACKEND")["-"], "-");
+    assert_eq!(row(&rows, "first", "BACKEND")["status"], "UP");
+}
+
+/// Sends `req` on a new connection and reads the whole answer (the connection closes after
+/// it); returns the bytes read.
+fn exchange(addr: SocketAddr, req: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(req).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
+fn status_of(rsp: &[u8]) -> u16 {
+    std::str::from_utf8(&rsp[9..12]).unwrap().parse().unwrap()
+}
+
+#[test]
+fn counters_after_known_traffic_and_clear_counters() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            if r.target == "/missing" {
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope"
+                    .to_vec()
+                    .into()
+            } else {
+                ok_response("twelve bytes").into()
+            }
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}\
+         frontend fe\n    {{fe}}\n    acl blocked path /blocked\n    acl local path /local\n    \
+         http-request deny if blocked\n    \
+         http-request return status 200 content-type text/plain string hi if local\n    \
+         default_backend be\n\
+         backend be\n    server s1 {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let addr = p.addr();
+    let mut sent = 0u64;
+    let mut received = 0u64;
+    let mut statuses = Vec::new();
+    let mut send = |path: &str| {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let rsp = exchange(addr, req.as_bytes());
+        sent += req.len() as u64;
+        received += rsp.len() as u64;
+        statuses.push(status_of(&rsp));
+    };
+    for _ in 0..10 {
+        send("/ok");
+    }
+    for _ in 0..3 {
+        send("/missing");
+    }
+    send("/local");
+    send("/local");
+    send("/blocked");
+    let garbage = b"NOT HTTP AT ALL\r\n\r\n";
+    let rsp = exchange(addr, garbage);
+    sent += garbage.len() as u64;
+    received += rsp.len() as u64;
+    statuses.push(status_of(&rsp));
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 12);
+    assert_eq!(statuses.iter().filter(|s| **s == 404).count(), 3);
+    assert_eq!(statuses.iter().filter(|s| **s == 403).count(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == 400).count(), 1);
+
+    // Counters are summed at the end of each transaction, and a connection counts until
+    // sluice has closed it: the last ones may still be finishing as their clients read.
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = stat(&sock, "show stat").1;
+        let fe = row(&rows, "fe", "FRONTEND");
+        if num(fe, "stot") == 17 && num(fe, "bout") == received && num(fe, "scur") == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let fe = row(&rows, "fe", "FRONTEND");
+    for (col, want) in [
+        ("stot", 17),
+        ("conn_tot", 17),
+        ("req_tot", 16),
+        ("hrsp_2xx", 12),
+        ("hrsp_4xx", 5),
+        ("hrsp_5xx", 0),
+        ("ereq", 1),
+        ("dreq", 1),
+        ("intercepted", 2),
+        ("bin", sent),
+        ("bout", received),
+        ("scur", 0),
+    ] {
+        assert_eq!(num(fe, col), want, "FRONTEND {col}");
+    }
+    assert!(num(fe, "smax") >= 1);
+    let be = row(&rows, "be", "BACKEND");
+    let srv = row(&rows, "be", "s1");
+    for r in [be, srv] {
+        for (col, want) in [
+            ("stot", 13),
+            ("req_tot", 13),
+            ("lbtot", 13),
+            ("hrsp_2xx", 10),
+            ("hrsp_4xx", 3),
+            ("econ", 0),
+            ("eresp", 0),
+        ] {
+            assert_eq!(num(r, col), want, "{} {col}", r["svname"]);
+        }
+        assert!(num(r, "lastsess") < 60, "{}", r["lastsess"]);
+        assert!(r["ttime"].parse::<u64>().is_ok());
+    }
+    // What the server answered, as relayed to the clients.
+    let per_ok = received_for(addr, "/ok");
+    let per_missing = received_for(addr, "/missing");
+    let rows = stat(&sock, "show stat").1;
+    let srv = row(&rows, "be", "s1");
+    assert_eq!(num(srv, "bout"), 11 * per_ok + 4 * per_missing);
+    assert_eq!(
+        Sluice::cli(&sock, "show info")
+            .lines()
+            .find(|l| l.starts_with("CumReq:"))
+            .unwrap(),
+        "CumReq: 18"
+    );
+
+    // `clear counters` resets the maxima only; `clear counters all` everything.
+    assert_eq!(Sluice::cli(&sock, "clear counters").trim(), "");
+    let rows = stat(&sock, "show stat").1;
+    assert_eq!(num(row(&rows, "fe", "FRONTEND"), "smax"), 0);
+    assert_eq!(num(row(&rows, "fe", "FRONTEND"), "stot"), 19);
+    assert_eq!(Sluice::cli(&sock, "clear counters all").trim(), "");
+    let rows = stat(&sock, "show stat").1;
+    for (px, sv) in [("fe", "FRONTEND"), ("be", "BACKEND"), ("be", "s1")] {
+        let r = row(&rows, px, sv);
+        for col in ["stot", "bin", "bout", "hrsp_2xx"] {
+            assert_eq!(num(r, col), 0, "{px}/{sv} {col} after clear counters all");
+        }
+    }
+    get(addr, "/ok");
+    let rows = stat(&sock, "show stat").1;
+    assert_eq!(num(row(&rows, "be", "s1"), "hrsp_2xx"), 1);
+}
+
+/// Bytes a client receives for one request on a new connection.
+fn received_for(addr: SocketAddr, path: &str) -> u64 {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    exchange(addr, req.as_bytes()).len() as u64
+}
+
+#[test]
+fn typed_json_and_filtered_forms() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server a {o}\n    server b {o}\nbackend other\n    server c {o}\n",
+        sock.display(),
+        o = origin.addr
+    ));
+    get(p.addr(), "/x");
+    let typed = Sluice::cli(&sock, "show stat typed");
+    let line = typed
+        .lines()
+        .find(|l| l.starts_with("F.") && l.contains(".req_tot."))
+        .expect("the frontend's req_tot");
+    let re = regex_like(line);
+    assert_eq!(re, ("F", "1", "0", "48", "req_tot", "MCP", "u64"), "{line}");
+    assert!(line.ends_with(":1"), "{line}");
+    assert!(typed.contains("S.2.1.1.svname.1:KNS:str:a\n"), "{typed}");
+    // Module counters are numbered without the separator.
+    assert!(
+        typed.contains("B.2.0.103.ssl_sess.1:MCP:u64:0\n"),
+        "{typed}"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&Sluice::cli(&sock, "show stat json")).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    let first = &rows[0][0];
+    assert_eq!(first["objType"], "Frontend");
+    assert_eq!(first["field"]["name"], "pxname");
+    assert_eq!(first["tags"]["origin"], "Key");
+    assert_eq!(first["value"]["type"], "str");
+    assert_eq!(first["value"]["value"], "fe");
+
+    // `show stat PROXY TYPE SID`: the servers (4) of one backend, then one server.
+    let (_, rows) = stat(&sock, "show stat be 4 -1");
+    let names: Vec<&str> = rows.iter().map(|r| r["svname"].as_str()).collect();
+    assert_eq!(names, ["a", "b"]);
+    let (_, rows) = stat(&sock, "show stat 2 4 2");
+    let names: Vec<&str> = rows.iter().map(|r| r["svname"].as_str()).collect();
+    assert_eq!(names, ["b"]);
+    let (_, rows) = stat(&sock, "show stat -1 3 -1");
+    let names: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["pxname"].as_str(), r["svname"].as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("fe", "FRONTEND"), ("be", "BACKEND"), ("other", "BACKEND")]
+    );
+}
+
+/// The parts of a typed line: kind, iid, sid, position, name, tags, type.
+fn regex_like(line: &str) -> (&str, &str, &str, &str, &str, &str, &str) {
+    let (key, rest) = line.split_once(':').unwrap();
+    let mut k = key.split('.');
+    let mut r = rest.split(':');
+    (
+        k.next().unwrap(),
+        k.next().unwrap(),
+        k.next().unwrap(),
+        k.next().unwrap(),
+        k.next().unwrap(),
+        r.next().unwrap(),
+        r.next().unwrap(),
+    )
+}
+
+#[test]
+fn counters_summed_over_workers_are_exact() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 4\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let addr = p.addr();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Conn::new(addr);
+                for i in 0..50 {
+                    assert_eq!(c.get(&format!("/r{i}")).status, 200);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = stat(&sock, "show stat").1;
+        if num(row(&rows, "fe", "FRONTEND"), "req_tot") == 400 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(num(row(&rows, "fe", "FRONTEND"), "req_tot"), 400);
+    assert_eq!(num(row(&rows, "fe", "FRONTEND"), "hrsp_2xx"), 400);
+    assert_eq!(num(row(&rows, "fe", "FRONTEND"), "stot"), 8);
+    assert_eq!(num(row(&rows, "be", "BACKEND"), "stot"), 400);
+    assert_eq!(num(row(&rows, "be", "a"), "lbtot"), 400);
+    assert_eq!(num(row(&rows, "be", "a"), "hrsp_2xx"), 400);
+    assert_eq!(origin.count(), 400);
+}
+
+#[test]
+fn show_info_has_haproxy_26_fields() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    maxconn 500\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    for _ in 0..3 {
+        get(p.addr(), "/");
+    }
+    let text = Sluice::cli(&sock, "show info");
+    let names: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_once(':').unwrap().0)
+        .collect();
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/haproxy-2.6/show-info-fields.txt"
+    ))
+    .unwrap();
+    let reference: Vec<&str> = reference.lines().collect();
+    assert_eq!(names, reference);
+    let field = |n: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{n}: ")))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(field("Name"), "sluice");
+    assert_eq!(field("Nbthread"), "2");
+    assert_eq!(field("Process_num"), "1");
+    assert_eq!(field("Pid"), p.pid().to_string());
+    assert_eq!(field("Maxconn"), "500");
+    assert_eq!(field("CumReq"), "3");
+    assert!(field("Uptime").ends_with('s'));
+    let typed = Sluice::cli(&sock, "show info typed");
+    assert!(typed.contains("\n3.Nbthread.1:CGS:u32:2\n"), "{typed}");
+    let json: serde_json::Value =
+        serde_json::from_str(&Sluice::cli(&sock, "show info json")).unwrap();
+    let items = json.as_array().unwrap();
+    assert_eq!(items.len(), reference.len());
+    assert_eq!(items[6]["field"]["name"], "Pid");
+    assert_eq!(items[6]["value"]["value"], p.pid());
+}
