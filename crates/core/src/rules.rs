@@ -108,7 +108,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         name: "http-request",
         scope: Scope::FE_BE,
         help:
-            "http-request return|deny|allow|set-header|add-header|del-header ... [if|unless COND]",
+            "http-request return|deny|allow|set-header|add-header|del-header|use-service ... [if|unless COND]",
         parse: |c, args| {
             let rule = parse_rule(&c.rules, args, Side::Request)?;
             c.rules.http_request.push(rule);
@@ -326,6 +326,20 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
             sluice_config::no_args(params)?;
             Action::Allow
         }
+        ("use-service", Side::Request) => match params {
+            [name] if name == "prometheus-exporter" => {
+                Action::UseService(Service::PrometheusExporter)
+            }
+            [name] => {
+                return Err(KwError::bad(
+                    2,
+                    name,
+                    "unknown service (sluice has prometheus-exporter)",
+                ))
+            }
+            [] => return Err(KwError::Missing("a service name")),
+            [_, extra, ..] => return Err(KwError::Extra(extra.clone())),
+        },
         ("set-header" | "add-header", _) => {
             let [name, value] = params else {
                 return Err(KwError::Missing("a header name and a value"));

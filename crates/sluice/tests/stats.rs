@@ -445,3 +445,198 @@ fn show_info_has_haproxy_26_fields() {
     assert_eq!(items[6]["field"]["name"], "Pid");
     assert_eq!(items[6]["value"]["value"], p.pid());
 }
+
+/// The metric families of an exposition: name -> type.
+fn families(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_string(), t.to_string())
+        })
+        .collect()
+}
+
+/// The value of one sample, by its name and labels as written.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {series}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_prometheus_exporter_publishes_haproxy_26_metrics() {
+    let origin = Origin::start("o");
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    acl metrics path /metrics\n    \
+         http-request use-service prometheus-exporter if metrics\n    default_backend be\n\
+         backend be\n    server up {}\n    server gone {down} check inter 100ms\n",
+        origin.addr
+    ));
+    for _ in 0..5 {
+        assert_eq!(get(p.addr(), "/page").status, 200);
+    }
+    // The checked server goes down after its first failed check.
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = get(p.addr(), "/metrics").text();
+        if text.contains("haproxy_server_status{proxy=\"be\",server=\"gone\",state=\"DOWN\"} 1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/haproxy-2.6/prometheus-metrics.txt"
+    ))
+    .unwrap();
+    let reference: Vec<(String, String)> = reference
+        .lines()
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_string(), t.to_string())
+        })
+        .collect();
+    assert_eq!(families(&text), reference);
+    assert_eq!(sample(&text, "haproxy_process_nbproc"), 1.0);
+    assert_eq!(
+        sample(
+            &text,
+            "haproxy_frontend_http_responses_total{proxy=\"fe\",code=\"2xx\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        sample(&text, "haproxy_backend_http_requests_total{proxy=\"be\"}"),
+        5.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "haproxy_server_status{proxy=\"be\",server=\"up\",state=\"UP\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "haproxy_server_check_status{proxy=\"be\",server=\"gone\",state=\"L4CON\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "haproxy_server_limit_sessions{proxy=\"be\",server=\"up\"}"
+        )
+        .to_string(),
+        "NaN"
+    );
+    // Only what the scope asks for.
+    let be_only = get(p.addr(), "/metrics?scope=backend").text();
+    let names = families(&be_only);
+    assert!(!names.is_empty());
+    assert!(
+        names.iter().all(|(n, _)| n.starts_with("haproxy_backend_")),
+        "{names:?}"
+    );
+    let none = get(p.addr(), "/metrics?scope=").text();
+    assert!(families(&none).is_empty(), "{none}");
+    // The exporter's answers are the proxy's own: intercepted, not sent to a server.
+    assert_eq!(origin.count(), 5);
+}
+
+/// A free port on 127.0.0.1 (for a program that cannot take an inherited socket).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn promtool_lints_the_exposition_and_prometheus_scrapes_it() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    acl metrics path /metrics\n    \
+         http-request use-service prometheus-exporter if metrics\n    default_backend be\n\
+         backend be\n    server s1 {} check inter 1s\n",
+        origin.addr
+    ));
+    for _ in 0..7 {
+        get(p.addr(), "/x");
+    }
+    let text = get(p.addr(), "/metrics").body;
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; .ci/run installs it)");
+    lint.stdin.take().unwrap().write_all(&text).unwrap();
+    let out = lint.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    // HAProxy's own exposition draws exactly this one remark (a counter without `_total`,
+    // a name kept so that HAProxy's dashboards work); anything else is ours.
+    let remarks: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        remarks,
+        ["haproxy_process_failed_resolutions counter metrics should have \"_total\" suffix"],
+        "{said}"
+    );
+
+    // A real Prometheus server scrapes the exporter; its query API sees the request count.
+    let dir = TempDir::new();
+    let web = format!("127.0.0.1:{}", free_port());
+    let cfg = dir.write(
+        "prometheus.yml",
+        &format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: sluice\n    metrics_path: /metrics\n    static_configs:\n      - targets: ['{}']\n",
+            p.addr()
+        ),
+    );
+    let mut prom = std::process::Command::new("prometheus")
+        .arg(format!("--config.file={cfg}"))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.0.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("prometheus (Debian's prometheus package; .ci/run installs it)");
+    let web: SocketAddr = web.parse().unwrap();
+    let query = "/api/v1/query?query=haproxy_frontend_http_requests_total%7Bproxy%3D%22fe%22%7D";
+    let mut seen = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if TcpStream::connect(web).is_ok() {
+            seen = get(web, query).text();
+            if seen.contains("\"result\":[{") {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let _ = prom.kill();
+    let _ = prom.wait();
+    // The scraped value counts the 7 requests and the exporter's own (at least one).
+    let v: serde_json::Value = serde_json::from_str(&seen).unwrap_or_else(|_| panic!("{seen}"));
+    let value: f64 = v["data"]["result"][0]["value"][1]
+        .as_str()
+        .unwrap_or_else(|| panic!("{seen}"))
+        .parse()
+        .unwrap();
+    assert!((8.0..20.0).contains(&value), "{seen}");
+    assert_eq!(v["data"]["result"][0]["metric"]["job"], "sluice");
+}

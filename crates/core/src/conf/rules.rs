@@ -51,6 +51,15 @@ pub enum Action {
     SetHeader(String, String),
     AddHeader(String, String),
     DelHeader(String),
+    /// Answer with a built-in service (`use-service`).
+    UseService(Service),
+}
+
+/// The services `http-request use-service` can answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// Metrics in Prometheus's text format (`prometheus-exporter`).
+    PrometheusExporter,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -85,13 +85,22 @@ pub struct ServerState {
 
 /// A monotonic clock in nanoseconds (never 0), cheap to store in an atomic.
 pub fn clock_ns() -> u64 {
+    clock_base().elapsed().as_nanos() as u64 + 1
+}
+
+fn clock_base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+    *BASE.get_or_init(Instant::now)
 }
 
 /// [`clock_ns`] in milliseconds (never 0).
 pub fn clock_ms() -> u64 {
-    clock_ns() / 1_000_000 + 1
+    clock_ms_at(Instant::now())
+}
+
+/// [`clock_ms`] of an instant already read (saves reading the clock again).
+pub fn clock_ms_at(t: Instant) -> u64 {
+    t.saturating_duration_since(clock_base()).as_millis() as u64 + 1
 }
 
 /// How a check ended, in HAProxy's terms (`check_status` in `show stat`).

@@ -282,6 +282,11 @@ fn rlimit_nofile() -> u64 {
     }
 }
 
+/// Every field's name and value, in order.
+pub fn values(p: &Process) -> Vec<(&'static str, String)> {
+    lines(p).into_iter().map(|l| (l.name, l.value)).collect()
+}
+
 /// `show info`: `Name: value` lines.
 pub fn text(p: &Process) -> String {
     let mut out = String::new();

@@ -11,6 +11,7 @@
 
 pub mod fields;
 pub mod info;
+pub mod prometheus;
 mod render;
 mod row;
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use sluice_http::{RequestHead, Version};
 
 use super::connect::{Attempts, ConnectError};
-use crate::runtime::{clock_ms, Peaks, Timings, Worker};
+use crate::runtime::{clock_ms_at, Peaks, Timings, Worker};
 
 /// Where the transaction was when it ended (the second letter of the termination code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -199,11 +199,13 @@ pub(crate) struct Tally {
     pub t_connect: i64,
     pub t_response: i64,
     pub t_total: i64,
+    /// When the transaction ended.
+    pub at: Instant,
 }
 
 impl Tally {
     pub fn count(&self, w: &Worker, fe: usize, backend: Option<usize>, server: Option<usize>) {
-        let now = clock_ms();
+        let now = clock_ms_at(self.at);
         let state = w.state();
         let f = state.frontends[fe].counters.at(w.tid);
         f.bytes_in.add(self.bytes_in);

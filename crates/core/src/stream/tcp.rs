@@ -106,6 +106,7 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
 /// The tcplog line of a connection (when the frontend logs).
 /// What a TCP session adds to the statistics.
 fn tally(at: &Attempts, started: Instant, moved: Moved, term: [u8; 2]) -> Tally {
+    let now = Instant::now();
     Tally {
         status: None,
         request: false,
@@ -116,7 +117,8 @@ fn tally(at: &Attempts, started: Instant, moved: Moved, term: [u8; 2]) -> Tally 
         t_queue: at.t_queue,
         t_connect: at.t_connect,
         t_response: -1,
-        t_total: connect::ms(started.elapsed()),
+        t_total: connect::ms(now - started),
+        at: now,
     }
 }
 

@@ -28,7 +28,8 @@ use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
-use crate::rules::{holds, Action, HttpRule};
+use crate::rules::{holds, Action, HttpRule, Service};
+use crate::stats;
 
 /// The routing decision for a request, computed from its head.
 enum Route {
@@ -431,6 +432,7 @@ impl Txn {
     /// Adds the transaction to the statistics of its frontend, backend and server.
     fn count(&self, s: &Session, status: i64, term: [u8; 2]) {
         let lg = &self.log;
+        let at = Instant::now();
         let ms = |d: std::time::Duration| d.as_millis() as i64;
         // The server counts once a connection to it was made.
         let server = lg.attempts.filter(|a| a.t_connect >= 0).map(|a| a.server);
@@ -444,7 +446,8 @@ impl Txn {
             t_queue: lg.attempts.map_or(-1, |a| a.t_queue),
             t_connect: lg.attempts.map_or(-1, |a| a.t_connect),
             t_response: lg.t_response,
-            t_total: lg.started.map_or(-1, |a| ms(a.elapsed())),
+            t_total: lg.started.map_or(-1, |a| ms(at - a)),
+            at,
         }
         .count(&s.w, s.fe, self.backend, server);
     }
@@ -514,11 +517,31 @@ pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
 }
 
 /// Applies frontend rules, routing, then backend rules, and picks a server.
+/// The response of a built-in service.
+fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec<u8> {
+    match service {
+        Service::PrometheusExporter => {
+            let target = req.target();
+            let query = target
+                .iter()
+                .position(|&b| b == b'?')
+                .map_or(&b""[..], |i| &target[i + 1..]);
+            let scope = stats::prometheus::Scope::from_query(&String::from_utf8_lossy(query));
+            let body = stats::prometheus::render(&s.w.process, scope);
+            local_response(
+                200,
+                Some("text/plain; version=0.0.4; charset=utf-8"),
+                body.as_bytes(),
+            )
+        }
+    }
+}
+
 fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
     let mut edits = Edits::default();
-    if let Some(r) = apply_rules(&fe.rules.http_request, req, &mut edits, None) {
+    if let Some(r) = apply_rules(s, &fe.rules.http_request, req, &mut edits, None) {
         return (r, edits);
     }
     let backend = fe
@@ -540,7 +563,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     };
     let be = &config.backends[backend];
     let st = &s.w.state().backends[backend];
-    if let Some(r) = apply_rules(&be.rules.http_request, req, &mut edits, Some(backend)) {
+    if let Some(r) = apply_rules(s, &be.rules.http_request, req, &mut edits, Some(backend)) {
         return (r, edits);
     }
     let header = match &be.algo {
@@ -571,6 +594,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
 }
 
 fn apply_rules(
+    s: &Session,
     rules: &[HttpRule],
     req: &RequestView<'_>,
     edits: &mut Edits,
@@ -599,6 +623,12 @@ fn apply_rules(
                 })
             }
             Action::Allow => return None,
+            Action::UseService(service) => {
+                return Some(Route::Respond {
+                    bytes: serve(s, *service, req),
+                    close: false,
+                })
+            }
             other => edits.apply(other),
         }
     }
