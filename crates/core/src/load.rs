@@ -12,7 +12,9 @@ use sluice_config::{
 
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
-use crate::{backend, balance, check, compression, control, errorpages, log, pending, pool, rules};
+use crate::{
+    backend, balance, check, compression, control, errorpages, log, pending, pool, rules, stats,
+};
 use crate::{stream, worker};
 
 /// Keywords about the proxy section itself.
@@ -60,6 +62,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     compression::KEYWORDS,
     errorpages::KEYWORDS,
     log::KEYWORDS,
+    stats::KEYWORDS,
     pending::PROXY_KEYWORDS,
 ];
 
@@ -252,6 +255,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                     listen: p.conf.listen.clone(),
                     stream: p.conf.stream.clone(),
                     rules,
+                    monitor: p.conf.monitor.clone(),
                     compression: p.conf.compression.clone(),
                     errors: p.conf.errors.clone(),
                     log: p.conf.log.clone(),

@@ -181,7 +181,7 @@ fn parse_acl(args: &[String], first_index: usize) -> Result<Acl, KwError> {
 }
 
 /// Parses an optional `if|unless COND` at the start of `args`.
-fn parse_cond(
+pub(crate) fn parse_cond(
     rules: &RulesConf,
     args: &[String],
     first_index: usize,

@@ -22,6 +22,7 @@ mod loc;
 pub mod log;
 pub mod pool;
 pub mod rules;
+pub mod stats;
 pub mod stream;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -98,6 +99,7 @@ pub struct ProxyConf {
     pub errors: ErrorPages,
     pub log: LogConf,
     pub check: BackendCheck,
+    pub monitor: stats::MonitorConf,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -110,6 +112,7 @@ pub struct Frontend {
     pub listen: ListenConf,
     pub stream: StreamConf,
     pub rules: FrontendRules,
+    pub monitor: stats::MonitorConf,
     pub compression: CompConf,
     pub errors: ErrorPages,
     pub log: LogConf,

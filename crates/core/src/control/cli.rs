@@ -149,6 +149,18 @@ pub const COMMANDS: &[Command] = &[
         run: show_stat,
     },
     Command {
+        words: &["show", "env"],
+        help: "dump the environment [NAME]",
+        level: Level::Operator,
+        run: show_env,
+    },
+    Command {
+        words: &["show", "threads"],
+        help: "show what each worker thread holds and does",
+        level: Level::Operator,
+        run: show_threads,
+    },
+    Command {
         words: &["clear", "counters"],
         help: "clear the maxima ([all]: every counter, admin only)",
         level: Level::Operator,
@@ -330,6 +342,47 @@ fn show_info(s: &Process, args: &[&str], _: Level) -> String {
     } else {
         stats::info::text(s)
     }
+}
+
+/// `show env [NAME]`: the process's environment, `NAME=value` per line.
+fn show_env(_: &Process, args: &[&str], _: Level) -> String {
+    let mut out = String::new();
+    match args {
+        [] => {
+            for (k, v) in std::env::vars_os() {
+                let _ = writeln!(out, "{}={}", k.to_string_lossy(), v.to_string_lossy());
+            }
+        }
+        [name] => match std::env::var_os(name) {
+            Some(v) => {
+                let _ = writeln!(out, "{name}={}", v.to_string_lossy());
+            }
+            None => out.push_str("Variable not found\n"),
+        },
+        _ => out.push_str("Usage: show env [NAME]\n"),
+    }
+    out
+}
+
+/// `show threads`: what each worker holds and does now.
+fn show_threads(s: &Process, _: &[&str], _: Level) -> String {
+    let mut out = String::new();
+    for t in s.threads.iter() {
+        let _ = writeln!(
+            out,
+            "Thread {}: load={} conns={} checks_homed={} checks_awake={} inbox={} busy_pct={} loops={} requests={}",
+            t.id + 1,
+            t.load(),
+            t.active.load(Ordering::Relaxed),
+            t.checks_homed.load(Ordering::Relaxed),
+            t.checks_awake.load(Ordering::Relaxed),
+            t.inbox_pending.load(Ordering::Relaxed),
+            t.busy_pct.load(Ordering::Relaxed),
+            t.counters.loops.get(),
+            t.counters.requests.get(),
+        );
+    }
+    out
 }
 
 fn show_activity(s: &Process, _: &[&str], _: Level) -> String {

@@ -11,6 +11,7 @@
 
 pub mod fields;
 pub mod info;
+mod keywords;
 pub mod prometheus;
 mod render;
 mod row;
@@ -18,6 +19,7 @@ mod row;
 use std::sync::atomic::Ordering;
 
 pub use self::fields::{Field, Ty, FIELDS};
+pub use self::keywords::KEYWORDS;
 pub use self::render::{csv, json, typed};
 pub use self::row::{Cell, Kind, Row};
 use crate::conf::stream::Mode;

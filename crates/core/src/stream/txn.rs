@@ -541,6 +541,23 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
     let mut edits = Edits::default();
+    if fe.monitor.uri.as_deref().map(str::as_bytes) == Some(req.target()) {
+        // `monitor-uri`: the proxy answers for itself, before any rule.
+        let failing = fe.monitor.fail.as_ref().is_some_and(|c| c.eval(req));
+        let route = if failing {
+            Route::Error {
+                status: 503,
+                backend: None,
+                denied: false,
+            }
+        } else {
+            Route::Respond {
+                bytes: local_response(200, Some("text/plain"), b"ready\n"),
+                close: false,
+            }
+        };
+        return (route, edits);
+    }
     if let Some(r) = apply_rules(s, &fe.rules.http_request, req, &mut edits, None) {
         return (r, edits);
     }
