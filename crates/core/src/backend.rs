@@ -396,6 +396,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         .collect();
     Backend {
         order: 0,
+        stats: Default::default(),
         id,
         name: name.to_string(),
         servers,

@@ -201,6 +201,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         }
         backends.push(Backend {
             order,
+            stats: conf.stats.clone(),
             ..backend::lower(&p.name, id, &conf)
         });
     }
@@ -256,6 +257,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                     stream: p.conf.stream.clone(),
                     rules,
                     monitor: p.conf.monitor.clone(),
+                    stats: p.conf.stats.clone(),
                     compression: p.conf.compression.clone(),
                     errors: p.conf.errors.clone(),
                     log: p.conf.log.clone(),

@@ -711,3 +711,177 @@ fn show_env_and_show_threads() {
         assert!(l.starts_with(&format!("Thread {}: load=", i + 1)), "{l}");
     }
 }
+
+/// A raw request on a new connection; the whole answer as text (the connection closes).
+fn raw(addr: SocketAddr, req: &str) -> String {
+    String::from_utf8_lossy(&exchange(addr, req.as_bytes())).into_owned()
+}
+
+#[test]
+fn the_stats_page_shows_a_table_per_proxy_and_its_admin_form_drains_a_server() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}\
+         frontend fe\n    {{fe}}\n    stats enable\n    stats uri /st\n    stats realm Ops\n    \
+         stats auth admin:s3cret\n    stats refresh 10s\n    stats show-legends\n    stats show-node edge-1\n    \
+         acl all_ok path_beg /\n    stats admin if all_ok\n    default_backend be\n\
+         backend be\n    balance roundrobin\n    server a {} check inter 100ms\n    server b {}\n    server gone {down} check inter 100ms\n\
+         backend quiet\n    server q {}\n",
+        sock.display(),
+        a.addr,
+        b.addr,
+        a.addr
+    ));
+    let addr = p.addr();
+    let auth = "Authorization: Basic YWRtaW46czNjcmV0\r\n"; // admin:s3cret
+    let page = |path: &str| {
+        raw(
+            addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: t\r\n{auth}Connection: close\r\n\r\n"),
+        )
+    };
+
+    // No credentials, or wrong ones: 401 with the realm.
+    let r = raw(
+        addr,
+        "GET /st HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+    assert!(
+        r.to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"ops\""),
+        "{r}"
+    );
+    let r = raw(addr, "GET /st HTTP/1.1\r\nHost: t\r\nAuthorization: Basic YWRtaW46bm8=\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+
+    // Wait until the dead server is found down.
+    let mut html = String::new();
+    for _ in 0..100 {
+        html = page("/st");
+        if html.contains("data-server=\"gone\" data-status=\"DOWN\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(html.starts_with("HTTP/1.1 200"), "{html}");
+    assert!(html.contains("content-type: text/html"), "{html}");
+    assert_eq!(
+        html.matches("<table class=\"tbl\" id=\"px-").count(),
+        3,
+        "fe, be, quiet"
+    );
+    assert!(html.contains("<meta http-equiv=\"refresh\" content=\"10\">"));
+    assert!(html.contains(" on edge-1</h2>"));
+    assert!(html.contains("id=\"legend\""));
+    assert!(
+        html.contains("<tr class=\"down server\" data-server=\"gone\" data-status=\"DOWN\">"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<tr class=\"active-up server\" data-server=\"a\" data-status=\"UP\">"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<tr class=\"nocheck server\" data-server=\"b\""),
+        "{html}"
+    );
+    assert!(html.contains("<form method=\"post\" action=\"/st\">"));
+    assert!(!page("/st;norefresh").contains("http-equiv=\"refresh\""));
+    let up = page("/st;up");
+    assert!(!up.contains("data-server=\"gone\""));
+    assert!(up.contains("data-server=\"a\""));
+
+    // The CSV and JSON forms are `show stat`'s.
+    let csv = page("/st;csv");
+    let header = csv
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap();
+    assert_eq!(
+        header,
+        Sluice::cli(&sock, "show stat").lines().next().unwrap()
+    );
+    let json = page("/st;json");
+    let v: serde_json::Value =
+        serde_json::from_str(json.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        v.as_array().unwrap().len(),
+        7,
+        "fe; a, b, gone, be; q, quiet"
+    );
+
+    // The admin form drains server b: no new traffic reaches it.
+    let be_id = stat_field(&Sluice::cli(&sock, "show stat"), "be", "BACKEND", "iid");
+    let form = format!("s=b&action=drain&b=%23{be_id}");
+    let r = raw(
+        addr,
+        &format!(
+            "POST /st HTTP/1.1\r\nHost: t\r\n{auth}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+            form.len()
+        ),
+    );
+    assert!(r.starts_with("HTTP/1.1 303"), "{r}");
+    assert!(
+        r.to_ascii_lowercase().contains("location: /st;st=done"),
+        "{r}"
+    );
+    assert_eq!(
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", "b", "status"),
+        "DRAIN"
+    );
+    let before = b.count();
+    for _ in 0..6 {
+        assert_eq!(get(addr, "/x").status, 200);
+    }
+    assert_eq!(b.count(), before);
+    assert!(page("/st;st=DONE").contains("Action processed: DONE"));
+    assert!(page("/st").contains("<tr class=\"drain server\" data-server=\"b\""));
+}
+
+#[test]
+fn the_stats_page_without_admin_refuses_actions_and_scopes_its_proxies() {
+    let a = Origin::start("a");
+    let _p = Sluice::start(&format!(
+        "{DEFAULTS}listen web\n    {{fe}}\n    stats enable\n    stats scope web\n    stats hide-version\n    server a {}\n\
+         backend hidden\n    server h {}\n",
+        a.addr, a.addr
+    ));
+    let addr = _p.addr();
+    let html = raw(
+        addr,
+        "GET /haproxy?stats HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(html.starts_with("HTTP/1.1 200"), "{html}");
+    assert_eq!(html.matches("<table class=\"tbl\" id=\"px-").count(), 1);
+    assert!(html.contains("id=\"px-web\""));
+    assert!(!html.contains("px-hidden"));
+    assert!(!html.contains("version"));
+    assert!(!html.contains("<form"));
+    let form = "s=a&action=maint&b=%231";
+    let r = raw(
+        addr,
+        &format!(
+            "POST /haproxy?stats HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+            form.len()
+        ),
+    );
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    assert_eq!(get(addr, "/").status, 200);
+    let (ok, err) = check_config(
+        "defaults\n    mode http\nfrontend f\n    bind 127.0.0.1:1\n    stats auth nopassword\n",
+    );
+    assert!(
+        !ok && err.contains("c.cfg:5") && err.contains("USER:PASSWORD"),
+        "{err}"
+    );
+}

@@ -436,6 +436,44 @@ pub fn killable(be: &Backend, server: usize) -> bool {
                 .any(|o| !o.backup && o.check.as_ref().is_some_and(|c| c.shutdown_backups_on_up))
 }
 
+/// An operator's forced health (`set server B/S health`, the stats page): the check
+/// counter jumps to the matching end, as HAProxy does.
+pub fn force_health(p: &Process, b: usize, s: usize, state: OperState) {
+    let conf = &p.config.backends[b].servers[s];
+    let st = &p.state.backends[b];
+    if let (Some(c), Some(cs)) = (&conf.check, &st.servers[s].check) {
+        let health = match state {
+            OperState::Down => 0,
+            _ => c.rise + c.fall - 1,
+        };
+        cs.health.store(health, Ordering::Relaxed);
+    }
+    st.set_oper(s, state);
+}
+
+/// An operator's verdict for a server's agent (`set server B/S agent`); false when the
+/// server has no agent.
+pub fn force_agent(p: &Process, b: usize, s: usize, up: bool) -> bool {
+    let Some(agent) = &p.state.backends[b].servers[s].agent else {
+        return false;
+    };
+    agent.up.store(up, Ordering::Relaxed);
+    settle(p, b, s, None);
+    true
+}
+
+/// Pauses or resumes a server's health check (or agent): its state stays as it is
+/// meanwhile. False when the server has no such check.
+pub fn pause(p: &Process, b: usize, s: usize, agent: bool, paused: bool) -> bool {
+    let st = &p.state.backends[b].servers[s];
+    let flag = if agent {
+        st.agent.as_ref().map(|a| &a.paused)
+    } else {
+        st.check.as_ref().map(|c| &c.paused)
+    };
+    flag.map(|f| f.store(paused, Ordering::Relaxed)).is_some()
+}
+
 /// Servers that `track` this one take its operational state.
 fn propagate(p: &Process, backend: usize, server: usize, state: OperState) {
     for (b, be) in p.config.backends.iter().enumerate() {

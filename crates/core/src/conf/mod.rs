@@ -100,6 +100,7 @@ pub struct ProxyConf {
     pub log: LogConf,
     pub check: BackendCheck,
     pub monitor: stats::MonitorConf,
+    pub stats: stats::StatsPage,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -113,6 +114,7 @@ pub struct Frontend {
     pub stream: StreamConf,
     pub rules: FrontendRules,
     pub monitor: stats::MonitorConf,
+    pub stats: stats::StatsPage,
     pub compression: CompConf,
     pub errors: ErrorPages,
     pub log: LogConf,
@@ -175,6 +177,8 @@ pub struct Backend {
     pub compression: CompConf,
     pub errors: ErrorPages,
     pub check: BackendCheck,
+    /// The statistics page, when requests routed here ask for it.
+    pub stats: stats::StatsPage,
     /// Where health-check events go.
     pub log: LogConf,
 }

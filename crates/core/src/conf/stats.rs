@@ -10,3 +10,35 @@ pub struct MonitorConf {
     /// `monitor fail if|unless COND`: when it holds, the monitor URI answers 503.
     pub fail: Option<Cond>,
 }
+
+/// The statistics page of a proxy (`stats enable`, `stats uri`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatsPage {
+    /// `stats enable` (or any other `stats` page keyword, as in HAProxy).
+    pub enabled: bool,
+    /// `stats uri`: requests whose URI starts with it get the page (`/haproxy?stats`).
+    pub uri: Option<String>,
+    /// `stats realm`: the basic-authentication realm.
+    pub realm: Option<String>,
+    /// `stats auth USER:PASS`, any number.
+    pub auth: Vec<(String, String)>,
+    /// `stats refresh`: the page reloads itself this often.
+    pub refresh: Option<std::time::Duration>,
+    pub hide_version: bool,
+    pub show_legends: bool,
+    /// `stats show-node [NAME]`: the node name shown (the host name without NAME).
+    pub show_node: Option<Option<String>>,
+    /// `stats show-desc [DESC]`.
+    pub show_desc: Option<Option<String>>,
+    /// `stats scope NAME`: only these proxies are shown (all without any).
+    pub scope: Vec<String>,
+    /// `stats admin if|unless COND`: when it holds, the page offers server actions.
+    pub admin: Option<Cond>,
+}
+
+impl StatsPage {
+    /// The URI prefix the page answers on.
+    pub fn uri(&self) -> &str {
+        self.uri.as_deref().unwrap_or("/haproxy?stats")
+    }
+}

@@ -104,7 +104,7 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                         )
                     }
                 };
-                force_health(p, b, s, state);
+                crate::check::force_health(p, b, s, state);
                 Ok(String::new())
             }
             (Some("agent"), Some(v)) => {
@@ -114,13 +114,9 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                     "down" => false,
                     _ => return Err("'set server <srv> agent' expects 'up' or 'down'.\n".into()),
                 };
-                let agent = p.state.backends[b].servers[s]
-                    .agent
-                    .as_ref()
-                    .ok_or("Server has no agent check.\n")?;
-                agent.up.store(up, Ordering::Relaxed);
-                crate::check::settle(p, b, s, None);
-                Ok(String::new())
+                crate::check::force_agent(p, b, s, up)
+                    .then(String::new)
+                    .ok_or_else(|| "Server has no agent check.\n".into())
             }
             (Some("addr"), Some(ip)) => {
                 needs(level, Level::Admin)?;
@@ -161,40 +157,21 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
     })())
 }
 
-/// A forced health: the check counter jumps to the matching end, as HAProxy does.
-fn force_health(p: &Process, b: usize, s: usize, state: OperState) {
-    let conf = &p.config.backends[b].servers[s];
-    let st = &p.state.backends[b];
-    if let (Some(c), Some(cs)) = (&conf.check, &st.servers[s].check) {
-        let health = match state {
-            OperState::Down => 0,
-            _ => c.rise + c.fall - 1,
-        };
-        cs.health.store(health, Ordering::Relaxed);
-    }
-    st.set_oper(s, state);
-}
-
 /// `disable health B/S`, `enable health B/S`, `disable agent B/S`, `enable agent B/S`:
 /// pause or resume a server's checks (its state stays as it is meanwhile).
 fn pause(p: &Process, args: &[&str], level: Level, agent: bool, paused: bool) -> String {
     answer((|| {
         needs(level, Level::Admin)?;
         let (b, s) = find(p, args.first())?;
-        let st = &p.state.backends[b].servers[s];
-        let flag = if agent {
-            st.agent
-                .as_ref()
-                .map(|a| &a.paused)
-                .ok_or("Server has no agent check.\n")?
-        } else {
-            st.check
-                .as_ref()
-                .map(|c| &c.paused)
-                .ok_or("Server has no health check.\n")?
-        };
-        flag.store(paused, Ordering::Relaxed);
-        Ok(String::new())
+        crate::check::pause(p, b, s, agent, paused)
+            .then(String::new)
+            .ok_or_else(|| {
+                if agent {
+                    "Server has no agent check.\n".into()
+                } else {
+                    "Server has no health check.\n".into()
+                }
+            })
     })())
 }
 

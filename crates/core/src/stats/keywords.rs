@@ -1,8 +1,25 @@
-//! The monitoring keywords: `monitor-uri` and `monitor fail`.
+//! The monitoring keywords: `monitor-uri`, `monitor fail`, and the statistics page's
+//! `stats enable|uri|realm|auth|refresh|hide-version|show-legends|show-node|show-desc|scope|
+//! admin`. Any of the page's keywords enables the page, as in HAProxy.
 
-use sluice_config::{Keyword, KwError, Scope};
+use sluice_config::{no_args, Keyword, KwError, Scope};
 
-use crate::conf::{one_arg, ProxyConf};
+use crate::conf::{one_arg, time_arg, ProxyConf};
+
+/// The page's keywords, each enabling the page.
+macro_rules! page_keyword {
+    ($name:literal, $help:literal, |$c:ident, $a:ident| $body:expr) => {
+        Keyword {
+            name: $name,
+            scope: Scope::PROXY,
+            help: $help,
+            parse: |$c, $a| {
+                $c.stats.enabled = true;
+                $body
+            },
+        }
+    };
+}
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -29,4 +46,94 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             Ok(())
         },
     },
+    page_keyword!(
+        "stats enable",
+        "stats enable: serve the statistics page",
+        |c, a| no_args(a)
+    ),
+    page_keyword!(
+        "stats uri",
+        "stats uri PREFIX: where the page is served (/haproxy?stats)",
+        |c, a| {
+            let uri = one_arg(a, "a URI prefix")?;
+            c.stats.uri = Some(uri.to_string());
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats realm",
+        "stats realm REALM: the basic-authentication realm",
+        |c, a| {
+            c.stats.realm = Some(one_arg(a, "a realm")?.to_string());
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats auth",
+        "stats auth USER:PASSWORD: a user allowed to see the page",
+        |c, a| {
+            let v = one_arg(a, "USER:PASSWORD")?;
+            let (user, pass) = v
+                .split_once(':')
+                .ok_or_else(|| KwError::bad(1, v, "expects USER:PASSWORD"))?;
+            c.stats.auth.push((user.to_string(), pass.to_string()));
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats refresh",
+        "stats refresh TIME: the page reloads itself this often",
+        |c, a| {
+            c.stats.refresh = Some(time_arg(a)?);
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats hide-version",
+        "stats hide-version: do not show the version",
+        |c, a| no_args(a).map(|_| c.stats.hide_version = true)
+    ),
+    page_keyword!(
+        "stats show-legends",
+        "stats show-legends: explain the colours",
+        |c, a| no_args(a).map(|_| c.stats.show_legends = true)
+    ),
+    page_keyword!(
+        "stats show-node",
+        "stats show-node [NAME]: show the node name",
+        |c, a| {
+            match a {
+                [] => c.stats.show_node = Some(None),
+                [n] => c.stats.show_node = Some(Some(n.clone())),
+                [_, extra, ..] => return Err(KwError::Extra(extra.clone())),
+            }
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats show-desc",
+        "stats show-desc [DESCRIPTION]: show a description",
+        |c, a| {
+            c.stats.show_desc = Some((!a.is_empty()).then(|| a.join(" ")));
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats scope",
+        "stats scope NAME: show only these proxies (repeatable)",
+        |c, a| {
+            c.stats.scope.push(one_arg(a, "a proxy name")?.to_string());
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats admin",
+        "stats admin if|unless COND: offer server actions when COND holds",
+        |c, a| {
+            let cond = crate::rules::parse_cond(&c.rules, a, 1)?
+                .ok_or(KwError::Missing("'if' or 'unless' and a condition"))?;
+            c.stats.admin = Some(cond);
+            Ok(())
+        }
+    ),
 ];

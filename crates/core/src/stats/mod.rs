@@ -12,6 +12,7 @@
 pub mod fields;
 pub mod info;
 mod keywords;
+pub mod page;
 pub mod prometheus;
 mod render;
 mod row;

@@ -49,6 +49,8 @@ enum Route {
         backend: usize,
         server: usize,
     },
+    /// The statistics page of the frontend (`None`) or of a backend.
+    StatsPage(Option<usize>),
 }
 
 /// Facts about the current request kept after its head leaves the buffer.
@@ -122,12 +124,58 @@ impl Txn {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Intercepted);
                 s.cbuf.consume(head.len);
-                self.log.status = std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(-1);
+                self.log.status = status_of(&bytes);
                 self.log.term = Some(*b"LR");
                 let close = close || facts.wants_close || facts.framing != Framing::None;
+                let bytes = if close { with_close(bytes) } else { bytes };
+                self.log.bytes = bytes.len() as u64;
+                self.send_local(s, &bytes).await?;
+                Ok(!close)
+            }
+            Route::StatsPage(backend) => {
+                self.phase = Phase::Local;
+                self.log.local = Some(Local::Intercepted);
+                self.backend = backend;
+                let w = s.w.clone();
+                let config = w.config();
+                let page = match backend {
+                    Some(b) => &config.backends[b].stats,
+                    None => &config.frontends[s.fe].stats,
+                };
+                let admin = page.admin.as_ref().is_some_and(|c| c.eval(&req));
+                let method = req.method().to_vec();
+                let target = req.target().to_vec();
+                let authorization = req.header("authorization").map(<[u8]>::to_vec);
+                s.cbuf.consume(head.len);
+                // A form is small: read it whole when its length is announced.
+                let mut body = Vec::new();
+                let mut consumed = facts.framing == Framing::None;
+                if let Framing::Length(n) = facts.framing {
+                    if n <= 65536 {
+                        while (s.cbuf.bytes().len() as u64) < n {
+                            s.read_client()
+                                .await
+                                .map_err(|c| Fail::drop(c, Phase::Request))?;
+                        }
+                        body = s.cbuf.bytes()[..n as usize].to_vec();
+                        s.cbuf.consume(n as usize);
+                        consumed = true;
+                    }
+                }
+                let bytes = stats::page::answer(
+                    &w.process,
+                    &stats::page::PageRequest {
+                        page,
+                        method: &method,
+                        target: &target,
+                        authorization: authorization.as_deref(),
+                        admin,
+                        body: &body,
+                    },
+                );
+                self.log.status = status_of(&bytes);
+                self.log.term = Some(*b"LR");
+                let close = facts.wants_close || !consumed;
                 let bytes = if close { with_close(bytes) } else { bytes };
                 self.log.bytes = bytes.len() as u64;
                 self.send_local(s, &bytes).await?;
@@ -517,6 +565,14 @@ pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
 }
 
 /// Applies frontend rules, routing, then backend rules, and picks a server.
+/// The status code of a response the proxy wrote itself.
+fn status_of(bytes: &[u8]) -> i64 {
+    std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1)
+}
+
 /// The response of a built-in service.
 fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec<u8> {
     match service {
@@ -561,6 +617,9 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if let Some(r) = apply_rules(s, &fe.rules.http_request, req, &mut edits, None) {
         return (r, edits);
     }
+    if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
+        return (Route::StatsPage(None), edits);
+    }
     let backend = fe
         .rules
         .switching
@@ -582,6 +641,9 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let st = &s.w.state().backends[backend];
     if let Some(r) = apply_rules(s, &be.rules.http_request, req, &mut edits, Some(backend)) {
         return (r, edits);
+    }
+    if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
+        return (Route::StatsPage(Some(backend)), edits);
     }
     let header = match &be.algo {
         balance::Algo::Hdr(name) => req.header(name),
