@@ -885,3 +885,104 @@ fn the_stats_page_without_admin_refuses_actions_and_scopes_its_proxies() {
         "{err}"
     );
 }
+
+/// Runs Debian's headless Chromium on a URL with extra arguments; its standard output.
+fn chromium(url: &str, args: &[&str]) -> String {
+    let profile = TempDir::new();
+    let out = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu"])
+        .arg(format!("--user-data-dir={}", profile.0.display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium (Debian's chromium package; .ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_headless_browser_renders_the_stats_page() {
+    let a = Origin::start("a");
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stats enable\n    stats uri /st\n    \
+         stats show-legends\n    default_backend be\n\
+         backend be\n    server up {} check inter 100ms\n    server gone {down} check inter 100ms\n    server off {}\n\
+         backend other\n    server o {}\n",
+        sock.display(),
+        a.addr,
+        a.addr,
+        a.addr
+    ));
+    wait_until_status(&sock, "be", "gone", "DOWN");
+    Sluice::cli(&sock, "disable server be/off");
+    let url = format!("http://{}/st", p.addr());
+    let dom = chromium(&url, &["--dump-dom"]);
+    // One table per proxy, each server's row in its state's colour class.
+    let tables: Vec<&str> = dom
+        .match_indices("<table class=\"tbl\" id=\"px-")
+        .map(|(i, _)| {
+            let rest = &dom[i + 26..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    assert_eq!(tables, ["fe", "be", "other"], "{dom}");
+    for (server, class) in [
+        ("FRONTEND", "open frontend"),
+        ("up", "active-up server"),
+        ("gone", "down server"),
+        ("off", "maint server"),
+        ("BACKEND", "active-up backend"),
+    ] {
+        assert!(
+            dom.contains(&format!("<tr class=\"{class}\" data-server=\"{server}\"")),
+            "{server}: {dom}"
+        );
+    }
+    // The screenshot is kept for people to look at.
+    let shot = concat!(env!("CARGO_TARGET_TMPDIR"), "/stats-page.png");
+    let _ = std::fs::remove_file(shot);
+    chromium(
+        &url,
+        &[&format!("--screenshot={shot}"), "--window-size=1400,800"],
+    );
+    let png = std::fs::read(shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    eprintln!("stats page screenshot: {shot}");
+}
+
+/// Waits until a server's `show stat` status is `want`.
+fn wait_until_status(sock: &Path, px: &str, sv: &str, want: &str) {
+    settled(sock, |r| row(r, px, sv)["status"] == want);
+    assert_eq!(row(&stat(sock, "show stat").1, px, sv)["status"], want);
+}
+
+#[test]
+fn stats_timeout_bounds_how_long_the_cli_waits_for_a_command() {
+    let (_d, sock) = cli_dir();
+    let origin = Origin::start("o");
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    stats timeout 200ms\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(8)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut b = [0u8; 16];
+    // Nothing sent: the CLI gives up on this connection long before its default 10 s.
+    assert!(
+        matches!(c.read(&mut b), Ok(0)),
+        "the CLI kept the connection open"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+}

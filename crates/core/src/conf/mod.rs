@@ -52,6 +52,8 @@ pub struct GlobalConf {
     pub compression: GlobalComp,
     /// Every `stats socket` line.
     pub stats_sockets: Vec<cli::SocketConf>,
+    /// `stats timeout`: how long the CLI waits for a command (10 s).
+    pub stats_timeout: Option<Duration>,
     pub pool: PoolGlobal,
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
@@ -66,6 +68,7 @@ impl Default for GlobalConf {
             bufsize: 16384,
             compression: GlobalComp::default(),
             stats_sockets: Vec::new(),
+            stats_timeout: None,
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),

@@ -25,7 +25,17 @@ use crate::stats;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "stats timeout",
+        scope: Scope::GLOBAL,
+        help: "stats timeout TIME: how long the CLI waits for a command (10s)",
+        parse: |g, a| {
+            g.stats_timeout = Some(crate::conf::time_arg(a)?);
+            Ok(())
+        },
+    },
+    Keyword {
     name: "stats socket",
     scope: Scope::GLOBAL,
     help:
@@ -75,7 +85,8 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
         g.stats_sockets.push(conf);
         Ok(())
     },
-}];
+},
+];
 
 /// A `stats socket` address, in HAProxy's forms.
 fn parse_addr(a: &str) -> Result<CliAddr, String> {
@@ -274,7 +285,14 @@ pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
             let _ = conn.write_all(execute(&process, &line, conf.level).as_bytes());
         }
     };
-    let timeout = Some(Duration::from_secs(10));
+    let timeout = Some(
+        process
+            .config
+            .global
+            .stats_timeout
+            .unwrap_or(Duration::from_secs(10))
+            .max(Duration::from_millis(1)),
+    );
     match listener {
         CliListener::Unix(l) => {
             for mut conn in l.incoming().flatten() {

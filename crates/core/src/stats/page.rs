@@ -278,7 +278,7 @@ h1{font-size:18px;margin:0 0 4px}h2{font-size:14px;margin:4px 0}\
 table.tbl{border-collapse:collapse;margin:12px 0;font-size:12px}\
 table.tbl caption{text-align:left;font-weight:bold;padding:2px 6px;background:#20a0a0;color:#fff}\
 table.tbl th,table.tbl td{border:1px solid #999;padding:1px 4px;text-align:right;white-space:nowrap}\
-table.tbl th{background:#b0d0d0}table.tbl td.name{text-align:left}\
+table.tbl th{background:#b0d0d0;text-align:center}table.tbl td.name{text-align:left}\
 tr.open,tr.active-up{background:#c0ffc0}tr.backup-up{background:#c0c0ff}\
 tr.going-down{background:#ffffa0}tr.going-up{background:#ffd020}\
 tr.down,tr.stopped{background:#ff9090}tr.maint{background:#7070ff}\
