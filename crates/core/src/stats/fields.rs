@@ -179,9 +179,16 @@ pub const SEPARATOR: usize = 103;
 
 /// The position of a column.
 pub fn pos(name: &str) -> usize {
-    FIELDS
-        .iter()
-        .position(|f| f.name == name)
+    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, usize>> =
+        std::sync::OnceLock::new();
+    let map = BY_NAME.get_or_init(|| {
+        FIELDS
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name, i))
+            .collect()
+    });
+    *map.get(name)
         .unwrap_or_else(|| panic!("no stat column '{name}'"))
 }
 

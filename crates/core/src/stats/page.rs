@@ -233,10 +233,22 @@ fn unescape(v: &str) -> String {
 
 /// Text made safe for HTML.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    push_esc(&mut out, s);
+    out
+}
+
+/// Appends text made safe for HTML.
+fn push_esc(out: &mut String, s: &str) {
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
 }
 
 /// The CSS class of a row, from its status: the colour code the legend explains.
@@ -344,20 +356,28 @@ const ACTIONS: &[(&str, &str)] = &[
     ("adown", "Agent: force DOWN"),
 ];
 
-fn cell_text(r: &Row, col: &str) -> String {
-    match r.get(col) {
-        Some(Cell::Num(n)) if col == "lastsess" && *n < 0 => String::new(),
-        Some(Cell::Num(n)) => n.to_string(),
-        Some(Cell::Text(t)) if col == "check_status" => {
-            match r.get("check_duration").and_then(Cell::as_num) {
-                Some(ms) => format!("{t} in {ms}ms"),
-                None => t.clone(),
+/// Appends a cell as the page shows it.
+fn push_cell(h: &mut String, r: &Row, col: usize) {
+    match &r.cells[col] {
+        Some(Cell::Num(n)) if col == *LASTSESS && *n < 0 => {}
+        Some(Cell::Num(n)) => {
+            let _ = write!(h, "{n}");
+        }
+        Some(Cell::Text(t)) if col == *CHECK_STATUS => {
+            push_esc(h, t);
+            if let Some(ms) = r.get("check_duration").and_then(Cell::as_num) {
+                let _ = write!(h, " in {ms}ms");
             }
         }
-        Some(Cell::Text(t)) => t.clone(),
-        None => String::new(),
+        Some(Cell::Text(t)) => push_esc(h, t),
+        None => {}
     }
 }
+
+static LASTSESS: std::sync::LazyLock<usize> =
+    std::sync::LazyLock::new(|| super::fields::pos("lastsess"));
+static CHECK_STATUS: std::sync::LazyLock<usize> =
+    std::sync::LazyLock::new(|| super::fields::pos("check_status"));
 
 fn html(
     p: &Process,
@@ -479,6 +499,10 @@ fn proxy_table(h: &mut String, req: &PageRequest<'_>, rows: &[Row]) {
         }
     }
     h.push_str("</tr>");
+    let columns: Vec<usize> = GROUPS
+        .iter()
+        .flat_map(|(_, cols)| cols.iter().map(|(_, c)| super::fields::pos(c)))
+        .collect();
     for r in rows {
         let sv = r.name("svname");
         let kind = match r.kind {
@@ -501,10 +525,10 @@ fn proxy_table(h: &mut String, req: &PageRequest<'_>, rows: &[Row]) {
             );
         }
         let _ = write!(h, "{}</td>", esc(sv));
-        for (_, cols) in GROUPS {
-            for (_, col) in *cols {
-                let _ = write!(h, "<td>{}</td>", esc(&cell_text(r, col)));
-            }
+        for &col in &columns {
+            h.push_str("<td>");
+            push_cell(h, r, col);
+            h.push_str("</td>");
         }
         h.push_str("</tr>");
     }

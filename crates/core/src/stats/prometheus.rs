@@ -1117,11 +1117,17 @@ pub fn render(p: &Process, scope: Scope) -> String {
         if !on {
             continue;
         }
-        let rows: Vec<&Row> = rows.iter().filter(|r| r.kind == kind).collect();
+        let rows: Vec<(&Row, String)> = rows
+            .iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| (r, labels(r)))
+            .collect();
         for (name, ty, from, help) in table {
             header(&mut out, scope_name, name, ty, help);
-            for r in &rows {
-                sample(&mut out, scope_name, name, *from, r);
+            let metric = format!("haproxy_{scope_name}_{name}");
+            let source = Resolved::of(*from);
+            for (r, l) in &rows {
+                sample(&mut out, &metric, l, source, r);
             }
         }
     }
@@ -1148,24 +1154,63 @@ fn escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-fn sample(out: &mut String, scope: &str, name: &str, from: Source, r: &Row) {
-    let metric = format!("haproxy_{scope}_{name}");
-    let l = labels(r);
+/// A source with its columns looked up once per metric family.
+#[derive(Clone, Copy)]
+enum Resolved {
+    Col(usize),
+    Ms(usize),
+    Limit(usize),
+    State(&'static [&'static str], usize),
+    CheckStatus(usize),
+    Responses([usize; 6]),
+    None,
+}
+
+impl Resolved {
+    fn of(from: Source) -> Resolved {
+        let pos = super::fields::pos;
+        match from {
+            Col(c) => Resolved::Col(pos(c)),
+            Ms(c) => Resolved::Ms(pos(c)),
+            Limit(c) => Resolved::Limit(pos(c)),
+            State(states) => Resolved::State(states, pos("status")),
+            Source::CheckStatus => Resolved::CheckStatus(pos("check_status")),
+            Responses => Resolved::Responses(
+                [
+                    "hrsp_1xx",
+                    "hrsp_2xx",
+                    "hrsp_3xx",
+                    "hrsp_4xx",
+                    "hrsp_5xx",
+                    "hrsp_other",
+                ]
+                .map(pos),
+            ),
+            Source::Build => Resolved::None,
+        }
+    }
+}
+
+fn sample(out: &mut String, metric: &str, l: &str, from: Resolved, r: &Row) {
+    let cell = |i: usize| r.cells[i].as_ref();
     match from {
-        Col(col) => {
-            // An empty column is a figure HAProxy leaves out on this row.
-            if let Some(Cell::Num(v)) = r.get(col) {
+        Resolved::Col(i) => match cell(i) {
+            Some(Cell::Num(v)) => {
                 let _ = writeln!(out, "{metric}{{{l}}} {v}");
-            } else if col == "check_code" && r.get("check_status").is_some() {
+            }
+            // HAProxy shows a check's code as 0 when there is none.
+            _ if metric.ends_with("_check_code") && r.get("check_status").is_some() => {
                 let _ = writeln!(out, "{metric}{{{l}}} 0");
             }
-        }
-        Ms(col) => {
-            if let Some(Cell::Num(v)) = r.get(col) {
+            // An empty column is a figure HAProxy leaves out on this row.
+            _ => {}
+        },
+        Resolved::Ms(i) => {
+            if let Some(Cell::Num(v)) = cell(i) {
                 let _ = writeln!(out, "{metric}{{{l}}} {:.6}", *v as f64 / 1000.0);
             }
         }
-        Limit(col) => match r.get(col) {
+        Resolved::Limit(i) => match cell(i) {
             Some(Cell::Num(v)) => {
                 let _ = writeln!(out, "{metric}{{{l}}} {v}");
             }
@@ -1173,12 +1218,15 @@ fn sample(out: &mut String, scope: &str, name: &str, from: Source, r: &Row) {
                 let _ = writeln!(out, "{metric}{{{l}}} NaN");
             }
         },
-        State(states) => {
-            let status = r.name("status");
-            // "UP 1/3" is up, "DOWN 1/2" down, "OPEN" is a frontend that is up.
+        Resolved::State(states, i) => {
+            let status = match cell(i) {
+                Some(Cell::Text(t)) => t.as_str(),
+                _ => "",
+            };
+            // "UP 1/3" is up, "DOWN 1/2" down, "OPEN" is a frontend that is up, "no check"
+            // a server that is up.
             let word = match status.split(' ').next().unwrap_or("") {
-                "OPEN" => "UP",
-                "no" => "UP",
+                "OPEN" | "no" => "UP",
                 w => w,
             };
             for s in states {
@@ -1189,28 +1237,24 @@ fn sample(out: &mut String, scope: &str, name: &str, from: Source, r: &Row) {
                 );
             }
         }
-        Source::CheckStatus => {
-            let Some(Cell::Text(now)) = r.get("check_status") else {
+        Resolved::CheckStatus(i) => {
+            let Some(Cell::Text(now)) = cell(i) else {
                 return;
             };
             for s in CHECK_STATES {
                 let _ = writeln!(out, "{metric}{{{l},state=\"{s}\"}} {}", u8::from(s == now));
             }
         }
-        Responses => {
-            for (col, code) in [
-                ("hrsp_1xx", "1xx"),
-                ("hrsp_2xx", "2xx"),
-                ("hrsp_3xx", "3xx"),
-                ("hrsp_4xx", "4xx"),
-                ("hrsp_5xx", "5xx"),
-                ("hrsp_other", "other"),
-            ] {
-                if let Some(Cell::Num(v)) = r.get(col) {
+        Resolved::Responses(cols) => {
+            for (i, code) in cols
+                .iter()
+                .zip(["1xx", "2xx", "3xx", "4xx", "5xx", "other"])
+            {
+                if let Some(Cell::Num(v)) = cell(*i) {
                     let _ = writeln!(out, "{metric}{{{l},code=\"{code}\"}} {v}");
                 }
             }
         }
-        Source::Build => {}
+        Resolved::None => {}
     }
 }
