@@ -15,6 +15,7 @@
 mod chunked;
 mod errors;
 mod head;
+mod locate;
 mod request;
 mod response;
 mod view;
@@ -22,6 +23,7 @@ mod view;
 pub use chunked::{push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
 pub use errors::{error_page, reason};
 pub use head::{trim_ows, Framing, Header, Version};
+pub use locate::error_position;
 pub use request::{parse_request, HeadError, RequestHead};
 pub use response::{parse_response, ResponseHead};
 pub use view::{RequestView, ResponseView};

@@ -986,3 +986,49 @@ fn stats_timeout_bounds_how_long_the_cli_waits_for_a_command() {
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(8));
 }
+
+#[test]
+fn show_errors_keeps_the_last_invalid_request_and_response() {
+    let bad = Origin::with_handler(
+        "bad",
+        std::sync::Arc::new(|_: &Received| {
+            b"HTTP/1.1 2OO OK\r\nContent-Length: 0\r\n\r\n"
+                .to_vec()
+                .into()
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server broken {}\n",
+        sock.display(),
+        bad.addr
+    ));
+    let r = exchange(p.addr(), b"NOT HTTP AT ALL\r\n\r\n");
+    assert_eq!(status_of(&r), 400);
+    assert_eq!(get(p.addr(), "/x").status, 502);
+    let out = Sluice::cli(&sock, "show errors");
+    assert!(out.starts_with("Total events captured on ["), "{out}");
+    assert!(
+        out.contains("] frontend fe (#1): invalid request\n"),
+        "{out}"
+    );
+    assert!(out.contains("error at position 9\n"), "{out}");
+    assert!(out.contains("\n  00000  NOT HTTP AT ALL\\r\\n\n"), "{out}");
+    assert!(
+        out.contains("] backend be (#2): invalid response\n"),
+        "{out}"
+    );
+    assert!(out.contains("server broken (#1)"), "{out}");
+    assert!(out.contains("error at position 10\n"), "{out}");
+    assert!(out.contains("  00000  HTTP/1.1 2OO OK\\r\\n\n"), "{out}");
+    let only = Sluice::cli(&sock, "show errors fe request");
+    assert!(
+        only.contains("invalid request") && !only.contains("invalid response"),
+        "{only}"
+    );
+    let only = Sluice::cli(&sock, "show errors -1 response");
+    assert!(
+        !only.contains("invalid request") && only.contains("invalid response"),
+        "{only}"
+    );
+}

@@ -160,6 +160,12 @@ pub const COMMANDS: &[Command] = &[
         run: show_stat,
     },
     Command {
+        words: &["show", "errors"],
+        help: "the last invalid request or response of each proxy [PROXY|-1] [request|response]",
+        level: Level::Operator,
+        run: show_errors,
+    },
+    Command {
         words: &["show", "env"],
         help: "dump the environment [NAME]",
         level: Level::Operator,
@@ -360,6 +366,24 @@ fn show_info(s: &Process, args: &[&str], _: Level) -> String {
     } else {
         stats::info::text(s)
     }
+}
+
+/// `show errors [PROXY|-1] [request|response]`.
+fn show_errors(s: &Process, args: &[&str], _: Level) -> String {
+    let mut which = stats::errors::Which {
+        proxy: None,
+        requests: true,
+        responses: true,
+    };
+    for a in args {
+        match *a {
+            "request" => which.responses = false,
+            "response" => which.requests = false,
+            "-1" => {}
+            px => which.proxy = Some(px.to_string()),
+        }
+    }
+    stats::errors::render(s, &which)
 }
 
 /// `show env [NAME]`: the process's environment, `NAME=value` per line.

@@ -27,6 +27,7 @@ pub use self::process::{
     Admission, ClientConn, Process, ProcessFigures, Slot, ThreadCtx, Worker, WorkerChecks,
 };
 pub use self::state::{
-    clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CheckResult, CheckState,
-    FrontendState, LbCache, LbState, OperState, Runtime, ServerQueue, ServerState,
+    clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CapturedError,
+    CheckResult, CheckState, ErrorCapture, FrontendState, LbCache, LbState, OperState, Runtime,
+    ServerQueue, ServerState,
 };

@@ -314,6 +314,46 @@ impl ServerState {
     }
 }
 
+/// The last invalid request a frontend received, or the last invalid response a backend's
+/// server sent (`show errors`).
+#[derive(Debug, Clone)]
+pub struct CapturedError {
+    pub when: std::time::SystemTime,
+    /// The client (requests) or the server (responses).
+    pub peer: SocketAddr,
+    /// The server that sent an invalid response.
+    pub server: Option<(u32, String)>,
+    /// Where the head stops following HTTP/1.x's grammar.
+    pub at: usize,
+    /// The head as received (up to one buffer).
+    pub bytes: Vec<u8>,
+    /// Which capture of this proxy it is (from 0).
+    pub event: u64,
+}
+
+/// A proxy's capture of its last protocol error.
+#[derive(Debug, Default)]
+pub struct ErrorCapture {
+    last: Mutex<Option<CapturedError>>,
+    events: AtomicU64,
+}
+
+impl ErrorCapture {
+    /// Keeps `e` as the last error (errors are rare: the lock is taken only then).
+    pub fn keep(&self, mut e: CapturedError) {
+        e.event = self.events.fetch_add(1, Ordering::Relaxed);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    pub fn last(&self) -> Option<CapturedError> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
+    }
+}
+
 /// Time spent down: the closed stretches, and since when it is down now.
 #[derive(Debug, Default)]
 pub struct Downtime(Mutex<(Duration, Option<Instant>)>);
@@ -380,6 +420,8 @@ pub struct BackendState {
     pub last_change: Mutex<Instant>,
     /// Time spent with no usable server (`downtime`).
     pub downtime: Downtime,
+    /// The last invalid response of one of its servers.
+    pub errors: ErrorCapture,
 }
 
 impl BackendState {
@@ -401,6 +443,7 @@ impl BackendState {
             downs: AtomicU64::new(0),
             last_change: Mutex::new(Instant::now()),
             downtime: Downtime::default(),
+            errors: ErrorCapture::default(),
         }
     }
 
@@ -495,6 +538,8 @@ pub struct FrontendState {
     pub conns: AtomicUsize,
     pub counters: PerWorker<ProxyCounters>,
     pub peaks: Peaks,
+    /// The last invalid request.
+    pub errors: ErrorCapture,
 }
 
 /// The live state of every proxy of the current generation.
@@ -592,6 +637,7 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
         conns: AtomicUsize::new(0),
         counters: PerWorker::new(workers),
         peaks: Peaks::default(),
+        errors: ErrorCapture::default(),
     }
 }
 

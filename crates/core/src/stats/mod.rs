@@ -9,6 +9,7 @@
 //! - A column is filled on exactly the rows HAProxy 2.6 fills it on, and left empty on the
 //!   others, so that tools reading HAProxy's CSV find the same shape.
 
+pub mod errors;
 pub mod fields;
 pub mod info;
 mod keywords;

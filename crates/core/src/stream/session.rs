@@ -68,12 +68,14 @@ impl Session {
                     }
                     Ok(None) => {}
                     Err(HeadError { status, .. }) => {
-                        return Err(Fail::answer(status, Cause::Proxy, Phase::Request))
+                        self.capture_error();
+                        return Err(Fail::answer(status, Cause::Proxy, Phase::Request));
                     }
                 }
                 if self.cbuf.is_full() {
                     let line_done = memchr::memchr(b'\n', self.cbuf.bytes()).is_some();
                     let status = if line_done { 431 } else { 414 };
+                    self.capture_error();
                     return Err(Fail::answer(status, Cause::Proxy, Phase::Request));
                 }
             }
@@ -116,6 +118,21 @@ impl Session {
                 Err(()) => return Err(Fail::answer(408, Cause::ClientTimeout, Phase::Request)),
             }
         }
+    }
+
+    /// Keeps the refused request for `show errors`.
+    fn capture_error(&self) {
+        let bytes = self.cbuf.bytes();
+        self.w.state().frontends[self.fe]
+            .errors
+            .keep(crate::runtime::CapturedError {
+                when: std::time::SystemTime::now(),
+                peer: self.peer,
+                server: None,
+                at: sluice_http::error_position(bytes, true),
+                bytes: bytes.to_vec(),
+                event: 0,
+            });
     }
 
     /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the

@@ -433,9 +433,15 @@ impl Txn {
                         continue;
                     }
                     Ok(Some(rsp)) => return Ok(rsp),
-                    Ok(None) if s.sbuf.is_full() => return Err(invalid()),
+                    Ok(None) if s.sbuf.is_full() => {
+                        self.capture_response(s, be, conn);
+                        return Err(invalid());
+                    }
                     Ok(None) => {}
-                    Err(_) => return Err(invalid()),
+                    Err(_) => {
+                        self.capture_response(s, be, conn);
+                        return Err(invalid());
+                    }
                 }
             }
             match within(be.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs)).await {
@@ -454,6 +460,23 @@ impl Txn {
                 }
             }
         }
+    }
+
+    /// Keeps the invalid response head for `show errors`.
+    fn capture_response(&self, s: &Session, be: &Backend, conn: &ServerConn) {
+        let bytes = s.sbuf.bytes();
+        let server = self.log.attempts.map(|a| &be.servers[a.server]);
+        let backend = self.backend.expect("a response comes from a backend");
+        s.w.state().backends[backend]
+            .errors
+            .keep(crate::runtime::CapturedError {
+                when: std::time::SystemTime::now(),
+                peer: conn.conn.peer_addr().unwrap_or(s.peer),
+                server: server.map(|srv| (srv.id, srv.name.clone())),
+                at: sluice_http::error_position(bytes, false),
+                bytes: bytes.to_vec(),
+                event: 0,
+            });
     }
 
     /// Counts and logs a transaction that completed.
