@@ -560,6 +560,7 @@ fn the_prometheus_exporter_publishes_haproxy_26_metrics() {
     );
     let none = get(p.addr(), "/metrics?scope=").text();
     assert!(families(&none).is_empty(), "{none}");
+
     // The exporter's answers are the proxy's own: intercepted, not sent to a server.
     assert_eq!(origin.count(), 5);
 }
@@ -1031,4 +1032,73 @@ fn show_errors_keeps_the_last_invalid_request_and_response() {
         !only.contains("invalid request") && only.contains("invalid response"),
         "{only}"
     );
+}
+
+#[test]
+fn show_sess_lists_client_connections() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            if r.target == "/slow" {
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+            }
+            ok_response("x").into()
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut idle = Conn::new(p.addr());
+    assert_eq!(idle.get("/x").status, 200);
+    let addr = p.addr();
+    let slow = std::thread::spawn(move || get(addr, "/slow").status);
+    let mut out = String::new();
+    for _ in 0..100 {
+        out = Sluice::cli(&sock, "show sess");
+        if out.contains("state=active") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    let idle_src = idle.writer.local_addr().unwrap();
+    let idle_line = lines
+        .iter()
+        .find(|l| l.contains(&format!("src={idle_src} ")))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        idle_line.contains(" fe=fe be=<NONE> srv=<NONE> "),
+        "{idle_line}"
+    );
+    assert!(idle_line.contains(" reqs=1 state=idle"), "{idle_line}");
+    let busy = lines.iter().find(|l| l.contains("state=active")).unwrap();
+    assert!(
+        busy.contains("proto=tcpv4 ") && busy.contains(" fe=fe be=be srv=a "),
+        "{busy}"
+    );
+    assert_eq!(slow.join().unwrap(), 200);
+    drop(idle);
+}
+
+#[test]
+fn the_exporter_leaves_out_servers_in_maintenance_on_request() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    acl metrics path /metrics\n    \
+         http-request use-service prometheus-exporter if metrics\n    default_backend be\n\
+         backend be\n    server on {o}\n    server off {o} disabled\n",
+        o = origin.addr
+    ));
+    let all = get(p.addr(), "/metrics?scope=server").text();
+    assert!(
+        all.contains("haproxy_server_status{proxy=\"be\",server=\"off\",state=\"MAINT\"} 1"),
+        "{all}"
+    );
+    let some = get(p.addr(), "/metrics?scope=server&no-maint").text();
+    assert!(some.contains("server=\"on\""), "{some}");
+    assert!(!some.contains("server=\"off\""), "{some}");
 }

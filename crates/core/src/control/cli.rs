@@ -160,6 +160,12 @@ pub const COMMANDS: &[Command] = &[
         run: show_stat,
     },
     Command {
+        words: &["show", "sess"],
+        help: "one line per client connection: source, proxies, server, age, state",
+        level: Level::Operator,
+        run: show_sess,
+    },
+    Command {
         words: &["show", "errors"],
         help: "the last invalid request or response of each proxy [PROXY|-1] [request|response]",
         level: Level::Operator,
@@ -366,6 +372,45 @@ fn show_info(s: &Process, args: &[&str], _: Level) -> String {
     } else {
         stats::info::text(s)
     }
+}
+
+/// `show sess`: one line per client connection, HAProxy's leading fields (`proto`, `src`,
+/// `fe`, `be`, `srv`, `age`), then the worker, the requests served and whether one is in
+/// progress.
+fn show_sess(s: &Process, _: &[&str], _: Level) -> String {
+    let mut all: Vec<(usize, std::sync::Arc<crate::runtime::SessionInfo>)> = Vec::new();
+    for t in s.threads.iter() {
+        let sessions = t.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        all.extend(sessions.values().map(|i| (t.id, i.clone())));
+    }
+    all.sort_by_key(|(_, i)| i.id);
+    let mut out = String::new();
+    for (tid, i) in all {
+        let fe = &s.config.frontends[i.frontend];
+        let be_i = i.backend.load(Ordering::Relaxed);
+        let srv_i = i.server.load(Ordering::Relaxed);
+        let be = s.config.backends.get(be_i);
+        let srv = be.and_then(|b| b.servers.get(srv_i));
+        let _ = writeln!(
+            out,
+            "0x{:x}: proto=tcp{} src={} fe={} be={} srv={} age={}s thread={} reqs={} state={}",
+            i.id,
+            if i.peer.is_ipv4() { "v4" } else { "v6" },
+            i.peer,
+            fe.name,
+            be.map_or("<NONE>", |b| b.name.as_str()),
+            srv.map_or("<NONE>", |v| v.name.as_str()),
+            i.started.elapsed().as_secs(),
+            tid + 1,
+            i.requests.load(Ordering::Relaxed),
+            if i.busy.load(Ordering::Relaxed) {
+                "active"
+            } else {
+                "idle"
+            }
+        );
+    }
+    out
 }
 
 /// `show errors [PROXY|-1] [request|response]`.

@@ -386,6 +386,8 @@ impl Peaks {
 #[derive(Debug, Default)]
 pub struct WorkerCounters {
     pub accepted: Counter,
+    /// Client connections this worker served (accepted here or adopted), numbering them.
+    pub accepted_sessions: Counter,
     /// Connections this worker accepted but handed to a less loaded sibling.
     pub handed_off: Counter,
     /// Connections received from a sibling through the inbox.

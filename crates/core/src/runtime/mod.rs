@@ -24,7 +24,8 @@ pub use self::counters::{
     StatusClasses, Timing, Timings, WorkerCounters,
 };
 pub use self::process::{
-    Admission, ClientConn, Process, ProcessFigures, Slot, ThreadCtx, Worker, WorkerChecks,
+    Admission, ClientConn, Process, ProcessFigures, SessionInfo, Slot, ThreadCtx, Worker,
+    WorkerChecks,
 };
 pub use self::state::{
     clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CapturedError,

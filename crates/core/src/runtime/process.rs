@@ -35,6 +35,36 @@ pub struct ThreadCtx {
     /// Health-check tasks living on this worker, asleep or awake.
     pub checks_homed: AtomicUsize,
     pub counters: WorkerCounters,
+    /// The client connections this worker serves, for `show sess` (locked by the worker at
+    /// each connection's start and end, and by the CLI when it lists them).
+    pub sessions: std::sync::Mutex<std::collections::HashMap<u64, Arc<SessionInfo>>>,
+}
+
+/// What `show sess` says about one client connection: fixed at its start, then a few
+/// figures its worker updates as its requests go (relaxed stores to a line only it writes).
+#[derive(Debug)]
+pub struct SessionInfo {
+    pub id: u64,
+    pub peer: std::net::SocketAddr,
+    pub frontend: usize,
+    pub started: Instant,
+    /// The backend and server of the request in progress (`usize::MAX`: none).
+    pub backend: AtomicUsize,
+    pub server: AtomicUsize,
+    /// Requests completed on the connection.
+    pub requests: AtomicU32,
+    /// A request is in progress.
+    pub busy: AtomicBool,
+}
+
+impl SessionInfo {
+    /// Notes the backend and server of the request in progress.
+    pub fn route(&self, backend: Option<usize>, server: Option<usize>) {
+        self.backend
+            .store(backend.unwrap_or(usize::MAX), Ordering::Relaxed);
+        self.server
+            .store(server.unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
 }
 
 impl ThreadCtx {
@@ -219,11 +249,35 @@ pub struct ClientConn {
     process: Arc<Process>,
     tid: usize,
     frontend: usize,
+    /// What `show sess` shows of it.
+    pub info: Arc<SessionInfo>,
 }
 
 impl ClientConn {
-    pub fn open(process: &Arc<Process>, tid: usize, frontend: usize) -> ClientConn {
-        process.threads[tid].active.fetch_add(1, Ordering::Relaxed);
+    pub fn open(
+        process: &Arc<Process>,
+        tid: usize,
+        frontend: usize,
+        peer: std::net::SocketAddr,
+    ) -> ClientConn {
+        let ctx = &process.threads[tid];
+        ctx.active.fetch_add(1, Ordering::Relaxed);
+        let seq = ctx.counters.accepted_sessions.get();
+        ctx.counters.accepted_sessions.bump();
+        let info = Arc::new(SessionInfo {
+            id: (tid as u64) << 48 | seq,
+            peer,
+            frontend,
+            started: Instant::now(),
+            backend: AtomicUsize::new(usize::MAX),
+            server: AtomicUsize::new(usize::MAX),
+            requests: AtomicU32::new(0),
+            busy: AtomicBool::new(false),
+        });
+        ctx.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(info.id, info.clone());
         let fe = &process.state.frontends[frontend];
         let now = fe.conns.fetch_add(1, Ordering::Relaxed) + 1;
         fe.peaks.sessions.note(now as u64);
@@ -237,15 +291,19 @@ impl ClientConn {
             process: process.clone(),
             tid,
             frontend,
+            info,
         }
     }
 }
 
 impl Drop for ClientConn {
     fn drop(&mut self) {
-        self.process.threads[self.tid]
-            .active
-            .fetch_sub(1, Ordering::Relaxed);
+        let ctx = &self.process.threads[self.tid];
+        ctx.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.info.id);
+        ctx.active.fetch_sub(1, Ordering::Relaxed);
         self.process.state.frontends[self.frontend]
             .conns
             .fetch_sub(1, Ordering::Relaxed);

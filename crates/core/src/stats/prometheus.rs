@@ -2,7 +2,8 @@
 //! metric names, types and labels (`haproxy_process_*`, `haproxy_frontend_*`,
 //! `haproxy_backend_*`, `haproxy_server_*`), each read from the same figures as `show info`
 //! and `show stat`, so that dashboards and alerts written for HAProxy work unchanged.
-//! `?scope=global|frontend|backend|server` (repeatable; an empty one resets) picks sections.
+//! `?scope=global|frontend|backend|server` (repeatable; an empty one resets) picks sections;
+//! `?no-maint` leaves out servers in maintenance.
 
 use std::fmt::Write as _;
 
@@ -1028,6 +1029,8 @@ pub struct Scope {
     pub frontend: bool,
     pub backend: bool,
     pub server: bool,
+    /// `no-maint`: servers in maintenance are left out.
+    pub no_maint: bool,
 }
 
 impl Scope {
@@ -1038,9 +1041,14 @@ impl Scope {
             frontend: true,
             backend: true,
             server: true,
+            no_maint: false,
         };
         let mut first = true;
         for pair in query.split('&') {
+            if pair == "no-maint" {
+                scope.no_maint = true;
+                continue;
+            }
             let Some(v) = pair.strip_prefix("scope=") else {
                 continue;
             };
@@ -1050,6 +1058,7 @@ impl Scope {
                     frontend: false,
                     backend: false,
                     server: false,
+                    ..scope
                 };
                 first = false;
             }
@@ -1064,6 +1073,7 @@ impl Scope {
                         frontend: true,
                         backend: true,
                         server: true,
+                        ..scope
                     }
                 }
                 "" => {
@@ -1072,6 +1082,7 @@ impl Scope {
                         frontend: false,
                         backend: false,
                         server: false,
+                        ..scope
                     }
                 }
                 _ => {}
@@ -1120,6 +1131,7 @@ pub fn render(p: &Process, scope: Scope) -> String {
         let rows: Vec<(&Row, String)> = rows
             .iter()
             .filter(|r| r.kind == kind)
+            .filter(|r| !(scope.no_maint && r.name("status").starts_with("MAINT")))
             .map(|r| (r, labels(r)))
             .collect();
         for (name, ty, from, help) in table {

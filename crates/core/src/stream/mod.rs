@@ -26,29 +26,38 @@ mod txn;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use self::session::Session;
 use self::txn::Txn;
 use crate::buffer::Buf;
 use crate::conf::stream::Mode;
-use crate::runtime::{ClientConn, Slot, Worker};
+use crate::runtime::{ClientConn, SessionInfo, Slot, Worker};
 use crate::transport::Conn;
 
 /// Serves one accepted client connection of frontend `fe` until it closes. `slot` is its
 /// place under `maxconn`; both it and the connection counts are given back however the
 /// stream ends.
 pub async fn serve(w: Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize, slot: Slot) {
-    let _counted = ClientConn::open(&w.process, w.tid, fe);
+    let counted = ClientConn::open(&w.process, w.tid, fe, peer);
     let _slot = slot;
+    let info = counted.info.clone();
     match w.config().frontends[fe].stream.mode {
-        Mode::Tcp => tcp::serve(&w, client, peer, fe).await,
-        Mode::Http => serve_http(&w, client, peer, fe).await,
+        Mode::Tcp => tcp::serve(&w, client, peer, fe, &info).await,
+        Mode::Http => serve_http(&w, client, peer, fe, info).await,
     }
 }
 
 /// Serves one HTTP client connection until it closes: one transaction per request, in
 /// order, while the connection stays open.
-async fn serve_http(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
+async fn serve_http(
+    w: &Rc<Worker>,
+    client: Conn,
+    peer: SocketAddr,
+    fe: usize,
+    info: Arc<SessionInfo>,
+) {
     let mut s = Session {
         w: w.clone(),
         fe,
@@ -60,6 +69,7 @@ async fn serve_http(w: &Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize) {
         private: None,
         requests: 0,
         received: 0,
+        info,
     };
     run(&mut s).await;
     // Buffers go back to the worker's pool; whatever they held goes with the connection.
@@ -82,13 +92,18 @@ async fn run(s: &mut Session) {
         };
         s.w.ctx().counters.requests.bump();
         txn.log.parsed = true;
+        s.info.busy.store(true, Ordering::Relaxed);
         if !s.w.process.loggers[s.fe].is_empty() {
             txn.log.capture_line(s.cbuf.bytes(), &head);
         }
-        match txn.handle(s, head).await {
+        let done = txn.handle(s, head).await;
+        s.info.busy.store(false, Ordering::Relaxed);
+        s.info.route(None, None);
+        match done {
             Ok(keep) => {
                 txn.log_done(s);
                 s.requests += 1;
+                s.info.requests.store(s.requests, Ordering::Relaxed);
                 if !keep {
                     return s.close_gracefully().await;
                 }

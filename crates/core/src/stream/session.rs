@@ -43,6 +43,8 @@ pub(crate) struct Session {
     pub requests: u32,
     /// Bytes received from the client so far (`bin`).
     pub received: u64,
+    /// What `show sess` shows of this connection.
+    pub info: std::sync::Arc<crate::runtime::SessionInfo>,
 }
 
 impl Session {

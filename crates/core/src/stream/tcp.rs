@@ -16,7 +16,13 @@ use crate::buffer::Buf;
 use crate::runtime::Worker;
 use crate::transport::Conn;
 
-pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe: usize) {
+pub(crate) async fn serve(
+    w: &Rc<Worker>,
+    mut client: Conn,
+    peer: SocketAddr,
+    fe: usize,
+    info: &crate::runtime::SessionInfo,
+) {
     let config = w.config();
     let frontend = &config.frontends[fe];
     let Some(backend) = frontend.rules.default_backend else {
@@ -57,6 +63,8 @@ pub(crate) async fn serve(w: &Rc<Worker>, mut client: Conn, peer: SocketAddr, fe
             );
         }
     };
+    info.route(Some(backend), Some(at.server));
+    info.busy.store(true, std::sync::atomic::Ordering::Relaxed);
     let limits = super::tunnel::Limits {
         idle: frontend.stream.timeout_client.max(be.timeout_server),
         a_fin: frontend.stream.timeout_client_fin,

@@ -183,6 +183,7 @@ impl Txn {
             }
             Route::Forward { backend, server } => {
                 self.backend = Some(backend);
+                s.info.route(Some(backend), Some(server));
                 // An Rc clone (thread-local) rather than an Arc one: no shared cache line
                 // is written per request.
                 let w = s.w.clone();
@@ -273,6 +274,7 @@ impl Txn {
             }
         })?;
         let server = at.server;
+        s.info.route(Some(backend), Some(server));
         self.phase = Phase::Headers;
         let head_len = s.out.len();
         let sent_at = Instant::now();
