@@ -39,7 +39,7 @@ fn a_panicking_stream_gives_its_connection_counts_back() {
     let task = {
         let p = p.clone();
         rt.spawn_local(async move {
-            let _counted = ClientConn::open(&p, 1, 0, "127.0.0.1:1".parse().unwrap());
+            let _counted = ClientConn::open(&p, 1, (0, 0), "127.0.0.1:1".parse().unwrap());
             assert_eq!(p.threads[1].active.load(Ordering::Relaxed), 1);
             assert_eq!(p.state.frontends[0].conns.load(Ordering::Relaxed), 1);
             panic!("a bug in a stream");

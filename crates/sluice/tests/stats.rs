@@ -1102,3 +1102,36 @@ fn the_exporter_leaves_out_servers_in_maintenance_on_request() {
     assert!(some.contains("server=\"on\""), "{some}");
     assert!(!some.contains("server=\"off\""), "{some}");
 }
+
+#[test]
+fn socket_stats_adds_a_row_per_listener() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    {{fe}} name second\n    option socket-stats\n    default_backend be\nbackend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let second = p.addrs[1];
+    let req = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let got = exchange(second, req);
+    assert_eq!(status_of(&got), 200);
+    let rows = settled(&sock, |r| num(row(r, "fe", "second"), "bout") > 0);
+    let names: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .filter(|r| r["pxname"] == "fe")
+        .map(|r| (r["svname"].as_str(), r["type"].as_str(), r["sid"].as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("FRONTEND", "0", "0"), ("sock-1", "3", "1"), ("second", "3", "2")]
+    );
+    let l = row(&rows, "fe", "second");
+    assert_eq!(num(l, "stot"), 1);
+    assert_eq!(num(l, "bin"), req.len() as u64);
+    assert_eq!(num(l, "bout"), got.len() as u64);
+    assert_eq!(l["status"], "OPEN");
+    assert_eq!(l["mode"], "http");
+    assert_eq!(l["hrsp_2xx"], "", "listeners have no status classes");
+    assert_eq!(num(row(&rows, "fe", "sock-1"), "stot"), 0);
+}

@@ -26,6 +26,8 @@ impl std::fmt::Display for BindSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
     pub spec: BindSpec,
+    /// `name`: what statistics call this listener (`sock-N` without one).
+    pub name: Option<String>,
     /// `thread N[-M]` (1-based, inclusive); `None`: every worker.
     pub threads: Option<(usize, usize)>,
     /// The `bind` line, for errors found when the socket is opened.
@@ -44,4 +46,6 @@ impl Bind {
 pub struct ListenConf {
     pub binds: Vec<Bind>,
     pub maxconn: Option<usize>,
+    /// `option socket-stats`: statistics have a row per listener.
+    pub socket_stats: bool,
 }

@@ -56,8 +56,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
         let backlog = fe.listen.maxconn.unwrap_or(global_max);
-        for bind in &fe.listen.binds {
-            listeners.push((fi, bind.clone(), listener::open_bind(bind, backlog)?));
+        for (li, bind) in fe.listen.binds.iter().enumerate() {
+            listeners.push((fi, li, bind.clone(), listener::open_bind(bind, backlog)?));
         }
     }
     let loggers = config
@@ -108,10 +108,11 @@ pub fn run(config: Config) -> Result<(), RunError> {
     for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners
             .iter()
-            .filter(|(_, bind, _)| bind.on_thread(tid))
-            .map(|(fe, bind, l)| {
+            .filter(|(_, _, bind, _)| bind.on_thread(tid))
+            .map(|(fe, li, bind, l)| {
                 l.try_clone().map(|socket| Listening {
                     frontend: *fe,
+                    listener: *li,
                     pinned: bind.threads.is_some(),
                     socket,
                 })
@@ -137,7 +138,7 @@ pub fn run(config: Config) -> Result<(), RunError> {
     }
     let addrs: Vec<String> = listeners
         .iter()
-        .filter_map(|(_, _, l)| l.local_addr().ok().map(|a| a.to_string()))
+        .filter_map(|(_, _, _, l)| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
     // The workers hold their own copies; a soft stop closes those.
     drop(listeners);

@@ -47,6 +47,8 @@ pub struct SessionInfo {
     pub id: u64,
     pub peer: std::net::SocketAddr,
     pub frontend: usize,
+    /// The listener (`bind` address) that accepted it.
+    pub listener: usize,
     pub started: Instant,
     /// The backend and server of the request in progress (`usize::MAX`: none).
     pub backend: AtomicUsize,
@@ -257,7 +259,7 @@ impl ClientConn {
     pub fn open(
         process: &Arc<Process>,
         tid: usize,
-        frontend: usize,
+        (frontend, listener): (usize, usize),
         peer: std::net::SocketAddr,
     ) -> ClientConn {
         let ctx = &process.threads[tid];
@@ -268,6 +270,7 @@ impl ClientConn {
             id: (tid as u64) << 48 | seq,
             peer,
             frontend,
+            listener,
             started: Instant::now(),
             backend: AtomicUsize::new(usize::MAX),
             server: AtomicUsize::new(usize::MAX),
@@ -287,6 +290,11 @@ impl ClientConn {
         c.connection_rate.hit(ms);
         c.sessions.bump();
         c.session_rate.hit(ms);
+        if let Some(l) = fe.listeners.get(listener) {
+            let now = l.conns.fetch_add(1, Ordering::Relaxed) + 1;
+            l.peak.note(now as u64);
+            l.counters.at(tid).sessions.bump();
+        }
         ClientConn {
             process: process.clone(),
             tid,
@@ -304,6 +312,12 @@ impl Drop for ClientConn {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.info.id);
         ctx.active.fetch_sub(1, Ordering::Relaxed);
+        if let Some(l) = self.process.state.frontends[self.frontend]
+            .listeners
+            .get(self.info.listener)
+        {
+            l.conns.fetch_sub(1, Ordering::Relaxed);
+        }
         self.process.state.frontends[self.frontend]
             .conns
             .fetch_sub(1, Ordering::Relaxed);

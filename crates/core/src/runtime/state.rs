@@ -540,6 +540,18 @@ pub struct FrontendState {
     pub peaks: Peaks,
     /// The last invalid request.
     pub errors: ErrorCapture,
+    /// One per listener (`bind` address), in order.
+    pub listeners: Box<[ListenerState]>,
+}
+
+/// What a listener counts (`option socket-stats` shows it).
+#[derive(Debug)]
+pub struct ListenerState {
+    /// Connections open now, and the most at once.
+    pub conns: AtomicUsize,
+    pub peak: super::counters::Peak,
+    /// Sessions, bytes, denied and invalid requests (the same kinds as its frontend's).
+    pub counters: PerWorker<ProxyCounters>,
 }
 
 /// The live state of every proxy of the current generation.
@@ -638,6 +650,16 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
         counters: PerWorker::new(workers),
         peaks: Peaks::default(),
         errors: ErrorCapture::default(),
+        listeners: f
+            .listen
+            .binds
+            .iter()
+            .map(|_| ListenerState {
+                conns: AtomicUsize::new(0),
+                peak: Default::default(),
+                counters: PerWorker::new(workers),
+            })
+            .collect(),
     }
 }
 

@@ -81,6 +81,13 @@ pub fn collect(p: &Process, filter: &Filter) -> Vec<Row> {
             let (fe, st) = (&p.config.frontends[i], &p.state.frontends[i]);
             if filter.proxy_matches(&fe.name, fe.id) {
                 rows.push(frontend_row(p, i, fe, st, now));
+                if fe.listen.socket_stats {
+                    for (li, (bind, ls)) in
+                        fe.listen.binds.iter().zip(st.listeners.iter()).enumerate()
+                    {
+                        rows.push(listener_row(fe, li, bind, ls));
+                    }
+                }
             }
         } else {
             let (be, st) = (&p.config.backends[i], &p.state.backends[i]);
@@ -216,7 +223,7 @@ fn zeros(row: &mut Row, names: &[&str]) {
 /// The module counters after the separator: all of them on proxies; the TLS ones on servers.
 fn module_counters(row: &mut Row, h1: Option<(u64, u64, u64, u64)>) {
     let first = fields::SEPARATOR + 1;
-    let last = if row.kind == Kind::Server {
+    let last = if matches!(row.kind, Kind::Server | Kind::Listener) {
         first + 3
     } else {
         FIELDS.len()
@@ -314,6 +321,41 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
         )
     });
     module_counters(&mut r, h1);
+    r
+}
+
+/// A listener's row (`option socket-stats`).
+fn listener_row(
+    fe: &Frontend,
+    index: usize,
+    bind: &crate::conf::listen::Bind,
+    st: &crate::runtime::ListenerState,
+) -> Row {
+    let mut r = Row::new(Kind::Listener, fe.id, index as u32 + 1);
+    let c = &st.counters;
+    r.text("pxname", &fe.name);
+    r.text(
+        "svname",
+        bind.name
+            .clone()
+            .unwrap_or_else(|| format!("sock-{}", index + 1)),
+    );
+    r.num("scur", st.conns.load(Ordering::Relaxed));
+    r.num("smax", st.peak.get());
+    r.num("slim", 0);
+    r.num("stot", c.sum(|k| &k.sessions));
+    r.num("bin", c.sum(|k| &k.bytes_in));
+    r.num("bout", c.sum(|k| &k.bytes_out));
+    r.num("dreq", c.sum(|k| &k.denied_requests));
+    r.num("dresp", c.sum(|k| &k.denied_responses));
+    r.num("ereq", c.sum(|k| &k.request_errors));
+    r.text("status", "OPEN");
+    ids(&mut r);
+    r.text("addr", bind.spec.to_string());
+    r.text("mode", mode(fe.stream.mode));
+    zeros(&mut r, &["dcon", "dses", "wrew"]);
+    r.num("eint", c.sum(|k| &k.internal_errors));
+    module_counters(&mut r, None);
     r
 }
 

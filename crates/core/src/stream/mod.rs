@@ -39,8 +39,14 @@ use crate::transport::Conn;
 /// Serves one accepted client connection of frontend `fe` until it closes. `slot` is its
 /// place under `maxconn`; both it and the connection counts are given back however the
 /// stream ends.
-pub async fn serve(w: Rc<Worker>, client: Conn, peer: SocketAddr, fe: usize, slot: Slot) {
-    let counted = ClientConn::open(&w.process, w.tid, fe, peer);
+pub async fn serve(
+    w: Rc<Worker>,
+    client: Conn,
+    peer: SocketAddr,
+    (fe, listener): (usize, usize),
+    slot: Slot,
+) {
+    let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
     let info = counted.info.clone();
     match w.config().frontends[fe].stream.mode {

@@ -204,12 +204,27 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    pub fn count(&self, w: &Worker, fe: usize, backend: Option<usize>, server: Option<usize>) {
+    pub fn count(
+        &self,
+        w: &Worker,
+        (fe, listener): (usize, usize),
+        backend: Option<usize>,
+        server: Option<usize>,
+    ) {
         let now = clock_ms_at(self.at);
         let state = w.state();
-        let f = state.frontends[fe].counters.at(w.tid);
+        let frontend = &state.frontends[fe];
+        let f = frontend.counters.at(w.tid);
         f.bytes_in.add(self.bytes_in);
         f.bytes_out.add(self.bytes_out);
+        let l = frontend
+            .listeners
+            .get(listener)
+            .map(|l| l.counters.at(w.tid));
+        if let Some(l) = l {
+            l.bytes_in.add(self.bytes_in);
+            l.bytes_out.add(self.bytes_out);
+        }
         if let Some(st) = self.status {
             f.status.count(st);
         }
@@ -218,7 +233,12 @@ impl Tally {
             f.request_rate.hit(now);
         }
         match self.local {
-            Some(Local::Denied) => f.denied_requests.bump(),
+            Some(Local::Denied) => {
+                f.denied_requests.bump();
+                if let Some(l) = l {
+                    l.denied_requests.bump();
+                }
+            }
             Some(Local::Intercepted) => f.intercepted.bump(),
             None => {}
         }
@@ -228,6 +248,9 @@ impl Tally {
             && matches!(self.term[0], b'P' | b'c' | b'C')
         {
             f.request_errors.bump();
+            if let Some(l) = l {
+                l.request_errors.bump();
+            }
         }
         let client_abort = self.term[0] == b'C' && matches!(self.term[1], b'H' | b'D' | b'T');
         let server_abort = self.term[0] == b'S' && matches!(self.term[1], b'D' | b'T');

@@ -38,7 +38,12 @@ pub(crate) async fn serve(
     };
     let Some(server) = balance::pick(be, &w.state().backends[backend], &key, &w.lb) else {
         let at = Attempts::new(0);
-        tally(&at, started, Moved::default(), *b"SC").count(w, fe, Some(backend), None);
+        tally(&at, started, Moved::default(), *b"SC").count(
+            w,
+            (fe, info.listener),
+            Some(backend),
+            None,
+        );
         return log(w, fe, backend, None, peer, date, started, &at, 0, *b"SC");
     };
     let mut at = Attempts::new(server);
@@ -48,7 +53,12 @@ pub(crate) async fn serve(
         Ok(c) => c,
         Err(e) => {
             let server = Some(at.server);
-            tally(&at, started, Moved::default(), e.term()).count(w, fe, Some(backend), None);
+            tally(&at, started, Moved::default(), e.term()).count(
+                w,
+                (fe, info.listener),
+                Some(backend),
+                None,
+            );
             return log(
                 w,
                 fe,
@@ -93,7 +103,7 @@ pub(crate) async fn serve(
         _ = kill => (Default::default(), *b"KD"),
     };
     let bytes = moved.to_a;
-    tally(&at, started, moved, term).count(w, fe, Some(backend), Some(at.server));
+    tally(&at, started, moved, term).count(w, (fe, info.listener), Some(backend), Some(at.server));
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
     log(

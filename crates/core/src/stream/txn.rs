@@ -522,7 +522,7 @@ impl Txn {
             t_total: lg.started.map_or(-1, |a| ms(at - a)),
             at,
         }
-        .count(&s.w, s.fe, self.backend, server);
+        .count(&s.w, (s.fe, s.info.listener), self.backend, server);
     }
 
     /// Sends the access-log line of the transaction.

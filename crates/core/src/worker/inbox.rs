@@ -18,7 +18,8 @@ pub enum InboxMsg {
     Adopt {
         conn: Detached,
         peer: SocketAddr,
-        frontend: usize,
+        /// The frontend and the listener that accepted it.
+        entry: (usize, usize),
         slot: Slot,
     },
     /// Run this health check here (it moved from a busier worker).

@@ -42,6 +42,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "maxconn N: maximum concurrent connections on this frontend",
         parse: |c, a| count_arg(a).map(|n| c.listen.maxconn = Some(n)),
     },
+    Keyword {
+        name: "option socket-stats",
+        scope: Scope::FE,
+        help: "option socket-stats: statistics get a row per listener",
+        parse: |c, a| sluice_config::no_args(a).map(|_| c.listen.socket_stats = true),
+    },
 ];
 
 fn count_arg(a: &[String]) -> Result<usize, KwError> {
@@ -57,7 +63,6 @@ const PENDING_BIND_OPTIONS: &[&str] = &[
     "ssl",
     "crt",
     "alpn",
-    "name",
     "process",
     "shards",
     "accept-proxy",
@@ -81,6 +86,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
         ));
     };
     let mut threads = None;
+    let mut name = None;
     let mut i = 0;
     while i < opts.len() {
         let o = opts[i].as_str();
@@ -90,6 +96,13 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                     .get(i + 1)
                     .ok_or(KwError::Missing("a thread number or range after 'thread'"))?;
                 threads = Some(parse_threads(v).map_err(|e| KwError::bad(i + 3, v, e))?);
+                i += 2;
+            }
+            "name" => {
+                let v = opts
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a name after 'name'"))?;
+                name = Some(v.clone());
                 i += 2;
             }
             _ if PENDING_BIND_OPTIONS.contains(&o) => {
@@ -104,6 +117,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
         let spec = parse_bind(a).map_err(|e| KwError::bad(1, a, e))?;
         c.listen.binds.push(Bind {
             spec,
+            name: name.clone(),
             threads,
             at: c.at.clone(),
         });
@@ -257,6 +271,8 @@ fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListener, OpenEr
 #[derive(Debug)]
 pub struct Listening {
     pub frontend: usize,
+    /// Its place among the frontend's listeners (its `bind` addresses).
+    pub listener: usize,
     /// The bind is restricted to some workers (`thread N`): connections stay where accepted.
     pub pinned: bool,
     pub socket: std::net::TcpListener,
@@ -265,6 +281,7 @@ pub struct Listening {
 /// A listening socket registered with the current worker's event loop.
 pub(crate) struct Registered {
     frontend: usize,
+    listener: usize,
     pinned: bool,
     fd: AsyncFd<std::net::TcpListener>,
 }
@@ -273,6 +290,7 @@ impl Listening {
     pub(crate) fn register(self) -> std::io::Result<Registered> {
         Ok(Registered {
             frontend: self.frontend,
+            listener: self.listener,
             pinned: self.pinned,
             // SAFETY: the listener owns its descriptor and moves into the AsyncFd, which
             // keeps it open and unchanged until both are dropped together.
@@ -299,9 +317,13 @@ pub(crate) async fn accept_loop(t: Rc<Thread>, l: Registered) {
                 let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
                 let std: std::net::TcpStream = sock.into();
                 match tokio::net::TcpStream::from_std(std) {
-                    Ok(stream) => {
-                        t.dispatch(Conn::accepted(stream), peer, l.frontend, slot, l.pinned)
-                    }
+                    Ok(stream) => t.dispatch(
+                        Conn::accepted(stream),
+                        peer,
+                        (l.frontend, l.listener),
+                        slot,
+                        l.pinned,
+                    ),
                     Err(e) => eprintln!(
                         "sluice: worker {}: cannot register a connection: {e}",
                         w.tid

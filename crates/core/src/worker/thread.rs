@@ -26,7 +26,7 @@ impl Thread {
         &self,
         conn: Conn,
         peer: SocketAddr,
-        frontend: usize,
+        entry: (usize, usize),
         slot: Slot,
         pinned: bool,
     ) {
@@ -45,7 +45,7 @@ impl Thread {
                     let msg = InboxMsg::Adopt {
                         conn,
                         peer,
-                        frontend,
+                        entry,
                         slot,
                     };
                     self.inboxes.send(&w.process, other, msg);
@@ -53,7 +53,7 @@ impl Thread {
                 return;
             }
         }
-        tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, frontend, slot));
+        tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, entry, slot));
     }
 
     pub fn handle(&self, msg: InboxMsg) {
@@ -63,7 +63,7 @@ impl Thread {
             InboxMsg::Adopt {
                 conn,
                 peer,
-                frontend,
+                entry,
                 slot,
             } => {
                 w.ctx().counters.adopted.bump();
@@ -73,7 +73,7 @@ impl Thread {
                         w.clone(),
                         conn,
                         peer,
-                        frontend,
+                        entry,
                         slot,
                     ));
                 }
