@@ -1124,7 +1124,11 @@ fn socket_stats_adds_a_row_per_listener() {
         .collect();
     assert_eq!(
         names,
-        [("FRONTEND", "0", "0"), ("sock-1", "3", "1"), ("second", "3", "2")]
+        [
+            ("FRONTEND", "0", "0"),
+            ("sock-1", "3", "1"),
+            ("second", "3", "2")
+        ]
     );
     let l = row(&rows, "fe", "second");
     assert_eq!(num(l, "stot"), 1);
@@ -1134,4 +1138,59 @@ fn socket_stats_adds_a_row_per_listener() {
     assert_eq!(l["mode"], "http");
     assert_eq!(l["hrsp_2xx"], "", "listeners have no status classes");
     assert_eq!(num(row(&rows, "fe", "sock-1"), "stot"), 0);
+}
+
+#[test]
+fn stats_http_request_rules_and_the_weight_action() {
+    let a = Origin::start("a");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stats uri /st\n    \
+         stats auth ops:pw\n    acl trusted hdr(x-trusted) yes\n    acl banned hdr(x-banned) yes\n    \
+         stats http-request deny if banned\n    stats http-request allow if trusted\n    \
+         stats http-request auth realm Inner\n    stats admin if trusted\n    default_backend be\n\
+         backend be\n    server s {}\n",
+        sock.display(),
+        a.addr
+    ));
+    let addr = p.addr();
+    let ask = |extra: &str| {
+        raw(
+            addr,
+            &format!("GET /st HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n"),
+        )
+    };
+    assert!(ask("X-Banned: yes\r\nX-Trusted: yes\r\n").starts_with("HTTP/1.1 403"));
+    assert!(ask("X-Trusted: yes\r\n").starts_with("HTTP/1.1 200"));
+    let r = ask("");
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+    assert!(r.to_ascii_lowercase().contains("realm=\"inner\""), "{r}");
+    assert!(ask("Authorization: Basic b3BzOnB3\r\n").starts_with("HTTP/1.1 200")); // ops:pw
+
+    // The weight action: half of the configured weight, then a number.
+    let form = "s=s&action=weight&weight=50%25&b=%232";
+    let post = |form: &str| {
+        raw(
+            addr,
+            &format!(
+                "POST /st HTTP/1.1\r\nHost: t\r\nX-Trusted: yes\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+                form.len()
+            ),
+        )
+    };
+    assert!(post(form).starts_with("HTTP/1.1 303"));
+    assert_eq!(
+        Sluice::cli(&sock, "get weight be/s").trim(),
+        "0 (initial 1)"
+    );
+    assert!(post("s=s&action=weight&weight=7&b=%232").starts_with("HTTP/1.1 303"));
+    assert_eq!(
+        Sluice::cli(&sock, "get weight be/s").trim(),
+        "7 (initial 1)"
+    );
+    let r = post("s=s&action=weight&weight=999&b=%232");
+    assert!(
+        r.to_ascii_lowercase().contains("location: /st;st=errp"),
+        "{r}"
+    );
 }

@@ -34,6 +34,17 @@ pub struct StatsPage {
     pub scope: Vec<String>,
     /// `stats admin if|unless COND`: when it holds, the page offers server actions.
     pub admin: Option<Cond>,
+    /// `stats http-request allow|deny|auth [realm R] [if|unless COND]`, in order.
+    pub rules: Vec<(StatsRule, Option<Cond>)>,
+}
+
+/// What a `stats http-request` rule does with a request for the page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatsRule {
+    Allow,
+    Deny,
+    /// Ask for credentials (`stats auth` users), with this realm.
+    Auth(Option<String>),
 }
 
 impl StatsPage {

@@ -4,6 +4,7 @@
 
 use sluice_config::{no_args, Keyword, KwError, Scope};
 
+use crate::conf::stats::StatsRule;
 use crate::conf::{one_arg, time_arg, ProxyConf};
 
 /// The page's keywords, each enabling the page.
@@ -123,6 +124,29 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         "stats scope NAME: show only these proxies (repeatable)",
         |c, a| {
             c.stats.scope.push(one_arg(a, "a proxy name")?.to_string());
+            Ok(())
+        }
+    ),
+    page_keyword!(
+        "stats http-request",
+        "stats http-request allow|deny|auth [realm R] [if|unless COND]: who may see the page",
+        |c, a| {
+            let (rule, rest) = match a.first().map(String::as_str) {
+                Some("allow") => (StatsRule::Allow, &a[1..]),
+                Some("deny") => (StatsRule::Deny, &a[1..]),
+                Some("auth") => match a.get(1).map(String::as_str) {
+                    Some("realm") => {
+                        let realm = a.get(2).ok_or(KwError::Missing("a realm after 'realm'"))?;
+                        (StatsRule::Auth(Some(realm.clone())), &a[3..])
+                    }
+                    _ => (StatsRule::Auth(None), &a[1..]),
+                },
+                Some(other) => return Err(KwError::bad(1, other, "expects allow, deny or auth")),
+                None => return Err(KwError::Missing("allow, deny or auth")),
+            };
+            let at = a.len() - rest.len() + 1;
+            let cond = crate::rules::parse_cond(&c.rules, rest, at)?;
+            c.stats.rules.push((rule, cond));
             Ok(())
         }
     ),

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use super::render::{csv, json};
 use super::row::{Cell, Kind, Row};
 use super::{collect, Filter};
-use crate::conf::stats::StatsPage;
+use crate::conf::stats::{StatsPage, StatsRule};
 use crate::runtime::{AdminState, OperState, Process};
 
 /// What the page needs of a request.
@@ -24,14 +24,31 @@ pub struct PageRequest<'a> {
     pub authorization: Option<&'a [u8]>,
     /// `stats admin`'s condition holds for this request.
     pub admin: bool,
+    /// The first `stats http-request` rule whose condition holds, if any.
+    pub rule: Option<&'a StatsRule>,
     /// The form of a POST.
     pub body: &'a [u8],
 }
 
 /// The whole response (head and body) for a request on the page.
 pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
-    if !authorized(req.page, req.authorization) {
-        let realm = req.page.realm.as_deref().unwrap_or("sluice statistics");
+    if req.rule == Some(&StatsRule::Deny) {
+        return response(
+            "403 Forbidden",
+            &[("content-type", "text/plain")],
+            b"403 Forbidden: this page is not available to this request.\n",
+        );
+    }
+    // `allow` opens the page; `auth` asks for credentials even without `stats auth` users.
+    let (check, realm) = match req.rule {
+        Some(StatsRule::Allow) => (false, None),
+        Some(StatsRule::Auth(realm)) => (true, realm.as_deref()),
+        _ => (!req.page.auth.is_empty(), None),
+    };
+    if check && !authorized(req.page, req.authorization) {
+        let realm = realm
+            .or(req.page.realm.as_deref())
+            .unwrap_or("sluice statistics");
         let body = "401 Unauthorized: this page needs a user name and a password.\n";
         return response(
             "401 Unauthorized",
@@ -101,11 +118,8 @@ fn response(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Basic authentication against `stats auth` (open when none is configured).
+/// Basic authentication against the `stats auth` users.
 fn authorized(page: &StatsPage, header: Option<&[u8]>) -> bool {
-    if page.auth.is_empty() {
-        return true;
-    }
     let Some(creds) = header
         .and_then(|h| std::str::from_utf8(h).ok())
         .and_then(|h| h.trim().strip_prefix("Basic "))
@@ -140,7 +154,7 @@ fn rows(p: &Process, page: &StatsPage, up_only: bool) -> Vec<Row> {
 fn act(p: &Process, form: &[u8]) -> &'static str {
     let form = String::from_utf8_lossy(form);
     let mut servers = Vec::new();
-    let (mut action, mut backend) = (None, None);
+    let (mut action, mut backend, mut weight) = (None, None, None);
     for pair in form.split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let v = unescape(v);
@@ -148,6 +162,7 @@ fn act(p: &Process, form: &[u8]) -> &'static str {
             "s" => servers.push(v),
             "action" => action = Some(v),
             "b" => backend = v.trim_start_matches('#').parse::<u32>().ok(),
+            "weight" => weight = Some(v),
             _ => {}
         }
     }
@@ -195,6 +210,21 @@ fn act(p: &Process, form: &[u8]) -> &'static str {
             "eagent" => crate::check::pause(p, b, s, true, false),
             "arunn" => crate::check::force_agent(p, b, s, true),
             "adown" => crate::check::force_agent(p, b, s, false),
+            // sluice's addition to HAProxy's actions: the CLI's `set weight`.
+            "weight" => {
+                let configured = be.servers[s].weight;
+                let w = weight.as_deref().and_then(|w| match w.strip_suffix('%') {
+                    Some(pct) => pct.parse::<u32>().ok().map(|p| configured * p / 100),
+                    None => w.parse::<u32>().ok(),
+                });
+                match w.filter(|&w| w <= 256) {
+                    Some(w) => {
+                        st.set_weight(s, w);
+                        true
+                    }
+                    None => return "ERRP",
+                }
+            }
             _ => return "ERRP",
         };
         done += usize::from(ok);
@@ -354,6 +384,7 @@ const ACTIONS: &[(&str, &str)] = &[
     ("eagent", "Agent: enable checks"),
     ("arunn", "Agent: force UP"),
     ("adown", "Agent: force DOWN"),
+    ("weight", "Set the weight to"),
 ];
 
 /// Appends a cell as the page shows it.
@@ -540,7 +571,7 @@ fn proxy_table(h: &mut String, req: &PageRequest<'_>, rows: &[Row]) {
         }
         let _ = write!(
             h,
-            "</select><input type=\"hidden\" name=\"b\" value=\"#{iid}\"> <input type=\"submit\" value=\"Apply\"></form>"
+            "</select> <input type=\"text\" name=\"weight\" size=\"4\" placeholder=\"weight\"><input type=\"hidden\" name=\"b\" value=\"#{iid}\"> <input type=\"submit\" value=\"Apply\"></form>"
         );
     }
 }

@@ -143,6 +143,11 @@ impl Txn {
                     None => &config.frontends[s.fe].stats,
                 };
                 let admin = page.admin.as_ref().is_some_and(|c| c.eval(&req));
+                let rule = page
+                    .rules
+                    .iter()
+                    .find(|(_, cond)| holds(cond, &req))
+                    .map(|(r, _)| r);
                 let method = req.method().to_vec();
                 let target = req.target().to_vec();
                 let authorization = req.header("authorization").map(<[u8]>::to_vec);
@@ -170,6 +175,7 @@ impl Txn {
                         target: &target,
                         authorization: authorization.as_deref(),
                         admin,
+                        rule,
                         body: &body,
                     },
                 );
