@@ -555,13 +555,19 @@ fn slowstart_ramps_a_returning_server_up() {
     wait_until("a down", || status(&sock, "be", "a") == "DOWN");
     a.up();
     wait_until("a up", || status(&sock, "be", "a") == "UP");
-    // Just back: a small share of the traffic (its weight starts near 1 of 20).
+    // Just back: a small share of the traffic (its weight starts near 1 of 20), and the
+    // ramp shows as a throttle percentage.
+    let throttle = stat_field(&Sluice::cli(&sock, "show stat"), "be", "a", "throttle");
+    assert!(throttle.parse::<u32>().is_ok_and(|t| t < 100), "{throttle}");
     let early = count(&shares(&p, 20), "a");
     assert!(early <= 6, "a got {early} of 20 right after coming back");
     // Once the ramp is over, an equal share.
     wait_until("equal shares", || {
         let m = shares(&p, 20);
         (count(&m, "a"), count(&m, "b")) == (10, 10)
+    });
+    wait_until("the ramp over", || {
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", "a", "throttle").is_empty()
     });
 }
 
@@ -1106,6 +1112,10 @@ fn traffic_errors_take_a_server_down_with_observe() {
         "{line}"
     );
     assert!(status(&sock, "be", "s1").starts_with("DOWN"));
+    // Every error traffic showed counts as a failed health analysis.
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "s1", "hanafail"), "3");
+    assert_eq!(stat_field(&csv, "be", "s2", "hanafail"), "");
     let got = shares(&p, 6);
     assert_eq!(got.get("s2"), Some(&6), "{got:?}");
 }

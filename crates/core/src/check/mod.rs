@@ -528,6 +528,7 @@ pub fn observe(p: &Process, backend: usize, server: usize, seen: Seen) {
         }
         None | Some(false) => {}
         Some(true) => {
+            cs.analyze_failures.fetch_add(1, Ordering::Relaxed);
             let n = cs.errors.fetch_add(1, Ordering::Relaxed) + 1;
             if n < c.error_limit {
                 return;

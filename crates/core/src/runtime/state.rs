@@ -138,6 +138,8 @@ pub struct CheckState {
     /// Transitions from up to down (`chkdown`).
     pub downs: AtomicU64,
     pub last: Mutex<Option<CheckResult>>,
+    /// Errors seen in traffic by `observe` (`hanafail`).
+    pub analyze_failures: AtomicU64,
 }
 
 /// A server's agent-check state.
@@ -182,6 +184,7 @@ impl ServerState {
                 failed: AtomicU64::new(0),
                 downs: AtomicU64::new(0),
                 last: Mutex::new(None),
+                analyze_failures: AtomicU64::new(0),
             }),
             agent: conf.agent.as_ref().map(|_| AgentState {
                 up: AtomicBool::new(true),

@@ -427,6 +427,10 @@ fn server_row(
         },
     );
     r.num("uweight", st.weight());
+    // `slowstart`: how far the ramp has gone, while it goes.
+    if st.usable() && st.weight() > 0 && st.effective_weight() < st.weight() {
+        r.num("throttle", st.effective_weight() * 100 / st.weight());
+    }
     r.num("act", u8::from(!srv.backup));
     r.num("bck", u8::from(srv.backup));
     r.num(
@@ -487,6 +491,9 @@ fn server_row(
 fn checks(r: &mut Row, srv: &crate::conf::Server, st: &ServerState) {
     if let (Some(c), Some(cs)) = (&srv.check, &st.check) {
         r.num("chkfail", cs.failed.load(Ordering::Relaxed));
+        if c.observe.is_some() {
+            r.num("hanafail", cs.analyze_failures.load(Ordering::Relaxed));
+        }
         r.num("chkdown", cs.downs.load(Ordering::Relaxed));
         r.num("downtime", st.downtime().as_secs());
         r.num("check_rise", c.rise);
