@@ -221,6 +221,42 @@ impl StatusClasses {
     }
 }
 
+/// What each transaction (or TCP session) adds to the proxy or server it went through.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    /// Sessions: client connections on a frontend, transactions on a backend or server
+    /// (`stot`).
+    pub sessions: Counter,
+    /// Bytes received from clients and sent to them (`bin`, `bout`).
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
+    /// Responses by status class.
+    pub status: StatusClasses,
+    /// Transfers aborted by the client, and by the server (`cli_abrt`, `srv_abrt`).
+    pub client_aborts: Counter,
+    pub server_aborts: Counter,
+    /// Internal errors (`eint`).
+    pub internal_errors: Counter,
+    pub timings: Timings,
+    /// When the last transaction started, in [`crate::runtime::clock_ms`] (`lastsess`).
+    pub last_session: Counter,
+}
+
+impl Traffic {
+    fn counters(&self) -> impl Iterator<Item = &Counter> {
+        [
+            &self.sessions,
+            &self.bytes_in,
+            &self.bytes_out,
+            &self.client_aborts,
+            &self.server_aborts,
+            &self.internal_errors,
+        ]
+        .into_iter()
+        .chain(self.status.0.iter())
+    }
+}
+
 /// What a server counts per worker (HAProxy's names in the comments).
 #[derive(Debug, Default)]
 pub struct ServerCounters {
@@ -238,28 +274,14 @@ pub struct ServerCounters {
     pub retries: Counter,
     /// Requests moved to another server after failed connections (`wredis`).
     pub redispatches: Counter,
-    /// Transactions (streams) that used this server (`stot`).
-    pub sessions: Counter,
-    /// Bytes of requests sent to it and of responses relayed from it (`bin`, `bout`).
-    pub bytes_in: Counter,
-    pub bytes_out: Counter,
-    /// Responses by status class.
-    pub status: StatusClasses,
-    /// Transfers aborted by the client, and by the server (`cli_abrt`, `srv_abrt`).
-    pub client_aborts: Counter,
-    pub server_aborts: Counter,
-    /// Internal errors (`eint`).
-    pub internal_errors: Counter,
     /// Transactions per second (`rate`).
     pub rate: Rate,
-    pub timings: Timings,
-    /// When the last transaction started, in [`crate::runtime::clock_ms`] (`lastsess`).
-    pub last_session: Counter,
+    pub traffic: Traffic,
 }
 
 impl CounterSet for ServerCounters {
     fn counters(&self) -> Vec<&Counter> {
-        let mut v = vec![
+        [
             &self.connect,
             &self.reuse,
             &self.requests,
@@ -267,19 +289,15 @@ impl CounterSet for ServerCounters {
             &self.response_errors,
             &self.retries,
             &self.redispatches,
-            &self.sessions,
-            &self.bytes_in,
-            &self.bytes_out,
-            &self.client_aborts,
-            &self.server_aborts,
-            &self.internal_errors,
-        ];
-        v.extend(self.status.0.iter());
-        v
+        ]
+        .into_iter()
+        .chain(self.traffic.counters())
+        .collect()
     }
 }
 
-/// What a proxy counts per worker, on its frontend side or its backend side.
+/// What a proxy counts per worker, on its frontend side or its backend side (a listener
+/// uses the same kinds).
 #[derive(Debug, Default)]
 pub struct ProxyCounters {
     /// Bytes fed to the compressor (`comp_in`).
@@ -290,17 +308,10 @@ pub struct ProxyCounters {
     pub comp_byp: Counter,
     /// Responses compressed (`comp_rsp`).
     pub comp_rsp: Counter,
-    /// Sessions: client connections on a frontend, transactions on a backend (`stot`).
-    pub sessions: Counter,
     /// Connections accepted (`conn_tot`, frontends).
     pub connections: Counter,
-    /// Bytes received from clients and sent to them (`bin`, `bout`).
-    pub bytes_in: Counter,
-    pub bytes_out: Counter,
     /// HTTP requests (`req_tot`).
     pub requests: Counter,
-    /// Responses by status class.
-    pub status: StatusClasses,
     /// Requests denied by rules (`dreq`) and responses denied (`dresp`).
     pub denied_requests: Counter,
     pub denied_responses: Counter,
@@ -308,42 +319,30 @@ pub struct ProxyCounters {
     pub request_errors: Counter,
     /// Requests answered by the proxy itself (`intercepted`, frontends).
     pub intercepted: Counter,
-    /// Transfers aborted by the client, and by the server (`cli_abrt`, `srv_abrt`).
-    pub client_aborts: Counter,
-    pub server_aborts: Counter,
-    /// Internal errors (`eint`).
-    pub internal_errors: Counter,
     /// Sessions, connections and requests per second (`rate`, `conn_rate`, `req_rate`).
     pub session_rate: Rate,
     pub connection_rate: Rate,
     pub request_rate: Rate,
-    pub timings: Timings,
-    /// When the last transaction started (`lastsess`, backends).
-    pub last_session: Counter,
+    pub traffic: Traffic,
 }
 
 impl CounterSet for ProxyCounters {
     fn counters(&self) -> Vec<&Counter> {
-        let mut v = vec![
+        [
             &self.comp_in,
             &self.comp_out,
             &self.comp_byp,
             &self.comp_rsp,
-            &self.sessions,
             &self.connections,
-            &self.bytes_in,
-            &self.bytes_out,
             &self.requests,
             &self.denied_requests,
             &self.denied_responses,
             &self.request_errors,
             &self.intercepted,
-            &self.client_aborts,
-            &self.server_aborts,
-            &self.internal_errors,
-        ];
-        v.extend(self.status.0.iter());
-        v
+        ]
+        .into_iter()
+        .chain(self.traffic.counters())
+        .collect()
     }
 }
 
@@ -415,6 +414,9 @@ mod tests {
     #[test]
     fn slots_are_separate_and_summed() {
         let c: PerWorker<ServerCounters> = PerWorker::new(3);
+        c.at(1).traffic.sessions.add(4);
+        c.clear();
+        assert_eq!(c.sum(|s| &s.traffic.sessions), 0);
         c.at(0).requests.bump();
         c.at(2).requests.add(5);
         c.at(1).reuse.bump();

@@ -21,7 +21,7 @@ mod state;
 
 pub use self::counters::{
     Counter, CounterSet, Peak, Peaks, PerWorker, ProxyCounters, Rate, ServerCounters,
-    StatusClasses, Timing, Timings, WorkerCounters,
+    StatusClasses, Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
     Admission, ClientConn, Process, ProcessFigures, SessionInfo, Slot, ThreadCtx, Worker,

@@ -288,12 +288,12 @@ impl ClientConn {
         let ms = super::state::clock_ms();
         c.connections.bump();
         c.connection_rate.hit(ms);
-        c.sessions.bump();
+        c.traffic.sessions.bump();
         c.session_rate.hit(ms);
         if let Some(l) = fe.listeners.get(listener) {
             let now = l.conns.fetch_add(1, Ordering::Relaxed) + 1;
             l.peak.note(now as u64);
-            l.counters.at(tid).sessions.bump();
+            l.counters.at(tid).traffic.sessions.bump();
         }
         ClientConn {
             process: process.clone(),

@@ -39,7 +39,7 @@ fn lines(p: &Process) -> Vec<Line> {
         .state
         .frontends
         .iter()
-        .map(|st| st.counters.sum(|c| &c.bytes_out))
+        .map(|st| st.counters.sum(|c| &c.traffic.bytes_out))
         .sum();
     let uptime = p.started.elapsed().as_secs();
     let nofile = rlimit_nofile();

@@ -28,7 +28,7 @@ use crate::conf::stream::Mode;
 use crate::conf::{Backend, Frontend};
 use crate::runtime::{
     clock_ms, BackendState, FrontendState, PerWorker, Process, ProxyCounters, ServerCounters,
-    ServerState, Timing,
+    ServerState, Timing, Traffic,
 };
 
 /// Which rows a `show stat` asks for: a proxy (by name or id, `None` for all), a mask of
@@ -125,7 +125,7 @@ pub fn sample(p: &Process) {
         .state
         .frontends
         .iter()
-        .map(|st| st.counters.sum(|k| &k.bytes_out))
+        .map(|st| st.counters.sum(|k| &k.traffic.bytes_out))
         .sum();
     let mut last = figures
         .bytes_out_at
@@ -241,20 +241,20 @@ fn module_counters(row: &mut Row, h1: Option<(u64, u64, u64, u64)>) {
 }
 
 fn proxy_traffic(row: &mut Row, c: &PerWorker<ProxyCounters>, http: bool) {
-    row.num("stot", c.sum(|k| &k.sessions));
-    row.num("bin", c.sum(|k| &k.bytes_in));
-    row.num("bout", c.sum(|k| &k.bytes_out));
+    row.num("stot", c.sum(|k| &k.traffic.sessions));
+    row.num("bin", c.sum(|k| &k.traffic.bytes_in));
+    row.num("bout", c.sum(|k| &k.traffic.bytes_out));
     row.num("dreq", c.sum(|k| &k.denied_requests));
     row.num("dresp", c.sum(|k| &k.denied_responses));
     row.num("comp_in", c.sum(|k| &k.comp_in));
     row.num("comp_out", c.sum(|k| &k.comp_out));
     row.num("comp_byp", c.sum(|k| &k.comp_byp));
     row.num("comp_rsp", c.sum(|k| &k.comp_rsp));
-    row.num("eint", c.sum(|k| &k.internal_errors));
+    row.num("eint", c.sum(|k| &k.traffic.internal_errors));
     zeros(row, &["wrew"]);
     if http {
         for (i, name) in HRSP.iter().enumerate() {
-            row.num(name, c.sum(|k| &k.status.0[i]));
+            row.num(name, c.sum(|k| &k.traffic.status.0[i]));
         }
         zeros(row, &["cache_lookups", "cache_hits"]);
     }
@@ -316,8 +316,8 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
         (
             st.conns.load(Ordering::Relaxed) as u64,
             c.sum(|k| &k.connections),
-            c.sum(|k| &k.bytes_in),
-            c.sum(|k| &k.bytes_out),
+            c.sum(|k| &k.traffic.bytes_in),
+            c.sum(|k| &k.traffic.bytes_out),
         )
     });
     module_counters(&mut r, h1);
@@ -343,9 +343,9 @@ fn listener_row(
     r.num("scur", st.conns.load(Ordering::Relaxed));
     r.num("smax", st.peak.get());
     r.num("slim", 0);
-    r.num("stot", c.sum(|k| &k.sessions));
-    r.num("bin", c.sum(|k| &k.bytes_in));
-    r.num("bout", c.sum(|k| &k.bytes_out));
+    r.num("stot", c.sum(|k| &k.traffic.sessions));
+    r.num("bin", c.sum(|k| &k.traffic.bytes_in));
+    r.num("bout", c.sum(|k| &k.traffic.bytes_out));
     r.num("dreq", c.sum(|k| &k.denied_requests));
     r.num("dresp", c.sum(|k| &k.denied_responses));
     r.num("ereq", c.sum(|k| &k.request_errors));
@@ -354,7 +354,7 @@ fn listener_row(
     r.text("addr", bind.spec.to_string());
     r.text("mode", mode(fe.stream.mode));
     zeros(&mut r, &["dcon", "dses", "wrew"]);
-    r.num("eint", c.sum(|k| &k.internal_errors));
+    r.num("eint", c.sum(|k| &k.traffic.internal_errors));
     module_counters(&mut r, None);
     r
 }
@@ -367,15 +367,22 @@ fn ids(r: &mut Row) {
     r.num("type", r.kind.code());
 }
 
-/// Averages and maxima of the four timings.
-fn timings<T>(
+/// What a backend's or server's transactions add up to: aborts, the last one, and the
+/// averages and maxima of the four timings.
+fn transactions<T>(
     r: &mut Row,
     c: &PerWorker<T>,
-    t: impl Fn(&T) -> &crate::runtime::Timings,
+    t: impl Fn(&T) -> &Traffic,
     peaks: &crate::runtime::Peaks,
+    now: u64,
 ) {
-    let avg =
-        |f: fn(&crate::runtime::Timings) -> &Timing| Timing::average(c.iter().map(|s| f(t(s))));
+    r.num("cli_abrt", c.sum(|k| &t(k).client_aborts));
+    r.num("srv_abrt", c.sum(|k| &t(k).server_aborts));
+    let last = c.iter().map(|k| t(k).last_session.get()).max();
+    r.num("lastsess", since(last.unwrap_or(0), now));
+    let avg = |f: fn(&crate::runtime::Timings) -> &Timing| {
+        Timing::average(c.iter().map(|s| f(&t(s).timings)))
+    };
     r.num("qtime", avg(|t| &t.queue));
     r.num("ctime", avg(|t| &t.connect));
     r.num("rtime", avg(|t| &t.response));
@@ -405,9 +412,9 @@ fn server_row(
     if let Some(m) = srv.maxconn {
         r.num("slim", m);
     }
-    r.num("stot", c.sum(|k| &k.sessions));
-    r.num("bin", c.sum(|k| &k.bytes_in));
-    r.num("bout", c.sum(|k| &k.bytes_out));
+    r.num("stot", c.sum(|k| &k.traffic.sessions));
+    r.num("bin", c.sum(|k| &k.traffic.bytes_in));
+    r.num("bout", c.sum(|k| &k.traffic.bytes_out));
     r.num("dresp", 0);
     r.num("econ", c.sum(|k| &k.connect_errors));
     r.num("eresp", c.sum(|k| &k.response_errors));
@@ -447,26 +454,17 @@ fn server_row(
     r.num("rate_max", st.peaks.session_rate.get().max(sess_rate));
     if http {
         for (i, name) in HRSP.iter().enumerate() {
-            r.num(name, c.sum(|k| &k.status.0[i]));
+            r.num(name, c.sum(|k| &k.traffic.status.0[i]));
         }
         r.num("req_tot", c.sum(|k| &k.requests));
     }
-    r.num("cli_abrt", c.sum(|k| &k.client_aborts));
-    r.num("srv_abrt", c.sum(|k| &k.server_aborts));
-    r.num(
-        "lastsess",
-        since(
-            c.iter().map(|k| k.last_session.get()).max().unwrap_or(0),
-            now,
-        ),
-    );
-    timings(&mut r, c, |k| &k.timings, &st.peaks);
+    transactions(&mut r, c, |k| &k.traffic, &st.peaks, now);
     r.text("addr", st.addr().to_string());
     r.text("mode", mode(be.stream.mode));
     r.num("wrew", 0);
     r.num("connect", c.sum(|k| &k.connect));
     r.num("reuse", c.sum(|k| &k.reuse));
-    r.num("eint", c.sum(|k| &k.internal_errors));
+    r.num("eint", c.sum(|k| &k.traffic.internal_errors));
     let pool = &st.idle.stats;
     let idle = pool.idle_cur.load(Ordering::Relaxed);
     let safe = pool.safe_cur.load(Ordering::Relaxed).min(idle);
@@ -594,16 +592,7 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
     if http {
         r.num("req_tot", c.sum(|k| &k.requests));
     }
-    r.num("cli_abrt", c.sum(|k| &k.client_aborts));
-    r.num("srv_abrt", c.sum(|k| &k.server_aborts));
-    r.num(
-        "lastsess",
-        since(
-            c.iter().map(|k| k.last_session.get()).max().unwrap_or(0),
-            now,
-        ),
-    );
-    timings(&mut r, c, |k| &k.timings, &st.peaks);
+    transactions(&mut r, c, |k| &k.traffic, &st.peaks, now);
     r.text("mode", mode(be.stream.mode));
     r.text("algo", be.algo.name());
     // HAProxy's aggregated states: 0 while at least one server is up.
@@ -614,7 +603,14 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
     ] {
         r.num(n, u8::from(down));
     }
-    let h1 = http.then(|| (0, 0, c.sum(|k| &k.bytes_in), c.sum(|k| &k.bytes_out)));
+    let h1 = http.then(|| {
+        (
+            0,
+            0,
+            c.sum(|k| &k.traffic.bytes_in),
+            c.sum(|k| &k.traffic.bytes_out),
+        )
+    });
     module_counters(&mut r, h1);
     r
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use sluice_http::{RequestHead, Version};
 
 use super::connect::{Attempts, ConnectError};
-use crate::runtime::{clock_ms_at, Peaks, Timings, Worker};
+use crate::runtime::{clock_ms_at, Peaks, Timings, Traffic, Worker};
 
 /// Where the transaction was when it ended (the second letter of the termination code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -215,88 +215,72 @@ impl Tally {
         let state = w.state();
         let frontend = &state.frontends[fe];
         let f = frontend.counters.at(w.tid);
-        f.bytes_in.add(self.bytes_in);
-        f.bytes_out.add(self.bytes_out);
         let l = frontend
             .listeners
             .get(listener)
             .map(|l| l.counters.at(w.tid));
-        if let Some(l) = l {
-            l.bytes_in.add(self.bytes_in);
-            l.bytes_out.add(self.bytes_out);
+        // A frontend's (and listener's) sessions are its connections, counted at accept.
+        for t in std::iter::once(&f.traffic).chain(l.map(|l| &l.traffic)) {
+            t.bytes_in.add(self.bytes_in);
+            t.bytes_out.add(self.bytes_out);
         }
         if let Some(st) = self.status {
-            f.status.count(st);
+            f.traffic.status.count(st);
         }
         if self.request {
             f.requests.bump();
             f.request_rate.hit(now);
         }
-        match self.local {
-            Some(Local::Denied) => {
-                f.denied_requests.bump();
-                if let Some(l) = l {
-                    l.denied_requests.bump();
-                }
-            }
-            Some(Local::Intercepted) => f.intercepted.bump(),
-            None => {}
-        }
         // Invalid, timed out or abandoned while the request was being received.
-        if self.local.is_none()
+        let invalid = self.local.is_none()
             && self.term[1] == b'R'
-            && matches!(self.term[0], b'P' | b'c' | b'C')
-        {
-            f.request_errors.bump();
-            if let Some(l) = l {
-                l.request_errors.bump();
+            && matches!(self.term[0], b'P' | b'c' | b'C');
+        for c in std::iter::once(f).chain(l) {
+            if self.local == Some(Local::Denied) {
+                c.denied_requests.bump();
+            }
+            if invalid {
+                c.request_errors.bump();
             }
         }
-        let client_abort = self.term[0] == b'C' && matches!(self.term[1], b'H' | b'D' | b'T');
-        let server_abort = self.term[0] == b'S' && matches!(self.term[1], b'D' | b'T');
+        if self.local == Some(Local::Intercepted) {
+            f.intercepted.bump();
+        }
         let Some(b) = backend else {
             return;
         };
         let bs = &state.backends[b];
         let bc = bs.counters.at(w.tid);
-        bc.sessions.bump();
         bc.session_rate.hit(now);
-        bc.last_session.set(now);
-        bc.bytes_in.add(self.bytes_in);
-        bc.bytes_out.add(self.bytes_out);
         if self.request {
             bc.requests.bump();
         }
-        if let Some(st) = self.status {
-            bc.status.count(st);
-        }
-        if client_abort {
-            bc.client_aborts.bump();
-        }
-        if server_abort {
-            bc.server_aborts.bump();
-        }
-        self.time(&bc.timings, &bs.peaks);
+        self.transaction(&bc.traffic, &bs.peaks, now);
         let Some(s) = server else {
             return;
         };
         let ss = &bs.servers[s];
         let sc = ss.counters.at(w.tid);
-        sc.sessions.bump();
         sc.rate.hit(now);
-        sc.last_session.set(now);
-        sc.bytes_in.add(self.bytes_in);
-        sc.bytes_out.add(self.bytes_out);
+        self.transaction(&sc.traffic, &ss.peaks, now);
+    }
+
+    /// What the transaction adds to a backend or server it went through.
+    fn transaction(&self, t: &Traffic, peaks: &Peaks, now: u64) {
+        t.sessions.bump();
+        t.last_session.set(now);
+        t.bytes_in.add(self.bytes_in);
+        t.bytes_out.add(self.bytes_out);
         if let Some(st) = self.status {
-            sc.status.count(st);
+            t.status.count(st);
         }
-        if client_abort {
-            sc.client_aborts.bump();
+        if self.term[0] == b'C' && matches!(self.term[1], b'H' | b'D' | b'T') {
+            t.client_aborts.bump();
         }
-        if server_abort {
-            sc.server_aborts.bump();
+        if self.term[0] == b'S' && matches!(self.term[1], b'D' | b'T') {
+            t.server_aborts.bump();
         }
-        self.time(&sc.timings, &ss.peaks);
+        self.time(&t.timings, peaks);
     }
 
     /// Adds the steps that happened to the averages and maxima.
