@@ -1194,3 +1194,25 @@ fn stats_http_request_rules_and_the_weight_action() {
         "{r}"
     );
 }
+
+#[test]
+fn a_backend_serves_the_stats_page_to_the_requests_routed_to_it() {
+    let a = Origin::start("a");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    acl to_stats path_beg /admin/stats\n    use_backend statistics if to_stats\n    default_backend be\n\
+         backend statistics\n    stats enable\n    stats uri /admin/stats\n\
+         backend be\n    server a {}\n",
+        a.addr
+    ));
+    let html = raw(
+        p.addr(),
+        "GET /admin/stats HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(html.starts_with("HTTP/1.1 200"), "{html}");
+    assert!(
+        html.contains("id=\"px-be\"") && html.contains("id=\"px-statistics\""),
+        "{html}"
+    );
+    assert_eq!(get(p.addr(), "/other").status, 200);
+    assert_eq!(a.count(), 1);
+}
