@@ -52,5 +52,5 @@ pub mod control;
 pub mod load;
 
 pub use conf::Config;
-pub use control::run;
+pub use control::{run, RunOptions};
 pub use load::{load, load_str};

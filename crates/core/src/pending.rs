@@ -18,7 +18,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "user" => Scope::GLOBAL,
     "group" => Scope::GLOBAL,
     "chroot" => Scope::GLOBAL,
-    "pidfile" => Scope::GLOBAL,
     "ssl-default-bind-ciphers" => Scope::GLOBAL,
     "ssl-default-bind-options" => Scope::GLOBAL,
     "master-worker" => Scope::GLOBAL,

@@ -25,6 +25,8 @@ fn process() -> Arc<Process> {
         backend_loggers: vec![Vec::new()].into(),
         config: Arc::new(config),
         stopping: AtomicBool::new(false),
+        paused: Default::default(),
+        resumed: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
     })

@@ -4,15 +4,18 @@
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-Usage: sluice -f FILE [-f FILE ...] [-c] [-d|-db] [-v] [-h]
+Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-sf|-st PID...] [-d|-db] [-v] [-h]
   -f FILE   read configuration from FILE (repeatable; files are read in order)
   -c        check the configuration and exit (0 when valid, 1 otherwise)
+  -p FILE   write the process id to FILE once listening
+  -sf PID.. once listening, ask these processes to finish softly (SIGUSR1)
+  -st PID.. once listening, stop these processes (SIGTERM)
   -d, -db   stay in the foreground (sluice always does; accepted for HAProxy compatibility)
   -v        print the version and exit
   -h        print this help and exit";
 
 enum Action {
-    Run(Vec<String>),
+    Run(Vec<String>, sluice_core::RunOptions),
     Check(Vec<String>),
     Version,
     Help,
@@ -21,12 +24,35 @@ enum Action {
 fn parse_args(args: &[String]) -> Result<Action, String> {
     let mut files = Vec::new();
     let mut check = false;
+    let mut opts = sluice_core::RunOptions::default();
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "-f" => {
                 i += 1;
                 files.push(args.get(i).ok_or("-f expects a file name")?.clone());
+            }
+            "-p" => {
+                i += 1;
+                opts.pidfile = Some(args.get(i).ok_or("-p expects a file name")?.clone());
+            }
+            flag @ ("-sf" | "-st") => {
+                // Process ids up to the next option, as HAProxy reads them.
+                let mut pids = Vec::new();
+                while let Some(pid) = args.get(i + 1).filter(|a| !a.starts_with('-')) {
+                    pids.push(
+                        pid.parse::<i32>()
+                            .ok()
+                            .filter(|&p| p > 0)
+                            .ok_or_else(|| format!("{flag} expects process ids, not '{pid}'"))?,
+                    );
+                    i += 1;
+                }
+                if flag == "-sf" {
+                    opts.finish.extend(pids);
+                } else {
+                    opts.terminate.extend(pids);
+                }
             }
             "-c" => check = true,
             "-d" | "-db" | "-dW" => {}
@@ -42,7 +68,7 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     Ok(if check {
         Action::Check(files)
     } else {
-        Action::Run(files)
+        Action::Run(files, opts)
     })
 }
 
@@ -55,7 +81,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let (files, check) = match action {
+    let (files, check, opts) = match action {
         Action::Version => {
             println!("sluice version {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
@@ -64,8 +90,8 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        Action::Check(f) => (f, true),
-        Action::Run(f) => (f, false),
+        Action::Check(f) => (f, true, Default::default()),
+        Action::Run(f, o) => (f, false, o),
     };
     let config = match sluice_core::load(&files) {
         Ok(c) => c,
@@ -84,7 +110,7 @@ fn main() -> ExitCode {
         println!("Configuration file is valid");
         return ExitCode::SUCCESS;
     }
-    match sluice_core::run(config) {
+    match sluice_core::run(config, &opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice: fatal: {e}");

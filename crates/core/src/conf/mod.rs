@@ -54,6 +54,8 @@ pub struct GlobalConf {
     pub stats_sockets: Vec<cli::SocketConf>,
     /// `stats timeout`: how long the CLI waits for a command (10 s).
     pub stats_timeout: Option<Duration>,
+    /// `pidfile`: where to write the process id.
+    pub pidfile: Option<String>,
     pub pool: PoolGlobal,
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
@@ -69,6 +71,7 @@ impl Default for GlobalConf {
             compression: GlobalComp::default(),
             stats_sockets: Vec::new(),
             stats_timeout: None,
+            pidfile: None,
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),

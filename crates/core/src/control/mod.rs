@@ -2,8 +2,15 @@
 //! runtime CLI), and the signals that stop it (`hard-stop-after`).
 //!
 //! The control thread is the process's main thread once the workers run: it waits for
-//! signals. SIGTERM/SIGINT stop at once; SIGUSR1 starts a soft stop, which ends when no
-//! client connection is left or when `hard-stop-after` expires.
+//! signals, as HAProxy's process does. SIGTERM/SIGINT stop at once (exit status 0); SIGUSR1
+//! starts a soft stop, which ends when no client connection is left or when
+//! `hard-stop-after` expires; SIGHUP writes every server's state to standard error and
+//! carries on; SIGTTOU stops the workers accepting (new connections wait in the kernel's
+//! queue) and SIGTTIN restarts them; SIGUSR2 (a reload, for a master process) is ignored.
+//!
+//! A new process started with `-sf PID...` (`-st PID...`) binds beside the old ones
+//! (SO_REUSEPORT), and once it listens asks them to finish softly (SIGUSR1) or to stop
+//! (SIGTERM).
 
 pub mod cli;
 mod servers;
@@ -20,12 +27,34 @@ use crate::runtime::{Admission, Process, Runtime, ThreadCtx};
 use crate::worker::listener::{self, ListenError, Listening};
 use crate::worker::{self, Inboxes};
 
-pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
-    name: "hard-stop-after",
-    scope: Scope::GLOBAL,
-    help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
-    parse: |g, a| time_arg(a).map(|t| g.hard_stop_after = Some(t)),
-}];
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "hard-stop-after",
+        scope: Scope::GLOBAL,
+        help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
+        parse: |g, a| time_arg(a).map(|t| g.hard_stop_after = Some(t)),
+    },
+    Keyword {
+        name: "pidfile",
+        scope: Scope::GLOBAL,
+        help: "pidfile FILE: write the process id there once listening (-p FILE wins)",
+        parse: |g, a| {
+            g.pidfile = Some(crate::conf::one_arg(a, "a file name")?.to_string());
+            Ok(())
+        },
+    },
+];
+
+/// What the command line adds to a configuration for one start.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// `-p FILE`: where to write the process id (overrides `pidfile`).
+    pub pidfile: Option<String>,
+    /// `-sf PID...`: processes asked to finish softly (SIGUSR1) once this one listens.
+    pub finish: Vec<i32>,
+    /// `-st PID...`: processes stopped (SIGTERM) once this one listens.
+    pub terminate: Vec<i32>,
+}
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,10 +74,15 @@ pub enum RunError {
         path: String,
         source: std::io::Error,
     },
+    #[error("pidfile {path}: {source}")]
+    Pidfile {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Opens the listeners, starts the workers and blocks until the process must exit.
-pub fn run(config: Config) -> Result<(), RunError> {
+pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
     let nbthread = config.global.nbthread();
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
@@ -102,6 +136,8 @@ pub fn run(config: Config) -> Result<(), RunError> {
         loggers,
         backend_loggers,
         stopping: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
+        resumed: tokio::sync::Notify::new(),
         started: std::time::Instant::now(),
         figures: Default::default(),
     });
@@ -140,13 +176,67 @@ pub fn run(config: Config) -> Result<(), RunError> {
         .iter()
         .filter_map(|(_, _, _, l)| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
-    // The workers hold their own copies; a soft stop closes those.
-    drop(listeners);
     eprintln!(
         "sluice: {nbthread} worker(s) listening on {}",
         addrs.join(", ")
     );
+    if let Some(path) = opts
+        .pidfile
+        .as_ref()
+        .or(process.config.global.pidfile.as_ref())
+    {
+        std::fs::write(path, format!("{}\n", std::process::id())).map_err(|source| {
+            RunError::Pidfile {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    // Listening now: the processes this one replaces may go.
+    for (pids, sig) in [
+        (&opts.finish, libc::SIGUSR1),
+        (&opts.terminate, libc::SIGTERM),
+    ] {
+        for &pid in pids {
+            // SAFETY: kill only sends a signal; a pid that is gone makes it fail (ESRCH).
+            if unsafe { libc::kill(pid, sig) } != 0 {
+                eprintln!(
+                    "sluice: cannot signal process {pid}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+    // The workers hold their own copies; a soft stop closes those.
+    drop(listeners);
     wait_for_stop_signal(&process, &inboxes)
+}
+
+/// SIGHUP: one line per server, in HAProxy's words.
+fn dump_server_states(process: &Process) {
+    for (be, st) in process
+        .config
+        .backends
+        .iter()
+        .zip(process.state.backends.iter())
+    {
+        eprintln!(
+            "sluice: SIGHUP received, dumping servers states for proxy {}.",
+            be.name
+        );
+        for (srv, s) in be.servers.iter().zip(st.servers.iter()) {
+            let status = s.status(srv.check.as_ref().map(|c| (c.rise, c.fall)));
+            eprintln!(
+                "sluice: SIGHUP: Server {}/{} is {}. Conn: {} act, {} pend, {} tot.",
+                be.name,
+                srv.name,
+                status,
+                s.in_flight.load(Ordering::Relaxed),
+                s.queue.waiting.load(Ordering::Relaxed),
+                s.counters.sum(|c| &c.traffic.sessions)
+            );
+        }
+    }
 }
 
 fn wait_for_stop_signal(process: &Process, inboxes: &Inboxes) -> Result<(), RunError> {
@@ -159,10 +249,27 @@ fn wait_for_stop_signal(process: &Process, inboxes: &Inboxes) -> Result<(), RunE
         let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
         let mut usr1 = signal(SignalKind::user_defined1()).map_err(RunError::Signals)?;
-        tokio::select! {
-            _ = term.recv() => return Ok(()),
-            _ = int.recv() => return Ok(()),
-            _ = usr1.recv() => {}
+        let mut usr2 = signal(SignalKind::user_defined2()).map_err(RunError::Signals)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;
+        let mut ttou = signal(SignalKind::from_raw(libc::SIGTTOU)).map_err(RunError::Signals)?;
+        let mut ttin = signal(SignalKind::from_raw(libc::SIGTTIN)).map_err(RunError::Signals)?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+                _ = usr1.recv() => break,
+                _ = usr2.recv() => eprintln!("sluice: SIGUSR2 received outside master-worker mode: ignored"),
+                _ = hup.recv() => dump_server_states(process),
+                _ = ttou.recv() => {
+                    eprintln!("sluice: SIGTTOU received: listeners paused");
+                    process.paused.store(true, Ordering::Relaxed);
+                }
+                _ = ttin.recv() => {
+                    eprintln!("sluice: SIGTTIN received: listeners resumed");
+                    process.paused.store(false, Ordering::Relaxed);
+                    process.resumed.notify_waiters();
+                }
+            }
         }
         eprintln!("sluice: soft stop: no longer accepting, finishing active connections");
         process.stopping.store(true, Ordering::Relaxed);
@@ -177,6 +284,8 @@ fn wait_for_stop_signal(process: &Process, inboxes: &Inboxes) -> Result<(), RunE
             tokio::select! {
                 _ = term.recv() => return Ok(()),
                 _ = int.recv() => return Ok(()),
+                _ = hup.recv() => dump_server_states(process),
+                _ = usr2.recv() => {}
                 _ = tick.tick() => {}
             }
             let active = process.active_total();

@@ -153,6 +153,9 @@ pub struct Process {
     /// Each backend's (health-check events), aligned with `Config::backends`.
     pub backend_loggers: Box<[Vec<Arc<Logger>>]>,
     pub stopping: AtomicBool,
+    /// SIGTTOU: the workers stop accepting until SIGTTIN (`resumed`).
+    pub paused: AtomicBool,
+    pub resumed: Notify,
     pub started: Instant,
     /// Process-wide figures of `show info` that are sampled rather than counted.
     pub figures: ProcessFigures,

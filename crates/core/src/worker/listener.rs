@@ -234,6 +234,8 @@ fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListener, OpenEr
                     None,
                 )?;
                 sock.set_reuse_address(true)?;
+                // As HAProxy does: a new process (`-sf`, `-st`) binds beside the old one.
+                sock.set_reuse_port(true)?;
                 if addr.is_ipv6() {
                     sock.set_only_v6(true)?;
                 }
@@ -305,10 +307,24 @@ pub(crate) async fn accept_loop(t: Rc<Thread>, l: Registered) {
     let mut last_log = Instant::now() - Duration::from_secs(60);
     let mut suppressed = 0u64;
     loop {
+        // Paused (SIGTTOU): connections wait in the kernel's queue until SIGTTIN.
+        while w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            let resumed = w.process.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            resumed.await;
+        }
         // A connection is waiting before a slot is taken: an idle loop holds none.
         let Ok(mut ready) = l.fd.readable().await else {
             return;
         };
+        if w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            // Paused while waiting: the connection stays queued, readiness kept for later.
+            continue;
+        }
         let slot = w.process.admission.admit(l.frontend).await;
         let accepted = socket2::SockRef::from(l.fd.get_ref())
             .accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);

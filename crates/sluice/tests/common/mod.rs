@@ -298,6 +298,15 @@ impl Sluice {
 
     /// Like `start`, with the descriptor limit (`ulimit -n`) set for the process.
     pub fn start_limited(config: &str, nofile: Option<u64>) -> Sluice {
+        Sluice::start_with(config, nofile, &[])
+    }
+
+    /// Like `start`, with more command-line arguments after `-f FILE`.
+    pub fn start_args(config: &str, args: &[String]) -> Sluice {
+        Sluice::start_with(config, None, args)
+    }
+
+    fn start_with(config: &str, nofile: Option<u64>, args: &[String]) -> Sluice {
         let dir = TempDir::new();
         let mut listeners = Vec::new();
         let mut text = String::new();
@@ -325,7 +334,7 @@ impl Sluice {
         let stderr_path = dir.0.join("stderr.log");
         let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
         let mut cmd = Command::new(sluice_bin());
-        cmd.arg("-f").arg(&path).stdin(Stdio::null());
+        cmd.arg("-f").arg(&path).args(args).stdin(Stdio::null());
         cmd.stdout(std::fs::File::create(dir.0.join("stdout.log")).unwrap());
         cmd.stderr(std::fs::File::create(&stderr_path).unwrap());
         // SAFETY: only async-signal-safe fcntl calls run between fork and exec.

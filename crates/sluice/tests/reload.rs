@@ -1,0 +1,155 @@
+//! Replacing a running process and the signals an operator sends it, as with HAProxy:
+//! `-sf`/`-st` with a pidfile, SIGHUP (server states), SIGUSR2 (ignored outside
+//! master-worker mode), SIGTTOU/SIGTTIN (accepting paused and resumed).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill with a pid this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+/// Waits until `f` holds, failing after the common timeout.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_sigusr2_and_sigttou_sigttin() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    signal(p.pid(), libc::SIGHUP);
+    wait_until("the server states", || {
+        p.stderr()
+            .contains("SIGHUP: Server be/s1 is no check. Conn: 0 act, 0 pend, ")
+    });
+    signal(p.pid(), libc::SIGUSR2);
+    wait_until("SIGUSR2 noted", || p.stderr().contains("SIGUSR2 received"));
+    assert_eq!(
+        get(p.addr(), "/").status,
+        200,
+        "still serving after SIGHUP and SIGUSR2"
+    );
+    // SIGTTOU: a new connection waits unanswered in the kernel's queue; SIGTTIN: it is
+    // served, nothing lost.
+    signal(p.pid(), libc::SIGTTOU);
+    wait_until("listeners paused", || {
+        p.stderr().contains("SIGTTOU received")
+    });
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.write_all(b"GET /queued HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut b = [0u8; 64];
+    assert!(
+        matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
+        "answered while paused"
+    );
+    assert!(!origin.requests().iter().any(|r| r.target == "/queued"));
+    signal(p.pid(), libc::SIGTTIN);
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+/// A port that stays reserved for as long as the socket lives: bound with SO_REUSEPORT but
+/// not listening, so the processes under test can bind it too and nothing else takes it.
+fn reserved_port() -> (socket2::Socket, SocketAddr) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    s.set_reuse_port(true).unwrap();
+    s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    (s, addr)
+}
+
+#[test]
+fn a_new_process_with_sf_takes_over_and_the_old_one_finishes() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let dir = TempDir::new();
+    let pidfile = dir.0.join("sluice.pid").display().to_string();
+    let cfg = |name: &str| {
+        format!(
+            "{DEFAULTS}frontend fe\n    bind {addr}\n    http-request set-header X-Gen {name}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            origin.addr
+        )
+    };
+    let mut old = Sluice::start_args(&cfg("one"), &["-p".into(), pidfile.clone()]);
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(pid.trim(), old.pid().to_string());
+    assert_eq!(get(addr, "/").status, 200);
+    let new = Sluice::start_args(
+        &cfg("two"),
+        &[
+            "-p".into(),
+            pidfile.clone(),
+            "-sf".into(),
+            pid.trim().into(),
+        ],
+    );
+    let status = {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(s) = old.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "the old process did not finish");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert!(status.success(), "{status}");
+    assert!(old.stderr().contains("soft stop"));
+    assert_eq!(
+        std::fs::read_to_string(&pidfile).unwrap().trim(),
+        new.pid().to_string()
+    );
+    // Only the new process answers now.
+    let before = origin.count();
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/").status, 200);
+    }
+    let requests = origin.requests();
+    assert!(requests[before..]
+        .iter()
+        .all(|r| r.header("x-gen") == Some("two")));
+}
+
+#[test]
+fn st_stops_the_old_process_at_once() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    let mut old = Sluice::start_args(&cfg, &[]);
+    let _new = Sluice::start_args(&cfg, &["-st".into(), old.pid().to_string()]);
+    wait_until("the old process gone", || {
+        old.child.try_wait().unwrap().is_some()
+    });
+    assert_eq!(get(addr, "/").status, 200);
+    let (ok, err) = check_config("defaults\n    mode http\nglobal\n    pidfile\n");
+    assert!(!ok && err.contains("c.cfg:4"), "{err}");
+}
