@@ -27,6 +27,7 @@ fn process() -> Arc<Process> {
         stopping: AtomicBool::new(false),
         paused: Default::default(),
         resumed: Default::default(),
+        handover: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
     })

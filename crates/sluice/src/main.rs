@@ -4,10 +4,12 @@
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-sf|-st PID...] [-d|-db] [-v] [-h]
+Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-d|-db] [-v] [-h]
   -f FILE   read configuration from FILE (repeatable; files are read in order)
   -c        check the configuration and exit (0 when valid, 1 otherwise)
   -p FILE   write the process id to FILE once listening
+  -x PATH   take the listening sockets of the process whose stats socket is PATH
+            (declared with 'expose-fd listeners'), so that no queued connection is lost
   -sf PID.. once listening, ask these processes to finish softly (SIGUSR1)
   -st PID.. once listening, stop these processes (SIGTERM)
   -d, -db   stay in the foreground (sluice always does; accepted for HAProxy compatibility)
@@ -35,6 +37,10 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
             "-p" => {
                 i += 1;
                 opts.pidfile = Some(args.get(i).ok_or("-p expects a file name")?.clone());
+            }
+            "-x" => {
+                i += 1;
+                opts.take_from = Some(args.get(i).ok_or("-x expects a stats socket path")?.clone());
             }
             flag @ ("-sf" | "-st") => {
                 // Process ids up to the next option, as HAProxy reads them.

@@ -116,8 +116,15 @@ fn command_line() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.cfg: cannot read file"));
+    let out = Command::new(sluice_bin()).args(["-Z"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option '-Z'"));
     let out = Command::new(sluice_bin()).args(["-x"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option '-x'"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-x expects a stats socket path"));
+    let out = Command::new(sluice_bin())
+        .args(["-f", "x.cfg", "-sf", "12", "abc"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-sf expects process ids, not 'abc'"));
 }
 
 #[test]

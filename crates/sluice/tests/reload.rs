@@ -153,3 +153,139 @@ fn st_stops_the_old_process_at_once() {
     let (ok, err) = check_config("defaults\n    mode http\nglobal\n    pidfile\n");
     assert!(!ok && err.contains("c.cfg:4"), "{err}");
 }
+
+/// One request on a new connection; whether a whole 200 came back.
+fn one_shot(addr: SocketAddr) -> bool {
+    let Ok(mut c) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(TIMEOUT));
+    if c.write_all(b"GET /one HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out.starts_with(b"HTTP/1.1 200")
+}
+
+#[test]
+fn reloads_with_socket_handover_lose_no_request() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let pidfile = dir.0.join("pid").display().to_string();
+    let cfg = format!(
+        "global\n    nbthread 2\n    stats socket {} level admin expose-fd listeners\n{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        sock.display(),
+        origin.addr
+    );
+    let mut current = Sluice::start_args(&cfg, &["-p".into(), pidfile.clone()]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let counts = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64, 0u64, 0u64)));
+    // One client opens a connection per request, another keeps its connection alive (and
+    // opens a new one when the server closes it, as browsers do).
+    let short = {
+        let (stop, counts) = (stop.clone(), counts.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let ok = one_shot(addr);
+                let mut c = counts.lock().unwrap();
+                c.0 += 1;
+                c.1 += u64::from(!ok);
+            }
+        })
+    };
+    let long = {
+        let (stop, counts) = (stop.clone(), counts.clone());
+        std::thread::spawn(move || {
+            let mut conn: Option<Conn> = None;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let c = conn.get_or_insert_with(|| Conn::new(addr));
+                c.send(b"GET /ka HTTP/1.1\r\nHost: t\r\n\r\n");
+                let r = c.response_for(false);
+                let ok = r.as_ref().is_some_and(|r| r.status == 200);
+                if r.as_ref()
+                    .is_none_or(|r| r.header("connection") == Some("close"))
+                {
+                    conn = None;
+                }
+                let mut k = counts.lock().unwrap();
+                k.2 += 1;
+                k.3 += u64::from(!ok);
+            }
+        })
+    };
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(150));
+        let old_pid = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .to_string();
+        let next = Sluice::start_args(
+            &cfg,
+            &[
+                "-p".into(),
+                pidfile.clone(),
+                "-x".into(),
+                sock.display().to_string(),
+                "-sf".into(),
+                old_pid,
+            ],
+        );
+        let deadline = Instant::now() + TIMEOUT;
+        while current.child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the old process did not finish: {}",
+                current.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        current = next;
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    short.join().unwrap();
+    long.join().unwrap();
+    let (short_n, short_failed, long_n, long_failed) = *counts.lock().unwrap();
+    assert!(
+        short_n > 20 && long_n > 20,
+        "too little traffic: {short_n}, {long_n}"
+    );
+    assert_eq!(
+        (short_failed, long_failed),
+        (0, 0),
+        "failed requests over 10 reloads: {short_failed} of {short_n} one-shot, {long_failed} of {long_n} keep-alive"
+    );
+    assert_eq!(get(addr, "/").status, 200);
+}
+
+#[test]
+fn x_needs_a_stats_socket_that_exposes_its_listeners() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock = dir.0.join("plain.sock");
+    let _old = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let (_port, addr) = reserved_port();
+    let cfg = dir.write(
+        "new.cfg",
+        &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
+    );
+    let out = std::process::Command::new(sluice_bin())
+        .args(["-f", &cfg, "-x", &sock.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot take the listeners over from") && err.contains("expose-fd listeners"),
+        "{err}"
+    );
+}

@@ -39,4 +39,7 @@ pub struct SocketConf {
     /// `mode`: permissions of a unix socket file.
     pub mode: Option<u32>,
     pub level: Level,
+    /// `expose-fd listeners`: a process replacing this one may take its listening sockets
+    /// here (`-x`).
+    pub expose_fd: bool,
 }

@@ -49,6 +49,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
             addr,
             mode: None,
             level: Level::Operator,
+            expose_fd: false,
         };
         let mut i = 1;
         while i < args.len() {
@@ -62,6 +63,8 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
                             .map_err(|_| KwError::bad(i + 2, val, "expects an octal mode"))?,
                     )
                 }
+                "expose-fd" if val == "listeners" => conf.expose_fd = true,
+                "expose-fd" => return Err(KwError::bad(i + 2, val, "expects 'listeners'")),
                 "level" => {
                     conf.level = match val.as_str() {
                         "user" => Level::User,
@@ -76,7 +79,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
                     return Err(KwError::bad(
                         i + 1,
                         other,
-                        "expects mode or level (other options are not supported yet)",
+                        "expects mode, level or expose-fd (other options are not supported yet)",
                     ))
                 }
             }
@@ -309,7 +312,15 @@ pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
         CliListener::Unix(l) => {
             for mut conn in l.incoming().flatten() {
                 let _ = conn.set_read_timeout(timeout);
-                answer(&mut conn);
+                let mut line = String::new();
+                if BufReader::new(&mut conn).read_line(&mut line).is_err() {
+                    continue;
+                }
+                if line.trim() == super::handover::REQUEST {
+                    hand_over(&process, &conf, &conn);
+                } else {
+                    let _ = conn.write_all(execute(&process, &line, conf.level).as_bytes());
+                }
             }
         }
         CliListener::Tcp(l) => {
@@ -318,6 +329,24 @@ pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
                 answer(&mut conn);
             }
         }
+    }
+}
+
+/// `_getsocks` from a process replacing this one: the listening sockets, when this socket
+/// exposes them.
+fn hand_over(process: &Process, conf: &SocketConf, conn: &std::os::unix::net::UnixStream) {
+    if !conf.expose_fd || conf.level < Level::Admin {
+        let _ = (&*conn)
+            .write_all(b"Permission denied (needs 'expose-fd listeners' and level admin)\n");
+        return;
+    }
+    let kept = process.handover.lock().unwrap_or_else(|e| e.into_inner());
+    let list: Vec<(String, String, std::os::fd::RawFd)> = kept
+        .iter()
+        .map(|(fe, addr, l)| (fe.clone(), addr.clone(), std::os::fd::AsRawFd::as_raw_fd(l)))
+        .collect();
+    if let Err(e) = super::handover::send(conn, &list) {
+        eprintln!("sluice: cannot hand the listeners over: {e}");
     }
 }
 

@@ -13,6 +13,7 @@
 //! (SIGTERM).
 
 pub mod cli;
+pub mod handover;
 mod servers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +55,8 @@ pub struct RunOptions {
     pub finish: Vec<i32>,
     /// `-st PID...`: processes stopped (SIGTERM) once this one listens.
     pub terminate: Vec<i32>,
+    /// `-x PATH`: take the listening sockets of the process behind this stats socket.
+    pub take_from: Option<String>,
 }
 
 /// Why the proxy could not start.
@@ -74,6 +77,11 @@ pub enum RunError {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot take the listeners over from {path}: {source}")]
+    Handover {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("pidfile {path}: {source}")]
     Pidfile {
         path: String,
@@ -87,13 +95,31 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
     let global_max = crate::fds::ensure(config.global.maxconn).map_err(RunError::Fds)?;
+    let mut handed = match &opts.take_from {
+        Some(path) => handover::receive(path).map_err(|source| RunError::Handover {
+            path: path.clone(),
+            source,
+        })?,
+        None => Vec::new(),
+    };
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
         let backlog = fe.listen.maxconn.unwrap_or(global_max);
         for (li, bind) in fe.listen.binds.iter().enumerate() {
-            listeners.push((fi, li, bind.clone(), listener::open_bind(bind, backlog)?));
+            // The same frontend's socket for the same address, from the process replaced.
+            let addr = bind.spec.to_string();
+            let socket = match handed
+                .iter()
+                .position(|h| h.frontend == fe.name && h.addr == addr)
+            {
+                Some(i) => std::net::TcpListener::from(handed.swap_remove(i).fd),
+                None => listener::open_bind(bind, backlog)?,
+            };
+            listeners.push((fi, li, bind.clone(), socket));
         }
     }
+    // Sockets the new configuration has no use for close here.
+    drop(handed);
     let loggers = config
         .frontends
         .iter()
@@ -138,6 +164,7 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
         stopping: AtomicBool::new(false),
         paused: AtomicBool::new(false),
         resumed: tokio::sync::Notify::new(),
+        handover: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
     });
@@ -207,8 +234,18 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
             }
         }
     }
-    // The workers hold their own copies; a soft stop closes those.
-    drop(listeners);
+    // Copies a replacing process may take (`expose-fd listeners`); the workers hold their
+    // own, which a soft stop closes.
+    *process.handover.lock().unwrap_or_else(|e| e.into_inner()) = listeners
+        .into_iter()
+        .map(|(fi, _, bind, l)| {
+            (
+                process.config.frontends[fi].name.clone(),
+                bind.spec.to_string(),
+                l,
+            )
+        })
+        .collect();
     wait_for_stop_signal(&process, &inboxes)
 }
 
@@ -273,6 +310,13 @@ fn wait_for_stop_signal(process: &Process, inboxes: &Inboxes) -> Result<(), RunE
         }
         eprintln!("sluice: soft stop: no longer accepting, finishing active connections");
         process.stopping.store(true, Ordering::Relaxed);
+        // Whoever took them over keeps the sockets open; otherwise they close with the
+        // workers' copies.
+        process
+            .handover
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         inboxes.stop_all(process);
         let deadline = process
             .config

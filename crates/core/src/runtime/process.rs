@@ -156,6 +156,8 @@ pub struct Process {
     /// SIGTTOU: the workers stop accepting until SIGTTIN (`resumed`).
     pub paused: AtomicBool,
     pub resumed: Notify,
+    /// The listening sockets (frontend, address, socket) a replacing process may take.
+    pub handover: std::sync::Mutex<Vec<(String, String, std::net::TcpListener)>>,
     pub started: Instant,
     /// Process-wide figures of `show info` that are sampled rather than counted.
     pub figures: ProcessFigures,
@@ -180,8 +182,6 @@ pub struct Worker {
     pub comp_out: RefCell<Vec<u8>>,
     /// Decoded body bytes waiting to be compressed, same discipline.
     pub comp_plain: RefCell<Vec<u8>>,
-    /// Woken at soft stop, for client connections waiting idle between requests.
-    pub stop: tokio::sync::Notify,
     /// This worker's copies of the balancing schedules.
     pub lb: LbCache,
     /// This worker's side of the health checks.
@@ -214,7 +214,6 @@ impl Worker {
             bufs: BufPool::new(process.config.global.bufsize),
             comp_out: RefCell::default(),
             comp_plain: RefCell::default(),
-            stop: tokio::sync::Notify::new(),
             lb: LbCache::default(),
             process,
             checks: WorkerChecks {

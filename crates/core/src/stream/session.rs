@@ -6,9 +6,10 @@
 //! - Nothing of a request reaches a server before its head has been fully validated.
 //! - Requests are handled one at a time, so pipelined requests are answered in order and a
 //!   server connection never carries two requests at once.
-//! - A connection with nothing of a request buffered is idle: a soft stop closes it, and it
-//!   holds no buffer storage (both buffers go back to the worker's pool) and at most
-//!   `OUT_IDLE_CAPACITY` bytes of output scratch.
+//! - A connection with nothing of a request buffered is idle: it holds no buffer storage
+//!   (both buffers go back to the worker's pool) and at most `OUT_IDLE_CAPACITY` bytes of
+//!   output scratch. A soft stop does not close it under a request the client may be
+//!   sending: its next request is answered with `Connection: close`.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -97,18 +98,10 @@ impl Session {
                     None => st.timeout_client,
                 }
             };
-            // The notification is registered before the flag is read, so none is missed.
-            let stop = w.stop.notified();
-            tokio::pin!(stop);
-            stop.as_mut().enable();
-            let idle = self.cbuf.is_empty();
-            if idle && w.stopping() {
-                return Err(gone(None));
-            }
-            let read = tokio::select! {
-                r = within(limit, self.cbuf.fill(&mut self.client, &w.bufs)) => r,
-                _ = &mut stop, if idle => return Err(gone(None)),
-            };
+            // At a soft stop an idle connection is not closed under a request the client may
+            // be sending at that moment: it waits for its next request, which is answered
+            // and then closes the connection (or for its timeouts, or `hard-stop-after`).
+            let read = within(limit, self.cbuf.fill(&mut self.client, &w.bufs)).await;
             match read {
                 Ok(Ok(0)) => return Err(gone(None)),
                 Ok(Err(e)) => return Err(gone(Some(e))),

@@ -84,7 +84,6 @@ impl Thread {
                 for task in self.accepting.borrow_mut().drain(..) {
                     task.abort();
                 }
-                w.stop.notify_waiters();
             }
         }
     }
