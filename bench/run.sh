@@ -17,11 +17,12 @@ case "${BENCH:-core}" in
     pools) exec python3 bench/pools.py "${1:-5}" "${2:-3}" ;;
     checks) exec python3 bench/checks.py "${1:-30}" "${2:-3}" ;;
     statsrender) exec python3 bench/statsrender.py "${1:-20}" ;;
+    reload) exec python3 bench/reload.py "${1:-10}" "${2:-3}" ;;
     instructions)
         command -v valgrind >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind
         exec python3 bench/instructions.py "$@" ;;
     operating)
         dpkg -s libnginx-mod-http-echo >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y libnginx-mod-http-echo
         exec python3 bench/operating.py "${1:-8}" "${2:-3}" ;;
-    *) echo "BENCH must be core, compression, pools, operating, checks, statsrender or instructions" >&2; exit 2 ;;
+    *) echo "BENCH must be core, compression, pools, operating, checks, statsrender, reload or instructions" >&2; exit 2 ;;
 esac
