@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "\
 Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-d|-db] [-v] [-h]
-  -f FILE   read configuration from FILE (repeatable; files are read in order)
+  -f FILE   read configuration from FILE (repeatable; files are read in order; a
+            directory: every *.cfg in it, in lexical order)
   -c        check the configuration and exit (0 when valid, 1 otherwise)
   -p FILE   write the process id to FILE once listening
   -x PATH   take the listening sockets of the process whose stats socket is PATH
@@ -32,7 +33,8 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
         match args[i].as_str() {
             "-f" => {
                 i += 1;
-                files.push(args.get(i).ok_or("-f expects a file name")?.clone());
+                let path = args.get(i).ok_or("-f expects a file name")?;
+                files.extend(config_files(path)?);
             }
             "-p" => {
                 i += 1;
@@ -76,6 +78,25 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     } else {
         Action::Run(files, opts)
     })
+}
+
+/// The files `-f PATH` names: the file itself, or for a directory every `*.cfg` in it (hidden
+/// files aside) in lexical order, as HAProxy reads them.
+fn config_files(path: &str) -> Result<Vec<String>, String> {
+    let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
+    if !is_dir {
+        return Ok(vec![path.to_string()]);
+    }
+    let mut files: Vec<String> = std::fs::read_dir(path)
+        .map_err(|e| format!("{path}: cannot read the directory: {e}"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".cfg") && !n.starts_with('.'))
+        .map(|n| format!("{}/{n}", path.trim_end_matches('/')))
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn main() -> ExitCode {

@@ -147,6 +147,41 @@ fn several_files_are_read_in_order() {
 }
 
 #[test]
+fn a_directory_given_to_f_is_read_cfg_file_by_cfg_file_in_lexical_order() {
+    let dir = TempDir::new();
+    // A `defaults` section applies to the proxies after it: read after the proxies,
+    // `mode tcp` changes nothing; read before them, it makes their HTTP rule an error.
+    dir.write(
+        "10-proxies.cfg",
+        "frontend f\n    bind 127.0.0.1:1\n    http-request return status 200 content-type text/plain string hi\n",
+    );
+    dir.write("20-late.cfg", "defaults\n    mode tcp\n");
+    // Neither a file not ending in .cfg nor a hidden one is read.
+    dir.write("30-notes.txt", "this is not configuration\n");
+    dir.write(".hidden.cfg", "this is not configuration either\n");
+    let path = dir.0.display().to_string();
+    let check = || {
+        Command::new(sluice_bin())
+            .args(["-c", "-f", &path])
+            .output()
+            .unwrap()
+    };
+    let out = check();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.write("05-early.cfg", "defaults\n    mode tcp\n");
+    let out = check();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("10-proxies.cfg:1") && err.contains("mode tcp"),
+        "{err}"
+    );
+}
+
+#[test]
 fn binding_an_address_in_use_is_a_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
