@@ -420,3 +420,63 @@ fn the_quick_start_demo_runs_and_balances() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn the_cli_speaks_haproxys_protocol() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let _p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n",
+        sock.display()
+    ));
+    let path = std::env::var("PATH").unwrap_or_default();
+    let connect = || {
+        let c = UnixStream::connect(&sock).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        c
+    };
+    // Several commands on one line, each answer ending with an empty line; then the close.
+    let mut c = connect();
+    c.write_all(b"show env PATH;show threads\n").unwrap();
+    let mut all = String::new();
+    c.read_to_string(&mut all).unwrap();
+    assert!(
+        all.starts_with(&format!("PATH={path}\n\nThread 1: ")),
+        "{all}"
+    );
+    assert!(
+        all.ends_with("\n\n") && all.contains("\nThread 2: "),
+        "{all}"
+    );
+    // A request half-closed by its client is still answered.
+    let mut c = connect();
+    c.write_all(b"show env PATH\n").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut all = String::new();
+    c.read_to_string(&mut all).unwrap();
+    assert_eq!(all, format!("PATH={path}\n\n"));
+    // Interactive: a prompt after each answer, until quit.
+    let c = connect();
+    let mut w = c.try_clone().unwrap();
+    let mut r = BufReader::new(c);
+    let mut prompt = [0u8; 2];
+    w.write_all(b"prompt\n").unwrap();
+    r.read_exact(&mut prompt).unwrap();
+    assert_eq!(&prompt, b"> ");
+    w.write_all(b"show env PATH\n").unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, format!("PATH={path}\n"));
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "\n");
+    r.read_exact(&mut prompt).unwrap();
+    assert_eq!(&prompt, b"> ");
+    w.write_all(b"quit\n").unwrap();
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "{rest:?}");
+}

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -291,15 +291,8 @@ pub enum CliListener {
     Tcp(std::net::TcpListener),
 }
 
-/// Serves one socket until the process exits (a thread of its own): one command per
-/// connection, as HAProxy's non-interactive mode.
+/// Serves one socket until the process exits (a thread of its own).
 pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
-    let answer = |conn: &mut dyn ReadWrite| {
-        let mut line = String::new();
-        if BufReader::new(&mut *conn).read_line(&mut line).is_ok() {
-            let _ = conn.write_all(execute(&process, &line, conf.level).as_bytes());
-        }
-    };
     let timeout = Some(
         process
             .config
@@ -308,33 +301,84 @@ pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
             .unwrap_or(Duration::from_secs(10))
             .max(Duration::from_millis(1)),
     );
+    // A thread per connection: an interactive session must not hold the others up.
+    let talk = |f: Box<dyn FnOnce() + Send>| {
+        if let Err(e) = std::thread::Builder::new()
+            .name("sluice-cli-conn".into())
+            .spawn(f)
+        {
+            eprintln!("sluice: cannot serve a CLI connection: {e}");
+        }
+    };
     match listener {
         CliListener::Unix(l) => {
-            for mut conn in l.incoming().flatten() {
+            for conn in l.incoming().flatten() {
                 let _ = conn.set_read_timeout(timeout);
-                let mut line = String::new();
-                if BufReader::new(&mut conn).read_line(&mut line).is_err() {
-                    continue;
-                }
-                if line.trim() == super::handover::REQUEST {
-                    hand_over(&process, &conf, &conn);
-                } else {
-                    let _ = conn.write_all(execute(&process, &line, conf.level).as_bytes());
-                }
+                let (process, conf) = (process.clone(), conf.clone());
+                talk(Box::new(move || {
+                    converse(&process, &conf, &conn, Some(&conn))
+                }));
             }
         }
         CliListener::Tcp(l) => {
-            for mut conn in l.incoming().flatten() {
+            for conn in l.incoming().flatten() {
                 let _ = conn.set_read_timeout(timeout);
-                answer(&mut conn);
+                let (process, conf) = (process.clone(), conf.clone());
+                talk(Box::new(move || converse(&process, &conf, &conn, None)));
             }
+        }
+    }
+}
+
+/// One CLI connection, as HAProxy's: a line of commands separated by `;`, each answered and
+/// its answer ended by an empty line; then the connection closes, unless `prompt` made the
+/// session interactive (a `> ` prompt after each answer, until `quit`, the peer's close or
+/// `stats timeout`). A first line `_getsocks` on a unix socket asks for the listeners.
+fn converse<S>(process: &Process, conf: &SocketConf, conn: &S, unix: Option<&UnixStream>)
+where
+    for<'a> &'a S: std::io::Read + Write,
+{
+    let mut reader = BufReader::new(conn);
+    let mut interactive = false;
+    let mut first = true;
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if std::mem::take(&mut first) && line.trim() == super::handover::REQUEST {
+            if let Some(u) = unix {
+                hand_over(process, conf, u);
+            }
+            return;
+        }
+        let mut out = String::new();
+        let mut quit = false;
+        for cmd in line.split(';').map(str::trim) {
+            match cmd {
+                "" => {}
+                "prompt" => interactive = !interactive,
+                "quit" => {
+                    quit = true;
+                    break;
+                }
+                cmd => out.push_str(&execute(process, cmd, conf.level)),
+            }
+        }
+        if interactive && !quit {
+            out.push_str("> ");
+        }
+        let mut w = conn;
+        if w.write_all(out.as_bytes()).is_err() || quit || !interactive {
+            return;
         }
     }
 }
 
 /// `_getsocks` from a process replacing this one: the listening sockets, when this socket
 /// exposes them.
-fn hand_over(process: &Process, conf: &SocketConf, conn: &std::os::unix::net::UnixStream) {
+fn hand_over(process: &Process, conf: &SocketConf, conn: &UnixStream) {
     if !conf.expose_fd || conf.level < Level::Admin {
         let _ = (&*conn)
             .write_all(b"Permission denied (needs 'expose-fd listeners' and level admin)\n");
@@ -349,10 +393,6 @@ fn hand_over(process: &Process, conf: &SocketConf, conn: &std::os::unix::net::Un
         eprintln!("sluice: cannot hand the listeners over: {e}");
     }
 }
-
-/// A connection the CLI reads a command from and answers on.
-trait ReadWrite: std::io::Read + Write {}
-impl<T: std::io::Read + Write> ReadWrite for T {}
 
 /// Opens a CLI socket: a unix socket file (replacing a stale one, with the configured
 /// mode), a TCP socket, or an inherited one.
