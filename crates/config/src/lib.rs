@@ -9,6 +9,7 @@
 //! Invariant: every error produced while reading a file carries the file name and line number
 //! of the offending line.
 
+pub mod cond;
 mod error;
 mod keyword;
 mod lexer;

@@ -79,6 +79,89 @@ pub struct Section {
     pub lines: Vec<Line>,
 }
 
+/// Whether a raw line is a block directive (`.if`, `.endif`, ...), read even inside a block
+/// not taken.
+fn is_directive(raw: &[u8]) -> bool {
+    raw.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'.')
+}
+
+/// The `.if`/`.elif`/`.else`/`.endif` blocks open at a point of a file.
+#[derive(Debug, Default)]
+struct Blocks {
+    /// Per open block: whether lines are taken now, and whether a branch was taken yet.
+    stack: Vec<(bool, bool)>,
+    /// The line each open block started on.
+    open_at: Vec<usize>,
+    line: usize,
+}
+
+impl Blocks {
+    fn taking(&self) -> bool {
+        self.stack.iter().all(|(taking, _)| *taking)
+    }
+
+    fn outer_taking(&self) -> bool {
+        let n = self.stack.len().saturating_sub(1);
+        self.stack[..n].iter().all(|(taking, _)| *taking)
+    }
+
+    /// Applies one directive line.
+    fn directive(
+        &mut self,
+        words: &[String],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), String> {
+        let cond = || {
+            let text = words[1..].join(" ");
+            if text.trim().is_empty() {
+                return Err(format!("'{}' needs a condition", words[0]));
+            }
+            crate::cond::eval(&text, env)
+        };
+        match words[0].as_str() {
+            ".if" => {
+                // A block inside one not taken is not evaluated.
+                let v = if self.taking() { cond()? } else { false };
+                self.stack.push((v, v));
+                self.open_at.push(self.line);
+            }
+            ".elif" => {
+                let Some(&(_, taken)) = self.stack.last() else {
+                    return Err("'.elif' without '.if'".into());
+                };
+                let v = !taken && self.outer_taking() && cond()?;
+                *self.stack.last_mut().expect("checked") = (v, taken || v);
+            }
+            ".else" => {
+                let Some(&(_, taken)) = self.stack.last() else {
+                    return Err("'.else' without '.if'".into());
+                };
+                *self.stack.last_mut().expect("checked") = (!taken, true);
+            }
+            ".endif" => {
+                if self.stack.pop().is_none() {
+                    return Err("'.endif' without '.if'".into());
+                }
+                self.open_at.pop();
+            }
+            kind @ (".notice" | ".warning" | ".diag") => {
+                if self.taking() {
+                    eprintln!("sluice: {}: {}", &kind[1..], words[1..].join(" "));
+                }
+            }
+            ".alert" => {
+                if self.taking() {
+                    return Err(format!("alert: {}", words[1..].join(" ")));
+                }
+            }
+            other => return Err(format!("unknown directive '{other}'")),
+        }
+        Ok(())
+    }
+}
+
 /// Reads and parses every file, in order. All errors found are returned, not only the first.
 pub fn parse_files(paths: &[String]) -> Result<Vec<Section>, Vec<ConfigError>> {
     let mut sections = Vec::new();
@@ -118,16 +201,29 @@ pub fn parse_bytes(
     let file: Arc<str> = Arc::from(file);
     let mut sections: Vec<Section> = Vec::new();
     let mut errors = Vec::new();
+    let mut blocks = Blocks::default();
     for (idx, raw) in text.split(|&b| b == b'\n').enumerate() {
         let lineno = idx + 1;
         let words = match lex_bytes(raw, env) {
             Ok(w) if w.is_empty() => continue,
             Ok(w) => w,
+            // Lines of a block not taken are not read at all.
+            Err(_) if !blocks.taking() && !is_directive(raw) => continue,
             Err(e) => {
                 errors.push(ConfigError::at(&file, lineno, e.to_string()));
                 continue;
             }
         };
+        if words[0].starts_with('.') {
+            blocks.line = lineno;
+            if let Err(e) = blocks.directive(&words, env) {
+                errors.push(ConfigError::at(&file, lineno, e));
+            }
+            continue;
+        }
+        if !blocks.taking() {
+            continue;
+        }
         let line = Line {
             file: file.clone(),
             line: lineno,
@@ -171,6 +267,13 @@ pub fn parse_bytes(
             )));
         }
     }
+    if let Some(open) = blocks.open_at.last() {
+        errors.push(ConfigError::at(
+            &file,
+            *open,
+            "'.if' without '.endif' before the end of the file",
+        ));
+    }
     sections.retain(|s| s.name.as_deref() != Some("\0ignored"));
     if errors.is_empty() {
         Ok(sections)
@@ -182,6 +285,31 @@ pub fn parse_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conditional_blocks() {
+        let env = |k: &str| (k == "ON").then(|| "1".to_string());
+        let text = ".if defined(ON)\nglobal\n  nbthread 2\n.elif 1\nglobal\n  nbthread 3\n.else\nglobal\n  nbthread 4\n.endif\n\
+                    .if !defined(ON)\n  this \"is never lexed\n.elif version_atleast(2.4) && feature(PROMEX)\ndefaults\n  timeout client 1s\n.endif\n";
+        let s = parse_str("t.cfg", text, &env).unwrap();
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(s[0].lines[0].words, vec!["nbthread", "2"]);
+        assert_eq!(s[1].kind, SectionKind::Defaults);
+        for (bad, says) in [
+            (".if 1\nglobal\n", "t.cfg:1: '.if' without '.endif'"),
+            (".endif\n", "t.cfg:1: '.endif' without '.if'"),
+            (".if nosuch(1)\n.endif\n", "unknown predicate"),
+            (".alert stop here\n", "t.cfg:1: alert: stop here"),
+            (
+                ".if 0\n.alert not read\n.endif\n.frob\n",
+                "t.cfg:4: unknown directive '.frob'",
+            ),
+        ] {
+            let e = parse_str("t.cfg", bad, &env).unwrap_err();
+            let all: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+            assert!(all.iter().any(|m| m.contains(says)), "{bad}: {all:?}");
+        }
+    }
 
     #[test]
     fn groups_lines_into_sections() {

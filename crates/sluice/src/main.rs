@@ -8,6 +8,7 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -f FILE   read configuration from FILE (repeatable; files are read in order; a
             directory: every *.cfg in it, in lexical order)
   -c        check the configuration and exit (0 when valid, 1 otherwise)
+  -cc EXPR  evaluate a condition as .if does (exit 0 when true, 1 when false, 2 on error)
   -p FILE   write the process id to FILE once listening
   -x PATH   take the listening sockets of the process whose stats socket is PATH
             (declared with 'expose-fd listeners'), so that no queued connection is lost
@@ -18,9 +19,12 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -h        print this help and exit";
 
 enum Action {
+    /// `-cc EXPR`: evaluate a condition (exit 0 true, 1 false, 2 error).
+    Condition(String),
     Run(Vec<String>, sluice_core::RunOptions),
     Check(Vec<String>),
-    Version,
+    /// `-v`, or `-vv` with the build's features.
+    Version(bool),
     Help,
 }
 
@@ -63,8 +67,13 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
                 }
             }
             "-c" => check = true,
+            "-cc" => {
+                let expr = args.get(i + 1).ok_or("-cc expects a condition")?;
+                return Ok(Action::Condition(expr.clone()));
+            }
             "-d" | "-db" | "-dW" => {}
-            "-v" | "-vv" | "--version" => return Ok(Action::Version),
+            "-v" | "--version" => return Ok(Action::Version(false)),
+            "-vv" => return Ok(Action::Version(true)),
             "-h" | "--help" => return Ok(Action::Help),
             other => return Err(format!("unknown option '{other}'")),
         }
@@ -109,8 +118,39 @@ fn main() -> ExitCode {
         }
     };
     let (files, check, opts) = match action {
-        Action::Version => {
+        Action::Condition(expr) => {
+            // Read as a configuration line would be: quotes and `${VAR}` are resolved first.
+            let env = |k: &str| std::env::var(k).ok();
+            let text = match sluice_config::lex_line(&expr, &env) {
+                Ok(words) => words.join(" "),
+                Err(e) => {
+                    eprintln!("sluice: -cc: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            return match sluice_config::cond::eval(&text, &env) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("sluice: -cc: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Action::Version(verbose) => {
             println!("sluice version {}", env!("CARGO_PKG_VERSION"));
+            if verbose {
+                println!(
+                    "Follows HAProxy {} (the version .if/-cc compare with)",
+                    sluice_config::cond::HAPROXY_VERSION
+                );
+                let features: Vec<String> = sluice_config::cond::FEATURES
+                    .iter()
+                    .map(|f| format!("+{f}"))
+                    .collect();
+                println!("Feature list : {} -OPENSSL", features.join(" "));
+                println!("TLS: none yet");
+            }
             return ExitCode::SUCCESS;
         }
         Action::Help => {

@@ -480,3 +480,50 @@ fn the_cli_speaks_haproxys_protocol() {
     r.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty(), "{rest:?}");
 }
+
+#[test]
+fn conditions_with_cc_and_if_blocks() {
+    let cc = |expr: &str| {
+        Command::new(sluice_bin())
+            .args(["-cc", expr])
+            .env("SLUICE_TEST_SET", "yes")
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(cc("defined(SLUICE_TEST_SET)"), Some(0));
+    assert_eq!(cc("defined(SLUICE_TEST_UNSET)"), Some(1));
+    assert_eq!(cc("version_atleast(2.4) && !version_atleast(3.0)"), Some(0));
+    assert_eq!(cc("feature(PROMEX) && !feature(OPENSSL)"), Some(0));
+    assert_eq!(cc("streq(\"${SLUICE_TEST_SET}\",yes)"), Some(0));
+    assert_eq!(cc("nosuch(x)"), Some(2));
+    // A configuration whose blocks pick the valid part: read as written, the skipped
+    // branches would be errors.
+    let dir = TempDir::new();
+    let cfg = dir.write(
+        "c.cfg",
+        ".if defined(SLUICE_TEST_SET)\n.notice \"taking the set branch\"\nfrontend f\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n.else\n    this is not a keyword\n.endif\n\
+         .if version_before(2.0)\n    nor is this\n.endif\n",
+    );
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &cfg])
+        .env("SLUICE_TEST_SET", "yes")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("notice: taking the set branch"), "{err}");
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &cfg])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("c.cfg:9"), "{err}");
+    let out = Command::new(sluice_bin()).arg("-vv").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Follows HAProxy 2.6.12") && text.contains("+PROMEX"),
+        "{text}"
+    );
+}
