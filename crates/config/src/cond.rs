@@ -11,7 +11,7 @@
 pub const HAPROXY_VERSION: &str = "2.6.12";
 
 /// What `feature(NAME)` is true for.
-pub const FEATURES: &[&str] = &["EPOLL", "THREAD", "PROMEX", "SLZ", "LINUX_SPLICE"];
+pub const FEATURES: &[&str] = &["EPOLL", "THREAD", "PROMEX", "SLZ"];
 
 /// Evaluates a condition; `env` reads environment variables (`defined(VAR)`).
 pub fn eval(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<bool, String> {
