@@ -13,11 +13,7 @@ macro_rules! pending {
 }
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
-    "daemon" => Scope::GLOBAL,
     "stats" => Scope::GLOBAL,
-    "user" => Scope::GLOBAL,
-    "group" => Scope::GLOBAL,
-    "chroot" => Scope::GLOBAL,
     "ssl-default-bind-ciphers" => Scope::GLOBAL,
     "ssl-default-bind-options" => Scope::GLOBAL,
     "master-worker" => Scope::GLOBAL,

@@ -10,6 +10,7 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -c        check the configuration and exit (0 when valid, 1 otherwise)
   -cc EXPR  evaluate a condition as .if does (exit 0 when true, 1 when false, 2 on error)
   -p FILE   write the process id to FILE once listening
+  -D        detach from the terminal once listening (as 'daemon')
   -x PATH   take the listening sockets of the process whose stats socket is PATH
             (declared with 'expose-fd listeners'), so that no queued connection is lost
   -sf PID.. once listening, ask these processes to finish softly (SIGUSR1)
@@ -44,6 +45,7 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
                 i += 1;
                 opts.pidfile = Some(args.get(i).ok_or("-p expects a file name")?.clone());
             }
+            "-D" => opts.daemon = true,
             "-x" => {
                 i += 1;
                 opts.take_from = Some(args.get(i).ok_or("-x expects a stats socket path")?.clone());

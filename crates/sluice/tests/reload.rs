@@ -289,3 +289,104 @@ fn x_needs_a_stats_socket_that_exposes_its_listeners() {
         "{err}"
     );
 }
+
+/// Whether process `pid` exists.
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[test]
+fn d_detaches_once_listening_and_the_pidfile_names_the_daemon() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let dir = TempDir::new();
+    let pidfile = dir.0.join("d.pid").display().to_string();
+    let cfg = dir.write(
+        "d.cfg",
+        &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
+    );
+    let out = std::process::Command::new(sluice_bin())
+        .args(["-D", "-f", &cfg, "-p", &pidfile])
+        .output()
+        .unwrap();
+    // The command returns once the daemon listens.
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    assert_eq!(get(addr, "/").status, 200);
+    // SAFETY: SIGTERM to the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    wait_until("the daemon gone", || !alive(pid));
+    // A daemon that cannot start says so, and the command fails.
+    let bad = dir.write(
+        "bad.cfg",
+        &format!("global\n    user no-such-user-here\n{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
+    );
+    let out = std::process::Command::new(sluice_bin())
+        .args(["-D", "-f", &bad])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown user 'no-such-user-here'"), "{err}");
+}
+
+#[test]
+fn user_group_and_chroot_apply_once_the_sockets_are_open() {
+    let origin = Origin::start("o");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let dir = TempDir::new();
+    let jail = dir.0.join("jail");
+    std::fs::create_dir(&jail).unwrap();
+    let cfg = format!(
+        "global\n    uid 65534\n    gid 65534\n    chroot {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        jail.display(),
+        origin.addr
+    );
+    if !root {
+        // Only root may change identity: the refusal is clear.
+        let (_port, addr) = reserved_port();
+        let path = dir.write("c.cfg", &cfg.replace("{fe}", &format!("bind {addr}")));
+        let out = std::process::Command::new(sluice_bin())
+            .args(["-f", &path])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("cannot chroot to"),
+            "{err}"
+        );
+        return;
+    }
+    let p = Sluice::start(&cfg);
+    assert_eq!(
+        get(p.addr(), "/").status,
+        200,
+        "serves after dropping privileges"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(field("Uid:"), "65534");
+    assert_eq!(field("Gid:"), "65534");
+    let root_link = std::fs::read_link(format!("/proc/{}/root", p.pid())).unwrap();
+    assert_eq!(root_link, jail);
+}

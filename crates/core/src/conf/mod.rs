@@ -56,6 +56,13 @@ pub struct GlobalConf {
     pub stats_timeout: Option<Duration>,
     /// `pidfile`: where to write the process id.
     pub pidfile: Option<String>,
+    /// `daemon`: detach from the terminal once listening.
+    pub daemon: bool,
+    /// `user`/`uid`, `group`/`gid`: who the process runs as once its sockets are open.
+    pub user: Option<String>,
+    pub group: Option<String>,
+    /// `chroot`: the directory the process confines itself to once its sockets are open.
+    pub chroot: Option<String>,
     pub pool: PoolGlobal,
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
@@ -72,6 +79,10 @@ impl Default for GlobalConf {
             stats_sockets: Vec::new(),
             stats_timeout: None,
             pidfile: None,
+            daemon: false,
+            user: None,
+            group: None,
+            chroot: None,
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),

@@ -14,6 +14,7 @@
 
 pub mod cli;
 pub mod handover;
+mod identity;
 mod servers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,63 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
         parse: |g, a| time_arg(a).map(|t| g.hard_stop_after = Some(t)),
+    },
+    Keyword {
+        name: "daemon",
+        scope: Scope::GLOBAL,
+        help: "daemon: detach from the terminal once listening (as -D)",
+        parse: |g, a| sluice_config::no_args(a).map(|_| g.daemon = true),
+    },
+    Keyword {
+        name: "user",
+        scope: Scope::GLOBAL,
+        help: "user NAME: run as this user once the sockets are open",
+        parse: |g, a| {
+            g.user = Some(crate::conf::one_arg(a, "a user name")?.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "uid",
+        scope: Scope::GLOBAL,
+        help: "uid N: run as this user id once the sockets are open",
+        parse: |g, a| {
+            let v = crate::conf::one_arg(a, "a user id")?;
+            v.parse::<u32>()
+                .map_err(|_| sluice_config::KwError::bad(1, v, "expects a number"))?;
+            g.user = Some(format!("#{v}"));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "group",
+        scope: Scope::GLOBAL,
+        help: "group NAME: run with this group once the sockets are open",
+        parse: |g, a| {
+            g.group = Some(crate::conf::one_arg(a, "a group name")?.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "gid",
+        scope: Scope::GLOBAL,
+        help: "gid N: run with this group id once the sockets are open",
+        parse: |g, a| {
+            let v = crate::conf::one_arg(a, "a group id")?;
+            v.parse::<u32>()
+                .map_err(|_| sluice_config::KwError::bad(1, v, "expects a number"))?;
+            g.group = Some(format!("#{v}"));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "chroot",
+        scope: Scope::GLOBAL,
+        help: "chroot DIR: confine the process to DIR once the sockets are open",
+        parse: |g, a| {
+            g.chroot = Some(crate::conf::one_arg(a, "a directory")?.to_string());
+            Ok(())
+        },
     },
     Keyword {
         name: "pidfile",
@@ -57,6 +115,8 @@ pub struct RunOptions {
     pub terminate: Vec<i32>,
     /// `-x PATH`: take the listening sockets of the process behind this stats socket.
     pub take_from: Option<String>,
+    /// `-D`: detach from the terminal once listening (as `daemon`).
+    pub daemon: bool,
 }
 
 /// Why the proxy could not start.
@@ -82,6 +142,10 @@ pub enum RunError {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot become a daemon: {0}")]
+    Daemon(std::io::Error),
+    #[error(transparent)]
+    Identity(#[from] identity::IdentityError),
     #[error("pidfile {path}: {source}")]
     Pidfile {
         path: String,
@@ -120,6 +184,11 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
     }
     // Sockets the new configuration has no use for close here.
     drop(handed);
+    // Detached before any thread starts; the parent waits until this one listens.
+    let daemon = (opts.daemon || config.global.daemon)
+        .then(identity::daemonize)
+        .transpose()
+        .map_err(RunError::Daemon)?;
     let loggers = config
         .frontends
         .iter()
@@ -233,6 +302,12 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
                 );
             }
         }
+    }
+    let g = &process.config.global;
+    identity::assume(g.user.as_deref(), g.group.as_deref(), g.chroot.as_deref())
+        .map_err(RunError::Identity)?;
+    if let Some(pipe) = daemon {
+        identity::ready(pipe);
     }
     // Copies a replacing process may take (`expose-fd listeners`); the workers hold their
     // own, which a soft stop closes.
