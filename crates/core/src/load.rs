@@ -294,11 +294,12 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             }
         }
     }
-    if frontends.is_empty() && errors.is_empty() {
+    // A process with only a CLI socket still starts, as HAProxy's does.
+    if frontends.is_empty() && errors.is_empty() && global.stats_sockets.is_empty() {
         errors.push(ConfigError::at(
             "configuration",
             0,
-            "no frontend or listen section: nothing to serve",
+            "no frontend or listen section, and no stats socket: nothing to serve",
         ));
     }
     if errors.is_empty() {

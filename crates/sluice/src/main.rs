@@ -11,11 +11,16 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -cc EXPR  evaluate a condition as .if does (exit 0 when true, 1 when false, 2 on error)
   -p FILE   write the process id to FILE once listening
   -D        detach from the terminal once listening (as 'daemon')
+  -N MAXCONN the process's connection limit (as global maxconn)
+  -C DIR    change to DIR before reading the configuration
+  -m MB     limit the process's memory to MB megabytes
+  -L NAME   the local peer name (accepted; no peers yet)
+  -q, -V, -d*  accepted for HAProxy compatibility
   -x PATH   take the listening sockets of the process whose stats socket is PATH
             (declared with 'expose-fd listeners'), so that no queued connection is lost
   -sf PID.. once listening, ask these processes to finish softly (SIGUSR1)
   -st PID.. once listening, stop these processes (SIGTERM)
-  -d, -db   stay in the foreground (sluice always does; accepted for HAProxy compatibility)
+  -d, -db   stay in the foreground (sluice does unless -D; accepted for HAProxy compatibility)
   -v        print the version and exit
   -h        print this help and exit";
 
@@ -73,7 +78,36 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
                 let expr = args.get(i + 1).ok_or("-cc expects a condition")?;
                 return Ok(Action::Condition(expr.clone()));
             }
-            "-d" | "-db" | "-dW" => {}
+            "-N" => {
+                i += 1;
+                let v = args.get(i).ok_or("-N expects a connection count")?;
+                opts.maxconn = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| format!("-N expects a positive number, not '{v}'"))?,
+                );
+            }
+            "-C" => {
+                i += 1;
+                let dir = args.get(i).ok_or("-C expects a directory")?;
+                std::env::set_current_dir(dir).map_err(|e| format!("-C {dir}: {e}"))?;
+            }
+            "-m" => {
+                i += 1;
+                let v = args.get(i).ok_or("-m expects a size in megabytes")?;
+                let mb: u64 = v
+                    .parse()
+                    .map_err(|_| format!("-m expects a size in megabytes, not '{v}'"))?;
+                limit_memory(mb)?;
+            }
+            "-L" => {
+                // The local peer name: accepted (sluice has no peers yet).
+                i += 1;
+                args.get(i).ok_or("-L expects a name")?;
+            }
+            "-q" | "-V" => {}
+            d if d.starts_with("-d") => {}
             "-v" | "--version" => return Ok(Action::Version(false)),
             "-vv" => return Ok(Action::Version(true)),
             "-h" | "--help" => return Ok(Action::Help),
@@ -89,6 +123,20 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     } else {
         Action::Run(files, opts)
     })
+}
+
+/// `-m MB`: the most memory the process may map.
+fn limit_memory(mb: u64) -> Result<(), String> {
+    let bytes = mb.saturating_mul(1 << 20);
+    let lim = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit reads the struct given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
+        return Err(format!("-m {mb}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// The files `-f PATH` names: the file itself, or for a directory every `*.cfg` in it (hidden

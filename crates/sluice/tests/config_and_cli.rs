@@ -527,3 +527,57 @@ fn conditions_with_cc_and_if_blocks() {
         "{text}"
     );
 }
+
+#[test]
+fn more_of_haproxys_command_line() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("only.sock");
+    // No frontend, but a CLI socket: the process starts (as HAProxy's does); -N sets the
+    // connection limit, -C the directory the configuration is read from, -L and -q are
+    // accepted.
+    dir.write(
+        "only.cfg",
+        &format!("global\n    stats socket {}\n", sock.display()),
+    );
+    let mut child = Command::new(sluice_bin())
+        .args([
+            "-C",
+            &dir.0.display().to_string(),
+            "-f",
+            "only.cfg",
+            "-N",
+            "321",
+            "-L",
+            "peer1",
+            "-q",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let info = loop {
+        if sock.exists() {
+            let out = Sluice::cli(&sock, "show info");
+            if !out.is_empty() {
+                break out;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CLI-only process did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(info.contains("\nMaxconn: 321\n"), "{info}");
+    // SAFETY: SIGTERM to the process this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    // Neither a frontend nor a CLI socket: nothing to serve.
+    let (ok, err) = check_config("global\n    nbthread 1\n");
+    assert!(!ok && err.contains("nothing to serve"), "{err}");
+    let out = Command::new(sluice_bin())
+        .args(["-N", "0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-N expects a positive number"));
+}

@@ -117,6 +117,8 @@ pub struct RunOptions {
     pub take_from: Option<String>,
     /// `-D`: detach from the terminal once listening (as `daemon`).
     pub daemon: bool,
+    /// `-N MAXCONN`: the process's connection limit (overrides `maxconn` in `global`).
+    pub maxconn: Option<usize>,
 }
 
 /// Why the proxy could not start.
@@ -158,7 +160,8 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
     let nbthread = config.global.nbthread();
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
-    let global_max = crate::fds::ensure(config.global.maxconn).map_err(RunError::Fds)?;
+    let global_max =
+        crate::fds::ensure(opts.maxconn.or(config.global.maxconn)).map_err(RunError::Fds)?;
     let mut handed = match &opts.take_from {
         Some(path) => handover::receive(path).map_err(|source| RunError::Handover {
             path: path.clone(),
