@@ -115,14 +115,6 @@ fn answer(mut c: TcpStream, name: &str, health: &AtomicU16) {
     }
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn status(sock: &Path, be: &str, sv: &str) -> String {
     stat_field(&Sluice::cli(sock, "show stat"), be, sv, "status")
 }

@@ -167,14 +167,6 @@ fn activity(sock: &Path, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {out}"))
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn tcp_mode_server_sockets_are_counted_as_open_descriptors() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

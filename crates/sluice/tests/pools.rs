@@ -76,14 +76,6 @@ fn fill_worker1(p: &Sluice, n: usize) {
     }
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn takeover_allowed_at_the_threshold() {
     let origin = fill_origin(2);

@@ -260,7 +260,7 @@ fn proxy_traffic(row: &mut Row, c: &PerWorker<ProxyCounters>, http: bool) {
     }
 }
 
-const HRSP: [&str; 6] = [
+pub(crate) const HRSP: [&str; 6] = [
     "hrsp_1xx",
     "hrsp_2xx",
     "hrsp_3xx",

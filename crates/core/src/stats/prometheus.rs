@@ -1187,17 +1187,7 @@ impl Resolved {
             Limit(c) => Resolved::Limit(pos(c)),
             State(states) => Resolved::State(states, pos("status")),
             Source::CheckStatus => Resolved::CheckStatus(pos("check_status")),
-            Responses => Resolved::Responses(
-                [
-                    "hrsp_1xx",
-                    "hrsp_2xx",
-                    "hrsp_3xx",
-                    "hrsp_4xx",
-                    "hrsp_5xx",
-                    "hrsp_other",
-                ]
-                .map(pos),
-            ),
+            Responses => Resolved::Responses(super::HRSP.map(pos)),
             Source::Build => Resolved::None,
         }
     }

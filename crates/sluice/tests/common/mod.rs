@@ -529,6 +529,15 @@ impl Conn {
     }
 }
 
+/// Waits until `f` holds, failing after [`TIMEOUT`] with what was awaited.
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// One request on a fresh connection; returns the response.
 pub fn get(addr: SocketAddr, path: &str) -> Response {
     Conn::new(addr).get(path)
