@@ -1,6 +1,9 @@
 //! The `sluice` command: HAProxy's command line (`-f`, `-c`, `-d`, `-db`, `-v`, `-h`) over
 //! the proxy core.
 
+mod master;
+
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
@@ -11,6 +14,8 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -cc EXPR  evaluate a condition as .if does (exit 0 when true, 1 when false, 2 on error)
   -p FILE   write the process id to FILE once listening
   -D        detach from the terminal once listening (as 'daemon')
+  -W        master-worker mode: a master keeps the listeners; SIGUSR2 reloads the worker
+  -Ws       the same, telling systemd (NOTIFY_SOCKET) READY=1 and RELOADING=1
   -N MAXCONN the process's connection limit (as global maxconn)
   -C DIR    change to DIR before reading the configuration
   -m MB     limit the process's memory to MB megabytes
@@ -25,6 +30,8 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -h        print this help and exit";
 
 enum Action {
+    /// `-W` / `-Ws`: a master process (files, the worker's arguments, pidfile, systemd).
+    Master(Vec<String>, Vec<String>, Option<String>, bool),
     /// `-cc EXPR`: evaluate a condition (exit 0 true, 1 false, 2 error).
     Condition(String),
     Run(Vec<String>, sluice_core::RunOptions),
@@ -38,9 +45,22 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     let mut files = Vec::new();
     let mut check = false;
     let mut opts = sluice_core::RunOptions::default();
+    let mut master: Option<bool> = None;
+    // What a worker of a master gets: everything but the master's own options.
+    let mut worker_args: Vec<String> = Vec::new();
     let mut i = 0;
     while i < args.len() {
+        let start = i;
+        let mut keep = true;
         match args[i].as_str() {
+            "-W" => {
+                master = Some(false);
+                keep = false;
+            }
+            "-Ws" => {
+                master = Some(true);
+                keep = false;
+            }
             "-f" => {
                 i += 1;
                 let path = args.get(i).ok_or("-f expects a file name")?;
@@ -49,8 +69,12 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
             "-p" => {
                 i += 1;
                 opts.pidfile = Some(args.get(i).ok_or("-p expects a file name")?.clone());
+                keep = false;
             }
-            "-D" => opts.daemon = true,
+            "-D" => {
+                opts.daemon = true;
+                keep = false;
+            }
             "-x" => {
                 i += 1;
                 opts.take_from = Some(args.get(i).ok_or("-x expects a stats socket path")?.clone());
@@ -113,6 +137,9 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
             "-h" | "--help" => return Ok(Action::Help),
             other => return Err(format!("unknown option '{other}'")),
         }
+        if keep {
+            worker_args.extend(args[start..=i.min(args.len() - 1)].iter().cloned());
+        }
         i += 1;
     }
     if files.is_empty() {
@@ -120,9 +147,39 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     }
     Ok(if check {
         Action::Check(files)
+    } else if let Some(systemd) = master {
+        Action::Master(files, worker_args, opts.pidfile, systemd)
     } else {
         Action::Run(files, opts)
     })
+}
+
+/// A worker of a master (`-W`) takes the listening sockets and the ready pipe it was given.
+fn inherit_from_master(opts: &mut sluice_core::RunOptions) {
+    if let Ok(list) = std::env::var(master::LISTENERS_ENV) {
+        for line in list.lines() {
+            let mut parts = line.split('\t');
+            let (Some(fe), Some(addr), Some(fd)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if let Ok(fd) = fd.parse::<i32>() {
+                opts.inherited.push(sluice_core::control::handover::Handed {
+                    frontend: fe.to_string(),
+                    addr: addr.to_string(),
+                    // SAFETY: the master made this descriptor ours (inherited across exec).
+                    fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                });
+            }
+        }
+    }
+    if let Some(fd) = std::env::var(master::READY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    {
+        // SAFETY: as above: the master's pipe, inherited once.
+        opts.ready = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
 }
 
 /// `-m MB`: the most memory the process may map.
@@ -167,7 +224,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let (files, check, opts) = match action {
+    let (files, check, mut opts) = match action {
+        Action::Master(files, worker_args, pidfile, systemd) => {
+            return master::run(&files, &worker_args, pidfile.as_deref(), systemd);
+        }
         Action::Condition(expr) => {
             // Read as a configuration line would be: quotes and `${VAR}` are resolved first.
             let env = |k: &str| std::env::var(k).ok();
@@ -227,7 +287,8 @@ fn main() -> ExitCode {
         println!("Configuration file is valid");
         return ExitCode::SUCCESS;
     }
-    match sluice_core::run(config, &opts) {
+    inherit_from_master(&mut opts);
+    match sluice_core::run(config, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice: fatal: {e}");

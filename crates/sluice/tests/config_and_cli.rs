@@ -581,3 +581,35 @@ fn more_of_haproxys_command_line() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("-N expects a positive number"));
 }
+
+#[test]
+fn the_systemd_unit_uses_options_sluice_has() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/sluice.service"
+    ))
+    .unwrap();
+    assert!(unit.contains("\nType=notify\n"));
+    assert!(unit.contains("\nExecReload=/bin/kill -USR2 $MAINPID\n"));
+    let start = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart=/usr/local/bin/sluice "))
+        .unwrap();
+    assert_eq!(start, "-Ws -f $CONFIG -p $PIDFILE");
+    // The check it runs before starting and reloading works on a real configuration.
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/demo.cfg");
+    let pre = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStartPre=/usr/local/bin/sluice "))
+        .unwrap()
+        .replace("$CONFIG", demo);
+    let out = Command::new(sluice_bin())
+        .args(pre.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -381,3 +381,114 @@ fn user_group_and_chroot_apply_once_the_sockets_are_open() {
     let root_link = std::fs::read_link(format!("/proc/{}/root", p.pid())).unwrap();
     assert_eq!(root_link, jail);
 }
+
+/// The worker pids a master reported ready, in order.
+fn workers(p: &Sluice) -> Vec<i32> {
+    p.stderr()
+        .lines()
+        .filter_map(|l| l.strip_prefix("sluice: master: worker "))
+        .filter_map(|l| l.strip_suffix(" ready"))
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_master_reloads_its_worker_on_sigusr2_without_losing_a_request() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let cfg = format!(
+        "global\n    nbthread 2\n{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    let master = Sluice::start_args(&cfg, &["-W".into()]);
+    wait_until("the first worker", || workers(&master).len() == 1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let clients: Vec<_> = (0..2)
+        .map(|k| {
+            let (stop, failed, sent) = (stop.clone(), failed.clone(), sent.clone());
+            std::thread::spawn(move || {
+                let mut conn: Option<Conn> = None;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let ok = if k == 0 {
+                        one_shot(addr)
+                    } else {
+                        let c = conn.get_or_insert_with(|| Conn::new(addr));
+                        c.send(b"GET /ka HTTP/1.1\r\nHost: t\r\n\r\n");
+                        let r = c.response_for(false);
+                        if r.as_ref()
+                            .is_none_or(|r| r.header("connection") == Some("close"))
+                        {
+                            conn = None;
+                        }
+                        r.is_some_and(|r| r.status == 200)
+                    };
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if !ok {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for n in 2..=11 {
+        std::thread::sleep(Duration::from_millis(150));
+        signal(master.pid(), libc::SIGUSR2);
+        wait_until("the new worker", || workers(&master).len() == n);
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let all = workers(&master);
+    // The replaced workers finished; only the last one runs.
+    wait_until("the old workers gone", || {
+        all[..10].iter().all(|&p| !alive(p))
+    });
+    assert!(alive(all[10]));
+    let (n, f) = (
+        sent.load(std::sync::atomic::Ordering::Relaxed),
+        failed.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    assert!(n > 20, "too little traffic: {n}");
+    assert_eq!(f, 0, "{f} of {n} requests failed over 10 reloads");
+    // SIGTERM to the master stops everything.
+    signal(master.pid(), libc::SIGTERM);
+    wait_until("the last worker gone", || !alive(all[10]));
+}
+
+#[test]
+fn ws_tells_systemd_ready_and_reloading() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let dir = TempDir::new();
+    let notify = dir.0.join("notify");
+    let systemd = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    systemd.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let cfg = dir.write(
+        "ws.cfg",
+        &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
+    );
+    let mut master = std::process::Command::new(sluice_bin())
+        .args(["-Ws", "-f", &cfg])
+        .env("NOTIFY_SOCKET", &notify)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let said = || {
+        let mut b = [0u8; 256];
+        let n = systemd.recv(&mut b).unwrap();
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    let first = said();
+    assert!(first.starts_with("READY=1\nMAINPID="), "{first}");
+    assert_eq!(get(addr, "/").status, 200);
+    signal(master.id(), libc::SIGUSR2);
+    assert!(said().starts_with("RELOADING=1"));
+    assert!(said().starts_with("READY=1"));
+    assert_eq!(get(addr, "/").status, 200);
+    signal(master.id(), libc::SIGTERM);
+    assert!(master.wait().unwrap().success());
+}

@@ -105,7 +105,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
 ];
 
 /// What the command line adds to a configuration for one start.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct RunOptions {
     /// `-p FILE`: where to write the process id (overrides `pidfile`).
     pub pidfile: Option<String>,
@@ -119,6 +119,10 @@ pub struct RunOptions {
     pub daemon: bool,
     /// `-N MAXCONN`: the process's connection limit (overrides `maxconn` in `global`).
     pub maxconn: Option<usize>,
+    /// Listening sockets inherited from a master process (`-W`), used as `-x` would.
+    pub inherited: Vec<handover::Handed>,
+    /// Written to (one byte) once listening, for a master process waiting on it.
+    pub ready: Option<std::os::fd::OwnedFd>,
 }
 
 /// Why the proxy could not start.
@@ -156,7 +160,7 @@ pub enum RunError {
 }
 
 /// Opens the listeners, starts the workers and blocks until the process must exit.
-pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
+pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let nbthread = config.global.nbthread();
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
@@ -169,6 +173,7 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
         })?,
         None => Vec::new(),
     };
+    handed.extend(std::mem::take(&mut opts.inherited));
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
         let backlog = fe.listen.maxconn.unwrap_or(global_max);
@@ -311,6 +316,9 @@ pub fn run(config: Config, opts: &RunOptions) -> Result<(), RunError> {
         .map_err(RunError::Identity)?;
     if let Some(pipe) = daemon {
         identity::ready(pipe);
+    }
+    if let Some(pipe) = opts.ready.take() {
+        let _ = std::io::Write::write_all(&mut std::fs::File::from(pipe), b"1");
     }
     // Copies a replacing process may take (`expose-fd listeners`); the workers hold their
     // own, which a soft stop closes.
