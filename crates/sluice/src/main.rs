@@ -16,6 +16,7 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -D        detach from the terminal once listening (as 'daemon')
   -W        master-worker mode: a master keeps the listeners; SIGUSR2 reloads the worker
   -Ws       the same, telling systemd (NOTIFY_SOCKET) READY=1 and RELOADING=1
+  -S PATH   with -W: the master CLI on a unix socket (show proc, reload, @N COMMAND)
   -N MAXCONN the process's connection limit (as global maxconn)
   -C DIR    change to DIR before reading the configuration
   -m MB     limit the process's memory to MB megabytes
@@ -30,8 +31,15 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -h        print this help and exit";
 
 enum Action {
-    /// `-W` / `-Ws`: a master process (files, the worker's arguments, pidfile, systemd).
-    Master(Vec<String>, Vec<String>, Option<String>, bool),
+    /// `-W` / `-Ws`: a master process (files, the worker's arguments, pidfile, systemd,
+    /// the master CLI).
+    Master(
+        Vec<String>,
+        Vec<String>,
+        Option<String>,
+        bool,
+        Option<String>,
+    ),
     /// `-cc EXPR`: evaluate a condition (exit 0 true, 1 false, 2 error).
     Condition(String),
     Run(Vec<String>, sluice_core::RunOptions),
@@ -46,6 +54,7 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     let mut check = false;
     let mut opts = sluice_core::RunOptions::default();
     let mut master: Option<bool> = None;
+    let mut master_cli: Option<String> = None;
     // What a worker of a master gets: everything but the master's own options.
     let mut worker_args: Vec<String> = Vec::new();
     let mut i = 0;
@@ -59,6 +68,17 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
             }
             "-Ws" => {
                 master = Some(true);
+                keep = false;
+            }
+            "-S" => {
+                i += 1;
+                let path = args.get(i).ok_or("-S expects a unix socket path")?;
+                if path.contains('@') || path.contains(':') {
+                    return Err(format!(
+                        "-S {path}: only a unix socket path is supported yet"
+                    ));
+                }
+                master_cli = Some(path.clone());
                 keep = false;
             }
             "-f" => {
@@ -148,7 +168,7 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     Ok(if check {
         Action::Check(files)
     } else if let Some(systemd) = master {
-        Action::Master(files, worker_args, opts.pidfile, systemd)
+        Action::Master(files, worker_args, opts.pidfile, systemd, master_cli)
     } else {
         Action::Run(files, opts)
     })
@@ -225,8 +245,14 @@ fn main() -> ExitCode {
         }
     };
     let (files, check, mut opts) = match action {
-        Action::Master(files, worker_args, pidfile, systemd) => {
-            return master::run(&files, &worker_args, pidfile.as_deref(), systemd);
+        Action::Master(files, worker_args, pidfile, systemd, cli) => {
+            return master::run(
+                &files,
+                &worker_args,
+                pidfile.as_deref(),
+                systemd,
+                cli.as_deref(),
+            );
         }
         Action::Condition(expr) => {
             // Read as a configuration line would be: quotes and `${VAR}` are resolved first.
@@ -288,6 +314,19 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     inherit_from_master(&mut opts);
+    let mut config = config;
+    if let Ok(path) = std::env::var(master::CLI_ENV) {
+        // The master CLI reaches this worker here (`@N COMMAND`).
+        config
+            .global
+            .stats_sockets
+            .push(sluice_core::conf::cli::SocketConf {
+                addr: sluice_core::conf::cli::CliAddr::Unix(path),
+                mode: Some(0o600),
+                level: sluice_core::conf::cli::Level::Admin,
+                expose_fd: false,
+            });
+    }
     match sluice_core::run(config, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -492,3 +492,40 @@ fn ws_tells_systemd_ready_and_reloading() {
     signal(master.id(), libc::SIGTERM);
     assert!(master.wait().unwrap().success());
 }
+
+#[test]
+fn the_master_cli_shows_processes_reloads_and_routes_commands() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let dir = TempDir::new();
+    let cli = dir.0.join("master.sock");
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    let master = Sluice::start_args(&cfg, &["-W".into(), "-S".into(), cli.display().to_string()]);
+    wait_until("the first worker", || workers(&master).len() == 1);
+    let first = workers(&master)[0];
+    wait_until("the master CLI", || cli.exists());
+    let procs = Sluice::cli(&cli, "show proc");
+    assert!(procs.starts_with("#<PID>"), "{procs}");
+    assert!(
+        procs.contains(&format!("\n{:<16}master", master.pid())),
+        "{procs}"
+    );
+    assert!(procs.contains(&format!("\n{first:<16}worker")), "{procs}");
+    // A command for the worker, through the master.
+    let info = Sluice::cli(&cli, "@1 show info");
+    assert!(info.contains(&format!("\nPid: {first}\n")), "{info}");
+    // `reload` as SIGUSR2: a new worker, the old one finishes.
+    Sluice::cli(&cli, "reload");
+    wait_until("the new worker", || workers(&master).len() == 2);
+    let second = workers(&master)[1];
+    wait_until("the old worker gone", || !alive(first));
+    let info = Sluice::cli(&cli, "@1 show info");
+    assert!(info.contains(&format!("\nPid: {second}\n")), "{info}");
+    assert_eq!(get(addr, "/").status, 200);
+    assert!(Sluice::cli(&cli, "@9 show info").contains("No such worker"));
+    signal(master.pid(), libc::SIGTERM);
+    wait_until("the worker gone", || !alive(second));
+}
