@@ -529,3 +529,45 @@ fn the_master_cli_shows_processes_reloads_and_routes_commands() {
     signal(master.pid(), libc::SIGTERM);
     wait_until("the worker gone", || !alive(second));
 }
+
+/// The descriptors process `pid` holds, by what they point to.
+fn descriptors(pid: i32) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| {
+            let t = t.display().to_string();
+            // Sockets and pipes differ by inode from one process to the next: their kind
+            // is what counts.
+            t.split(':').next().unwrap_or("").to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn reloads_leak_no_descriptor_into_the_new_worker() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    let master = Sluice::start_args(&cfg, &["-W".into()]);
+    wait_until("the first worker", || workers(&master).len() == 1);
+    let mut seen = Vec::new();
+    for n in 2..=4 {
+        signal(master.pid(), libc::SIGUSR2);
+        wait_until("the new worker", || workers(&master).len() == n);
+        let w = workers(&master)[n - 1];
+        wait_until("the old worker gone", || !alive(workers(&master)[n - 2]));
+        seen.push(descriptors(w));
+    }
+    // Each new worker holds the same descriptors as the one before it: nothing piles up.
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[1], seen[2]);
+    assert_eq!(get(addr, "/").status, 200);
+    signal(master.pid(), libc::SIGTERM);
+}
