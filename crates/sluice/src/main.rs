@@ -310,6 +310,37 @@ fn main() -> ExitCode {
         }
     };
     if check {
+        // What would fail to bind, where that can be known now (an address held by a
+        // process that does not share it).
+        let mut unbindable = 0;
+        for fe in &config.frontends {
+            for bind in &fe.listen.binds {
+                if !matches!(bind.spec, sluice_core::conf::listen::BindSpec::Addr(_)) {
+                    continue;
+                }
+                let Err(e) = sluice_core::worker::listener::open_bind(bind, 1) else {
+                    continue;
+                };
+                // Only what will fail whoever starts it: a privileged port may be fine for
+                // the real start.
+                let certain = matches!(
+                    &e,
+                    sluice_core::worker::listener::ListenError::Bind { source, .. }
+                        if matches!(source.kind(), std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AddrNotAvailable)
+                );
+                if certain {
+                    eprintln!(
+                        "sluice: Binding [{}:{}] for frontend {}: {e}",
+                        bind.at.file, bind.at.line, fe.name
+                    );
+                    unbindable += 1;
+                }
+            }
+        }
+        if unbindable > 0 {
+            eprintln!("sluice: fatal: {unbindable} address(es) cannot be bound");
+            return ExitCode::from(1);
+        }
         println!("Configuration file is valid");
         return ExitCode::SUCCESS;
     }

@@ -196,6 +196,18 @@ fn binding_an_address_in_use_is_a_clear_error() {
     // The failing line is named, as for any other configuration error.
     assert!(err.contains(&format!("{cfg}:2: bind {addr}: ")), "{err}");
     assert!(err.contains("in use"), "{err}");
+    // `-c` knows it too, and says so as HAProxy does.
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &cfg])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("Binding [{cfg}:2] for frontend f: ")),
+        "{err}"
+    );
+    drop(taken);
 }
 
 #[test]

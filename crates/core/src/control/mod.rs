@@ -280,10 +280,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         .iter()
         .filter_map(|(_, _, _, l)| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
-    eprintln!(
-        "sluice: {nbthread} worker(s) listening on {}",
-        addrs.join(", ")
-    );
+
     if let Some(path) = opts
         .pidfile
         .as_ref()
@@ -296,6 +293,14 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
             }
         })?;
     }
+    // Confined and unprivileged before saying it listens.
+    let g = &process.config.global;
+    identity::assume(g.user.as_deref(), g.group.as_deref(), g.chroot.as_deref())
+        .map_err(RunError::Identity)?;
+    eprintln!(
+        "sluice: {nbthread} worker(s) listening on {}",
+        addrs.join(", ")
+    );
     // Listening now: the processes this one replaces may go.
     for (pids, sig) in [
         (&opts.finish, libc::SIGUSR1),
@@ -311,9 +316,6 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
             }
         }
     }
-    let g = &process.config.global;
-    identity::assume(g.user.as_deref(), g.group.as_deref(), g.chroot.as_deref())
-        .map_err(RunError::Identity)?;
     if let Some(pipe) = daemon {
         identity::ready(pipe);
     }
