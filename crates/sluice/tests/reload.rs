@@ -382,6 +382,14 @@ fn user_group_and_chroot_apply_once_the_sockets_are_open() {
     assert_eq!(root_link, jail);
 }
 
+/// Stops a master with SIGTERM and waits for it (so that it cleans up after itself).
+fn stop_master(mut master: Sluice) {
+    signal(master.pid(), libc::SIGTERM);
+    wait_until("the master gone", || {
+        master.child.try_wait().unwrap().is_some()
+    });
+}
+
 /// The worker pids a master reported ready, in order.
 fn workers(p: &Sluice) -> Vec<i32> {
     p.stderr()
@@ -455,7 +463,7 @@ fn a_master_reloads_its_worker_on_sigusr2_without_losing_a_request() {
     assert!(n > 20, "too little traffic: {n}");
     assert_eq!(f, 0, "{f} of {n} requests failed over 10 reloads");
     // SIGTERM to the master stops everything.
-    signal(master.pid(), libc::SIGTERM);
+    stop_master(master);
     wait_until("the last worker gone", || !alive(all[10]));
 }
 
@@ -526,7 +534,7 @@ fn the_master_cli_shows_processes_reloads_and_routes_commands() {
     assert!(info.contains(&format!("\nPid: {second}\n")), "{info}");
     assert_eq!(get(addr, "/").status, 200);
     assert!(Sluice::cli(&cli, "@9 show info").contains("No such worker"));
-    signal(master.pid(), libc::SIGTERM);
+    stop_master(master);
     wait_until("the worker gone", || !alive(second));
 }
 
@@ -569,5 +577,5 @@ fn reloads_leak_no_descriptor_into_the_new_worker() {
     assert_eq!(seen[0], seen[1]);
     assert_eq!(seen[1], seen[2]);
     assert_eq!(get(addr, "/").status, 200);
-    signal(master.pid(), libc::SIGTERM);
+    stop_master(master);
 }
