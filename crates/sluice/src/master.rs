@@ -142,6 +142,28 @@ pub fn run(
     master_cli: Option<&str>,
 ) -> ExitCode {
     START.get_or_init(Instant::now);
+    // Signal handlers first: a SIGUSR2 arriving before them would kill the master.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: master: fatal: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let (mut usr2, mut usr1, mut term, mut int) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _in = rt.enter();
+        let sig = |k: SignalKind| signal(k).expect("signal handlers");
+        (
+            sig(SignalKind::user_defined2()),
+            sig(SignalKind::user_defined1()),
+            sig(SignalKind::terminate()),
+            sig(SignalKind::interrupt()),
+        )
+    };
     let load = || match sluice_core::load(files) {
         Ok(c) => Ok(c),
         Err(errors) => {
@@ -202,21 +224,7 @@ pub fn run(
         notify("READY=1");
     }
     let mut old: Vec<Child> = Vec::new();
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sluice: master: fatal: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let code = rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let sig = |k: SignalKind| signal(k).expect("signal handlers");
-        let (mut usr2, mut usr1) = (sig(SignalKind::user_defined2()), sig(SignalKind::user_defined1()));
-        let (mut term, mut int) = (sig(SignalKind::terminate()), sig(SignalKind::interrupt()));
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {

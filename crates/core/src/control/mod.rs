@@ -197,6 +197,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         .then(identity::daemonize)
         .transpose()
         .map_err(RunError::Daemon)?;
+    let signals = Signals::install().map_err(RunError::Signals)?;
     let loggers = config
         .frontends
         .iter()
@@ -334,7 +335,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
             )
         })
         .collect();
-    wait_for_stop_signal(&process, &inboxes)
+    wait_for_stop_signal(&process, &inboxes, signals)
 }
 
 /// SIGHUP: one line per server, in HAProxy's words.
@@ -364,20 +365,60 @@ fn dump_server_states(process: &Process) {
     }
 }
 
-fn wait_for_stop_signal(process: &Process, inboxes: &Inboxes) -> Result<(), RunError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(RunError::Signals)?;
-    rt.block_on(async {
+/// The signals the control thread handles, installed before the process says it listens
+/// (a signal arriving earlier would otherwise take its default action: SIGHUP and SIGUSR2
+/// would kill the process).
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    ttou: tokio::signal::unix::Signal,
+    ttin: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-        let mut usr1 = signal(SignalKind::user_defined1()).map_err(RunError::Signals)?;
-        let mut usr2 = signal(SignalKind::user_defined2()).map_err(RunError::Signals)?;
-        let mut hup = signal(SignalKind::hangup()).map_err(RunError::Signals)?;
-        let mut ttou = signal(SignalKind::from_raw(libc::SIGTTOU)).map_err(RunError::Signals)?;
-        let mut ttin = signal(SignalKind::from_raw(libc::SIGTTIN)).map_err(RunError::Signals)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let _in = rt.enter();
+        let raw = |n| signal(SignalKind::from_raw(n));
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+            hup: signal(SignalKind::hangup())?,
+            ttou: raw(libc::SIGTTOU)?,
+            ttin: raw(libc::SIGTTIN)?,
+            rt: {
+                drop(_in);
+                rt
+            },
+        })
+    }
+}
+
+fn wait_for_stop_signal(
+    process: &Process,
+    inboxes: &Inboxes,
+    signals: Signals,
+) -> Result<(), RunError> {
+    let Signals {
+        rt,
+        mut term,
+        mut int,
+        mut usr1,
+        mut usr2,
+        mut hup,
+        mut ttou,
+        mut ttin,
+    } = signals;
+    rt.block_on(async {
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(()),
