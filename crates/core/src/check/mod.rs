@@ -14,8 +14,8 @@
 //! - A worker wakes its checks on its own grid (1/32 of the smallest interval, see
 //!   [`grid`]): checks falling due in one step share one wake-up, and when the worker wakes
 //!   for anything else less than a step before its next tick, that tick's checks start
-//!   then ([`on_wake`]). A check is therefore never more than one step early or half a step
-//!   late.
+//!   then ([`on_wake`]). Rounding to the nearest tick and starting early, a check is never
+//!   more than one and a half steps early or half a step late.
 //!
 //! The state machine (HAProxy 2.6): `health` runs from 0 to `rise + fall - 1`; a server is up
 //! from `rise` on. A success adds one, jumping to the top once `rise` is reached; a failure
