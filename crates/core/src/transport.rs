@@ -59,14 +59,10 @@ impl Conn {
 
     /// Opens a connection to a server.
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
-        // Counted before the socket exists, so the figure never lags the descriptors.
-        let fd = Counted::new();
-        let stream = TcpStream::connect(addr).await?;
-        let _ = stream.set_nodelay(true);
-        Ok(Conn {
-            io: Io::Tcp(stream),
-            _fd: fd,
-        })
+        let conn = Conn::dial(addr)?;
+        conn.connected().await?;
+        let _ = conn.tcp().set_nodelay(true);
+        Ok(conn)
     }
 
     /// Starts a connection to a server and returns at once, the handshake possibly still in
@@ -74,6 +70,7 @@ impl Conn {
     /// On loopback and nearby servers the handshake is usually over before `connect`
     /// returns, so a request written at once saves a trip through the event loop.
     pub fn dial(addr: SocketAddr) -> io::Result<Conn> {
+        // Counted before the socket exists, so the figure never lags the descriptors.
         let fd = Counted::new();
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(addr),

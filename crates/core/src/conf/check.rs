@@ -198,7 +198,7 @@ impl CheckText {
                 TextPart::BackendId => write!(out, "{}", vars.backend_id),
                 TextPart::ServerName => write!(out, "{}", vars.server),
                 TextPart::ServerId => write!(out, "{}", vars.server_id),
-                TextPart::Hostname => write!(out, "{}", hostname()),
+                TextPart::Hostname => write!(out, "{}", super::host::hostname()),
                 TextPart::Pid => write!(out, "{}", std::process::id()),
                 TextPart::Env(name) => write!(out, "{}", std::env::var(name).unwrap_or_default()),
                 TextPart::Date => write!(
@@ -211,13 +211,6 @@ impl CheckText {
             };
         }
     }
-}
-
-/// This machine's host name, as `%H` says it.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
 }
 
 impl HttpRequest {

@@ -17,6 +17,7 @@ pub mod check;
 pub mod cli;
 pub mod compression;
 pub mod errorpages;
+mod host;
 pub mod listen;
 mod loc;
 pub mod log;
@@ -41,6 +42,7 @@ use self::pool::{PoolConf, PoolGlobal};
 use self::rules::{BackendRules, FrontendRules, RulesConf};
 use self::stream::StreamConf;
 
+pub use self::host::hostname;
 pub use self::loc::Loc;
 
 /// Process-wide settings from the `global` section.

@@ -204,7 +204,7 @@ fn lines(p: &Process) -> Vec<Line> {
             U32,
             (100 - (busy / n.max(1)).min(100)).to_string(),
         ),
-        l(50, "node", "COS", Str, hostname()),
+        l(50, "node", "COS", Str, crate::conf::hostname()),
         l(
             52,
             "Stopping",
@@ -253,7 +253,7 @@ fn lines(p: &Process) -> Vec<Line> {
 }
 
 /// `0d 0h00m00s`.
-fn uptime_text(s: u64) -> String {
+pub fn uptime_text(s: u64) -> String {
     format!(
         "{}d {}h{:02}m{:02}s",
         s / 86400,
@@ -261,12 +261,6 @@ fn uptime_text(s: u64) -> String {
         s / 60 % 60,
         s % 60
     )
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
 }
 
 fn rlimit_nofile() -> u64 {

@@ -436,25 +436,17 @@ fn html(
     }
     let _ = write!(h, "<h2>Statistics Report for pid {}", std::process::id());
     if let Some(node) = &page.show_node {
-        let name = node.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        });
+        let name = node.clone().unwrap_or_else(crate::conf::hostname);
         let _ = write!(h, " on {}", esc(&name));
     }
     h.push_str("</h2>");
     if let Some(Some(desc)) = &page.show_desc {
         let _ = write!(h, "<p class=\"desc\">{}</p>", esc(desc));
     }
-    let up = p.started.elapsed().as_secs();
     let _ = write!(
         h,
-        "<p id=\"process\">uptime = {}d {}h{:02}m{:02}s; system limits: maxconn = {}; current conns = {}; threads = {}</p>",
-        up / 86400,
-        up / 3600 % 24,
-        up / 60 % 60,
-        up % 60,
+        "<p id=\"process\">uptime = {}; system limits: maxconn = {}; current conns = {}; threads = {}</p>",
+        super::info::uptime_text(p.started.elapsed().as_secs()),
         p.admission.global_limit,
         p.active_total(),
         p.threads.len()

@@ -28,6 +28,8 @@ enum Source {
     Responses,
     /// The version, as a label.
     Build,
+    /// The last check's code; 0 on a checked server without one (as HAProxy).
+    CheckCode,
 }
 
 use Source::{Col, Limit, Ms, Responses, State};
@@ -878,7 +880,7 @@ const SERVER: &[(&str, &str, Source, &str)] = &[
     (
         "check_code",
         GAUGE,
-        Col("check_code"),
+        Source::CheckCode,
         "HTTP status of the last check.",
     ),
     (
@@ -1174,6 +1176,7 @@ enum Resolved {
     Limit(usize),
     State(&'static [&'static str], usize),
     CheckStatus(usize),
+    CheckCode(usize, usize),
     Responses([usize; 6]),
     None,
 }
@@ -1187,6 +1190,7 @@ impl Resolved {
             Limit(c) => Resolved::Limit(pos(c)),
             State(states) => Resolved::State(states, pos("status")),
             Source::CheckStatus => Resolved::CheckStatus(pos("check_status")),
+            Source::CheckCode => Resolved::CheckCode(pos("check_code"), pos("check_status")),
             Responses => Resolved::Responses(super::HRSP.map(pos)),
             Source::Build => Resolved::None,
         }
@@ -1196,15 +1200,19 @@ impl Resolved {
 fn sample(out: &mut String, metric: &str, l: &str, from: Resolved, r: &Row) {
     let cell = |i: usize| r.cells[i].as_ref();
     match from {
-        Resolved::Col(i) => match cell(i) {
-            Some(Cell::Num(v)) => {
+        // An empty column is a figure HAProxy leaves out on this row.
+        Resolved::Col(i) => {
+            if let Some(Cell::Num(v)) = cell(i) {
                 let _ = writeln!(out, "{metric}{{{l}}} {v}");
             }
-            // HAProxy shows a check's code as 0 when there is none.
-            _ if metric.ends_with("_check_code") && r.get("check_status").is_some() => {
+        }
+        Resolved::CheckCode(code, status) => match (cell(code), cell(status)) {
+            (Some(Cell::Num(v)), _) => {
+                let _ = writeln!(out, "{metric}{{{l}}} {v}");
+            }
+            (None, Some(_)) => {
                 let _ = writeln!(out, "{metric}{{{l}}} 0");
             }
-            // An empty column is a figure HAProxy leaves out on this row.
             _ => {}
         },
         Resolved::Ms(i) => {
