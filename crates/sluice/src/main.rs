@@ -13,10 +13,11 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -c        check the configuration and exit (0 when valid, 1 otherwise)
   -cc EXPR  evaluate a condition as .if does (exit 0 when true, 1 when false, 2 on error)
   -p FILE   write the process id to FILE once listening
-  -D        detach from the terminal once listening (as 'daemon')
+  -D        detach from the terminal once listening (as 'daemon'; with -W the master)
   -W        master-worker mode: a master keeps the listeners; SIGUSR2 reloads the worker
   -Ws       the same, telling systemd (NOTIFY_SOCKET) READY=1 and RELOADING=1
-  -S PATH   with -W: the master CLI on a unix socket (show proc, reload, @N COMMAND)
+  -S ADDR[,mode,OCTAL]  with -W: the master CLI (show proc, reload, @N COMMAND) on a
+            unix socket PATH, a TCP ADDR:PORT (ipv4@, ipv6@) or an inherited fd@N
   -N MAXCONN the process's connection limit (as global maxconn)
   -C DIR    change to DIR before reading the configuration
   -m MB     limit the process's memory to MB megabytes
@@ -31,15 +32,8 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -h        print this help and exit";
 
 enum Action {
-    /// `-W` / `-Ws`: a master process (files, the worker's arguments, pidfile, systemd,
-    /// the master CLI).
-    Master(
-        Vec<String>,
-        Vec<String>,
-        Option<String>,
-        bool,
-        Option<String>,
-    ),
+    /// `-W` / `-Ws`: a master process.
+    Master(master::Options),
     /// `-cc EXPR`: evaluate a condition (exit 0 true, 1 false, 2 error).
     Condition(String),
     Run(Vec<String>, sluice_core::RunOptions),
@@ -54,7 +48,7 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     let mut check = false;
     let mut opts = sluice_core::RunOptions::default();
     let mut master: Option<bool> = None;
-    let mut master_cli: Option<String> = None;
+    let mut master_cli = Vec::new();
     // What a worker of a master gets: everything but the master's own options.
     let mut worker_args: Vec<String> = Vec::new();
     let mut i = 0;
@@ -72,13 +66,10 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
             }
             "-S" => {
                 i += 1;
-                let path = args.get(i).ok_or("-S expects a unix socket path")?;
-                if path.contains('@') || path.contains(':') {
-                    return Err(format!(
-                        "-S {path}: only a unix socket path is supported yet"
-                    ));
-                }
-                master_cli = Some(path.clone());
+                let spec = args
+                    .get(i)
+                    .ok_or("-S expects an address: PATH, ADDR:PORT or fd@N")?;
+                master_cli.push(master::cli_conf(spec).map_err(|e| format!("-S {spec}: {e}"))?);
                 keep = false;
             }
             "-f" => {
@@ -168,7 +159,14 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
     Ok(if check {
         Action::Check(files)
     } else if let Some(systemd) = master {
-        Action::Master(files, worker_args, opts.pidfile, systemd, master_cli)
+        Action::Master(master::Options {
+            files,
+            worker_args,
+            pidfile: opts.pidfile,
+            systemd,
+            cli: master_cli,
+            daemon: opts.daemon,
+        })
     } else {
         Action::Run(files, opts)
     })
@@ -199,6 +197,8 @@ fn inherit_from_master(opts: &mut sluice_core::RunOptions) {
     {
         // SAFETY: as above: the master's pipe, inherited once.
         opts.ready = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        // A daemon master's workers leave the terminal once they listen, as it does.
+        opts.detach_when_ready = std::env::var_os(master::DETACH_ENV).is_some();
     }
 }
 
@@ -245,15 +245,7 @@ fn main() -> ExitCode {
         }
     };
     let (files, check, mut opts) = match action {
-        Action::Master(files, worker_args, pidfile, systemd, cli) => {
-            return master::run(
-                &files,
-                &worker_args,
-                pidfile.as_deref(),
-                systemd,
-                cli.as_deref(),
-            );
-        }
+        Action::Master(options) => return master::run(options),
         Action::Condition(expr) => {
             // Read as a configuration line would be: quotes and `${VAR}` are resolved first.
             let env = |k: &str| std::env::var(k).ok();

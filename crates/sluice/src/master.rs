@@ -13,13 +13,64 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_core::conf::cli::{Level, SocketConf};
 use sluice_core::conf::listen::BindSpec;
+use sluice_core::control::cli::{self, Answer};
 
 /// The environment variables a worker reads what its master gives it from.
 pub const LISTENERS_ENV: &str = "SLUICE_LISTENERS";
 pub const READY_ENV: &str = "SLUICE_READY_FD";
 /// A private stats socket (level admin) the worker opens for the master CLI's `@N`.
 pub const CLI_ENV: &str = "SLUICE_MASTER_CLI";
+/// Set for the workers of a daemon master: they leave the terminal once listening.
+pub const DETACH_ENV: &str = "SLUICE_DETACH";
+
+/// How the master was asked to run.
+pub struct Options {
+    pub files: Vec<String>,
+    /// The command line a worker gets: everything but the master's own options.
+    pub worker_args: Vec<String>,
+    pub pidfile: Option<String>,
+    /// `-Ws`: tell systemd.
+    pub systemd: bool,
+    /// `-S` (repeatable): the master CLI's sockets.
+    pub cli: Vec<SocketConf>,
+    /// `-D`: the master detaches once its first worker listens.
+    pub daemon: bool,
+}
+
+/// Reads `-S ADDR[,mode,OCTAL]`: HAProxy's address forms (a unix socket path or
+/// `unix@PATH`, `ipv4@`/`ipv6@ADDR:PORT`, `ADDR:PORT`, `fd@N`), then bind options as
+/// comma-separated words.
+pub fn cli_conf(spec: &str) -> Result<SocketConf, String> {
+    let mut parts = spec.split(',');
+    let addr = sluice_core::control::cli::parse_addr(parts.next().unwrap_or_default())?;
+    let mut conf = SocketConf {
+        addr,
+        mode: None,
+        level: Level::Admin,
+        expose_fd: false,
+    };
+    while let Some(opt) = parts.next() {
+        let val = parts
+            .next()
+            .ok_or_else(|| format!("'{opt}' expects a value"))?;
+        match opt {
+            "mode" => {
+                conf.mode = Some(
+                    u32::from_str_radix(val, 8)
+                        .map_err(|_| format!("mode expects an octal number, not '{val}'"))?,
+                )
+            }
+            other => {
+                return Err(format!(
+                    "bind option '{other}' is not supported on the master CLI yet (only mode)"
+                ))
+            }
+        }
+    }
+    Ok(conf)
+}
 
 /// What the master CLI knows of a worker.
 #[derive(Debug, Clone)]
@@ -64,12 +115,13 @@ fn bind_all(config: &sluice_core::Config, sockets: &mut Sockets) -> Result<(), S
 }
 
 /// Starts a worker on `sockets` with `args`, and waits until it listens; `cli` is its
-/// private stats socket.
+/// private stats socket; `detach`: it leaves the terminal once listening.
 fn start_worker(
     args: &[String],
     sockets: &Sockets,
     finish: &[u32],
     cli: &std::path::Path,
+    detach: bool,
 ) -> Result<Child, String> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
@@ -91,6 +143,9 @@ fn start_worker(
         .env(READY_ENV, write.as_raw_fd().to_string())
         .env(CLI_ENV, cli)
         .stdin(Stdio::null());
+    if detach {
+        cmd.env(DETACH_ENV, "1");
+    }
     if !finish.is_empty() {
         cmd.arg("-sf").args(finish.iter().map(|p| p.to_string()));
     }
@@ -134,13 +189,28 @@ fn notify(what: &str) {
 }
 
 /// Runs the master until it must exit.
-pub fn run(
-    files: &[String],
-    worker_args: &[String],
-    pidfile: Option<&str>,
-    systemd: bool,
-    master_cli: Option<&str>,
-) -> ExitCode {
+pub fn run(opts: Options) -> ExitCode {
+    let Options {
+        files,
+        worker_args,
+        pidfile,
+        systemd,
+        cli: cli_conf,
+        daemon,
+    } = opts;
+    // Detached first, while the master has no thread: the command returns once a worker
+    // listens (or with 1 when none could start).
+    let detached = if daemon {
+        match sluice_core::control::identity::daemonize() {
+            Ok(pipe) => Some(pipe),
+            Err(e) => {
+                eprintln!("sluice: master: fatal: cannot become a daemon: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
     START.get_or_init(Instant::now);
     // Signal handlers first: a SIGUSR2 arriving before them would kill the master.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -164,7 +234,7 @@ pub fn run(
             sig(SignalKind::interrupt()),
         )
     };
-    let load = || match sluice_core::load(files) {
+    let load = || match sluice_core::load(&files) {
         Ok(c) => Ok(c),
         Err(errors) => {
             for e in &errors {
@@ -179,7 +249,7 @@ pub fn run(
         eprintln!("sluice: master: fatal: {e}");
         return ExitCode::from(1);
     }
-    if let Some(path) = pidfile {
+    if let Some(path) = &pidfile {
         if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
             eprintln!("sluice: master: fatal: pidfile {path}: {e}");
             return ExitCode::from(1);
@@ -194,7 +264,7 @@ pub fn run(
     let mut reloads = 0u32;
     let launch = |finish: &[u32], reloads: u32, sockets: &Sockets| {
         let cli = private.join(format!("worker-{reloads}.sock"));
-        let child = start_worker(worker_args, sockets, finish, &cli)?;
+        let child = start_worker(&worker_args, sockets, finish, &cli, daemon)?;
         roster.lock().unwrap_or_else(|e| e.into_inner()).insert(
             0,
             WorkerInfo {
@@ -206,6 +276,17 @@ pub fn run(
         );
         Ok::<_, String>(child)
     };
+    // Bound before any worker starts (the sockets are close-on-exec: workers never hold them).
+    let mut master_cli = Vec::new();
+    for conf in &cli_conf {
+        match cli::bind(conf) {
+            Ok(l) => master_cli.push(l),
+            Err(e) => {
+                eprintln!("sluice: master: fatal: master CLI {}: {e}", conf.addr);
+                return ExitCode::from(1);
+            }
+        }
+    }
     let mut current = match launch(&[], 0, &sockets) {
         Ok(c) => c,
         Err(e) => {
@@ -213,15 +294,25 @@ pub fn run(
             return ExitCode::from(1);
         }
     };
-    if let Some(path) = master_cli {
-        if let Err(e) = serve_cli(path, roster.clone()) {
-            eprintln!("sluice: master: fatal: master CLI {path}: {e}");
+    let answer = std::sync::Arc::new(MasterCli {
+        roster: roster.clone(),
+    });
+    for listener in master_cli {
+        let answer = answer.clone();
+        let served = std::thread::Builder::new()
+            .name("sluice-master-cli".into())
+            .spawn(move || cli::serve_with(listener, Duration::from_secs(10), answer));
+        if let Err(e) = served {
+            eprintln!("sluice: master: fatal: master CLI: {e}");
             stop_all(&mut current, &mut [], libc::SIGTERM);
             return ExitCode::from(1);
         }
     }
     if systemd {
         notify("READY=1");
+    }
+    if let Some(pipe) = detached {
+        sluice_core::control::identity::ready(pipe);
     }
     let mut old: Vec<Child> = Vec::new();
     let code = rt.block_on(async {
@@ -292,26 +383,17 @@ fn stop_all(current: &mut Child, old: &mut [Child], sig: i32) {
     }
 }
 
-/// The master CLI (`-S PATH`): `show proc`, `reload` (as SIGUSR2), `@N COMMAND` (a command
-/// for worker N: 1 is the newest, `@!PID` names one), `help`, one line per connection.
-fn serve_cli(path: &str, roster: Roster) -> std::io::Result<()> {
-    let _ = std::fs::remove_file(path);
-    let listener = std::os::unix::net::UnixListener::bind(path)?;
-    std::thread::Builder::new()
-        .name("sluice-master-cli".into())
-        .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-                let mut line = String::new();
-                let mut reader = std::io::BufReader::new(&conn);
-                if std::io::BufRead::read_line(&mut reader, &mut line).is_err() {
-                    continue;
-                }
-                let answer = master_command(line.trim(), &roster);
-                let _ = std::io::Write::write_all(&mut &conn, answer.as_bytes());
-            }
-        })?;
-    Ok(())
+/// The master CLI (`-S`): `show proc`, `reload` (as SIGUSR2), `@N COMMAND` (a command for
+/// worker N: 1 is the newest, `@!PID` names one), `help`; the protocol of the proxy's CLI
+/// (`;`, `prompt`, `quit`).
+struct MasterCli {
+    roster: Roster,
+}
+
+impl Answer for MasterCli {
+    fn command(&self, cmd: &str) -> String {
+        master_command(cmd, &self.roster)
+    }
 }
 
 fn uptime(since: Instant) -> String {

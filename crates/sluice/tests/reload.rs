@@ -164,6 +164,17 @@ fn one_shot(addr: SocketAddr) -> bool {
 
 #[test]
 fn reloads_with_socket_handover_lose_no_request() {
+    reloads_lose_no_request(true);
+}
+
+/// Without `-x`, both processes listen side by side (SO_REUSEPORT): the old one must empty
+/// its accept queue before closing its socket.
+#[test]
+fn reloads_without_handover_lose_no_request() {
+    reloads_lose_no_request(false);
+}
+
+fn reloads_lose_no_request(handover: bool) {
     let origin = Origin::start("o");
     let (_port, addr) = reserved_port();
     let dir = TempDir::new();
@@ -216,17 +227,12 @@ fn reloads_with_socket_handover_lose_no_request() {
             .unwrap()
             .trim()
             .to_string();
-        let next = Sluice::start_args(
-            &cfg,
-            &[
-                "-p".into(),
-                pidfile.clone(),
-                "-x".into(),
-                sock.display().to_string(),
-                "-sf".into(),
-                old_pid,
-            ],
-        );
+        let mut args = vec!["-p".into(), pidfile.clone()];
+        if handover {
+            args.extend(["-x".into(), sock.display().to_string()]);
+        }
+        args.extend(["-sf".into(), old_pid]);
+        let next = Sluice::start_args(&cfg, &args);
         let deadline = Instant::now() + TIMEOUT;
         while current.child.try_wait().unwrap().is_none() {
             assert!(
@@ -536,6 +542,149 @@ fn the_master_cli_shows_processes_reloads_and_routes_commands() {
     assert_eq!(get(addr, "/").status, 200);
     assert!(Sluice::cli(&cli, "@9 show info").contains("No such worker"));
     stop_master(master);
+    wait_until("the worker gone", || !alive(second));
+}
+
+#[test]
+fn the_master_cli_listens_on_tcp_and_inherited_sockets_with_the_cli_protocol() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    // A free port from the kernel, released for the master.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let master = Sluice::start_args(
+        &cfg,
+        &[
+            "-W".into(),
+            "-S".into(),
+            format!("ipv4@127.0.0.1:{port}"),
+            "-S".into(),
+            "{fd}".into(),
+        ],
+    );
+    wait_until("the first worker", || workers(&master).len() == 1);
+    let worker = workers(&master)[0];
+    // TCP: several commands on one line, each answer ended by an empty line.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(b"show proc; @1 show info\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    let (procs, info) = out.split_once("\n\n").unwrap();
+    assert!(procs.contains(&format!("\n{worker:<16}worker")), "{out}");
+    assert!(info.contains(&format!("\nPid: {worker}\n")), "{out}");
+    // The inherited socket, interactive: a prompt after each answer until `quit`.
+    let mut c = TcpStream::connect(master.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let read_to_prompt = |c: &mut TcpStream| {
+        let mut got = Vec::new();
+        let mut b = [0u8; 1];
+        // ("#<PID> " in a header is no prompt.)
+        while got != b"> " && !got.ends_with(b"\n> ") {
+            assert_eq!(c.read(&mut b).unwrap(), 1, "closed early: {got:?}");
+            got.push(b[0]);
+        }
+        String::from_utf8(got).unwrap()
+    };
+    c.write_all(b"prompt\n").unwrap();
+    assert_eq!(read_to_prompt(&mut c), "> ");
+    c.write_all(b"show proc\n").unwrap();
+    let procs = read_to_prompt(&mut c);
+    assert!(
+        procs.starts_with("#<PID>") && procs.ends_with("\n\n> "),
+        "{procs}"
+    );
+    c.write_all(b"quit\n").unwrap();
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    // The master holds its CLI sockets; the worker does not (close-on-exec).
+    let inode = std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(&format!(":{port:04X} 00000000:0000 0A")))
+        .and_then(|l| l.split_whitespace().nth(9).map(str::to_string))
+        .expect("the master CLI listens");
+    let holds = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .any(|t| t.display().to_string() == format!("socket:[{inode}]"))
+    };
+    assert!(holds(master.pid()));
+    assert!(!holds(worker as u32));
+    stop_master(master);
+    wait_until("the worker gone", || !alive(worker));
+}
+
+#[test]
+fn s_refuses_bind_options_it_does_not_know() {
+    let out = std::process::Command::new(sluice_bin())
+        .args(["-W", "-S", "/tmp/x.sock,user,nobody", "-f", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "-S /tmp/x.sock,user,nobody: bind option 'user' is not supported on the master CLI yet"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn d_with_w_detaches_the_master_once_a_worker_listens() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let dir = TempDir::new();
+    let pidfile = dir.0.join("m.pid").display().to_string();
+    let cfg = dir.write(
+        "m.cfg",
+        &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
+    );
+    // Returns once the detached master's worker listens (standard error closed by then).
+    let out = std::process::Command::new(sluice_bin())
+        .args(["-D", "-W", "-f", &cfg, "-p", &pidfile])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let master: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(master));
+    assert_eq!(get(addr, "/").status, 200);
+    let children = || {
+        std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    let first = children();
+    assert_eq!(first.len(), 1, "one worker: {first:?}");
+    // A reload through the detached master.
+    signal(master as u32, libc::SIGUSR2);
+    wait_until("the old worker gone and a new one", || {
+        let now = children();
+        now.len() == 1 && now != first
+    });
+    assert_eq!(get(addr, "/").status, 200);
+    let second = children()[0];
+    signal(master as u32, libc::SIGTERM);
+    wait_until("the master gone", || !alive(master));
     wait_until("the worker gone", || !alive(second));
 }
 

@@ -91,8 +91,8 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
 },
 ];
 
-/// A `stats socket` address, in HAProxy's forms.
-fn parse_addr(a: &str) -> Result<CliAddr, String> {
+/// A `stats socket` (or master CLI) address, in HAProxy's forms.
+pub fn parse_addr(a: &str) -> Result<CliAddr, String> {
     let tcp = |s: &str| {
         s.parse::<SocketAddr>()
             .ok()
@@ -291,17 +291,46 @@ pub enum CliListener {
     Tcp(std::net::TcpListener),
 }
 
-/// Serves one socket until the process exits (a thread of its own).
+/// What a CLI socket answers: the proxy's own commands, or a master process's.
+pub trait Answer: Send + Sync + 'static {
+    /// Runs one command; the answer ends with an empty line.
+    fn command(&self, cmd: &str) -> String;
+    /// `_getsocks` on a unix socket: a replacing process asks for the listening sockets.
+    fn getsocks(&self, conn: &UnixStream) {
+        let _ = (&*conn).write_all(b"Permission denied\n");
+    }
+}
+
+/// A `stats socket` of the proxy.
+struct ProcessCli {
+    process: Arc<Process>,
+    conf: SocketConf,
+}
+
+impl Answer for ProcessCli {
+    fn command(&self, cmd: &str) -> String {
+        execute(&self.process, cmd, self.conf.level)
+    }
+
+    fn getsocks(&self, conn: &UnixStream) {
+        hand_over(&self.process, &self.conf, conn)
+    }
+}
+
+/// Serves a `stats socket` until the process exits (a thread of its own).
 pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
-    let timeout = Some(
-        process
-            .config
-            .global
-            .stats_timeout
-            .unwrap_or(Duration::from_secs(10))
-            .max(Duration::from_millis(1)),
-    );
-    // A thread per connection: an interactive session must not hold the others up.
+    let timeout = process
+        .config
+        .global
+        .stats_timeout
+        .unwrap_or(Duration::from_secs(10));
+    serve_with(listener, timeout, Arc::new(ProcessCli { process, conf }));
+}
+
+/// Serves CLI connections on `listener`, each on a thread of its own (an interactive session
+/// must not hold the others up), with `timeout` for each command line.
+pub fn serve_with(listener: CliListener, timeout: Duration, answer: Arc<dyn Answer>) {
+    let timeout = Some(timeout.max(Duration::from_millis(1)));
     let talk = |f: Box<dyn FnOnce() + Send>| {
         if let Err(e) = std::thread::Builder::new()
             .name("sluice-cli-conn".into())
@@ -314,17 +343,15 @@ pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
         CliListener::Unix(l) => {
             for conn in l.incoming().flatten() {
                 let _ = conn.set_read_timeout(timeout);
-                let (process, conf) = (process.clone(), conf.clone());
-                talk(Box::new(move || {
-                    converse(&process, &conf, &conn, Some(&conn))
-                }));
+                let answer = answer.clone();
+                talk(Box::new(move || converse(&*answer, &conn, Some(&conn))));
             }
         }
         CliListener::Tcp(l) => {
             for conn in l.incoming().flatten() {
                 let _ = conn.set_read_timeout(timeout);
-                let (process, conf) = (process.clone(), conf.clone());
-                talk(Box::new(move || converse(&process, &conf, &conn, None)));
+                let answer = answer.clone();
+                talk(Box::new(move || converse(&*answer, &conn, None)));
             }
         }
     }
@@ -333,8 +360,8 @@ pub fn serve(process: Arc<Process>, conf: SocketConf, listener: CliListener) {
 /// One CLI connection, as HAProxy's: a line of commands separated by `;`, each answered and
 /// its answer ended by an empty line; then the connection closes, unless `prompt` made the
 /// session interactive (a `> ` prompt after each answer, until `quit`, the peer's close or
-/// `stats timeout`). A first line `_getsocks` on a unix socket asks for the listeners.
-fn converse<S>(process: &Process, conf: &SocketConf, conn: &S, unix: Option<&UnixStream>)
+/// the timeout). A first line `_getsocks` on a unix socket asks for the listeners.
+fn converse<S>(answer: &dyn Answer, conn: &S, unix: Option<&UnixStream>)
 where
     for<'a> &'a S: std::io::Read + Write,
 {
@@ -349,7 +376,7 @@ where
         }
         if std::mem::take(&mut first) && line.trim() == super::handover::REQUEST {
             if let Some(u) = unix {
-                hand_over(process, conf, u);
+                answer.getsocks(u);
             }
             return;
         }
@@ -363,7 +390,7 @@ where
                     quit = true;
                     break;
                 }
-                cmd => out.push_str(&execute(process, cmd, conf.level)),
+                cmd => out.push_str(&answer.command(cmd)),
             }
         }
         if interactive && !quit {
@@ -384,13 +411,18 @@ fn hand_over(process: &Process, conf: &SocketConf, conn: &UnixStream) {
             .write_all(b"Permission denied (needs 'expose-fd listeners' and level admin)\n");
         return;
     }
-    let kept = process.handover.lock().unwrap_or_else(|e| e.into_inner());
+    let kept = process
+        .handover
+        .sockets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let list: Vec<(String, String, std::os::fd::RawFd)> = kept
         .iter()
         .map(|(fe, addr, l)| (fe.clone(), addr.clone(), std::os::fd::AsRawFd::as_raw_fd(l)))
         .collect();
-    if let Err(e) = super::handover::send(conn, &list) {
-        eprintln!("sluice: cannot hand the listeners over: {e}");
+    match super::handover::send(conn, &list) {
+        Ok(()) => process.handover.taken.store(true, Ordering::Relaxed),
+        Err(e) => eprintln!("sluice: cannot hand the listeners over: {e}"),
     }
 }
 
@@ -427,6 +459,9 @@ pub fn bind(conf: &SocketConf) -> std::io::Result<CliListener> {
             // SAFETY: checked above to be an open listening socket; taken over once.
             let l = unsafe { <std::net::TcpListener as std::os::fd::FromRawFd>::from_raw_fd(*fd) };
             l.set_nonblocking(false)?;
+            // Inherited without close-on-exec: processes started from here must not get it.
+            // SAFETY: fcntl on a descriptor this process now owns.
+            unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
             Ok(CliListener::Tcp(l))
         }
     }

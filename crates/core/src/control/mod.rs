@@ -8,13 +8,14 @@
 //! carries on; SIGTTOU stops the workers accepting (new connections wait in the kernel's
 //! queue) and SIGTTIN restarts them; SIGUSR2 (a reload, for a master process) is ignored.
 //!
-//! A new process started with `-sf PID...` (`-st PID...`) binds beside the old ones
-//! (SO_REUSEPORT), and once it listens asks them to finish softly (SIGUSR1) or to stop
-//! (SIGTERM).
+//! A new process started with `-sf PID...` (`-st PID...`) takes the old one's sockets
+//! (`-x`) or binds beside them (SO_REUSEPORT) and steers new connections to its own
+//! (`listener::steer_here`), and once it listens asks them to finish softly (SIGUSR1) or to
+//! stop (SIGTERM).
 
 pub mod cli;
 pub mod handover;
-mod identity;
+pub mod identity;
 mod servers;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,6 +124,8 @@ pub struct RunOptions {
     pub inherited: Vec<handover::Handed>,
     /// Written to (one byte) once listening, for a master process waiting on it.
     pub ready: Option<std::os::fd::OwnedFd>,
+    /// Once `ready` is written, leave the terminal (the master is a daemon).
+    pub detach_when_ready: bool,
 }
 
 /// Why the proxy could not start.
@@ -180,14 +183,27 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         for (li, bind) in fe.listen.binds.iter().enumerate() {
             // The same frontend's socket for the same address, from the process replaced.
             let addr = bind.spec.to_string();
-            let socket = match handed
+            let (socket, owned) = match handed
                 .iter()
                 .position(|h| h.frontend == fe.name && h.addr == addr)
             {
-                Some(i) => std::net::TcpListener::from(handed.swap_remove(i).fd),
-                None => listener::open_bind(bind, backlog)?,
+                Some(i) => (std::net::TcpListener::from(handed.swap_remove(i).fd), false),
+                None => (
+                    listener::open_bind(bind, backlog)?,
+                    matches!(bind.spec, listener::BindSpec::Addr(_)),
+                ),
             };
-            listeners.push((fi, li, bind.clone(), socket));
+            // Replacing processes that keep their own sockets: new connections come here
+            // from now on, so that theirs can empty before closing.
+            if owned && !(opts.finish.is_empty() && opts.terminate.is_empty()) {
+                if let Err(e) = listener::steer_here(&socket) {
+                    eprintln!(
+                        "sluice: {}:{}: cannot steer new connections on {addr} away from the old process ({e}); connections queued there when it stops may be reset",
+                        bind.at.file, bind.at.line
+                    );
+                }
+            }
+            listeners.push((fi, li, bind.clone(), socket, owned));
         }
     }
     // Sockets the new configuration has no use for close here.
@@ -249,12 +265,13 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners
             .iter()
-            .filter(|(_, _, bind, _)| bind.on_thread(tid))
-            .map(|(fe, li, bind, l)| {
+            .filter(|(_, _, bind, _, _)| bind.on_thread(tid))
+            .map(|(fe, li, bind, l, owned)| {
                 l.try_clone().map(|socket| Listening {
                     frontend: *fe,
                     listener: *li,
                     pinned: bind.threads.is_some(),
+                    owned: *owned,
                     socket,
                 })
             })
@@ -279,7 +296,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     }
     let addrs: Vec<String> = listeners
         .iter()
-        .filter_map(|(_, _, _, l)| l.local_addr().ok().map(|a| a.to_string()))
+        .filter_map(|(_, _, _, l, _)| l.local_addr().ok().map(|a| a.to_string()))
         .collect();
 
     if let Some(path) = opts
@@ -321,13 +338,21 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         identity::ready(pipe);
     }
     if let Some(pipe) = opts.ready.take() {
-        let _ = std::io::Write::write_all(&mut std::fs::File::from(pipe), b"1");
+        if opts.detach_when_ready {
+            identity::ready(pipe);
+        } else {
+            let _ = std::io::Write::write_all(&mut std::fs::File::from(pipe), b"1");
+        }
     }
     // Copies a replacing process may take (`expose-fd listeners`); the workers hold their
     // own, which a soft stop closes.
-    *process.handover.lock().unwrap_or_else(|e| e.into_inner()) = listeners
+    *process
+        .handover
+        .sockets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = listeners
         .into_iter()
-        .map(|(fi, _, bind, l)| {
+        .map(|(fi, _, bind, l, _)| {
             (
                 process.config.frontends[fi].name.clone(),
                 bind.spec.to_string(),
@@ -443,6 +468,7 @@ fn wait_for_stop_signal(
         // workers' copies.
         process
             .handover
+            .sockets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();

@@ -24,7 +24,7 @@ pub use self::counters::{
     StatusClasses, Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
-    Admission, ClientConn, Process, ProcessFigures, SessionInfo, Slot, ThreadCtx, Worker,
+    Admission, ClientConn, Handover, Process, ProcessFigures, SessionInfo, Slot, ThreadCtx, Worker,
     WorkerChecks,
 };
 pub use self::state::{

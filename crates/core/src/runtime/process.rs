@@ -141,6 +141,16 @@ impl Admission {
     }
 }
 
+/// The listening sockets a replacing process may take (`expose-fd listeners`, `-x`).
+#[derive(Debug, Default)]
+pub struct Handover {
+    /// (frontend, address, socket) of every listener.
+    pub sockets: std::sync::Mutex<Vec<(String, String, std::net::TcpListener)>>,
+    /// A replacing process took them: they stay open after this process closes its copies,
+    /// so a soft stop has no accept queue of its own to empty.
+    pub taken: AtomicBool,
+}
+
 /// Everything the workers share: read-only apart from atomics.
 #[derive(Debug)]
 pub struct Process {
@@ -156,8 +166,7 @@ pub struct Process {
     /// SIGTTOU: the workers stop accepting until SIGTTIN (`resumed`).
     pub paused: AtomicBool,
     pub resumed: Notify,
-    /// The listening sockets (frontend, address, socket) a replacing process may take.
-    pub handover: std::sync::Mutex<Vec<(String, String, std::net::TcpListener)>>,
+    pub handover: Handover,
     pub started: Instant,
     /// Process-wide figures of `show info` that are sampled rather than counted.
     pub figures: ProcessFigures,

@@ -24,7 +24,8 @@ pub enum InboxMsg {
     },
     /// Run this health check here (it moved from a busier worker).
     Check(CheckTask),
-    /// Soft stop: stop accepting, close idle client connections, finish the rest.
+    /// Soft stop: empty the accept queues and stop accepting, close idle client
+    /// connections, finish the rest.
     Stop,
 }
 

@@ -8,8 +8,16 @@
 //! and *before* accepting it: at the limit, workers simply stop calling accept and the
 //! kernel's backlog absorbs new connections; no busy loop. An accept loop with nothing to
 //! accept holds no slot, so idle listeners never starve busy ones.
+//!
+//! Replacing a process without handing the sockets over (`-sf` without `-x`): both
+//! processes' sockets sit in one SO_REUSEPORT group, and closing a listening socket resets
+//! every connection still in its accept queue. So the new process steers the group's new
+//! connections to its own socket ([`steer_here`]) before it signals the old one, and a soft
+//! stop empties the accept queue of a socket this process alone holds before closing it
+//! ([`accept_loop`]): nothing the kernel accepted on the old socket is lost.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -277,6 +285,9 @@ pub struct Listening {
     pub listener: usize,
     /// The bind is restricted to some workers (`thread N`): connections stay where accepted.
     pub pinned: bool,
+    /// Bound by this process (not inherited, adopted or taken over): unless handed over, the
+    /// socket closes with the process, and its accept queue with it.
+    pub owned: bool,
     pub socket: std::net::TcpListener,
 }
 
@@ -285,6 +296,7 @@ pub(crate) struct Registered {
     frontend: usize,
     listener: usize,
     pinned: bool,
+    owned: bool,
     fd: AsyncFd<std::net::TcpListener>,
 }
 
@@ -294,6 +306,7 @@ impl Listening {
             frontend: self.frontend,
             listener: self.listener,
             pinned: self.pinned,
+            owned: self.owned,
             // SAFETY: the listener owns its descriptor and moves into the AsyncFd, which
             // keeps it open and unchanged until both are dropped together.
             fd: unsafe { AsyncFd::register(self.socket) }?,
@@ -301,71 +314,216 @@ impl Listening {
     }
 }
 
-/// Accepts connections for one frontend on this worker's copy of a listening socket.
+/// Accepts connections for one frontend on this worker's copy of a listening socket, until
+/// the worker stops; then empties the accept queue (see the module docs).
 pub(crate) async fn accept_loop(t: Rc<Thread>, l: Registered) {
     let w = t.w.clone();
-    let mut last_log = Instant::now() - Duration::from_secs(60);
-    let mut suppressed = 0u64;
+    let mut errors = ErrorLog::default();
     loop {
         // Paused (SIGTTOU): connections wait in the kernel's queue until SIGTTIN.
-        while w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
+        while w.process.paused.load(std::sync::atomic::Ordering::Relaxed) && !t.stopped() {
             let resumed = w.process.resumed.notified();
             tokio::pin!(resumed);
             resumed.as_mut().enable();
             if !w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
                 break;
             }
-            resumed.await;
+            tokio::select! {
+                _ = resumed => {}
+                _ = t.until_stopped() => {}
+            }
         }
         // A connection is waiting before a slot is taken: an idle loop holds none.
-        let Ok(mut ready) = l.fd.readable().await else {
+        let ready = tokio::select! {
+            r = l.fd.readable() => r,
+            _ = t.until_stopped() => break,
+        };
+        let Ok(mut ready) = ready else {
             return;
         };
         if w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
             // Paused while waiting: the connection stays queued, readiness kept for later.
             continue;
         }
-        let slot = w.process.admission.admit(l.frontend).await;
-        let accepted = socket2::SockRef::from(l.fd.get_ref())
-            .accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-        match accepted {
-            Ok((sock, peer)) => {
-                let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
-                let std: std::net::TcpStream = sock.into();
-                match tokio::net::TcpStream::from_std(std) {
-                    Ok(stream) => t.dispatch(
-                        Conn::accepted(stream),
-                        peer,
-                        (l.frontend, l.listener),
-                        slot,
-                        l.pinned,
-                    ),
-                    Err(e) => eprintln!(
-                        "sluice: worker {}: cannot register a connection: {e}",
-                        w.tid
-                    ),
-                }
-            }
+        match accept_one(&t, &l).await {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 // A sibling took it: wait for the next one.
                 ready.clear_ready();
             }
             Err(e) => {
-                // Out of descriptors or similar: back off instead of spinning, and say so at a
-                // limited rate.
-                w.ctx().counters.accept_errors.bump();
-                if last_log.elapsed() >= Duration::from_secs(1) {
-                    eprintln!("sluice: accept failed on worker {}: {e} ({suppressed} similar errors suppressed)", w.tid);
-                    last_log = Instant::now();
-                    suppressed = 0;
-                } else {
-                    suppressed += 1;
-                }
-                drop(slot);
+                // Out of descriptors or similar: back off instead of spinning.
+                errors.note(&w, &e);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
+    let _ = tokio::time::timeout(DRAIN_MAX, drain(&t, &l)).await;
+}
+
+/// How long a stopping process keeps a socket it alone holds open for connections still
+/// arriving on it (handshakes under way when the new process steered new ones away).
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+/// The longest a soft stop empties an accept queue (when nothing steers connections away,
+/// they keep coming).
+const DRAIN_MAX: Duration = Duration::from_secs(1);
+
+/// Serves what is already queued on the socket, then, if it closes with this process, waits
+/// for the queue to stay empty for [`DRAIN_QUIET`].
+async fn drain(t: &Thread, l: &Registered) {
+    let w = &t.w;
+    let closes_here = l.owned
+        && !w
+            .process
+            .handover
+            .taken
+            .load(std::sync::atomic::Ordering::Relaxed);
+    loop {
+        while accept_one(t, l).await.is_ok() {}
+        if !closes_here {
+            return;
+        }
+        match tokio::time::timeout(DRAIN_QUIET, l.fd.readable()).await {
+            Ok(Ok(mut ready)) => ready.clear_ready(),
+            _ => return,
+        }
+    }
+}
+
+/// Accepts one connection and starts serving it (here or on a sibling).
+async fn accept_one(t: &Thread, l: &Registered) -> std::io::Result<()> {
+    let w = &t.w;
+    let slot = w.process.admission.admit(l.frontend).await;
+    let (sock, peer) =
+        socket2::SockRef::from(l.fd.get_ref()).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
+    let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
+    let std: std::net::TcpStream = sock.into();
+    match tokio::net::TcpStream::from_std(std) {
+        Ok(stream) => t.dispatch(
+            Conn::accepted(stream),
+            peer,
+            (l.frontend, l.listener),
+            slot,
+            l.pinned,
+        ),
+        Err(e) => eprintln!(
+            "sluice: worker {}: cannot register a connection: {e}",
+            w.tid
+        ),
+    }
+    Ok(())
+}
+
+/// Accept failures, counted and reported at most once a second.
+struct ErrorLog {
+    last: Instant,
+    suppressed: u64,
+}
+
+impl Default for ErrorLog {
+    fn default() -> Self {
+        ErrorLog {
+            last: Instant::now() - Duration::from_secs(60),
+            suppressed: 0,
+        }
+    }
+}
+
+impl ErrorLog {
+    fn note(&mut self, w: &crate::runtime::Worker, e: &std::io::Error) {
+        w.ctx().counters.accept_errors.bump();
+        if self.last.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "sluice: accept failed on worker {}: {e} ({} similar errors suppressed)",
+                w.tid, self.suppressed
+            );
+            self.last = Instant::now();
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
+
+/// Makes the SO_REUSEPORT group of `socket` (just bound and listening) send every new
+/// connection to `socket`, so the processes it replaces receive none while they finish.
+///
+/// The kernel appends a socket to its group when it starts listening, so ours is the last of
+/// the group's listening sockets, which `/proc/net/tcp` counts; a one-instruction classic BPF
+/// program returns that index. When an older socket leaves the group, the last one takes
+/// its place, the index falls out of range and the kernel's hash decides again, among the
+/// sockets left. Returns whether there was a group to steer.
+pub fn steer_here(socket: &std::net::TcpListener) -> std::io::Result<bool> {
+    let addr = socket.local_addr()?;
+    let n = listening_sockets(addr)?;
+    if n < 2 {
+        return Ok(false);
+    }
+    let mut program = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: (n - 1) as u32,
+    }];
+    let fprog = libc::sock_fprog {
+        len: 1,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at a valid one-instruction program for the duration of the
+    // call; the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(true)
+}
+
+/// How many TCP sockets listen on exactly `addr` in this network namespace.
+fn listening_sockets(addr: SocketAddr) -> std::io::Result<usize> {
+    let table = match addr {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let text = std::fs::read_to_string(table)?;
+    Ok(text
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let mut cols = line.split_whitespace().skip(1);
+            let (Some(local), Some(_remote), Some(state)) = (cols.next(), cols.next(), cols.next())
+            else {
+                return false;
+            };
+            // 0A: TCP_LISTEN.
+            state == "0A" && proc_addr(local) == Some(addr)
+        })
+        .count())
+}
+
+/// Reads an address as `/proc/net/tcp` prints it: the address's 32-bit words in the
+/// machine's byte order, then the port, in hexadecimal.
+fn proc_addr(s: &str) -> Option<SocketAddr> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for k in (0..ip.len()).step_by(8) {
+        let word = u32::from_str_radix(ip.get(k..k + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip: IpAddr = match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes).ok()?.into(),
+        16 => <[u8; 16]>::try_from(bytes).ok()?.into(),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 #[cfg(test)]
@@ -425,5 +583,22 @@ mod tests {
         let adopted = open(&BindSpec::Fd(fd), 10).unwrap();
         std::mem::forget(l); // ownership moved to `adopted`
         assert_eq!(adopted.local_addr().unwrap().ip().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn listening_sockets_are_counted_from_proc() {
+        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = a.local_addr().unwrap();
+        assert_eq!(listening_sockets(addr).unwrap(), 1);
+        let b = open(&BindSpec::Addr(addr), 10);
+        assert!(b.is_err(), "the first socket has no SO_REUSEPORT");
+        let v6 = std::net::TcpListener::bind("[::1]:0");
+        if let Ok(v6) = v6 {
+            assert_eq!(listening_sockets(v6.local_addr().unwrap()).unwrap(), 1);
+        }
+        assert_eq!(
+            proc_addr("0100007F:1F90").filter(|_| cfg!(target_endian = "little")),
+            cfg!(target_endian = "little").then(|| "127.0.0.1:8080".parse().unwrap())
+        );
     }
 }

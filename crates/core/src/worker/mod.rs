@@ -14,7 +14,7 @@ mod inbox;
 pub mod listener;
 mod thread;
 
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, OnceCell};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -102,7 +102,8 @@ fn worker_main(
         let t = Rc::new(Thread {
             w: Rc::new(Worker::new(tid, process)),
             inboxes,
-            accepting: RefCell::default(),
+            stopped: Cell::new(false),
+            stop: tokio::sync::Notify::new(),
         });
         WORKER.with(|w| {
             let _ = w.set(t.w.clone());
@@ -110,8 +111,7 @@ fn worker_main(
         for l in listeners {
             match l.register() {
                 Ok(l) => {
-                    let task = tokio::task::spawn_local(listener::accept_loop(t.clone(), l));
-                    t.accepting.borrow_mut().push(task);
+                    tokio::task::spawn_local(listener::accept_loop(t.clone(), l));
                 }
                 Err(e) => eprintln!("sluice: worker {tid}: cannot register a listener: {e}"),
             }

@@ -1,7 +1,7 @@
 //! A worker thread's state around its `Worker` handle: accept dispatch to the least loaded
 //! worker (capability 4) and the handling of inbox messages.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -15,8 +15,9 @@ use crate::transport::Conn;
 pub(crate) struct Thread {
     pub w: Rc<Worker>,
     pub inboxes: Inboxes,
-    /// This worker's accept loops, aborted at soft stop.
-    pub accepting: RefCell<Vec<tokio::task::JoinHandle<()>>>,
+    /// Soft stop: the accept loops empty their queues and close their sockets.
+    pub stopped: Cell<bool>,
+    pub stop: tokio::sync::Notify,
 }
 
 impl Thread {
@@ -80,11 +81,21 @@ impl Thread {
             }
             InboxMsg::Check(task) => self.start_check(task),
             InboxMsg::Stop => {
-                // Dropping the accept tasks closes this worker's copies of the listeners.
-                for task in self.accepting.borrow_mut().drain(..) {
-                    task.abort();
-                }
+                self.stopped.set(true);
+                self.stop.notify_waiters();
             }
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped.get()
+    }
+
+    /// Resolves once this worker stops softly (at once if it already has).
+    pub async fn until_stopped(&self) {
+        let stop = self.stop.notified();
+        if !self.stopped() {
+            stop.await;
         }
     }
 

@@ -301,7 +301,8 @@ impl Sluice {
         Sluice::start_with(config, nofile, &[])
     }
 
-    /// Like `start`, with more command-line arguments after `-f FILE`.
+    /// Like `start`, with more command-line arguments after `-f FILE` (where `{fd}` is
+    /// replaced as in the configuration, after it).
     pub fn start_args(config: &str, args: &[String]) -> Sluice {
         Sluice::start_with(config, None, args)
     }
@@ -330,6 +331,19 @@ impl Sluice {
             listeners.push(l);
         }
         text.push_str(rest);
+        // `{fd}` in an argument (a master CLI, `-S {fd}`) too.
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if !a.contains("{fd}") {
+                    return a.clone();
+                }
+                let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                let a = a.replace("{fd}", &format!("fd@{}", l.as_raw_fd()));
+                listeners.push(l);
+                a
+            })
+            .collect();
         let path = dir.write("test.cfg", &text);
         let stderr_path = dir.0.join("stderr.log");
         let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
