@@ -41,6 +41,7 @@ pub mod errorpages;
 pub mod pending;
 pub mod queue;
 pub mod rules;
+pub mod sample;
 pub mod stats;
 
 pub mod stream;

@@ -28,6 +28,7 @@ fn process() -> Arc<Process> {
         paused: Default::default(),
         resumed: Default::default(),
         handover: Default::default(),
+        vars: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
     })

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
         "check",
         "queue",
         "rules",
+        "sample",
         "compression",
         "errorpages",
         "backend",

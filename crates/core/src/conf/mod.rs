@@ -23,6 +23,7 @@ mod loc;
 pub mod log;
 pub mod pool;
 pub mod rules;
+pub mod sample;
 pub mod stats;
 pub mod stream;
 

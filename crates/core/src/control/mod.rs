@@ -259,6 +259,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         paused: AtomicBool::new(false),
         resumed: tokio::sync::Notify::new(),
         handover: Default::default(),
+        vars: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
     });

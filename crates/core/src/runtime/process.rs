@@ -167,6 +167,8 @@ pub struct Process {
     pub paused: AtomicBool,
     pub resumed: Notify,
     pub handover: Handover,
+    /// Variables of the `proc.` scope.
+    pub vars: std::sync::Mutex<crate::conf::sample::Vars>,
     pub started: Instant,
     /// Process-wide figures of `show info` that are sampled rather than counted.
     pub figures: ProcessFigures,

@@ -1,0 +1,326 @@
+//! Sample expressions as plain data: a fetch and its converters (`req.hdr(host),lower`), as
+//! ACLs, rule actions, log formats and `use_backend` names use them. Evaluated by
+//! `crate::sample`.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// A fetch followed by converters, applied left to right.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expr {
+    pub fetch: Fetch,
+    pub convs: Vec<Conv>,
+}
+
+/// Which occurrence of a header a fetch takes: HAProxy's `OCC` argument (positive from the
+/// first, negative from the last; absent: the last for `req.hdr`, all for matching).
+pub type Occ = Option<i32>;
+
+/// Where a sample comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetch {
+    // The connection.
+    Src,
+    SrcPort,
+    Dst,
+    DstPort,
+    // The proxy.
+    FeName,
+    FeId,
+    BeName,
+    BeId,
+    SrvName,
+    SrvId,
+    FeConn(Option<String>),
+    BeConn(Option<String>),
+    NbSrv(Option<String>),
+    Connslots(Option<String>),
+    Queue(Option<String>),
+    AvgQueue(Option<String>),
+    // The request.
+    Method,
+    Path,
+    PathQ,
+    Query,
+    Url,
+    UrlParam(String),
+    Base,
+    /// A header's values split at commas (`req.hdr`, `hdr`).
+    ReqHdr(String, Occ),
+    ReqHdrCnt(String),
+    /// A header's whole lines (`req.fhdr`).
+    ReqFhdr(String, Occ),
+    ReqCook(String),
+    ReqCookCnt(String),
+    ReqBody,
+    ReqLen,
+    ReqVer,
+    // The response.
+    ResHdr(String, Occ),
+    ResHdrCnt(String),
+    ResFhdr(String, Occ),
+    Status,
+    ResVer,
+    // Variables and the environment.
+    Var(VarName),
+    Env(String),
+    // Constants and others.
+    Date(i64),
+    Rand(Option<u64>),
+    UniqueId,
+    SslFc,
+    Bool(bool),
+    Int(i64),
+    Str(String),
+    Ip(std::net::IpAddr),
+}
+
+/// A variable's name with its scope (`txn.user`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VarName {
+    pub scope: VarScope,
+    pub name: String,
+}
+
+/// How long a variable lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VarScope {
+    /// The whole process.
+    Proc,
+    /// The client connection.
+    Sess,
+    /// One request and its response (HAProxy's `req` and `res` scopes live as long here).
+    Txn,
+    Req,
+    Res,
+}
+
+/// An integer argument of an arithmetic converter: a constant or a variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IntArg {
+    Const(i64),
+    Var(VarName),
+}
+
+/// What a converter does to a sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conv {
+    Lower,
+    Upper,
+    Base64,
+    B64Dec,
+    Hex,
+    UrlDec,
+    Json,
+    Length,
+    /// `field(N,DELIMS[,COUNT])`: fields are 1-based; a negative N counts from the end.
+    Field {
+        index: i32,
+        delims: Vec<u8>,
+        count: u32,
+    },
+    /// `word(N,DELIMS[,COUNT])`: as field, with runs of delimiters as one.
+    Word {
+        index: i32,
+        delims: Vec<u8>,
+        count: u32,
+    },
+    Regsub {
+        re: Regex,
+        subst: String,
+        global: bool,
+    },
+    Map(Arc<MapFile>, Option<String>),
+    Add(IntArg),
+    Sub(IntArg),
+    Mul(IntArg),
+    Div(IntArg),
+    Mod(IntArg),
+    And(IntArg),
+    Or(IntArg),
+    Xor(IntArg),
+    Neg,
+    Bool,
+    Not,
+    Odd,
+    Even,
+    IpMask(std::net::IpAddr, Option<std::net::IpAddr>),
+    Crc32(bool),
+    Djb2(bool),
+    Sdbm(bool),
+    Wt6(bool),
+    Xxh3(u64),
+    Bytes(usize, Option<usize>),
+    Ltime(String, i64),
+    Utime(String, i64),
+    Concat(String, Option<VarName>, String),
+    /// `set-var(NAME)` inside a chain: stores the sample and passes it on.
+    SetVar(VarName),
+}
+
+/// A compiled regular expression that compares by its source text.
+#[derive(Debug, Clone)]
+pub struct Regex(pub regex::bytes::Regex);
+
+impl PartialEq for Regex {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for Regex {}
+
+/// How a pattern matches a sample: ACLs' `-m` methods, and map files' (`map_beg`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// Any sample at all.
+    Found,
+    /// The sample is true.
+    Bool,
+    Int,
+    Ip,
+    Str,
+    Beg,
+    End,
+    Sub,
+    Reg,
+    /// A slash-delimited part.
+    Dir,
+    /// A dot- or slash-delimited part.
+    Dom,
+    /// The length, compared as an integer.
+    Len,
+}
+
+/// A map file loaded at start: `KEY VALUE` lines, first match wins.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MapFile {
+    pub path: String,
+    pub how: Match,
+    pub entries: Vec<(MapKey, String)>,
+}
+
+/// A map key, prepared for its match method.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapKey {
+    Text(Vec<u8>),
+    Regex(Regex),
+    Int(i64),
+    Net(std::net::IpAddr, u8),
+}
+
+/// A typed value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sample<'a> {
+    Bool(bool),
+    Int(i64),
+    Ip(IpAddr),
+    Str(Cow<'a, [u8]>),
+    Bin(Cow<'a, [u8]>),
+}
+
+impl<'a> Sample<'a> {
+    pub fn str(s: &'a [u8]) -> Self {
+        Sample::Str(Cow::Borrowed(s))
+    }
+
+    pub fn string(s: String) -> Self {
+        Sample::Str(Cow::Owned(s.into_bytes()))
+    }
+
+    pub fn into_owned(self) -> Sample<'static> {
+        match self {
+            Sample::Bool(b) => Sample::Bool(b),
+            Sample::Int(n) => Sample::Int(n),
+            Sample::Ip(ip) => Sample::Ip(ip),
+            Sample::Str(s) => Sample::Str(Cow::Owned(s.into_owned())),
+            Sample::Bin(s) => Sample::Bin(Cow::Owned(s.into_owned())),
+        }
+    }
+
+    /// As an integer: booleans are 0/1, text is read as a decimal number (a sign, digits;
+    /// anything else after them is ignored, nothing before them is accepted).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Sample::Bool(b) => Some(i64::from(*b)),
+            Sample::Int(n) => Some(*n),
+            Sample::Str(s) | Sample::Bin(s) => leading_int(s),
+            Sample::Ip(_) => None,
+        }
+    }
+
+    /// As a boolean: integers are true when not zero; text is not a boolean.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Sample::Bool(b) => Some(*b),
+            Sample::Int(n) => Some(*n != 0),
+            _ => None,
+        }
+    }
+
+    pub fn as_ip(&self) -> Option<IpAddr> {
+        match self {
+            Sample::Ip(ip) => Some(*ip),
+            Sample::Str(s) => std::str::from_utf8(s).ok()?.trim().parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The sample as text (integers in decimal, addresses in their usual form).
+    pub fn as_bytes(&self) -> Cow<'_, [u8]> {
+        match self {
+            Sample::Bool(b) => Cow::Borrowed(if *b { b"1" } else { b"0" }),
+            Sample::Int(n) => Cow::Owned(n.to_string().into_bytes()),
+            Sample::Ip(ip) => Cow::Owned(ip.to_string().into_bytes()),
+            Sample::Str(s) | Sample::Bin(s) => Cow::Borrowed(s),
+        }
+    }
+
+    /// Takes the bytes of a text sample, or its text form.
+    pub fn into_bytes(self) -> Cow<'a, [u8]> {
+        match self {
+            Sample::Str(s) | Sample::Bin(s) => s,
+            other => Cow::Owned(other.as_bytes().into_owned()),
+        }
+    }
+}
+
+fn leading_int(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+    if n == 0 {
+        return None;
+    }
+    let v: i64 = std::str::from_utf8(&digits[..n]).ok()?.parse().ok()?;
+    Some(if neg { -v } else { v })
+}
+
+/// Variables of one scope.
+#[derive(Debug, Default)]
+pub struct Vars(Vec<(String, Sample<'static>)>);
+
+impl Vars {
+    pub fn get(&self, name: &str) -> Option<&Sample<'static>> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    pub fn set(&mut self, name: &str, value: Sample<'static>) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name.to_string(), value)),
+        }
+    }
+
+    pub fn unset(&mut self, name: &str) {
+        self.0.retain(|(n, _)| n != name);
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}

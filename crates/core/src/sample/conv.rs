@@ -1,0 +1,312 @@
+//! Converters: what each does to a sample and the type it gives.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+use base64::Engine as _;
+
+use super::{hash, time, Conv, Ctx, IntArg, Kind, MapFile, MapKey, Match, Sample};
+
+pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
+    use Conv::*;
+    match c {
+        B64Dec => Kind::Bin,
+        Bytes(..) | SetVar(_) => input,
+        Length | Add(_) | Sub(_) | Mul(_) | Div(_) | Mod(_) | And(_) | Or(_) | Xor(_) | Neg
+        | Crc32(_) | Djb2(_) | Sdbm(_) | Wt6(_) | Xxh3(_) => Kind::Int,
+        Bool | Not | Odd | Even => Kind::Bool,
+        IpMask(..) => Kind::Ip,
+        _ => Kind::Str,
+    }
+}
+
+fn text(s: Vec<u8>) -> Sample<'static> {
+    Sample::Str(Cow::Owned(s))
+}
+
+pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<'a>> {
+    let int_arg = |a: &IntArg| match a {
+        IntArg::Const(n) => Some(*n),
+        IntArg::Var(v) => cx.vars.get(cx.process, v)?.as_int(),
+    };
+    let arith = |f: &dyn Fn(i64, i64) -> i64, a: &IntArg| -> Option<Sample<'a>> {
+        Some(Sample::Int(f(s.as_int()?, int_arg(a)?)))
+    };
+    let hashed = |h: u32, avalanche: bool| {
+        Sample::Int(i64::from(if avalanche { hash::avalanche(h) } else { h }))
+    };
+    Some(match c {
+        Conv::Lower => text(s.as_bytes().to_ascii_lowercase()),
+        Conv::Upper => text(s.as_bytes().to_ascii_uppercase()),
+        Conv::Base64 => text(
+            base64::engine::general_purpose::STANDARD
+                .encode(s.as_bytes())
+                .into_bytes(),
+        ),
+        Conv::B64Dec => Sample::Bin(Cow::Owned(
+            base64::engine::general_purpose::STANDARD
+                .decode(s.as_bytes())
+                .ok()?,
+        )),
+        Conv::Hex => {
+            let mut out = Vec::new();
+            for b in s.as_bytes().iter() {
+                out.extend_from_slice(format!("{b:02X}").as_bytes());
+            }
+            text(out)
+        }
+        Conv::UrlDec => text(url_decode(&s.as_bytes())),
+        Conv::Json => text(json_escape(&s.as_bytes())),
+        Conv::Length => Sample::Int(s.as_bytes().len() as i64),
+        Conv::Field {
+            index,
+            delims,
+            count,
+        } => {
+            let bytes = s.as_bytes();
+            let parts: Vec<&[u8]> = bytes.split(|b| delims.contains(b)).collect();
+            text(select(&parts, *index, *count, delims)?)
+        }
+        Conv::Word {
+            index,
+            delims,
+            count,
+        } => {
+            let bytes = s.as_bytes();
+            let parts: Vec<&[u8]> = bytes
+                .split(|b| delims.contains(b))
+                .filter(|w| !w.is_empty())
+                .collect();
+            text(select(&parts, *index, *count, delims)?)
+        }
+        Conv::Regsub { re, subst, global } => {
+            let bytes = s.as_bytes();
+            let out = if *global {
+                re.0.replace_all(&bytes, subst.as_bytes())
+            } else {
+                re.0.replace(&bytes, subst.as_bytes())
+            };
+            text(out.into_owned())
+        }
+        Conv::Map(map, default) => match lookup(map, &s) {
+            Some(v) => Sample::str(v.as_bytes()).into_owned(),
+            None => Sample::string(default.clone()?),
+        },
+        Conv::Add(a) => arith(&|x, y| x.wrapping_add(y), a)?,
+        Conv::Sub(a) => arith(&|x, y| x.wrapping_sub(y), a)?,
+        Conv::Mul(a) => arith(&|x, y| x.wrapping_mul(y), a)?,
+        // Division by zero gives the largest integer, modulo by zero 0, as HAProxy.
+        Conv::Div(a) => arith(&|x, y| if y == 0 { i64::MAX } else { x.wrapping_div(y) }, a)?,
+        Conv::Mod(a) => arith(&|x, y| if y == 0 { 0 } else { x.wrapping_rem(y) }, a)?,
+        Conv::And(a) => arith(&|x, y| x & y, a)?,
+        Conv::Or(a) => arith(&|x, y| x | y, a)?,
+        Conv::Xor(a) => arith(&|x, y| x ^ y, a)?,
+        Conv::Neg => Sample::Int(s.as_int()?.wrapping_neg()),
+        Conv::Bool => Sample::Bool(s.as_int()? != 0),
+        Conv::Not => Sample::Bool(s.as_int()? == 0),
+        Conv::Odd => Sample::Bool(s.as_int()? & 1 == 1),
+        Conv::Even => Sample::Bool(s.as_int()? & 1 == 0),
+        Conv::IpMask(v4, v6) => Sample::Ip(mask(s.as_ip()?, *v4, *v6)?),
+        Conv::Crc32(a) => hashed(hash::crc32(&s.as_bytes()), *a),
+        Conv::Djb2(a) => hashed(hash::djb2(&s.as_bytes()), *a),
+        Conv::Sdbm(a) => hashed(hash::sdbm(&s.as_bytes()), *a),
+        Conv::Wt6(a) => hashed(hash::wt6(&s.as_bytes()), *a),
+        // HAProxy gives the 64-bit hash as a signed integer.
+        Conv::Xxh3(seed) => Sample::Int(hash::xxh3(&s.as_bytes(), *seed) as i64),
+        Conv::Bytes(offset, len) => {
+            let slice = |b: &[u8]| -> Option<Vec<u8>> {
+                let start = (*offset).min(b.len());
+                let end = len.map_or(b.len(), |l| (start + l).min(b.len()));
+                (start < b.len() || b.is_empty()).then(|| b[start..end].to_vec())
+            };
+            match s {
+                Sample::Bin(b) => Sample::Bin(Cow::Owned(slice(&b)?)),
+                other => text(slice(&other.as_bytes())?),
+            }
+        }
+        Conv::Ltime(f, offset) => Sample::string(time::format(s.as_int()? + offset, f, true)?),
+        Conv::Utime(f, offset) => Sample::string(time::format(s.as_int()? + offset, f, false)?),
+        Conv::Concat(prefix, var, suffix) => {
+            let mut out = s.as_bytes().into_owned();
+            out.extend_from_slice(prefix.as_bytes());
+            if let Some(v) = var.as_ref().and_then(|v| cx.vars.get(cx.process, v)) {
+                out.extend_from_slice(&v.as_bytes());
+            }
+            out.extend_from_slice(suffix.as_bytes());
+            text(out)
+        }
+        Conv::SetVar(v) => {
+            cx.vars.set(cx.process, v, s.clone().into_owned());
+            s
+        }
+    })
+}
+
+/// Fields `index` .. `index + count - 1` (1-based; negative from the end; count 0: to the
+/// end), joined by the first delimiter.
+fn select(parts: &[&[u8]], index: i32, count: u32, delims: &[u8]) -> Option<Vec<u8>> {
+    let n = parts.len() as i64;
+    let first = if index > 0 {
+        i64::from(index) - 1
+    } else {
+        n + i64::from(index)
+    };
+    if first < 0 || first >= n {
+        return None;
+    }
+    let last = if count == 0 {
+        n
+    } else {
+        (first + i64::from(count)).min(n)
+    };
+    let sep = delims.first().copied().unwrap_or(b' ');
+    let mut out = Vec::new();
+    for (k, p) in parts[first as usize..last as usize].iter().enumerate() {
+        if k > 0 {
+            out.push(sep);
+        }
+        out.extend_from_slice(p);
+    }
+    Some(out)
+}
+
+fn url_decode(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut in_query = false;
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        match b {
+            b'%' if i + 2 < s.len() => {
+                let hex = std::str::from_utf8(&s[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b),
+                }
+            }
+            b'?' => {
+                in_query = true;
+                out.push(b);
+            }
+            b'+' if in_query => out.push(b' '),
+            _ => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+fn json_escape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    for &b in s {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'/' => out.extend_from_slice(b"\\/"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            b if b < 0x20 => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            b => out.push(b),
+        }
+    }
+    out
+}
+
+fn mask(ip: IpAddr, v4: IpAddr, v6: Option<IpAddr>) -> Option<IpAddr> {
+    match (ip, v4, v6) {
+        (IpAddr::V4(a), IpAddr::V4(m), _) => Some(IpAddr::V4((u32::from(a) & u32::from(m)).into())),
+        (IpAddr::V6(a), _, Some(IpAddr::V6(m))) => {
+            Some(IpAddr::V6((u128::from(a) & u128::from(m)).into()))
+        }
+        _ => None,
+    }
+}
+
+/// The value of the first entry of `map` whose key matches the sample.
+pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<&'m str> {
+    let bytes = s.as_bytes();
+    let int = s.as_int();
+    let ip = s.as_ip();
+    map.entries
+        .iter()
+        .find(|(key, _)| map_matches(map.how, key, &bytes, int, ip))
+        .map(|(_, v)| v.as_str())
+}
+
+fn map_matches(how: Match, key: &MapKey, s: &[u8], int: Option<i64>, ip: Option<IpAddr>) -> bool {
+    match (how, key) {
+        (Match::Int, MapKey::Int(k)) => int == Some(*k),
+        (Match::Ip, MapKey::Net(net, bits)) => ip.is_some_and(|ip| in_net(ip, *net, *bits)),
+        (Match::Reg, MapKey::Regex(re)) => re.0.is_match(s),
+        (how, MapKey::Text(k)) => super::text_match(how, s, k, false),
+        _ => false,
+    }
+}
+
+/// Whether `ip` is inside `net`/`bits` (an IPv4 address also matches as IPv4-mapped IPv6).
+pub fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let m = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(bits.min(32)))
+            };
+            u32::from(a) & m == u32::from(n) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let m = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(bits.min(128)))
+            };
+            u128::from(a) & m == u128::from(n) & m
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_and_words() {
+        let parts: Vec<&[u8]> = b"a,b,,c".split(|&b| b == b',').collect();
+        assert_eq!(select(&parts, 2, 1, b","), Some(b"b".to_vec()));
+        assert_eq!(select(&parts, -1, 1, b","), Some(b"c".to_vec()));
+        assert_eq!(select(&parts, 2, 0, b","), Some(b"b,,c".to_vec()));
+        assert_eq!(select(&parts, 9, 1, b","), None);
+    }
+
+    #[test]
+    fn decoding_and_escaping() {
+        assert_eq!(url_decode(b"/a%20b?x=1+2%41"), b"/a b?x=1 2A");
+        assert_eq!(url_decode(b"100%"), b"100%");
+        assert_eq!(json_escape(b"a\"b\\/\n\x01"), b"a\\\"b\\\\\\/\\n\\u0001");
+    }
+
+    #[test]
+    fn networks() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(in_net(ip("10.1.2.3"), ip("10.0.0.0"), 8));
+        assert!(!in_net(ip("11.1.2.3"), ip("10.0.0.0"), 8));
+        assert!(in_net(ip("::ffff:10.1.2.3"), ip("10.0.0.0"), 8));
+        assert!(in_net(ip("2001:db8::1"), ip("2001:db8::"), 32));
+        assert_eq!(
+            mask(ip("192.168.7.9"), ip("255.255.255.0"), None),
+            Some(ip("192.168.7.0"))
+        );
+    }
+}

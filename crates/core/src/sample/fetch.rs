@@ -1,0 +1,289 @@
+//! Sample fetches: what each gives and its type.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+use sluice_http::{name_is, trim_ows, Version};
+
+use super::{Ctx, Fetch, Kind, Occ, Sample};
+use crate::runtime::BackendState;
+
+pub(super) fn kind(f: &Fetch) -> Kind {
+    use Fetch::*;
+    match f {
+        Src | Dst | Ip(_) => Kind::Ip,
+        SslFc | Bool(_) => Kind::Bool,
+        ReqBody => Kind::Bin,
+        SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
+        | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ReqLen
+        | ResHdrCnt(_) | Status | Date(_) | Rand(_) | Int(_) => Kind::Int,
+        _ => Kind::Str,
+    }
+}
+
+/// The one sample a fetch gives.
+pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
+    let p = cx.process;
+    let config = &p.config;
+    match f {
+        Fetch::Src => Some(Sample::Ip(plain_ip(cx.src.ip()))),
+        Fetch::SrcPort => Some(Sample::Int(i64::from(cx.src.port()))),
+        Fetch::Dst => (cx.dst)().map(|a| Sample::Ip(plain_ip(a.ip()))),
+        Fetch::DstPort => (cx.dst)().map(|a| Sample::Int(i64::from(a.port()))),
+        Fetch::FeName => Some(Sample::str(config.frontends[cx.frontend].name.as_bytes())),
+        Fetch::FeId => Some(Sample::Int(i64::from(config.frontends[cx.frontend].id))),
+        Fetch::BeName => cx
+            .backend
+            .map(|b| Sample::str(config.backends[b].name.as_bytes())),
+        Fetch::BeId => cx
+            .backend
+            .map(|b| Sample::Int(i64::from(config.backends[b].id))),
+        Fetch::SrvName => {
+            let (b, s) = (cx.backend?, cx.server?);
+            Some(Sample::str(config.backends[b].servers[s].name.as_bytes()))
+        }
+        Fetch::SrvId => {
+            let (b, s) = (cx.backend?, cx.server?);
+            Some(Sample::Int(i64::from(config.backends[b].servers[s].id)))
+        }
+        Fetch::FeConn(name) => {
+            let i = match name {
+                Some(n) => config.frontends.iter().position(|f| &f.name == n)?,
+                None => cx.frontend,
+            };
+            let n = p.state.frontends[i].conns.load(Ordering::Relaxed);
+            Some(Sample::Int(n as i64))
+        }
+        Fetch::BeConn(name) => backend(cx, name).map(|(_, st)| {
+            Sample::Int(
+                st.servers
+                    .iter()
+                    .map(|s| s.in_flight.load(Ordering::Relaxed))
+                    .sum::<usize>() as i64,
+            )
+        }),
+        Fetch::NbSrv(name) => backend(cx, name)
+            .map(|(_, st)| Sample::Int(st.servers.iter().filter(|s| s.usable()).count() as i64)),
+        Fetch::Connslots(name) => backend(cx, name).map(|(i, st)| {
+            // Free connection and queue places over the usable servers; -1 when one of
+            // them has no limit.
+            let mut free = 0i64;
+            for (conf, s) in config.backends[i].servers.iter().zip(st.servers.iter()) {
+                if !s.usable() {
+                    continue;
+                }
+                let Some(max) = conf.maxconn else {
+                    return Sample::Int(-1);
+                };
+                let busy = s.in_flight.load(Ordering::Relaxed) as i64;
+                let queued = s.queue.waiting.load(Ordering::Relaxed) as i64;
+                free += (max as i64 - busy).max(0)
+                    + conf.maxqueue.map_or(0, |q| (q as i64 - queued).max(0));
+            }
+            Sample::Int(free)
+        }),
+        Fetch::Queue(name) => backend(cx, name).map(|(_, st)| Sample::Int(queued(st))),
+        Fetch::AvgQueue(name) => backend(cx, name).map(|(_, st)| {
+            let usable = st.servers.iter().filter(|s| s.usable()).count() as i64;
+            let q = queued(st);
+            Sample::Int(if usable == 0 { q } else { q / usable })
+        }),
+        Fetch::Method => cx.req.map(|r| Sample::str(r.method())),
+        Fetch::Path => cx.req.map(|r| Sample::str(r.path())),
+        Fetch::PathQ => cx.req.map(|r| {
+            let (path, query) = (r.path(), query_of(r.target()));
+            match query {
+                Some(q) => {
+                    let mut v = path.to_vec();
+                    v.push(b'?');
+                    v.extend_from_slice(q);
+                    Sample::Str(Cow::Owned(v))
+                }
+                None => Sample::str(path),
+            }
+        }),
+        Fetch::Query => cx.req.and_then(|r| query_of(r.target())).map(Sample::str),
+        Fetch::Url => cx.req.map(|r| Sample::str(r.target())),
+        Fetch::UrlParam(name) => {
+            let q = query_of(cx.req?.target())?;
+            q.split(|&b| b == b'&')
+                .find_map(|kv| {
+                    let (k, v) = split_once(kv, b'=')?;
+                    (k == name.as_bytes()).then_some(v)
+                })
+                .map(Sample::str)
+        }
+        Fetch::Base => {
+            let r = cx.req?;
+            let host = r.header("host").unwrap_or_default();
+            let mut v = trim_ows(host).to_vec();
+            v.extend_from_slice(r.path());
+            Some(Sample::Str(Cow::Owned(v)))
+        }
+        Fetch::ReqHdr(name, occ) => pick(req_values(cx, name, true)?, *occ),
+        Fetch::ReqFhdr(name, occ) => pick(req_values(cx, name, false)?, *occ),
+        Fetch::ReqHdrCnt(name) => Some(Sample::Int(
+            req_values(cx, name, true).map_or(0, |v| v.len()) as i64,
+        )),
+        Fetch::ResHdr(name, occ) => pick(res_values(cx, name, true)?, *occ),
+        Fetch::ResFhdr(name, occ) => pick(res_values(cx, name, false)?, *occ),
+        Fetch::ResHdrCnt(name) => Some(Sample::Int(
+            res_values(cx, name, true).map_or(0, |v| v.len()) as i64,
+        )),
+        Fetch::ReqCook(name) => cookies(cx, name).into_iter().next(),
+        Fetch::ReqCookCnt(name) => Some(Sample::Int(cookies(cx, name).len() as i64)),
+        Fetch::ReqBody => cx.body.map(|b| Sample::Bin(Cow::Borrowed(b))),
+        Fetch::ReqLen => Some(Sample::Int(cx.body.map_or(0, |b| b.len()) as i64)),
+        Fetch::ReqVer => cx.req.map(|r| version(r.version())),
+        Fetch::Status => cx.res.map(|r| Sample::Int(i64::from(r.status()))),
+        Fetch::ResVer => cx.res.map(|r| version(r.version())),
+        Fetch::Var(v) => cx.vars.get(p, v),
+        Fetch::Env(name) => std::env::var(name).ok().map(Sample::string),
+        Fetch::Date(offset) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            Some(Sample::Int(now + offset))
+        }
+        Fetch::Rand(range) => Some(Sample::Int(match range {
+            Some(r) => fastrand::u64(..(*r).max(1)) as i64,
+            None => i64::from(fastrand::u32(..)),
+        })),
+        Fetch::UniqueId => cx.unique_id.map(|s| Sample::str(s.as_bytes())),
+        Fetch::SslFc => Some(Sample::Bool(false)),
+        Fetch::Bool(b) => Some(Sample::Bool(*b)),
+        Fetch::Int(n) => Some(Sample::Int(*n)),
+        Fetch::Str(s) => Some(Sample::str(s.as_bytes())),
+        Fetch::Ip(ip) => Some(Sample::Ip(*ip)),
+    }
+}
+
+/// Every value of a multi-valued fetch, for ACL matching (`None`: the fetch has one value).
+pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample<'a>>> {
+    let all = |v: Option<Vec<&'a [u8]>>, occ: Occ| -> Vec<Sample<'a>> {
+        match occ {
+            None => v.unwrap_or_default().into_iter().map(Sample::str).collect(),
+            Some(_) => v.and_then(|v| pick(v, occ)).into_iter().collect(),
+        }
+    };
+    match f {
+        Fetch::ReqHdr(name, occ) => Some(all(req_values(cx, name, true), *occ)),
+        Fetch::ReqFhdr(name, occ) => Some(all(req_values(cx, name, false), *occ)),
+        Fetch::ResHdr(name, occ) => Some(all(res_values(cx, name, true), *occ)),
+        Fetch::ResFhdr(name, occ) => Some(all(res_values(cx, name, false), *occ)),
+        Fetch::ReqCook(name) => Some(cookies(cx, name)),
+        _ => None,
+    }
+}
+
+/// An IPv4 address mapped into IPv6 is shown as IPv4, as HAProxy does.
+fn plain_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn version(v: Version) -> Sample<'static> {
+    Sample::str(match v {
+        Version::Http10 => b"1.0",
+        _ => b"1.1",
+    })
+}
+
+fn backend<'a>(cx: &'a Ctx<'a>, name: &Option<String>) -> Option<(usize, &'a BackendState)> {
+    let i = match name {
+        Some(n) => cx
+            .process
+            .config
+            .backends
+            .iter()
+            .position(|b| &b.name == n)?,
+        None => cx.backend?,
+    };
+    Some((i, &cx.process.state.backends[i]))
+}
+
+fn queued(st: &BackendState) -> i64 {
+    st.servers
+        .iter()
+        .map(|s| s.queue.waiting.load(Ordering::Relaxed))
+        .sum::<usize>() as i64
+}
+
+fn split_once(s: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
+    let i = memchr::memchr(sep, s)?;
+    Some((&s[..i], &s[i + 1..]))
+}
+
+fn query_of(target: &[u8]) -> Option<&[u8]> {
+    split_once(target, b'?').map(|(_, q)| q)
+}
+
+/// A header's values (split at commas when `split`), in order; an empty name takes every
+/// header. `None` when there is no request.
+fn req_values<'a>(cx: &'a Ctx<'a>, name: &str, split: bool) -> Option<Vec<&'a [u8]>> {
+    let r = cx.req?;
+    Some(values(r.headers(), name, split))
+}
+
+fn res_values<'a>(cx: &'a Ctx<'a>, name: &str, split: bool) -> Option<Vec<&'a [u8]>> {
+    let r = cx.res?;
+    Some(values(r.headers(), name, split))
+}
+
+fn values<'a>(
+    headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    name: &str,
+    split: bool,
+) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    for (n, v) in headers {
+        if !name.is_empty() && !name_is(n, name) {
+            continue;
+        }
+        if split {
+            out.extend(v.split(|&b| b == b',').map(trim_ows));
+        } else {
+            out.push(trim_ows(v));
+        }
+    }
+    out
+}
+
+/// The occurrence `occ` of `values` (1 the first, -1 the last; absent: the last).
+fn pick(values: Vec<&[u8]>, occ: Occ) -> Option<Sample<'_>> {
+    let n = values.len() as i32;
+    let i = match occ.unwrap_or(-1) {
+        0 => return None,
+        k if k > 0 => k - 1,
+        k => n + k,
+    };
+    if i < 0 {
+        return None;
+    }
+    values.get(i as usize).map(|v| Sample::str(v))
+}
+
+/// The values of cookie `name` in the request's Cookie headers (every cookie when the
+/// name is empty).
+fn cookies<'a>(cx: &'a Ctx<'a>, name: &str) -> Vec<Sample<'a>> {
+    let Some(r) = cx.req else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (n, v) in r.headers() {
+        if !name_is(n, "cookie") {
+            continue;
+        }
+        for pair in v.split(|&b| b == b';') {
+            let pair = trim_ows(pair);
+            let (k, val) = split_once(pair, b'=').unwrap_or((pair, b""));
+            if name.is_empty() || trim_ows(k) == name.as_bytes() {
+                out.push(Sample::str(trim_ows(val)));
+            }
+        }
+    }
+    out
+}

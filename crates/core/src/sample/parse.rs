@@ -1,0 +1,711 @@
+//! Reading sample expressions: `fetch[(args)][,converter[(args)]]...`, as HAProxy writes
+//! them. Arguments are separated by commas; a backslash escapes a comma, a quote or itself
+//! (other escapes stay for regular expressions), quotes group, and parentheses nest. Map files are loaded here, once
+//! per use, when the configuration is read.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::{Conv, Expr, Fetch, IntArg, MapFile, MapKey, Match, Regex, VarName, VarScope};
+
+/// Why an expression could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ParseError> {
+    Err(ParseError(msg.into()))
+}
+
+/// One `name(args)` piece of an expression.
+struct Call<'s> {
+    name: &'s str,
+    args: Vec<String>,
+}
+
+fn lossy(b: Vec<u8>) -> String {
+    String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Splits `text` into its calls: `a(x,y),b,c(z)`.
+fn calls(text: &str) -> Result<Vec<Call<'_>>, ParseError> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    loop {
+        let start = i;
+        while i < bytes.len() && bytes[i] != b'(' && bytes[i] != b',' {
+            i += 1;
+        }
+        let name = &text[start..i];
+        if name.is_empty() {
+            return err(format!("missing a fetch or converter name in '{text}'"));
+        }
+        let mut args = Vec::new();
+        if i < bytes.len() && bytes[i] == b'(' {
+            i += 1;
+            let mut cur: Vec<u8> = Vec::new();
+            let mut depth = 0;
+            let mut quote: Option<u8> = None;
+            let mut quoted = false;
+            let mut closed = false;
+            while i < bytes.len() {
+                let b = bytes[i];
+                match (quote, b) {
+                    // `\,`, `\"`, `\'` and `\\` stand for the character; any other escape
+                    // (`\.`, `\(`, `\1`) is kept whole for the regular expression or the
+                    // substitution that reads it, and does not nest.
+                    (_, b'\\') if i + 1 < bytes.len() => {
+                        i += 1;
+                        if !matches!(bytes[i], b',' | b'"' | b'\'' | b'\\') {
+                            cur.push(b'\\');
+                        }
+                        cur.push(bytes[i]);
+                    }
+                    (Some(q), _) if b == q => quote = None,
+                    (Some(_), _) => cur.push(b),
+                    (None, b'"' | b'\'') => {
+                        quote = Some(b);
+                        quoted = true;
+                    }
+                    (None, b'(') => {
+                        depth += 1;
+                        cur.push(b'(');
+                    }
+                    (None, b')') if depth > 0 => {
+                        depth -= 1;
+                        cur.push(b')');
+                    }
+                    (None, b')') => {
+                        closed = true;
+                        i += 1;
+                        break;
+                    }
+                    (None, b',') if depth == 0 => args.push(lossy(std::mem::take(&mut cur))),
+                    (None, _) => cur.push(b),
+                }
+                i += 1;
+            }
+            if !closed {
+                return err(format!("missing ')' after the arguments of '{name}'"));
+            }
+            // `f()` has no argument; `f(a,)` has an empty second one.
+            if !args.is_empty() || !cur.is_empty() || quoted {
+                args.push(lossy(cur));
+            }
+        }
+        out.push(Call { name, args });
+        match bytes.get(i) {
+            None => return Ok(out),
+            Some(b',') => i += 1,
+            Some(_) => return err(format!("unexpected '{}' after '{name}(...)'", &text[i..])),
+        }
+    }
+}
+
+/// Reads a sample expression.
+pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
+    let mut calls = calls(text)?.into_iter();
+    let first = calls.next().expect("calls gives at least one");
+    let fetch = parse_fetch(&first)?;
+    let convs = calls.map(|c| parse_conv(&c)).collect::<Result<_, _>>()?;
+    Ok(Expr { fetch, convs })
+}
+
+fn arity(c: &Call<'_>, min: usize, max: usize) -> Result<(), ParseError> {
+    let n = c.args.len();
+    if n < min {
+        return err(format!(
+            "'{}' expects {min} argument{}",
+            c.name,
+            if min > 1 { "s" } else { "" }
+        ));
+    }
+    if n > max {
+        return err(format!(
+            "'{}' takes at most {max} argument{}",
+            c.name,
+            if max == 1 { "" } else { "s" }
+        ));
+    }
+    Ok(())
+}
+
+fn int(c: &Call<'_>, i: usize) -> Result<Option<i64>, ParseError> {
+    match c.args.get(i).map(|a| a.trim()) {
+        None | Some("") => Ok(None),
+        Some(a) => a
+            .parse()
+            .map(Some)
+            .or_else(|_| err(format!("'{}' expects an integer, not '{a}'", c.name))),
+    }
+}
+
+fn opt_str(c: &Call<'_>, i: usize) -> Option<String> {
+    c.args.get(i).filter(|a| !a.is_empty()).cloned()
+}
+
+fn header_name(c: &Call<'_>) -> Result<String, ParseError> {
+    Ok(c.args
+        .first()
+        .map(|a| a.to_ascii_lowercase())
+        .unwrap_or_default())
+}
+
+fn occ(c: &Call<'_>) -> Result<Option<i32>, ParseError> {
+    Ok(int(c, 1)?.map(|n| n as i32))
+}
+
+/// `proc.`, `sess.`, `txn.`, `req.` or `res.` and a name.
+pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
+    let (scope, rest) = name.split_once('.').unwrap_or(("", name));
+    let scope = match scope {
+        "proc" => VarScope::Proc,
+        "sess" => VarScope::Sess,
+        "txn" => VarScope::Txn,
+        "req" => VarScope::Req,
+        "res" => VarScope::Res,
+        _ => {
+            return err(format!(
+                "variable '{name}' needs a scope: proc., sess., txn., req. or res."
+            ))
+        }
+    };
+    if rest.is_empty()
+        || !rest
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.')
+    {
+        return err(format!(
+            "invalid variable name '{name}' (letters, digits, '_' and '.')"
+        ));
+    }
+    Ok(VarName {
+        scope,
+        name: rest.to_string(),
+    })
+}
+
+/// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
+const PENDING_FETCHES: &[&str] = &[
+    "sc_http_req_rate",
+    "sc0_http_req_rate",
+    "sc1_http_req_rate",
+    "sc2_http_req_rate",
+    "src_conn_cur",
+    "src_conn_rate",
+    "src_http_req_rate",
+    "src_http_err_rate",
+    "src_get_gpc0",
+    "src_inc_gpc0",
+    "table_cnt",
+    "ssl_fc_sni",
+    "ssl_fc_protocol",
+    "ssl_fc_cipher",
+    "ssl_fc_alpn",
+    "ssl_c_used",
+    "ssl_c_verify",
+    "ssl_c_s_dn",
+    "ssl_c_i_dn",
+    "capture.req.hdr",
+    "capture.res.hdr",
+    "http_auth",
+    "http_auth_group",
+];
+
+fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
+    let none = |f: Fetch| arity(c, 0, 0).map(|()| f);
+    let proxy = |f: fn(Option<String>) -> Fetch| arity(c, 0, 1).map(|()| f(opt_str(c, 0)));
+    Ok(match c.name {
+        "src" => none(Fetch::Src)?,
+        "src_port" => none(Fetch::SrcPort)?,
+        "dst" => none(Fetch::Dst)?,
+        "dst_port" => none(Fetch::DstPort)?,
+        "fe_name" => none(Fetch::FeName)?,
+        "fe_id" => none(Fetch::FeId)?,
+        "be_name" => none(Fetch::BeName)?,
+        "be_id" => none(Fetch::BeId)?,
+        "srv_name" => none(Fetch::SrvName)?,
+        "srv_id" => none(Fetch::SrvId)?,
+        "fe_conn" => proxy(Fetch::FeConn)?,
+        "be_conn" => proxy(Fetch::BeConn)?,
+        "nbsrv" => proxy(Fetch::NbSrv)?,
+        "connslots" => proxy(Fetch::Connslots)?,
+        "queue" => proxy(Fetch::Queue)?,
+        "avg_queue" => proxy(Fetch::AvgQueue)?,
+        "method" => none(Fetch::Method)?,
+        "path" => none(Fetch::Path)?,
+        "pathq" => none(Fetch::PathQ)?,
+        "query" => none(Fetch::Query)?,
+        "url" => none(Fetch::Url)?,
+        "url_param" | "urlp" => {
+            arity(c, 1, 2)?;
+            Fetch::UrlParam(c.args[0].clone())
+        }
+        "base" => none(Fetch::Base)?,
+        "req.hdr" | "hdr" => {
+            arity(c, 0, 2)?;
+            Fetch::ReqHdr(header_name(c)?, occ(c)?)
+        }
+        "req.fhdr" => {
+            arity(c, 1, 2)?;
+            Fetch::ReqFhdr(header_name(c)?, occ(c)?)
+        }
+        "req.hdr_cnt" | "hdr_cnt" | "req.fhdr_cnt" => {
+            arity(c, 0, 1)?;
+            Fetch::ReqHdrCnt(header_name(c)?)
+        }
+        "req.cook" | "cook" => {
+            arity(c, 0, 1)?;
+            Fetch::ReqCook(opt_str(c, 0).unwrap_or_default())
+        }
+        "req.cook_cnt" | "cook_cnt" => {
+            arity(c, 0, 1)?;
+            Fetch::ReqCookCnt(opt_str(c, 0).unwrap_or_default())
+        }
+        "req.body" => none(Fetch::ReqBody)?,
+        "req.len" | "req_len" => none(Fetch::ReqLen)?,
+        "req.ver" | "req_ver" => none(Fetch::ReqVer)?,
+        "res.hdr" | "shdr" => {
+            arity(c, 0, 2)?;
+            Fetch::ResHdr(header_name(c)?, occ(c)?)
+        }
+        "res.fhdr" => {
+            arity(c, 1, 2)?;
+            Fetch::ResFhdr(header_name(c)?, occ(c)?)
+        }
+        "res.hdr_cnt" | "shdr_cnt" | "res.fhdr_cnt" => {
+            arity(c, 0, 1)?;
+            Fetch::ResHdrCnt(header_name(c)?)
+        }
+        "status" => none(Fetch::Status)?,
+        "res.ver" | "resp_ver" => none(Fetch::ResVer)?,
+        "var" => {
+            arity(c, 1, 1)?;
+            Fetch::Var(parse_var(&c.args[0])?)
+        }
+        "env" => {
+            arity(c, 1, 1)?;
+            Fetch::Env(c.args[0].clone())
+        }
+        "date" => {
+            arity(c, 0, 2)?;
+            Fetch::Date(int(c, 0)?.unwrap_or(0))
+        }
+        "rand" => {
+            arity(c, 0, 1)?;
+            Fetch::Rand(int(c, 0)?.map(|n| n.max(1) as u64))
+        }
+        "unique-id" => none(Fetch::UniqueId)?,
+        "ssl_fc" => none(Fetch::SslFc)?,
+        "always_true" => none(Fetch::Bool(true))?,
+        "always_false" => none(Fetch::Bool(false))?,
+        "int" => {
+            arity(c, 1, 1)?;
+            Fetch::Int(int(c, 0)?.unwrap_or(0))
+        }
+        "str" => {
+            arity(c, 1, 1)?;
+            Fetch::Str(c.args[0].clone())
+        }
+        "bool" => {
+            arity(c, 1, 1)?;
+            Fetch::Bool(int(c, 0)?.unwrap_or(0) != 0)
+        }
+        "ipv4" | "ipv6" => {
+            arity(c, 1, 1)?;
+            Fetch::Ip(
+                c.args[0]
+                    .parse()
+                    .or_else(|_| err(format!("'{}' expects an address", c.name)))?,
+            )
+        }
+        other if PENDING_FETCHES.contains(&other) => {
+            return err(format!("sample fetch '{other}' is not supported yet"))
+        }
+        other => return err(format!("unknown sample fetch '{other}'")),
+    })
+}
+
+fn int_arg(c: &Call<'_>) -> Result<IntArg, ParseError> {
+    arity(c, 1, 1)?;
+    let a = c.args[0].trim();
+    match a.parse::<i64>() {
+        Ok(n) => Ok(IntArg::Const(n)),
+        Err(_) => Ok(IntArg::Var(parse_var(a).map_err(|_| {
+            ParseError(format!(
+                "'{}' expects an integer or a variable, not '{a}'",
+                c.name
+            ))
+        })?)),
+    }
+}
+
+fn avalanche(c: &Call<'_>) -> Result<bool, ParseError> {
+    arity(c, 0, 1)?;
+    Ok(int(c, 0)?.unwrap_or(0) != 0)
+}
+
+fn delimited(c: &Call<'_>) -> Result<(i32, Vec<u8>, u32), ParseError> {
+    arity(c, 2, 3)?;
+    let index = int(c, 0)?.unwrap_or(0);
+    if index == 0 {
+        return err(format!(
+            "'{}': the index counts from 1 (or -1 from the end)",
+            c.name
+        ));
+    }
+    let delims = c.args[1].as_bytes().to_vec();
+    if delims.is_empty() {
+        return err(format!("'{}' needs at least one delimiter", c.name));
+    }
+    let count = int(c, 2)?.unwrap_or(1);
+    Ok((index as i32, delims, count.max(0) as u32))
+}
+
+/// HAProxy converters that sluice does not have yet.
+const PENDING_CONVS: &[&str] = &[
+    "table_http_req_rate",
+    "table_conn_cur",
+    "table_gpc0",
+    "in_table",
+    "sha1",
+    "sha2",
+    "hmac",
+    "digest",
+    "aes_gcm_dec",
+    "protobuf",
+    "ungrpc",
+    "debug",
+    "secure_memcmp",
+    "strcmp",
+    "language",
+    "capture-req",
+    "capture-res",
+    "da-csv-conv",
+    "51d.single",
+    "nbsrv",
+    "host_only",
+    "port_only",
+];
+
+fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
+    let none = |v: Conv| arity(c, 0, 0).map(|()| v);
+    if let Some(rest) = c.name.strip_prefix("map") {
+        return parse_map_conv(c, rest);
+    }
+    Ok(match c.name {
+        "lower" => none(Conv::Lower)?,
+        "upper" => none(Conv::Upper)?,
+        "base64" => none(Conv::Base64)?,
+        "b64dec" => none(Conv::B64Dec)?,
+        "hex" => none(Conv::Hex)?,
+        "url_dec" => {
+            arity(c, 0, 1)?;
+            Conv::UrlDec
+        }
+        "json" => {
+            arity(c, 0, 1)?;
+            Conv::Json
+        }
+        "length" => none(Conv::Length)?,
+        "field" => {
+            let (index, delims, count) = delimited(c)?;
+            Conv::Field {
+                index,
+                delims,
+                count,
+            }
+        }
+        "word" => {
+            let (index, delims, count) = delimited(c)?;
+            Conv::Word {
+                index,
+                delims,
+                count,
+            }
+        }
+        "regsub" => {
+            arity(c, 2, 3)?;
+            let flags = c.args.get(2).map(String::as_str).unwrap_or("");
+            if let Some(f) = flags.chars().find(|f| *f != 'i' && *f != 'g') {
+                return err(format!("regsub: unknown flag '{f}' (i or g)"));
+            }
+            let re = regex::bytes::RegexBuilder::new(&c.args[0])
+                .case_insensitive(flags.contains('i'))
+                .build()
+                .or_else(|e| err(format!("regsub: invalid regular expression: {e}")))?;
+            Conv::Regsub {
+                re: Regex(re),
+                subst: substitution(&c.args[1]),
+                global: flags.contains('g'),
+            }
+        }
+        "add" => Conv::Add(int_arg(c)?),
+        "sub" => Conv::Sub(int_arg(c)?),
+        "mul" => Conv::Mul(int_arg(c)?),
+        "div" => Conv::Div(int_arg(c)?),
+        "mod" => Conv::Mod(int_arg(c)?),
+        "and" => Conv::And(int_arg(c)?),
+        "or" => Conv::Or(int_arg(c)?),
+        "xor" => Conv::Xor(int_arg(c)?),
+        "neg" => none(Conv::Neg)?,
+        "bool" => none(Conv::Bool)?,
+        "not" => none(Conv::Not)?,
+        "odd" => none(Conv::Odd)?,
+        "even" => none(Conv::Even)?,
+        "ipmask" => {
+            arity(c, 1, 2)?;
+            let v4 = mask_arg(&c.args[0], false)?;
+            let v6 = c.args.get(1).map(|m| mask_arg(m, true)).transpose()?;
+            Conv::IpMask(v4, v6)
+        }
+        "crc32" => Conv::Crc32(avalanche(c)?),
+        "djb2" => Conv::Djb2(avalanche(c)?),
+        "sdbm" => Conv::Sdbm(avalanche(c)?),
+        "wt6" => Conv::Wt6(avalanche(c)?),
+        "xxh3" => {
+            arity(c, 0, 1)?;
+            Conv::Xxh3(int(c, 0)?.unwrap_or(0) as u64)
+        }
+        "bytes" => {
+            arity(c, 1, 2)?;
+            let off = int(c, 0)?.unwrap_or(0);
+            let len = int(c, 1)?;
+            if off < 0 || len.is_some_and(|l| l < 0) {
+                return err("bytes: offset and length are positive");
+            }
+            Conv::Bytes(off as usize, len.map(|l| l as usize))
+        }
+        "ltime" | "utime" => {
+            arity(c, 1, 2)?;
+            let off = int(c, 1)?.unwrap_or(0);
+            if c.name == "ltime" {
+                Conv::Ltime(c.args[0].clone(), off)
+            } else {
+                Conv::Utime(c.args[0].clone(), off)
+            }
+        }
+        "concat" => {
+            arity(c, 0, 3)?;
+            let var = opt_str(c, 1).map(|v| parse_var(&v)).transpose()?;
+            Conv::Concat(
+                opt_str(c, 0).unwrap_or_default(),
+                var,
+                opt_str(c, 2).unwrap_or_default(),
+            )
+        }
+        "set-var" => {
+            arity(c, 1, 1)?;
+            Conv::SetVar(parse_var(&c.args[0])?)
+        }
+        other if PENDING_CONVS.contains(&other) => {
+            return err(format!("converter '{other}' is not supported yet"))
+        }
+        other => return err(format!("unknown converter '{other}'")),
+    })
+}
+
+/// HAProxy's `\1` back-references become the regex crate's `${1}`; a literal `$` is doubled.
+fn substitution(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '$' => out.push_str("$$"),
+            '\\' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                out.push_str(&format!("${{{}}}", chars.next().unwrap_or('0')));
+            }
+            ch => out.push(ch),
+        }
+    }
+    out
+}
+
+/// A netmask as an address (`255.255.0.0`) or a prefix length (`16`).
+fn mask_arg(m: &str, v6: bool) -> Result<IpAddr, ParseError> {
+    if let Ok(ip) = m.parse::<IpAddr>() {
+        if ip.is_ipv6() == v6 {
+            return Ok(ip);
+        }
+    }
+    match m.parse::<u32>() {
+        Ok(bits) if !v6 && bits <= 32 => Ok(IpAddr::V4(
+            (if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            })
+            .into(),
+        )),
+        Ok(bits) if v6 && bits <= 128 => Ok(IpAddr::V6(
+            (if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            })
+            .into(),
+        )),
+        _ => err(format!("ipmask: invalid mask '{m}'")),
+    }
+}
+
+/// `map`, `map_<match>`, `map_<match>_<output>` (the output type is read as text, which
+/// converts on use).
+fn parse_map_conv(c: &Call<'_>, rest: &str) -> Result<Conv, ParseError> {
+    let mut parts = rest.split('_').skip(1);
+    let how = match parts.next() {
+        None | Some("str") => Match::Str,
+        Some("beg") => Match::Beg,
+        Some("sub") => Match::Sub,
+        Some("dir") => Match::Dir,
+        Some("dom") => Match::Dom,
+        Some("end") => Match::End,
+        Some("reg" | "regm") => Match::Reg,
+        Some("int") => Match::Int,
+        Some("ip") => Match::Ip,
+        Some(other) => {
+            return err(format!(
+                "unknown map match method '{other}' in '{}'",
+                c.name
+            ))
+        }
+    };
+    match parts.next() {
+        None | Some("str" | "int" | "ip") => {}
+        Some(other) => return err(format!("unknown map output type '{other}' in '{}'", c.name)),
+    }
+    if !rest.is_empty() && !rest.starts_with('_') {
+        return err(format!("unknown converter '{}'", c.name));
+    }
+    arity(c, 1, 2)?;
+    let map = parse_map(&c.args[0], how)?;
+    Ok(Conv::Map(Arc::new(map), opt_str(c, 1)))
+}
+
+/// Loads a map file: `KEY VALUE` per line, `#` comments and blank lines skipped.
+pub fn parse_map(path: &str, how: Match) -> Result<MapFile, ParseError> {
+    let text = std::fs::read_to_string(path)
+        .or_else(|e| err(format!("cannot read map file '{path}': {e}")))?;
+    let mut entries = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = match line.split_once(char::is_whitespace) {
+            Some((k, v)) => (k, v.trim()),
+            None => (line, ""),
+        };
+        let bad = |what: &str| ParseError(format!("{path}:{}: {what} '{key}'", n + 1));
+        let key = match how {
+            Match::Int => MapKey::Int(key.parse().map_err(|_| bad("not an integer:"))?),
+            Match::Ip => {
+                let (ip, bits) = parse_net(key).ok_or_else(|| bad("not an address:"))?;
+                MapKey::Net(ip, bits)
+            }
+            Match::Reg => MapKey::Regex(Regex(
+                regex::bytes::Regex::new(key).map_err(|_| bad("not a regular expression:"))?,
+            )),
+            _ => MapKey::Text(key.as_bytes().to_vec()),
+        };
+        entries.push((key, value.to_string()));
+    }
+    Ok(MapFile {
+        path: path.to_string(),
+        how,
+        entries,
+    })
+}
+
+/// `ADDR` or `ADDR/BITS` or `ADDR/MASK`.
+pub fn parse_net(s: &str) -> Option<(IpAddr, u8)> {
+    let (addr, bits) = match s.split_once('/') {
+        Some((a, b)) => (a, Some(b)),
+        None => (s, None),
+    };
+    let ip: IpAddr = addr.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let bits = match bits {
+        None => max,
+        Some(b) => match b.parse::<u8>() {
+            Ok(n) if n <= max => n,
+            Ok(_) => return None,
+            Err(_) => {
+                // A dotted mask: its leading ones.
+                let m: std::net::Ipv4Addr = b.parse().ok()?;
+                let v = u32::from(m);
+                if v.leading_ones() + v.trailing_zeros() != 32 {
+                    return None;
+                }
+                v.leading_ones() as u8
+            }
+        },
+    };
+    Some((ip, bits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expressions() {
+        let e = parse_expr("req.hdr(Host),lower,field(1,:)").unwrap();
+        assert_eq!(e.fetch, Fetch::ReqHdr("host".into(), None));
+        assert_eq!(e.convs.len(), 2);
+        let e = parse_expr("hdr(x-forwarded-for,-1)").unwrap();
+        assert_eq!(e.fetch, Fetch::ReqHdr("x-forwarded-for".into(), Some(-1)));
+        let e = parse_expr(r"path,regsub(^/(a|b)/,/x/\1/,g)").unwrap();
+        let Conv::Regsub { re, subst, global } = &e.convs[0] else {
+            panic!()
+        };
+        assert_eq!(re.0.as_str(), "^/(a|b)/");
+        assert_eq!(subst, "/x/${1}/");
+        assert!(global);
+        assert_eq!(
+            parse_expr("str(a\\,b)").unwrap().fetch,
+            Fetch::Str("a,b".into())
+        );
+        assert_eq!(
+            parse_expr("var(txn.user),add(txn.n)").unwrap().convs[0],
+            Conv::Add(IntArg::Var(VarName {
+                scope: VarScope::Txn,
+                name: "n".into()
+            }))
+        );
+        assert!(parse_expr("nosuch")
+            .unwrap_err()
+            .0
+            .contains("unknown sample fetch"));
+        assert!(parse_expr("src,nosuch")
+            .unwrap_err()
+            .0
+            .contains("unknown converter"));
+        assert!(parse_expr("sc_http_req_rate(0)")
+            .unwrap_err()
+            .0
+            .contains("not supported yet"));
+        assert!(parse_expr("path(").unwrap_err().0.contains("missing ')'"));
+        assert!(parse_expr("var(user)")
+            .unwrap_err()
+            .0
+            .contains("needs a scope"));
+        assert!(parse_expr("src,ipmask(24)").is_ok());
+        assert!(parse_expr("url_param").is_err());
+    }
+
+    #[test]
+    fn networks() {
+        assert_eq!(
+            parse_net("10.0.0.0/8"),
+            Some(("10.0.0.0".parse().unwrap(), 8))
+        );
+        assert_eq!(
+            parse_net("10.0.0.0/255.255.0.0"),
+            Some(("10.0.0.0".parse().unwrap(), 16))
+        );
+        assert_eq!(parse_net("::1"), Some(("::1".parse().unwrap(), 128)));
+        assert_eq!(parse_net("10.0.0.0/33"), None);
+    }
+}
