@@ -33,6 +33,7 @@ pub mod pool;
 
 pub mod runtime;
 
+pub mod acl;
 pub mod backend;
 pub mod balance;
 pub mod check;

@@ -13,7 +13,8 @@ use sluice_config::{
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::{
-    backend, balance, check, compression, control, errorpages, log, pending, pool, rules, stats,
+    acl, backend, balance, check, compression, control, errorpages, log, pending, pool, rules,
+    stats,
 };
 use crate::{stream, worker};
 
@@ -58,6 +59,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     balance::OPTION_KEYWORDS,
     check::KEYWORDS,
     check::OPTION_KEYWORDS,
+    acl::KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,
     errorpages::KEYWORDS,

@@ -1,85 +1,15 @@
-//! ACLs and the rules that use them: `acl`, `use_backend`, `default_backend`,
-//! `http-request` and `http-response`.
-//!
-//! A condition is HAProxy's: ACL names (several `acl` lines with one name are OR'ed),
-//! `!` negation, implicit AND between terms, `or`/`||` between groups, and anonymous ACLs in
-//! braces. Named ACLs must be declared before use; they are resolved at parse time so the
-//! workers only evaluate plain data. Conditions see the request as the client sent it.
+//! The rules that use conditions (`crate::acl`): `use_backend`, `default_backend`,
+//! `http-request` and `http-response`. Request conditions see the request as the client
+//! sent it.
 
 use sluice_config::{ConfigError, Keyword, KwError, Scope};
-use sluice_http::{name_is, trim_ows, RequestView};
 
+pub use crate::acl::holds;
+pub(crate) use crate::acl::parse_cond;
 pub use crate::conf::rules::*;
 use crate::conf::{Loc, ProxyConf};
 
-impl Acl {
-    fn matches(&self, req: &RequestView<'_>) -> bool {
-        let eq = |a: &[u8], b: &[u8]| {
-            if self.icase {
-                a.eq_ignore_ascii_case(b)
-            } else {
-                a == b
-            }
-        };
-        let sample = |s: &[u8]| {
-            self.values.iter().any(|v| {
-                let v = v.as_bytes();
-                match self.criterion {
-                    Criterion::PathBeg => s.len() >= v.len() && eq(&s[..v.len()], v),
-                    Criterion::PathEnd => s.len() >= v.len() && eq(&s[s.len() - v.len()..], v),
-                    _ => eq(s, v),
-                }
-            })
-        };
-        match &self.criterion {
-            Criterion::Path | Criterion::PathBeg | Criterion::PathEnd => sample(req.path()),
-            Criterion::Method => sample(req.method()),
-            Criterion::Hdr(name) => req.headers().any(|(n, v)| {
-                name_is(n, name) && v.split(|&b| b == b',').any(|v| sample(trim_ows(v)))
-            }),
-        }
-    }
-}
-
-impl Cond {
-    pub fn eval(&self, req: &RequestView<'_>) -> bool {
-        let hit = self.groups.iter().any(|g| {
-            g.iter()
-                .all(|t| t.acls.iter().any(|a| a.matches(req)) != t.neg)
-        });
-        hit != self.unless
-    }
-}
-
-/// Evaluates an optional condition (absent means true).
-pub fn holds(cond: &Option<Cond>, req: &RequestView<'_>) -> bool {
-    cond.as_ref().is_none_or(|c| c.eval(req))
-}
-
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
-    Keyword {
-        name: "acl",
-        scope: Scope::FE_BE,
-        help: "acl NAME CRITERION [-i] VALUE...: declare or extend a named condition",
-        parse: |c, args| {
-            let [name, rest @ ..] = args else {
-                return Err(KwError::Missing("a name, a criterion and values"));
-            };
-            if !name
-                .chars()
-                .all(|ch| ch.is_ascii_alphanumeric() || "-_.:".contains(ch))
-            {
-                return Err(KwError::bad(
-                    1,
-                    name,
-                    "ACL names use letters, digits, '-', '_', '.', ':'",
-                ));
-            }
-            let acl = parse_acl(rest, 2)?;
-            c.rules.acls.push((name.clone(), acl));
-            Ok(())
-        },
-    },
     Keyword {
         name: "use_backend",
         scope: Scope::FRONTEND,
@@ -126,138 +56,6 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
 ];
-
-fn parse_acl(args: &[String], first_index: usize) -> Result<Acl, KwError> {
-    let Some(crit) = args.first() else {
-        return Err(KwError::Missing(
-            "a criterion (path, path_beg, path_end, hdr(NAME), method)",
-        ));
-    };
-    let criterion = match crit.as_str() {
-        "path" => Criterion::Path,
-        "path_beg" => Criterion::PathBeg,
-        "path_end" => Criterion::PathEnd,
-        "method" => Criterion::Method,
-        c => match c.strip_prefix("hdr(").and_then(|r| r.strip_suffix(')')) {
-            Some(h) if !h.is_empty() && !h.contains(',') => Criterion::Hdr(h.to_ascii_lowercase()),
-            _ => {
-                return Err(KwError::bad(
-                    first_index,
-                    c,
-                    "unknown criterion (path, path_beg, path_end, hdr(NAME), method)",
-                ))
-            }
-        },
-    };
-    let mut icase = false;
-    let mut values = Vec::new();
-    let mut flags_done = false;
-    for (i, v) in args[1..].iter().enumerate() {
-        if !flags_done && v.starts_with('-') {
-            match v.as_str() {
-                "-i" => icase = true,
-                "--" => flags_done = true,
-                _ => {
-                    return Err(KwError::bad(
-                        first_index + 1 + i,
-                        v,
-                        "unsupported ACL flag (only -i and --)",
-                    ))
-                }
-            }
-            continue;
-        }
-        flags_done = true;
-        values.push(v.clone());
-    }
-    if values.is_empty() {
-        return Err(KwError::Missing("at least one value to match"));
-    }
-    Ok(Acl {
-        criterion,
-        values,
-        icase,
-    })
-}
-
-/// Parses an optional `if|unless COND` at the start of `args`.
-pub(crate) fn parse_cond(
-    rules: &RulesConf,
-    args: &[String],
-    first_index: usize,
-) -> Result<Option<Cond>, KwError> {
-    let Some(kw) = args.first() else {
-        return Ok(None);
-    };
-    let unless = match kw.as_str() {
-        "if" => false,
-        "unless" => true,
-        _ => return Err(KwError::bad(first_index, kw, "expects 'if' or 'unless'")),
-    };
-    let words = &args[1..];
-    if words.is_empty() {
-        return Err(KwError::Missing("a condition after 'if'/'unless'"));
-    }
-    let mut groups = vec![Vec::new()];
-    let mut i = 0;
-    while i < words.len() {
-        let idx = first_index + 1 + i;
-        let mut w = words[i].as_str();
-        if w == "or" || w == "||" {
-            if groups.last().is_none_or(Vec::is_empty) {
-                return Err(KwError::bad(idx, w, "'or' needs a condition on each side"));
-            }
-            groups.push(Vec::new());
-            i += 1;
-            continue;
-        }
-        let mut neg = false;
-        if w == "!" {
-            neg = true;
-            i += 1;
-            w = words
-                .get(i)
-                .map(String::as_str)
-                .ok_or(KwError::Missing("an ACL after '!'"))?;
-        } else if let Some(rest) = w.strip_prefix('!') {
-            neg = true;
-            w = rest;
-        }
-        let acls = if w == "{" {
-            let close = words[i..]
-                .iter()
-                .position(|x| x == "}")
-                .ok_or_else(|| KwError::bad(idx, "{", "anonymous ACL without closing '}'"))?;
-            let acl = parse_acl(&words[i + 1..i + close], idx + 1)?;
-            i += close;
-            vec![acl]
-        } else {
-            let found: Vec<Acl> = rules
-                .acls
-                .iter()
-                .filter(|(n, _)| n == w)
-                .map(|(_, a)| a.clone())
-                .collect();
-            if found.is_empty() {
-                return Err(KwError::bad(
-                    idx,
-                    w,
-                    "no such ACL (ACLs must be declared before use)",
-                ));
-            }
-            found
-        };
-        groups
-            .last_mut()
-            .expect("at least one group")
-            .push(Term { neg, acls });
-        i += 1;
-    }
-    if groups.last().is_none_or(Vec::is_empty) {
-        return Err(KwError::Invalid("condition ends with 'or'".into()));
-    }
-    Ok(Some(Cond { unless, groups }))
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {

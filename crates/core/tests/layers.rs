@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "balance",
         "check",
         "queue",
+        "acl",
         "rules",
         "sample",
         "compression",

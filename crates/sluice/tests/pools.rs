@@ -186,11 +186,13 @@ fn purge_shrinks_the_pool_towards_the_need() {
     let origin = fill_origin(6);
     let (p, sock, _d) = two_workers(&origin, "pool-purge-delay 300ms pool-low-conn 100", "");
     fill_worker1(&p, 6);
-    // A connection returns to the pool just after its response reached the client.
-    wait_until("six idle connections", || idle_cur(&sock) == 6);
+    // A connection returns to the pool just after its response reached the client. (On a
+    // loaded machine a purge period may pass before the test looks: count those purged too.)
+    wait_until("six connections pooled", || {
+        idle_cur(&sock) as u64 + activity(&sock, "idle_purged") >= 6
+    });
     // Nothing uses them any more: the need estimate decays and half the surplus goes per period.
-    wait_until("the pool to shrink", || idle_cur(&sock) < 6);
-    wait_until("the pool to shrink further", || idle_cur(&sock) <= 2);
+    wait_until("the pool to shrink", || idle_cur(&sock) <= 2);
     assert!(activity(&sock, "idle_purged") >= 4);
 }
 

@@ -11,6 +11,7 @@
 //! whole configuration, servers within their backend) and stable across generations when
 //! the operator sets them with `id`.
 
+pub mod acl;
 pub mod backend;
 pub mod balance;
 pub mod check;

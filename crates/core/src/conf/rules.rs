@@ -1,38 +1,7 @@
 //! ACLs, conditions and HTTP rules as plain data (evaluated by `crate::rules`).
 
+pub use super::acl::{Acl, Cond, Term};
 use super::loc::Loc;
-
-/// What an ACL looks at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Criterion {
-    Path,
-    PathBeg,
-    PathEnd,
-    /// A header's values (comma-separated), by lowercase name.
-    Hdr(String),
-    Method,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acl {
-    pub criterion: Criterion,
-    pub values: Vec<String>,
-    pub icase: bool,
-}
-
-/// An ACL reference in a condition: true when any of `acls` matches, inverted by `neg`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Term {
-    pub neg: bool,
-    pub acls: Vec<Acl>,
-}
-
-/// `if`/`unless` followed by OR'ed groups of AND'ed terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cond {
-    pub unless: bool,
-    pub groups: Vec<Vec<Term>>,
-}
 
 /// What an `http-request` / `http-response` rule does.
 #[derive(Debug, Clone, PartialEq, Eq)]

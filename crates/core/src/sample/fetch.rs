@@ -29,8 +29,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
     match f {
         Fetch::Src => Some(Sample::Ip(plain_ip(cx.src.ip()))),
         Fetch::SrcPort => Some(Sample::Int(i64::from(cx.src.port()))),
-        Fetch::Dst => (cx.dst)().map(|a| Sample::Ip(plain_ip(a.ip()))),
-        Fetch::DstPort => (cx.dst)().map(|a| Sample::Int(i64::from(a.port()))),
+        Fetch::Dst => dst(cx).map(|a| Sample::Ip(plain_ip(a.ip()))),
+        Fetch::DstPort => dst(cx).map(|a| Sample::Int(i64::from(a.port()))),
         Fetch::FeName => Some(Sample::str(config.frontends[cx.frontend].name.as_bytes())),
         Fetch::FeId => Some(Sample::Int(i64::from(config.frontends[cx.frontend].id))),
         Fetch::BeName => cx
@@ -175,6 +175,10 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         Fetch::ReqCook(name) => Some(cookies(cx, name)),
         _ => None,
     }
+}
+
+fn dst(cx: &Ctx<'_>) -> Option<std::net::SocketAddr> {
+    cx.client?.local_addr().ok()
 }
 
 /// An IPv4 address mapped into IPv6 is shown as IPv4, as HAProxy does.

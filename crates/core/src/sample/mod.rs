@@ -21,7 +21,8 @@ use std::net::SocketAddr;
 
 use sluice_http::{RequestView, ResponseView};
 
-pub use self::parse::{parse_expr, parse_map, ParseError};
+pub use self::conv::in_net;
+pub use self::parse::{parse_expr, parse_map, parse_net, parse_var, ParseError};
 pub use crate::conf::sample::*;
 use crate::runtime::Process;
 
@@ -83,8 +84,9 @@ pub struct Ctx<'a> {
     pub backend: Option<usize>,
     pub server: Option<usize>,
     pub src: SocketAddr,
-    /// The address the client connected to (asked of the kernel only when a rule needs it).
-    pub dst: &'a dyn Fn() -> Option<SocketAddr>,
+    /// The client connection (its local address is asked of the kernel only when a rule
+    /// needs it).
+    pub client: Option<&'a crate::transport::Conn>,
     pub req: Option<&'a RequestView<'a>>,
     /// The request body, when buffered (`option http-buffer-request`).
     pub body: Option<&'a [u8]>,

@@ -41,7 +41,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::FE,
         help: "monitor fail if|unless COND: the monitor URI answers 503 while COND holds",
         parse: |c, a| {
-            let cond = crate::rules::parse_cond(&c.rules, a, 1)?
+            let cond = crate::acl::parse_cond(&c.rules, a, 1)?
                 .ok_or(KwError::Missing("'if' or 'unless' and a condition"))?;
             c.monitor.fail = Some(cond);
             Ok(())
@@ -145,7 +145,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 None => return Err(KwError::Missing("allow, deny or auth")),
             };
             let at = a.len() - rest.len() + 1;
-            let cond = crate::rules::parse_cond(&c.rules, rest, at)?;
+            let cond = crate::acl::parse_cond(&c.rules, rest, at)?;
             c.stats.rules.push((rule, cond));
             Ok(())
         }
@@ -154,7 +154,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         "stats admin",
         "stats admin if|unless COND: offer server actions when COND holds",
         |c, a| {
-            let cond = crate::rules::parse_cond(&c.rules, a, 1)?
+            let cond = crate::acl::parse_cond(&c.rules, a, 1)?
                 .ok_or(KwError::Missing("'if' or 'unless' and a condition"))?;
             c.stats.admin = Some(cond);
             Ok(())

@@ -76,6 +76,7 @@ async fn serve_http(
         requests: 0,
         received: 0,
         info,
+        vars: Default::default(),
     };
     run(&mut s).await;
     // Buffers go back to the worker's pool; whatever they held goes with the connection.
@@ -86,6 +87,7 @@ async fn serve_http(
 async fn run(s: &mut Session) {
     loop {
         let mut txn = Txn::default();
+        s.vars.txn.borrow_mut().clear();
         txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use sluice_http::{error_page, parse_request, HeadError, RequestHead};
+use sluice_http::{error_page, parse_request, HeadError, RequestHead, RequestView};
 
 use super::connect::ServerConn;
 use super::deadline::within;
@@ -23,6 +23,7 @@ use super::report::{Cause, Fail, Phase, ReqLog};
 use crate::buffer::Buf;
 use crate::conf::Frontend;
 use crate::runtime::Worker;
+use crate::sample::{Ctx, StreamVars};
 use crate::transport::Conn;
 
 /// What the output scratch keeps while the connection waits for its next request.
@@ -46,11 +47,30 @@ pub(crate) struct Session {
     pub received: u64,
     /// What `show sess` shows of this connection.
     pub info: std::sync::Arc<crate::runtime::SessionInfo>,
+    /// Its variables (`sess.` for the connection, `txn.` for the current request).
+    pub vars: StreamVars,
 }
 
 impl Session {
     pub fn frontend(&self) -> &Frontend {
         &self.w.config().frontends[self.fe]
+    }
+
+    /// What conditions and samples see of a request of this session.
+    pub fn sample_ctx<'a>(&'a self, req: &'a RequestView<'a>, backend: Option<usize>) -> Ctx<'a> {
+        Ctx {
+            process: &self.w.process,
+            frontend: self.fe,
+            backend,
+            server: None,
+            src: self.peer,
+            client: Some(&self.client),
+            req: Some(req),
+            body: None,
+            res: None,
+            vars: &self.vars,
+            unique_id: None,
+        }
     }
 
     /// Waits for a complete request head, enforcing `timeout http-request` (total time from

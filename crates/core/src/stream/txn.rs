@@ -142,11 +142,12 @@ impl Txn {
                     Some(b) => &config.backends[b].stats,
                     None => &config.frontends[s.fe].stats,
                 };
-                let admin = page.admin.as_ref().is_some_and(|c| c.eval(&req));
+                let cx = s.sample_ctx(&req, backend);
+                let admin = page.admin.as_ref().is_some_and(|c| c.eval(&cx));
                 let rule = page
                     .rules
                     .iter()
-                    .find(|(_, cond)| holds(cond, &req))
+                    .find(|(_, cond)| holds(cond, &cx))
                     .map(|(r, _)| r);
                 let method = req.method().to_vec();
                 let target = req.target().to_vec();
@@ -630,7 +631,11 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let mut edits = Edits::default();
     if fe.monitor.uri.as_deref().map(str::as_bytes) == Some(req.target()) {
         // `monitor-uri`: the proxy answers for itself, before any rule.
-        let failing = fe.monitor.fail.as_ref().is_some_and(|c| c.eval(req));
+        let failing = fe
+            .monitor
+            .fail
+            .as_ref()
+            .is_some_and(|c| c.eval(&s.sample_ctx(req, None)));
         let route = if failing {
             Route::Error {
                 status: 503,
@@ -655,7 +660,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .rules
         .switching
         .iter()
-        .find(|(cond, _)| holds(cond, req))
+        .find(|(cond, _)| holds(cond, &s.sample_ctx(req, None)))
         .map(|(_, b)| *b)
         .or(fe.rules.default_backend);
     let Some(backend) = backend else {
@@ -711,7 +716,7 @@ fn apply_rules(
     backend: Option<usize>,
 ) -> Option<Route> {
     for rule in rules {
-        if !holds(&rule.cond, req) {
+        if !holds(&rule.cond, &s.sample_ctx(req, backend)) {
             continue;
         }
         match &rule.action {
