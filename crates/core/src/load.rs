@@ -274,7 +274,10 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             .rules
             .switching
             .iter()
-            .map(|(_, b)| *b)
+            .filter_map(|(_, b)| match b {
+                crate::conf::rules::BackendRef::Fixed(b) => Some(*b),
+                crate::conf::rules::BackendRef::Dynamic(_) => None,
+            })
             .chain(fe.rules.default_backend);
         for b in targets {
             if let Some(be) = backends.get(b) {

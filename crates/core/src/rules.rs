@@ -8,6 +8,7 @@ pub use crate::acl::holds;
 pub(crate) use crate::acl::parse_cond;
 pub use crate::conf::rules::*;
 use crate::conf::{Loc, ProxyConf};
+use crate::sample::{Fmt, Match, VarName};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -65,32 +66,68 @@ enum Side {
 
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
-    "redirect",
-    "set-path",
-    "set-query",
-    "set-uri",
-    "set-method",
     "replace-header",
     "replace-value",
-    "set-var",
-    "unset-var",
+    "replace-path",
+    "replace-pathq",
+    "replace-uri",
     "tarpit",
     "auth",
     "capture",
     "track-sc0",
     "track-sc1",
     "track-sc2",
+    "sc-inc-gpc0",
+    "sc-inc-gpc1",
+    "sc-set-gpt0",
     "set-log-level",
-    "use-service",
+    "set-timeout",
+    "set-src",
+    "set-dst",
+    "set-src-port",
+    "set-dst-port",
+    "set-nice",
+    "set-mark",
+    "set-tos",
+    "early-hint",
     "cache-use",
     "cache-store",
-    "set-status",
     "silent-drop",
     "reject",
     "wait-for-body",
+    "wait-for-handshake",
     "normalize-uri",
+    "strict-mode",
+    "do-resolve",
+    "send-spoe-group",
     "lua",
 ];
+
+/// A log-format value of a rule (`%[...]` samples allowed).
+fn fmt_arg(v: &str, index: usize) -> Result<Fmt, KwError> {
+    crate::sample::parse_fmt(v).map_err(|e| KwError::bad(index, v, e.0))
+}
+
+/// A header value: a log-format value without control characters.
+fn header_value(v: &str, index: usize) -> Result<Fmt, KwError> {
+    if v.bytes().any(|b| b < 0x20 && b != b'\t') {
+        return Err(KwError::bad(
+            index,
+            v,
+            "control characters are not allowed in a header value",
+        ));
+    }
+    fmt_arg(v, index)
+}
+
+/// `NAME(VAR)` of `set-var(txn.x)` / `unset-var(txn.x)`.
+fn var_of(action: &str) -> Option<Result<VarName, String>> {
+    let inner = action
+        .strip_prefix("set-var(")
+        .or_else(|| action.strip_prefix("unset-var("))?
+        .strip_suffix(')')?;
+    Some(crate::sample::parse_var(inner).map_err(|e| e.0))
+}
 
 fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule, KwError> {
     let Some(action) = args.first() else {
@@ -101,11 +138,6 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
         .position(|a| a == "if" || a == "unless")
         .unwrap_or(args.len());
     let cond = parse_cond(rules, &args[cond_at..], cond_at + 1)?;
-    if side == Side::Response && cond.is_some() {
-        return Err(KwError::Invalid(
-            "conditions on http-response rules are not supported yet".into(),
-        ));
-    }
     let params = &args[1..cond_at];
     let action = match (action.as_str(), side) {
         ("return", Side::Request) => parse_return(params)?,
@@ -120,7 +152,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
             };
             Action::Deny { status }
         }
-        ("allow", Side::Request) => {
+        ("allow", _) => {
             sluice_config::no_args(params)?;
             Action::Allow
         }
@@ -143,34 +175,96 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
                 return Err(KwError::Missing("a header name and a value"));
             };
             check_name(name, 2)?;
-            if value.contains("%[") || value.contains("%{") {
-                return Err(KwError::bad(
-                    3,
-                    value,
-                    "sample expressions in values are not supported yet",
-                ));
-            }
-            if value.bytes().any(|b| b < 0x20 && b != b'\t') {
-                return Err(KwError::bad(
-                    3,
-                    value,
-                    "control characters are not allowed in a header value",
-                ));
-            }
+            let value = header_value(value, 3)?;
             if action == "set-header" {
-                Action::SetHeader(name.clone(), value.clone())
+                Action::SetHeader(name.clone(), value)
             } else {
-                Action::AddHeader(name.clone(), value.clone())
+                Action::AddHeader(name.clone(), value)
             }
         }
         ("del-header", _) => {
-            let [name] = params else {
-                return Err(KwError::Missing("a header name"));
+            let how = match params {
+                [_] => Match::Str,
+                [_, m, how] if m == "-m" => match how.as_str() {
+                    "str" => Match::Str,
+                    "beg" => Match::Beg,
+                    "end" => Match::End,
+                    "sub" => Match::Sub,
+                    "reg" => {
+                        return Err(KwError::Invalid(
+                            "del-header -m reg: not supported yet".into(),
+                        ))
+                    }
+                    other => return Err(KwError::bad(4, other, "expects str, beg, end or sub")),
+                },
+                [] => return Err(KwError::Missing("a header name")),
+                [_, other, ..] => return Err(KwError::bad(3, other, "expects '-m METHOD'")),
             };
-            check_name(name, 2)?;
-            Action::DelHeader(name.clone())
+            check_name(&params[0], 2)?;
+            Action::DelHeader(params[0].clone(), how)
         }
-        (a, _) if PENDING_ACTIONS.contains(&a) || matches!(a, "return" | "deny" | "allow") => {
+        (
+            kind @ ("set-method" | "set-path" | "set-pathq" | "set-query" | "set-uri"),
+            Side::Request,
+        ) => {
+            let [value] = params else {
+                return Err(KwError::Missing("a value"));
+            };
+            let f = fmt_arg(value, 2)?;
+            match kind {
+                "set-method" => Action::SetMethod(f),
+                "set-path" => Action::SetPath(f),
+                "set-pathq" => Action::SetPathQ(f),
+                "set-query" => Action::SetQuery(f),
+                _ => Action::SetUri(f),
+            }
+        }
+        ("redirect", Side::Request) => Action::Redirect(parse_redirect(params)?),
+        ("set-status", Side::Response) => {
+            let (code, reason) = match params {
+                [n] => (n, None),
+                [n, kw, r] if kw == "reason" => (n, Some(r.clone())),
+                [] => return Err(KwError::Missing("a status code")),
+                [_, other, ..] => return Err(KwError::bad(3, other, "expects 'reason TEXT'")),
+            };
+            let code = code
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (100..=999).contains(n))
+                .ok_or_else(|| KwError::bad(2, code, "expects a status code from 100 to 999"))?;
+            Action::SetStatus(code, reason)
+        }
+        (a, _) if var_of(a).is_some() => {
+            let var = var_of(a)
+                .expect("checked")
+                .map_err(|e| KwError::bad(1, a, e))?;
+            if a.starts_with("unset-var") {
+                sluice_config::no_args(params)?;
+                Action::UnsetVar(var)
+            } else {
+                let [expr] = params else {
+                    return Err(KwError::Missing("a sample expression"));
+                };
+                let e = crate::sample::parse_expr(expr).map_err(|e| KwError::bad(2, expr, e.0))?;
+                Action::SetVar(var, e)
+            }
+        }
+        (a, _)
+            if PENDING_ACTIONS.contains(&a)
+                || matches!(
+                    a,
+                    "return"
+                        | "deny"
+                        | "redirect"
+                        | "use-service"
+                        | "set-status"
+                        | "set-method"
+                        | "set-path"
+                        | "set-pathq"
+                        | "set-query"
+                        | "set-uri"
+                ) =>
+        {
             return Err(KwError::Invalid(format!(
                 "action '{a}': not supported yet here"
             )))
@@ -178,6 +272,67 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
         (a, _) => return Err(KwError::bad(1, a, "unknown action")),
     };
     Ok(HttpRule { action, cond })
+}
+
+/// `location|prefix|scheme VALUE [code N] [drop-query] [append-slash] [set-cookie N[=V]]
+/// [clear-cookie N]`.
+fn parse_redirect(params: &[String]) -> Result<Redirect, KwError> {
+    let [kind, value, opts @ ..] = params else {
+        return Err(KwError::Missing("location, prefix or scheme and a value"));
+    };
+    let kind = match kind.as_str() {
+        "location" => RedirectKind::Location,
+        "prefix" => RedirectKind::Prefix,
+        "scheme" => RedirectKind::Scheme,
+        other => return Err(KwError::bad(2, other, "expects location, prefix or scheme")),
+    };
+    let mut r = Redirect {
+        kind,
+        value: fmt_arg(value, 3)?,
+        code: 302,
+        drop_query: false,
+        append_slash: false,
+        set_cookie: None,
+        clear_cookie: None,
+    };
+    let mut i = 0;
+    while i < opts.len() {
+        let idx = i + 4;
+        let arg = || {
+            opts.get(i + 1)
+                .ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", opts[i])))
+        };
+        match opts[i].as_str() {
+            "code" => {
+                let c = arg()?;
+                r.code = c
+                    .parse()
+                    .ok()
+                    .filter(|c| [301, 302, 303, 307, 308].contains(c))
+                    .ok_or_else(|| KwError::bad(idx + 1, c, "expects 301, 302, 303, 307 or 308"))?;
+                i += 1;
+            }
+            "drop-query" => r.drop_query = true,
+            "append-slash" => r.append_slash = true,
+            "set-cookie" => {
+                r.set_cookie = Some(arg()?.clone());
+                i += 1;
+            }
+            "clear-cookie" => {
+                r.clear_cookie = Some(arg()?.trim_end_matches('=').to_string());
+                i += 1;
+            }
+            other => {
+                return Err(KwError::bad(
+                    idx,
+                    other,
+                    "expects code, drop-query, append-slash, set-cookie or clear-cookie",
+                ))
+            }
+        }
+        i += 1;
+    }
+    Ok(r)
 }
 
 fn check_name(name: &str, index: usize) -> Result<(), KwError> {
@@ -203,6 +358,7 @@ fn parse_return(params: &[String]) -> Result<Action, KwError> {
     let mut status = 200;
     let mut content_type = None;
     let mut body = Vec::new();
+    let mut lf = None;
     let mut i = 0;
     while i < params.len() {
         let idx = i + 2;
@@ -213,12 +369,12 @@ fn parse_return(params: &[String]) -> Result<Action, KwError> {
             "status" => status = parse_status(arg, idx + 1)?,
             "content-type" => content_type = Some(arg.clone()),
             "string" => body = arg.clone().into_bytes(),
+            "lf-string" => lf = Some(fmt_arg(arg, idx + 1)?),
             "file" => {
                 body = std::fs::read(arg)
                     .map_err(|e| KwError::bad(idx + 1, arg, format!("cannot read file: {e}")))?;
             }
-            other @ ("lf-string" | "lf-file" | "errorfile" | "errorfiles" | "hdr"
-            | "default-errorfiles") => {
+            other @ ("lf-file" | "errorfile" | "errorfiles" | "hdr" | "default-errorfiles") => {
                 return Err(KwError::Invalid(format!(
                     "return option '{other}': not supported yet"
                 )))
@@ -227,13 +383,13 @@ fn parse_return(params: &[String]) -> Result<Action, KwError> {
                 return Err(KwError::bad(
                     idx,
                     other,
-                    "expects status, content-type, string or file",
+                    "expects status, content-type, string, lf-string or file",
                 ))
             }
         }
         i += 2;
     }
-    if !body.is_empty() && content_type.is_none() {
+    if (!body.is_empty() || lf.is_some()) && content_type.is_none() {
         return Err(KwError::Invalid(
             "a 'return' with a body needs a content-type".into(),
         ));
@@ -242,6 +398,7 @@ fn parse_return(params: &[String]) -> Result<Action, KwError> {
         status,
         content_type,
         body,
+        lf,
     })
 }
 
@@ -259,7 +416,15 @@ pub(crate) fn lower_frontend(
     };
     let mut switching = Vec::new();
     for (name, cond, at) in &rules.switching {
-        switching.push((cond.clone(), find(name, at)?));
+        let target = if name.contains("%[") {
+            BackendRef::Dynamic(
+                crate::sample::parse_fmt(name)
+                    .map_err(|e| at.error(format!("use_backend {name}: {e}")))?,
+            )
+        } else {
+            BackendRef::Fixed(find(name, at)?)
+        };
+        switching.push((cond.clone(), target));
     }
     let default_backend = match (&rules.default_backend, own) {
         (Some((name, at)), _) => Some(find(name, at)?),
@@ -299,43 +464,23 @@ mod tests {
         Ok(c)
     }
 
-    fn eval(c: &Cond, raw: &[u8]) -> bool {
-        let head = sluice_http::parse_request(raw).unwrap().unwrap();
-        c.eval(&RequestView::h1(raw, &head))
-    }
-
     #[test]
     fn conditions() {
         let c = conf(&[
             "acl api path_beg /api",
             "acl img path_end .png .jpg",
             "acl post method POST",
-            "acl admin hdr(X-Role) -i admin",
             "use_backend b if api !post or img",
-            "use_backend c if { path /exact } admin",
+            "use_backend c if { path /exact } api",
             "use_backend d unless api",
+            "use_backend e if METH_GET LOCALHOST",
         ])
         .unwrap();
         let first = c.rules.switching[0].1.clone().unwrap();
-        assert!(eval(&first, b"GET /api/x HTTP/1.1\r\nHost: a\r\n\r\n"));
-        assert!(!eval(
-            &first,
-            b"POST /api/x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
-        ));
-        assert!(eval(
-            &first,
-            b"POST /a.png HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
-        ));
-        assert!(!eval(&first, b"GET /other HTTP/1.1\r\nHost: a\r\n\r\n"));
-        let second = c.rules.switching[1].1.clone().unwrap();
-        assert!(eval(
-            &second,
-            b"GET /exact HTTP/1.1\r\nHost: a\r\nX-Role: user, ADMIN\r\n\r\n"
-        ));
-        assert!(!eval(&second, b"GET /exact HTTP/1.1\r\nHost: a\r\n\r\n"));
-        let third = c.rules.switching[2].1.clone().unwrap();
-        assert!(eval(&third, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
-        assert!(!eval(&third, b"GET /api HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert_eq!(first.groups.len(), 2);
+        assert!(first.groups[0][1].neg);
+        assert_eq!(first.groups[1][0].acls[0].patterns.len(), 2);
+        assert!(c.rules.switching[2].1.as_ref().unwrap().unless);
     }
 
     #[test]
@@ -350,9 +495,9 @@ mod tests {
         assert!(conf(&["acl a frob /x"])
             .unwrap_err()
             .to_string()
-            .contains("unknown criterion"));
+            .contains("unknown sample fetch 'frob'"));
         assert!(conf(&["acl a path"]).is_err());
-        assert!(conf(&["acl a path -m beg /x"]).is_err());
+        assert!(conf(&["acl a path -m nosuch /x"]).is_err());
     }
 
     #[test]
@@ -370,27 +515,35 @@ mod tests {
             Action::Return {
                 status: 201,
                 content_type: Some("text/plain".into()),
-                body: b"hello".to_vec()
+                body: b"hello".to_vec(),
+                lf: None,
             }
         );
         assert_eq!(c.rules.http_request[1].action, Action::Deny { status: 429 });
         assert_eq!(
             c.rules.http_request[2].action,
-            Action::SetHeader("X-A".into(), "1".into())
+            Action::SetHeader("X-A".into(), crate::sample::parse_fmt("1").unwrap())
         );
         assert!(conf(&["http-request frob"])
             .unwrap_err()
             .to_string()
             .contains("unknown action"));
-        assert!(conf(&["http-request redirect location /"])
+        assert!(conf(&["http-request tarpit"])
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));
+        assert!(conf(&["http-request redirect location / code 304"]).is_err());
+        assert!(conf(&["http-request set-var(x) src"])
+            .unwrap_err()
+            .to_string()
+            .contains("needs a scope"));
+        assert!(conf(&["http-response set-status 503 reason Busy if { status 500 }"]).is_ok());
         assert!(conf(&["http-response return status 200"])
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));
-        assert!(conf(&["http-request set-header X %[src]"]).is_err());
+        assert!(conf(&["http-request set-header X %[src]"]).is_ok());
+        assert!(conf(&["http-request set-header X %ci"]).is_err());
         assert!(conf(&["http-request return string x"])
             .unwrap_err()
             .to_string()

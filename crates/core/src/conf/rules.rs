@@ -2,6 +2,7 @@
 
 pub use super::acl::{Acl, Cond, Term};
 use super::loc::Loc;
+use super::sample::{Expr, Fmt, Match, VarName};
 
 /// What an `http-request` / `http-response` rule does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,17 +12,62 @@ pub enum Action {
         status: u16,
         content_type: Option<String>,
         body: Vec<u8>,
+        /// `lf-string`: the body as a log-format value, rendered per request.
+        lf: Option<Fmt>,
     },
     Deny {
         status: u16,
     },
     /// Stop evaluating rules.
     Allow,
-    SetHeader(String, String),
-    AddHeader(String, String),
-    DelHeader(String),
+    SetHeader(String, Fmt),
+    AddHeader(String, Fmt),
+    /// Remove the headers whose name matches (`-m str|beg|end|sub`, case ignored).
+    DelHeader(String, Match),
+    SetMethod(Fmt),
+    SetPath(Fmt),
+    SetPathQ(Fmt),
+    SetQuery(Fmt),
+    SetUri(Fmt),
+    Redirect(Redirect),
+    SetVar(VarName, Expr),
+    UnsetVar(VarName),
+    /// `http-response set-status N [reason TEXT]`.
+    SetStatus(u16, Option<String>),
     /// Answer with a built-in service (`use-service`).
     UseService(Service),
+}
+
+/// `http-request redirect location|prefix|scheme VALUE [options]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    pub kind: RedirectKind,
+    pub value: Fmt,
+    pub code: u16,
+    pub drop_query: bool,
+    pub append_slash: bool,
+    /// `set-cookie NAME[=VALUE]`.
+    pub set_cookie: Option<String>,
+    /// `clear-cookie NAME[=]`.
+    pub clear_cookie: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedirectKind {
+    /// The value is the whole location.
+    Location,
+    /// The value replaces the scheme and authority; the path and query stay.
+    Prefix,
+    /// The value replaces the scheme; the Host header gives the authority.
+    Scheme,
+}
+
+/// Where a `use_backend` rule sends a request: a backend named in the configuration, or one
+/// whose name a log-format expression gives at run time (ignored when no backend has it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendRef {
+    Fixed(usize),
+    Dynamic(Fmt),
 }
 
 /// The services `http-request use-service` can answer with.
@@ -60,7 +106,7 @@ impl RulesConf {
 /// A frontend's rules with backend names resolved to indices into `Config::backends`.
 #[derive(Debug, Default)]
 pub struct FrontendRules {
-    pub switching: Vec<(Option<Cond>, usize)>,
+    pub switching: Vec<(Option<Cond>, BackendRef)>,
     pub default_backend: Option<usize>,
     pub http_request: Vec<HttpRule>,
     pub http_response: Vec<HttpRule>,

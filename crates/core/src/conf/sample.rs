@@ -324,3 +324,25 @@ impl Vars {
         self.0.clear();
     }
 }
+
+/// A log-format string as rule values use it (`X-Client: %[src]`): text and sample
+/// expressions.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fmt(pub Vec<FmtPart>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FmtPart {
+    Text(String),
+    Expr(Expr),
+}
+
+impl Fmt {
+    /// The text of a format without any expression.
+    pub fn literal(&self) -> Option<&str> {
+        match self.0.as_slice() {
+            [] => Some(""),
+            [FmtPart::Text(t)] => Some(t),
+            _ => None,
+        }
+    }
+}

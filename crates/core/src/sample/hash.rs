@@ -42,7 +42,8 @@ pub fn wt6(data: &[u8]) -> u32 {
 }
 
 /// The avalanche step HAProxy applies after a hash when asked (`crc32(1)`, `hash-type ...
-/// avalanche`): Bob Jenkins' 32-bit integer mix.
+/// avalanche`): Bob Jenkins' 32-bit integer mix, then a multiplication by the prime
+/// 3221225473 that spreads values over the whole range.
 pub fn avalanche(mut a: u32) -> u32 {
     a = a.wrapping_add(0x7ed5_5d16).wrapping_add(a << 12);
     a = (a ^ 0xc761_c23c) ^ (a >> 19);
@@ -50,7 +51,7 @@ pub fn avalanche(mut a: u32) -> u32 {
     a = a.wrapping_add(0xd3a2_646c) ^ (a << 9);
     a = a.wrapping_add(0xfd70_46c5).wrapping_add(a << 3);
     a = (a ^ 0xb55a_4f09) ^ (a >> 16);
-    a
+    a.wrapping_mul(3_221_225_473)
 }
 
 /// XXH3, 64 bits, with a seed.
@@ -69,5 +70,26 @@ mod tests {
         assert_eq!(djb2(b"a"), 5381 * 33 + 97);
         assert_eq!(sdbm(b"a"), 97);
         assert_eq!(xxh3(b"", 0), 0x2d06_8005_38d3_94c2);
+    }
+
+    /// What HAProxy 2.6.12 answers for `%[path,djb2]` ... on these paths.
+    #[test]
+    fn equal_to_haproxy() {
+        let p = b"/api/users";
+        assert_eq!(djb2(p), 2086524975);
+        assert_eq!(crc32(p), 2162284669);
+        assert_eq!(wt6(p), 1634223544);
+        assert_eq!(sdbm(p), 4042491044);
+        assert_eq!(avalanche(djb2(p)), 589122015);
+        assert_eq!(avalanche(crc32(p)), 293529663);
+        assert_eq!(avalanche(wt6(p)), 1306680290);
+        assert_eq!(avalanche(sdbm(p)), 2761070127);
+        assert_eq!(xxh3(p, 0) as i64, 4367959314151795169);
+        assert_eq!(xxh3(p, 5) as i64, 8673234375921608972);
+        assert_eq!(xxh3(b"/index.html", 0) as i64, -6156675040932399064);
+        assert_eq!(
+            (djb2(b"/"), crc32(b"/"), wt6(b"/"), sdbm(b"/")),
+            (177620, 2043925204, 1886637733, 47)
+        );
     }
 }

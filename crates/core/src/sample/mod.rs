@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use sluice_http::{RequestView, ResponseView};
 
 pub use self::conv::in_net;
-pub use self::parse::{parse_expr, parse_map, parse_net, parse_var, ParseError};
+pub use self::parse::{parse_expr, parse_fmt, parse_map, parse_net, parse_var, ParseError};
 pub use crate::conf::sample::*;
 use crate::runtime::Process;
 
@@ -132,6 +132,24 @@ impl Expr {
             k = conv::kind(c, k);
         }
         k
+    }
+}
+
+impl Fmt {
+    /// The value for this evaluation; a sample with nothing to give prints nothing.
+    pub fn render(&self, cx: &Ctx<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in &self.0 {
+            match part {
+                FmtPart::Text(t) => out.extend_from_slice(t.as_bytes()),
+                FmtPart::Expr(e) => {
+                    if let Some(s) = e.eval(cx) {
+                        out.extend_from_slice(&s.as_bytes());
+                    }
+                }
+            }
+        }
+        out
     }
 }
 

@@ -6,7 +6,9 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{Conv, Expr, Fetch, IntArg, MapFile, MapKey, Match, Regex, VarName, VarScope};
+use super::{
+    Conv, Expr, Fetch, Fmt, FmtPart, IntArg, MapFile, MapKey, Match, Regex, VarName, VarScope,
+};
 
 /// Why an expression could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -618,6 +620,64 @@ pub fn parse_map(path: &str, how: Match) -> Result<MapFile, ParseError> {
     })
 }
 
+/// Reads a log-format value: text, `%[EXPR]` samples (optionally preceded by `%{...}`
+/// options, which are accepted and ignored) and `%%`. Other `%` variables belong to access
+/// logs and are refused here.
+pub fn parse_fmt(s: &str) -> Result<Fmt, ParseError> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('%') {
+        text.push_str(&rest[..i]);
+        rest = &rest[i + 1..];
+        if let Some(r) = rest.strip_prefix('%') {
+            text.push('%');
+            rest = r;
+            continue;
+        }
+        if rest.starts_with('{') {
+            let close = rest
+                .find('}')
+                .ok_or_else(|| ParseError(format!("missing '}}' in '{s}'")))?;
+            rest = &rest[close + 1..];
+        }
+        let Some(inner) = rest.strip_prefix('[') else {
+            let var: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            return err(format!(
+                "'%{var}' is not supported in this value (sample expressions %[...] are)"
+            ));
+        };
+        // The closing bracket, past any nested ones (in regular expressions).
+        let mut depth = 0;
+        let mut end = None;
+        for (k, ch) in inner.char_indices() {
+            match ch {
+                '[' => depth += 1,
+                ']' if depth == 0 => {
+                    end = Some(k);
+                    break;
+                }
+                ']' => depth -= 1,
+                _ => {}
+            }
+        }
+        let end = end.ok_or_else(|| ParseError(format!("missing ']' in '{s}'")))?;
+        if !text.is_empty() {
+            parts.push(FmtPart::Text(std::mem::take(&mut text)));
+        }
+        parts.push(FmtPart::Expr(parse_expr(&inner[..end])?));
+        rest = &inner[end + 1..];
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        parts.push(FmtPart::Text(text));
+    }
+    Ok(Fmt(parts))
+}
+
 /// `ADDR` or `ADDR/BITS` or `ADDR/MASK`.
 pub fn parse_net(s: &str) -> Option<(IpAddr, u8)> {
     let (addr, bits) = match s.split_once('/') {
@@ -693,6 +753,19 @@ mod tests {
             .contains("needs a scope"));
         assert!(parse_expr("src,ipmask(24)").is_ok());
         assert!(parse_expr("url_param").is_err());
+    }
+
+    #[test]
+    fn formats() {
+        let f = parse_fmt("a%%b %[src] %{+Q}[path,lower]!").unwrap();
+        assert_eq!(f.0.len(), 5);
+        assert_eq!(f.0[0], FmtPart::Text("a%b ".into()));
+        assert_eq!(parse_fmt("plain").unwrap().literal(), Some("plain"));
+        assert!(parse_fmt("%ci")
+            .unwrap_err()
+            .0
+            .contains("'%ci' is not supported"));
+        assert!(parse_fmt("%[src").is_err());
     }
 
     #[test]

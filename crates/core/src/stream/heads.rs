@@ -10,36 +10,101 @@ use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::rules::Action;
+use crate::sample::{text_match, Ctx, Match};
 
-/// Header edits accumulated by `set-header` / `add-header` / `del-header` rules.
+/// Edits accumulated by rules: headers (`set-header`, `add-header`, `del-header`), the
+/// request line (`set-method`, `set-path`, ...), the response status (`set-status`).
+/// Values are rendered when the rule runs.
 #[derive(Default)]
 pub(crate) struct Edits {
-    pub del: Vec<String>,
-    pub add: Vec<(String, String)>,
+    pub del: Vec<(String, Match)>,
+    pub add: Vec<(String, Vec<u8>)>,
+    pub method: Option<Vec<u8>>,
+    pub target: Option<Vec<u8>>,
+    pub status: Option<(u16, Option<String>)>,
 }
 
 impl Edits {
-    pub fn apply(&mut self, action: &Action) {
+    /// Applies an editing action (other actions are the caller's).
+    pub fn apply(&mut self, action: &Action, cx: &Ctx<'_>) {
+        let target = |e: &Edits| -> Vec<u8> {
+            e.target
+                .clone()
+                .or_else(|| cx.req.map(|r| r.target().to_vec()))
+                .unwrap_or_default()
+        };
         match action {
             Action::SetHeader(n, v) => {
-                self.remove(n);
-                self.add.push((n.clone(), v.clone()));
+                let v = v.render(cx);
+                self.remove(n, Match::Str);
+                self.add.push((n.clone(), v));
             }
-            Action::AddHeader(n, v) => self.add.push((n.clone(), v.clone())),
-            Action::DelHeader(n) => self.remove(n),
+            Action::AddHeader(n, v) => self.add.push((n.clone(), v.render(cx))),
+            Action::DelHeader(n, how) => self.remove(n, *how),
+            Action::SetMethod(f) => self.method = Some(f.render(cx)),
+            Action::SetUri(f) => self.target = Some(f.render(cx)),
+            Action::SetPath(f) => {
+                let t = target(self);
+                let (prefix, _, query) = split_target(&t);
+                let mut out = prefix.to_vec();
+                out.extend_from_slice(&f.render(cx));
+                if let Some(q) = query {
+                    out.push(b'?');
+                    out.extend_from_slice(q);
+                }
+                self.target = Some(out);
+            }
+            Action::SetPathQ(f) => {
+                let t = target(self);
+                let (prefix, _, _) = split_target(&t);
+                let mut out = prefix.to_vec();
+                out.extend_from_slice(&f.render(cx));
+                self.target = Some(out);
+            }
+            Action::SetQuery(f) => {
+                let t = target(self);
+                let (prefix, path, _) = split_target(&t);
+                let mut out = prefix.to_vec();
+                out.extend_from_slice(path);
+                let q = f.render(cx);
+                if !q.is_empty() {
+                    out.push(b'?');
+                    out.extend_from_slice(&q);
+                }
+                self.target = Some(out);
+            }
+            Action::SetStatus(code, reason) => self.status = Some((*code, reason.clone())),
             _ => {}
         }
     }
 
-    pub fn remove(&mut self, name: &str) {
-        self.add.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        self.del.push(name.to_ascii_lowercase());
+    pub fn remove(&mut self, name: &str, how: Match) {
+        let name = name.to_ascii_lowercase();
+        self.add
+            .retain(|(n, _)| !text_match(how, n.as_bytes(), name.as_bytes(), true));
+        self.del.push((name, how));
     }
 
     pub fn deletes(&self, name: &[u8]) -> bool {
         self.del
             .iter()
-            .any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
+            .any(|(d, how)| text_match(*how, name, d.as_bytes(), true))
+    }
+}
+
+/// A request target as (scheme and authority of an absolute form, path, query).
+pub(crate) fn split_target(t: &[u8]) -> (&[u8], &[u8], Option<&[u8]>) {
+    let path_start = if t.starts_with(b"/") {
+        0
+    } else {
+        memchr::memmem::find(t, b"://")
+            .and_then(|i| memchr::memchr(b'/', &t[i + 3..]).map(|j| i + 3 + j))
+            .unwrap_or(t.len())
+    };
+    let (prefix, rest) = t.split_at(path_start);
+    match memchr::memchr(b'?', rest) {
+        Some(q) => (prefix, &rest[..q], Some(&rest[q + 1..])),
+        None => (prefix, rest, None),
     }
 }
 
@@ -104,9 +169,9 @@ pub(crate) fn build_request_head(
     server_close: bool,
     upgrade: Option<&[u8]>,
 ) {
-    out.extend_from_slice(req.method());
+    out.extend_from_slice(edits.method.as_deref().unwrap_or(req.method()));
     out.push(b' ');
-    out.extend_from_slice(req.target());
+    out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
     // The server sees the client's version: an HTTP/1.0 request may lack Host, which an
     // HTTP/1.1 request may not.
     out.extend_from_slice(match req.version() {
@@ -124,7 +189,7 @@ pub(crate) fn build_request_head(
         push_header(out, name, value);
     }
     for (n, v) in &edits.add {
-        push_header(out, n.as_bytes(), v.as_bytes());
+        push_header(out, n.as_bytes(), v);
     }
     if let Some((f, ip)) = xff {
         if !(f.if_none && has_xff) {
@@ -188,12 +253,14 @@ pub(crate) fn write_response_head(
     compressed: Option<Algo>,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(Digits::new(u64::from(rsp.status())).as_bytes());
+    let status = edits.status.as_ref().map_or(rsp.status(), |(c, _)| *c);
+    out.extend_from_slice(Digits::new(u64::from(status)).as_bytes());
     out.push(b' ');
-    if rsp.reason().is_empty() {
-        out.extend_from_slice(reason(rsp.status()).as_bytes());
-    } else {
-        out.extend_from_slice(rsp.reason());
+    match &edits.status {
+        Some((_, Some(text))) => out.extend_from_slice(text.as_bytes()),
+        Some((code, None)) => out.extend_from_slice(reason(*code).as_bytes()),
+        None if rsp.reason().is_empty() => out.extend_from_slice(reason(status).as_bytes()),
+        None => out.extend_from_slice(rsp.reason()),
     }
     out.extend_from_slice(b"\r\n");
     let mut saw_vary = false;
@@ -207,7 +274,7 @@ pub(crate) fn write_response_head(
         push_header(out, name, value);
     }
     for (n, v) in &edits.add {
-        push_header(out, n.as_bytes(), v.as_bytes());
+        push_header(out, n.as_bytes(), v);
     }
     if let Some(algo) = compressed {
         compression::added_headers(out, algo, saw_vary);
@@ -268,8 +335,20 @@ pub(crate) fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::Action;
     use sluice_http::parse_request;
+
+    #[test]
+    fn targets_split() {
+        assert_eq!(
+            split_target(b"/a/b?x=1"),
+            (&b""[..], &b"/a/b"[..], Some(&b"x=1"[..]))
+        );
+        assert_eq!(split_target(b"/a"), (&b""[..], &b"/a"[..], None));
+        assert_eq!(
+            split_target(b"http://h:8/p?q"),
+            (&b"http://h:8"[..], &b"/p"[..], Some(&b"q"[..]))
+        );
+    }
 
     #[test]
     fn request_head_strips_hop_by_hop_before_adding_ours() {
@@ -281,7 +360,8 @@ mod tests {
             if_none: false,
         };
         let mut edits = Edits::default();
-        edits.apply(&Action::SetHeader("X-Keep".into(), "z".into()));
+        edits.remove("X-Keep", Match::Str);
+        edits.add.push(("X-Keep".into(), b"z".to_vec()));
         let mut out = Vec::new();
         build_request_head(
             &mut out,

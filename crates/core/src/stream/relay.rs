@@ -29,7 +29,9 @@ use crate::check::Seen;
 use crate::compression::{self, Compressor, GlobalComp, RATE_IN, RATE_OUT};
 use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
+use crate::rules::{holds, Action};
 use crate::runtime::{ProxyCounters, Worker};
+use crate::sample::{Ctx, Sample};
 use crate::transport::Conn;
 
 impl Txn {
@@ -46,11 +48,33 @@ impl Txn {
         let w = s.w.clone();
         let fe = &w.config().frontends[s.fe];
         self.phase = Phase::Data;
-        // Backend rules run before frontend rules, as in HAProxy. (Conditions on
-        // http-response rules are refused at configuration time.)
+        // Backend rules run before frontend rules, as in HAProxy. Their conditions see the
+        // response and the variables (the request head is no longer buffered here).
         let mut rsp_edits = Edits::default();
-        for rule in be.rules.http_response.iter().chain(&fe.rules.http_response) {
-            rsp_edits.apply(&rule.action);
+        {
+            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let cx = Ctx {
+                backend: Some(conn.backend),
+                server: Some(conn.server),
+                req: None,
+                res: Some(&view),
+                ..s.sample_ctx_base()
+            };
+            for rule in be.rules.http_response.iter().chain(&fe.rules.http_response) {
+                if !holds(&rule.cond, &cx) {
+                    continue;
+                }
+                match &rule.action {
+                    Action::Allow => break,
+                    Action::SetVar(v, e) => {
+                        if let Some(value) = e.eval(&cx).map(Sample::into_owned) {
+                            s.vars.set(&w.process, v, value);
+                        }
+                    }
+                    Action::UnsetVar(v) => s.vars.unset(&w.process, v),
+                    other => rsp_edits.apply(other, &cx),
+                }
+            }
         }
         if rsp.status == 101 {
             return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;

@@ -59,13 +59,22 @@ impl Session {
     /// What conditions and samples see of a request of this session.
     pub fn sample_ctx<'a>(&'a self, req: &'a RequestView<'a>, backend: Option<usize>) -> Ctx<'a> {
         Ctx {
+            backend,
+            req: Some(req),
+            ..self.sample_ctx_base()
+        }
+    }
+
+    /// What samples see of this session alone.
+    pub fn sample_ctx_base(&self) -> Ctx<'_> {
+        Ctx {
             process: &self.w.process,
             frontend: self.fe,
-            backend,
+            backend: None,
             server: None,
             src: self.peer,
             client: Some(&self.client),
-            req: Some(req),
+            req: None,
             body: None,
             res: None,
             vars: &self.vars,

@@ -11,14 +11,14 @@ use std::io;
 use std::time::Instant;
 
 use sluice_http::{
-    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, RequestView, ResponseHead,
-    ResponseView, Version,
+    parse_response, reason, ChunkedDecoder, ChunkedOut, Framing, RequestHead, RequestView,
+    ResponseHead, ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, local_response, upgrade_request, with_close,
+    build_request_head, forwardfor, local_response, split_target, upgrade_request, with_close,
     write_response_head, Edits,
 };
 use super::keywords::CloseMode;
@@ -28,7 +28,8 @@ use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
-use crate::rules::{holds, Action, HttpRule, Service};
+use crate::rules::{holds, Action, BackendRef, HttpRule, Redirect, RedirectKind, Service};
+use crate::sample::{Ctx, Sample};
 use crate::stats;
 
 /// The routing decision for a request, computed from its head.
@@ -203,7 +204,7 @@ impl Txn {
                     ..facts
                 };
                 if conf.offload {
-                    edits.remove("accept-encoding");
+                    edits.remove("accept-encoding", crate::sample::Match::Str);
                 }
                 s.out.clear();
                 build_request_head(
@@ -656,13 +657,25 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
         return (Route::StatsPage(None), edits);
     }
-    let backend = fe
-        .rules
-        .switching
-        .iter()
-        .find(|(cond, _)| holds(cond, &s.sample_ctx(req, None)))
-        .map(|(_, b)| *b)
-        .or(fe.rules.default_backend);
+    let backend = {
+        let cx = s.sample_ctx(req, None);
+        fe.rules
+            .switching
+            .iter()
+            .filter(|(cond, _)| holds(cond, &cx))
+            .find_map(|(_, target)| match target {
+                BackendRef::Fixed(b) => Some(*b),
+                // A name no backend has: the rule is skipped, as HAProxy does.
+                BackendRef::Dynamic(f) => {
+                    let name = f.render(&cx);
+                    config
+                        .backends
+                        .iter()
+                        .position(|b| b.name.as_bytes() == name.as_slice())
+                }
+            })
+            .or(fe.rules.default_backend)
+    };
     let Some(backend) = backend else {
         return (
             Route::Error {
@@ -715,8 +728,9 @@ fn apply_rules(
     edits: &mut Edits,
     backend: Option<usize>,
 ) -> Option<Route> {
+    let cx = s.sample_ctx(req, backend);
     for rule in rules {
-        if !holds(&rule.cond, &s.sample_ctx(req, backend)) {
+        if !holds(&rule.cond, &cx) {
             continue;
         }
         match &rule.action {
@@ -724,11 +738,14 @@ fn apply_rules(
                 status,
                 content_type,
                 body,
+                lf,
             } => {
+                let rendered = lf.as_ref().map(|f| f.render(&cx));
+                let body = rendered.as_deref().unwrap_or(body);
                 return Some(Route::Respond {
                     bytes: local_response(*status, content_type.as_deref(), body),
                     close: false,
-                })
+                });
             }
             Action::Deny { status } => {
                 return Some(Route::Error {
@@ -744,8 +761,79 @@ fn apply_rules(
                     close: false,
                 })
             }
-            other => edits.apply(other),
+            Action::Redirect(r) => {
+                return Some(Route::Respond {
+                    bytes: redirect(r, req, edits, &cx),
+                    close: false,
+                })
+            }
+            Action::SetVar(v, e) => {
+                if let Some(value) = e.eval(&cx).map(Sample::into_owned) {
+                    s.vars.set(&s.w.process, v, value);
+                }
+            }
+            Action::UnsetVar(v) => s.vars.unset(&s.w.process, v),
+            other => edits.apply(other, &cx),
         }
     }
     None
+}
+
+/// The response of `http-request redirect`.
+fn redirect(r: &Redirect, req: &RequestView<'_>, edits: &Edits, cx: &Ctx<'_>) -> Vec<u8> {
+    let target = edits.target.as_deref().unwrap_or(req.target());
+    let (_, path, query) = split_target(target);
+    let mut path = path.to_vec();
+    if r.append_slash && !path.ends_with(b"/") {
+        path.push(b'/');
+    }
+    let tail = |mut out: Vec<u8>| {
+        out.extend_from_slice(&path);
+        if let (Some(q), false) = (query, r.drop_query) {
+            out.push(b'?');
+            out.extend_from_slice(q);
+        }
+        out
+    };
+    let value = r.value.render(cx);
+    let location = match r.kind {
+        RedirectKind::Location => value,
+        RedirectKind::Prefix => {
+            // A prefix of "/" adds nothing before the path.
+            let prefix = if value == b"/" { Vec::new() } else { value };
+            tail(prefix)
+        }
+        RedirectKind::Scheme => {
+            let mut out = value;
+            out.extend_from_slice(b"://");
+            out.extend_from_slice(req.header("host").unwrap_or_default());
+            tail(out)
+        }
+    };
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: ",
+        r.code,
+        reason(r.code)
+    )
+    .into_bytes();
+    out.extend_from_slice(&location);
+    out.extend_from_slice(b"\r\n");
+    if let Some(c) = &r.set_cookie {
+        let c = if c.contains('=') {
+            c.clone()
+        } else {
+            format!("{c}=")
+        };
+        out.extend_from_slice(format!("set-cookie: {c}; path=/\r\n").as_bytes());
+    }
+    if let Some(c) = &r.clear_cookie {
+        out.extend_from_slice(
+            format!(
+                "set-cookie: {c}=; Max-Age=0; Expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+    out
 }

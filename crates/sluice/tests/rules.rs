@@ -1,0 +1,304 @@
+//! The rules engine through the real binary: sample fetches and converters in rule values,
+//! ACLs with their match methods, request and response actions, redirects, variables and
+//! `use_backend` with a sample expression.
+
+mod common;
+
+use common::*;
+
+/// One request with extra header lines; the response.
+fn ask(p: &Sluice, method: &str, target: &str, headers: &str) -> Response {
+    let mut c = p.connect();
+    c.send(format!("{method} {target} HTTP/1.1\r\n{headers}\r\n").as_bytes());
+    c.response_for(method == "HEAD").expect("a response")
+}
+
+/// What HAProxy 2.6.12 answers for this very `lf-string` (run with the same configuration,
+/// `curl http://127.0.0.1:PORT/api/users` and `.../`): the converters must agree.
+const HAPROXY_ANSWERS: &[(&str, &str)] = &[
+    (
+        "/api/users",
+        "2086524975 2162284669 1634223544 4042491044 589122015 293529663 1306680290 2761070127 4367959314151795169 8673234375921608972 cde a\\/b 1970-01-01 b b aGVsbG8= 6869 -3 0 127.0.0.0\n",
+    ),
+    (
+        "/",
+        "177620 2043925204 1886637733 47 3725504903 2724628003 2250254464 2118074832 5134827694651168302 -5663330039561440355 cde a\\/b 1970-01-01 b b aGVsbG8= 6869 -3 0 127.0.0.0\n",
+    ),
+];
+
+#[test]
+fn converters_answer_as_haproxy_does() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain lf-string \"%[path,djb2] %[path,crc32] %[path,wt6] %[path,sdbm] %[path,djb2(1)] %[path,crc32(1)] %[path,wt6(1)] %[path,sdbm(1)] %[path,xxh3] %[path,xxh3(5)] %[str(abcdef),bytes(2,3)] %[str(a/b),json] %[int(0),utime(%Y-%m-%d)] %[str(a.b.c),word(2,.)] %[str(a..b),field(3,.)] %[str(hello),base64] %[str(hi),hex] %[int(-7),div(2)] %[int(7),mod(0)] %[src,ipmask(24)]\\n\"\n"
+    ));
+    for (path, want) in HAPROXY_ANSWERS {
+        let r = get(p.addr(), path);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.text(), *want, "{path}");
+    }
+}
+
+#[test]
+fn fetches_and_acls_drive_header_rules() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let map = dir.write(
+        "hosts.map",
+        "# host backend\nwww.example.com be-www\napi.example.com be-api\n",
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    acl is_api path_beg /api
+    acl local src 127.0.0.0/8 ::1
+    acl big hdr_val(x-size) gt 100
+    acl dom hdr_dom(host) -i example.com
+    acl versioned path_reg ^/v[0-9]+/
+    acl has_sid req.cook(sid) -m found
+    acl small_len path_len le 4
+    http-request deny deny_status 429 if {{ req.hdr(x-block) -m found }}
+    http-request set-var(txn.user) req.hdr(x-user),lower
+    http-request set-header X-Src %[src]
+    http-request set-header X-Host %[req.hdr(host),lower,field(1,:)]
+    http-request set-header X-Q %[url_param(q),upper]
+    http-request set-header X-Cook %[req.cook(sid)]
+    http-request set-header X-User %[var(txn.user)]
+    http-request set-header X-Map %[req.hdr(host),lower,field(1,:),map({map},none)]
+    http-request set-header X-Fe %[fe_name]
+    http-request set-header X-Acl-Api 1 if is_api local
+    http-request set-header X-Acl-Big 1 if big
+    http-request set-header X-Acl-Dom 1 if dom
+    http-request set-header X-Acl-Versioned 1 if versioned
+    http-request set-header X-Acl-Sid 1 if has_sid METH_GET
+    http-request set-header X-Acl-Small 1 if small_len
+    http-request set-header X-Acl-Not-Api 1 if !is_api
+    http-request del-header x-drop- -m beg
+    http-request set-path /new%[path] if {{ path_beg /old }}
+    http-request set-query lang=%[req.hdr(x-lang)] if {{ req.hdr(x-lang) -m found }}
+    http-request set-method PUT if {{ method DELETE }}
+    default_backend be
+backend be
+    http-request set-header X-Be %[be_name]/%[nbsrv]
+    server s1 {}
+",
+        origin.addr
+    ));
+    let r = ask(
+        &p,
+        "GET",
+        "/api/users?q=abc&r=1",
+        "Host: WWW.Example.COM:8080\r\nCookie: a=1; sid=xyz\r\nX-User: Bob\r\nX-Size: 150\r\nX-Drop-A: 1\r\nX-Drop-B: 2\r\nX-Keep: 3\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let seen = origin.requests().pop().unwrap();
+    let h = |n: &str| seen.header(n).map(str::to_string);
+    assert_eq!(h("x-src").as_deref(), Some("127.0.0.1"));
+    assert_eq!(h("x-host").as_deref(), Some("www.example.com"));
+    assert_eq!(h("x-q").as_deref(), Some("ABC"));
+    assert_eq!(h("x-cook").as_deref(), Some("xyz"));
+    assert_eq!(h("x-user").as_deref(), Some("bob"));
+    assert_eq!(h("x-map").as_deref(), Some("be-www"));
+    assert_eq!(h("x-fe").as_deref(), Some("fe"));
+    assert_eq!(h("x-be").as_deref(), Some("be/1"));
+    for yes in ["x-acl-api", "x-acl-big", "x-acl-dom", "x-acl-sid"] {
+        assert_eq!(h(yes).as_deref(), Some("1"), "{yes}: {:?}", seen.headers);
+    }
+    for no in [
+        "x-acl-versioned",
+        "x-acl-small",
+        "x-acl-not-api",
+        "x-drop-a",
+        "x-drop-b",
+    ] {
+        assert_eq!(h(no), None, "{no}: {:?}", seen.headers);
+    }
+    assert_eq!(h("x-keep").as_deref(), Some("3"));
+
+    // The other side of each ACL, and the request-line rewrites.
+    let r = ask(
+        &p,
+        "DELETE",
+        "/v2/old",
+        "Host: www.myexample.com\r\nX-Size: 100\r\nCookie: sid=1\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let seen = origin.requests().pop().unwrap();
+    let h = |n: &str| seen.header(n).map(str::to_string);
+    assert_eq!(seen.method, "PUT");
+    assert_eq!(seen.target, "/v2/old");
+    for no in [
+        "x-acl-api",
+        "x-acl-big",
+        "x-acl-dom",
+        "x-acl-sid",
+        "x-user",
+        "x-q",
+    ] {
+        assert!(
+            h(no).is_none_or(|v| v.is_empty()),
+            "{no}: {:?}",
+            seen.headers
+        );
+    }
+    assert_eq!(h("x-map").as_deref(), Some("none"));
+    assert_eq!(h("x-acl-versioned").as_deref(), Some("1"));
+    assert_eq!(h("x-acl-not-api").as_deref(), Some("1"));
+    let r = ask(&p, "GET", "/old/page?x=1", "Host: h\r\nX-Lang: fr\r\n");
+    assert_eq!(r.status, 200);
+    let seen = origin.requests().pop().unwrap();
+    assert_eq!(seen.target, "/new/old/page?lang=fr");
+    let r = ask(&p, "GET", "/a", "Host: h\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        origin.requests().pop().unwrap().header("x-acl-small"),
+        Some("1")
+    );
+    // A denied request never reaches the server.
+    let before = origin.requests().len();
+    let r = ask(&p, "GET", "/api", "Host: h\r\nX-Block: 1\r\n");
+    assert_eq!(r.status, 429);
+    assert_eq!(origin.requests().len(), before);
+}
+
+#[test]
+fn redirects() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request redirect location /login?from=%[path] code 303 if {{ path_beg /private }}
+    http-request redirect prefix https://new.example drop-query if {{ path_beg /moved }}
+    http-request redirect scheme https code 301 if {{ path_beg /secure }}
+    http-request redirect prefix / append-slash set-cookie SEEN=1 clear-cookie OLD if {{ path /dir }}
+    http-request return status 200 content-type text/plain string ok
+"
+    ));
+    let r = ask(&p, "GET", "/private/x", "Host: h\r\n");
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/login?from=/private/x"));
+    let r = ask(&p, "GET", "/moved/a?b=c", "Host: h\r\n");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("https://new.example/moved/a"));
+    let r = ask(&p, "GET", "/secure/p?k=v", "Host: shop.test\r\n");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://shop.test/secure/p?k=v"));
+    let r = ask(&p, "GET", "/dir", "Host: h\r\n");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/dir/"));
+    let cookies: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert!(
+        cookies.iter().any(|c| c.starts_with("SEEN=1;")),
+        "{cookies:?}"
+    );
+    assert!(
+        cookies.iter().any(|c| c.starts_with("OLD=;")),
+        "{cookies:?}"
+    );
+    assert_eq!(ask(&p, "GET", "/other", "Host: h\r\n").text(), "ok");
+}
+
+#[test]
+fn use_backend_takes_its_name_from_a_sample() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let dir = TempDir::new();
+    let map = dir.write(
+        "hosts.map",
+        "a.test be_a\nb.test be_b\nghost.test be_none\n",
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    use_backend %[req.hdr(host),lower,map({map})]
+    default_backend be_b
+backend be_a
+    server a {}
+backend be_b
+    server b {}
+",
+        a.addr, b.addr
+    ));
+    assert_eq!(ask(&p, "GET", "/x", "Host: A.test\r\n").text(), "a /x");
+    assert_eq!(ask(&p, "GET", "/x", "Host: b.test\r\n").text(), "b /x");
+    // No such backend, or no map entry: the rule is skipped.
+    assert_eq!(ask(&p, "GET", "/y", "Host: ghost.test\r\n").text(), "b /y");
+    assert_eq!(ask(&p, "GET", "/z", "Host: other\r\n").text(), "b /z");
+}
+
+#[test]
+fn response_rules_see_the_response_and_the_transaction_variables() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            let status = if r.target == "/fail" { 500 } else { 200 };
+            Reply::Raw(
+                format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nX-Origin: yes\r\n\r\nhi")
+                    .into_bytes(),
+            )
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request set-var(txn.tag) str(t1)
+    http-response set-header X-Tag %[var(txn.tag)]
+    http-response set-header X-Status %[status] if {{ status 500:599 }}
+    http-response set-status 503 reason Unavailable if {{ status 500 }} {{ res.hdr(x-origin) -m found }}
+    http-response del-header x-origin
+    default_backend be
+backend be
+    server s1 {}
+",
+        origin.addr
+    ));
+    let r = get(p.addr(), "/fine");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-tag"), Some("t1"));
+    assert_eq!(r.header("x-status"), None);
+    assert_eq!(r.header("x-origin"), None);
+    let r = get(p.addr(), "/fail");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("x-status"), Some("500"));
+}
+
+#[test]
+fn bad_rules_name_the_line() {
+    for (line, says) in [
+        ("acl a path_nosuch /x", "unknown sample fetch"),
+        ("acl a src 10.0.0.0/99", "expects an address or a network"),
+        (
+            "http-request set-header X %[nosuch]",
+            "unknown sample fetch 'nosuch'",
+        ),
+        (
+            "http-request set-header X %[src,nosuch]",
+            "unknown converter 'nosuch'",
+        ),
+        (
+            "http-request set-header X %[sc_http_req_rate(0)]",
+            "not supported yet",
+        ),
+        ("http-request set-var(user) src", "needs a scope"),
+        ("http-request set-header X %ci", "'%ci' is not supported"),
+        ("http-request tarpit", "not supported yet"),
+        (
+            "http-request redirect location / code 304",
+            "expects 301, 302, 303, 307 or 308",
+        ),
+    ] {
+        let out = check_config(&format!(
+            "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    {line}\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
+        ));
+        assert!(!out.0, "{line} was accepted");
+        assert!(out.1.contains(says), "{line}: {}", out.1);
+        assert!(
+            out.1.contains("c.cfg:8"),
+            "{line}: names the line: {}",
+            out.1
+        );
+    }
+}
