@@ -458,7 +458,11 @@ mod tests {
         let mut c = ProxyConf::default();
         for l in lines {
             let w = words(l);
-            let kw = KEYWORDS.iter().find(|k| k.name == w[0]).expect("keyword");
+            let kw = KEYWORDS
+                .iter()
+                .chain(crate::acl::KEYWORDS)
+                .find(|k| k.name == w[0])
+                .expect("keyword");
             (kw.parse)(&mut c, &w[1..])?;
         }
         Ok(c)

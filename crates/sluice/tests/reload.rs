@@ -294,6 +294,25 @@ fn alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
+/// Runs sluice with `args` that make it detach, until the command returns (successfully);
+/// the pid it wrote to `pidfile`.
+fn start_detached(args: &[&str], pidfile: &str) -> i32 {
+    let out = std::process::Command::new(sluice_bin())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn d_detaches_once_listening_and_the_pidfile_names_the_daemon() {
     let origin = Origin::start("o");
@@ -304,21 +323,8 @@ fn d_detaches_once_listening_and_the_pidfile_names_the_daemon() {
         "d.cfg",
         &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
     );
-    let out = std::process::Command::new(sluice_bin())
-        .args(["-D", "-f", &cfg, "-p", &pidfile])
-        .output()
-        .unwrap();
     // The command returns once the daemon listens.
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = start_detached(&["-D", "-f", &cfg, "-p", &pidfile], &pidfile);
     assert!(alive(pid));
     assert_eq!(get(addr, "/").status, 200);
     // SAFETY: SIGTERM to the daemon this test started.
@@ -650,20 +656,7 @@ fn d_with_w_detaches_the_master_once_a_worker_listens() {
         &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
     );
     // Returns once the detached master's worker listens (standard error closed by then).
-    let out = std::process::Command::new(sluice_bin())
-        .args(["-D", "-W", "-f", &cfg, "-p", &pidfile])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let master: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let master = start_detached(&["-D", "-W", "-f", &cfg, "-p", &pidfile], &pidfile);
     assert!(alive(master));
     assert_eq!(get(addr, "/").status, 200);
     let children = || {

@@ -5,7 +5,9 @@ use std::net::IpAddr;
 
 use base64::Engine as _;
 
-use super::{hash, time, Conv, Ctx, IntArg, Kind, MapFile, MapKey, Match, Sample};
+use super::context::{text_match, Ctx, Kind};
+use super::{hash, time};
+use crate::conf::sample::{Conv, IntArg, MapFile, MapKey, Match, Sample};
 
 pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
     use Conv::*;
@@ -245,7 +247,7 @@ fn map_matches(how: Match, key: &MapKey, s: &[u8], int: Option<i64>, ip: Option<
         (Match::Int, MapKey::Int(k)) => int == Some(*k),
         (Match::Ip, MapKey::Net(net, bits)) => ip.is_some_and(|ip| in_net(ip, *net, *bits)),
         (Match::Reg, MapKey::Regex(re)) => re.0.is_match(s),
-        (how, MapKey::Text(k)) => super::text_match(how, s, k, false),
+        (how, MapKey::Text(k)) => text_match(how, s, k, false),
         _ => false,
     }
 }

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 
 use sluice_http::{name_is, trim_ows, Version};
 
-use super::{Ctx, Fetch, Kind, Occ, Sample};
+use super::context::{Ctx, Kind};
+use crate::conf::sample::{Fetch, Occ, Sample};
 use crate::runtime::BackendState;
 
 pub(super) fn kind(f: &Fetch) -> Kind {

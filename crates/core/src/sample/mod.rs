@@ -10,90 +10,17 @@
 //! - Evaluation never allocates for a fetch that borrows from the request or response unless
 //!   a converter changes the bytes.
 
+mod context;
 mod conv;
 mod fetch;
 pub mod hash;
 mod parse;
 mod time;
 
-use std::cell::RefCell;
-use std::net::SocketAddr;
-
-use sluice_http::{RequestView, ResponseView};
-
+pub use self::context::{text_match, Ctx, Kind, StreamVars};
 pub use self::conv::in_net;
 pub use self::parse::{parse_expr, parse_fmt, parse_map, parse_net, parse_var, ParseError};
 pub use crate::conf::sample::*;
-use crate::runtime::Process;
-
-/// The variables a stream sees: its connection's and its transaction's (the process's live
-/// in `Process`).
-#[derive(Debug, Default)]
-pub struct StreamVars {
-    pub sess: RefCell<Vars>,
-    pub txn: RefCell<Vars>,
-}
-
-impl StreamVars {
-    pub fn get(&self, process: &Process, v: &VarName) -> Option<Sample<'static>> {
-        match v.scope {
-            VarScope::Proc => process
-                .vars
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&v.name)
-                .cloned(),
-            VarScope::Sess => self.sess.borrow().get(&v.name).cloned(),
-            VarScope::Txn | VarScope::Req | VarScope::Res => {
-                self.txn.borrow().get(&v.name).cloned()
-            }
-        }
-    }
-
-    pub fn set(&self, process: &Process, v: &VarName, value: Sample<'static>) {
-        match v.scope {
-            VarScope::Proc => process
-                .vars
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .set(&v.name, value),
-            VarScope::Sess => self.sess.borrow_mut().set(&v.name, value),
-            VarScope::Txn | VarScope::Req | VarScope::Res => {
-                self.txn.borrow_mut().set(&v.name, value)
-            }
-        }
-    }
-
-    pub fn unset(&self, process: &Process, v: &VarName) {
-        match v.scope {
-            VarScope::Proc => process
-                .vars
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .unset(&v.name),
-            VarScope::Sess => self.sess.borrow_mut().unset(&v.name),
-            VarScope::Txn | VarScope::Req | VarScope::Res => self.txn.borrow_mut().unset(&v.name),
-        }
-    }
-}
-
-/// Everything a sample may be fetched from, for one evaluation.
-pub struct Ctx<'a> {
-    pub process: &'a Process,
-    pub frontend: usize,
-    pub backend: Option<usize>,
-    pub server: Option<usize>,
-    pub src: SocketAddr,
-    /// The client connection (its local address is asked of the kernel only when a rule
-    /// needs it).
-    pub client: Option<&'a crate::transport::Conn>,
-    pub req: Option<&'a RequestView<'a>>,
-    /// The request body, when buffered (`option http-buffer-request`).
-    pub body: Option<&'a [u8]>,
-    pub res: Option<&'a ResponseView<'a>>,
-    pub vars: &'a StreamVars,
-    pub unique_id: Option<&'a str>,
-}
 
 impl Expr {
     /// Fetches and converts; `None` when any step has nothing to give.
@@ -150,76 +77,6 @@ impl Fmt {
             }
         }
         out
-    }
-}
-
-/// A sample's type, as known before evaluation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Bool,
-    Int,
-    Ip,
-    Str,
-    Bin,
-}
-
-/// Whether text `s` matches pattern `p` by `how` (`str`, `beg`, `end`, `sub`, `dir`,
-/// `dom`), ignoring ASCII case when `icase`.
-pub fn text_match(how: Match, s: &[u8], p: &[u8], icase: bool) -> bool {
-    let eq = |a: &[u8], b: &[u8]| {
-        if icase {
-            a.eq_ignore_ascii_case(b)
-        } else {
-            a == b
-        }
-    };
-    match how {
-        Match::Str => eq(s, p),
-        Match::Beg => s.len() >= p.len() && eq(&s[..p.len()], p),
-        Match::End => s.len() >= p.len() && eq(&s[s.len() - p.len()..], p),
-        Match::Sub => p.is_empty() || s.windows(p.len()).any(|w| eq(w, p)),
-        // A part between delimiters (or the ends): '/' and '?' for a directory; also '.'
-        // and ':' for a domain.
-        Match::Dir => delimited(s, p, b"/?", eq),
-        Match::Dom => delimited(s, p, b"/?.:", eq),
-        _ => false,
-    }
-}
-
-fn delimited(s: &[u8], p: &[u8], delims: &[u8], eq: impl Fn(&[u8], &[u8]) -> bool) -> bool {
-    let p = trim_delims(p, delims);
-    if p.is_empty() {
-        return false;
-    }
-    (0..=s.len().saturating_sub(p.len())).any(|i| {
-        s.len() >= i + p.len()
-            && eq(&s[i..i + p.len()], p)
-            && (i == 0 || delims.contains(&s[i - 1]))
-            && (i + p.len() == s.len() || delims.contains(&s[i + p.len()]))
-    })
-}
-
-fn trim_delims<'p>(mut p: &'p [u8], delims: &[u8]) -> &'p [u8] {
-    while let [first, rest @ ..] = p {
-        if !delims.contains(first) {
-            break;
-        }
-        p = rest;
-    }
-    while let [rest @ .., last] = p {
-        if !delims.contains(last) {
-            break;
-        }
-        p = rest;
-    }
-    p
-}
-
-/// Prints a sample as log formats and header values do: text as is, `-` for none.
-pub fn print(s: Option<&Sample<'_>>, out: &mut Vec<u8>) {
-    match s {
-        Some(s) => out.extend_from_slice(&s.as_bytes()),
-        None => out.push(b'-'),
     }
 }
 

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{
+use crate::conf::sample::{
     Conv, Expr, Fetch, Fmt, FmtPart, IntArg, MapFile, MapKey, Match, Regex, VarName, VarScope,
 };
 

@@ -1,0 +1,141 @@
+//! What samples are fetched from (`Ctx`), the variables a stream sees, sample types known
+//! before evaluation, and the text matching shared by ACLs and map files.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+
+use sluice_http::{RequestView, ResponseView};
+
+use crate::conf::sample::{Match, Sample, VarName, VarScope, Vars};
+use crate::runtime::Process;
+
+/// The variables a stream sees: its connection's and its transaction's (the process's live
+/// in `Process`).
+#[derive(Debug, Default)]
+pub struct StreamVars {
+    pub sess: RefCell<Vars>,
+    pub txn: RefCell<Vars>,
+}
+
+impl StreamVars {
+    pub fn get(&self, process: &Process, v: &VarName) -> Option<Sample<'static>> {
+        match v.scope {
+            VarScope::Proc => process
+                .vars
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&v.name)
+                .cloned(),
+            VarScope::Sess => self.sess.borrow().get(&v.name).cloned(),
+            VarScope::Txn | VarScope::Req | VarScope::Res => {
+                self.txn.borrow().get(&v.name).cloned()
+            }
+        }
+    }
+
+    pub fn set(&self, process: &Process, v: &VarName, value: Sample<'static>) {
+        match v.scope {
+            VarScope::Proc => process
+                .vars
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set(&v.name, value),
+            VarScope::Sess => self.sess.borrow_mut().set(&v.name, value),
+            VarScope::Txn | VarScope::Req | VarScope::Res => {
+                self.txn.borrow_mut().set(&v.name, value)
+            }
+        }
+    }
+
+    pub fn unset(&self, process: &Process, v: &VarName) {
+        match v.scope {
+            VarScope::Proc => process
+                .vars
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unset(&v.name),
+            VarScope::Sess => self.sess.borrow_mut().unset(&v.name),
+            VarScope::Txn | VarScope::Req | VarScope::Res => self.txn.borrow_mut().unset(&v.name),
+        }
+    }
+}
+
+/// Everything a sample may be fetched from, for one evaluation.
+pub struct Ctx<'a> {
+    pub process: &'a Process,
+    pub frontend: usize,
+    pub backend: Option<usize>,
+    pub server: Option<usize>,
+    pub src: SocketAddr,
+    /// The client connection (its local address is asked of the kernel only when a rule
+    /// needs it).
+    pub client: Option<&'a crate::transport::Conn>,
+    pub req: Option<&'a RequestView<'a>>,
+    /// The request body, when buffered (`option http-buffer-request`).
+    pub body: Option<&'a [u8]>,
+    pub res: Option<&'a ResponseView<'a>>,
+    pub vars: &'a StreamVars,
+    pub unique_id: Option<&'a str>,
+}
+
+/// A sample's type, as known before evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    Int,
+    Ip,
+    Str,
+    Bin,
+}
+
+/// Whether text `s` matches pattern `p` by `how` (`str`, `beg`, `end`, `sub`, `dir`,
+/// `dom`), ignoring ASCII case when `icase`.
+pub fn text_match(how: Match, s: &[u8], p: &[u8], icase: bool) -> bool {
+    let eq = |a: &[u8], b: &[u8]| {
+        if icase {
+            a.eq_ignore_ascii_case(b)
+        } else {
+            a == b
+        }
+    };
+    match how {
+        Match::Str => eq(s, p),
+        Match::Beg => s.len() >= p.len() && eq(&s[..p.len()], p),
+        Match::End => s.len() >= p.len() && eq(&s[s.len() - p.len()..], p),
+        Match::Sub => p.is_empty() || s.windows(p.len()).any(|w| eq(w, p)),
+        // A part between delimiters (or the ends): '/' and '?' for a directory; also '.'
+        // and ':' for a domain.
+        Match::Dir => delimited(s, p, b"/?", eq),
+        Match::Dom => delimited(s, p, b"/?.:", eq),
+        _ => false,
+    }
+}
+
+fn delimited(s: &[u8], p: &[u8], delims: &[u8], eq: impl Fn(&[u8], &[u8]) -> bool) -> bool {
+    let p = trim_delims(p, delims);
+    if p.is_empty() {
+        return false;
+    }
+    (0..=s.len().saturating_sub(p.len())).any(|i| {
+        s.len() >= i + p.len()
+            && eq(&s[i..i + p.len()], p)
+            && (i == 0 || delims.contains(&s[i - 1]))
+            && (i + p.len() == s.len() || delims.contains(&s[i + p.len()]))
+    })
+}
+
+fn trim_delims<'p>(mut p: &'p [u8], delims: &[u8]) -> &'p [u8] {
+    while let [first, rest @ ..] = p {
+        if !delims.contains(first) {
+            break;
+        }
+        p = rest;
+    }
+    while let [rest @ .., last] = p {
+        if !delims.contains(last) {
+            break;
+        }
+        p = rest;
+    }
+    p
+}
