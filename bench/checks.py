@@ -62,28 +62,15 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
 
 def cfg(kind, checks):
     """One HAProxy-syntax file for both proxies; `checks` adds the 1,000-server checked backend."""
-    text = f"""global
-    nbthread {THREADS}
-    maxconn 5000
-    stats socket {SOCK} level admin
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    default_backend be
-backend be
-    server s1 127.0.0.1:{ORIGIN}
-"""
+    extra = ""
     if checks:
-        text += "backend checked\n    option httpchk GET /health\n" + "".join(
+        extra = "backend checked\n    option httpchk GET /health\n" + "".join(
             f"    server c{i} 127.0.0.1:{ORIGIN} check inter 1s rise 2 fall 3\n" for i in range(SERVERS))
-    path = os.path.join(work, f"{kind}-{'checks' if checks else 'nochecks'}.cfg")
-    with open(path, "w") as f:
-        f.write(text)
+    path = core.write_config(
+        f"{kind}-{'checks' if checks else 'nochecks'}",
+        glob=f"    nbthread {THREADS}\n    maxconn 5000\n    stats socket {SOCK} level admin\n",
+        defaults="    timeout check 1s\n",
+        extra=extra)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
 
 

@@ -36,23 +36,8 @@ def hap_or_sluice_cfg(kind, cpu_cap):
     glob = f"    nbthread 1\n    maxconn 5000\n"
     if cpu_cap:
         glob += f"    maxcompcpuusage {cpu_cap}\n"
-    body = f"""global
-{glob}defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    compression algo gzip
-    compression type {TYPES}
-    default_backend be
-backend be
-    server s1 127.0.0.1:{ORIGIN}
-"""
-    conf = os.path.join(work, f"{kind}.cfg")
-    with open(conf, "w") as f:
-        f.write(body)
+    conf = core.write_config(kind, glob=glob,
+                             frontend=f"    compression algo gzip\n    compression type {TYPES}\n")
     return [core.SLUICE, "-f", conf] if kind == "sluice" else ["haproxy", "-db", "-f", conf]
 
 

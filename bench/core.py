@@ -113,25 +113,34 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; sendf
     return start(["nginx", "-c", conf, "-p", work], ORIGIN)
 
 
-def proxy_config(kind, threads):
-    """The same HAProxy-syntax configuration for sluice and HAProxy."""
-    conf = os.path.join(work, f"{kind}.cfg")
-    with open(conf, "w") as f:
-        f.write(f"""global
-    nbthread {threads}
-    maxconn 5000
-defaults
+def write_config(name, glob="", defaults="", frontend="", backend=None, extra=""):
+    """Writes work/NAME.cfg in HAProxy syntax (both proxies read it): `global` with the lines
+    `glob`, the timeouts every benchmark uses plus `defaults`, frontend `fe` on PROXY with the
+    lines `frontend` sending to backend `be`, whose lines are `backend` (by default one server
+    on ORIGIN), then `extra` (more sections). Each argument is whole lines, indented, ending
+    with a newline. Returns the path."""
+    if backend is None:
+        backend = f"    server s1 127.0.0.1:{ORIGIN}\n"
+    text = f"""global
+{glob}defaults
     mode http
-    timeout connect 5s
+{defaults}    timeout connect 5s
     timeout client 30s
     timeout server 30s
 frontend fe
     bind 127.0.0.1:{PROXY}
-    default_backend be
+{frontend}    default_backend be
 backend be
-    server s1 127.0.0.1:{ORIGIN}
-""")
-    return conf
+{backend}{extra}"""
+    path = os.path.join(work, f"{name}.cfg")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def proxy_config(kind, threads):
+    """The same HAProxy-syntax configuration for sluice and HAProxy."""
+    return write_config(kind, glob=f"    nbthread {threads}\n    maxconn 5000\n")
 
 
 def sluice_cmd(threads, binary=SLUICE):

@@ -45,21 +45,7 @@ def requests(n):
 
 
 def instructions(binary, n):
-    cfg = os.path.join(work, "instr.cfg")
-    with open(cfg, "w") as f:
-        f.write(f"""global
-    nbthread 1
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    default_backend be
-backend be
-    server s1 127.0.0.1:{ORIGIN}
-""")
+    cfg = core.write_config("instr", glob="    nbthread 1\n")
     out = os.path.join(work, f"callgrind.{n}.out")
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "-f", cfg],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

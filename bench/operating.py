@@ -41,23 +41,8 @@ def sink():
 def hap_sluice(kind, log):
     logging = f"    log 127.0.0.1:{SINK} local0\n" if log else ""
     deflog = "    log global\n    option httplog\n" if log else ""
-    text = f"""global
-    nbthread 1
-    maxconn 4000
-{logging}defaults
-    mode http
-{deflog}    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    default_backend be
-backend be
-    server s1 127.0.0.1:{ORIGIN}
-"""
-    path = os.path.join(work, f"{kind}-op-{'log' if log else 'nolog'}.cfg")
-    with open(path, "w") as f:
-        f.write(text)
+    path = core.write_config(f"{kind}-op-{'log' if log else 'nolog'}",
+                             glob="    nbthread 1\n    maxconn 4000\n" + logging, defaults=deflog)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
 
 

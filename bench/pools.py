@@ -34,26 +34,11 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
 
 
 def cfg(kind, threads, low):
-    servers = "\n".join(f"    server s{i} 127.0.0.1:{p} pool-low-conn {low}" for i, p in enumerate(PORTS))
-    text = f"""global
-    nbthread {threads}
-    maxconn 4000
-    stats socket {SOCK} level admin
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    default_backend be
-backend be
-    balance roundrobin
-{servers}
-"""
-    path = os.path.join(work, f"{kind}.cfg")
-    with open(path, "w") as f:
-        f.write(text)
+    servers = "".join(f"    server s{i} 127.0.0.1:{p} pool-low-conn {low}\n" for i, p in enumerate(PORTS))
+    path = core.write_config(
+        kind,
+        glob=f"    nbthread {threads}\n    maxconn 4000\n    stats socket {SOCK} level admin\n",
+        backend="    balance roundrobin\n" + servers)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
 
 

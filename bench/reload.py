@@ -39,22 +39,7 @@ http {{ access_log off; keepalive_requests 1000000;
 
 def cfg(kind, expose):
     sock = f"    stats socket {SOCK} level admin{' expose-fd listeners' if expose else ''}\n"
-    text = f"""global
-{sock}defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    default_backend be
-backend be
-    server s1 127.0.0.1:{ORIGIN}
-"""
-    path = os.path.join(work, f"reload-{kind}.cfg")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+    return core.write_config(f"reload-{kind}", glob=sock)
 
 
 def command(kind, path, old_pid, handover):

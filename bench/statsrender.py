@@ -18,28 +18,12 @@ SOCK = os.path.join(work, "statsrender.sock")
 
 
 def cfg(kind):
-    text = f"""global
-    stats socket {SOCK} level admin
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:{PROXY}
-    stats enable
-    stats uri /stats
-    http-request use-service prometheus-exporter if {{ path /metrics }}
-    default_backend be
-backend be
-""" + "".join(f"    server s{i} 127.0.0.1:{20000 + i % 1000}\n" for i in range(SERVERS))
-    if kind == "sluice":
-        # sluice's ACLs are named (anonymous ones come with the rules engine).
-        text = text.replace("http-request use-service prometheus-exporter if { path /metrics }",
-                            "acl metrics path /metrics\n    http-request use-service prometheus-exporter if metrics")
-    path = os.path.join(work, f"statsrender-{kind}.cfg")
-    with open(path, "w") as f:
-        f.write(text)
+    path = core.write_config(
+        f"statsrender-{kind}",
+        glob=f"    stats socket {SOCK} level admin\n",
+        frontend="    stats enable\n    stats uri /stats\n"
+                 "    http-request use-service prometheus-exporter if { path /metrics }\n",
+        backend="".join(f"    server s{i} 127.0.0.1:{20000 + i % 1000}\n" for i in range(SERVERS)))
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
 
 

@@ -240,12 +240,17 @@ fn module_counters(row: &mut Row, h1: Option<(u64, u64, u64, u64)>) {
     }
 }
 
-fn proxy_traffic(row: &mut Row, c: &PerWorker<ProxyCounters>, http: bool) {
+/// Sessions, bytes and denials: what proxies and listeners both count.
+fn sessions_and_bytes(row: &mut Row, c: &PerWorker<ProxyCounters>) {
     row.num("stot", c.sum(|k| &k.traffic.sessions));
     row.num("bin", c.sum(|k| &k.traffic.bytes_in));
     row.num("bout", c.sum(|k| &k.traffic.bytes_out));
     row.num("dreq", c.sum(|k| &k.denied_requests));
     row.num("dresp", c.sum(|k| &k.denied_responses));
+}
+
+fn proxy_traffic(row: &mut Row, c: &PerWorker<ProxyCounters>, http: bool) {
+    sessions_and_bytes(row, c);
     row.num("comp_in", c.sum(|k| &k.comp_in));
     row.num("comp_out", c.sum(|k| &k.comp_out));
     row.num("comp_byp", c.sum(|k| &k.comp_byp));
@@ -343,11 +348,7 @@ fn listener_row(
     r.num("scur", st.conns.load(Ordering::Relaxed));
     r.num("smax", st.peak.get());
     r.num("slim", 0);
-    r.num("stot", c.sum(|k| &k.traffic.sessions));
-    r.num("bin", c.sum(|k| &k.traffic.bytes_in));
-    r.num("bout", c.sum(|k| &k.traffic.bytes_out));
-    r.num("dreq", c.sum(|k| &k.denied_requests));
-    r.num("dresp", c.sum(|k| &k.denied_responses));
+    sessions_and_bytes(&mut r, c);
     r.num("ereq", c.sum(|k| &k.request_errors));
     r.text("status", "OPEN");
     ids(&mut r);

@@ -75,25 +75,21 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
         return response("303 See Other", &[("location", &location)], b"");
     }
     let rows = rows(p, req.page, opts.contains(&"up"));
-    if opts.contains(&"csv") {
-        return response(
+    let data = |content_type: &str, body: String| {
+        response(
             "200 OK",
             &[
-                ("content-type", "text/plain"),
+                ("content-type", content_type),
                 ("cache-control", "no-cache"),
             ],
-            csv(&rows).as_bytes(),
-        );
+            body.as_bytes(),
+        )
+    };
+    if opts.contains(&"csv") {
+        return data("text/plain", csv(&rows));
     }
     if opts.contains(&"json") {
-        return response(
-            "200 OK",
-            &[
-                ("content-type", "application/json"),
-                ("cache-control", "no-cache"),
-            ],
-            json(&rows).as_bytes(),
-        );
+        return data("application/json", json(&rows));
     }
     let done = opts.iter().find_map(|o| o.strip_prefix("st="));
     let html = html(p, req, &rows, !opts.contains(&"norefresh"), done);

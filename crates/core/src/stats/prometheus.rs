@@ -37,8 +37,11 @@ use Source::{Col, Limit, Ms, Responses, State};
 const GAUGE: &str = "gauge";
 const COUNTER: &str = "counter";
 
+/// A metric: (name after `haproxy_SCOPE_`, type, source, help).
+type Metric = (&'static str, &'static str, Source, &'static str);
+
 /// (name after `haproxy_process_`, type, source, help)
-const PROCESS: &[(&str, &str, Source, &str)] = &[
+const PROCESS: &[Metric] = &[
     ("nbthread", GAUGE, Col("Nbthread"), "Worker threads."),
     ("nbproc", GAUGE, Col("Nbproc"), "Processes (always 1)."),
     (
@@ -358,91 +361,235 @@ const CHECK_STATES: &[&str] = &[
     "L7OK", "L7OKC", "L7STS", "PROCERR", "PROCTOUT", "PROCOK",
 ];
 
-const FRONTEND: &[(&str, &str, Source, &str)] = &[
-    ("current_sessions", GAUGE, Col("scur"), "Sessions open."),
-    (
-        "max_sessions",
-        GAUGE,
-        Col("smax"),
-        "Most sessions open at once.",
-    ),
-    ("limit_sessions", GAUGE, Limit("slim"), "Session limit."),
-    ("sessions_total", COUNTER, Col("stot"), "Sessions."),
-    ("bytes_in_total", COUNTER, Col("bin"), "Bytes received."),
-    ("bytes_out_total", COUNTER, Col("bout"), "Bytes sent."),
-    (
-        "requests_denied_total",
-        COUNTER,
-        Col("dreq"),
-        "Requests denied by rules.",
-    ),
-    (
-        "responses_denied_total",
-        COUNTER,
-        Col("dresp"),
-        "Responses denied by rules.",
-    ),
+// Metrics that several scopes publish with the same source and help.
+const MAX_QUEUE: Metric = (
+    "max_queue",
+    GAUGE,
+    Col("qmax"),
+    "Most requests waiting at once.",
+);
+const CURRENT_SESSIONS: Metric = ("current_sessions", GAUGE, Col("scur"), "Sessions open.");
+const MAX_SESSIONS: Metric = (
+    "max_sessions",
+    GAUGE,
+    Col("smax"),
+    "Most sessions open at once.",
+);
+const LIMIT_SESSIONS: Metric = ("limit_sessions", GAUGE, Limit("slim"), "Session limit.");
+const SESSIONS_TOTAL: Metric = ("sessions_total", COUNTER, Col("stot"), "Sessions.");
+const BYTES_IN_TOTAL: Metric = ("bytes_in_total", COUNTER, Col("bin"), "Bytes received.");
+const BYTES_OUT_TOTAL: Metric = ("bytes_out_total", COUNTER, Col("bout"), "Bytes sent.");
+const REQUESTS_DENIED_TOTAL: Metric = (
+    "requests_denied_total",
+    COUNTER,
+    Col("dreq"),
+    "Requests denied by rules.",
+);
+const RESPONSES_DENIED_TOTAL: Metric = (
+    "responses_denied_total",
+    COUNTER,
+    Col("dresp"),
+    "Responses denied by rules.",
+);
+const RESPONSE_ERRORS_TOTAL: Metric = (
+    "response_errors_total",
+    COUNTER,
+    Col("eresp"),
+    "Invalid or cut responses.",
+);
+const RETRY_WARNINGS_TOTAL: Metric = (
+    "retry_warnings_total",
+    COUNTER,
+    Col("wretr"),
+    "Connection retries.",
+);
+const REDISPATCH_WARNINGS_TOTAL: Metric = (
+    "redispatch_warnings_total",
+    COUNTER,
+    Col("wredis"),
+    "Requests moved to another server.",
+);
+const STATUS: Metric = ("status", GAUGE, State(UP_DOWN), "1 for the current state.");
+const CHECK_LAST_CHANGE_SECONDS: Metric = (
+    "check_last_change_seconds",
+    GAUGE,
+    Col("lastchg"),
+    "Seconds since the last change of state.",
+);
+const MAX_SESSION_RATE: Metric = (
+    "max_session_rate",
+    GAUGE,
+    Col("rate_max"),
+    "Highest session rate seen.",
+);
+const HTTP_RESPONSES_TOTAL: Metric = (
+    "http_responses_total",
+    COUNTER,
+    Responses,
+    "HTTP responses by status class.",
+);
+const HTTP_REQUESTS_TOTAL: Metric = (
+    "http_requests_total",
+    COUNTER,
+    Col("req_tot"),
+    "HTTP requests.",
+);
+const CLIENT_ABORTS_TOTAL: Metric = (
+    "client_aborts_total",
+    COUNTER,
+    Col("cli_abrt"),
+    "Transfers aborted by the client.",
+);
+const SERVER_ABORTS_TOTAL: Metric = (
+    "server_aborts_total",
+    COUNTER,
+    Col("srv_abrt"),
+    "Transfers aborted by the server.",
+);
+const HTTP_COMP_BYTES_IN_TOTAL: Metric = (
+    "http_comp_bytes_in_total",
+    COUNTER,
+    Col("comp_in"),
+    "Bytes fed to the compressor.",
+);
+const HTTP_COMP_BYTES_OUT_TOTAL: Metric = (
+    "http_comp_bytes_out_total",
+    COUNTER,
+    Col("comp_out"),
+    "Bytes out of the compressor.",
+);
+const HTTP_COMP_BYTES_BYPASSED_TOTAL: Metric = (
+    "http_comp_bytes_bypassed_total",
+    COUNTER,
+    Col("comp_byp"),
+    "Bytes sent uncompressed.",
+);
+const HTTP_COMP_RESPONSES_TOTAL: Metric = (
+    "http_comp_responses_total",
+    COUNTER,
+    Col("comp_rsp"),
+    "Responses compressed.",
+);
+const LAST_SESSION_SECONDS: Metric = (
+    "last_session_seconds",
+    GAUGE,
+    Col("lastsess"),
+    "Seconds since the last session.",
+);
+const QUEUE_TIME_AVERAGE_SECONDS: Metric = (
+    "queue_time_average_seconds",
+    GAUGE,
+    Ms("qtime"),
+    "Average time queued, last 1024 requests.",
+);
+const CONNECT_TIME_AVERAGE_SECONDS: Metric = (
+    "connect_time_average_seconds",
+    GAUGE,
+    Ms("ctime"),
+    "Average connect time, last 1024 requests.",
+);
+const RESPONSE_TIME_AVERAGE_SECONDS: Metric = (
+    "response_time_average_seconds",
+    GAUGE,
+    Ms("rtime"),
+    "Average response time, last 1024 requests.",
+);
+const TOTAL_TIME_AVERAGE_SECONDS: Metric = (
+    "total_time_average_seconds",
+    GAUGE,
+    Ms("ttime"),
+    "Average total time, last 1024 requests.",
+);
+const FAILED_HEADER_REWRITING_TOTAL: Metric = (
+    "failed_header_rewriting_total",
+    COUNTER,
+    Col("wrew"),
+    "Failed header rewrites.",
+);
+const CONNECTION_REUSES_TOTAL: Metric = (
+    "connection_reuses_total",
+    COUNTER,
+    Col("reuse"),
+    "Requests on reused connections.",
+);
+const HTTP_CACHE_LOOKUPS_TOTAL: Metric = (
+    "http_cache_lookups_total",
+    COUNTER,
+    Col("cache_lookups"),
+    "Cache lookups.",
+);
+const HTTP_CACHE_HITS_TOTAL: Metric = (
+    "http_cache_hits_total",
+    COUNTER,
+    Col("cache_hits"),
+    "Cache hits.",
+);
+const MAX_QUEUE_TIME_SECONDS: Metric = (
+    "max_queue_time_seconds",
+    GAUGE,
+    Ms("qtime_max"),
+    "Longest time queued.",
+);
+const MAX_CONNECT_TIME_SECONDS: Metric = (
+    "max_connect_time_seconds",
+    GAUGE,
+    Ms("ctime_max"),
+    "Longest connect time.",
+);
+const MAX_RESPONSE_TIME_SECONDS: Metric = (
+    "max_response_time_seconds",
+    GAUGE,
+    Ms("rtime_max"),
+    "Longest response time.",
+);
+const MAX_TOTAL_TIME_SECONDS: Metric = (
+    "max_total_time_seconds",
+    GAUGE,
+    Ms("ttime_max"),
+    "Longest total time.",
+);
+const INTERNAL_ERRORS_TOTAL: Metric = (
+    "internal_errors_total",
+    COUNTER,
+    Col("eint"),
+    "Internal errors.",
+);
+
+const FRONTEND: &[Metric] = &[
+    CURRENT_SESSIONS,
+    MAX_SESSIONS,
+    LIMIT_SESSIONS,
+    SESSIONS_TOTAL,
+    BYTES_IN_TOTAL,
+    BYTES_OUT_TOTAL,
+    REQUESTS_DENIED_TOTAL,
+    RESPONSES_DENIED_TOTAL,
     (
         "request_errors_total",
         COUNTER,
         Col("ereq"),
         "Invalid or incomplete requests.",
     ),
-    ("status", GAUGE, State(UP_DOWN), "1 for the current state."),
+    STATUS,
     (
         "limit_session_rate",
         GAUGE,
         Col("rate_lim"),
         "Session rate limit.",
     ),
-    (
-        "max_session_rate",
-        GAUGE,
-        Col("rate_max"),
-        "Highest session rate seen.",
-    ),
-    (
-        "http_responses_total",
-        COUNTER,
-        Responses,
-        "HTTP responses by status class.",
-    ),
+    MAX_SESSION_RATE,
+    HTTP_RESPONSES_TOTAL,
     (
         "http_requests_rate_max",
         GAUGE,
         Col("req_rate_max"),
         "Highest request rate seen.",
     ),
-    (
-        "http_requests_total",
-        COUNTER,
-        Col("req_tot"),
-        "HTTP requests.",
-    ),
-    (
-        "http_comp_bytes_in_total",
-        COUNTER,
-        Col("comp_in"),
-        "Bytes fed to the compressor.",
-    ),
-    (
-        "http_comp_bytes_out_total",
-        COUNTER,
-        Col("comp_out"),
-        "Bytes out of the compressor.",
-    ),
-    (
-        "http_comp_bytes_bypassed_total",
-        COUNTER,
-        Col("comp_byp"),
-        "Bytes sent uncompressed.",
-    ),
-    (
-        "http_comp_responses_total",
-        COUNTER,
-        Col("comp_rsp"),
-        "Responses compressed.",
-    ),
+    HTTP_REQUESTS_TOTAL,
+    HTTP_COMP_BYTES_IN_TOTAL,
+    HTTP_COMP_BYTES_OUT_TOTAL,
+    HTTP_COMP_BYTES_BYPASSED_TOTAL,
+    HTTP_COMP_RESPONSES_TOTAL,
     (
         "connections_rate_max",
         GAUGE,
@@ -473,93 +620,38 @@ const FRONTEND: &[(&str, &str, Source, &str)] = &[
         Col("dses"),
         "Sessions denied by rules.",
     ),
-    (
-        "failed_header_rewriting_total",
-        COUNTER,
-        Col("wrew"),
-        "Failed header rewrites.",
-    ),
-    (
-        "http_cache_lookups_total",
-        COUNTER,
-        Col("cache_lookups"),
-        "Cache lookups.",
-    ),
-    (
-        "http_cache_hits_total",
-        COUNTER,
-        Col("cache_hits"),
-        "Cache hits.",
-    ),
-    (
-        "internal_errors_total",
-        COUNTER,
-        Col("eint"),
-        "Internal errors.",
-    ),
+    FAILED_HEADER_REWRITING_TOTAL,
+    HTTP_CACHE_LOOKUPS_TOTAL,
+    HTTP_CACHE_HITS_TOTAL,
+    INTERNAL_ERRORS_TOTAL,
 ];
 
-const BACKEND: &[(&str, &str, Source, &str)] = &[
+const BACKEND: &[Metric] = &[
     (
         "current_queue",
         GAUGE,
         Col("qcur"),
         "Requests waiting for a server.",
     ),
-    (
-        "max_queue",
-        GAUGE,
-        Col("qmax"),
-        "Most requests waiting at once.",
-    ),
-    ("current_sessions", GAUGE, Col("scur"), "Sessions open."),
-    (
-        "max_sessions",
-        GAUGE,
-        Col("smax"),
-        "Most sessions open at once.",
-    ),
-    ("limit_sessions", GAUGE, Limit("slim"), "Session limit."),
-    ("sessions_total", COUNTER, Col("stot"), "Sessions."),
-    ("bytes_in_total", COUNTER, Col("bin"), "Bytes received."),
-    ("bytes_out_total", COUNTER, Col("bout"), "Bytes sent."),
-    (
-        "requests_denied_total",
-        COUNTER,
-        Col("dreq"),
-        "Requests denied by rules.",
-    ),
-    (
-        "responses_denied_total",
-        COUNTER,
-        Col("dresp"),
-        "Responses denied by rules.",
-    ),
+    MAX_QUEUE,
+    CURRENT_SESSIONS,
+    MAX_SESSIONS,
+    LIMIT_SESSIONS,
+    SESSIONS_TOTAL,
+    BYTES_IN_TOTAL,
+    BYTES_OUT_TOTAL,
+    REQUESTS_DENIED_TOTAL,
+    RESPONSES_DENIED_TOTAL,
     (
         "connection_errors_total",
         COUNTER,
         Col("econ"),
         "Failed connections to servers.",
     ),
-    (
-        "response_errors_total",
-        COUNTER,
-        Col("eresp"),
-        "Invalid or cut responses.",
-    ),
-    (
-        "retry_warnings_total",
-        COUNTER,
-        Col("wretr"),
-        "Connection retries.",
-    ),
-    (
-        "redispatch_warnings_total",
-        COUNTER,
-        Col("wredis"),
-        "Requests moved to another server.",
-    ),
-    ("status", GAUGE, State(UP_DOWN), "1 for the current state."),
+    RESPONSE_ERRORS_TOTAL,
+    RETRY_WARNINGS_TOTAL,
+    REDISPATCH_WARNINGS_TOTAL,
+    STATUS,
     (
         "weight",
         GAUGE,
@@ -584,12 +676,7 @@ const BACKEND: &[(&str, &str, Source, &str)] = &[
         Col("chkdown"),
         "Times the backend lost its last server.",
     ),
-    (
-        "check_last_change_seconds",
-        GAUGE,
-        Col("lastchg"),
-        "Seconds since the last change of state.",
-    ),
+    CHECK_LAST_CHANGE_SECONDS,
     (
         "downtime_seconds_total",
         COUNTER,
@@ -602,150 +689,35 @@ const BACKEND: &[(&str, &str, Source, &str)] = &[
         Col("lbtot"),
         "Times a server was picked.",
     ),
-    (
-        "max_session_rate",
-        GAUGE,
-        Col("rate_max"),
-        "Highest session rate seen.",
-    ),
-    (
-        "http_responses_total",
-        COUNTER,
-        Responses,
-        "HTTP responses by status class.",
-    ),
-    (
-        "http_requests_total",
-        COUNTER,
-        Col("req_tot"),
-        "HTTP requests.",
-    ),
-    (
-        "client_aborts_total",
-        COUNTER,
-        Col("cli_abrt"),
-        "Transfers aborted by the client.",
-    ),
-    (
-        "server_aborts_total",
-        COUNTER,
-        Col("srv_abrt"),
-        "Transfers aborted by the server.",
-    ),
-    (
-        "http_comp_bytes_in_total",
-        COUNTER,
-        Col("comp_in"),
-        "Bytes fed to the compressor.",
-    ),
-    (
-        "http_comp_bytes_out_total",
-        COUNTER,
-        Col("comp_out"),
-        "Bytes out of the compressor.",
-    ),
-    (
-        "http_comp_bytes_bypassed_total",
-        COUNTER,
-        Col("comp_byp"),
-        "Bytes sent uncompressed.",
-    ),
-    (
-        "http_comp_responses_total",
-        COUNTER,
-        Col("comp_rsp"),
-        "Responses compressed.",
-    ),
-    (
-        "last_session_seconds",
-        GAUGE,
-        Col("lastsess"),
-        "Seconds since the last session.",
-    ),
-    (
-        "queue_time_average_seconds",
-        GAUGE,
-        Ms("qtime"),
-        "Average time queued, last 1024 requests.",
-    ),
-    (
-        "connect_time_average_seconds",
-        GAUGE,
-        Ms("ctime"),
-        "Average connect time, last 1024 requests.",
-    ),
-    (
-        "response_time_average_seconds",
-        GAUGE,
-        Ms("rtime"),
-        "Average response time, last 1024 requests.",
-    ),
-    (
-        "total_time_average_seconds",
-        GAUGE,
-        Ms("ttime"),
-        "Average total time, last 1024 requests.",
-    ),
-    (
-        "failed_header_rewriting_total",
-        COUNTER,
-        Col("wrew"),
-        "Failed header rewrites.",
-    ),
+    MAX_SESSION_RATE,
+    HTTP_RESPONSES_TOTAL,
+    HTTP_REQUESTS_TOTAL,
+    CLIENT_ABORTS_TOTAL,
+    SERVER_ABORTS_TOTAL,
+    HTTP_COMP_BYTES_IN_TOTAL,
+    HTTP_COMP_BYTES_OUT_TOTAL,
+    HTTP_COMP_BYTES_BYPASSED_TOTAL,
+    HTTP_COMP_RESPONSES_TOTAL,
+    LAST_SESSION_SECONDS,
+    QUEUE_TIME_AVERAGE_SECONDS,
+    CONNECT_TIME_AVERAGE_SECONDS,
+    RESPONSE_TIME_AVERAGE_SECONDS,
+    TOTAL_TIME_AVERAGE_SECONDS,
+    FAILED_HEADER_REWRITING_TOTAL,
     (
         "connection_attempts_total",
         COUNTER,
         Col("connect"),
         "Connections opened to servers.",
     ),
-    (
-        "connection_reuses_total",
-        COUNTER,
-        Col("reuse"),
-        "Requests on reused connections.",
-    ),
-    (
-        "http_cache_lookups_total",
-        COUNTER,
-        Col("cache_lookups"),
-        "Cache lookups.",
-    ),
-    (
-        "http_cache_hits_total",
-        COUNTER,
-        Col("cache_hits"),
-        "Cache hits.",
-    ),
-    (
-        "max_queue_time_seconds",
-        GAUGE,
-        Ms("qtime_max"),
-        "Longest time queued.",
-    ),
-    (
-        "max_connect_time_seconds",
-        GAUGE,
-        Ms("ctime_max"),
-        "Longest connect time.",
-    ),
-    (
-        "max_response_time_seconds",
-        GAUGE,
-        Ms("rtime_max"),
-        "Longest response time.",
-    ),
-    (
-        "max_total_time_seconds",
-        GAUGE,
-        Ms("ttime_max"),
-        "Longest total time.",
-    ),
-    (
-        "internal_errors_total",
-        COUNTER,
-        Col("eint"),
-        "Internal errors.",
-    ),
+    CONNECTION_REUSES_TOTAL,
+    HTTP_CACHE_LOOKUPS_TOTAL,
+    HTTP_CACHE_HITS_TOTAL,
+    MAX_QUEUE_TIME_SECONDS,
+    MAX_CONNECT_TIME_SECONDS,
+    MAX_RESPONSE_TIME_SECONDS,
+    MAX_TOTAL_TIME_SECONDS,
+    INTERNAL_ERRORS_TOTAL,
     ("uweight", GAUGE, Col("uweight"), "Weights set by the user."),
     (
         "agg_server_status",
@@ -767,19 +739,14 @@ const BACKEND: &[(&str, &str, Source, &str)] = &[
     ),
 ];
 
-const SERVER: &[(&str, &str, Source, &str)] = &[
+const SERVER: &[Metric] = &[
     (
         "current_queue",
         GAUGE,
         Col("qcur"),
         "Requests waiting for this server.",
     ),
-    (
-        "max_queue",
-        GAUGE,
-        Col("qmax"),
-        "Most requests waiting at once.",
-    ),
+    MAX_QUEUE,
     (
         "current_sessions",
         GAUGE,
@@ -793,39 +760,19 @@ const SERVER: &[(&str, &str, Source, &str)] = &[
         "Most requests in flight at once.",
     ),
     ("limit_sessions", GAUGE, Limit("slim"), "maxconn."),
-    ("sessions_total", COUNTER, Col("stot"), "Sessions."),
-    ("bytes_in_total", COUNTER, Col("bin"), "Bytes received."),
-    ("bytes_out_total", COUNTER, Col("bout"), "Bytes sent."),
-    (
-        "responses_denied_total",
-        COUNTER,
-        Col("dresp"),
-        "Responses denied by rules.",
-    ),
+    SESSIONS_TOTAL,
+    BYTES_IN_TOTAL,
+    BYTES_OUT_TOTAL,
+    RESPONSES_DENIED_TOTAL,
     (
         "connection_errors_total",
         COUNTER,
         Col("econ"),
         "Failed connections.",
     ),
-    (
-        "response_errors_total",
-        COUNTER,
-        Col("eresp"),
-        "Invalid or cut responses.",
-    ),
-    (
-        "retry_warnings_total",
-        COUNTER,
-        Col("wretr"),
-        "Connection retries.",
-    ),
-    (
-        "redispatch_warnings_total",
-        COUNTER,
-        Col("wredis"),
-        "Requests moved to another server.",
-    ),
+    RESPONSE_ERRORS_TOTAL,
+    RETRY_WARNINGS_TOTAL,
+    REDISPATCH_WARNINGS_TOTAL,
     (
         "status",
         GAUGE,
@@ -845,12 +792,7 @@ const SERVER: &[(&str, &str, Source, &str)] = &[
         Col("chkdown"),
         "Times marked down.",
     ),
-    (
-        "check_last_change_seconds",
-        GAUGE,
-        Col("lastchg"),
-        "Seconds since the last change of state.",
-    ),
+    CHECK_LAST_CHANGE_SECONDS,
     (
         "downtime_seconds_total",
         COUNTER,
@@ -865,12 +807,7 @@ const SERVER: &[(&str, &str, Source, &str)] = &[
         "slowstart throttle, percent.",
     ),
     ("loadbalanced_total", COUNTER, Col("lbtot"), "Times picked."),
-    (
-        "max_session_rate",
-        GAUGE,
-        Col("rate_max"),
-        "Highest session rate seen.",
-    ),
+    MAX_SESSION_RATE,
     (
         "check_status",
         GAUGE,
@@ -889,72 +826,22 @@ const SERVER: &[(&str, &str, Source, &str)] = &[
         Ms("check_duration"),
         "Duration of the last check.",
     ),
-    (
-        "http_responses_total",
-        COUNTER,
-        Responses,
-        "HTTP responses by status class.",
-    ),
-    (
-        "client_aborts_total",
-        COUNTER,
-        Col("cli_abrt"),
-        "Transfers aborted by the client.",
-    ),
-    (
-        "server_aborts_total",
-        COUNTER,
-        Col("srv_abrt"),
-        "Transfers aborted by the server.",
-    ),
-    (
-        "last_session_seconds",
-        GAUGE,
-        Col("lastsess"),
-        "Seconds since the last session.",
-    ),
-    (
-        "queue_time_average_seconds",
-        GAUGE,
-        Ms("qtime"),
-        "Average time queued, last 1024 requests.",
-    ),
-    (
-        "connect_time_average_seconds",
-        GAUGE,
-        Ms("ctime"),
-        "Average connect time, last 1024 requests.",
-    ),
-    (
-        "response_time_average_seconds",
-        GAUGE,
-        Ms("rtime"),
-        "Average response time, last 1024 requests.",
-    ),
-    (
-        "total_time_average_seconds",
-        GAUGE,
-        Ms("ttime"),
-        "Average total time, last 1024 requests.",
-    ),
-    (
-        "failed_header_rewriting_total",
-        COUNTER,
-        Col("wrew"),
-        "Failed header rewrites.",
-    ),
+    HTTP_RESPONSES_TOTAL,
+    CLIENT_ABORTS_TOTAL,
+    SERVER_ABORTS_TOTAL,
+    LAST_SESSION_SECONDS,
+    QUEUE_TIME_AVERAGE_SECONDS,
+    CONNECT_TIME_AVERAGE_SECONDS,
+    RESPONSE_TIME_AVERAGE_SECONDS,
+    TOTAL_TIME_AVERAGE_SECONDS,
+    FAILED_HEADER_REWRITING_TOTAL,
     (
         "connection_attempts_total",
         COUNTER,
         Col("connect"),
         "Connections opened.",
     ),
-    (
-        "connection_reuses_total",
-        COUNTER,
-        Col("reuse"),
-        "Requests on reused connections.",
-    ),
+    CONNECTION_REUSES_TOTAL,
     (
         "idle_connections_current",
         GAUGE,
@@ -967,36 +854,11 @@ const SERVER: &[(&str, &str, Source, &str)] = &[
         Limit("src_ilim"),
         "pool-max-conn.",
     ),
-    (
-        "max_queue_time_seconds",
-        GAUGE,
-        Ms("qtime_max"),
-        "Longest time queued.",
-    ),
-    (
-        "max_connect_time_seconds",
-        GAUGE,
-        Ms("ctime_max"),
-        "Longest connect time.",
-    ),
-    (
-        "max_response_time_seconds",
-        GAUGE,
-        Ms("rtime_max"),
-        "Longest response time.",
-    ),
-    (
-        "max_total_time_seconds",
-        GAUGE,
-        Ms("ttime_max"),
-        "Longest total time.",
-    ),
-    (
-        "internal_errors_total",
-        COUNTER,
-        Col("eint"),
-        "Internal errors.",
-    ),
+    MAX_QUEUE_TIME_SECONDS,
+    MAX_CONNECT_TIME_SECONDS,
+    MAX_RESPONSE_TIME_SECONDS,
+    MAX_TOTAL_TIME_SECONDS,
+    INTERNAL_ERRORS_TOTAL,
     (
         "unsafe_idle_connections_current",
         GAUGE,
