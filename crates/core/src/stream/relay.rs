@@ -51,7 +51,7 @@ impl Txn {
         // Backend rules run before frontend rules, as in HAProxy. Their conditions see the
         // response and the variables (the request head is no longer buffered here).
         let mut rsp_edits = Edits::default();
-        {
+        if !(be.rules.http_response.is_empty() && fe.rules.http_response.is_empty()) {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
             let cx = Ctx {
                 backend: Some(conn.backend),
