@@ -25,17 +25,36 @@ fn status_arg(v: &str, index: usize) -> Result<u16, KwError> {
         })
 }
 
-/// The response must end the connection cleanly: it is sent before closing.
+/// The response must end the connection cleanly: it is sent before closing. A file without
+/// Content-Length (Debian's stock errorfiles have none: their body runs to the close) gets
+/// one for its body, so that the client knows where the page ends either way. An empty file
+/// (`/dev/null`) is an empty response: the connection closes without an answer.
 fn with_close_and_length(head_and_body: &[u8]) -> Result<Vec<u8>, String> {
+    if head_and_body.is_empty() {
+        return Ok(Vec::new());
+    }
     let head = sluice_http::parse_response(head_and_body, false)
         .map_err(|e| format!("not a valid HTTP response: {e}"))?
         .ok_or("incomplete HTTP response (missing the empty line after the headers)")?;
-    Ok(head_and_body.to_vec()).and_then(|v| {
-        if head.header(&v, "content-length").is_none() && v.len() > head.len {
-            return Err("the response needs a Content-Length for its body".into());
-        }
-        Ok(v)
-    })
+    let v = head_and_body;
+    if head.header(v, "content-length").is_some() {
+        return Ok(v.to_vec());
+    }
+    if head.header(v, "transfer-encoding").is_some() {
+        return Err("a chunked error response is not supported (give it a Content-Length)".into());
+    }
+    // Inserted before the empty line that ends the head (CRLF or bare LF line ends).
+    let eol: &[u8] = if v[..head.len].ends_with(b"\r\n\r\n") {
+        b"\r\n"
+    } else {
+        b"\n"
+    };
+    let mut out = v[..head.len - eol.len()].to_vec();
+    out.extend_from_slice(format!("content-length: {}", v.len() - head.len).as_bytes());
+    out.extend_from_slice(eol);
+    out.extend_from_slice(eol);
+    out.extend_from_slice(&v[head.len..]);
+    Ok(out)
 }
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[

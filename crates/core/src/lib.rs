@@ -26,6 +26,7 @@ pub mod conf;
 pub mod buffer;
 pub mod fds;
 pub mod padded;
+pub mod tls;
 pub mod transport;
 
 pub mod log;

@@ -14,7 +14,7 @@ use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::{
     acl, backend, balance, check, compression, control, errorpages, log, pending, pool, rules,
-    stats,
+    stats, tls,
 };
 use crate::{stream, worker};
 
@@ -45,6 +45,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     control::cli::GLOBAL_KEYWORDS,
     pool::GLOBAL_KEYWORDS,
     log::GLOBAL_KEYWORDS,
+    tls::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
@@ -64,6 +65,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     compression::KEYWORDS,
     errorpages::KEYWORDS,
     log::KEYWORDS,
+    log::OPTION_KEYWORDS,
     stats::KEYWORDS,
     pending::PROXY_KEYWORDS,
 ];

@@ -10,7 +10,8 @@
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
@@ -126,12 +127,14 @@ fn facility(name: &str) -> Option<u8> {
 fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
     let Some(t) = args.first() else {
         return Err(KwError::Missing(
-            "a target (stdout, stderr, ADDR:PORT) or 'global'",
+            "a target (stdout, stderr, /PATH, unix@PATH, ADDR:PORT) or 'global'",
         ));
     };
     let target = match t.as_str() {
         "stdout" => Target::Stdout,
         "stderr" => Target::Stderr,
+        path if path.starts_with('/') => Target::Unix(path.to_string()),
+        other if other.starts_with("unix@") => Target::Unix(other["unix@".len()..].to_string()),
         other => {
             let a = other
                 .strip_prefix("udp@")
@@ -144,7 +147,7 @@ fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
             };
             Target::Udp(
                 resolve(&addr)
-                    .map_err(|e| KwError::bad(1, other, format!("{e} (stdout, stderr or a UDP ADDR:PORT; unix sockets and rings are not supported yet)")))?,
+                    .map_err(|e| KwError::bad(1, other, format!("{e} (stdout, stderr, a unix socket path or a UDP ADDR:PORT; rings are not supported yet)")))?,
             )
         }
     };
@@ -282,6 +285,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
 ];
 
 /// Lines dropped because a target could not take them at once.
+/// `option dontlognull` (and `no option dontlognull`).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option dontlognull", Scope::PROXY, "do not log connections on which the client sent nothing",
+        |c: &mut ProxyConf, on| c.log.dont_log_null = on;
+];
+
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Sends lines to their targets without blocking the caller.
@@ -295,6 +304,78 @@ pub struct Logger {
 enum Sink {
     Stream(SyncSender<Vec<u8>>),
     Udp(UdpSocket),
+    Unix(UnixSink),
+}
+
+/// A unix datagram target. It is connected when opened (before any chroot, so the path
+/// still resolves); when the syslog daemon is not there yet, or restarts, the connection is
+/// tried again at most once a second, and lines are dropped meanwhile.
+#[derive(Debug)]
+struct UnixSink {
+    path: String,
+    sock: UnixDatagram,
+    connected: AtomicBool,
+    /// When a connection was last tried (`elapsed_ms`).
+    tried: AtomicU64,
+}
+
+/// Milliseconds since the first call (a clock for retry spacing).
+fn elapsed_ms() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+impl UnixSink {
+    fn open(path: &str) -> std::io::Result<UnixSink> {
+        let sock = UnixDatagram::unbound()?;
+        sock.set_nonblocking(true)?;
+        let connected = match sock.connect(path) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "sluice: log target {path}: {e}; lines are dropped until it accepts them"
+                );
+                false
+            }
+        };
+        Ok(UnixSink {
+            path: path.to_string(),
+            sock,
+            connected: AtomicBool::new(connected),
+            tried: AtomicU64::new(elapsed_ms()),
+        })
+    }
+
+    fn send(&self, line: &[u8]) -> bool {
+        if !self.connected.load(Ordering::Relaxed) {
+            let now = elapsed_ms();
+            let last = self.tried.load(Ordering::Relaxed);
+            if now.saturating_sub(last) < 1000
+                || self
+                    .tried
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                return false;
+            }
+            if self.sock.connect(&self.path).is_err() {
+                return false;
+            }
+            self.connected.store(true, Ordering::Relaxed);
+        }
+        match self.sock.send(line) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+            Err(_) => {
+                // The daemon went away (ECONNREFUSED, ENOENT): reconnect later.
+                self.connected.store(false, Ordering::Relaxed);
+                false
+            }
+        }
+    }
 }
 
 fn stream_writer(stderr: bool) -> SyncSender<Vec<u8>> {
@@ -339,6 +420,7 @@ impl Logger {
                 s.connect(addr)?;
                 Sink::Udp(s)
             }
+            Target::Unix(path) => Sink::Unix(UnixSink::open(path)?),
         };
         Ok(Logger {
             target: target.clone(),
@@ -361,6 +443,7 @@ impl Logger {
                 tx.try_send(line).is_ok()
             }
             Sink::Udp(s) => s.send(&line).is_ok(),
+            Sink::Unix(u) => u.send(&line),
         };
         if !ok {
             DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -607,6 +690,13 @@ mod tests {
         assert_eq!((t.max_len, t.facility), (2048, 23));
         assert!(parse_target(&w("stdout")).is_err());
         assert!(parse_target(&w("stdout format json local0")).is_err());
-        assert!(parse_target(&w("/dev/log local0")).is_err());
+        assert_eq!(
+            parse_target(&w("/dev/log local0")).unwrap().target,
+            Target::Unix("/dev/log".into())
+        );
+        assert_eq!(
+            parse_target(&w("unix@/run/log.sock local0")).unwrap().target,
+            Target::Unix("/run/log.sock".into())
+        );
     }
 }

@@ -14,21 +14,12 @@ macro_rules! pending {
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "stats" => Scope::GLOBAL,
-    "ssl-default-bind-ciphers" => Scope::GLOBAL,
-    "ssl-default-bind-options" => Scope::GLOBAL,
     "master-worker" => Scope::GLOBAL,
 ];
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
-    "option dontlognull" => Scope::PROXY,
     "http-check" => Scope::BE,
-    "option tcp-check" => Scope::BE,
     "tcp-check" => Scope::BE,
-    "option smtpchk" => Scope::BE,
-    "option redis-check" => Scope::BE,
-    "option mysql-check" => Scope::BE,
-    "option pgsql-check" => Scope::BE,
-    "option ldap-check" => Scope::BE,
     "option ssl-hello-chk" => Scope::BE,
     "option http-keep-alive" => Scope::PROXY,
     "option idle-close-on-response" => Scope::FE,

@@ -8,6 +8,8 @@ pub enum Target {
     Stdout,
     Stderr,
     Udp(SocketAddr),
+    /// A unix datagram socket (`/dev/log`, `unix@PATH`): the local syslog daemon.
+    Unix(String),
 }
 
 /// How a line is framed.
@@ -36,6 +38,8 @@ pub struct LogConf {
     /// `log global` was given: use the global section's targets.
     pub use_global: bool,
     pub format: Option<Format>,
+    /// `option dontlognull`: connections on which the client sent nothing are not logged.
+    pub dont_log_null: bool,
 }
 
 /// The line format of a proxy.

@@ -27,6 +27,7 @@ pub mod rules;
 pub mod sample;
 pub mod stats;
 pub mod stream;
+pub mod tls;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -71,6 +72,7 @@ pub struct GlobalConf {
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
     pub check: GlobalCheck,
+    pub tls: tls::TlsDefaults,
 }
 
 impl Default for GlobalConf {
@@ -90,6 +92,7 @@ impl Default for GlobalConf {
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),
+            tls: tls::TlsDefaults::default(),
             check: GlobalCheck::default(),
         }
     }

@@ -125,6 +125,10 @@ pub(crate) fn local_response(status: u16, content_type: Option<&str>, body: &[u8
 
 /// Inserts `connection: close` into a locally generated response that lacks it.
 pub(crate) fn with_close(bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.is_empty() {
+        // An empty error page (`errorfile CODE /dev/null`): nothing is sent.
+        return bytes;
+    }
     let head_end = memchr::memmem::find(&bytes, b"\r\n\r\n").unwrap_or(bytes.len());
     if memchr::memmem::find(
         &bytes[..head_end].to_ascii_lowercase(),

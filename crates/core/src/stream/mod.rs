@@ -92,7 +92,10 @@ async fn run(s: &mut Session) {
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,
             Err(fail) => {
-                if fail.status.is_some() || txn.log.got_bytes {
+                // A connection that sent nothing is logged only if it got an answer, and
+                // not at all with `option dontlognull`.
+                let null = !txn.log.got_bytes;
+                if !null || (fail.status.is_some() && !s.frontend().log.dont_log_null) {
                     txn.log_end(s, &fail);
                 }
                 return s.fail(txn.backend, fail.status).await;

@@ -103,21 +103,24 @@ pub(crate) async fn serve(
         _ = kill => (Default::default(), *b"KD"),
     };
     let bytes = moved.to_a;
+    let null = moved.to_b == 0;
     tally(&at, started, moved, term).count(w, (fe, info.listener), Some(backend), Some(at.server));
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
-    log(
-        w,
-        fe,
-        backend,
-        Some(at.server),
-        peer,
-        date,
-        started,
-        &at,
-        bytes,
-        term,
-    );
+    if !(null && frontend.log.dont_log_null) {
+        log(
+            w,
+            fe,
+            backend,
+            Some(at.server),
+            peer,
+            date,
+            started,
+            &at,
+            bytes,
+            term,
+        );
+    }
     drop(occupancy);
 }
 

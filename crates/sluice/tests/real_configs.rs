@@ -1,0 +1,124 @@
+//! Configurations as operators have them: Debian's stock `haproxy.cfg`, its errorfiles
+//! (no Content-Length), syslog over a unix socket (`log /dev/log`), `option dontlognull`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use common::*;
+
+const DEBIAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/debian");
+
+#[test]
+fn debians_stock_configuration_passes_check() {
+    let cfg = std::fs::read_to_string(format!("{DEBIAN}/haproxy.cfg")).unwrap();
+    // The package's error pages live under /etc/haproxy/errors; the test data has pages of
+    // the same form.
+    let cfg = cfg.replace("/etc/haproxy/errors/", &format!("{DEBIAN}/errors/"));
+    let (valid, out) = check_config(&cfg);
+    assert!(valid, "{out}");
+}
+
+#[test]
+fn errorfiles_without_content_length_and_empty_ones() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}    errorfile 403 {DEBIAN}/errors/403.http
+    errorfile 400 /dev/null
+frontend fe
+    {{fe}}
+    http-request deny if {{ path /deny }}
+    http-request return status 200 content-type text/plain string ok
+"
+    ));
+    let r = get(p.addr(), "/deny");
+    assert_eq!(r.status, 403);
+    let page = std::fs::read(format!("{DEBIAN}/errors/403.http")).unwrap();
+    let body_at = page.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(r.body, &page[body_at..]);
+    assert_eq!(
+        r.header("content-length"),
+        Some((page.len() - body_at).to_string().as_str())
+    );
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    // A bad request gets the empty page: the connection closes without an answer.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(get(p.addr(), "/").text(), "ok");
+}
+
+#[test]
+fn logs_go_to_a_unix_syslog_socket() {
+    let dir = TempDir::new();
+    let path = dir.0.join("log.sock");
+    let sink = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sink.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0\n    log unix@{} local1 notice\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        path.display(),
+        path.display(),
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/logged").status, 200);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let mut buf = [0u8; 2048];
+        let n = sink.recv(&mut buf).unwrap();
+        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    seen.sort();
+    // local0.info is priority 134, local1.info 142; both lines are the request's httplog.
+    assert!(seen[0].starts_with("<134>"), "{seen:?}");
+    assert!(seen[1].starts_with("<142>"), "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|l| l.contains("fe be/s1") && l.contains("\"GET /logged HTTP/1.1\"")),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_missing_syslog_socket_does_not_stop_the_proxy() {
+    let dir = TempDir::new();
+    let path = dir.0.join("absent.sock");
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n",
+        path.display()
+    ));
+    assert!(p.stderr().contains("absent.sock"), "{}", p.stderr());
+    assert_eq!(get(p.addr(), "/").text(), "ok");
+}
+
+/// The log lines of a frontend whose clients connect and send nothing until
+/// `timeout http-request` answers them with 408.
+fn idle_connection_lines(dontlognull: bool) -> String {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}    log stdout format raw local0\n    option httplog\n    timeout http-request 200ms\n{}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n",
+        if dontlognull { "    option dontlognull\n" } else { "" }
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 408"));
+    // A request after it, whose line is logged either way: the idle connection's line, if
+    // any, was queued to the same writer before this request was even sent.
+    assert_eq!(get(p.addr(), "/after").text(), "ok");
+    wait_until("the request's log line", || p.stdout().contains("/after"));
+    p.stdout()
+}
+
+#[test]
+fn dontlognull_leaves_out_connections_that_sent_nothing() {
+    let logged = idle_connection_lines(false);
+    assert!(logged.contains(" 408 "), "{logged}");
+    let quiet = idle_connection_lines(true);
+    assert!(!quiet.contains(" 408 "), "{quiet}");
+    assert!(quiet.contains("/after"));
+}
