@@ -349,7 +349,8 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
 }
 
 /// Lowers a backend section (or the backend side of a `listen`) into its validated form.
-/// Server ids not set with `id` are assigned in order, skipping the ones taken.
+/// Server ids not set with `id` are assigned as HAProxy does: the n-th server gets the first
+/// free id from n on.
 pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
     let mut taken: Vec<u32> = conf
         .backend
@@ -370,6 +371,9 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 taken.push(next);
                 next
             });
+            // As HAProxy: the candidate moves on past every server, numbered or not
+            // (`a`, `b`, `c id 7`, `d` gives d the id 4); consistent hashing depends on it.
+            next += 1;
             Server {
                 id,
                 name: s.name.clone(),
@@ -401,6 +405,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         name: name.to_string(),
         servers,
         algo: conf.balance.algo.clone(),
+        hash: conf.balance.hash,
         allbackups: conf.balance.allbackups,
         timeout_connect: conf.backend.timeout_connect,
         timeout_server: conf.backend.timeout_server,
@@ -523,7 +528,8 @@ mod tests {
         assert!((KEYWORDS[1].parse)(&mut c, &words("id 3")).is_err());
         let be = lower("be", 7, &c);
         let ids: Vec<u32> = be.servers.iter().map(|s| s.id).collect();
-        assert_eq!(ids, [2, 1, 3]);
+        // HAProxy 2.6 numbers these a=2, b=1, c=4 (checked with its `show stat`).
+        assert_eq!(ids, [2, 1, 4]);
         assert_eq!(be.id, 7);
     }
 }

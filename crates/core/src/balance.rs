@@ -1,4 +1,5 @@
-//! Load-balancing algorithms (`balance`): which server of a backend gets a request.
+//! Load-balancing algorithms (`balance`, `hash-type`): which server of a backend gets a
+//! request.
 //!
 //! The algorithms read the live server states and weights of `crate::runtime`:
 //! - `roundrobin` and `random` walk a smooth weighted schedule (each server appears
@@ -6,13 +7,21 @@
 //!   when a server's state or weight changes (the backend's balancing generation moved), so a
 //!   change takes effect for the next pick. `leastconn` compares in-flight requests divided
 //!   by live weights.
-//! - `static-rr`, `source`, `uri` and `hdr()` keep a static map of the configured weights
-//!   (so a key keeps its server while the server set is stable) and skip unusable servers.
+//! - `static-rr` keeps a static map of the configured weights and skips unusable servers.
+//! - The hashing algorithms (`source`, `uri`, `url_param`, `hdr()`) place a key exactly as
+//!   HAProxy 2.6 does, so that a key lands on the same server behind either proxy: the same
+//!   hash functions (`hash-type` function, `avalanche`), and either HAProxy's weight map
+//!   (`map-based`, the default: the hash modulo the total weight, over a map that interleaves
+//!   servers by weight, rebuilt when a server changes) or its consistent-hashing ring
+//!   (`consistent`: each server owns `weight * 16` points keyed by the avalanche of its id and
+//!   point number; a key goes to the nearest point). Without a key (no such parameter or
+//!   header) the request goes round robin over the same table, as HAProxy does.
 //! - Backup servers are considered only when no active server is usable: the first usable
 //!   one, or with `option allbackups` all of them in turn, by weight.
 //!
 //! One shared atomic cursor makes walks lock-free across workers; reading the dynamic
-//! schedule takes a read lock that is only contended while it is being rebuilt.
+//! table takes a read lock that is only contended while it is being rebuilt, and each
+//! worker keeps its own copy while the generation is unchanged.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -20,9 +29,10 @@ use std::sync::Arc;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-pub use crate::conf::balance::{Algo, BalanceConf};
+pub use crate::conf::balance::{Algo, BalanceConf, HashFn, HashType, UriOpts};
 use crate::conf::{Backend, ProxyConf};
-use crate::runtime::{clock_ns, BackendState, LbCache};
+use crate::runtime::{clock_ns, BackendState, LbCache, LbTable};
+use crate::sample::hash;
 
 /// `option allbackups` (and its `no` form).
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
@@ -30,28 +40,130 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.balance.allbackups = on;
 ];
 
-pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
-    name: "balance",
-    scope: Scope::BE,
-    help: "balance roundrobin|static-rr|leastconn|first|random[(N)]|source|uri|hdr(NAME)",
-    parse: |c, args| {
-        let Some(a) = args.first() else {
-            return Err(KwError::Missing("an algorithm"));
-        };
-        if args.len() > 1 && !matches!(a.as_str(), "uri") {
-            return Err(KwError::Extra(args[1].clone()));
-        }
-        if a == "uri" && args.len() > 1 {
-            return Err(KwError::bad(
-                2,
-                &args[1],
-                "uri options are not supported yet",
-            ));
-        }
-        c.balance.algo = parse_algo(a).map_err(|e| KwError::bad(1, a, e))?;
-        Ok(())
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "balance",
+        scope: Scope::BE,
+        help: "balance roundrobin|static-rr|leastconn|first|random[(N)]|source|uri [len N] [depth N] [whole] [path-only]|url_param NAME|hdr(NAME) [use_domain_only]",
+        parse: |c, args| {
+            c.balance.algo = parse_balance(args)?;
+            Ok(())
+        },
     },
-}];
+    Keyword {
+        name: "hash-type",
+        scope: Scope::BE,
+        help: "hash-type map-based|consistent [sdbm|djb2|wt6|crc32|none] [avalanche]: how hashing algorithms place keys",
+        parse: |c, args| {
+            c.balance.hash = parse_hash_type(args)?;
+            Ok(())
+        },
+    },
+];
+
+fn parse_balance(args: &[String]) -> Result<Algo, KwError> {
+    let Some(a) = args.first() else {
+        return Err(KwError::Missing("an algorithm"));
+    };
+    let opts = &args[1..];
+    let no_opts = |algo: Algo| match opts.first() {
+        Some(extra) => Err(KwError::Extra(extra.clone())),
+        None => Ok(algo),
+    };
+    match a.as_str() {
+        "uri" => {
+            let mut u = UriOpts::default();
+            let mut i = 0;
+            while i < opts.len() {
+                let idx = i + 2;
+                match opts[i].as_str() {
+                    "whole" => u.whole = true,
+                    "path-only" => u.path_only = true,
+                    kw @ ("len" | "depth") => {
+                        let v = opts
+                            .get(i + 1)
+                            .ok_or(KwError::Missing("a number after len/depth"))?;
+                        let n = v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                            KwError::bad(idx + 1, v, "expects a positive integer")
+                        })?;
+                        if kw == "len" {
+                            u.len = n;
+                        } else {
+                            u.depth = n;
+                        }
+                        i += 1;
+                    }
+                    other => {
+                        return Err(KwError::bad(
+                            idx,
+                            other,
+                            "expects len N, depth N, whole or path-only",
+                        ))
+                    }
+                }
+                i += 1;
+            }
+            Ok(Algo::Uri(u))
+        }
+        "url_param" => match opts {
+            [name] => Ok(Algo::UrlParam(name.clone())),
+            [_, kw, ..] if kw == "check_post" => Err(KwError::Invalid(
+                "balance url_param ... check_post: not supported yet".into(),
+            )),
+            [] => Err(KwError::Missing("a parameter name")),
+            [_, extra, ..] => Err(KwError::Extra(extra.clone())),
+        },
+        "rdp-cookie" => Err(KwError::Invalid(
+            "balance rdp-cookie: not supported yet".into(),
+        )),
+        _ if a.starts_with("hdr(") => {
+            let Algo::Hdr(name, _) = parse_algo(a).map_err(|e| KwError::bad(1, a, e))? else {
+                unreachable!("hdr( parses as Hdr");
+            };
+            match opts {
+                [] => Ok(Algo::Hdr(name, false)),
+                [o] if o == "use_domain_only" => Ok(Algo::Hdr(name, true)),
+                [o, ..] => Err(KwError::bad(2, o, "expects use_domain_only")),
+            }
+        }
+        _ => no_opts(parse_algo(a).map_err(|e| KwError::bad(1, a, e))?),
+    }
+}
+
+fn parse_hash_type(args: &[String]) -> Result<HashType, KwError> {
+    let Some(kind) = args.first() else {
+        return Err(KwError::Missing("map-based or consistent"));
+    };
+    let mut h = HashType {
+        consistent: match kind.as_str() {
+            "map-based" => false,
+            "consistent" => true,
+            other => return Err(KwError::bad(1, other, "expects map-based or consistent")),
+        },
+        ..HashType::default()
+    };
+    // `consistent` without a function name means sdbm with avalanche (HAProxy kept the
+    // behaviour of its releases before functions could be named).
+    h.avalanche = h.consistent && args.len() == 1;
+    for (i, a) in args[1..].iter().enumerate() {
+        match a.as_str() {
+            "sdbm" => h.func = HashFn::Sdbm,
+            "djb2" => h.func = HashFn::Djb2,
+            "wt6" => h.func = HashFn::Wt6,
+            "crc32" => h.func = HashFn::Crc32,
+            "none" => h.func = HashFn::None,
+            "avalanche" => h.avalanche = true,
+            other => {
+                return Err(KwError::bad(
+                    i + 2,
+                    other,
+                    "expects sdbm, djb2, wt6, crc32, none or avalanche",
+                ))
+            }
+        }
+    }
+    Ok(h)
+}
 
 fn parse_algo(a: &str) -> Result<Algo, String> {
     Ok(match a {
@@ -61,7 +173,7 @@ fn parse_algo(a: &str) -> Result<Algo, String> {
         "first" => Algo::First,
         "random" => Algo::Random(2),
         "source" => Algo::Source,
-        "uri" => Algo::Uri,
+        "uri" => Algo::Uri(UriOpts::default()),
         _ => {
             if let Some(n) = a.strip_prefix("random(").and_then(|r| r.strip_suffix(')')) {
                 let n: u32 = n
@@ -74,10 +186,10 @@ fn parse_algo(a: &str) -> Result<Algo, String> {
                 if h.is_empty() {
                     return Err("hdr() expects a header name".into());
                 }
-                Algo::Hdr(h.to_ascii_lowercase())
+                Algo::Hdr(h.to_ascii_lowercase(), false)
             } else {
                 return Err(
-                    "unknown algorithm (roundrobin, static-rr, leastconn, first, random, source, uri, hdr(NAME))"
+                    "unknown algorithm (roundrobin, static-rr, leastconn, first, random, source, uri, url_param, hdr(NAME))"
                         .into(),
                 );
             }
@@ -88,8 +200,10 @@ fn parse_algo(a: &str) -> Result<Algo, String> {
 /// What a hashing algorithm may hash, taken from the request.
 pub struct PickKey<'a> {
     pub client: IpAddr,
-    pub path: &'a [u8],
-    /// The value of the `hdr(NAME)` header, when the algorithm needs one and it is present.
+    /// The request target as received.
+    pub target: &'a [u8],
+    /// The value of the `hdr(NAME)` header (its first occurrence), when the algorithm needs
+    /// one and it is present.
     pub header: Option<&'a [u8]>,
 }
 
@@ -130,22 +244,136 @@ fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) ->
         Algo::StaticRr => next_static(be, st, lb),
         Algo::LeastConn => least_conn(be, st),
         Algo::First => (0..be.servers.len())
-            .find(|&i| active(i) && st.servers[i].has_room())
-            .or_else(|| (0..be.servers.len()).find(|&i| active(i))),
+            .filter(|&i| active(i))
+            .find(|&i| st.servers[i].has_room()),
         Algo::Random(draws) => random(be, st, lb, *draws),
-        Algo::Source => {
-            let h = match key.client {
-                IpAddr::V4(a) => hash(&a.octets()),
-                IpAddr::V6(a) => hash(&a.octets()),
-            };
-            by_hash(be, st, lb, h)
+        algo => {
+            let key = hash_key(be, algo, key);
+            with_schedule(be, st, lb, |t| {
+                let found = match key {
+                    Some(h) => lookup(t, h),
+                    None => None,
+                };
+                found
+                    .filter(|&i| st.servers[i].usable())
+                    .or_else(|| walk(&t.servers, st))
+            })
         }
-        Algo::Uri => by_hash(be, st, lb, hash(key.path)),
-        Algo::Hdr(_) => match key.header {
-            Some(v) => by_hash(be, st, lb, hash(v)),
-            None => next_rr(be, st, lb),
-        },
     }
+}
+
+/// The hash of a request's key under a hashing algorithm, as HAProxy computes it; `None`
+/// when the request has no key (round robin then).
+fn hash_key(be: &Backend, algo: &Algo, key: &PickKey<'_>) -> Option<u32> {
+    let bytes: &[u8] = match algo {
+        Algo::Source => {
+            // The address's 32-bit words, XORed; the hash function does not apply.
+            let h = match key.client {
+                IpAddr::V4(a) => u32::from(a),
+                IpAddr::V6(a) => {
+                    let v6 = a.to_ipv4_mapped().map(|v4| u128::from(u32::from(v4)));
+                    match v6 {
+                        Some(v4) => v4 as u32,
+                        None => {
+                            let n = u128::from(a);
+                            (0..4).fold(0u32, |h, k| h ^ (n >> (96 - 32 * k)) as u32)
+                        }
+                    }
+                }
+            };
+            return Some(if be.hash.avalanche {
+                hash::avalanche(h)
+            } else {
+                h
+            });
+        }
+        Algo::Uri(u) => uri_key(key.target, u),
+        Algo::UrlParam(name) => url_param(key.target, name)?,
+        Algo::Hdr(_, domain_only) => {
+            let v = key.header.filter(|v| !v.is_empty())?;
+            if *domain_only {
+                main_domain(v)
+            } else {
+                v
+            }
+        }
+        _ => return None,
+    };
+    let h = match be.hash.func {
+        HashFn::Sdbm => hash::sdbm(bytes),
+        HashFn::Djb2 => hash::djb2(bytes),
+        HashFn::Wt6 => hash::wt6(bytes),
+        HashFn::Crc32 => hash::crc32(bytes),
+        // The key read as a decimal number (what is not one reads as 0).
+        HashFn::None => crate::conf::sample::Sample::str(bytes)
+            .as_int()
+            .unwrap_or(0) as u32,
+    };
+    Some(if be.hash.avalanche {
+        hash::avalanche(h)
+    } else {
+        h
+    })
+}
+
+/// The part of the target `balance uri` hashes: up to the query (unless `whole`), at most
+/// `len` characters and `depth` directories; with `path-only`, from the path on.
+fn uri_key<'a>(target: &'a [u8], u: &UriOpts) -> &'a [u8] {
+    let mut t = target;
+    if u.path_only {
+        t = &t[sluice_http::path_start(t)..];
+    }
+    if u.len > 0 && t.len() > u.len {
+        t = &t[..u.len];
+    }
+    let mut slashes = 0;
+    for (i, &c) in t.iter().enumerate() {
+        if c == b'/' {
+            slashes += 1;
+            if u.depth > 0 && slashes == u.depth + 1 {
+                return &t[..i];
+            }
+        } else if c == b'?' && !u.whole {
+            return &t[..i];
+        }
+    }
+    t
+}
+
+/// The value of query parameter `name` (up to the next `&`), if the target has it.
+fn url_param<'a>(target: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let q = &target[memchr::memchr(b'?', target)? + 1..];
+    q.split(|&b| b == b'&').find_map(|kv| {
+        let v = kv.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+        Some(v)
+    })
+}
+
+/// `use_domain_only`: the label before the last dot (`www.example.com` -> `example`); the
+/// whole value when it has no dot.
+fn main_domain(v: &[u8]) -> &[u8] {
+    let Some(last) = memchr::memrchr(b'.', v) else {
+        return v;
+    };
+    let start = memchr::memrchr(b'.', &v[..last]).map_or(0, |d| d + 1);
+    &v[start..last]
+}
+
+/// The server a hash goes to in a table: HAProxy's map (`hash % size`) or, for a ring, the
+/// point nearest to the hash (the one before it on a tie).
+fn lookup(t: &LbTable, h: u32) -> Option<usize> {
+    if t.servers.is_empty() {
+        return None;
+    }
+    if t.keys.is_empty() {
+        return Some(t.servers[h as usize % t.servers.len()]);
+    }
+    let n = t.keys.len();
+    let next = t.keys.partition_point(|&k| k < h) % n;
+    let prev = (next + n - 1) % n;
+    let dp = h.wrapping_sub(t.keys[prev]);
+    let dn = t.keys[next].wrapping_sub(h);
+    Some(t.servers[if dp <= dn { prev } else { next }])
 }
 
 /// A backup server, when no active one is usable: the first usable one, or with
@@ -181,7 +409,7 @@ fn with_schedule<R>(
     be: &Backend,
     st: &BackendState,
     lb: &LbCache,
-    f: impl FnOnce(&[usize]) -> R,
+    f: impl FnOnce(&LbTable) -> R,
 ) -> R {
     let mut gen = st.lb.generation.load(Ordering::Acquire);
     let ramp = st.lb.ramp_until.load(Ordering::Relaxed);
@@ -207,13 +435,7 @@ fn with_schedule<R>(
         (s.0 == gen).then(|| s.1.clone())
     };
     let schedule = shared.unwrap_or_else(|| {
-        let weights: Vec<u32> = be
-            .servers
-            .iter()
-            .zip(st.servers.iter())
-            .map(|(c, s)| if c.backup { 0 } else { s.effective_weight() })
-            .collect();
-        let built: Arc<[usize]> = smooth_schedule(&weights).into();
+        let built = Arc::new(build_table(be, st));
         let mut s = st.lb.schedule.write().unwrap_or_else(|e| e.into_inner());
         *s = (gen, built.clone());
         built
@@ -223,7 +445,100 @@ fn with_schedule<R>(
     f(&schedule)
 }
 
-/// The static map of `static-rr` and the hash algorithms: configured weights, built once.
+/// The table of the backend's algorithm over its usable active servers' live weights.
+fn build_table(be: &Backend, st: &BackendState) -> LbTable {
+    let weights: Vec<u32> = be
+        .servers
+        .iter()
+        .zip(st.servers.iter())
+        .map(|(c, s)| {
+            if c.backup || !s.usable() {
+                0
+            } else {
+                s.effective_weight()
+            }
+        })
+        .collect();
+    if !be.algo.hashes() {
+        return LbTable {
+            servers: smooth_schedule(&weights).into(),
+            keys: Box::default(),
+        };
+    }
+    if be.hash.consistent {
+        return hash_ring(be, &weights);
+    }
+    LbTable {
+        servers: weight_map(be, &weights).into(),
+        keys: Box::default(),
+    }
+}
+
+/// HAProxy's scale of a server weight in its tables (`BE_WEIGHT_SCALE`).
+const WEIGHT_SCALE: u32 = 16;
+
+/// HAProxy's map for `hash-type map-based`: each server's weight scaled by 16 and divided by
+/// the greatest common divisor of the configured weights; then, slot by slot, every server
+/// earns its weight and the richest (the first on a tie) takes the slot and pays the total.
+fn weight_map(be: &Backend, weights: &[u32]) -> Vec<usize> {
+    let gcd = be
+        .servers
+        .iter()
+        .map(|s| s.weight)
+        .filter(|&w| w > 0)
+        .fold(0u32, |a, b| {
+            let (mut a, mut b) = (a, b);
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        })
+        .max(1);
+    let scaled: Vec<i64> = weights
+        .iter()
+        .map(|&w| i64::from((w * WEIGHT_SCALE).div_ceil(gcd)))
+        .collect();
+    let total: i64 = scaled.iter().sum();
+    let mut score = vec![0i64; scaled.len()];
+    let mut map = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        let mut best: Option<(usize, i64)> = None;
+        for (i, &w) in scaled.iter().enumerate() {
+            if w == 0 {
+                continue;
+            }
+            score[i] += w;
+            let v = (score[i] + total) / total;
+            if best.is_none_or(|(_, max)| v > max) {
+                best = Some((i, v));
+            }
+        }
+        if let Some((i, _)) = best {
+            map.push(i);
+            score[i] -= total;
+        }
+    }
+    map
+}
+
+/// HAProxy's ring for `hash-type consistent`: a server of id N and weight W owns the points
+/// `avalanche(N * 4096 + j)` for j below W * 16.
+fn hash_ring(be: &Backend, weights: &[u32]) -> LbTable {
+    let mut points: Vec<(u32, usize)> = Vec::new();
+    for (i, (srv, &w)) in be.servers.iter().zip(weights).enumerate() {
+        for j in 0..w * WEIGHT_SCALE {
+            let key = srv.id.wrapping_mul(256 * WEIGHT_SCALE).wrapping_add(j);
+            points.push((hash::avalanche(key), i));
+        }
+    }
+    points.sort_by_key(|&(k, _)| k);
+    LbTable {
+        servers: points.iter().map(|&(_, i)| i).collect(),
+        keys: points.iter().map(|&(k, _)| k).collect(),
+    }
+}
+
+/// The static map of `static-rr`: configured weights, built once.
 fn static_map<'a>(be: &Backend, st: &'a BackendState) -> &'a [usize] {
     st.lb.static_map.get_or_init(|| {
         let weights: Vec<u32> = be
@@ -247,7 +562,7 @@ fn walk(map: &[usize], st: &BackendState) -> Option<usize> {
 }
 
 fn next_rr(be: &Backend, st: &BackendState, lb: &LbCache) -> Option<usize> {
-    with_schedule(be, st, lb, |map| walk(map, st))
+    with_schedule(be, st, lb, |t| walk(&t.servers, st))
 }
 
 fn next_static(be: &Backend, st: &BackendState, lb: &LbCache) -> Option<usize> {
@@ -276,7 +591,8 @@ fn least_conn(be: &Backend, st: &BackendState) -> Option<usize> {
 }
 
 fn random(be: &Backend, st: &BackendState, lb: &LbCache, draws: u32) -> Option<usize> {
-    let best = with_schedule(be, st, lb, |map| {
+    let best = with_schedule(be, st, lb, |t| {
+        let map = &t.servers;
         let mut best: Option<(usize, usize)> = None;
         if map.is_empty() {
             return None;
@@ -294,33 +610,6 @@ fn random(be: &Backend, st: &BackendState, lb: &LbCache, draws: u32) -> Option<u
         best.map(|(i, _)| i)
     });
     best.or_else(|| next_rr(be, st, lb))
-}
-
-/// Map-based hashing: the hash selects a slot of the static map; an unusable server's
-/// requests go round robin over the others.
-fn by_hash(be: &Backend, st: &BackendState, lb: &LbCache, h: u64) -> Option<usize> {
-    let map = static_map(be, st);
-    if map.is_empty() {
-        return next_rr(be, st, lb);
-    }
-    let i = map[(h % map.len() as u64) as usize];
-    if st.servers[i].usable() {
-        Some(i)
-    } else {
-        next_rr(be, st, lb)
-    }
-}
-
-/// FNV-1a, then a final mix so that nearby keys spread over slots.
-fn hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
 }
 
 /// Smooth weighted round robin: at each step every server gains its weight, the richest is
@@ -371,7 +660,7 @@ mod tests {
     fn key() -> PickKey<'static> {
         PickKey {
             client: "10.0.0.1".parse().unwrap(),
-            path: b"/x",
+            target: b"/x",
             header: None,
         }
     }
@@ -469,9 +758,40 @@ mod tests {
     }
 
     #[test]
+    fn keys_as_haproxy_takes_them() {
+        let u = |len, depth, whole, path_only| UriOpts {
+            len,
+            depth,
+            whole,
+            path_only,
+        };
+        assert_eq!(uri_key(b"/a/b/c?x=1", &u(0, 0, false, false)), b"/a/b/c");
+        assert_eq!(uri_key(b"/a/b/c?x=1", &u(0, 0, true, false)), b"/a/b/c?x=1");
+        assert_eq!(uri_key(b"/a/b/c?x=1", &u(0, 2, false, false)), b"/a/b");
+        assert_eq!(uri_key(b"/a/b/c?x=1", &u(3, 0, false, false)), b"/a/");
+        assert_eq!(uri_key(b"http://h/p?q", &u(0, 0, false, true)), b"/p");
+        assert_eq!(url_param(b"/p?x=1&id=42&y", "id"), Some(&b"42"[..]));
+        assert_eq!(url_param(b"/p?xid=1", "id"), None);
+        assert_eq!(main_domain(b"www.example.com"), b"example");
+        assert_eq!(main_domain(b"localhost"), b"localhost");
+    }
+
+    #[test]
+    fn haproxy_weight_map() {
+        let (be, _) = backend(Algo::Source, &[(1, false, false), (1, false, false)]);
+        // Equal weights alternate (each scaled by 16: the pattern repeats 16 times).
+        assert_eq!(weight_map(&be, &[1, 1]), [0, 1].repeat(16));
+        let (be, _) = backend(Algo::Source, &[(1, false, false), (2, false, false)]);
+        assert_eq!(weight_map(&be, &[1, 2])[..3], [0, 1, 1]);
+    }
+
+    #[test]
     fn algorithm_names() {
         assert_eq!(parse_algo("random(3)"), Ok(Algo::Random(3)));
-        assert_eq!(parse_algo("hdr(X-User)"), Ok(Algo::Hdr("x-user".into())));
+        assert_eq!(
+            parse_algo("hdr(X-User)"),
+            Ok(Algo::Hdr("x-user".into(), false))
+        );
         assert!(parse_algo("random(0)").is_err());
         assert!(parse_algo("hdr()").is_err());
         assert!(parse_algo("weighted").is_err());

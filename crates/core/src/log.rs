@@ -695,7 +695,9 @@ mod tests {
             Target::Unix("/dev/log".into())
         );
         assert_eq!(
-            parse_target(&w("unix@/run/log.sock local0")).unwrap().target,
+            parse_target(&w("unix@/run/log.sock local0"))
+                .unwrap()
+                .target,
             Target::Unix("/run/log.sock".into())
         );
     }

@@ -33,5 +33,4 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "tcp-request" => Scope::FE_BE,
     "tcp-response" => Scope::BE,
     "fullconn" => Scope::BE,
-    "hash-type" => Scope::BE,
 ];

@@ -57,7 +57,8 @@ fn ids_are_kept_when_set_and_assigned_around_them_otherwise() {
     let be: Vec<(String, u32)> = c.backends.iter().map(|b| (b.name.clone(), b.id)).collect();
     assert_eq!(be, [("app".to_string(), 1), ("l".to_string(), 2)]);
     let srv: Vec<u32> = c.backends[0].servers.iter().map(|s| s.id).collect();
-    assert_eq!(srv, [9, 1]);
+    // As HAProxy: the second server's automatic id starts from 2, whatever the first took.
+    assert_eq!(srv, [9, 2]);
     let dup = sluice_core::load_str(
         "t.cfg",
         "frontend f\n    id 1\n    bind 127.0.0.1:9\n    default_backend app\nbackend app\n    id 1\n    server a 127.0.0.1:1\n",

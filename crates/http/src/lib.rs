@@ -24,7 +24,7 @@ pub use chunked::{push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
 pub use errors::{error_page, reason};
 pub use head::{trim_ows, Framing, Header, Version};
 pub use locate::error_position;
-pub use request::{parse_request, HeadError, RequestHead};
+pub use request::{parse_request, path_start, split_target, HeadError, RequestHead};
 pub use response::{parse_response, ResponseHead};
 pub use view::{RequestView, ResponseView};
 

@@ -297,9 +297,42 @@ fn host_ok(v: &[u8]) -> bool {
     !host.is_empty() && host_chars && port_ok
 }
 
+/// Where the path of a request target starts: 0 for origin-form (`/p?q`), after the
+/// scheme and authority for absolute-form (`http://h:8/p`; the end when it has no path).
+pub fn path_start(target: &[u8]) -> usize {
+    if target.starts_with(b"/") {
+        return 0;
+    }
+    memchr::memmem::find(target, b"://")
+        .and_then(|i| memchr::memchr(b'/', &target[i + 3..]).map(|j| i + 3 + j))
+        .unwrap_or(target.len())
+}
+
+/// A request target as (scheme and authority of an absolute form, path, query).
+pub fn split_target(t: &[u8]) -> (&[u8], &[u8], Option<&[u8]>) {
+    let (prefix, rest) = t.split_at(path_start(t));
+    match memchr::memchr(b'?', rest) {
+        Some(q) => (prefix, &rest[..q], Some(&rest[q + 1..])),
+        None => (prefix, rest, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_split() {
+        assert_eq!(
+            split_target(b"/a/b?x=1"),
+            (&b""[..], &b"/a/b"[..], Some(&b"x=1"[..]))
+        );
+        assert_eq!(split_target(b"/a"), (&b""[..], &b"/a"[..], None));
+        assert_eq!(
+            split_target(b"http://h:8/p?q"),
+            (&b"http://h:8"[..], &b"/p"[..], Some(&b"q"[..]))
+        );
+    }
 
     fn status(raw: &str) -> u16 {
         match parse_request(raw.as_bytes()) {

@@ -1,4 +1,4 @@
-//! The `balance` algorithm of a backend.
+//! The `balance` algorithm of a backend and its `hash-type`.
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Algo {
@@ -9,10 +9,28 @@ pub enum Algo {
     First,
     /// Power of N random choices (weighted draws, least loaded wins).
     Random(u32),
+    /// Hash of the client address.
     Source,
-    Uri,
-    /// Hash of the named header (lowercase); round robin when it is absent.
-    Hdr(String),
+    /// Hash of the request target.
+    Uri(UriOpts),
+    /// Hash of a query-string parameter's value; round robin when it is absent.
+    UrlParam(String),
+    /// Hash of the named header (lowercase) or, with `use_domain_only`, of its domain's
+    /// main part; round robin when it is absent.
+    Hdr(String, bool),
+}
+
+/// `balance uri` options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UriOpts {
+    /// `len N`: hash at most N characters (0: no limit).
+    pub len: usize,
+    /// `depth N`: hash at most N directories (0: no limit).
+    pub depth: usize,
+    /// `whole`: the query string is hashed too.
+    pub whole: bool,
+    /// `path-only`: the scheme and authority of an absolute URI are left out.
+    pub path_only: bool,
 }
 
 impl Algo {
@@ -25,15 +43,45 @@ impl Algo {
             Algo::First => "first".into(),
             Algo::Random(n) => format!("random({n})"),
             Algo::Source => "source".into(),
-            Algo::Uri => "uri".into(),
-            Algo::Hdr(h) => format!("hdr({h})"),
+            Algo::Uri(_) => "uri".into(),
+            Algo::UrlParam(_) => "url_param".into(),
+            Algo::Hdr(h, _) => format!("hdr({h})"),
         }
     }
+
+    /// A hashing algorithm (its servers come from `hash-type`'s table).
+    pub fn hashes(&self) -> bool {
+        matches!(
+            self,
+            Algo::Source | Algo::Uri(_) | Algo::UrlParam(_) | Algo::Hdr(..)
+        )
+    }
+}
+
+/// `hash-type map-based|consistent [FUNCTION] [avalanche]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HashType {
+    pub consistent: bool,
+    pub func: HashFn,
+    pub avalanche: bool,
+}
+
+/// The hash function of `hash-type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashFn {
+    #[default]
+    Sdbm,
+    Djb2,
+    Wt6,
+    Crc32,
+    /// The key is read as a decimal number.
+    None,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BalanceConf {
     pub algo: Algo,
+    pub hash: HashType,
     /// `option allbackups`: when no active server is usable, balance over every usable
     /// backup server rather than only the first.
     pub allbackups: bool,

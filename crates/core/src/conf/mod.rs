@@ -184,6 +184,7 @@ pub struct Backend {
     pub name: String,
     pub servers: Vec<Server>,
     pub algo: Algo,
+    pub hash: balance::HashType,
     pub allbackups: bool,
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,

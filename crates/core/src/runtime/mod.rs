@@ -29,6 +29,6 @@ pub use self::process::{
 };
 pub use self::state::{
     clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CapturedError,
-    CheckResult, CheckState, ErrorCapture, FrontendState, LbCache, LbState, ListenerState,
+    CheckResult, CheckState, ErrorCapture, FrontendState, LbCache, LbState, LbTable, ListenerState,
     OperState, Runtime, ServerQueue, ServerState,
 };

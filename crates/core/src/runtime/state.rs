@@ -392,7 +392,7 @@ pub struct LbState {
     pub generation: AtomicU64,
     /// The dynamic weighted schedule and the generation it was built for.
     pub schedule: RwLock<Schedule>,
-    /// The static map of `static-rr` and the hash algorithms (configured weights).
+    /// The static map of `static-rr` (configured weights).
     pub static_map: OnceLock<Box<[usize]>>,
     /// Until when ([`clock_ns`]) a server's weight is ramping up: the dynamic schedule is
     /// rebuilt every 100 ms until then.
@@ -404,8 +404,17 @@ pub struct LbState {
 #[derive(Debug, Default)]
 pub struct LbCache(pub RefCell<Vec<Option<Schedule>>>);
 
-/// A weighted schedule of server indices and the balancing generation it was built for.
-pub type Schedule = (u64, Arc<[usize]>);
+/// What the balancer walks or looks up, with the balancing generation it was built for.
+pub type Schedule = (u64, Arc<LbTable>);
+
+/// Server indices in the order a walk visits them (a weighted schedule, HAProxy's weight map
+/// for `hash-type map-based`, or the points of a consistent-hashing ring in key order), and
+/// for a ring the point keys, ascending.
+#[derive(Debug, Default)]
+pub struct LbTable {
+    pub servers: Box<[usize]>,
+    pub keys: Box<[u32]>,
+}
 
 /// A backend's live state.
 #[derive(Debug)]

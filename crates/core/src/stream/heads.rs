@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use sluice_http::{reason, Framing, RequestView, ResponseView, Version};
+use sluice_http::{reason, split_target, Framing, RequestView, ResponseView, Version};
 
 use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
@@ -89,22 +89,6 @@ impl Edits {
         self.del
             .iter()
             .any(|(d, how)| text_match(*how, name, d.as_bytes(), true))
-    }
-}
-
-/// A request target as (scheme and authority of an absolute form, path, query).
-pub(crate) fn split_target(t: &[u8]) -> (&[u8], &[u8], Option<&[u8]>) {
-    let path_start = if t.starts_with(b"/") {
-        0
-    } else {
-        memchr::memmem::find(t, b"://")
-            .and_then(|i| memchr::memchr(b'/', &t[i + 3..]).map(|j| i + 3 + j))
-            .unwrap_or(t.len())
-    };
-    let (prefix, rest) = t.split_at(path_start);
-    match memchr::memchr(b'?', rest) {
-        Some(q) => (prefix, &rest[..q], Some(&rest[q + 1..])),
-        None => (prefix, rest, None),
     }
 }
 
@@ -340,19 +324,6 @@ pub(crate) fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 mod tests {
     use super::*;
     use sluice_http::parse_request;
-
-    #[test]
-    fn targets_split() {
-        assert_eq!(
-            split_target(b"/a/b?x=1"),
-            (&b""[..], &b"/a/b"[..], Some(&b"x=1"[..]))
-        );
-        assert_eq!(split_target(b"/a"), (&b""[..], &b"/a"[..], None));
-        assert_eq!(
-            split_target(b"http://h:8/p?q"),
-            (&b"http://h:8"[..], &b"/p"[..], Some(&b"q"[..]))
-        );
-    }
 
     #[test]
     fn request_head_strips_hop_by_hop_before_adding_ours() {

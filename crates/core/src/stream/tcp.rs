@@ -33,7 +33,7 @@ pub(crate) async fn serve(
     let be = &config.backends[backend];
     let key = PickKey {
         client: peer.ip(),
-        path: b"",
+        target: b"",
         header: None,
     };
     let Some(server) = balance::pick(be, &w.state().backends[backend], &key, &w.lb) else {

@@ -11,14 +11,14 @@ use std::io;
 use std::time::Instant;
 
 use sluice_http::{
-    parse_response, reason, ChunkedDecoder, ChunkedOut, Framing, RequestHead, RequestView,
-    ResponseHead, ResponseView, Version,
+    parse_response, reason, split_target, ChunkedDecoder, ChunkedOut, Framing, RequestHead,
+    RequestView, ResponseHead, ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, local_response, split_target, upgrade_request, with_close,
+    build_request_head, forwardfor, local_response, upgrade_request, with_close,
     write_response_head, Edits,
 };
 use super::keywords::CloseMode;
@@ -258,7 +258,7 @@ impl Txn {
         // What a redispatch hashes: the request has left the buffer by now.
         let key = PickKey {
             client: s.peer.ip(),
-            path: b"",
+            target: b"",
             header: None,
         };
         self.phase = Phase::Queue;
@@ -695,12 +695,15 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         return (Route::StatsPage(Some(backend)), edits);
     }
     let header = match &be.algo {
-        balance::Algo::Hdr(name) => req.header(name),
+        // The first value of the first such header, as HAProxy takes it.
+        balance::Algo::Hdr(name, _) => req
+            .header(name)
+            .map(|v| sluice_http::trim_ows(v.split(|&b| b == b',').next().unwrap_or(v))),
         _ => None,
     };
     let key = PickKey {
         client: s.peer.ip(),
-        path: req.path(),
+        target: req.target(),
         header,
     };
     // A private connection (http-reuse never) keeps its server while it is usable.
