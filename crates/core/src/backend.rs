@@ -131,7 +131,11 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
 
 /// One row of the server option table, as HAProxy's `srv_kws`.
 /// The server options of every feature: this module's, then the health checks'.
-const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[SERVER_OPTIONS, crate::check::SERVER_OPTIONS];
+const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
+    SERVER_OPTIONS,
+    crate::check::SERVER_OPTIONS,
+    crate::cookie::SERVER_OPTIONS,
+];
 
 const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
@@ -278,7 +282,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "alpn",
     "send-proxy",
     "send-proxy-v2",
-    "cookie",
     "resolvers",
     "init-addr",
     "check-ssl",
@@ -389,6 +392,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 // Resolved by the loader, once every backend is known.
                 track: None,
                 shutdown_on_down: s.opts.check.shutdown_on_down,
+                cookie: s.opts.cookie.clone(),
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
@@ -406,6 +410,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         servers,
         algo: conf.balance.algo.clone(),
         hash: conf.balance.hash,
+        persist: conf.persist.clone(),
         allbackups: conf.balance.allbackups,
         timeout_connect: conf.backend.timeout_connect,
         timeout_server: conf.backend.timeout_server,
@@ -453,6 +458,7 @@ mod tests {
                 maxqueue: None,
                 slowstart: None,
                 track: None,
+                cookie: None,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

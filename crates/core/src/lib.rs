@@ -39,6 +39,7 @@ pub mod backend;
 pub mod balance;
 pub mod check;
 pub mod compression;
+pub mod cookie;
 pub mod errorpages;
 pub mod pending;
 pub mod queue;

@@ -13,8 +13,8 @@ use sluice_config::{
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::{
-    acl, backend, balance, check, compression, control, errorpages, log, pending, pool, rules,
-    stats, tls,
+    acl, backend, balance, check, compression, control, cookie, errorpages, log, pending, pool,
+    rules, stats, tls,
 };
 use crate::{stream, worker};
 
@@ -63,6 +63,8 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     acl::KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,
+    cookie::KEYWORDS,
+    cookie::OPTION_KEYWORDS,
     errorpages::KEYWORDS,
     log::KEYWORDS,
     log::OPTION_KEYWORDS,

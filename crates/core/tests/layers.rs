@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "rules",
         "sample",
         "compression",
+        "cookie",
         "errorpages",
         "backend",
         "pending",

@@ -39,6 +39,8 @@ pub struct ServerOpts {
     pub slowstart: Option<Duration>,
     /// `track [BACKEND/]SERVER`: take that server's health.
     pub track: Option<String>,
+    /// `cookie VALUE`: the server's persistence cookie value.
+    pub cookie: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

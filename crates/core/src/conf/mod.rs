@@ -17,6 +17,7 @@ pub mod balance;
 pub mod check;
 pub mod cli;
 pub mod compression;
+pub mod cookie;
 pub mod errorpages;
 mod host;
 pub mod listen;
@@ -123,6 +124,7 @@ pub struct ProxyConf {
     pub errors: ErrorPages,
     pub log: LogConf,
     pub check: BackendCheck,
+    pub persist: cookie::PersistConf,
     pub monitor: stats::MonitorConf,
     pub stats: stats::StatsPage,
 }
@@ -172,6 +174,8 @@ pub struct Server {
     /// `on-marked-down shutdown-sessions`: going down or into maintenance ends its
     /// connections.
     pub shutdown_on_down: bool,
+    /// `cookie VALUE`: what the persistence cookie holds for this server.
+    pub cookie: Option<String>,
 }
 
 /// A validated backend.
@@ -202,6 +206,7 @@ pub struct Backend {
     pub compression: CompConf,
     pub errors: ErrorPages,
     pub check: BackendCheck,
+    pub persist: cookie::PersistConf,
     /// The statistics page, when requests routed here ask for it.
     pub stats: stats::StatsPage,
     /// Where health-check events go.

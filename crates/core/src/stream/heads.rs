@@ -4,11 +4,12 @@
 
 use std::net::IpAddr;
 
-use sluice_http::{reason, split_target, Framing, RequestView, ResponseView, Version};
+use sluice_http::{name_is, reason, split_target, Framing, RequestView, ResponseView, Version};
 
 use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
+use crate::cookie::ResponseCookie;
 use crate::rules::Action;
 use crate::sample::{text_match, Ctx, Match};
 
@@ -22,6 +23,8 @@ pub(crate) struct Edits {
     pub method: Option<Vec<u8>>,
     pub target: Option<Vec<u8>>,
     pub status: Option<(u16, Option<String>)>,
+    /// The persistence cookie of the response (`cookie`).
+    pub cookie: Option<ResponseCookie>,
 }
 
 impl Edits {
@@ -252,6 +255,7 @@ pub(crate) fn write_response_head(
     }
     out.extend_from_slice(b"\r\n");
     let mut saw_vary = false;
+    let mut server_cookie = false;
     for (name, value) in rsp.headers() {
         if rsp.is_hop_by_hop(name) || edits.deletes(name) {
             continue;
@@ -259,10 +263,27 @@ pub(crate) fn write_response_head(
         if compressed.is_some() && !compression::rewrite_header(out, name, value, &mut saw_vary) {
             continue;
         }
+        if let Some(c) = edits
+            .cookie
+            .as_ref()
+            .filter(|_| name_is(name, "set-cookie"))
+        {
+            match c.server_set_cookie(value, &mut server_cookie) {
+                Some(v) if v.is_empty() => {}
+                Some(v) => push_header(out, name, &v),
+                None => push_header(out, name, value),
+            }
+            continue;
+        }
         push_header(out, name, value);
     }
     for (n, v) in &edits.add {
         push_header(out, n.as_bytes(), v);
+    }
+    if let Some(c) = &edits.cookie {
+        for (n, v) in c.inserted(server_cookie) {
+            push_header(out, n.as_bytes(), &v);
+        }
     }
     if let Some(algo) = compressed {
         compression::added_headers(out, algo, saw_vary);

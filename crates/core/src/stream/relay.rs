@@ -76,6 +76,12 @@ impl Txn {
                 }
             }
         }
+        rsp_edits.cookie = crate::cookie::ResponseCookie::new(
+            be,
+            conn.server,
+            facts.cookie_server == Some(conn.server),
+            facts.post,
+        );
         if rsp.status == 101 {
             return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;
         }

@@ -28,6 +28,7 @@ use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
+use crate::cookie;
 use crate::rules::{holds, Action, BackendRef, HttpRule, Redirect, RedirectKind, Service};
 use crate::sample::{Ctx, Sample};
 use crate::stats;
@@ -35,10 +36,7 @@ use crate::stats;
 /// The routing decision for a request, computed from its head.
 enum Route {
     /// Answer locally with these bytes; `close` when the connection cannot continue.
-    Respond {
-        bytes: Vec<u8>,
-        close: bool,
-    },
+    Respond { bytes: Vec<u8>, close: bool },
     /// Answer with the error page for this status (the backend's pages win when known);
     /// `denied` when a rule refused the request.
     Error {
@@ -49,6 +47,8 @@ enum Route {
     Forward {
         backend: usize,
         server: usize,
+        /// The server the request's persistence cookie named, if any.
+        cookie_server: Option<usize>,
     },
     /// The statistics page of the frontend (`None`) or of a backend.
     StatsPage(Option<usize>),
@@ -66,6 +66,10 @@ pub(crate) struct ReqFacts {
     pub comp: Option<Algo>,
     /// The protocols the client asks to switch to (`Upgrade`, h2c removed), if any.
     pub upgrade: Option<Vec<u8>>,
+    /// The server the request's persistence cookie named, if any (`cookie`).
+    pub cookie_server: Option<usize>,
+    /// A POST (`cookie ... postonly`).
+    pub post: bool,
 }
 
 /// One request/response exchange.
@@ -100,6 +104,8 @@ impl Txn {
                 .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
             comp: None,
             upgrade: upgrade_request(&req),
+            cookie_server: None,
+            post: req.method() == b"POST",
         };
         let (route, mut edits) = route(s, &req);
         match route {
@@ -189,7 +195,11 @@ impl Txn {
                 self.send_local(s, &bytes).await?;
                 Ok(!close)
             }
-            Route::Forward { backend, server } => {
+            Route::Forward {
+                backend,
+                server,
+                cookie_server,
+            } => {
                 self.backend = Some(backend);
                 s.info.route(Some(backend), Some(server));
                 // An Rc clone (thread-local) rather than an Arc one: no shared cache line
@@ -201,10 +211,19 @@ impl Txn {
                 let req = RequestView::h1(s.cbuf.bytes(), &head);
                 let facts = ReqFacts {
                     comp: compression::for_request(conf, &req),
+                    cookie_server,
                     ..facts
                 };
                 if conf.offload {
                     edits.remove("accept-encoding", crate::sample::Match::Str);
+                }
+                if let Some(c) = &be.persist.cookie {
+                    if let Some(header) = cookie::request_cookie_header(c, &req) {
+                        edits.remove("cookie", crate::sample::Match::Str);
+                        if !header.is_empty() {
+                            edits.add.push(("cookie".into(), header));
+                        }
+                    }
                 }
                 s.out.clear();
                 build_request_head(
@@ -706,13 +725,27 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         target: req.target(),
         header,
     };
+    // The server a persistence cookie names, when usable (or with `option persist`).
+    let cookie_server = be
+        .persist
+        .cookie
+        .as_ref()
+        .and_then(|c| cookie::server_of(be, c, req));
+    let by_cookie = cookie_server.filter(|&i| be.persist.persist || st.servers[i].usable());
     // A private connection (http-reuse never) keeps its server while it is usable.
     let server = match &s.private {
         Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
-        _ => balance::pick(be, st, &key, &s.w.lb),
+        _ => by_cookie.or_else(|| balance::pick(be, st, &key, &s.w.lb)),
     };
     match server {
-        Some(server) => (Route::Forward { backend, server }, edits),
+        Some(server) => (
+            Route::Forward {
+                backend,
+                server,
+                cookie_server,
+            },
+            edits,
+        ),
         None => (
             Route::Error {
                 status: 503,

@@ -1,0 +1,365 @@
+//! Cookie persistence, as HAProxy's: `cookie NAME insert|rewrite|prefix [indirect]
+//! [nocache] [postonly] [preserve] [httponly] [secure] [domain D] [attr A]`, the server
+//! option `cookie VALUE` and `option persist`.
+//!
+//! A request whose cookie names a usable server goes to that server (a server that is down
+//! only with `option persist`; otherwise the request is balanced and the response gives the
+//! client a new cookie). On the way back, the response carries the cookie for the server
+//! that answered: inserted by the proxy (`insert`), or the server's own cookie rewritten to
+//! the server's value (`rewrite`) or prefixed with it (`prefix`, which requests lose before
+//! reaching the server).
+//!
+//! Everything here is plain functions over the configuration and the request or response
+//! bytes; the stream layer calls them while routing and writing heads.
+
+use sluice_config::{Keyword, KwError, Scope};
+use sluice_http::{name_is, trim_ows, RequestView};
+
+pub use crate::conf::backend::ServerOption;
+pub use crate::conf::cookie::{CookieConf, CookieMode, PersistConf};
+use crate::conf::{Backend, ProxyConf};
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
+    name: "cookie",
+    scope: Scope::BE,
+    help: "cookie NAME insert|rewrite|prefix [indirect] [nocache] [postonly] [preserve] [httponly] [secure] [domain D] [attr A]: cookie persistence",
+    parse: |c, a| {
+        c.persist.cookie = Some(parse_cookie(a)?);
+        Ok(())
+    },
+}];
+
+/// `option persist` (and `no option persist`).
+pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
+    "option persist", Scope::BE, "a cookie naming a server that is down still leads to it",
+        |c: &mut ProxyConf, on| c.persist.persist = on;
+];
+
+/// The server option `cookie VALUE`.
+pub const SERVER_OPTIONS: &[ServerOption] = &[ServerOption {
+    name: "cookie",
+    args: 1,
+    parse: |o, a| {
+        if a[0].is_empty() || !a[0].bytes().all(cookie_octet) {
+            return Err(
+                "expects a cookie value (no spaces, quotes, commas, semicolons or backslashes)"
+                    .into(),
+            );
+        }
+        o.cookie = Some(a[0].clone());
+        Ok(())
+    },
+}];
+
+/// A byte a cookie value may hold (RFC 6265 `cookie-octet`).
+fn cookie_octet(b: u8) -> bool {
+    matches!(b, 0x21 | 0x23..=0x2b | 0x2d..=0x3a | 0x3c..=0x5b | 0x5d..=0x7e)
+}
+
+fn parse_cookie(a: &[String]) -> Result<CookieConf, KwError> {
+    let Some(name) = a.first() else {
+        return Err(KwError::Missing("a cookie name"));
+    };
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    {
+        return Err(KwError::bad(1, name, "not a valid cookie name"));
+    }
+    let mut c = CookieConf {
+        name: name.clone(),
+        mode: CookieMode::Rewrite,
+        indirect: false,
+        nocache: false,
+        postonly: false,
+        preserve: false,
+        httponly: false,
+        secure: false,
+        domains: Vec::new(),
+        attrs: Vec::new(),
+    };
+    let mut mode = None;
+    let mut i = 1;
+    while i < a.len() {
+        let idx = i + 1;
+        let value = || {
+            a.get(i + 1)
+                .cloned()
+                .ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", a[i])))
+        };
+        match a[i].as_str() {
+            m @ ("insert" | "rewrite" | "prefix") => {
+                if mode.is_some() {
+                    return Err(KwError::bad(idx, m, "only one of insert, rewrite and prefix"));
+                }
+                mode = Some(match m {
+                    "insert" => CookieMode::Insert,
+                    "rewrite" => CookieMode::Rewrite,
+                    _ => CookieMode::Prefix,
+                });
+            }
+            "indirect" => c.indirect = true,
+            "nocache" => c.nocache = true,
+            "postonly" => c.postonly = true,
+            "preserve" => c.preserve = true,
+            "httponly" => c.httponly = true,
+            "secure" => c.secure = true,
+            "domain" => {
+                c.domains.push(value()?);
+                i += 1;
+            }
+            "attr" => {
+                let v = value()?;
+                if v.bytes().any(|b| b < 0x20 || b == b';') {
+                    return Err(KwError::bad(idx + 1, &v, "an attribute may not hold ';' or control characters"));
+                }
+                c.attrs.push(v);
+                i += 1;
+            }
+            o @ ("maxidle" | "maxlife" | "dynamic") => {
+                return Err(KwError::Invalid(format!(
+                    "cookie option '{o}': not supported yet"
+                )))
+            }
+            other => {
+                return Err(KwError::bad(
+                    idx,
+                    other,
+                    "expects insert, rewrite, prefix, indirect, nocache, postonly, preserve, httponly, secure, domain or attr",
+                ))
+            }
+        }
+        i += 1;
+    }
+    c.mode = mode.unwrap_or(CookieMode::Rewrite);
+    Ok(c)
+}
+
+/// The values of cookie `name` in a request's Cookie headers.
+fn request_values<'a>(req: &RequestView<'a>, name: &str) -> impl Iterator<Item = &'a [u8]> {
+    let name = name.as_bytes().to_vec();
+    req.headers()
+        .filter(|(n, _)| name_is(n, "cookie"))
+        .flat_map(|(_, v)| v.split(|&b| b == b';'))
+        .filter_map(move |pair| {
+            let pair = trim_ows(pair);
+            let eq = memchr::memchr(b'=', pair)?;
+            (trim_ows(&pair[..eq]) == name.as_slice()).then(|| trim_ows(&pair[eq + 1..]))
+        })
+}
+
+/// The server a request's persistence cookie names (whether or not it is usable).
+pub fn server_of(be: &Backend, c: &CookieConf, req: &RequestView<'_>) -> Option<usize> {
+    request_values(req, &c.name).find_map(|v| {
+        let v = match c.mode {
+            // `s1~value`: the server's part is before the tilde.
+            CookieMode::Prefix => v.split(|&b| b == b'~').next().unwrap_or(v),
+            _ => v,
+        };
+        be.servers
+            .iter()
+            .position(|s| s.cookie.as_deref().map(str::as_bytes) == Some(v))
+    })
+}
+
+/// The Cookie header the server gets instead of the client's, when persistence changes it:
+/// `insert indirect` removes the persistence cookie, `prefix` strips the server's part.
+/// `Some(empty)`: no Cookie header is left. `None`: the request's headers go as they are.
+pub fn request_cookie_header(c: &CookieConf, req: &RequestView<'_>) -> Option<Vec<u8>> {
+    let strip = match c.mode {
+        CookieMode::Insert => c.indirect,
+        CookieMode::Prefix => true,
+        CookieMode::Rewrite => false,
+    };
+    if !strip || request_values(req, &c.name).next().is_none() {
+        return None;
+    }
+    let mut pairs: Vec<Vec<u8>> = Vec::new();
+    for (_, v) in req.headers().filter(|(n, _)| name_is(n, "cookie")) {
+        for pair in v.split(|&b| b == b';') {
+            let pair = trim_ows(pair);
+            if pair.is_empty() {
+                continue;
+            }
+            let eq = memchr::memchr(b'=', pair);
+            let is_ours = eq.is_some_and(|e| trim_ows(&pair[..e]) == c.name.as_bytes());
+            match (is_ours, c.mode, eq) {
+                (false, _, _) => pairs.push(pair.to_vec()),
+                (true, CookieMode::Prefix, Some(e)) => {
+                    let value = trim_ows(&pair[e + 1..]);
+                    if let Some(t) = memchr::memchr(b'~', value) {
+                        let mut p = c.name.as_bytes().to_vec();
+                        p.push(b'=');
+                        p.extend_from_slice(&value[t + 1..]);
+                        pairs.push(p);
+                    }
+                }
+                (true, _, _) => {}
+            }
+        }
+    }
+    Some(pairs.join(&b"; "[..]))
+}
+
+/// What the response to a request does with the persistence cookie, for the server that
+/// answered: `server_cookie` is that server's value, `client_had` whether the request's
+/// cookie already named it, `post` whether the request was a POST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseCookie {
+    conf: CookieConf,
+    server_cookie: String,
+    client_had: bool,
+    post: bool,
+}
+
+impl ResponseCookie {
+    pub fn new(
+        be: &Backend,
+        server: usize,
+        client_had: bool,
+        post: bool,
+    ) -> Option<ResponseCookie> {
+        let conf = be.persist.cookie.clone()?;
+        let server_cookie = be.servers.get(server)?.cookie.clone()?;
+        Some(ResponseCookie {
+            conf,
+            server_cookie,
+            client_had,
+            post,
+        })
+    }
+
+    /// A `Set-Cookie` value from the server: kept (`None`), removed (`Some(empty)`), or
+    /// rewritten. `seen` records that the server set the persistence cookie itself.
+    pub fn server_set_cookie(&self, value: &[u8], seen: &mut bool) -> Option<Vec<u8>> {
+        let v = trim_ows(value);
+        let eq = memchr::memchr(b'=', v)?;
+        if trim_ows(&v[..eq]) != self.conf.name.as_bytes() {
+            return None;
+        }
+        *seen = true;
+        let rest = &v[eq + 1..];
+        let (old, attrs) = match memchr::memchr(b';', rest) {
+            Some(s) => (&rest[..s], &rest[s..]),
+            None => (rest, &b""[..]),
+        };
+        let mut out = format!("{}=", self.conf.name).into_bytes();
+        match self.conf.mode {
+            CookieMode::Insert if self.conf.preserve => return None,
+            CookieMode::Insert => return Some(Vec::new()),
+            CookieMode::Rewrite => out.extend_from_slice(self.server_cookie.as_bytes()),
+            CookieMode::Prefix => {
+                out.extend_from_slice(self.server_cookie.as_bytes());
+                out.push(b'~');
+                out.extend_from_slice(trim_ows(old));
+            }
+        }
+        out.extend_from_slice(attrs);
+        Some(out)
+    }
+
+    /// The headers the proxy adds (insert mode), once the server's own are known.
+    pub fn inserted(&self, server_set_one: bool) -> Vec<(&'static str, Vec<u8>)> {
+        let c = &self.conf;
+        if c.mode != CookieMode::Insert
+            || self.client_had
+            || (c.postonly && !self.post)
+            || (c.preserve && server_set_one)
+        {
+            return Vec::new();
+        }
+        let mut base = format!("{}={}; path=/", c.name, self.server_cookie);
+        let mut tail = String::new();
+        if c.httponly {
+            tail.push_str("; HttpOnly");
+        }
+        if c.secure {
+            tail.push_str("; Secure");
+        }
+        for a in &c.attrs {
+            tail.push_str("; ");
+            tail.push_str(a);
+        }
+        let mut out: Vec<(&'static str, Vec<u8>)> = if c.domains.is_empty() {
+            base.push_str(&tail);
+            vec![("set-cookie", base.into_bytes())]
+        } else {
+            c.domains
+                .iter()
+                .map(|d| {
+                    (
+                        "set-cookie",
+                        format!("{base}; domain={d}{tail}").into_bytes(),
+                    )
+                })
+                .collect()
+        };
+        if c.nocache {
+            out.push(("cache-control", b"private".to_vec()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(line: &str) -> Result<CookieConf, KwError> {
+        let w: Vec<String> = line.split_whitespace().map(String::from).collect();
+        parse_cookie(&w)
+    }
+
+    #[test]
+    fn cookie_lines() {
+        let c = conf("SRV insert indirect nocache httponly domain .a.test").unwrap();
+        assert_eq!(c.mode, CookieMode::Insert);
+        assert!(c.indirect && c.nocache && c.httponly);
+        assert_eq!(c.domains, vec![".a.test".to_string()]);
+        assert_eq!(conf("SRV").unwrap().mode, CookieMode::Rewrite);
+        assert!(conf("SRV insert rewrite").is_err());
+        assert!(conf("SRV insert maxidle 30m")
+            .unwrap_err()
+            .to_string()
+            .contains("not supported yet"));
+        assert!(conf("S;V insert").is_err());
+    }
+
+    #[test]
+    fn server_cookies_are_rewritten_by_mode() {
+        let rc = |line: &str| ResponseCookie {
+            conf: conf(line).unwrap(),
+            server_cookie: "s1".into(),
+            client_had: false,
+            post: false,
+        };
+        let mut seen = false;
+        assert_eq!(
+            rc("SRV rewrite").server_set_cookie(b"SRV=abc; path=/", &mut seen),
+            Some(b"SRV=s1; path=/".to_vec())
+        );
+        assert!(seen);
+        assert_eq!(
+            rc("JSESSIONID prefix").server_set_cookie(b"JSESSIONID=xyz", &mut seen),
+            Some(b"JSESSIONID=s1~xyz".to_vec())
+        );
+        assert_eq!(
+            rc("SRV insert").server_set_cookie(b"SRV=x", &mut seen),
+            Some(Vec::new())
+        );
+        assert_eq!(
+            rc("SRV insert preserve").server_set_cookie(b"SRV=x", &mut seen),
+            None
+        );
+        let mut other = false;
+        assert_eq!(
+            rc("SRV rewrite").server_set_cookie(b"OTHER=1", &mut other),
+            None
+        );
+        assert!(!other);
+        let ins = rc("SRV insert nocache secure").inserted(false);
+        assert_eq!(ins[0].1, b"SRV=s1; path=/; Secure");
+        assert_eq!(ins[1], ("cache-control", b"private".to_vec()));
+        assert!(rc("SRV insert postonly").inserted(false).is_empty());
+    }
+}

@@ -1,0 +1,174 @@
+//! Cookie persistence (`cookie ... insert|rewrite|prefix`, server `cookie`): a client keeps
+//! its server across connections and workers, and moves when the server fails.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+
+/// An origin answering `NAME TARGET`, setting `set_cookie` when given.
+fn origin(name: &str, set_cookie: Option<&str>) -> Origin {
+    let (n, c) = (name.to_string(), set_cookie.map(str::to_string));
+    Origin::with_handler(
+        name,
+        Arc::new(move |r: &Received| {
+            let body = format!("{n} {}", r.target);
+            let extra = c
+                .as_ref()
+                .map(|c| format!("Set-Cookie: {c}\r\n"))
+                .unwrap_or_default();
+            Reply::Raw(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{extra}\r\n{body}",
+                    body.len()
+                )
+                .into_bytes(),
+            )
+        }),
+    )
+}
+
+/// A request on a new connection with a Cookie header; the response.
+fn ask(p: &Sluice, cookie: Option<&str>) -> Response {
+    let mut c = p.connect();
+    let cookie = cookie
+        .map(|c| format!("Cookie: {c}\r\n"))
+        .unwrap_or_default();
+    c.send(format!("GET /x HTTP/1.1\r\nHost: t\r\n{cookie}\r\n").as_bytes());
+    c.response_for(false).expect("a response")
+}
+
+fn set_cookies(r: &Response) -> Vec<String> {
+    r.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+#[test]
+fn insert_mode_keeps_a_client_on_its_server_across_workers() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    cookie SRV insert indirect nocache httponly\n    server a {} cookie ca\n    server b {} cookie cb\n",
+        a.addr, b.addr
+    ));
+    let first = ask(&p, Some("theme=dark"));
+    let server = first.text()[..1].to_string();
+    assert_eq!(
+        set_cookies(&first),
+        [format!("SRV=c{server}; path=/; HttpOnly")]
+    );
+    assert_eq!(first.header("cache-control"), Some("private"));
+    // The cookie brings the client back to its server, each time on a new connection
+    // (and so on either worker); no new cookie, and the server never sees it (indirect).
+    for _ in 0..12 {
+        let r = ask(&p, Some(&format!("theme=dark; SRV=c{server}")));
+        assert_eq!(&r.text()[..1], server);
+        assert!(set_cookies(&r).is_empty(), "{:?}", r.headers);
+    }
+    let seen = if server == "a" { &a } else { &b };
+    let last = seen.requests().pop().unwrap();
+    assert_eq!(last.header("cookie"), Some("theme=dark"));
+    // A cookie naming no server is balanced and replaced.
+    let r = ask(&p, Some("SRV=nosuch"));
+    assert_eq!(set_cookies(&r).len(), 1);
+}
+
+#[test]
+fn a_failed_server_sends_its_clients_elsewhere_with_a_new_cookie() {
+    let b = origin("b", None);
+    // Server a is a closed port: its clients' connections fail.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}    retries 1\n    option redispatch\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    cookie SRV insert indirect\n    server a {dead} cookie ca\n    server b {} cookie cb\n",
+        b.addr
+    ));
+    let r = ask(&p, Some("SRV=ca"));
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("b "));
+    assert_eq!(set_cookies(&r), ["SRV=cb; path=/"]);
+}
+
+#[test]
+fn a_server_in_maintenance_loses_its_clients_unless_persist() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let cfg = |persist: &str| {
+        format!(
+            "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n{persist}    cookie SRV insert\n    server a {} cookie ca\n    server b {} cookie cb\n",
+            sock.display(),
+            a.addr,
+            b.addr
+        )
+    };
+    let p = Sluice::start(&cfg(""));
+    assert!(ask(&p, Some("SRV=ca")).text().starts_with("a "));
+    Sluice::cli(&sock, "disable server be/a");
+    let r = ask(&p, Some("SRV=ca"));
+    assert!(r.text().starts_with("b "));
+    assert_eq!(set_cookies(&r), ["SRV=cb; path=/"]);
+    drop(p);
+    let p = Sluice::start(&cfg("    option persist\n"));
+    Sluice::cli(&sock, "disable server be/a");
+    assert!(ask(&p, Some("SRV=ca")).text().starts_with("a "));
+}
+
+#[test]
+fn rewrite_and_prefix_modes_use_the_servers_own_cookie() {
+    let a = origin("a", Some("SRV=from-app; Path=/"));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    cookie SRV rewrite\n    server a {} cookie ca\n",
+        a.addr
+    ));
+    assert_eq!(set_cookies(&ask(&p, None)), ["SRV=ca; Path=/"]);
+    drop(p);
+    let (a, b) = (
+        origin("a", Some("JSESSIONID=abc; Path=/")),
+        origin("b", Some("JSESSIONID=abc; Path=/")),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    cookie JSESSIONID prefix\n    server a {} cookie ca\n    server b {} cookie cb\n",
+        a.addr, b.addr
+    ));
+    let r = ask(&p, None);
+    let server = r.text()[..1].to_string();
+    assert_eq!(
+        set_cookies(&r),
+        [format!("JSESSIONID=c{server}~abc; Path=/")]
+    );
+    for _ in 0..6 {
+        let r = ask(&p, Some(&format!("JSESSIONID=c{server}~abc; lang=fr")));
+        assert_eq!(&r.text()[..1], server);
+    }
+    let seen = if server == "a" { &a } else { &b };
+    assert_eq!(
+        seen.requests().pop().unwrap().header("cookie"),
+        Some("JSESSIONID=abc; lang=fr")
+    );
+}
+
+#[test]
+fn cookie_lines_are_checked() {
+    for (line, says) in [
+        (
+            "cookie SRV insert rewrite",
+            "only one of insert, rewrite and prefix",
+        ),
+        ("cookie SRV insert maxidle 30m", "not supported yet"),
+        ("cookie SRV frob", "expects insert"),
+    ] {
+        let (ok, out) = check_config(&format!(
+            "{DEFAULTS}backend be\n    {line}\n    server a 127.0.0.1:1 cookie a\n"
+        ));
+        assert!(!ok && out.contains(says), "{line}: {out}");
+    }
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}backend be\n    server a 127.0.0.1:1 cookie a;b\n"
+    ));
+    assert!(!ok && out.contains("cookie value"), "{out}");
+}
