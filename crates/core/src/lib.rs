@@ -31,6 +31,7 @@ pub mod transport;
 
 pub mod log;
 pub mod pool;
+pub mod stick;
 
 pub mod runtime;
 

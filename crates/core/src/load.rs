@@ -14,7 +14,7 @@ use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::{
     acl, backend, balance, check, compression, control, cookie, errorpages, log, pending, pool,
-    rules, stats, tls,
+    rules, stats, stick, tls,
 };
 use crate::{stream, worker};
 
@@ -65,6 +65,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     compression::KEYWORDS,
     cookie::KEYWORDS,
     cookie::OPTION_KEYWORDS,
+    stick::KEYWORDS,
     errorpages::KEYWORDS,
     log::KEYWORDS,
     log::OPTION_KEYWORDS,
@@ -311,14 +312,54 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             "no frontend or listen section, and no stats socket: nothing to serve",
         ));
     }
+    check_tracking(&proxies, &mut errors);
+    let tables = proxies
+        .iter()
+        .filter_map(|p| {
+            p.conf.stick.clone().map(|mut t| {
+                t.name = p.name.clone();
+                t
+            })
+        })
+        .collect();
     if errors.is_empty() {
         Ok(Config {
             global,
             frontends,
             backends,
+            tables,
         })
     } else {
         Err(errors)
+    }
+}
+
+/// Every `track-sc` rule has a table: the one it names, or its proxy's own.
+fn check_tracking(proxies: &[Proxy], errors: &mut Vec<ConfigError>) {
+    for p in proxies {
+        let rules = p.conf.rules.http_request.iter();
+        for rule in rules {
+            let crate::conf::rules::Action::Track { slot, table, .. } = &rule.action else {
+                continue;
+            };
+            let ok = match table {
+                Some(t) => proxies
+                    .iter()
+                    .any(|o| &o.name == t && o.conf.stick.is_some()),
+                None => p.conf.stick.is_some(),
+            };
+            if !ok {
+                errors.push(p.header.error(format!(
+                    "{} '{}': track-sc{slot} needs a stick table ({})",
+                    p.kind.name(),
+                    p.name,
+                    match table {
+                        Some(t) => format!("no proxy '{t}' with a stick-table"),
+                        None => "this proxy has none; add one or name another with 'table'".into(),
+                    }
+                )));
+            }
+        }
     }
 }
 

@@ -24,7 +24,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option http-keep-alive" => Scope::PROXY,
     "option idle-close-on-response" => Scope::FE,
     "stats" => Scope::PROXY,
-    "stick-table" => Scope::FE_BE,
     "stick" => Scope::BE,
     "redirect" => Scope::FE_BE,
     "capture" => Scope::FE,

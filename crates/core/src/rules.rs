@@ -74,12 +74,6 @@ const PENDING_ACTIONS: &[&str] = &[
     "tarpit",
     "auth",
     "capture",
-    "track-sc0",
-    "track-sc1",
-    "track-sc2",
-    "sc-inc-gpc0",
-    "sc-inc-gpc1",
-    "sc-set-gpt0",
     "set-log-level",
     "set-timeout",
     "set-src",
@@ -118,6 +112,16 @@ fn header_value(v: &str, index: usize) -> Result<Fmt, KwError> {
         ));
     }
     fmt_arg(v, index)
+}
+
+/// A tracking slot: `0`, `1` or `2`.
+fn slot_of(s: &str) -> Option<u8> {
+    match s {
+        "0" => Some(0),
+        "1" => Some(1),
+        "2" => Some(2),
+        _ => None,
+    }
 }
 
 /// `NAME(VAR)` of `set-var(txn.x)` / `unset-var(txn.x)`.
@@ -234,6 +238,52 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
                 .ok_or_else(|| KwError::bad(2, code, "expects a status code from 100 to 999"))?;
             Action::SetStatus(code, reason)
         }
+        (a, Side::Request) if a.starts_with("track-sc") => {
+            let slot = slot_of(a.strip_prefix("track-sc").unwrap_or_default())
+                .ok_or_else(|| KwError::bad(1, a, "expects track-sc0, track-sc1 or track-sc2"))?;
+            let (key, table) = match params {
+                [key] => (key, None),
+                [key, kw, t] if kw == "table" => (key, Some(t.clone())),
+                [] => return Err(KwError::Missing("a key (a sample expression)")),
+                [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
+            };
+            let key = crate::sample::parse_expr(key).map_err(|e| KwError::bad(2, key, e.0))?;
+            Action::Track { slot, key, table }
+        }
+        (a, Side::Request) if a.starts_with("sc-inc-gpc") || a.starts_with("sc-set-gpt0(") => {
+            let (name, inner) = a
+                .strip_suffix(')')
+                .and_then(|r| r.split_once('('))
+                .ok_or_else(|| {
+                    KwError::bad(
+                        1,
+                        a,
+                        "expects sc-inc-gpc0(N), sc-inc-gpc1(N) or sc-set-gpt0(N)",
+                    )
+                })?;
+            let slot = slot_of(inner).ok_or_else(|| KwError::bad(1, a, "the slot is 0, 1 or 2"))?;
+            match name {
+                "sc-inc-gpc0" | "sc-inc-gpc1" => {
+                    sluice_config::no_args(params)?;
+                    Action::ScIncGpc {
+                        slot,
+                        gpc: u8::from(name == "sc-inc-gpc1"),
+                    }
+                }
+                "sc-set-gpt0" => {
+                    let [v] = params else {
+                        return Err(KwError::Missing("a value (an integer or an expression)"));
+                    };
+                    let value = match v.parse::<i64>() {
+                        Ok(n) => crate::sample::parse_expr(&format!("int({n})")),
+                        Err(_) => crate::sample::parse_expr(v),
+                    }
+                    .map_err(|e| KwError::bad(2, v, e.0))?;
+                    Action::ScSetGpt0 { slot, value }
+                }
+                _ => return Err(KwError::bad(1, a, "unknown action")),
+            }
+        }
         (a, _) if var_of(a).is_some() => {
             let var = var_of(a)
                 .expect("checked")
@@ -251,6 +301,8 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
         }
         (a, _)
             if PENDING_ACTIONS.contains(&a)
+                || a.starts_with("track-sc")
+                || a.starts_with("sc-")
                 || matches!(
                     a,
                     "return"

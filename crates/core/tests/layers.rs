@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["conf"],
     &["fds", "buffer", "transport", "padded", "tls"],
-    &["pool", "log"],
+    &["pool", "log", "stick"],
     &["runtime"],
     &[
         "balance",

@@ -279,7 +279,7 @@ fn bad_rules_name_the_line() {
             "unknown converter 'nosuch'",
         ),
         (
-            "http-request set-header X %[sc_http_req_rate(0)]",
+            "http-request set-header X %[ssl_fc_sni]",
             "not supported yet",
         ),
         ("http-request set-var(user) src", "needs a scope"),

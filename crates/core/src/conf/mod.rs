@@ -27,6 +27,7 @@ pub mod pool;
 pub mod rules;
 pub mod sample;
 pub mod stats;
+pub mod stick;
 pub mod stream;
 pub mod tls;
 
@@ -125,6 +126,8 @@ pub struct ProxyConf {
     pub log: LogConf,
     pub check: BackendCheck,
     pub persist: cookie::PersistConf,
+    /// `stick-table`: the proxy's table (named after it when the configuration is loaded).
+    pub stick: Option<stick::TableConf>,
     pub monitor: stats::MonitorConf,
     pub stats: stats::StatsPage,
 }
@@ -219,6 +222,8 @@ pub struct Config {
     pub global: GlobalConf,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
+    /// Every proxy's stick table, named after its proxy.
+    pub tables: Vec<stick::TableConf>,
 }
 
 /// Returns the only argument, or an error naming what was expected.

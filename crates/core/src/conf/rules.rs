@@ -34,6 +34,24 @@ pub enum Action {
     UnsetVar(VarName),
     /// `http-response set-status N [reason TEXT]`.
     SetStatus(u16, Option<String>),
+    /// `track-scN KEY [table T]`: count this request in the key's entry of the table
+    /// (the rule's proxy's when `None`) and keep it in slot N.
+    Track {
+        slot: u8,
+        key: Expr,
+        table: Option<String>,
+    },
+    /// `sc-inc-gpc0(N)` / `sc-inc-gpc1(N)`: add one to a general purpose counter of the
+    /// entry tracked in slot N.
+    ScIncGpc {
+        slot: u8,
+        gpc: u8,
+    },
+    /// `sc-set-gpt0(N) VALUE`.
+    ScSetGpt0 {
+        slot: u8,
+        value: Expr,
+    },
     /// Answer with a built-in service (`use-service`).
     UseService(Service),
 }

@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+pub use super::stick::{Counter, TableOp, TableSource};
+
 /// A fetch followed by converters, applied left to right.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expr {
@@ -74,6 +76,14 @@ pub enum Fetch {
     Int(i64),
     Str(String),
     Ip(std::net::IpAddr),
+    /// A stick-table counter (`sc0_http_req_rate`, `src_get_gpc0`, `sc_tracked(1)`).
+    Table {
+        source: TableSource,
+        op: TableOp,
+        counter: Counter,
+        /// `None`: the tracked entry's table (slots) or the current proxy's (`src_*`).
+        table: Option<String>,
+    },
 }
 
 /// A variable's name with its scope (`txn.user`).
@@ -157,6 +167,14 @@ pub enum Conv {
     Concat(String, Option<VarName>, String),
     /// `set-var(NAME)` inside a chain: stores the sample and passes it on.
     SetVar(VarName),
+    /// A counter of the input's entry in a table (`table_http_req_rate(T)`).
+    Table {
+        op: TableOp,
+        counter: Counter,
+        table: String,
+    },
+    /// Whether the input has an entry in the table (`in_table(T)`).
+    InTable(String),
 }
 
 /// A compiled regular expression that compares by its source text.

@@ -573,6 +573,8 @@ pub struct Runtime {
     pub frontends: Box<[Arc<FrontendState>]>,
     /// Aligned with `Config::backends`.
     pub backends: Box<[Arc<BackendState>]>,
+    /// Aligned with `Config::tables`.
+    pub tables: Box<[Arc<crate::stick::Table>]>,
 }
 
 impl Runtime {
@@ -590,7 +592,17 @@ impl Runtime {
                 .enumerate()
                 .map(|(i, b)| Arc::new(BackendState::new(b, i, workers)))
                 .collect(),
+            tables: config
+                .tables
+                .iter()
+                .map(|t| Arc::new(crate::stick::Table::new(t)))
+                .collect(),
         }
+    }
+
+    /// The stick table named `name` (a proxy's name).
+    pub fn table(&self, name: &str) -> Option<&Arc<crate::stick::Table>> {
+        self.tables.iter().find(|t| t.conf.name == name)
     }
 
     /// The state for a new generation `new`, keeping what `self` (serving `old`) holds for
@@ -648,9 +660,22 @@ impl Runtime {
                 Arc::new(state)
             })
             .collect();
+        // A table keeps its entries when its definition is unchanged.
+        let tables = new
+            .tables
+            .iter()
+            .map(|t| {
+                self.tables
+                    .iter()
+                    .find(|o| o.conf == *t)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(crate::stick::Table::new(t)))
+            })
+            .collect();
         Runtime {
             frontends,
             backends,
+            tables,
         }
     }
 }

@@ -3,18 +3,46 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use sluice_http::{RequestView, ResponseView};
 
 use crate::conf::sample::{Match, Sample, VarName, VarScope, Vars};
 use crate::runtime::Process;
+use crate::stick::{EntryRef, Key, Table};
 
 /// The variables a stream sees: its connection's and its transaction's (the process's live
-/// in `Process`).
+/// in `Process`), and the stick-table entries its transaction tracks.
 #[derive(Debug, Default)]
 pub struct StreamVars {
     pub sess: RefCell<Vars>,
     pub txn: RefCell<Vars>,
+    /// `track-sc0`, `track-sc1`, `track-sc2`.
+    pub trackers: RefCell<[Option<Tracker>; 3]>,
+}
+
+/// An entry a transaction tracks: its table, its key, and the entry itself (kept alive
+/// while tracked, even if the table drops it).
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    pub table: Arc<Table>,
+    pub key: Key,
+    pub entry: EntryRef,
+}
+
+impl<'a> Ctx<'a> {
+    /// The stick table a fetch names, or by default the current proxy's (the backend's
+    /// once routed, else the frontend's).
+    pub fn table(&self, name: Option<&str>) -> Option<&'a Arc<Table>> {
+        let tables = &self.process.state;
+        match name {
+            Some(n) => tables.table(n),
+            None => self
+                .backend
+                .and_then(|b| tables.table(&self.process.config.backends[b].name))
+                .or_else(|| tables.table(&self.process.config.frontends[self.frontend].name)),
+        }
+    }
 }
 
 impl StreamVars {

@@ -18,6 +18,8 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         | Crc32(_) | Djb2(_) | Sdbm(_) | Wt6(_) | Xxh3(_) => Kind::Int,
         Bool | Not | Odd | Even => Kind::Bool,
         IpMask(..) => Kind::Ip,
+        Table { .. } => Kind::Int,
+        InTable(_) => Kind::Bool,
         _ => Kind::Str,
     }
 }
@@ -137,6 +139,8 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             out.extend_from_slice(suffix.as_bytes());
             text(out)
         }
+        Conv::Table { op, counter, table } => super::table::convert(&s, *op, *counter, table, cx)?,
+        Conv::InTable(table) => super::table::contains(&s, table, cx)?,
         Conv::SetVar(v) => {
             cx.vars.set(cx.process, v, s.clone().into_owned());
             s

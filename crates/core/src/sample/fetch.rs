@@ -15,6 +15,11 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
         SslFc | Bool(_) => Kind::Bool,
+        Table {
+            op: crate::conf::sample::TableOp::Tracked,
+            ..
+        } => Kind::Bool,
+        Table { .. } => Kind::Int,
         ReqBody => Kind::Bin,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ReqLen
@@ -157,6 +162,12 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::Int(n) => Some(Sample::Int(*n)),
         Fetch::Str(s) => Some(Sample::str(s.as_bytes())),
         Fetch::Ip(ip) => Some(Sample::Ip(*ip)),
+        Fetch::Table {
+            source,
+            op,
+            counter,
+            table,
+        } => super::table::fetch(*source, *op, *counter, table.as_deref(), cx),
     }
 }
 

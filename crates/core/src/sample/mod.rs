@@ -15,9 +15,10 @@ mod conv;
 mod fetch;
 pub mod hash;
 mod parse;
+mod table;
 mod time;
 
-pub use self::context::{text_match, Ctx, Kind, StreamVars};
+pub use self::context::{text_match, Ctx, Kind, StreamVars, Tracker};
 pub use self::conv::in_net;
 pub use self::parse::{parse_expr, parse_fmt, parse_map, parse_net, parse_var, ParseError};
 pub use crate::conf::sample::*;

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::conf::sample::{
-    Conv, Expr, Fetch, Fmt, FmtPart, IntArg, MapFile, MapKey, Match, Regex, VarName, VarScope,
+    Conv, Counter, Expr, Fetch, Fmt, FmtPart, IntArg, MapFile, MapKey, Match, Regex, TableOp,
+    TableSource, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -190,17 +191,6 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
 const PENDING_FETCHES: &[&str] = &[
-    "sc_http_req_rate",
-    "sc0_http_req_rate",
-    "sc1_http_req_rate",
-    "sc2_http_req_rate",
-    "src_conn_cur",
-    "src_conn_rate",
-    "src_http_req_rate",
-    "src_http_err_rate",
-    "src_get_gpc0",
-    "src_inc_gpc0",
-    "table_cnt",
     "ssl_fc_sni",
     "ssl_fc_protocol",
     "ssl_fc_cipher",
@@ -322,11 +312,79 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
                     .or_else(|_| err(format!("'{}' expects an address", c.name)))?,
             )
         }
+        other if table_fetch(other).is_some() => {
+            let (source, op, counter) = table_fetch(other).expect("checked");
+            // `sc_*` takes the slot as its first argument; the others only the table.
+            let (source, table_at) = match source {
+                None => {
+                    arity(c, 1, 2)?;
+                    let slot = int(c, 0)?.filter(|n| (0..=2).contains(n)).ok_or_else(|| {
+                        ParseError(format!("'{other}' expects a tracking slot 0, 1 or 2"))
+                    })?;
+                    (TableSource::Slot(slot as u8), 1)
+                }
+                Some(s) => {
+                    arity(c, 0, 1)?;
+                    (s, 0)
+                }
+            };
+            Fetch::Table {
+                source,
+                op,
+                counter,
+                table: opt_str(c, table_at),
+            }
+        }
         other if PENDING_FETCHES.contains(&other) => {
             return err(format!("sample fetch '{other}' is not supported yet"))
         }
         other => return err(format!("unknown sample fetch '{other}'")),
     })
+}
+
+/// The operation and counter a table word names (`http_req_rate`, `get_gpc0`,
+/// `inc_gpc0`, `clr_gpc1`, `tracked`).
+fn table_op(word: &str) -> Option<(TableOp, Counter)> {
+    let (op, name) = if let Some(n) = word.strip_prefix("get_") {
+        (TableOp::Read, n)
+    } else if let Some(n) = word.strip_prefix("inc_") {
+        (TableOp::Inc, n)
+    } else if let Some(n) = word.strip_prefix("clr_") {
+        (TableOp::Clr, n)
+    } else if word == "tracked" {
+        return Some((TableOp::Tracked, Counter::Gpc0));
+    } else {
+        (TableOp::Read, word)
+    };
+    let counter = Counter::from_name(name)?;
+    // Only the general purpose counters are read through get_ or changed.
+    let gpc = matches!(counter, Counter::Gpc0 | Counter::Gpc1 | Counter::Gpt0);
+    match op {
+        TableOp::Read if gpc != (word != name) => None,
+        TableOp::Inc | TableOp::Clr if !matches!(counter, Counter::Gpc0 | Counter::Gpc1) => None,
+        _ => Some((op, counter)),
+    }
+}
+
+/// A table fetch's source (`None`: `sc_*`, whose slot is an argument), operation and
+/// counter.
+fn table_fetch(name: &str) -> Option<(Option<TableSource>, TableOp, Counter)> {
+    let (source, rest) = if let Some(r) = name.strip_prefix("sc_") {
+        (None, r)
+    } else if let Some(r) = name.strip_prefix("src_") {
+        (Some(TableSource::Src), r)
+    } else {
+        let slot = name.strip_prefix("sc")?.as_bytes();
+        match slot {
+            [d @ b'0'..=b'2', b'_', ..] => (Some(TableSource::Slot(d - b'0')), &name[4..]),
+            _ => return None,
+        }
+    };
+    let (op, counter) = table_op(rest)?;
+    if op == TableOp::Tracked && source == Some(TableSource::Src) {
+        return None;
+    }
+    Some((source, op, counter))
 }
 
 fn int_arg(c: &Call<'_>) -> Result<IntArg, ParseError> {
@@ -367,10 +425,6 @@ fn delimited(c: &Call<'_>) -> Result<(i32, Vec<u8>, u32), ParseError> {
 
 /// HAProxy converters that sluice does not have yet.
 const PENDING_CONVS: &[&str] = &[
-    "table_http_req_rate",
-    "table_conn_cur",
-    "table_gpc0",
-    "in_table",
     "sha1",
     "sha2",
     "hmac",
@@ -500,6 +554,22 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
         "set-var" => {
             arity(c, 1, 1)?;
             Conv::SetVar(parse_var(&c.args[0])?)
+        }
+        "in_table" => {
+            arity(c, 1, 1)?;
+            Conv::InTable(c.args[0].clone())
+        }
+        other if other.starts_with("table_") && table_op(&other[6..]).is_some() => {
+            arity(c, 1, 1)?;
+            let (op, counter) = table_op(&other[6..]).expect("checked");
+            if op == TableOp::Tracked {
+                return err(format!("unknown converter '{other}'"));
+            }
+            Conv::Table {
+                op,
+                counter,
+                table: c.args[0].clone(),
+            }
         }
         other if PENDING_CONVS.contains(&other) => {
             return err(format!("converter '{other}' is not supported yet"))
@@ -742,10 +812,29 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("sc_http_req_rate(0)")
+        assert!(parse_expr("ssl_fc_sni")
             .unwrap_err()
             .0
             .contains("not supported yet"));
+        assert_eq!(
+            parse_expr("sc_http_req_rate(1,t)").unwrap().fetch,
+            Fetch::Table {
+                source: TableSource::Slot(1),
+                op: TableOp::Read,
+                counter: Counter::HttpReqRate,
+                table: Some("t".into())
+            }
+        );
+        assert!(parse_expr("sc0_get_gpc0").is_ok());
+        assert!(parse_expr("src_inc_gpc0(t)").is_ok());
+        assert!(parse_expr("sc1_tracked").is_ok());
+        assert!(parse_expr("sc_http_req_rate(3)").is_err());
+        assert!(
+            parse_expr("sc0_gpc0").is_err(),
+            "gpc0 is read with get_gpc0"
+        );
+        assert!(parse_expr("src_inc_http_req_rate").is_err());
+        assert!(parse_expr("src,table_http_req_rate(t)").is_ok());
         assert!(parse_expr("path(").unwrap_err().0.contains("missing ')'"));
         assert!(parse_expr("var(user)")
             .unwrap_err()

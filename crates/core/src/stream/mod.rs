@@ -110,6 +110,11 @@ async fn run(s: &mut Session) {
         let done = txn.handle(s, head).await;
         s.info.busy.store(false, Ordering::Relaxed);
         s.info.route(None, None);
+        let status = match &done {
+            Err(fail) => fail.status.map_or(-1, i64::from),
+            Ok(_) => txn.log.status,
+        };
+        s.end_tracking(status, s.received - txn.log.received_before, txn.log.bytes);
         match done {
             Ok(keep) => {
                 txn.log_done(s);

@@ -24,6 +24,7 @@ use crate::buffer::Buf;
 use crate::conf::Frontend;
 use crate::runtime::Worker;
 use crate::sample::{Ctx, StreamVars};
+use crate::stick::Counter;
 use crate::transport::Conn;
 
 /// What the output scratch keeps while the connection waits for its next request.
@@ -62,6 +63,27 @@ impl Session {
             backend,
             req: Some(req),
             ..self.sample_ctx_base()
+        }
+    }
+
+    /// The transaction is over: the entries it tracked count its error (a 4xx answer) and
+    /// its bytes, and are released.
+    pub fn end_tracking(&self, status: i64, bytes_in: u64, bytes_out: u64) {
+        let mut trackers = self.vars.trackers.borrow_mut();
+        if trackers.iter().all(Option::is_none) {
+            return;
+        }
+        let now = crate::runtime::clock_ms();
+        for t in trackers.iter_mut().filter_map(Option::take) {
+            let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
+            if (400..500).contains(&status) {
+                e.add(Counter::HttpErrCnt, 1, now);
+                e.add(Counter::HttpErrRate, 1, now);
+            }
+            e.add(Counter::BytesInCnt, bytes_in, now);
+            e.add(Counter::BytesInRate, bytes_in, now);
+            e.add(Counter::BytesOutCnt, bytes_out, now);
+            e.add(Counter::BytesOutRate, bytes_out, now);
         }
     }
 

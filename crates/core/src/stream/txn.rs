@@ -30,8 +30,9 @@ use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie;
 use crate::rules::{holds, Action, BackendRef, HttpRule, Redirect, RedirectKind, Service};
-use crate::sample::{Ctx, Sample};
+use crate::sample::{Ctx, Sample, Tracker};
 use crate::stats;
+use crate::stick::{Counter, Key};
 
 /// The routing decision for a request, computed from its head.
 enum Route {
@@ -809,10 +810,58 @@ fn apply_rules(
                 }
             }
             Action::UnsetVar(v) => s.vars.unset(&s.w.process, v),
+            Action::Track { slot, key, table } => track(s, &cx, *slot, key, table.as_deref()),
+            Action::ScIncGpc { slot, gpc } => {
+                if let Some(t) = &s.vars.trackers.borrow()[usize::from(*slot)] {
+                    let (c, rate) = match gpc {
+                        0 => (Counter::Gpc0, Counter::Gpc0Rate),
+                        _ => (Counter::Gpc1, Counter::Gpc1Rate),
+                    };
+                    let now = crate::runtime::clock_ms();
+                    let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
+                    e.add(c, 1, now);
+                    e.add(rate, 1, now);
+                }
+            }
+            Action::ScSetGpt0 { slot, value } => {
+                let v = value.eval(&cx).and_then(|v| v.as_int());
+                if let (Some(t), Some(v)) = (&s.vars.trackers.borrow()[usize::from(*slot)], v) {
+                    let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
+                    e.set(Counter::Gpt0, v.max(0) as u64);
+                }
+            }
             other => edits.apply(other, &cx),
         }
     }
     None
+}
+
+/// `track-scN KEY [table T]`: the request counts in the key's entry, which the slot keeps
+/// for the rest of the transaction (a slot already in use keeps its entry).
+fn track(s: &Session, cx: &Ctx<'_>, slot: u8, key: &crate::sample::Expr, table: Option<&str>) {
+    if s.vars.trackers.borrow()[usize::from(slot)].is_some() {
+        return;
+    }
+    let Some(t) = cx.table(table) else {
+        return;
+    };
+    let Some(k) = key.eval(cx).and_then(|k| Key::from_sample(&k, t.conf.key)) else {
+        return;
+    };
+    let now = crate::runtime::clock_ms();
+    let Some(entry) = t.touch(k.clone(), now) else {
+        return;
+    };
+    {
+        let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
+        e.add(Counter::HttpReqCnt, 1, now);
+        e.add(Counter::HttpReqRate, 1, now);
+    }
+    s.vars.trackers.borrow_mut()[usize::from(slot)] = Some(Tracker {
+        table: t.clone(),
+        key: k,
+        entry,
+    });
 }
 
 /// The response of `http-request redirect`.

@@ -1,0 +1,125 @@
+//! Sample fetches and converters over stick tables (`sc0_http_req_rate`, `src_get_gpc0`,
+//! `table_http_req_rate(T)`, `in_table(T)`).
+
+use super::context::Ctx;
+use crate::conf::sample::{Counter, Sample, TableOp, TableSource};
+use crate::runtime::clock_ms;
+use crate::stick::{EntryRef, Key, Table};
+
+/// A table fetch.
+pub(super) fn fetch<'a>(
+    source: TableSource,
+    op: TableOp,
+    counter: Counter,
+    table: Option<&str>,
+    cx: &'a Ctx<'a>,
+) -> Option<Sample<'a>> {
+    let now = clock_ms();
+    match source {
+        TableSource::Slot(n) => {
+            let trackers = cx.vars.trackers.borrow();
+            let tracked = trackers[usize::from(n)].as_ref();
+            if op == TableOp::Tracked {
+                let in_table = |t: &Table| table.is_none_or(|name| t.conf.name == name);
+                return Some(Sample::Bool(tracked.is_some_and(|t| in_table(&t.table))));
+            }
+            let tracked = tracked?;
+            match table {
+                // The tracked key, looked up in another table.
+                Some(name) if name != tracked.table.conf.name => {
+                    let t = cx.table(Some(name))?;
+                    apply(t, Some(&tracked.key), op, counter, now)
+                }
+                _ => apply_entry(
+                    &tracked.table,
+                    Some(tracked.entry.clone()),
+                    op,
+                    counter,
+                    now,
+                ),
+            }
+        }
+        TableSource::Src => {
+            let t = cx.table(table)?;
+            let key = Key::from_sample(&Sample::Ip(cx.src.ip()), t.conf.key)?;
+            apply(t, Some(&key), op, counter, now)
+        }
+    }
+}
+
+/// A table converter: the input sample is the key.
+pub(super) fn convert<'a>(
+    input: &Sample<'_>,
+    op: TableOp,
+    counter: Counter,
+    table: &str,
+    cx: &Ctx<'_>,
+) -> Option<Sample<'a>> {
+    let t = cx.table(Some(table))?;
+    let key = Key::from_sample(input, t.conf.key)?;
+    apply(t, Some(&key), op, counter, clock_ms())
+}
+
+/// `in_table(T)`.
+pub(super) fn contains<'a>(input: &Sample<'_>, table: &str, cx: &Ctx<'_>) -> Option<Sample<'a>> {
+    let t = cx.table(Some(table))?;
+    let key = Key::from_sample(input, t.conf.key)?;
+    Some(Sample::Bool(t.lookup(&key, clock_ms()).is_some()))
+}
+
+fn apply<'a>(
+    t: &Table,
+    key: Option<&Key>,
+    op: TableOp,
+    counter: Counter,
+    now: u64,
+) -> Option<Sample<'a>> {
+    let key = key?;
+    let entry = match op {
+        // Incrementing creates the entry, as HAProxy does.
+        TableOp::Inc => t.touch(key.clone(), now),
+        _ => t.lookup(key, now),
+    };
+    apply_entry(t, entry, op, counter, now)
+}
+
+/// Reads or changes `counter` of an entry; a key without an entry reads as 0 when the
+/// table stores the counter.
+fn apply_entry<'a>(
+    t: &Table,
+    entry: Option<EntryRef>,
+    op: TableOp,
+    counter: Counter,
+    now: u64,
+) -> Option<Sample<'a>> {
+    let stored = t
+        .conf
+        .store
+        .iter()
+        .any(|&d| crate::stick::counter_of(d).0 == counter);
+    if !stored {
+        return None;
+    }
+    let Some(entry) = entry else {
+        return Some(Sample::Int(0));
+    };
+    let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
+    let value = match op {
+        TableOp::Inc => {
+            e.add(counter, 1, now);
+            let rate = match counter {
+                Counter::Gpc0 => Counter::Gpc0Rate,
+                _ => Counter::Gpc1Rate,
+            };
+            e.add(rate, 1, now);
+            e.get(counter, now)?
+        }
+        TableOp::Clr => {
+            let before = e.get(counter, now)?;
+            e.set(counter, 0);
+            before
+        }
+        TableOp::Read | TableOp::Tracked => e.get(counter, now)?,
+    };
+    Some(Sample::Int(value as i64))
+}

@@ -1,0 +1,582 @@
+//! Stick tables: per-key counters shared by every worker (`stick-table`), as HAProxy keeps
+//! them for rate limiting and tracking.
+//!
+//! Invariants:
+//! - A table is split into shards by key hash, each behind its own mutex: workers touching
+//!   different keys rarely meet, and no lock covers the whole table on the request path.
+//! - An entry lives `expire` after its last update; a full table drops expired entries, then
+//!   the least recently updated one (or, with `nopurge`, refuses the new key).
+//! - An entry a stream tracks stays valid for that stream even if the table drops it (the
+//!   stream holds it).
+//! - Rates are HAProxy's sliding counters: the events of the current period plus the
+//!   previous period's, weighted by the share of the current period still to come.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_config::{units, Keyword, KwError, Scope};
+
+use crate::conf::sample::Sample;
+pub use crate::conf::stick::{Counter, DataType, KeyType, TableConf};
+use crate::conf::ProxyConf;
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
+    name: "stick-table",
+    scope: Scope::FE_BE,
+    help: "stick-table type ip|ipv6|integer|string [len N]|binary [len N] size N [expire T] [nopurge] [store DATA,...]: per-key counters for tracking and rate limiting",
+    parse: |c, a| {
+        c.stick = Some(parse_table(a)?);
+        Ok(())
+    },
+}];
+
+fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
+    let mut key = None;
+    let mut size = None;
+    let mut t = TableConf {
+        name: String::new(),
+        key: KeyType::Ip,
+        size: 0,
+        expire: None,
+        nopurge: false,
+        store: Vec::new(),
+    };
+    let mut i = 0;
+    while i < a.len() {
+        let idx = i + 1;
+        let value = |what: &'static str| a.get(i + 1).ok_or(KwError::Missing(what));
+        match a[i].as_str() {
+            "type" => {
+                let v = value("a key type after 'type'")?;
+                let len = match a.get(i + 2).map(String::as_str) {
+                    Some("len") => {
+                        let n = value("")
+                            .ok()
+                            .and(a.get(i + 3))
+                            .ok_or(KwError::Missing("a length after 'len'"))?;
+                        let n: usize =
+                            n.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                                KwError::bad(idx + 3, n, "expects a positive length")
+                            })?;
+                        i += 2;
+                        Some(n)
+                    }
+                    _ => None,
+                };
+                key = Some(match v.as_str() {
+                    "ip" => KeyType::Ip,
+                    "ipv6" => KeyType::Ipv6,
+                    "integer" => KeyType::Integer,
+                    "string" => KeyType::String(len.unwrap_or(32)),
+                    "binary" => KeyType::Binary(len.unwrap_or(32)),
+                    other => {
+                        return Err(KwError::bad(
+                            idx + 1,
+                            other,
+                            "expects ip, ipv6, integer, string or binary",
+                        ))
+                    }
+                });
+                i += 1;
+            }
+            "size" => {
+                let v = value("a size after 'size'")?;
+                size = Some(
+                    units::parse_size(v)
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| {
+                            KwError::bad(idx + 1, v, "expects a positive size (k, m, g)")
+                        })? as usize,
+                );
+                i += 1;
+            }
+            "expire" => {
+                let v = value("a time after 'expire'")?;
+                t.expire = Some(units::parse_time(v).map_err(|e| KwError::bad(idx + 1, v, e))?);
+                i += 1;
+            }
+            "nopurge" => t.nopurge = true,
+            "store" => {
+                let v = value("data types after 'store'")?;
+                for d in v.split(',') {
+                    t.store
+                        .push(parse_data(d).map_err(|e| KwError::bad(idx + 1, d, e))?);
+                }
+                i += 1;
+            }
+            "peers" | "srvkey" | "write-to" | "recv-only" => {
+                return Err(KwError::Invalid(format!(
+                    "stick-table option '{}': not supported yet (no peers)",
+                    a[i]
+                )))
+            }
+            other => {
+                return Err(KwError::bad(
+                    idx,
+                    other,
+                    "expects type, size, expire, nopurge or store",
+                ))
+            }
+        }
+        i += 1;
+    }
+    t.key = key.ok_or(KwError::Missing("'type ip|ipv6|integer|string|binary'"))?;
+    t.size = size.ok_or(KwError::Missing("'size N'"))?;
+    Ok(t)
+}
+
+/// `http_req_rate(10s)`, `gpc0`, ...
+fn parse_data(d: &str) -> Result<DataType, String> {
+    let (name, period) = match d.split_once('(') {
+        Some((n, rest)) => {
+            let p = rest.strip_suffix(')').ok_or("missing ')'")?;
+            (n, Some(units::parse_time(p)?))
+        }
+        None => (d, None),
+    };
+    let rate = |f: fn(Duration) -> DataType| {
+        period
+            .map(f)
+            .ok_or_else(|| format!("'{name}' needs a period, as {name}(10s)"))
+    };
+    use DataType as D;
+    let plain = |v: DataType| match period {
+        None => Ok(v),
+        Some(_) => Err(format!("'{name}' takes no period")),
+    };
+    match name {
+        "server_id" => plain(D::ServerId),
+        "gpt0" => plain(D::Gpt0),
+        "gpc0" => plain(D::Gpc0),
+        "gpc0_rate" => rate(D::Gpc0Rate),
+        "gpc1" => plain(D::Gpc1),
+        "gpc1_rate" => rate(D::Gpc1Rate),
+        "conn_cnt" => plain(D::ConnCnt),
+        "conn_cur" => plain(D::ConnCur),
+        "conn_rate" => rate(D::ConnRate),
+        "sess_cnt" => plain(D::SessCnt),
+        "sess_rate" => rate(D::SessRate),
+        "http_req_cnt" => plain(D::HttpReqCnt),
+        "http_req_rate" => rate(D::HttpReqRate),
+        "http_err_cnt" => plain(D::HttpErrCnt),
+        "http_err_rate" => rate(D::HttpErrRate),
+        "bytes_in_cnt" => plain(D::BytesInCnt),
+        "bytes_in_rate" => rate(D::BytesInRate),
+        "bytes_out_cnt" => plain(D::BytesOutCnt),
+        "bytes_out_rate" => rate(D::BytesOutRate),
+        "gpt" | "gpc" | "gpc_rate" | "http_fail_cnt" | "http_fail_rate" | "glitch_cnt"
+        | "glitch_rate" => Err(format!("data type '{name}' is not supported yet")),
+        _ => Err(format!("unknown data type '{name}'")),
+    }
+}
+
+const SHARDS: usize = 32;
+
+/// An entry's key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Key {
+    Ip(IpAddr),
+    Int(i64),
+    Bytes(Vec<u8>),
+}
+
+impl Key {
+    /// The key a sample gives in a table of type `t` (`None` when it cannot be one).
+    pub fn from_sample(s: &Sample<'_>, t: KeyType) -> Option<Key> {
+        Some(match t {
+            KeyType::Ip => match s.as_ip()? {
+                IpAddr::V6(v6) => Key::Ip(IpAddr::V4(v6.to_ipv4_mapped()?)),
+                v4 => Key::Ip(v4),
+            },
+            KeyType::Ipv6 => match s.as_ip()? {
+                IpAddr::V4(v4) => Key::Ip(IpAddr::V6(v4.to_ipv6_mapped())),
+                v6 => Key::Ip(v6),
+            },
+            KeyType::Integer => Key::Int(s.as_int()?),
+            KeyType::String(len) | KeyType::Binary(len) => {
+                let b = s.as_bytes();
+                Key::Bytes(b[..b.len().min(len)].to_vec())
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Ip(ip) => write!(f, "{ip}"),
+            Key::Int(n) => write!(f, "{n}"),
+            Key::Bytes(b) => write!(f, "{}", String::from_utf8_lossy(b)),
+        }
+    }
+}
+
+/// The counter a stored data type holds, and its period for a rate.
+pub fn counter_of(d: DataType) -> (Counter, Option<Duration>) {
+    use DataType as D;
+    match d {
+        D::ServerId => (Counter::ServerId, None),
+        D::Gpt0 => (Counter::Gpt0, None),
+        D::Gpc0 => (Counter::Gpc0, None),
+        D::Gpc0Rate(p) => (Counter::Gpc0Rate, Some(p)),
+        D::Gpc1 => (Counter::Gpc1, None),
+        D::Gpc1Rate(p) => (Counter::Gpc1Rate, Some(p)),
+        D::ConnCnt => (Counter::ConnCnt, None),
+        D::ConnCur => (Counter::ConnCur, None),
+        D::ConnRate(p) => (Counter::ConnRate, Some(p)),
+        D::SessCnt => (Counter::SessCnt, None),
+        D::SessRate(p) => (Counter::SessRate, Some(p)),
+        D::HttpReqCnt => (Counter::HttpReqCnt, None),
+        D::HttpReqRate(p) => (Counter::HttpReqRate, Some(p)),
+        D::HttpErrCnt => (Counter::HttpErrCnt, None),
+        D::HttpErrRate(p) => (Counter::HttpErrRate, Some(p)),
+        D::BytesInCnt => (Counter::BytesInCnt, None),
+        D::BytesInRate(p) => (Counter::BytesInRate, Some(p)),
+        D::BytesOutCnt => (Counter::BytesOutCnt, None),
+        D::BytesOutRate(p) => (Counter::BytesOutRate, Some(p)),
+    }
+}
+
+/// A sliding event rate over `period` milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    /// Start of the current period (ms).
+    start: u64,
+    curr: u64,
+    prev: u64,
+}
+
+impl Rate {
+    fn rotate(&mut self, now: u64, period: u64) {
+        let period = period.max(1);
+        if now < self.start + period {
+            return;
+        }
+        let periods = (now - self.start) / period;
+        self.prev = if periods == 1 { self.curr } else { 0 };
+        self.curr = 0;
+        self.start += periods * period;
+    }
+
+    fn add(&mut self, now: u64, period: u64, n: u64) {
+        self.rotate(now, period);
+        self.curr += n;
+    }
+
+    fn read(&self, now: u64, period: u64) -> u64 {
+        let mut r = *self;
+        r.rotate(now, period);
+        let period = period.max(1);
+        let left = period - (now - r.start).min(period);
+        r.curr + r.prev * left / period
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Count(u64),
+    Rate(Rate, u64),
+}
+
+/// One key's data, in the order of the table's `store` list.
+#[derive(Debug)]
+pub struct Entry {
+    values: Vec<(Counter, Value)>,
+    /// When it expires (ms), if the table expires entries.
+    pub expires: Option<u64>,
+    /// Its last update (ms), for dropping the least recent when full.
+    pub updated: u64,
+}
+
+impl Entry {
+    fn new(conf: &TableConf, now: u64) -> Entry {
+        Entry {
+            values: conf
+                .store
+                .iter()
+                .map(|&d| match counter_of(d) {
+                    (c, Some(p)) => (
+                        c,
+                        Value::Rate(
+                            Rate {
+                                start: now,
+                                ..Rate::default()
+                            },
+                            p.as_millis() as u64,
+                        ),
+                    ),
+                    (c, None) => (c, Value::Count(0)),
+                })
+                .collect(),
+            expires: None,
+            updated: now,
+        }
+    }
+
+    /// Whether the entry stores `c`.
+    pub fn stores(&self, c: Counter) -> bool {
+        self.values.iter().any(|(k, _)| *k == c)
+    }
+
+    /// Adds `n` to counter `c` if stored (a rate counts `n` events now).
+    pub fn add(&mut self, c: Counter, n: u64, now: u64) {
+        for (k, v) in &mut self.values {
+            if *k == c {
+                match v {
+                    Value::Count(x) => *x = x.saturating_add(n),
+                    Value::Rate(r, p) => r.add(now, *p, n),
+                }
+            }
+        }
+    }
+
+    /// Takes one from counter `c` (connections ending).
+    pub fn sub(&mut self, c: Counter) {
+        for (k, v) in &mut self.values {
+            if *k == c {
+                if let Value::Count(x) = v {
+                    *x = x.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    pub fn set(&mut self, c: Counter, n: u64) {
+        for (k, v) in &mut self.values {
+            if *k == c {
+                if let Value::Count(x) = v {
+                    *x = n;
+                }
+            }
+        }
+    }
+
+    /// The value of counter `c`, if stored.
+    pub fn get(&self, c: Counter, now: u64) -> Option<u64> {
+        self.values
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map(|(_, v)| match v {
+                Value::Count(x) => *x,
+                Value::Rate(r, p) => r.read(now, *p),
+            })
+    }
+
+    /// `name=value` for each stored data type, as `show table` prints them.
+    pub fn describe(&self, now: u64) -> String {
+        let mut out = String::new();
+        for (k, v) in &self.values {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            match v {
+                Value::Count(x) => out.push_str(&format!("{}={x}", k.name())),
+                Value::Rate(r, p) => {
+                    out.push_str(&format!("{}({p})={}", k.name(), r.read(now, *p)))
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A tracked or looked-up entry.
+pub type EntryRef = Arc<Mutex<Entry>>;
+
+/// A stick table, shared by every worker.
+#[derive(Debug)]
+pub struct Table {
+    pub conf: TableConf,
+    shards: Box<[Mutex<HashMap<Key, EntryRef>>]>,
+    used: AtomicUsize,
+}
+
+impl Table {
+    pub fn new(conf: &TableConf) -> Table {
+        Table {
+            conf: conf.clone(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, EntryRef>> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        &self.shards[h.finish() as usize % SHARDS]
+    }
+
+    fn expired(e: &Entry, now: u64) -> bool {
+        e.expires.is_some_and(|t| now >= t)
+    }
+
+    /// Entries in use.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The live entry for `key`, if any.
+    pub fn lookup(&self, key: &Key, now: u64) -> Option<EntryRef> {
+        let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let e = shard.get(key)?;
+        let live = !Self::expired(&e.lock().unwrap_or_else(|e| e.into_inner()), now);
+        live.then(|| e.clone())
+    }
+
+    /// The entry for `key`, created if needed (`None`: the table is full and `nopurge`).
+    /// Either way its expiry starts again.
+    pub fn touch(&self, key: Key, now: u64) -> Option<EntryRef> {
+        let expire = self.conf.expire.map(|d| d.as_millis() as u64);
+        let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = shard.get(&key).cloned() {
+            let mut g = e.lock().unwrap_or_else(|e| e.into_inner());
+            if Self::expired(&g, now) {
+                *g = Entry::new(&self.conf, now);
+            }
+            g.expires = expire.map(|x| now + x);
+            g.updated = now;
+            drop(g);
+            return Some(e);
+        }
+        // This shard's share of the size.
+        let room = self.conf.size.div_ceil(SHARDS).max(1);
+        if shard.len() >= room {
+            shard.retain(|_, e| !Self::expired(&e.lock().unwrap_or_else(|e| e.into_inner()), now));
+            if shard.len() >= room {
+                if self.conf.nopurge {
+                    self.used.store(self.count(), Ordering::Relaxed);
+                    return None;
+                }
+                let oldest = shard
+                    .iter()
+                    .min_by_key(|(_, e)| e.lock().unwrap_or_else(|e| e.into_inner()).updated)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    shard.remove(&k);
+                }
+            }
+        }
+        let mut entry = Entry::new(&self.conf, now);
+        entry.expires = expire.map(|x| now + x);
+        let e = Arc::new(Mutex::new(entry));
+        shard.insert(key, e.clone());
+        drop(shard);
+        self.used.store(self.count(), Ordering::Relaxed);
+        Some(e)
+    }
+
+    fn count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// Live entries, for `show table`.
+    pub fn entries(&self, now: u64) -> Vec<(Key, EntryRef)> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            s.retain(|_, e| !Self::expired(&e.lock().unwrap_or_else(|e| e.into_inner()), now));
+            out.extend(s.iter().map(|(k, e)| (k.clone(), e.clone())));
+        }
+        self.used.store(out.len(), Ordering::Relaxed);
+        out
+    }
+
+    /// Drops one key's entry, or all of them.
+    pub fn clear(&self, key: Option<&Key>) {
+        for s in self.shards.iter() {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            match key {
+                Some(k) => {
+                    s.remove(k);
+                }
+                None => s.clear(),
+            }
+        }
+        self.used.store(self.count(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(size: usize, store: Vec<DataType>) -> TableConf {
+        TableConf {
+            name: "t".into(),
+            key: KeyType::Ip,
+            size,
+            expire: Some(Duration::from_secs(10)),
+            nopurge: false,
+            store,
+        }
+    }
+
+    #[test]
+    fn table_lines() {
+        let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let t = parse_table(&w(
+            "type ip size 100k expire 30s store http_req_rate(10s),gpc0,conn_cur",
+        ))
+        .unwrap();
+        assert_eq!(t.key, KeyType::Ip);
+        assert!(t.size >= 100_000);
+        assert_eq!(t.expire, Some(Duration::from_secs(30)));
+        assert_eq!(t.store.len(), 3);
+        let t = parse_table(&w("type string len 64 size 10")).unwrap();
+        assert_eq!(t.key, KeyType::String(64));
+        assert!(parse_table(&w("size 10")).is_err());
+        assert!(parse_table(&w("type ip size 10 store http_req_rate")).is_err());
+        assert!(parse_table(&w("type ip size 10 store nosuch")).is_err());
+        assert!(parse_table(&w("type ip size 10 peers p"))
+            .unwrap_err()
+            .to_string()
+            .contains("not supported yet"));
+    }
+
+    #[test]
+    fn rates_slide() {
+        let mut r = Rate::default();
+        let p = 10_000;
+        r.add(0, p, 5);
+        assert_eq!(r.read(0, p), 5);
+        // Half-way through the next period: 5 * 1/2 of the previous, plus the current.
+        r.add(15_000, p, 2);
+        assert_eq!(r.read(15_000, p), 2 + 5 / 2);
+        assert_eq!(r.read(40_000, p), 0);
+    }
+
+    #[test]
+    fn entries_count_expire_and_make_room() {
+        let t = Table::new(&conf(
+            SHARDS,
+            vec![
+                DataType::HttpReqRate(Duration::from_secs(10)),
+                DataType::Gpc0,
+            ],
+        ));
+        let k = Key::Ip("10.0.0.1".parse().unwrap());
+        let e = t.touch(k.clone(), 0).unwrap();
+        e.lock().unwrap().add(Counter::HttpReqRate, 1, 0);
+        e.lock().unwrap().add(Counter::Gpc0, 3, 0);
+        let again = t.lookup(&k, 1).unwrap();
+        assert_eq!(again.lock().unwrap().get(Counter::HttpReqRate, 1), Some(1));
+        assert_eq!(again.lock().unwrap().get(Counter::Gpc0, 1), Some(3));
+        assert_eq!(again.lock().unwrap().get(Counter::ConnCur, 1), None);
+        assert!(t.lookup(&k, 10_000).is_none(), "expired");
+        // A full table (one entry per shard here) still takes new keys.
+        for n in 0..200u32 {
+            assert!(t.touch(Key::Int(i64::from(n)), 20_000).is_some());
+        }
+        assert!(t.used() <= SHARDS);
+        t.clear(None);
+        assert_eq!(t.used(), 0);
+    }
+}
