@@ -2,14 +2,16 @@
 //! test, `tests/layers.rs`, checks it), so the folder layout is the architecture:
 //!
 //! 1. [`conf`]: one configuration generation as plain data. No behaviour, no state.
-//! 2. [`fds`], [`buffer`], [`transport`], [`padded`]: descriptor accounting, per-worker I/O
-//!    buffers, the connection seam every socket goes through, cache-line padding.
-//! 3. [`pool`], [`log`]: per-thread idle server-connection pools (capability 1) and access
-//!    log targets; self-contained mechanisms over the layers below.
+//! 2. [`fds`], [`buffer`], [`transport`], [`padded`], [`tls`]: descriptor accounting,
+//!    per-worker I/O buffers, the connection seam every socket goes through, cache-line
+//!    padding, TLS settings.
+//! 3. [`pool`], [`log`], [`stick`]: per-thread idle server-connection pools (capability 1),
+//!    access log targets, stick tables; self-contained mechanisms over the layers below.
 //! 4. [`runtime`]: live state that outlives configuration generations: server states and
 //!    weights, queues, idle pools, per-worker counters, admission, worker figures.
-//! 5. Mechanisms over the runtime: [`balance`], [`check`] (health checks, capability 2),
-//!    [`queue`], [`rules`], [`compression`]
+//! 5. Mechanisms over the runtime: [`sample`] (HAProxy's samples), [`acl`], [`rules`],
+//!    [`balance`], [`cookie`] (persistence), [`check`] (health checks, capability 2),
+//!    [`queue`], [`compression`]
 //!    (capability 3's throttling around the `sluice-deflate` encoder), [`errorpages`], and
 //!    the backend keywords ([`backend`]), and [`stats`] (the statistics HAProxy's tools
 //!    read: `show stat`, `show info`).
@@ -20,6 +22,17 @@
 //!
 //! Each feature module owns the configuration keywords it implements, in a `KEYWORDS`
 //! table that writes into the `conf` types. See `docs/internals/architecture.md`.
+
+/// Writes one line to standard error in a single write, so that lines of processes
+/// sharing the stream (a master and its workers) never interleave mid-line, as
+/// `eprintln!`'s piecewise writes can.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
 
 pub mod conf;
 

@@ -24,8 +24,11 @@ use crate::conf::{one_arg, resolve, GlobalConf, ProxyConf};
 const VARS: &[(&str, Var)] = &[
     ("ci", Var::ClientIp),
     ("cp", Var::ClientPort),
+    ("fi", Var::FrontendIp),
+    ("fp", Var::FrontendPort),
     ("t", Var::DateLocal),
     ("tr", Var::DateRequest),
+    ("Ts", Var::Timestamp),
     ("ft", Var::Frontend),
     ("f", Var::Frontend),
     ("b", Var::Backend),
@@ -38,6 +41,7 @@ const VARS: &[(&str, Var)] = &[
     ("Tt", Var::TimeTotal),
     ("ST", Var::Status),
     ("B", Var::Bytes),
+    ("U", Var::BytesUploaded),
     ("ts", Var::TermState),
     ("tsc", Var::TermStateCookies),
     ("ac", Var::ActConn),
@@ -53,19 +57,36 @@ const VARS: &[(&str, Var)] = &[
     ("HV", Var::Version),
     ("CC", Var::Cookie),
     ("CS", Var::Cookie),
+    ("hr", Var::ReqCaptures),
+    ("hs", Var::ResCaptures),
+    ("hrl", Var::ReqCapturesList),
+    ("hsl", Var::ResCapturesList),
+    ("ID", Var::UniqueId),
+    ("H", Var::Hostname),
+    ("pid", Var::Pid),
+    ("rt", Var::RequestCounter),
 ];
 
-/// Parses a `log-format` string into tokens. `%{+Q}r` quotes the request line; other
-/// `%{...}` options and unknown variables are refused.
+/// HAProxy variables sluice does not fill yet (named as such, not as unknown).
+const PENDING_VARS: &[&str] = &[
+    "sslc", "sslv", "bi", "bp", "si", "sp", "lc", "ms", "Th", "Ti", "Tq", "HP", "HQ",
+];
+
+/// Parses a `log-format` string into tokens: text, `%VAR`, `%[EXPR]` samples, each
+/// optionally preceded by `%{+Q}` (quoted) and `%{+X}` (hexadecimal) options (others, such
+/// as `+E`, are accepted and have no effect), and `%%`.
 pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
     let mut out = Vec::new();
     let mut text = String::new();
     let b = s.as_bytes();
     let mut i = 0;
+    // `%{+X}o` sets options for every variable after it.
+    let mut global = VarOpts::default();
     while i < b.len() {
         if b[i] != b'%' {
-            text.push(b[i] as char);
-            i += 1;
+            let ch = s[i..].chars().next().unwrap_or(' ');
+            text.push(ch);
+            i += ch.len_utf8();
             continue;
         }
         if b.get(i + 1) == Some(&b'%') {
@@ -73,39 +94,62 @@ pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
             i += 2;
             continue;
         }
-        let mut quoted = false;
+        let mut opts = global;
         let mut j = i + 1;
         if b.get(j) == Some(&b'{') {
             let end = s[j..].find('}').ok_or("unterminated %{...}")? + j;
-            match &s[j + 1..end] {
-                "+Q" => quoted = true,
-                other => {
-                    return Err(format!(
-                        "log-format option %{{{other}}} is not supported yet"
-                    ))
+            for o in s[j + 1..end].split(',') {
+                match o {
+                    "+Q" => opts.quote = true,
+                    "-Q" => opts.quote = false,
+                    "+X" => opts.hex = true,
+                    "-X" => opts.hex = false,
+                    "+E" | "-E" | "+M" | "-M" => {}
+                    other => return Err(format!("unknown log-format option '{other}'")),
                 }
             }
             j = end + 1;
+        }
+        if b.get(j) == Some(&b'[') {
+            let close = s[j..].find(']').ok_or("missing ']' after %[")? + j;
+            let expr = crate::conf::sample_parse::parse_expr(&s[j + 1..close]).map_err(|e| e.0)?;
+            if !text.is_empty() {
+                out.push(Token::Text(std::mem::take(&mut text)));
+            }
+            out.push(Token::Sample(expr, opts));
+            i = close + 1;
+            continue;
         }
         let name_len = b[j..]
             .iter()
             .take_while(|c| c.is_ascii_alphanumeric())
             .count();
         let name = &s[j..j + name_len];
+        if name == "o" {
+            // It prints nothing, and neither does the separator after it.
+            global = opts;
+            i = j + 1 + usize::from(b.get(j + 1) == Some(&b' '));
+            continue;
+        }
         // Longest known variable name at this position (so `%tsc` is not `%ts` + "c").
-        let (var_name, var) = VARS
+        let known = VARS
             .iter()
             .filter(|(n, _)| name.starts_with(n))
-            .max_by_key(|(n, _)| n.len())
-            .ok_or_else(|| format!("unknown log-format variable '%{name}'"))?;
+            .max_by_key(|(n, _)| n.len());
+        let pending = PENDING_VARS
+            .iter()
+            .filter(|p| name.starts_with(*p))
+            .max_by_key(|p| p.len());
+        if let Some(p) = pending.filter(|p| known.is_none_or(|(k, _)| p.len() > k.len())) {
+            return Err(format!("log-format variable '%{p}' is not supported yet"));
+        }
+        let Some((var_name, var)) = known else {
+            return Err(format!("unknown log-format variable '%{name}'"));
+        };
         if !text.is_empty() {
             out.push(Token::Text(std::mem::take(&mut text)));
         }
-        out.push(Token::Var(if quoted && *var == Var::RequestLine {
-            Var::RequestLineQuoted
-        } else {
-            *var
-        }));
+        out.push(Token::Var(*var, opts));
         i = j + var_name.len();
     }
     if !text.is_empty() {
@@ -282,15 +326,60 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             Ok(())
         },
     },
+    Keyword {
+        name: "capture",
+        scope: Scope::FE,
+        help: "capture request|response header NAME len N: keep a header's value for the log (%hr, %hs)",
+        parse: |c, a| {
+            let (side, name, len) = match a {
+                [side, kw, name, l, n] if kw == "header" && l == "len" => (side, name, n),
+                [kw, ..] if kw == "cookie" => {
+                    return Err(KwError::Invalid("capture cookie: not supported yet".into()))
+                }
+                _ => return Err(KwError::Missing("request|response header NAME len N")),
+            };
+            let len: usize = len
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| KwError::bad(5, len, "expects a positive length"))?;
+            let entry = (name.to_ascii_lowercase(), len);
+            match side.as_str() {
+                "request" => c.log.captures_req.push(entry),
+                "response" => c.log.captures_res.push(entry),
+                other => return Err(KwError::bad(1, other, "expects request or response")),
+            }
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "unique-id-format",
+        scope: Scope::FE,
+        help: "unique-id-format FORMAT: a unique id for each request (log-format syntax; %ID, unique-id)",
+        parse: |c, a| {
+            let v = one_arg(a, "a format string (quote it)")?;
+            c.log.unique_id = Some(parse_format(v).map_err(|e| KwError::bad(1, v, e))?);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "unique-id-header",
+        scope: Scope::FE,
+        help: "unique-id-header NAME: send the unique id to the server in this header",
+        parse: |c, a| {
+            c.log.unique_id_header = Some(one_arg(a, "a header name")?.to_string());
+            Ok(())
+        },
+    },
 ];
 
-/// Lines dropped because a target could not take them at once.
 /// `option dontlognull` (and `no option dontlognull`).
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
     "option dontlognull", Scope::PROXY, "do not log connections on which the client sent nothing",
         |c: &mut ProxyConf, on| c.log.dont_log_null = on;
 ];
 
+/// Lines dropped because a target could not take them at once.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Sends lines to their targets without blocking the caller.
@@ -335,9 +424,7 @@ impl UnixSink {
         let connected = match sock.connect(path) {
             Ok(()) => true,
             Err(e) => {
-                eprintln!(
-                    "sluice: log target {path}: {e}; lines are dropped until it accepts them"
-                );
+                say!("sluice: log target {path}: {e}; lines are dropped until it accepts them");
                 false
             }
         };
@@ -475,9 +562,7 @@ pub enum Severity {
 
 fn frame(t: &LogTarget, severity: Severity, tag: &str, msg: &str) -> Vec<u8> {
     let pri = u32::from(t.facility) * 8 + severity as u32;
-    // getpid is a system call on every libc that no longer caches it: read it once.
-    static PID: OnceLock<u32> = OnceLock::new();
-    let pid = *PID.get_or_init(std::process::id);
+    let pid = pid();
     match t.framing {
         Framing::Raw => msg.as_bytes().to_vec(),
         Framing::Short => format!("<{pri}>{msg}").into_bytes(),
@@ -563,18 +648,92 @@ pub struct Record<'a> {
     pub method: String,
     pub uri: String,
     pub version: String,
+    /// The address the client connected to (`%fi`, `%fp`), when known.
+    pub dst: Option<SocketAddr>,
+    /// Bytes received from the client (`%U`).
+    pub bytes_in: u64,
+    /// Captured request and response headers, in `capture` order.
+    pub captures_req: &'a [Option<String>],
+    pub captures_res: &'a [Option<String>],
+    pub unique_id: Option<&'a str>,
+    /// The rendered `%[...]` samples of the format, in order.
+    pub samples: &'a [String],
+    /// The request's number on its worker (`%rt`).
+    pub request_counter: u64,
 }
 
-impl Record<'_> {
+impl<'a> Record<'a> {
+    /// A record with nothing known yet but the client, the date and the frontend (the base
+    /// of the others, and what a `unique-id-format` sees).
+    pub fn blank(client: SocketAddr, date: SystemTime, frontend: &'a str) -> Record<'a> {
+        Record {
+            client,
+            date,
+            frontend,
+            backend: frontend,
+            server: "<NOSRV>",
+            t_request: -1,
+            t_queue: -1,
+            t_connect: -1,
+            t_response: -1,
+            t_active: -1,
+            status: -1,
+            bytes: 0,
+            term: *b"--",
+            act_conn: 0,
+            fe_conn: 0,
+            be_conn: 0,
+            srv_conn: 0,
+            retries: 0,
+            srv_queue: 0,
+            be_queue: 0,
+            method: String::new(),
+            uri: String::new(),
+            version: String::new(),
+            dst: None,
+            bytes_in: 0,
+            captures_req: &[],
+            captures_res: &[],
+            unique_id: None,
+            samples: &[],
+            request_counter: 0,
+        }
+    }
+
     fn term(&self) -> &str {
         std::str::from_utf8(&self.term).unwrap_or("--")
     }
 
     fn var(&self, out: &mut String, v: Var) {
+        let captures = |out: &mut String, c: &[Option<String>], list: bool| {
+            let values: Vec<&str> = c.iter().map(|v| v.as_deref().unwrap_or("")).collect();
+            if list {
+                write!(out, "{}", values.join(" "))
+            } else if c.is_empty() {
+                Ok(())
+            } else {
+                write!(out, "{{{}}}", values.join("|"))
+            }
+        };
         let _ = match v {
             Var::ClientIp => write!(out, "{}", self.client.ip()),
             Var::ClientPort => write!(out, "{}", self.client.port()),
+            Var::FrontendIp => match self.dst {
+                Some(d) => write!(out, "{}", d.ip()),
+                None => write!(out, "-"),
+            },
+            Var::FrontendPort => match self.dst {
+                Some(d) => write!(out, "{}", d.port()),
+                None => write!(out, "-"),
+            },
             Var::DateLocal | Var::DateRequest => write!(out, "{}", log_date(self.date)),
+            Var::Timestamp => write!(
+                out,
+                "{}",
+                self.date
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs())
+            ),
             Var::Frontend => write!(out, "{}", self.frontend),
             Var::Backend => write!(out, "{}", self.backend),
             Var::Server => write!(out, "{}", self.server),
@@ -585,6 +744,7 @@ impl Record<'_> {
             Var::TimeActive | Var::TimeTotal => write!(out, "{}", self.t_active),
             Var::Status => write!(out, "{}", self.status),
             Var::Bytes => write!(out, "{}", self.bytes),
+            Var::BytesUploaded => write!(out, "{}", self.bytes_in),
             Var::TermState => write!(out, "{}", self.term()),
             Var::TermStateCookies => write!(out, "{}--", self.term()),
             Var::ActConn => write!(out, "{}", self.act_conn),
@@ -594,14 +754,22 @@ impl Record<'_> {
             Var::Retries => write!(out, "{}", self.retries),
             Var::SrvQueue => write!(out, "{}", self.srv_queue),
             Var::BeQueue => write!(out, "{}", self.be_queue),
-            Var::RequestLine => write!(out, "{} {} {}", self.method, self.uri, self.version),
-            Var::RequestLineQuoted => {
-                write!(out, "\"{} {} {}\"", self.method, self.uri, self.version)
+            Var::RequestLine if self.uri.is_empty() && self.version.is_empty() => {
+                write!(out, "{}", self.method)
             }
+            Var::RequestLine => write!(out, "{} {} {}", self.method, self.uri, self.version),
             Var::Method => write!(out, "{}", self.method),
             Var::Uri => write!(out, "{}", self.uri),
             Var::Version => write!(out, "{}", self.version),
             Var::Cookie => write!(out, "-"),
+            Var::ReqCaptures => captures(out, self.captures_req, false),
+            Var::ResCaptures => captures(out, self.captures_res, false),
+            Var::ReqCapturesList => captures(out, self.captures_req, true),
+            Var::ResCapturesList => captures(out, self.captures_res, true),
+            Var::UniqueId => write!(out, "{}", self.unique_id.unwrap_or("-")),
+            Var::Hostname => write!(out, "{}", crate::conf::hostname()),
+            Var::Pid => write!(out, "{}", pid()),
+            Var::RequestCounter => write!(out, "{}", self.request_counter),
         };
     }
 
@@ -612,20 +780,69 @@ impl Record<'_> {
             Format::Tcp => tcplog(),
             Format::Custom(tokens) => tokens,
         };
+        self.render_tokens(tokens)
+    }
+
+    /// The text of a format (a log line, or a `unique-id-format` id). A variable that prints
+    /// nothing (no captures) takes the space after it away, as HAProxy does.
+    pub fn render_tokens(&self, tokens: &[Token]) -> String {
         let mut out = String::with_capacity(160);
+        let mut samples = self.samples.iter();
+        let mut skip_space = false;
         for t in tokens {
-            match t {
-                Token::Text(s) => out.push_str(s),
-                Token::Var(v) => self.var(&mut out, *v),
+            let (value, opts) = match t {
+                Token::Text(s) => {
+                    out.push_str(s.strip_prefix(' ').filter(|_| skip_space).unwrap_or(s));
+                    skip_space = false;
+                    continue;
+                }
+                Token::Var(v, opts) => {
+                    let mut value = String::new();
+                    self.var(&mut value, *v);
+                    (value, opts)
+                }
+                Token::Sample(_, opts) => {
+                    (samples.next().cloned().unwrap_or_else(|| "-".into()), opts)
+                }
+            };
+            skip_space = value.is_empty();
+            // `+X`: integers, and addresses, in hexadecimal (as HAProxy's unique ids show them).
+            let value = if opts.hex {
+                if let Ok(n) = value.parse::<i64>() {
+                    format!("{n:X}")
+                } else if let Ok(ip) = value.parse::<std::net::IpAddr>() {
+                    match ip {
+                        std::net::IpAddr::V4(a) => format!("{:08X}", u32::from(a)),
+                        std::net::IpAddr::V6(a) => format!("{:032X}", u128::from(a)),
+                    }
+                } else {
+                    value
+                }
+            } else {
+                value
+            };
+            if opts.quote {
+                out.push('"');
+                out.push_str(&value);
+                out.push('"');
+            } else {
+                out.push_str(&value);
             }
         }
         out
     }
 }
 
+/// This process's id, read once (getpid is a system call on every libc that no longer
+/// caches it).
+fn pid() -> u32 {
+    static PID: OnceLock<u32> = OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
 /// HAProxy's `option httplog` line.
 pub const HTTPLOG: &str =
-    "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %{+Q}r";
+    "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
 /// HAProxy's `option tcplog` line.
 pub const TCPLOG: &str = "%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/%sc/%rc %sq/%bq";
 
@@ -654,21 +871,35 @@ mod tests {
     #[test]
     fn formats_parse() {
         let t = parse_format("%ci:%cp %{+Q}r %tsc 100%%").unwrap();
+        let plain = VarOpts::default();
+        let quoted = VarOpts {
+            quote: true,
+            hex: false,
+        };
         assert_eq!(
             t,
             vec![
-                Token::Var(Var::ClientIp),
+                Token::Var(Var::ClientIp, plain),
                 Token::Text(":".into()),
-                Token::Var(Var::ClientPort),
+                Token::Var(Var::ClientPort, plain),
                 Token::Text(" ".into()),
-                Token::Var(Var::RequestLineQuoted),
+                Token::Var(Var::RequestLine, quoted),
                 Token::Text(" ".into()),
-                Token::Var(Var::TermStateCookies),
+                Token::Var(Var::TermStateCookies, plain),
                 Token::Text(" 100%".into()),
             ]
         );
         assert!(parse_format("%nope").unwrap_err().contains("unknown"));
-        assert!(parse_format("%{+E}r").is_err());
+        assert!(parse_format("%{+Z}r").is_err());
+        assert!(parse_format("%sslv")
+            .unwrap_err()
+            .contains("not supported yet"));
+        let t = parse_format("%{+X}o %Ts %[src,lower]").unwrap();
+        assert!(matches!(
+            t[0],
+            Token::Var(Var::Timestamp, VarOpts { hex: true, .. })
+        ));
+        assert!(matches!(t[2], Token::Sample(_, VarOpts { hex: true, .. })));
     }
 
     #[test]

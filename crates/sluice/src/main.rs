@@ -240,7 +240,7 @@ fn main() -> ExitCode {
     let action = match parse_args(&args) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("sluice: {e}\n{USAGE}");
+            sluice_core::say!("sluice: {e}\n{USAGE}");
             return ExitCode::from(1);
         }
     };
@@ -252,7 +252,7 @@ fn main() -> ExitCode {
             let text = match sluice_config::lex_line(&expr, &env) {
                 Ok(words) => words.join(" "),
                 Err(e) => {
-                    eprintln!("sluice: -cc: {e}");
+                    sluice_core::say!("sluice: -cc: {e}");
                     return ExitCode::from(2);
                 }
             };
@@ -260,7 +260,7 @@ fn main() -> ExitCode {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {
-                    eprintln!("sluice: -cc: {e}");
+                    sluice_core::say!("sluice: -cc: {e}");
                     ExitCode::from(2)
                 }
             };
@@ -292,9 +292,9 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(errors) => {
             for e in &errors {
-                eprintln!("sluice: {e}");
+                sluice_core::say!("sluice: {e}");
             }
-            eprintln!(
+            sluice_core::say!(
                 "sluice: fatal: {} error(s) in the configuration",
                 errors.len()
             );
@@ -321,16 +321,18 @@ fn main() -> ExitCode {
                         if matches!(source.kind(), std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AddrNotAvailable)
                 );
                 if certain {
-                    eprintln!(
+                    sluice_core::say!(
                         "sluice: Binding [{}:{}] for frontend {}: {e}",
-                        bind.at.file, bind.at.line, fe.name
+                        bind.at.file,
+                        bind.at.line,
+                        fe.name
                     );
                     unbindable += 1;
                 }
             }
         }
         if unbindable > 0 {
-            eprintln!("sluice: fatal: {unbindable} address(es) cannot be bound");
+            sluice_core::say!("sluice: fatal: {unbindable} address(es) cannot be bound");
             return ExitCode::from(1);
         }
         println!("Configuration file is valid");
@@ -353,7 +355,7 @@ fn main() -> ExitCode {
     match sluice_core::run(config, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sluice: fatal: {e}");
+            sluice_core::say!("sluice: fatal: {e}");
             ExitCode::from(1)
         }
     }

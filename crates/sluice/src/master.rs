@@ -171,7 +171,7 @@ fn start_worker(
     if got != 1 {
         return Err(format!("worker {} exited before listening", child.id()));
     }
-    eprintln!("sluice: master: worker {} ready", child.id());
+    sluice_core::say!("sluice: master: worker {} ready", child.id());
     Ok(child)
 }
 
@@ -204,7 +204,7 @@ pub fn run(opts: Options) -> ExitCode {
         match sluice_core::control::identity::daemonize() {
             Ok(pipe) => Some(pipe),
             Err(e) => {
-                eprintln!("sluice: master: fatal: cannot become a daemon: {e}");
+                sluice_core::say!("sluice: master: fatal: cannot become a daemon: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -219,7 +219,7 @@ pub fn run(opts: Options) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("sluice: master: fatal: {e}");
+            sluice_core::say!("sluice: master: fatal: {e}");
             return ExitCode::from(1);
         }
     };
@@ -238,7 +238,7 @@ pub fn run(opts: Options) -> ExitCode {
         Ok(c) => Ok(c),
         Err(errors) => {
             for e in &errors {
-                eprintln!("sluice: {e}");
+                sluice_core::say!("sluice: {e}");
             }
             Err(format!("{} error(s) in the configuration", errors.len()))
         }
@@ -246,18 +246,18 @@ pub fn run(opts: Options) -> ExitCode {
     let mut sockets = Sockets::new();
     let started = load().and_then(|c| bind_all(&c, &mut sockets));
     if let Err(e) = started {
-        eprintln!("sluice: master: fatal: {e}");
+        sluice_core::say!("sluice: master: fatal: {e}");
         return ExitCode::from(1);
     }
     if let Some(path) = &pidfile {
         if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
-            eprintln!("sluice: master: fatal: pidfile {path}: {e}");
+            sluice_core::say!("sluice: master: fatal: pidfile {path}: {e}");
             return ExitCode::from(1);
         }
     }
     let private = std::env::temp_dir().join(format!("sluice-master-{}", std::process::id()));
     if let Err(e) = std::fs::create_dir_all(&private) {
-        eprintln!("sluice: master: fatal: {}: {e}", private.display());
+        sluice_core::say!("sluice: master: fatal: {}: {e}", private.display());
         return ExitCode::from(1);
     }
     let roster: Roster = Default::default();
@@ -282,7 +282,7 @@ pub fn run(opts: Options) -> ExitCode {
         match cli::bind(conf) {
             Ok(l) => master_cli.push(l),
             Err(e) => {
-                eprintln!("sluice: master: fatal: master CLI {}: {e}", conf.addr);
+                sluice_core::say!("sluice: master: fatal: master CLI {}: {e}", conf.addr);
                 return ExitCode::from(1);
             }
         }
@@ -290,7 +290,7 @@ pub fn run(opts: Options) -> ExitCode {
     let mut current = match launch(&[], 0, &sockets) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("sluice: master: fatal: {e}");
+            sluice_core::say!("sluice: master: fatal: {e}");
             return ExitCode::from(1);
         }
     };
@@ -303,7 +303,7 @@ pub fn run(opts: Options) -> ExitCode {
             .name("sluice-master-cli".into())
             .spawn(move || cli::serve_with(listener, Duration::from_secs(10), answer));
         if let Err(e) = served {
-            eprintln!("sluice: master: fatal: master CLI: {e}");
+            sluice_core::say!("sluice: master: fatal: master CLI: {e}");
             stop_all(&mut current, &mut [], libc::SIGTERM);
             return ExitCode::from(1);
         }
@@ -323,14 +323,14 @@ pub fn run(opts: Options) -> ExitCode {
                     if systemd {
                         notify("RELOADING=1");
                     }
-                    eprintln!("sluice: master: reloading");
+                    sluice_core::say!("sluice: master: reloading");
                     reloads += 1;
                     let next = load()
                         .and_then(|c| bind_all(&c, &mut sockets))
                         .and_then(|()| launch(&[current.id()], reloads, &sockets));
                     match next {
                         Ok(child) => old.push(std::mem::replace(&mut current, child)),
-                        Err(e) => eprintln!("sluice: master: reload failed, the running worker stays: {e}"),
+                        Err(e) => sluice_core::say!("sluice: master: reload failed, the running worker stays: {e}"),
                     }
                     if systemd {
                         notify("READY=1");
@@ -356,7 +356,7 @@ pub fn run(opts: Options) -> ExitCode {
                         .unwrap_or_else(|e| e.into_inner())
                         .retain(|w| running.contains(&w.pid));
                     if let Ok(Some(status)) = current.try_wait() {
-                        eprintln!("sluice: master: worker {} exited ({status}): exiting", current.id());
+                        sluice_core::say!("sluice: master: worker {} exited ({status}): exiting", current.id());
                         stop_all(&mut current, &mut old, libc::SIGTERM);
                         return ExitCode::from(1);
                     }

@@ -254,3 +254,61 @@ fn log_keywords_are_checked() {
     let (ok, err) = check("global\n    log 127.0.0.1:514\n");
     assert!(!ok && err.contains("facility"), "{err}");
 }
+
+/// The log lines on standard output once `n` are there.
+fn stdout_lines(p: &Sluice, n: usize) -> Vec<String> {
+    wait_until("log lines", || p.stdout().lines().count() >= n);
+    p.stdout().lines().map(str::to_string).collect()
+}
+
+#[test]
+fn captures_appear_in_httplog_as_haproxy_prints_them() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    capture request header Host len 20\n    capture request header User-Agent len 5\n    capture response header Content-Type len 30\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET /cap HTTP/1.1\r\nHost: example.com\r\nUser-Agent: curl/8.1\r\n\r\n");
+    assert_eq!(c.response_for(false).unwrap().status, 200);
+    let line = &stdout_lines(&p, 1)[0];
+    assert!(
+        line.ends_with(" 0/0 {example.com|curl/} {text/plain} \"GET /cap HTTP/1.1\""),
+        "{line}"
+    );
+}
+
+#[test]
+fn log_format_samples_options_and_unique_ids() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    unique-id-format %{{+X}}o\\ %ci:%cp_%rt:%pid\n    unique-id-header X-Unique-ID\n    capture request header Host len 20\n    log-format \"%[req.hdr(host),lower] %{{+Q}}[path] %ID %U %hrl %{{+X}}ST %pid\"\n    http-response set-header X-ID %[unique-id]\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET /p HTTP/1.1\r\nHost: WWW.Example.COM\r\n\r\n");
+    let r = c.response_for(false).unwrap();
+    let id = r.header("x-id").expect("the unique id").to_string();
+    let seen = origin.requests().pop().unwrap();
+    assert_eq!(seen.header("x-unique-id"), Some(id.as_str()));
+    // %ci in hexadecimal (+X applies to every variable after %{+X}o): 7F000001.
+    assert!(id.starts_with("7F000001:"), "{id}");
+    let line = &stdout_lines(&p, 1)[0];
+    let pid = p.pid();
+    assert_eq!(
+        *line,
+        format!("www.example.com \"/p\" {id} 42 WWW.Example.COM C8 {pid}")
+    );
+}
+
+#[test]
+fn a_bad_request_is_logged_as_badreq() {
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    let mut c = p.connect();
+    c.send(b"GARBAGE\r\n\r\n");
+    assert_eq!(c.response_for(false).unwrap().status, 400);
+    let line = &stdout_lines(&p, 1)[0];
+    assert!(line.ends_with(" \"<BADREQ>\""), "{line}");
+}

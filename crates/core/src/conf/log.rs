@@ -38,6 +38,14 @@ pub struct LogConf {
     /// `log global` was given: use the global section's targets.
     pub use_global: bool,
     pub format: Option<Format>,
+    /// `capture request header NAME len N`, in order.
+    pub captures_req: Vec<(String, usize)>,
+    /// `capture response header NAME len N`, in order.
+    pub captures_res: Vec<(String, usize)>,
+    /// `unique-id-format`: how each request's unique id is built.
+    pub unique_id: Option<Vec<Token>>,
+    /// `unique-id-header NAME`: the request header that carries it to the server.
+    pub unique_id_header: Option<String>,
     /// `option dontlognull`: connections on which the client sent nothing are not logged.
     pub dont_log_null: bool,
 }
@@ -54,7 +62,18 @@ pub enum Format {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token {
     Text(String),
-    Var(Var),
+    Var(Var, VarOpts),
+    /// `%[EXPR]`: a sample, rendered by the stream when the request has been routed.
+    Sample(super::sample::Expr, VarOpts),
+}
+
+/// `%{+Q,+X}` options of a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VarOpts {
+    /// `+Q`: in double quotes.
+    pub quote: bool,
+    /// `+X`: integers in hexadecimal (upper case).
+    pub hex: bool,
 }
 
 /// The `%` variables sluice knows.
@@ -62,8 +81,13 @@ pub enum Token {
 pub enum Var {
     ClientIp,
     ClientPort,
+    /// `%fi`, `%fp`: the address the client connected to.
+    FrontendIp,
+    FrontendPort,
     DateLocal,
     DateRequest,
+    /// `%Ts`: the request's date as seconds since the epoch.
+    Timestamp,
     Frontend,
     Backend,
     Server,
@@ -75,6 +99,8 @@ pub enum Var {
     TimeTotal,
     Status,
     Bytes,
+    /// `%U`: bytes received from the client.
+    BytesUploaded,
     TermState,
     TermStateCookies,
     ActConn,
@@ -85,10 +111,23 @@ pub enum Var {
     SrvQueue,
     BeQueue,
     RequestLine,
-    RequestLineQuoted,
     Method,
     Uri,
     Version,
     /// Captured request / response cookie (none are captured: `-`).
     Cookie,
+    /// `%hr`, `%hs`: captured request / response headers, `{a|b}`; `%hrl`, `%hsl`: the
+    /// same as a list, `a b`.
+    ReqCaptures,
+    ResCaptures,
+    ReqCapturesList,
+    ResCapturesList,
+    /// `%ID`: the unique id (`unique-id-format`).
+    UniqueId,
+    /// `%H`: the host name.
+    Hostname,
+    /// `%pid`.
+    Pid,
+    /// `%rt`: the request's number on the worker.
+    RequestCounter,
 }

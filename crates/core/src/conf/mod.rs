@@ -26,6 +26,7 @@ pub mod log;
 pub mod pool;
 pub mod rules;
 pub mod sample;
+pub mod sample_parse;
 pub mod stats;
 pub mod stick;
 pub mod stream;

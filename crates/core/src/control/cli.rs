@@ -348,7 +348,7 @@ pub fn serve_with(listener: CliListener, timeout: Duration, answer: Arc<dyn Answ
             .name("sluice-cli-conn".into())
             .spawn(f)
         {
-            eprintln!("sluice: cannot serve a CLI connection: {e}");
+            say!("sluice: cannot serve a CLI connection: {e}");
         }
     };
     match listener {
@@ -434,7 +434,7 @@ fn hand_over(process: &Process, conf: &SocketConf, conn: &UnixStream) {
         .collect();
     match super::handover::send(conn, &list) {
         Ok(()) => process.handover.taken.store(true, Ordering::Relaxed),
-        Err(e) => eprintln!("sluice: cannot hand the listeners over: {e}"),
+        Err(e) => say!("sluice: cannot hand the listeners over: {e}"),
     }
 }
 

@@ -34,7 +34,7 @@ pub fn daemonize() -> io::Result<OwnedFd> {
             if got == 1 {
                 std::process::exit(0);
             }
-            eprintln!("sluice: the daemon exited before listening");
+            say!("sluice: the daemon exited before listening");
             std::process::exit(1);
         }
     }

@@ -197,7 +197,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
             // from now on, so that theirs can empty before closing.
             if owned && !(opts.finish.is_empty() && opts.terminate.is_empty()) {
                 if let Err(e) = listener::steer_here(&socket) {
-                    eprintln!(
+                    say!(
                         "sluice: {}:{}: cannot steer new connections on {addr} away from the old process ({e}); connections queued there when it stops may be reset",
                         bind.at.file, bind.at.line
                     );
@@ -316,7 +316,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let g = &process.config.global;
     identity::assume(g.user.as_deref(), g.group.as_deref(), g.chroot.as_deref())
         .map_err(RunError::Identity)?;
-    eprintln!(
+    say!(
         "sluice: {nbthread} worker(s) listening on {}",
         addrs.join(", ")
     );
@@ -328,7 +328,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         for &pid in pids {
             // SAFETY: kill only sends a signal; a pid that is gone makes it fail (ESRCH).
             if unsafe { libc::kill(pid, sig) } != 0 {
-                eprintln!(
+                say!(
                     "sluice: cannot signal process {pid}: {}",
                     std::io::Error::last_os_error()
                 );
@@ -372,13 +372,13 @@ fn dump_server_states(process: &Process) {
         .iter()
         .zip(process.state.backends.iter())
     {
-        eprintln!(
+        say!(
             "sluice: SIGHUP received, dumping servers states for proxy {}.",
             be.name
         );
         for (srv, s) in be.servers.iter().zip(st.servers.iter()) {
             let status = s.status(srv.check.as_ref().map(|c| (c.rise, c.fall)));
-            eprintln!(
+            say!(
                 "sluice: SIGHUP: Server {}/{} is {}. Conn: {} act, {} pend, {} tot.",
                 be.name,
                 srv.name,
@@ -450,20 +450,20 @@ fn wait_for_stop_signal(
                 _ = term.recv() => return Ok(()),
                 _ = int.recv() => return Ok(()),
                 _ = usr1.recv() => break,
-                _ = usr2.recv() => eprintln!("sluice: SIGUSR2 received outside master-worker mode: ignored"),
+                _ = usr2.recv() => say!("sluice: SIGUSR2 received outside master-worker mode: ignored"),
                 _ = hup.recv() => dump_server_states(process),
                 _ = ttou.recv() => {
-                    eprintln!("sluice: SIGTTOU received: listeners paused");
+                    say!("sluice: SIGTTOU received: listeners paused");
                     process.paused.store(true, Ordering::Relaxed);
                 }
                 _ = ttin.recv() => {
-                    eprintln!("sluice: SIGTTIN received: listeners resumed");
+                    say!("sluice: SIGTTIN received: listeners resumed");
                     process.paused.store(false, Ordering::Relaxed);
                     process.resumed.notify_waiters();
                 }
             }
         }
-        eprintln!("sluice: soft stop: no longer accepting, finishing active connections");
+        say!("sluice: soft stop: no longer accepting, finishing active connections");
         process.stopping.store(true, Ordering::Relaxed);
         // Whoever took them over keeps the sockets open; otherwise they close with the
         // workers' copies.
@@ -493,7 +493,7 @@ fn wait_for_stop_signal(
                 return Ok(());
             }
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                eprintln!(
+                say!(
                     "sluice: hard-stop-after reached with {active} connection(s) still active"
                 );
                 return Ok(());

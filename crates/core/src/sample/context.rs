@@ -19,6 +19,8 @@ pub struct StreamVars {
     pub txn: RefCell<Vars>,
     /// `track-sc0`, `track-sc1`, `track-sc2`.
     pub trackers: RefCell<[Option<Tracker>; 3]>,
+    /// The current request's unique id (`unique-id-format`).
+    pub unique_id: RefCell<Option<std::rc::Rc<str>>>,
 }
 
 /// An entry a transaction tracks: its table, its key, and the entry itself (kept alive
@@ -103,7 +105,7 @@ pub struct Ctx<'a> {
     pub body: Option<&'a [u8]>,
     pub res: Option<&'a ResponseView<'a>>,
     pub vars: &'a StreamVars,
-    pub unique_id: Option<&'a str>,
+    pub unique_id: Option<std::rc::Rc<str>>,
 }
 
 /// A sample's type, as known before evaluation.

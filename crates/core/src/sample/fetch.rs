@@ -156,7 +156,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Some(r) => fastrand::u64(..(*r).max(1)) as i64,
             None => i64::from(fastrand::u32(..)),
         })),
-        Fetch::UniqueId => cx.unique_id.map(|s| Sample::str(s.as_bytes())),
+        Fetch::UniqueId => cx.unique_id.as_ref().map(|s| Sample::str(s.as_bytes())),
         Fetch::SslFc => Some(Sample::Bool(false)),
         Fetch::Bool(b) => Some(Sample::Bool(*b)),
         Fetch::Int(n) => Some(Sample::Int(*n)),

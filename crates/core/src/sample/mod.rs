@@ -14,14 +14,15 @@ mod context;
 mod conv;
 mod fetch;
 pub mod hash;
-mod parse;
 mod table;
 mod time;
 
 pub use self::context::{text_match, Ctx, Kind, StreamVars, Tracker};
 pub use self::conv::in_net;
-pub use self::parse::{parse_expr, parse_fmt, parse_map, parse_net, parse_var, ParseError};
 pub use crate::conf::sample::*;
+pub use crate::conf::sample_parse::{
+    parse_expr, parse_fmt, parse_map, parse_net, parse_var, ParseError,
+};
 
 impl Expr {
     /// Fetches and converts; `None` when any step has nothing to give.

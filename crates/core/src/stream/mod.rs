@@ -88,6 +88,7 @@ async fn run(s: &mut Session) {
     loop {
         let mut txn = Txn::default();
         s.vars.txn.borrow_mut().clear();
+        s.vars.unique_id.take();
         txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,

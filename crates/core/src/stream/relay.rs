@@ -86,6 +86,9 @@ impl Txn {
             return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;
         }
         let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+        if !fe.log.captures_res.is_empty() {
+            self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
+        }
         let conf = compression::conf_for(fe, be);
         let limits = &w.config().global.compression;
         let mut compressor = facts

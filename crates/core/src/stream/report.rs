@@ -138,6 +138,15 @@ pub(crate) struct ReqLog {
     pub parsed: bool,
     /// Answered by the proxy itself: denied by a rule, or intercepted (`return`, ...).
     pub local: Option<Local>,
+    /// `capture request header` / `capture response header` values, in order.
+    pub captures_req: Vec<Option<String>>,
+    pub captures_res: Vec<Option<String>>,
+    /// The request's unique id (`unique-id-format`).
+    pub unique_id: Option<std::rc::Rc<str>>,
+    /// The `%[...]` samples of the log format, rendered once the request was routed.
+    pub samples: Vec<String>,
+    /// The request's number on its worker (`%rt`).
+    pub counter: u64,
 }
 
 /// How the proxy answered a request itself.
@@ -163,8 +172,32 @@ impl Default for ReqLog {
             received_before: 0,
             parsed: false,
             local: None,
+            captures_req: Vec::new(),
+            captures_res: Vec::new(),
+            unique_id: None,
+            samples: Vec::new(),
+            counter: 0,
         }
     }
+}
+
+/// The values of `capture ... header NAME len N` lines among `headers`: the last
+/// occurrence of each, cut to its length.
+pub(crate) fn captures<'h>(
+    wanted: &[(String, usize)],
+    headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+) -> Vec<Option<String>> {
+    let headers: Vec<_> = headers.collect();
+    wanted
+        .iter()
+        .map(|(name, len)| {
+            headers
+                .iter()
+                .rev()
+                .find(|(n, _)| sluice_http::name_is(n, name))
+                .map(|(_, v)| String::from_utf8_lossy(&v[..v.len().min(*len)]).into_owned())
+        })
+        .collect()
 }
 
 impl ReqLog {

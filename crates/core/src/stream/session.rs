@@ -100,7 +100,7 @@ impl Session {
             body: None,
             res: None,
             vars: &self.vars,
-            unique_id: None,
+            unique_id: self.vars.unique_id.borrow().clone(),
         }
     }
 

@@ -184,9 +184,7 @@ fn log(
         retries: at.retries,
         srv_queue: 0,
         be_queue: 0,
-        method: String::new(),
-        uri: String::new(),
-        version: String::new(),
+        ..crate::log::Record::blank(peer, date, &frontend.name)
     };
     crate::log::emit(
         loggers,

@@ -108,7 +108,9 @@ impl Txn {
             cookie_server: None,
             post: req.method() == b"POST",
         };
+        self.request_log_facts(s, &req);
         let (route, mut edits) = route(s, &req);
+        self.render_log_samples(s, &req, &route);
         match route {
             Route::Error {
                 status,
@@ -217,6 +219,10 @@ impl Txn {
                 };
                 if conf.offload {
                     edits.remove("accept-encoding", crate::sample::Match::Str);
+                }
+                if let (Some(name), Some(id)) = (&fe.log.unique_id_header, &self.log.unique_id) {
+                    edits.remove(name, crate::sample::Match::Str);
+                    edits.add.push((name.clone(), id.as_bytes().to_vec()));
                 }
                 if let Some(c) = &be.persist.cookie {
                     if let Some(header) = cookie::request_cookie_header(c, &req) {
@@ -509,6 +515,56 @@ impl Txn {
             });
     }
 
+    /// What the log keeps of the request head before rules run: its number, captured
+    /// headers and unique id.
+    fn request_log_facts(&mut self, s: &Session, req: &RequestView<'_>) {
+        let fe = s.frontend();
+        self.log.counter = s.w.ctx().counters.requests.get();
+        if !fe.log.captures_req.is_empty() {
+            self.log.captures_req = super::report::captures(&fe.log.captures_req, req.headers());
+        }
+        if let Some(format) = &fe.log.unique_id {
+            let date = self.log.date.unwrap_or_else(std::time::SystemTime::now);
+            let rec = crate::log::Record {
+                dst: needs_dst(format)
+                    .then(|| s.client.local_addr().ok())
+                    .flatten(),
+                request_counter: self.log.counter,
+                ..crate::log::Record::blank(s.peer, date, &fe.name)
+            };
+            let id: std::rc::Rc<str> = rec.render_tokens(format).into();
+            *s.vars.unique_id.borrow_mut() = Some(id.clone());
+            self.log.unique_id = Some(id);
+        }
+    }
+
+    /// The `%[...]` samples of the frontend's log format, while the request is at hand.
+    fn render_log_samples(&mut self, s: &Session, req: &RequestView<'_>, route: &Route) {
+        let fe = s.frontend();
+        let Some(crate::log::Format::Custom(tokens)) = &fe.log.format else {
+            return;
+        };
+        if s.w.process.loggers[s.fe].is_empty() {
+            return;
+        }
+        let backend = match route {
+            Route::Forward { backend, .. } => Some(*backend),
+            Route::Error { backend, .. } => *backend,
+            _ => None,
+        };
+        let cx = s.sample_ctx(req, backend);
+        self.log.samples = tokens
+            .iter()
+            .filter_map(|t| match t {
+                crate::log::Token::Sample(e, _) => Some(e.eval(&cx).map_or_else(
+                    || "-".into(),
+                    |v| String::from_utf8_lossy(&v.as_bytes()).into_owned(),
+                )),
+                _ => None,
+            })
+            .collect();
+    }
+
     /// Counts and logs a transaction that completed.
     pub fn log_done(&self, s: &Session) {
         let term = self.log.term.unwrap_or(*b"--");
@@ -574,6 +630,8 @@ impl Txn {
             .clone()
             .unwrap_or_else(|| ("<BADREQ>".into(), String::new(), ""));
         let ms = |d: std::time::Duration| d.as_millis() as i64;
+        // A TCP frontend logs from `tcp`; here the default is the HTTP line.
+        let format = fe.log.format.as_ref().unwrap_or(&crate::log::Format::Http);
         let rec = crate::log::Record {
             client: s.peer,
             date: lg.date.unwrap_or_else(std::time::SystemTime::now),
@@ -605,11 +663,39 @@ impl Txn {
             method,
             uri,
             version: version.into(),
+            dst: needs_dst(format_tokens(format))
+                .then(|| s.client.local_addr().ok())
+                .flatten(),
+            bytes_in: s.received - lg.received_before,
+            captures_req: &lg.captures_req,
+            captures_res: &lg.captures_res,
+            unique_id: lg.unique_id.as_deref(),
+            samples: &lg.samples,
+            request_counter: lg.counter,
         };
-        // A TCP frontend logs from `tcp`; here the default is the HTTP line.
-        let format = fe.log.format.as_ref().unwrap_or(&crate::log::Format::Http);
         crate::log::emit(loggers, format, &rec);
     }
+}
+
+/// The tokens of a custom format (the built-in ones use no `%fi`/`%fp`).
+fn format_tokens(f: &crate::log::Format) -> &[crate::log::Token] {
+    match f {
+        crate::log::Format::Custom(t) => t,
+        _ => &[],
+    }
+}
+
+/// Whether a format prints the address the client connected to (a system call to learn).
+fn needs_dst(tokens: &[crate::log::Token]) -> bool {
+    tokens.iter().any(|t| {
+        matches!(
+            t,
+            crate::log::Token::Var(
+                crate::log::Var::FrontendIp | crate::log::Var::FrontendPort,
+                _
+            )
+        )
+    })
 }
 
 /// Whether the server connection closes after this response.

@@ -406,7 +406,7 @@ async fn accept_one(t: &Thread, l: &Registered) -> std::io::Result<()> {
             slot,
             l.pinned,
         ),
-        Err(e) => eprintln!(
+        Err(e) => say!(
             "sluice: worker {}: cannot register a connection: {e}",
             w.tid
         ),
@@ -433,9 +433,10 @@ impl ErrorLog {
     fn note(&mut self, w: &crate::runtime::Worker, e: &std::io::Error) {
         w.ctx().counters.accept_errors.bump();
         if self.last.elapsed() >= Duration::from_secs(1) {
-            eprintln!(
+            say!(
                 "sluice: accept failed on worker {}: {e} ({} similar errors suppressed)",
-                w.tid, self.suppressed
+                w.tid,
+                self.suppressed
             );
             self.last = Instant::now();
             self.suppressed = 0;

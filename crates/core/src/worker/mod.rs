@@ -94,7 +94,7 @@ fn worker_main(
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("sluice: worker {tid}: cannot build its event loop: {e}");
+            say!("sluice: worker {tid}: cannot build its event loop: {e}");
             std::process::exit(1);
         }
     };
@@ -113,7 +113,7 @@ fn worker_main(
                 Ok(l) => {
                     tokio::task::spawn_local(listener::accept_loop(t.clone(), l));
                 }
-                Err(e) => eprintln!("sluice: worker {tid}: cannot register a listener: {e}"),
+                Err(e) => say!("sluice: worker {tid}: cannot register a listener: {e}"),
             }
         }
         for task in checks {

@@ -1,12 +1,14 @@
-//! Reading sample expressions: `fetch[(args)][,converter[(args)]]...`, as HAProxy writes
-//! them. Arguments are separated by commas; a backslash escapes a comma, a quote or itself
-//! (other escapes stay for regular expressions), quotes group, and parentheses nest. Map files are loaded here, once
-//! per use, when the configuration is read.
+//! Reading sample expressions into plain data: `fetch[(args)][,converter[(args)]]...`, as
+//! HAProxy writes them (for the sample engine, ACLs, rules and log formats, which sit in
+//! different layers). Arguments are separated by commas; a backslash escapes a comma, a
+//! quote or itself (other escapes stay for regular expressions), quotes group, and
+//! parentheses nest. Map files are loaded here, once per use, when the configuration is
+//! read.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::conf::sample::{
+use super::sample::{
     Conv, Counter, Expr, Fetch, Fmt, FmtPart, IntArg, MapFile, MapKey, Match, Regex, TableOp,
     TableSource, VarName, VarScope,
 };
