@@ -127,9 +127,14 @@ fn escape(line: &[u8], i: usize, out: &mut Vec<u8>) -> Result<usize, LexError> {
             out.extend_from_slice(char::from(byte).encode_utf8(&mut utf8).as_bytes());
             return Ok(i + 4);
         }
-        // Any other byte stands for itself; the rest of a multi-byte character follows as
-        // ordinary bytes.
-        other => out.push(other),
+        b' ' | b'#' | b'\\' | b'\'' | b'"' | b'$' => out.push(next),
+        // Any other escape is kept whole, as HAProxy keeps it, for regular expressions
+        // (`\.`, `\d`) and their substitutions (`\1`); the rest of a multi-byte character
+        // follows as ordinary bytes.
+        other => {
+            out.push(b'\\');
+            out.push(other);
+        }
     }
     Ok(i + 2)
 }
@@ -232,10 +237,15 @@ mod tests {
                 byte: 0xff
             })
         );
-        // UTF-8 words stay as they are, quoted, escaped or bare.
+        // UTF-8 words stay as they are, quoted or bare; an escape of a character that needs
+        // none keeps its backslash, as HAProxy keeps it.
         assert_eq!(
             lex("caf\u{e9} \"\u{e9}t\u{e9}\" \\\u{e9}x 'ny\u{e5}'"),
-            vec!["caf\u{e9}", "\u{e9}t\u{e9}", "\u{e9}x", "ny\u{e5}"]
+            vec!["caf\u{e9}", "\u{e9}t\u{e9}", "\\\u{e9}x", "ny\u{e5}"]
+        );
+        assert_eq!(
+            lex(r"path_reg ^/v\d+\. \1 a\ b \#"),
+            vec!["path_reg", r"^/v\d+\.", r"\1", "a b", "#"]
         );
         assert_eq!(lex(r#""\xe9""#), vec!["\u{e9}"]);
     }

@@ -45,6 +45,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     control::cli::GLOBAL_KEYWORDS,
     pool::GLOBAL_KEYWORDS,
     log::GLOBAL_KEYWORDS,
+    log::GLOBAL_SETTINGS_KEYWORDS,
     tls::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];

@@ -262,6 +262,31 @@ fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
     Ok(lt)
 }
 
+pub const GLOBAL_SETTINGS_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "log-tag",
+        scope: Scope::GLOBAL,
+        help: "log-tag TAG: the syslog tag of log lines (default sluice)",
+        parse: |g, a| {
+            g.log_settings.tag = Some(one_arg(a, "a tag")?.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "log-send-hostname",
+        scope: Scope::GLOBAL,
+        help: "log-send-hostname [NAME]: put the host name (or NAME) in syslog headers",
+        parse: |g, a| {
+            g.log_settings.hostname = Some(match a {
+                [] => String::new(),
+                [n] => n.clone(),
+                [_, extra, ..] => return Err(KwError::Extra(extra.clone())),
+            });
+            Ok(())
+        },
+    },
+];
+
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "log",
     scope: Scope::GLOBAL,
@@ -363,6 +388,15 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "log-tag",
+        scope: Scope::PROXY,
+        help: "log-tag TAG: the syslog tag of this proxy's log lines",
+        parse: |c, a| {
+            c.log.tag = Some(one_arg(a, "a tag")?.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
         name: "unique-id-header",
         scope: Scope::FE,
         help: "unique-id-header NAME: send the unique id to the server in this header",
@@ -387,6 +421,9 @@ pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub struct Logger {
     target: LogTarget,
     sink: Sink,
+    /// The syslog tag (`log-tag`) and host name (`log-send-hostname`) of its lines.
+    tag: String,
+    hostname: Option<String>,
 }
 
 #[derive(Debug)]
@@ -512,17 +549,25 @@ impl Logger {
         Ok(Logger {
             target: target.clone(),
             sink,
+            tag: "sluice".into(),
+            hostname: None,
         })
     }
 
     /// Frames `msg` (info severity) and sends it, or drops it if the target is busy.
-    pub fn send(&self, tag: &str, msg: &str) {
-        self.send_at(Severity::Info, tag, msg);
+    pub fn send(&self, msg: &str) {
+        self.send_at(Severity::Info, msg);
     }
 
     /// Frames `msg` with a severity and sends it, or drops it if the target is busy.
-    pub fn send_at(&self, severity: Severity, tag: &str, msg: &str) {
-        let mut line = frame(&self.target, severity, tag, msg);
+    pub fn send_at(&self, severity: Severity, msg: &str) {
+        let mut line = frame(
+            &self.target,
+            severity,
+            &self.tag,
+            self.hostname.as_deref(),
+            msg,
+        );
         line.truncate(self.target.max_len);
         let ok = match &self.sink {
             Sink::Stream(tx) => {
@@ -538,16 +583,34 @@ impl Logger {
     }
 }
 
-/// Opens the loggers of a proxy (its own targets, or the global ones with `log global`).
-pub fn open_all(conf: &LogConf, global: &[LogTarget]) -> std::io::Result<Vec<Arc<Logger>>> {
+/// Opens the loggers of a proxy (its own targets, or the global ones with `log global`),
+/// with the tag and host name their lines carry.
+pub fn open_all(conf: &LogConf, global: &GlobalConf) -> std::io::Result<Vec<Arc<Logger>>> {
     let targets = if conf.use_global {
-        global
+        &global.log[..]
     } else {
         &conf.targets[..]
     };
+    let g = &global.log_settings;
+    let tag = conf.tag.as_ref().or(g.tag.as_ref()).cloned();
+    let hostname = g.hostname.as_ref().map(|h| {
+        if h.is_empty() {
+            crate::conf::hostname()
+        } else {
+            h.clone()
+        }
+    });
     targets
         .iter()
-        .map(|t| Logger::open(t).map(Arc::new))
+        .map(|t| {
+            Logger::open(t).map(|mut l| {
+                if let Some(tag) = &tag {
+                    l.tag = tag.clone();
+                }
+                l.hostname = hostname.clone();
+                Arc::new(l)
+            })
+        })
         .collect()
 }
 
@@ -560,7 +623,7 @@ pub enum Severity {
     Info = 6,
 }
 
-fn frame(t: &LogTarget, severity: Severity, tag: &str, msg: &str) -> Vec<u8> {
+fn frame(t: &LogTarget, severity: Severity, tag: &str, host: Option<&str>, msg: &str) -> Vec<u8> {
     let pri = u32::from(t.facility) * 8 + severity as u32;
     let pid = pid();
     match t.framing {
@@ -568,15 +631,17 @@ fn frame(t: &LogTarget, severity: Severity, tag: &str, msg: &str) -> Vec<u8> {
         Framing::Short => format!("<{pri}>{msg}").into_bytes(),
         Framing::Rfc3164 => {
             let (_, mon, day, h, m, s, _) = civil(SystemTime::now());
+            let host = host.map(|h| format!("{h} ")).unwrap_or_default();
             format!(
-                "<{pri}>{} {day:>2} {h:02}:{m:02}:{s:02} {tag}[{pid}]: {msg}",
+                "<{pri}>{} {day:>2} {h:02}:{m:02}:{s:02} {host}{tag}[{pid}]: {msg}",
                 MONTHS[mon as usize - 1]
             )
             .into_bytes()
         }
         Framing::Rfc5424 => {
             let (y, mon, day, h, m, s, ms) = civil(SystemTime::now());
-            format!("<{pri}>1 {y:04}-{mon:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z - {tag} {pid} - - {msg}").into_bytes()
+            let host = host.unwrap_or("-");
+            format!("<{pri}>1 {y:04}-{mon:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z {host} {tag} {pid} - - {msg}").into_bytes()
         }
     }
 }
@@ -860,7 +925,7 @@ fn tcplog() -> &'static [Token] {
 pub fn emit(loggers: &[Arc<Logger>], format: &Format, rec: &Record<'_>) {
     let line = rec.render(format);
     for l in loggers {
-        l.send("sluice", &line);
+        l.send(&line);
     }
 }
 

@@ -21,7 +21,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "http-check" => Scope::BE,
     "tcp-check" => Scope::BE,
     "option ssl-hello-chk" => Scope::BE,
-    "option http-keep-alive" => Scope::PROXY,
     "option idle-close-on-response" => Scope::FE,
     "stats" => Scope::PROXY,
     "stick" => Scope::BE,

@@ -66,8 +66,6 @@ enum Side {
 
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
-    "replace-header",
-    "replace-value",
     "replace-path",
     "replace-pathq",
     "replace-uri",
@@ -206,6 +204,22 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
             };
             check_name(&params[0], 2)?;
             Action::DelHeader(params[0].clone(), how)
+        }
+        (kind @ ("replace-header" | "replace-value"), _) => {
+            let [name, re, with] = params else {
+                return Err(KwError::Missing(
+                    "a header name, a regular expression and a format",
+                ));
+            };
+            check_name(name, 2)?;
+            let re = regex::bytes::Regex::new(re)
+                .map_err(|e| KwError::bad(3, re, format!("invalid regular expression: {e}")))?;
+            Action::ReplaceHeader {
+                name: name.clone(),
+                re: crate::sample::Regex(re),
+                with: header_value(with, 4)?,
+                per_value: kind == "replace-value",
+            }
         }
         (
             kind @ ("set-method" | "set-path" | "set-pathq" | "set-query" | "set-uri"),

@@ -122,3 +122,40 @@ fn dontlognull_leaves_out_connections_that_sent_nothing() {
     assert!(!quiet.contains(" 408 "), "{quiet}");
     assert!(quiet.contains("/after"));
 }
+
+#[test]
+fn syslog_lines_carry_the_tag_and_host_name_asked_for() {
+    let dir = TempDir::new();
+    let path = dir.0.join("log.sock");
+    let sink = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sink.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0\n    log-send-hostname edge-1\n    log-tag lb\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    log-tag front\n    http-request return status 200 content-type text/plain string ok\n",
+        path.display()
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    let mut buf = [0u8; 2048];
+    let n = sink.recv(&mut buf).unwrap();
+    let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+    // <134>Mon dd hh:mm:ss edge-1 front[PID]: ...
+    let head = line.split(": ").next().unwrap();
+    assert!(
+        head.ends_with(&format!(" edge-1 front[{}]", p.pid())),
+        "{line}"
+    );
+}
+
+#[test]
+fn everyday_keywords_of_published_configurations_are_accepted() {
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}    option http-keep-alive\nfrontend fe\n    bind 127.0.0.1:1\n    filter compression\n    compression algo gzip\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(ok, "{out}");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    filter spoe\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(
+        !ok && out.contains("filter 'spoe': not supported yet"),
+        "{out}"
+    );
+}

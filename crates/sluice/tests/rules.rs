@@ -73,6 +73,8 @@ fn fetches_and_acls_drive_header_rules() {
     http-request set-header X-Acl-Small 1 if small_len
     http-request set-header X-Acl-Not-Api 1 if !is_api
     http-request del-header x-drop- -m beg
+    http-request replace-header User-Agent ^curl/(.*)$ CURL-\\1
+    http-request replace-value X-List ^b$ B
     http-request set-path /new%[path] if {{ path_beg /old }}
     http-request set-query lang=%[req.hdr(x-lang)] if {{ req.hdr(x-lang) -m found }}
     http-request set-method PUT if {{ method DELETE }}
@@ -87,7 +89,7 @@ backend be
         &p,
         "GET",
         "/api/users?q=abc&r=1",
-        "Host: WWW.Example.COM:8080\r\nCookie: a=1; sid=xyz\r\nX-User: Bob\r\nX-Size: 150\r\nX-Drop-A: 1\r\nX-Drop-B: 2\r\nX-Keep: 3\r\n",
+        "Host: WWW.Example.COM:8080\r\nCookie: a=1; sid=xyz\r\nX-User: Bob\r\nX-Size: 150\r\nX-Drop-A: 1\r\nX-Drop-B: 2\r\nX-Keep: 3\r\nUser-Agent: curl/8.1\r\nX-List: a, b,c\r\n",
     );
     assert_eq!(r.status, 200);
     let seen = origin.requests().pop().unwrap();
@@ -113,6 +115,8 @@ backend be
         assert_eq!(h(no), None, "{no}: {:?}", seen.headers);
     }
     assert_eq!(h("x-keep").as_deref(), Some("3"));
+    assert_eq!(h("user-agent").as_deref(), Some("CURL-8.1"));
+    assert_eq!(h("x-list").as_deref(), Some("a, B, c"));
 
     // The other side of each ACL, and the request-line rewrites.
     let r = ask(

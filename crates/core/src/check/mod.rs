@@ -715,7 +715,7 @@ fn report(
     let duration = format!("check duration: {}ms", r.duration_ms);
     let send = |sev, msg: &str| {
         for l in loggers {
-            l.send_at(sev, "sluice", msg);
+            l.send_at(sev, msg);
         }
     };
     if let (true, Transition::None, Some(opts)) = (be.check.log_all, transition, &srv.check) {

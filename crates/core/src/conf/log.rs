@@ -48,6 +48,18 @@ pub struct LogConf {
     pub unique_id_header: Option<String>,
     /// `option dontlognull`: connections on which the client sent nothing are not logged.
     pub dont_log_null: bool,
+    /// `log-tag`: the syslog tag of this proxy's lines (else the global one, else `sluice`).
+    pub tag: Option<String>,
+}
+
+/// The `global` settings of syslog framing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GlobalLog {
+    /// `log-tag`.
+    pub tag: Option<String>,
+    /// `log-send-hostname [NAME]`: the host name in syslog headers (`Some("")`: the
+    /// system's).
+    pub hostname: Option<String>,
 }
 
 /// The line format of a proxy.

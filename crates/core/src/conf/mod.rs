@@ -74,6 +74,7 @@ pub struct GlobalConf {
     pub pool: PoolGlobal,
     pub hard_stop_after: Option<Duration>,
     pub log: Vec<LogTarget>,
+    pub log_settings: log::GlobalLog,
     pub check: GlobalCheck,
     pub tls: tls::TlsDefaults,
 }
@@ -95,6 +96,7 @@ impl Default for GlobalConf {
             pool: PoolGlobal::default(),
             hard_stop_after: None,
             log: Vec::new(),
+            log_settings: log::GlobalLog::default(),
             tls: tls::TlsDefaults::default(),
             check: GlobalCheck::default(),
         }

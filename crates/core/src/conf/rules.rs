@@ -2,7 +2,7 @@
 
 pub use super::acl::{Acl, Cond, Term};
 use super::loc::Loc;
-use super::sample::{Expr, Fmt, Match, VarName};
+use super::sample::{Expr, Fmt, Match, Regex, VarName};
 
 /// What an `http-request` / `http-response` rule does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,15 @@ pub enum Action {
     AddHeader(String, Fmt),
     /// Remove the headers whose name matches (`-m str|beg|end|sub`, case ignored).
     DelHeader(String, Match),
+    /// `replace-header NAME REGEX FMT` (the whole value, when the regex matches in it) and
+    /// `replace-value` (each comma-separated value): `\N` in the format are the regex's
+    /// groups.
+    ReplaceHeader {
+        name: String,
+        re: Regex,
+        with: Fmt,
+        per_value: bool,
+    },
     SetMethod(Fmt),
     SetPath(Fmt),
     SetPathQ(Fmt),

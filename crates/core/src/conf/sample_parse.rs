@@ -581,7 +581,7 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
 }
 
 /// HAProxy's `\1` back-references become the regex crate's `${1}`; a literal `$` is doubled.
-fn substitution(s: &str) -> String {
+pub fn substitution(s: &str) -> String {
     let mut out = String::new();
     let mut chars = s.chars().peekable();
     while let Some(ch) = chars.next() {

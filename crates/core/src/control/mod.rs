@@ -217,13 +217,13 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let loggers = config
         .frontends
         .iter()
-        .map(|fe| crate::log::open_all(&fe.log, &config.global.log))
+        .map(|fe| crate::log::open_all(&fe.log, &config.global))
         .collect::<Result<_, _>>()
         .map_err(RunError::Log)?;
     let backend_loggers = config
         .backends
         .iter()
-        .map(|be| crate::log::open_all(&be.log, &config.global.log))
+        .map(|be| crate::log::open_all(&be.log, &config.global))
         .collect::<Result<_, _>>()
         .map_err(RunError::Log)?;
     // Checks start spread over time and round-robin over the workers; from there they move

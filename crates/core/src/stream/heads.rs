@@ -25,6 +25,8 @@ pub(crate) struct Edits {
     pub status: Option<(u16, Option<String>)>,
     /// The persistence cookie of the response (`cookie`).
     pub cookie: Option<ResponseCookie>,
+    /// `replace-header` / `replace-value`: (name, regex, template, per value).
+    pub replace: Vec<(String, regex::bytes::Regex, Vec<u8>, bool)>,
 }
 
 impl Edits {
@@ -77,6 +79,21 @@ impl Edits {
                 self.target = Some(out);
             }
             Action::SetStatus(code, reason) => self.status = Some((*code, reason.clone())),
+            Action::ReplaceHeader {
+                name,
+                re,
+                with,
+                per_value,
+            } => {
+                let template = String::from_utf8_lossy(&with.render(cx)).into_owned();
+                let template = crate::conf::sample_parse::substitution(&template).into_bytes();
+                self.replace.push((
+                    name.to_ascii_lowercase(),
+                    re.0.clone(),
+                    template,
+                    *per_value,
+                ));
+            }
             _ => {}
         }
     }
@@ -86,6 +103,37 @@ impl Edits {
         self.add
             .retain(|(n, _)| !text_match(how, n.as_bytes(), name.as_bytes(), true));
         self.del.push((name, how));
+    }
+
+    /// A header's value after `replace-header` / `replace-value` (`None`: unchanged). A
+    /// rule replaces a whole value its regex matches in.
+    pub fn replaced(&self, name: &[u8], original: &[u8]) -> Option<Vec<u8>> {
+        let mut value: Option<Vec<u8>> = None;
+        for (n, re, template, per_value) in &self.replace {
+            if !name.eq_ignore_ascii_case(n.as_bytes()) {
+                continue;
+            }
+            let one = |v: &[u8]| -> Vec<u8> {
+                match re.captures(v) {
+                    Some(caps) => {
+                        let mut out = Vec::new();
+                        caps.expand(template, &mut out);
+                        out
+                    }
+                    None => v.to_vec(),
+                }
+            };
+            let base = value.take().unwrap_or_else(|| original.to_vec());
+            value = Some(if *per_value {
+                base.split(|&b| b == b',')
+                    .map(|v| one(sluice_http::trim_ows(v)))
+                    .collect::<Vec<_>>()
+                    .join(&b", "[..])
+            } else {
+                one(&base)
+            });
+        }
+        value
     }
 
     pub fn deletes(&self, name: &[u8]) -> bool {
@@ -177,7 +225,10 @@ pub(crate) fn build_request_head(
         if let Some((f, _)) = xff {
             has_xff |= name.eq_ignore_ascii_case(f.header.as_bytes());
         }
-        push_header(out, name, value);
+        match edits.replaced(name, value) {
+            Some(v) => push_header(out, name, &v),
+            None => push_header(out, name, value),
+        }
     }
     for (n, v) in &edits.add {
         push_header(out, n.as_bytes(), v);
@@ -275,7 +326,10 @@ pub(crate) fn write_response_head(
             }
             continue;
         }
-        push_header(out, name, value);
+        match edits.replaced(name, value) {
+            Some(v) => push_header(out, name, &v),
+            None => push_header(out, name, value),
+        }
     }
     for (n, v) in &edits.add {
         push_header(out, n.as_bytes(), v);

@@ -81,6 +81,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::ServerClose } else { CloseMode::KeepAlive };
     "option httpclose", Scope::PROXY, "close both connections after each response",
         |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::Close } else { CloseMode::KeepAlive };
+    "option http-keep-alive", Scope::PROXY, "keep both connections open between requests (the default)",
+        |c: &mut ProxyConf, on| if on { c.stream.close_mode = CloseMode::KeepAlive };
 ];
 
 fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {
