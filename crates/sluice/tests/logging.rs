@@ -312,3 +312,26 @@ fn a_bad_request_is_logged_as_badreq() {
     let line = &stdout_lines(&p, 1)[0];
     assert!(line.ends_with(" \"<BADREQ>\""), "{line}");
 }
+
+#[test]
+fn an_invalid_server_response_is_ph_and_counts_end_with_the_request() {
+    let bad = Origin::with_handler(
+        "bad",
+        std::sync::Arc::new(|_: &Received| Reply::Raw(b"NOT HTTP AT ALL\r\n\r\n".to_vec())),
+    );
+    let good = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    use_backend bad if {{ path /bad }}\n    default_backend be\nbackend be\n    server s1 {}\nbackend bad\n    server s2 {}\n",
+        good.addr, bad.addr
+    ));
+    assert_eq!(get(p.addr(), "/bad").status, 502);
+    let line = stdout_lines(&p, 1)[0].clone();
+    let l = parse_httplog(&line);
+    assert_eq!((l.status, l.term.as_str()), (502, "PH--"), "{line}");
+    assert_eq!(get(p.addr(), "/ok").status, 200);
+    let line = stdout_lines(&p, 2)[1].clone();
+    let l = parse_httplog(&line);
+    // One connection open (this one) on the process and the frontend; none left on the
+    // backend and server once the request is over, as HAProxy logs it.
+    assert_eq!(l.conns, [1, 1, 0, 0, 0], "{line}");
+}

@@ -66,9 +66,12 @@ pub(crate) enum Cause {
     /// The proxy ended it: its server was marked down with `shutdown-sessions` (`K`).
     #[error("killed: the server was marked down")]
     Killed,
-    /// The server closed, failed, or sent something invalid (`S`).
-    #[error("the server closed the connection or sent an invalid response")]
+    /// The server closed or failed (`S`).
+    #[error("the server closed the connection")]
     Server(#[source] Option<io::Error>),
+    /// The server's response was invalid: the proxy refused it (`P`, as HAProxy's `PH--`).
+    #[error("the server sent an invalid response")]
+    InvalidResponse,
 }
 
 impl Cause {
@@ -81,6 +84,7 @@ impl Cause {
             Cause::ServerTimeout => b's',
             Cause::Killed => b'K',
             Cause::Server(_) => b'S',
+            Cause::InvalidResponse => b'P',
         }
     }
 }

@@ -347,7 +347,7 @@ impl Txn {
                     return Err(Fail::answer(502, Cause::Server(Some(e)), Phase::Headers));
                 }
                 Err(SendFail::Fail(f)) => {
-                    if matches!(f.cause, Cause::Server(_)) {
+                    if matches!(f.cause, Cause::Server(_) | Cause::InvalidResponse) {
                         counters.response_errors.bump();
                         check::observe(&w.process, backend, server, Seen::BadResponse);
                     }
@@ -438,7 +438,8 @@ impl Txn {
         facts: &ReqFacts,
     ) -> Result<ResponseHead, SendFail> {
         let w = s.w.clone();
-        let invalid = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
+        let invalid = || SendFail::Fail(Fail::answer(502, Cause::InvalidResponse, Phase::Headers));
+        let truncated = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
         let mut got_any = false;
         loop {
             if !s.sbuf.is_empty() {
@@ -486,7 +487,8 @@ impl Txn {
                     return Err(SendFail::Retryable(io::ErrorKind::UnexpectedEof.into()))
                 }
                 Ok(Err(e)) if !got_any => return Err(SendFail::Retryable(e)),
-                Ok(_) => return Err(invalid()),
+                // The server closed (or failed) in the middle of its response head.
+                Ok(_) => return Err(truncated()),
                 Err(()) => {
                     return Err(SendFail::Fail(Fail::answer(
                         504,
@@ -650,10 +652,11 @@ impl Txn {
             fe_conn: process.state.frontends[s.fe]
                 .conns
                 .load(std::sync::atomic::Ordering::Relaxed),
-            // The request is over; HAProxy's counts include it.
-            be_conn: be_state.map_or(0, |b| b.in_flight()) + usize::from(srv.is_some()),
+            // The request is over: as in HAProxy's line, it no longer counts on its backend
+            // and server.
+            be_conn: be_state.map_or(0, |b| b.in_flight()),
             srv_conn: srv_state.map_or(0, |st| {
-                st.in_flight.load(std::sync::atomic::Ordering::Relaxed) + 1
+                st.in_flight.load(std::sync::atomic::Ordering::Relaxed)
             }),
             retries: lg.attempts.map_or(0, |a| a.retries),
             srv_queue: srv_state.map_or(0, |st| {
