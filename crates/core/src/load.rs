@@ -95,6 +95,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut global = GlobalConf::default();
     let mut defaults = ProxyConf::default();
+    let mut named: std::collections::HashMap<String, ProxyConf> = Default::default();
     let mut proxies: Vec<Proxy> = Vec::new();
     for section in &sections {
         let header = Loc {
@@ -112,11 +113,34 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                 }
             }
             SectionKind::Defaults => {
-                if !section.args.is_empty() {
-                    errors.push(header.error("named defaults with 'from' are not supported yet"));
-                }
-                defaults = ProxyConf::default();
+                // `defaults [NAME] [from OTHER]`.
+                let (name, from) = match (section.name.as_deref(), &section.args[..]) {
+                    (Some("from"), [other]) => (None, Some(other.as_str())),
+                    (name, []) => (name, None),
+                    (name, [kw, other]) if kw == "from" => (name, Some(other.as_str())),
+                    _ => {
+                        errors.push(header.error("expects 'defaults [NAME] [from DEFAULTS]'"));
+                        continue;
+                    }
+                };
+                defaults = match from {
+                    None => ProxyConf::default(),
+                    Some(other) => match named.get(other) {
+                        Some(d) => ProxyConf::clone(d),
+                        None => {
+                            errors.push(header.error(format!(
+                                "no defaults section named '{other}' before this one"
+                            )));
+                            continue;
+                        }
+                    },
+                };
                 parse_proxy_lines(section, &mut defaults, Scope::DEFAULTS, &mut errors);
+                if let Some(n) = name {
+                    if named.insert(n.to_string(), defaults.clone()).is_some() {
+                        errors.push(header.error(format!("defaults '{n}' is defined twice")));
+                    }
+                }
             }
             kind => {
                 let name = section.name.clone().unwrap_or_default();
@@ -126,14 +150,44 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                 {
                     errors.push(header.error(format!("{} '{name}' is defined twice", kind.name())));
                 }
-                let mut conf = defaults.clone();
+                // `from NAME`: a named defaults section instead of the last one.
+                let mut args = &section.args[..];
+                let mut conf = match args.iter().position(|a| a == "from") {
+                    Some(i) => {
+                        let Some(other) = args.get(i + 1) else {
+                            errors.push(
+                                header.error("'from' expects the name of a defaults section"),
+                            );
+                            continue;
+                        };
+                        let base = match named.get(other) {
+                            Some(d) => d.clone(),
+                            None => {
+                                errors.push(header.error(format!(
+                                    "no defaults section named '{other}' before this one"
+                                )));
+                                continue;
+                            }
+                        };
+                        args = &args[..i];
+                        base
+                    }
+                    None => defaults.clone(),
+                };
+                if kind != SectionKind::Listen && !args.is_empty() {
+                    errors.push(header.error(format!(
+                        "unexpected '{}' after the {} name (expects 'from DEFAULTS')",
+                        args[0],
+                        kind.name()
+                    )));
+                }
                 let scope = match kind {
                     SectionKind::Frontend => Scope::FRONTEND,
                     SectionKind::Backend => Scope::BACKEND,
                     _ => Scope::FE_BE,
                 };
                 if kind == SectionKind::Listen {
-                    if let Some(addr) = section.args.first() {
+                    if let Some(addr) = args.first() {
                         conf.at = header.clone();
                         if let Err(e) =
                             worker::listener::add_bind(&mut conf, std::slice::from_ref(addr))

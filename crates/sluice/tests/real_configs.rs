@@ -159,3 +159,36 @@ fn everyday_keywords_of_published_configurations_are_accepted() {
         "{out}"
     );
 }
+
+#[test]
+fn named_defaults_and_from() {
+    let origin = Origin::start("o");
+    // `api from web` keeps web's mode and timeouts and changes its forwardfor header; the
+    // frontend picks `api`, not the last defaults (`plain`, which has no forwardfor).
+    let p = Sluice::start(&format!(
+        "defaults web\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n    option forwardfor\ndefaults api from web\n    option forwardfor header X-Client\ndefaults plain\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nfrontend fe from api\n    {{fe}}\n    default_backend be\nbackend be from plain\n    server s1 {}\n",
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    let seen = origin.requests().pop().unwrap();
+    assert_eq!(seen.header("x-client"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-for"), None);
+    for (cfg, says) in [
+        (
+            "defaults a from nosuch\n",
+            "no defaults section named 'nosuch'",
+        ),
+        (
+            "defaults a\n    mode http\nbackend be from b\n    server s 127.0.0.1:1\n",
+            "no defaults section named 'b'",
+        ),
+        ("defaults a\ndefaults a\n", "defaults 'a' is defined twice"),
+        (
+            "backend be extra\n    server s 127.0.0.1:1\n",
+            "unexpected 'extra' after the backend name",
+        ),
+    ] {
+        let (ok, out) = check_config(cfg);
+        assert!(!ok && out.contains(says), "{cfg}: {out}");
+    }
+}
