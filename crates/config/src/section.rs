@@ -26,6 +26,8 @@ pub enum SectionKind {
     Frontend,
     Backend,
     Listen,
+    /// `http-errors NAME`: a named set of error pages (`errorfiles NAME`).
+    HttpErrors,
 }
 
 impl SectionKind {
@@ -36,6 +38,7 @@ impl SectionKind {
             SectionKind::Frontend => "frontend",
             SectionKind::Backend => "backend",
             SectionKind::Listen => "listen",
+            SectionKind::HttpErrors => "http-errors",
         }
     }
 
@@ -46,6 +49,7 @@ impl SectionKind {
             "frontend" => SectionKind::Frontend,
             "backend" => SectionKind::Backend,
             "listen" => SectionKind::Listen,
+            "http-errors" => SectionKind::HttpErrors,
             _ => return None,
         })
     }
@@ -59,7 +63,6 @@ const FOREIGN_SECTIONS: &[&str] = &[
     "resolvers",
     "mailers",
     "program",
-    "http-errors",
     "ring",
     "cache",
     "log-forward",

@@ -57,19 +57,44 @@ fn with_close_and_length(head_and_body: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// `errorfile CODE FILE` (in a proxy or an `http-errors` section): the page to send.
+pub fn parse_errorfile(a: &[String]) -> Result<(u16, Vec<u8>), KwError> {
+    let [code, file] = a else {
+        return Err(KwError::Missing("a status code and a file"));
+    };
+    let status = status_arg(code, 1)?;
+    let bytes =
+        std::fs::read(file).map_err(|e| KwError::bad(2, file, format!("cannot read file: {e}")))?;
+    let bytes = with_close_and_length(&bytes).map_err(|e| KwError::bad(2, file, e))?;
+    Ok((status, bytes))
+}
+
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "errorfile",
         scope: Scope::PROXY,
         help: "errorfile CODE FILE: send FILE (a complete HTTP response) instead of the built-in CODE page",
         parse: |c, a| {
-            let [code, file] = a else {
-                return Err(KwError::Missing("a status code and a file"));
-            };
-            let status = status_arg(code, 1)?;
-            let bytes = std::fs::read(file).map_err(|e| KwError::bad(2, file, format!("cannot read file: {e}")))?;
-            let bytes = with_close_and_length(&bytes).map_err(|e| KwError::bad(2, file, e))?;
+            let (status, bytes) = parse_errorfile(a)?;
             c.errors.set(status, bytes);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "errorfiles",
+        scope: Scope::PROXY,
+        help: "errorfiles NAME [CODE...]: the pages of http-errors section NAME (all, or these codes)",
+        parse: |c, a| {
+            let [name, codes @ ..] = a else {
+                return Err(KwError::Missing("the name of an http-errors section"));
+            };
+            let codes = codes
+                .iter()
+                .enumerate()
+                .map(|(i, code)| status_arg(code, i + 2))
+                .collect::<Result<Vec<_>, _>>()?;
+            let at = c.at.clone();
+            c.errors.use_set(name.clone(), codes, at);
             Ok(())
         },
     },
@@ -94,7 +119,18 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                     "content-type" => content_type = Some(v.clone()),
                     "string" => body = v.clone().into_bytes(),
                     "file" => body = std::fs::read(v).map_err(|e| KwError::bad(i + 4, v, format!("cannot read file: {e}")))?,
-                    other => return Err(KwError::bad(i + 3, other, "expects content-type, string or file")),
+                    "errorfile" => {
+                        let (_, page) = parse_errorfile(&[code.clone(), v.clone()])?;
+                        c.errors.set(status, page);
+                        return Ok(());
+                    }
+                    "lf-string" | "lf-file" | "errorfiles" | "default-errorfiles" | "hdr" => {
+                        return Err(KwError::Invalid(format!(
+                            "http-error option '{}': not supported yet",
+                            rest[i]
+                        )))
+                    }
+                    other => return Err(KwError::bad(i + 3, other, "expects content-type, string, file or errorfile")),
                 }
                 i += 2;
             }

@@ -96,6 +96,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut global = GlobalConf::default();
     let mut defaults = ProxyConf::default();
     let mut named: std::collections::HashMap<String, ProxyConf> = Default::default();
+    let mut error_sets = crate::conf::errorpages::ErrorSets::default();
     let mut proxies: Vec<Proxy> = Vec::new();
     for section in &sections {
         let header = Loc {
@@ -110,6 +111,30 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     {
                         errors.push(e);
                     }
+                }
+            }
+            SectionKind::HttpErrors => {
+                let name = section.name.clone().unwrap_or_default();
+                let mut pages = Vec::new();
+                for line in &section.lines {
+                    let loc = Loc {
+                        file: line.file.clone(),
+                        line: line.line,
+                    };
+                    match line.words[0].as_str() {
+                        "errorfile" => match errorpages::parse_errorfile(&line.words[1..]) {
+                            Ok((code, page)) => pages.push((code, page.into())),
+                            Err(e) => errors.push(
+                                loc.error(format!("'errorfile' in 'http-errors' section: {e}")),
+                            ),
+                        },
+                        other => errors.push(loc.error(format!(
+                            "unknown keyword '{other}' in 'http-errors' section (expects errorfile)"
+                        ))),
+                    }
+                }
+                if error_sets.insert(name.clone(), pages).is_some() {
+                    errors.push(header.error(format!("http-errors '{name}' is defined twice")));
                 }
             }
             SectionKind::Defaults => {
@@ -204,6 +229,12 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     conf,
                 });
             }
+        }
+    }
+    // `errorfiles NAME` may name a section defined anywhere in the configuration.
+    for p in &mut proxies {
+        if let Err((at, e)) = p.conf.errors.resolve(&error_sets) {
+            errors.push(at.error(e));
         }
     }
     if !errors.is_empty() {

@@ -192,3 +192,26 @@ fn named_defaults_and_from() {
         assert!(!ok && out.contains(says), "{cfg}: {out}");
     }
 }
+
+#[test]
+fn http_errors_sections_and_errorfiles() {
+    let p = Sluice::start(&format!(
+        "http-errors site\n    errorfile 403 {DEBIAN}/errors/403.http\n    errorfile 503 {DEBIAN}/errors/503.http\n{DEFAULTS}frontend fe\n    {{fe}}\n    errorfiles site 403\n    http-request deny if {{ path /deny }}\n    default_backend be\nbackend be\n    errorfiles site\n    http-error status 503 content-type text/plain string later-wins\n    server s1 127.0.0.1:1 disabled\n"
+    ));
+    let denied = get(p.addr(), "/deny");
+    assert_eq!(denied.status, 403);
+    assert!(denied.text().contains("403 Forbidden"), "{}", denied.text());
+    // The backend's own http-error line comes after its errorfiles: it wins.
+    let down = get(p.addr(), "/");
+    assert_eq!(down.status, 503);
+    assert_eq!(down.text(), "later-wins");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}backend be\n    errorfiles nosuch\n    server s 127.0.0.1:1\n"
+    ));
+    assert!(
+        !ok && out.contains("no http-errors section named 'nosuch'"),
+        "{out}"
+    );
+    let (ok, out) = check_config("http-errors e\n    errorfile 999 /dev/null\n");
+    assert!(!ok && out.contains("http-errors"), "{out}");
+}

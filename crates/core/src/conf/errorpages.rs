@@ -1,10 +1,19 @@
-//! Custom error pages as configured (`errorfile`, `http-error`).
+//! Custom error pages as configured (`errorfile`, `http-error`, `errorfiles` and the
+//! `http-errors` sections they name).
 
 use std::sync::Arc;
+
+use super::loc::Loc;
+
+/// The pages of every `http-errors` section, by name.
+pub type ErrorSets = std::collections::HashMap<String, Vec<(u16, Arc<[u8]>)>>;
 
 #[derive(Debug, Clone, Default)]
 pub struct ErrorPages {
     pages: Vec<(u16, Arc<[u8]>)>,
+    /// `errorfiles NAME [CODE...]` lines, resolved once every `http-errors` section is
+    /// known: (how many pages were set before the line, name, codes, where).
+    pub sets: Vec<(usize, String, Vec<u16>, Loc)>,
 }
 
 impl ErrorPages {
@@ -17,7 +26,29 @@ impl ErrorPages {
     }
 
     pub(crate) fn set(&mut self, status: u16, bytes: Vec<u8>) {
-        self.pages.retain(|(s, _)| *s != status);
         self.pages.push((status, bytes.into()));
+    }
+
+    /// Records an `errorfiles` line at its place among the pages.
+    pub(crate) fn use_set(&mut self, name: String, codes: Vec<u16>, at: Loc) {
+        self.sets.push((self.pages.len(), name, codes, at));
+    }
+
+    /// Replaces the `errorfiles` lines with the pages of the sections they name, each at
+    /// its place (a page set by a later line wins); an unknown name is an error.
+    pub fn resolve(&mut self, sections: &ErrorSets) -> Result<(), (Loc, String)> {
+        for (pos, name, codes, at) in std::mem::take(&mut self.sets).into_iter().rev() {
+            let Some(pages) = sections.get(&name) else {
+                return Err((at, format!("no http-errors section named '{name}'")));
+            };
+            let chosen = pages
+                .iter()
+                .filter(|(s, _)| codes.is_empty() || codes.contains(s))
+                .cloned();
+            let tail = self.pages.split_off(pos.min(self.pages.len()));
+            self.pages.extend(chosen);
+            self.pages.extend(tail);
+        }
+        Ok(())
     }
 }
