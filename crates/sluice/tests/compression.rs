@@ -149,11 +149,6 @@ fn every_algorithm_round_trips_every_corpus_file() {
                 }
                 let r = request(&mut c, &format!("/{mode}{name}"), ae);
                 assert_eq!(r.status, 200);
-                if body.len() < 256 {
-                    assert_eq!(r.header("content-encoding"), None, "{name}: below minsize");
-                    assert_eq!(r.body, body);
-                    continue;
-                }
                 assert_eq!(
                     r.header("content-encoding"),
                     Some(ae),
@@ -165,8 +160,9 @@ fn every_algorithm_round_trips_every_corpus_file() {
                 if algo == "gzip" && mode == "plain" {
                     assert_eq!(system_gunzip(&r.body), body, "gzip -d {name}");
                 }
+                // (A tiny body grows: HAProxy has no minimum size either.)
                 assert!(
-                    r.body.len() < body.len(),
+                    r.body.len() < body.len() || body.len() < 256,
                     "{algo} {mode} {name} did not shrink"
                 );
             }
@@ -227,7 +223,7 @@ fn skip_rules() {
         let origin = fixed_origin(response);
         let p = proxy(
             &origin,
-            "    compression algo gzip\n    compression type text/html text/plain",
+            "    compression algo gzip\n    compression type text/html text/plain\n    compression minsize-res 256",
             "",
         );
         let mut c = p.connect();

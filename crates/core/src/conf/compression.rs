@@ -48,8 +48,9 @@ impl Default for CompConf {
             algos: Vec::new(),
             types: Vec::new(),
             offload: false,
-            // A 13-byte body grows to 33 bytes in gzip: small bodies are not worth it.
-            minsize: 256,
+            // As HAProxy 2.6: no minimum (`compression minsize-res` sets one; a 13-byte body
+            // grows to 33 bytes in gzip).
+            minsize: 0,
         }
     }
 }
