@@ -33,26 +33,15 @@ impl Algo {
 }
 
 /// A proxy's `compression` settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompConf {
     pub algos: Vec<Algo>,
     /// Lowercase content-type prefixes; empty means every type.
     pub types: Vec<String>,
     pub offload: bool,
+    /// `compression minsize-res`: none by default, as in HAProxy 2.6 (a 13-byte body grows
+    /// to 33 bytes in gzip).
     pub minsize: u64,
-}
-
-impl Default for CompConf {
-    fn default() -> Self {
-        CompConf {
-            algos: Vec::new(),
-            types: Vec::new(),
-            offload: false,
-            // As HAProxy 2.6: no minimum (`compression minsize-res` sets one; a 13-byte body
-            // grows to 33 bytes in gzip).
-            minsize: 0,
-        }
-    }
 }
 
 impl CompConf {
