@@ -16,7 +16,6 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use sluice_config::{units, Keyword, KwError, Scope};
 
@@ -130,7 +129,7 @@ fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
     Ok(t)
 }
 
-/// `http_req_rate(10s)`, `gpc0`, ...
+/// `http_req_rate(10s)`, `gpc0`, ...: a rate needs its period, a count takes none.
 fn parse_data(d: &str) -> Result<DataType, String> {
     let (name, period) = match d.split_once('(') {
         Some((n, rest)) => {
@@ -139,42 +138,21 @@ fn parse_data(d: &str) -> Result<DataType, String> {
         }
         None => (d, None),
     };
-    let rate = |f: fn(Duration) -> DataType| {
-        period
-            .map(f)
-            .ok_or_else(|| format!("'{name}' needs a period, as {name}(10s)"))
+    let Some(counter) = Counter::from_name(name) else {
+        return Err(match name {
+            "gpt" | "gpc" | "gpc_rate" | "http_fail_cnt" | "http_fail_rate" | "glitch_cnt"
+            | "glitch_rate" => format!("data type '{name}' is not supported yet"),
+            _ => format!("unknown data type '{name}'"),
+        });
     };
-    use DataType as D;
-    let plain = |v: DataType| match period {
-        None => Ok(v),
-        Some(_) => Err(format!("'{name}' takes no period")),
-    };
-    match name {
-        "server_id" => plain(D::ServerId),
-        "gpt0" => plain(D::Gpt0),
-        "gpc0" => plain(D::Gpc0),
-        "gpc0_rate" => rate(D::Gpc0Rate),
-        "gpc1" => plain(D::Gpc1),
-        "gpc1_rate" => rate(D::Gpc1Rate),
-        "conn_cnt" => plain(D::ConnCnt),
-        "conn_cur" => plain(D::ConnCur),
-        "conn_rate" => rate(D::ConnRate),
-        "sess_cnt" => plain(D::SessCnt),
-        "sess_rate" => rate(D::SessRate),
-        "http_req_cnt" => plain(D::HttpReqCnt),
-        "http_req_rate" => rate(D::HttpReqRate),
-        "http_err_cnt" => plain(D::HttpErrCnt),
-        "http_err_rate" => rate(D::HttpErrRate),
-        "bytes_in_cnt" => plain(D::BytesInCnt),
-        "bytes_in_rate" => rate(D::BytesInRate),
-        "bytes_out_cnt" => plain(D::BytesOutCnt),
-        "bytes_out_rate" => rate(D::BytesOutRate),
-        "gpt" | "gpc" | "gpc_rate" | "http_fail_cnt" | "http_fail_rate" | "glitch_cnt"
-        | "glitch_rate" => Err(format!("data type '{name}' is not supported yet")),
-        _ => Err(format!("unknown data type '{name}'")),
+    match (name.ends_with("_rate"), period) {
+        (true, None) => Err(format!("'{name}' needs a period, as {name}(10s)")),
+        (false, Some(_)) => Err(format!("'{name}' takes no period")),
+        _ => Ok(DataType { counter, period }),
     }
 }
 
+/// How many shards a table is split into.
 const SHARDS: usize = 32;
 
 /// An entry's key.
@@ -213,32 +191,6 @@ impl std::fmt::Display for Key {
             Key::Int(n) => write!(f, "{n}"),
             Key::Bytes(b) => write!(f, "{}", String::from_utf8_lossy(b)),
         }
-    }
-}
-
-/// The counter a stored data type holds, and its period for a rate.
-pub fn counter_of(d: DataType) -> (Counter, Option<Duration>) {
-    use DataType as D;
-    match d {
-        D::ServerId => (Counter::ServerId, None),
-        D::Gpt0 => (Counter::Gpt0, None),
-        D::Gpc0 => (Counter::Gpc0, None),
-        D::Gpc0Rate(p) => (Counter::Gpc0Rate, Some(p)),
-        D::Gpc1 => (Counter::Gpc1, None),
-        D::Gpc1Rate(p) => (Counter::Gpc1Rate, Some(p)),
-        D::ConnCnt => (Counter::ConnCnt, None),
-        D::ConnCur => (Counter::ConnCur, None),
-        D::ConnRate(p) => (Counter::ConnRate, Some(p)),
-        D::SessCnt => (Counter::SessCnt, None),
-        D::SessRate(p) => (Counter::SessRate, Some(p)),
-        D::HttpReqCnt => (Counter::HttpReqCnt, None),
-        D::HttpReqRate(p) => (Counter::HttpReqRate, Some(p)),
-        D::HttpErrCnt => (Counter::HttpErrCnt, None),
-        D::HttpErrRate(p) => (Counter::HttpErrRate, Some(p)),
-        D::BytesInCnt => (Counter::BytesInCnt, None),
-        D::BytesInRate(p) => (Counter::BytesInRate, Some(p)),
-        D::BytesOutCnt => (Counter::BytesOutCnt, None),
-        D::BytesOutRate(p) => (Counter::BytesOutRate, Some(p)),
     }
 }
 
@@ -299,7 +251,7 @@ impl Entry {
             values: conf
                 .store
                 .iter()
-                .map(|&d| match counter_of(d) {
+                .map(|&d| match (d.counter, d.period) {
                     (c, Some(p)) => (
                         c,
                         Value::Rate(
@@ -506,6 +458,8 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn conf(size: usize, store: Vec<DataType>) -> TableConf {
@@ -558,8 +512,14 @@ mod tests {
         let t = Table::new(&conf(
             SHARDS,
             vec![
-                DataType::HttpReqRate(Duration::from_secs(10)),
-                DataType::Gpc0,
+                DataType {
+                    counter: Counter::HttpReqRate,
+                    period: Some(Duration::from_secs(10)),
+                },
+                DataType {
+                    counter: Counter::Gpc0,
+                    period: None,
+                },
             ],
         ));
         let k = Key::Ip("10.0.0.1".parse().unwrap());

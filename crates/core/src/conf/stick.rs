@@ -14,28 +14,11 @@ pub enum KeyType {
     Binary(usize),
 }
 
-/// A data type an entry stores (`store ...`); rates carry their period.
+/// A data type an entry stores (`store ...`): a counter, and for a rate its period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataType {
-    ServerId,
-    Gpt0,
-    Gpc0,
-    Gpc0Rate(Duration),
-    Gpc1,
-    Gpc1Rate(Duration),
-    ConnCnt,
-    ConnCur,
-    ConnRate(Duration),
-    SessCnt,
-    SessRate(Duration),
-    HttpReqCnt,
-    HttpReqRate(Duration),
-    HttpErrCnt,
-    HttpErrRate(Duration),
-    BytesInCnt,
-    BytesInRate(Duration),
-    BytesOutCnt,
-    BytesOutRate(Duration),
+pub struct DataType {
+    pub counter: Counter,
+    pub period: Option<Duration>,
 }
 
 /// One `stick-table` line, named after its proxy.
@@ -76,62 +59,45 @@ pub enum Counter {
     BytesOutRate,
 }
 
+/// Every counter with HAProxy's name for it (`http_req_rate`).
+const NAMES: [(Counter, &str); 19] = {
+    use Counter::*;
+    [
+        (ServerId, "server_id"),
+        (Gpt0, "gpt0"),
+        (Gpc0, "gpc0"),
+        (Gpc0Rate, "gpc0_rate"),
+        (Gpc1, "gpc1"),
+        (Gpc1Rate, "gpc1_rate"),
+        (ConnCnt, "conn_cnt"),
+        (ConnCur, "conn_cur"),
+        (ConnRate, "conn_rate"),
+        (SessCnt, "sess_cnt"),
+        (SessRate, "sess_rate"),
+        (HttpReqCnt, "http_req_cnt"),
+        (HttpReqRate, "http_req_rate"),
+        (HttpErrCnt, "http_err_cnt"),
+        (HttpErrRate, "http_err_rate"),
+        (BytesInCnt, "bytes_in_cnt"),
+        (BytesInRate, "bytes_in_rate"),
+        (BytesOutCnt, "bytes_out_cnt"),
+        (BytesOutRate, "bytes_out_rate"),
+    ]
+};
+
 impl Counter {
-    /// HAProxy's name of the data type (`http_req_rate`).
+    /// HAProxy's name of the data type.
     pub fn name(self) -> &'static str {
-        use Counter::*;
-        match self {
-            ServerId => "server_id",
-            Gpt0 => "gpt0",
-            Gpc0 => "gpc0",
-            Gpc0Rate => "gpc0_rate",
-            Gpc1 => "gpc1",
-            Gpc1Rate => "gpc1_rate",
-            ConnCnt => "conn_cnt",
-            ConnCur => "conn_cur",
-            ConnRate => "conn_rate",
-            SessCnt => "sess_cnt",
-            SessRate => "sess_rate",
-            HttpReqCnt => "http_req_cnt",
-            HttpReqRate => "http_req_rate",
-            HttpErrCnt => "http_err_cnt",
-            HttpErrRate => "http_err_rate",
-            BytesInCnt => "bytes_in_cnt",
-            BytesInRate => "bytes_in_rate",
-            BytesOutCnt => "bytes_out_cnt",
-            BytesOutRate => "bytes_out_rate",
-        }
+        NAMES
+            .iter()
+            .find(|(c, _)| *c == self)
+            .map_or("?", |(_, n)| n)
     }
 
     pub fn from_name(n: &str) -> Option<Counter> {
-        ALL.iter().copied().find(|c| c.name() == n)
+        NAMES.iter().find(|(_, name)| *name == n).map(|(c, _)| *c)
     }
 }
-
-const ALL: [Counter; 19] = {
-    use Counter::*;
-    [
-        ServerId,
-        Gpt0,
-        Gpc0,
-        Gpc0Rate,
-        Gpc1,
-        Gpc1Rate,
-        ConnCnt,
-        ConnCur,
-        ConnRate,
-        SessCnt,
-        SessRate,
-        HttpReqCnt,
-        HttpReqRate,
-        HttpErrCnt,
-        HttpErrRate,
-        BytesInCnt,
-        BytesInRate,
-        BytesOutCnt,
-        BytesOutRate,
-    ]
-};
 
 /// Where a table-reading fetch finds its entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -92,11 +92,7 @@ fn apply_entry<'a>(
     counter: Counter,
     now: u64,
 ) -> Option<Sample<'a>> {
-    let stored = t
-        .conf
-        .store
-        .iter()
-        .any(|&d| crate::stick::counter_of(d).0 == counter);
+    let stored = t.conf.store.iter().any(|d| d.counter == counter);
     if !stored {
         return None;
     }
