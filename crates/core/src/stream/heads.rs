@@ -108,6 +108,9 @@ impl Edits {
     /// A header's value after `replace-header` / `replace-value` (`None`: unchanged). A
     /// rule replaces a whole value its regex matches in.
     pub fn replaced(&self, name: &[u8], original: &[u8]) -> Option<Vec<u8>> {
+        if self.replace.is_empty() {
+            return None;
+        }
         let mut value: Option<Vec<u8>> = None;
         for (n, re, template, per_value) in &self.replace {
             if !name.eq_ignore_ascii_case(n.as_bytes()) {

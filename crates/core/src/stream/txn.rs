@@ -766,7 +766,9 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
         return (Route::StatsPage(None), edits);
     }
-    let backend = {
+    let backend = if fe.rules.switching.is_empty() {
+        fe.rules.default_backend
+    } else {
         let cx = s.sample_ctx(req, None);
         fe.rules
             .switching
@@ -854,6 +856,9 @@ fn apply_rules(
     edits: &mut Edits,
     backend: Option<usize>,
 ) -> Option<Route> {
+    if rules.is_empty() {
+        return None;
+    }
     let cx = s.sample_ctx(req, backend);
     for rule in rules {
         if !holds(&rule.cond, &cx) {
