@@ -331,7 +331,9 @@ fn an_invalid_server_response_is_ph_and_counts_end_with_the_request() {
     assert_eq!(get(p.addr(), "/ok").status, 200);
     let line = stdout_lines(&p, 2)[1].clone();
     let l = parse_httplog(&line);
-    // One connection open (this one) on the process and the frontend; none left on the
-    // backend and server once the request is over, as HAProxy logs it.
-    assert_eq!(l.conns, [1, 1, 0, 0, 0], "{line}");
+    // This connection is open on the process and the frontend (the first one may not be
+    // closed yet); none is left on the backend and the server once the request is over, as
+    // HAProxy logs it.
+    assert!(l.conns[0] >= 1 && l.conns[1] >= 1, "{line}");
+    assert_eq!(l.conns[2..], [0, 0, 0], "{line}");
 }
