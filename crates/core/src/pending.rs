@@ -25,7 +25,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "stats" => Scope::PROXY,
     "stick" => Scope::BE,
     "redirect" => Scope::FE_BE,
-    "tcp-request" => Scope::FE_BE,
     "tcp-response" => Scope::BE,
     "fullconn" => Scope::BE,
 ];

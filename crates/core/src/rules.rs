@@ -47,6 +47,43 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "tcp-request",
+        scope: Scope::FRONTEND,
+        help: "tcp-request connection accept|reject [if|unless COND] | tcp-request inspect-delay TIME",
+        parse: |c, args| {
+            match args.first().map(String::as_str) {
+                Some("connection") => {
+                    let action = args
+                        .get(1)
+                        .ok_or(KwError::Missing("accept or reject"))?;
+                    let accept = match action.as_str() {
+                        "accept" => true,
+                        "reject" => false,
+                        other => {
+                            return Err(KwError::Invalid(format!(
+                                "tcp-request connection '{other}': not supported yet (accept and reject are)"
+                            )))
+                        }
+                    };
+                    let cond = parse_cond(&c.rules, &args[2..], 3)?;
+                    c.rules.tcp_connection.push(TcpRule { accept, cond });
+                    Ok(())
+                }
+                // Content rules are not evaluated, so there is nothing to wait for.
+                Some("inspect-delay") => crate::conf::time_arg(&args[1..]).map(|_| ()),
+                Some(other @ ("content" | "session")) => Err(KwError::Invalid(format!(
+                    "tcp-request {other}: not supported yet"
+                ))),
+                Some(other) => Err(KwError::bad(
+                    1,
+                    other,
+                    "expects connection, content, session or inspect-delay",
+                )),
+                None => Err(KwError::Missing("connection, content or inspect-delay")),
+            }
+        },
+    },
+    Keyword {
         name: "http-response",
         scope: Scope::FE_BE,
         help: "http-response set-header|add-header|del-header ... [if|unless COND]",
@@ -502,6 +539,7 @@ pub(crate) fn lower_frontend(
         default_backend,
         http_request: rules.http_request.clone(),
         http_response: rules.http_response.clone(),
+        tcp_connection: rules.tcp_connection.clone(),
     })
 }
 

@@ -306,3 +306,66 @@ fn bad_rules_name_the_line() {
         );
     }
 }
+
+/// The start of the answer to a request sent from `source` to `addr` (empty, or an error,
+/// when the connection is closed or reset before any answer).
+fn from(source: &str, addr: std::net::SocketAddr) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let local: std::net::SocketAddr = format!("{source}:0").parse().unwrap();
+    sock.bind(&local.into())?;
+    sock.connect(&addr.into())?;
+    let mut s: std::net::TcpStream = sock.into();
+    s.set_read_timeout(Some(TIMEOUT))?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")?;
+    // The status line is enough (in mode tcp the server may keep the connection open).
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while out.len() < 12 {
+        match s.read(&mut buf)? {
+            0 => break,
+            n => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[test]
+fn tcp_request_connection_rules_accept_or_reject_before_reading() {
+    for mode in ["http", "tcp"] {
+        let origin = Origin::start("o");
+        let p = Sluice::start(&format!(
+            "{DEFAULTS}frontend fe\n    mode {mode}\n    {{fe}}\n    acl blocked src 127.0.0.2 127.0.0.3\n    acl friend src 127.0.0.3\n    tcp-request inspect-delay 5s\n    tcp-request connection accept if friend\n    tcp-request connection reject if blocked\n    default_backend be\nbackend be\n    mode {mode}\n    server s1 {}\n",
+            origin.addr
+        ));
+        let refused = from("127.0.0.2", p.addr());
+        assert!(
+            refused.as_ref().map_or(true, |s| s.is_empty()),
+            "{mode}: {refused:?}"
+        );
+        assert!(
+            from("127.0.0.1", p.addr())
+                .unwrap()
+                .starts_with("HTTP/1.1 200"),
+            "{mode}"
+        );
+        // The first rule that matches decides: accepted before the reject rule.
+        assert!(
+            from("127.0.0.3", p.addr())
+                .unwrap()
+                .starts_with("HTTP/1.1 200"),
+            "{mode}"
+        );
+        assert!(
+            origin.requests().len() == 2,
+            "{mode}: the refused connection reached no server"
+        );
+    }
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    tcp-request content reject\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(
+        !ok && out.contains("tcp-request content: not supported yet"),
+        "{out}"
+    );
+}

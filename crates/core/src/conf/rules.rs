@@ -118,15 +118,22 @@ pub struct RulesConf {
     pub default_backend: Option<(String, Loc)>,
     pub http_request: Vec<HttpRule>,
     pub http_response: Vec<HttpRule>,
+    /// `tcp-request connection accept|reject [if|unless COND]`, in order.
+    pub tcp_connection: Vec<TcpRule>,
+}
+
+/// A `tcp-request connection` rule: the first whose condition holds decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpRule {
+    pub accept: bool,
+    pub cond: Option<Cond>,
 }
 
 impl RulesConf {
-    /// No ACL, switching or HTTP rule is configured (what `mode tcp` requires).
+    /// No switching or HTTP rule is configured (what `mode tcp` requires; ACLs may serve
+    /// `tcp-request` rules).
     pub(crate) fn http_rules_empty(&self) -> bool {
-        self.acls.is_empty()
-            && self.switching.is_empty()
-            && self.http_request.is_empty()
-            && self.http_response.is_empty()
+        self.switching.is_empty() && self.http_request.is_empty() && self.http_response.is_empty()
     }
 }
 
@@ -137,6 +144,7 @@ pub struct FrontendRules {
     pub default_backend: Option<usize>,
     pub http_request: Vec<HttpRule>,
     pub http_response: Vec<HttpRule>,
+    pub tcp_connection: Vec<TcpRule>,
 }
 
 /// The rules a backend applies after the frontend's.

@@ -48,11 +48,43 @@ pub async fn serve(
 ) {
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
+    if !accepted_by_tcp_rules(&w, &client, peer, fe) {
+        // `tcp-request connection reject`: closed before anything is read.
+        client.abort();
+        return;
+    }
     let info = counted.info.clone();
     match w.config().frontends[fe].stream.mode {
         Mode::Tcp => tcp::serve(&w, client, peer, fe, &info).await,
         Mode::Http => serve_http(&w, client, peer, fe, info).await,
     }
+}
+
+/// Whether `tcp-request connection` rules let the connection in (the first rule whose
+/// condition holds decides; none: it is accepted).
+fn accepted_by_tcp_rules(w: &Worker, client: &Conn, peer: SocketAddr, fe: usize) -> bool {
+    let rules = &w.config().frontends[fe].rules.tcp_connection;
+    if rules.is_empty() {
+        return true;
+    }
+    let vars = crate::sample::StreamVars::default();
+    let cx = crate::sample::Ctx {
+        process: &w.process,
+        frontend: fe,
+        backend: None,
+        server: None,
+        src: peer,
+        client: Some(client),
+        req: None,
+        body: None,
+        res: None,
+        vars: &vars,
+        unique_id: None,
+    };
+    rules
+        .iter()
+        .find(|r| crate::rules::holds(&r.cond, &cx))
+        .is_none_or(|r| r.accept)
 }
 
 /// Serves one HTTP client connection until it closes: one transaction per request, in
