@@ -71,6 +71,23 @@ impl KwError {
             reason: reason.into(),
         }
     }
+
+    /// The same error, for arguments parsed after `n` more words of the keyword
+    /// (`tcp-request content ACTION ...` parsed as `ACTION ...`).
+    pub fn shifted(self, n: usize) -> Self {
+        match self {
+            KwError::BadArg {
+                index,
+                value,
+                reason,
+            } => KwError::BadArg {
+                index: index + n,
+                value,
+                reason,
+            },
+            e => e,
+        }
+    }
 }
 
 /// A configuration error located in a file.

@@ -6,7 +6,6 @@ use sluice_config::{units, Keyword, KwError, Scope};
 
 pub use crate::conf::backend::*;
 use crate::conf::{one_arg, resolve, time_arg, Backend, ProxyConf, Server};
-use crate::rules;
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -422,7 +421,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         redispatch: conf.backend.redispatch,
         abortonclose: conf.backend.abortonclose,
         stream: conf.stream.clone(),
-        rules: rules::lower_backend(&conf.rules),
+        rules: conf.rules.sets.clone(),
         compression: conf.compression.clone(),
         errors: conf.errors.clone(),
         check: conf.check.clone(),

@@ -57,6 +57,12 @@ fn with_close_and_length(head_and_body: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// An error file as it is sent (`errorfile` of a rule's answer).
+pub(crate) fn load_errorfile(path: &str) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read file: {e}"))?;
+    with_close_and_length(&bytes)
+}
+
 /// `errorfile CODE FILE` (in a proxy or an `http-errors` section): the page to send.
 pub fn parse_errorfile(a: &[String]) -> Result<(u16, Vec<u8>), KwError> {
     let [code, file] = a else {

@@ -222,6 +222,14 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     }
                 }
                 parse_proxy_lines(section, &mut conf, scope, &mut errors);
+                let sets = &conf.rules.sets;
+                if kind == SectionKind::Backend
+                    && !(sets.tcp_connection.is_empty() && sets.tcp_session.is_empty())
+                {
+                    errors.push(header.error(
+                        "backend: tcp-request connection and session rules belong in a frontend or listen section",
+                    ));
+                }
                 proxies.push(Proxy {
                     kind,
                     name,
@@ -288,8 +296,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         // A listen section's rules run once, on its frontend side.
         let mut conf = p.conf.clone();
         if p.kind == SectionKind::Listen {
-            conf.rules.http_request.clear();
-            conf.rules.http_response.clear();
+            conf.rules = Default::default();
             conf.stream.forwardfor = None;
         }
         backends.push(Backend {
@@ -423,15 +430,14 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
 /// Every `track-sc` rule has a table: the one it names, or its proxy's own.
 fn check_tracking(proxies: &[Proxy], errors: &mut Vec<ConfigError>) {
     for p in proxies {
-        let rules = p.conf.rules.http_request.iter();
-        for rule in rules {
+        for rule in p.conf.rules.sets.all() {
             let crate::conf::rules::Action::Track { slot, table, .. } = &rule.action else {
                 continue;
             };
             let ok = match table {
                 Some(t) => proxies
                     .iter()
-                    .any(|o| &o.name == t && o.conf.stick.is_some()),
+                    .any(|o| o.name == *t && o.conf.stick.is_some()),
                 None => p.conf.stick.is_some(),
             };
             if !ok {

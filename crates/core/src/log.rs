@@ -352,6 +352,32 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "declare capture",
+        scope: Scope::FRONTEND,
+        help: "declare capture request|response len N: a capture slot for rules' 'capture ... id N'",
+        parse: |c, a| {
+            let [side, l, n] = a else {
+                return Err(KwError::Missing("request|response len N"));
+            };
+            if l != "len" {
+                return Err(KwError::bad(2, l, "expects 'len N'"));
+            }
+            let len: usize = n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| KwError::bad(3, n, "expects a positive length"))?;
+            // A slot without a header name: only rules fill it.
+            let entry = (String::new(), len);
+            match side.as_str() {
+                "request" => c.log.captures_req.push(entry),
+                "response" => c.log.captures_res.push(entry),
+                other => return Err(KwError::bad(1, other, "expects request or response")),
+            }
+            Ok(())
+        },
+    },
+    Keyword {
         name: "capture",
         scope: Scope::FE,
         help: "capture request|response header NAME len N: keep a header's value for the log (%hr, %hs)",
@@ -614,13 +640,32 @@ pub fn open_all(conf: &LogConf, global: &GlobalConf) -> std::io::Result<Vec<Arc<
         .collect()
 }
 
-/// Syslog severities (RFC 5424), the ones sluice uses.
+/// Syslog severities (RFC 5424).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
     Emerg = 0,
     Alert = 1,
+    Crit = 2,
+    Err = 3,
+    Warning = 4,
     Notice = 5,
     Info = 6,
+    Debug = 7,
+}
+
+/// The severity of a level name (`set-log-level`, log targets' levels), as its number.
+pub fn severity_of(name: &str) -> Option<u8> {
+    let all = [
+        "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug",
+    ];
+    all.iter().position(|n| *n == name).map(|i| i as u8)
+}
+
+impl Severity {
+    fn from_number(n: u8) -> Severity {
+        use Severity::*;
+        [Emerg, Alert, Crit, Err, Warning, Notice, Info, Debug][usize::from(n.min(7))]
+    }
 }
 
 fn frame(t: &LogTarget, severity: Severity, tag: &str, host: Option<&str>, msg: &str) -> Vec<u8> {
@@ -923,9 +968,15 @@ fn tcplog() -> &'static [Token] {
 
 /// Sends `rec` to every logger, as `format` says.
 pub fn emit(loggers: &[Arc<Logger>], format: &Format, rec: &Record<'_>) {
+    emit_at(loggers, format, rec, None);
+}
+
+/// [`emit`] at a severity set by a rule (`set-log-level`; `None`: the usual `info`).
+pub fn emit_at(loggers: &[Arc<Logger>], format: &Format, rec: &Record<'_>, level: Option<u8>) {
     let line = rec.render(format);
+    let severity = level.map_or(Severity::Info, Severity::from_number);
     for l in loggers {
-        l.send(&line);
+        l.send_at(severity, &line);
     }
 }
 

@@ -8,7 +8,8 @@ pub use crate::acl::holds;
 pub(crate) use crate::acl::parse_cond;
 pub use crate::conf::rules::*;
 use crate::conf::{Loc, ProxyConf};
-use crate::sample::{Fmt, Match, VarName};
+use crate::sample::{Ctx, Expr, Fmt, Match, Sample, Tracker, VarName};
+use crate::stick::{Counter, Key};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -38,92 +39,155 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "http-request",
         scope: Scope::FE_BE,
-        help:
-            "http-request return|deny|allow|set-header|add-header|del-header|use-service ... [if|unless COND]",
+        help: "http-request ACTION [ARGS...] [if|unless COND]",
         parse: |c, args| {
-            let rule = parse_rule(&c.rules, args, Side::Request)?;
-            c.rules.http_request.push(rule);
+            let rule = match args.first().map(String::as_str) {
+                Some("capture") => parse_capture(c, args, Side::Request)?,
+                _ => parse_rule(&c.rules, args, Side::Request)?,
+            };
+            c.rules.sets.http_request.push(rule);
             Ok(())
-        },
-    },
-    Keyword {
-        name: "tcp-request",
-        scope: Scope::FRONTEND,
-        help: "tcp-request connection accept|reject [if|unless COND] | tcp-request inspect-delay TIME",
-        parse: |c, args| {
-            match args.first().map(String::as_str) {
-                Some("connection") => {
-                    let action = args
-                        .get(1)
-                        .ok_or(KwError::Missing("accept or reject"))?;
-                    let accept = match action.as_str() {
-                        "accept" => true,
-                        "reject" => false,
-                        other => {
-                            return Err(KwError::Invalid(format!(
-                                "tcp-request connection '{other}': not supported yet (accept and reject are)"
-                            )))
-                        }
-                    };
-                    let cond = parse_cond(&c.rules, &args[2..], 3)?;
-                    c.rules.tcp_connection.push(TcpRule { accept, cond });
-                    Ok(())
-                }
-                // Content rules are not evaluated, so there is nothing to wait for.
-                Some("inspect-delay") => crate::conf::time_arg(&args[1..]).map(|_| ()),
-                Some(other @ ("content" | "session")) => Err(KwError::Invalid(format!(
-                    "tcp-request {other}: not supported yet"
-                ))),
-                Some(other) => Err(KwError::bad(
-                    1,
-                    other,
-                    "expects connection, content, session or inspect-delay",
-                )),
-                None => Err(KwError::Missing("connection, content or inspect-delay")),
-            }
         },
     },
     Keyword {
         name: "http-response",
         scope: Scope::FE_BE,
-        help: "http-response set-header|add-header|del-header ... [if|unless COND]",
+        help: "http-response ACTION [ARGS...] [if|unless COND]",
         parse: |c, args| {
-            let rule = parse_rule(&c.rules, args, Side::Response)?;
-            c.rules.http_response.push(rule);
+            let rule = match args.first().map(String::as_str) {
+                Some("capture") => parse_capture(c, args, Side::Response)?,
+                _ => parse_rule(&c.rules, args, Side::Response)?,
+            };
+            c.rules.sets.http_response.push(rule);
             Ok(())
+        },
+    },
+    Keyword {
+        name: "http-after-response",
+        scope: Scope::FE_BE,
+        help: "http-after-response ACTION [ARGS...] [if|unless COND]: on every response, the proxy's own included",
+        parse: |c, args| {
+            let rule = parse_rule(&c.rules, args, Side::AfterResponse)?;
+            c.rules.sets.http_after_response.push(rule);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-request",
+        scope: Scope::FE_BE,
+        help: "tcp-request connection|session|content ACTION [if|unless COND] | tcp-request inspect-delay TIME",
+        parse: |c, args| {
+            let (side, list) = match args.first().map(String::as_str) {
+                Some("inspect-delay") => {
+                    c.rules.sets.inspect_delay = Some(crate::conf::time_arg(&args[1..])?);
+                    return Ok(());
+                }
+                Some("connection") => (Side::TcpConnection, 0),
+                Some("session") => (Side::TcpSession, 1),
+                Some("content") => (Side::TcpContent, 2),
+                Some(other) => {
+                    return Err(KwError::bad(
+                        1,
+                        other,
+                        "expects connection, session, content or inspect-delay",
+                    ))
+                }
+                None => return Err(KwError::Missing("connection, session, content or inspect-delay")),
+            };
+            let rule = parse_rule(&c.rules, &args[1..], side).map_err(|e| e.shifted(1))?;
+            let sets = &mut c.rules.sets;
+            [&mut sets.tcp_connection, &mut sets.tcp_session, &mut sets.tcp_content][list]
+                .push(rule);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-response",
+        scope: Scope::BE,
+        help: "tcp-response content accept|reject|... [if|unless COND] | tcp-response inspect-delay TIME",
+        parse: |c, args| match args.first().map(String::as_str) {
+            // Response rules are decided on the response head or the first data received.
+            Some("inspect-delay") => crate::conf::time_arg(&args[1..]).map(|_| ()),
+            Some("content") => {
+                let rule =
+                    parse_rule(&c.rules, &args[1..], Side::TcpResponse).map_err(|e| e.shifted(1))?;
+                c.rules.sets.tcp_response.push(rule);
+                Ok(())
+            }
+            Some(other) => Err(KwError::bad(1, other, "expects content or inspect-delay")),
+            None => Err(KwError::Missing("content or inspect-delay")),
         },
     },
 ];
 
+/// Where a rule runs, which decides the actions it may take.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Request,
     Response,
+    AfterResponse,
+    TcpConnection,
+    TcpSession,
+    TcpContent,
+    TcpResponse,
 }
+
+impl Side {
+    fn tcp(self) -> bool {
+        matches!(
+            self,
+            Side::TcpConnection | Side::TcpSession | Side::TcpContent | Side::TcpResponse
+        )
+    }
+
+    /// Rules that see a request (and may track it).
+    fn request(self) -> bool {
+        matches!(
+            self,
+            Side::Request | Side::TcpConnection | Side::TcpSession | Side::TcpContent
+        )
+    }
+
+    /// HTTP rules on a response.
+    fn response(self) -> bool {
+        matches!(self, Side::Response | Side::AfterResponse)
+    }
+}
+
+/// Actions of `tcp-request` / `tcp-response` HAProxy has that sluice does not implement yet.
+const PENDING_TCP_ACTIONS: &[&str] = &[
+    "expect-proxy",
+    "expect-netscaler-cip",
+    "capture",
+    "set-src",
+    "set-dst",
+    "set-log-level",
+    "set-src-port",
+    "set-dst-port",
+    "set-mark",
+    "set-tos",
+    "set-nice",
+    "silent-drop",
+    "do-resolve",
+    "send-spoe-group",
+    "use-service",
+    "switch-mode",
+    "set-bandwidth-limit",
+    "close",
+    "lua",
+];
 
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
-    "replace-path",
-    "replace-pathq",
-    "replace-uri",
-    "tarpit",
     "auth",
-    "capture",
-    "set-log-level",
-    "set-timeout",
-    "set-src",
-    "set-dst",
     "set-src-port",
     "set-dst-port",
     "set-nice",
     "set-mark",
     "set-tos",
-    "early-hint",
     "cache-use",
     "cache-store",
     "silent-drop",
-    "reject",
-    "wait-for-body",
     "wait-for-handshake",
     "normalize-uri",
     "strict-mode",
@@ -168,7 +232,7 @@ fn var_of(action: &str) -> Option<Result<VarName, String>> {
     Some(crate::sample::parse_var(inner).map_err(|e| e.0))
 }
 
-fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule, KwError> {
+fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, KwError> {
     let Some(action) = args.first() else {
         return Err(KwError::Missing("an action"));
     };
@@ -178,22 +242,116 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
         .unwrap_or(args.len());
     let cond = parse_cond(rules, &args[cond_at..], cond_at + 1)?;
     let params = &args[1..cond_at];
+    if side.tcp() {
+        return Ok(Rule {
+            action: parse_tcp_action(action, params, side)?,
+            cond,
+        });
+    }
     let action = match (action.as_str(), side) {
-        ("return", Side::Request) => parse_return(params)?,
-        ("deny", Side::Request) => {
-            let status = match params {
-                [] => 403,
-                [kw, n] if kw == "deny_status" => parse_status(n, 3)?,
-                [kw] if kw == "deny_status" => {
-                    return Err(KwError::Missing("a status after deny_status"))
-                }
-                [other, ..] => return Err(KwError::bad(2, other, "expects 'deny_status N'")),
+        ("return", Side::Request) => Action::Return(parse_reply(params, 200)?.0),
+        ("reject", Side::Request) => {
+            sluice_config::no_args(params)?;
+            Action::Reject
+        }
+        (kind @ ("replace-path" | "replace-pathq" | "replace-uri"), Side::Request) => {
+            let [re, with] = params else {
+                return Err(KwError::Missing("a regular expression and a format"));
             };
-            Action::Deny { status }
+            let re = regex::bytes::Regex::new(re)
+                .map_err(|e| KwError::bad(2, re, format!("invalid regular expression: {e}")))?;
+            let part = match kind {
+                "replace-path" => TargetPart::Path,
+                "replace-pathq" => TargetPart::PathQ,
+                _ => TargetPart::Uri,
+            };
+            Action::ReplaceTarget {
+                part,
+                re: crate::sample::Regex(re),
+                with: fmt_arg(with, 3)?,
+            }
+        }
+        (kind @ ("deny" | "tarpit"), side) if side == Side::Request || kind == "deny" => {
+            let default = match (kind, side) {
+                ("tarpit", _) => 500,
+                (_, Side::Request) => 403,
+                _ => 502,
+            };
+            let (r, custom) = parse_reply(params, default)?;
+            let (status, reply) = (r.status, custom.then_some(r));
+            if kind == "deny" {
+                Action::Deny { status, reply }
+            } else {
+                Action::Tarpit { status, reply }
+            }
+        }
+        ("set-log-level", _) => {
+            let level = crate::conf::one_arg(params, "a log level")?;
+            Action::SetLogLevel(match level {
+                "silent" => None,
+                l => Some(crate::log::severity_of(l).ok_or_else(|| {
+                    KwError::bad(
+                        2,
+                        l,
+                        "expects silent, emerg, alert, crit, err, warning, notice, info or debug",
+                    )
+                })?),
+            })
+        }
+        ("set-timeout", Side::Request) => {
+            let [which, value] = params else {
+                return Err(KwError::Missing("server or tunnel and a time"));
+            };
+            let kind = match which.as_str() {
+                "server" => TimeoutKind::Server,
+                "tunnel" => TimeoutKind::Tunnel,
+                other => return Err(KwError::bad(2, other, "expects server or tunnel")),
+            };
+            let expr = match sluice_config::units::parse_time(value) {
+                Ok(t) => crate::sample::parse_expr(&format!("int({})", t.as_millis())),
+                Err(_) => crate::sample::parse_expr(value),
+            }
+            .map_err(|e| KwError::bad(3, value, e.0))?;
+            Action::SetTimeout(kind, expr)
+        }
+        (kind @ ("set-src" | "set-dst"), Side::Request) => {
+            let value = crate::conf::one_arg(params, "a sample expression")?;
+            let e = crate::sample::parse_expr(value).map_err(|e| KwError::bad(2, value, e.0))?;
+            if kind == "set-src" {
+                Action::SetSrc(e)
+            } else {
+                Action::SetDst(e)
+            }
+        }
+        ("early-hint", Side::Request) => {
+            let [name, value] = params else {
+                return Err(KwError::Missing("a header name and a value"));
+            };
+            check_name(name, 2)?;
+            Action::EarlyHint(name.clone(), header_value(value, 3)?)
+        }
+        ("wait-for-body", Side::Request) => {
+            let (time, at_least) = match params {
+                [t, time] if t == "time" => (time, None),
+                [t, time, a, n] if t == "time" && a == "at-least" => (time, Some(n)),
+                _ => return Err(KwError::Missing("'time T' [at-least N]")),
+            };
+            let time =
+                sluice_config::units::parse_time(time).map_err(|e| KwError::bad(3, time, e))?;
+            let at_least = match at_least {
+                Some(n) => {
+                    Some(sluice_config::units::parse_size(n).map_err(|e| KwError::bad(5, n, e))?)
+                }
+                None => None,
+            };
+            Action::WaitForBody { time, at_least }
         }
         ("allow", _) => {
             sluice_config::no_args(params)?;
             Action::Allow
+        }
+        (a, _) if a.starts_with("track-sc") || a.starts_with("sc-") => {
+            track_action(a, params, side)?
         }
         ("use-service", Side::Request) => match params {
             [name] if name == "prometheus-exporter" => {
@@ -230,11 +388,21 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
                     "end" => Match::End,
                     "sub" => Match::Sub,
                     "reg" => {
-                        return Err(KwError::Invalid(
-                            "del-header -m reg: not supported yet".into(),
-                        ))
+                        let re = regex::bytes::RegexBuilder::new(&params[0])
+                            .case_insensitive(true)
+                            .build()
+                            .map_err(|e| {
+                                let why = format!("invalid regular expression: {e}");
+                                KwError::bad(2, &params[0], why)
+                            })?;
+                        return Ok(Rule {
+                            action: Action::DelHeaderRe(crate::sample::Regex(re)),
+                            cond,
+                        });
                     }
-                    other => return Err(KwError::bad(4, other, "expects str, beg, end or sub")),
+                    other => {
+                        return Err(KwError::bad(4, other, "expects str, beg, end, sub or reg"))
+                    }
                 },
                 [] => return Err(KwError::Missing("a header name")),
                 [_, other, ..] => return Err(KwError::bad(3, other, "expects '-m METHOD'")),
@@ -275,7 +443,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
             }
         }
         ("redirect", Side::Request) => Action::Redirect(parse_redirect(params)?),
-        ("set-status", Side::Response) => {
+        ("set-status", side) if side.response() => {
             let (code, reason) = match params {
                 [n] => (n, None),
                 [n, kw, r] if kw == "reason" => (n, Some(r.clone())),
@@ -289,67 +457,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
                 .ok_or_else(|| KwError::bad(2, code, "expects a status code from 100 to 999"))?;
             Action::SetStatus(code, reason)
         }
-        (a, Side::Request) if a.starts_with("track-sc") => {
-            let slot = slot_of(a.strip_prefix("track-sc").unwrap_or_default())
-                .ok_or_else(|| KwError::bad(1, a, "expects track-sc0, track-sc1 or track-sc2"))?;
-            let (key, table) = match params {
-                [key] => (key, None),
-                [key, kw, t] if kw == "table" => (key, Some(t.clone())),
-                [] => return Err(KwError::Missing("a key (a sample expression)")),
-                [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
-            };
-            let key = crate::sample::parse_expr(key).map_err(|e| KwError::bad(2, key, e.0))?;
-            Action::Track { slot, key, table }
-        }
-        (a, Side::Request) if a.starts_with("sc-inc-gpc") || a.starts_with("sc-set-gpt0(") => {
-            let (name, inner) = a
-                .strip_suffix(')')
-                .and_then(|r| r.split_once('('))
-                .ok_or_else(|| {
-                    KwError::bad(
-                        1,
-                        a,
-                        "expects sc-inc-gpc0(N), sc-inc-gpc1(N) or sc-set-gpt0(N)",
-                    )
-                })?;
-            let slot = slot_of(inner).ok_or_else(|| KwError::bad(1, a, "the slot is 0, 1 or 2"))?;
-            match name {
-                "sc-inc-gpc0" | "sc-inc-gpc1" => {
-                    sluice_config::no_args(params)?;
-                    Action::ScIncGpc {
-                        slot,
-                        gpc: u8::from(name == "sc-inc-gpc1"),
-                    }
-                }
-                "sc-set-gpt0" => {
-                    let [v] = params else {
-                        return Err(KwError::Missing("a value (an integer or an expression)"));
-                    };
-                    let value = match v.parse::<i64>() {
-                        Ok(n) => crate::sample::parse_expr(&format!("int({n})")),
-                        Err(_) => crate::sample::parse_expr(v),
-                    }
-                    .map_err(|e| KwError::bad(2, v, e.0))?;
-                    Action::ScSetGpt0 { slot, value }
-                }
-                _ => return Err(KwError::bad(1, a, "unknown action")),
-            }
-        }
-        (a, _) if var_of(a).is_some() => {
-            let var = var_of(a)
-                .expect("checked")
-                .map_err(|e| KwError::bad(1, a, e))?;
-            if a.starts_with("unset-var") {
-                sluice_config::no_args(params)?;
-                Action::UnsetVar(var)
-            } else {
-                let [expr] = params else {
-                    return Err(KwError::Missing("a sample expression"));
-                };
-                let e = crate::sample::parse_expr(expr).map_err(|e| KwError::bad(2, expr, e.0))?;
-                Action::SetVar(var, e)
-            }
-        }
+        (a, _) if var_of(a).is_some() => var_action(a, params)?,
         (a, _)
             if PENDING_ACTIONS.contains(&a)
                 || a.starts_with("track-sc")
@@ -374,7 +482,150 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<HttpRule
         }
         (a, _) => return Err(KwError::bad(1, a, "unknown action")),
     };
-    Ok(HttpRule { action, cond })
+    Ok(Rule { action, cond })
+}
+
+/// `capture SAMPLE len N` (a new request slot) or `capture SAMPLE id N` (a slot of
+/// `declare capture` or `capture ... header`, on the rule's side).
+fn parse_capture(c: &mut ProxyConf, args: &[String], side: Side) -> Result<Rule, KwError> {
+    let cond_at = args
+        .iter()
+        .position(|a| a == "if" || a == "unless")
+        .unwrap_or(args.len());
+    let cond = parse_cond(&c.rules, &args[cond_at..], cond_at + 1)?;
+    let [_, sample, kw, n] = &args[..cond_at] else {
+        return Err(KwError::Missing("a sample and 'len N' or 'id N'"));
+    };
+    let expr = crate::sample::parse_expr(sample).map_err(|e| KwError::bad(2, sample, e.0))?;
+    let n: usize = n
+        .parse()
+        .map_err(|_| KwError::bad(4, n, "expects a number"))?;
+    let slots = match side {
+        Side::Request => &mut c.log.captures_req,
+        _ => &mut c.log.captures_res,
+    };
+    let (slot, len) = match kw.as_str() {
+        "len" if side == Side::Request && n > 0 => {
+            slots.push((String::new(), n));
+            (slots.len() - 1, n)
+        }
+        "len" if side == Side::Request => {
+            return Err(KwError::bad(4, "0", "expects a positive length"))
+        }
+        "id" => {
+            let len = slots.get(n).map(|(_, len)| *len).ok_or_else(|| {
+                KwError::bad(
+                    4,
+                    &n.to_string(),
+                    "no such capture slot (declare capture ...)",
+                )
+            })?;
+            (n, len)
+        }
+        other => {
+            let expects = match side {
+                Side::Request => "expects 'len N' or 'id N'",
+                _ => "expects 'id N' (a slot of 'declare capture response')",
+            };
+            return Err(KwError::bad(3, other, expects));
+        }
+    };
+    Ok(Rule {
+        action: Action::Capture { expr, len, slot },
+        cond,
+    })
+}
+
+/// The action of a `tcp-request` / `tcp-response` rule.
+fn parse_tcp_action(action: &str, params: &[String], side: Side) -> Result<Action, KwError> {
+    Ok(match action {
+        "accept" => {
+            sluice_config::no_args(params)?;
+            Action::Allow
+        }
+        "reject" => {
+            sluice_config::no_args(params)?;
+            Action::Reject
+        }
+        a if a.starts_with("track-sc") || a.starts_with("sc-") => track_action(a, params, side)?,
+        a if var_of(a).is_some() => var_action(a, params)?,
+        a if PENDING_TCP_ACTIONS.contains(&a) => {
+            return Err(KwError::Invalid(format!("action '{a}': not supported yet")))
+        }
+        a => return Err(KwError::bad(1, a, "unknown action")),
+    })
+}
+
+/// `set-var(NAME) EXPR` and `unset-var(NAME)`.
+fn var_action(a: &str, params: &[String]) -> Result<Action, KwError> {
+    let var = var_of(a)
+        .expect("a variable action")
+        .map_err(|e| KwError::bad(1, a, e))?;
+    if a.starts_with("unset-var") {
+        sluice_config::no_args(params)?;
+        return Ok(Action::UnsetVar(var));
+    }
+    let [expr] = params else {
+        return Err(KwError::Missing("a sample expression"));
+    };
+    let e = crate::sample::parse_expr(expr).map_err(|e| KwError::bad(2, expr, e.0))?;
+    Ok(Action::SetVar(var, e))
+}
+
+/// `track-scN KEY [table T]`, `sc-inc-gpc0(N)`, `sc-inc-gpc1(N)`, `sc-set-gpt0(N) VALUE`.
+fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwError> {
+    if let Some(n) = a.strip_prefix("track-sc") {
+        if !side.request() {
+            return Err(KwError::Invalid(format!(
+                "action '{a}': only on requests (http-request, tcp-request)"
+            )));
+        }
+        let slot = slot_of(n)
+            .ok_or_else(|| KwError::bad(1, a, "expects track-sc0, track-sc1 or track-sc2"))?;
+        let (key, table) = match params {
+            [key] => (key, None),
+            [key, kw, t] if kw == "table" => (key, Some(t.clone())),
+            [] => return Err(KwError::Missing("a key (a sample expression)")),
+            [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
+        };
+        let key = crate::sample::parse_expr(key).map_err(|e| KwError::bad(2, key, e.0))?;
+        return Ok(Action::Track { slot, key, table });
+    }
+    let (name, inner) = a
+        .strip_suffix(')')
+        .and_then(|r| r.split_once('('))
+        .ok_or_else(|| {
+            KwError::bad(
+                1,
+                a,
+                "expects sc-inc-gpc0(N), sc-inc-gpc1(N) or sc-set-gpt0(N)",
+            )
+        })?;
+    let slot = slot_of(inner).ok_or_else(|| KwError::bad(1, a, "the slot is 0, 1 or 2"))?;
+    match name {
+        "sc-inc-gpc0" | "sc-inc-gpc1" => {
+            sluice_config::no_args(params)?;
+            Ok(Action::ScIncGpc {
+                slot,
+                gpc: u8::from(name == "sc-inc-gpc1"),
+            })
+        }
+        "sc-set-gpt0" => {
+            let [v] = params else {
+                return Err(KwError::Missing("a value (an integer or an expression)"));
+            };
+            let value = match v.parse::<i64>() {
+                Ok(n) => crate::sample::parse_expr(&format!("int({n})")),
+                Err(_) => crate::sample::parse_expr(v),
+            }
+            .map_err(|e| KwError::bad(2, v, e.0))?;
+            Ok(Action::ScSetGpt0 { slot, value })
+        }
+        "sc-inc-gpc" | "sc-set-gpt" | "sc-add-gpc" => Err(KwError::Invalid(format!(
+            "action '{a}': not supported yet (sc-inc-gpc0/1 and sc-set-gpt0 are)"
+        ))),
+        _ => Err(KwError::bad(1, a, "unknown action")),
+    }
 }
 
 /// `location|prefix|scheme VALUE [code N] [drop-query] [append-slash] [set-cookie N[=V]]
@@ -457,52 +708,178 @@ fn parse_status(s: &str, index: usize) -> Result<u16, KwError> {
         .ok_or_else(|| KwError::bad(index, s, "expects a status code from 200 to 599"))
 }
 
-fn parse_return(params: &[String]) -> Result<Action, KwError> {
-    let mut status = 200;
-    let mut content_type = None;
-    let mut body = Vec::new();
-    let mut lf = None;
+/// The answer of `return`, `deny` and `tarpit`: `[status|deny_status N] [content-type T]
+/// [string S | lf-string F | file F | lf-file F | errorfile F | default-errorfiles]
+/// [hdr NAME FMT]...`. `custom`: a payload, a content type or a header was given (a
+/// `deny` without one sends the error page of its status).
+fn parse_reply(params: &[String], status: u16) -> Result<(Reply, bool), KwError> {
+    let mut r = Reply {
+        status,
+        content_type: None,
+        body: Vec::new(),
+        lf: None,
+        hdrs: Vec::new(),
+        raw: None,
+    };
+    let mut custom = false;
     let mut i = 0;
     while i < params.len() {
         let idx = i + 2;
+        if params[i] == "default-errorfiles" {
+            i += 1;
+            continue;
+        }
         let arg = params
             .get(i + 1)
             .ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", params[i])))?;
+        let read = |path: &str| {
+            std::fs::read(path)
+                .map_err(|e| KwError::bad(idx + 1, path, format!("cannot read file: {e}")))
+        };
         match params[i].as_str() {
-            "status" => status = parse_status(arg, idx + 1)?,
-            "content-type" => content_type = Some(arg.clone()),
-            "string" => body = arg.clone().into_bytes(),
-            "lf-string" => lf = Some(fmt_arg(arg, idx + 1)?),
-            "file" => {
-                body = std::fs::read(arg)
-                    .map_err(|e| KwError::bad(idx + 1, arg, format!("cannot read file: {e}")))?;
+            "status" | "deny_status" => r.status = parse_status(arg, idx + 1)?,
+            "content-type" => r.content_type = Some(arg.clone()),
+            "string" => r.body = arg.clone().into_bytes(),
+            "lf-string" => r.lf = Some(fmt_arg(arg, idx + 1)?),
+            "file" => r.body = read(arg)?,
+            "lf-file" => {
+                let text = String::from_utf8(read(arg)?)
+                    .map_err(|_| KwError::bad(idx + 1, arg, "not UTF-8 text"))?;
+                r.lf = Some(fmt_arg(&text, idx + 1)?);
             }
-            other @ ("lf-file" | "errorfile" | "errorfiles" | "hdr" | "default-errorfiles") => {
-                return Err(KwError::Invalid(format!(
-                    "return option '{other}': not supported yet"
-                )))
+            "errorfile" => {
+                let page = crate::errorpages::load_errorfile(arg)
+                    .map_err(|e| KwError::bad(idx + 1, arg, e))?;
+                r.raw = Some(page);
             }
-            other => {
-                return Err(KwError::bad(
-                    idx,
-                    other,
-                    "expects status, content-type, string, lf-string or file",
+            "hdr" => {
+                let value = params
+                    .get(i + 2)
+                    .ok_or(KwError::Missing("a header name and a value after 'hdr'"))?;
+                check_name(arg, idx + 1)?;
+                r.hdrs.push((arg.clone(), header_value(value, idx + 2)?));
+                i += 1;
+            }
+            "errorfiles" => {
+                return Err(KwError::Invalid(
+                    "option 'errorfiles': not supported yet in a rule (errorfile FILE is)".into(),
                 ))
             }
+            other => return Err(KwError::bad(
+                idx,
+                other,
+                "expects status, content-type, string, lf-string, file, lf-file, errorfile or hdr",
+            )),
         }
+        custom |= params[i] != "status" && params[i] != "deny_status";
         i += 2;
     }
-    if (!body.is_empty() || lf.is_some()) && content_type.is_none() {
+    let has_body = !r.body.is_empty() || r.lf.is_some();
+    if has_body && r.content_type.is_none() {
         return Err(KwError::Invalid(
-            "a 'return' with a body needs a content-type".into(),
+            "an answer with a body needs a content-type".into(),
         ));
     }
-    Ok(Action::Return {
-        status,
-        content_type,
-        body,
-        lf,
-    })
+    Ok((r, custom))
+}
+
+/// Which slots a tracking action fills: the connection's (`tcp-request connection|session`,
+/// content rules in TCP mode) or the transaction's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Session,
+    /// The transaction's; `count_request`: the new entry counts the current HTTP request
+    /// (entries tracked before the request was counted are not).
+    Txn {
+        count_request: bool,
+    },
+}
+
+/// Runs the actions every rule list shares (tracking, general purpose counters,
+/// variables). Returns `false` for any other action, which is the caller's to run.
+pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
+    match action {
+        Action::Track { slot, key, table } => track(cx, *slot, key, table.as_deref(), level),
+        Action::ScIncGpc { slot, gpc } => {
+            let (c, rate) = match gpc {
+                0 => (Counter::Gpc0, Counter::Gpc0Rate),
+                _ => (Counter::Gpc1, Counter::Gpc1Rate),
+            };
+            let now = crate::runtime::clock_ms();
+            cx.vars.with_tracked(*slot, |t| {
+                if let Some(t) = t {
+                    t.count(&[(c, 1), (rate, 1)], now)
+                }
+            });
+        }
+        Action::ScSetGpt0 { slot, value } => {
+            if let Some(v) = value.eval(cx).and_then(|v| v.as_int()) {
+                cx.vars.with_tracked(*slot, |t| {
+                    if let Some(t) = t {
+                        let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
+                        e.set(Counter::Gpt0, v.max(0) as u64);
+                    }
+                });
+            }
+        }
+        Action::SetVar(v, e) => {
+            if let Some(value) = e.eval(cx).map(Sample::into_owned) {
+                cx.vars.set(cx.process, v, value);
+            }
+        }
+        Action::UnsetVar(v) => cx.vars.unset(cx.process, v),
+        _ => return false,
+    }
+    true
+}
+
+/// `track-scN KEY [table T]`: the key's entry counts this connection (and, at the
+/// transaction level, this request) and the slot keeps it; a slot in use keeps its entry.
+fn track(cx: &Ctx<'_>, slot: u8, key: &Expr, table: Option<&str>, level: Level) {
+    if cx.vars.tracking(slot) {
+        return;
+    }
+    let Some(t) = cx.table(table) else {
+        return;
+    };
+    let Some(k) = key.eval(cx).and_then(|k| Key::from_sample(&k, t.conf.key)) else {
+        return;
+    };
+    let now = crate::runtime::clock_ms();
+    let Some(tracker) = Tracker::start(t, k, now) else {
+        return;
+    };
+    let slots = match level {
+        Level::Session => &cx.vars.sess_trackers,
+        Level::Txn { count_request } => {
+            if count_request {
+                tracker.count(&REQUEST, now);
+            }
+            &cx.vars.trackers
+        }
+    };
+    slots.borrow_mut()[usize::from(slot)] = Some(tracker);
+}
+
+/// What one HTTP request adds to the entries tracking it.
+pub const REQUEST: [(Counter, u64); 2] = [(Counter::HttpReqCnt, 1), (Counter::HttpReqRate, 1)];
+
+/// The verdict of TCP rules: the first `accept` or `reject` whose condition holds ends
+/// the list (none: accepted); the other actions run as they come.
+pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
+    for rule in rules {
+        if !holds(&rule.cond, cx) {
+            continue;
+        }
+        match &rule.action {
+            Action::Allow => return true,
+            Action::Reject => return false,
+            other => {
+                run_shared(other, cx, level);
+            }
+        }
+    }
+    true
 }
 
 /// Resolves a frontend's backend references. `own` is the backend of a `listen` section.
@@ -537,17 +914,8 @@ pub(crate) fn lower_frontend(
     Ok(FrontendRules {
         switching,
         default_backend,
-        http_request: rules.http_request.clone(),
-        http_response: rules.http_response.clone(),
-        tcp_connection: rules.tcp_connection.clone(),
+        sets: rules.sets.clone(),
     })
-}
-
-pub(crate) fn lower_backend(rules: &RulesConf) -> BackendRules {
-    BackendRules {
-        http_request: rules.http_request.clone(),
-        http_response: rules.http_response.clone(),
-    }
 }
 
 #[cfg(test)]
@@ -619,24 +987,32 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            c.rules.http_request[0].action,
-            Action::Return {
+            c.rules.sets.http_request[0].action,
+            Action::Return(Reply {
                 status: 201,
                 content_type: Some("text/plain".into()),
                 body: b"hello".to_vec(),
                 lf: None,
+                hdrs: Vec::new(),
+                raw: None,
+            })
+        );
+        assert_eq!(
+            c.rules.sets.http_request[1].action,
+            Action::Deny {
+                status: 429,
+                reply: None
             }
         );
-        assert_eq!(c.rules.http_request[1].action, Action::Deny { status: 429 });
         assert_eq!(
-            c.rules.http_request[2].action,
+            c.rules.sets.http_request[2].action,
             Action::SetHeader("X-A".into(), crate::sample::parse_fmt("1").unwrap())
         );
         assert!(conf(&["http-request frob"])
             .unwrap_err()
             .to_string()
             .contains("unknown action"));
-        assert!(conf(&["http-request tarpit"])
+        assert!(conf(&["http-request auth"])
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));

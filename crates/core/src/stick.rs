@@ -340,6 +340,62 @@ impl Entry {
 /// A tracked or looked-up entry.
 pub type EntryRef = Arc<Mutex<Entry>>;
 
+/// An entry a stream tracks (`track-scN`): its table, its key, and the entry itself, kept
+/// alive while tracked even if the table drops it. Tracking counts a connection in the
+/// entry (`conn_cur`, `conn_cnt`, `conn_rate`); dropping the tracker ends it (`conn_cur`
+/// goes down) and starts the entry's expiry again, as HAProxy does when a stream stops
+/// tracking.
+#[derive(Debug)]
+pub struct Tracker {
+    pub table: Arc<Table>,
+    pub key: Key,
+    pub entry: EntryRef,
+    /// When tracking started, in the table's clock and as an instant (the clock of the
+    /// release is derived from them).
+    started: (u64, std::time::Instant),
+}
+
+impl Tracker {
+    /// Starts tracking `key` in `table` (`None`: the table is full and `nopurge`).
+    pub fn start(table: &Arc<Table>, key: Key, now: u64) -> Option<Tracker> {
+        let entry = table.touch(key.clone(), now)?;
+        let t = Tracker {
+            table: table.clone(),
+            key,
+            entry,
+            started: (now, std::time::Instant::now()),
+        };
+        t.count(
+            &[
+                (Counter::ConnCur, 1),
+                (Counter::ConnCnt, 1),
+                (Counter::ConnRate, 1),
+            ],
+            now,
+        );
+        Some(t)
+    }
+
+    /// Adds each `(counter, n)` the entry stores.
+    pub fn count(&self, counts: &[(Counter, u64)], now: u64) {
+        let mut e = self.entry.lock().unwrap_or_else(|e| e.into_inner());
+        for &(c, n) in counts {
+            e.add(c, n, now);
+        }
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        let now = self.started.0 + self.started.1.elapsed().as_millis() as u64;
+        let mut e = self.entry.lock().unwrap_or_else(|e| e.into_inner());
+        e.sub(Counter::ConnCur);
+        if let Some(x) = self.table.conf.expire {
+            e.expires = Some(now + x.as_millis() as u64);
+        }
+    }
+}
+
 /// A stick table, shared by every worker.
 #[derive(Debug)]
 pub struct Table {

@@ -337,3 +337,26 @@ fn an_invalid_server_response_is_ph_and_counts_end_with_the_request() {
     assert!(l.conns[0] >= 1 && l.conns[1] >= 1, "{line}");
     assert_eq!(l.conns[2..], [0, 0, 0], "{line}");
 }
+
+#[test]
+fn capture_actions_and_log_levels() {
+    let origin = Origin::start("o");
+    let collector = Collector::new();
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    declare capture response len 8\n    capture request header Host len 20\n    http-request capture path len 4\n    http-request capture req.hdr(x-id) len 10\n    http-response capture res.hdr(content-type) id 0\n    http-request set-log-level silent if {{ path /quiet }}\n    http-request set-log-level err if {{ path /loud }}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        collector.addr(),
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET /quiet HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    c.send(b"GET /loud HTTP/1.1\r\nHost: example.com\r\nX-Id: abc\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    // The silent request left no line: the first one is the second request's, at `err`.
+    let line = collector.next();
+    assert!(line.starts_with("<131>"), "local0.err is 16*8+3: {line}");
+    assert!(
+        line.contains(" {example.com|/lou|abc} {text/pla} \"GET /loud HTTP/1.1\""),
+        "{line}"
+    );
+}

@@ -239,8 +239,9 @@ fn response_rules_see_the_response_and_the_transaction_variables() {
         "o",
         std::sync::Arc::new(|r: &Received| {
             let status = if r.target == "/fail" { 500 } else { 200 };
+            let leak = if r.target == "/leak" { "X-Leak: 1\r\n" } else { "" };
             Reply::Raw(
-                format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nX-Origin: yes\r\n\r\nhi")
+                format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nX-Origin: yes\r\n{leak}\r\nhi")
                     .into_bytes(),
             )
         }),
@@ -253,6 +254,7 @@ fn response_rules_see_the_response_and_the_transaction_variables() {
     http-response set-header X-Status %[status] if {{ status 500:599 }}
     http-response set-status 503 reason Unavailable if {{ status 500 }} {{ res.hdr(x-origin) -m found }}
     http-response del-header x-origin
+    http-response deny content-type text/plain string blocked if {{ res.hdr(x-leak) -m found }}
     default_backend be
 backend be
     server s1 {}
@@ -267,6 +269,58 @@ backend be
     let r = get(p.addr(), "/fail");
     assert_eq!(r.status, 503);
     assert_eq!(r.header("x-status"), Some("500"));
+    // A denied response is replaced: HAProxy's default status for it is 502.
+    let r = get(p.addr(), "/leak");
+    assert_eq!((r.status, r.text().as_str()), (502, "blocked"));
+    assert_eq!(r.header("x-leak"), None);
+}
+
+#[test]
+fn after_response_rules_see_every_response_the_proxys_own_included() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request deny deny_status 403 if {{ path /denied }}
+    http-request return status 200 content-type text/plain string local if {{ path /local }}
+    http-request redirect location /elsewhere if {{ path /moved }}
+    http-response set-header X-Phase response
+    http-after-response set-header X-After %[status]
+    http-after-response set-status 404 if {{ status 403 }}
+    http-after-response add-header X-Fe 1
+    default_backend be
+backend be
+    http-after-response set-header X-Be 1
+    http-after-response allow
+    http-after-response set-header X-Not-Reached 1
+    server s1 {}
+",
+        origin.addr
+    ));
+    // A proxied response: after the response rules, backend's before frontend's.
+    let r = get(p.addr(), "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-phase"), Some("response"));
+    assert_eq!(r.header("x-after"), Some("200"));
+    assert_eq!(r.header("x-be"), Some("1"));
+    assert_eq!(r.header("x-fe"), Some("1"));
+    assert_eq!(r.header("x-not-reached"), None);
+    // The proxy's own answers go through the frontend's rules too.
+    let r = get(p.addr(), "/local");
+    assert_eq!((r.status, r.text().as_str()), (200, "local"));
+    assert_eq!(r.header("x-after"), Some("200"));
+    assert_eq!(r.header("x-phase"), None);
+    let r = get(p.addr(), "/denied");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("x-after"), Some("403"));
+    let r = get(p.addr(), "/moved");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/elsewhere"));
+    assert_eq!(r.header("x-fe"), Some("1"));
+    // The body and the framing survive the rewrite: the connection carries another request.
+    let mut c = p.connect();
+    assert_eq!(c.get("/local").text(), "local");
+    assert_eq!(c.get("/").status, 200);
 }
 
 #[test]
@@ -288,7 +342,7 @@ fn bad_rules_name_the_line() {
         ),
         ("http-request set-var(user) src", "needs a scope"),
         ("http-request set-header X %ci", "'%ci' is not supported"),
-        ("http-request tarpit", "not supported yet"),
+        ("http-request auth realm x", "not supported yet"),
         (
             "http-request redirect location / code 304",
             "expects 301, 302, 303, 307 or 308",
@@ -361,11 +415,165 @@ fn tcp_request_connection_rules_accept_or_reject_before_reading() {
             "{mode}: the refused connection reached no server"
         );
     }
-    let (ok, out) = check_config(&format!(
-        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    tcp-request content reject\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
-    ));
-    assert!(
-        !ok && out.contains("tcp-request content: not supported yet"),
-        "{out}"
+}
+
+#[test]
+fn answers_of_deny_tarpit_return_and_reject() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let page = dir.write(
+        "teapot.http",
+        "HTTP/1.1 418 I'm a teapot\r\ncontent-type: text/plain\r\n\r\nshort and stout",
     );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}    timeout tarpit 300ms
+frontend fe
+    {{fe}}
+    http-request deny deny_status 429 content-type text/plain hdr Retry-After 7 hdr X-Path %[path] string slow-down if {{ path /limited }}
+    http-request deny status 451 if {{ path /legal }}
+    http-request deny errorfile {} if {{ path /teapot }}
+    http-request tarpit deny_status 503 if {{ path /trap }}
+    http-request reject if {{ path /gone }}
+    http-request return status 201 content-type application/json hdr X-A 1 lf-string {{\\\"src\\\":\\\"%[src]\\\"}} if {{ path /made }}
+    default_backend be
+backend be
+    server s1 {}
+",
+        page,
+        origin.addr
+    ));
+    let r = get(p.addr(), "/limited");
+    assert_eq!((r.status, r.text().as_str()), (429, "slow-down"));
+    assert_eq!(r.header("retry-after"), Some("7"));
+    assert_eq!(r.header("x-path"), Some("/limited"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(get(p.addr(), "/legal").status, 451);
+    let r = get(p.addr(), "/teapot");
+    assert_eq!((r.status, r.text().as_str()), (418, "short and stout"));
+    // The tarpit holds the request for `timeout tarpit` before refusing it.
+    let started = std::time::Instant::now();
+    assert_eq!(get(p.addr(), "/trap").status, 503);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+    let (answer, closed) = raw_exchange(p.addr(), b"GET /gone HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(answer.is_none() && closed);
+    let r = get(p.addr(), "/made");
+    assert_eq!(r.status, 201);
+    assert_eq!(r.header("x-a"), Some("1"));
+    assert_eq!(r.text(), "{\"src\":\"127.0.0.1\"}");
+    assert!(origin.requests().is_empty(), "nothing reached the server");
+}
+
+#[test]
+fn rewrites_addresses_timeouts_and_early_hints() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            if r.target.starts_with("/slow") {
+                Reply::Delayed(std::time::Duration::from_secs(3), ok_response("late"))
+            } else {
+                Reply::Raw(ok_response("ok"))
+            }
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    option forwardfor
+    option originalto
+    http-request set-src hdr(x-real-ip) if {{ hdr(x-real-ip) -m found }}
+    http-request set-dst str(10.1.2.3) if {{ path_beg /dst }}
+    http-request set-header X-Seen-Src %[src]
+    http-request replace-path /old/(.*) /new/\\1
+    http-request replace-uri ^/uri/([a-z]+)\\?(.*) /rewritten/\\1?\\2&via=sluice
+    http-request del-header ^x-secret- -m reg
+    http-request set-timeout server 300ms if {{ path_beg /slow }}
+    http-request early-hint link </style.css>;rel=preload if {{ path /hints }}
+    http-request early-hint link </app.js>;rel=preload if {{ path /hints }}
+    default_backend be
+backend be
+    server s1 {}
+",
+        origin.addr
+    ));
+    let r = ask(
+        &p,
+        "GET",
+        "/old/a/b?q=1",
+        "Host: x\r\nX-Real-IP: 192.0.2.7\r\nX-Secret-Token: t\r\nX-SECRET-Other: u\r\nX-Kept: k\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let got = origin.requests().pop().unwrap();
+    assert_eq!(got.target, "/new/a/b?q=1");
+    assert_eq!(got.header("x-seen-src"), Some("192.0.2.7"));
+    assert_eq!(got.header("x-forwarded-for"), Some("192.0.2.7"));
+    assert_eq!(got.header("x-original-to"), Some("127.0.0.1"));
+    assert_eq!(
+        got.header_count("x-secret-token") + got.header_count("x-secret-other"),
+        0
+    );
+    assert_eq!(got.header("x-kept"), Some("k"));
+    ask(&p, "GET", "/uri/abc?x=1", "Host: x\r\n");
+    assert_eq!(
+        origin.requests().pop().unwrap().target,
+        "/rewritten/abc?x=1&via=sluice"
+    );
+    ask(&p, "GET", "/dst", "Host: x\r\n");
+    assert_eq!(
+        origin.requests().pop().unwrap().header("x-original-to"),
+        Some("10.1.2.3")
+    );
+    // The server timeout set by the rule, not the backend's 30 s.
+    assert_eq!(get(p.addr(), "/slow").status, 504);
+    // Two hints in one 103 answer, then the response.
+    let mut c = p.connect();
+    c.send(b"GET /hints HTTP/1.1\r\nHost: x\r\n\r\n");
+    let hint = c.response();
+    assert_eq!(hint.status, 103);
+    let links: Vec<_> = hint.headers.iter().filter(|(n, _)| n == "link").collect();
+    assert_eq!(links.len(), 2, "{:?}", hint.headers);
+    assert_eq!(c.response().status, 200);
+}
+
+#[test]
+fn rules_wait_for_the_body_when_asked() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request wait-for-body time 5s
+    http-request deny deny_status 403 if {{ req.body -m sub forbidden }}
+    http-request set-header X-Body-Len %[req.body,length]
+    default_backend be
+frontend buffered
+    {{fe}}
+    option http-buffer-request
+    http-request return status 200 content-type text/plain lf-string %[req.body,upper] if {{ method POST }}
+    default_backend be
+backend be
+    server s1 {}
+",
+        origin.addr
+    ));
+    // The body comes in two parts: the rules wait for all of it.
+    let post = |addr, body: &str| {
+        let mut c = Conn::new(addr);
+        let (a, b) = body.split_at(body.len() / 2);
+        c.send(
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{a}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        c.send(b.as_bytes());
+        c.response()
+    };
+    assert_eq!(post(p.addr(), "this is forbidden text").status, 403);
+    let r = post(p.addr(), "hello there");
+    assert_eq!(r.status, 200);
+    let got = origin.requests().pop().unwrap();
+    assert_eq!(got.header("x-body-len"), Some("11"));
+    assert_eq!(got.body, b"hello there");
+    assert_eq!(post(p.addrs[1], "quiet words").text(), "QUIET WORDS");
 }

@@ -108,3 +108,137 @@ fn tables_are_checked_when_the_configuration_is_read() {
     ));
     assert!(ok, "{out}");
 }
+
+#[test]
+fn connections_tracked_at_accept_count_while_open_and_limit_concurrency() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stick-table type ip size 1k expire 30s store conn_cur,conn_cnt,conn_rate(10s),sess_cnt,http_req_cnt,http_err_cnt,bytes_out_cnt\n    tcp-request connection track-sc0 src\n    tcp-request connection reject if {{ sc_conn_cur(0) gt 2 }}\n    tcp-request session set-var(sess.n) sc0_conn_cnt\n    http-request return status 200 content-type text/plain lf-string \"%[sc0_conn_cur] %[var(sess.n)] %[sc0_http_req_cnt]\"\n",
+        sock.display()
+    ));
+    // Two connections held open: both count in conn_cur, each request in http_req_cnt of
+    // the entry the connection tracks.
+    let mut a = p.connect();
+    assert_eq!(a.get("/").text(), "1 1 1");
+    let mut b = p.connect();
+    assert_eq!(b.get("/").text(), "2 2 2");
+    assert_eq!(a.get("/").text(), "2 1 3");
+    // A third is refused at accept: closed before any byte is read.
+    let mut c = p.connect();
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(c.response_for(false).is_none());
+    // The refused connection was counted, then released; closing one frees a place.
+    drop(b);
+    wait_until("conn_cur to fall", || {
+        entry_value(&sock, "fe", "conn_cur") == Some(1)
+    });
+    let mut d = p.connect();
+    assert_eq!(d.get("/").text(), "2 4 4");
+    assert_eq!(entry_value(&sock, "fe", "conn_cnt"), Some(4));
+    // Sessions count only connections the rules let in.
+    assert_eq!(entry_value(&sock, "fe", "sess_cnt"), Some(3));
+    assert!(entry_value(&sock, "fe", "bytes_out_cnt").is_some_and(|n| n > 0));
+    drop((a, d));
+    wait_until("every connection to be released", || {
+        entry_value(&sock, "fe", "conn_cur") == Some(0)
+    });
+}
+
+#[test]
+fn content_rules_track_per_request_and_reject_without_an_answer() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content track-sc1 req.hdr(x-user) table users\n    tcp-request content reject if {{ req.hdr(x-user) -m str mallory }}\n    tcp-request content accept if {{ path /early }}\n    tcp-request content reject if {{ path /never }}\n    http-response set-header x-count %[sc1_http_req_cnt]\n    default_backend be\nbackend users\n    stick-table type string size 100 store http_req_cnt,conn_cur\nbackend be\n    tcp-request content reject if {{ path /backend-refuses }}\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let ask = |path: &str, user: &str| {
+        let mut c = p.connect();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: x\r\nx-user: {user}\r\n\r\n").as_bytes());
+        c.response_for(false)
+    };
+    let first = ask("/", "alice").expect("an answer");
+    assert_eq!(first.header("x-count"), Some("1"));
+    let second = ask("/", "alice").expect("an answer");
+    assert_eq!(second.header("x-count"), Some("2"));
+    // Refused: the connection closes without a response, and nothing reaches the server.
+    let served = origin.count();
+    assert!(ask("/", "mallory").is_none());
+    assert!(ask("/backend-refuses", "bob").is_none());
+    // `accept` ends the list: the later reject is not reached.
+    assert!(ask("/early", "bob").is_some());
+    assert!(ask("/never", "bob").is_none());
+    assert_eq!(origin.count(), served + 1);
+    // A keep-alive connection: the transaction's entry is released after each request.
+    let mut c = p.connect();
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\nx-user: carol\r\n\r\n");
+    assert_eq!(c.response().header("x-count"), Some("1"));
+    let show = Sluice::cli(&sock, "show table users");
+    assert!(
+        show.contains("key=carol") && show.contains("conn_cur=0"),
+        "{show}"
+    );
+}
+
+#[test]
+fn tcp_mode_content_rules_wait_for_data_and_response_rules_run_at_connect() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    mode tcp\n    {{fe}}\n    tcp-request inspect-delay 2s\n    tcp-request content reject if {{ src 127.0.0.2 }}\n    tcp-request content accept\n    default_backend be\nbackend be\n    mode tcp\n    server s {}\nfrontend fe2\n    mode tcp\n    {{fe}}\n    default_backend refused\nbackend refused\n    mode tcp\n    tcp-response content reject\n    server s {}\n",
+        origin.addr, origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    // From another loopback address: refused.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(
+        &"127.0.0.2:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    sock.connect(&p.addr().into()).unwrap();
+    let mut c: std::net::TcpStream = sock.into();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    use std::io::{Read, Write};
+    let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut buf = [0u8; 64];
+    assert!(matches!(c.read(&mut buf), Ok(0) | Err(_)));
+    // The second frontend's backend refuses every server connection: nothing comes back.
+    let mut c = Conn::new(p.addrs[1]);
+    let _ = c.writer.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(c.response_for(false).is_none());
+}
+
+#[test]
+fn tcp_rules_are_checked_when_the_configuration_is_read() {
+    for (body, says) in [
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    tcp-request content expect-proxy layer4\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "action 'expect-proxy': not supported yet",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    tcp-request content frob\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "unknown action",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    tcp-request connection reject\n    server s 127.0.0.1:2\n",
+            "belong in a frontend or listen section",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    tcp-response content reject\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "tcp-response",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    http-response track-sc0 src\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "only on requests",
+        ),
+    ] {
+        let (ok, out) = check_config(&format!("{DEFAULTS}{body}"));
+        assert!(!ok && out.contains(says), "{body}: {out}");
+    }
+}

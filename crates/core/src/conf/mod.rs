@@ -45,7 +45,7 @@ use self::errorpages::ErrorPages;
 use self::listen::ListenConf;
 use self::log::{LogConf, LogTarget};
 use self::pool::{PoolConf, PoolGlobal};
-use self::rules::{BackendRules, FrontendRules, RulesConf};
+use self::rules::{FrontendRules, RuleSets, RulesConf};
 use self::stream::StreamConf;
 
 pub use self::host::hostname;
@@ -208,7 +208,7 @@ pub struct Backend {
     pub abortonclose: bool,
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
-    pub rules: BackendRules,
+    pub rules: RuleSets,
     pub compression: CompConf,
     pub errors: ErrorPages,
     pub check: BackendCheck,

@@ -1,29 +1,59 @@
-//! ACLs, conditions and HTTP rules as plain data (evaluated by `crate::rules`).
+//! ACLs, conditions and rules (`http-request`, `http-response`, `http-after-response`,
+//! `tcp-request`, `tcp-response`) as plain data (evaluated by `crate::rules` and the
+//! stream).
 
 pub use super::acl::{Acl, Cond, Term};
 use super::loc::Loc;
 use super::sample::{Expr, Fmt, Match, Regex, VarName};
 
-/// What an `http-request` / `http-response` rule does.
+/// What a rule does. `tcp-request` and `tcp-response` rules take `Allow` (their `accept`),
+/// `Reject`, the tracking actions and variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Answer directly with this status, content type and body.
-    Return {
-        status: u16,
-        content_type: Option<String>,
-        body: Vec<u8>,
-        /// `lf-string`: the body as a log-format value, rendered per request.
-        lf: Option<Fmt>,
-    },
+    /// Answer directly (`return`).
+    Return(Reply),
+    /// Refuse the request: the error page of `status`, or `reply` when the rule gives one.
     Deny {
         status: u16,
+        reply: Option<Reply>,
+    },
+    /// Hold the request for `timeout tarpit`, then refuse it as `Deny` does.
+    Tarpit {
+        status: u16,
+        reply: Option<Reply>,
     },
     /// Stop evaluating rules.
     Allow,
+    /// Close the connection without an answer (`tcp-request ... reject`).
+    Reject,
     SetHeader(String, Fmt),
     AddHeader(String, Fmt),
     /// Remove the headers whose name matches (`-m str|beg|end|sub`, case ignored).
     DelHeader(String, Match),
+    /// `del-header REGEX -m reg`.
+    DelHeaderRe(Regex),
+    /// `early-hint NAME FMT`: a header of the 103 answer sent before the request is
+    /// forwarded (consecutive rules make one answer).
+    EarlyHint(String, Fmt),
+    /// `set-log-level LEVEL` (`None`: `silent`, no log line).
+    SetLogLevel(Option<u8>),
+    /// `set-timeout server|tunnel TIME|EXPR` (milliseconds when an expression).
+    SetTimeout(TimeoutKind, Expr),
+    /// `set-src EXPR` / `set-dst EXPR`: the address the rest of the stream sees.
+    SetSrc(Expr),
+    SetDst(Expr),
+    /// `capture SAMPLE len N`: the sample, cut to `len`, in request capture slot `slot`.
+    Capture {
+        expr: Expr,
+        len: usize,
+        slot: usize,
+    },
+    /// `wait-for-body time T [at-least N]`: wait for the body (at most `T`, or until `N`
+    /// bytes are there) before the next rules.
+    WaitForBody {
+        time: std::time::Duration,
+        at_least: Option<u64>,
+    },
     /// `replace-header NAME REGEX FMT` (the whole value, when the regex matches in it) and
     /// `replace-value` (each comma-separated value): `\N` in the format are the regex's
     /// groups.
@@ -32,6 +62,13 @@ pub enum Action {
         re: Regex,
         with: Fmt,
         per_value: bool,
+    },
+    /// `replace-path|replace-pathq|replace-uri REGEX FMT`: the part, where the regex
+    /// matches, rewritten with the format (`\N` are the regex's groups).
+    ReplaceTarget {
+        part: TargetPart,
+        re: Regex,
+        with: Fmt,
     },
     SetMethod(Fmt),
     SetPath(Fmt),
@@ -63,6 +100,36 @@ pub enum Action {
     },
     /// Answer with a built-in service (`use-service`).
     UseService(Service),
+}
+
+/// A response the proxy writes itself (`return`, and `deny`/`tarpit` given a payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+    /// `lf-string` / `lf-file`: the body as a log-format value, rendered per request.
+    pub lf: Option<Fmt>,
+    /// `hdr NAME FMT`, in order.
+    pub hdrs: Vec<(String, Fmt)>,
+    /// `errorfile FILE`: the whole response as the file has it (status line and headers
+    /// included); the other fields are unused.
+    pub raw: Option<Vec<u8>>,
+}
+
+/// The part of the request target a `replace-*` rule rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetPart {
+    Path,
+    PathQ,
+    Uri,
+}
+
+/// Which timeout `set-timeout` changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutKind {
+    Server,
+    Tunnel,
 }
 
 /// `http-request redirect location|prefix|scheme VALUE [options]`.
@@ -104,10 +171,45 @@ pub enum Service {
     PrometheusExporter,
 }
 
+/// An action under a condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpRule {
+pub struct Rule {
     pub action: Action,
     pub cond: Option<Cond>,
+}
+
+/// The rule lists a proxy may have beside its switching rules, in HAProxy's order of
+/// evaluation within each phase.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSets {
+    pub http_request: Vec<Rule>,
+    pub http_response: Vec<Rule>,
+    /// Run on every response, the proxy's own included (errors, `return`, redirects).
+    pub http_after_response: Vec<Rule>,
+    /// `tcp-request connection`: before anything is read (frontends).
+    pub tcp_connection: Vec<Rule>,
+    /// `tcp-request session`: once the connection is accepted (frontends).
+    pub tcp_session: Vec<Rule>,
+    /// `tcp-request content`: per request in HTTP mode, after `inspect-delay` in TCP mode.
+    pub tcp_content: Vec<Rule>,
+    /// `tcp-response content`: when the server's response starts.
+    pub tcp_response: Vec<Rule>,
+    /// `tcp-request inspect-delay`: how long TCP content rules wait for data.
+    pub inspect_delay: Option<std::time::Duration>,
+}
+
+impl RuleSets {
+    /// Every rule of every list.
+    pub fn all(&self) -> impl Iterator<Item = &Rule> {
+        self.http_request
+            .iter()
+            .chain(&self.http_response)
+            .chain(&self.http_after_response)
+            .chain(&self.tcp_connection)
+            .chain(&self.tcp_session)
+            .chain(&self.tcp_content)
+            .chain(&self.tcp_response)
+    }
 }
 
 /// Rules as the keywords set them, before backend names are resolved.
@@ -116,24 +218,17 @@ pub struct RulesConf {
     pub acls: Vec<(String, Acl)>,
     pub switching: Vec<(String, Option<Cond>, Loc)>,
     pub default_backend: Option<(String, Loc)>,
-    pub http_request: Vec<HttpRule>,
-    pub http_response: Vec<HttpRule>,
-    /// `tcp-request connection accept|reject [if|unless COND]`, in order.
-    pub tcp_connection: Vec<TcpRule>,
-}
-
-/// A `tcp-request connection` rule: the first whose condition holds decides.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TcpRule {
-    pub accept: bool,
-    pub cond: Option<Cond>,
+    pub sets: RuleSets,
 }
 
 impl RulesConf {
     /// No switching or HTTP rule is configured (what `mode tcp` requires; ACLs may serve
     /// `tcp-request` rules).
     pub(crate) fn http_rules_empty(&self) -> bool {
-        self.switching.is_empty() && self.http_request.is_empty() && self.http_response.is_empty()
+        self.switching.is_empty()
+            && self.sets.http_request.is_empty()
+            && self.sets.http_response.is_empty()
+            && self.sets.http_after_response.is_empty()
     }
 }
 
@@ -142,14 +237,12 @@ impl RulesConf {
 pub struct FrontendRules {
     pub switching: Vec<(Option<Cond>, BackendRef)>,
     pub default_backend: Option<usize>,
-    pub http_request: Vec<HttpRule>,
-    pub http_response: Vec<HttpRule>,
-    pub tcp_connection: Vec<TcpRule>,
+    pub sets: RuleSets,
 }
 
-/// The rules a backend applies after the frontend's.
-#[derive(Debug, Default)]
-pub struct BackendRules {
-    pub http_request: Vec<HttpRule>,
-    pub http_response: Vec<HttpRule>,
+impl std::ops::Deref for FrontendRules {
+    type Target = RuleSets;
+    fn deref(&self) -> &RuleSets {
+        &self.sets
+    }
 }

@@ -41,5 +41,12 @@ pub struct StreamConf {
     pub timeout_keep_alive: Option<Duration>,
     pub timeout_client_fin: Option<Duration>,
     pub forwardfor: Option<ForwardFor>,
+    /// `option originalto`: the address the client connected to, in a header (`except`
+    /// matches that address; `if_none` is unused).
+    pub originalto: Option<ForwardFor>,
     pub close_mode: CloseMode,
+    /// `option http-buffer-request`: rules wait for the request body (`req.body`).
+    pub buffer_request: bool,
+    /// `timeout tarpit`: how long `tarpit` holds a request (default: `timeout connect`).
+    pub timeout_tarpit: Option<Duration>,
 }

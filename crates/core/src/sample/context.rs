@@ -9,30 +9,50 @@ use sluice_http::{RequestView, ResponseView};
 
 use crate::conf::sample::{Match, Sample, VarName, VarScope, Vars};
 use crate::runtime::Process;
-use crate::stick::{EntryRef, Key, Table};
+pub use crate::stick::Tracker;
+use crate::stick::{Counter, Table};
 
 /// The variables a stream sees: its connection's and its transaction's (the process's live
-/// in `Process`), and the stick-table entries its transaction tracks.
+/// in `Process`), and the stick-table entries it tracks.
 #[derive(Debug, Default)]
 pub struct StreamVars {
     pub sess: RefCell<Vars>,
     pub txn: RefCell<Vars>,
-    /// `track-sc0`, `track-sc1`, `track-sc2`.
+    /// `track-sc0`, `track-sc1`, `track-sc2` of the transaction (`http-request`,
+    /// `tcp-request content` in HTTP mode), released when it ends.
     pub trackers: RefCell<[Option<Tracker>; 3]>,
+    /// The slots the connection tracks (`tcp-request connection|session`, and `tcp-request
+    /// content` in TCP mode), released when it closes.
+    pub sess_trackers: RefCell<[Option<Tracker>; 3]>,
     /// The current request's unique id (`unique-id-format`).
     pub unique_id: RefCell<Option<std::rc::Rc<str>>>,
 }
 
-/// An entry a transaction tracks: its table, its key, and the entry itself (kept alive
-/// while tracked, even if the table drops it).
-#[derive(Debug, Clone)]
-pub struct Tracker {
-    pub table: Arc<Table>,
-    pub key: Key,
-    pub entry: EntryRef,
-}
-
 impl<'a> Ctx<'a> {
+    /// What samples see of a client connection before any request.
+    pub fn of_connection(
+        process: &'a Process,
+        frontend: usize,
+        src: SocketAddr,
+        client: &'a crate::transport::Conn,
+        vars: &'a StreamVars,
+    ) -> Ctx<'a> {
+        Ctx {
+            process,
+            frontend,
+            backend: None,
+            server: None,
+            src,
+            dst: None,
+            client: Some(client),
+            req: None,
+            body: None,
+            res: None,
+            vars,
+            unique_id: None,
+        }
+    }
+
     /// The stick table a fetch names, or by default the current proxy's (the backend's
     /// once routed, else the frontend's).
     pub fn table(&self, name: Option<&str>) -> Option<&'a Arc<Table>> {
@@ -48,6 +68,33 @@ impl<'a> Ctx<'a> {
 }
 
 impl StreamVars {
+    /// What slot `n` tracks: the transaction's entry, else the connection's (as HAProxy's
+    /// `sc*` fetches look them up).
+    pub fn with_tracked<R>(&self, n: u8, f: impl FnOnce(Option<&Tracker>) -> R) -> R {
+        let n = usize::from(n);
+        let txn = self.trackers.borrow();
+        if let Some(t) = &txn[n] {
+            return f(Some(t));
+        }
+        f(self.sess_trackers.borrow()[n].as_ref())
+    }
+
+    /// Whether slot `n` tracks an entry already (a second `track-scN` is ignored).
+    pub fn tracking(&self, n: u8) -> bool {
+        self.with_tracked(n, |t| t.is_some())
+    }
+
+    /// Adds `counts` to the entry of every slot in use.
+    pub fn count(&self, counts: &[(Counter, u64)], now: u64) {
+        for n in 0..3 {
+            self.with_tracked(n, |t| {
+                if let Some(t) = t {
+                    t.count(counts, now)
+                }
+            });
+        }
+    }
+
     pub fn get(&self, process: &Process, v: &VarName) -> Option<Sample<'static>> {
         match v.scope {
             VarScope::Proc => process
@@ -97,6 +144,8 @@ pub struct Ctx<'a> {
     pub backend: Option<usize>,
     pub server: Option<usize>,
     pub src: SocketAddr,
+    /// The address the client connected to, when a rule set it (`set-dst`).
+    pub dst: Option<SocketAddr>,
     /// The client connection (its local address is asked of the kernel only when a rule
     /// needs it).
     pub client: Option<&'a crate::transport::Conn>,

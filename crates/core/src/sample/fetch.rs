@@ -190,7 +190,7 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
 }
 
 fn dst(cx: &Ctx<'_>) -> Option<std::net::SocketAddr> {
-    cx.client?.local_addr().ok()
+    cx.dst.or_else(|| cx.client?.local_addr().ok())
 }
 
 /// An IPv4 address mapped into IPv6 is shown as IPv4, as HAProxy does.

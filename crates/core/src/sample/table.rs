@@ -16,9 +16,7 @@ pub(super) fn fetch<'a>(
 ) -> Option<Sample<'a>> {
     let now = clock_ms();
     match source {
-        TableSource::Slot(n) => {
-            let trackers = cx.vars.trackers.borrow();
-            let tracked = trackers[usize::from(n)].as_ref();
+        TableSource::Slot(n) => cx.vars.with_tracked(n, |tracked| {
             if op == TableOp::Tracked {
                 let in_table = |t: &Table| table.is_none_or(|name| t.conf.name == name);
                 return Some(Sample::Bool(tracked.is_some_and(|t| in_table(&t.table))));
@@ -38,7 +36,7 @@ pub(super) fn fetch<'a>(
                     now,
                 ),
             }
-        }
+        }),
         TableSource::Src => {
             let t = cx.table(table)?;
             let key = Key::from_sample(&Sample::Ip(cx.src.ip()), t.conf.key)?;

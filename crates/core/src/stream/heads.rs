@@ -3,6 +3,7 @@
 //! chosen by the proxy; locally generated responses.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use sluice_http::{name_is, reason, split_target, Framing, RequestView, ResponseView, Version};
 
@@ -10,15 +11,18 @@ use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie::ResponseCookie;
-use crate::rules::Action;
+use crate::rules::{holds, run_shared, Action, Level, Reply, Rule, TargetPart, TimeoutKind};
 use crate::sample::{text_match, Ctx, Match};
 
 /// Edits accumulated by rules: headers (`set-header`, `add-header`, `del-header`), the
-/// request line (`set-method`, `set-path`, ...), the response status (`set-status`).
-/// Values are rendered when the rule runs.
+/// request line (`set-method`, `set-path`, ...), the response status (`set-status`), and
+/// what rules set for the rest of the transaction (captures, log level, timeouts, early
+/// hints). Values are rendered when the rule runs.
 #[derive(Default)]
 pub(crate) struct Edits {
     pub del: Vec<(String, Match)>,
+    /// `del-header REGEX -m reg`.
+    pub del_re: Vec<regex::bytes::Regex>,
     pub add: Vec<(String, Vec<u8>)>,
     pub method: Option<Vec<u8>>,
     pub target: Option<Vec<u8>>,
@@ -27,9 +31,48 @@ pub(crate) struct Edits {
     pub cookie: Option<ResponseCookie>,
     /// `replace-header` / `replace-value`: (name, regex, template, per value).
     pub replace: Vec<(String, regex::bytes::Regex, Vec<u8>, bool)>,
+    /// `capture`: (slot, value) on the rule's side.
+    pub captures: Vec<(usize, String)>,
+    /// `set-log-level` (`Some(None)`: silent).
+    pub log_level: Option<Option<u8>>,
+    /// `set-timeout server|tunnel`.
+    pub timeout_server: Option<Duration>,
+    pub timeout_tunnel: Option<Duration>,
+    /// `early-hint`: the headers of a 103 answer.
+    pub early_hints: Vec<(String, Vec<u8>)>,
+    /// `http-response deny`: the status, and the rule's own answer if it gave one.
+    pub denied: Option<(u16, Option<Vec<u8>>)>,
 }
 
 impl Edits {
+    /// Runs one list of HTTP response rules (`http-response`, `http-after-response`);
+    /// `allow` ends the list.
+    pub fn response_rules(&mut self, rules: &[Rule], cx: &Ctx<'_>) {
+        for rule in rules {
+            if !holds(&rule.cond, cx) {
+                continue;
+            }
+            match &rule.action {
+                Action::Allow => break,
+                Action::Deny { status, reply } => {
+                    self.denied = Some((*status, reply.as_ref().map(|r| reply_bytes(r, cx))));
+                    break;
+                }
+                other => {
+                    if !run_shared(
+                        other,
+                        cx,
+                        Level::Txn {
+                            count_request: false,
+                        },
+                    ) {
+                        self.apply(other, cx)
+                    }
+                }
+            }
+        }
+    }
+
     /// Applies an editing action (other actions are the caller's).
     pub fn apply(&mut self, action: &Action, cx: &Ctx<'_>) {
         let target = |e: &Edits| -> Vec<u8> {
@@ -79,6 +122,52 @@ impl Edits {
                 self.target = Some(out);
             }
             Action::SetStatus(code, reason) => self.status = Some((*code, reason.clone())),
+            Action::ReplaceTarget { part, re, with } => {
+                let t = target(self);
+                let (prefix, path, query) = split_target(&t);
+                // The part the regex sees, and what stays around it.
+                let (before, seen, after): (&[u8], Vec<u8>, Vec<u8>) = match part {
+                    TargetPart::Uri => (b"", t.clone(), Vec::new()),
+                    TargetPart::PathQ => (prefix, t[prefix.len()..].to_vec(), Vec::new()),
+                    TargetPart::Path => {
+                        let q = query.map(|q| [&b"?"[..], q].concat()).unwrap_or_default();
+                        (prefix, path.to_vec(), q)
+                    }
+                };
+                if let Some(caps) = re.0.captures(&seen) {
+                    let template = String::from_utf8_lossy(&with.render(cx)).into_owned();
+                    let template = crate::conf::sample_parse::substitution(&template);
+                    let mut rewritten = Vec::new();
+                    caps.expand(template.as_bytes(), &mut rewritten);
+                    let m = caps.get(0).expect("the whole match");
+                    let mut out = before.to_vec();
+                    out.extend_from_slice(&seen[..m.start()]);
+                    out.extend_from_slice(&rewritten);
+                    out.extend_from_slice(&seen[m.end()..]);
+                    out.extend_from_slice(&after);
+                    self.target = Some(out);
+                }
+            }
+            Action::DelHeaderRe(re) => self.del_re.push(re.0.clone()),
+            Action::EarlyHint(n, v) => self.early_hints.push((n.clone(), v.render(cx))),
+            Action::SetLogLevel(l) => self.log_level = Some(*l),
+            Action::SetTimeout(kind, e) => {
+                let ms = e.eval(cx).and_then(|v| v.as_int()).filter(|&ms| ms > 0);
+                if let Some(ms) = ms {
+                    let d = Some(Duration::from_millis(ms as u64));
+                    match kind {
+                        TimeoutKind::Server => self.timeout_server = d,
+                        TimeoutKind::Tunnel => self.timeout_tunnel = d,
+                    }
+                }
+            }
+            Action::Capture { expr, len, slot } => {
+                if let Some(v) = expr.eval(cx) {
+                    let b = v.as_bytes();
+                    let text = String::from_utf8_lossy(&b[..b.len().min(*len)]).into_owned();
+                    self.captures.push((*slot, text));
+                }
+            }
             Action::ReplaceHeader {
                 name,
                 re,
@@ -143,10 +232,21 @@ impl Edits {
         self.del
             .iter()
             .any(|(d, how)| text_match(*how, name, d.as_bytes(), true))
+            || self.del_re.iter().any(|re| re.is_match(name))
     }
 }
 
 pub(crate) fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Vec<u8> {
+    local_response_with(status, content_type, &[], body)
+}
+
+/// [`local_response`] with more headers (`return ... hdr NAME VALUE`).
+pub(crate) fn local_response_with(
+    status: u16,
+    content_type: Option<&str>,
+    headers: &[(&str, Vec<u8>)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
         reason(status),
@@ -156,9 +256,27 @@ pub(crate) fn local_response(status: u16, content_type: Option<&str>, body: &[u8
     if let Some(ct) = content_type {
         out.extend_from_slice(format!("content-type: {ct}\r\n").as_bytes());
     }
+    for (n, v) in headers {
+        push_header(&mut out, n.as_bytes(), v);
+    }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
     out
+}
+
+/// The answer of a `return`, or of a `deny`/`tarpit` with a payload.
+pub(crate) fn reply_bytes(r: &Reply, cx: &Ctx<'_>) -> Vec<u8> {
+    if let Some(raw) = &r.raw {
+        return raw.clone();
+    }
+    let rendered = r.lf.as_ref().map(|f| f.render(cx));
+    let body = rendered.as_deref().unwrap_or(&r.body);
+    let headers: Vec<(&str, Vec<u8>)> = r
+        .hdrs
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.render(cx)))
+        .collect();
+    local_response_with(r.status, r.content_type.as_deref(), &headers, body)
 }
 
 /// Inserts `connection: close` into a locally generated response that lacks it.
@@ -198,6 +316,24 @@ pub(crate) fn forwardfor<'a>(
         return None;
     }
     Some((f, ip))
+}
+
+/// The `option originalto` header for a request to `dst` (the backend's setting, else the
+/// frontend's), unless `except` covers that address.
+pub(crate) fn originalto<'a>(
+    fe: &'a Frontend,
+    be: &'a Backend,
+    dst: IpAddr,
+) -> Option<(&'a str, Vec<u8>)> {
+    let f = be
+        .stream
+        .originalto
+        .as_ref()
+        .or(fe.stream.originalto.as_ref())?;
+    if f.except.is_some_and(|net| in_net(dst, net)) {
+        return None;
+    }
+    Some((&f.header, dst.to_string().into_bytes()))
 }
 
 /// Writes the request head sent to the server: hop-by-hop fields removed first (so a client

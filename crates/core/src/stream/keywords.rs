@@ -1,4 +1,5 @@
-//! The data path's keywords: `mode`, the client-side timeouts, `option forwardfor`,
+//! The data path's keywords: `mode`, the client-side timeouts, `timeout tarpit`,
+//! `option forwardfor`, `option originalto`, `option http-buffer-request`,
 //! `option http-server-close` / `option httpclose`, and `tune.bufsize`.
 
 use std::net::IpAddr;
@@ -73,6 +74,34 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "no option forwardfor: cancel an inherited option forwardfor",
         parse: |c, a| no_args(a).map(|_| c.stream.forwardfor = None),
     },
+    Keyword {
+        name: "option originalto",
+        scope: Scope::PROXY,
+        help: "option originalto [except NET] [header NAME]: add the address the client connected to (X-Original-To)",
+        parse: |c, a| {
+            if let Some(i) = a.iter().position(|x| x == "if-none") {
+                return Err(KwError::bad(i + 1, "if-none", "expects except or header"));
+            }
+            let mut f = parse_forwardfor(a)?;
+            if !a.iter().any(|x| x == "header") {
+                f.header = "x-original-to".into();
+            }
+            c.stream.originalto = Some(f);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "no option originalto",
+        scope: Scope::PROXY,
+        help: "no option originalto: cancel an inherited option originalto",
+        parse: |c, a| no_args(a).map(|_| c.stream.originalto = None),
+    },
+    Keyword {
+        name: "timeout tarpit",
+        scope: Scope::PROXY,
+        help: "timeout tarpit TIME: how long 'http-request tarpit' holds a request (default: timeout connect)",
+        parse: |c, a| time_arg(a).map(|t| c.stream.timeout_tarpit = Some(t)),
+    },
 ];
 
 /// Connection-closing options (`NAME` and `no NAME`).
@@ -83,6 +112,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.close_mode = if on { CloseMode::Close } else { CloseMode::KeepAlive };
     "option http-keep-alive", Scope::PROXY, "keep both connections open between requests (the default)",
         |c: &mut ProxyConf, on| if on { c.stream.close_mode = CloseMode::KeepAlive };
+    "option http-buffer-request", Scope::PROXY, "wait for the request body before the rules run (req.body)",
+        |c: &mut ProxyConf, on| c.stream.buffer_request = on;
 ];
 
 fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {

@@ -33,7 +33,10 @@ use self::session::Session;
 use self::txn::Txn;
 use crate::buffer::Buf;
 use crate::conf::stream::Mode;
+use crate::rules::{tcp_verdict, Level};
 use crate::runtime::{ClientConn, SessionInfo, Slot, Worker};
+use crate::sample::{Ctx, StreamVars};
+use crate::stick::Counter;
 use crate::transport::Conn;
 
 /// Serves one accepted client connection of frontend `fe` until it closes. `slot` is its
@@ -48,43 +51,41 @@ pub async fn serve(
 ) {
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
-    if !accepted_by_tcp_rules(&w, &client, peer, fe) {
-        // `tcp-request connection reject`: closed before anything is read.
+    // The connection's variables and tracked entries, released when it closes.
+    let vars = StreamVars::default();
+    if !session_accepted(&w, &client, peer, fe, &vars) {
+        // `tcp-request connection|session reject`: closed before anything is read.
         client.abort();
         return;
     }
     let info = counted.info.clone();
     match w.config().frontends[fe].stream.mode {
-        Mode::Tcp => tcp::serve(&w, client, peer, fe, &info).await,
-        Mode::Http => serve_http(&w, client, peer, fe, info).await,
+        Mode::Tcp => tcp::serve(&w, client, peer, fe, &info, &vars).await,
+        Mode::Http => serve_http(&w, client, peer, fe, info, vars).await,
     }
 }
 
-/// Whether `tcp-request connection` rules let the connection in (the first rule whose
-/// condition holds decides; none: it is accepted).
-fn accepted_by_tcp_rules(w: &Worker, client: &Conn, peer: SocketAddr, fe: usize) -> bool {
-    let rules = &w.config().frontends[fe].rules.tcp_connection;
-    if rules.is_empty() {
+/// Whether `tcp-request connection` then `tcp-request session` rules let the connection
+/// in. The entries they track count it as a session (`sess_cnt`, `sess_rate`).
+fn session_accepted(
+    w: &Worker,
+    client: &Conn,
+    peer: SocketAddr,
+    fe: usize,
+    vars: &StreamVars,
+) -> bool {
+    let rules = &w.config().frontends[fe].rules;
+    if rules.tcp_connection.is_empty() && rules.tcp_session.is_empty() {
         return true;
     }
-    let vars = crate::sample::StreamVars::default();
-    let cx = crate::sample::Ctx {
-        process: &w.process,
-        frontend: fe,
-        backend: None,
-        server: None,
-        src: peer,
-        client: Some(client),
-        req: None,
-        body: None,
-        res: None,
-        vars: &vars,
-        unique_id: None,
-    };
-    rules
-        .iter()
-        .find(|r| crate::rules::holds(&r.cond, &cx))
-        .is_none_or(|r| r.accept)
+    let cx = Ctx::of_connection(&w.process, fe, peer, client, vars);
+    let accepted = tcp_verdict(&rules.tcp_connection, &cx, Level::Session)
+        && tcp_verdict(&rules.tcp_session, &cx, Level::Session);
+    if accepted {
+        let session = [(Counter::SessCnt, 1), (Counter::SessRate, 1)];
+        vars.count(&session, crate::runtime::clock_ms());
+    }
+    accepted
 }
 
 /// Serves one HTTP client connection until it closes: one transaction per request, in
@@ -95,12 +96,15 @@ async fn serve_http(
     peer: SocketAddr,
     fe: usize,
     info: Arc<SessionInfo>,
+    vars: StreamVars,
 ) {
     let mut s = Session {
         w: w.clone(),
         fe,
         client,
-        peer,
+        peer: peer.into(),
+        dst: None.into(),
+        body: None.into(),
         cbuf: Buf::default(),
         sbuf: Buf::default(),
         out: Vec::with_capacity(1024),
@@ -108,7 +112,7 @@ async fn serve_http(
         requests: 0,
         received: 0,
         info,
-        vars: Default::default(),
+        vars,
     };
     run(&mut s).await;
     // Buffers go back to the worker's pool; whatever they held goes with the connection.

@@ -19,9 +19,9 @@ use sluice_http::{
 
 use super::connect::ServerConn;
 use super::deadline::within;
-use super::heads::{push_header, write_response_head, Edits};
+use super::heads::{push_header, with_close, write_response_head, Edits};
 use super::keywords::CloseMode;
-use super::report::{Cause, Fail, Phase};
+use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
 use super::txn::{ReqFacts, Txn};
 use crate::buffer::{Buf, BufPool};
@@ -29,9 +29,9 @@ use crate::check::Seen;
 use crate::compression::{self, Compressor, GlobalComp, RATE_IN, RATE_OUT};
 use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
-use crate::rules::{holds, Action};
+use crate::rules::{tcp_verdict, Level};
 use crate::runtime::{ProxyCounters, Worker};
-use crate::sample::{Ctx, Sample};
+use crate::sample::Ctx;
 use crate::transport::Conn;
 
 impl Txn {
@@ -51,7 +51,15 @@ impl Txn {
         // Backend rules run before frontend rules, as in HAProxy. Their conditions see the
         // response and the variables (the request head is no longer buffered here).
         let mut rsp_edits = Edits::default();
-        if !(be.rules.http_response.is_empty() && fe.rules.http_response.is_empty()) {
+        let (b, f) = (&be.rules, &fe.rules);
+        let lists = [
+            &b.tcp_response,
+            &b.http_response,
+            &f.http_response,
+            &b.http_after_response,
+            &f.http_after_response,
+        ];
+        if lists.iter().any(|l| !l.is_empty()) {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
             let cx = Ctx {
                 backend: Some(conn.backend),
@@ -60,20 +68,42 @@ impl Txn {
                 res: Some(&view),
                 ..s.sample_ctx_base()
             };
-            for rule in be.rules.http_response.iter().chain(&fe.rules.http_response) {
-                if !holds(&rule.cond, &cx) {
-                    continue;
+            if !tcp_verdict(
+                &b.tcp_response,
+                &cx,
+                Level::Txn {
+                    count_request: false,
+                },
+            ) {
+                // `tcp-response content reject`: the server connection is dropped and the
+                // client gets nothing.
+                return Err(Fail::drop(Cause::Proxy, Phase::Headers));
+            }
+            for rules in [&b.http_response, &f.http_response] {
+                if rsp_edits.denied.is_none() {
+                    rsp_edits.response_rules(rules, &cx);
                 }
-                match &rule.action {
-                    Action::Allow => break,
-                    Action::SetVar(v, e) => {
-                        if let Some(value) = e.eval(&cx).map(Sample::into_owned) {
-                            s.vars.set(&w.process, v, value);
-                        }
-                    }
-                    Action::UnsetVar(v) => s.vars.unset(&w.process, v),
-                    other => rsp_edits.apply(other, &cx),
-                }
+            }
+            if let Some((status, page)) = rsp_edits.denied.take() {
+                // `http-response deny`: the server's response is dropped with its connection
+                // and the client gets the error instead.
+                let backend = Some(conn.backend);
+                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
+                let bytes = with_close(super::txn::after_response(s, backend, None, page));
+                self.log.local = Some(Local::Denied);
+                self.log.status = i64::from(status);
+                self.log.term = Some(*b"PH");
+                self.log.bytes = bytes.len() as u64;
+                s.write_client(&bytes)
+                    .await
+                    .map_err(|c| Fail::drop(c, Phase::Headers))?;
+                return Ok(false);
+            }
+            for rules in [&b.http_after_response, &f.http_after_response] {
+                rsp_edits.response_rules(rules, &cx);
+            }
+            if let Some(level) = rsp_edits.log_level {
+                self.log.level = Some(level);
             }
         }
         rsp_edits.cookie = crate::cookie::ResponseCookie::new(
@@ -83,11 +113,16 @@ impl Txn {
             facts.post,
         );
         if rsp.status == 101 {
-            return self.upgrade(s, be, conn, &rsp, &rsp_edits).await;
+            return self.upgrade(s, be, conn, &rsp, (&rsp_edits, facts)).await;
         }
         let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
         if !fe.log.captures_res.is_empty() {
             self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
+            for (slot, value) in rsp_edits.captures.drain(..) {
+                if let Some(c) = self.log.captures_res.get_mut(slot) {
+                    *c = Some(value);
+                }
+            }
         }
         let conf = compression::conf_for(fe, be);
         let limits = &w.config().global.compression;
@@ -130,7 +165,7 @@ impl Txn {
             bufs: &w.bufs,
             server: &mut conn.conn,
             tclient: fe.stream.timeout_client,
-            tserver: be.timeout_server,
+            tserver: facts.timeout_server,
             sent: 0,
             relayed: 0,
         };
@@ -214,7 +249,7 @@ impl Txn {
         be: &Backend,
         mut conn: ServerConn,
         rsp: &ResponseHead,
-        edits: &Edits,
+        (edits, facts): (&Edits, &ReqFacts),
     ) -> Result<bool, Fail> {
         let w = s.w.clone();
         let fe = &w.config().frontends[s.fe];
@@ -233,9 +268,10 @@ impl Txn {
         sent.map_err(|c| Fail::drop(c, Phase::Data))?;
         self.phase = Phase::Tunnel;
         let limits = super::tunnel::Limits {
-            idle: be
+            idle: facts
                 .timeout_tunnel
-                .or_else(|| fe.stream.timeout_client.max(be.timeout_server)),
+                .or(be.timeout_tunnel)
+                .or_else(|| fe.stream.timeout_client.max(facts.timeout_server)),
             a_fin: fe.stream.timeout_client_fin,
             b_fin: be.timeout_server_fin,
         };

@@ -151,6 +151,8 @@ pub(crate) struct ReqLog {
     pub samples: Vec<String>,
     /// The request's number on its worker (`%rt`).
     pub counter: u64,
+    /// `set-log-level`: the line's severity (`Some(None)`: no line).
+    pub level: Option<Option<u8>>,
 }
 
 /// How the proxy answered a request itself.
@@ -181,6 +183,7 @@ impl Default for ReqLog {
             unique_id: None,
             samples: Vec::new(),
             counter: 0,
+            level: None,
         }
     }
 }

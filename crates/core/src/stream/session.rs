@@ -11,6 +11,7 @@
 //!   output scratch. A soft stop does not close it under a request the client may be
 //!   sending: its next request is answered with `Connection: close`.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -35,7 +36,13 @@ pub(crate) struct Session {
     /// Index of the frontend in the configuration.
     pub fe: usize,
     pub client: Conn,
-    pub peer: SocketAddr,
+    /// The client's address (`set-src` may change it for the rest of the connection).
+    pub peer: Cell<SocketAddr>,
+    /// The address the client connected to, when `set-dst` changed it.
+    pub dst: Cell<Option<SocketAddr>>,
+    /// Where the current request's body sits in the client buffer, when rules waited for
+    /// it (`option http-buffer-request`, `wait-for-body`).
+    pub body: Cell<Option<(usize, usize)>>,
     pub cbuf: Buf,
     pub sbuf: Buf,
     /// Scratch for outgoing bytes (head writers, re-framed chunks).
@@ -66,41 +73,44 @@ impl Session {
         }
     }
 
-    /// The transaction is over: the entries it tracked count its error (a 4xx answer) and
-    /// its bytes, and are released.
+    /// The transaction is over: the entries tracking it count its error (a 4xx answer) and
+    /// its bytes, and those it tracked itself are released.
     pub fn end_tracking(&self, status: i64, bytes_in: u64, bytes_out: u64) {
-        let mut trackers = self.vars.trackers.borrow_mut();
-        if trackers.iter().all(Option::is_none) {
+        let v = &self.vars;
+        let none = |t: &[Option<_>; 3]| t.iter().all(Option::is_none);
+        if none(&v.trackers.borrow()) && none(&v.sess_trackers.borrow()) {
             return;
         }
-        let now = crate::runtime::clock_ms();
-        for t in trackers.iter_mut().filter_map(Option::take) {
-            let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
-            if (400..500).contains(&status) {
-                e.add(Counter::HttpErrCnt, 1, now);
-                e.add(Counter::HttpErrRate, 1, now);
-            }
-            e.add(Counter::BytesInCnt, bytes_in, now);
-            e.add(Counter::BytesInRate, bytes_in, now);
-            e.add(Counter::BytesOutCnt, bytes_out, now);
-            e.add(Counter::BytesOutRate, bytes_out, now);
+        let mut counts = vec![
+            (Counter::BytesInCnt, bytes_in),
+            (Counter::BytesInRate, bytes_in),
+            (Counter::BytesOutCnt, bytes_out),
+            (Counter::BytesOutRate, bytes_out),
+        ];
+        if (400..500).contains(&status) {
+            counts.extend([(Counter::HttpErrCnt, 1), (Counter::HttpErrRate, 1)]);
         }
+        v.count(&counts, crate::runtime::clock_ms());
+        *v.trackers.borrow_mut() = Default::default();
     }
 
     /// What samples see of this session alone.
     pub fn sample_ctx_base(&self) -> Ctx<'_> {
+        let conn = Ctx::of_connection(
+            &self.w.process,
+            self.fe,
+            self.peer.get(),
+            &self.client,
+            &self.vars,
+        );
         Ctx {
-            process: &self.w.process,
-            frontend: self.fe,
-            backend: None,
-            server: None,
-            src: self.peer,
-            client: Some(&self.client),
-            req: None,
-            body: None,
-            res: None,
-            vars: &self.vars,
             unique_id: self.vars.unique_id.borrow().clone(),
+            dst: self.dst.get(),
+            body: self
+                .body
+                .get()
+                .and_then(|(from, to)| self.cbuf.bytes().get(from..to)),
+            ..conn
         }
     }
 
@@ -173,7 +183,7 @@ impl Session {
             .errors
             .keep(crate::runtime::CapturedError {
                 when: std::time::SystemTime::now(),
-                peer: self.peer,
+                peer: self.peer.get(),
                 server: None,
                 at: sluice_http::error_position(bytes, true),
                 bytes: bytes.to_vec(),

@@ -13,7 +13,10 @@ use super::report::Tally;
 use super::tunnel::Moved;
 use crate::balance::{self, PickKey};
 use crate::buffer::Buf;
+use crate::rules::{tcp_verdict, Level};
 use crate::runtime::Worker;
+use crate::sample::{Ctx, StreamVars};
+use crate::stick::Counter;
 use crate::transport::Conn;
 
 pub(crate) async fn serve(
@@ -22,6 +25,7 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     fe: usize,
     info: &crate::runtime::SessionInfo,
+    vars: &StreamVars,
 ) {
     let config = w.config();
     let frontend = &config.frontends[fe];
@@ -31,6 +35,11 @@ pub(crate) async fn serve(
     let started = Instant::now();
     let date = std::time::SystemTime::now();
     let be = &config.backends[backend];
+    if !content_accepted(w, &client, peer, (fe, backend), vars).await {
+        // `tcp-request content reject`.
+        client.abort();
+        return;
+    }
     let key = PickKey {
         client: peer.ip(),
         target: b"",
@@ -73,6 +82,17 @@ pub(crate) async fn serve(
             );
         }
     };
+    let cx = Ctx {
+        backend: Some(backend),
+        server: Some(at.server),
+        ..Ctx::of_connection(&w.process, fe, peer, &client, vars)
+    };
+    if !tcp_verdict(&be.rules.tcp_response, &cx, Level::Session) {
+        // `tcp-response content reject`: both sides are closed.
+        conn.conn.abort();
+        client.abort();
+        return;
+    }
     info.route(Some(backend), Some(at.server));
     info.busy.store(true, std::sync::atomic::Ordering::Relaxed);
     let limits = super::tunnel::Limits {
@@ -104,6 +124,13 @@ pub(crate) async fn serve(
     };
     let bytes = moved.to_a;
     let null = moved.to_b == 0;
+    let traffic = [
+        (Counter::BytesInCnt, moved.to_b),
+        (Counter::BytesInRate, moved.to_b),
+        (Counter::BytesOutCnt, moved.to_a),
+        (Counter::BytesOutRate, moved.to_a),
+    ];
+    vars.count(&traffic, crate::runtime::clock_ms());
     tally(&at, started, moved, term).count(w, (fe, info.listener), Some(backend), Some(at.server));
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
@@ -124,7 +151,36 @@ pub(crate) async fn serve(
     drop(occupancy);
 }
 
-/// The tcplog line of a connection (when the frontend logs).
+/// Whether the frontend's then the backend's `tcp-request content` rules let the
+/// connection through. They decide once the client has sent something or `tcp-request
+/// inspect-delay` is over, whichever comes first; their tracking is the connection's.
+async fn content_accepted(
+    w: &Worker,
+    client: &Conn,
+    peer: SocketAddr,
+    (fe, backend): (usize, usize),
+    vars: &StreamVars,
+) -> bool {
+    let config = w.config();
+    let (f, b) = (&config.frontends[fe].rules, &config.backends[backend].rules);
+    if f.tcp_content.is_empty() && b.tcp_content.is_empty() {
+        return true;
+    }
+    if let Some(delay) = f.inspect_delay.filter(|d| !d.is_zero()) {
+        let _ = tokio::time::timeout(delay, client.readable()).await;
+    }
+    let cx = Ctx::of_connection(&w.process, fe, peer, client, vars);
+    tcp_verdict(&f.tcp_content, &cx, Level::Session)
+        && tcp_verdict(
+            &b.tcp_content,
+            &Ctx {
+                backend: Some(backend),
+                ..cx
+            },
+            Level::Session,
+        )
+}
+
 /// What a TCP session adds to the statistics.
 fn tally(at: &Attempts, started: Instant, moved: Moved, term: [u8; 2]) -> Tally {
     let now = Instant::now();

@@ -8,7 +8,8 @@
 //! [`Phase`] the transaction was in.
 
 use std::io;
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use sluice_http::{
     parse_response, reason, split_target, ChunkedDecoder, ChunkedOut, Framing, RequestHead,
@@ -18,8 +19,8 @@ use sluice_http::{
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, local_response, upgrade_request, with_close,
-    write_response_head, Edits,
+    build_request_head, forwardfor, local_response, originalto, reply_bytes, upgrade_request,
+    with_close, write_response_head, Edits,
 };
 use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase, ReqLog, Tally};
@@ -29,10 +30,12 @@ use crate::check::{self, Seen};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie;
-use crate::rules::{holds, Action, BackendRef, HttpRule, Redirect, RedirectKind, Service};
-use crate::sample::{Ctx, Sample, Tracker};
+use crate::rules::{
+    holds, run_shared, tcp_verdict, Action, BackendRef, Level, Redirect, RedirectKind, Rule,
+    Service,
+};
+use crate::sample::Ctx;
 use crate::stats;
-use crate::stick::{Counter, Key};
 
 /// The routing decision for a request, computed from its head.
 enum Route {
@@ -44,6 +47,14 @@ enum Route {
         status: u16,
         backend: Option<usize>,
         denied: bool,
+        /// The rule's own answer (`deny ... string ...`), instead of the error page.
+        page: Option<Vec<u8>>,
+    },
+    /// Hold the connection for `timeout tarpit`, then answer as `Error` does (denied).
+    Tarpit {
+        status: u16,
+        backend: Option<usize>,
+        page: Option<Vec<u8>>,
     },
     Forward {
         backend: usize,
@@ -53,6 +64,8 @@ enum Route {
     },
     /// The statistics page of the frontend (`None`) or of a backend.
     StatsPage(Option<usize>),
+    /// Close the connection without an answer (`tcp-request content reject`).
+    Reject { backend: Option<usize> },
 }
 
 /// Facts about the current request kept after its head leaves the buffer.
@@ -71,6 +84,10 @@ pub(crate) struct ReqFacts {
     pub cookie_server: Option<usize>,
     /// A POST (`cookie ... postonly`).
     pub post: bool,
+    /// `timeout server`, or what `set-timeout server` made it.
+    pub timeout_server: Option<Duration>,
+    /// `set-timeout tunnel`, if a rule set it.
+    pub timeout_tunnel: Option<Duration>,
 }
 
 /// One request/response exchange.
@@ -94,7 +111,7 @@ impl Txn {
     /// the client connection stays open.
     pub async fn handle(&mut self, s: &mut Session, head: RequestHead) -> Result<bool, Fail> {
         let req = RequestView::h1(s.cbuf.bytes(), &head);
-        let facts = ReqFacts {
+        let mut facts = ReqFacts {
             framing: req.framing(),
             version: req.version(),
             is_head: req.is_head(),
@@ -107,25 +124,82 @@ impl Txn {
             upgrade: upgrade_request(&req),
             cookie_server: None,
             post: req.method() == b"POST",
+            timeout_server: None,
+            timeout_tunnel: None,
         };
         self.request_log_facts(s, &req);
+        if let Some(wait) = body_wait(s) {
+            // The client was invited to send its body already.
+            if self.wait_for_body(s, &head, &facts, wait).await? {
+                facts.expect_continue = false;
+            }
+        }
+        let req = RequestView::h1(s.cbuf.bytes(), &head);
         let (route, mut edits) = route(s, &req);
+        s.body.set(None);
         self.render_log_samples(s, &req, &route);
+        for (slot, value) in edits.captures.drain(..) {
+            if let Some(c) = self.log.captures_req.get_mut(slot) {
+                *c = Some(value);
+            }
+        }
+        self.log.level = edits.log_level.take();
         match route {
+            Route::Reject { backend } => {
+                self.phase = Phase::Local;
+                self.log.local = Some(Local::Denied);
+                self.backend = backend;
+                s.cbuf.consume(head.len);
+                Err(Fail::drop(Cause::Proxy, Phase::Request))
+            }
+            Route::Tarpit {
+                status,
+                backend,
+                page,
+            } => {
+                // Held, then refused: the client is slowed down at the cost of a timer.
+                let w = s.w.clone();
+                let be = backend.map(|b| &w.config().backends[b]);
+                let hold = s
+                    .frontend()
+                    .stream
+                    .timeout_tarpit
+                    .or(be.and_then(|b| b.stream.timeout_tarpit))
+                    .or(be.and_then(|b| b.timeout_connect))
+                    .unwrap_or_default();
+                self.phase = Phase::Local;
+                self.log.local = Some(Local::Denied);
+                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
+                let bytes = with_close(after_response(s, backend, Some(&req), page));
+                s.cbuf.consume(head.len);
+                self.backend = backend;
+                self.log.status = i64::from(status);
+                self.log.term = Some(*b"PT");
+                tokio::time::sleep(hold).await;
+                self.log.bytes = bytes.len() as u64;
+                self.send_local(s, &bytes).await?;
+                Ok(false)
+            }
             Route::Error {
                 status,
                 backend,
                 denied,
+                page,
             } => {
                 self.phase = Phase::Local;
                 if denied {
                     self.log.local = Some(Local::Denied);
                 }
+                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
+                let bytes = after_response(s, backend, Some(&req), page);
                 s.cbuf.consume(head.len);
                 self.backend = backend;
-                self.log.status = i64::from(status);
+                // (An empty page, `errorfile` of /dev/null, still logs its status.)
+                self.log.status = Some(status_of(&bytes))
+                    .filter(|&n| n > 0)
+                    .unwrap_or(i64::from(status));
                 self.log.term = Some(if status == 503 { *b"SC" } else { *b"PR" });
-                let bytes = with_close(s.error_bytes(status, backend));
+                let bytes = with_close(bytes);
                 self.log.bytes = bytes.len() as u64;
                 self.send_local(s, &bytes).await?;
                 Ok(false)
@@ -133,6 +207,7 @@ impl Txn {
             Route::Respond { bytes, close } => {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Intercepted);
+                let bytes = after_response(s, None, Some(&req), bytes);
                 s.cbuf.consume(head.len);
                 self.log.status = status_of(&bytes);
                 self.log.term = Some(*b"LR");
@@ -190,6 +265,7 @@ impl Txn {
                         body: &body,
                     },
                 );
+                let bytes = after_response(s, backend, None, bytes);
                 self.log.status = status_of(&bytes);
                 self.log.term = Some(*b"LR");
                 let close = facts.wants_close || !consumed;
@@ -215,8 +291,16 @@ impl Txn {
                 let facts = ReqFacts {
                     comp: compression::for_request(conf, &req),
                     cookie_server,
+                    timeout_server: edits.timeout_server.or(be.timeout_server),
+                    timeout_tunnel: edits.timeout_tunnel,
                     ..facts
                 };
+                if fe.stream.originalto.is_some() || be.stream.originalto.is_some() {
+                    let dst = s.dst.get().or_else(|| s.client.local_addr().ok());
+                    if let Some((name, v)) = dst.and_then(|d| originalto(fe, be, d.ip())) {
+                        edits.add.push((name.to_string(), v));
+                    }
+                }
                 if conf.offload {
                     edits.remove("accept-encoding", crate::sample::Match::Str);
                 }
@@ -237,11 +321,19 @@ impl Txn {
                     &mut s.out,
                     &req,
                     &edits,
-                    forwardfor(fe, be, s.peer.ip()),
+                    forwardfor(fe, be, s.peer.get().ip()),
                     server_close(fe, be),
                     facts.upgrade.as_deref(),
                 );
                 s.cbuf.consume(head.len);
+                if !edits.early_hints.is_empty() && facts.version == Version::Http11 {
+                    let mut hint = b"HTTP/1.1 103 Early Hints\r\n".to_vec();
+                    for (n, v) in &edits.early_hints {
+                        super::heads::push_header(&mut hint, n.as_bytes(), v);
+                    }
+                    hint.extend_from_slice(b"\r\n");
+                    self.send_local(s, &hint).await?;
+                }
                 if !check::killable(be, server) {
                     return self.forward(s, backend, server, &facts).await;
                 }
@@ -254,6 +346,39 @@ impl Txn {
                 }
             }
         }
+    }
+
+    /// Reads the request body into the client buffer (as much as fits) before the rules
+    /// run, within the wait's time, and shows it to them (`req.body`). A body sent with
+    /// chunked framing is not waited for. Returns whether it sent `100 Continue`.
+    async fn wait_for_body(
+        &mut self,
+        s: &mut Session,
+        head: &RequestHead,
+        facts: &ReqFacts,
+        wait: BodyWait,
+    ) -> Result<bool, Fail> {
+        let Framing::Length(total) = facts.framing else {
+            return Ok(false);
+        };
+        let want = wait.at_least.map_or(total, |n| n.min(total)) as usize;
+        let invite = facts.expect_continue && facts.version == Version::Http11 && total > 0;
+        if invite {
+            self.send_local(s, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        let deadline = tokio::time::Instant::now() + wait.time;
+        while s.cbuf.bytes().len() - head.len < want && !s.cbuf.is_full() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, s.read_client()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(c)) => return Err(Fail::drop(c, Phase::Request)),
+                // Out of time: the rules see what arrived.
+                Err(_) => break,
+            }
+        }
+        let have = (s.cbuf.bytes().len() - head.len).min(total as usize);
+        s.body.set(Some((head.len, head.len + have)));
+        Ok(invite)
     }
 
     async fn send_local(&mut self, s: &mut Session, bytes: &[u8]) -> Result<(), Fail> {
@@ -283,7 +408,7 @@ impl Txn {
         }
         // What a redispatch hashes: the request has left the buffer by now.
         let key = PickKey {
-            client: s.peer.ip(),
+            client: s.peer.get().ip(),
             target: b"",
             header: None,
         };
@@ -323,7 +448,7 @@ impl Txn {
         let rsp = loop {
             attempt += 1;
             s.out.truncate(head_len);
-            let result = match self.send_request(s, be, &mut conn, facts).await {
+            let result = match self.send_request(s, &mut conn, facts).await {
                 Ok(()) => self.read_response_head(s, be, &mut conn, facts).await,
                 Err(e) => Err(e),
             };
@@ -362,11 +487,10 @@ impl Txn {
     async fn send_request(
         &mut self,
         s: &mut Session,
-        be: &Backend,
         conn: &mut ServerConn,
         facts: &ReqFacts,
     ) -> Result<(), SendFail> {
-        let tserver = be.timeout_server;
+        let tserver = facts.timeout_server;
         let to_server = |r: Result<io::Result<()>, ()>| match r {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(SendFail::Retryable(e)),
@@ -481,7 +605,7 @@ impl Txn {
                     }
                 }
             }
-            match within(be.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs)).await {
+            match within(facts.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs)).await {
                 Ok(Ok(n)) if n > 0 => got_any = true,
                 Ok(Ok(_)) if !got_any => {
                     return Err(SendFail::Retryable(io::ErrorKind::UnexpectedEof.into()))
@@ -509,7 +633,7 @@ impl Txn {
             .errors
             .keep(crate::runtime::CapturedError {
                 when: std::time::SystemTime::now(),
-                peer: conn.conn.peer_addr().unwrap_or(s.peer),
+                peer: conn.conn.peer_addr().unwrap_or(s.peer.get()),
                 server: server.map(|srv| (srv.id, srv.name.clone())),
                 at: sluice_http::error_position(bytes, false),
                 bytes: bytes.to_vec(),
@@ -532,7 +656,7 @@ impl Txn {
                     .then(|| s.client.local_addr().ok())
                     .flatten(),
                 request_counter: self.log.counter,
-                ..crate::log::Record::blank(s.peer, date, &fe.name)
+                ..crate::log::Record::blank(s.peer.get(), date, &fe.name)
             };
             let id: std::rc::Rc<str> = rec.render_tokens(format).into();
             *s.vars.unique_id.borrow_mut() = Some(id.clone());
@@ -615,7 +739,7 @@ impl Txn {
     fn emit_log(&self, s: &Session, status: i64, term: [u8; 2]) {
         let process = &s.w.process;
         let loggers = &process.loggers[s.fe];
-        if loggers.is_empty() {
+        if loggers.is_empty() || self.log.level == Some(None) {
             return;
         }
         let config = s.w.config();
@@ -635,7 +759,7 @@ impl Txn {
         // A TCP frontend logs from `tcp`; here the default is the HTTP line.
         let format = fe.log.format.as_ref().unwrap_or(&crate::log::Format::Http);
         let rec = crate::log::Record {
-            client: s.peer,
+            client: s.peer.get(),
             date: lg.date.unwrap_or_else(std::time::SystemTime::now),
             frontend: &fe.name,
             backend: be.map_or(&fe.name, |b| &b.name),
@@ -676,7 +800,7 @@ impl Txn {
             samples: &lg.samples,
             request_counter: lg.counter,
         };
-        crate::log::emit(loggers, format, &rec);
+        crate::log::emit_at(loggers, format, &rec, self.log.level.flatten());
     }
 }
 
@@ -751,6 +875,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
                 status: 503,
                 backend: None,
                 denied: false,
+                page: None,
             }
         } else {
             Route::Respond {
@@ -760,6 +885,12 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         };
         return (route, edits);
     }
+    if !content_accepts(s, &fe.rules.tcp_content, req, None, false) {
+        return (Route::Reject { backend: None }, edits);
+    }
+    // The request counts in every entry tracked so far (later ones count it as they start).
+    s.vars
+        .count(&crate::rules::REQUEST, crate::runtime::clock_ms());
     if let Some(r) = apply_rules(s, &fe.rules.http_request, req, &mut edits, None) {
         return (r, edits);
     }
@@ -793,12 +924,21 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
                 status: 404,
                 backend: None,
                 denied: false,
+                page: None,
             },
             edits,
         );
     };
     let be = &config.backends[backend];
     let st = &s.w.state().backends[backend];
+    if !content_accepts(s, &be.rules.tcp_content, req, Some(backend), true) {
+        return (
+            Route::Reject {
+                backend: Some(backend),
+            },
+            edits,
+        );
+    }
     if let Some(r) = apply_rules(s, &be.rules.http_request, req, &mut edits, Some(backend)) {
         return (r, edits);
     }
@@ -813,7 +953,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         _ => None,
     };
     let key = PickKey {
-        client: s.peer.ip(),
+        client: s.peer.get().ip(),
         target: req.target(),
         header,
     };
@@ -843,6 +983,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
                 status: 503,
                 backend: Some(backend),
                 denied: false,
+                page: None,
             },
             edits,
         ),
@@ -851,7 +992,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
 
 fn apply_rules(
     s: &Session,
-    rules: &[HttpRule],
+    rules: &[Rule],
     req: &RequestView<'_>,
     edits: &mut Edits,
     backend: Option<usize>,
@@ -859,32 +1000,54 @@ fn apply_rules(
     if rules.is_empty() {
         return None;
     }
-    let cx = s.sample_ctx(req, backend);
+    let mut cx = s.sample_ctx(req, backend);
     for rule in rules {
         if !holds(&rule.cond, &cx) {
             continue;
         }
         match &rule.action {
-            Action::Return {
-                status,
-                content_type,
-                body,
-                lf,
-            } => {
-                let rendered = lf.as_ref().map(|f| f.render(&cx));
-                let body = rendered.as_deref().unwrap_or(body);
+            Action::Return(reply) => {
                 return Some(Route::Respond {
-                    bytes: local_response(*status, content_type.as_deref(), body),
+                    bytes: reply_bytes(reply, &cx),
                     close: false,
                 });
             }
-            Action::Deny { status } => {
+            Action::Deny { status, reply } => {
                 return Some(Route::Error {
                     status: *status,
                     backend,
                     denied: true,
+                    page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
                 })
             }
+            Action::Tarpit { status, reply } => {
+                return Some(Route::Tarpit {
+                    status: *status,
+                    backend,
+                    page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
+                })
+            }
+            Action::Reject => return Some(Route::Reject { backend }),
+            Action::SetSrc(e) => {
+                if let Some(ip) = e.eval(&cx).and_then(|v| v.as_ip()) {
+                    let addr = SocketAddr::new(ip, s.peer.get().port());
+                    s.peer.set(addr);
+                    cx.src = addr;
+                }
+            }
+            Action::SetDst(e) => {
+                if let Some(ip) = e.eval(&cx).and_then(|v| v.as_ip()) {
+                    let port = cx
+                        .client
+                        .and_then(|c| c.local_addr().ok())
+                        .map_or(0, |a| a.port());
+                    let addr = SocketAddr::new(ip, s.dst.get().map_or(port, |a| a.port()));
+                    s.dst.set(Some(addr));
+                    cx.dst = Some(addr);
+                }
+            }
+            // The body was waited for before the rules ran (`wait_for_body`).
+            Action::WaitForBody { .. } => {}
             Action::Allow => return None,
             Action::UseService(service) => {
                 return Some(Route::Respond {
@@ -898,64 +1061,95 @@ fn apply_rules(
                     close: false,
                 })
             }
-            Action::SetVar(v, e) => {
-                if let Some(value) = e.eval(&cx).map(Sample::into_owned) {
-                    s.vars.set(&s.w.process, v, value);
+            other => {
+                let level = Level::Txn {
+                    count_request: true,
+                };
+                if !run_shared(other, &cx, level) {
+                    edits.apply(other, &cx)
                 }
             }
-            Action::UnsetVar(v) => s.vars.unset(&s.w.process, v),
-            Action::Track { slot, key, table } => track(s, &cx, *slot, key, table.as_deref()),
-            Action::ScIncGpc { slot, gpc } => {
-                if let Some(t) = &s.vars.trackers.borrow()[usize::from(*slot)] {
-                    let (c, rate) = match gpc {
-                        0 => (Counter::Gpc0, Counter::Gpc0Rate),
-                        _ => (Counter::Gpc1, Counter::Gpc1Rate),
-                    };
-                    let now = crate::runtime::clock_ms();
-                    let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
-                    e.add(c, 1, now);
-                    e.add(rate, 1, now);
-                }
-            }
-            Action::ScSetGpt0 { slot, value } => {
-                let v = value.eval(&cx).and_then(|v| v.as_int());
-                if let (Some(t), Some(v)) = (&s.vars.trackers.borrow()[usize::from(*slot)], v) {
-                    let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
-                    e.set(Counter::Gpt0, v.max(0) as u64);
-                }
-            }
-            other => edits.apply(other, &cx),
         }
     }
     None
 }
 
-/// `track-scN KEY [table T]`: the request counts in the key's entry, which the slot keeps
-/// for the rest of the transaction (a slot already in use keeps its entry).
-fn track(s: &Session, cx: &Ctx<'_>, slot: u8, key: &crate::sample::Expr, table: Option<&str>) {
-    if s.vars.trackers.borrow()[usize::from(slot)].is_some() {
-        return;
-    }
-    let Some(t) = cx.table(table) else {
-        return;
-    };
-    let Some(k) = key.eval(cx).and_then(|k| Key::from_sample(&k, t.conf.key)) else {
-        return;
-    };
-    let now = crate::runtime::clock_ms();
-    let Some(entry) = t.touch(k.clone(), now) else {
-        return;
-    };
-    {
-        let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
-        e.add(Counter::HttpReqCnt, 1, now);
-        e.add(Counter::HttpReqRate, 1, now);
-    }
-    s.vars.trackers.borrow_mut()[usize::from(slot)] = Some(Tracker {
-        table: t.clone(),
-        key: k,
-        entry,
+/// Whether `tcp-request content` rules let an HTTP request through (their tracking is the
+/// transaction's).
+fn content_accepts(
+    s: &Session,
+    rules: &[Rule],
+    req: &RequestView<'_>,
+    backend: Option<usize>,
+    count_request: bool,
+) -> bool {
+    rules.is_empty()
+        || tcp_verdict(
+            rules,
+            &s.sample_ctx(req, backend),
+            Level::Txn { count_request },
+        )
+}
+
+/// How long the rules wait for a request body, and how much of it is enough.
+struct BodyWait {
+    time: Duration,
+    at_least: Option<u64>,
+}
+
+/// Whether the frontend's rules wait for the request body: `option http-buffer-request`
+/// (for `timeout http-request`, else `timeout client`) or a `wait-for-body` rule.
+fn body_wait(s: &Session) -> Option<BodyWait> {
+    let fe = s.frontend();
+    let rule = fe.rules.http_request.iter().find_map(|r| match r.action {
+        Action::WaitForBody { time, at_least } => Some(BodyWait { time, at_least }),
+        _ => None,
     });
+    rule.or_else(|| {
+        fe.stream.buffer_request.then(|| BodyWait {
+            time: fe
+                .stream
+                .timeout_http_request
+                .or(fe.stream.timeout_client)
+                .unwrap_or(Duration::from_secs(5)),
+            at_least: None,
+        })
+    })
+}
+
+/// A response the proxy wrote itself, through the `http-after-response` rules of the
+/// backend (if any) then the frontend. `req`: the request, when still buffered.
+pub(super) fn after_response(
+    s: &Session,
+    backend: Option<usize>,
+    req: Option<&RequestView<'_>>,
+    bytes: Vec<u8>,
+) -> Vec<u8> {
+    let config = s.w.config();
+    let be_rules = backend.map_or(&[][..], |b| &config.backends[b].rules.http_after_response);
+    let fe_rules = &s.frontend().rules.http_after_response;
+    if be_rules.is_empty() && fe_rules.is_empty() {
+        return bytes;
+    }
+    let Ok(Some(rsp)) = sluice_http::parse_response(&bytes, false) else {
+        return bytes;
+    };
+    let view = ResponseView::h1(&bytes, &rsp);
+    let cx = Ctx {
+        backend,
+        req,
+        res: Some(&view),
+        ..s.sample_ctx_base()
+    };
+    let mut edits = Edits::default();
+    for rules in [be_rules, fe_rules] {
+        edits.response_rules(rules, &cx);
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    let client = (rsp.framing, !rsp.must_close, Version::Http11, None);
+    write_response_head(&mut out, &view, &edits, Some(client), None);
+    out.extend_from_slice(&bytes[rsp.len..]);
+    out
 }
 
 /// The response of `http-request redirect`.
