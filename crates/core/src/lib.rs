@@ -10,7 +10,7 @@
 //! 4. [`runtime`]: live state that outlives configuration generations: server states and
 //!    weights, queues, idle pools, per-worker counters, admission, worker figures.
 //! 5. Mechanisms over the runtime: [`sample`] (HAProxy's samples), [`acl`], [`rules`],
-//!    [`balance`], [`cookie`] (persistence), [`check`] (health checks, capability 2),
+//!    [`balance`], [`cookie`] and [`persist`] (persistence), [`check`] (health checks, capability 2),
 //!    [`queue`], [`compression`]
 //!    (capability 3's throttling around the `sluice-deflate` encoder), [`errorpages`], and
 //!    the backend keywords ([`backend`]), and [`stats`] (the statistics HAProxy's tools
@@ -56,6 +56,7 @@ pub mod compression;
 pub mod cookie;
 pub mod errorpages;
 pub mod pending;
+pub mod persist;
 pub mod queue;
 pub mod rules;
 pub mod sample;

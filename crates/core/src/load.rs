@@ -13,8 +13,8 @@ use sluice_config::{
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::{
-    acl, backend, balance, check, compression, control, cookie, errorpages, log, pending, pool,
-    rules, stats, stick, tls,
+    acl, backend, balance, check, compression, control, cookie, errorpages, log, pending, persist,
+    pool, rules, stats, stick, tls,
 };
 use crate::{stream, worker};
 
@@ -66,6 +66,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     compression::KEYWORDS,
     cookie::KEYWORDS,
     cookie::OPTION_KEYWORDS,
+    persist::KEYWORDS,
     stick::KEYWORDS,
     errorpages::KEYWORDS,
     log::KEYWORDS,
@@ -406,11 +407,28 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         ));
     }
     check_tracking(&proxies, &mut errors);
+    // A table `stick` rules use names servers.
+    let sticks_to = |name: &str| {
+        proxies.iter().any(|q| {
+            q.conf
+                .persist
+                .stick
+                .iter()
+                .any(|r| r.table.as_deref().unwrap_or(&q.name) == name)
+        })
+    };
     let tables = proxies
         .iter()
         .filter_map(|p| {
             p.conf.stick.clone().map(|mut t| {
                 t.name = p.name.clone();
+                let server_id = crate::stick::Counter::ServerId;
+                if sticks_to(&p.name) && !t.store.iter().any(|d| d.counter == server_id) {
+                    t.store.push(crate::stick::DataType {
+                        counter: server_id,
+                        period: None,
+                    });
+                }
                 t
             })
         })
@@ -427,13 +445,27 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
     }
 }
 
-/// Every `track-sc` rule has a table: the one it names, or its proxy's own.
+/// Every `track-sc` and `stick` rule has a table: the one it names, or its proxy's own.
 fn check_tracking(proxies: &[Proxy], errors: &mut Vec<ConfigError>) {
     for p in proxies {
-        for rule in p.conf.rules.sets.all() {
-            let crate::conf::rules::Action::Track { slot, table, .. } = &rule.action else {
-                continue;
-            };
+        let tracks = p
+            .conf
+            .rules
+            .sets
+            .all()
+            .filter_map(|rule| match &rule.action {
+                crate::conf::rules::Action::Track { slot, table, .. } => {
+                    Some((format!("track-sc{slot}"), table))
+                }
+                _ => None,
+            });
+        let sticks = p
+            .conf
+            .persist
+            .stick
+            .iter()
+            .map(|r| ("stick".to_string(), &r.table));
+        for (what, table) in tracks.chain(sticks) {
             let ok = match table {
                 Some(t) => proxies
                     .iter()
@@ -442,7 +474,7 @@ fn check_tracking(proxies: &[Proxy], errors: &mut Vec<ConfigError>) {
             };
             if !ok {
                 errors.push(p.header.error(format!(
-                    "{} '{}': track-sc{slot} needs a stick table ({})",
+                    "{} '{}': {what} needs a stick table ({})",
                     p.kind.name(),
                     p.name,
                     match table {

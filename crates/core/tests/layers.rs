@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
         "sample",
         "compression",
         "cookie",
+        "persist",
         "errorpages",
         "backend",
         "pending",

@@ -172,3 +172,66 @@ fn cookie_lines_are_checked() {
     ));
     assert!(!ok && out.contains("cookie value"), "{out}");
 }
+
+#[test]
+fn stick_tables_keep_a_session_on_the_server_that_created_it() {
+    let (a, b) = (
+        origin("a", Some("SID=from-a")),
+        origin("b", Some("SID=from-b")),
+    );
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    stick-table type string len 32 size 100 expire 30m\n    stick store-response res.cook(SID)\n    stick match req.cook(SID)\n    server s1 {}\n    server s2 {}\n",
+        sock.display(),
+        a.addr,
+        b.addr
+    ));
+    // The first answer creates the session; its server is remembered by the cookie's value.
+    let first = ask(&p, None);
+    let (server, sid) = if first.text().starts_with("a ") {
+        ("a", "SID=from-a")
+    } else {
+        ("b", "SID=from-b")
+    };
+    // Round robin would alternate; the table keeps every request of the session on it.
+    for _ in 0..6 {
+        assert!(ask(&p, Some(sid)).text().starts_with(server));
+    }
+    let table = Sluice::cli(&sock, "show table be");
+    let id = if server == "a" { 1 } else { 2 };
+    let line = table
+        .lines()
+        .find(|l| l.contains(&format!("key={}", &sid[4..])))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains(&format!("server_id={id}")), "{line}");
+    // Its server goes into maintenance: the session moves to the other one.
+    let (name, survivor) = if server == "a" {
+        ("s1", "b")
+    } else {
+        ("s2", "a")
+    };
+    Sluice::cli(&sock, &format!("disable server be/{name}"));
+    assert!(ask(&p, Some(sid)).text().starts_with(survivor));
+}
+
+#[test]
+fn stick_on_source_and_its_checks() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    stick-table type ip size 100 expire 1m\n    stick on src\n    server s1 {}\n    server s2 {}\n",
+        a.addr, b.addr
+    ));
+    let first = ask(&p, None).text();
+    for _ in 0..5 {
+        assert_eq!(ask(&p, None).text()[..1], first[..1]);
+    }
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    stick on src\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(!ok && out.contains("stick needs a stick table"), "{out}");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick on src\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(!ok && out.contains("stick"), "{out}");
+}

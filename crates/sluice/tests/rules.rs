@@ -239,10 +239,16 @@ fn response_rules_see_the_response_and_the_transaction_variables() {
         "o",
         std::sync::Arc::new(|r: &Received| {
             let status = if r.target == "/fail" { 500 } else { 200 };
-            let leak = if r.target == "/leak" { "X-Leak: 1\r\n" } else { "" };
+            let leak = if r.target == "/leak" {
+                "X-Leak: 1\r\n"
+            } else {
+                ""
+            };
             Reply::Raw(
-                format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nX-Origin: yes\r\n{leak}\r\nhi")
-                    .into_bytes(),
+                format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nX-Origin: yes\r\n{leak}\r\nhi"
+                )
+                .into_bytes(),
             )
         }),
     );

@@ -1,4 +1,8 @@
-//! Cookie persistence settings (`cookie`, server `cookie`, `option persist`).
+//! Persistence settings: cookies (`cookie`, server `cookie`, `option persist`) and stick
+//! tables (`stick on|match|store-request|store-response`).
+
+use super::acl::Cond;
+use super::sample::Expr;
 
 /// How the persistence cookie is managed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +42,41 @@ pub struct CookieConf {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PersistConf {
     pub cookie: Option<CookieConf>,
+    /// `stick ...` rules, in order.
+    pub stick: Vec<StickRule>,
     /// `option persist`: a cookie naming a server that is down still leads to it.
     pub persist: bool,
+}
+
+/// What a `stick` rule does with its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StickKind {
+    /// `stick on`: match, then store.
+    On,
+    /// `stick match`: a request whose key has an entry goes to the entry's server.
+    Match,
+    /// `stick store-request`: the key, from the request, remembers the server that served it.
+    StoreRequest,
+    /// `stick store-response`: the same, the key taken from the response.
+    StoreResponse,
+}
+
+/// `stick on|match|store-request|store-response EXPR [table T] [if|unless COND]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickRule {
+    pub kind: StickKind,
+    pub key: Expr,
+    /// The table (the backend's own when `None`).
+    pub table: Option<String>,
+    pub cond: Option<Cond>,
+}
+
+impl StickKind {
+    pub fn matches(self) -> bool {
+        matches!(self, StickKind::On | StickKind::Match)
+    }
+
+    pub fn stores_request(self) -> bool {
+        matches!(self, StickKind::On | StickKind::StoreRequest)
+    }
 }

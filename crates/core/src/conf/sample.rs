@@ -55,6 +55,9 @@ pub enum Fetch {
     ReqFhdr(String, Occ),
     ReqCook(String),
     ReqCookCnt(String),
+    /// `res.cook(NAME)`: a cookie the response sets (`Set-Cookie`).
+    ResCook(String),
+    ResCookCnt(String),
     ReqBody,
     ReqLen,
     ReqVer,

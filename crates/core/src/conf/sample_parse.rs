@@ -257,6 +257,14 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             arity(c, 0, 1)?;
             Fetch::ReqCookCnt(opt_str(c, 0).unwrap_or_default())
         }
+        "res.cook" | "scook" => {
+            arity(c, 0, 1)?;
+            Fetch::ResCook(opt_str(c, 0).unwrap_or_default())
+        }
+        "res.cook_cnt" | "scook_cnt" => {
+            arity(c, 0, 1)?;
+            Fetch::ResCookCnt(opt_str(c, 0).unwrap_or_default())
+        }
         "req.body" => none(Fetch::ReqBody)?,
         "req.len" | "req_len" => none(Fetch::ReqLen)?,
         "req.ver" | "req_ver" => none(Fetch::ReqVer)?,

@@ -22,8 +22,8 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         Table { .. } => Kind::Int,
         ReqBody => Kind::Bin,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
-        | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ReqLen
-        | ResHdrCnt(_) | Status | Date(_) | Rand(_) | Int(_) => Kind::Int,
+        | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ResCookCnt(_)
+        | ReqLen | ResHdrCnt(_) | Status | Date(_) | Rand(_) | Int(_) => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -137,8 +137,17 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ResHdrCnt(name) => Some(Sample::Int(
             res_values(cx, name, true).map_or(0, |v| v.len()) as i64,
         )),
-        Fetch::ReqCook(name) => cookies(cx, name).into_iter().next(),
-        Fetch::ReqCookCnt(name) => Some(Sample::Int(cookies(cx, name).len() as i64)),
+        // A named cookie's last occurrence, else the first cookie, as HAProxy takes them.
+        Fetch::ReqCook(name) | Fetch::ResCook(name) => {
+            let all = cookies(cx, name, matches!(f, Fetch::ResCook(_)));
+            if name.is_empty() {
+                all.into_iter().next()
+            } else {
+                all.into_iter().last()
+            }
+        }
+        Fetch::ReqCookCnt(name) => Some(Sample::Int(cookies(cx, name, false).len() as i64)),
+        Fetch::ResCookCnt(name) => Some(Sample::Int(cookies(cx, name, true).len() as i64)),
         Fetch::ReqBody => cx.body.map(|b| Sample::Bin(Cow::Borrowed(b))),
         Fetch::ReqLen => Some(Sample::Int(cx.body.map_or(0, |b| b.len()) as i64)),
         Fetch::ReqVer => cx.req.map(|r| version(r.version())),
@@ -184,7 +193,8 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         Fetch::ReqFhdr(name, occ) => Some(all(req_values(cx, name, false), *occ)),
         Fetch::ResHdr(name, occ) => Some(all(res_values(cx, name, true), *occ)),
         Fetch::ResFhdr(name, occ) => Some(all(res_values(cx, name, false), *occ)),
-        Fetch::ReqCook(name) => Some(cookies(cx, name)),
+        Fetch::ReqCook(name) => Some(cookies(cx, name, false)),
+        Fetch::ResCook(name) => Some(cookies(cx, name, true)),
         _ => None,
     }
 }
@@ -282,17 +292,21 @@ fn pick(values: Vec<&[u8]>, occ: Occ) -> Option<Sample<'_>> {
     values.get(i as usize).map(|v| Sample::str(v))
 }
 
-/// The values of cookie `name` in the request's Cookie headers (every cookie when the
-/// name is empty).
-fn cookies<'a>(cx: &'a Ctx<'a>, name: &str) -> Vec<Sample<'a>> {
-    let Some(r) = cx.req else {
-        return Vec::new();
+/// The values of cookie `name` in the request's Cookie headers, or in the response's
+/// Set-Cookie headers (their first pair; the rest are attributes), every cookie when the
+/// name is empty.
+fn cookies<'a>(cx: &'a Ctx<'a>, name: &str, response: bool) -> Vec<Sample<'a>> {
+    let headers: Vec<(&[u8], &[u8])> = match (response, cx.req, cx.res) {
+        (false, Some(r), _) => r.headers().filter(|(n, _)| name_is(n, "cookie")).collect(),
+        (true, _, Some(r)) => r
+            .headers()
+            .filter(|(n, _)| name_is(n, "set-cookie"))
+            .map(|(n, v)| (n, v.split(|&b| b == b';').next().unwrap_or(v)))
+            .collect(),
+        _ => return Vec::new(),
     };
     let mut out = Vec::new();
-    for (n, v) in r.headers() {
-        if !name_is(n, "cookie") {
-            continue;
-        }
+    for (_, v) in headers {
         for pair in v.split(|&b| b == b';') {
             let pair = trim_ows(pair);
             let (k, val) = split_once(pair, b'=').unwrap_or((pair, b""));

@@ -106,6 +106,18 @@ impl Txn {
                 self.log.level = Some(level);
             }
         }
+        if !be.persist.stick.is_empty() {
+            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let cx = Ctx {
+                backend: Some(conn.backend),
+                server: Some(conn.server),
+                res: Some(&view),
+                ..s.sample_ctx_base()
+            };
+            let mut keys = crate::persist::keys(be, &cx, true);
+            keys.extend(facts.stick.iter().cloned());
+            crate::persist::store(&keys, be.servers[conn.server].id);
+        }
         rsp_edits.cookie = crate::cookie::ResponseCookie::new(
             be,
             conn.server,

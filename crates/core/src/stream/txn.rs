@@ -30,6 +30,7 @@ use crate::check::{self, Seen};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie;
+use crate::persist;
 use crate::rules::{
     holds, run_shared, tcp_verdict, Action, BackendRef, Level, Redirect, RedirectKind, Rule,
     Service,
@@ -61,6 +62,8 @@ enum Route {
         server: usize,
         /// The server the request's persistence cookie named, if any.
         cookie_server: Option<usize>,
+        /// The keys `stick on|store-request` rules store once the server is known.
+        stick: StickKeys,
     },
     /// The statistics page of the frontend (`None`) or of a backend.
     StatsPage(Option<usize>),
@@ -88,7 +91,12 @@ pub(crate) struct ReqFacts {
     pub timeout_server: Option<Duration>,
     /// `set-timeout tunnel`, if a rule set it.
     pub timeout_tunnel: Option<Duration>,
+    /// The keys `stick on|store-request` rules store once the server answers.
+    pub stick: StickKeys,
 }
+
+/// Stick-table keys and their tables (`persist`).
+pub(crate) type StickKeys = Vec<(std::sync::Arc<crate::stick::Table>, crate::stick::Key)>;
 
 /// One request/response exchange.
 #[derive(Debug, Default)]
@@ -126,6 +134,7 @@ impl Txn {
             post: req.method() == b"POST",
             timeout_server: None,
             timeout_tunnel: None,
+            stick: Vec::new(),
         };
         self.request_log_facts(s, &req);
         if let Some(wait) = body_wait(s) {
@@ -278,6 +287,7 @@ impl Txn {
                 backend,
                 server,
                 cookie_server,
+                stick,
             } => {
                 self.backend = Some(backend);
                 s.info.route(Some(backend), Some(server));
@@ -291,6 +301,7 @@ impl Txn {
                 let facts = ReqFacts {
                     comp: compression::for_request(conf, &req),
                     cookie_server,
+                    stick,
                     timeout_server: edits.timeout_server.or(be.timeout_server),
                     timeout_tunnel: edits.timeout_tunnel,
                     ..facts
@@ -964,10 +975,22 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .as_ref()
         .and_then(|c| cookie::server_of(be, c, req));
     let by_cookie = cookie_server.filter(|&i| be.persist.persist || st.servers[i].usable());
+    // Stick-table persistence, when no cookie decided.
+    let mut stick = Vec::new();
+    let mut by_table = None;
+    if !be.persist.stick.is_empty() {
+        let cx = s.sample_ctx(req, Some(backend));
+        if by_cookie.is_none() {
+            by_table = persist::matched_server(be, st, &cx);
+        }
+        stick = persist::keys(be, &cx, false);
+    }
     // A private connection (http-reuse never) keeps its server while it is usable.
     let server = match &s.private {
         Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
-        _ => by_cookie.or_else(|| balance::pick(be, st, &key, &s.w.lb)),
+        _ => by_cookie
+            .or(by_table)
+            .or_else(|| balance::pick(be, st, &key, &s.w.lb)),
     };
     match server {
         Some(server) => (
@@ -975,6 +998,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
                 backend,
                 server,
                 cookie_server,
+                stick,
             },
             edits,
         ),

@@ -1,0 +1,134 @@
+//! Stick-table persistence, as HAProxy's `stick` rules: `stick match` sends a request
+//! whose key has an entry to the server the entry names, `stick store-request` and
+//! `stick store-response` make the key's entry name the server that served the request,
+//! and `stick on` does both.
+//!
+//! Invariants:
+//! - A table a `stick` rule uses stores `server_id` (added when the configuration is
+//!   loaded): entries name servers by their `id`, which reloads keep.
+//! - Matching runs after cookie persistence and never overrides it; the first matching
+//!   rule with a usable server wins (a server that is down only with `option persist`).
+//! - Keys are stored once the server is known, when its response head arrives, and only
+//!   the first key of each table is kept per request, as HAProxy keeps at most one.
+
+use std::sync::Arc;
+
+use sluice_config::{Keyword, KwError, Scope};
+
+pub use crate::conf::cookie::{StickKind, StickRule};
+use crate::conf::{Backend, ProxyConf};
+use crate::runtime::BackendState;
+use crate::sample::Ctx;
+use crate::stick::{Counter, Key, Table};
+
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
+    name: "stick",
+    scope: Scope::BACKEND,
+    help: "stick on|match|store-request|store-response EXPR [table T] [if|unless COND]: stick-table persistence",
+    parse: |c, a| {
+        let rule = parse_stick(c, a)?;
+        c.persist.stick.push(rule);
+        Ok(())
+    },
+}];
+
+fn parse_stick(c: &ProxyConf, a: &[String]) -> Result<StickRule, KwError> {
+    let Some(kind) = a.first() else {
+        return Err(KwError::Missing(
+            "on, match, store-request or store-response",
+        ));
+    };
+    let kind = match kind.as_str() {
+        "on" => StickKind::On,
+        "match" => StickKind::Match,
+        "store-request" => StickKind::StoreRequest,
+        "store-response" => StickKind::StoreResponse,
+        other => {
+            return Err(KwError::bad(
+                1,
+                other,
+                "expects on, match, store-request or store-response",
+            ))
+        }
+    };
+    let cond_at = a
+        .iter()
+        .position(|w| w == "if" || w == "unless")
+        .unwrap_or(a.len());
+    let cond = crate::acl::parse_cond(&c.rules, &a[cond_at..], cond_at + 1)?;
+    let (key, table) = match &a[1..cond_at] {
+        [key] => (key, None),
+        [key, kw, t] if kw == "table" => (key, Some(t.clone())),
+        [] => return Err(KwError::Missing("a key (a sample expression)")),
+        [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
+    };
+    let key = crate::sample::parse_expr(key).map_err(|e| KwError::bad(2, key, e.0))?;
+    Ok(StickRule {
+        kind,
+        key,
+        table,
+        cond,
+    })
+}
+
+/// The key a rule gives for this request or response, with its table.
+fn key_of<'a>(rule: &StickRule, cx: &Ctx<'a>) -> Option<(&'a Arc<Table>, Key)> {
+    if !crate::acl::holds(&rule.cond, cx) {
+        return None;
+    }
+    let t = cx.table(rule.table.as_deref())?;
+    let k = rule.key.eval(cx)?;
+    Some((t, Key::from_sample(&k, t.conf.key)?))
+}
+
+/// The server the request's `stick match|on` rules lead to, if any.
+pub fn matched_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>) -> Option<usize> {
+    let now = crate::runtime::clock_ms();
+    be.persist
+        .stick
+        .iter()
+        .filter(|r| r.kind.matches())
+        .find_map(|r| {
+            let (t, k) = key_of(r, cx)?;
+            let entry = t.lookup(&k, now)?;
+            let id = entry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(Counter::ServerId, now)?;
+            let i = be.servers.iter().position(|s| u64::from(s.id) == id)?;
+            (be.persist.persist || st.servers[i].usable()).then_some(i)
+        })
+}
+
+/// What a request's `stick on|store-request` (`response: false`) or a response's `stick
+/// store-response` rules will store: one key per table.
+pub fn keys(be: &Backend, cx: &Ctx<'_>, response: bool) -> Vec<(Arc<Table>, Key)> {
+    let mut out: Vec<(Arc<Table>, Key)> = Vec::new();
+    let wanted = |k: StickKind| {
+        if response {
+            k == StickKind::StoreResponse
+        } else {
+            k.stores_request()
+        }
+    };
+    for r in be.persist.stick.iter().filter(|r| wanted(r.kind)) {
+        if let Some((t, k)) = key_of(r, cx) {
+            if !out.iter().any(|(o, _)| Arc::ptr_eq(o, t)) {
+                out.push((t.clone(), k));
+            }
+        }
+    }
+    out
+}
+
+/// The keys' entries now name server `id`.
+pub fn store(keys: &[(Arc<Table>, Key)], id: u32) {
+    let now = crate::runtime::clock_ms();
+    for (t, k) in keys {
+        if let Some(e) = t.touch(k.clone(), now) {
+            e.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set(Counter::ServerId, u64::from(id));
+        }
+    }
+}
