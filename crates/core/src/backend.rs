@@ -391,7 +391,11 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 // Resolved by the loader, once every backend is known.
                 track: None,
                 shutdown_on_down: s.opts.check.shutdown_on_down,
-                cookie: s.opts.cookie.clone(),
+                cookie: s
+                    .opts
+                    .cookie
+                    .clone()
+                    .or_else(|| dynamic_cookie(conf, s.addr)),
                 weight: s.opts.weight.unwrap_or(1),
                 backup: s.opts.backup,
                 disabled: s.opts.disabled,
@@ -537,4 +541,14 @@ mod tests {
         assert_eq!(ids, [2, 1, 4]);
         assert_eq!(be.id, 7);
     }
+}
+
+/// A server's cookie value under `cookie ... dynamic` with a `dynamic-cookie-key`.
+fn dynamic_cookie(conf: &ProxyConf, addr: std::net::SocketAddr) -> Option<String> {
+    let key = conf.persist.dynamic_key.as_deref()?;
+    conf.persist
+        .cookie
+        .as_ref()
+        .filter(|c| c.dynamic)
+        .map(|_| crate::cookie::dynamic_value(key, addr))
 }

@@ -19,15 +19,26 @@ pub use crate::conf::backend::ServerOption;
 pub use crate::conf::cookie::{CookieConf, CookieMode, PersistConf};
 use crate::conf::{Backend, ProxyConf};
 
-pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
-    name: "cookie",
-    scope: Scope::BE,
-    help: "cookie NAME insert|rewrite|prefix [indirect] [nocache] [postonly] [preserve] [httponly] [secure] [domain D] [attr A]: cookie persistence",
-    parse: |c, a| {
-        c.persist.cookie = Some(parse_cookie(a)?);
-        Ok(())
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "cookie",
+        scope: Scope::BE,
+        help: "cookie NAME insert|rewrite|prefix [indirect] [nocache] [postonly] [preserve] [httponly] [secure] [domain D] [attr A] [maxidle T] [maxlife T] [dynamic]: cookie persistence",
+        parse: |c, a| {
+            c.persist.cookie = Some(parse_cookie(a)?);
+            Ok(())
+        },
     },
-}];
+    Keyword {
+        name: "dynamic-cookie-key",
+        scope: Scope::BE,
+        help: "dynamic-cookie-key KEY: the secret 'cookie ... dynamic' derives server cookies from",
+        parse: |c, a| {
+            c.persist.dynamic_key = Some(crate::conf::one_arg(a, "a key")?.to_string());
+            Ok(())
+        },
+    },
+];
 
 /// `option persist` (and `no option persist`).
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
@@ -77,6 +88,9 @@ fn parse_cookie(a: &[String]) -> Result<CookieConf, KwError> {
         secure: false,
         domains: Vec::new(),
         attrs: Vec::new(),
+        maxidle: None,
+        maxlife: None,
+        dynamic: false,
     };
     let mut mode = None;
     let mut i = 1;
@@ -116,16 +130,23 @@ fn parse_cookie(a: &[String]) -> Result<CookieConf, KwError> {
                 c.attrs.push(v);
                 i += 1;
             }
-            o @ ("maxidle" | "maxlife" | "dynamic") => {
-                return Err(KwError::Invalid(format!(
-                    "cookie option '{o}': not supported yet"
-                )))
+            o @ ("maxidle" | "maxlife") => {
+                let v = value()?;
+                let t = sluice_config::units::parse_time(&v)
+                    .map_err(|e| KwError::bad(idx + 1, &v, e))?;
+                if o == "maxidle" {
+                    c.maxidle = Some(t);
+                } else {
+                    c.maxlife = Some(t);
+                }
+                i += 1;
             }
+            "dynamic" => c.dynamic = true,
             other => {
                 return Err(KwError::bad(
                     idx,
                     other,
-                    "expects insert, rewrite, prefix, indirect, nocache, postonly, preserve, httponly, secure, domain or attr",
+                    "expects insert, rewrite, prefix, indirect, nocache, postonly, preserve, httponly, secure, domain, attr, maxidle, maxlife or dynamic",
                 ))
             }
         }
@@ -148,18 +169,89 @@ fn request_values<'a>(req: &RequestView<'a>, name: &str) -> impl Iterator<Item =
         })
 }
 
-/// The server a request's persistence cookie names (whether or not it is usable).
-pub fn server_of(be: &Backend, c: &CookieConf, req: &RequestView<'_>) -> Option<usize> {
+/// The dates an inserted cookie carries (`maxidle`, `maxlife`), in seconds since the epoch:
+/// its last use and its creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CookieDates {
+    pub last: Option<u64>,
+    pub first: Option<u64>,
+}
+
+/// The server a request's persistence cookie names (whether or not it is usable), and the
+/// dates it carries. A cookie idle longer than `maxidle`, older than `maxlife`, or dated
+/// more than a day ahead names no server.
+pub fn server_of(
+    be: &Backend,
+    c: &CookieConf,
+    req: &RequestView<'_>,
+) -> Option<(usize, CookieDates)> {
+    let now = unix_now();
     request_values(req, &c.name).find_map(|v| {
         let v = match c.mode {
             // `s1~value`: the server's part is before the tilde.
             CookieMode::Prefix => v.split(|&b| b == b'~').next().unwrap_or(v),
             _ => v,
         };
-        be.servers
+        let mut parts = v.split(|&b| b == b'|');
+        let value = parts.next().unwrap_or(v);
+        let dates = CookieDates {
+            last: parts.next().and_then(decode_date),
+            first: parts.next().and_then(decode_date),
+        };
+        let too_old = |date: Option<u64>, limit: Option<std::time::Duration>| {
+            matches!((date, limit), (Some(d), Some(l)) if now.saturating_sub(d) > l.as_secs() || d > now + 86400)
+        };
+        if too_old(dates.last, c.maxidle) || too_old(dates.first, c.maxlife) {
+            return None;
+        }
+        let server = be
+            .servers
             .iter()
-            .position(|s| s.cookie.as_deref().map(str::as_bytes) == Some(v))
+            .position(|s| s.cookie.as_deref().map(str::as_bytes) == Some(value))?;
+        Some((server, dates))
     })
+}
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+const DATE_DIGITS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// A cookie date as HAProxy writes it: the time in units of 4 seconds, 30 bits in five
+/// base64 digits, most significant first (cookies HAProxy set keep working).
+fn encode_date(secs: u64) -> String {
+    let v = (secs >> 2) as u32;
+    (0..5)
+        .map(|i| DATE_DIGITS[((v >> (24 - 6 * i)) & 0x3f) as usize] as char)
+        .collect()
+}
+
+fn decode_date(s: &[u8]) -> Option<u64> {
+    if s.len() != 5 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in s {
+        let d = DATE_DIGITS.iter().position(|&x| x == b)?;
+        v = (v << 6) | d as u64;
+    }
+    Some(v << 2)
+}
+
+/// The cookie value `dynamic` derives for a server: XXH64 of the key, the address's bytes
+/// and the port (four bytes, network order), in hexadecimal, as HAProxy derives it.
+pub fn dynamic_value(key: &str, addr: std::net::SocketAddr) -> String {
+    let mut buf = key.as_bytes().to_vec();
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => buf.extend_from_slice(&ip.octets()),
+        std::net::IpAddr::V6(ip) => buf.extend_from_slice(&ip.octets()),
+    }
+    buf.extend_from_slice(&u32::from(addr.port()).to_be_bytes());
+    format!("{:016x}", xxhash_rust::xxh64::xxh64(&buf, 0))
 }
 
 /// The Cookie header the server gets instead of the client's, when persistence changes it:
@@ -210,13 +302,15 @@ pub struct ResponseCookie {
     server_cookie: String,
     client_had: bool,
     post: bool,
+    /// The dates the request's cookie carried.
+    dates: CookieDates,
 }
 
 impl ResponseCookie {
     pub fn new(
         be: &Backend,
         server: usize,
-        client_had: bool,
+        client_had: Option<CookieDates>,
         post: bool,
     ) -> Option<ResponseCookie> {
         let conf = be.persist.cookie.clone()?;
@@ -224,9 +318,21 @@ impl ResponseCookie {
         Some(ResponseCookie {
             conf,
             server_cookie,
-            client_had,
+            client_had: client_had.is_some(),
             post,
+            dates: client_had.unwrap_or_default(),
         })
+    }
+
+    /// Whether a valid cookie must be sent again for its dates: the last use is behind
+    /// (HAProxy dates it a little ahead, in 4-second units), or the creation date must
+    /// appear or go.
+    fn dates_stale(&self, now: u64) -> bool {
+        let c = &self.conf;
+        ((c.maxidle.is_some() || self.dates.last.is_some())
+            && self.dates.last.is_none_or(|l| l < now))
+            || (c.maxlife.is_some() && self.dates.first.is_none())
+            || (c.maxlife.is_none() && self.dates.first.is_some())
     }
 
     /// A `Set-Cookie` value from the server: kept (`None`), removed (`Some(empty)`), or
@@ -261,14 +367,24 @@ impl ResponseCookie {
     /// The headers the proxy adds (insert mode), once the server's own are known.
     pub fn inserted(&self, server_set_one: bool) -> Vec<(&'static str, Vec<u8>)> {
         let c = &self.conf;
+        let now = unix_now();
         if c.mode != CookieMode::Insert
-            || self.client_had
+            || (self.client_had && !self.dates_stale(now))
             || (c.postonly && !self.post)
             || (c.preserve && server_set_one)
         {
             return Vec::new();
         }
-        let mut base = format!("{}={}; path=/", c.name, self.server_cookie);
+        let mut value = self.server_cookie.clone();
+        if c.maxidle.is_some() || c.maxlife.is_some() {
+            value.push('|');
+            value.push_str(&encode_date(now + 3));
+            if c.maxlife.is_some() {
+                value.push('|');
+                value.push_str(&encode_date(self.dates.first.unwrap_or(now + 3)));
+            }
+        }
+        let mut base = format!("{}={value}; path=/", c.name);
         let mut tail = String::new();
         if c.httponly {
             tail.push_str("; HttpOnly");
@@ -318,10 +434,9 @@ mod tests {
         assert_eq!(c.domains, vec![".a.test".to_string()]);
         assert_eq!(conf("SRV").unwrap().mode, CookieMode::Rewrite);
         assert!(conf("SRV insert rewrite").is_err());
-        assert!(conf("SRV insert maxidle 30m")
-            .unwrap_err()
-            .to_string()
-            .contains("not supported yet"));
+        let c = conf("SRV insert maxidle 30m maxlife 8h dynamic").unwrap();
+        assert_eq!(c.maxidle, Some(std::time::Duration::from_secs(1800)));
+        assert!(c.dynamic && c.maxlife.is_some());
         assert!(conf("S;V insert").is_err());
     }
 
@@ -332,6 +447,7 @@ mod tests {
             server_cookie: "s1".into(),
             client_had: false,
             post: false,
+            dates: CookieDates::default(),
         };
         let mut seen = false;
         assert_eq!(
@@ -361,5 +477,16 @@ mod tests {
         assert_eq!(ins[0].1, b"SRV=s1; path=/; Secure");
         assert_eq!(ins[1], ("cache-control", b"private".to_vec()));
         assert!(rc("SRV insert postonly").inserted(false).is_empty());
+    }
+
+    #[test]
+    fn dates_and_dynamic_values_are_haproxys() {
+        // HAProxy's own encoding of 393463510 (in 4-second units) is "Xc8bW".
+        assert_eq!(encode_date(393463510 << 2), "Xc8bW");
+        assert_eq!(decode_date(b"Xc8bV"), Some(393463509 << 2));
+        assert_eq!(decode_date(b"Xc8b"), None);
+        let v = dynamic_value("secret", "192.0.2.1:80".parse().unwrap());
+        assert_eq!(v.len(), 16);
+        assert_ne!(v, dynamic_value("secret", "192.0.2.1:81".parse().unwrap()));
     }
 }

@@ -159,7 +159,7 @@ fn cookie_lines_are_checked() {
             "cookie SRV insert rewrite",
             "only one of insert, rewrite and prefix",
         ),
-        ("cookie SRV insert maxidle 30m", "not supported yet"),
+        ("cookie SRV insert maxidle soon", "argument 4 'soon'"),
         ("cookie SRV frob", "expects insert"),
     ] {
         let (ok, out) = check_config(&format!(
@@ -234,4 +234,55 @@ fn stick_on_source_and_its_checks() {
         "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick on src\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n"
     ));
     assert!(!ok && out.contains("stick"), "{out}");
+}
+
+#[test]
+fn inserted_cookies_carry_dates_and_expire() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    cookie SRV insert indirect maxidle 30m maxlife 8h\n    server s1 {} cookie s1\n    server s2 {} cookie s2\n",
+        a.addr, b.addr
+    ));
+    let first = ask(&p, None);
+    let set = set_cookies(&first);
+    assert_eq!(set.len(), 1, "{set:?}");
+    // `SRV=s1|LLLLL|FFFFF; path=/`: the server, its last use and its creation.
+    let value = set[0].split(';').next().unwrap().to_string();
+    let parts: Vec<&str> = value.split('|').collect();
+    assert_eq!(parts.len(), 3, "{value}");
+    assert!(parts.iter().skip(1).all(|d| d.len() == 5));
+    let server = &first.text()[..1];
+    for _ in 0..4 {
+        assert_eq!(&ask(&p, Some(&value)).text()[..1], server);
+    }
+    // A cookie last used in 1970 is ignored: the request is balanced and gets a new one.
+    let stale = format!("{}|AAAAA|AAAAA", parts[0]);
+    let mut moved = false;
+    for _ in 0..4 {
+        let r = ask(&p, Some(&stale));
+        assert_eq!(set_cookies(&r).len(), 1);
+        moved |= &r.text()[..1] != server;
+    }
+    assert!(moved, "round robin took over from the expired cookie");
+}
+
+#[test]
+fn dynamic_cookies_are_derived_from_the_key_and_the_address() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    cookie SRV insert dynamic\n    dynamic-cookie-key s3cr3t\n    server s1 {}\n    server s2 {}\n",
+        a.addr, b.addr
+    ));
+    let first = ask(&p, None);
+    let set = set_cookies(&first);
+    let value = set[0].split(';').next().unwrap().to_string();
+    let hex = value.strip_prefix("SRV=").unwrap();
+    assert!(
+        hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{value}"
+    );
+    let server = &first.text()[..1];
+    for _ in 0..4 {
+        assert_eq!(&ask(&p, Some(&value)).text()[..1], server);
+    }
 }

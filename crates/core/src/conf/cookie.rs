@@ -36,6 +36,13 @@ pub struct CookieConf {
     pub domains: Vec<String>,
     /// `attr TEXT` (repeatable): more attributes, as written.
     pub attrs: Vec<String>,
+    /// `maxidle T`: an inserted cookie carries its last use and is ignored once idle longer.
+    pub maxidle: Option<std::time::Duration>,
+    /// `maxlife T`: an inserted cookie carries its creation and is ignored once older.
+    pub maxlife: Option<std::time::Duration>,
+    /// `dynamic`: servers without a `cookie` value get one derived from
+    /// `dynamic-cookie-key` and their address.
+    pub dynamic: bool,
 }
 
 /// A backend's persistence: its cookie and `option persist`.
@@ -44,6 +51,8 @@ pub struct PersistConf {
     pub cookie: Option<CookieConf>,
     /// `stick ...` rules, in order.
     pub stick: Vec<StickRule>,
+    /// `dynamic-cookie-key KEY`.
+    pub dynamic_key: Option<String>,
     /// `option persist`: a cookie naming a server that is down still leads to it.
     pub persist: bool,
 }

@@ -121,7 +121,10 @@ impl Txn {
         rsp_edits.cookie = crate::cookie::ResponseCookie::new(
             be,
             conn.server,
-            facts.cookie_server == Some(conn.server),
+            facts
+                .cookie_server
+                .filter(|(s, _)| *s == conn.server)
+                .map(|(_, dates)| dates),
             facts.post,
         );
         if rsp.status == 101 {

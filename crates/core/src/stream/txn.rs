@@ -60,8 +60,8 @@ enum Route {
     Forward {
         backend: usize,
         server: usize,
-        /// The server the request's persistence cookie named, if any.
-        cookie_server: Option<usize>,
+        /// The server the request's persistence cookie named, and its dates, if any.
+        cookie_server: Option<(usize, cookie::CookieDates)>,
         /// The keys `stick on|store-request` rules store once the server is known.
         stick: StickKeys,
     },
@@ -83,8 +83,8 @@ pub(crate) struct ReqFacts {
     pub comp: Option<Algo>,
     /// The protocols the client asks to switch to (`Upgrade`, h2c removed), if any.
     pub upgrade: Option<Vec<u8>>,
-    /// The server the request's persistence cookie named, if any (`cookie`).
-    pub cookie_server: Option<usize>,
+    /// The server the request's persistence cookie named, and its dates, if any (`cookie`).
+    pub cookie_server: Option<(usize, cookie::CookieDates)>,
     /// A POST (`cookie ... postonly`).
     pub post: bool,
     /// `timeout server`, or what `set-timeout server` made it.
@@ -974,7 +974,9 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .cookie
         .as_ref()
         .and_then(|c| cookie::server_of(be, c, req));
-    let by_cookie = cookie_server.filter(|&i| be.persist.persist || st.servers[i].usable());
+    let by_cookie = cookie_server
+        .map(|(i, _)| i)
+        .filter(|&i| be.persist.persist || st.servers[i].usable());
     // Stick-table persistence, when no cookie decided.
     let mut stick = Vec::new();
     let mut by_table = None;
