@@ -433,6 +433,16 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
     }
 }
 
+/// A server's cookie value under `cookie ... dynamic` with a `dynamic-cookie-key`.
+fn dynamic_cookie(conf: &ProxyConf, addr: std::net::SocketAddr) -> Option<String> {
+    let key = conf.persist.dynamic_key.as_deref()?;
+    conf.persist
+        .cookie
+        .as_ref()
+        .filter(|c| c.dynamic)
+        .map(|_| crate::cookie::dynamic_value(key, addr))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,14 +551,4 @@ mod tests {
         assert_eq!(ids, [2, 1, 4]);
         assert_eq!(be.id, 7);
     }
-}
-
-/// A server's cookie value under `cookie ... dynamic` with a `dynamic-cookie-key`.
-fn dynamic_cookie(conf: &ProxyConf, addr: std::net::SocketAddr) -> Option<String> {
-    let key = conf.persist.dynamic_key.as_deref()?;
-    conf.persist
-        .cookie
-        .as_ref()
-        .filter(|c| c.dynamic)
-        .map(|_| crate::cookie::dynamic_value(key, addr))
 }
