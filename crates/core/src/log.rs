@@ -55,8 +55,20 @@ const VARS: &[(&str, Var)] = &[
     ("HM", Var::Method),
     ("HU", Var::Uri),
     ("HV", Var::Version),
-    ("CC", Var::Cookie),
-    ("CS", Var::Cookie),
+    ("CC", Var::CookieReq),
+    ("CS", Var::CookieRes),
+    ("si", Var::ServerIp),
+    ("sp", Var::ServerPort),
+    ("bi", Var::BackendSrcIp),
+    ("bp", Var::BackendSrcPort),
+    ("HP", Var::Path),
+    ("HQ", Var::Query),
+    ("ms", Var::DateMs),
+    ("Th", Var::TimeHandshake),
+    ("Ti", Var::TimeIdle),
+    ("Tq", Var::TimeTq),
+    ("sslc", Var::SslCipher),
+    ("sslv", Var::SslVersion),
     ("hr", Var::ReqCaptures),
     ("hs", Var::ResCaptures),
     ("hrl", Var::ReqCapturesList),
@@ -68,9 +80,7 @@ const VARS: &[(&str, Var)] = &[
 ];
 
 /// HAProxy variables sluice does not fill yet (named as such, not as unknown).
-const PENDING_VARS: &[&str] = &[
-    "sslc", "sslv", "bi", "bp", "si", "sp", "lc", "ms", "Th", "Ti", "Tq", "HP", "HQ",
-];
+const PENDING_VARS: &[&str] = &["lc"];
 
 /// Parses a `log-format` string into tokens: text, `%VAR`, `%[EXPR]` samples, each
 /// optionally preceded by `%{+Q}` (quoted) and `%{+X}` (hexadecimal) options (others, such
@@ -380,12 +390,18 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "capture",
         scope: Scope::FE,
-        help: "capture request|response header NAME len N: keep a header's value for the log (%hr, %hs)",
+        help: "capture request|response header NAME len N | capture cookie NAME len N: keep a header's value (%hr, %hs) or a cookie (%CC, %CS) for the log",
         parse: |c, a| {
             let (side, name, len) = match a {
                 [side, kw, name, l, n] if kw == "header" && l == "len" => (side, name, n),
-                [kw, ..] if kw == "cookie" => {
-                    return Err(KwError::Invalid("capture cookie: not supported yet".into()))
+                [kw, name, l, n] if kw == "cookie" && l == "len" => {
+                    let len: usize = n
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| KwError::bad(4, n, "expects a positive length"))?;
+                    c.log.capture_cookie = Some((name.clone(), len));
+                    return Ok(());
                 }
                 _ => return Err(KwError::Missing("request|response header NAME len N")),
             };
@@ -437,6 +453,8 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
     "option dontlognull", Scope::PROXY, "do not log connections on which the client sent nothing",
         |c: &mut ProxyConf, on| c.log.dont_log_null = on;
+    "option logasap", Scope::PROXY, "log when the response head is sent, before its body ('+' on %Ta and %B)",
+        |c: &mut ProxyConf, on| c.log.asap = on;
 ];
 
 /// Lines dropped because a target could not take them at once.
@@ -770,6 +788,18 @@ pub struct Record<'a> {
     pub samples: &'a [String],
     /// The request's number on its worker (`%rt`).
     pub request_counter: u64,
+    /// `capture cookie`: what the request and the response carried.
+    pub cookie_req: Option<&'a str>,
+    pub cookie_res: Option<&'a str>,
+    /// The server's address, and the proxy's end of the server connection (when the
+    /// format asks for it).
+    pub server_addr: Option<SocketAddr>,
+    pub backend_src: Option<SocketAddr>,
+    /// `%Ti`: milliseconds the connection waited idle before the request's first byte.
+    pub t_idle: i64,
+    /// `option logasap`: the line goes out before the transfer ends (`%Ta` and `%B` get a
+    /// `+`).
+    pub asap: bool,
 }
 
 impl<'a> Record<'a> {
@@ -807,6 +837,12 @@ impl<'a> Record<'a> {
             unique_id: None,
             samples: &[],
             request_counter: 0,
+            cookie_req: None,
+            cookie_res: None,
+            server_addr: None,
+            backend_src: None,
+            t_idle: -1,
+            asap: false,
         }
     }
 
@@ -814,7 +850,18 @@ impl<'a> Record<'a> {
         std::str::from_utf8(&self.term).unwrap_or("--")
     }
 
+    /// `+` before totals that are not final yet (`option logasap`).
+    fn plus(&self) -> &'static str {
+        if self.asap {
+            "+"
+        } else {
+            ""
+        }
+    }
+
     fn var(&self, out: &mut String, v: Var) {
+        let opt =
+            |out: &mut String, v: Option<String>| write!(out, "{}", v.as_deref().unwrap_or("-"));
         let captures = |out: &mut String, c: &[Option<String>], list: bool| {
             let values: Vec<&str> = c.iter().map(|v| v.as_deref().unwrap_or("")).collect();
             if list {
@@ -851,9 +898,9 @@ impl<'a> Record<'a> {
             Var::TimeQueue => write!(out, "{}", self.t_queue),
             Var::TimeConnect => write!(out, "{}", self.t_connect),
             Var::TimeResponse => write!(out, "{}", self.t_response),
-            Var::TimeActive | Var::TimeTotal => write!(out, "{}", self.t_active),
+            Var::TimeActive | Var::TimeTotal => write!(out, "{}{}", self.plus(), self.t_active),
             Var::Status => write!(out, "{}", self.status),
-            Var::Bytes => write!(out, "{}", self.bytes),
+            Var::Bytes => write!(out, "{}{}", self.plus(), self.bytes),
             Var::BytesUploaded => write!(out, "{}", self.bytes_in),
             Var::TermState => write!(out, "{}", self.term()),
             Var::TermStateCookies => write!(out, "{}--", self.term()),
@@ -871,7 +918,40 @@ impl<'a> Record<'a> {
             Var::Method => write!(out, "{}", self.method),
             Var::Uri => write!(out, "{}", self.uri),
             Var::Version => write!(out, "{}", self.version),
-            Var::Cookie => write!(out, "-"),
+            Var::CookieReq => write!(out, "{}", self.cookie_req.unwrap_or("-")),
+            Var::CookieRes => write!(out, "{}", self.cookie_res.unwrap_or("-")),
+            Var::ServerIp => opt(out, self.server_addr.map(|a| a.ip().to_string())),
+            Var::ServerPort => opt(out, self.server_addr.map(|a| a.port().to_string())),
+            Var::BackendSrcIp => opt(out, self.backend_src.map(|a| a.ip().to_string())),
+            Var::BackendSrcPort => opt(out, self.backend_src.map(|a| a.port().to_string())),
+            Var::Path => {
+                let end = self.uri.find('?').unwrap_or(self.uri.len());
+                write!(out, "{}", &self.uri[..end])
+            }
+            Var::Query => {
+                let at = self.uri.find('?').unwrap_or(self.uri.len());
+                write!(out, "{}", &self.uri[at..])
+            }
+            Var::DateMs => write!(
+                out,
+                "{:03}",
+                self.date
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_millis())
+            ),
+            // No handshake without TLS.
+            Var::TimeHandshake => write!(out, "0"),
+            Var::TimeIdle => write!(out, "{}", self.t_idle),
+            Var::TimeTq => write!(
+                out,
+                "{}",
+                if self.t_request < 0 {
+                    -1
+                } else {
+                    self.t_request + self.t_idle.max(0)
+                }
+            ),
+            Var::SslCipher | Var::SslVersion => write!(out, "-"),
             Var::ReqCaptures => captures(out, self.captures_req, false),
             Var::ResCaptures => captures(out, self.captures_res, false),
             Var::ReqCapturesList => captures(out, self.captures_req, true),

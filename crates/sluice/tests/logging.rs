@@ -360,3 +360,43 @@ fn capture_actions_and_log_levels() {
         "{line}"
     );
 }
+
+#[test]
+fn cookies_addresses_timers_and_logasap() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_: &Received| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: SESSIONID=xyz789; path=/\r\n\r\nok"
+                    .to_vec(),
+            )
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture cookie SESSION len 14\n    log-format \"%CC %CS %si:%sp %bi %HP %HQ %ms %Th %Ti %Tq %sslc %sslv\"\n    default_backend be\nbackend be\n    server s1 {}\nfrontend asap\n    {{fe}}\n    option logasap\n    log-format \"%ST %B %Ta\"\n    default_backend be\n",
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\nCookie: lang=fr; SESSIONID=abc123456789\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    let line = stdout_lines(&p, 1).remove(0);
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(f[0], "SESSIONID=abc1", "{line}");
+    assert_eq!(f[1], "SESSIONID=xyz7", "{line}");
+    assert_eq!(f[2], origin.addr.to_string(), "{line}");
+    assert_eq!(f[3], "127.0.0.1", "{line}");
+    assert_eq!((f[4], f[5]), ("/a/b", "?x=1"), "{line}");
+    assert_eq!(f[6].len(), 3, "{line}");
+    assert_eq!(f[7], "0", "{line}");
+    let (ti, tq): (i64, i64) = (f[8].parse().unwrap(), f[9].parse().unwrap());
+    assert!(ti >= 0 && tq >= ti, "{line}");
+    assert_eq!((f[10], f[11]), ("-", "-"), "{line}");
+    // logasap: the line goes out with the head, its totals marked as partial.
+    let mut c = Conn::new(p.addrs[1]);
+    c.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    let line = stdout_lines(&p, 2).remove(1);
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(f[0], "200", "{line}");
+    assert!(f[1].starts_with('+') && f[2].starts_with('+'), "{line}");
+}

@@ -50,6 +50,11 @@ pub struct LogConf {
     pub dont_log_null: bool,
     /// `log-tag`: the syslog tag of this proxy's lines (else the global one, else `sluice`).
     pub tag: Option<String>,
+    /// `option logasap`: the line goes out when the response head is sent, before the body.
+    pub asap: bool,
+    /// `capture cookie NAME len N`: the first request cookie and response `Set-Cookie`
+    /// whose name starts with NAME (`%CC`, `%CS`).
+    pub capture_cookie: Option<(String, usize)>,
 }
 
 /// The `global` settings of syslog framing.
@@ -126,8 +131,27 @@ pub enum Var {
     Method,
     Uri,
     Version,
-    /// Captured request / response cookie (none are captured: `-`).
-    Cookie,
+    /// `%CC`, `%CS`: the request / response cookie `capture cookie` kept (`-`: none).
+    CookieReq,
+    CookieRes,
+    /// `%si`, `%sp`: the server's address; `%bi`, `%bp`: the proxy's side of the server
+    /// connection.
+    ServerIp,
+    ServerPort,
+    BackendSrcIp,
+    BackendSrcPort,
+    /// `%HP`, `%HQ`: the request's path and query (with its `?`).
+    Path,
+    Query,
+    /// `%ms`: the milliseconds of the request's date.
+    DateMs,
+    /// `%Th` (handshake), `%Ti` (idle before the request), `%Tq` (`Th + Ti + TR`).
+    TimeHandshake,
+    TimeIdle,
+    TimeTq,
+    /// `%sslc`, `%sslv`: the TLS cipher and version (`-`: not TLS).
+    SslCipher,
+    SslVersion,
     /// `%hr`, `%hs`: captured request / response headers, `{a|b}`; `%hrl`, `%hsl`: the
     /// same as a list, `a b`.
     ReqCaptures,

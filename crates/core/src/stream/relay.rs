@@ -131,6 +131,12 @@ impl Txn {
             return self.upgrade(s, be, conn, &rsp, (&rsp_edits, facts)).await;
         }
         let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+        if let Some((name, len)) = &fe.log.capture_cookie {
+            let set = view
+                .headers()
+                .filter(|(n, _)| sluice_http::name_is(n, "set-cookie"));
+            self.log.cookie_res = super::report::capture_cookie(set, name, *len, true);
+        }
         if !fe.log.captures_res.is_empty() {
             self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
             for (slot, value) in rsp_edits.captures.drain(..) {
@@ -173,6 +179,12 @@ impl Txn {
             compressor.as_ref().map(|c| c.algo),
         );
         s.sbuf.consume(rsp.len);
+        if fe.log.asap {
+            // `option logasap`: the line goes out now, with what is known so far.
+            self.log.bytes = s.out.len() as u64;
+            self.emit_log(s, i64::from(rsp.status), *b"--", true);
+            self.log.logged = true;
+        }
         let mut relay = Relay {
             client: &mut s.client,
             out: &mut s.out,

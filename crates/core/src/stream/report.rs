@@ -129,6 +129,13 @@ pub(crate) struct ReqLog {
     pub started: Option<Instant>,
     pub date: Option<std::time::SystemTime>,
     pub head_done: Option<Instant>,
+    /// When the request's first byte arrived (what was buffered counts from `started`).
+    pub first_byte: Option<Instant>,
+    /// `capture cookie`: the request's and the response's cookie.
+    pub cookie_req: Option<String>,
+    pub cookie_res: Option<String>,
+    /// The line already went out (`option logasap`).
+    pub logged: bool,
     pub got_bytes: bool,
     pub attempts: Option<Attempts>,
     pub t_response: i64,
@@ -168,6 +175,10 @@ impl Default for ReqLog {
             started: None,
             date: None,
             head_done: None,
+            first_byte: None,
+            cookie_req: None,
+            cookie_res: None,
+            logged: false,
             got_bytes: false,
             attempts: None,
             t_response: -1,
@@ -205,6 +216,32 @@ pub(crate) fn captures<'h>(
                 .map(|(_, v)| String::from_utf8_lossy(&v[..v.len().min(*len)]).into_owned())
         })
         .collect()
+}
+
+/// `capture cookie NAME len N`: the first cookie whose name starts with `name`, as
+/// `name=value` cut to `len`, among Cookie header values (or, `set`, Set-Cookie values,
+/// whose first pair is the cookie).
+pub(crate) fn capture_cookie<'h>(
+    headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+    name: &str,
+    len: usize,
+    set: bool,
+) -> Option<String> {
+    for (_, v) in headers {
+        let pairs: Vec<&[u8]> = if set {
+            v.split(|&b| b == b';').take(1).collect()
+        } else {
+            v.split(|&b| b == b';').collect()
+        };
+        for pair in pairs {
+            let pair = sluice_http::trim_ows(pair);
+            if pair.starts_with(name.as_bytes()) && pair.contains(&b'=') {
+                let cut = &pair[..pair.len().min(len)];
+                return Some(String::from_utf8_lossy(cut).into_owned());
+            }
+        }
+    }
+    None
 }
 
 impl ReqLog {

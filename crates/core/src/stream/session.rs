@@ -122,6 +122,9 @@ impl Session {
         let started = tokio::time::Instant::now();
         lg.started = Some(Instant::now());
         lg.date = Some(std::time::SystemTime::now());
+        if !self.cbuf.is_empty() {
+            lg.first_byte = lg.started;
+        }
         let gone = |e| Fail::drop(Cause::ClientClosed(e), Phase::Request);
         loop {
             if !self.cbuf.is_empty() {
@@ -168,6 +171,7 @@ impl Session {
                 Ok(Err(e)) => return Err(gone(Some(e))),
                 Ok(Ok(n)) => {
                     lg.got_bytes = true;
+                    lg.first_byte.get_or_insert_with(Instant::now);
                     self.received += n as u64;
                 }
                 Err(()) if self.cbuf.is_empty() && self.requests > 0 => return Err(gone(None)),

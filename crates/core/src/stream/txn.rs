@@ -105,6 +105,8 @@ pub(crate) struct Txn {
     pub backend: Option<usize>,
     pub phase: Phase,
     pub log: ReqLog,
+    /// The proxy's end of the server connection (`%bi`, `%bp`), when the log shows it.
+    pub backend_src: Option<std::net::SocketAddr>,
 }
 
 /// Why sending a request or reading its response head failed.
@@ -446,6 +448,9 @@ impl Txn {
         let server = at.server;
         s.info.route(Some(backend), Some(server));
         self.phase = Phase::Headers;
+        if logs_backend_src(s.frontend()) {
+            self.backend_src = conn.conn.local_addr().ok();
+        }
         let head_len = s.out.len();
         let sent_at = Instant::now();
         let counters = w.state().backends[backend].servers[server]
@@ -660,6 +665,12 @@ impl Txn {
         if !fe.log.captures_req.is_empty() {
             self.log.captures_req = super::report::captures(&fe.log.captures_req, req.headers());
         }
+        if let Some((name, len)) = &fe.log.capture_cookie {
+            let cookies = req
+                .headers()
+                .filter(|(n, _)| sluice_http::name_is(n, "cookie"));
+            self.log.cookie_req = super::report::capture_cookie(cookies, name, *len, false);
+        }
         if let Some(format) = &fe.log.unique_id {
             let date = self.log.date.unwrap_or_else(std::time::SystemTime::now);
             let rec = crate::log::Record {
@@ -706,7 +717,9 @@ impl Txn {
     pub fn log_done(&self, s: &Session) {
         let term = self.log.term.unwrap_or(*b"--");
         self.count(s, self.log.status, term);
-        self.emit_log(s, self.log.status, term);
+        if !self.log.logged {
+            self.emit_log(s, self.log.status, term, false);
+        }
     }
 
     /// Logs a transaction that failed.
@@ -720,7 +733,9 @@ impl Txn {
         };
         let term = self.log.term.unwrap_or_else(|| fail.term());
         self.count(s, status, term);
-        self.emit_log(s, status, term);
+        if !self.log.logged {
+            self.emit_log(s, status, term, false);
+        }
     }
 
     /// Adds the transaction to the statistics of its frontend, backend and server.
@@ -747,7 +762,8 @@ impl Txn {
     }
 
     /// Sends the access-log line of the transaction.
-    fn emit_log(&self, s: &Session, status: i64, term: [u8; 2]) {
+    /// The access-log line; `asap`: sent as the response starts (`option logasap`).
+    pub(super) fn emit_log(&self, s: &Session, status: i64, term: [u8; 2], asap: bool) {
         let process = &s.w.process;
         let loggers = &process.loggers[s.fe];
         if loggers.is_empty() || self.log.level == Some(None) {
@@ -775,11 +791,14 @@ impl Txn {
             frontend: &fe.name,
             backend: be.map_or(&fe.name, |b| &b.name),
             server: srv.map_or("<NOSRV>", |s| &s.name),
-            t_request: lg.started.zip(lg.head_done).map_or(-1, |(a, b)| ms(b - a)),
+            t_request: lg
+                .first_byte
+                .zip(lg.head_done)
+                .map_or(-1, |(a, b)| ms(b - a)),
             t_queue: lg.attempts.map_or(-1, |a| a.t_queue),
             t_connect: lg.attempts.map_or(-1, |a| a.t_connect),
             t_response: lg.t_response,
-            t_active: lg.started.map_or(-1, |a| ms(now - a)),
+            t_active: lg.first_byte.or(lg.started).map_or(-1, |a| ms(now - a)),
             status,
             bytes: lg.bytes,
             term,
@@ -810,6 +829,12 @@ impl Txn {
             unique_id: lg.unique_id.as_deref(),
             samples: &lg.samples,
             request_counter: lg.counter,
+            cookie_req: lg.cookie_req.as_deref(),
+            cookie_res: lg.cookie_res.as_deref(),
+            server_addr: srv.map(|s| s.addr),
+            backend_src: self.backend_src,
+            t_idle: lg.started.zip(lg.first_byte).map_or(-1, |(a, b)| ms(b - a)),
+            asap,
         };
         crate::log::emit_at(loggers, format, &rec, self.log.level.flatten());
     }
@@ -821,6 +846,21 @@ fn format_tokens(f: &crate::log::Format) -> &[crate::log::Token] {
         crate::log::Format::Custom(t) => t,
         _ => &[],
     }
+}
+
+/// Whether the frontend's log shows the proxy's end of server connections (a system call
+/// to learn).
+fn logs_backend_src(fe: &Frontend) -> bool {
+    let tokens = fe.log.format.as_ref().map_or(&[][..], format_tokens);
+    tokens.iter().any(|t| {
+        matches!(
+            t,
+            crate::log::Token::Var(
+                crate::log::Var::BackendSrcIp | crate::log::Var::BackendSrcPort,
+                _
+            )
+        )
+    })
 }
 
 /// Whether a format prints the address the client connected to (a system call to learn).
