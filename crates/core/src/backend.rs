@@ -415,6 +415,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         hash: conf.balance.hash,
         persist: conf.persist.clone(),
         allbackups: conf.balance.allbackups,
+        balance_factor: conf.balance.balance_factor,
         timeout_connect: conf.backend.timeout_connect,
         timeout_server: conf.backend.timeout_server,
         timeout_queue: conf.backend.timeout_queue.or(conf.backend.timeout_connect),

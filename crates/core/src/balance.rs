@@ -44,9 +44,24 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "balance",
         scope: Scope::BE,
-        help: "balance roundrobin|static-rr|leastconn|first|random[(N)]|source|uri [len N] [depth N] [whole] [path-only]|url_param NAME|hdr(NAME) [use_domain_only]",
+        help: "balance roundrobin|static-rr|leastconn|first|random[(N)]|source|uri [len N] [depth N] [whole] [path-only]|url_param NAME [check_post]|hdr(NAME) [use_domain_only]|rdp-cookie[(NAME)]",
         parse: |c, args| {
             c.balance.algo = parse_balance(args)?;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "hash-balance-factor",
+        scope: Scope::BE,
+        help: "hash-balance-factor N: with consistent hashing, no server takes more than N% of its share of the requests in flight (N >= 100, 0 disables)",
+        parse: |c, args| {
+            let v = crate::conf::one_arg(args, "a percentage")?;
+            let n: u32 = v
+                .parse()
+                .ok()
+                .filter(|&n| n == 0 || (100..=65535).contains(&n))
+                .ok_or_else(|| KwError::bad(1, v, "expects 0 or a number from 100 to 65535"))?;
+            c.balance.balance_factor = (n > 0).then_some(n);
             Ok(())
         },
     },
@@ -106,16 +121,28 @@ fn parse_balance(args: &[String]) -> Result<Algo, KwError> {
             Ok(Algo::Uri(u))
         }
         "url_param" => match opts {
-            [name] => Ok(Algo::UrlParam(name.clone())),
-            [_, kw, ..] if kw == "check_post" => Err(KwError::Invalid(
-                "balance url_param ... check_post: not supported yet".into(),
-            )),
+            [name] => Ok(Algo::UrlParam(name.clone(), false)),
+            // `check_post [MAX]`: the body searched is what the buffer holds.
+            [name, kw] if kw == "check_post" => Ok(Algo::UrlParam(name.clone(), true)),
+            [name, kw, max] if kw == "check_post" && max.parse::<u64>().is_ok() => {
+                Ok(Algo::UrlParam(name.clone(), true))
+            }
+            [_, kw, other, ..] if kw == "check_post" => {
+                Err(KwError::bad(4, other, "expects a size in bytes"))
+            }
             [] => Err(KwError::Missing("a parameter name")),
             [_, extra, ..] => Err(KwError::Extra(extra.clone())),
         },
-        "rdp-cookie" => Err(KwError::Invalid(
-            "balance rdp-cookie: not supported yet".into(),
-        )),
+        _ if a == "rdp-cookie" || a.starts_with("rdp-cookie(") => {
+            let name = match a.strip_prefix("rdp-cookie(") {
+                Some(rest) => rest
+                    .strip_suffix(')')
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| KwError::bad(1, a, "expects rdp-cookie or rdp-cookie(NAME)"))?,
+                None => "mstshash",
+            };
+            no_opts(Algo::RdpCookie(name.to_string()))
+        }
         _ if a.starts_with("hdr(") => {
             let Algo::Hdr(name, _) = parse_algo(a).map_err(|e| KwError::bad(1, a, e))? else {
                 unreachable!("hdr( parses as Hdr");
@@ -202,9 +229,10 @@ pub struct PickKey<'a> {
     pub client: IpAddr,
     /// The request target as received.
     pub target: &'a [u8],
-    /// The value of the `hdr(NAME)` header (its first occurrence), when the algorithm needs
-    /// one and it is present.
-    pub header: Option<&'a [u8]>,
+    /// What the algorithm hashes when it is not in the target: the `hdr(NAME)` header's
+    /// first value, the RDP cookie, or a `url_param ... check_post` parameter found in the
+    /// body.
+    pub extra: Option<&'a [u8]>,
 }
 
 /// Chooses a server index of `be`, or `None` when no server is usable. A server at its
@@ -251,7 +279,7 @@ fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) ->
             let key = hash_key(be, algo, key);
             with_schedule(be, st, lb, |t| {
                 let found = match key {
-                    Some(h) => lookup(t, h),
+                    Some(h) => lookup(t, h, |i| within_share(be, st, i)),
                     None => None,
                 };
                 found
@@ -288,9 +316,10 @@ fn hash_key(be: &Backend, algo: &Algo, key: &PickKey<'_>) -> Option<u32> {
             });
         }
         Algo::Uri(u) => uri_key(key.target, u),
-        Algo::UrlParam(name) => url_param(key.target, name)?,
+        Algo::UrlParam(name, _) => url_param(key.target, name).or(key.extra)?,
+        Algo::RdpCookie(_) => key.extra.filter(|v| !v.is_empty())?,
         Algo::Hdr(_, domain_only) => {
-            let v = key.header.filter(|v| !v.is_empty())?;
+            let v = key.extra.filter(|v| !v.is_empty())?;
             if *domain_only {
                 main_domain(v)
             } else {
@@ -342,11 +371,30 @@ fn uri_key<'a>(target: &'a [u8], u: &UriOpts) -> &'a [u8] {
 
 /// The value of query parameter `name` (up to the next `&`), if the target has it.
 fn url_param<'a>(target: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    let q = &target[memchr::memchr(b'?', target)? + 1..];
+    form_param(&target[memchr::memchr(b'?', target)? + 1..], name)
+}
+
+/// The value of parameter `name` in `a=1&b=2` text (a query, or a form body for
+/// `url_param ... check_post`).
+pub fn form_param<'a>(q: &'a [u8], name: &str) -> Option<&'a [u8]> {
     q.split(|&b| b == b'&').find_map(|kv| {
         let v = kv.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
         Some(v)
     })
+}
+
+/// The value of RDP cookie `name` in the first bytes of an RDP connection request
+/// (`Cookie: mstshash=VALUE` ending in CRLF; the name is matched without case).
+pub fn rdp_cookie<'a>(data: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let at = memchr::memmem::find(data, b"Cookie: ")? + 8;
+    let rest = &data[at..];
+    let eq = name.len();
+    if rest.len() <= eq || !rest[..eq].eq_ignore_ascii_case(name.as_bytes()) || rest[eq] != b'=' {
+        return None;
+    }
+    let value = &rest[eq + 1..];
+    let end = memchr::memmem::find(value, b"\r\n")?;
+    Some(&value[..end])
 }
 
 /// `use_domain_only`: the label before the last dot (`www.example.com` -> `example`); the
@@ -360,8 +408,9 @@ fn main_domain(v: &[u8]) -> &[u8] {
 }
 
 /// The server a hash goes to in a table: HAProxy's map (`hash % size`) or, for a ring, the
-/// point nearest to the hash (the one before it on a tie).
-fn lookup(t: &LbTable, h: u32) -> Option<usize> {
+/// point nearest to the hash (the one before it on a tie), or the next point on the ring
+/// whose server is `eligible` (`hash-balance-factor`).
+fn lookup(t: &LbTable, h: u32, eligible: impl Fn(usize) -> bool) -> Option<usize> {
     if t.servers.is_empty() {
         return None;
     }
@@ -373,7 +422,40 @@ fn lookup(t: &LbTable, h: u32) -> Option<usize> {
     let prev = (next + n - 1) % n;
     let dp = h.wrapping_sub(t.keys[prev]);
     let dn = t.keys[next].wrapping_sub(h);
-    Some(t.servers[if dp <= dn { prev } else { next }])
+    let start = if dp <= dn { prev } else { next };
+    (0..n)
+        .map(|k| t.servers[(start + k) % n])
+        .find(|&i| eligible(i))
+        .or(Some(t.servers[start]))
+}
+
+/// `hash-balance-factor`: whether server `i` holds fewer requests in flight than its share,
+/// as HAProxy counts it: the requests in flight plus this one, times the factor, split by
+/// weight (the remainder spread in server order), at least one.
+fn within_share(be: &Backend, st: &BackendState, i: usize) -> bool {
+    let Some(factor) = be.balance_factor else {
+        return true;
+    };
+    let weights: Vec<u64> = (0..be.servers.len())
+        .map(|k| {
+            let usable = !be.servers[k].backup && st.servers[k].usable();
+            if usable {
+                u64::from(st.servers[k].effective_weight())
+            } else {
+                0
+            }
+        })
+        .collect();
+    let total: u64 = weights.iter().sum();
+    if total == 0 {
+        return true;
+    }
+    let slots_total = ((st.in_flight() as u64 + 1) * u64::from(factor)).div_ceil(100);
+    let (per_weight, rest) = (slots_total / total, slots_total % total);
+    let before: u64 = weights[..i].iter().sum();
+    let w = weights[i];
+    let slots = (w * per_weight + (before + w) * rest / total - before * rest / total).max(1);
+    (st.servers[i].in_flight.load(Ordering::Relaxed) as u64) < slots
 }
 
 /// A backup server, when no active one is usable: the first usable one, or with
@@ -661,7 +743,7 @@ mod tests {
         PickKey {
             client: "10.0.0.1".parse().unwrap(),
             target: b"/x",
-            header: None,
+            extra: None,
         }
     }
 

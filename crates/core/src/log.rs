@@ -1087,7 +1087,7 @@ mod tests {
         );
         assert!(parse_format("%nope").unwrap_err().contains("unknown"));
         assert!(parse_format("%{+Z}r").is_err());
-        assert!(parse_format("%sslv")
+        assert!(parse_format("%lc")
             .unwrap_err()
             .contains("not supported yet"));
         let t = parse_format("%{+X}o %Ts %[src,lower]").unwrap();

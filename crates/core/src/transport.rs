@@ -142,6 +142,20 @@ impl Conn {
             .is_ok_and(|n| n > 0)
     }
 
+    /// Copies what is waiting to be read into `buf` without consuming it (`balance
+    /// rdp-cookie` looks at a connection's first bytes before they are relayed).
+    pub fn peek_now(&self, buf: &mut [u8]) -> usize {
+        let mut tmp = vec![MaybeUninit::<u8>::uninit(); buf.len()];
+        let n = socket2::SockRef::from(self.tcp())
+            .recv_with_flags(&mut tmp, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            .unwrap_or(0);
+        for (d, s) in buf.iter_mut().zip(&tmp[..n]) {
+            // SAFETY: the kernel wrote the first `n` bytes.
+            *d = unsafe { s.assume_init() };
+        }
+        n
+    }
+
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.write_pair(bytes, &[], false).await
     }

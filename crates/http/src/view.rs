@@ -60,6 +60,16 @@ impl<'a> RequestView<'a> {
     }
 
     /// The client asked to close its connection after this exchange.
+    /// The part of the body already received with the head (at most its announced length).
+    pub fn body_so_far(&self) -> &'a [u8] {
+        let RequestKind::H1 { buf, head } = self.kind;
+        let rest = buf.get(head.len..).unwrap_or_default();
+        match head.framing {
+            Framing::Length(n) => &rest[..rest.len().min(n as usize)],
+            _ => &[],
+        }
+    }
+
     pub fn wants_close(&self) -> bool {
         let RequestKind::H1 { head, .. } = self.kind;
         head.wants_close

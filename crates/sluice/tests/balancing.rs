@@ -308,12 +308,15 @@ fn retries_and_redispatch_on_connection_failures() {
     drop(p);
     // Without it, the retries stay on the dead server and end in 503.
     let p = Sluice::start(&cfg("    retries 1"));
+    let started = std::time::Instant::now();
     let statuses: Vec<u16> = (0..4).map(|_| get(p.addr(), "/").status).collect();
     assert_eq!(
         statuses.iter().filter(|&&s| s == 503).count(),
         2,
         "{statuses:?}"
     );
+    // Each retry on the same server waited HAProxy's turn-around, min(1s, timeout connect).
+    assert!(started.elapsed() >= Duration::from_millis(1900));
 }
 
 /// An origin that holds `/hold*` requests until released and records arrival order.
@@ -472,6 +475,103 @@ fn abortonclose_drops_queued_requests_of_departed_clients() {
         assert_eq!(
             sent_quitter, !abort,
             "abortonclose={abort}: the abandoned request reached the server: {sent_quitter}"
+        );
+    }
+}
+
+#[test]
+fn url_param_check_post_finds_the_parameter_in_a_form_body() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance url_param user check_post\n    server a {}\n    server b {}\n",
+        a.addr, b.addr
+    ));
+    let post = |user: &str| {
+        let body = format!("user={user}&x=1");
+        let mut c = p.connect();
+        c.send(
+            format!(
+                "POST /login HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        c.response().text()[..1].to_string()
+    };
+    // A user's requests land on one server, whether the parameter is in the query or the
+    // form body; some users land on each server.
+    let mut seen = std::collections::HashSet::new();
+    for user in [
+        "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi",
+    ] {
+        let server = post(user);
+        assert_eq!(post(user), server);
+        assert_eq!(
+            get(p.addr(), &format!("/login?user={user}")).text()[..1],
+            server
+        );
+        seen.insert(server);
+    }
+    assert_eq!(seen.len(), 2, "eight users spread over both servers");
+}
+
+#[test]
+fn rdp_cookie_keeps_a_terminal_session_on_one_server() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let p = Sluice::start(&format!(
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nfrontend fe\n    {{fe}}\n    tcp-request inspect-delay 5s\n    default_backend be\nbackend be\n    balance rdp-cookie\n    server a {}\n    server b {}\n",
+        a.addr, b.addr
+    ));
+    // An RDP connection request carries `Cookie: mstshash=USER`; the origins here answer
+    // HTTP, so the cookie travels in front of a request line they read as a header.
+    let ask = |user: &str| {
+        let mut c = p.connect();
+        c.send(format!("GET / HTTP/1.1\r\nCookie: mstshash={user}\r\nHost: h\r\n\r\n").as_bytes());
+        c.response().text()[..1].to_string()
+    };
+    let mut seen = std::collections::HashSet::new();
+    for user in ["u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8"] {
+        let server = ask(user);
+        for _ in 0..3 {
+            assert_eq!(ask(user), server, "{user}");
+        }
+        seen.insert(server);
+    }
+    assert_eq!(seen.len(), 2);
+}
+
+#[test]
+fn the_balance_factor_moves_a_busy_key_to_the_next_server() {
+    let slow = |name: &str| {
+        let n = name.to_string();
+        Origin::with_handler(
+            name,
+            Arc::new(move |r: &Received| {
+                Reply::Delayed(
+                    Duration::from_millis(800),
+                    ok_response(&format!("{n} {}", r.target)),
+                )
+            }),
+        )
+    };
+    let (a, b) = (slow("a"), slow("b"));
+    for (factor, spread) in [("", false), ("    hash-balance-factor 100\n", true)] {
+        let p = Sluice::start(&format!(
+            "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance uri\n    hash-type consistent\n{factor}    server a {}\n    server b {}\n",
+            a.addr, b.addr
+        ));
+        let before = a.count() + b.count();
+        let addr = p.addr();
+        let first = std::thread::spawn(move || get(addr, "/same").text());
+        wait_until("the first request to be in flight", || {
+            a.count() + b.count() > before
+        });
+        let second = get(addr, "/same").text();
+        let first = first.join().unwrap();
+        assert_eq!(
+            first[..1] != second[..1],
+            spread,
+            "{factor}: {first} / {second}"
         );
     }
 }

@@ -13,8 +13,12 @@ pub enum Algo {
     Source,
     /// Hash of the request target.
     Uri(UriOpts),
-    /// Hash of a query-string parameter's value; round robin when it is absent.
-    UrlParam(String),
+    /// Hash of a query-string parameter's value (with `check_post`, also looked for in a
+    /// form body already received); round robin when it is absent.
+    UrlParam(String, bool),
+    /// Hash of the RDP cookie (`mstshash` by default) of a TCP connection's first bytes;
+    /// round robin when it is absent.
+    RdpCookie(String),
     /// Hash of the named header (lowercase) or, with `use_domain_only`, of its domain's
     /// main part; round robin when it is absent.
     Hdr(String, bool),
@@ -44,7 +48,8 @@ impl Algo {
             Algo::Random(n) => format!("random({n})"),
             Algo::Source => "source".into(),
             Algo::Uri(_) => "uri".into(),
-            Algo::UrlParam(_) => "url_param".into(),
+            Algo::UrlParam(..) => "url_param".into(),
+            Algo::RdpCookie(n) => format!("rdp-cookie({n})"),
             Algo::Hdr(h, _) => format!("hdr({h})"),
         }
     }
@@ -53,7 +58,7 @@ impl Algo {
     pub fn hashes(&self) -> bool {
         matches!(
             self,
-            Algo::Source | Algo::Uri(_) | Algo::UrlParam(_) | Algo::Hdr(..)
+            Algo::Source | Algo::Uri(_) | Algo::UrlParam(..) | Algo::Hdr(..) | Algo::RdpCookie(_)
         )
     }
 }
@@ -85,4 +90,7 @@ pub struct BalanceConf {
     /// `option allbackups`: when no active server is usable, balance over every usable
     /// backup server rather than only the first.
     pub allbackups: bool,
+    /// `hash-balance-factor N`: with consistent hashing, a server holding more than N% of
+    /// its weight's share of the requests in flight is passed over for the next on the ring.
+    pub balance_factor: Option<u32>,
 }

@@ -196,6 +196,8 @@ pub struct Backend {
     pub algo: Algo,
     pub hash: balance::HashType,
     pub allbackups: bool,
+    /// `hash-balance-factor`.
+    pub balance_factor: Option<u32>,
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,
     pub timeout_queue: Option<Duration>,

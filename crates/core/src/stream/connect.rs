@@ -1,6 +1,7 @@
 //! Getting a server connection for a request, for HTTP and TCP alike: the server's queue
 //! (`maxconn`), a private, pooled or new connection, and the one connection-retry policy
-//! (`retries`, the last retry elsewhere with `option redispatch`).
+//! (`retries` spaced by HAProxy's turn-around delay, the last retry elsewhere with
+//! `option redispatch`).
 //!
 //! Invariants:
 //! - A retry only ever follows a failed connection attempt: nothing reached a server, so it
@@ -122,6 +123,9 @@ pub(crate) struct Reuse<'s> {
     pub first_request: bool,
 }
 
+/// The pause before a connection is retried on the server that just refused it.
+const TURN_AROUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Gets a connection to `backend`'s server `server` (or, after failures and with
 /// `option redispatch`, another one). With `abort_on` (`option abortonclose`), a client
 /// that closes while queued ends the wait.
@@ -175,6 +179,7 @@ pub(crate) async fn establish<'w>(
         at.retries += 1;
         let counters = st.servers[server].counters.at(w.tid);
         counters.retries.bump();
+        let failed = server;
         if be.redispatch && attempt == be.retries {
             if let Some(other) = balance::pick_other(be, st, key, &w.lb, server) {
                 counters.redispatches.bump();
@@ -184,6 +189,14 @@ pub(crate) async fn establish<'w>(
                 occupancy = occupy(w, backend, server, abort_on).await;
                 occ = occupancy?;
             }
+        }
+        if server == failed {
+            // HAProxy's turn-around: the same server is tried again only after
+            // min(1s, timeout connect), rather than hammered at once.
+            let turn = be
+                .timeout_connect
+                .map_or(TURN_AROUND, |t| t.min(TURN_AROUND));
+            tokio::time::sleep(turn).await;
         }
     }
 }

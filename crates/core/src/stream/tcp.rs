@@ -40,10 +40,21 @@ pub(crate) async fn serve(
         client.abort();
         return;
     }
+    // `balance rdp-cookie`: the cookie of the RDP connection request, once it arrived
+    // (within `tcp-request inspect-delay`).
+    let mut first = [0u8; 512];
+    let mut rdp = None;
+    if let crate::balance::Algo::RdpCookie(name) = &be.algo {
+        if let Some(delay) = frontend.rules.inspect_delay {
+            let _ = tokio::time::timeout(delay, client.readable()).await;
+        }
+        let n = client.peek_now(&mut first);
+        rdp = balance::rdp_cookie(&first[..n], name);
+    }
     let key = PickKey {
         client: peer.ip(),
         target: b"",
-        header: None,
+        extra: rdp,
     };
     let Some(server) = balance::pick(be, &w.state().backends[backend], &key, &w.lb) else {
         let at = Attempts::new(0);

@@ -423,7 +423,7 @@ impl Txn {
         let key = PickKey {
             client: s.peer.get().ip(),
             target: b"",
-            header: None,
+            extra: None,
         };
         self.phase = Phase::Queue;
         let mut at = Attempts::new(server);
@@ -996,17 +996,22 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
         return (Route::StatsPage(Some(backend)), edits);
     }
-    let header = match &be.algo {
+    let extra = match &be.algo {
         // The first value of the first such header, as HAProxy takes it.
         balance::Algo::Hdr(name, _) => req
             .header(name)
             .map(|v| sluice_http::trim_ows(v.split(|&b| b == b',').next().unwrap_or(v))),
+        // `check_post`: a form body, as far as it arrived with the head.
+        balance::Algo::UrlParam(name, true) => req
+            .header("content-type")
+            .filter(|t| t.starts_with(b"application/x-www-form-urlencoded"))
+            .and_then(|_| balance::form_param(req.body_so_far(), name)),
         _ => None,
     };
     let key = PickKey {
         client: s.peer.get().ip(),
         target: req.target(),
-        header,
+        extra,
     };
     // The server a persistence cookie names, when usable (or with `option persist`).
     let cookie_server = be
