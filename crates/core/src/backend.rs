@@ -15,6 +15,16 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: parse_server,
     },
     Keyword {
+        name: "dispatch",
+        scope: Scope::BACKEND,
+        help: "dispatch ADDR:PORT: the one destination of a backend without servers (shown as server 'dispatch')",
+        parse: |c, args| {
+            let v = crate::conf::one_arg(args, "an address (ADDR:PORT)")?;
+            c.backend.dispatch = Some(resolve(v).map_err(|e| KwError::bad(1, v, e))?);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "default-server",
         scope: Scope::BE,
         help: "default-server [options]: options applied to every following server",
@@ -354,16 +364,24 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
 /// Server ids not set with `id` are assigned as HAProxy does: the n-th server gets the first
 /// free id from n on.
 pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
-    let mut taken: Vec<u32> = conf
+    // `dispatch` stands for the server a backend without servers lacks.
+    let dispatch = conf
         .backend
-        .servers
-        .iter()
-        .filter_map(|s| s.opts.id)
-        .collect();
+        .dispatch
+        .filter(|_| conf.backend.servers.is_empty())
+        .map(|addr| ServerSpec {
+            name: "dispatch".into(),
+            addr,
+            opts: conf.backend.default_server.clone(),
+        });
+    let specs = if dispatch.is_some() {
+        std::slice::from_ref(dispatch.as_ref().expect("just checked"))
+    } else {
+        &conf.backend.servers[..]
+    };
+    let mut taken: Vec<u32> = specs.iter().filter_map(|s| s.opts.id).collect();
     let mut next = 1;
-    let servers = conf
-        .backend
-        .servers
+    let servers = specs
         .iter()
         .map(|s| {
             let id = s.opts.id.unwrap_or_else(|| {

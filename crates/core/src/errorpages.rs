@@ -5,8 +5,10 @@
 
 use sluice_config::{Keyword, KwError, Scope};
 
-pub use crate::conf::errorpages::ErrorPages;
+pub use crate::conf::errorpages::{ErrorPages, Page};
+pub use crate::conf::rules::Reply;
 use crate::conf::ProxyConf;
+use crate::sample::Fmt;
 
 /// Status codes whose pages may be replaced (those the proxy itself produces).
 const CODES: [u16; 12] = [400, 403, 404, 405, 408, 413, 414, 425, 429, 431, 500, 501];
@@ -82,7 +84,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "errorfile CODE FILE: send FILE (a complete HTTP response) instead of the built-in CODE page",
         parse: |c, a| {
             let (status, bytes) = parse_errorfile(a)?;
-            c.errors.set(status, bytes);
+            c.errors.set(status, Page::Static(bytes.into()));
             Ok(())
         },
     },
@@ -107,7 +109,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "http-error",
         scope: Scope::PROXY,
-        help: "http-error status CODE [content-type T] [string S | file F]: replace a built-in error page",
+        help: "http-error status CODE [content-type T] [string S | lf-string F | file F | lf-file F | errorfile F] [hdr NAME FMT]...: replace a built-in error page",
         parse: |c, a| {
             let [kw, code, rest @ ..] = a else {
                 return Err(KwError::Missing("status CODE"));
@@ -116,43 +118,125 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 return Err(KwError::bad(1, kw, "expects 'status'"));
             }
             let status = status_arg(code, 2)?;
-            let mut content_type = None;
-            let mut body = Vec::new();
-            let mut i = 0;
-            while i < rest.len() {
-                let v = rest.get(i + 1).ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", rest[i])))?;
-                match rest[i].as_str() {
-                    "content-type" => content_type = Some(v.clone()),
-                    "string" => body = v.clone().into_bytes(),
-                    "file" => body = std::fs::read(v).map_err(|e| KwError::bad(i + 4, v, format!("cannot read file: {e}")))?,
-                    "errorfile" => {
-                        let (_, page) = parse_errorfile(&[code.clone(), v.clone()])?;
-                        c.errors.set(status, page);
-                        return Ok(());
-                    }
-                    "lf-string" | "lf-file" | "errorfiles" | "default-errorfiles" | "hdr" => {
-                        return Err(KwError::Invalid(format!(
-                            "http-error option '{}': not supported yet",
-                            rest[i]
-                        )))
-                    }
-                    other => return Err(KwError::bad(i + 3, other, "expects content-type, string, file or errorfile")),
-                }
-                i += 2;
-            }
-            let mut out = format!(
-                "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\ncache-control: no-cache\r\n",
-                sluice_http::reason(status),
-                body.len()
-            )
-            .into_bytes();
-            if let Some(ct) = content_type {
-                out.extend_from_slice(format!("content-type: {ct}\r\n").as_bytes());
-            }
-            out.extend_from_slice(b"connection: close\r\n\r\n");
-            out.extend_from_slice(&body);
-            c.errors.set(status, out);
+            // The answer as `return` writes it; an `errorfile` is the page as it is.
+            let (reply, _) = parse_reply(rest, status).map_err(|e| e.shifted(2))?;
+            let page = match reply.raw {
+                Some(raw) => Page::Static(raw.into()),
+                None => Page::Reply(Reply { status, ..reply }.into()),
+            };
+            c.errors.set(status, page);
             Ok(())
         },
     },
 ];
+
+/// A log-format value of a rule (`%[...]` samples allowed).
+pub(crate) fn fmt_arg(v: &str, index: usize) -> Result<Fmt, KwError> {
+    crate::sample::parse_fmt(v).map_err(|e| KwError::bad(index, v, e.0))
+}
+
+/// A header value: a log-format value without control characters.
+pub(crate) fn header_value(v: &str, index: usize) -> Result<Fmt, KwError> {
+    if v.bytes().any(|b| b < 0x20 && b != b'\t') {
+        return Err(KwError::bad(
+            index,
+            v,
+            "control characters are not allowed in a header value",
+        ));
+    }
+    fmt_arg(v, index)
+}
+
+pub(crate) fn check_name(name: &str, index: usize) -> Result<(), KwError> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(KwError::bad(index, name, "not a valid header name"))
+    }
+}
+
+fn parse_status(s: &str, index: usize) -> Result<u16, KwError> {
+    s.parse::<u16>()
+        .ok()
+        .filter(|n| (200..=599).contains(n))
+        .ok_or_else(|| KwError::bad(index, s, "expects a status code from 200 to 599"))
+}
+
+/// The answer of `return`, `deny` and `tarpit`: `[status|deny_status N] [content-type T]
+/// [string S | lf-string F | file F | lf-file F | errorfile F | default-errorfiles]
+/// [hdr NAME FMT]...`. `custom`: a payload, a content type or a header was given (a
+/// `deny` without one sends the error page of its status).
+pub(crate) fn parse_reply(params: &[String], status: u16) -> Result<(Reply, bool), KwError> {
+    let mut r = Reply {
+        status,
+        content_type: None,
+        body: Vec::new(),
+        lf: None,
+        hdrs: Vec::new(),
+        raw: None,
+    };
+    let mut custom = false;
+    let mut i = 0;
+    while i < params.len() {
+        let idx = i + 2;
+        if params[i] == "default-errorfiles" {
+            i += 1;
+            continue;
+        }
+        let arg = params
+            .get(i + 1)
+            .ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", params[i])))?;
+        let read = |path: &str| {
+            std::fs::read(path)
+                .map_err(|e| KwError::bad(idx + 1, path, format!("cannot read file: {e}")))
+        };
+        match params[i].as_str() {
+            "status" | "deny_status" => r.status = parse_status(arg, idx + 1)?,
+            "content-type" => r.content_type = Some(arg.clone()),
+            "string" => r.body = arg.clone().into_bytes(),
+            "lf-string" => r.lf = Some(fmt_arg(arg, idx + 1)?),
+            "file" => r.body = read(arg)?,
+            "lf-file" => {
+                let text = String::from_utf8(read(arg)?)
+                    .map_err(|_| KwError::bad(idx + 1, arg, "not UTF-8 text"))?;
+                r.lf = Some(fmt_arg(&text, idx + 1)?);
+            }
+            "errorfile" => {
+                let page = crate::errorpages::load_errorfile(arg)
+                    .map_err(|e| KwError::bad(idx + 1, arg, e))?;
+                r.raw = Some(page);
+            }
+            "hdr" => {
+                let value = params
+                    .get(i + 2)
+                    .ok_or(KwError::Missing("a header name and a value after 'hdr'"))?;
+                check_name(arg, idx + 1)?;
+                r.hdrs.push((arg.clone(), header_value(value, idx + 2)?));
+                i += 1;
+            }
+            "errorfiles" => {
+                return Err(KwError::Invalid(
+                    "option 'errorfiles': not supported yet in a rule (errorfile FILE is)".into(),
+                ))
+            }
+            other => return Err(KwError::bad(
+                idx,
+                other,
+                "expects status, content-type, string, lf-string, file, lf-file, errorfile or hdr",
+            )),
+        }
+        custom |= params[i] != "status" && params[i] != "deny_status";
+        i += 2;
+    }
+    let has_body = !r.body.is_empty() || r.lf.is_some();
+    if has_body && r.content_type.is_none() {
+        return Err(KwError::Invalid(
+            "an answer with a body needs a content-type".into(),
+        ));
+    }
+    Ok((r, custom))
+}

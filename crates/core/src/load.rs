@@ -124,7 +124,9 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     };
                     match line.words[0].as_str() {
                         "errorfile" => match errorpages::parse_errorfile(&line.words[1..]) {
-                            Ok((code, page)) => pages.push((code, page.into())),
+                            Ok((code, page)) => {
+                                pages.push((code, errorpages::Page::Static(page.into())))
+                            }
                             Err(e) => errors.push(
                                 loc.error(format!("'errorfile' in 'http-errors' section: {e}")),
                             ),

@@ -8,7 +8,8 @@ pub use crate::acl::holds;
 pub(crate) use crate::acl::parse_cond;
 pub use crate::conf::rules::*;
 use crate::conf::{Loc, ProxyConf};
-use crate::sample::{Ctx, Expr, Fmt, Match, Sample, Tracker, VarName};
+use crate::errorpages::{check_name, fmt_arg, header_value, parse_reply};
+use crate::sample::{Ctx, Expr, Match, Sample, Tracker, VarName};
 use crate::stick::{Counter, Key};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
@@ -195,23 +196,6 @@ const PENDING_ACTIONS: &[&str] = &[
     "send-spoe-group",
     "lua",
 ];
-
-/// A log-format value of a rule (`%[...]` samples allowed).
-fn fmt_arg(v: &str, index: usize) -> Result<Fmt, KwError> {
-    crate::sample::parse_fmt(v).map_err(|e| KwError::bad(index, v, e.0))
-}
-
-/// A header value: a log-format value without control characters.
-fn header_value(v: &str, index: usize) -> Result<Fmt, KwError> {
-    if v.bytes().any(|b| b < 0x20 && b != b'\t') {
-        return Err(KwError::bad(
-            index,
-            v,
-            "control characters are not allowed in a header value",
-        ));
-    }
-    fmt_arg(v, index)
-}
 
 /// A tracking slot: `0`, `1` or `2`.
 fn slot_of(s: &str) -> Option<u8> {
@@ -687,100 +671,6 @@ fn parse_redirect(params: &[String]) -> Result<Redirect, KwError> {
         i += 1;
     }
     Ok(r)
-}
-
-fn check_name(name: &str, index: usize) -> Result<(), KwError> {
-    let ok = !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(KwError::bad(index, name, "not a valid header name"))
-    }
-}
-
-fn parse_status(s: &str, index: usize) -> Result<u16, KwError> {
-    s.parse::<u16>()
-        .ok()
-        .filter(|n| (200..=599).contains(n))
-        .ok_or_else(|| KwError::bad(index, s, "expects a status code from 200 to 599"))
-}
-
-/// The answer of `return`, `deny` and `tarpit`: `[status|deny_status N] [content-type T]
-/// [string S | lf-string F | file F | lf-file F | errorfile F | default-errorfiles]
-/// [hdr NAME FMT]...`. `custom`: a payload, a content type or a header was given (a
-/// `deny` without one sends the error page of its status).
-fn parse_reply(params: &[String], status: u16) -> Result<(Reply, bool), KwError> {
-    let mut r = Reply {
-        status,
-        content_type: None,
-        body: Vec::new(),
-        lf: None,
-        hdrs: Vec::new(),
-        raw: None,
-    };
-    let mut custom = false;
-    let mut i = 0;
-    while i < params.len() {
-        let idx = i + 2;
-        if params[i] == "default-errorfiles" {
-            i += 1;
-            continue;
-        }
-        let arg = params
-            .get(i + 1)
-            .ok_or_else(|| KwError::Invalid(format!("'{}' expects a value", params[i])))?;
-        let read = |path: &str| {
-            std::fs::read(path)
-                .map_err(|e| KwError::bad(idx + 1, path, format!("cannot read file: {e}")))
-        };
-        match params[i].as_str() {
-            "status" | "deny_status" => r.status = parse_status(arg, idx + 1)?,
-            "content-type" => r.content_type = Some(arg.clone()),
-            "string" => r.body = arg.clone().into_bytes(),
-            "lf-string" => r.lf = Some(fmt_arg(arg, idx + 1)?),
-            "file" => r.body = read(arg)?,
-            "lf-file" => {
-                let text = String::from_utf8(read(arg)?)
-                    .map_err(|_| KwError::bad(idx + 1, arg, "not UTF-8 text"))?;
-                r.lf = Some(fmt_arg(&text, idx + 1)?);
-            }
-            "errorfile" => {
-                let page = crate::errorpages::load_errorfile(arg)
-                    .map_err(|e| KwError::bad(idx + 1, arg, e))?;
-                r.raw = Some(page);
-            }
-            "hdr" => {
-                let value = params
-                    .get(i + 2)
-                    .ok_or(KwError::Missing("a header name and a value after 'hdr'"))?;
-                check_name(arg, idx + 1)?;
-                r.hdrs.push((arg.clone(), header_value(value, idx + 2)?));
-                i += 1;
-            }
-            "errorfiles" => {
-                return Err(KwError::Invalid(
-                    "option 'errorfiles': not supported yet in a rule (errorfile FILE is)".into(),
-                ))
-            }
-            other => return Err(KwError::bad(
-                idx,
-                other,
-                "expects status, content-type, string, lf-string, file, lf-file, errorfile or hdr",
-            )),
-        }
-        custom |= params[i] != "status" && params[i] != "deny_status";
-        i += 2;
-    }
-    let has_body = !r.body.is_empty() || r.lf.is_some();
-    if has_body && r.content_type.is_none() {
-        return Err(KwError::Invalid(
-            "an answer with a body needs a content-type".into(),
-        ));
-    }
-    Ok((r, custom))
 }
 
 /// Which slots a tracking action fills: the connection's (`tcp-request connection|session`,

@@ -575,3 +575,17 @@ fn the_balance_factor_moves_a_busy_key_to_the_next_server() {
         );
     }
 }
+
+#[test]
+fn dispatch_serves_a_backend_without_servers() {
+    let o = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    dispatch {}\n",
+        o.addr
+    ));
+    assert_eq!(get(p.addr(), "/d").text(), "o /d");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    dispatch nowhere\n"
+    ));
+    assert!(!ok && out.contains("dispatch"), "{out}");
+}

@@ -583,7 +583,7 @@ fn errorfile_and_http_error_replace_built_in_pages() {
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nall busy :(\n",
     );
     let p = Sluice::start(&format!(
-        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 404 content-type text/plain string \"nothing here\"\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain string \"backend says no\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
+        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 404 content-type text/plain string \"nothing here\"\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain hdr Retry-After 30 lf-string \"backend %[be_name] says no to %[path]\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
     ));
     let r = get(p.addr(), "/nowhere");
     assert_eq!((r.status, r.text().as_str()), (404, "nothing here"));
@@ -596,9 +596,10 @@ fn errorfile_and_http_error_replace_built_in_pages() {
     let r = get(p.addr(), "/own");
     assert_eq!(
         (r.status, r.text().as_str()),
-        (503, "backend says no"),
-        "the backend's page wins"
+        (503, "backend own says no to /own"),
+        "the backend's page wins, rendered for the request"
     );
+    assert_eq!(r.header("retry-after"), Some("30"));
     // A malformed request after all of that still gets the built-in 400.
     let (r, _) = raw_exchange(p.addr(), b"GET / HTTP/1.1\r\nHost : x\r\n\r\n");
     assert_eq!(r.unwrap().status, 400);

@@ -49,6 +49,10 @@ fn the_n_plus_first_request_in_a_window_is_refused_on_every_worker_and_the_limit
         entry_value(&sock, "fe", "http_req_rate") == Some(0)
     });
     assert_eq!(status(&p, "/"), 200);
+    // The transaction lets go of the entry just after its answer went out.
+    wait_until("the entry to be released", || {
+        Sluice::cli(&sock, "show table fe").contains(" use=0 ")
+    });
     let table = Sluice::cli(&sock, "show table fe");
     assert!(
         table.starts_with("# table: fe, type: ip, size:1024, used:1\n"),

@@ -54,6 +54,8 @@ pub struct ServerSpec {
 #[derive(Debug, Clone, Default)]
 pub struct BackendConf {
     pub servers: Vec<ServerSpec>,
+    /// `dispatch ADDR:PORT`: where requests go in a backend without servers.
+    pub dispatch: Option<std::net::SocketAddr>,
     pub default_server: ServerOpts,
     pub timeout_connect: Option<Duration>,
     pub timeout_server: Option<Duration>,

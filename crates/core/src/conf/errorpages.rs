@@ -4,29 +4,38 @@
 use std::sync::Arc;
 
 use super::loc::Loc;
+use super::rules::Reply;
+
+/// An error page: a whole response as configured, or an answer rendered per request
+/// (`http-error ... lf-string|lf-file|hdr`).
+#[derive(Debug, Clone)]
+pub enum Page {
+    Static(Arc<[u8]>),
+    Reply(Arc<Reply>),
+}
 
 /// The pages of every `http-errors` section, by name.
-pub type ErrorSets = std::collections::HashMap<String, Vec<(u16, Arc<[u8]>)>>;
+pub type ErrorSets = std::collections::HashMap<String, Vec<(u16, Page)>>;
 
 #[derive(Debug, Clone, Default)]
 pub struct ErrorPages {
-    pages: Vec<(u16, Arc<[u8]>)>,
+    pages: Vec<(u16, Page)>,
     /// `errorfiles NAME [CODE...]` lines, resolved once every `http-errors` section is
     /// known: (how many pages were set before the line, name, codes, where).
     pub sets: Vec<(usize, String, Vec<u16>, Loc)>,
 }
 
 impl ErrorPages {
-    pub fn get(&self, status: u16) -> Option<&[u8]> {
+    pub fn get(&self, status: u16) -> Option<&Page> {
         self.pages
             .iter()
             .rev()
             .find(|(s, _)| *s == status)
-            .map(|(_, b)| &b[..])
+            .map(|(_, p)| p)
     }
 
-    pub(crate) fn set(&mut self, status: u16, bytes: Vec<u8>) {
-        self.pages.push((status, bytes.into()));
+    pub(crate) fn set(&mut self, status: u16, page: Page) {
+        self.pages.push((status, page));
     }
 
     /// Records an `errorfiles` line at its place among the pages.

@@ -20,9 +20,11 @@ use sluice_http::{error_page, parse_request, HeadError, RequestHead, RequestView
 
 use super::connect::ServerConn;
 use super::deadline::within;
+use super::heads::{reply_bytes, with_close};
 use super::report::{Cause, Fail, Phase, ReqLog};
 use crate::buffer::Buf;
 use crate::conf::Frontend;
+use crate::errorpages::Page;
 use crate::runtime::Worker;
 use crate::sample::{Ctx, StreamVars};
 use crate::stick::Counter;
@@ -198,10 +200,32 @@ impl Session {
     /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the
     /// frontend's, else the built-in one.
     pub fn error_bytes(&self, status: u16, backend: Option<usize>) -> Vec<u8> {
-        backend
+        self.error_page_for(status, backend, None)
+    }
+
+    /// [`Self::error_bytes`] for a request still at hand: a page rendered per request
+    /// (`http-error ... lf-string`) sees it.
+    pub fn error_page_for(
+        &self,
+        status: u16,
+        backend: Option<usize>,
+        req: Option<&RequestView<'_>>,
+    ) -> Vec<u8> {
+        let page = backend
             .and_then(|b| self.w.config().backends[b].errors.get(status))
-            .or_else(|| self.frontend().errors.get(status))
-            .map_or_else(|| error_page(status), <[u8]>::to_vec)
+            .or_else(|| self.frontend().errors.get(status));
+        match page {
+            None => error_page(status),
+            Some(Page::Static(bytes)) => bytes.to_vec(),
+            Some(Page::Reply(r)) => {
+                let cx = Ctx {
+                    backend,
+                    req,
+                    ..self.sample_ctx_base()
+                };
+                with_close(reply_bytes(r, &cx))
+            }
+        }
     }
 
     /// Sends the error page of `status` and closes gracefully; without a status the

@@ -180,7 +180,7 @@ impl Txn {
                     .unwrap_or_default();
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Denied);
-                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
+                let page = page.unwrap_or_else(|| s.error_page_for(status, backend, Some(&req)));
                 let bytes = with_close(after_response(s, backend, Some(&req), page));
                 s.cbuf.consume(head.len);
                 self.backend = backend;
@@ -201,7 +201,7 @@ impl Txn {
                 if denied {
                     self.log.local = Some(Local::Denied);
                 }
-                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
+                let page = page.unwrap_or_else(|| s.error_page_for(status, backend, Some(&req)));
                 let bytes = after_response(s, backend, Some(&req), page);
                 s.cbuf.consume(head.len);
                 self.backend = backend;
