@@ -374,10 +374,9 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
             addr,
             opts: conf.backend.default_server.clone(),
         });
-    let specs = if dispatch.is_some() {
-        std::slice::from_ref(dispatch.as_ref().expect("just checked"))
-    } else {
-        &conf.backend.servers[..]
+    let specs = match &dispatch {
+        Some(d) => std::slice::from_ref(d),
+        None => &conf.backend.servers[..],
     };
     let mut taken: Vec<u32> = specs.iter().filter_map(|s| s.opts.id).collect();
     let mut next = 1;
@@ -546,7 +545,11 @@ mod tests {
     #[test]
     fn default_server_applies_to_later_servers() {
         let mut c = ProxyConf::default();
-        (KEYWORDS[1].parse)(&mut c, &words("weight 5")).unwrap();
+        let default_server = KEYWORDS
+            .iter()
+            .find(|k| k.name == "default-server")
+            .unwrap();
+        (default_server.parse)(&mut c, &words("weight 5")).unwrap();
         parse_server(&mut c, &words("a 127.0.0.1:1")).unwrap();
         parse_server(&mut c, &words("b 127.0.0.1:2 weight 2")).unwrap();
         assert_eq!(c.backend.servers[0].opts.weight, Some(5));
