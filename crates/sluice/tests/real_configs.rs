@@ -215,3 +215,40 @@ fn http_errors_sections_and_errorfiles() {
     let (ok, out) = check_config("http-errors e\n    errorfile 999 /dev/null\n");
     assert!(!ok && out.contains("http-errors"), "{out}");
 }
+
+const HAPROXY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/haproxy-2.6");
+
+/// The lines of a keyword list (comments and blank lines left out).
+fn keyword_lines(file: &str) -> Vec<String> {
+    std::fs::read_to_string(format!("{HAPROXY}/{file}"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_haproxy_keyword_is_implemented_or_named_as_not_supported_yet() {
+    let global = keyword_lines("keywords-global.txt");
+    let proxy = keyword_lines("keywords-proxy.txt");
+    let mut cfg = String::from("global\n");
+    for l in &global {
+        cfg.push_str(&format!("    {l}\n"));
+    }
+    cfg.push_str("backend other\n    server o 127.0.0.1:5\nlisten px\n");
+    for l in &proxy {
+        cfg.push_str(&format!("    {l}\n"));
+    }
+    let (_, out) = check_config(&cfg);
+    // Every error names its line; none says the keyword is unknown or suggests another.
+    let offending: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("unknown keyword") || l.contains("did you mean"))
+        .collect();
+    assert!(offending.is_empty(), "{}", offending.join("\n"));
+    // What is left is reported as not supported yet (or an argument problem of a keyword
+    // sluice knows); the count is in the note of the issue.
+    let not_yet = out.lines().filter(|l| l.contains("not supported yet")).count();
+    eprintln!("{not_yet} of {} keyword lines are not supported yet", global.len() + proxy.len());
+}
