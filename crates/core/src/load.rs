@@ -309,6 +309,17 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
         });
     }
     resolve_tracks(&proxies, &mut backends, &mut errors);
+    for (p, be) in proxies.iter().filter(|p| is_backend(p.kind)).zip(&backends) {
+        for (name, _) in &be.persist.use_server {
+            if !be.servers.iter().any(|s| &s.name == name) {
+                errors.push(p.header.error(format!(
+                    "{} '{}': use-server names no server '{name}' of this backend",
+                    p.kind.name(),
+                    p.name
+                )));
+            }
+        }
+    }
     let mut frontends = Vec::new();
     let mut fe_locs = Vec::new();
     for (order, (p, &id)) in proxies

@@ -1,4 +1,5 @@
-//! Stick-table persistence, as HAProxy's `stick` rules: `stick match` sends a request
+//! Choosing a server before balancing: `use-server` rules, the persistence cookie
+//! (`cookie`), and stick-table persistence, as HAProxy's `stick` rules: `stick match` sends a request
 //! whose key has an entry to the server the entry names, `stick store-request` and
 //! `stick store-response` make the key's entry name the server that served the request,
 //! and `stick on` does both.
@@ -6,8 +7,9 @@
 //! Invariants:
 //! - A table a `stick` rule uses stores `server_id` (added when the configuration is
 //!   loaded): entries name servers by their `id`, which reloads keep.
-//! - Matching runs after cookie persistence and never overrides it; the first matching
-//!   rule with a usable server wins (a server that is down only with `option persist`).
+//! - `use-server` wins over the cookie, the cookie over `stick match`; the first matching
+//!   rule with a usable server wins (a server that is down only with `option persist` or
+//!   `force-persist`); `ignore-persist` leaves the cookie and the tables out.
 //! - Keys are stored once the server is known, when its response head arrives, and only
 //!   the first key of each table is kept per request, as HAProxy keeps at most one.
 
@@ -21,16 +23,70 @@ use crate::runtime::BackendState;
 use crate::sample::Ctx;
 use crate::stick::{Counter, Key, Table};
 
-pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
-    name: "stick",
-    scope: Scope::BACKEND,
-    help: "stick on|match|store-request|store-response EXPR [table T] [if|unless COND]: stick-table persistence",
-    parse: |c, a| {
-        let rule = parse_stick(c, a)?;
-        c.persist.stick.push(rule);
-        Ok(())
+pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "stick",
+        scope: Scope::BACKEND,
+        help: "stick on|match|store-request|store-response EXPR [table T] [if|unless COND]: stick-table persistence",
+        parse: |c, a| {
+            let rule = parse_stick(c, a)?;
+            c.persist.stick.push(rule);
+            Ok(())
+        },
     },
-}];
+    Keyword {
+        name: "use-server",
+        scope: Scope::BACKEND,
+        help: "use-server NAME [if|unless COND]: send matching requests to this server (while it is up)",
+        parse: |c, a| {
+            let Some(name) = a.first() else {
+                return Err(KwError::Missing("a server name"));
+            };
+            let cond = crate::acl::parse_cond(&c.rules, &a[1..], 2)?;
+            c.persist.use_server.push((name.clone(), cond));
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "force-persist",
+        scope: Scope::BACKEND,
+        help: "force-persist if|unless COND: persistence may lead matching requests to a server that is down",
+        parse: |c, a| {
+            let cond = crate::acl::parse_cond(&c.rules, a, 1)?
+                .ok_or(KwError::Missing("a condition (if|unless COND)"))?;
+            c.persist.force.push(cond);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "ignore-persist",
+        scope: Scope::BACKEND,
+        help: "ignore-persist if|unless COND: matching requests are balanced whatever their cookie or table entry says",
+        parse: |c, a| {
+            let cond = crate::acl::parse_cond(&c.rules, a, 1)?
+                .ok_or(KwError::Missing("a condition (if|unless COND)"))?;
+            c.persist.ignore.push(cond);
+            Ok(())
+        },
+    },
+];
+
+/// The server of the first `use-server` rule whose condition holds and whose server is
+/// usable (or, with `option persist` or `force`, whatever its state).
+fn forced_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>, force: bool) -> Option<usize> {
+    be.persist.use_server.iter().find_map(|(name, cond)| {
+        if !crate::acl::holds(cond, cx) {
+            return None;
+        }
+        let i = be.servers.iter().position(|s| &s.name == name)?;
+        (force || be.persist.persist || st.servers[i].usable()).then_some(i)
+    })
+}
+
+/// `force-persist` / `ignore-persist`: whether a condition of `conds` holds.
+fn any_holds(conds: &[crate::conf::acl::Cond], cx: &Ctx<'_>) -> bool {
+    conds.iter().any(|c| c.eval(cx))
+}
 
 fn parse_stick(c: &ProxyConf, a: &[String]) -> Result<StickRule, KwError> {
     let Some(kind) = a.first() else {
@@ -81,8 +137,58 @@ fn key_of<'a>(rule: &StickRule, cx: &Ctx<'a>) -> Option<(&'a Arc<Table>, Key)> {
     Some((t, Key::from_sample(&k, t.conf.key)?))
 }
 
+/// What persistence decided for a request.
+#[derive(Default)]
+pub struct Persisted {
+    /// The server a `use-server` rule, the cookie or a table entry leads to, if usable.
+    pub server: Option<usize>,
+    /// The server the request's cookie names (whatever its state), with the cookie's dates.
+    pub cookie: Option<(usize, crate::cookie::CookieDates)>,
+    /// The keys `stick on|store-request` rules store once the server answers.
+    pub stick: Vec<(Arc<Table>, Key)>,
+}
+
+/// The server for a request before balancing, in HAProxy's order: `use-server` rules,
+/// then the persistence cookie, then `stick match|on` rules (neither with a matching
+/// `ignore-persist`; a server that is down only with `option persist` or a matching
+/// `force-persist`).
+pub fn decide(
+    be: &Backend,
+    st: &BackendState,
+    cx: &Ctx<'_>,
+    req: &sluice_http::RequestView<'_>,
+) -> Persisted {
+    let p = &be.persist;
+    if p.cookie.is_none() && p.stick.is_empty() && p.use_server.is_empty() {
+        return Persisted::default();
+    }
+    let force = any_holds(&p.force, cx);
+    let down_ok = force || p.persist;
+    let cookie = p
+        .cookie
+        .as_ref()
+        .and_then(|c| crate::cookie::server_of(be, c, req));
+    let stick = if p.stick.is_empty() {
+        Vec::new()
+    } else {
+        keys(be, cx, false)
+    };
+    let mut server = forced_server(be, st, cx, force);
+    if server.is_none() && !any_holds(&p.ignore, cx) {
+        server = cookie
+            .map(|(i, _)| i)
+            .filter(|&i| down_ok || st.servers[i].usable())
+            .or_else(|| matched_server(be, st, cx, down_ok));
+    }
+    Persisted {
+        server,
+        cookie,
+        stick,
+    }
+}
+
 /// The server the request's `stick match|on` rules lead to, if any.
-pub fn matched_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>) -> Option<usize> {
+fn matched_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>, down_ok: bool) -> Option<usize> {
     let now = crate::runtime::clock_ms();
     be.persist
         .stick
@@ -96,7 +202,7 @@ pub fn matched_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>) -> Option<u
                 .unwrap_or_else(|e| e.into_inner())
                 .get(Counter::ServerId, now)?;
             let i = be.servers.iter().position(|s| u64::from(s.id) == id)?;
-            (be.persist.persist || st.servers[i].usable()).then_some(i)
+            (down_ok || st.servers[i].usable()).then_some(i)
         })
 }
 

@@ -74,6 +74,25 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "redirect",
+        scope: Scope::FE_BE,
+        help: "redirect location|prefix|scheme VALUE [code N] [drop-query] [append-slash] [set-cookie N[=V]] [clear-cookie N] [if|unless COND]: after the http-request rules",
+        parse: |c, args| {
+            let mut words = vec!["redirect".to_string()];
+            words.extend_from_slice(args);
+            let rule = parse_rule(&c.rules, &words, Side::Request).map_err(|e| match e {
+                KwError::BadArg { index, value, reason } => KwError::BadArg {
+                    index: index - 1,
+                    value,
+                    reason,
+                },
+                e => e,
+            })?;
+            c.rules.sets.redirects.push(rule);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "tcp-request",
         scope: Scope::FE_BE,
         help: "tcp-request connection|session|content ACTION [if|unless COND] | tcp-request inspect-delay TIME",

@@ -286,3 +286,45 @@ fn dynamic_cookies_are_derived_from_the_key_and_the_address() {
         assert_eq!(&ask(&p, Some(&value)).text()[..1], server);
     }
 }
+
+#[test]
+fn use_server_force_persist_and_ignore_persist() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    cookie SRV insert indirect\n    use-server s2 if {{ path_beg /admin }}\n    force-persist if {{ hdr(x-force) -m found }}\n    ignore-persist if {{ path_end .png }}\n    server s1 {} cookie c1\n    server s2 {} cookie c2\n",
+        sock.display(),
+        a.addr,
+        b.addr
+    ));
+    let path = |path: &str, cookie: Option<&str>, force: bool| {
+        let mut c = p.connect();
+        let cookie = cookie
+            .map(|c| format!("Cookie: {c}\r\n"))
+            .unwrap_or_default();
+        let force = if force { "X-Force: 1\r\n" } else { "" };
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{cookie}{force}\r\n").as_bytes());
+        c.response().text()[..1].to_string()
+    };
+    // use-server wins over the cookie.
+    for _ in 0..3 {
+        assert_eq!(path("/admin", Some("SRV=c1"), false), "b");
+    }
+    // ignore-persist: the cookie is not consulted, round robin takes both servers.
+    let seen: std::collections::HashSet<String> = (0..4)
+        .map(|_| path("/i.png", Some("SRV=c1"), false))
+        .collect();
+    assert_eq!(seen.len(), 2);
+    // A server in maintenance keeps its clients only under force-persist.
+    Sluice::cli(&sock, "disable server be/s1");
+    assert_eq!(path("/x", Some("SRV=c1"), true), "a");
+    assert_eq!(path("/x", Some("SRV=c1"), false), "b");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    use-server nosuch\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(
+        !ok && out.contains("use-server names no server 'nosuch'"),
+        "{out}"
+    );
+}

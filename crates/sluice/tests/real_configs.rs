@@ -249,6 +249,12 @@ fn every_haproxy_keyword_is_implemented_or_named_as_not_supported_yet() {
     assert!(offending.is_empty(), "{}", offending.join("\n"));
     // What is left is reported as not supported yet (or an argument problem of a keyword
     // sluice knows); the count is in the note of the issue.
-    let not_yet = out.lines().filter(|l| l.contains("not supported yet")).count();
-    eprintln!("{not_yet} of {} keyword lines are not supported yet", global.len() + proxy.len());
+    let not_yet = out
+        .lines()
+        .filter(|l| l.contains("not supported yet"))
+        .count();
+    eprintln!(
+        "{not_yet} of {} keyword lines are not supported yet",
+        global.len() + proxy.len()
+    );
 }

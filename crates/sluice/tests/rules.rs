@@ -583,3 +583,21 @@ backend be
     assert_eq!(got.body, b"hello there");
     assert_eq!(post(p.addrs[1], "quiet words").text(), "QUIET WORDS");
 }
+
+#[test]
+fn the_redirect_keyword_follows_the_http_request_rules() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    redirect scheme https code 301 if {{ hdr(host) -m str plain.test }}\n    http-request return status 200 content-type text/plain string first if {{ path /first }}\n    redirect location /moved if {{ path_beg /old }}\n    default_backend be\nbackend be\n    redirect prefix https://elsewhere.test\n    server s 127.0.0.1:9\n"
+    ));
+    // http-request rules come before redirect rules, whatever the order of the lines.
+    let r = ask(&p, "GET", "/first", "Host: plain.test\r\n");
+    assert_eq!((r.status, r.text().as_str()), (200, "first"));
+    let r = ask(&p, "GET", "/x?y=1", "Host: plain.test\r\n");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://plain.test/x?y=1"));
+    let r = ask(&p, "GET", "/old/a", "Host: other.test\r\n");
+    assert_eq!(r.header("location"), Some("/moved"));
+    // The backend's own redirect.
+    let r = ask(&p, "GET", "/p", "Host: other.test\r\n");
+    assert_eq!(r.header("location"), Some("https://elsewhere.test/p"));
+}

@@ -53,6 +53,12 @@ pub struct PersistConf {
     pub stick: Vec<StickRule>,
     /// `dynamic-cookie-key KEY`.
     pub dynamic_key: Option<String>,
+    /// `use-server NAME [if|unless COND]`, in order.
+    pub use_server: Vec<(String, Option<Cond>)>,
+    /// `force-persist if|unless COND`: persistence may lead to a server that is down.
+    pub force: Vec<Cond>,
+    /// `ignore-persist if|unless COND`: persistence is not consulted.
+    pub ignore: Vec<Cond>,
     /// `option persist`: a cookie naming a server that is down still leads to it.
     pub persist: bool,
 }

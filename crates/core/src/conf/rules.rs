@@ -196,6 +196,8 @@ pub struct RuleSets {
     pub tcp_response: Vec<Rule>,
     /// `tcp-request inspect-delay`: how long TCP content rules wait for data.
     pub inspect_delay: Option<std::time::Duration>,
+    /// `redirect ...`: after the `http-request` rules of the same proxy.
+    pub redirects: Vec<Rule>,
 }
 
 impl RuleSets {
@@ -209,6 +211,7 @@ impl RuleSets {
             .chain(&self.tcp_session)
             .chain(&self.tcp_content)
             .chain(&self.tcp_response)
+            .chain(&self.redirects)
     }
 }
 

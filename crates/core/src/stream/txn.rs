@@ -945,6 +945,9 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if let Some(r) = apply_rules(s, &fe.rules.http_request, req, &mut edits, None) {
         return (r, edits);
     }
+    if let Some(r) = apply_rules(s, &fe.rules.redirects, req, &mut edits, None) {
+        return (r, edits);
+    }
     if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
         return (Route::StatsPage(None), edits);
     }
@@ -993,6 +996,9 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if let Some(r) = apply_rules(s, &be.rules.http_request, req, &mut edits, Some(backend)) {
         return (r, edits);
     }
+    if let Some(r) = apply_rules(s, &be.rules.redirects, req, &mut edits, Some(backend)) {
+        return (r, edits);
+    }
     if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
         return (Route::StatsPage(Some(backend)), edits);
     }
@@ -1013,30 +1019,12 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         target: req.target(),
         extra,
     };
-    // The server a persistence cookie names, when usable (or with `option persist`).
-    let cookie_server = be
-        .persist
-        .cookie
-        .as_ref()
-        .and_then(|c| cookie::server_of(be, c, req));
-    let by_cookie = cookie_server
-        .map(|(i, _)| i)
-        .filter(|&i| be.persist.persist || st.servers[i].usable());
-    // Stick-table persistence, when no cookie decided.
-    let mut stick = Vec::new();
-    let mut by_table = None;
-    if !be.persist.stick.is_empty() {
-        let cx = s.sample_ctx(req, Some(backend));
-        if by_cookie.is_none() {
-            by_table = persist::matched_server(be, st, &cx);
-        }
-        stick = persist::keys(be, &cx, false);
-    }
+    let persisted = persist::decide(be, st, &s.sample_ctx(req, Some(backend)), req);
     // A private connection (http-reuse never) keeps its server while it is usable.
     let server = match &s.private {
         Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
-        _ => by_cookie
-            .or(by_table)
+        _ => persisted
+            .server
             .or_else(|| balance::pick(be, st, &key, &s.w.lb)),
     };
     match server {
@@ -1044,8 +1032,8 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
             Route::Forward {
                 backend,
                 server,
-                cookie_server,
-                stick,
+                cookie_server: persisted.cookie,
+                stick: persisted.stick,
             },
             edits,
         ),
