@@ -601,3 +601,35 @@ fn the_redirect_keyword_follows_the_http_request_rules() {
     let r = ask(&p, "GET", "/p", "Host: other.test\r\n");
     assert_eq!(r.header("location"), Some("https://elsewhere.test/p"));
 }
+
+#[test]
+fn later_rules_see_the_request_as_rewritten_and_response_rules_see_the_request() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request set-header X-Tier gold if {{ path_beg /vip }}
+    http-request set-path /premium%[path] if {{ req.hdr(x-tier) -m str gold }}
+    http-request set-header X-Seen %[path]
+    use_backend gold if {{ path_beg /premium }}
+    http-response set-header X-Asked %[req.hdr(host)]%[path]
+    default_backend plain
+backend gold
+    server a {}
+backend plain
+    server b {}
+",
+        a.addr, b.addr
+    ));
+    let r = ask(&p, "GET", "/vip/x", "Host: h.test\r\n");
+    // The header set by the first rule made the second one rewrite the path, which the
+    // next rule, the switching rule and the server all see.
+    assert_eq!(r.text(), "a /premium/vip/x");
+    let got = a.requests().pop().unwrap();
+    assert_eq!(got.header("x-seen"), Some("/premium/vip/x"));
+    // Response rules read the request as it was sent.
+    assert_eq!(r.header("x-asked"), Some("h.test/premium/vip/x"));
+    let r = ask(&p, "GET", "/plain", "Host: h.test\r\n");
+    assert_eq!(r.text(), "b /plain");
+    assert_eq!(r.header("x-asked"), Some("h.test/plain"));
+}

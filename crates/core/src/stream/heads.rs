@@ -336,6 +336,38 @@ pub(crate) fn originalto<'a>(
     Some((&f.header, dst.to_string().into_bytes()))
 }
 
+/// The request as rules after an editing rule see it: the client's head with the edits
+/// applied (`None` if it would not parse again, which the header checks of the actions
+/// prevent).
+pub(crate) fn edited_request(
+    req: &RequestView<'_>,
+    edits: &Edits,
+) -> Option<(Vec<u8>, sluice_http::RequestHead)> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(edits.method.as_deref().unwrap_or(req.method()));
+    out.push(b' ');
+    out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
+    out.extend_from_slice(match req.version() {
+        Version::Http10 => b" HTTP/1.0\r\n",
+        Version::Http11 => b" HTTP/1.1\r\n",
+    });
+    for (name, value) in req.headers() {
+        if edits.deletes(name) {
+            continue;
+        }
+        match edits.replaced(name, value) {
+            Some(v) => push_header(&mut out, name, &v),
+            None => push_header(&mut out, name, value),
+        }
+    }
+    for (n, v) in &edits.add {
+        push_header(&mut out, n.as_bytes(), v);
+    }
+    out.extend_from_slice(b"\r\n");
+    let head = sluice_http::parse_request(&out).ok().flatten()?;
+    Some((out, head))
+}
+
 /// Writes the request head sent to the server: hop-by-hop fields removed first (so a client
 /// cannot nominate the proxy's own headers for removal), then edits, X-Forwarded-For and the
 /// canonical framing header.

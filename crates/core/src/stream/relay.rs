@@ -49,22 +49,19 @@ impl Txn {
         let fe = &w.config().frontends[s.fe];
         self.phase = Phase::Data;
         // Backend rules run before frontend rules, as in HAProxy. Their conditions see the
-        // response and the variables (the request head is no longer buffered here).
+        // response, the request as it was sent, and the variables.
         let mut rsp_edits = Edits::default();
         let (b, f) = (&be.rules, &fe.rules);
-        let lists = [
-            &b.tcp_response,
-            &b.http_response,
-            &f.http_response,
-            &b.http_after_response,
-            &f.http_after_response,
-        ];
-        if lists.iter().any(|l| !l.is_empty()) {
+        let sent = self.sent_head.take();
+        if super::txn::has_response_rules(fe, be) {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let req = sent
+                .as_ref()
+                .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
             let cx = Ctx {
                 backend: Some(conn.backend),
                 server: Some(conn.server),
-                req: None,
+                req: req.as_ref(),
                 res: Some(&view),
                 ..s.sample_ctx_base()
             };

@@ -19,8 +19,8 @@ use sluice_http::{
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, local_response, originalto, reply_bytes, upgrade_request,
-    with_close, write_response_head, Edits,
+    build_request_head, edited_request, forwardfor, local_response, originalto, reply_bytes,
+    upgrade_request, with_close, write_response_head, Edits,
 };
 use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase, ReqLog, Tally};
@@ -107,6 +107,9 @@ pub(crate) struct Txn {
     pub log: ReqLog,
     /// The proxy's end of the server connection (`%bi`, `%bp`), when the log shows it.
     pub backend_src: Option<std::net::SocketAddr>,
+    /// The request head as sent to the server, kept for response rules that read it
+    /// (only when the proxies have response rules).
+    pub sent_head: Option<(Vec<u8>, RequestHead)>,
 }
 
 /// Why sending a request or reading its response head failed.
@@ -338,6 +341,13 @@ impl Txn {
                     server_close(fe, be),
                     facts.upgrade.as_deref(),
                 );
+                if has_response_rules(fe, be) {
+                    // The response's rules may read the request: keep it as sent.
+                    self.sent_head = sluice_http::parse_request(&s.out)
+                        .ok()
+                        .flatten()
+                        .map(|h| (s.out.clone(), h));
+                }
                 s.cbuf.consume(head.len);
                 if !edits.early_hints.is_empty() && facts.version == Version::Http11 {
                     let mut hint = b"HTTP/1.1 103 Early Hints\r\n".to_vec();
@@ -848,6 +858,21 @@ fn format_tokens(f: &crate::log::Format) -> &[crate::log::Token] {
     }
 }
 
+/// Whether responses through this frontend and backend run rules (which may read the
+/// request).
+pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
+    let (f, b) = (&fe.rules, &be.rules);
+    [
+        &b.tcp_response,
+        &b.http_response,
+        &f.http_response,
+        &b.http_after_response,
+        &f.http_after_response,
+    ]
+    .iter()
+    .any(|l| !l.is_empty())
+}
+
 /// Whether the frontend's log shows the proxy's end of server connections (a system call
 /// to learn).
 fn logs_backend_src(fe: &Frontend) -> bool {
@@ -942,10 +967,11 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     // The request counts in every entry tracked so far (later ones count it as they start).
     s.vars
         .count(&crate::rules::REQUEST, crate::runtime::clock_ms());
-    if let Some(r) = apply_rules(s, &fe.rules.http_request, req, &mut edits, None) {
+    let mut view = RuleView::new(req);
+    if let Some(r) = apply_rules(s, &fe.rules.http_request, &mut view, &mut edits, None) {
         return (r, edits);
     }
-    if let Some(r) = apply_rules(s, &fe.rules.redirects, req, &mut edits, None) {
+    if let Some(r) = apply_rules(s, &fe.rules.redirects, &mut view, &mut edits, None) {
         return (r, edits);
     }
     if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
@@ -954,7 +980,8 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let backend = if fe.rules.switching.is_empty() {
         fe.rules.default_backend
     } else {
-        let cx = s.sample_ctx(req, None);
+        let now = view.get(&edits);
+        let cx = s.sample_ctx(&now, None);
         fe.rules
             .switching
             .iter()
@@ -985,7 +1012,13 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     };
     let be = &config.backends[backend];
     let st = &s.w.state().backends[backend];
-    if !content_accepts(s, &be.rules.tcp_content, req, Some(backend), true) {
+    if !content_accepts(
+        s,
+        &be.rules.tcp_content,
+        &view.get(&edits),
+        Some(backend),
+        true,
+    ) {
         return (
             Route::Reject {
                 backend: Some(backend),
@@ -993,12 +1026,22 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
             edits,
         );
     }
-    if let Some(r) = apply_rules(s, &be.rules.http_request, req, &mut edits, Some(backend)) {
+    if let Some(r) = apply_rules(
+        s,
+        &be.rules.http_request,
+        &mut view,
+        &mut edits,
+        Some(backend),
+    ) {
         return (r, edits);
     }
-    if let Some(r) = apply_rules(s, &be.rules.redirects, req, &mut edits, Some(backend)) {
+    if let Some(r) = apply_rules(s, &be.rules.redirects, &mut view, &mut edits, Some(backend)) {
         return (r, edits);
     }
+    // Balancing and persistence see the request as rewritten (the body is the client's).
+    let orig = view.orig;
+    let req = view.get(&edits);
+    let req = &req;
     if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
         return (Route::StatsPage(Some(backend)), edits);
     }
@@ -1011,7 +1054,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         balance::Algo::UrlParam(name, true) => req
             .header("content-type")
             .filter(|t| t.starts_with(b"application/x-www-form-urlencoded"))
-            .and_then(|_| balance::form_param(req.body_so_far(), name)),
+            .and_then(|_| balance::form_param(orig.body_so_far(), name)),
         _ => None,
     };
     let key = PickKey {
@@ -1049,22 +1092,52 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     }
 }
 
+/// The request as rules see it: the client's, or once a rule edited it, a copy with the
+/// edits so far applied (made again only when needed after another edit), so that later
+/// conditions, routing and balancing see what the server will get.
+struct RuleView<'r> {
+    orig: &'r RequestView<'r>,
+    copy: Option<(Vec<u8>, RequestHead)>,
+    stale: bool,
+}
+
+impl<'r> RuleView<'r> {
+    fn new(orig: &'r RequestView<'r>) -> RuleView<'r> {
+        RuleView {
+            orig,
+            copy: None,
+            stale: false,
+        }
+    }
+
+    /// The request with `edits` applied.
+    fn get(&mut self, edits: &Edits) -> RequestView<'_> {
+        if self.stale {
+            self.copy = edited_request(self.orig, edits);
+            self.stale = false;
+        }
+        match &self.copy {
+            Some((bytes, head)) => RequestView::h1(bytes, head),
+            None => *self.orig,
+        }
+    }
+}
+
 fn apply_rules(
     s: &Session,
     rules: &[Rule],
-    req: &RequestView<'_>,
+    view: &mut RuleView<'_>,
     edits: &mut Edits,
     backend: Option<usize>,
 ) -> Option<Route> {
-    if rules.is_empty() {
-        return None;
-    }
-    let mut cx = s.sample_ctx(req, backend);
+    let req = view.orig;
     for rule in rules {
+        let now = view.get(edits);
+        let mut cx = s.sample_ctx(&now, backend);
         if !holds(&rule.cond, &cx) {
             continue;
         }
-        match &rule.action {
+        let edited = match &rule.action {
             Action::Return(reply) => {
                 return Some(Route::Respond {
                     bytes: reply_bytes(reply, &cx),
@@ -1093,6 +1166,7 @@ fn apply_rules(
                     s.peer.set(addr);
                     cx.src = addr;
                 }
+                false
             }
             Action::SetDst(e) => {
                 if let Some(ip) = e.eval(&cx).and_then(|v| v.as_ip()) {
@@ -1104,9 +1178,10 @@ fn apply_rules(
                     s.dst.set(Some(addr));
                     cx.dst = Some(addr);
                 }
+                false
             }
             // The body was waited for before the rules ran (`wait_for_body`).
-            Action::WaitForBody { .. } => {}
+            Action::WaitForBody { .. } => false,
             Action::Allow => return None,
             Action::UseService(service) => {
                 return Some(Route::Respond {
@@ -1124,11 +1199,14 @@ fn apply_rules(
                 let level = Level::Txn {
                     count_request: true,
                 };
-                if !run_shared(other, &cx, level) {
-                    edits.apply(other, &cx)
+                let edits_it = !run_shared(other, &cx, level);
+                if edits_it {
+                    edits.apply(other, &cx);
                 }
+                edits_it
             }
-        }
+        };
+        view.stale |= edited;
     }
     None
 }
