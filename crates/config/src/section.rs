@@ -28,6 +28,8 @@ pub enum SectionKind {
     Listen,
     /// `http-errors NAME`: a named set of error pages (`errorfiles NAME`).
     HttpErrors,
+    /// `peers NAME`: the peers stick tables are shared with (and tables of their own).
+    Peers,
 }
 
 impl SectionKind {
@@ -39,6 +41,7 @@ impl SectionKind {
             SectionKind::Backend => "backend",
             SectionKind::Listen => "listen",
             SectionKind::HttpErrors => "http-errors",
+            SectionKind::Peers => "peers",
         }
     }
 
@@ -50,6 +53,7 @@ impl SectionKind {
             "backend" => SectionKind::Backend,
             "listen" => SectionKind::Listen,
             "http-errors" => SectionKind::HttpErrors,
+            "peers" => SectionKind::Peers,
             _ => return None,
         })
     }
@@ -59,7 +63,6 @@ impl SectionKind {
 /// misread as a keyword of the previous section.
 const FOREIGN_SECTIONS: &[&str] = &[
     "userlist",
-    "peers",
     "resolvers",
     "mailers",
     "program",

@@ -55,6 +55,7 @@ pub mod check;
 pub mod compression;
 pub mod cookie;
 pub mod errorpages;
+pub mod peers;
 pub mod pending;
 pub mod persist;
 pub mod queue;

@@ -12,9 +12,10 @@ use sluice_config::{
 
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
+use crate::stick::TableConf;
 use crate::{
-    acl, backend, balance, check, compression, control, cookie, errorpages, log, pending, persist,
-    pool, rules, stats, stick, tls,
+    acl, backend, balance, check, compression, control, cookie, errorpages, log, peers, pending,
+    persist, pool, rules, stats, stick, tls,
 };
 use crate::{stream, worker};
 
@@ -47,6 +48,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     log::GLOBAL_KEYWORDS,
     log::GLOBAL_SETTINGS_KEYWORDS,
     tls::GLOBAL_KEYWORDS,
+    peers::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
@@ -99,6 +101,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut named: std::collections::HashMap<String, ProxyConf> = Default::default();
     let mut error_sets = crate::conf::errorpages::ErrorSets::default();
     let mut proxies: Vec<Proxy> = Vec::new();
+    let mut peer_sections = Vec::new();
     for section in &sections {
         let header = Loc {
             file: section.header.file.clone(),
@@ -114,6 +117,8 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     }
                 }
             }
+            // Read once the global section is (its `localpeer` names the local peer).
+            SectionKind::Peers => peer_sections.push(section),
             SectionKind::HttpErrors => {
                 let name = section.name.clone().unwrap_or_default();
                 let mut pages = Vec::new();
@@ -248,10 +253,18 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
             errors.push(at.error(e));
         }
     }
+    let local = peers::local_name(&global);
+    let mut peer_sets = (Vec::new(), Vec::new());
+    for section in peer_sections {
+        if let Some((p, tables)) = peers::parse_section(section, &local, &mut errors) {
+            peer_sets.0.push(p);
+            peer_sets.1.extend(tables);
+        }
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
-    lower(global, proxies)
+    lower(global, proxies, peer_sets)
 }
 
 fn overlaps(a: SectionKind, b: SectionKind) -> bool {
@@ -276,7 +289,13 @@ fn parse_proxy_lines(
     }
 }
 
-fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigError>> {
+/// Validates the proxies and assembles the configuration; `peers` are the `peers`
+/// sections and their own tables.
+fn lower(
+    global: GlobalConf,
+    proxies: Vec<Proxy>,
+    (peers_confs, peer_tables): (Vec<stick::PeersConf>, Vec<TableConf>),
+) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let nbthread = global.nbthread();
     let ids = match assign_ids(&proxies) {
@@ -419,7 +438,18 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             "no frontend or listen section, and no stats socket: nothing to serve",
         ));
     }
-    check_tracking(&proxies, &mut errors);
+    check_tracking(&proxies, &peer_tables, &mut errors);
+    for p in &proxies {
+        if let Some(name) = p.conf.stick.as_ref().and_then(|t| t.peers.as_ref()) {
+            if !peers_confs.iter().any(|c| &c.name == name) {
+                errors.push(p.header.error(format!(
+                    "{} '{}': stick-table names peers '{name}', which is not defined",
+                    p.kind.name(),
+                    p.name
+                )));
+            }
+        }
+    }
     // A table `stick` rules use names servers.
     let sticks_to = |name: &str| {
         proxies.iter().any(|q| {
@@ -445,6 +475,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
                 t
             })
         })
+        .chain(peer_tables)
         .collect();
     if errors.is_empty() {
         Ok(Config {
@@ -452,6 +483,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
             frontends,
             backends,
             tables,
+            peers: peers_confs,
         })
     } else {
         Err(errors)
@@ -459,7 +491,7 @@ fn lower(global: GlobalConf, proxies: Vec<Proxy>) -> Result<Config, Vec<ConfigEr
 }
 
 /// Every `track-sc` and `stick` rule has a table: the one it names, or its proxy's own.
-fn check_tracking(proxies: &[Proxy], errors: &mut Vec<ConfigError>) {
+fn check_tracking(proxies: &[Proxy], peer_tables: &[TableConf], errors: &mut Vec<ConfigError>) {
     for p in proxies {
         let tracks = p
             .conf
@@ -480,9 +512,12 @@ fn check_tracking(proxies: &[Proxy], errors: &mut Vec<ConfigError>) {
             .map(|r| ("stick".to_string(), &r.table));
         for (what, table) in tracks.chain(sticks) {
             let ok = match table {
-                Some(t) => proxies
-                    .iter()
-                    .any(|o| o.name == *t && o.conf.stick.is_some()),
+                Some(t) => {
+                    proxies
+                        .iter()
+                        .any(|o| o.name == *t && o.conf.stick.is_some())
+                        || peer_tables.iter().any(|p| p.name == *t)
+                }
                 None => p.conf.stick.is_some(),
             };
             if !ok {

@@ -28,7 +28,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "insecure-fork-wanted" => Scope::GLOBAL,
     "insecure-setuid-wanted" => Scope::GLOBAL,
     "issuers-chain-path" => Scope::GLOBAL,
-    "localpeer" => Scope::GLOBAL,
     "lua-load" => Scope::GLOBAL,
     "lua-load-per-thread" => Scope::GLOBAL,
     "lua-prepend-path" => Scope::GLOBAL,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use sluice_config::{units, Keyword, KwError, Scope};
 
 use crate::conf::sample::Sample;
-pub use crate::conf::stick::{Counter, DataType, KeyType, TableConf};
+pub use crate::conf::stick::{Counter, DataType, KeyType, PeersConf, TableConf};
 use crate::conf::ProxyConf;
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
@@ -33,7 +33,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     },
 }];
 
-fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
+pub fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
     let mut key = None;
     let mut size = None;
     let mut t = TableConf {
@@ -43,6 +43,7 @@ fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
         expire: None,
         nopurge: false,
         store: Vec::new(),
+        peers: None,
     };
     let mut i = 0;
     while i < a.len() {
@@ -108,9 +109,13 @@ fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
                 }
                 i += 1;
             }
-            "peers" | "srvkey" | "write-to" | "recv-only" => {
+            "peers" => {
+                t.peers = Some(value("a peers section name")?.clone());
+                i += 1;
+            }
+            "srvkey" | "write-to" | "recv-only" => {
                 return Err(KwError::Invalid(format!(
-                    "stick-table option '{}': not supported yet (no peers)",
+                    "stick-table option '{}': not supported yet",
                     a[i]
                 )))
             }
@@ -497,6 +502,97 @@ impl Table {
         out
     }
 
+    /// Every live entry as one line of text, for the next process to [`Self::restore`]:
+    /// the key in hexadecimal, the time left before it expires, then each stored value
+    /// (a rate with the age of its period and its two counts). Times are relative: the two
+    /// processes' clocks start at different instants.
+    pub fn dump(&self, now: u64) -> String {
+        let mut out = String::new();
+        for (k, e) in self.entries(now) {
+            let e = e.lock().unwrap_or_else(|e| e.into_inner());
+            let key = match &k {
+                Key::Ip(ip) => ip.to_string(),
+                Key::Int(n) => n.to_string(),
+                Key::Bytes(b) => b.iter().map(|x| format!("{x:02x}")).collect(),
+            };
+            let left = e.expires.map_or(-1, |x| x.saturating_sub(now) as i64);
+            out.push_str(&format!("{key} {left}"));
+            for (c, v) in &e.values {
+                match v {
+                    Value::Count(n) => out.push_str(&format!(" {}={n}", c.name())),
+                    Value::Rate(r, _) => out.push_str(&format!(
+                        " {}={}:{}:{}",
+                        c.name(),
+                        now.saturating_sub(r.start),
+                        r.curr,
+                        r.prev
+                    )),
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Loads one line of [`Self::dump`]; values this table does not store are left out.
+    /// Returns whether the line was understood.
+    pub fn restore(&self, line: &str, now: u64) -> bool {
+        let mut words = line.split(' ');
+        let (Some(key), Some(left)) = (words.next(), words.next()) else {
+            return false;
+        };
+        let key = match self.conf.key {
+            KeyType::Ip | KeyType::Ipv6 => key.parse().ok().map(Key::Ip),
+            KeyType::Integer => key.parse().ok().map(Key::Int),
+            KeyType::String(_) | KeyType::Binary(_) => (0..key.len())
+                .step_by(2)
+                .map(|i| {
+                    key.get(i..i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect::<Option<Vec<u8>>>()
+                .map(Key::Bytes),
+        };
+        let (Some(key), Ok(left)) = (key, left.parse::<i64>()) else {
+            return false;
+        };
+        let Some(entry) = self.touch(key, now) else {
+            return false;
+        };
+        let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
+        e.expires = (left >= 0).then(|| now + left as u64);
+        for w in words {
+            let Some((name, v)) = w.split_once('=') else {
+                return false;
+            };
+            let Some(c) = Counter::from_name(name) else {
+                continue;
+            };
+            for (k, value) in &mut e.values {
+                if *k != c {
+                    continue;
+                }
+                match value {
+                    Value::Count(n) => *n = v.parse().unwrap_or(0),
+                    Value::Rate(r, _) => {
+                        let mut parts = v.split(':').map(|x| x.parse::<u64>().unwrap_or(0));
+                        let (age, curr, prev) = (
+                            parts.next().unwrap_or(0),
+                            parts.next().unwrap_or(0),
+                            parts.next().unwrap_or(0),
+                        );
+                        *r = Rate {
+                            start: now.saturating_sub(age),
+                            curr,
+                            prev,
+                        };
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// Drops one key's entry, or all of them.
     pub fn clear(&self, key: Option<&Key>) {
         for s in self.shards.iter() {
@@ -524,6 +620,7 @@ mod tests {
             key: KeyType::Ip,
             size,
             expire: Some(Duration::from_secs(10)),
+            peers: None,
             nopurge: false,
             store,
         }
@@ -545,10 +642,43 @@ mod tests {
         assert!(parse_table(&w("size 10")).is_err());
         assert!(parse_table(&w("type ip size 10 store http_req_rate")).is_err());
         assert!(parse_table(&w("type ip size 10 store nosuch")).is_err());
-        assert!(parse_table(&w("type ip size 10 peers p"))
+        let t = parse_table(&w("type ip size 10 peers p")).unwrap();
+        assert_eq!(t.peers.as_deref(), Some("p"));
+        assert!(parse_table(&w("type ip size 10 write-to t"))
             .unwrap_err()
             .to_string()
             .contains("not supported yet"));
+    }
+
+    #[test]
+    fn a_dump_restores_into_another_table() {
+        let store = vec![
+            DataType {
+                counter: Counter::HttpReqCnt,
+                period: None,
+            },
+            DataType {
+                counter: Counter::HttpReqRate,
+                period: Some(Duration::from_secs(10)),
+            },
+        ];
+        let (a, b) = (
+            Table::new(&conf(100, store.clone())),
+            Table::new(&conf(100, store)),
+        );
+        let key = Key::Ip("10.0.0.1".parse().unwrap());
+        let e = a.touch(key.clone(), 1000).unwrap();
+        e.lock().unwrap().add(Counter::HttpReqCnt, 7, 1000);
+        e.lock().unwrap().add(Counter::HttpReqRate, 3, 1000);
+        for line in a.dump(2000).lines() {
+            assert!(b.restore(line, 50), "{line}");
+        }
+        let got = b.lookup(&key, 50).unwrap();
+        let got = got.lock().unwrap();
+        assert_eq!(got.get(Counter::HttpReqCnt, 50), Some(7));
+        assert_eq!(got.get(Counter::HttpReqRate, 50), Some(3));
+        // The time left before expiry carries over (10 s from 1000, seen at 2000: 9 s).
+        assert_eq!(got.expires, Some(50 + 9000));
     }
 
     #[test]

@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
         "compression",
         "cookie",
         "persist",
+        "peers",
         "errorpages",
         "backend",
         "pending",

@@ -722,3 +722,56 @@ fn reloads_leak_no_descriptor_into_the_new_worker() {
     assert_eq!(get(addr, "/").status, 200);
     stop_master(master);
 }
+
+#[test]
+fn a_table_shared_with_the_local_peer_survives_a_reload() {
+    let (_port, addr) = reserved_port();
+    let (_peer_port, peer) = reserved_port();
+    let dir = TempDir::new();
+    let sock = |n: &str| dir.0.join(format!("{n}.sock"));
+    let cfg = |n: &str| {
+        format!(
+            "global\n    localpeer lb1\n    stats socket {} level admin\npeers local\n    peer lb1 {peer}\n    table hits type string len 32 size 100 expire 1m store http_req_cnt,gpc0\n{DEFAULTS}frontend fe\n    bind {addr}\n    stick-table type ip size 100 expire 1m store http_req_cnt peers local\n    http-request track-sc0 src\n    http-request track-sc1 path table local/hits\n    http-request sc-inc-gpc0(1) if {{ path /mark }}\n    http-request return status 200 content-type text/plain lf-string \"%[sc0_http_req_cnt] %[sc1_get_gpc0]\"\n",
+            sock(n).display()
+        )
+    };
+    let old = Sluice::start_args(&cfg("one"), &[]);
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/mark").status, 200);
+    }
+    assert_eq!(get(addr, "/mark").text(), "4 4");
+    let new = Sluice::start_args(&cfg("two"), &["-sf".into(), old.pid().to_string()]);
+    assert!(
+        new.stderr()
+            .contains("entries learned from the previous process"),
+        "{}",
+        new.stderr()
+    );
+    // Both tables go on from where the old process left them.
+    assert!(Sluice::cli(&sock("two"), "show table fe").contains("http_req_cnt=4"));
+    let mut old = old;
+    wait_until("the old process to finish", || {
+        old.child.try_wait().ok().flatten().is_some()
+    });
+    assert_eq!(get(addr, "/mark").text(), "5 5");
+    let hits = Sluice::cli(&sock("two"), "show table local/hits");
+    assert!(
+        hits.contains("key=/mark") && hits.contains("gpc0=5"),
+        "{hits}"
+    );
+    // A peers section naming another peer is refused, by name.
+    let (ok, out) = check_config(&format!(
+        "global\n    localpeer lb1\npeers pair\n    peer lb1 127.0.0.1:10000\n    peer lb2 10.0.0.2:10000\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers pair\n    http-request track-sc0 src\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains("'peer lb2'") && out.contains("not supported yet"),
+        "{out}"
+    );
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers nosuch\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains("peers 'nosuch', which is not defined"),
+        "{out}"
+    );
+}

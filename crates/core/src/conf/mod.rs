@@ -77,6 +77,8 @@ pub struct GlobalConf {
     pub log_settings: log::GlobalLog,
     pub check: GlobalCheck,
     pub tls: tls::TlsDefaults,
+    /// `localpeer NAME`: this process's name in `peers` sections (else the host name).
+    pub localpeer: Option<String>,
 }
 
 impl Default for GlobalConf {
@@ -99,6 +101,7 @@ impl Default for GlobalConf {
             log_settings: log::GlobalLog::default(),
             tls: tls::TlsDefaults::default(),
             check: GlobalCheck::default(),
+            localpeer: None,
         }
     }
 }
@@ -227,8 +230,11 @@ pub struct Config {
     pub global: GlobalConf,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
-    /// Every proxy's stick table, named after its proxy.
+    /// Every stick table: a proxy's, named after it, and a `peers` section's own,
+    /// named `SECTION/TABLE`.
     pub tables: Vec<stick::TableConf>,
+    /// `peers` sections.
+    pub peers: Vec<stick::PeersConf>,
 }
 
 /// Returns the only argument, or an error naming what was expected.

@@ -33,6 +33,17 @@ pub struct TableConf {
     /// `nopurge`: a full table refuses new entries instead of dropping the oldest.
     pub nopurge: bool,
     pub store: Vec<DataType>,
+    /// `peers NAME`: the peers section the table is shared with.
+    pub peers: Option<String>,
+}
+
+/// A `peers` section: where the local peer listens. Its tables' entries go from the old
+/// process to the new one at a reload, as HAProxy's local peer carries them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeersConf {
+    pub name: String,
+    /// The local peer's address.
+    pub local: std::net::SocketAddr,
 }
 
 /// What is counted, without the period of rates.

@@ -263,6 +263,8 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         started: std::time::Instant::now(),
         figures: Default::default(),
     });
+    // Tables shared with a `peers` section start from the previous process's entries.
+    crate::peers::start(&process);
     for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners
             .iter()
