@@ -177,16 +177,27 @@ pub struct CookieDates {
     pub first: Option<u64>,
 }
 
-/// The server a request's persistence cookie names (whether or not it is usable), and the
-/// dates it carries. A cookie idle longer than `maxidle`, older than `maxlife`, or dated
-/// more than a day ahead names no server.
-pub fn server_of(
-    be: &Backend,
-    c: &CookieConf,
-    req: &RequestView<'_>,
-) -> Option<(usize, CookieDates)> {
+/// What a request's persistence cookie says, as the third letter of HAProxy's
+/// termination state reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CookieSeen {
+    /// `N`: no persistence cookie.
+    None,
+    /// `I`: a value no server has.
+    Invalid,
+    /// `E`: its last use is older than `maxidle` (or dated ahead).
+    Expired,
+    /// `O`: its creation is older than `maxlife`.
+    Old,
+    /// A server's value (`V` when it was used, `D` when the server was down).
+    Server(usize, CookieDates),
+}
+
+/// What a request's persistence cookie names (whether or not the server is usable).
+pub fn server_of(be: &Backend, c: &CookieConf, req: &RequestView<'_>) -> CookieSeen {
     let now = unix_now();
-    request_values(req, &c.name).find_map(|v| {
+    let mut seen = CookieSeen::None;
+    for v in request_values(req, &c.name) {
         let v = match c.mode {
             // `s1~value`: the server's part is before the tilde.
             CookieMode::Prefix => v.split(|&b| b == b'~').next().unwrap_or(v),
@@ -198,18 +209,19 @@ pub fn server_of(
             last: parts.next().and_then(decode_date),
             first: parts.next().and_then(decode_date),
         };
-        let too_old = |date: Option<u64>, limit: Option<std::time::Duration>| {
-            matches!((date, limit), (Some(d), Some(l)) if now.saturating_sub(d) > l.as_secs() || d > now + 86400)
-        };
-        if too_old(dates.last, c.maxidle) || too_old(dates.first, c.maxlife) {
-            return None;
-        }
+        let too_old = |date: Option<u64>, limit: Option<std::time::Duration>| matches!((date, limit), (Some(d), Some(l)) if now.saturating_sub(d) > l.as_secs() || d > now + 86400);
         let server = be
             .servers
             .iter()
-            .position(|s| s.cookie.as_deref().map(str::as_bytes) == Some(value))?;
-        Some((server, dates))
-    })
+            .position(|s| s.cookie.as_deref().map(str::as_bytes) == Some(value));
+        seen = match server {
+            None => CookieSeen::Invalid,
+            Some(_) if too_old(dates.last, c.maxidle) => CookieSeen::Expired,
+            Some(_) if too_old(dates.first, c.maxlife) => CookieSeen::Old,
+            Some(i) => return CookieSeen::Server(i, dates),
+        };
+    }
+    seen
 }
 
 /// Seconds since the epoch.
@@ -298,6 +310,9 @@ pub fn request_cookie_header(c: &CookieConf, req: &RequestView<'_>) -> Option<Ve
 /// cookie already named it, `post` whether the request was a POST.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseCookie {
+    /// What was done to the response's cookie (the fourth letter of the termination
+    /// state), once the head was written.
+    outcome: std::cell::Cell<u8>,
     conf: CookieConf,
     server_cookie: String,
     client_had: bool,
@@ -316,6 +331,7 @@ impl ResponseCookie {
         let conf = be.persist.cookie.clone()?;
         let server_cookie = be.servers.get(server)?.cookie.clone()?;
         Some(ResponseCookie {
+            outcome: std::cell::Cell::new(b'N'),
             conf,
             server_cookie,
             client_had: client_had.is_some(),
@@ -344,12 +360,21 @@ impl ResponseCookie {
             return None;
         }
         *seen = true;
+        // `P` unless changed below.
+        self.outcome.set(b'P');
         let rest = &v[eq + 1..];
         let (old, attrs) = match memchr::memchr(b';', rest) {
             Some(s) => (&rest[..s], &rest[s..]),
             None => (rest, &b""[..]),
         };
         let mut out = format!("{}=", self.conf.name).into_bytes();
+        if self.conf.mode != CookieMode::Insert || !self.conf.preserve {
+            self.outcome.set(if self.conf.mode == CookieMode::Insert {
+                b'D'
+            } else {
+                b'R'
+            });
+        }
         match self.conf.mode {
             CookieMode::Insert if self.conf.preserve => return None,
             CookieMode::Insert => return Some(Vec::new()),
@@ -364,6 +389,12 @@ impl ResponseCookie {
         Some(out)
     }
 
+    /// The fourth letter of the termination state: `N` (no cookie), `I` (inserted), `U`
+    /// (updated), `P` (the server's, passed), `R` (rewritten), `D` (deleted).
+    pub fn outcome(&self) -> u8 {
+        self.outcome.get()
+    }
+
     /// The headers the proxy adds (insert mode), once the server's own are known.
     pub fn inserted(&self, server_set_one: bool) -> Vec<(&'static str, Vec<u8>)> {
         let c = &self.conf;
@@ -375,6 +406,8 @@ impl ResponseCookie {
         {
             return Vec::new();
         }
+        // A valid cookie sent again only for its dates is an update.
+        self.outcome.set(if self.client_had { b'U' } else { b'I' });
         let mut value = self.server_cookie.clone();
         if c.maxidle.is_some() || c.maxlife.is_some() {
             value.push('|');
@@ -448,6 +481,7 @@ mod tests {
             client_had: false,
             post: false,
             dates: CookieDates::default(),
+            outcome: std::cell::Cell::new(b'N'),
         };
         let mut seen = false;
         assert_eq!(

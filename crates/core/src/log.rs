@@ -800,6 +800,8 @@ pub struct Record<'a> {
     /// `option logasap`: the line goes out before the transfer ends (`%Ta` and `%B` get a
     /// `+`).
     pub asap: bool,
+    /// The persistence cookie's letters of `%tsc` (`--` without cookie persistence).
+    pub cookie_flags: [u8; 2],
 }
 
 impl<'a> Record<'a> {
@@ -843,6 +845,7 @@ impl<'a> Record<'a> {
             backend_src: None,
             t_idle: -1,
             asap: false,
+            cookie_flags: *b"--",
         }
     }
 
@@ -903,7 +906,13 @@ impl<'a> Record<'a> {
             Var::Bytes => write!(out, "{}{}", self.plus(), self.bytes),
             Var::BytesUploaded => write!(out, "{}", self.bytes_in),
             Var::TermState => write!(out, "{}", self.term()),
-            Var::TermStateCookies => write!(out, "{}--", self.term()),
+            Var::TermStateCookies => write!(
+                out,
+                "{}{}{}",
+                self.term(),
+                self.cookie_flags[0] as char,
+                self.cookie_flags[1] as char
+            ),
             Var::ActConn => write!(out, "{}", self.act_conn),
             Var::FeConn => write!(out, "{}", self.fe_conn),
             Var::BeConn => write!(out, "{}", self.be_conn),

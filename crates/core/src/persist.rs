@@ -19,6 +19,7 @@ use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::cookie::{StickKind, StickRule};
 use crate::conf::{Backend, ProxyConf};
+use crate::cookie::CookieSeen;
 use crate::runtime::BackendState;
 use crate::sample::Ctx;
 use crate::stick::{Counter, Key, Table};
@@ -144,6 +145,8 @@ pub struct Persisted {
     pub server: Option<usize>,
     /// The server the request's cookie names (whatever its state), with the cookie's dates.
     pub cookie: Option<(usize, crate::cookie::CookieDates)>,
+    /// The third letter of the termination state (`-` without cookie persistence).
+    pub cookie_flag: u8,
     /// The keys `stick on|store-request` rules store once the server answers.
     pub stick: Vec<(Arc<Table>, Key)>,
 }
@@ -160,14 +163,21 @@ pub fn decide(
 ) -> Persisted {
     let p = &be.persist;
     if p.cookie.is_none() && p.stick.is_empty() && p.use_server.is_empty() {
-        return Persisted::default();
+        return Persisted {
+            cookie_flag: b'-',
+            ..Persisted::default()
+        };
     }
     let force = any_holds(&p.force, cx);
     let down_ok = force || p.persist;
-    let cookie = p
+    let seen = p
         .cookie
         .as_ref()
-        .and_then(|c| crate::cookie::server_of(be, c, req));
+        .map(|c| crate::cookie::server_of(be, c, req));
+    let cookie = match seen {
+        Some(CookieSeen::Server(i, dates)) => Some((i, dates)),
+        _ => None,
+    };
     let stick = if p.stick.is_empty() {
         Vec::new()
     } else {
@@ -180,9 +190,21 @@ pub fn decide(
             .filter(|&i| down_ok || st.servers[i].usable())
             .or_else(|| matched_server(be, st, cx, down_ok));
     }
+    let cookie_flag = match seen {
+        None => b'-',
+        Some(CookieSeen::None) => b'N',
+        Some(CookieSeen::Invalid) => b'I',
+        Some(CookieSeen::Expired) => b'E',
+        Some(CookieSeen::Old) => b'O',
+        Some(CookieSeen::Server(i, _)) if server == Some(i) && st.servers[i].usable() => b'V',
+        // Its server is down: taken there anyway (`option persist`) or redispatched.
+        Some(CookieSeen::Server(i, _)) if !st.servers[i].usable() => b'D',
+        Some(CookieSeen::Server(..)) => b'V',
+    };
     Persisted {
         server,
         cookie,
+        cookie_flag,
         stick,
     }
 }

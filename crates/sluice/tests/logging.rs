@@ -400,3 +400,34 @@ fn cookies_addresses_timers_and_logasap() {
     assert_eq!(f[0], "200", "{line}");
     assert!(f[1].starts_with('+') && f[2].starts_with('+'), "{line}");
 }
+
+#[test]
+fn the_termination_state_shows_what_happened_to_the_persistence_cookie() {
+    let origin = Origin::start("o");
+    let setter = Origin::with_handler(
+        "setter",
+        Arc::new(|_: &Received| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: JS=abc; path=/\r\n\r\nok"
+                    .to_vec(),
+            )
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    log-format \"%tsc\"\n    use_backend rw if {{ path_beg /rw }}\n    default_backend ins\nbackend ins\n    cookie SRV insert indirect\n    server s1 {} cookie s1\nbackend rw\n    cookie JS prefix\n    server s2 {} cookie s2\n",
+        origin.addr, setter.addr
+    ));
+    let ask = |path: &str, cookie: &str| {
+        let mut c = p.connect();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: h\r\n{cookie}\r\n").as_bytes());
+        assert_eq!(c.response().status, 200);
+    };
+    ask("/", "");
+    ask("/", "Cookie: SRV=s1\r\n");
+    ask("/", "Cookie: SRV=nobody\r\n");
+    ask("/rw", "");
+    let lines = stdout_lines(&p, 4);
+    // No cookie, one inserted; a valid one, nothing to add; an invalid one, a new one
+    // inserted; the server's own cookie prefixed.
+    assert_eq!(lines, ["--NI", "--VN", "--II", "--NR"]);
+}

@@ -176,6 +176,11 @@ impl Txn {
             compressor.as_ref().map(|c| c.algo),
         );
         s.sbuf.consume(rsp.len);
+        if let Some(c) = &rsp_edits.cookie {
+            self.log.cookie_flags[1] = c.outcome();
+        } else if be.persist.cookie.is_some() {
+            self.log.cookie_flags[1] = b'N';
+        }
         if fe.log.asap {
             // `option logasap`: the line goes out now, with what is known so far.
             self.log.bytes = s.out.len() as u64;

@@ -136,6 +136,9 @@ pub(crate) struct ReqLog {
     pub cookie_res: Option<String>,
     /// The line already went out (`option logasap`).
     pub logged: bool,
+    /// The persistence cookie's status on the request and what the response did with it
+    /// (the last two letters of `%tsc`).
+    pub cookie_flags: [u8; 2],
     pub got_bytes: bool,
     pub attempts: Option<Attempts>,
     pub t_response: i64,
@@ -179,6 +182,7 @@ impl Default for ReqLog {
             cookie_req: None,
             cookie_res: None,
             logged: false,
+            cookie_flags: *b"--",
             got_bytes: false,
             attempts: None,
             t_response: -1,

@@ -64,6 +64,8 @@ enum Route {
         cookie_server: Option<(usize, cookie::CookieDates)>,
         /// The keys `stick on|store-request` rules store once the server is known.
         stick: StickKeys,
+        /// The request's letter for `%tsc` about its persistence cookie.
+        cookie_flag: u8,
     },
     /// The statistics page of the frontend (`None`) or of a backend.
     StatsPage(Option<usize>),
@@ -293,7 +295,9 @@ impl Txn {
                 server,
                 cookie_server,
                 stick,
+                cookie_flag,
             } => {
+                self.log.cookie_flags[0] = cookie_flag;
                 self.backend = Some(backend);
                 s.info.route(Some(backend), Some(server));
                 // An Rc clone (thread-local) rather than an Arc one: no shared cache line
@@ -845,6 +849,7 @@ impl Txn {
             backend_src: self.backend_src,
             t_idle: lg.started.zip(lg.first_byte).map_or(-1, |(a, b)| ms(b - a)),
             asap,
+            cookie_flags: lg.cookie_flags,
         };
         crate::log::emit_at(loggers, format, &rec, self.log.level.flatten());
     }
@@ -1077,6 +1082,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
                 server,
                 cookie_server: persisted.cookie,
                 stick: persisted.stick,
+                cookie_flag: persisted.cookie_flag,
             },
             edits,
         ),
