@@ -100,7 +100,7 @@ fn tables_are_checked_when_the_configuration_is_read() {
         ),
         (
             "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers mypeers\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
-            "not supported yet",
+            "peers 'mypeers', which is not defined",
         ),
     ] {
         let (ok, out) = check_config(&format!("{DEFAULTS}{body}"));
