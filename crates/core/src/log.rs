@@ -69,6 +69,7 @@ const VARS: &[(&str, Var)] = &[
     ("Tq", Var::TimeTq),
     ("sslc", Var::SslCipher),
     ("sslv", Var::SslVersion),
+    ("lc", Var::LogCounter),
     ("hr", Var::ReqCaptures),
     ("hs", Var::ResCaptures),
     ("hrl", Var::ReqCapturesList),
@@ -80,7 +81,7 @@ const VARS: &[(&str, Var)] = &[
 ];
 
 /// HAProxy variables sluice does not fill yet (named as such, not as unknown).
-const PENDING_VARS: &[&str] = &["lc"];
+const PENDING_VARS: &[&str] = &[];
 
 /// Parses a `log-format` string into tokens: text, `%VAR`, `%[EXPR]` samples, each
 /// optionally preceded by `%{+Q}` (quoted) and `%{+X}` (hexadecimal) options (others, such
@@ -802,6 +803,8 @@ pub struct Record<'a> {
     pub asap: bool,
     /// The persistence cookie's letters of `%tsc` (`--` without cookie persistence).
     pub cookie_flags: [u8; 2],
+    /// `%lc`: the frontend's count of lines logged, this one included.
+    pub log_counter: u64,
 }
 
 impl<'a> Record<'a> {
@@ -846,6 +849,7 @@ impl<'a> Record<'a> {
             t_idle: -1,
             asap: false,
             cookie_flags: *b"--",
+            log_counter: 0,
         }
     }
 
@@ -961,6 +965,7 @@ impl<'a> Record<'a> {
                 }
             ),
             Var::SslCipher | Var::SslVersion => write!(out, "-"),
+            Var::LogCounter => write!(out, "{}", self.log_counter),
             Var::ReqCaptures => captures(out, self.captures_req, false),
             Var::ResCaptures => captures(out, self.captures_res, false),
             Var::ReqCapturesList => captures(out, self.captures_req, true),
@@ -1096,9 +1101,7 @@ mod tests {
         );
         assert!(parse_format("%nope").unwrap_err().contains("unknown"));
         assert!(parse_format("%{+Z}r").is_err());
-        assert!(parse_format("%lc")
-            .unwrap_err()
-            .contains("not supported yet"));
+        assert!(parse_format("%sslx").unwrap_err().contains("unknown"));
         let t = parse_format("%{+X}o %Ts %[src,lower]").unwrap();
         assert!(matches!(
             t[0],

@@ -373,7 +373,7 @@ fn cookies_addresses_timers_and_logasap() {
         }),
     );
     let p = Sluice::start(&format!(
-        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture cookie SESSION len 14\n    log-format \"%CC %CS %si:%sp %bi %HP %HQ %ms %Th %Ti %Tq %sslc %sslv\"\n    default_backend be\nbackend be\n    server s1 {}\nfrontend asap\n    {{fe}}\n    option logasap\n    log-format \"%ST %B %Ta\"\n    default_backend be\n",
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture cookie SESSION len 14\n    log-format \"%CC %CS %si:%sp %bi %HP %HQ %ms %Th %Ti %Tq %sslc %sslv\"\n    default_backend be\nbackend be\n    server s1 {}\nfrontend asap\n    {{fe}}\n    option logasap\n    log-format \"%ST %B %Ta %lc\"\n    default_backend be\n",
         origin.addr
     ));
     let mut c = p.connect();
@@ -399,6 +399,7 @@ fn cookies_addresses_timers_and_logasap() {
     let f: Vec<&str> = line.split(' ').collect();
     assert_eq!(f[0], "200", "{line}");
     assert!(f[1].starts_with('+') && f[2].starts_with('+'), "{line}");
+    assert_eq!(f[3], "1", "the frontend's first line: {line}");
 }
 
 #[test]

@@ -616,3 +616,33 @@ fn errorfile_and_http_error_replace_built_in_pages() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid HTTP response"));
 }
+
+#[test]
+fn response_header_names_go_out_in_lower_case_as_haproxy_relays_them() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|_: &Received| {
+            Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Custom-Thing: Value\r\nSet-Cookie: A=B\r\n\r\nok".to_vec())
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    http-response set-header X-Added Yes\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let mut s = std::net::TcpStream::connect(p.addr()).unwrap();
+    use std::io::{Read, Write};
+    s.write_all(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let head = raw.split("\r\n\r\n").next().unwrap();
+    for line in head.lines().skip(1) {
+        let name = line.split(':').next().unwrap();
+        assert_eq!(name, name.to_ascii_lowercase(), "{head}");
+    }
+    // Values are untouched.
+    assert!(
+        head.contains("x-custom-thing: Value") && head.contains("x-added: Yes"),
+        "{head}"
+    );
+}

@@ -152,6 +152,8 @@ pub enum Var {
     /// `%sslc`, `%sslv`: the TLS cipher and version (`-`: not TLS).
     SslCipher,
     SslVersion,
+    /// `%lc`: the frontend's count of lines logged.
+    LogCounter,
     /// `%hr`, `%hs`: captured request / response headers, `{a|b}`; `%hrl`, `%hsl`: the
     /// same as a list, `a b`.
     ReqCaptures,

@@ -554,6 +554,8 @@ pub struct FrontendState {
     pub errors: ErrorCapture,
     /// One per listener (`bind` address), in order.
     pub listeners: Box<[ListenerState]>,
+    /// Lines logged by a format that shows `%lc` (only such formats count).
+    pub log_lines: std::sync::atomic::AtomicU64,
 }
 
 /// What a listener counts (`option socket-stats` shows it).
@@ -687,6 +689,7 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
         counters: PerWorker::new(workers),
         peaks: Peaks::default(),
         errors: ErrorCapture::default(),
+        log_lines: Default::default(),
         listeners: f
             .listen
             .binds

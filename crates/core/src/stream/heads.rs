@@ -478,10 +478,13 @@ pub(crate) fn write_response_head(
     out.extend_from_slice(b"\r\n");
     let mut saw_vary = false;
     let mut server_cookie = false;
+    let mut lowered = [0u8; 64];
     for (name, value) in rsp.headers() {
         if rsp.is_hop_by_hop(name) || edits.deletes(name) {
             continue;
         }
+        // Header names go out in lower case, as HAProxy relays them.
+        let name = lower_name(name, &mut lowered);
         if compressed.is_some() && !compression::rewrite_header(out, name, value, &mut saw_vary) {
             continue;
         }
@@ -503,7 +506,7 @@ pub(crate) fn write_response_head(
         }
     }
     for (n, v) in &edits.add {
-        push_header(out, n.as_bytes(), v);
+        push_header(out, lower_name(n.as_bytes(), &mut lowered), v);
     }
     if let Some(c) = &edits.cookie {
         for (n, v) in c.inserted(server_cookie) {
@@ -557,6 +560,18 @@ impl Digits {
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[self.start..]
     }
+}
+
+/// `name` in lower case, in `buf` when it has capitals (a name longer than the buffer,
+/// which no real header has, is left as it is).
+fn lower_name<'a>(name: &'a [u8], buf: &'a mut [u8; 64]) -> &'a [u8] {
+    if name.len() > buf.len() || !name.iter().any(u8::is_ascii_uppercase) {
+        return name;
+    }
+    let out = &mut buf[..name.len()];
+    out.copy_from_slice(name);
+    out.make_ascii_lowercase();
+    out
 }
 
 pub(crate) fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

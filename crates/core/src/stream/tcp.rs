@@ -251,6 +251,14 @@ fn log(
         retries: at.retries,
         srv_queue: 0,
         be_queue: 0,
+        log_counter: super::txn::count_line(
+            frontend
+                .log
+                .format
+                .as_ref()
+                .unwrap_or(&crate::log::Format::Tcp),
+            &w.state().frontends[fe],
+        ),
         ..crate::log::Record::blank(peer, date, &frontend.name)
     };
     crate::log::emit(

@@ -850,6 +850,7 @@ impl Txn {
             t_idle: lg.started.zip(lg.first_byte).map_or(-1, |(a, b)| ms(b - a)),
             asap,
             cookie_flags: lg.cookie_flags,
+            log_counter: count_line(format, &process.state.frontends[s.fe]),
         };
         crate::log::emit_at(loggers, format, &rec, self.log.level.flatten());
     }
@@ -876,6 +877,21 @@ pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
     ]
     .iter()
     .any(|l| !l.is_empty())
+}
+
+/// `%lc`: the frontend's line count, this line included (counted only for formats that
+/// show it, since the counter is shared by the workers).
+pub(super) fn count_line(format: &crate::log::Format, fe: &crate::runtime::FrontendState) -> u64 {
+    let shows = format_tokens(format)
+        .iter()
+        .any(|t| matches!(t, crate::log::Token::Var(crate::log::Var::LogCounter, _)));
+    if shows {
+        fe.log_lines
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
+    } else {
+        0
+    }
 }
 
 /// Whether the frontend's log shows the proxy's end of server connections (a system call
