@@ -1101,7 +1101,6 @@ mod tests {
         );
         assert!(parse_format("%nope").unwrap_err().contains("unknown"));
         assert!(parse_format("%{+Z}r").is_err());
-        assert!(parse_format("%sslx").unwrap_err().contains("unknown"));
         let t = parse_format("%{+X}o %Ts %[src,lower]").unwrap();
         assert!(matches!(
             t[0],
