@@ -65,6 +65,28 @@ pub(crate) fn load_errorfile(path: &str) -> Result<Vec<u8>, String> {
     with_close_and_length(&bytes)
 }
 
+/// `errorloc CODE URL`: the error's page is a redirect (`redirect` status 302 or 303) to
+/// the URL, as HAProxy sends it.
+fn errorloc(c: &mut ProxyConf, a: &[String], redirect: u16) -> Result<(), KwError> {
+    let [code, url] = a else {
+        return Err(KwError::Missing("a status code and a URL"));
+    };
+    let status = status_arg(code, 1)?;
+    if url.bytes().any(|b| b <= b' ') {
+        return Err(KwError::bad(
+            2,
+            url,
+            "a URL has no spaces or control characters",
+        ));
+    }
+    let page = format!(
+        "HTTP/1.1 {redirect} {}\r\ncontent-length: 0\r\nlocation: {url}\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
+        sluice_http::reason(redirect)
+    );
+    c.errors.set(status, Page::Static(page.into_bytes().into()));
+    Ok(())
+}
+
 /// `errorfile CODE FILE` (in a proxy or an `http-errors` section): the page to send.
 pub fn parse_errorfile(a: &[String]) -> Result<(u16, Vec<u8>), KwError> {
     let [code, file] = a else {
@@ -87,6 +109,24 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             c.errors.set(status, Page::Static(bytes.into()));
             Ok(())
         },
+    },
+    Keyword {
+        name: "errorloc",
+        scope: Scope::PROXY,
+        help: "errorloc CODE URL: answer CODE with a redirect to URL (302; errorloc303: 303)",
+        parse: |c, a| errorloc(c, a, 302),
+    },
+    Keyword {
+        name: "errorloc302",
+        scope: Scope::PROXY,
+        help: "errorloc302 CODE URL: answer CODE with a 302 redirect to URL",
+        parse: |c, a| errorloc(c, a, 302),
+    },
+    Keyword {
+        name: "errorloc303",
+        scope: Scope::PROXY,
+        help: "errorloc303 CODE URL: answer CODE with a 303 redirect to URL",
+        parse: |c, a| errorloc(c, a, 303),
     },
     Keyword {
         name: "errorfiles",

@@ -73,7 +73,28 @@ pub fn needed(maxconn: usize) -> usize {
 /// Raises the descriptor limit to what `maxconn` needs (or, without one, to the hard limit)
 /// and returns the `maxconn` to apply. Refuses, with the figures, when the hard limit is too
 /// low: running out of descriptors under load is worse than not starting.
-pub fn ensure(maxconn: Option<usize>) -> Result<usize, String> {
+/// With `ulimit` (`ulimit-n`), the limit is set to that figure first (the hard one too when
+/// it is lower and the process may raise it), and `maxconn` defaults to what it allows.
+pub fn ensure(maxconn: Option<usize>, ulimit: Option<u64>) -> Result<usize, String> {
+    if let Some(n) = ulimit {
+        let (_, hard) = get_limit();
+        if !set_soft_limit(n, hard.max(n)) && !set_soft_limit(n, hard) {
+            return Err(format!(
+                "ulimit-n {n}: cannot set the file descriptor limit (the hard limit is {hard})"
+            ));
+        }
+        if let Some(m) = maxconn.filter(|&m| needed(m) as u64 > n) {
+            return Err(format!(
+                "maxconn {m} needs {} file descriptors but ulimit-n is {n}",
+                needed(m)
+            ));
+        }
+        let effective = maxconn
+            .unwrap_or((n as usize).saturating_sub(2 * MARGIN) / 2)
+            .max(1);
+        LIMIT.store(get_limit().0 as usize, Ordering::Relaxed);
+        return Ok(effective);
+    }
     let (soft, hard) = get_limit();
     let effective = match maxconn {
         Some(m) => {

@@ -456,6 +456,10 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.log.dont_log_null = on;
     "option logasap", Scope::PROXY, "log when the response head is sent, before its body ('+' on %Ta and %B)",
         |c: &mut ProxyConf, on| c.log.asap = on;
+    "option dontlog-normal", Scope::PROXY, "log only transactions that ended badly (5xx or a termination code)",
+        |c: &mut ProxyConf, on| c.log.dont_log_normal = on;
+    "option log-separate-errors", Scope::PROXY, "log transactions that ended badly at 'err' rather than 'info'",
+        |c: &mut ProxyConf, on| c.log.separate_errors = on;
 ];
 
 /// Lines dropped because a target could not take them at once.

@@ -432,3 +432,21 @@ fn the_termination_state_shows_what_happened_to_the_persistence_cookie() {
     // inserted; the server's own cookie prefixed.
     assert_eq!(lines, ["--NI", "--VN", "--II", "--NR"]);
 }
+
+#[test]
+fn dontlog_normal_and_separate_errors() {
+    let collector = Collector::new();
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0\n{DEFAULTS}    log global\n    option httplog\n    option dontlog-normal\n    option log-separate-errors\nfrontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok if {{ path /ok }}\n    default_backend be\nbackend be\n    server s 127.0.0.1:9 disabled\n",
+        collector.addr()
+    ));
+    assert_eq!(get(p.addr(), "/ok").status, 200);
+    assert_eq!(get(p.addr(), "/down").status, 503);
+    // The normal transaction left no line; the failed one is at `err` (local0: 16*8+3).
+    let line = collector.next();
+    assert!(
+        line.starts_with("<131>") && line.contains(" 503 "),
+        "{line}"
+    );
+    assert!(line.contains("\"GET /down HTTP/1.1\""), "{line}");
+}

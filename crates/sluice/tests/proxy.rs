@@ -646,3 +646,19 @@ fn response_header_names_go_out_in_lower_case_as_haproxy_relays_them() {
         "{head}"
     );
 }
+
+#[test]
+fn errorloc_answers_with_a_redirect_and_ulimit_n_sets_the_descriptor_limit() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    ulimit-n 2000\n    stats socket {}\n{DEFAULTS}    errorloc 503 https://status.example.com/\nfrontend fe\n    {{fe}}\n    errorloc303 404 /missing\n    use_backend be if {{ path /be }}\nbackend be\n    server s 127.0.0.1:9 disabled\n",
+        sock.display()
+    ));
+    let r = get(p.addr(), "/be");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("https://status.example.com/"));
+    let r = get(p.addr(), "/nowhere");
+    assert_eq!((r.status, r.header("location")), (303, Some("/missing")));
+    assert!(Sluice::cli(&sock, "show info").contains("Ulimit-n: 2000"));
+}

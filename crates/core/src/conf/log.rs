@@ -52,6 +52,11 @@ pub struct LogConf {
     pub tag: Option<String>,
     /// `option logasap`: the line goes out when the response head is sent, before the body.
     pub asap: bool,
+    /// `option dontlog-normal`: only transactions that ended badly (an error status or a
+    /// termination code) are logged.
+    pub dont_log_normal: bool,
+    /// `option log-separate-errors`: those go out at `err` rather than `info`.
+    pub separate_errors: bool,
     /// `capture cookie NAME len N`: the first request cookie and response `Set-Cookie`
     /// whose name starts with NAME (`%CC`, `%CS`).
     pub capture_cookie: Option<(String, usize)>,

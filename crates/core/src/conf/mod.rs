@@ -79,6 +79,8 @@ pub struct GlobalConf {
     pub tls: tls::TlsDefaults,
     /// `localpeer NAME`: this process's name in `peers` sections (else the host name).
     pub localpeer: Option<String>,
+    /// `ulimit-n N`: the file descriptor limit to set (else derived from `maxconn`).
+    pub ulimit_n: Option<u64>,
 }
 
 impl Default for GlobalConf {
@@ -102,6 +104,7 @@ impl Default for GlobalConf {
             tls: tls::TlsDefaults::default(),
             check: GlobalCheck::default(),
             localpeer: None,
+            ulimit_n: None,
         }
     }
 }

@@ -32,6 +32,19 @@ use crate::worker::{self, Inboxes};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "ulimit-n",
+        scope: Scope::GLOBAL,
+        help: "ulimit-n N: the file descriptor limit to set (default: what maxconn needs)",
+        parse: |g, a| {
+            let v = crate::conf::one_arg(a, "a number of file descriptors")?;
+            let n: u64 = v.parse().ok().filter(|&n| n >= 64).ok_or_else(|| {
+                sluice_config::KwError::bad(1, v, "expects a number, at least 64")
+            })?;
+            g.ulimit_n = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "hard-stop-after",
         scope: Scope::GLOBAL,
         help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
@@ -167,8 +180,11 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let nbthread = config.global.nbthread();
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
-    let global_max =
-        crate::fds::ensure(opts.maxconn.or(config.global.maxconn)).map_err(RunError::Fds)?;
+    let global_max = crate::fds::ensure(
+        opts.maxconn.or(config.global.maxconn),
+        config.global.ulimit_n,
+    )
+    .map_err(RunError::Fds)?;
     let mut handed = match &opts.take_from {
         Some(path) => handover::receive(path).map_err(|source| RunError::Handover {
             path: path.clone(),

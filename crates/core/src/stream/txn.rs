@@ -785,6 +785,17 @@ impl Txn {
         }
         let config = s.w.config();
         let fe = s.frontend();
+        // An error in HAProxy's sense: a 5xx answer, a termination other than normal or
+        // local, or a retried connection.
+        let retried = self.log.attempts.is_some_and(|a| a.retries > 0);
+        let error = !matches!(term[0], b'-' | b'L') || status >= 500 || retried;
+        if fe.log.dont_log_normal && !error {
+            return;
+        }
+        let level = match self.log.level.flatten() {
+            None if error && fe.log.separate_errors => Some(3),
+            other => other,
+        };
         let lg = &self.log;
         let now = Instant::now();
         let be = self.backend.map(|b| &config.backends[b]);
@@ -852,7 +863,7 @@ impl Txn {
             cookie_flags: lg.cookie_flags,
             log_counter: count_line(format, &process.state.frontends[s.fe]),
         };
-        crate::log::emit_at(loggers, format, &rec, self.log.level.flatten());
+        crate::log::emit_at(loggers, format, &rec, level);
     }
 }
 
