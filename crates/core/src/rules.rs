@@ -246,10 +246,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
     let cond = parse_cond(rules, &args[cond_at..], cond_at + 1)?;
     let params = &args[1..cond_at];
     if side.tcp() {
-        return Ok(Rule {
-            action: parse_tcp_action(action, params, side)?,
-            cond,
-        });
+        return Ok(Rule::new(parse_tcp_action(action, params, side)?, cond));
     }
     let action = match (action.as_str(), side) {
         ("return", Side::Request) => Action::Return(parse_reply(params, 200)?.0),
@@ -398,10 +395,10 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
                                 let why = format!("invalid regular expression: {e}");
                                 KwError::bad(2, &params[0], why)
                             })?;
-                        return Ok(Rule {
-                            action: Action::DelHeaderRe(crate::sample::Regex(re)),
+                        return Ok(Rule::new(
+                            Action::DelHeaderRe(crate::sample::Regex(re)),
                             cond,
-                        });
+                        ));
                     }
                     other => {
                         return Err(KwError::bad(4, other, "expects str, beg, end, sub or reg"))
@@ -485,7 +482,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
         }
         (a, _) => return Err(KwError::bad(1, a, "unknown action")),
     };
-    Ok(Rule { action, cond })
+    Ok(Rule::new(action, cond))
 }
 
 /// `capture SAMPLE len N` (a new request slot) or `capture SAMPLE id N` (a slot of
@@ -533,10 +530,7 @@ fn parse_capture(c: &mut ProxyConf, args: &[String], side: Side) -> Result<Rule,
             return Err(KwError::bad(3, other, expects));
         }
     };
-    Ok(Rule {
-        action: Action::Capture { expr, len, slot },
-        cond,
-    })
+    Ok(Rule::new(Action::Capture { expr, len, slot }, cond))
 }
 
 /// The action of a `tcp-request` / `tcp-response` rule.

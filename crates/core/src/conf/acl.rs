@@ -37,3 +37,14 @@ pub struct Cond {
     pub unless: bool,
     pub groups: Vec<Vec<Term>>,
 }
+
+impl Cond {
+    /// Whether evaluating it reads the request head.
+    pub fn reads_request(&self) -> bool {
+        self.groups
+            .iter()
+            .flatten()
+            .flat_map(|t| &t.acls)
+            .any(|a| a.expr.reads_request())
+    }
+}

@@ -176,6 +176,58 @@ pub enum Service {
 pub struct Rule {
     pub action: Action,
     pub cond: Option<Cond>,
+    /// Its condition or its values read the request head: after an editing rule, it must
+    /// see the edited request.
+    pub reads_request: bool,
+}
+
+impl Rule {
+    pub fn new(action: Action, cond: Option<Cond>) -> Rule {
+        let reads_request =
+            cond.as_ref().is_some_and(Cond::reads_request) || action.reads_request();
+        Rule {
+            action,
+            cond,
+            reads_request,
+        }
+    }
+}
+
+impl Action {
+    /// Whether running it evaluates something from the request head.
+    fn reads_request(&self) -> bool {
+        let reply = |r: &Reply| {
+            r.lf.as_ref().is_some_and(Fmt::reads_request)
+                || r.hdrs.iter().any(|(_, v)| v.reads_request())
+        };
+        match self {
+            Action::Return(r) => reply(r),
+            Action::Deny { reply: r, .. } | Action::Tarpit { reply: r, .. } => {
+                r.as_ref().is_some_and(reply)
+            }
+            Action::SetHeader(_, f)
+            | Action::AddHeader(_, f)
+            | Action::EarlyHint(_, f)
+            | Action::SetMethod(f)
+            | Action::SetPath(f)
+            | Action::SetPathQ(f)
+            | Action::SetQuery(f)
+            | Action::SetUri(f) => f.reads_request(),
+            Action::ReplaceHeader { with, .. } | Action::ReplaceTarget { with, .. } => {
+                with.reads_request()
+            }
+            Action::SetVar(_, e)
+            | Action::Track { key: e, .. }
+            | Action::ScSetGpt0 { value: e, .. }
+            | Action::SetTimeout(_, e)
+            | Action::SetSrc(e)
+            | Action::SetDst(e)
+            | Action::Capture { expr: e, .. } => e.reads_request(),
+            // A redirect reads the path and the Host header itself.
+            Action::Redirect(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// The rule lists a proxy may have beside its switching rules, in HAProxy's order of

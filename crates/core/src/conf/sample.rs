@@ -357,7 +357,45 @@ pub enum FmtPart {
     Expr(Expr),
 }
 
+impl Fetch {
+    /// Whether the sample comes from the request head (what an editing rule may change).
+    pub fn reads_request(&self) -> bool {
+        use Fetch::*;
+        matches!(
+            self,
+            Method
+                | Path
+                | PathQ
+                | Query
+                | Url
+                | UrlParam(_)
+                | Base
+                | ReqHdr(..)
+                | ReqHdrCnt(_)
+                | ReqFhdr(..)
+                | ReqCook(_)
+                | ReqCookCnt(_)
+                | ReqLen
+                | ReqVer
+        )
+    }
+}
+
+impl Expr {
+    /// Whether evaluating it reads the request head.
+    pub fn reads_request(&self) -> bool {
+        self.fetch.reads_request()
+    }
+}
+
 impl Fmt {
+    /// Whether rendering it reads the request head.
+    pub fn reads_request(&self) -> bool {
+        self.0
+            .iter()
+            .any(|p| matches!(p, FmtPart::Expr(e) if e.reads_request()))
+    }
+
     /// The text of a format without any expression.
     pub fn literal(&self) -> Option<&str> {
         match self.0.as_slice() {

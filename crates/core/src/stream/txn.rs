@@ -1012,7 +1012,11 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let backend = if fe.rules.switching.is_empty() {
         fe.rules.default_backend
     } else {
-        let now = view.get(&edits);
+        let reads = fe.rules.switching.iter().any(|(cond, target)| {
+            cond.as_ref().is_some_and(|c| c.reads_request())
+                || matches!(target, BackendRef::Dynamic(f) if f.reads_request())
+        });
+        let now = if reads { view.get(&edits) } else { view.last() };
         let cx = s.sample_ctx(&now, None);
         fe.rules
             .switching
@@ -1072,7 +1076,10 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     }
     // Balancing and persistence see the request as rewritten (the body is the client's).
     let orig = view.orig;
-    let req = view.get(&edits);
+    let p = &be.persist;
+    let reads =
+        be.algo.hashes() || p.cookie.is_some() || !p.stick.is_empty() || !p.use_server.is_empty();
+    let req = if reads { view.get(&edits) } else { view.last() };
     let req = &req;
     if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
         return (Route::StatsPage(Some(backend)), edits);
@@ -1149,6 +1156,13 @@ impl<'r> RuleView<'r> {
             self.copy = edited_request(self.orig, edits);
             self.stale = false;
         }
+        self.last()
+    }
+
+    /// The request as last made, for a rule that does not read it (no copy is made for
+    /// it; only its target, unchanged by any edit so far when edits do not hold one, may be
+    /// looked at).
+    fn last(&self) -> RequestView<'_> {
         match &self.copy {
             Some((bytes, head)) => RequestView::h1(bytes, head),
             None => *self.orig,
@@ -1165,7 +1179,11 @@ fn apply_rules(
 ) -> Option<Route> {
     let req = view.orig;
     for rule in rules {
-        let now = view.get(edits);
+        let now = if rule.reads_request {
+            view.get(edits)
+        } else {
+            view.last()
+        };
         let mut cx = s.sample_ctx(&now, backend);
         if !holds(&rule.cond, &cx) {
             continue;
