@@ -370,6 +370,28 @@ fn lower(
             )));
             continue;
         }
+        // TLS binds: certificates are read now, so that `-c` checks them.
+        let mut listen = p.conf.listen.clone();
+        let mut tls_ok = true;
+        for b in &mut listen.binds {
+            if let Some(t) = &mut b.tls {
+                let built = if t.ssl {
+                    tls::acceptor(t, &global.tls)
+                } else {
+                    Err("TLS options without 'ssl'".to_string())
+                };
+                match built {
+                    Ok(a) => t.acceptor = Some(a),
+                    Err(e) => {
+                        errors.push(b.at.error(format!("bind {}: {e}", b.spec)));
+                        tls_ok = false;
+                    }
+                }
+            }
+        }
+        if !tls_ok {
+            continue;
+        }
         let own = (p.kind == SectionKind::Listen).then_some(p.name.as_str());
         if p.conf.stream.mode == Mode::Tcp && !p.conf.rules.http_rules_empty() {
             errors.push(p.header.error(format!(
@@ -386,7 +408,7 @@ fn lower(
                     order,
                     id,
                     name: p.name.clone(),
-                    listen: p.conf.listen.clone(),
+                    listen: listen.clone(),
                     stream: p.conf.stream.clone(),
                     rules,
                     monitor: p.conf.monitor.clone(),

@@ -809,6 +809,8 @@ pub struct Record<'a> {
     pub cookie_flags: [u8; 2],
     /// `%lc`: the frontend's count of lines logged, this one included.
     pub log_counter: u64,
+    /// `%sslc`, `%sslv`: the client connection's TLS cipher and version.
+    pub tls: Option<(&'static str, &'static str)>,
 }
 
 impl<'a> Record<'a> {
@@ -854,6 +856,7 @@ impl<'a> Record<'a> {
             asap: false,
             cookie_flags: *b"--",
             log_counter: 0,
+            tls: None,
         }
     }
 
@@ -968,7 +971,8 @@ impl<'a> Record<'a> {
                     self.t_request + self.t_idle.max(0)
                 }
             ),
-            Var::SslCipher | Var::SslVersion => write!(out, "-"),
+            Var::SslCipher => write!(out, "{}", self.tls.map_or("-", |t| t.0)),
+            Var::SslVersion => write!(out, "{}", self.tls.map_or("-", |t| t.1)),
             Var::LogCounter => write!(out, "{}", self.log_counter),
             Var::ReqCaptures => captures(out, self.captures_req, false),
             Var::ResCaptures => captures(out, self.captures_res, false),

@@ -1,13 +1,28 @@
-//! TLS: for now the `global` keywords that set the defaults of `ssl` binds and servers
-//! (`ca-base`, `crt-base`, `ssl-default-bind-*`, `ssl-default-server-*`).
+//! TLS termination on `bind ... ssl` lines, with rustls (ring): the bind options
+//! (`crt`, `alpn`, `ssl-min-ver`, `ssl-max-ver`, `ciphers`, `ciphersuites`, `curves`,
+//! `strict-sni`, `no-tls-tickets`), the `global` defaults (`ca-base`, `crt-base`,
+//! `ssl-default-bind-*`; the `ssl-default-server-*` ones are kept for TLS to servers, not
+//! built yet), certificate loading and the choice of a certificate by SNI.
 //!
-//! These only give defaults to `bind ... ssl` and `server ... ssl`, which are refused with
-//! "not supported yet" until TLS exists, so accepting them changes nothing a configuration
-//! asks for; they are checked (options by name) and kept for then.
+//! Invariants:
+//! - Only TLS 1.2 and 1.3 with AEAD suites exist (rustls has nothing older or weaker); no
+//!   renegotiation, no compression.
+//! - A name in `ciphers`, `ciphersuites` or `curves` that rustls does not implement is a
+//!   configuration error naming it, never silently dropped.
+//! - The certificate for a connection: the one whose names match the SNI exactly, else by a
+//!   wildcard, else the first certificate of the line (unless `strict-sni`); among several
+//!   for the same name, the first whose key the client can verify (ECDSA or RSA).
 
+use std::sync::Arc;
+
+use rustls::crypto::ring as provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use sluice_config::{Keyword, KwError, Scope};
 
-pub use crate::conf::tls::{TlsDefaults, TlsSide};
+pub use crate::conf::tls::{Acceptor, BindTls, TlsDefaults, TlsSide};
 use crate::conf::{one_arg, GlobalConf};
 
 /// The `ssl-default-*-options` words HAProxy knows; `ssl-min-ver`/`ssl-max-ver` take a
@@ -106,6 +121,422 @@ macro_rules! side_keywords {
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] =
     side_keywords!["bind" => false, "server" => true];
+
+/// Reads one TLS option of a `bind` line at `opts[i]`: the number of words it took, or
+/// `None` when the word is not a TLS option.
+pub fn bind_option(
+    tls: &mut Option<BindTls>,
+    opts: &[String],
+    i: usize,
+) -> Result<Option<usize>, KwError> {
+    let o = opts[i].as_str();
+    let value = || {
+        opts.get(i + 1)
+            .cloned()
+            .ok_or_else(|| KwError::Invalid(format!("bind option '{o}' expects a value")))
+    };
+    let t = tls.get_or_insert_with(BindTls::default);
+    let took = match o {
+        "ssl" => {
+            t.ssl = true;
+            1
+        }
+        "crt" => {
+            t.crts.push(value()?);
+            2
+        }
+        "alpn" => {
+            t.alpn = value()?.split(',').map(str::to_string).collect();
+            2
+        }
+        "ssl-min-ver" | "ssl-max-ver" => {
+            let v = value()?;
+            if !VERSIONS.contains(&v.as_str()) {
+                return Err(KwError::bad(
+                    i + 3,
+                    &v,
+                    "expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3",
+                ));
+            }
+            if o == "ssl-min-ver" {
+                t.min_ver = Some(v);
+            } else {
+                t.max_ver = Some(v);
+            }
+            2
+        }
+        "ciphers" => {
+            t.ciphers = Some(value()?);
+            2
+        }
+        "ciphersuites" => {
+            t.ciphersuites = Some(value()?);
+            2
+        }
+        "curves" => {
+            t.curves = Some(value()?);
+            2
+        }
+        "strict-sni" => {
+            t.strict_sni = true;
+            1
+        }
+        "no-tls-tickets" => {
+            t.no_tickets = true;
+            1
+        }
+        "crt-list"
+        | "ca-file"
+        | "verify"
+        | "crl-file"
+        | "ca-ignore-err"
+        | "crt-ignore-err"
+        | "allow-0rtt"
+        | "npn"
+        | "ssl-reuse"
+        | "no-ssl-reuse"
+        | "prefer-client-ciphers"
+        | "sigalgs"
+        | "client-sigalgs"
+        | "generate-certificates"
+        | "ca-sign-file"
+        | "ca-sign-pass"
+        | "ecdhe"
+        | "no-ca-names"
+        | "ca-verify-file"
+        | "force-sslv3"
+        | "force-tlsv10"
+        | "force-tlsv11"
+        | "force-tlsv12"
+        | "force-tlsv13"
+        | "no-sslv3"
+        | "no-tlsv10"
+        | "no-tlsv11"
+        | "no-tlsv12"
+        | "no-tlsv13"
+        | "ssl-max-record"
+        | "tls-ticket-keys" => {
+            return Err(KwError::Invalid(format!(
+                "bind option '{o}': not supported yet"
+            )))
+        }
+        _ => {
+            if tls.as_ref().is_some_and(|t| *t == BindTls::default()) {
+                *tls = None;
+            }
+            return Ok(None);
+        }
+    };
+    Ok(Some(took))
+}
+
+/// The rustls suites by their OpenSSL names (what HAProxy's `ciphers` and
+/// `ciphersuites` and its `ssl_fc_cipher` use).
+const SUITES: &[(&str, rustls::SupportedCipherSuite)] = &[
+    (
+        "TLS_AES_128_GCM_SHA256",
+        provider::cipher_suite::TLS13_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_AES_256_GCM_SHA384",
+        provider::cipher_suite::TLS13_AES_256_GCM_SHA384,
+    ),
+    (
+        "TLS_CHACHA20_POLY1305_SHA256",
+        provider::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        provider::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        provider::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        provider::cipher_suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        provider::cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        provider::cipher_suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        provider::cipher_suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
+/// The OpenSSL name of a negotiated suite.
+pub fn suite_name(s: rustls::CipherSuite) -> &'static str {
+    SUITES
+        .iter()
+        .find(|(_, x)| x.suite() == s)
+        .map_or("unknown", |(n, _)| n)
+}
+
+/// HAProxy's name of a protocol version (`TLSv1.3`).
+pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
+    match v {
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        _ => "unknown",
+    }
+}
+
+/// The suites a colon-separated list names, for TLS 1.3 (`ciphersuites`) or 1.2
+/// (`ciphers`). `!NAME` and `-NAME` leave a suite out, as in OpenSSL's lists.
+fn suites(list: &str, tls13: bool) -> Result<Vec<rustls::SupportedCipherSuite>, String> {
+    let mut out = Vec::new();
+    for word in list.split([':', ',', ' ']).filter(|w| !w.is_empty()) {
+        if word.starts_with('!') || word.starts_with('-') {
+            continue;
+        }
+        match SUITES.iter().find(|(n, _)| *n == word) {
+            Some((_, s)) if matches!(s, rustls::SupportedCipherSuite::Tls13(_)) == tls13 => {
+                out.push(*s)
+            }
+            Some(_) => {
+                return Err(format!(
+                    "'{word}' is a TLS {} suite (it belongs in {})",
+                    if tls13 { "1.2" } else { "1.3" },
+                    if tls13 { "ciphers" } else { "ciphersuites" }
+                ))
+            }
+            None => {
+                let have: Vec<&str> = SUITES
+                    .iter()
+                    .filter(|(_, s)| matches!(s, rustls::SupportedCipherSuite::Tls13(_)) == tls13)
+                    .map(|(n, _)| *n)
+                    .collect();
+                return Err(format!(
+                    "cipher '{word}' is not available (rustls implements {})",
+                    have.join(":")
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The key exchange groups `curves` names.
+fn groups(list: &str) -> Result<Vec<&'static dyn rustls::crypto::SupportedKxGroup>, String> {
+    list.split(':')
+        .filter(|w| !w.is_empty())
+        .map(|w| match w {
+            "X25519" | "x25519" => Ok(provider::kx_group::X25519),
+            "P-256" | "prime256v1" | "secp256r1" => Ok(provider::kx_group::SECP256R1),
+            "P-384" | "secp384r1" => Ok(provider::kx_group::SECP384R1),
+            other => Err(format!(
+                "curve '{other}' is not available (rustls implements X25519, P-256, P-384)"
+            )),
+        })
+        .collect()
+}
+
+/// Builds the acceptor of a `bind ... ssl` line: its certificates (relative paths from
+/// `crt-base`; a directory loads every file in it), versions, suites, groups and ALPN, over
+/// the `ssl-default-bind-*` defaults.
+pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String> {
+    if t.crts.is_empty() {
+        return Err("'ssl' needs at least one 'crt FILE|DIR'".into());
+    }
+    let mut keys = Vec::new();
+    for crt in &t.crts {
+        let path = match (&defaults.crt_base, crt.starts_with('/')) {
+            (Some(base), false) => format!("{base}/{crt}"),
+            _ => crt.clone(),
+        };
+        let meta = std::fs::metadata(&path).map_err(|e| format!("crt '{path}': {e}"))?;
+        if meta.is_dir() {
+            let mut files: Vec<_> = std::fs::read_dir(&path)
+                .map_err(|e| format!("crt '{path}': {e}"))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && !is_companion(p))
+                .collect();
+            files.sort();
+            for f in files {
+                keys.push(load_pem(&f.display().to_string())?);
+            }
+        } else {
+            keys.push(load_pem(&path)?);
+        }
+    }
+    if keys.is_empty() {
+        return Err("no certificate found".into());
+    }
+    let side = &defaults.bind;
+    let opt = |name: &str| {
+        let mut w = side.options.iter();
+        while let Some(x) = w.next() {
+            if x == name {
+                return w.next().cloned();
+            }
+        }
+        None
+    };
+    let min = t.min_ver.clone().or_else(|| opt("ssl-min-ver"));
+    let max = t.max_ver.clone().or_else(|| opt("ssl-max-ver"));
+    let rank = |v: &str| VERSIONS.iter().position(|x| *x == v).unwrap_or(0);
+    let (lo, hi) = (
+        rank(min.as_deref().unwrap_or("TLSv1.2")),
+        rank(max.as_deref().unwrap_or("TLSv1.3")),
+    );
+    let mut versions = Vec::new();
+    if lo <= 3 && hi >= 3 {
+        versions.push(&rustls::version::TLS12);
+    }
+    if hi >= 4 {
+        versions.push(&rustls::version::TLS13);
+    }
+    if versions.is_empty() {
+        return Err(format!(
+            "no TLS version left between {} and {} (rustls has TLSv1.2 and TLSv1.3)",
+            min.as_deref().unwrap_or("TLSv1.2"),
+            max.as_deref().unwrap_or("TLSv1.3")
+        ));
+    }
+    let mut p = provider::default_provider();
+    let tls12 = match t.ciphers.as_ref().or(side.ciphers.as_ref()) {
+        Some(list) => suites(list, false)?,
+        None => p
+            .cipher_suites
+            .iter()
+            .filter(|s| matches!(s, rustls::SupportedCipherSuite::Tls12(_)))
+            .copied()
+            .collect(),
+    };
+    let tls13 = match t.ciphersuites.as_ref().or(side.ciphersuites.as_ref()) {
+        Some(list) => suites(list, true)?,
+        None => p
+            .cipher_suites
+            .iter()
+            .filter(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)))
+            .copied()
+            .collect(),
+    };
+    p.cipher_suites = tls13.into_iter().chain(tls12).collect();
+    if let Some(c) = &t.curves {
+        p.kx_groups = groups(c)?;
+    }
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(p))
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SniResolver {
+            keys,
+            strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
+        }));
+    config.alpn_protocols = t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.ignore_client_order = false;
+    // Resumption by session id from a per-acceptor cache (tickets are left off: rotating
+    // their keys comes with the ticket work).
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(20_000);
+    Ok(Acceptor(Arc::new(config)))
+}
+
+/// Files next to a certificate that are not certificates (`.key`, `.ocsp`, ...): a
+/// directory of certificates may hold them.
+fn is_companion(p: &std::path::Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("key" | "ocsp" | "issuer" | "sctl" | "csr")
+    )
+}
+
+/// A PEM file holding a chain and its private key (or the key in `FILE.key` beside it).
+fn load_pem(path: &str) -> Result<Loaded, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("crt '{path}': {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("crt '{path}': {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("crt '{path}': no certificate in it"));
+    }
+    let key = PrivateKeyDer::from_pem_file(path)
+        .or_else(|_| PrivateKeyDer::from_pem_file(format!("{path}.key")))
+        .map_err(|_| format!("crt '{path}': no private key in it (nor in {path}.key)"))?;
+    let signer = provider::sign::any_supported_type(&key)
+        .map_err(|e| format!("crt '{path}': the key cannot be used: {e}"))?;
+    let certified = CertifiedKey::new(certs, signer);
+    certified
+        .keys_match()
+        .map_err(|e| format!("crt '{path}': the key does not match the certificate: {e}"))?;
+    Ok(Loaded {
+        key: Arc::new(certified),
+    })
+}
+
+/// A loaded certificate with its key.
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+}
+
+impl Loaded {
+    /// How well the certificate's names match `name`: 2 exactly, 1 by a wildcard, 0 not.
+    fn matches(&self, name: &ServerName<'_>) -> u8 {
+        let Ok(cert) = webpki::EndEntityCert::try_from(&self.key.cert[0]) else {
+            return 0;
+        };
+        if cert.verify_is_valid_for_subject_name(name).is_err() {
+            return 0;
+        }
+        // A wildcard certificate is valid for a sibling name too; an exact one is not.
+        let ServerName::DnsName(dns) = name else {
+            return 2;
+        };
+        let sibling = match dns.as_ref().split_once('.') {
+            Some((_, rest)) => format!("sluice-sibling-check.{rest}"),
+            None => return 2,
+        };
+        match ServerName::try_from(sibling) {
+            Ok(s) if cert.verify_is_valid_for_subject_name(&s).is_ok() => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Chooses the certificate of a handshake by SNI.
+#[derive(Debug)]
+struct SniResolver {
+    keys: Vec<Loaded>,
+    strict: bool,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let usable = |l: &&Loaded| l.key.key.choose_scheme(hello.signature_schemes()).is_some();
+        let by_name = hello
+            .server_name()
+            .and_then(|n| ServerName::try_from(n.to_string()).ok())
+            .and_then(|name| {
+                let best = self.keys.iter().map(|l| l.matches(&name)).max()?;
+                (best > 0)
+                    .then(|| {
+                        self.keys
+                            .iter()
+                            .filter(|l| l.matches(&name) == best)
+                            .find(usable)
+                    })
+                    .flatten()
+            });
+        match by_name {
+            Some(l) => Some(l.key.clone()),
+            None if self.strict => None,
+            None => self
+                .keys
+                .iter()
+                .find(usable)
+                .or(self.keys.first())
+                .map(|l| l.key.clone()),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

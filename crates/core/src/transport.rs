@@ -1,6 +1,7 @@
 //! The transport seam: every client and server connection reaches the data path as a
-//! [`Conn`], whatever carries its bytes. Plain TCP is the first (and so far only) kind; TLS
-//! adds a variant here and leaves the HTTP and relay code unchanged.
+//! [`Conn`], whatever carries its bytes: plain TCP, or TLS over it (rustls, driven here
+//! by the same readiness and non-blocking reads and writes, so the HTTP and relay code is
+//! unchanged).
 //!
 //! Invariants:
 //! - A `Conn` is registered with the event loop of the worker that created or attached it,
@@ -21,11 +22,15 @@ use tokio::net::TcpStream;
 
 use crate::fds::Counted;
 
-/// What is known about a connection's TLS session (nothing until TLS exists).
+/// What is known about a connection's TLS session once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsInfo {
     pub sni: Option<String>,
     pub alpn: Option<Vec<u8>>,
+    /// `TLSv1.3`, `TLSv1.2`.
+    pub version: &'static str,
+    /// The suite's OpenSSL name (`TLS_AES_128_GCM_SHA256`, `ECDHE-RSA-AES128-GCM-SHA256`).
+    pub cipher: &'static str,
 }
 
 /// One connection, client or server side.
@@ -35,9 +40,133 @@ pub struct Conn {
     _fd: Counted,
 }
 
-#[derive(Debug)]
 enum Io {
     Tcp(TcpStream),
+    Tls(Box<Tls>),
+}
+
+impl std::fmt::Debug for Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Io::Tcp(s) => s.fmt(f),
+            Io::Tls(t) => t.tcp.fmt(f),
+        }
+    }
+}
+
+/// A TLS connection: the socket and rustls's state, driven by [`Conn`]'s calls (a handshake
+/// advances as the connection is read).
+struct Tls {
+    tcp: TcpStream,
+    state: std::cell::RefCell<rustls::ServerConnection>,
+}
+
+/// `std::io` reads and writes over a registered socket, without waiting (`WouldBlock`
+/// when it would).
+struct Nonblocking<'a>(&'a TcpStream);
+
+impl io::Read for Nonblocking<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
+impl io::Write for Nonblocking<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Tls {
+    /// Sends what rustls has to send, as far as the socket takes it now.
+    fn push(&self) -> io::Result<()> {
+        let mut st = self.state.borrow_mut();
+        while st.wants_write() {
+            match st.write_tls(&mut Nonblocking(&self.tcp)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends everything rustls has to send, waiting for the socket as needed.
+    async fn flush(&self) -> io::Result<()> {
+        loop {
+            self.push()?;
+            if !self.state.borrow().wants_write() {
+                return Ok(());
+            }
+            self.tcp.writable().await?;
+        }
+    }
+
+    /// Decrypted bytes are waiting, or the peer closed its side.
+    fn has_plaintext(&self) -> bool {
+        let mut st = self.state.borrow_mut();
+        st.process_new_packets()
+            .map(|s| s.plaintext_bytes_to_read() > 0 || s.peer_has_closed())
+            .unwrap_or(true)
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            {
+                let mut st = self.state.borrow_mut();
+                match io::Read::read(&mut st.reader(), buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // The peer closed without close_notify: an end of stream like TCP's.
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                    Err(e) => return Err(e),
+                }
+                match st.read_tls(&mut Nonblocking(&self.tcp)) {
+                    Ok(0) => return Ok(0),
+                    Ok(_) => {}
+                    Err(e) => return Err(e),
+                }
+                if let Err(e) = st.process_new_packets() {
+                    // The alert goes out before the error ends the connection.
+                    drop(st);
+                    let _ = self.push();
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+            }
+            // Handshake messages (or alerts) to send in return.
+            self.push()?;
+        }
+    }
+
+    async fn write(&self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            let n = io::Write::write(&mut self.state.borrow_mut().writer(), bytes)?;
+            bytes = &bytes[n..];
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    fn info(&self) -> Option<TlsInfo> {
+        let st = self.state.borrow();
+        if st.is_handshaking() {
+            return None;
+        }
+        Some(TlsInfo {
+            sni: st.server_name().map(str::to_string),
+            alpn: st.alpn_protocol().map(<[u8]>::to_vec),
+            version: st
+                .protocol_version()
+                .map_or("unknown", crate::tls::version_name),
+            cipher: st
+                .negotiated_cipher_suite()
+                .map_or("unknown", |s| crate::tls::suite_name(s.suite())),
+        })
+    }
 }
 
 /// A connection taken out of its worker's event loop, on its way to another worker.
@@ -98,15 +227,32 @@ impl Conn {
         }
     }
 
+    /// Starts TLS on an accepted connection (the handshake runs as it is read).
+    pub fn into_tls(self, config: std::sync::Arc<rustls::ServerConfig>) -> io::Result<Conn> {
+        let Io::Tcp(tcp) = self.io else {
+            return Err(io::Error::other("TLS over TLS"));
+        };
+        let state = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
+        Ok(Conn {
+            io: Io::Tls(Box::new(Tls {
+                tcp,
+                state: std::cell::RefCell::new(state),
+            })),
+            _fd: self._fd,
+        })
+    }
+
     fn tcp(&self) -> &TcpStream {
         match &self.io {
             Io::Tcp(s) => s,
+            Io::Tls(t) => &t.tcp,
         }
     }
 
     fn tcp_mut(&mut self) -> &mut TcpStream {
         match &mut self.io {
             Io::Tcp(s) => s,
+            Io::Tls(t) => &mut t.tcp,
         }
     }
 
@@ -118,24 +264,49 @@ impl Conn {
         self.tcp().local_addr()
     }
 
-    /// The TLS session's facts, when the connection is encrypted.
-    pub fn tls(&self) -> Option<&TlsInfo> {
-        None
+    /// Whether the connection is TLS (`ssl_fc`).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.io, Io::Tls(_))
+    }
+
+    /// The TLS session's facts, once its handshake is done.
+    pub fn tls(&self) -> Option<TlsInfo> {
+        match &self.io {
+            Io::Tls(t) => t.info(),
+            Io::Tcp(_) => None,
+        }
     }
 
     /// Waits until a read may make progress.
     pub async fn readable(&self) -> io::Result<()> {
-        self.tcp().readable().await
+        match &self.io {
+            Io::Tcp(s) => s.readable().await,
+            Io::Tls(t) => {
+                t.flush().await?;
+                if t.has_plaintext() {
+                    return Ok(());
+                }
+                t.tcp.readable().await
+            }
+        }
     }
 
     /// Reads what is available without waiting (`WouldBlock` when nothing is).
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.tcp().try_read(buf)
+        match &self.io {
+            Io::Tcp(s) => s.try_read(buf),
+            Io::Tls(t) => t.try_read(buf),
+        }
     }
 
     /// Whether bytes are waiting to be read right now (the next part of a message is
     /// already here, so a write may announce that more follows).
     pub fn has_input(&self) -> bool {
+        if let Io::Tls(t) = &self.io {
+            if t.has_plaintext() {
+                return true;
+            }
+        }
         let mut buf = [MaybeUninit::<u8>::uninit(); 1];
         socket2::SockRef::from(self.tcp())
             .recv_with_flags(&mut buf, libc::MSG_PEEK | libc::MSG_DONTWAIT)
@@ -165,6 +336,10 @@ impl Conn {
     /// kernel may then hold a partial segment and send fuller packets. Never pass `more`
     /// when the next bytes depend on a peer.
     pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], more: bool) -> io::Result<()> {
+        if let Io::Tls(t) = &self.io {
+            t.write(a).await?;
+            return t.write(b).await;
+        }
         let flags = if more { libc::MSG_MORE } else { 0 } | libc::MSG_NOSIGNAL;
         let stream = self.tcp();
         let sock = socket2::SockRef::from(stream);
@@ -203,8 +378,12 @@ impl Conn {
         let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(std::time::Duration::ZERO));
     }
 
-    /// Half-closes the sending side.
+    /// Half-closes the sending side (after TLS's close_notify).
     pub async fn shutdown(&mut self) -> io::Result<()> {
+        if let Io::Tls(t) = &self.io {
+            t.state.borrow_mut().send_close_notify();
+            let _ = t.flush().await;
+        }
         self.tcp_mut().shutdown().await
     }
 
@@ -242,7 +421,9 @@ impl Conn {
 
     /// Takes the connection out of this worker's event loop.
     pub fn detach(self) -> io::Result<Detached> {
-        let Io::Tcp(s) = self.io;
+        let Io::Tcp(s) = self.io else {
+            return Err(io::Error::other("a TLS connection stays on its worker"));
+        };
         Ok(Detached {
             io: s.into_std()?,
             fd: self._fd,

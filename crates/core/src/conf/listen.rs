@@ -32,6 +32,8 @@ pub struct Bind {
     pub threads: Option<(usize, usize)>,
     /// The `bind` line, for errors found when the socket is opened.
     pub at: Loc,
+    /// `ssl` and its options: connections are TLS.
+    pub tls: Option<super::tls::BindTls>,
 }
 
 impl Bind {

@@ -74,7 +74,13 @@ pub enum Fetch {
     Date(i64),
     Rand(Option<u64>),
     UniqueId,
+    /// `ssl_fc`: the client connection is TLS; `ssl_fc_sni`, `ssl_fc_protocol`,
+    /// `ssl_fc_cipher`, `ssl_fc_alpn`: its session's facts.
     SslFc,
+    SslFcSni,
+    SslFcProtocol,
+    SslFcCipher,
+    SslFcAlpn,
     Bool(bool),
     Int(i64),
     Str(String),

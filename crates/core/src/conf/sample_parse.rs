@@ -193,10 +193,6 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
 const PENDING_FETCHES: &[&str] = &[
-    "ssl_fc_sni",
-    "ssl_fc_protocol",
-    "ssl_fc_cipher",
-    "ssl_fc_alpn",
     "ssl_c_used",
     "ssl_c_verify",
     "ssl_c_s_dn",
@@ -300,6 +296,10 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "unique-id" => none(Fetch::UniqueId)?,
         "ssl_fc" => none(Fetch::SslFc)?,
+        "ssl_fc_sni" => none(Fetch::SslFcSni)?,
+        "ssl_fc_protocol" => none(Fetch::SslFcProtocol)?,
+        "ssl_fc_cipher" => none(Fetch::SslFcCipher)?,
+        "ssl_fc_alpn" => none(Fetch::SslFcAlpn)?,
         "always_true" => none(Fetch::Bool(true))?,
         "always_false" => none(Fetch::Bool(false))?,
         "int" => {

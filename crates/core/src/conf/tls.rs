@@ -20,3 +20,43 @@ pub struct TlsSide {
     /// Options such as `ssl-min-ver TLSv1.2` and `no-tls-tickets`, as words.
     pub options: Vec<String>,
 }
+
+/// `bind ... ssl` and the TLS options of that line, as written (paths as given; `crt-base`
+/// applies when the acceptor is built).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BindTls {
+    /// `ssl` was given (the other options only set up what it turns on).
+    pub ssl: bool,
+    /// `crt FILE|DIR` (repeatable): PEM files with a chain and its key.
+    pub crts: Vec<String>,
+    /// `alpn LIST`, in order of preference.
+    pub alpn: Vec<String>,
+    pub min_ver: Option<String>,
+    pub max_ver: Option<String>,
+    pub ciphers: Option<String>,
+    pub ciphersuites: Option<String>,
+    pub curves: Option<String>,
+    pub strict_sni: bool,
+    pub no_tickets: bool,
+    /// The acceptor built from the options (when the configuration is loaded).
+    pub acceptor: Option<Acceptor>,
+}
+
+/// What a TLS listener hands its connections to: a rustls server configuration shared by
+/// every worker.
+#[derive(Clone)]
+pub struct Acceptor(pub std::sync::Arc<rustls::ServerConfig>);
+
+impl PartialEq for Acceptor {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Acceptor {}
+
+impl std::fmt::Debug for Acceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Acceptor")
+    }
+}

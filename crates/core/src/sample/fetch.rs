@@ -166,7 +166,15 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             None => i64::from(fastrand::u32(..)),
         })),
         Fetch::UniqueId => cx.unique_id.as_ref().map(|s| Sample::str(s.as_bytes())),
-        Fetch::SslFc => Some(Sample::Bool(false)),
+        Fetch::SslFc => Some(Sample::Bool(cx.client.is_some_and(|c| c.is_tls()))),
+        Fetch::SslFcSni => cx.client?.tls()?.sni.map(Sample::string),
+        Fetch::SslFcProtocol => Some(Sample::str(cx.client?.tls()?.version.as_bytes())),
+        Fetch::SslFcCipher => Some(Sample::str(cx.client?.tls()?.cipher.as_bytes())),
+        Fetch::SslFcAlpn => cx
+            .client?
+            .tls()?
+            .alpn
+            .map(|a| Sample::string(String::from_utf8_lossy(&a).into_owned())),
         Fetch::Bool(b) => Some(Sample::Bool(*b)),
         Fetch::Int(n) => Some(Sample::Int(*n)),
         Fetch::Str(s) => Some(Sample::str(s.as_bytes())),

@@ -51,6 +51,18 @@ pub async fn serve(
 ) {
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
+    // A TLS bind: the handshake runs as the connection is first read.
+    let acceptor = w.config().frontends[fe].listen.binds[listener]
+        .tls
+        .as_ref()
+        .and_then(|t| t.acceptor.clone());
+    let client = match acceptor {
+        Some(a) => match client.into_tls(a.0) {
+            Ok(c) => c,
+            Err(_) => return,
+        },
+        None => client,
+    };
     // The connection's variables and tracked entries, released when it closes.
     let vars = StreamVars::default();
     if !session_accepted(&w, &client, peer, fe, &vars) {

@@ -862,6 +862,7 @@ impl Txn {
             asap,
             cookie_flags: lg.cookie_flags,
             log_counter: count_line(format, &process.state.frontends[s.fe]),
+            tls: s.client.tls().map(|t| (t.cipher, t.version)),
         };
         crate::log::emit_at(loggers, format, &rec, level);
     }

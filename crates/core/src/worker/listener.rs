@@ -68,9 +68,6 @@ fn count_arg(a: &[String]) -> Result<usize, KwError> {
 
 /// Bind options HAProxy has that sluice does not implement yet.
 const PENDING_BIND_OPTIONS: &[&str] = &[
-    "ssl",
-    "crt",
-    "alpn",
     "process",
     "shards",
     "accept-proxy",
@@ -95,8 +92,13 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     };
     let mut threads = None;
     let mut name = None;
+    let mut tls = None;
     let mut i = 0;
     while i < opts.len() {
+        if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
+            i += took;
+            continue;
+        }
         let o = opts[i].as_str();
         match o {
             "thread" => {
@@ -128,6 +130,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             name: name.clone(),
             threads,
             at: c.at.clone(),
+            tls: tls.clone(),
         });
     }
     Ok(())

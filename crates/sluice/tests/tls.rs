@@ -1,0 +1,286 @@
+//! TLS termination through the real binary: certificates made at test time (rcgen), a
+//! rustls client, SNI choosing among certificates, ALPN, protocol versions, the TLS sample
+//! fetches and log variables, and configuration errors.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+
+use common::*;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+/// A test certificate authority and the certificates it signs.
+struct Ca {
+    cert: rcgen::Certificate,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "sluice test CA");
+        let cert = params.self_signed(&key).unwrap();
+        Ca {
+            cert,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A PEM file (certificate, then key) for `names`, written in `dir`; its DER.
+    fn leaf(&self, dir: &TempDir, file: &str, names: &[&str]) -> (String, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let pem = format!("{}{}", cert.pem(), key.serialize_pem());
+        (dir.write(file, &pem), cert.der().to_vec())
+    }
+
+    fn client(
+        &self,
+        alpn: &[&str],
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.cert.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut c = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Arc::new(c)
+    }
+}
+
+type TlsClient = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `addr` asking for `sni`; `Err` when the handshake fails.
+fn connect(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    sni: &str,
+) -> std::io::Result<TlsClient> {
+    let tcp = TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(TIMEOUT))?;
+    let conn =
+        rustls::ClientConnection::new(config, ServerName::try_from(sni.to_string()).unwrap())
+            .map_err(std::io::Error::other)?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(s)
+}
+
+/// The certificate the server presented.
+fn presented(s: &TlsClient) -> Vec<u8> {
+    let certs: &[CertificateDer<'_>] = s.conn.peer_certificates().unwrap();
+    certs[0].to_vec()
+}
+
+/// One request on an open TLS connection; the response head and body as text.
+fn request(s: &mut TlsClient, path: &str) -> String {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Enough for one small response: read until its body (Content-Length) is in.
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "connection closed: {}",
+            String::from_utf8_lossy(&out)
+        );
+        out.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&out).to_string();
+        if let Some(at) = text.find("\r\n\r\n") {
+            let len: usize = text[..at]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if out.len() >= at + 4 + len {
+                return text;
+            }
+        }
+    }
+}
+
+#[test]
+fn sni_chooses_the_certificate_exact_then_wildcard_then_default() {
+    let origin = Origin::start("o");
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (default, default_der) = ca.leaf(&dir, "default.pem", &["default.test"]);
+    let (exact, exact_der) = ca.leaf(&dir, "exact.pem", &["www.site.test"]);
+    let (wild, wild_der) = ca.leaf(&dir, "wild.pem", &["*.site.test"]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {default} crt {wild} crt {exact}\n    {{fe}} ssl crt {default} crt {exact} strict-sni\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let client = ca.client(&[], &[&rustls::version::TLS13, &rustls::version::TLS12]);
+    // The exact name wins over the wildcard listed before it.
+    let s = connect(p.addrs[0], client.clone(), "www.site.test").unwrap();
+    assert_eq!(presented(&s), exact_der);
+    let s = connect(p.addrs[0], client.clone(), "api.site.test").unwrap();
+    assert_eq!(presented(&s), wild_der);
+    // No match: the first certificate of the line (which the client then refuses, the name
+    // not being its).
+    assert!(connect(p.addrs[0], client.clone(), "other.test").is_err());
+    let s = connect(p.addrs[0], client.clone(), "default.test").unwrap();
+    assert_eq!(presented(&s), default_der);
+    // strict-sni: no certificate for an unknown name, the handshake fails.
+    assert!(connect(p.addrs[1], client.clone(), "api.site.test").is_err());
+    let mut s = connect(p.addrs[1], client, "www.site.test").unwrap();
+    assert!(request(&mut s, "/x").starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn requests_over_tls_see_the_session_in_fetches_and_logs() {
+    let origin = Origin::start("o");
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}} ssl crt {crt} alpn h2,http/1.1\n    {{fe}}\n    log-format \"%sslv %sslc %[ssl_fc]\"\n    http-request set-header X-TLS %[ssl_fc]\n    http-request set-header X-SNI %[ssl_fc_sni] if {{ ssl_fc }}\n    http-request set-header X-Proto %[ssl_fc_protocol] if {{ ssl_fc }}\n    http-request set-header X-Cipher %[ssl_fc_cipher] if {{ ssl_fc }}\n    http-request set-header X-ALPN %[ssl_fc_alpn] if {{ ssl_fc }}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let client = ca.client(&["http/1.1"], &[&rustls::version::TLS13]);
+    let mut s = connect(p.addrs[0], client, "site.test").unwrap();
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    // Two requests on one connection.
+    assert!(request(&mut s, "/a").ends_with("o /a"));
+    assert!(request(&mut s, "/b").ends_with("o /b"));
+    let seen = origin.requests().pop().unwrap();
+    assert_eq!(seen.header("x-tls"), Some("1"));
+    assert_eq!(seen.header("x-sni"), Some("site.test"));
+    assert_eq!(seen.header("x-proto"), Some("TLSv1.3"));
+    assert!(
+        seen.header("x-cipher")
+            .is_some_and(|c| c.starts_with("TLS_")),
+        "{seen:?}"
+    );
+    assert_eq!(seen.header("x-alpn"), Some("http/1.1"));
+    // The clear listener of the same frontend.
+    assert_eq!(get(p.addrs[1], "/c").status, 200);
+    assert_eq!(origin.requests().pop().unwrap().header("x-tls"), Some("0"));
+    let lines = {
+        wait_until("log lines", || p.stdout().lines().count() >= 3);
+        p.stdout()
+    };
+    let first = lines.lines().next().unwrap();
+    assert!(
+        first.starts_with("TLSv1.3 TLS_") && first.ends_with(" 1"),
+        "{first}"
+    );
+    assert!(
+        lines.lines().nth(2).unwrap().starts_with("- - 0"),
+        "{lines}"
+    );
+}
+
+#[test]
+fn versions_and_suites_are_enforced() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt} ssl-min-ver TLSv1.3\n    {{fe}} ssl crt {crt} ssl-max-ver TLSv1.2 ciphers ECDHE-ECDSA-AES256-GCM-SHA384\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_fc_protocol] %[ssl_fc_cipher]\"\n",
+    ));
+    let tls12 = ca.client(&[], &[&rustls::version::TLS12]);
+    let tls13 = ca.client(&[], &[&rustls::version::TLS13]);
+    assert!(connect(p.addrs[0], tls12.clone(), "site.test").is_err());
+    let mut s = connect(p.addrs[0], tls13.clone(), "site.test").unwrap();
+    let answer = request(&mut s, "/");
+    assert!(answer.contains("\r\n\r\nTLSv1.3 TLS_"), "{answer}");
+    assert!(connect(p.addrs[1], tls13, "site.test").is_err());
+    let mut s = connect(p.addrs[1], tls12, "site.test").unwrap();
+    assert!(request(&mut s, "/").ends_with("TLSv1.2 ECDHE-ECDSA-AES256-GCM-SHA384"));
+}
+
+#[test]
+fn garbage_instead_of_a_client_hello_closes_only_that_connection() {
+    let origin = Origin::start("o");
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    // Plain HTTP on the TLS port, and a truncated record.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    let _ = c.read_to_end(&mut buf);
+    assert!(!String::from_utf8_lossy(&buf).contains("HTTP/1.1 200"));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.write_all(&[0x16, 0x03, 0x01, 0x40, 0x00, 0x01]).unwrap();
+    drop(c);
+    // Others are served.
+    let mut s = connect(
+        p.addr(),
+        ca.client(&[], &[&rustls::version::TLS13]),
+        "site.test",
+    )
+    .unwrap();
+    assert!(request(&mut s, "/").starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn tls_configuration_errors_name_the_bind_line() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    for (bind, says) in [
+        (
+            "bind 127.0.0.1:1 ssl crt /nonexistent.pem",
+            "/nonexistent.pem",
+        ),
+        ("bind 127.0.0.1:1 ssl", "needs at least one 'crt"),
+        ("bind 127.0.0.1:1 crt CRT", "TLS options without 'ssl'"),
+        (
+            "bind 127.0.0.1:1 ssl crt CRT ciphers DHE-RSA-AES128-GCM-SHA256",
+            "cipher 'DHE-RSA-AES128-GCM-SHA256' is not available",
+        ),
+        (
+            "bind 127.0.0.1:1 ssl crt CRT curves sect571r1",
+            "curve 'sect571r1' is not available",
+        ),
+        (
+            "bind 127.0.0.1:1 ssl crt CRT ssl-min-ver TLSv1.0 ssl-max-ver TLSv1.1",
+            "no TLS version left",
+        ),
+        (
+            "bind 127.0.0.1:1 ssl crt CRT verify required",
+            "bind option 'verify': not supported yet",
+        ),
+    ] {
+        let bind = bind.replace("CRT", &crt);
+        let (ok, out) = check_config(&format!(
+            "{DEFAULTS}frontend fe\n    {bind}\n    http-request return status 200\n"
+        ));
+        assert!(
+            !ok && out.contains(says) && out.contains(":7:"),
+            "{bind}: {out}"
+        );
+    }
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} alpn http/1.1\n    http-request return status 200\n"
+    ));
+    assert!(ok, "{out}");
+}
