@@ -822,7 +822,7 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("ssl_fc_sni")
+        assert!(parse_expr("ssl_c_s_dn")
             .unwrap_err()
             .0
             .contains("not supported yet"));
