@@ -48,6 +48,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     log::GLOBAL_KEYWORDS,
     log::GLOBAL_SETTINGS_KEYWORDS,
     tls::GLOBAL_KEYWORDS,
+    tls::TUNE_KEYWORDS,
     peers::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];

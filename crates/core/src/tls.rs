@@ -122,6 +122,40 @@ macro_rules! side_keywords {
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] =
     side_keywords!["bind" => false, "server" => true];
 
+/// `tune.ssl.*` keywords.
+pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "tune.ssl.cachesize",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.cachesize N: TLS sessions kept per ssl bind for resumption by id (default 20000; 0: none)",
+        parse: |g, a| {
+            let v = one_arg(a, "a number of sessions")?;
+            g.tls.cachesize = Some(v.parse().map_err(|_| KwError::bad(1, v, "expects a number"))?);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tune.ssl.lifetime",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.lifetime TIME: accepted; rustls keeps sessions as long as the cache has room and tickets 12 h",
+        parse: |g, a| {
+            one_arg(a, "a time")?;
+            g.tls.inert.push("tune.ssl.lifetime".into());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tune.ssl.default-dh-param",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.default-dh-param BITS: accepted; rustls has no finite-field Diffie-Hellman",
+        parse: |g, a| {
+            one_arg(a, "a number of bits")?;
+            g.tls.inert.push("tune.ssl.default-dh-param".into());
+            Ok(())
+        },
+    },
+];
+
 /// Reads one TLS option of a `bind` line at `opts[i]`: the number of words it took, or
 /// `None` when the word is not a TLS option.
 pub fn bind_option(
@@ -433,9 +467,18 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
         }));
     config.alpn_protocols = t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     config.ignore_client_order = false;
-    // Resumption by session id from a per-acceptor cache (tickets are left off: rotating
-    // their keys comes with the ticket work).
-    config.session_storage = rustls::server::ServerSessionMemoryCache::new(20_000);
+    // Resumption: by session id from a per-bind cache, and by tickets whose keys rotate
+    // every 6 hours (rustls's ticketer), unless `no-tls-tickets`.
+    let cache = defaults.cachesize.unwrap_or(20_000);
+    config.session_storage = if cache > 0 {
+        rustls::server::ServerSessionMemoryCache::new(cache)
+    } else {
+        Arc::new(rustls::server::NoServerSessionStorage {})
+    };
+    let no_tickets = t.no_tickets || side.options.iter().any(|o| o == "no-tls-tickets");
+    if !no_tickets {
+        config.ticketer = provider::Ticketer::new().map_err(|e| format!("TLS tickets: {e}"))?;
+    }
     Ok(Acceptor(Arc::new(config)))
 }
 
@@ -462,7 +505,9 @@ fn load_pem(path: &str) -> Result<Loaded, String> {
         .map_err(|_| format!("crt '{path}': no private key in it (nor in {path}.key)"))?;
     let signer = provider::sign::any_supported_type(&key)
         .map_err(|e| format!("crt '{path}': the key cannot be used: {e}"))?;
-    let certified = CertifiedKey::new(certs, signer);
+    let mut certified = CertifiedKey::new(certs, signer);
+    // OCSP stapling: a DER response in `FILE.ocsp`, as HAProxy finds it.
+    certified.ocsp = std::fs::read(format!("{path}.ocsp")).ok();
     certified
         .keys_match()
         .map_err(|e| format!("crt '{path}': the key does not match the certificate: {e}"))?;

@@ -284,3 +284,39 @@ fn tls_configuration_errors_name_the_bind_line() {
     ));
     assert!(ok, "{out}");
 }
+
+#[test]
+fn sessions_resume_by_ticket_and_by_id() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "global\n    tune.ssl.cachesize 100\n    tune.ssl.default-dh-param 2048\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} no-tls-tickets\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    assert!(p
+        .stderr()
+        .contains("'tune.ssl.default-dh-param' is accepted but has no effect"));
+    for (addr, versions) in [
+        (p.addrs[0], &rustls::version::TLS13),
+        (p.addrs[0], &rustls::version::TLS12),
+        (p.addrs[1], &rustls::version::TLS12),
+        (p.addrs[1], &rustls::version::TLS13),
+    ] {
+        // One client configuration keeps its session cache between connections.
+        let client = ca.client(&[], &[versions]);
+        let mut first = connect(addr, client.clone(), "site.test").unwrap();
+        assert!(request(&mut first, "/").starts_with("HTTP/1.1 200"));
+        assert_eq!(
+            first.conn.handshake_kind(),
+            Some(rustls::HandshakeKind::Full)
+        );
+        drop(first);
+        let mut second = connect(addr, client, "site.test").unwrap();
+        assert!(request(&mut second, "/").starts_with("HTTP/1.1 200"));
+        assert_eq!(
+            second.conn.handshake_kind(),
+            Some(rustls::HandshakeKind::Resumed),
+            "{addr} {versions:?}"
+        );
+    }
+}

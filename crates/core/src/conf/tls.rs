@@ -8,6 +8,11 @@ pub struct TlsDefaults {
     pub crt_base: Option<String>,
     pub bind: TlsSide,
     pub server: TlsSide,
+    /// `tune.ssl.cachesize`: TLS sessions each `ssl` bind keeps for resumption (20000).
+    pub cachesize: Option<usize>,
+    /// Keywords accepted that do nothing with rustls (`tune.ssl.lifetime`,
+    /// `tune.ssl.default-dh-param`), said once at start.
+    pub inert: Vec<String>,
 }
 
 /// Default ciphers and options of one side (binds or servers).

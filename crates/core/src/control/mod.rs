@@ -281,6 +281,9 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);
+    for k in &process.config.global.tls.inert {
+        say!("sluice: '{k}' is accepted but has no effect with rustls");
+    }
     for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners
             .iter()
