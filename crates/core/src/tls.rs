@@ -219,8 +219,11 @@ pub fn bind_option(
             t.no_tickets = true;
             1
         }
-        "crt-list"
-        | "ca-file"
+        "crt-list" => {
+            t.crt_lists.push(value()?);
+            2
+        }
+        "ca-file"
         | "verify"
         | "crl-file"
         | "ca-ignore-err"
@@ -376,15 +379,19 @@ fn groups(list: &str) -> Result<Vec<&'static dyn rustls::crypto::SupportedKxGrou
 /// `crt-base`; a directory loads every file in it), versions, suites, groups and ALPN, over
 /// the `ssl-default-bind-*` defaults.
 pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String> {
-    if t.crts.is_empty() {
-        return Err("'ssl' needs at least one 'crt FILE|DIR'".into());
+    if t.crts.is_empty() && t.crt_lists.is_empty() {
+        return Err("'ssl' needs at least one 'crt FILE|DIR' or 'crt-list FILE'".into());
     }
+    let based = |crt: &str| match (&defaults.crt_base, crt.starts_with('/')) {
+        (Some(base), false) => format!("{base}/{crt}"),
+        _ => crt.to_string(),
+    };
     let mut keys = Vec::new();
+    for list in &t.crt_lists {
+        keys.extend(crt_list(list, &based)?);
+    }
     for crt in &t.crts {
-        let path = match (&defaults.crt_base, crt.starts_with('/')) {
-            (Some(base), false) => format!("{base}/{crt}"),
-            _ => crt.clone(),
-        };
+        let path = based(crt);
         let meta = std::fs::metadata(&path).map_err(|e| format!("crt '{path}': {e}"))?;
         if meta.is_dir() {
             let mut files: Vec<_> = std::fs::read_dir(&path)
@@ -482,6 +489,47 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     Ok(Acceptor(Arc::new(config)))
 }
 
+/// `crt-list FILE`: a certificate per line, `PATH [[OPTIONS]] [[!]NAME...]`, the names
+/// (exact or `*.domain`) choosing it instead of its own (`!NAME` leaves one out).
+fn crt_list(path: &str, based: &dyn Fn(&str) -> String) -> Result<Vec<Loaded>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("crt-list '{path}': {e}"))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |e: String| format!("crt-list '{path}' line {}: {e}", n + 1);
+        let (file, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let mut rest = rest.trim();
+        if let Some(opts) = rest.strip_prefix('[') {
+            let (inside, after) = opts
+                .split_once(']')
+                .ok_or_else(|| at("missing ']' after the options".into()))?;
+            if !inside.trim().is_empty() {
+                return Err(at(format!(
+                    "per-certificate options '[{}]': not supported yet",
+                    inside.trim()
+                )));
+            }
+            rest = after.trim();
+        }
+        let mut loaded = load_pem(&based(file)).map_err(at)?;
+        let (mut include, mut exclude) = (Vec::new(), Vec::new());
+        for name in rest.split_whitespace() {
+            match name.strip_prefix('!') {
+                Some(n) => exclude.push(n.to_ascii_lowercase()),
+                None => include.push(name.to_ascii_lowercase()),
+            }
+        }
+        if !include.is_empty() || !exclude.is_empty() {
+            loaded.filters = Some((include, exclude));
+        }
+        out.push(loaded);
+    }
+    Ok(out)
+}
+
 /// Files next to a certificate that are not certificates (`.key`, `.ocsp`, ...): a
 /// directory of certificates may hold them.
 fn is_companion(p: &std::path::Path) -> bool {
@@ -513,6 +561,7 @@ fn load_pem(path: &str) -> Result<Loaded, String> {
         .map_err(|e| format!("crt '{path}': the key does not match the certificate: {e}"))?;
     Ok(Loaded {
         key: Arc::new(certified),
+        filters: None,
     })
 }
 
@@ -520,11 +569,27 @@ fn load_pem(path: &str) -> Result<Loaded, String> {
 #[derive(Debug)]
 struct Loaded {
     key: Arc<CertifiedKey>,
+    /// A `crt-list` line's names: (chosen for, left out), lower case.
+    filters: Option<(Vec<String>, Vec<String>)>,
 }
 
 impl Loaded {
     /// How well the certificate's names match `name`: 2 exactly, 1 by a wildcard, 0 not.
     fn matches(&self, name: &ServerName<'_>) -> u8 {
+        if let Some((include, exclude)) = &self.filters {
+            let ServerName::DnsName(dns) = name else {
+                return 0;
+            };
+            let n = dns.as_ref().to_ascii_lowercase();
+            if exclude.contains(&n) {
+                return 0;
+            }
+            if include.contains(&n) {
+                return 2;
+            }
+            let parent = n.split_once('.').map(|(_, p)| format!("*.{p}"));
+            return u8::from(parent.is_some_and(|p| include.contains(&p)));
+        }
         let Ok(cert) = webpki::EndEntityCert::try_from(&self.key.cert[0]) else {
             return 0;
         };

@@ -320,3 +320,33 @@ fn sessions_resume_by_ticket_and_by_id() {
         );
     }
 }
+
+#[test]
+fn a_crt_list_chooses_certificates_by_its_own_names() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (a, a_der) = ca.leaf(&dir, "a.pem", &["a.test", "shop.test"]);
+    let (b, b_der) = ca.leaf(&dir, "b.pem", &["b.test", "shop.test", "api.shop.test"]);
+    // shop.test is on both: the list gives it to b, and a wildcard of b's to a except api.
+    let list = dir.write(
+        "certs.list",
+        &format!("# comment\n{a} [] a.test *.shop.test !api.shop.test\n{b} b.test shop.test api.shop.test\n"),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt-list {list}\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    let client = ca.client(&[], &[&rustls::version::TLS13]);
+    let cert = |sni: &str| presented(&connect(p.addr(), client.clone(), sni).unwrap());
+    assert_eq!(cert("a.test"), a_der);
+    assert_eq!(cert("shop.test"), b_der);
+    assert_eq!(cert("api.shop.test"), b_der);
+    assert_eq!(cert("www.shop.test"), a_der, "a's wildcard filter");
+    let bad = dir.write("bad.list", &format!("{a} [alpn h2] a.test\n"));
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt-list {bad}\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains("line 1: per-certificate options '[alpn h2]': not supported yet"),
+        "{out}"
+    );
+}

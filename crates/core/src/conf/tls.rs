@@ -34,6 +34,8 @@ pub struct BindTls {
     pub ssl: bool,
     /// `crt FILE|DIR` (repeatable): PEM files with a chain and its key.
     pub crts: Vec<String>,
+    /// `crt-list FILE` (repeatable).
+    pub crt_lists: Vec<String>,
     /// `alpn LIST`, in order of preference.
     pub alpn: Vec<String>,
     pub min_ver: Option<String>,
