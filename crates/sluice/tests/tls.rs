@@ -325,7 +325,7 @@ fn sessions_resume_by_ticket_and_by_id() {
 fn a_crt_list_chooses_certificates_by_its_own_names() {
     let ca = Ca::new();
     let dir = TempDir::new();
-    let (a, a_der) = ca.leaf(&dir, "a.pem", &["a.test", "shop.test"]);
+    let (a, a_der) = ca.leaf(&dir, "a.pem", &["a.test", "shop.test", "*.shop.test"]);
     let (b, b_der) = ca.leaf(&dir, "b.pem", &["b.test", "shop.test", "api.shop.test"]);
     // shop.test is on both: the list gives it to b, and a wildcard of b's to a except api.
     let list = dir.write(
