@@ -223,9 +223,23 @@ pub fn bind_option(
             t.crt_lists.push(value()?);
             2
         }
-        "ca-file"
-        | "verify"
-        | "crl-file"
+        "ca-file" => {
+            t.ca_file = Some(value()?);
+            2
+        }
+        "verify" => {
+            let v = value()?;
+            if !matches!(v.as_str(), "none" | "optional" | "required") {
+                return Err(KwError::bad(
+                    i + 3,
+                    &v,
+                    "expects none, optional or required",
+                ));
+            }
+            t.verify = Some(v);
+            2
+        }
+        "crl-file"
         | "ca-ignore-err"
         | "crt-ignore-err"
         | "allow-0rtt"
@@ -464,14 +478,50 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     if let Some(c) = &t.curves {
         p.kx_groups = groups(c)?;
     }
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(p))
+    let p = Arc::new(p);
+    let builder = rustls::ServerConfig::builder_with_provider(p.clone())
         .with_protocol_versions(&versions)
-        .map_err(|e| format!("TLS settings: {e}"))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SniResolver {
-            keys,
-            strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
-        }));
+        .map_err(|e| format!("TLS settings: {e}"))?;
+    // Client certificates: `verify optional|required` against `ca-file` (default
+    // `required` once a ca-file is given, as HAProxy).
+    let verify = t.verify.as_deref().unwrap_or(if t.ca_file.is_some() {
+        "required"
+    } else {
+        "none"
+    });
+    let builder = match (verify, &t.ca_file) {
+        ("none", _) => builder.with_no_client_auth(),
+        (_, None) => return Err(format!("'verify {verify}' needs a 'ca-file'")),
+        (v, Some(ca)) => {
+            let path = match (&defaults.ca_base, ca.starts_with('/')) {
+                (Some(base), false) => format!("{base}/{ca}"),
+                _ => ca.clone(),
+            };
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(&path)
+                .map_err(|e| format!("ca-file '{path}': {e}"))?
+            {
+                let c = c.map_err(|e| format!("ca-file '{path}': {e}"))?;
+                roots.add(c).map_err(|e| format!("ca-file '{path}': {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("ca-file '{path}': no certificate in it"));
+            }
+            let mut verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), p);
+            if v == "optional" {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("ca-file '{path}': {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(SniResolver {
+        keys,
+        strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
+    }));
     config.alpn_protocols = t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     config.ignore_client_order = false;
     // Resumption: by session id from a per-bind cache, and by tickets whose keys rotate
@@ -528,6 +578,72 @@ fn crt_list(path: &str, based: &dyn Fn(&str) -> String) -> Result<Vec<Loaded>, S
         out.push(loaded);
     }
     Ok(out)
+}
+
+/// The subject and the issuer of a DER certificate as OpenSSL's one-line form
+/// (`/C=FR/O=Example/CN=client`), which HAProxy's `ssl_c_s_dn` and `ssl_c_i_dn` give.
+pub fn dn_strings(cert: &[u8]) -> Option<(String, String)> {
+    let (_, certificate) = der(cert, 0x30)?;
+    let (_, mut tbs) = der(certificate, 0x30)?;
+    if tbs.first() == Some(&0xa0) {
+        tbs = der(tbs, 0xa0)?.0; // version
+    }
+    tbs = der(tbs, 0x02)?.0; // serial number
+    tbs = der(tbs, 0x30)?.0; // signature algorithm
+    let (rest, issuer) = der(tbs, 0x30)?;
+    let (rest, _) = der(rest, 0x30)?; // validity
+    let (_, subject) = der(rest, 0x30)?;
+    Some((dn(subject)?, dn(issuer)?))
+}
+
+/// One DER element of tag `tag` at the start of `b`: (what follows it, its content).
+fn der(b: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    if *b.first()? != tag {
+        return None;
+    }
+    let first = *b.get(1)? as usize;
+    let (len, head) = if first < 0x80 {
+        (first, 2)
+    } else {
+        let n = first & 0x7f;
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let len = b
+            .get(2..2 + n)?
+            .iter()
+            .fold(0usize, |l, &x| (l << 8) | x as usize);
+        (len, 2 + n)
+    };
+    let content = b.get(head..head + len)?;
+    Some((&b[head + len..], content))
+}
+
+/// An X.501 Name as `/KEY=value` pairs.
+fn dn(mut name: &[u8]) -> Option<String> {
+    const KEYS: &[(&[u8], &str)] = &[
+        (&[0x55, 0x04, 0x03], "CN"),
+        (&[0x55, 0x04, 0x06], "C"),
+        (&[0x55, 0x04, 0x07], "L"),
+        (&[0x55, 0x04, 0x08], "ST"),
+        (&[0x55, 0x04, 0x0a], "O"),
+        (&[0x55, 0x04, 0x0b], "OU"),
+        (
+            &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x01],
+            "emailAddress",
+        ),
+    ];
+    let mut out = String::new();
+    while !name.is_empty() {
+        let (rest, set) = der(name, 0x31)?;
+        name = rest;
+        let (_, pair) = der(set, 0x30)?;
+        let (value, oid) = der(pair, 0x06)?;
+        let text = value.get(2..)?; // any string type: tag and short length
+        let key = KEYS.iter().find(|(o, _)| *o == oid).map_or("?", |(_, k)| k);
+        out.push_str(&format!("/{key}={}", String::from_utf8_lossy(text)));
+    }
+    Some(out)
 }
 
 /// Files next to a certificate that are not certificates (`.key`, `.ocsp`, ...): a

@@ -31,6 +31,9 @@ pub struct TlsInfo {
     pub version: &'static str,
     /// The suite's OpenSSL name (`TLS_AES_128_GCM_SHA256`, `ECDHE-RSA-AES128-GCM-SHA256`).
     pub cipher: &'static str,
+    /// The client's certificate, verified (`verify optional|required`): its subject and
+    /// issuer.
+    pub client_cert: Option<(String, String)>,
 }
 
 /// One connection, client or server side.
@@ -165,6 +168,10 @@ impl Tls {
             cipher: st
                 .negotiated_cipher_suite()
                 .map_or("unknown", |s| crate::tls::suite_name(s.suite())),
+            client_cert: st
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| crate::tls::dn_strings(c).unwrap_or_default()),
         })
     }
 }

@@ -350,3 +350,71 @@ fn a_crt_list_chooses_certificates_by_its_own_names() {
         "{out}"
     );
 }
+
+#[test]
+fn client_certificates_are_verified_against_the_ca_file() {
+    let ca = Ca::new();
+    let other_ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let ca_file = dir.write("ca.pem", &ca.cert.pem());
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt} ca-file {ca_file} verify required\n    {{fe}} ssl crt {crt} ca-file {ca_file} verify optional\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_c_used] %[ssl_c_verify] %[ssl_c_s_dn] %[ssl_c_i_dn]\"\n"
+    ));
+    // A client certificate made by the same CA, and one by another.
+    let with_cert = |issuer: &Ca, cn: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &issuer.issuer).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(vec![cert.der().clone()], key)
+                .unwrap(),
+        )
+    };
+    let anonymous = ca.client(&[], &[&rustls::version::TLS13]);
+    let good = with_cert(&ca, "alice");
+    let forged = with_cert(&other_ca, "mallory");
+    // required: no certificate or a foreign one, no session.
+    let fails = |addr, c: Arc<rustls::ClientConfig>| {
+        connect(addr, c, "site.test")
+            .and_then(|mut s| {
+                s.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")?;
+                let mut b = [0u8; 64];
+                match s.read(&mut b)? {
+                    0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    _ => Ok(()),
+                }
+            })
+            .is_err()
+    };
+    assert!(fails(p.addrs[0], anonymous.clone()));
+    assert!(fails(p.addrs[0], forged.clone()));
+    let mut s = connect(p.addrs[0], good.clone(), "site.test").unwrap();
+    let answer = request(&mut s, "/");
+    assert!(
+        answer.ends_with("1 0 /CN=alice /CN=sluice test CA"),
+        "{answer}"
+    );
+    // optional: without a certificate the session goes on; a foreign one still fails.
+    let mut s = connect(p.addrs[1], anonymous, "site.test").unwrap();
+    assert!(request(&mut s, "/").ends_with("\r\n\r\n0 0  "));
+    assert!(fails(p.addrs[1], forged));
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} verify required\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains("'verify required' needs a 'ca-file'"),
+        "{out}"
+    );
+}

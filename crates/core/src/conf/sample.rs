@@ -81,6 +81,12 @@ pub enum Fetch {
     SslFcProtocol,
     SslFcCipher,
     SslFcAlpn,
+    /// `ssl_c_used`, `ssl_c_verify` (0: verified), `ssl_c_s_dn`, `ssl_c_i_dn`: the client
+    /// certificate.
+    SslCUsed,
+    SslCVerify,
+    SslCSubject,
+    SslCIssuer,
     Bool(bool),
     Int(i64),
     Str(String),

@@ -193,10 +193,6 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
 const PENDING_FETCHES: &[&str] = &[
-    "ssl_c_used",
-    "ssl_c_verify",
-    "ssl_c_s_dn",
-    "ssl_c_i_dn",
     "capture.req.hdr",
     "capture.res.hdr",
     "http_auth",
@@ -300,6 +296,10 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_protocol" => none(Fetch::SslFcProtocol)?,
         "ssl_fc_cipher" => none(Fetch::SslFcCipher)?,
         "ssl_fc_alpn" => none(Fetch::SslFcAlpn)?,
+        "ssl_c_used" => none(Fetch::SslCUsed)?,
+        "ssl_c_verify" => none(Fetch::SslCVerify)?,
+        "ssl_c_s_dn" => none(Fetch::SslCSubject)?,
+        "ssl_c_i_dn" => none(Fetch::SslCIssuer)?,
         "always_true" => none(Fetch::Bool(true))?,
         "always_false" => none(Fetch::Bool(false))?,
         "int" => {
@@ -822,7 +822,7 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("ssl_c_s_dn")
+        assert!(parse_expr("capture.req.hdr(0)")
             .unwrap_err()
             .0
             .contains("not supported yet"));

@@ -45,6 +45,10 @@ pub struct BindTls {
     pub curves: Option<String>,
     pub strict_sni: bool,
     pub no_tickets: bool,
+    /// `ca-file FILE`: the authorities client certificates are checked against.
+    pub ca_file: Option<String>,
+    /// `verify none|optional|required` (client certificates).
+    pub verify: Option<String>,
     /// The acceptor built from the options (when the configuration is loaded).
     pub acceptor: Option<Acceptor>,
 }

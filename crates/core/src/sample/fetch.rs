@@ -14,7 +14,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     use Fetch::*;
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
-        SslFc | Bool(_) => Kind::Bool,
+        SslFc | SslCUsed | Bool(_) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
@@ -23,7 +23,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         ReqBody => Kind::Bin,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ResCookCnt(_)
-        | ReqLen | ResHdrCnt(_) | Status | Date(_) | Rand(_) | Int(_) => Kind::Int,
+        | ReqLen | ResHdrCnt(_) | Status | Date(_) | Rand(_) | Int(_) | SslCVerify => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -170,6 +170,15 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslFcSni => cx.client?.tls()?.sni.map(Sample::string),
         Fetch::SslFcProtocol => Some(Sample::str(cx.client?.tls()?.version.as_bytes())),
         Fetch::SslFcCipher => Some(Sample::str(cx.client?.tls()?.cipher.as_bytes())),
+        Fetch::SslCUsed => Some(Sample::Bool(
+            cx.client
+                .and_then(|c| c.tls())
+                .is_some_and(|t| t.client_cert.is_some()),
+        )),
+        // A handshake only completes with a certificate that verified.
+        Fetch::SslCVerify => Some(Sample::Int(0)),
+        Fetch::SslCSubject => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.0)),
+        Fetch::SslCIssuer => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.1)),
         Fetch::SslFcAlpn => cx
             .client?
             .tls()?
