@@ -22,7 +22,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use sluice_config::{Keyword, KwError, Scope};
 
-pub use crate::conf::tls::{Acceptor, BindTls, TlsDefaults, TlsSide};
+pub use crate::conf::tls::{Acceptor, BindTls, CertSlot, TlsDefaults, TlsSide};
 use crate::conf::{one_arg, GlobalConf};
 
 /// The `ssl-default-*-options` words HAProxy knows; `ssl-min-ver`/`ssl-max-ver` take a
@@ -518,6 +518,10 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
             builder.with_client_cert_verifier(verifier)
         }
     };
+    let certs: Vec<(String, CertSlot)> = keys
+        .iter()
+        .map(|l| (l.path.clone(), l.key.clone()))
+        .collect();
     let mut config = builder.with_cert_resolver(Arc::new(SniResolver {
         keys,
         strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
@@ -536,7 +540,122 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     if !no_tickets {
         config.ticketer = provider::Ticketer::new().map_err(|e| format!("TLS tickets: {e}"))?;
     }
-    Ok(Acceptor(Arc::new(config)))
+    Ok(Acceptor {
+        config: Arc::new(config),
+        certs,
+    })
+}
+
+/// A chain and its key from PEM text (the key may come from a second text).
+fn parse_pem(pem: &[u8], key_pem: Option<&[u8]>) -> Result<CertifiedKey, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no certificate in it".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(pem)
+        .or_else(|e| key_pem.map_or(Err(e), PrivateKeyDer::from_pem_slice))
+        .map_err(|_| "no private key in it".to_string())?;
+    let signer = provider::sign::any_supported_type(&key)
+        .map_err(|e| format!("the key cannot be used: {e}"))?;
+    let certified = CertifiedKey::new(certs, signer);
+    certified
+        .keys_match()
+        .map_err(|e| format!("the key does not match the certificate: {e}"))?;
+    Ok(certified)
+}
+
+/// Certificates set on the CLI (`set ssl cert`) and not yet committed, by file.
+static PENDING: std::sync::Mutex<Vec<(String, Arc<CertifiedKey>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// `set ssl cert FILE PAYLOAD`: a new chain and key for a loaded file, held until
+/// committed. Returns whether a transaction was already open for it.
+pub fn set_cert(path: &str, pem: &str) -> Result<bool, String> {
+    if !LOADED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(p, _)| p == path)
+    {
+        return Err(format!(
+            "Can't replace a certificate which is not referenced by the configuration! ({path})"
+        ));
+    }
+    let key = Arc::new(parse_pem(pem.as_bytes(), None)?);
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let open = pending.iter().position(|(p, _)| p == path);
+    match open {
+        Some(i) => pending[i].1 = key,
+        None => pending.push((path.to_string(), key)),
+    }
+    Ok(open.is_some())
+}
+
+/// `commit ssl cert FILE`: the pending certificate serves the next handshakes of every
+/// bind using the file; connections already open keep theirs.
+pub fn commit_cert(path: &str) -> Result<(), String> {
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let i = pending
+        .iter()
+        .position(|(p, _)| p == path)
+        .ok_or_else(|| format!("No ongoing transaction! ({path})"))?;
+    let (_, key) = pending.remove(i);
+    let all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, slot)) = all.iter().find(|(p, _)| p == path) {
+        *slot.write().unwrap_or_else(|e| e.into_inner()) = key;
+    }
+    Ok(())
+}
+
+/// `abort ssl cert FILE`: whether a transaction was open.
+pub fn abort_cert(path: &str) -> bool {
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let before = pending.len();
+    pending.retain(|(p, _)| p != path);
+    pending.len() != before
+}
+
+/// `show ssl cert [FILE]`: the files (and open transactions, `*FILE`), or one file's
+/// certificate.
+pub fn show_cert(path: Option<&str>) -> String {
+    let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(path) = path else {
+        let mut out = String::new();
+        if !pending.is_empty() {
+            out.push_str("# transaction\n");
+            for (p, _) in pending.iter() {
+                out.push_str(&format!("*{p}\n"));
+            }
+        }
+        out.push_str("# filename\n");
+        for (p, _) in all.iter() {
+            out.push_str(&format!("{p}\n"));
+        }
+        return out;
+    };
+    let (name, key) = match path.strip_prefix('*') {
+        Some(p) => match pending.iter().find(|(x, _)| x == p) {
+            Some((_, k)) => (path.to_string(), k.clone()),
+            None => return format!("No ongoing transaction! ({p})\n"),
+        },
+        None => match all.iter().find(|(x, _)| x == path) {
+            Some((_, slot)) => (
+                path.to_string(),
+                slot.read().unwrap_or_else(|e| e.into_inner()).clone(),
+            ),
+            None => return format!("Can't display the certificate: not found ({path})\n"),
+        },
+    };
+    let (subject, issuer) = dn_strings(&key.cert[0]).unwrap_or_default();
+    format!(
+        "Filename: {name}\nStatus: {}\nChain length: {}\nSubject: {subject}\nIssuer: {issuer}\nOCSP response: {}\n",
+        if name.starts_with('*') { "Unused" } else { "Used" },
+        key.cert.len(),
+        if key.ocsp.is_some() { "yes" } else { "no" }
+    )
 }
 
 /// `crt-list FILE`: a certificate per line, `PATH [[OPTIONS]] [[!]NAME...]`, the names
@@ -657,34 +776,42 @@ fn is_companion(p: &std::path::Path) -> bool {
 
 /// A PEM file holding a chain and its private key (or the key in `FILE.key` beside it).
 fn load_pem(path: &str) -> Result<Loaded, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("crt '{path}': {e}"))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("crt '{path}': {e}"))?;
-    if certs.is_empty() {
-        return Err(format!("crt '{path}': no certificate in it"));
-    }
-    let key = PrivateKeyDer::from_pem_file(path)
-        .or_else(|_| PrivateKeyDer::from_pem_file(format!("{path}.key")))
-        .map_err(|_| format!("crt '{path}': no private key in it (nor in {path}.key)"))?;
-    let signer = provider::sign::any_supported_type(&key)
-        .map_err(|e| format!("crt '{path}': the key cannot be used: {e}"))?;
-    let mut certified = CertifiedKey::new(certs, signer);
+    let pem = std::fs::read(path).map_err(|e| format!("crt '{path}': {e}"))?;
+    let key_pem = std::fs::read(format!("{path}.key")).ok();
+    let mut certified =
+        parse_pem(&pem, key_pem.as_deref()).map_err(|e| format!("crt '{path}': {e}"))?;
     // OCSP stapling: a DER response in `FILE.ocsp`, as HAProxy finds it.
     certified.ocsp = std::fs::read(format!("{path}.ocsp")).ok();
-    certified
-        .keys_match()
-        .map_err(|e| format!("crt '{path}': the key does not match the certificate: {e}"))?;
     Ok(Loaded {
-        key: Arc::new(certified),
+        path: path.to_string(),
+        key: slot_for(path, certified),
         filters: None,
     })
+}
+
+/// The certificate files loaded so far, each with the slot every bind using it shares.
+static LOADED: std::sync::Mutex<Vec<(String, CertSlot)>> = std::sync::Mutex::new(Vec::new());
+
+/// The shared slot of a certificate file (made on its first load; a later load of the
+/// same file, another bind or a reload, refreshes it).
+fn slot_for(path: &str, key: CertifiedKey) -> CertSlot {
+    let mut all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let key = Arc::new(key);
+    if let Some((_, slot)) = all.iter().find(|(p, _)| p == path) {
+        *slot.write().unwrap_or_else(|e| e.into_inner()) = key;
+        return slot.clone();
+    }
+    let slot = Arc::new(std::sync::RwLock::new(key));
+    all.push((path.to_string(), slot.clone()));
+    slot
 }
 
 /// A loaded certificate with its key.
 #[derive(Debug)]
 struct Loaded {
-    key: Arc<CertifiedKey>,
+    /// The file, as `show ssl cert` names it.
+    path: String,
+    key: CertSlot,
     /// A `crt-list` line's names: (chosen for, left out), lower case.
     filters: Option<(Vec<String>, Vec<String>)>,
 }
@@ -706,7 +833,8 @@ impl Loaded {
             let parent = n.split_once('.').map(|(_, p)| format!("*.{p}"));
             return u8::from(parent.is_some_and(|p| include.contains(&p)));
         }
-        let Ok(cert) = webpki::EndEntityCert::try_from(&self.key.cert[0]) else {
+        let key = self.key.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Ok(cert) = webpki::EndEntityCert::try_from(&key.cert[0]) else {
             return 0;
         };
         if cert.verify_is_valid_for_subject_name(name).is_err() {
@@ -736,7 +864,13 @@ struct SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let usable = |l: &&Loaded| l.key.key.choose_scheme(hello.signature_schemes()).is_some();
+        let current = |l: &Loaded| l.key.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let usable = |l: &&Loaded| {
+            current(l)
+                .key
+                .choose_scheme(hello.signature_schemes())
+                .is_some()
+        };
         let by_name = hello
             .server_name()
             .and_then(|n| ServerName::try_from(n.to_string()).ok())
@@ -752,14 +886,14 @@ impl ResolvesServerCert for SniResolver {
                     .flatten()
             });
         match by_name {
-            Some(l) => Some(l.key.clone()),
+            Some(l) => Some(current(l)),
             None if self.strict => None,
             None => self
                 .keys
                 .iter()
                 .find(usable)
                 .or(self.keys.first())
-                .map(|l| l.key.clone()),
+                .map(current),
         }
     }
 }

@@ -418,3 +418,52 @@ fn client_certificates_are_verified_against_the_ca_file() {
         "{out}"
     );
 }
+
+#[test]
+fn certificates_are_replaced_at_run_time_from_the_cli() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let (crt, old_der) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain string ok\n",
+        sock.display()
+    ));
+    let client = ca.client(&[], &[&rustls::version::TLS13]);
+    let mut before = connect(p.addr(), client.clone(), "site.test").unwrap();
+    assert_eq!(presented(&before), old_der);
+    // A new certificate for the same file, in a transaction.
+    let (_, new_der) = ca.leaf(&dir, "next.pem", &["site.test"]);
+    let new_pem = std::fs::read_to_string(dir.0.join("next.pem")).unwrap();
+    let out = Sluice::cli(&sock, &format!("set ssl cert {crt} <<\n{new_pem}"));
+    assert!(
+        out.contains(&format!("Transaction created for certificate {crt}!")),
+        "{out}"
+    );
+    let listed = Sluice::cli(&sock, "show ssl cert");
+    assert!(
+        listed.contains(&format!("# transaction\n*{crt}\n# filename\n{crt}\n")),
+        "{listed}"
+    );
+    // Not committed yet: handshakes still get the old one.
+    assert_eq!(
+        presented(&connect(p.addr(), client.clone(), "site.test").unwrap()),
+        old_der
+    );
+    let out = Sluice::cli(&sock, &format!("commit ssl cert {crt}"));
+    assert!(out.contains("Success!"), "{out}");
+    assert_eq!(
+        presented(&connect(p.addr(), client.clone(), "site.test").unwrap()),
+        new_der
+    );
+    // The connection opened before keeps going.
+    assert!(request(&mut before, "/").starts_with("HTTP/1.1 200"));
+    let shown = Sluice::cli(&sock, &format!("show ssl cert {crt}"));
+    assert!(
+        shown.contains("Status: Used") && shown.contains("Issuer: /CN=sluice test CA"),
+        "{shown}"
+    );
+    assert!(Sluice::cli(&sock, &format!("abort ssl cert {crt}")).contains("No ongoing transaction"));
+    let out = Sluice::cli(&sock, "set ssl cert /not/loaded.pem <<\nx\n");
+    assert!(out.contains("not referenced by the configuration"), "{out}");
+}

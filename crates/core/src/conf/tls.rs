@@ -53,14 +53,21 @@ pub struct BindTls {
     pub acceptor: Option<Acceptor>,
 }
 
+/// A certificate file's live certificate, shared by every bind that loaded the file: the
+/// CLI's `commit ssl cert` replaces it for the handshakes that follow.
+pub type CertSlot = std::sync::Arc<std::sync::RwLock<std::sync::Arc<rustls::sign::CertifiedKey>>>;
+
 /// What a TLS listener hands its connections to: a rustls server configuration shared by
-/// every worker.
+/// every worker, and the certificate files it serves.
 #[derive(Clone)]
-pub struct Acceptor(pub std::sync::Arc<rustls::ServerConfig>);
+pub struct Acceptor {
+    pub config: std::sync::Arc<rustls::ServerConfig>,
+    pub certs: Vec<(String, CertSlot)>,
+}
 
 impl PartialEq for Acceptor {
     fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
+        std::sync::Arc::ptr_eq(&self.config, &other.config)
     }
 }
 

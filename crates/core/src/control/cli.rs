@@ -163,6 +163,49 @@ pub const COMMANDS: &[Command] = &[
         run: show_stat,
     },
     Command {
+        words: &["set", "ssl", "cert"],
+        help: "set ssl cert FILE <<PEM: a new certificate and key for FILE, until committed",
+        level: Level::Admin,
+        run: |_, a, _| match a {
+            [file, pem] => match crate::tls::set_cert(file, pem) {
+                Ok(false) => format!("Transaction created for certificate {file}!\n"),
+                Ok(true) => format!("Transaction updated for certificate {file}!\n"),
+                Err(e) => format!("{e}\n"),
+            },
+            _ => "'set ssl cert' expects a filename and a certificate as a payload\n".into(),
+        },
+    },
+    Command {
+        words: &["commit", "ssl", "cert"],
+        help: "commit ssl cert FILE: new handshakes use the certificate set for FILE",
+        level: Level::Admin,
+        run: |_, a, _| match a {
+            [file] => match crate::tls::commit_cert(file) {
+                Ok(()) => format!("Committing {file}\nSuccess!\n"),
+                Err(e) => format!("{e}\n"),
+            },
+            _ => "'commit ssl cert' expects a filename\n".into(),
+        },
+    },
+    Command {
+        words: &["abort", "ssl", "cert"],
+        help: "abort ssl cert FILE: drop the certificate set for FILE",
+        level: Level::Admin,
+        run: |_, a, _| match a {
+            [file] if crate::tls::abort_cert(file) => {
+                format!("Transaction aborted for certificate '{file}'!\n")
+            }
+            [file] => format!("No ongoing transaction! ({file})\n"),
+            _ => "'abort ssl cert' expects a filename\n".into(),
+        },
+    },
+    Command {
+        words: &["show", "ssl", "cert"],
+        help: "show ssl cert [[*]FILE]: the certificate files, or one (*: its transaction)",
+        level: Level::Operator,
+        run: |_, a, _| crate::tls::show_cert(a.first().copied()),
+    },
+    Command {
         words: &["show", "table"],
         help: "show table [NAME [key K] [data.TYPE eq|ne|lt|le|gt|ge V]]: stick tables and their entries",
         level: Level::Operator,
@@ -282,7 +325,13 @@ fn help() -> String {
 
 /// Runs one command line and returns the answer (always ending with an empty line).
 pub fn execute(shared: &Process, line: &str, level: Level) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
+    // A payload (`<<` and the lines after it) is the command's last argument, whole.
+    let (line, payload) = match line.split_once('\n') {
+        Some((head, payload)) => (head, Some(payload)),
+        None => (line, None),
+    };
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    words.extend(payload);
     let found = COMMANDS
         .iter()
         .filter(|c| words.len() >= c.words.len() && c.words.iter().zip(&words).all(|(a, b)| a == b))
@@ -391,6 +440,26 @@ where
                 answer.getsocks(u);
             }
             return;
+        }
+        // `CMD <<`: the lines that follow, up to an empty one, are the command's payload.
+        if let Some(head) = line.trim_end().strip_suffix("<<") {
+            let mut payload = String::new();
+            loop {
+                let mut l = String::new();
+                match reader.read_line(&mut l) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if l.trim().is_empty() => break,
+                    Ok(_) => payload.push_str(&l),
+                }
+            }
+            line = format!("{}\n{payload}", head.trim_end());
+            let out = answer.command(&line);
+            let mut w = conn;
+            let prompt = if interactive { "> " } else { "" };
+            if w.write_all(format!("{out}{prompt}").as_bytes()).is_err() || !interactive {
+                return;
+            }
+            continue;
         }
         let mut out = String::new();
         let mut quit = false;

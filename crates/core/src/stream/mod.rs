@@ -57,7 +57,7 @@ pub async fn serve(
         .as_ref()
         .and_then(|t| t.acceptor.clone());
     let client = match acceptor {
-        Some(a) => match client.into_tls(a.0) {
+        Some(a) => match client.into_tls(a.config) {
             Ok(c) => c,
             Err(_) => return,
         },
