@@ -266,8 +266,8 @@ fn tls_configuration_errors_name_the_bind_line() {
             "no TLS version left",
         ),
         (
-            "bind 127.0.0.1:1 ssl crt CRT verify required",
-            "bind option 'verify': not supported yet",
+            "bind 127.0.0.1:1 ssl crt CRT crl-file x.pem",
+            "bind option 'crl-file': not supported yet",
         ),
     ] {
         let bind = bind.replace("CRT", &crt);

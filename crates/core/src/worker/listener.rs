@@ -562,13 +562,12 @@ mod tests {
         let mut c = ProxyConf::default();
         add_bind(&mut c, &["127.0.0.1:1,127.0.0.1:2".into()]).unwrap();
         assert_eq!(c.listen.binds.len(), 2);
-        assert!(add_bind(
-            &mut c,
-            &[":80".into(), "ssl".into(), "verify".into(), "none".into()]
-        )
-        .unwrap_err()
-        .to_string()
-        .contains("not supported yet"));
+        assert!(
+            add_bind(&mut c, &[":80".into(), "ssl".into(), "allow-0rtt".into()])
+                .unwrap_err()
+                .to_string()
+                .contains("not supported yet")
+        );
         add_bind(&mut c, &[":81".into(), "thread".into(), "2".into()]).unwrap();
         let b = c.listen.binds.last().unwrap();
         assert!(b.on_thread(1) && !b.on_thread(0));
