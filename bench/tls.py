@@ -1,0 +1,93 @@
+"""TLS termination benchmark (issue 14): sluice, HAProxy and nginx terminating TLS in front
+of one nginx origin, same certificate (ECDSA P-256, made with openssl here), same wrk, same
+thread count (2), side by side, medians of RUNS interleaved runs:
+  keep-alive  - wrk -c64 over kept-alive TLS connections (bulk of requests, no handshakes)
+  handshakes  - wrk -c64 with `Connection: close`: every request on a new TLS connection
+                (a full handshake each: wrk does not resume sessions)
+Prints requests/s and requests per proxy CPU-second.
+Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
+"""
+import os, re, statistics, subprocess, time
+
+import core
+from core import PROXY, ORIGIN, SECS, RUNS, work, start, stop, wait_closed, group_cpu
+
+
+def cert():
+    key, crt, pem = (os.path.join(work, n) for n in ("tls.key", "tls.crt", "tls.pem"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=bench.test",
+                    "-addext", "subjectAltName=DNS:bench.test"], check=True, capture_output=True)
+    with open(pem, "w") as f:
+        f.write(open(crt).read() + open(key).read())
+    return key, crt, pem
+
+
+def hap_sluice(kind, pem):
+    path = core.write_config(f"{kind}-tls", glob="    nbthread 2\n    maxconn 5000\n")
+    text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}", f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn http/1.1")
+    with open(path, "w") as f:
+        f.write(text)
+    return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
+
+
+def nginx_cmd(key, crt):
+    conf = os.path.join(work, "proxy-tls.conf")
+    with open(conf, "w") as f:
+        f.write(f"""daemon off; master_process on; worker_processes 2; pid {work}/proxy-tls.pid;
+error_log {work}/proxy-tls.err; events {{ worker_connections 5000; }}
+http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
+  upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 256; keepalive_requests 1000000; }}
+  server {{ listen 127.0.0.1:{PROXY} ssl backlog=4096; ssl_certificate {crt}; ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache off; ssl_session_tickets off;
+    location / {{ proxy_pass http://o; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
+""")
+    return ["nginx", "-c", conf, "-p", work]
+
+
+def wrk(secs, close):
+    args = ["wrk", "-t2", "-c64", f"-d{secs}s"]
+    if close:
+        args += ["-H", "Connection: close"]
+    out = subprocess.run(args + [f"https://127.0.0.1:{PROXY}/hello.txt"], capture_output=True, text=True, check=True).stdout
+    if re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        raise SystemExit(f"error responses\n{out}")
+    return int(re.search(r"(\d+) requests in", out).group(1))
+
+
+def run_once(cmd, close):
+    p = start(cmd, PROXY)
+    wrk(1, close)
+    c0, t0 = group_cpu(p.pid), time.time()
+    reqs = wrk(SECS, close)
+    c1, t1 = group_cpu(p.pid), time.time()
+    stop(p)
+    wait_closed(PROXY)
+    return reqs / (t1 - t0), reqs / max(c1 - c0, 1e-9)
+
+
+def main():
+    o = core.nginx_origin()
+    key, crt, pem = cert()
+    cmds = {"sluice": hap_sluice("sluice", pem), "haproxy": hap_sluice("haproxy", pem), "nginx": nginx_cmd(key, crt)}
+    print(f"# TLS benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, interleaved), "
+          "wrk -t2 -c64, 2 proxy threads, ECDSA P-256, GET /hello.txt from an nginx origin\n")
+    print("| load | proxy | req/s | req per CPU-s |")
+    print("| --- | --- | ---: | ---: |")
+    for load, close in (("keep-alive", False), ("new connection per request", True)):
+        rows = {k: [] for k in cmds}
+        for i in range(RUNS):
+            order = list(cmds)[i % 3:] + list(cmds)[:i % 3]
+            for k in order:
+                rows[k].append(run_once(cmds[k], close))
+        for k in cmds:
+            m = [statistics.median(r[j] for r in rows[k]) for j in range(2)]
+            print(f"| {load} | {k} | {m[0]:.0f} | {m[1]:.0f} |", flush=True)
+    stop(o)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        core.cleanup()
