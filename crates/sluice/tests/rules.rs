@@ -343,7 +343,7 @@ fn bad_rules_name_the_line() {
             "unknown converter 'nosuch'",
         ),
         (
-            "http-request set-header X %[ssl_fc_sni]",
+            "http-request set-header X %[capture.req.hdr(0)]",
             "not supported yet",
         ),
         ("http-request set-var(user) src", "needs a scope"),
