@@ -79,6 +79,11 @@ impl io::Write for Nonblocking<'_> {
         self.0.try_write(buf)
     }
 
+    // rustls hands over its pending records together: one system call for all of them.
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -145,10 +150,20 @@ impl Tls {
         }
     }
 
-    async fn write(&self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            let n = io::Write::write(&mut self.state.borrow_mut().writer(), bytes)?;
-            bytes = &bytes[n..];
+    /// Encrypts `a` then `b` and sends the records, in as few writes as the plaintext
+    /// buffer allows (both usually fit: one flush).
+    async fn write(&self, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
+        while !a.is_empty() || !b.is_empty() {
+            {
+                let mut st = self.state.borrow_mut();
+                let mut w = st.writer();
+                let n = io::Write::write(&mut w, a)?;
+                a = &a[n..];
+                if a.is_empty() && !b.is_empty() {
+                    let n = io::Write::write(&mut w, b)?;
+                    b = &b[n..];
+                }
+            }
             self.flush().await?;
         }
         Ok(())
@@ -344,8 +359,7 @@ impl Conn {
     /// when the next bytes depend on a peer.
     pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], more: bool) -> io::Result<()> {
         if let Io::Tls(t) = &self.io {
-            t.write(a).await?;
-            return t.write(b).await;
+            return t.write(a, b).await;
         }
         let flags = if more { libc::MSG_MORE } else { 0 } | libc::MSG_NOSIGNAL;
         let stream = self.tcp();
