@@ -144,6 +144,7 @@ const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
     SERVER_OPTIONS,
     crate::check::SERVER_OPTIONS,
     crate::cookie::SERVER_OPTIONS,
+    crate::tls::SERVER_OPTIONS,
 ];
 
 const SERVER_OPTIONS: &[ServerOption] = &[
@@ -285,10 +286,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "pool-conn-name",
     "strict-maxconn",
     "idle-ping",
-    "ssl",
-    "verify",
-    "sni",
-    "alpn",
     "send-proxy",
     "send-proxy-v2",
     "resolvers",
@@ -419,6 +416,8 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 pool: s.opts.pool,
                 maxconn: s.opts.maxconn,
                 maxqueue: s.opts.maxqueue,
+                // Built by the loader, which knows `ca-base` and the server defaults.
+                tls: None,
             }
         })
         .collect();
@@ -490,6 +489,7 @@ mod tests {
                 slowstart: None,
                 track: None,
                 cookie: None,
+                tls: Default::default(),
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

@@ -329,6 +329,27 @@ fn lower(
         });
     }
     resolve_tracks(&proxies, &mut backends, &mut errors);
+    // TLS towards servers: roots read now, so that `-c` checks them.
+    for (p, be) in proxies
+        .iter()
+        .filter(|p| is_backend(p.kind))
+        .zip(backends.iter_mut())
+    {
+        for (spec, srv) in p.conf.backend.servers.iter().zip(be.servers.iter_mut()) {
+            if !spec.opts.tls.ssl {
+                continue;
+            }
+            match tls::connector(&spec.opts.tls, &global.tls, spec.addr) {
+                Ok(c) => srv.tls = Some(c),
+                Err(e) => errors.push(p.header.error(format!(
+                    "{} '{}', server '{}': {e}",
+                    p.kind.name(),
+                    p.name,
+                    spec.name
+                ))),
+            }
+        }
+    }
     for (p, be) in proxies.iter().filter(|p| is_backend(p.kind)).zip(&backends) {
         for (name, _) in &be.persist.use_server {
             if !be.servers.iter().any(|s| &s.name == name) {

@@ -22,7 +22,9 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use sluice_config::{Keyword, KwError, Scope};
 
-pub use crate::conf::tls::{Acceptor, BindTls, CertSlot, TlsDefaults, TlsSide};
+pub use crate::conf::tls::{
+    Acceptor, BindTls, CertSlot, Connector, ServerTlsOpts, TlsDefaults, TlsSide,
+};
 use crate::conf::{one_arg, GlobalConf};
 
 /// The `ssl-default-*-options` words HAProxy knows; `ssl-min-ver`/`ssl-max-ver` take a
@@ -155,6 +157,234 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
         },
     },
 ];
+
+/// The server options of TLS towards servers (`ssl`, `verify`, `ca-file`, `sni`, `alpn`).
+pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
+    crate::conf::backend::ServerOption {
+        name: "ssl",
+        args: 0,
+        parse: |o, _| {
+            o.tls.ssl = true;
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "verify",
+        args: 1,
+        parse: |o, a| match a[0].as_str() {
+            v @ ("none" | "required") => {
+                o.tls.verify = Some(v.to_string());
+                Ok(())
+            }
+            _ => Err("expects none or required".into()),
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "ca-file",
+        args: 1,
+        parse: |o, a| {
+            o.tls.ca_file = Some(a[0].clone());
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "sni",
+        args: 1,
+        parse: |o, a| {
+            // A constant name; a name taken from each request would need a pool per name.
+            let name = a[0]
+                .strip_prefix("str(")
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or(
+                    "only a constant, as str(NAME), is supported yet (a per-request SNI is not)",
+                )?;
+            ServerName::try_from(name.to_string())
+                .map_err(|_| format!("'{name}' is not a valid name"))?;
+            o.tls.sni = Some(name.to_string());
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "alpn",
+        args: 1,
+        parse: |o, a| {
+            o.tls.alpn = a[0].split(',').map(str::to_string).collect();
+            Ok(())
+        },
+    },
+];
+
+/// Builds how connections to a server at `addr` start TLS: its roots (`ca-file` from
+/// `ca-base`), the name it is asked for and checked against (the `sni`, else its address,
+/// which is then not checked), and the `ssl-default-server-*` versions and suites.
+pub fn connector(
+    o: &ServerTlsOpts,
+    defaults: &TlsDefaults,
+    addr: std::net::SocketAddr,
+) -> Result<Connector, String> {
+    let side = &defaults.server;
+    let mut p = provider::default_provider();
+    if let Some(list) = &side.ciphers {
+        let tls12 = suites(list, false)?;
+        p.cipher_suites
+            .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)));
+        p.cipher_suites.extend(tls12);
+    }
+    if let Some(list) = &side.ciphersuites {
+        let tls13 = suites(list, true)?;
+        p.cipher_suites
+            .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls12(_)));
+        p.cipher_suites.splice(0..0, tls13);
+    }
+    let p = Arc::new(p);
+    let builder = rustls::ClientConfig::builder_with_provider(p.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS settings: {e}"))?;
+    let verify = o.verify.as_deref().unwrap_or("required");
+    let name: ServerName<'static> = match &o.sni {
+        Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
+        None => ServerName::IpAddress(addr.ip().into()),
+    };
+    let mut config = if verify == "none" {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(p)))
+            .with_no_client_auth()
+    } else {
+        let Some(ca) = &o.ca_file else {
+            return Err("verify is required by default but no ca-file is given: add 'ca-file FILE', or 'verify none' on a network where the server is trusted".into());
+        };
+        let path = match (&defaults.ca_base, ca.starts_with('/')) {
+            (Some(base), false) => format!("{base}/{ca}"),
+            _ => ca.clone(),
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for c in
+            CertificateDer::pem_file_iter(&path).map_err(|e| format!("ca-file '{path}': {e}"))?
+        {
+            roots
+                .add(c.map_err(|e| format!("ca-file '{path}': {e}"))?)
+                .map_err(|e| format!("ca-file '{path}': {e}"))?;
+        }
+        let webpki =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), p)
+                .build()
+                .map_err(|e| format!("ca-file '{path}': {e}"))?;
+        // Without `sni` the certificate's chain is checked, not its names (as HAProxy
+        // without `verifyhost`).
+        let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if o.sni.is_some() {
+            webpki
+        } else {
+            Arc::new(ChainOnly(webpki))
+        };
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth()
+    };
+    config.alpn_protocols = o.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    Ok(Connector {
+        config: Arc::new(config),
+        name,
+    })
+}
+
+/// `verify none`: any certificate, the handshake's signatures still checked.
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+/// `verify required` without a name to check: the chain, whatever names it carries.
+#[derive(Debug)]
+struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
+            | Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForNameContext { .. },
+            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
 
 /// Reads one TLS option of a `bind` line at `opts[i]`: the number of words it took, or
 /// `None` when the word is not a TLS option.

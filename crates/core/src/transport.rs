@@ -61,7 +61,7 @@ impl std::fmt::Debug for Io {
 /// advances as the connection is read).
 struct Tls {
     tcp: TcpStream,
-    state: std::cell::RefCell<rustls::ServerConnection>,
+    state: std::cell::RefCell<rustls::Connection>,
 }
 
 /// `std::io` reads and writes over a registered socket, without waiting (`WouldBlock`
@@ -174,8 +174,12 @@ impl Tls {
         if st.is_handshaking() {
             return None;
         }
+        let sni = match &*st {
+            rustls::Connection::Server(s) => s.server_name().map(str::to_string),
+            rustls::Connection::Client(_) => None,
+        };
         Some(TlsInfo {
-            sni: st.server_name().map(str::to_string),
+            sni,
             alpn: st.alpn_protocol().map(<[u8]>::to_vec),
             version: st
                 .protocol_version()
@@ -191,11 +195,18 @@ impl Tls {
     }
 }
 
-/// A connection taken out of its worker's event loop, on its way to another worker.
-#[derive(Debug)]
+/// A connection taken out of its worker's event loop, on its way to another worker (a
+/// TLS connection with its session).
 pub struct Detached {
     io: std::net::TcpStream,
+    tls: Option<Box<rustls::Connection>>,
     fd: Counted,
+}
+
+impl std::fmt::Debug for Detached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.io.fmt(f)
+    }
 }
 
 impl Conn {
@@ -258,10 +269,52 @@ impl Conn {
         Ok(Conn {
             io: Io::Tls(Box::new(Tls {
                 tcp,
-                state: std::cell::RefCell::new(state),
+                state: std::cell::RefCell::new(state.into()),
             })),
             _fd: self._fd,
         })
+    }
+
+    /// Starts TLS on a connection to a server and completes the handshake (a server that
+    /// fails it, its certificate refused, is a connection failure).
+    pub async fn into_tls_client(
+        self,
+        config: std::sync::Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+    ) -> io::Result<Conn> {
+        let Io::Tcp(tcp) = self.io else {
+            return Err(io::Error::other("TLS over TLS"));
+        };
+        let state = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
+        let conn = Conn {
+            io: Io::Tls(Box::new(Tls {
+                tcp,
+                state: std::cell::RefCell::new(state.into()),
+            })),
+            _fd: self._fd,
+        };
+        let Io::Tls(t) = &conn.io else {
+            unreachable!("made just above")
+        };
+        loop {
+            t.flush().await?;
+            if !t.state.borrow().is_handshaking() {
+                return Ok(conn);
+            }
+            t.tcp.readable().await?;
+            let mut st = t.state.borrow_mut();
+            match st.read_tls(&mut Nonblocking(&t.tcp)) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = st.process_new_packets() {
+                drop(st);
+                let _ = t.push();
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+        }
     }
 
     fn tcp(&self) -> &TcpStream {
@@ -411,6 +464,22 @@ impl Conn {
     /// Whether an idle connection can still carry a request: false once the peer closed
     /// it, it failed, or it holds bytes nobody asked for.
     pub fn alive(&self) -> bool {
+        if let Io::Tls(t) = &self.io {
+            // TLS records may arrive unasked (a TLS 1.3 server's session tickets): they are
+            // taken in, and only data or a close makes the connection unusable.
+            let mut st = t.state.borrow_mut();
+            loop {
+                match st.read_tls(&mut Nonblocking(&t.tcp)) {
+                    Ok(0) => return false,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => return false,
+                }
+            }
+            return st
+                .process_new_packets()
+                .is_ok_and(|s| s.plaintext_bytes_to_read() == 0 && !s.peer_has_closed());
+        }
         let mut buf = [MaybeUninit::<u8>::uninit(); 1];
         match socket2::SockRef::from(self.tcp()).peek(&mut buf) {
             Err(e) => e.kind() == io::ErrorKind::WouldBlock,
@@ -442,21 +511,28 @@ impl Conn {
 
     /// Takes the connection out of this worker's event loop.
     pub fn detach(self) -> io::Result<Detached> {
-        let Io::Tcp(s) = self.io else {
-            return Err(io::Error::other("a TLS connection stays on its worker"));
+        let (s, tls) = match self.io {
+            Io::Tcp(s) => (s, None),
+            Io::Tls(t) => (t.tcp, Some(Box::new(t.state.into_inner()))),
         };
         Ok(Detached {
             io: s.into_std()?,
+            tls,
             fd: self._fd,
         })
     }
 
     /// Registers a detached connection with the current worker's event loop.
     pub fn attach(d: Detached) -> io::Result<Conn> {
-        Ok(Conn {
-            io: Io::Tcp(TcpStream::from_std(d.io)?),
-            _fd: d.fd,
-        })
+        let tcp = TcpStream::from_std(d.io)?;
+        let io = match d.tls {
+            None => Io::Tcp(tcp),
+            Some(state) => Io::Tls(Box::new(Tls {
+                tcp,
+                state: std::cell::RefCell::new(*state),
+            })),
+        };
+        Ok(Conn { io, _fd: d.fd })
     }
 
     /// Moves a connection registered with another worker's event loop into this one's.

@@ -467,3 +467,44 @@ fn certificates_are_replaced_at_run_time_from_the_cli() {
     let out = Sluice::cli(&sock, "set ssl cert /not/loaded.pem <<\nx\n");
     assert!(out.contains("not referenced by the configuration"), "{out}");
 }
+
+#[test]
+fn connections_to_servers_can_be_tls_and_are_verified() {
+    let ca = Ca::new();
+    let other_ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "origin.pem", &["origin.test"]);
+    let (foreign, _) = other_ca.leaf(&dir, "foreign.pem", &["origin.test"]);
+    let ca_file = dir.write("ca.pem", &ca.cert.pem());
+    // The TLS servers: two sluice listeners answering with what they saw.
+    let origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {foreign}\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_fc] %[ssl_fc_sni] %[src_port]\"\n"
+    ));
+    let (good, bad) = (origin.addrs[0], origin.addrs[1]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend named if {{ path /named }}\n    use_backend any if {{ path /any }}\n    use_backend refused if {{ path /refused }}\n    use_backend nameless if {{ path /nameless }}\nbackend named\n    server s {good} ssl verify required ca-file {ca_file} sni str(origin.test)\nbackend any\n    server s {bad} ssl verify none\nbackend refused\n    retries 0\n    server s {bad} ssl ca-file {ca_file} sni str(origin.test)\nbackend nameless\n    server s {good} ssl ca-file {ca_file}\n"
+    ));
+    let mut c = p.connect();
+    let first = c.get("/named").text();
+    assert!(first.starts_with("1 origin.test "), "{first}");
+    // Kept alive: the second request reuses the TLS connection to the server.
+    let second = c.get("/named").text();
+    assert_eq!(
+        first, second,
+        "same server-side port: the connection was reused"
+    );
+    assert!(get(p.addr(), "/any").text().starts_with("1 "));
+    // Signed by another authority: the handshake fails, which is a connection failure.
+    assert_eq!(get(p.addr(), "/refused").status, 503);
+    // Without sni, the chain is checked but not the names (and no SNI is sent).
+    let r = get(p.addr(), "/nameless").text();
+    assert!(r.starts_with("1  "), "{r}");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    server s 127.0.0.1:2 ssl\n"
+    ));
+    assert!(!ok && out.contains("no ca-file is given"), "{out}");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    server s 127.0.0.1:2 ssl verify none sni req.hdr(host)\n"
+    ));
+    assert!(!ok && out.contains("per-request SNI"), "{out}");
+}

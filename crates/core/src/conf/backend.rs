@@ -41,6 +41,8 @@ pub struct ServerOpts {
     pub track: Option<String>,
     /// `cookie VALUE`: the server's persistence cookie value.
     pub cookie: Option<String>,
+    /// `ssl` and its options: connections to the server are TLS.
+    pub tls: super::tls::ServerTlsOpts,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

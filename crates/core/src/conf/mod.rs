@@ -188,6 +188,8 @@ pub struct Server {
     pub shutdown_on_down: bool,
     /// `cookie VALUE`: what the persistence cookie holds for this server.
     pub cookie: Option<String>,
+    /// TLS towards the server (`ssl`), built when the configuration is loaded.
+    pub tls: Option<tls::Connector>,
 }
 
 /// A validated backend.

@@ -78,3 +78,37 @@ impl std::fmt::Debug for Acceptor {
         f.write_str("Acceptor")
     }
 }
+
+/// `server ... ssl` and its options, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerTlsOpts {
+    pub ssl: bool,
+    /// `verify none|required` (default: required, as HAProxy's `ssl-server-verify`).
+    pub verify: Option<String>,
+    pub ca_file: Option<String>,
+    /// `sni EXPR`: only a constant (`str(NAME)`) for now.
+    pub sni: Option<String>,
+    pub alpn: Vec<String>,
+}
+
+/// How connections to a server start TLS: a rustls client configuration and the name
+/// the server is asked for (its SNI) and checked against.
+#[derive(Clone)]
+pub struct Connector {
+    pub config: std::sync::Arc<rustls::ClientConfig>,
+    pub name: rustls::pki_types::ServerName<'static>,
+}
+
+impl PartialEq for Connector {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.config, &other.config)
+    }
+}
+
+impl Eq for Connector {}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connector({:?})", self.name)
+    }
+}

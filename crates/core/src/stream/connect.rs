@@ -291,11 +291,20 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
     }
     let addr_gen = st.addr_gen.load(Ordering::Acquire);
     let addr = st.addr();
+    let connect = async {
+        let conn = Conn::connect(addr).await?;
+        match &be.servers[server].tls {
+            // `ssl`: the handshake is part of connecting (a refused certificate is a
+            // connection failure, as in HAProxy).
+            Some(c) => conn.into_tls_client(c.config.clone(), c.name.clone()).await,
+            None => Ok(conn),
+        }
+    };
     let attempt = match be.timeout_connect {
-        Some(t) => tokio::time::timeout(t, Conn::connect(addr))
+        Some(t) => tokio::time::timeout(t, connect)
             .await
             .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
-        None => Conn::connect(addr).await,
+        None => connect.await,
     };
     let counters = st.counters.at(w.tid);
     let seen = if attempt.is_ok() {
