@@ -1058,13 +1058,19 @@ fn show_sess_lists_client_connections() {
     let mut out = String::new();
     for _ in 0..100 {
         out = Sluice::cli(&sock, "show sess");
-        if out.contains("state=active") {
+        if out.contains("state=active") && out.contains("state=idle") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
-    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(
+        lines.len(),
+        2,
+        "{out}\nthe idle connection is {}; stderr: {}",
+        if idle.is_closed() { "closed" } else { "open" },
+        p.stderr()
+    );
     let idle_src = idle.writer.local_addr().unwrap();
     let idle_line = lines
         .iter()

@@ -508,3 +508,35 @@ fn connections_to_servers_can_be_tls_and_are_verified() {
     ));
     assert!(!ok && out.contains("per-request SNI"), "{out}");
 }
+
+#[test]
+fn a_slow_handshake_is_cut_off_by_the_request_timeout() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n    timeout http-request 500ms\nfrontend fe\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    // The start of a ClientHello record, then nothing: the connection is closed, long
+    // before the client's own 20 s read timeout.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(&[0x16, 0x03, 0x01]).unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    assert!(started.elapsed() < TIMEOUT);
+    // The proxy serves others meanwhile and after.
+    let mut s = connect(
+        p.addr(),
+        ca.client(&[], &[&rustls::version::TLS13]),
+        "site.test",
+    )
+    .unwrap();
+    assert!(request(&mut s, "/").starts_with("HTTP/1.1 200"));
+}
