@@ -254,22 +254,11 @@ pub fn connector(
         let Some(ca) = &o.ca_file else {
             return Err("verify is required by default but no ca-file is given: add 'ca-file FILE', or 'verify none' on a network where the server is trusted".into());
         };
-        let path = match (&defaults.ca_base, ca.starts_with('/')) {
-            (Some(base), false) => format!("{base}/{ca}"),
-            _ => ca.clone(),
-        };
-        let mut roots = rustls::RootCertStore::empty();
-        for c in
-            CertificateDer::pem_file_iter(&path).map_err(|e| format!("ca-file '{path}': {e}"))?
-        {
-            roots
-                .add(c.map_err(|e| format!("ca-file '{path}': {e}"))?)
-                .map_err(|e| format!("ca-file '{path}': {e}"))?;
-        }
+        let roots = ca_roots(ca, defaults)?;
         let webpki =
             rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), p)
                 .build()
-                .map_err(|e| format!("ca-file '{path}': {e}"))?;
+                .map_err(|e| format!("ca-file '{ca}': {e}"))?;
         // Without `sni` the certificate's chain is checked, not its names (as HAProxy
         // without `verifyhost`).
         let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if o.sni.is_some() {
@@ -287,6 +276,23 @@ pub fn connector(
         config: Arc::new(config),
         name,
     })
+}
+
+/// The authorities of a `ca-file` (relative to `ca-base`).
+fn ca_roots(ca: &str, defaults: &TlsDefaults) -> Result<rustls::RootCertStore, String> {
+    let path = match (&defaults.ca_base, ca.starts_with('/')) {
+        (Some(base), false) => format!("{base}/{ca}"),
+        _ => ca.to_string(),
+    };
+    let at = |e: &dyn std::fmt::Display| format!("ca-file '{path}': {e}");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&path).map_err(|e| at(&e))? {
+        roots.add(c.map_err(|e| at(&e))?).map_err(|e| at(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(at(&"no certificate in it"));
+    }
+    Ok(roots)
 }
 
 /// `verify none`: any certificate, the handshake's signatures still checked.
@@ -723,20 +729,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
         ("none", _) => builder.with_no_client_auth(),
         (_, None) => return Err(format!("'verify {verify}' needs a 'ca-file'")),
         (v, Some(ca)) => {
-            let path = match (&defaults.ca_base, ca.starts_with('/')) {
-                (Some(base), false) => format!("{base}/{ca}"),
-                _ => ca.clone(),
-            };
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(&path)
-                .map_err(|e| format!("ca-file '{path}': {e}"))?
-            {
-                let c = c.map_err(|e| format!("ca-file '{path}': {e}"))?;
-                roots.add(c).map_err(|e| format!("ca-file '{path}': {e}"))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("ca-file '{path}': no certificate in it"));
-            }
+            let roots = ca_roots(ca, defaults)?;
             let mut verifier =
                 rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), p);
             if v == "optional" {
@@ -744,7 +737,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
             }
             let verifier = verifier
                 .build()
-                .map_err(|e| format!("ca-file '{path}': {e}"))?;
+                .map_err(|e| format!("ca-file '{ca}': {e}"))?;
             builder.with_client_cert_verifier(verifier)
         }
     };

@@ -307,15 +307,7 @@ pub(crate) fn forwardfor<'a>(
     be: &'a Backend,
     ip: IpAddr,
 ) -> Option<(&'a ForwardFor, IpAddr)> {
-    let f = be
-        .stream
-        .forwardfor
-        .as_ref()
-        .or(fe.stream.forwardfor.as_ref())?;
-    if f.except.is_some_and(|net| in_net(ip, net)) {
-        return None;
-    }
-    Some((f, ip))
+    address_header(fe, be, ip, |s| &s.forwardfor).map(|f| (f, ip))
 }
 
 /// The `option originalto` header for a request to `dst` (the backend's setting, else the
@@ -325,15 +317,20 @@ pub(crate) fn originalto<'a>(
     be: &'a Backend,
     dst: IpAddr,
 ) -> Option<(&'a str, Vec<u8>)> {
-    let f = be
-        .stream
-        .originalto
-        .as_ref()
-        .or(fe.stream.originalto.as_ref())?;
-    if f.except.is_some_and(|net| in_net(dst, net)) {
-        return None;
-    }
-    Some((&f.header, dst.to_string().into_bytes()))
+    address_header(fe, be, dst, |s| &s.originalto)
+        .map(|f| (f.header.as_str(), dst.to_string().into_bytes()))
+}
+
+/// An address header's setting: the backend's, else the frontend's, unless its `except`
+/// network covers `ip`.
+fn address_header<'a>(
+    fe: &'a Frontend,
+    be: &'a Backend,
+    ip: IpAddr,
+    which: fn(&super::keywords::StreamConf) -> &Option<ForwardFor>,
+) -> Option<&'a ForwardFor> {
+    let f = which(&be.stream).as_ref().or(which(&fe.stream).as_ref())?;
+    (!f.except.is_some_and(|net| in_net(ip, net))).then_some(f)
 }
 
 /// The request as rules after an editing rule see it: the client's head with the edits
