@@ -115,7 +115,11 @@ pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
                     "-Q" => opts.quote = false,
                     "+X" => opts.hex = true,
                     "-X" => opts.hex = false,
-                    "+E" | "-E" | "+M" | "-M" => {}
+                    "+E" => opts.escape = true,
+                    "-E" => opts.escape = false,
+                    "+M" | "-M" => {
+                        return Err(format!("log-format option '{o}' is not supported yet"))
+                    }
                     other => return Err(format!("unknown log-format option '{other}'")),
                 }
             }
@@ -1033,6 +1037,18 @@ impl<'a> Record<'a> {
             } else {
                 value
             };
+            let value = if opts.escape && value.contains(['"', '\\', ']']) {
+                let mut e = String::with_capacity(value.len() + 4);
+                for c in value.chars() {
+                    if matches!(c, '"' | '\\' | ']') {
+                        e.push('\\');
+                    }
+                    e.push(c);
+                }
+                e
+            } else {
+                value
+            };
             if opts.quote {
                 out.push('"');
                 out.push_str(&value);
@@ -1092,7 +1108,7 @@ mod tests {
         let plain = VarOpts::default();
         let quoted = VarOpts {
             quote: true,
-            hex: false,
+            ..VarOpts::default()
         };
         assert_eq!(
             t,
@@ -1115,6 +1131,9 @@ mod tests {
             Token::Var(Var::Timestamp, VarOpts { hex: true, .. })
         ));
         assert!(matches!(t[2], Token::Sample(_, VarOpts { hex: true, .. })));
+        assert!(parse_format("%{+M}r")
+            .unwrap_err()
+            .contains("not supported yet"));
     }
 
     #[test]

@@ -373,11 +373,11 @@ fn cookies_addresses_timers_and_logasap() {
         }),
     );
     let p = Sluice::start(&format!(
-        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture cookie SESSION len 14\n    log-format \"%CC %CS %si:%sp %bi %HP %HQ %ms %Th %Ti %Tq %sslc %sslv\"\n    default_backend be\nbackend be\n    server s1 {}\nfrontend asap\n    {{fe}}\n    option logasap\n    log-format \"%ST %B %Ta %lc\"\n    default_backend be\n",
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture cookie SESSION len 14\n    log-format \"%CC %CS %si:%sp %bi %HP %HQ %ms %Th %Ti %Tq %sslc %sslv %{{+E}}[req.hdr(x-raw)]\"\n    default_backend be\nbackend be\n    server s1 {}\nfrontend asap\n    {{fe}}\n    option logasap\n    log-format \"%ST %B %Ta %lc\"\n    default_backend be\n",
         origin.addr
     ));
     let mut c = p.connect();
-    c.send(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\nCookie: lang=fr; SESSIONID=abc123456789\r\n\r\n");
+    c.send(b"GET /a/b?x=1 HTTP/1.1\r\nHost: h\r\nCookie: lang=fr; SESSIONID=abc123456789\r\nX-Raw: a\"b]c\\d\r\n\r\n");
     assert_eq!(c.response().status, 200);
     let line = stdout_lines(&p, 1).remove(0);
     let f: Vec<&str> = line.split(' ').collect();
@@ -391,6 +391,10 @@ fn cookies_addresses_timers_and_logasap() {
     let (ti, tq): (i64, i64) = (f[8].parse().unwrap(), f[9].parse().unwrap());
     assert!(ti >= 0 && tq >= ti, "{line}");
     assert_eq!((f[10], f[11]), ("-", "-"), "{line}");
+    assert_eq!(
+        f[12], "a\\\"b\\]c\\\\d",
+        "+E escapes quotes, ] and backslashes: {line}"
+    );
     // logasap: the line goes out with the head, its totals marked as partial.
     let mut c = Conn::new(p.addrs[1]);
     c.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");

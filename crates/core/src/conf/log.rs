@@ -96,6 +96,8 @@ pub struct VarOpts {
     pub quote: bool,
     /// `+X`: integers in hexadecimal (upper case).
     pub hex: bool,
+    /// `+E`: `"`, `\` and `]` escaped with a backslash (for RFC 5424 structured data).
+    pub escape: bool,
 }
 
 /// The `%` variables sluice knows.
