@@ -455,6 +455,10 @@ pub fn bind_option(
             t.no_tickets = true;
             1
         }
+        "prefer-client-ciphers" => {
+            t.prefer_client = true;
+            1
+        }
         "crt-list" => {
             t.crt_lists.push(value()?);
             2
@@ -482,7 +486,6 @@ pub fn bind_option(
         | "npn"
         | "ssl-reuse"
         | "no-ssl-reuse"
-        | "prefer-client-ciphers"
         | "sigalgs"
         | "client-sigalgs"
         | "generate-certificates"
@@ -750,7 +753,10 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
         strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
     }));
     config.alpn_protocols = t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
-    config.ignore_client_order = false;
+    // The server's order of suites, as HAProxy's default (`prefer-client-ciphers` gives
+    // the client's).
+    config.ignore_client_order =
+        !(t.prefer_client || side.options.iter().any(|o| o == "prefer-client-ciphers"));
     // Resumption: by session id from a per-bind cache, and by tickets whose keys rotate
     // every 6 hours (rustls's ticketer), unless `no-tls-tickets`.
     let cache = defaults.cachesize.unwrap_or(20_000);

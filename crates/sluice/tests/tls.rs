@@ -540,3 +540,32 @@ fn a_slow_handshake_is_cut_off_by_the_request_timeout() {
     .unwrap();
     assert!(request(&mut s, "/").starts_with("HTTP/1.1 200"));
 }
+
+#[test]
+fn the_servers_order_of_suites_wins_unless_prefer_client_ciphers() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} prefer-client-ciphers\n    http-request return status 200 content-type text/plain lf-string %[ssl_fc_cipher]\n"
+    ));
+    // A client preferring ChaCha20 to AES-128-GCM.
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites = vec![
+        rustls::crypto::ring::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+        rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256,
+    ];
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).unwrap();
+    let client = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let mut s = connect(p.addrs[0], client.clone(), "site.test").unwrap();
+    assert!(request(&mut s, "/").ends_with("TLS_AES_128_GCM_SHA256"));
+    let mut s = connect(p.addrs[1], client, "site.test").unwrap();
+    assert!(request(&mut s, "/").ends_with("TLS_CHACHA20_POLY1305_SHA256"));
+}

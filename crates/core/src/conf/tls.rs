@@ -45,6 +45,8 @@ pub struct BindTls {
     pub curves: Option<String>,
     pub strict_sni: bool,
     pub no_tickets: bool,
+    /// `prefer-client-ciphers`: the client's order of suites wins (else the server's).
+    pub prefer_client: bool,
     /// `ca-file FILE`: the authorities client certificates are checked against.
     pub ca_file: Option<String>,
     /// `verify none|optional|required` (client certificates).
