@@ -1094,11 +1094,20 @@ struct SniResolver {
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let current = |l: &Loaded| l.key.read().unwrap_or_else(|e| e.into_inner()).clone();
+        // A certificate the client can verify, and whose key type a suite it offers uses
+        // (any with TLS 1.3; ECDHE_ECDSA or ECDHE_RSA with TLS 1.2).
+        let suites = hello.cipher_suites();
+        let name = |s: &rustls::CipherSuite| s.as_str().unwrap_or_default();
+        let tls13 = suites.iter().any(|s| name(s).starts_with("TLS13_"));
         let usable = |l: &&Loaded| {
-            current(l)
-                .key
-                .choose_scheme(hello.signature_schemes())
-                .is_some()
+            let key = current(l);
+            let kind = match key.key.algorithm() {
+                rustls::SignatureAlgorithm::ECDSA => "_ECDSA_",
+                rustls::SignatureAlgorithm::RSA => "_RSA_",
+                _ => "",
+            };
+            key.key.choose_scheme(hello.signature_schemes()).is_some()
+                && (tls13 || suites.iter().any(|s| name(s).contains(kind)))
         };
         let by_name = hello
             .server_name()

@@ -569,3 +569,68 @@ fn the_servers_order_of_suites_wins_unless_prefer_client_ciphers() {
     let mut s = connect(p.addrs[1], client, "site.test").unwrap();
     assert!(request(&mut s, "/").ends_with("TLS_CHACHA20_POLY1305_SHA256"));
 }
+
+#[test]
+fn ecdsa_and_rsa_certificates_for_one_name_follow_what_the_client_offers() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (ecdsa, ecdsa_der) = ca.leaf(&dir, "ecdsa.pem", &["site.test"]);
+    // ring signs with RSA but does not make RSA keys: openssl makes this one.
+    let rsa_key = dir.0.join("rsa.key");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ])
+        .arg(&rsa_key)
+        .output()
+        .expect("openssl");
+    assert!(made.status.success());
+    let key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(&rsa_key).unwrap()).unwrap();
+    let params = rcgen::CertificateParams::new(vec!["site.test".to_string()]).unwrap();
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    let rsa = dir.write("rsa.pem", &format!("{}{}", cert.pem(), key.serialize_pem()));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {ecdsa} crt {rsa}\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    // A TLS 1.2 client offering only RSA suites gets the RSA certificate; one offering
+    // ECDSA (or TLS 1.3) the first, ECDSA, one.
+    let client = |suites: Vec<rustls::SupportedCipherSuite>,
+                  v: &'static rustls::SupportedProtocolVersion| {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = suites;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert.der().clone()).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[v])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    };
+    use rustls::crypto::ring::cipher_suite as cs;
+    let rsa_only = client(
+        vec![cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256],
+        &rustls::version::TLS12,
+    );
+    let s = connect(p.addr(), rsa_only, "site.test").unwrap();
+    assert_eq!(presented(&s), cert.der().to_vec());
+    let ecdsa_only = client(
+        vec![cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256],
+        &rustls::version::TLS12,
+    );
+    assert_eq!(
+        presented(&connect(p.addr(), ecdsa_only, "site.test").unwrap()),
+        ecdsa_der
+    );
+    let tls13 = ca.client(&[], &[&rustls::version::TLS13]);
+    assert_eq!(
+        presented(&connect(p.addr(), tls13, "site.test").unwrap()),
+        ecdsa_der
+    );
+}
