@@ -339,6 +339,19 @@ impl Conn {
         self.tcp().local_addr()
     }
 
+    /// Whether a completed TLS handshake was a resumption (`None`: not TLS, or not done).
+    pub fn tls_resumed(&self) -> Option<bool> {
+        match &self.io {
+            Io::Tls(t) => t
+                .state
+                .borrow()
+                .handshake_kind()
+                .filter(|_| !t.state.borrow().is_handshaking())
+                .map(|k| k == rustls::HandshakeKind::Resumed),
+            Io::Tcp(_) => None,
+        }
+    }
+
     /// Whether the connection is TLS (`ssl_fc`).
     pub fn is_tls(&self) -> bool {
         matches!(self.io, Io::Tls(_))

@@ -290,8 +290,10 @@ fn sessions_resume_by_ticket_and_by_id() {
     let ca = Ca::new();
     let dir = TempDir::new();
     let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let sock = dir.0.join("admin.sock");
     let p = Sluice::start(&format!(
-        "global\n    tune.ssl.cachesize 100\n    tune.ssl.default-dh-param 2048\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} no-tls-tickets\n    http-request return status 200 content-type text/plain string ok\n"
+        "global\n    stats socket {}\n    tune.ssl.cachesize 100\n    tune.ssl.default-dh-param 2048\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} no-tls-tickets\n    http-request return status 200 content-type text/plain string ok\n",
+        sock.display()
     ));
     assert!(p
         .stderr()
@@ -319,6 +321,16 @@ fn sessions_resume_by_ticket_and_by_id() {
             "{addr} {versions:?}"
         );
     }
+    // show info counts them: eight TLS connections, half of them resumed, none open now.
+    let info = |field: &str| {
+        Sluice::cli(&sock, "show info")
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}: ")).map(str::to_string))
+            .unwrap_or_default()
+    };
+    wait_until("the connections to end", || info("CurrSslConns") == "0");
+    assert_eq!(info("CumSslConns"), "8");
+    assert_eq!(info("SslFrontendSessionReuse_pct"), "50");
 }
 
 #[test]

@@ -405,6 +405,17 @@ pub struct WorkerCounters {
     pub checks_moved: Counter,
     /// Health checks that had to wait for a slot (`tune.max-checks-per-thread`).
     pub checks_queued: Counter,
+    /// TLS client connections accepted here, and those that ended (`CumSslConns`,
+    /// `CurrSslConns`), with their rate (`SslRate`).
+    pub tls_sessions: Counter,
+    pub tls_closed: Counter,
+    pub tls_rate: Rate,
+    /// Client handshakes that were full (and their rate, `SslFrontendKeyRate`) or resumed.
+    pub tls_full: Counter,
+    pub tls_full_rate: Rate,
+    pub tls_resumed: Counter,
+    /// Full handshakes with servers (`SslBackendKeyRate`).
+    pub tls_backend_full_rate: Rate,
 }
 
 #[cfg(test)]

@@ -61,6 +61,20 @@ fn lines(p: &Process) -> Vec<Line> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
         .saturating_sub(uptime);
+    let now_ms = crate::runtime::clock_ms();
+    let worker_rate = |r: fn(&crate::runtime::WorkerCounters) -> &crate::runtime::Rate| -> u64 {
+        p.threads
+            .iter()
+            .map(|t| r(&t.counters).per_sec(now_ms))
+            .sum()
+    };
+    let tls_cum = sum(|t| t.counters.tls_sessions.get());
+    let tls_cur = tls_cum.saturating_sub(sum(|t| t.counters.tls_closed.get()));
+    let (full, resumed) = (
+        sum(|t| t.counters.tls_full.get()),
+        sum(|t| t.counters.tls_resumed.get()),
+    );
+    let reuse_pct = (resumed * 100).checked_div(full + resumed).unwrap_or(0);
     let conn_rate = fe_rate(|c| &c.connection_rate);
     let sess_rate = fe_rate(|c| &c.session_rate);
     let zero = String::from("0");
@@ -119,8 +133,8 @@ fn lines(p: &Process) -> Vec<Line> {
             sum(|t| t.counters.requests.get()).to_string(),
         ),
         l(20, "MaxSslConns", "MMP", U32, zero.clone()),
-        l(21, "CurrSslConns", "MGP", U32, zero.clone()),
-        l(22, "CumSslConns", "MCP", U32, zero.clone()),
+        l(21, "CurrSslConns", "MGP", U32, tls_cur.to_string()),
+        l(22, "CumSslConns", "MCP", U32, tls_cum.to_string()),
         l(23, "Maxpipes", "CLP", U32, zero.clone()),
         l(24, "PipesUsed", "MGP", U32, zero.clone()),
         l(25, "PipesFree", "MGP", U32, zero.clone()),
@@ -152,13 +166,37 @@ fn lines(p: &Process) -> Vec<Line> {
                 .max(sess_rate)
                 .to_string(),
         ),
-        l(32, "SslRate", "MRP", U32, zero.clone()),
+        l(
+            32,
+            "SslRate",
+            "MRP",
+            U32,
+            worker_rate(|c| &c.tls_rate).to_string(),
+        ),
         l(33, "SslRateLimit", "CLP", U32, zero.clone()),
         l(34, "MaxSslRate", "MMP", U32, zero.clone()),
-        l(35, "SslFrontendKeyRate", "MGP", U32, zero.clone()),
+        l(
+            35,
+            "SslFrontendKeyRate",
+            "MGP",
+            U32,
+            worker_rate(|c| &c.tls_full_rate).to_string(),
+        ),
         l(36, "SslFrontendMaxKeyRate", "MMP", U32, zero.clone()),
-        l(37, "SslFrontendSessionReuse_pct", "MGP", U32, zero.clone()),
-        l(38, "SslBackendKeyRate", "MRP", U32, zero.clone()),
+        l(
+            37,
+            "SslFrontendSessionReuse_pct",
+            "MGP",
+            U32,
+            reuse_pct.to_string(),
+        ),
+        l(
+            38,
+            "SslBackendKeyRate",
+            "MRP",
+            U32,
+            worker_rate(|c| &c.tls_backend_full_rate).to_string(),
+        ),
         l(39, "SslBackendMaxKeyRate", "MMP", U32, zero.clone()),
         l(40, "SslCacheLookups", "MCP", U32, zero.clone()),
         l(41, "SslCacheMisses", "MCP", U32, zero.clone()),

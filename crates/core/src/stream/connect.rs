@@ -296,7 +296,18 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
         match &be.servers[server].tls {
             // `ssl`: the handshake is part of connecting (a refused certificate is a
             // connection failure, as in HAProxy).
-            Some(c) => conn.into_tls_client(c.config.clone(), c.name.clone()).await,
+            Some(c) => {
+                let conn = conn
+                    .into_tls_client(c.config.clone(), c.name.clone())
+                    .await?;
+                if conn.tls_resumed() == Some(false) {
+                    w.ctx()
+                        .counters
+                        .tls_backend_full_rate
+                        .hit(crate::runtime::clock_ms());
+                }
+                Ok(conn)
+            }
             None => Ok(conn),
         }
     };

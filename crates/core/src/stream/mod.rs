@@ -58,11 +58,18 @@ pub async fn serve(
         .and_then(|t| t.acceptor.clone());
     let client = match acceptor {
         Some(a) => match client.into_tls(a.config) {
-            Ok(c) => c,
+            Ok(c) => {
+                let ctx = w.ctx();
+                ctx.counters.tls_sessions.bump();
+                ctx.counters.tls_rate.hit(crate::runtime::clock_ms());
+                c
+            }
             Err(_) => return,
         },
         None => client,
     };
+    // `CurrSslConns` counts it until it ends.
+    let _tls = client.is_tls().then(|| TlsEnd(w.clone()));
     // The connection's variables and tracked entries, released when it closes.
     let vars = StreamVars::default();
     if !session_accepted(&w, &client, peer, fe, &vars) {
@@ -74,6 +81,15 @@ pub async fn serve(
     match w.config().frontends[fe].stream.mode {
         Mode::Tcp => tcp::serve(&w, client, peer, fe, &info, &vars).await,
         Mode::Http => serve_http(&w, client, peer, fe, info, vars).await,
+    }
+}
+
+/// A TLS client connection's end, counted when the stream is dropped however it ends.
+struct TlsEnd(Rc<Worker>);
+
+impl Drop for TlsEnd {
+    fn drop(&mut self) {
+        self.0.ctx().counters.tls_closed.bump();
     }
 }
 
@@ -151,6 +167,18 @@ async fn run(s: &mut Session) {
             }
         };
         s.w.ctx().counters.requests.bump();
+        if s.requests == 0 {
+            // The handshake is over once a request has come through it.
+            if let Some(resumed) = s.client.tls_resumed() {
+                let c = &s.w.ctx().counters;
+                if resumed {
+                    c.tls_resumed.bump();
+                } else {
+                    c.tls_full.bump();
+                    c.tls_full_rate.hit(crate::runtime::clock_ms());
+                }
+            }
+        }
         txn.log.parsed = true;
         s.info.busy.store(true, Ordering::Relaxed);
         if !s.w.process.loggers[s.fe].is_empty() {
