@@ -290,7 +290,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "send-proxy-v2",
     "resolvers",
     "init-addr",
-    "check-ssl",
     "proto",
     "source",
     "redir",
@@ -418,6 +417,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 maxqueue: s.opts.maxqueue,
                 // Built by the loader, which knows `ca-base` and the server defaults.
                 tls: None,
+                check_tls: None,
             }
         })
         .collect();

@@ -336,11 +336,16 @@ fn lower(
         .zip(backends.iter_mut())
     {
         for (spec, srv) in p.conf.backend.servers.iter().zip(be.servers.iter_mut()) {
-            if !spec.opts.tls.ssl {
+            let t = &spec.opts.tls;
+            let checks = t.check_ssl.unwrap_or(t.ssl);
+            if !t.ssl && !checks {
                 continue;
             }
-            match tls::connector(&spec.opts.tls, &global.tls, spec.addr) {
-                Ok(c) => srv.tls = Some(c),
+            match tls::connector(t, &global.tls, spec.addr) {
+                Ok(c) => {
+                    srv.check_tls = checks.then(|| c.clone());
+                    srv.tls = t.ssl.then_some(c);
+                }
                 Err(e) => errors.push(p.header.error(format!(
                     "{} '{}', server '{}': {e}",
                     p.kind.name(),

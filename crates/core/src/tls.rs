@@ -169,6 +169,22 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         },
     },
     crate::conf::backend::ServerOption {
+        name: "check-ssl",
+        args: 0,
+        parse: |o, _| {
+            o.tls.check_ssl = Some(true);
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "no-check-ssl",
+        args: 0,
+        parse: |o, _| {
+            o.tls.check_ssl = Some(false);
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
         name: "verify",
         args: 1,
         parse: |o, a| match a[0].as_str() {

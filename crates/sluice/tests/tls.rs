@@ -646,3 +646,28 @@ fn ecdsa_and_rsa_certificates_for_one_name_follow_what_the_client_offers() {
         ecdsa_der
     );
 }
+
+#[test]
+fn health_checks_go_over_tls_with_the_server() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "origin.pem", &["origin.test"]);
+    let origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain string up\n"
+    ));
+    let plain = Origin::start("plain");
+    let sock = dir.0.join("admin.sock");
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    option httpchk GET /\n    server tls {} ssl verify none check inter 200ms\n    server wrong {} check-ssl verify none check inter 200ms\n",
+        sock.display(),
+        origin.addr(),
+        plain.addr
+    ));
+    let status =
+        |srv: &str| stat_field(&Sluice::cli(&sock, "show stat"), "be", srv, "check_status");
+    wait_until("both checks to run", || {
+        status("tls").starts_with("L7") && status("wrong").starts_with("L6")
+    });
+    assert_eq!(status("tls"), "L7OK");
+    assert_eq!(status("wrong"), "L6RSP");
+}

@@ -228,7 +228,7 @@ fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
             }
             w @ ("ssl" | "sni" | "alpn" | "send-proxy" | "via-socks4" | "proto") => {
                 return Err(KwError::Invalid(format!(
-                    "connect option '{w}' is not supported yet (no TLS, PROXY protocol, SOCKS4 or other protocols towards servers)"
+                    "connect option '{w}' is not supported yet (a check follows the server's 'ssl' or 'check-ssl'; no PROXY protocol, SOCKS4 or other protocols)"
                 )))
             }
             other => {

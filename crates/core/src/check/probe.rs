@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckVars, ConnectRule, Expect, Pattern, TcpRule,
 };
+use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
 use crate::runtime::CheckResult;
 use crate::transport::Conn;
@@ -33,13 +34,16 @@ pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult 
         server_id: srv.id,
     };
     let at = target(addr, opts);
+    let tls = srv.check_tls.as_ref();
     let outcome = match &be.check.kind {
-        CheckKind::TcpCheck => rules(at, &be.check.tcp_rules, &vars, connect_limit, limit).await,
-        CheckKind::Probe(r) => rules(at, r, &vars, connect_limit, limit).await,
+        CheckKind::TcpCheck => {
+            rules(at, &be.check.tcp_rules, &vars, (connect_limit, limit), tls).await
+        }
+        CheckKind::Probe(r) => rules(at, r, &vars, (connect_limit, limit), tls).await,
         CheckKind::Http => {
             let how = &be.check.http_connect;
             let req = be.check.http.render(&vars);
-            match open(aim(at, how), connect_limit, &req).await {
+            match open(aim(at, how), connect_limit, &req, tls).await {
                 Ok(conn) => {
                     let o = http(&conn, &be.check, limit).await;
                     close(conn, how);
@@ -48,7 +52,7 @@ pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult 
                 Err(o) => o,
             }
         }
-        kind => match open(at, connect_limit, &[]).await {
+        kind => match open(at, connect_limit, &[], tls).await {
             Ok(mut conn) => {
                 let o = match kind {
                     CheckKind::Mysql { user } => mysql(&mut conn, user.as_deref(), limit).await,
@@ -146,21 +150,51 @@ pub fn target(server: SocketAddr, opts: &CheckOpts) -> SocketAddr {
 /// Opens the check's connection within `limit` (the layer-4 part of a check). With `first`
 /// bytes (a request), they are written as soon as the connection allows, which proves it
 /// established without waiting for the event loop to say so.
-async fn open(addr: SocketAddr, limit: Duration, first: &[u8]) -> Result<Conn, Outcome> {
+async fn open(
+    addr: SocketAddr,
+    limit: Duration,
+    first: &[u8],
+    tls: Option<&Connector>,
+) -> Result<Conn, Outcome> {
     let opening = async {
         let mut conn = Conn::dial(addr)?;
-        if first.is_empty() {
+        if first.is_empty() || tls.is_some() {
             conn.connected().await?;
         } else {
             conn.write_all(first).await?;
         }
         Ok::<_, io::Error>(conn)
     };
-    match tokio::time::timeout(limit, opening).await {
-        Err(_) => Err(Outcome::fail("L4TOUT", "Layer4 timeout", None)),
+    let deadline = tokio::time::Instant::now() + limit;
+    let conn = match tokio::time::timeout_at(deadline, opening).await {
+        Err(_) => return Err(Outcome::fail("L4TOUT", "Layer4 timeout", None)),
+        Ok(Err(e)) => {
+            return Err(Outcome::fail(
+                "L4CON",
+                "Layer4 connection problem",
+                Some(describe(&e)),
+            ))
+        }
+        Ok(Ok(c)) => c,
+    };
+    let Some(c) = tls else {
+        return Ok(conn);
+    };
+    // `check-ssl` (or a server with `ssl`): the handshake is layer 6.
+    let handshake = async {
+        let mut conn = conn
+            .into_tls_client(c.config.clone(), c.name.clone())
+            .await?;
+        if !first.is_empty() {
+            conn.write_all(first).await?;
+        }
+        Ok::<_, io::Error>(conn)
+    };
+    match tokio::time::timeout_at(deadline, handshake).await {
+        Err(_) => Err(Outcome::fail("L6TOUT", "Layer6 timeout", None)),
         Ok(Err(e)) => Err(Outcome::fail(
-            "L4CON",
-            "Layer4 connection problem",
+            "L6RSP",
+            "Layer6 invalid response",
             Some(describe(&e)),
         )),
         Ok(Ok(c)) => Ok(c),
@@ -317,19 +351,19 @@ async fn rules(
     addr: SocketAddr,
     rules: &[TcpRule],
     vars: &CheckVars<'_>,
-    connect_limit: Duration,
-    limit: Duration,
+    (connect_limit, limit): (Duration, Duration),
+    tls: Option<&Connector>,
 ) -> Outcome {
     // The open connection and the rule it was opened by.
     let implicit = ConnectRule::default();
     let mut conn: Option<(Conn, &ConnectRule)> = None;
     if !matches!(rules.first(), Some(TcpRule::Connect(_))) {
-        match open(addr, connect_limit, &[]).await {
+        match open(addr, connect_limit, &[], tls).await {
             Ok(c) => conn = Some((c, &implicit)),
             Err(o) => return o,
         }
     }
-    let outcome = run_rules(addr, rules, vars, &mut conn, connect_limit, limit).await;
+    let outcome = run_rules(addr, rules, vars, &mut conn, (connect_limit, limit), tls).await;
     if let Some((c, how)) = conn {
         close(c, how);
     }
@@ -341,8 +375,8 @@ async fn run_rules<'r>(
     rules: &'r [TcpRule],
     vars: &CheckVars<'_>,
     conn: &mut Option<(Conn, &'r ConnectRule)>,
-    connect_limit: Duration,
-    limit: Duration,
+    (connect_limit, limit): (Duration, Duration),
+    tls: Option<&Connector>,
 ) -> Outcome {
     let deadline = tokio::time::Instant::now() + limit;
     let mut buf = Vec::new();
@@ -362,7 +396,7 @@ async fn run_rules<'r>(
                 if let Some((old, old_how)) = conn.take() {
                     close(old, old_how);
                 }
-                match open(aim(addr, how), connect_limit, &[]).await {
+                match open(aim(addr, how), connect_limit, &[], tls).await {
                     Ok(c) => *conn = Some((c, how)),
                     Err(o) => return o,
                 }

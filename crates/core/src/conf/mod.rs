@@ -190,6 +190,8 @@ pub struct Server {
     pub cookie: Option<String>,
     /// TLS towards the server (`ssl`), built when the configuration is loaded.
     pub tls: Option<tls::Connector>,
+    /// TLS for its health checks (`check-ssl`, or `ssl` without `no-check-ssl`).
+    pub check_tls: Option<tls::Connector>,
 }
 
 /// A validated backend.

@@ -85,6 +85,8 @@ impl std::fmt::Debug for Acceptor {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerTlsOpts {
     pub ssl: bool,
+    /// `check-ssl` / `no-check-ssl`: health checks over TLS (default: as `ssl`).
+    pub check_ssl: Option<bool>,
     /// `verify none|required` (default: required, as HAProxy's `ssl-server-verify`).
     pub verify: Option<String>,
     pub ca_file: Option<String>,
