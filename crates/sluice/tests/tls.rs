@@ -671,3 +671,64 @@ fn health_checks_go_over_tls_with_the_server() {
     assert_eq!(status("tls"), "L7OK");
     assert_eq!(status("wrong"), "L6RSP");
 }
+
+#[test]
+fn an_idle_tls_server_connection_moves_to_another_worker_with_its_session() {
+    // Server side: a TLS listener in front of an origin that holds the /fill requests until
+    // both are in, so that worker 1 ends up with two idle TLS connections.
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = arrived.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            if r.target.starts_with("/fill") {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let deadline = std::time::Instant::now() + TIMEOUT;
+                while seen.load(std::sync::atomic::Ordering::SeqCst) < 2
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            ok_response(&format!("o {}", r.target)).into()
+        }),
+    );
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "origin.pem", &["origin.test"]);
+    let tls_origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    default_backend be\nbackend be\n    server o {}\n",
+        origin.addr
+    ));
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}frontend w1\n    {{fe}} thread 1\n    default_backend be\nfrontend w2\n    {{fe}} thread 2\n    default_backend be\nbackend be\n    http-reuse always\n    server s1 {} ssl verify none pool-low-conn 2\n",
+        sock.display(),
+        tls_origin.addr()
+    ));
+    let addr = p.addrs[0];
+    let fill: Vec<_> = (0..2)
+        .map(|i| std::thread::spawn(move || get(addr, &format!("/fill{i}")).status))
+        .collect();
+    for f in fill {
+        assert_eq!(f.join().unwrap(), 200);
+    }
+    let takeovers = || {
+        Sluice::cli(&sock, "show activity")
+            .lines()
+            .find(|l| l.starts_with("fd_takeover:"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+            .unwrap_or_default()
+    };
+    wait_until("two idle connections on worker 1", || {
+        Sluice::cli(&sock, "show servers conn")
+            .lines()
+            .find(|l| l.starts_with("be/s1 "))
+            .and_then(|l| l.split_whitespace().nth(13).map(|v| v == "2"))
+            .unwrap_or(false)
+    });
+    // Worker 2 takes one over: the TLS session goes with the socket and keeps working.
+    assert_eq!(get(p.addrs[1], "/stolen").text(), "o /stolen");
+    assert_eq!(takeovers(), "1");
+    assert_eq!(get(p.addrs[1], "/again").text(), "o /again");
+}
