@@ -71,6 +71,7 @@ const FOREIGN_SECTIONS: &[&str] = &[
     "log-forward",
     "crt-store",
     "traces",
+    "fcgi-app",
 ];
 
 /// A section header and the lines that follow it.

@@ -201,6 +201,7 @@ fn parse_algo(a: &str) -> Result<Algo, String> {
         "random" => Algo::Random(2),
         "source" => Algo::Source,
         "uri" => Algo::Uri(UriOpts::default()),
+        "hash" => return Err("algorithm 'hash' is not supported yet".into()),
         _ => {
             if let Some(n) = a.strip_prefix("random(").and_then(|r| r.strip_suffix(')')) {
                 let n: u32 = n

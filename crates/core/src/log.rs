@@ -28,6 +28,10 @@ const VARS: &[(&str, Var)] = &[
     ("fp", Var::FrontendPort),
     ("t", Var::DateLocal),
     ("tr", Var::DateRequest),
+    ("T", Var::DateGmt),
+    ("Tl", Var::DateLocalZone),
+    ("trg", Var::DateGmt),
+    ("trl", Var::DateLocalZone),
     ("Ts", Var::Timestamp),
     ("ft", Var::Frontend),
     ("f", Var::Frontend),
@@ -39,6 +43,8 @@ const VARS: &[(&str, Var)] = &[
     ("Tr", Var::TimeResponse),
     ("Ta", Var::TimeActive),
     ("Tt", Var::TimeTotal),
+    ("Td", Var::TimeData),
+    ("Tu", Var::TimeUser),
     ("ST", Var::Status),
     ("B", Var::Bytes),
     ("U", Var::BytesUploaded),
@@ -146,19 +152,12 @@ pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
             i = j + 1 + usize::from(b.get(j + 1) == Some(&b' '));
             continue;
         }
-        // Longest known variable name at this position (so `%tsc` is not `%ts` + "c").
-        let known = VARS
-            .iter()
-            .filter(|(n, _)| name.starts_with(n))
-            .max_by_key(|(n, _)| n.len());
-        let pending = PENDING_VARS
-            .iter()
-            .filter(|p| name.starts_with(*p))
-            .max_by_key(|p| p.len());
-        if let Some(p) = pending.filter(|p| known.is_none_or(|(k, _)| p.len() > k.len())) {
-            return Err(format!("log-format variable '%{p}' is not supported yet"));
+        // The name is the whole run of letters and digits, as HAProxy reads it (`%trg` is
+        // not `%tr` followed by "g").
+        if PENDING_VARS.contains(&name) {
+            return Err(format!("log-format variable '%{name}' is not supported yet"));
         }
-        let Some((var_name, var)) = known else {
+        let Some((var_name, var)) = VARS.iter().find(|(n, _)| *n == name) else {
             return Err(format!("unknown log-format variable '%{name}'"));
         };
         if !text.is_empty() {
@@ -749,6 +748,19 @@ pub fn civil(t: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
 }
 
 /// HAProxy's `%tr`/`%t` date: `22/Nov/2026:06:40:00.123` (UTC).
+/// `%T` / `%Tl`: `10/Oct/2000:13:55:36 +0000`, in UTC or in local time with its offset.
+fn date_zone(t: SystemTime, local: bool) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let format = if local {
+        "%d/%b/%Y:%H:%M:%S %z"
+    } else {
+        "%d/%b/%Y:%H:%M:%S +0000"
+    };
+    crate::sample::time::format(secs, format, local).unwrap_or_else(|| "-".into())
+}
+
 pub fn log_date(t: SystemTime) -> String {
     let (y, mon, d, h, m, s, ms) = civil(t);
     format!(
@@ -902,6 +914,8 @@ impl<'a> Record<'a> {
                 None => write!(out, "-"),
             },
             Var::DateLocal | Var::DateRequest => write!(out, "{}", log_date(self.date)),
+            Var::DateGmt => write!(out, "{}", date_zone(self.date, false)),
+            Var::DateLocalZone => write!(out, "{}", date_zone(self.date, true)),
             Var::Timestamp => write!(
                 out,
                 "{}",
@@ -916,7 +930,20 @@ impl<'a> Record<'a> {
             Var::TimeQueue => write!(out, "{}", self.t_queue),
             Var::TimeConnect => write!(out, "{}", self.t_connect),
             Var::TimeResponse => write!(out, "{}", self.t_response),
-            Var::TimeActive | Var::TimeTotal => write!(out, "{}{}", self.plus(), self.t_active),
+            // Without TLS handshakes, the time as seen from the client (Tt - Ti) is Ta.
+            Var::TimeActive | Var::TimeTotal | Var::TimeUser => {
+                write!(out, "{}{}", self.plus(), self.t_active)
+            }
+            // Td = Tt - (Tq + Tw + Tc + Tr): the transfer of the response body.
+            Var::TimeData => {
+                let steps = [self.t_request, self.t_queue, self.t_connect, self.t_response];
+                let td = if self.t_active < 0 || steps.iter().any(|t| *t < 0) {
+                    -1
+                } else {
+                    (self.t_active - steps.iter().sum::<i64>()).max(0)
+                };
+                write!(out, "{td}")
+            }
             Var::Status => write!(out, "{}", self.status),
             Var::Bytes => write!(out, "{}{}", self.plus(), self.bytes),
             Var::BytesUploaded => write!(out, "{}", self.bytes_in),

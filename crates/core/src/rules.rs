@@ -195,6 +195,8 @@ const PENDING_TCP_ACTIONS: &[&str] = &[
     "set-bandwidth-limit",
     "close",
     "lua",
+    "set-priority-class",
+    "set-priority-offset",
 ];
 
 /// Actions HAProxy has that sluice does not implement yet.
@@ -214,7 +216,23 @@ const PENDING_ACTIONS: &[&str] = &[
     "do-resolve",
     "send-spoe-group",
     "lua",
+    "add-acl",
+    "del-acl",
+    "set-map",
+    "del-map",
+    "disable-l7-retry",
+    "set-priority-class",
+    "set-priority-offset",
+    "set-bandwidth-limit",
+    "sc-add-gpc",
+    "sc-inc-gpc",
 ];
+
+/// Whether `action` is one of `pending`, by its name before any `(ARGS)` (`add-acl(FILE)`).
+fn is_pending(pending: &[&str], action: &str) -> bool {
+    let name = action.split_once('(').map_or(action, |(n, _)| n);
+    pending.contains(&name)
+}
 
 /// A tracking slot: `0`, `1` or `2`.
 fn slot_of(s: &str) -> Option<u8> {
@@ -226,12 +244,18 @@ fn slot_of(s: &str) -> Option<u8> {
     }
 }
 
-/// `NAME(VAR)` of `set-var(txn.x)` / `unset-var(txn.x)`.
+/// `NAME(VAR)` of `set-var(txn.x)`, `set-var-fmt(txn.x)` / `unset-var(txn.x)`.
 fn var_of(action: &str) -> Option<Result<VarName, String>> {
     let inner = action
         .strip_prefix("set-var(")
+        .or_else(|| action.strip_prefix("set-var-fmt("))
         .or_else(|| action.strip_prefix("unset-var("))?
         .strip_suffix(')')?;
+    if let Some((_, conds)) = inner.split_once(',') {
+        return Some(Err(format!(
+            "set-var conditions ('{conds}') are not supported yet"
+        )));
+    }
     Some(crate::sample::parse_var(inner).map_err(|e| e.0))
 }
 
@@ -459,7 +483,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
         }
         (a, _) if var_of(a).is_some() => var_action(a, params)?,
         (a, _)
-            if PENDING_ACTIONS.contains(&a)
+            if is_pending(PENDING_ACTIONS, a)
                 || a.starts_with("track-sc")
                 || a.starts_with("sc-")
                 || matches!(
@@ -474,6 +498,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
                         | "set-pathq"
                         | "set-query"
                         | "set-uri"
+                        | "wait-for-body"
                 ) =>
         {
             return Err(KwError::Invalid(format!(
@@ -546,14 +571,14 @@ fn parse_tcp_action(action: &str, params: &[String], side: Side) -> Result<Actio
         }
         a if a.starts_with("track-sc") || a.starts_with("sc-") => track_action(a, params, side)?,
         a if var_of(a).is_some() => var_action(a, params)?,
-        a if PENDING_TCP_ACTIONS.contains(&a) => {
+        a if is_pending(PENDING_TCP_ACTIONS, a) => {
             return Err(KwError::Invalid(format!("action '{a}': not supported yet")))
         }
         a => return Err(KwError::bad(1, a, "unknown action")),
     })
 }
 
-/// `set-var(NAME) EXPR` and `unset-var(NAME)`.
+/// `set-var(NAME) EXPR`, `set-var-fmt(NAME) FMT` and `unset-var(NAME)`.
 fn var_action(a: &str, params: &[String]) -> Result<Action, KwError> {
     let var = var_of(a)
         .expect("a variable action")
@@ -561,6 +586,13 @@ fn var_action(a: &str, params: &[String]) -> Result<Action, KwError> {
     if a.starts_with("unset-var") {
         sluice_config::no_args(params)?;
         return Ok(Action::UnsetVar(var));
+    }
+    if a.starts_with("set-var-fmt") {
+        let [fmt] = params else {
+            return Err(KwError::Missing("a log-format string"));
+        };
+        let f = crate::sample::parse_fmt(fmt).map_err(|e| KwError::bad(2, fmt, e.0))?;
+        return Ok(Action::SetVarFmt(var, f));
     }
     let [expr] = params else {
         return Err(KwError::Missing("a sample expression"));
@@ -572,9 +604,9 @@ fn var_action(a: &str, params: &[String]) -> Result<Action, KwError> {
 /// `track-scN KEY [table T]`, `sc-inc-gpc0(N)`, `sc-inc-gpc1(N)`, `sc-set-gpt0(N) VALUE`.
 fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwError> {
     if let Some(n) = a.strip_prefix("track-sc") {
-        if !side.request() {
+        if !side.request() && side != Side::Response {
             return Err(KwError::Invalid(format!(
-                "action '{a}': only on requests (http-request, tcp-request)"
+                "action '{a}': only in http-request, http-response and tcp-request rules"
             )));
         }
         let slot = slot_of(n)
@@ -729,6 +761,10 @@ pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
             if let Some(value) = e.eval(cx).map(Sample::into_owned) {
                 cx.vars.set(cx.process, v, value);
             }
+        }
+        Action::SetVarFmt(v, f) => {
+            let value = Sample::Str(std::borrow::Cow::Owned(f.render(cx)));
+            cx.vars.set(cx.process, v, value);
         }
         Action::UnsetVar(v) => cx.vars.unset(cx.process, v),
         _ => return false,

@@ -38,35 +38,78 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-fn explanation(status: u16) -> &'static str {
+/// The status line's reason and the sentence of HAProxy 2.6's built-in page for `status`,
+/// where HAProxy has one (so that clients and monitoring that match on its pages see the
+/// same text); sluice's own wording for the statuses HAProxy has no page for.
+fn page_text(status: u16) -> (&'static str, &'static str) {
     match status {
-        400 => "The request could not be understood.",
-        403 => "Access to this resource is denied.",
-        404 => "No backend is configured for this request.",
-        408 => "The request took too long to arrive.",
-        413 => "The request body is not allowed here.",
-        414 => "The request target is longer than this proxy accepts.",
-        431 => "The request header section is larger than this proxy accepts.",
-        500 => "The proxy failed while handling the request.",
-        501 => "The proxy does not implement what this request needs.",
-        502 => "The server sent an invalid or incomplete response.",
-        503 => "No server is available to handle this request.",
-        504 => "The server did not answer in time.",
-        505 => "This proxy speaks HTTP/1.0 and HTTP/1.1 only.",
-        _ => "The request could not be served.",
+        200 => ("OK", "Service ready."),
+        400 => ("Bad request", "Your browser sent an invalid request."),
+        401 => (
+            "Unauthorized",
+            "You need a valid user and password to access this content.",
+        ),
+        403 => ("Forbidden", "Request forbidden by administrative rules."),
+        404 => ("Not Found", "The resource could not be found."),
+        405 => (
+            "Method Not Allowed",
+            "A request was made of a resource using a request method not supported by that resource",
+        ),
+        407 => (
+            "Unauthorized",
+            "You need a valid user and password to access this content.",
+        ),
+        408 => (
+            "Request Time-out",
+            "Your browser didn't send a complete request in time.",
+        ),
+        410 => (
+            "Gone",
+            "The resource is no longer available and will not be available again.",
+        ),
+        421 => (
+            "Misdirected Request",
+            "Request sent to a non-authoritative server.",
+        ),
+        425 => ("Too Early", "Your browser sent early data."),
+        429 => (
+            "Too Many Requests",
+            "You have sent too many requests in a given amount of time.",
+        ),
+        500 => ("Internal Server Error", "An internal server error occured."),
+        502 => (
+            "Bad Gateway",
+            "The server returned an invalid or incomplete response.",
+        ),
+        503 => (
+            "Service Unavailable",
+            "No server is available to handle this request.",
+        ),
+        504 => ("Gateway Time-out", "The server didn't respond in time."),
+        413 => (reason(413), "The request body is not allowed here."),
+        414 => (
+            reason(414),
+            "The request target is longer than this proxy accepts.",
+        ),
+        431 => (
+            reason(431),
+            "The request header section is larger than this proxy accepts.",
+        ),
+        501 => (
+            reason(501),
+            "The proxy does not implement what this request needs.",
+        ),
+        505 => (reason(505), "This proxy speaks HTTP/1.0 and HTTP/1.1 only."),
+        other => (reason(other), "The request could not be served."),
     }
 }
 
 /// A complete `Connection: close` error response for `status`.
 pub fn error_page(status: u16) -> Vec<u8> {
-    let body = format!(
-        "<html><body><h1>{status} {}</h1>\n{}\n</body></html>\n",
-        reason(status),
-        explanation(status)
-    );
+    let (reason, sentence) = page_text(status);
+    let body = format!("<html><body><h1>{status} {reason}</h1>\n{sentence}\n</body></html>\n");
     let mut out = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/html\r\nconnection: close\r\n\r\n",
-        reason(status),
+        "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/html\r\nconnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -86,5 +129,18 @@ mod tests {
             r.framing,
             crate::Framing::Length((page.len() - r.len) as u64)
         );
+    }
+
+    #[test]
+    fn pages_carry_haproxy_texts() {
+        let page = String::from_utf8(super::error_page(400)).unwrap();
+        assert!(page.starts_with("HTTP/1.1 400 Bad request\r\n"), "{page}");
+        assert!(page.ends_with(
+            "\r\n\r\n<html><body><h1>400 Bad request</h1>\nYour browser sent an invalid request.\n</body></html>\n"
+        ));
+        // HAProxy's content-length for its 504 page is 92.
+        assert!(String::from_utf8(super::error_page(504))
+            .unwrap()
+            .contains("content-length: 92\r\n"));
     }
 }

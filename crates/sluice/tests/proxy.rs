@@ -464,11 +464,14 @@ fn return_serves_a_file() {
 
 #[test]
 fn error_statuses() {
-    // No backend matches and no default: 404.
+    // No backend matches and no default: 503 with HAProxy's page.
     let p = Sluice::start(&format!("{DEFAULTS}\nfrontend fe\n    {{fe}}\n"));
     let r = get(p.addr(), "/");
-    assert_eq!(r.status, 404);
-    assert!(r.text().contains("404"));
+    assert_eq!(r.status, 503);
+    assert_eq!(
+        r.text(),
+        "<html><body><h1>503 Service Unavailable</h1>\nNo server is available to handle this request.\n</body></html>\n"
+    );
     assert_eq!(r.header("content-type"), Some("text/html"));
 
     // Every server disabled: 503.
@@ -583,10 +586,10 @@ fn errorfile_and_http_error_replace_built_in_pages() {
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nall busy :(\n",
     );
     let p = Sluice::start(&format!(
-        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 404 content-type text/plain string \"nothing here\"\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain hdr Retry-After 30 lf-string \"backend %[be_name] says no to %[path]\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
+        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 503 content-type text/plain string \"nothing here\"\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain hdr Retry-After 30 lf-string \"backend %[be_name] says no to %[path]\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
     ));
     let r = get(p.addr(), "/nowhere");
-    assert_eq!((r.status, r.text().as_str()), (404, "nothing here"));
+    assert_eq!((r.status, r.text().as_str()), (503, "nothing here"));
     let r = get(p.addr(), "/plain");
     assert_eq!(
         (r.status, r.text().as_str()),
@@ -652,7 +655,7 @@ fn errorloc_answers_with_a_redirect_and_ulimit_n_sets_the_descriptor_limit() {
     let dir = TempDir::new();
     let sock = dir.0.join("cli.sock");
     let p = Sluice::start(&format!(
-        "global\n    ulimit-n 2000\n    stats socket {}\n{DEFAULTS}    errorloc 503 https://status.example.com/\nfrontend fe\n    {{fe}}\n    errorloc303 404 /missing\n    use_backend be if {{ path /be }}\nbackend be\n    server s 127.0.0.1:9 disabled\n",
+        "global\n    ulimit-n 2000\n    stats socket {}\n{DEFAULTS}    errorloc 503 https://status.example.com/\nfrontend fe\n    {{fe}}\n    errorloc303 503 /missing\n    use_backend be if {{ path /be }}\nbackend be\n    server s 127.0.0.1:9 disabled\n",
         sock.display()
     ));
     let r = get(p.addr(), "/be");

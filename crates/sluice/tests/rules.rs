@@ -347,7 +347,15 @@ fn bad_rules_name_the_line() {
             "not supported yet",
         ),
         ("http-request set-var(user) src", "needs a scope"),
-        ("http-request set-header X %ci", "'%ci' is not supported"),
+        ("http-request set-header X %Tt", "'%Tt' is not supported"),
+        (
+            "http-request set-var(txn.a,ifexists) src",
+            "set-var conditions ('ifexists') are not supported yet",
+        ),
+        ("http-request add-acl(/tmp/f) src", "not supported yet"),
+        ("http-request disable-l7-retry", "not supported yet"),
+        ("http-response wait-for-body time 1s", "not supported yet"),
+        ("http-request set-header X %[date(0,min)]", "unknown unit 'min'"),
         ("http-request auth realm x", "not supported yet"),
         (
             "http-request redirect location / code 304",

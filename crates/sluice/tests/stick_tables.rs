@@ -240,11 +240,43 @@ fn tcp_rules_are_checked_when_the_configuration_is_read() {
             "tcp-response",
         ),
         (
-            "frontend fe\n    bind 127.0.0.1:1\n    http-response track-sc0 src\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
-            "only on requests",
+            "frontend fe\n    bind 127.0.0.1:1\n    http-after-response track-sc0 src\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "only in http-request, http-response and tcp-request rules",
         ),
     ] {
         let (ok, out) = check_config(&format!("{DEFAULTS}{body}"));
         assert!(!ok && out.contains(says), "{body}: {out}");
     }
+}
+
+#[test]
+fn http_response_rules_track_on_the_answer() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            if r.target == "/missing" {
+                Reply::Raw(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec())
+            } else {
+                ok_response("here").into()
+            }
+        }),
+    );
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stick-table type ip size 100 expire 1m store http_req_cnt,http_err_cnt\n    http-response track-sc0 src if {{ status 404 }}\n    default_backend be\nbackend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    // A found page is not tracked: no entry.
+    assert_eq!(status(&p, "/"), 200);
+    assert_eq!(entry_value(&sock, "fe", "http_req_cnt"), None);
+    // Each missing page is tracked on its answer: the request and its error count.
+    assert_eq!(status(&p, "/missing"), 404);
+    assert_eq!(status(&p, "/missing"), 404);
+    assert_eq!(status(&p, "/"), 200);
+    wait_until("the errors to be counted", || {
+        entry_value(&sock, "fe", "http_err_cnt") == Some(2)
+    });
+    assert_eq!(entry_value(&sock, "fe", "http_req_cnt"), Some(2));
 }

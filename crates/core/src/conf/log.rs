@@ -110,6 +110,9 @@ pub enum Var {
     FrontendPort,
     DateLocal,
     DateRequest,
+    /// `%T`, `%trg`: the date in UTC with its zone; `%Tl`, `%trl`: in local time.
+    DateGmt,
+    DateLocalZone,
     /// `%Ts`: the request's date as seconds since the epoch.
     Timestamp,
     Frontend,
@@ -121,6 +124,9 @@ pub enum Var {
     TimeResponse,
     TimeActive,
     TimeTotal,
+    /// `%Td`: the response body's transfer; `%Tu`: the time as seen from the client.
+    TimeData,
+    TimeUser,
     Status,
     Bytes,
     /// `%U`: bytes received from the client.

@@ -77,6 +77,8 @@ pub enum Action {
     SetUri(Fmt),
     Redirect(Redirect),
     SetVar(VarName, Expr),
+    /// `set-var-fmt(NAME) FMT`: the variable takes the rendered format as a string.
+    SetVarFmt(VarName, Fmt),
     UnsetVar(VarName),
     /// `http-response set-status N [reason TEXT]`.
     SetStatus(u16, Option<String>),
@@ -212,7 +214,8 @@ impl Action {
             | Action::SetPath(f)
             | Action::SetPathQ(f)
             | Action::SetQuery(f)
-            | Action::SetUri(f) => f.reads_request(),
+            | Action::SetUri(f)
+            | Action::SetVarFmt(_, f) => f.reads_request(),
             Action::ReplaceHeader { with, .. } | Action::ReplaceTarget { with, .. } => {
                 with.reads_request()
             }

@@ -71,7 +71,9 @@ pub enum Fetch {
     Var(VarName),
     Env(String),
     // Constants and others.
-    Date(i64),
+    /// `date([OFFSET[,UNIT]])`: now plus `OFFSET`, counted in units of which a second has
+    /// this many (1, 1000 or 1000000 for `s`, `ms`, `us`).
+    Date(i64, i64),
     Rand(Option<u64>),
     UniqueId,
     /// `ssl_fc`: the client connection is TLS; `ssl_fc_sni`, `ssl_fc_protocol`,

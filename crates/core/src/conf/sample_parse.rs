@@ -284,7 +284,13 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "date" => {
             arity(c, 0, 2)?;
-            Fetch::Date(int(c, 0)?.unwrap_or(0))
+            let per_sec = match c.args.get(1).map(|a| a.trim()) {
+                None | Some("") | Some("s") => 1,
+                Some("ms") => 1000,
+                Some("us") => 1_000_000,
+                Some(other) => return err(format!("date: unknown unit '{other}' (s, ms or us)")),
+            };
+            Fetch::Date(int(c, 0)?.unwrap_or(0), per_sec)
         }
         "rand" => {
             arity(c, 0, 1)?;
@@ -700,9 +706,29 @@ pub fn parse_map(path: &str, how: Match) -> Result<MapFile, ParseError> {
     })
 }
 
+/// The access-log variables a rule's value may use, as the samples they stand for (HAProxy
+/// takes any log-format variable there; these are the ones known when a request is routed).
+const LOG_VARS_AS_SAMPLES: &[(&str, &str)] = &[
+    ("ci", "%[src]"),
+    ("cp", "%[src_port]"),
+    ("fi", "%[dst]"),
+    ("fp", "%[dst_port]"),
+    ("f", "%[fe_name]"),
+    ("ft", "%[fe_name]"),
+    ("b", "%[be_name]"),
+    ("s", "%[srv_name]"),
+    ("ID", "%[unique-id]"),
+    ("HM", "%[method]"),
+    ("HU", "%[url]"),
+    ("HP", "%[path]"),
+    ("HV", "HTTP/%[req.ver]"),
+    ("r", "%[method] %[url] HTTP/%[req.ver]"),
+    ("Ts", "%[date]"),
+];
+
 /// Reads a log-format value: text, `%[EXPR]` samples (optionally preceded by `%{...}`
-/// options, which are accepted and ignored) and `%%`. Other `%` variables belong to access
-/// logs and are refused here.
+/// options, which are accepted and ignored), `%%` and the access-log variables of
+/// `LOG_VARS_AS_SAMPLES`. Other `%` variables need a finished transaction and are refused.
 pub fn parse_fmt(s: &str) -> Result<Fmt, ParseError> {
     let mut parts = Vec::new();
     let mut text = String::new();
@@ -722,13 +748,22 @@ pub fn parse_fmt(s: &str) -> Result<Fmt, ParseError> {
             rest = &rest[close + 1..];
         }
         let Some(inner) = rest.strip_prefix('[') else {
-            let var: String = rest
-                .chars()
+            let len = rest
+                .bytes()
                 .take_while(|c| c.is_ascii_alphanumeric())
-                .collect();
-            return err(format!(
-                "'%{var}' is not supported in this value (sample expressions %[...] are)"
-            ));
+                .count();
+            let var = &rest[..len];
+            let Some((_, samples)) = LOG_VARS_AS_SAMPLES.iter().find(|(n, _)| *n == var) else {
+                return err(format!(
+                    "'%{var}' is not supported in this value yet (sample expressions %[...] and %ci %cp %fi %fp %f %ft %b %s %ID %HM %HU %HP %HV %r %Ts are)"
+                ));
+            };
+            if !text.is_empty() {
+                parts.push(FmtPart::Text(std::mem::take(&mut text)));
+            }
+            parts.extend(parse_fmt(samples)?.0);
+            rest = &rest[len..];
+            continue;
         };
         // The closing bracket, past any nested ones (in regular expressions).
         let mut depth = 0;

@@ -23,7 +23,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         ReqBody => Kind::Bin,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ResCookCnt(_)
-        | ReqLen | ResHdrCnt(_) | Status | Date(_) | Rand(_) | Int(_) | SslCVerify => Kind::Int,
+        | ReqLen | ResHdrCnt(_) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -155,11 +155,11 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ResVer => cx.res.map(|r| version(r.version())),
         Fetch::Var(v) => cx.vars.get(p, v),
         Fetch::Env(name) => std::env::var(name).ok().map(Sample::string),
-        Fetch::Date(offset) => {
-            let now = std::time::SystemTime::now()
+        Fetch::Date(offset, per_sec) => {
+            let now_us = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            Some(Sample::Int(now + offset))
+                .map_or(0, |d| d.as_micros() as i64);
+            Some(Sample::Int(now_us / (1_000_000 / per_sec) + offset))
         }
         Fetch::Rand(range) => Some(Sample::Int(match range {
             Some(r) => fastrand::u64(..(*r).max(1)) as i64,

@@ -15,7 +15,7 @@ mod conv;
 mod fetch;
 pub mod hash;
 mod table;
-mod time;
+pub(crate) mod time;
 
 pub use self::context::{text_match, Ctx, Kind, StreamVars, Tracker};
 pub use self::conv::in_net;

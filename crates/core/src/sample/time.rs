@@ -3,7 +3,7 @@
 
 /// Formats `secs` with `format` in local time (`local`) or UTC; `None` when the format
 /// gives nothing or cannot be passed to C.
-pub(super) fn format(secs: i64, format: &str, local: bool) -> Option<String> {
+pub(crate) fn format(secs: i64, format: &str, local: bool) -> Option<String> {
     let c_format = std::ffi::CString::new(format).ok()?;
     let t: libc::time_t = secs as libc::time_t;
     // SAFETY: an all-zero `tm` is a valid value for the C library to overwrite.

@@ -59,13 +59,11 @@ impl Edits {
                     break;
                 }
                 other => {
-                    if !run_shared(
-                        other,
-                        cx,
-                        Level::Txn {
-                            count_request: false,
-                        },
-                    ) {
+                    // An entry first tracked on the response still counts the request, as
+                    // HAProxy's `http-response track-sc` does; its errors and bytes are
+                    // counted when the transaction ends, as for every tracked entry.
+                    let count_request = matches!(other, Action::Track { .. });
+                    if !run_shared(other, cx, Level::Txn { count_request }) {
                         self.apply(other, cx)
                     }
                 }

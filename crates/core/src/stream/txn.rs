@@ -1036,10 +1036,11 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
             })
             .or(fe.rules.default_backend)
     };
+    // No backend: 503, as HAProxy answers.
     let Some(backend) = backend else {
         return (
             Route::Error {
-                status: 404,
+                status: 503,
                 backend: None,
                 denied: false,
                 page: None,
