@@ -155,7 +155,9 @@ pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
         // The name is the whole run of letters and digits, as HAProxy reads it (`%trg` is
         // not `%tr` followed by "g").
         if PENDING_VARS.contains(&name) {
-            return Err(format!("log-format variable '%{name}' is not supported yet"));
+            return Err(format!(
+                "log-format variable '%{name}' is not supported yet"
+            ));
         }
         let Some((var_name, var)) = VARS.iter().find(|(n, _)| *n == name) else {
             return Err(format!("unknown log-format variable '%{name}'"));
@@ -936,7 +938,12 @@ impl<'a> Record<'a> {
             }
             // Td = Tt - (Tq + Tw + Tc + Tr): the transfer of the response body.
             Var::TimeData => {
-                let steps = [self.t_request, self.t_queue, self.t_connect, self.t_response];
+                let steps = [
+                    self.t_request,
+                    self.t_queue,
+                    self.t_connect,
+                    self.t_response,
+                ];
                 let td = if self.t_active < 0 || steps.iter().any(|t| *t < 0) {
                     -1
                 } else {

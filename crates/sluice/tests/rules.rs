@@ -355,7 +355,10 @@ fn bad_rules_name_the_line() {
         ("http-request add-acl(/tmp/f) src", "not supported yet"),
         ("http-request disable-l7-retry", "not supported yet"),
         ("http-response wait-for-body time 1s", "not supported yet"),
-        ("http-request set-header X %[date(0,min)]", "unknown unit 'min'"),
+        (
+            "http-request set-header X %[date(0,min)]",
+            "unknown unit 'min'",
+        ),
         ("http-request auth realm x", "not supported yet"),
         (
             "http-request redirect location / code 304",
@@ -640,4 +643,176 @@ backend plain
     let r = ask(&p, "GET", "/plain", "Host: h.test\r\n");
     assert_eq!(r.text(), "b /plain");
     assert_eq!(r.header("x-asked"), Some("h.test/plain"));
+}
+
+#[test]
+fn request_fetches_converters_and_backend_state() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let prefixes = dir.write("prefix.map", "/f pfx-f\n/g pfx-g\n");
+    let exact = dir.write("exact.map", "exact hit-exact\n");
+    let regexes = dir.write("re.map", "^/f/[a-z]+$ re-hit\n");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request set-var(txn.now) date
+    http-request return status 200 content-type text/plain lf-string \"%[dst] %[dst_port] %[pathq] %[query] %[url] %[base] %[req.hdr_cnt(x-a)] %[req.fhdr_cnt(x-a)] %[req.fhdr(x-b)] %[req.hdr(x-b)] %[req.ver] %[fe_conn] %[nbsrv(be)] %[connslots(be)] %[queue(be)] %[avg_queue(be)] %[be_conn(be)] %[path,regsub(/,_,g)] %[path,map_beg({prefixes})] %[str(exact),map_str({exact})] %[path,map_reg({regexes})] %[int(6),mul(7),sub(2),add(3),and(12)] %[int(0),bool] %[int(5),bool] %[int(0),not] %[int(3),not] %[int(86400),ltime(%Y)] %[var(txn.now)] %[date(0,ms)] %[date(10)] %[rand(10),add(100)]\"
+    default_backend be
+backend be
+    server s1 {o} maxconn 10 maxqueue 5
+    server s2 {o} maxconn 4 maxqueue 1
+",
+        o = origin.addr
+    ));
+    let r = ask(
+        &p,
+        "GET",
+        "/f/a?x=1&y=2",
+        "Host: h.example\r\nx-a: 1\r\nx-a: 2,3\r\nx-b: p, q\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    let words: Vec<&str> = text.split(' ').collect();
+    let port = p.addr().port().to_string();
+    assert_eq!(
+        words[..30],
+        [
+            "127.0.0.1",
+            port.as_str(),
+            "/f/a?x=1&y=2",
+            "x=1&y=2",
+            "/f/a?x=1&y=2",
+            "h.example/f/a",
+            "3",
+            "2",
+            "p,",
+            "q",
+            "q",
+            "1.1",
+            "1",
+            "2",
+            "20",
+            "0",
+            "0",
+            "0",
+            "_f_a",
+            "pfx-f",
+            "hit-exact",
+            "re-hit",
+            "8",
+            "0",
+            "1",
+            "1",
+            "0",
+            "1970",
+            words[28],
+            words[29],
+        ],
+        "{text}"
+    );
+    // Dates: seconds, milliseconds of the same moment, ten seconds ahead; rand in range.
+    let n = |w: &str| w.parse::<i64>().unwrap_or_else(|_| panic!("{w} in {text}"));
+    let (now, ms, ahead, rand) = (n(words[28]), n(words[29]), n(words[30]), n(words[31]));
+    assert!((0..=2).contains(&(ms / 1000 - now)), "{text}");
+    assert!((10..=12).contains(&(ahead - now)), "{text}");
+    assert!((100..110).contains(&rand), "{text}");
+}
+
+#[test]
+fn acl_match_methods_and_predefined_acls() {
+    let dir = TempDir::new();
+    let users = dir.write("users.lst", "# users\nalice\nbob\n");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request set-var(txn.a) str(acls)
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] dir\" if {{ path -m dir f }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] NOT-dir\" if {{ path -m dir zz }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] bool\" if {{ req.hdr_cnt(x-a) -m bool }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] NOT-bool\" if {{ req.hdr_cnt(x-none) -m bool }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] file\" if {{ req.hdr(x-user) -f {users} }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] NOT-file\" if {{ req.hdr(x-a) -f {users} }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] n\" if {{ src -n 127.0.0.1 }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] or\" if {{ path /nope }} || {{ path_beg /f }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] NOT-or\" if {{ path /nope }} || {{ path /nope2 }}
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] h11\" if HTTP_1.1
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] h10\" if HTTP_1.0
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] local\" if LOCALHOST
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] true\" if TRUE
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] NOT-false\" if FALSE
+    http-request set-var-fmt(txn.a) \"%[var(txn.a)] %ci %HM %HV\"
+    http-request return status 200 content-type text/plain lf-string \"%[var(txn.a)]\"
+"
+    ));
+    let r = ask(&p, "GET", "/f/b", "Host: t\r\nx-a: 1\r\nx-user: bob\r\n");
+    assert_eq!(
+        r.text(),
+        "acls dir bool file n or h11 local true 127.0.0.1 GET HTTP/1.1"
+    );
+    let r = ask(&p, "POST", "/g", "Host: t\r\nContent-Length: 0\r\n");
+    assert_eq!(r.text(), "acls n h11 local true 127.0.0.1 POST HTTP/1.1");
+}
+
+#[test]
+fn allow_unset_var_set_pathq_set_uri_and_del_header_methods() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    stick-table type ip size 10 store http_req_cnt
+    http-request track-sc2 src
+    http-request set-var(txn.gone) str(x)
+    http-request set-var(txn.kept) str(y)
+    http-request unset-var(txn.gone)
+    http-request set-header x-gone yes if {{ var(txn.gone) -m found }}
+    http-request set-header x-kept yes if {{ var(txn.kept) -m found }}
+    http-request set-pathq /rewritten?q=1 if {{ path /pq }}
+    http-request set-uri /u2?z=9 if {{ path /uri }}
+    http-request del-header -suffix -m end
+    http-request del-header mid -m sub
+    http-request set-timeout tunnel 5s
+    http-request allow if {{ path /rewritten /u2 /hdrs }}
+    http-request deny deny_status 403
+    http-response set-header x-count %[sc2_http_req_cnt]
+    http-response allow if {{ status 200 }}
+    http-response set-header x-never 1
+    default_backend be
+backend be
+    server s {}
+",
+        origin.addr
+    ));
+    let r = ask(&p, "GET", "/pq", "Host: t\r\n");
+    assert_eq!((r.status, r.text().as_str()), (200, "o /rewritten?q=1"));
+    assert_eq!(r.header("x-count"), Some("1"));
+    assert_eq!(
+        r.header("x-never"),
+        None,
+        "http-response allow ends the list"
+    );
+    let r = ask(&p, "GET", "/uri", "Host: t\r\n");
+    assert_eq!((r.status, r.text().as_str()), (200, "o /u2?z=9"));
+    assert_eq!(r.header("x-count"), Some("2"));
+    // Not allowed: the deny after `allow` refuses it, and nothing reaches the server.
+    let before = origin.count();
+    assert_eq!(ask(&p, "GET", "/other", "Host: t\r\n").status, 403);
+    assert_eq!(origin.count(), before);
+    let r = ask(
+        &p,
+        "GET",
+        "/hdrs",
+        "Host: t\r\nA-Suffix: 1\r\nkeep: 1\r\nhas-mid-dle: 1\r\nmiddle-not: 1\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let got = origin.requests().pop().unwrap();
+    let names: Vec<String> = got
+        .headers
+        .iter()
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .collect();
+    assert!(names.contains(&"keep".to_string()), "{names:?}");
+    assert!(names.contains(&"x-kept".to_string()), "{names:?}");
+    for gone in ["a-suffix", "has-mid-dle", "middle-not", "x-gone"] {
+        assert!(!names.contains(&gone.to_string()), "{gone}: {names:?}");
+    }
 }

@@ -50,7 +50,8 @@ pub enum Fetch {
     Base,
     /// A header's values split at commas (`req.hdr`, `hdr`).
     ReqHdr(String, Occ),
-    ReqHdrCnt(String),
+    /// The header's values (split on commas) or, when false, its lines.
+    ReqHdrCnt(String, bool),
     /// A header's whole lines (`req.fhdr`).
     ReqFhdr(String, Occ),
     ReqCook(String),
@@ -63,7 +64,7 @@ pub enum Fetch {
     ReqVer,
     // The response.
     ResHdr(String, Occ),
-    ResHdrCnt(String),
+    ResHdrCnt(String, bool),
     ResFhdr(String, Occ),
     Status,
     ResVer,
@@ -385,7 +386,7 @@ impl Fetch {
                 | UrlParam(_)
                 | Base
                 | ReqHdr(..)
-                | ReqHdrCnt(_)
+                | ReqHdrCnt(..)
                 | ReqFhdr(..)
                 | ReqCook(_)
                 | ReqCookCnt(_)

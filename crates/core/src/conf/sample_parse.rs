@@ -239,7 +239,8 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "req.hdr_cnt" | "hdr_cnt" | "req.fhdr_cnt" => {
             arity(c, 0, 1)?;
-            Fetch::ReqHdrCnt(header_name(c)?)
+            // `hdr_cnt` counts comma-separated values, `fhdr_cnt` whole lines.
+            Fetch::ReqHdrCnt(header_name(c)?, c.name != "req.fhdr_cnt")
         }
         "req.cook" | "cook" => {
             arity(c, 0, 1)?;
@@ -270,7 +271,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "res.hdr_cnt" | "shdr_cnt" | "res.fhdr_cnt" => {
             arity(c, 0, 1)?;
-            Fetch::ResHdrCnt(header_name(c)?)
+            Fetch::ResHdrCnt(header_name(c)?, c.name != "res.fhdr_cnt")
         }
         "status" => none(Fetch::Status)?,
         "res.ver" | "resp_ver" => none(Fetch::ResVer)?,

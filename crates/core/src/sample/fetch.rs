@@ -22,8 +22,8 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         Table { .. } => Kind::Int,
         ReqBody => Kind::Bin,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
-        | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(_) | ReqCookCnt(_) | ResCookCnt(_)
-        | ReqLen | ResHdrCnt(_) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify => Kind::Int,
+        | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(..) | ReqCookCnt(_) | ResCookCnt(_)
+        | ReqLen | ResHdrCnt(..) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -129,13 +129,13 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         }
         Fetch::ReqHdr(name, occ) => pick(req_values(cx, name, true)?, *occ),
         Fetch::ReqFhdr(name, occ) => pick(req_values(cx, name, false)?, *occ),
-        Fetch::ReqHdrCnt(name) => Some(Sample::Int(
-            req_values(cx, name, true).map_or(0, |v| v.len()) as i64,
+        Fetch::ReqHdrCnt(name, split) => Some(Sample::Int(
+            req_values(cx, name, *split).map_or(0, |v| v.len()) as i64,
         )),
         Fetch::ResHdr(name, occ) => pick(res_values(cx, name, true)?, *occ),
         Fetch::ResFhdr(name, occ) => pick(res_values(cx, name, false)?, *occ),
-        Fetch::ResHdrCnt(name) => Some(Sample::Int(
-            res_values(cx, name, true).map_or(0, |v| v.len()) as i64,
+        Fetch::ResHdrCnt(name, split) => Some(Sample::Int(
+            res_values(cx, name, *split).map_or(0, |v| v.len()) as i64,
         )),
         // A named cookie's last occurrence, else the first cookie, as HAProxy takes them.
         Fetch::ReqCook(name) | Fetch::ResCook(name) => {
