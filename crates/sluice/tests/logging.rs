@@ -454,3 +454,42 @@ fn dontlog_normal_and_separate_errors() {
     );
     assert!(line.contains("\"GET /down HTTP/1.1\""), "{line}");
 }
+
+#[test]
+fn dates_timers_hostname_response_captures_and_response_samples() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture response header Content-Type len 30\n    http-response set-var(txn.len) res.hdr(content-length)\n    log-format \"%T|%Tl|%trg|%trl|%Td|%Tu|%Ta|%hsl|%H|%[status]|%[res.hdr(content-type)]|%[var(txn.len)]|%[path]\"\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/d").status, 200);
+    let line = stdout_lines(&p, 1)[0].clone();
+    let f: Vec<&str> = line.split('|').collect();
+    assert_eq!(f.len(), 13, "{line}");
+    // `10/Oct/2000:13:55:36 +0000`: the date in UTC, then local with its offset.
+    let date_shape = |d: &str| {
+        let b = d.as_bytes();
+        d.len() == 26
+            && b[2] == b'/'
+            && b[6] == b'/'
+            && b[11] == b':'
+            && b[20] == b' '
+            && (b[21] == b'+' || b[21] == b'-')
+    };
+    for d in &f[..4] {
+        assert!(date_shape(d), "{d} in {line}");
+    }
+    assert!(
+        f[0].ends_with(" +0000") && f[2].ends_with(" +0000"),
+        "{line}"
+    );
+    assert_eq!(f[0], f[2], "%T and %trg are the same date");
+    let td: i64 = f[4].parse().unwrap();
+    assert!(td >= 0, "{line}");
+    assert_eq!(f[5], f[6], "%Tu is %Ta without a handshake");
+    assert_eq!(f[7], "text/plain");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(f[8], host.trim());
+    // Samples reading the response (or a variable its rules set) see it.
+    assert_eq!(f[9..], ["200", "text/plain", "4", "/d"], "{line}");
+}

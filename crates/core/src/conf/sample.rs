@@ -394,12 +394,34 @@ impl Fetch {
                 | ReqVer
         )
     }
+
+    /// Whether the sample may differ once the response is in: the response itself, or a
+    /// variable response rules may have set.
+    pub fn reads_response(&self) -> bool {
+        use Fetch::*;
+        matches!(
+            self,
+            ResHdr(..)
+                | ResFhdr(..)
+                | ResHdrCnt(..)
+                | ResCook(_)
+                | ResCookCnt(_)
+                | Status
+                | ResVer
+                | Var(_)
+        )
+    }
 }
 
 impl Expr {
     /// Whether evaluating it reads the request head.
     pub fn reads_request(&self) -> bool {
         self.fetch.reads_request()
+    }
+
+    /// Whether evaluating it may read the response (`Fetch::reads_response`).
+    pub fn reads_response(&self) -> bool {
+        self.fetch.reads_response()
     }
 }
 

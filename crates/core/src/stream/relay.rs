@@ -103,6 +103,20 @@ impl Txn {
                 self.log.level = Some(level);
             }
         }
+        if super::txn::log_reads_response(s) {
+            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let req = sent
+                .as_ref()
+                .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
+            let cx = Ctx {
+                backend: Some(conn.backend),
+                server: Some(conn.server),
+                req: req.as_ref(),
+                res: Some(&view),
+                ..s.sample_ctx_base()
+            };
+            self.render_log_samples_at_response(s, &cx);
+        }
         if !be.persist.stick.is_empty() {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
             let cx = Ctx {

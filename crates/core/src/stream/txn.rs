@@ -345,8 +345,9 @@ impl Txn {
                     server_close(fe, be),
                     facts.upgrade.as_deref(),
                 );
-                if has_response_rules(fe, be) {
-                    // The response's rules may read the request: keep it as sent.
+                if has_response_rules(fe, be) || log_reads_response(s) {
+                    // The response's rules (or log samples) may read the request: keep it
+                    // as sent.
                     self.sent_head = sluice_http::parse_request(&s.out)
                         .ok()
                         .flatten()
@@ -702,29 +703,23 @@ impl Txn {
 
     /// The `%[...]` samples of the frontend's log format, while the request is at hand.
     fn render_log_samples(&mut self, s: &Session, req: &RequestView<'_>, route: &Route) {
-        let fe = s.frontend();
-        let Some(crate::log::Format::Custom(tokens)) = &fe.log.format else {
+        let Some(tokens) = log_sample_tokens(s) else {
             return;
         };
-        if s.w.process.loggers[s.fe].is_empty() {
-            return;
-        }
         let backend = match route {
             Route::Forward { backend, .. } => Some(*backend),
             Route::Error { backend, .. } => *backend,
             _ => None,
         };
-        let cx = s.sample_ctx(req, backend);
-        self.log.samples = tokens
-            .iter()
-            .filter_map(|t| match t {
-                crate::log::Token::Sample(e, _) => Some(e.eval(&cx).map_or_else(
-                    || "-".into(),
-                    |v| String::from_utf8_lossy(&v.as_bytes()).into_owned(),
-                )),
-                _ => None,
-            })
-            .collect();
+        self.log.samples = render_samples(tokens, &s.sample_ctx(req, backend));
+    }
+
+    /// Renders the log format's samples again once the response is in (`cx` sees the
+    /// request as sent and the response); see `log_reads_response`.
+    pub(super) fn render_log_samples_at_response(&mut self, s: &Session, cx: &Ctx<'_>) {
+        if let Some(tokens) = log_sample_tokens(s) {
+            self.log.samples = render_samples(tokens, cx);
+        }
     }
 
     /// Counts and logs a transaction that completed.
@@ -1399,4 +1394,37 @@ fn redirect(r: &Redirect, req: &RequestView<'_>, edits: &Edits, cx: &Ctx<'_>) ->
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+/// Whether a sample of the log format reads the response or a variable: those are
+/// rendered again once the response is in, as HAProxy evaluates them when the line is
+/// written.
+pub(super) fn log_reads_response(s: &Session) -> bool {
+    log_sample_tokens(s).is_some_and(|tokens| {
+        tokens
+            .iter()
+            .any(|t| matches!(t, crate::log::Token::Sample(e, _) if e.reads_response()))
+    })
+}
+
+/// The frontend's custom log format, when it has somewhere to go.
+fn log_sample_tokens<'a>(s: &'a Session) -> Option<&'a [crate::log::Token]> {
+    let Some(crate::log::Format::Custom(tokens)) = &s.frontend().log.format else {
+        return None;
+    };
+    (!s.w.process.loggers[s.fe].is_empty()).then_some(tokens.as_slice())
+}
+
+/// The text of each `%[...]` sample of a format (`-` when it gives nothing).
+fn render_samples(tokens: &[crate::log::Token], cx: &Ctx<'_>) -> Vec<String> {
+    tokens
+        .iter()
+        .filter_map(|t| match t {
+            crate::log::Token::Sample(e, _) => Some(e.eval(cx).map_or_else(
+                || "-".into(),
+                |v| String::from_utf8_lossy(&v.as_bytes()).into_owned(),
+            )),
+            _ => None,
+        })
+        .collect()
 }
