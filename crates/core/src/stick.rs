@@ -181,9 +181,16 @@ impl Key {
                 v6 => Key::Ip(v6),
             },
             KeyType::Integer => Key::Int(s.as_int()?),
-            KeyType::String(len) | KeyType::Binary(len) => {
+            KeyType::String(len) => {
                 let b = s.as_bytes();
                 Key::Bytes(b[..b.len().min(len)].to_vec())
+            }
+            // Binary keys are the table's length, padded with zeros, as HAProxy keeps them.
+            KeyType::Binary(len) => {
+                let b = s.as_bytes();
+                let mut key = b[..b.len().min(len)].to_vec();
+                key.resize(len, 0);
+                Key::Bytes(key)
             }
         })
     }

@@ -280,3 +280,69 @@ fn http_response_rules_track_on_the_answer() {
     });
     assert_eq!(entry_value(&sock, "fe", "http_req_cnt"), Some(2));
 }
+
+/// `name=value` (or `name(period)=value`) from the `show table` line holding `key=KEY`.
+fn value_for(show: &str, key: &str, name: &str) -> Option<u64> {
+    let line = show.lines().find(|l| l.contains(&format!(" key={key} ")))?;
+    line.split_whitespace().find_map(|w| {
+        let (k, v) = w.split_once('=')?;
+        (k == name || k.split('(').next() == Some(name)).then(|| v.parse().ok())?
+    })
+}
+
+#[test]
+fn key_types_stored_rates_and_show_table_filters() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    tcp-request connection track-sc0 src table v6\n    http-request track-sc1 url_param(n) table ints\n    http-request track-sc2 req.hdr(x-bin) table bins if {{ req.hdr(x-bin) -m found }}\n    http-request sc-inc-gpc0(1) if {{ path_beg /mark }}\n    http-request return status 404 content-type text/plain string nope if {{ path_beg /missing }}\n    http-request return status 200 content-type text/plain string ok\nbackend v6\n    stick-table type ipv6 size 10 expire 1m store conn_rate(10s),conn_cnt\nbackend ints\n    stick-table type integer size 10 expire 1m store http_req_cnt,http_err_rate(10s),gpc0,gpc0_rate(10s),bytes_in_rate(10s)\nbackend bins\n    stick-table type binary len 4 size 10 expire 1m store http_req_cnt\n",
+        sock.display()
+    ));
+    let send = |method: &str, target: &str, extra: &str| {
+        let mut c = p.connect();
+        c.send(format!("{method} {target} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").as_bytes());
+        c.response().status
+    };
+    assert_eq!(send("GET", "/a?n=42", "x-bin: ab\r\n"), 200);
+    assert_eq!(send("GET", "/mark?n=42", "x-bin: ab\r\n"), 200);
+    assert_eq!(send("GET", "/missing?n=42", "x-bin: ab\r\n"), 404);
+    assert_eq!(
+        send("POST", "/b?n=7", "Content-Length: 5\r\n\r\nhello"),
+        200
+    );
+    wait_until("the last transaction to be counted", || {
+        value_for(&Sluice::cli(&sock, "show table ints"), "7", "bytes_in_rate")
+            .is_some_and(|n| n > 0)
+    });
+    // ipv6 keys: the IPv4 client as a mapped address; four connections in the period.
+    let v6 = Sluice::cli(&sock, "show table v6");
+    assert_eq!(
+        value_for(&v6, "::ffff:127.0.0.1", "conn_rate"),
+        Some(4),
+        "{v6}"
+    );
+    assert_eq!(
+        value_for(&v6, "::ffff:127.0.0.1", "conn_cnt"),
+        Some(4),
+        "{v6}"
+    );
+    // integer keys, and the rates of errors, marks and bytes.
+    let ints = Sluice::cli(&sock, "show table ints key 42");
+    assert_eq!(value_for(&ints, "42", "http_req_cnt"), Some(3), "{ints}");
+    assert_eq!(value_for(&ints, "42", "http_err_rate"), Some(1), "{ints}");
+    assert_eq!(value_for(&ints, "42", "gpc0"), Some(1), "{ints}");
+    assert_eq!(value_for(&ints, "42", "gpc0_rate"), Some(1), "{ints}");
+    assert!(!ints.contains(" key=7 "), "only the key asked for: {ints}");
+    let filtered = Sluice::cli(&sock, "show table ints data.http_req_cnt gt 1");
+    assert!(
+        filtered.contains(" key=42 ") && !filtered.contains(" key=7 "),
+        "{filtered}"
+    );
+    // binary keys: the table's length, zero-padded, shown and looked up in hexadecimal.
+    let bins = Sluice::cli(&sock, "show table bins key 61620000");
+    assert_eq!(
+        value_for(&bins, "61620000", "http_req_cnt"),
+        Some(3),
+        "{bins}"
+    );
+}

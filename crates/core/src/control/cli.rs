@@ -565,8 +565,34 @@ fn table_header(t: &crate::stick::Table) -> String {
 }
 
 /// The key a CLI argument names in table `t`.
+/// A key typed on the CLI (binary keys in hexadecimal, as HAProxy takes them).
 fn table_key(t: &crate::stick::Table, k: &str) -> Option<crate::stick::Key> {
-    crate::stick::Key::from_sample(&crate::conf::sample::Sample::str(k.as_bytes()), t.conf.key)
+    use crate::conf::sample::Sample;
+    let sample = match t.conf.key {
+        crate::stick::KeyType::Binary(_) => {
+            let hex = k.as_bytes();
+            if hex.len() % 2 != 0 {
+                return None;
+            }
+            let bytes = hex
+                .chunks(2)
+                .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+                .collect::<Option<Vec<u8>>>()?;
+            Sample::Bin(std::borrow::Cow::Owned(bytes))
+        }
+        _ => Sample::str(k.as_bytes()),
+    };
+    crate::stick::Key::from_sample(&sample, t.conf.key)
+}
+
+/// A key as `show table` prints it (binary keys in hexadecimal).
+fn key_text(t: &crate::stick::Table, k: &crate::stick::Key) -> String {
+    match (t.conf.key, k) {
+        (crate::stick::KeyType::Binary(_), crate::stick::Key::Bytes(b)) => {
+            b.iter().map(|x| format!("{x:02x}")).collect()
+        }
+        _ => k.to_string(),
+    }
 }
 
 /// `show table [NAME [key K] [data.TYPE OP V]]`, in HAProxy's layout.
@@ -613,10 +639,14 @@ fn show_table(s: &Process, args: &[&str], _: Level) -> String {
             _ => return "Optional argument only supports \"data.<store_data_type>\" <operator> <value> and key <key>\n".into(),
         }
     }
-    let mut entries = t.entries(now);
-    entries.sort_by_key(|(k, _)| k.to_string());
+    let mut entries: Vec<_> = t
+        .entries(now)
+        .into_iter()
+        .map(|(k, e)| (key_text(t, &k), k, e))
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = table_header(t);
-    for (k, e) in entries {
+    for (shown, k, e) in entries {
         if key.as_ref().is_some_and(|want| *want != k) {
             continue;
         }
@@ -631,7 +661,7 @@ fn show_table(s: &Process, args: &[&str], _: Level) -> String {
         let users = std::sync::Arc::strong_count(&e).saturating_sub(2);
         let _ = writeln!(
             out,
-            "{:p}: key={k} use={users} exp={exp} {}",
+            "{:p}: key={shown} use={users} exp={exp} {}",
             std::sync::Arc::as_ptr(&e),
             g.describe(now)
         );
