@@ -328,3 +328,81 @@ fn use_server_force_persist_and_ignore_persist() {
         "{out}"
     );
 }
+
+#[test]
+fn postonly_secure_domain_and_preserve() {
+    let plain = origin("a", None);
+    let own = origin("b", Some("SRV=mine; path=/app"));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend keeps if {{ path_beg /keep }}\n    default_backend posts\nbackend posts\n    cookie SRV insert postonly secure domain .example.com\n    server a {} cookie ca\nbackend keeps\n    cookie SRV insert preserve\n    server b {} cookie cb\n",
+        plain.addr, own.addr
+    ));
+    let send = |req: &str| {
+        let mut c = p.connect();
+        c.send(req.as_bytes());
+        c.response_for(false).expect("a response")
+    };
+    // postonly: only the answer to a POST carries the cookie, with its attributes.
+    let r = send("GET /x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(set_cookies(&r).is_empty(), "{:?}", r.headers);
+    let r = send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(
+        set_cookies(&r),
+        ["SRV=ca; path=/; domain=.example.com; Secure"]
+    );
+    // preserve: the server set the cookie itself, so it is left as it is.
+    let r = send("GET /keep HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(set_cookies(&r), ["SRV=mine; path=/app"]);
+}
+
+#[test]
+fn persist_with_redispatch_keeps_a_down_server_until_it_fails() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}    retries 1\nbackend be\n    option persist\n    option redispatch\n    cookie SRV insert\n    server a {} cookie ca\n    server b {} cookie cb\nfrontend fe\n    {{fe}}\n    default_backend be\n",
+        sock.display(),
+        a.addr,
+        b.addr
+    ));
+    // Marked down, but still answering: persist keeps its clients on it.
+    Sluice::cli(&sock, "set server be/a health down");
+    assert!(ask(&p, Some("SRV=ca")).text().starts_with("a "));
+    // Once connecting to it fails, redispatch sends the client to another server.
+    drop(a);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    Sluice::cli(
+        &sock,
+        &format!("set server be/a addr 127.0.0.1 port {}", dead.port()),
+    );
+    let r = ask(&p, Some("SRV=ca"));
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("b "), "{}", r.text());
+    assert_eq!(set_cookies(&r), ["SRV=cb; path=/"]);
+}
+
+#[test]
+fn stick_store_request_keeps_a_key_on_the_server_first_chosen() {
+    let (a, b) = (origin("a", None), origin("b", None));
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    stick-table type string len 32 size 100 expire 1m\n    stick match req.hdr(x-user)\n    stick store-request req.hdr(x-user)\n    server a {}\n    server b {}\n",
+        a.addr, b.addr
+    ));
+    let as_user = |user: &str| {
+        let mut c = p.connect();
+        c.send(format!("GET /x HTTP/1.1\r\nHost: t\r\nx-user: {user}\r\n\r\n").as_bytes());
+        c.response().text()[..1].to_string()
+    };
+    let alice = as_user("alice");
+    let bob = as_user("bob");
+    // One worker's round robin alternates; the stored keys keep each user where they
+    // started.
+    assert_ne!(alice, bob);
+    for _ in 0..5 {
+        assert_eq!(as_user("alice"), alice);
+        assert_eq!(as_user("bob"), bob);
+    }
+}
