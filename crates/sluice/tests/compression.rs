@@ -499,3 +499,26 @@ fn counters_show_compressed_and_bypassed_bytes() {
     );
     assert!(Sluice::cli(&sock, "frobnicate").starts_with("Unknown command"));
 }
+
+#[test]
+fn filter_compression_and_option_http_keep_alive_at_run_time() {
+    let origin = corpus_origin();
+    // The defaults close server connections; `option http-keep-alive` in the frontend and
+    // the backend (HAProxy closes if either side says so) keeps them, so both requests of
+    // the client go over one server connection.
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}    option http-server-close\nfrontend fe\n    {{fe}}\n    option http-keep-alive\n    filter compression\n    compression algo gzip\n    compression type text/html\n    default_backend be\nbackend be\n    option http-keep-alive\n    server s1 {}\n",
+        origin.addr
+    ));
+    let (name, body) = corpus()
+        .into_iter()
+        .find(|(n, b)| n.ends_with(".html") && b.len() > 1000)
+        .expect("an HTML file in the corpus");
+    let mut c = p.connect();
+    for _ in 0..2 {
+        let r = request(&mut c, &format!("/plain{name}"), "gzip");
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+        assert_eq!(decode("gzip", &r.body), body);
+    }
+    assert_eq!(origin.conns(), 1, "the server connection was kept");
+}

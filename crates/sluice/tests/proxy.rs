@@ -665,3 +665,26 @@ fn errorloc_answers_with_a_redirect_and_ulimit_n_sets_the_descriptor_limit() {
     assert_eq!((r.status, r.header("location")), (303, Some("/missing")));
     assert!(Sluice::cli(&sock, "show info").contains("Ulimit-n: 2000"));
 }
+
+#[test]
+fn http_error_takes_an_errorfile_or_a_body_file() {
+    let dir = TempDir::new();
+    let full = dir.write(
+        "503.http",
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nfull\n",
+    );
+    let body = dir.write("body.html", "<p>down for a while</p>\n");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend body if {{ path_beg /body }}\n    default_backend full\nbackend full\n    http-error status 503 errorfile {full}\n    server s 127.0.0.1:9 disabled\nbackend body\n    http-error status 503 content-type text/html file {body} hdr x-why maintenance\n    server s 127.0.0.1:9 disabled\n"
+    ));
+    let r = get(p.addr(), "/");
+    assert_eq!((r.status, r.text().as_str()), (503, "full\n"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    let r = get(p.addr(), "/body");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, "<p>down for a while</p>\n")
+    );
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(r.header("x-why"), Some("maintenance"));
+}

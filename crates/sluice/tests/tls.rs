@@ -732,3 +732,26 @@ fn an_idle_tls_server_connection_moves_to_another_worker_with_its_session() {
     assert_eq!(takeovers(), "1");
     assert_eq!(get(p.addrs[1], "/again").text(), "o /again");
 }
+
+#[test]
+fn crt_base_and_ca_base_resolve_relative_names() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.0.join("certs")).unwrap();
+    std::fs::create_dir_all(dir.0.join("cas")).unwrap();
+    let (_, der) = ca.leaf(&dir, "certs/site.pem", &["site.test"]);
+    dir.write("cas/ca.pem", &ca.cert.pem());
+    let p = Sluice::start(&format!(
+        "global\n    crt-base {}\n    ca-base {}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt site.pem ca-file ca.pem verify optional\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_c_used]\"\n",
+        dir.0.join("certs").display(),
+        dir.0.join("cas").display()
+    ));
+    let mut s = connect(
+        p.addr(),
+        ca.client(&[], &[&rustls::version::TLS13]),
+        "site.test",
+    )
+    .unwrap();
+    assert_eq!(presented(&s), der);
+    assert!(request(&mut s, "/").ends_with("\r\n\r\n0"));
+}
