@@ -493,3 +493,21 @@ fn dates_timers_hostname_response_captures_and_response_samples() {
     // Samples reading the response (or a variable its rules set) see it.
     assert_eq!(f[9..], ["200", "text/plain", "4", "/d"], "{line}");
 }
+
+#[test]
+fn the_request_counter_is_one_count_for_every_worker() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n{DEFAULTS}frontend fe\n    {{fe}}\n    unique-id-format %rt\n    http-response set-header x-id %[unique-id]\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    // One connection per request: they spread over both workers.
+    let mut ids: Vec<u64> = (0..20)
+        .map(|_| {
+            let r = get(p.addr(), "/");
+            r.header("x-id").expect("an id").parse().unwrap()
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20).collect::<Vec<u64>>());
+}

@@ -87,6 +87,9 @@ pub struct ProcessFigures {
     /// `BytesOutRate`, and the (total, clock_ms) it was last computed from.
     pub bytes_out_rate: std::sync::atomic::AtomicU64,
     pub bytes_out_at: std::sync::Mutex<(u64, u64)>,
+    /// `%rt` for formats that show it: one count for the whole process, as HAProxy's, so
+    /// that unique ids built on it do not repeat across workers.
+    pub request_ids: std::sync::atomic::AtomicU64,
 }
 
 /// The right to hold one client connection under the global and frontend `maxconn`.

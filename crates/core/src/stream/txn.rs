@@ -676,7 +676,29 @@ impl Txn {
     /// headers and unique id.
     fn request_log_facts(&mut self, s: &Session, req: &RequestView<'_>) {
         let fe = s.frontend();
-        self.log.counter = s.w.ctx().counters.requests.get();
+        let shows_rt = |t: &[crate::log::Token]| {
+            t.iter().any(|t| {
+                matches!(
+                    t,
+                    crate::log::Token::Var(crate::log::Var::RequestCounter, _)
+                )
+            })
+        };
+        let custom = match &fe.log.format {
+            Some(crate::log::Format::Custom(t)) => Some(t.as_slice()),
+            _ => None,
+        };
+        // The shared counter costs a write to a line every worker writes: only for
+        // formats that show it.
+        self.log.counter =
+            if fe.log.unique_id.as_deref().is_some_and(shows_rt) || custom.is_some_and(shows_rt) {
+                s.w.process
+                    .figures
+                    .request_ids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            } else {
+                s.w.ctx().counters.requests.get()
+            };
         if !fe.log.captures_req.is_empty() {
             self.log.captures_req = super::report::captures(&fe.log.captures_req, req.headers());
         }
