@@ -90,8 +90,8 @@ const VARS: &[(&str, Var)] = &[
 const PENDING_VARS: &[&str] = &[];
 
 /// Parses a `log-format` string into tokens: text, `%VAR`, `%[EXPR]` samples, each
-/// optionally preceded by `%{+Q}` (quoted) and `%{+X}` (hexadecimal) options (others, such
-/// as `+E`, are accepted and have no effect), and `%%`.
+/// optionally preceded by `%{+Q}` (quoted), `%{+X}` (hexadecimal) and `%{+E}` (escaped)
+/// options (`+M` is refused as not supported yet), and `%%`.
 pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
     let mut out = Vec::new();
     let mut text = String::new();
