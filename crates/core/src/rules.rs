@@ -966,7 +966,8 @@ mod tests {
             .to_string()
             .contains("not supported yet"));
         assert!(conf(&["http-request set-header X %[src]"]).is_ok());
-        assert!(conf(&["http-request set-header X %ci"]).is_err());
+        assert!(conf(&["http-request set-header X %ci"]).is_ok());
+        assert!(conf(&["http-request set-header X %Tt"]).is_err());
         assert!(conf(&["http-request return string x"])
             .unwrap_err()
             .to_string()

@@ -896,10 +896,15 @@ mod tests {
         assert_eq!(f.0.len(), 5);
         assert_eq!(f.0[0], FmtPart::Text("a%b ".into()));
         assert_eq!(parse_fmt("plain").unwrap().literal(), Some("plain"));
-        assert!(parse_fmt("%ci")
+        // Access-log variables known when a request is routed stand for their samples.
+        assert_eq!(
+            parse_fmt("%ci:%cp").unwrap(),
+            parse_fmt("%[src]:%[src_port]").unwrap()
+        );
+        assert!(parse_fmt("%Tt")
             .unwrap_err()
             .0
-            .contains("'%ci' is not supported"));
+            .contains("'%Tt' is not supported"));
         assert!(parse_fmt("%[src").is_err());
     }
 
