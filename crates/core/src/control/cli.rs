@@ -571,7 +571,7 @@ fn table_key(t: &crate::stick::Table, k: &str) -> Option<crate::stick::Key> {
     let sample = match t.conf.key {
         crate::stick::KeyType::Binary(_) => {
             let hex = k.as_bytes();
-            if hex.len() % 2 != 0 {
+            if !hex.len().is_multiple_of(2) {
                 return None;
             }
             let bytes = hex

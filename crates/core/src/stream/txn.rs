@@ -1430,7 +1430,7 @@ pub(super) fn log_reads_response(s: &Session) -> bool {
 }
 
 /// The frontend's custom log format, when it has somewhere to go.
-fn log_sample_tokens<'a>(s: &'a Session) -> Option<&'a [crate::log::Token]> {
+fn log_sample_tokens(s: &Session) -> Option<&[crate::log::Token]> {
     let Some(crate::log::Format::Custom(tokens)) = &s.frontend().log.format else {
         return None;
     };
