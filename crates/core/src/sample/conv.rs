@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use base64::Engine as _;
 
 use super::context::{text_match, Ctx, Kind};
-use super::{hash, time};
+use super::hash;
 use crate::conf::sample::{Conv, IntArg, MapFile, MapKey, Match, Sample};
 
 pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
@@ -128,8 +128,12 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                 other => text(slice(&other.as_bytes())?),
             }
         }
-        Conv::Ltime(f, offset) => Sample::string(time::format(s.as_int()? + offset, f, true)?),
-        Conv::Utime(f, offset) => Sample::string(time::format(s.as_int()? + offset, f, false)?),
+        Conv::Ltime(f, offset) => {
+            Sample::string(crate::log::strftime(s.as_int()? + offset, f, true)?)
+        }
+        Conv::Utime(f, offset) => {
+            Sample::string(crate::log::strftime(s.as_int()? + offset, f, false)?)
+        }
         Conv::Concat(prefix, var, suffix) => {
             let mut out = s.as_bytes().into_owned();
             out.extend_from_slice(prefix.as_bytes());

@@ -15,7 +15,6 @@ mod conv;
 mod fetch;
 pub mod hash;
 mod table;
-pub(crate) mod time;
 
 pub use self::context::{text_match, Ctx, Kind, StreamVars, Tracker};
 pub use self::conv::in_net;
