@@ -593,6 +593,32 @@ backend be
     assert_eq!(got.header("x-body-len"), Some("11"));
     assert_eq!(got.body, b"hello there");
     assert_eq!(post(p.addrs[1], "quiet words").text(), "QUIET WORDS");
+    // A chunked body is waited for too, and the rules see its data without the framing;
+    // the server still gets the whole body.
+    let chunked = |addr, parts: [&str; 2]| {
+        let mut c = Conn::new(addr);
+        c.send(
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n",
+                parts[0].len(),
+                parts[0]
+            )
+            .as_bytes(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        c.send(format!("{:x}\r\n{}\r\n0\r\n\r\n", parts[1].len(), parts[1]).as_bytes());
+        c.response()
+    };
+    assert_eq!(chunked(p.addr(), ["this is ", "forbidden"]).status, 403);
+    let r = chunked(p.addr(), ["hello ", "again"]);
+    assert_eq!(r.status, 200);
+    let got = origin.requests().pop().unwrap();
+    assert_eq!(got.header("x-body-len"), Some("11"));
+    assert_eq!(got.body, b"hello again");
+    assert_eq!(
+        chunked(p.addrs[1], ["quiet ", "chunks"]).text(),
+        "QUIET CHUNKS"
+    );
 }
 
 #[test]

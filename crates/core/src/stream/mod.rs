@@ -133,6 +133,7 @@ async fn serve_http(
         peer: peer.into(),
         dst: None.into(),
         body: None.into(),
+        chunked_body: None,
         cbuf: Buf::default(),
         sbuf: Buf::default(),
         out: Vec::with_capacity(1024),

@@ -45,6 +45,8 @@ pub(crate) struct Session {
     /// Where the current request's body sits in the client buffer, when rules waited for
     /// it (`option http-buffer-request`, `wait-for-body`).
     pub body: Cell<Option<(usize, usize)>>,
+    /// The data of a chunked body the rules waited for, without its framing.
+    pub chunked_body: Option<Vec<u8>>,
     pub cbuf: Buf,
     pub sbuf: Buf,
     /// Scratch for outgoing bytes (head writers, re-framed chunks).
@@ -108,10 +110,11 @@ impl Session {
         Ctx {
             unique_id: self.vars.unique_id.borrow().clone(),
             dst: self.dst.get(),
-            body: self
-                .body
-                .get()
-                .and_then(|(from, to)| self.cbuf.bytes().get(from..to)),
+            body: self.chunked_body.as_deref().or_else(|| {
+                self.body
+                    .get()
+                    .and_then(|(from, to)| self.cbuf.bytes().get(from..to))
+            }),
             ..conn
         }
     }

@@ -153,6 +153,7 @@ impl Txn {
         let req = RequestView::h1(s.cbuf.bytes(), &head);
         let (route, mut edits) = route(s, &req);
         s.body.set(None);
+        s.chunked_body = None;
         self.render_log_samples(s, &req, &route);
         for (slot, value) in edits.captures.drain(..) {
             if let Some(c) = self.log.captures_req.get_mut(slot) {
@@ -386,16 +387,30 @@ impl Txn {
         facts: &ReqFacts,
         wait: BodyWait,
     ) -> Result<bool, Fail> {
-        let Framing::Length(total) = facts.framing else {
-            return Ok(false);
+        // A chunked body's length is known once its last chunk arrived.
+        let total = match facts.framing {
+            Framing::Length(total) => total,
+            Framing::Chunked => u64::MAX,
+            _ => return Ok(false),
         };
-        let want = wait.at_least.map_or(total, |n| n.min(total)) as usize;
+        let chunked = facts.framing == Framing::Chunked;
+        let want = wait.at_least.map_or(total, |n| n.min(total));
         let invite = facts.expect_continue && facts.version == Version::Http11 && total > 0;
         if invite {
             self.send_local(s, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         let deadline = tokio::time::Instant::now() + wait.time;
-        while s.cbuf.bytes().len() - head.len < want && !s.cbuf.is_full() {
+        loop {
+            let arrived = &s.cbuf.bytes()[head.len..];
+            let enough = if chunked {
+                // A malformed body is the relay's to refuse: no use waiting for more.
+                chunked_data(arrived).is_none_or(|(data, done)| done || data.len() as u64 >= want)
+            } else {
+                arrived.len() as u64 >= want
+            };
+            if enough || s.cbuf.is_full() {
+                break;
+            }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match tokio::time::timeout(left, s.read_client()).await {
                 Ok(Ok(())) => {}
@@ -404,8 +419,13 @@ impl Txn {
                 Err(_) => break,
             }
         }
-        let have = (s.cbuf.bytes().len() - head.len).min(total as usize);
-        s.body.set(Some((head.len, head.len + have)));
+        let arrived = &s.cbuf.bytes()[head.len..];
+        if chunked {
+            s.chunked_body = chunked_data(arrived).map(|(data, _)| data);
+        } else {
+            let have = arrived.len().min(total as usize);
+            s.body.set(Some((head.len, head.len + have)));
+        }
         Ok(invite)
     }
 
@@ -1416,6 +1436,17 @@ fn redirect(r: &Redirect, req: &RequestView<'_>, edits: &Edits, cx: &Ctx<'_>) ->
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+/// The data of the chunked body at the start of `bytes`, as far as it arrived, and whether
+/// it is complete; `None` when it is malformed.
+fn chunked_data(bytes: &[u8]) -> Option<(Vec<u8>, bool)> {
+    let mut decoder = sluice_http::ChunkedDecoder::new();
+    let mut data = Vec::new();
+    decoder
+        .decode(bytes, sluice_http::ChunkedOut::Raw, &mut data)
+        .ok()?;
+    Some((data, decoder.is_done()))
 }
 
 /// Whether a sample of the log format reads the response or a variable: those are
