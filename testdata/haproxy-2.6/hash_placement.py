@@ -38,7 +38,7 @@ try:
     for be in URI_BACKENDS:
         for u in URIS:
             print(be, "uri", u, ask(be, u))
-    for be in ("hdr_map", "hdr_cons"):
+    for be in ("hdr_map", "hdr_cons", "expr_map", "expr_cons"):
         for user in USERS:
             print(be, "hdr", user, ask(be, "/", [f"X-User: {user}"]))
     for be in ("src_map", "src_cons"):

@@ -133,6 +133,13 @@ fn parse_balance(args: &[String]) -> Result<Algo, KwError> {
             [] => Err(KwError::Missing("a parameter name")),
             [_, extra, ..] => Err(KwError::Extra(extra.clone())),
         },
+        "hash" => match opts {
+            [expr] => crate::conf::sample_parse::parse_expr(expr)
+                .map(Algo::Hash)
+                .map_err(|e| KwError::bad(2, expr, e.0)),
+            [] => Err(KwError::Missing("a sample expression")),
+            [_, extra, ..] => Err(KwError::Extra(extra.clone())),
+        },
         _ if a == "rdp-cookie" || a.starts_with("rdp-cookie(") => {
             let name = match a.strip_prefix("rdp-cookie(") {
                 Some(rest) => rest
@@ -201,7 +208,6 @@ fn parse_algo(a: &str) -> Result<Algo, String> {
         "random" => Algo::Random(2),
         "source" => Algo::Source,
         "uri" => Algo::Uri(UriOpts::default()),
-        "hash" => return Err("algorithm 'hash' is not supported yet".into()),
         _ => {
             if let Some(n) = a.strip_prefix("random(").and_then(|r| r.strip_suffix(')')) {
                 let n: u32 = n
@@ -319,6 +325,7 @@ fn hash_key(be: &Backend, algo: &Algo, key: &PickKey<'_>) -> Option<u32> {
         Algo::Uri(u) => uri_key(key.target, u),
         Algo::UrlParam(name, _) => url_param(key.target, name).or(key.extra)?,
         Algo::RdpCookie(_) => key.extra.filter(|v| !v.is_empty())?,
+        Algo::Hash(_) => key.extra?,
         Algo::Hdr(_, domain_only) => {
             let v = key.extra.filter(|v| !v.is_empty())?;
             if *domain_only {

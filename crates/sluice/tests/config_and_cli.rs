@@ -71,7 +71,7 @@ fn errors_name_file_line_and_keyword() {
         ("listen l\n    bind \"unterminated\n", "c.cfg:2: unterminated double quote"),
         ("bind :80\n", "c.cfg:1: unknown keyword 'bind' out of section"),
         ("frontend f\n    bind :1\n    mode health\n", "c.cfg:3: 'mode' in 'frontend' section: argument 1 'health': expects http or tcp"),
-        ("backend b\n    balance hash req.hdr(x)\n", "c.cfg:2: 'balance' in 'backend' section: argument 1 'hash': algorithm 'hash' is not supported yet"),
+        ("backend b\n    balance hash nosuch(x)\n", "c.cfg:2: 'balance' in 'backend' section: argument 2 'nosuch(x)': unknown sample fetch 'nosuch'"),
         ("fcgi-app php\n    docroot /var/www\n", "c.cfg:1: 'fcgi-app' section: not supported yet"),
         ("frontend f\n    bind :1\n    log-format \"%trg %Tnope\"\n", "unknown log-format variable '%Tnope'"),
     ];

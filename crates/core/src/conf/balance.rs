@@ -22,6 +22,8 @@ pub enum Algo {
     /// Hash of the named header (lowercase) or, with `use_domain_only`, of its domain's
     /// main part; round robin when it is absent.
     Hdr(String, bool),
+    /// `hash EXPR`: hash of the sample's bytes; round robin when it gives nothing.
+    Hash(crate::conf::sample::Expr),
 }
 
 /// `balance uri` options.
@@ -51,6 +53,7 @@ impl Algo {
             Algo::UrlParam(..) => "url_param".into(),
             Algo::RdpCookie(n) => format!("rdp-cookie({n})"),
             Algo::Hdr(h, _) => format!("hdr({h})"),
+            Algo::Hash(_) => "hash".into(),
         }
     }
 
@@ -58,7 +61,12 @@ impl Algo {
     pub fn hashes(&self) -> bool {
         matches!(
             self,
-            Algo::Source | Algo::Uri(_) | Algo::UrlParam(..) | Algo::Hdr(..) | Algo::RdpCookie(_)
+            Algo::Source
+                | Algo::Uri(_)
+                | Algo::UrlParam(..)
+                | Algo::Hdr(..)
+                | Algo::RdpCookie(_)
+                | Algo::Hash(_)
         )
     }
 }

@@ -1123,7 +1123,15 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
         return (Route::StatsPage(Some(backend)), edits);
     }
+    // `balance hash EXPR`: the sample's bytes, seen as balancing sees the request.
+    let hashed = match &be.algo {
+        balance::Algo::Hash(e) => e
+            .eval(&s.sample_ctx(req, Some(backend)))
+            .map(|v| v.as_bytes().into_owned()),
+        _ => None,
+    };
     let extra = match &be.algo {
+        balance::Algo::Hash(_) => hashed.as_deref(),
         // The first value of the first such header, as HAProxy takes it.
         balance::Algo::Hdr(name, _) => req
             .header(name)
