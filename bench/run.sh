@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: sluice vs HAProxy vs nginx as reverse proxies in front of one
 # nginx origin, same load generator (wrk), same thread counts, keep-alive on both sides.
-# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|rules|tls|reload|statsrender|instructions] bench/run.sh [seconds-per-run] [runs]
+# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|rules|accept|tls|reload|statsrender|instructions] bench/run.sh [seconds-per-run] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -19,6 +19,7 @@ case "${BENCH:-core}" in
     statsrender) exec python3 bench/statsrender.py "${1:-20}" ;;
     reload) exec python3 bench/reload.py "${1:-10}" "${2:-3}" ;;
     rules) exec python3 bench/rules.py "${1:-5}" "${2:-3}" ;;
+    accept) exec python3 bench/accept.py "${1:-8}" "${2:-3}" ;;
     tls) exec python3 bench/tls.py "${1:-5}" "${2:-3}" ;;
     instructions)
         command -v valgrind >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind
@@ -26,5 +27,5 @@ case "${BENCH:-core}" in
     operating)
         dpkg -s libnginx-mod-http-echo >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y libnginx-mod-http-echo
         exec python3 bench/operating.py "${1:-8}" "${2:-3}" ;;
-    *) echo "BENCH must be core, compression, pools, operating, checks, rules, tls, statsrender, reload or instructions" >&2; exit 2 ;;
+    *) echo "BENCH must be core, compression, pools, operating, checks, rules, accept, tls, statsrender, reload or instructions" >&2; exit 2 ;;
 esac

@@ -209,16 +209,20 @@ impl std::fmt::Debug for Detached {
     }
 }
 
-impl Conn {
-    /// An accepted client connection.
-    pub fn accepted(stream: TcpStream) -> Conn {
-        let _ = stream.set_nodelay(true);
-        Conn {
-            io: Io::Tcp(stream),
-            _fd: Counted::new(),
+impl Detached {
+    /// A connection just accepted, not registered with any event loop yet: the worker that
+    /// serves it registers it, once.
+    pub fn accepted(io: std::net::TcpStream) -> Detached {
+        let _ = io.set_nodelay(true);
+        Detached {
+            io,
+            tls: None,
+            fd: Counted::new(),
         }
     }
+}
 
+impl Conn {
     /// Opens a connection to a server.
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
         let conn = Conn::dial(addr)?;

@@ -284,15 +284,23 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     for k in &process.config.global.tls.inert {
         say!("sluice: '{k}' is accepted but has no effect with rustls");
     }
+    // One worker polls and accepts on each listening socket (no thundering herd: a new
+    // connection wakes one event loop), spreading the sockets over the workers the bind
+    // allows; it hands each connection to the least loaded worker.
+    let acceptor = |index: usize, bind: &crate::worker::listener::Bind| {
+        let allowed: Vec<usize> = (0..nbthread).filter(|&t| bind.on_thread(t)).collect();
+        allowed.get(index % allowed.len().max(1)).copied()
+    };
     for ((tid, inbox), checks) in receivers.into_iter().enumerate().zip(checks) {
         let mine = listeners
             .iter()
-            .filter(|(_, _, bind, _, _)| bind.on_thread(tid))
-            .map(|(fe, li, bind, l, owned)| {
+            .enumerate()
+            .filter(|(index, (_, _, bind, _, _))| acceptor(*index, bind) == Some(tid))
+            .map(|(_, (fe, li, bind, l, owned))| {
                 l.try_clone().map(|socket| Listening {
                     frontend: *fe,
                     listener: *li,
-                    pinned: bind.threads.is_some(),
+                    threads: bind.threads,
                     owned: *owned,
                     socket,
                 })

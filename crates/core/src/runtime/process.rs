@@ -27,6 +27,9 @@ pub struct ThreadCtx {
     pub active: AtomicUsize,
     /// Messages sent to this worker's inbox and not yet handled.
     pub inbox_pending: AtomicUsize,
+    /// Client connections given to this worker (accepted here or adopted) whose task has
+    /// not started yet: a burst of accepts counts before the first of them runs.
+    pub starting: AtomicUsize,
     /// Share of time (percent) the worker spent outside its event loop's wait, smoothed
     /// over about a second.
     pub busy_pct: AtomicU32,
@@ -70,10 +73,12 @@ impl SessionInfo {
 }
 
 impl ThreadCtx {
-    /// Everything the worker has to run: client connections, awake checks, and messages
-    /// waiting in its inbox.
+    /// Everything the worker has to run next: the client connections it serves, those given
+    /// to it and not started, awake checks, and messages waiting in its inbox (connections
+    /// handed over among them). Accept dispatch and check spreading compare it.
     pub fn load(&self) -> usize {
         self.active.load(Ordering::Relaxed)
+            + self.starting.load(Ordering::Relaxed)
             + self.checks_awake.load(Ordering::Relaxed)
             + self.inbox_pending.load(Ordering::Relaxed)
     }
@@ -280,6 +285,7 @@ impl ClientConn {
     ) -> ClientConn {
         let ctx = &process.threads[tid];
         ctx.active.fetch_add(1, Ordering::Relaxed);
+        ctx.starting.fetch_sub(1, Ordering::Relaxed);
         let seq = ctx.counters.accepted_sessions.get();
         ctx.counters.accepted_sessions.bump();
         let info = Arc::new(SessionInfo {

@@ -1,8 +1,11 @@
 //! Listening sockets and accepting: `bind` and `maxconn` (global and per frontend).
 //!
-//! Sockets are opened once by the main thread (or adopted with `fd@N`); every worker then
-//! registers its own duplicate of each listening socket in its own event loop and accepts
-//! from it, so an accepted connection is born on the worker that will serve it.
+//! Sockets are opened once by the main thread (or adopted with `fd@N`). Each listening socket
+//! is polled by one worker only (the sockets are spread over the workers a bind allows), so
+//! a new connection wakes one event loop, never all of them. That worker accepts it and, still
+//! unregistered with any event loop, gives it to the least loaded worker
+//! (`Thread::dispatch`): itself, or a sibling through the sibling's inbox, where it is
+//! registered once.
 //!
 //! `maxconn` is enforced with semaphores taken *after* a connection is known to be waiting
 //! and *before* accepting it: at the limit, workers simply stop calling accept and the
@@ -28,7 +31,7 @@ use tokio::io::unix::AsyncFd;
 use super::thread::Thread;
 pub use crate::conf::listen::*;
 use crate::conf::{one_arg, GlobalConf, ProxyConf};
-use crate::transport::Conn;
+use crate::transport::Detached;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "maxconn",
@@ -286,8 +289,9 @@ pub struct Listening {
     pub frontend: usize,
     /// Its place among the frontend's listeners (its `bind` addresses).
     pub listener: usize,
-    /// The bind is restricted to some workers (`thread N`): connections stay where accepted.
-    pub pinned: bool,
+    /// The workers the bind is restricted to (`thread N[-M]`, 1-based), if any: its
+    /// connections are dispatched among those only.
+    pub threads: Option<(usize, usize)>,
     /// Bound by this process (not inherited, adopted or taken over): unless handed over, the
     /// socket closes with the process, and its accept queue with it.
     pub owned: bool,
@@ -298,7 +302,7 @@ pub struct Listening {
 pub(crate) struct Registered {
     frontend: usize,
     listener: usize,
-    pinned: bool,
+    threads: Option<(usize, usize)>,
     owned: bool,
     fd: AsyncFd<std::net::TcpListener>,
 }
@@ -308,7 +312,7 @@ impl Listening {
         Ok(Registered {
             frontend: self.frontend,
             listener: self.listener,
-            pinned: self.pinned,
+            threads: self.threads,
             owned: self.owned,
             // SAFETY: the listener owns its descriptor and moves into the AsyncFd, which
             // keeps it open and unchanged until both are dropped together.
@@ -393,27 +397,20 @@ async fn drain(t: &Thread, l: &Registered) {
     }
 }
 
-/// Accepts one connection and starts serving it (here or on a sibling).
+/// Accepts one connection and starts serving it (here or on a sibling), still unregistered
+/// with any event loop.
 async fn accept_one(t: &Thread, l: &Registered) -> std::io::Result<()> {
-    let w = &t.w;
-    let slot = w.process.admission.admit(l.frontend).await;
+    let slot = t.w.process.admission.admit(l.frontend).await;
     let (sock, peer) =
         socket2::SockRef::from(l.fd.get_ref()).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
     let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
-    let std: std::net::TcpStream = sock.into();
-    match tokio::net::TcpStream::from_std(std) {
-        Ok(stream) => t.dispatch(
-            Conn::accepted(stream),
-            peer,
-            (l.frontend, l.listener),
-            slot,
-            l.pinned,
-        ),
-        Err(e) => say!(
-            "sluice: worker {}: cannot register a connection: {e}",
-            w.tid
-        ),
-    }
+    t.dispatch(
+        Detached::accepted(sock.into()),
+        peer,
+        (l.frontend, l.listener),
+        slot,
+        l.threads,
+    );
     Ok(())
 }
 

@@ -104,6 +104,7 @@ fn worker_main(
             inboxes,
             stopped: Cell::new(false),
             stop: tokio::sync::Notify::new(),
+            rotor: Cell::new(tid),
         });
         WORKER.with(|w| {
             let _ = w.set(t.w.clone());

@@ -9,7 +9,12 @@ use std::sync::atomic::Ordering;
 use super::inbox::{InboxMsg, Inboxes};
 use crate::check::CheckTask;
 use crate::runtime::{Slot, Worker};
-use crate::transport::Conn;
+use crate::transport::{Conn, Detached};
+
+/// Up to this many workers, dispatch compares every worker's load (join the shortest
+/// queue); beyond, two drawn at random and the accepting one (power of two choices), so
+/// that the cost of a choice stays flat.
+const COMPARE_ALL: usize = 8;
 
 /// A worker thread's own state around its [`Worker`] handle.
 pub(crate) struct Thread {
@@ -18,43 +23,57 @@ pub(crate) struct Thread {
     /// Soft stop: the accept loops empty their queues and close their sockets.
     pub stopped: Cell<bool>,
     pub stop: tokio::sync::Notify,
+    /// Where accept dispatch starts its next search among equally loaded workers.
+    pub rotor: Cell<usize>,
 }
 
 impl Thread {
-    /// Serves a freshly accepted connection here, or hands it to a sibling whose load is
-    /// under half of ours (the same 2x rule HAProxy applies to task redistribution).
+    /// Serves a freshly accepted connection on the least loaded worker: here when no other
+    /// has less to do, else handed over before any event loop registered it (the target
+    /// registers it once). A bind restricted to some workers (`thread N[-M]`, 1-based)
+    /// dispatches among those.
     pub fn dispatch(
         &self,
-        conn: Conn,
+        conn: Detached,
         peer: SocketAddr,
         entry: (usize, usize),
         slot: Slot,
-        pinned: bool,
+        allowed: Option<(usize, usize)>,
     ) {
         let w = &self.w;
         let ctx = w.ctx();
         ctx.counters.accepted.bump();
-        let mine = ctx.load();
         let threads = &w.process.threads;
-        let n = threads.len();
-        // A bind restricted to some threads (`thread N`) keeps its connections there.
-        if n > 1 && mine >= 2 && !pinned {
-            let other = (w.tid + 1 + fastrand::usize(..n - 1)) % n;
-            if threads[other].load() * 2 < mine {
-                if let Ok(conn) = conn.detach() {
-                    ctx.counters.handed_off.bump();
-                    let msg = InboxMsg::Adopt {
-                        conn,
-                        peer,
-                        entry,
-                        slot,
-                    };
-                    self.inboxes.send(&w.process, other, msg);
-                }
-                return;
-            }
+        let (from, to) = allowed.map_or((0, threads.len()), |(a, b)| (a - 1, b.min(threads.len())));
+        let target = least_loaded(&threads[from..to], w.tid - from, &self.rotor) + from;
+        if target != w.tid {
+            ctx.counters.handed_off.bump();
+            let msg = InboxMsg::Adopt {
+                conn,
+                peer,
+                entry,
+                slot,
+            };
+            self.inboxes.send(&w.process, target, msg);
+            return;
         }
-        tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, entry, slot));
+        self.start_serving(conn, peer, entry, slot);
+    }
+
+    /// Registers a connection with this worker's event loop and serves it.
+    fn start_serving(&self, conn: Detached, peer: SocketAddr, entry: (usize, usize), slot: Slot) {
+        let w = &self.w;
+        match Conn::attach(conn) {
+            Ok(conn) => {
+                // Counted in the load until its task starts (`ClientConn::open`).
+                w.ctx().starting.fetch_add(1, Ordering::Relaxed);
+                tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, entry, slot));
+            }
+            Err(e) => say!(
+                "sluice: worker {}: cannot register a connection: {e}",
+                w.tid
+            ),
+        }
     }
 
     pub fn handle(&self, msg: InboxMsg) {
@@ -68,16 +87,7 @@ impl Thread {
                 slot,
             } => {
                 w.ctx().counters.adopted.bump();
-                // Registers the socket with this worker's event loop.
-                if let Ok(conn) = Conn::attach(conn) {
-                    tokio::task::spawn_local(crate::stream::serve(
-                        w.clone(),
-                        conn,
-                        peer,
-                        entry,
-                        slot,
-                    ));
-                }
+                self.start_serving(conn, peer, entry, slot);
             }
             InboxMsg::Check(task) => self.start_check(task),
             InboxMsg::Stop => {
@@ -108,4 +118,32 @@ impl Thread {
             inboxes.send(&w.process, to, InboxMsg::Check(task));
         });
     }
+}
+
+/// The worker that should take a new connection: the least loaded among every worker (or,
+/// past `COMPARE_ALL`, among this one and two drawn at random). Ties go round: the search
+/// starts after the last worker chosen, so that idle workers share connections too.
+fn least_loaded(threads: &[crate::runtime::ThreadCtx], mine: usize, rotor: &Cell<usize>) -> usize {
+    let n = threads.len();
+    if n < 2 {
+        return mine;
+    }
+    let mut best: Option<(usize, usize)> = None;
+    let mut consider = |i: usize| {
+        let load = threads[i].load();
+        if best.is_none_or(|(least, _)| load < least) {
+            best = Some((load, i));
+        }
+    };
+    if n <= COMPARE_ALL {
+        let start = rotor.get();
+        (0..n).map(|k| (start + k) % n).for_each(&mut consider);
+    } else {
+        consider(mine);
+        consider(fastrand::usize(..n));
+        consider(fastrand::usize(..n));
+    }
+    let chosen = best.map_or(mine, |(_, i)| i);
+    rotor.set((chosen + 1) % n);
+    chosen
 }

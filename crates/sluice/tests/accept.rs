@@ -1,0 +1,86 @@
+//! Balanced accept through the real binary: one worker polls each listening socket, and
+//! each new connection goes to the least loaded worker the bind allows.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// `name=value` of every `show threads` line, by worker.
+fn per_thread(sock: &Path, name: &str) -> Vec<u64> {
+    let out = Sluice::cli(sock, "show threads");
+    out.lines()
+        .filter(|l| l.starts_with("Thread "))
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {out}"))
+        })
+        .collect()
+}
+
+/// The per-worker values of a `show activity` row (`name: total [ a b c ]`).
+fn activity(sock: &Path, name: &str) -> Vec<u64> {
+    let out = Sluice::cli(sock, "show activity");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("{name} in {out}"));
+    let inner = &line[line.find('[').unwrap() + 1..line.find(']').unwrap()];
+    inner
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// Opens `n` connections one after the other, each answered once and kept open.
+fn open_answered(p: &Sluice, n: usize) -> Vec<Conn> {
+    (0..n)
+        .map(|_| {
+            let mut c = p.connect();
+            assert_eq!(c.get("/").status, 200);
+            c
+        })
+        .collect()
+}
+
+#[test]
+fn one_worker_accepts_and_open_connections_spread_evenly() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 3\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n",
+        sock.display()
+    ));
+    let held = open_answered(&p, 12);
+    // Each connection went to a worker with the fewest: four each.
+    assert_eq!(per_thread(&sock, "conns"), [4, 4, 4]);
+    // One worker polled the socket and accepted them all, handing two thirds over.
+    let accepted = activity(&sock, "accepted");
+    assert_eq!(accepted.iter().sum::<u64>(), 12, "{accepted:?}");
+    assert_eq!(
+        accepted.iter().filter(|&&n| n > 0).count(),
+        1,
+        "{accepted:?}"
+    );
+    assert_eq!(activity(&sock, "adopted").iter().sum::<u64>(), 8);
+    drop(held);
+    wait_until("the connections to close", || {
+        per_thread(&sock, "conns") == [0, 0, 0]
+    });
+}
+
+#[test]
+fn a_bind_restricted_to_some_workers_dispatches_among_them() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 3\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} thread 2-3\n    http-request return status 200 content-type text/plain string ok\n",
+        sock.display()
+    ));
+    let _held = open_answered(&p, 6);
+    assert_eq!(per_thread(&sock, "conns"), [0, 3, 3]);
+    assert_eq!(activity(&sock, "accepted")[0], 0);
+}
