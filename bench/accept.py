@@ -20,7 +20,7 @@ SUMMARY = re.compile(r"Latency\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+
 
 
 def config(name):
-    return core.write_config(f"accept-{name}", glob=f"    nbthread {THREADS}\n    maxconn 20000\n",
+    return core.write_config(f"accept-{name}", glob=f"    nbthread {THREADS}\n    maxconn 5000\n",
                              frontend=FRONTEND)
 
 
