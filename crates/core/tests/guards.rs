@@ -20,7 +20,7 @@ fn process() -> Arc<Process> {
                 ..ThreadCtx::default()
             })
             .collect(),
-        admission: Admission::new(10, std::iter::once(10)),
+        admission: Admission::new(10, std::iter::once((10, Vec::new()))),
         loggers: vec![Vec::new()].into(),
         backend_loggers: vec![Vec::new()].into(),
         config: Arc::new(config),

@@ -84,3 +84,79 @@ fn a_bind_restricted_to_some_workers_dispatches_among_them() {
     assert_eq!(per_thread(&sock, "conns"), [0, 3, 3]);
     assert_eq!(activity(&sock, "accepted")[0], 0);
 }
+
+#[test]
+fn multi_queue_off_keeps_connections_and_fair_takes_turns() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let cfg = |mode: &str| {
+        format!(
+            "global\n    nbthread 3\n    tune.listener.multi-queue {mode}\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n",
+            sock.display()
+        )
+    };
+    let p = Sluice::start(&cfg("off"));
+    let held = open_answered(&p, 6);
+    let mut conns = per_thread(&sock, "conns");
+    conns.sort_unstable();
+    assert_eq!(conns, [0, 0, 6], "off: all stay on the accepting worker");
+    drop((held, p));
+    let p = Sluice::start(&cfg("fair"));
+    let _held = open_answered(&p, 6);
+    assert_eq!(per_thread(&sock, "conns"), [2, 2, 2]);
+}
+
+#[test]
+fn a_listener_maxconn_holds_the_next_connection_until_one_closes() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} maxconn 2\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    let held = open_answered(&p, 2);
+    // The kernel accepts the third connection, but the proxy does not serve it yet.
+    let mut third = p.connect();
+    third
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    third.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(third.response_for(false).is_none(), "served over the limit");
+    drop(held);
+    third
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(TIMEOUT))
+        .unwrap();
+    // Once one closes, the waiting connection is served.
+    assert_eq!(third.response().status, 200);
+}
+
+#[test]
+fn backlog_sets_the_accept_queue_of_the_listening_socket() {
+    // Addresses the proxy binds itself (an inherited socket keeps its own queue).
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (a, b) = (free(), free());
+    let _p = Sluice::start(&format!(
+        "{DEFAULTS}frontend a\n    bind 127.0.0.1:{a} backlog 77\n    http-request return status 200 content-type text/plain string ok\nfrontend b\n    backlog 55\n    bind 127.0.0.1:{b}\n    http-request return status 200 content-type text/plain string ok\nfrontend ready\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    // `ss` shows a listening socket's backlog as its Send-Q.
+    let queue = |port: u16| {
+        let out = std::process::Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (Debian's iproute2; .ci/run installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace()
+            .nth(2)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("{text}"))
+    };
+    assert_eq!(queue(a), 77);
+    assert_eq!(queue(b), 55);
+}

@@ -34,6 +34,11 @@ pub struct Bind {
     pub at: Loc,
     /// `ssl` and its options: connections are TLS.
     pub tls: Option<super::tls::BindTls>,
+    /// `maxconn N`: connections this listener holds at once (beyond, they wait in the
+    /// kernel's queue).
+    pub maxconn: Option<usize>,
+    /// `backlog N`: the kernel's queue of connections not yet accepted.
+    pub backlog: Option<usize>,
 }
 
 impl Bind {
@@ -48,6 +53,20 @@ impl Bind {
 pub struct ListenConf {
     pub binds: Vec<Bind>,
     pub maxconn: Option<usize>,
+    /// `backlog N`: the accept queue of the frontend's listeners (else its `maxconn`).
+    pub backlog: Option<usize>,
     /// `option socket-stats`: statistics have a row per listener.
     pub socket_stats: bool,
+}
+
+/// `tune.listener.multi-queue`: which worker a new connection goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dispatch {
+    /// `on`: the least loaded worker (the default).
+    #[default]
+    LeastLoaded,
+    /// `fair`: each worker in turn, whatever its load.
+    RoundRobin,
+    /// `off`: the worker that accepted it.
+    Local,
 }

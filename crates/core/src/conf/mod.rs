@@ -81,6 +81,8 @@ pub struct GlobalConf {
     pub localpeer: Option<String>,
     /// `ulimit-n N`: the file descriptor limit to set (else derived from `maxconn`).
     pub ulimit_n: Option<u64>,
+    /// `tune.listener.multi-queue on|fair|off`.
+    pub dispatch: listen::Dispatch,
 }
 
 impl Default for GlobalConf {
@@ -105,6 +107,7 @@ impl Default for GlobalConf {
             check: GlobalCheck::default(),
             localpeer: None,
             ulimit_n: None,
+            dispatch: listen::Dispatch::default(),
         }
     }
 }

@@ -195,8 +195,13 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     handed.extend(std::mem::take(&mut opts.inherited));
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
-        let backlog = fe.listen.maxconn.unwrap_or(global_max);
+        let backlog = fe
+            .listen
+            .backlog
+            .or(fe.listen.maxconn)
+            .unwrap_or(global_max);
         for (li, bind) in fe.listen.binds.iter().enumerate() {
+            let backlog = bind.backlog.unwrap_or(backlog);
             // The same frontend's socket for the same address, from the process replaced.
             let addr = bind.spec.to_string();
             let (socket, owned) = match handed
@@ -253,10 +258,10 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     }
     let admission = Admission::new(
         global_max,
-        config
-            .frontends
-            .iter()
-            .map(|f| f.listen.maxconn.unwrap_or(global_max)),
+        config.frontends.iter().map(|f| {
+            let binds = f.listen.binds.iter().map(|b| b.maxconn).collect();
+            (f.listen.maxconn.unwrap_or(global_max), binds)
+        }),
     );
     let (inboxes, receivers) = worker::inboxes(nbthread);
     let process = Arc::new(Process {

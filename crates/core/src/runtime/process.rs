@@ -97,40 +97,61 @@ pub struct ProcessFigures {
     pub request_ids: std::sync::atomic::AtomicU64,
 }
 
-/// The right to hold one client connection under the global and frontend `maxconn`.
-/// Released when the connection ends.
+/// The right to hold one client connection under the global, frontend and listener
+/// `maxconn`. Released when the connection ends.
 #[derive(Debug)]
 pub struct Slot {
     _global: OwnedSemaphorePermit,
     _frontend: OwnedSemaphorePermit,
+    _listener: Option<OwnedSemaphorePermit>,
 }
 
-/// Connection-count limits shared by all workers (global and per-frontend `maxconn`).
+/// Connection-count limits shared by all workers (global, per-frontend and per-listener
+/// `maxconn`).
 #[derive(Debug)]
 pub struct Admission {
     global: Arc<Semaphore>,
     frontends: Vec<Arc<Semaphore>>,
+    /// By frontend, then listener: the `bind ... maxconn N` limits.
+    listeners: Vec<Vec<Option<Arc<Semaphore>>>>,
     /// The limits themselves (`Maxconn` in `show info`, `slim` in `show stat`).
     pub global_limit: usize,
     pub frontend_limits: Vec<usize>,
 }
 
 impl Admission {
-    pub fn new(global: usize, frontends: impl Iterator<Item = usize>) -> Admission {
-        let frontend_limits: Vec<usize> = frontends.collect();
+    /// `frontends`: each frontend's limit and its listeners' own limits.
+    pub fn new(
+        global: usize,
+        frontends: impl Iterator<Item = (usize, Vec<Option<usize>>)>,
+    ) -> Admission {
+        let (frontend_limits, listeners): (Vec<usize>, Vec<_>) = frontends
+            .map(|(limit, binds)| {
+                let sems = binds
+                    .into_iter()
+                    .map(|b| b.map(|n| Arc::new(Semaphore::new(n))))
+                    .collect::<Vec<_>>();
+                (limit, sems)
+            })
+            .unzip();
         Admission {
             global: Arc::new(Semaphore::new(global)),
             frontends: frontend_limits
                 .iter()
                 .map(|&n| Arc::new(Semaphore::new(n)))
                 .collect(),
+            listeners,
             global_limit: global,
             frontend_limits,
         }
     }
 
-    /// Waits until one more connection may be held on frontend `fe`.
-    pub async fn admit(&self, fe: usize) -> Slot {
+    /// Waits until one more connection may be held on listener `li` of frontend `fe`.
+    pub async fn admit(&self, fe: usize, li: usize) -> Slot {
+        let listener = match self.listeners[fe].get(li).cloned().flatten() {
+            Some(s) => Some(s.acquire_owned().await.expect("never closed")),
+            None => None,
+        };
         let frontend = self.frontends[fe]
             .clone()
             .acquire_owned()
@@ -145,6 +166,7 @@ impl Admission {
         Slot {
             _global: global,
             _frontend: frontend,
+            _listener: listener,
         }
     }
 }

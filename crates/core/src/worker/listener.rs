@@ -33,12 +33,29 @@ pub use crate::conf::listen::*;
 use crate::conf::{one_arg, GlobalConf, ProxyConf};
 use crate::transport::Detached;
 
-pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
-    name: "maxconn",
-    scope: Scope::GLOBAL,
-    help: "maxconn N: maximum concurrent client connections for the whole process",
-    parse: |g, a| count_arg(a).map(|n| g.maxconn = Some(n)),
-}];
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "maxconn",
+        scope: Scope::GLOBAL,
+        help: "maxconn N: maximum concurrent client connections for the whole process",
+        parse: |g, a| count_arg(a).map(|n| g.maxconn = Some(n)),
+    },
+    Keyword {
+        name: "tune.listener.multi-queue",
+        scope: Scope::GLOBAL,
+        help: "tune.listener.multi-queue on|fair|off: new connections go to the least loaded worker (on), to each in turn (fair) or stay where accepted (off)",
+        parse: |g, a| {
+            let v = one_arg(a, "on, fair or off")?;
+            g.dispatch = match v {
+                "on" => Dispatch::LeastLoaded,
+                "fair" => Dispatch::RoundRobin,
+                "off" => Dispatch::Local,
+                other => return Err(KwError::bad(1, other, "expects on, fair or off")),
+            };
+            Ok(())
+        },
+    },
+];
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -52,6 +69,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::FE,
         help: "maxconn N: maximum concurrent connections on this frontend",
         parse: |c, a| count_arg(a).map(|n| c.listen.maxconn = Some(n)),
+    },
+    Keyword {
+        name: "backlog",
+        scope: Scope::FE,
+        help: "backlog N: the kernel's queue of connections not yet accepted on this frontend's listeners (default: its maxconn)",
+        parse: |c, a| count_arg(a).map(|n| c.listen.backlog = Some(n)),
     },
     Keyword {
         name: "option socket-stats",
@@ -78,7 +101,6 @@ const PENDING_BIND_OPTIONS: &[&str] = &[
     "v6only",
     "transparent",
     "interface",
-    "backlog",
     "defer-accept",
     "tfo",
     "user",
@@ -96,6 +118,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let mut threads = None;
     let mut name = None;
     let mut tls = None;
+    let (mut maxconn, mut backlog) = (None, None);
     let mut i = 0;
     while i < opts.len() {
         if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
@@ -118,6 +141,22 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                 name = Some(v.clone());
                 i += 2;
             }
+            "maxconn" | "backlog" => {
+                let v = opts
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a number after 'maxconn'/'backlog'"))?;
+                let n = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| KwError::bad(i + 3, v, "expects a positive integer"))?;
+                *(if o == "maxconn" {
+                    &mut maxconn
+                } else {
+                    &mut backlog
+                }) = Some(n);
+                i += 2;
+            }
             _ if PENDING_BIND_OPTIONS.contains(&o) => {
                 return Err(KwError::Invalid(format!(
                     "bind option '{o}': not supported yet"
@@ -134,6 +173,8 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             threads,
             at: c.at.clone(),
             tls: tls.clone(),
+            maxconn,
+            backlog,
         });
     }
     Ok(())
@@ -400,7 +441,7 @@ async fn drain(t: &Thread, l: &Registered) {
 /// Accepts one connection and starts serving it (here or on a sibling), still unregistered
 /// with any event loop.
 async fn accept_one(t: &Thread, l: &Registered) -> std::io::Result<()> {
-    let slot = t.w.process.admission.admit(l.frontend).await;
+    let slot = t.w.process.admission.admit(l.frontend, l.listener).await;
     let (sock, peer) =
         socket2::SockRef::from(l.fd.get_ref()).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
     let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());

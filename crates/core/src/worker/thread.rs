@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::inbox::{InboxMsg, Inboxes};
 use crate::check::CheckTask;
+use crate::conf::listen::Dispatch;
 use crate::runtime::{Slot, Worker};
 use crate::transport::{Conn, Detached};
 
@@ -45,7 +46,18 @@ impl Thread {
         ctx.counters.accepted.bump();
         let threads = &w.process.threads;
         let (from, to) = allowed.map_or((0, threads.len()), |(a, b)| (a - 1, b.min(threads.len())));
-        let target = least_loaded(&threads[from..to], w.tid - from, &self.rotor) + from;
+        let allowed = &threads[from..to];
+        let mine = w.tid - from;
+        let target = from
+            + match w.config().global.dispatch {
+                Dispatch::LeastLoaded => least_loaded(allowed, mine, &self.rotor),
+                Dispatch::RoundRobin => {
+                    let next = self.rotor.get() % allowed.len();
+                    self.rotor.set(next + 1);
+                    next
+                }
+                Dispatch::Local => mine,
+            };
         if target != w.tid {
             ctx.counters.handed_off.bump();
             let msg = InboxMsg::Adopt {
