@@ -11,14 +11,18 @@ use std::cell::RefCell;
 
 use crate::transport::Conn;
 
-/// A worker's free buffers, all of `tune.bufsize` bytes.
+/// A worker's free buffers, each with room for `tune.bufsize` bytes.
+///
+/// A buffer's room is never written before data is read into it (no zero-filling), so a
+/// connection that received a few hundred bytes costs the memory pages those bytes landed
+/// in, not the whole buffer.
 pub struct BufPool {
     size: usize,
-    free: RefCell<Vec<Box<[u8]>>>,
+    free: RefCell<Vec<Vec<u8>>>,
 }
 
-/// Free buffers kept per worker beyond what is in use.
-const MAX_FREE: usize = 256;
+/// Free buffers kept per worker beyond what is in use (the rest go back to the allocator).
+const MAX_FREE: usize = 64;
 
 impl BufPool {
     pub fn new(size: usize) -> BufPool {
@@ -28,67 +32,104 @@ impl BufPool {
         }
     }
 
-    fn take(&self) -> Box<[u8]> {
+    fn take(&self) -> Vec<u8> {
         self.free
             .borrow_mut()
             .pop()
-            .unwrap_or_else(|| vec![0; self.size].into_boxed_slice())
+            .unwrap_or_else(|| Vec::with_capacity(self.size))
     }
 
-    fn give(&self, b: Box<[u8]>) {
+    fn give(&self, mut b: Vec<u8>) {
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_FREE {
+            b.clear();
             free.push(b);
         }
     }
 }
 
-/// A byte buffer with a read window `start..end`; its storage comes from a [`BufPool`].
+/// Buffered bytes up to this many wait for the rest of a message in a copy of their own
+/// size, the pooled storage going back to the pool meanwhile (a client that sends half a
+/// request head and stalls holds a few hundred bytes, not a buffer).
+const PARK_MAX: usize = 2048;
+
+/// A byte buffer whose unread bytes are `start..` of its storage; the storage comes from a
+/// [`BufPool`] and its length is where the data read so far ends. While `fill` waits for
+/// more, a few buffered bytes may sit in `parked` instead, the storage given back.
 #[derive(Default)]
 pub struct Buf {
-    data: Option<Box<[u8]>>,
-    pub start: usize,
-    pub end: usize,
+    data: Option<Vec<u8>>,
+    start: usize,
+    parked: Vec<u8>,
 }
 
 impl Buf {
     pub fn bytes(&self) -> &[u8] {
         match &self.data {
-            Some(d) => &d[self.start..self.end],
-            None => &[],
+            Some(d) => &d[self.start..],
+            None => &self.parked,
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.start == self.end
+        self.bytes().is_empty()
     }
 
     pub fn consume(&mut self, n: usize) {
+        let Some(d) = &mut self.data else {
+            self.parked.drain(..n);
+            return;
+        };
         self.start += n;
-        if self.start == self.end {
+        if self.start == d.len() {
             self.start = 0;
-            self.end = 0;
+            d.clear();
         }
     }
 
     /// Drops whatever is buffered (a connection that will not be read again).
     pub fn clear(&mut self, pool: &BufPool) {
         self.start = 0;
-        self.end = 0;
+        self.parked = Vec::new();
+        if let Some(d) = &mut self.data {
+            d.clear();
+        }
         self.release(pool);
+    }
+
+    /// Moves a few buffered bytes out of the pooled storage, which goes back to the pool.
+    fn park(&mut self, pool: &BufPool) {
+        if self.bytes().len() > PARK_MAX {
+            return;
+        }
+        if let Some(d) = self.data.take() {
+            self.parked = d[self.start..].to_vec();
+            self.start = 0;
+            pool.give(d);
+        }
+    }
+
+    /// Puts parked bytes back at the start of pooled storage.
+    fn unpark(&mut self, pool: &BufPool) {
+        if self.data.is_none() && !self.parked.is_empty() {
+            let mut d = pool.take();
+            d.extend_from_slice(&self.parked);
+            self.parked = Vec::new();
+            self.data = Some(d);
+        }
     }
 
     /// No room is left and nothing can be compacted.
     pub fn is_full(&self) -> bool {
         self.data
             .as_ref()
-            .is_some_and(|d| self.start == 0 && self.end == d.len())
+            .is_some_and(|d| self.start == 0 && d.len() == d.capacity())
     }
 
     /// The last read stopped at the end of the storage, so the peer may well have more
     /// waiting (a read that stopped short took everything there was).
     pub fn read_to_capacity(&self) -> bool {
-        self.data.as_ref().is_some_and(|d| self.end == d.len())
+        self.data.as_ref().is_some_and(|d| d.len() == d.capacity())
     }
 
     /// Returns the storage to the pool if nothing is buffered.
@@ -108,15 +149,19 @@ impl Buf {
                 self.release(pool);
                 stream.readable().await?;
             }
+            self.unpark(pool);
             let data = self.data.get_or_insert_with(|| pool.take());
-            if self.end == data.len() && self.start > 0 {
-                data.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
+            if data.len() == data.capacity() && self.start > 0 {
+                data.copy_within(self.start.., 0);
+                data.truncate(data.len() - self.start);
                 self.start = 0;
             }
-            match stream.try_read(&mut data[self.end..]) {
+            if data.len() == data.capacity() {
+                // Full: callers check `is_full` first; as a read into no room, nothing.
+                return Ok(0);
+            }
+            match stream.try_read_into(data) {
                 Ok(n) => {
-                    self.end += n;
                     if n == 0 {
                         self.release(pool);
                     }
@@ -124,6 +169,7 @@ impl Buf {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if !self.is_empty() {
+                        self.park(pool);
                         stream.readable().await?;
                     }
                 }

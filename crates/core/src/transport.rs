@@ -391,6 +391,23 @@ impl Conn {
         }
     }
 
+    /// Reads once into the room left in `buf` (between its length and its capacity, which
+    /// must not be full), appending what came. Over TCP the room is not written before the
+    /// kernel fills it, so untouched memory stays untouched.
+    pub fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        debug_assert!(buf.len() < buf.capacity(), "no room to read into");
+        match &self.io {
+            Io::Tcp(s) => s.try_read_buf(buf),
+            Io::Tls(t) => {
+                let at = buf.len();
+                buf.resize(buf.capacity(), 0);
+                let got = t.try_read(&mut buf[at..]);
+                buf.truncate(at + *got.as_ref().unwrap_or(&0));
+                got
+            }
+        }
+    }
+
     /// Whether bytes are waiting to be read right now (the next part of a message is
     /// already here, so a write may announce that more follows).
     pub fn has_input(&self) -> bool {

@@ -3,6 +3,10 @@
 
 mod master;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
 

@@ -688,3 +688,32 @@ fn http_error_takes_an_errorfile_or_a_body_file() {
     assert_eq!(r.header("content-type"), Some("text/html"));
     assert_eq!(r.header("x-why"), Some("maintenance"));
 }
+
+#[test]
+fn heads_and_bodies_arriving_in_pieces_are_put_together() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    // While a connection waits for the rest of a head, what it sent so far is held apart
+    // from the buffers (small heads) or in its buffer (large ones): both come out whole.
+    for filler in [10, 3000] {
+        let head = format!(
+            "POST /pieces HTTP/1.1\r\nHost: t\r\nX-Filler: {}\r\nContent-Length: 11\r\n\r\nhello world",
+            "f".repeat(filler)
+        );
+        let mut c = p.connect();
+        for piece in head.as_bytes().chunks(head.len() / 4 + 1) {
+            c.send(piece);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let r = c.response();
+        assert_eq!((r.status, r.text().as_str()), (200, "o /pieces"));
+        let got = origin.requests().pop().unwrap();
+        assert_eq!(got.header("x-filler").map(str::len), Some(filler));
+        assert_eq!(got.body, b"hello world");
+        // The connection goes on with the next request.
+        assert_eq!(c.get("/next").text(), "o /next");
+    }
+}

@@ -95,6 +95,8 @@ pub struct ProcessFigures {
     /// `%rt` for formats that show it: one count for the whole process, as HAProxy's, so
     /// that unique ids built on it do not repeat across workers.
     pub request_ids: std::sync::atomic::AtomicU64,
+    /// The most client connections open at once since memory was last given back.
+    pub connections_peak: AtomicUsize,
 }
 
 /// The right to hold one client connection under the global, frontend and listener
@@ -205,6 +207,25 @@ pub struct Process {
 }
 
 impl Process {
+    /// Gives the allocator's free memory back to the system once the client connections
+    /// have fallen to half their peak (and by at least 256): the memory of connections that
+    /// are gone would otherwise stay with the workers' allocator arenas. Called by one
+    /// worker a few times a second.
+    pub fn trim_memory(&self) {
+        let now = self.active_total();
+        let peak = &self.figures.connections_peak;
+        let before = peak.fetch_max(now, Ordering::Relaxed).max(now);
+        if before >= now + 256 && before >= 2 * now {
+            peak.store(now, Ordering::Relaxed);
+            #[cfg(target_env = "gnu")]
+            // SAFETY: malloc_trim only releases free memory of the C allocator, which every
+            // Rust allocation here goes through; it takes the allocator's own locks.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    }
+
     /// Client connections open in the whole process (`%ac`).
     pub fn active_total(&self) -> usize {
         self.threads

@@ -79,7 +79,8 @@ pub async fn serve(
     }
     let info = counted.info.clone();
     match w.config().frontends[fe].stream.mode {
-        Mode::Tcp => tcp::serve(&w, client, peer, fe, &info, &vars).await,
+        // Boxed: a TCP session's state does not size every HTTP connection's.
+        Mode::Tcp => Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await,
         Mode::Http => serve_http(&w, client, peer, fe, info, vars).await,
     }
 }
@@ -136,7 +137,7 @@ async fn serve_http(
         chunked_body: None,
         cbuf: Buf::default(),
         sbuf: Buf::default(),
-        out: Vec::with_capacity(1024),
+        out: Vec::new(),
         private: None,
         requests: 0,
         received: 0,
@@ -185,7 +186,9 @@ async fn run(s: &mut Session) {
         if !s.w.process.loggers[s.fe].is_empty() {
             txn.log.capture_line(s.cbuf.bytes(), &head);
         }
-        let done = txn.handle(s, head).await;
+        // Boxed: a transaction's state exists while a request is handled, not while the
+        // connection waits for the next one (or for the rest of a head).
+        let done = Box::pin(txn.handle(s, head)).await;
         s.info.busy.store(false, Ordering::Relaxed);
         s.info.route(None, None);
         let status = match &done {

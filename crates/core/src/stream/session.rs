@@ -246,25 +246,23 @@ impl Session {
     /// the client still had unread bytes in flight.
     pub async fn close_gracefully(&mut self) {
         let _ = self.client.shutdown().await;
-        let mut sink = [0u8; 4096];
+        // Drained through the client buffer (from the worker's pool): no scratch of its own
+        // sizes every connection's state.
+        let w = self.w.clone();
         let mut drained = 0;
         while drained < 256 * 1024 {
-            let read = async {
-                self.client.readable().await?;
-                loop {
-                    match self.client.try_read(&mut sink) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            self.client.readable().await?
-                        }
-                        other => return other,
-                    }
-                }
-            };
-            match within(Some(Duration::from_secs(1)), read).await {
+            self.cbuf.clear(&w.bufs);
+            match within(
+                Some(Duration::from_secs(1)),
+                self.cbuf.fill(&mut self.client, &w.bufs),
+            )
+            .await
+            {
                 Ok(Ok(n)) if n > 0 => drained += n,
                 _ => break,
             }
         }
+        self.cbuf.clear(&w.bufs);
     }
 
     /// Writes to the client within `timeout client`.

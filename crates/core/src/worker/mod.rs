@@ -194,6 +194,7 @@ async fn measure_busy(w: Rc<Worker>) {
         w.ctx().counters.loops.set(BUSY.with(|b| b.loops.get()));
         if w.tid == 0 {
             crate::stats::sample(&w.process);
+            w.process.trim_memory();
         }
         last_busy = busy;
         last_at = now;
