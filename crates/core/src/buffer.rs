@@ -48,14 +48,15 @@ impl BufPool {
     }
 }
 
-/// Buffered bytes up to this many wait for the rest of a message in a copy of their own
-/// size, the pooled storage going back to the pool meanwhile (a client that sends half a
-/// request head and stalls holds a few hundred bytes, not a buffer).
+/// Buffered bytes up to this many wait for the rest of a request head in a copy of their
+/// own size, the pooled storage going back to the pool meanwhile (a client that sends half
+/// a head and stalls holds a few hundred bytes, not a buffer). Bodies being relayed are
+/// not parked: their waits are short and frequent.
 const PARK_MAX: usize = 2048;
 
 /// A byte buffer whose unread bytes are `start..` of its storage; the storage comes from a
-/// [`BufPool`] and its length is where the data read so far ends. While `fill` waits for
-/// more, a few buffered bytes may sit in `parked` instead, the storage given back.
+/// [`BufPool`] and its length is where the data read so far ends. While `fill_head` waits
+/// for more, a few buffered bytes may sit in `parked` instead, the storage given back.
 #[derive(Default)]
 pub struct Buf {
     data: Option<Vec<u8>>,
@@ -144,6 +145,21 @@ impl Buf {
     /// Reads once from `stream`. Waits for readability without holding storage, so an idle
     /// connection costs no buffer.
     pub async fn fill(&mut self, stream: &mut Conn, pool: &BufPool) -> std::io::Result<usize> {
+        self.fill_parking(stream, pool, false).await
+    }
+
+    /// Like `fill`, for a message head: while the rest is awaited, a few buffered bytes are
+    /// parked and the storage goes back to the pool.
+    pub async fn fill_head(&mut self, stream: &mut Conn, pool: &BufPool) -> std::io::Result<usize> {
+        self.fill_parking(stream, pool, true).await
+    }
+
+    async fn fill_parking(
+        &mut self,
+        stream: &mut Conn,
+        pool: &BufPool,
+        park: bool,
+    ) -> std::io::Result<usize> {
         loop {
             if self.is_empty() {
                 self.release(pool);
@@ -169,7 +185,9 @@ impl Buf {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if !self.is_empty() {
-                        self.park(pool);
+                        if park {
+                            self.park(pool);
+                        }
                         stream.readable().await?;
                     }
                 }

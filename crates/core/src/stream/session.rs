@@ -170,7 +170,7 @@ impl Session {
             // At a soft stop an idle connection is not closed under a request the client may
             // be sending at that moment: it waits for its next request, which is answered
             // and then closes the connection (or for its timeouts, or `hard-stop-after`).
-            let read = within(limit, self.cbuf.fill(&mut self.client, &w.bufs)).await;
+            let read = within(limit, self.cbuf.fill_head(&mut self.client, &w.bufs)).await;
             match read {
                 Ok(Ok(0)) => return Err(gone(None)),
                 Ok(Err(e)) => return Err(gone(Some(e))),
