@@ -386,7 +386,11 @@ impl Conn {
     /// Reads what is available without waiting (`WouldBlock` when nothing is).
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match &self.io {
-            Io::Tcp(s) => s.try_read(buf),
+            Io::Tcp(s) => {
+                let got = s.try_read(buf);
+                drained_if_short(s, &got, buf.len());
+                got
+            }
             Io::Tls(t) => t.try_read(buf),
         }
     }
@@ -397,7 +401,12 @@ impl Conn {
     pub fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
         debug_assert!(buf.len() < buf.capacity(), "no room to read into");
         match &self.io {
-            Io::Tcp(s) => s.try_read_buf(buf),
+            Io::Tcp(s) => {
+                let room = buf.capacity() - buf.len();
+                let got = s.try_read_buf(buf);
+                drained_if_short(s, &got, room);
+                got
+            }
             Io::Tls(t) => {
                 let at = buf.len();
                 buf.resize(buf.capacity(), 0);
@@ -514,10 +523,23 @@ impl Conn {
                 .process_new_packets()
                 .is_ok_and(|s| s.plaintext_bytes_to_read() == 0 && !s.peer_has_closed());
         }
+        // Not readable since its last read drained it (see `drained_if_short`): the server
+        // has sent nothing, not even a close, as far as the event loop knows. Else ask the
+        // socket, and forget a readiness left over from a read that filled the buffer.
+        let tcp = self.tcp();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if tcp.poll_read_ready(&mut cx).is_pending() {
+            return true;
+        }
         let mut buf = [MaybeUninit::<u8>::uninit(); 1];
-        match socket2::SockRef::from(self.tcp()).peek(&mut buf) {
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-            Ok(_) => false,
+        match socket2::SockRef::from(tcp).peek(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let _ = tcp.try_io(tokio::io::Interest::READABLE, || {
+                    Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                });
+                true
+            }
+            _ => false,
         }
     }
 
@@ -572,5 +594,16 @@ impl Conn {
     /// Moves a connection registered with another worker's event loop into this one's.
     pub fn adopt(self) -> io::Result<Conn> {
         Conn::attach(self.detach()?)
+    }
+}
+
+/// After a read over TCP that returned less than it had room for, the socket's receive queue
+/// was empty: its readiness is cleared without the read that would return EAGAIN (the next
+/// arrival raises a new edge, so nothing is missed). Saves a system call per wait.
+fn drained_if_short(s: &TcpStream, got: &io::Result<usize>, room: usize) {
+    if matches!(got, Ok(n) if *n > 0 && *n < room) {
+        let _ = s.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
     }
 }
