@@ -797,7 +797,7 @@ fn track(cx: &Ctx<'_>, slot: u8, key: &Expr, table: Option<&str>, level: Level) 
             &cx.vars.trackers
         }
     };
-    slots.borrow_mut()[usize::from(slot)] = Some(tracker);
+    slots.borrow_mut().set(usize::from(slot), tracker);
 }
 
 /// What one HTTP request adds to the entries tracking it.

@@ -208,14 +208,15 @@ pub struct Process {
 
 impl Process {
     /// Gives the allocator's free memory back to the system once the client connections
-    /// have fallen to half their peak (and by at least 256): the memory of connections that
-    /// are gone would otherwise stay with the workers' allocator arenas. Called by one
-    /// worker a few times a second.
+    /// have fallen to half their peak (and by at least 256), or to none: the memory of
+    /// connections that are gone would otherwise stay with the workers' allocator arenas.
+    /// Called by one worker a few times a second.
     pub fn trim_memory(&self) {
         let now = self.active_total();
         let peak = &self.figures.connections_peak;
         let before = peak.fetch_max(now, Ordering::Relaxed).max(now);
-        if before >= now + 256 && before >= 2 * now {
+        let fell = before >= now + 256 && before >= 2 * now;
+        if fell || (now == 0 && before > 0) {
             peak.store(now, Ordering::Relaxed);
             #[cfg(target_env = "gnu")]
             // SAFETY: malloc_trim only releases free memory of the C allocator, which every

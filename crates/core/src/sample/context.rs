@@ -20,10 +20,10 @@ pub struct StreamVars {
     pub txn: RefCell<Vars>,
     /// `track-sc0`, `track-sc1`, `track-sc2` of the transaction (`http-request`,
     /// `tcp-request content` in HTTP mode), released when it ends.
-    pub trackers: RefCell<[Option<Tracker>; 3]>,
+    pub trackers: RefCell<Slots>,
     /// The slots the connection tracks (`tcp-request connection|session`, and `tcp-request
     /// content` in TCP mode), released when it closes.
-    pub sess_trackers: RefCell<[Option<Tracker>; 3]>,
+    pub sess_trackers: RefCell<Slots>,
     /// The current request's unique id (`unique-id-format`).
     pub unique_id: RefCell<Option<std::rc::Rc<str>>>,
 }
@@ -67,16 +67,42 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The three tracking slots (`track-sc0..2`), allocated when a rule first tracks: most
+/// connections never do, and they stay small.
+#[derive(Debug, Default)]
+pub struct Slots(Option<Box<[Option<Tracker>; 3]>>);
+
+impl Slots {
+    pub fn get(&self, n: usize) -> Option<&Tracker> {
+        self.0.as_ref()?[n].as_ref()
+    }
+
+    pub fn set(&mut self, n: usize, t: Tracker) {
+        self.0.get_or_insert_with(Default::default)[n] = Some(t);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|s| s.iter().all(Option::is_none))
+    }
+
+    /// Releases every entry tracked.
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
 impl StreamVars {
     /// What slot `n` tracks: the transaction's entry, else the connection's (as HAProxy's
     /// `sc*` fetches look them up).
     pub fn with_tracked<R>(&self, n: u8, f: impl FnOnce(Option<&Tracker>) -> R) -> R {
         let n = usize::from(n);
         let txn = self.trackers.borrow();
-        if let Some(t) = &txn[n] {
+        if let Some(t) = txn.get(n) {
             return f(Some(t));
         }
-        f(self.sess_trackers.borrow()[n].as_ref())
+        f(self.sess_trackers.borrow().get(n))
     }
 
     /// Whether slot `n` tracks an entry already (a second `track-scN` is ignored).

@@ -81,8 +81,7 @@ impl Session {
     /// its bytes, and those it tracked itself are released.
     pub fn end_tracking(&self, status: i64, bytes_in: u64, bytes_out: u64) {
         let v = &self.vars;
-        let none = |t: &[Option<_>; 3]| t.iter().all(Option::is_none);
-        if none(&v.trackers.borrow()) && none(&v.sess_trackers.borrow()) {
+        if v.trackers.borrow().is_empty() && v.sess_trackers.borrow().is_empty() {
             return;
         }
         let mut counts = vec![
@@ -95,7 +94,7 @@ impl Session {
             counts.extend([(Counter::HttpErrCnt, 1), (Counter::HttpErrRate, 1)]);
         }
         v.count(&counts, crate::runtime::clock_ms());
-        *v.trackers.borrow_mut() = Default::default();
+        v.trackers.borrow_mut().clear();
     }
 
     /// What samples see of this session alone.
