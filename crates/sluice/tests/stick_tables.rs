@@ -15,7 +15,11 @@ fn status(p: &Sluice, path: &str) -> u16 {
 /// A value from `show table NAME`'s first entry: `name=value` or `name(period)=value`.
 fn entry_value(sock: &std::path::Path, table: &str, name: &str) -> Option<u64> {
     let out = Sluice::cli(sock, &format!("show table {table}"));
-    let line = out.lines().find(|l| l.contains("key="))?;
+    line_value(out.lines().find(|l| l.contains("key="))?, name)
+}
+
+/// `name=value` or `name(period)=value` from one `show table` entry line.
+fn line_value(line: &str, name: &str) -> Option<u64> {
     line.split_whitespace().find_map(|w| {
         let (k, v) = w.split_once('=')?;
         (k == name || k.split('(').next() == Some(name)).then(|| v.parse().ok())?
@@ -283,11 +287,10 @@ fn http_response_rules_track_on_the_answer() {
 
 /// `name=value` (or `name(period)=value`) from the `show table` line holding `key=KEY`.
 fn value_for(show: &str, key: &str, name: &str) -> Option<u64> {
-    let line = show.lines().find(|l| l.contains(&format!(" key={key} ")))?;
-    line.split_whitespace().find_map(|w| {
-        let (k, v) = w.split_once('=')?;
-        (k == name || k.split('(').next() == Some(name)).then(|| v.parse().ok())?
-    })
+    line_value(
+        show.lines().find(|l| l.contains(&format!(" key={key} ")))?,
+        name,
+    )
 }
 
 #[test]

@@ -31,7 +31,6 @@ use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
 use crate::rules::{tcp_verdict, Level};
 use crate::runtime::{ProxyCounters, Worker};
-use crate::sample::Ctx;
 use crate::transport::Conn;
 
 impl Txn {
@@ -58,13 +57,7 @@ impl Txn {
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
-            let cx = Ctx {
-                backend: Some(conn.backend),
-                server: Some(conn.server),
-                req: req.as_ref(),
-                res: Some(&view),
-                ..s.sample_ctx_base()
-            };
+            let cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             if !tcp_verdict(
                 &b.tcp_response,
                 &cx,
@@ -108,23 +101,12 @@ impl Txn {
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
-            let cx = Ctx {
-                backend: Some(conn.backend),
-                server: Some(conn.server),
-                req: req.as_ref(),
-                res: Some(&view),
-                ..s.sample_ctx_base()
-            };
+            let cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             self.render_log_samples_at_response(s, &cx);
         }
         if !be.persist.stick.is_empty() {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
-            let cx = Ctx {
-                backend: Some(conn.backend),
-                server: Some(conn.server),
-                res: Some(&view),
-                ..s.sample_ctx_base()
-            };
+            let cx = s.response_ctx((conn.backend, conn.server), None, &view);
             let mut keys = crate::persist::keys(be, &cx, true);
             keys.extend(facts.stick.iter().cloned());
             crate::persist::store(&keys, be.servers[conn.server].id);

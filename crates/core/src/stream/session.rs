@@ -77,6 +77,23 @@ impl Session {
         }
     }
 
+    /// What response rules, log samples and persistence see once a server answered: the
+    /// response, the request as it was sent (when kept), the backend and its server.
+    pub fn response_ctx<'a>(
+        &'a self,
+        (backend, server): (usize, usize),
+        req: Option<&'a RequestView<'a>>,
+        res: &'a sluice_http::ResponseView<'a>,
+    ) -> Ctx<'a> {
+        Ctx {
+            backend: Some(backend),
+            server: Some(server),
+            req,
+            res: Some(res),
+            ..self.sample_ctx_base()
+        }
+    }
+
     /// The transaction is over: the entries tracking it count its error (a 4xx answer) and
     /// its bytes, and those it tracked itself are released.
     pub fn end_tracking(&self, status: i64, bytes_in: u64, bytes_out: u64) {
