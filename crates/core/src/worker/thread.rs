@@ -29,10 +29,10 @@ pub(crate) struct Thread {
 }
 
 impl Thread {
-    /// Serves a freshly accepted connection on the least loaded worker: here when no other
-    /// has less to do, else handed over before any event loop registered it (the target
-    /// registers it once). A bind restricted to some workers (`thread N[-M]`, 1-based)
-    /// dispatches among those.
+    /// Serves a freshly accepted connection on the worker `tune.listener.multi-queue`
+    /// chooses (by default the least loaded, see `least_loaded`): here, or handed over
+    /// before any event loop registered it (the target registers it once). A bind
+    /// restricted to some workers (`thread N[-M]`, 1-based) dispatches among those.
     pub fn dispatch(
         &self,
         conn: Detached,
