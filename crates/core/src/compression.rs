@@ -496,11 +496,12 @@ impl Compressor {
         scratch: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> usize {
-        scratch.clear();
-        scratch.resize(
-            max_encoded_len(data.len()) + MAX_FLUSH_LEN + MAX_FINISH_LEN,
-            0,
-        );
+        // The encoder writes whole words and never reads what is there, so the scratch keeps
+        // its length between chunks and is zero-filled only when it grows.
+        let needed = max_encoded_len(data.len()) + MAX_FLUSH_LEN + MAX_FINISH_LEN;
+        if scratch.len() < needed {
+            scratch.resize(needed, 0);
+        }
         let mut n = 0;
         if !data.is_empty() {
             n += self
