@@ -120,11 +120,23 @@ pub(crate) fn fast(w: &mut Writer<'_>, input: &[u8], last: bool) {
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         let base = s.begin(input.len());
-        fast_with(w, input, last, &mut s.head, base);
+        // A fixed-size table: hashes index it without bounds checks.
+        let head: &mut [u32; 1 << HASH_BITS] = s
+            .head
+            .as_mut_slice()
+            .try_into()
+            .expect("the table has 2^HASH_BITS slots");
+        fast_with(w, input, last, head, base);
     });
 }
 
-fn fast_with(w: &mut Writer<'_>, input: &[u8], last: bool, head: &mut [u32], base: u32) {
+fn fast_with(
+    w: &mut Writer<'_>,
+    input: &[u8],
+    last: bool,
+    head: &mut [u32; 1 << HASH_BITS],
+    base: u32,
+) {
     let n = input.len();
     let mut seg_start = 0;
     while seg_start < n {
