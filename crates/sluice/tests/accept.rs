@@ -134,14 +134,7 @@ fn a_listener_maxconn_holds_the_next_connection_until_one_closes() {
 #[test]
 fn backlog_sets_the_accept_queue_of_the_listening_socket() {
     // Addresses the proxy binds itself (an inherited socket keeps its own queue).
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (a, b) = (free(), free());
+    let (a, b) = (free_port(), free_port());
     let _p = Sluice::start(&format!(
         "{DEFAULTS}frontend a\n    bind 127.0.0.1:{a} backlog 77\n    http-request return status 200 content-type text/plain string ok\nfrontend b\n    backlog 55\n    bind 127.0.0.1:{b}\n    http-request return status 200 content-type text/plain string ok\nfrontend ready\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n"
     ));

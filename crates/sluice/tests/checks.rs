@@ -895,12 +895,7 @@ fn http_check_send_and_disable_on_404() {
 fn the_cli_listens_on_tcp_too() {
     let a = Switchable::start("a");
     let (_d, sock) = cli_dir();
-    // A free port from the kernel, released for sluice.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let p = Sluice::start(&format!(
         "global\n    stats socket ipv4@127.0.0.1:{port} level admin\n    stats socket {} level user\n    stats socket {{fd}} level operator\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
         sock.display(),

@@ -559,12 +559,7 @@ fn the_master_cli_listens_on_tcp_and_inherited_sockets_with_the_cli_protocol() {
         "{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
         origin.addr
     );
-    // A free port from the kernel, released for the master.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let master = Sluice::start_args(
         &cfg,
         &[

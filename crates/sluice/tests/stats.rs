@@ -565,15 +565,6 @@ fn the_prometheus_exporter_publishes_haproxy_26_metrics() {
     assert_eq!(origin.count(), 5);
 }
 
-/// A free port on 127.0.0.1 (for a program that cannot take an inherited socket).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn promtool_lints_the_exposition_and_prometheus_scrapes_it() {
     let origin = Origin::start("o");

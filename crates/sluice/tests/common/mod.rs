@@ -544,6 +544,22 @@ impl Conn {
 }
 
 /// Waits until `f` holds, failing after [`TIMEOUT`] with what was awaited.
+/// A free port on 127.0.0.1 for an address sluice binds itself (where it cannot take an
+/// inherited socket). It is chosen below the kernel's ephemeral range (32768 and up), so the
+/// many connections the tests open never take it between this check and sluice's bind; the
+/// tests of one process get different candidates.
+pub fn free_port() -> u16 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let seed = std::process::id() as usize * 7919;
+    loop {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 10000 + (seed + k * 104_729) % 22_000;
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+}
+
 pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + TIMEOUT;
     while !f() {
