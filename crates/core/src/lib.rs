@@ -2,8 +2,9 @@
 //! test, `tests/layers.rs`, checks it), so the folder layout is the architecture:
 //!
 //! 1. [`conf`]: one configuration generation as plain data. No behaviour, no state.
-//! 2. [`fds`], [`buffer`], [`transport`], [`padded`], [`tls`]: descriptor accounting,
-//!    per-worker I/O buffers, the connection seam every socket goes through, cache-line
+//! 2. [`fds`], [`buffer`], [`transport`], [`pipe`], [`padded`], [`tls`]: descriptor
+//!    accounting, per-worker I/O buffers, the connection seam every socket goes through
+//!    (and the in-memory streams an HTTP/2 connection's requests come through), cache-line
 //!    padding, TLS settings.
 //! 3. [`pool`], [`log`], [`stick`]: per-thread idle server-connection pools (capability 1),
 //!    access log targets, stick tables; self-contained mechanisms over the layers below.
@@ -39,6 +40,7 @@ pub mod conf;
 pub mod buffer;
 pub mod fds;
 pub mod padded;
+pub mod pipe;
 pub mod tls;
 pub mod transport;
 

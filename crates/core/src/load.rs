@@ -42,6 +42,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     control::GLOBAL_KEYWORDS,
     check::GLOBAL_KEYWORDS,
     stream::keywords::GLOBAL_KEYWORDS,
+    stream::h2::GLOBAL_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
     control::cli::GLOBAL_KEYWORDS,
     pool::GLOBAL_KEYWORDS,

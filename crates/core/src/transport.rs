@@ -16,11 +16,14 @@
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::fds::Counted;
+use crate::pipe::SessionEnd;
 
 /// What is known about a connection's TLS session once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,12 +43,15 @@ pub struct TlsInfo {
 #[derive(Debug)]
 pub struct Conn {
     io: Io,
-    _fd: Counted,
+    /// The descriptor's place in the open count (none for an in-memory stream).
+    _fd: Option<Counted>,
 }
 
 enum Io {
     Tcp(TcpStream),
     Tls(Box<Tls>),
+    /// One stream of a multiplexed client connection (HTTP/2), served as a connection.
+    Pipe(Box<SessionEnd>),
 }
 
 impl std::fmt::Debug for Io {
@@ -53,6 +59,7 @@ impl std::fmt::Debug for Io {
         match self {
             Io::Tcp(s) => s.fmt(f),
             Io::Tls(t) => t.tcp.fmt(f),
+            Io::Pipe(p) => write!(f, "stream of {}", p.origin.peer),
         }
     }
 }
@@ -250,7 +257,7 @@ impl Conn {
         }
         Ok(Conn {
             io: Io::Tcp(TcpStream::from_std(sock.into())?),
-            _fd: fd,
+            _fd: Some(fd),
         })
     }
 
@@ -297,13 +304,21 @@ impl Conn {
             })),
             _fd: self._fd,
         };
-        let Io::Tls(t) = &conn.io else {
-            unreachable!("made just above")
+        conn.handshake().await?;
+        Ok(conn)
+    }
+
+    /// Completes a TLS handshake now, rather than as the connection is first read (an
+    /// accepted connection's protocol may depend on what it negotiated: ALPN). Nothing to
+    /// do without TLS or once done.
+    pub async fn handshake(&self) -> io::Result<()> {
+        let Io::Tls(t) = &self.io else {
+            return Ok(());
         };
         loop {
             t.flush().await?;
             if !t.state.borrow().is_handshaking() {
-                return Ok(conn);
+                return Ok(());
             }
             t.tcp.readable().await?;
             let mut st = t.state.borrow_mut();
@@ -321,26 +336,41 @@ impl Conn {
         }
     }
 
-    fn tcp(&self) -> &TcpStream {
-        match &self.io {
-            Io::Tcp(s) => s,
-            Io::Tls(t) => &t.tcp,
+    /// A stream of a multiplexed connection, served as a connection of its own.
+    pub fn stream(end: SessionEnd) -> Conn {
+        Conn {
+            io: Io::Pipe(Box::new(end)),
+            _fd: None,
         }
     }
 
-    fn tcp_mut(&mut self) -> &mut TcpStream {
-        match &mut self.io {
-            Io::Tcp(s) => s,
-            Io::Tls(t) => &mut t.tcp,
+    /// The socket under the connection; `None` for a stream of a multiplexed one.
+    fn socket(&self) -> Option<&TcpStream> {
+        match &self.io {
+            Io::Tcp(s) => Some(s),
+            Io::Tls(t) => Some(&t.tcp),
+            Io::Pipe(_) => None,
         }
+    }
+
+    /// The socket, for the calls only sockets get (server connections, TLS).
+    fn tcp(&self) -> &TcpStream {
+        self.socket()
+            .expect("a socket call on a multiplexed stream")
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp().peer_addr()
+        match &self.io {
+            Io::Pipe(p) => Ok(p.origin.peer),
+            _ => self.tcp().peer_addr(),
+        }
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp().local_addr()
+        match &self.io {
+            Io::Pipe(p) => Ok(p.origin.local),
+            _ => self.tcp().local_addr(),
+        }
     }
 
     /// Whether a completed TLS handshake was a resumption (`None`: not TLS, or not done).
@@ -352,19 +382,24 @@ impl Conn {
                 .handshake_kind()
                 .filter(|_| !t.state.borrow().is_handshaking())
                 .map(|k| k == rustls::HandshakeKind::Resumed),
-            Io::Tcp(_) => None,
+            Io::Tcp(_) | Io::Pipe(_) => None,
         }
     }
 
     /// Whether the connection is TLS (`ssl_fc`).
     pub fn is_tls(&self) -> bool {
-        matches!(self.io, Io::Tls(_))
+        match &self.io {
+            Io::Tls(_) => true,
+            Io::Pipe(p) => p.origin.tls.is_some(),
+            Io::Tcp(_) => false,
+        }
     }
 
     /// The TLS session's facts, once its handshake is done.
     pub fn tls(&self) -> Option<TlsInfo> {
         match &self.io {
             Io::Tls(t) => t.info(),
+            Io::Pipe(p) => p.origin.tls.clone(),
             Io::Tcp(_) => None,
         }
     }
@@ -380,6 +415,10 @@ impl Conn {
                 }
                 t.tcp.readable().await
             }
+            Io::Pipe(p) => {
+                p.readable().await;
+                Ok(())
+            }
         }
     }
 
@@ -392,6 +431,7 @@ impl Conn {
                 got
             }
             Io::Tls(t) => t.try_read(buf),
+            Io::Pipe(p) => p.try_read(buf),
         }
     }
 
@@ -407,10 +447,10 @@ impl Conn {
                 drained_if_short(s, &got, room);
                 got
             }
-            Io::Tls(t) => {
+            Io::Tls(_) | Io::Pipe(_) => {
                 let at = buf.len();
                 buf.resize(buf.capacity(), 0);
-                let got = t.try_read(&mut buf[at..]);
+                let got = self.try_read(&mut buf[at..]);
                 buf.truncate(at + *got.as_ref().unwrap_or(&0));
                 got
             }
@@ -420,10 +460,10 @@ impl Conn {
     /// Whether bytes are waiting to be read right now (the next part of a message is
     /// already here, so a write may announce that more follows).
     pub fn has_input(&self) -> bool {
-        if let Io::Tls(t) = &self.io {
-            if t.has_plaintext() {
-                return true;
-            }
+        match &self.io {
+            Io::Tls(t) if t.has_plaintext() => return true,
+            Io::Pipe(p) => return p.has_input(),
+            _ => {}
         }
         let mut buf = [MaybeUninit::<u8>::uninit(); 1];
         socket2::SockRef::from(self.tcp())
@@ -434,6 +474,9 @@ impl Conn {
     /// Copies what is waiting to be read into `buf` without consuming it (`balance
     /// rdp-cookie` looks at a connection's first bytes before they are relayed).
     pub fn peek_now(&self, buf: &mut [u8]) -> usize {
+        if let Io::Pipe(p) = &self.io {
+            return p.peek(buf);
+        }
         let mut tmp = vec![MaybeUninit::<u8>::uninit(); buf.len()];
         let n = socket2::SockRef::from(self.tcp())
             .recv_with_flags(&mut tmp, libc::MSG_PEEK | libc::MSG_DONTWAIT)
@@ -454,8 +497,13 @@ impl Conn {
     /// kernel may then hold a partial segment and send fuller packets. Never pass `more`
     /// when the next bytes depend on a peer.
     pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], more: bool) -> io::Result<()> {
-        if let Io::Tls(t) = &self.io {
-            return t.write(a, b).await;
+        match &self.io {
+            Io::Tls(t) => return t.write(a, b).await,
+            Io::Pipe(p) => {
+                p.write_all(a).await?;
+                return p.write_all(b).await;
+            }
+            Io::Tcp(_) => {}
         }
         let flags = if more { libc::MSG_MORE } else { 0 } | libc::MSG_NOSIGNAL;
         let stream = self.tcp();
@@ -492,21 +540,34 @@ impl Conn {
     /// Closes with a reset rather than a FIN: nothing unsent is delivered and neither side
     /// keeps the connection in TIME_WAIT.
     pub fn abort(self) {
+        if let Io::Pipe(p) = &self.io {
+            return p.abort();
+        }
         let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(std::time::Duration::ZERO));
     }
 
     /// Half-closes the sending side (after TLS's close_notify).
     pub async fn shutdown(&mut self) -> io::Result<()> {
-        if let Io::Tls(t) = &self.io {
-            t.state.borrow_mut().send_close_notify();
-            let _ = t.flush().await;
+        match &mut self.io {
+            Io::Tcp(s) => s.shutdown().await,
+            Io::Tls(t) => {
+                t.state.borrow_mut().send_close_notify();
+                let _ = t.flush().await;
+                t.tcp.shutdown().await
+            }
+            Io::Pipe(p) => {
+                p.shutdown();
+                Ok(())
+            }
         }
-        self.tcp_mut().shutdown().await
     }
 
     /// Whether an idle connection can still carry a request: false once the peer closed
     /// it, it failed, or it holds bytes nobody asked for.
     pub fn alive(&self) -> bool {
+        if let Io::Pipe(p) = &self.io {
+            return !p.front_gone();
+        }
         if let Io::Tls(t) = &self.io {
             // TLS records may arrive unasked (a TLS 1.3 server's session tickets): they are
             // taken in, and only data or a close makes the connection unusable.
@@ -546,6 +607,9 @@ impl Conn {
     /// Resolves when the peer has closed its side (end of stream or reset). Pipelined data
     /// is not a close: it is left unread and this never resolves.
     pub async fn closed(&self) {
+        if let Io::Pipe(p) = &self.io {
+            return p.closed().await;
+        }
         let stream = self.tcp();
         let mut probe = [MaybeUninit::<u8>::uninit(); 1];
         loop {
@@ -570,11 +634,12 @@ impl Conn {
         let (s, tls) = match self.io {
             Io::Tcp(s) => (s, None),
             Io::Tls(t) => (t.tcp, Some(Box::new(t.state.into_inner()))),
+            Io::Pipe(_) => return Err(io::Error::other("a multiplexed stream cannot move")),
         };
         Ok(Detached {
             io: s.into_std()?,
             tls,
-            fd: self._fd,
+            fd: self._fd.unwrap_or_default(),
         })
     }
 
@@ -588,12 +653,110 @@ impl Conn {
                 state: std::cell::RefCell::new(*state),
             })),
         };
-        Ok(Conn { io, _fd: d.fd })
+        Ok(Conn {
+            io,
+            _fd: Some(d.fd),
+        })
     }
 
     /// Moves a connection registered with another worker's event loop into this one's.
     pub fn adopt(self) -> io::Result<Conn> {
         Conn::attach(self.detach()?)
+    }
+}
+
+/// A client connection as a byte stream for a protocol crate (the HTTP/2 front), over
+/// plain TCP or TLS. A multiplexed stream is not one: its reads and writes fail.
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let t = match &mut self.get_mut().io {
+            Io::Tcp(s) => return Pin::new(s).poll_read(cx, buf),
+            Io::Tls(t) => t,
+            Io::Pipe(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        };
+        loop {
+            match t.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            // A readiness left from before is cleared by the read that found nothing.
+            std::task::ready!(t.tcp.poll_read_ready(cx))?;
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let t = match &mut self.get_mut().io {
+            Io::Tcp(s) => return Pin::new(s).poll_write(cx, buf),
+            Io::Tls(t) => t,
+            Io::Pipe(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        };
+        loop {
+            let n = io::Write::write(&mut t.state.borrow_mut().writer(), buf)?;
+            t.push()?;
+            if n > 0 || buf.is_empty() {
+                return Poll::Ready(Ok(n));
+            }
+            // rustls holds as much as it will: the socket must take some first.
+            std::task::ready!(t.tcp.poll_write_ready(cx))?;
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if let Io::Tcp(s) = &mut self.as_mut().get_mut().io {
+            return Pin::new(s).poll_write_vectored(cx, bufs);
+        }
+        let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
+        self.poll_write(cx, first)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        matches!(self.io, Io::Tcp(_))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let t = match &mut self.get_mut().io {
+            Io::Tcp(s) => return Pin::new(s).poll_flush(cx),
+            Io::Tls(t) => t,
+            Io::Pipe(_) => return Poll::Ready(Ok(())),
+        };
+        loop {
+            t.push()?;
+            if !t.state.borrow().wants_write() {
+                return Poll::Ready(Ok(()));
+            }
+            std::task::ready!(t.tcp.poll_write_ready(cx))?;
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if let Io::Tls(t) = &me.io {
+            t.state.borrow_mut().send_close_notify();
+        }
+        std::task::ready!(Pin::new(&mut *me).poll_flush(cx))?;
+        match &mut me.io {
+            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(t) => Pin::new(&mut t.tcp).poll_shutdown(cx),
+            Io::Pipe(_) => Poll::Ready(Ok(())),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// Bottom first. A module may import from its own layer or any layer below.
 const LAYERS: &[&[&str]] = &[
     &["conf"],
-    &["fds", "buffer", "transport", "padded", "tls"],
+    &["fds", "buffer", "transport", "pipe", "padded", "tls"],
     &["pool", "log", "stick"],
     &["runtime"],
     &[

@@ -39,6 +39,10 @@ pub struct Bind {
     pub maxconn: Option<usize>,
     /// `backlog N`: the kernel's queue of connections not yet accepted.
     pub backlog: Option<usize>,
+    /// `proto h2`: connections speak HTTP/2 from their first byte (prior knowledge),
+    /// whatever TLS's ALPN chose. Without it, a TLS connection speaks HTTP/2 when ALPN
+    /// chose `h2`, and any other HTTP/1.1.
+    pub h2: bool,
 }
 
 impl Bind {

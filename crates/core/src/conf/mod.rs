@@ -83,6 +83,8 @@ pub struct GlobalConf {
     pub ulimit_n: Option<u64>,
     /// `tune.listener.multi-queue on|fair|off`.
     pub dispatch: listen::Dispatch,
+    /// `tune.h2.*`.
+    pub h2: stream::H2Tune,
 }
 
 impl Default for GlobalConf {
@@ -108,6 +110,7 @@ impl Default for GlobalConf {
             localpeer: None,
             ulimit_n: None,
             dispatch: listen::Dispatch::default(),
+            h2: stream::H2Tune::default(),
         }
     }
 }

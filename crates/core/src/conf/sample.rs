@@ -337,7 +337,7 @@ fn leading_int(s: &[u8]) -> Option<i64> {
 }
 
 /// Variables of one scope.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Vars(Vec<(String, Sample<'static>)>);
 
 impl Vars {

@@ -23,6 +23,30 @@ pub struct ForwardFor {
     pub if_none: bool,
 }
 
+/// The HTTP/2 front's settings (`tune.h2.*`), HAProxy's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2Tune {
+    /// `tune.h2.header-table-size`: the HPACK table a client may make us keep.
+    pub header_table_size: u32,
+    /// `tune.h2.initial-window-size`: what a client may send on a stream before we read.
+    pub initial_window_size: u32,
+    /// `tune.h2.max-concurrent-streams`: streams a client may have open at once.
+    pub max_concurrent_streams: u32,
+    /// `tune.h2.max-frame-size`: the largest frame we send.
+    pub max_frame_size: u32,
+}
+
+impl Default for H2Tune {
+    fn default() -> Self {
+        H2Tune {
+            header_table_size: 4096,
+            initial_window_size: 65535,
+            max_concurrent_streams: 100,
+            max_frame_size: 16384,
+        }
+    }
+}
+
 /// `mode`: what a proxy speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {

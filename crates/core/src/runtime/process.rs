@@ -249,6 +249,9 @@ pub struct Worker {
     pub lb: LbCache,
     /// This worker's side of the health checks.
     pub checks: WorkerChecks,
+    /// Signalled when the worker stops softly: connections that can say so (HTTP/2's
+    /// GOAWAY) tell their clients at once.
+    pub soft_stop: Notify,
 }
 
 /// What a worker keeps for the health checks it runs (the check module's policy reads and
@@ -279,6 +282,7 @@ impl Worker {
             comp_plain: RefCell::default(),
             lb: LbCache::default(),
             process,
+            soft_stop: Notify::new(),
             checks: WorkerChecks {
                 slots: Semaphore::new(check_slots),
                 grid: OnceCell::new(),

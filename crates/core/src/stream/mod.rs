@@ -8,6 +8,7 @@
 //!   shared by HTTP and TCP.
 //! - `relay`: the response body (plain or compressed) and the connection back to the pool.
 //! - `heads`: the head writers; `report`: how a transaction ended, for logs and counters.
+//! - `h2`: the HTTP/2 front; each stream is served as an HTTP/1.1 session.
 //! - `tcp`, `tunnel`: `mode tcp` and upgraded connections, relayed as bytes.
 //! - `keywords`: the data path's configuration keywords.
 //!
@@ -15,6 +16,7 @@
 
 mod connect;
 mod deadline;
+pub mod h2;
 mod heads;
 pub mod keywords;
 mod relay;
@@ -81,7 +83,11 @@ pub async fn serve(
     match w.config().frontends[fe].stream.mode {
         // Boxed: a TCP session's state does not size every HTTP connection's.
         Mode::Tcp => Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await,
-        Mode::Http => serve_http(&w, client, peer, fe, info, vars).await,
+        Mode::Http => match h2::negotiate(&w, fe, listener, &client).await {
+            Some(true) => h2::serve(&w, client, peer, fe, info, vars).await,
+            Some(false) => serve_http(&w, client, peer, fe, info, vars).await,
+            None => {}
+        },
     }
 }
 

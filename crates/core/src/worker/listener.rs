@@ -119,6 +119,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let mut name = None;
     let mut tls = None;
     let (mut maxconn, mut backlog) = (None, None);
+    let mut h2 = false;
     let mut i = 0;
     while i < opts.len() {
         if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
@@ -139,6 +140,17 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                     .get(i + 1)
                     .ok_or(KwError::Missing("a name after 'name'"))?;
                 name = Some(v.clone());
+                i += 2;
+            }
+            "proto" => {
+                let v = opts
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("a protocol after 'proto' (h1 or h2)"))?;
+                h2 = match v.as_str() {
+                    "h2" => true,
+                    "h1" => false,
+                    _ => return Err(KwError::bad(i + 3, v, "expects h1 or h2")),
+                };
                 i += 2;
             }
             "maxconn" | "backlog" => {
@@ -175,6 +187,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             tls: tls.clone(),
             maxconn,
             backlog,
+            h2,
         });
     }
     Ok(())

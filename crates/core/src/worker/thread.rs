@@ -105,6 +105,7 @@ impl Thread {
             InboxMsg::Stop => {
                 self.stopped.set(true);
                 self.stop.notify_waiters();
+                w.soft_stop.notify_waiters();
             }
         }
     }

@@ -1,0 +1,517 @@
+//! The HTTP/2 front: a client connection that speaks HTTP/2 (`proto h2`, or TLS whose ALPN
+//! chose `h2`) is driven by the `h2` crate on its worker, and each of its streams is served
+//! as an HTTP/1.1 session of its own over an in-memory pipe (`crate::pipe`). So every stream
+//! goes through the same head checks, rules, routing, queues, pools, compression and logs as
+//! an HTTP/1.1 request, and servers speak HTTP/1.1.
+//!
+//! A stream's request becomes an HTTP/1.1 head (pseudo-headers to the request line and
+//! `Host`, cookies joined), its body is relayed as it comes (with `Content-Length` when the
+//! client gave one, else chunked, so trailers pass); the session's response is parsed back
+//! and sent as HEADERS and DATA frames under the client's flow control, without the
+//! connection-specific fields HTTP/2 forbids.
+//!
+//! Invariants:
+//! - HTTP/2's own rules (pseudo-headers, connection-specific fields, `Content-Length`
+//!   against DATA) are enforced by the `h2` crate before a stream is seen here; the head
+//!   made from a stream is then checked by the HTTP/1.1 parser like any other, so nothing
+//!   malformed reaches a server.
+//! - A stream the client resets ends its session at once (the pipe is aborted), and a
+//!   client that resets streams faster than it lets them finish loses its connection
+//!   (GOAWAY ENHANCE_YOUR_CALM): the 2023 rapid-reset pattern cannot keep servers busy.
+//! - At a soft stop, or once idle past `timeout http-keep-alive` (else `timeout client`),
+//!   the connection sends GOAWAY and closes when its streams are done.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use sluice_config::{Keyword, KwError, Scope};
+use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing};
+
+use super::deadline::within;
+use crate::conf::{one_arg, GlobalConf};
+use crate::pipe::{self, Front, Origin};
+use crate::runtime::{SessionInfo, Worker};
+use crate::sample::StreamVars;
+use crate::transport::Conn;
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "tune.h2.header-table-size",
+        scope: Scope::GLOBAL,
+        help: "tune.h2.header-table-size N: the HPACK table size clients may use (default 4096, at most 65536)",
+        parse: |g, a| setting(a, 0, 65536).map(|n| g.h2.header_table_size = n),
+    },
+    Keyword {
+        name: "tune.h2.initial-window-size",
+        scope: Scope::GLOBAL,
+        help: "tune.h2.initial-window-size N: bytes a client may send on a stream before it is read (default 65535)",
+        parse: |g, a| setting(a, 0, (1 << 31) - 1).map(|n| g.h2.initial_window_size = n),
+    },
+    Keyword {
+        name: "tune.h2.max-concurrent-streams",
+        scope: Scope::GLOBAL,
+        help: "tune.h2.max-concurrent-streams N: streams a client may have open at once on a connection (default 100)",
+        parse: |g, a| setting(a, 1, u32::MAX).map(|n| g.h2.max_concurrent_streams = n),
+    },
+    Keyword {
+        name: "tune.h2.max-frame-size",
+        scope: Scope::GLOBAL,
+        help: "tune.h2.max-frame-size N: the largest frame sent (default 16384, from 16384 to 16777215)",
+        parse: |g, a| setting(a, 16384, (1 << 24) - 1).map(|n| g.h2.max_frame_size = n),
+    },
+];
+
+fn setting(a: &[String], min: u32, max: u32) -> Result<u32, KwError> {
+    let v = one_arg(a, "a number")?;
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| KwError::bad(1, v, format!("expects a number from {min} to {max}")))
+}
+
+/// Client resets of streams not yet answered that a connection may make per
+/// `RESET_WINDOW`, per stream it may have open: past it, the connection is closed.
+const RESETS_PER_STREAM: u32 = 2;
+const RESET_WINDOW: Duration = Duration::from_secs(10);
+
+/// How long a connection that sent GOAWAY on its own (idle) waits for the frame to go out.
+const GOAWAY_LINGER: Duration = Duration::from_secs(5);
+
+/// Whether a new client connection of `listener` speaks HTTP/2. A TLS connection of a bind
+/// that offers `h2` completes its handshake here, within `timeout http-request` (else
+/// `timeout client`), to learn what ALPN chose. `None`: the handshake failed.
+pub(super) async fn negotiate(
+    w: &Worker,
+    fe: usize,
+    listener: usize,
+    client: &Conn,
+) -> Option<bool> {
+    let f = &w.config().frontends[fe];
+    let bind = &f.listen.binds[listener];
+    if bind.h2 {
+        return Some(true);
+    }
+    let offers_h2 = bind
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.alpn.iter().any(|p| p == "h2"));
+    if !offers_h2 {
+        return Some(false);
+    }
+    let limit = f.stream.timeout_http_request.or(f.stream.timeout_client);
+    match within(limit, client.handshake()).await {
+        Ok(Ok(())) => {}
+        _ => return None,
+    }
+    Some(client.tls().and_then(|t| t.alpn).as_deref() == Some(b"h2"))
+}
+
+/// What every stream of one connection shares.
+struct ConnShared {
+    w: Rc<Worker>,
+    fe: usize,
+    origin: Origin,
+    info: Arc<SessionInfo>,
+    /// The connection's `sess.` variables when it started speaking HTTP/2.
+    sess_vars: crate::conf::sample::Vars,
+    /// Streams being served now.
+    active: Cell<usize>,
+    /// Streams the client reset before their answer, in the current window.
+    resets: Cell<(u32, tokio::time::Instant)>,
+}
+
+/// Serves an HTTP/2 client connection until it closes.
+pub(super) async fn serve(
+    w: &Rc<Worker>,
+    client: Conn,
+    peer: SocketAddr,
+    fe: usize,
+    info: Arc<SessionInfo>,
+    vars: StreamVars,
+) {
+    let tune = w.config().global.h2;
+    let st = &w.config().frontends[fe].stream;
+    let origin = Origin {
+        peer,
+        local: client.local_addr().unwrap_or(peer),
+        tls: client.tls(),
+    };
+    let handshake = h2::server::Builder::new()
+        .header_table_size(tune.header_table_size)
+        .initial_window_size(tune.initial_window_size)
+        .max_concurrent_streams(tune.max_concurrent_streams)
+        .max_frame_size(tune.max_frame_size)
+        // A head larger than a buffer could not be served over HTTP/1.1 either.
+        .max_header_list_size(w.config().global.bufsize as u32)
+        .handshake::<_, Bytes>(client);
+    let Ok(Ok(mut conn)) = within(st.timeout_http_request.or(st.timeout_client), handshake).await
+    else {
+        return;
+    };
+    let shared = Rc::new(ConnShared {
+        w: w.clone(),
+        fe,
+        origin,
+        info,
+        sess_vars: vars.sess.borrow().clone(),
+        active: Cell::new(0),
+        resets: Cell::new((0, tokio::time::Instant::now())),
+    });
+    let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
+    let reset_budget = RESETS_PER_STREAM.saturating_mul(tune.max_concurrent_streams);
+    let mut going_away = false;
+    let mut linger = None;
+    loop {
+        let stop = w.soft_stop.notified();
+        let soft_stop = async {
+            if !w.stopping() {
+                stop.await;
+            }
+        };
+        let idle = async {
+            match (shared.active.get(), idle_limit, linger) {
+                (_, _, Some(until)) => tokio::time::sleep_until(until).await,
+                (0, Some(d), None) => tokio::time::sleep(d).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((req, respond))) => {
+                    tokio::task::spawn_local(serve_stream(shared.clone(), req, respond));
+                }
+                Some(Err(_)) | None => break,
+            },
+            () = soft_stop, if !going_away => {
+                going_away = true;
+                conn.graceful_shutdown();
+            }
+            () = idle => {
+                if linger.is_some() {
+                    break;
+                }
+                conn.abrupt_shutdown(Reason::NO_ERROR);
+                linger = Some(tokio::time::Instant::now() + GOAWAY_LINGER);
+                going_away = true;
+            }
+        }
+        if over_reset_budget(&shared, reset_budget) && linger.is_none() {
+            conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+            linger = Some(tokio::time::Instant::now() + GOAWAY_LINGER);
+            going_away = true;
+        }
+    }
+}
+
+fn over_reset_budget(shared: &ConnShared, budget: u32) -> bool {
+    let (n, since) = shared.resets.get();
+    if since.elapsed() > RESET_WINDOW {
+        shared.resets.set((0, tokio::time::Instant::now()));
+        return false;
+    }
+    n > budget
+}
+
+/// Serves one stream: its request into a session through a pipe, the session's response
+/// back to the client.
+async fn serve_stream(
+    shared: Rc<ConnShared>,
+    req: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+) {
+    let (parts, body) = req.into_parts();
+    if parts.method == http::Method::CONNECT {
+        // Tunnels over HTTP/2 streams are not built.
+        let res = http::Response::builder()
+            .status(501)
+            .body(())
+            .unwrap_or_default();
+        let _ = respond.send_response(res, true);
+        return;
+    }
+    let head_request = parts.method == http::Method::HEAD;
+    let mut head = Vec::with_capacity(512);
+    let chunked = request_head(&parts, body.is_end_stream(), &mut head);
+    shared.active.set(shared.active.get() + 1);
+    let (front, end) = pipe::pair(shared.origin.clone());
+    let vars = StreamVars {
+        sess: shared.sess_vars.clone().into(),
+        ..StreamVars::default()
+    };
+    let session = super::serve_http(
+        &shared.w,
+        Conn::stream(end),
+        shared.origin.peer,
+        shared.fe,
+        shared.info.clone(),
+        vars,
+    );
+    let upload = async {
+        if upload(&front, head, body, chunked).await.is_err() {
+            front.abort();
+        }
+    };
+    let download = async {
+        let answered = download(&front, &mut respond, head_request).await;
+        if answered.is_err() {
+            front.abort();
+        }
+        answered
+    };
+    let ((), (), answered) = tokio::join!(session, upload, download);
+    shared.active.set(shared.active.get() - 1);
+    if let Err(Ended::Reset) = answered {
+        let (n, since) = shared.resets.get();
+        shared.resets.set((n + 1, since));
+    }
+}
+
+/// Writes the HTTP/1.1 head of a stream's request into `out`. Returns whether its body
+/// goes chunked (it follows, and the client gave no length).
+fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = parts.uri.authority();
+    if let Some(a) = authority {
+        header_line(out, b"host", a.as_str().as_bytes());
+    }
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in &parts.headers {
+        match name.as_str() {
+            // `:authority` wins over a `host` field, as HTTP/2 says it must.
+            "host" if authority.is_some() => {}
+            // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one.
+            "cookie" => cookies.push(value.as_bytes()),
+            n => header_line(out, n.as_bytes(), value.as_bytes()),
+        }
+    }
+    if !cookies.is_empty() {
+        header_line(out, b"cookie", &cookies.join(&b"; "[..]));
+    }
+    let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    chunked
+}
+
+fn header_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Why a stream ended before its answer was complete.
+#[derive(Debug)]
+enum Ended {
+    /// The client reset it (or its connection went away).
+    Reset,
+    /// The session closed without a complete response.
+    Truncated,
+}
+
+/// Relays the request's head and body into the session, releasing flow-control credit as
+/// the session takes the bytes.
+async fn upload(
+    front: &Front,
+    head: Vec<u8>,
+    mut body: RecvStream,
+    chunked: bool,
+) -> Result<(), Ended> {
+    let gone = |_| Ended::Reset;
+    front.write_all(&head).await.map_err(gone)?;
+    let mut frame = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.map_err(|_| Ended::Reset)?;
+        let n = data.len();
+        if chunked && n > 0 {
+            frame.clear();
+            sluice_http::push_chunk_header(&mut frame, n);
+            front.write_all(&frame).await.map_err(gone)?;
+        }
+        front.write_all(&data).await.map_err(gone)?;
+        if chunked && n > 0 {
+            front.write_all(b"\r\n").await.map_err(gone)?;
+        }
+        let _ = body.flow_control().release_capacity(n);
+    }
+    if chunked {
+        let trailers = body.trailers().await.map_err(|_| Ended::Reset)?;
+        let mut end = b"0\r\n".to_vec();
+        for (name, value) in trailers.iter().flatten() {
+            header_line(&mut end, name.as_str().as_bytes(), value.as_bytes());
+        }
+        end.extend_from_slice(b"\r\n");
+        front.write_all(&end).await.map_err(gone)?;
+    }
+    front.finish();
+    Ok(())
+}
+
+/// Reads the session's response and sends it on the stream.
+async fn download(
+    front: &Front,
+    respond: &mut SendResponse<Bytes>,
+    head_request: bool,
+) -> Result<(), Ended> {
+    let mut buf = Vec::with_capacity(4096);
+    let head = loop {
+        let got = tokio::select! {
+            got = front.read(&mut buf) => got,
+            _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return Err(Ended::Reset),
+        };
+        if got.map_err(|_| Ended::Truncated)? == 0 {
+            return Err(Ended::Truncated);
+        }
+        match parse_response(&buf, head_request) {
+            Ok(Some(h)) if h.status < 200 => {
+                // Interim answers (100 Continue) stay between the session and the server.
+                buf.drain(..h.len);
+            }
+            Ok(Some(h)) => break h,
+            Ok(None) => {}
+            Err(_) => return Err(Ended::Truncated),
+        }
+    };
+    let mut res = http::Response::builder().status(head.status);
+    for h in &head.headers {
+        let name = &buf[h.name.clone()];
+        if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
+            continue;
+        }
+        res = res.header(name, &buf[h.value.clone()]);
+    }
+    let res = res.body(()).map_err(|_| Ended::Truncated)?;
+    let no_body = head.framing == Framing::None;
+    let mut send = respond
+        .send_response(res, no_body)
+        .map_err(|_| Ended::Reset)?;
+    if no_body {
+        return Ok(());
+    }
+    buf.drain(..head.len);
+    let mut body = BodyReader::new(head.framing);
+    loop {
+        let (data, done) = body.take(&mut buf).map_err(|_| Ended::Truncated)?;
+        if done {
+            let trailers = body.trailers();
+            let last_data = trailers.is_none();
+            send_data(&mut send, data, last_data).await?;
+            if let Some(t) = trailers {
+                send.send_trailers(t).map_err(|_| Ended::Reset)?;
+            }
+            return Ok(());
+        }
+        send_data(&mut send, data, false).await?;
+        let got = tokio::select! {
+            got = front.read(&mut buf) => got,
+            _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err(Ended::Reset),
+        };
+        if got.map_err(|_| Ended::Truncated)? == 0 {
+            if body.framing == Framing::UntilClose {
+                send_data(&mut send, Bytes::new(), true).await?;
+                return Ok(());
+            }
+            send.send_reset(Reason::INTERNAL_ERROR);
+            return Err(Ended::Truncated);
+        }
+    }
+}
+
+/// Sends `data` as the client's flow control allows.
+async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes, end: bool) -> Result<(), Ended> {
+    if data.is_empty() {
+        if end {
+            send.send_data(data, true).map_err(|_| Ended::Reset)?;
+        }
+        return Ok(());
+    }
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let room = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(Ok(n)) => n,
+            _ => return Err(Ended::Reset),
+        };
+        if room == 0 {
+            continue;
+        }
+        let part = data.split_to(room.min(data.len()));
+        send.send_data(part, end && data.is_empty())
+            .map_err(|_| Ended::Reset)?;
+    }
+    Ok(())
+}
+
+/// The response body as the session framed it, taken out of the bytes read so far.
+struct BodyReader {
+    framing: Framing,
+    /// Bytes still to come with `Content-Length`.
+    left: u64,
+    chunks: ChunkedDecoder,
+}
+
+impl BodyReader {
+    fn new(framing: Framing) -> BodyReader {
+        BodyReader {
+            framing,
+            left: match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
+            chunks: ChunkedDecoder::new(),
+        }
+    }
+
+    /// Takes the body bytes out of `buf`, and whether the body is complete.
+    fn take(&mut self, buf: &mut Vec<u8>) -> Result<(Bytes, bool), sluice_http::ChunkError> {
+        match self.framing {
+            Framing::Length(_) => {
+                let n = (self.left.min(buf.len() as u64)) as usize;
+                self.left -= n as u64;
+                let data = Bytes::copy_from_slice(&buf[..n]);
+                buf.drain(..n);
+                Ok((data, self.left == 0))
+            }
+            Framing::Chunked => {
+                let mut out = Vec::with_capacity(buf.len());
+                let used = self.chunks.decode(buf, ChunkedOut::Raw, &mut out)?;
+                buf.drain(..used);
+                Ok((out.into(), self.chunks.is_done()))
+            }
+            Framing::UntilClose => Ok((std::mem::take(buf).into(), false)),
+            Framing::None => Ok((Bytes::new(), true)),
+        }
+    }
+
+    /// The trailers of a chunked body, if it had any.
+    fn trailers(&self) -> Option<http::HeaderMap> {
+        let lines = self.chunks.trailers();
+        if lines.is_empty() {
+            return None;
+        }
+        let mut map = http::HeaderMap::new();
+        for line in lines.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = memchr::memchr(b':', line) else {
+                continue;
+            };
+            let name = http::HeaderName::from_bytes(&line[..colon]);
+            let value = http::HeaderValue::from_bytes(sluice_http::trim_ows(&line[colon + 1..]));
+            if let (Ok(n), Ok(v)) = (name, value) {
+                map.append(n, v);
+            }
+        }
+        (!map.is_empty()).then_some(map)
+    }
+}
