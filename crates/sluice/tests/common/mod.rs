@@ -22,6 +22,8 @@ pub struct Received {
     pub target: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The trailer fields of a chunked body.
+    pub trailers: Vec<(String, String)>,
     /// The head exactly as received.
     pub raw_head: String,
 }
@@ -206,8 +208,9 @@ fn read_request(r: &mut BufReader<TcpStream>, conn: usize) -> Option<Received> {
             .find(|(k, _)| k.eq_ignore_ascii_case(n))
             .map(|(_, v)| v.clone())
     };
+    let mut trailers = Vec::new();
     let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        read_chunked(r)?
+        read_chunked(r, &mut trailers)?
     } else if let Some(n) = find("content-length") {
         let mut b = vec![0; n.parse().ok()?];
         r.read_exact(&mut b).ok()?;
@@ -221,11 +224,12 @@ fn read_request(r: &mut BufReader<TcpStream>, conn: usize) -> Option<Received> {
         target,
         headers,
         body,
+        trailers,
         raw_head,
     })
 }
 
-fn read_chunked<R: BufRead>(r: &mut R) -> Option<Vec<u8>> {
+fn read_chunked<R: BufRead>(r: &mut R, trailers: &mut Vec<(String, String)>) -> Option<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let mut line = String::new();
@@ -237,6 +241,9 @@ fn read_chunked<R: BufRead>(r: &mut R) -> Option<Vec<u8>> {
                 r.read_line(&mut t).ok()?;
                 if t == "\r\n" || t.is_empty() {
                     return Some(body);
+                }
+                if let Some((n, v)) = t.split_once(':') {
+                    trailers.push((n.to_string(), v.trim().to_string()));
                 }
             }
         }
@@ -510,7 +517,7 @@ impl Conn {
         let body = if head || status == 204 || status == 304 || (100..200).contains(&status) {
             Vec::new()
         } else if find("transfer-encoding").is_some() {
-            read_chunked(&mut self.reader)?
+            read_chunked(&mut self.reader, &mut Vec::new())?
         } else if let Some(n) = find("content-length") {
             let mut b = vec![0; n.parse().ok()?];
             self.reader.read_exact(&mut b).ok()?;

@@ -1,0 +1,716 @@
+//! The HTTP/2 front through the real binary: curl over TLS with ALPN, the `h2` crate's
+//! client on `proto h2` binds (many streams on one connection, flow control, large bodies,
+//! trailers, GOAWAY at a soft stop), and raw frames where the point is a misbehaving client
+//! (malformed streams, a rapid-reset flood, SETTINGS and PING floods).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 client connection (prior knowledge) to `addr`; its driver runs in the
+/// background and its end is reported through the handle.
+async fn h2_connect(
+    addr: SocketAddr,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    (send, tokio::spawn(conn))
+}
+
+fn get(path: &str) -> http::Request<()> {
+    http::Request::get(format!("http://h2.test{path}"))
+        .body(())
+        .unwrap()
+}
+
+/// Sends a body-less request and reads the whole response: status, headers, body.
+async fn fetch(
+    send: &mut h2::client::SendRequest<Bytes>,
+    req: http::Request<()>,
+) -> Result<(http::response::Parts, Vec<u8>), h2::Error> {
+    let (res, _) = send.clone().ready().await?.send_request(req, true)?;
+    let (parts, mut body) = res.await?.into_parts();
+    let mut out = Vec::new();
+    while let Some(d) = body.data().await {
+        let d = d?;
+        body.flow_control().release_capacity(d.len())?;
+        out.extend_from_slice(&d);
+    }
+    Ok((parts, out))
+}
+
+fn self_signed(dir: &TempDir) -> String {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    dir.write(
+        "site.pem",
+        &format!("{}{}", c.cert.pem(), c.signing_key.serialize_pem()),
+    )
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-k", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn alpn_chooses_http2_or_http1_on_one_tls_bind() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} ssl crt {pem} alpn h2,http/1.1\n {{fe}} ssl crt {pem}\n\
+         http-response set-header X-Proto %[ssl_fc_alpn]\n default_backend be\n\
+         backend be\n server s {}\n",
+        origin.addr
+    ));
+    let h2_url = format!("https://localhost:{}/a", p.addrs[0].port());
+    let resolve = format!("localhost:{}:127.0.0.1", p.addrs[0].port());
+    let fmt = "%{http_version} %{http_code} %header{x-proto} ";
+    let out = curl(&[
+        "--http2",
+        "--resolve",
+        &resolve,
+        "-w",
+        fmt,
+        "-o",
+        "/dev/null",
+        &h2_url,
+    ]);
+    assert_eq!(out, "2 200 h2 ", "HTTP/2 through ALPN");
+    let out = curl(&[
+        "--http1.1",
+        "--resolve",
+        &resolve,
+        "-w",
+        fmt,
+        "-o",
+        "/dev/null",
+        &h2_url,
+    ]);
+    assert_eq!(out, "1.1 200 http/1.1 ", "HTTP/1.1 on the same bind");
+    // A bind that does not offer h2 stays HTTP/1.1 whatever the client asks.
+    let plain_url = format!("https://localhost:{}/b", p.addrs[1].port());
+    let resolve = format!("localhost:{}:127.0.0.1", p.addrs[1].port());
+    let out = curl(&[
+        "--http2",
+        "--resolve",
+        &resolve,
+        "-w",
+        fmt,
+        "-o",
+        "/dev/null",
+        &plain_url,
+    ]);
+    assert!(out.starts_with("1.1 200 "), "{out}");
+    let targets: Vec<String> = origin.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(targets, ["/a", "/a", "/b"]);
+    assert_eq!(
+        origin.requests()[0].header("host"),
+        Some(&*format!("localhost:{}", p.addrs[0].port()))
+    );
+}
+
+#[test]
+fn streams_of_one_connection_go_through_rules_routing_and_logs() {
+    let a = Origin::start("A");
+    let b = Origin::with_handler(
+        "B",
+        Arc::new(|r: &Received| {
+            ok_response(&format!(
+                "B {} cookie={}",
+                r.target,
+                r.header("cookie").unwrap_or("-")
+            ))
+            .into()
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "global\n nbthread 2\n log stdout format raw local0\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n log global\n\
+         log-format \"%ci %HM %HU %ST %b\"\n\
+         http-request deny if {{ path_beg /forbidden }}\n\
+         http-response set-header X-Stream yes\n\
+         use_backend bb if {{ path_beg /b/ }}\n default_backend ba\n\
+         backend ba\n server a {}\n backend bb\n server b {}\n",
+        a.addr, b.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, _conn) = h2_connect(p.addr()).await;
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let mut s = send.clone();
+            let path = if i % 2 == 0 {
+                format!("/a/{i}")
+            } else {
+                format!("/b/{i}")
+            };
+            tasks.push(tokio::spawn(async move {
+                let req = http::Request::get(format!("http://h2.test{path}"))
+                    .header("cookie", "x=1")
+                    .header("cookie", "y=2")
+                    .body(())
+                    .unwrap();
+                (path, fetch(&mut s, req).await)
+            }));
+        }
+        for t in tasks {
+            let (path, res) = t.await.unwrap();
+            let (parts, body) = res.expect("a response");
+            assert_eq!(parts.status, 200);
+            assert_eq!(parts.headers["x-stream"], "yes");
+            let body = String::from_utf8(body).unwrap();
+            if path.starts_with("/a/") {
+                assert_eq!(body, format!("A {path}"));
+            } else {
+                assert_eq!(body, format!("B {path} cookie=x=1; y=2"), "cookies joined");
+            }
+        }
+        let (parts, _) = fetch(&mut send, get("/forbidden")).await.unwrap();
+        assert_eq!(parts.status, 403);
+    });
+    assert_eq!(a.count(), 20);
+    assert_eq!(b.count(), 20);
+    assert!(a
+        .requests()
+        .iter()
+        .all(|r| r.header("host") == Some("h2.test")));
+    wait_until("40 requests and the refused one logged", || {
+        p.stdout().lines().count() >= 41
+    });
+    let out = p.stdout();
+    assert!(out.contains("127.0.0.1 GET /b/1 200 bb"), "{out}");
+    assert!(out.contains("127.0.0.1 GET /forbidden 403 fe"), "{out}");
+}
+
+#[test]
+fn large_bodies_cross_under_flow_control_with_a_slow_reader() {
+    const DOWN: usize = 3 << 20;
+    let payload: Vec<u8> = (0..DOWN).map(|i| (i * 7 % 251) as u8).collect();
+    let reply = {
+        let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {DOWN}\r\n\r\n").into_bytes();
+        r.extend_from_slice(&payload);
+        r
+    };
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            if r.method == "POST" {
+                ok_response(&format!("got {} bytes, sum {}", r.body.len(), sum(&r.body))).into()
+            } else {
+                reply.clone().into()
+            }
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 20s\n timeout server 20s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (send, _conn) = h2_connect(p.addr()).await;
+        // Download, reading slowly: the client's window closes and reopens many times.
+        let (res, _) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(get("/big"), true)
+            .unwrap();
+        let mut body = res.await.unwrap().into_body();
+        let mut got = Vec::new();
+        while let Some(d) = body.data().await {
+            let d = d.unwrap();
+            got.extend_from_slice(&d);
+            if got.len() < 512 * 1024 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            body.flow_control().release_capacity(d.len()).unwrap();
+        }
+        assert!(
+            got == payload,
+            "the body arrived whole ({} bytes)",
+            got.len()
+        );
+        // Uploads: with a length, and without one (relayed chunked).
+        let up: Vec<u8> = (0..(2 << 20)).map(|i| (i % 239) as u8).collect();
+        for with_length in [true, false] {
+            let mut req = http::Request::post("http://h2.test/up");
+            if with_length {
+                req = req.header("content-length", up.len());
+            }
+            let (res, mut stream) = send
+                .clone()
+                .ready()
+                .await
+                .unwrap()
+                .send_request(req.body(()).unwrap(), false)
+                .unwrap();
+            let mut rest = Bytes::from(up.clone());
+            while !rest.is_empty() {
+                stream.reserve_capacity(rest.len().min(64 * 1024));
+                let n = std::future::poll_fn(|cx| stream.poll_capacity(cx))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let part = rest.split_to(n.min(rest.len()));
+                stream.send_data(part, rest.is_empty()).unwrap();
+            }
+            let mut body = res.await.unwrap().into_body();
+            let mut text = Vec::new();
+            while let Some(d) = body.data().await {
+                text.extend_from_slice(&d.unwrap());
+            }
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                format!("got {} bytes, sum {}", up.len(), sum(&up))
+            );
+        }
+    });
+    let posts: Vec<Received> = origin
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(posts[0].header("content-length"), Some("2097152"));
+    assert_eq!(posts[1].header("transfer-encoding"), Some("chunked"));
+}
+
+fn sum(b: &[u8]) -> u64 {
+    b.iter().map(|&x| x as u64).sum()
+}
+
+#[test]
+fn trailers_pass_both_ways() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            let seen = r
+                .trailers
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: grpc-status\r\n\r\n\
+                 {:x}\r\n{seen}\r\n0\r\ngrpc-status: 0\r\n\r\n",
+                seen.len()
+            )
+            .into_bytes()
+            .into()
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (send, _conn) = h2_connect(p.addr()).await;
+        let req = http::Request::post("http://h2.test/rpc").body(()).unwrap();
+        let (res, mut stream) = send
+            .ready()
+            .await
+            .unwrap()
+            .send_request(req, false)
+            .unwrap();
+        stream
+            .send_data(Bytes::from_static(b"hello"), false)
+            .unwrap();
+        let mut t = http::HeaderMap::new();
+        t.insert("x-checksum", "abc".parse().unwrap());
+        stream.send_trailers(t).unwrap();
+        let mut body = res.await.unwrap().into_body();
+        let mut text = Vec::new();
+        while let Some(d) = body.data().await {
+            text.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(String::from_utf8(text).unwrap(), "x-checksum=abc");
+        let trailers = body.trailers().await.unwrap().expect("response trailers");
+        assert_eq!(trailers["grpc-status"], "0");
+    });
+    assert_eq!(origin.requests()[0].body, b"hello");
+}
+
+#[test]
+fn a_soft_stop_sends_goaway_and_lets_the_stream_in_flight_finish() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_: &Received| Reply::Delayed(Duration::from_millis(1500), ok_response("late"))),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, conn) = h2_connect(p.addr()).await;
+        let (res, _) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(get("/slow"), true)
+            .unwrap();
+        wait_until_async(|| origin.count() == 1).await;
+        assert_eq!(unsafe { libc::kill(p.pid() as i32, libc::SIGUSR1) }, 0);
+        let res = res.await.expect("the stream in flight is answered");
+        assert_eq!(res.status(), 200);
+        let mut body = res.into_body();
+        let mut text = Vec::new();
+        while let Some(d) = body.data().await {
+            text.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(text, b"late");
+        // The server said GOAWAY: the connection ends cleanly, and no new stream is served.
+        let end = tokio::time::timeout(TIMEOUT, conn)
+            .await
+            .expect("the connection ends");
+        assert!(end.unwrap().is_ok(), "a graceful end");
+        assert!(fetch(&mut send, get("/after")).await.is_err());
+    });
+    assert_eq!(origin.count(), 1);
+}
+
+async fn wait_until_async(mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ---- raw frames ----
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const DATA: u8 = 0;
+const END_STREAM: u8 = 1;
+const END_HEADERS: u8 = 4;
+
+fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let len = payload.len() as u32;
+    out.extend_from_slice(&len.to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// An HPACK block of literal fields without indexing (no Huffman coding).
+fn hpack(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in fields {
+        b.push(0);
+        b.push(n.len() as u8);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    b
+}
+
+fn request_fields(path: &str) -> Vec<(&str, &str)> {
+    vec![
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "h2.test"),
+    ]
+}
+
+/// Opens a raw HTTP/2 connection: preface and an empty SETTINGS.
+fn raw_h2(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut hello = PREFACE.to_vec();
+    frame(&mut hello, SETTINGS, 0, 0, &[]);
+    s.write_all(&hello).unwrap();
+    s
+}
+
+/// Reads frames until `stop` says so or the connection ends; returns (type, flags,
+/// stream, payload) of each frame read.
+fn read_frames(
+    s: &mut TcpStream,
+    mut stop: impl FnMut(u8, u32, &[u8]) -> bool,
+) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let mut head = [0u8; 9];
+    loop {
+        if s.read_exact(&mut head).is_err() {
+            return frames;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0; len];
+        if s.read_exact(&mut payload).is_err() {
+            return frames;
+        }
+        let done = stop(head[3], stream, &payload);
+        frames.push((head[3], head[4], stream, payload));
+        if done {
+            return frames;
+        }
+    }
+}
+
+fn error_code(payload: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(payload[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn malformed_streams_are_refused_and_never_reach_a_server() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    let post = |path: &'static str, extra: (&'static str, &'static str)| {
+        let mut f = request_fields(path);
+        f[0] = (":method", "POST");
+        f.push(extra);
+        f
+    };
+    let with = |path: &'static str, extra: (&'static str, &'static str)| {
+        let mut f = request_fields(path);
+        f.push(extra);
+        f
+    };
+    // Each on a connection of its own: a stream error resets the stream, and some (a field
+    // name with upper case, which breaks the header block) end the whole connection.
+    let cases: Vec<(&str, Vec<(&str, &str)>, Option<&[u8]>)> = vec![
+        (
+            "a connection-specific field",
+            with("/bad1", ("connection", "keep-alive")),
+            None,
+        ),
+        (
+            "transfer-encoding",
+            with("/bad2", ("transfer-encoding", "chunked")),
+            None,
+        ),
+        (
+            "te other than trailers",
+            with("/bad3", ("te", "gzip")),
+            None,
+        ),
+        (
+            "an upper-case field name",
+            with("/bad4", ("X-Upper", "1")),
+            None,
+        ),
+        (
+            "no :path",
+            vec![
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":authority", "h2.test"),
+            ],
+            None,
+        ),
+        (
+            "Content-Length against DATA",
+            post("/bad6", ("content-length", "10")),
+            Some(b"12345"),
+        ),
+    ];
+    for (what, fields, data) in cases {
+        let mut s = raw_h2(p.addr());
+        let mut out = Vec::new();
+        let flags = if data.is_some() {
+            END_HEADERS
+        } else {
+            END_HEADERS | END_STREAM
+        };
+        frame(&mut out, HEADERS, flags, 1, &hpack(&fields));
+        if let Some(d) = data {
+            frame(&mut out, DATA, END_STREAM, 1, d);
+        }
+        s.write_all(&out).unwrap();
+        let frames = read_frames(&mut s, |kind, _, _| kind == RST_STREAM || kind == GOAWAY);
+        let refused = frames.iter().find_map(|(k, _, st, payload)| match *k {
+            RST_STREAM if *st == 1 => Some(error_code(payload, 0)),
+            GOAWAY => Some(error_code(payload, 4)),
+            _ => None,
+        });
+        assert_eq!(
+            refused,
+            Some(1),
+            "{what}: PROTOCOL_ERROR; frames: {frames:?}"
+        );
+    }
+    // A good request on a connection whose other stream was refused is served.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&with("/bad", ("connection", "x"))),
+    );
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &hpack(&request_fields("/good")),
+    );
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| kind == DATA && stream == 3);
+    assert!(frames
+        .iter()
+        .any(|(k, _, st, _)| *k == RST_STREAM && *st == 1));
+    assert!(frames.iter().any(|(k, _, st, _)| *k == HEADERS && *st == 3));
+    let targets: Vec<String> = origin.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(
+        targets,
+        ["/good"],
+        "only the good request reached the server"
+    );
+}
+
+/// The process's resident memory in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Another client gets its answer, over HTTP/1.1, while a flood goes on.
+fn others_are_served(p: &Sluice, addr: SocketAddr) {
+    let r = common::get(addr, "/other");
+    assert_eq!(r.status, 200, "another client is served");
+    let _ = p;
+}
+
+#[test]
+fn a_rapid_reset_flood_costs_its_connection_and_nothing_else() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    others_are_served(&p, p.addrs[1]);
+    let before = rss_kib(p.pid());
+    let mut s = raw_h2(p.addr());
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut sent = 0u32;
+            for round in 0..100u32 {
+                let mut out = Vec::new();
+                for i in 0..200u32 {
+                    let id = 1 + 2 * (round * 200 + i);
+                    frame(
+                        &mut out,
+                        HEADERS,
+                        END_HEADERS | END_STREAM,
+                        id,
+                        &hpack(&request_fields("/flood")),
+                    );
+                    frame(&mut out, RST_STREAM, 0, id, &8u32.to_be_bytes());
+                }
+                if w.write_all(&out).is_err() {
+                    break;
+                }
+                sent += 200;
+            }
+            sent
+        })
+    };
+    let frames = read_frames(&mut s, |kind, _, _| kind == GOAWAY);
+    let sent = writer.join().unwrap();
+    let goaway = frames
+        .iter()
+        .find(|(k, ..)| *k == GOAWAY)
+        .expect("the flood is answered with GOAWAY");
+    assert_eq!(error_code(&goaway.3, 4), 0xb, "ENHANCE_YOUR_CALM");
+    others_are_served(&p, p.addrs[1]);
+    assert!(
+        origin.count() < 1000,
+        "{} of {sent} reset streams reached the server",
+        origin.count()
+    );
+    let grown = rss_kib(p.pid()).saturating_sub(before);
+    assert!(grown < 32 * 1024, "memory grew by {grown} KiB");
+}
+
+#[test]
+fn settings_and_ping_floods_do_not_starve_other_clients() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    others_are_served(&p, p.addrs[1]);
+    let before = rss_kib(p.pid());
+    // The flooding client never reads: whatever sluice answers (PING acks, SETTINGS acks)
+    // piles up unless it stops reading that connection.
+    let s = raw_h2(p.addr());
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let flood = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for i in 0..2000u64 {
+                frame(&mut out, PING, 0, 0, &i.to_be_bytes());
+                if i % 4 == 0 {
+                    // SETTINGS_MAX_CONCURRENT_STREAMS = 100, again and again.
+                    frame(&mut out, SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 100]);
+                }
+            }
+            let mut written = 0usize;
+            for _ in 0..200 {
+                if w.write_all(&out).is_err() {
+                    break;
+                }
+                written += out.len();
+            }
+            written
+        })
+    };
+    for _ in 0..5 {
+        others_are_served(&p, p.addrs[1]);
+    }
+    let written = flood.join().unwrap();
+    others_are_served(&p, p.addrs[1]);
+    let grown = rss_kib(p.pid()).saturating_sub(before);
+    assert!(
+        grown < 32 * 1024,
+        "memory grew by {grown} KiB after {written} bytes of flood"
+    );
+    drop(s);
+}
