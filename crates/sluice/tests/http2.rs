@@ -505,7 +505,8 @@ fn malformed_streams_are_refused_and_never_reach_a_server() {
     };
     // Each on a connection of its own: a stream error resets the stream, and some (a field
     // name with upper case, which breaks the header block) end the whole connection.
-    let cases: Vec<(&str, Vec<(&str, &str)>, Option<&[u8]>)> = vec![
+    type Fields = Vec<(&'static str, &'static str)>;
+    let cases: Vec<(&str, Fields, Option<&[u8]>)> = vec![
         (
             "a connection-specific field",
             with("/bad1", ("connection", "keep-alive")),
