@@ -20,7 +20,9 @@ case "${BENCH:-core}" in
     reload) exec python3 bench/reload.py "${1:-10}" "${2:-3}" ;;
     rules) exec python3 bench/rules.py "${1:-5}" "${2:-3}" ;;
     accept) exec python3 bench/accept.py "${1:-8}" "${2:-3}" ;;
-    tls) exec python3 bench/tls.py "${1:-5}" "${2:-3}" ;;
+    tls)
+        command -v h2load >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
+        exec python3 bench/tls.py "${1:-5}" "${2:-3}" ;;
     instructions)
         command -v valgrind >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind
         exec python3 bench/instructions.py "$@" ;;

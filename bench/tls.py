@@ -1,9 +1,10 @@
 """TLS termination benchmark (issue 14): sluice, HAProxy and nginx terminating TLS in front
-of one nginx origin, same certificate (ECDSA P-256, made with openssl here), same wrk, same
-thread count (2), side by side, medians of RUNS interleaved runs:
-  keep-alive  - wrk -c64 over kept-alive TLS connections (bulk of requests, no handshakes)
-  handshakes  - wrk -c64 with `Connection: close`: every request on a new TLS connection
-                (a full handshake each: wrk does not resume sessions)
+of one nginx origin, same certificate (ECDSA P-256, made with openssl here), one proxy
+worker each, side by side, medians of RUNS interleaved runs:
+  handshakes  - wrk -t2 -c64 with `Connection: close`: every request on a new TLS 1.3
+                connection, a full handshake each (wrk does not resume sessions)
+  keep-alive  - wrk -t2 -c64 over kept-alive TLS connections, 13 B and 76 kB responses
+  h2          - h2load over TLS with HTTP/2 (ALPN h2): 8 connections, 100 streams each
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
 """
@@ -24,8 +25,8 @@ def cert():
 
 
 def hap_sluice(kind, pem):
-    path = core.write_config(f"{kind}-tls", glob="    nbthread 2\n    maxconn 5000\n")
-    text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}", f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn http/1.1")
+    path = core.write_config(f"{kind}-tls", glob="    nbthread 1\n    maxconn 5000\n")
+    text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}", f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn h2,http/1.1")
     with open(path, "w") as f:
         f.write(text)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
@@ -34,32 +35,48 @@ def hap_sluice(kind, pem):
 def nginx_cmd(key, crt):
     conf = os.path.join(work, "proxy-tls.conf")
     with open(conf, "w") as f:
-        f.write(f"""daemon off; master_process on; worker_processes 2; pid {work}/proxy-tls.pid;
+        f.write(f"""daemon off; master_process on; worker_processes 1; pid {work}/proxy-tls.pid;
 error_log {work}/proxy-tls.err; events {{ worker_connections 5000; }}
-http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
+http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; http2_max_requests 1000000;
   upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 256; keepalive_requests 1000000; }}
-  server {{ listen 127.0.0.1:{PROXY} ssl backlog=4096; ssl_certificate {crt}; ssl_certificate_key {key};
+  server {{ listen 127.0.0.1:{PROXY} ssl http2 backlog=4096; ssl_certificate {crt}; ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache off; ssl_session_tickets off;
     location / {{ proxy_pass http://o; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
 """)
     return ["nginx", "-c", conf, "-p", work]
 
 
-def wrk(secs, close):
+def wrk(secs, close, path):
     args = ["wrk", "-t2", "-c64", f"-d{secs}s"]
     if close:
         args += ["-H", "Connection: close"]
-    out = subprocess.run(args + [f"https://127.0.0.1:{PROXY}/hello.txt"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(args + [f"https://127.0.0.1:{PROXY}{path}"], capture_output=True, text=True, check=True).stdout
     if re.search(r"Non-2xx or 3xx responses: (\d+)", out):
         raise SystemExit(f"error responses\n{out}")
     return int(re.search(r"(\d+) requests in", out).group(1))
 
 
-def run_once(cmd, close):
+def h2load(secs, path):
+    out = subprocess.run(["h2load", "-c8", "-m100", "-t1", "-D", str(secs), f"https://127.0.0.1:{PROXY}{path}"],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", out)
+    if not m or int(m.group(2)) > 0 or "h2" not in out:
+        raise SystemExit(f"h2load failed\n{out}")
+    return int(m.group(1))
+
+
+def load(kind, secs):
+    if kind == "h2":
+        return h2load(secs, "/hello.txt")
+    path = "/page.html" if kind == "keep-alive 76 kB" else "/hello.txt"
+    return wrk(secs, kind == "handshakes", path)
+
+
+def run_once(cmd, kind):
     p = start(cmd, PROXY)
-    wrk(1, close)
+    load(kind, 1)
     c0, t0 = group_cpu(p.pid), time.time()
-    reqs = wrk(SECS, close)
+    reqs = load(kind, SECS)
     c1, t1 = group_cpu(p.pid), time.time()
     stop(p)
     wait_closed(PROXY)
@@ -70,19 +87,21 @@ def main():
     o = core.nginx_origin()
     key, crt, pem = cert()
     cmds = {"sluice": hap_sluice("sluice", pem), "haproxy": hap_sluice("haproxy", pem), "nginx": nginx_cmd(key, crt)}
+    only = os.environ.get("BENCH_ONLY")
+    kinds = [k for k in ("handshakes", "keep-alive 13 B", "keep-alive 76 kB", "h2") if not only or k == only]
     print(f"# TLS benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, interleaved), "
-          "wrk -t2 -c64, 2 proxy threads, ECDSA P-256, GET /hello.txt from an nginx origin\n")
+          "1 proxy worker, ECDSA P-256, TLS 1.3, no resumption, nginx origin; wrk -t2 -c64, h2load -c8 -m100\n")
     print("| load | proxy | req/s | req per CPU-s |")
     print("| --- | --- | ---: | ---: |")
-    for load, close in (("keep-alive", False), ("new connection per request", True)):
+    for kind in kinds:
         rows = {k: [] for k in cmds}
         for i in range(RUNS):
             order = list(cmds)[i % 3:] + list(cmds)[:i % 3]
             for k in order:
-                rows[k].append(run_once(cmds[k], close))
+                rows[k].append(run_once(cmds[k], kind))
         for k in cmds:
             m = [statistics.median(r[j] for r in rows[k]) for j in range(2)]
-            print(f"| {load} | {k} | {m[0]:.0f} | {m[1]:.0f} |", flush=True)
+            print(f"| {kind} | {k} | {m[0]:.0f} | {m[1]:.0f} |", flush=True)
     stop(o)
 
 

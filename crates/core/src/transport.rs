@@ -386,6 +386,11 @@ impl Conn {
         }
     }
 
+    /// Whether this is one stream of a multiplexed (HTTP/2) client connection.
+    pub fn is_stream(&self) -> bool {
+        matches!(self.io, Io::Pipe(_))
+    }
+
     /// Whether the connection is TLS (`ssl_fc`).
     pub fn is_tls(&self) -> bool {
         match &self.io {

@@ -149,9 +149,10 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
         "global\n nbthread 2\n log stdout format raw local0\n\
          defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
          frontend fe\n {{fe}} proto h2\n log global\n\
-         log-format \"%ci %HM %HU %ST %b\"\n\
+         log-format \"%ci %HM %HU %HV %ST %b\"\n\
          http-request deny if {{ path_beg /forbidden }}\n\
-         http-response set-header X-Stream yes\n\
+         http-request set-var(txn.ver) req.ver\n\
+         http-response set-header X-Stream %[var(txn.ver)]\n\
          use_backend bb if {{ path_beg /b/ }}\n default_backend ba\n\
          backend ba\n server a {}\n backend bb\n server b {}\n",
         a.addr, b.addr
@@ -179,7 +180,7 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
             let (path, res) = t.await.unwrap();
             let (parts, body) = res.expect("a response");
             assert_eq!(parts.status, 200);
-            assert_eq!(parts.headers["x-stream"], "yes");
+            assert_eq!(parts.headers["x-stream"], "2.0", "req.ver");
             let body = String::from_utf8(body).unwrap();
             if path.starts_with("/a/") {
                 assert_eq!(body, format!("A {path}"));
@@ -200,8 +201,11 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
         p.stdout().lines().count() >= 41
     });
     let out = p.stdout();
-    assert!(out.contains("127.0.0.1 GET /b/1 200 bb"), "{out}");
-    assert!(out.contains("127.0.0.1 GET /forbidden 403 fe"), "{out}");
+    assert!(out.contains("127.0.0.1 GET /b/1 HTTP/2.0 200 bb"), "{out}");
+    assert!(
+        out.contains("127.0.0.1 GET /forbidden HTTP/2.0 403 fe"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -714,4 +718,41 @@ fn settings_and_ping_floods_do_not_starve_other_clients() {
         "memory grew by {grown} KiB after {written} bytes of flood"
     );
     drop(s);
+}
+
+#[test]
+fn tune_h2_settings_are_announced_and_bad_lines_are_refused() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n tune.h2.max-concurrent-streams 7\n tune.h2.initial-window-size 1048576\n\
+         tune.h2.header-table-size 8192\n tune.h2.max-frame-size 32768\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    let mut s = raw_h2(p.addr());
+    let frames = read_frames(&mut s, |kind, _, _| kind == SETTINGS);
+    let settings = &frames.last().unwrap().3;
+    let values: Vec<(u16, u32)> = settings
+        .chunks(6)
+        .map(|c| (u16::from_be_bytes([c[0], c[1]]), error_code(c, 2)))
+        .collect();
+    for want in [(1, 8192), (3, 7), (4, 1048576), (5, 32768)] {
+        assert!(values.contains(&want), "{want:?} in {values:?}");
+    }
+    let (ok, err) = check_config(
+        "frontend fe\n bind :8080 proto h3\n default_backend be\nbackend be\n server s 127.0.0.1:1\n",
+    );
+    assert!(
+        !ok && err.contains(":2") && err.contains("expects h1 or h2"),
+        "{err}"
+    );
+    let (ok, err) = check_config("global\n tune.h2.max-frame-size 100\n");
+    assert!(!ok && err.contains(":2") && err.contains("16384"), "{err}");
+    let (ok, err) =
+        check_config("backend be\n server s 127.0.0.1:1 ssl verify none alpn h2,http/1.1\n");
+    assert!(
+        !ok && err.contains(":2") && err.contains("not supported yet"),
+        "{err}"
+    );
 }

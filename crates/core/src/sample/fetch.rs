@@ -150,7 +150,11 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ResCookCnt(name) => Some(Sample::Int(cookies(cx, name, true).len() as i64)),
         Fetch::ReqBody => cx.body.map(|b| Sample::Bin(Cow::Borrowed(b))),
         Fetch::ReqLen => Some(Sample::Int(cx.body.map_or(0, |b| b.len()) as i64)),
-        Fetch::ReqVer => cx.req.map(|r| version(r.version())),
+        Fetch::ReqVer => cx.req.map(|r| match cx.client {
+            // A stream of an HTTP/2 connection, served as HTTP/1.1 inside.
+            Some(c) if c.is_stream() => Sample::str(b"2.0"),
+            _ => version(r.version()),
+        }),
         Fetch::Status => cx.res.map(|r| Sample::Int(i64::from(r.status()))),
         Fetch::ResVer => cx.res.map(|r| version(r.version())),
         Fetch::Var(v) => cx.vars.get(p, v),

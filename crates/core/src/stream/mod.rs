@@ -190,7 +190,8 @@ async fn run(s: &mut Session) {
         txn.log.parsed = true;
         s.info.busy.store(true, Ordering::Relaxed);
         if !s.w.process.loggers[s.fe].is_empty() {
-            txn.log.capture_line(s.cbuf.bytes(), &head);
+            txn.log
+                .capture_line(s.cbuf.bytes(), &head, s.client.is_stream());
         }
         // Boxed: a transaction's state exists while a request is handled, not while the
         // connection waits for the next one (or for the rest of a head).

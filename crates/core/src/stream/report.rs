@@ -250,11 +250,14 @@ pub(crate) fn capture_cookie<'h>(
 
 impl ReqLog {
     /// Keeps the request line for the log (the head leaves the buffer soon).
-    pub fn capture_line(&mut self, b: &[u8], head: &RequestHead) {
+    /// `h2`: the request came on a stream of an HTTP/2 connection.
+    pub fn capture_line(&mut self, b: &[u8], head: &RequestHead, h2: bool) {
         self.line = Some((
             String::from_utf8_lossy(head.method(b)).into_owned(),
             String::from_utf8_lossy(&b[head.target.clone()]).into_owned(),
-            if head.version == Version::Http10 {
+            if h2 {
+                "HTTP/2.0"
+            } else if head.version == Version::Http10 {
                 "HTTP/1.0"
             } else {
                 "HTTP/1.1"
