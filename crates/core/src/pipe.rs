@@ -11,20 +11,11 @@
 //!   and is never contended.
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 /// The most one direction holds before its writer waits.
 const LIMIT: usize = 64 * 1024;
-
-/// What the session side of a pipe knows of the connection it stands for.
-#[derive(Debug, Clone)]
-pub struct Origin {
-    pub peer: SocketAddr,
-    pub local: SocketAddr,
-    pub tls: Option<crate::transport::TlsInfo>,
-}
 
 #[derive(Debug, Default)]
 struct Direction {
@@ -102,7 +93,6 @@ struct State {
 #[derive(Debug)]
 pub struct SessionEnd {
     state: Arc<Mutex<State>>,
-    pub origin: Origin,
 }
 
 /// The front's end.
@@ -111,14 +101,14 @@ pub struct Front {
     state: Arc<Mutex<State>>,
 }
 
-/// A new pipe for one stream of a connection from `origin`.
-pub fn pair(origin: Origin) -> (Front, SessionEnd) {
+/// A new pipe for one stream.
+pub fn pair() -> (Front, SessionEnd) {
     let state = Arc::new(Mutex::new(State::default()));
     (
         Front {
             state: state.clone(),
         },
-        SessionEnd { state, origin },
+        SessionEnd { state },
     )
 }
 
@@ -297,18 +287,9 @@ impl Drop for Front {
 mod tests {
     use super::*;
 
-    fn origin() -> Origin {
-        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        Origin {
-            peer: a,
-            local: a,
-            tls: None,
-        }
-    }
-
     #[tokio::test]
     async fn bytes_cross_in_order_and_ends_are_seen() {
-        let (front, end) = pair(origin());
+        let (front, end) = pair();
         front.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
         let mut buf = [0u8; 64];
         assert_eq!(end.try_read(&mut buf).unwrap(), 16);
@@ -328,7 +309,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_writer_waits_for_its_reader_and_fails_once_it_is_gone() {
-        let (front, end) = pair(origin());
+        let (front, end) = pair();
         let big = vec![7u8; LIMIT + 10];
         let mut out = Vec::new();
         let reader = async {

@@ -39,6 +39,27 @@ pub struct TlsInfo {
     pub client_cert: Option<(String, String)>,
 }
 
+/// What a stream of a multiplexed client connection knows of that connection.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub tls: Option<TlsInfo>,
+}
+
+/// A stream served as a connection: its end of the pipe, and where it came from.
+struct Stream {
+    end: SessionEnd,
+    origin: Origin,
+}
+
+impl std::ops::Deref for Stream {
+    type Target = SessionEnd;
+    fn deref(&self) -> &SessionEnd {
+        &self.end
+    }
+}
+
 /// One connection, client or server side.
 #[derive(Debug)]
 pub struct Conn {
@@ -51,7 +72,7 @@ enum Io {
     Tcp(TcpStream),
     Tls(Box<Tls>),
     /// One stream of a multiplexed client connection (HTTP/2), served as a connection.
-    Pipe(Box<SessionEnd>),
+    Pipe(Box<Stream>),
 }
 
 impl std::fmt::Debug for Io {
@@ -336,10 +357,11 @@ impl Conn {
         }
     }
 
-    /// A stream of a multiplexed connection, served as a connection of its own.
-    pub fn stream(end: SessionEnd) -> Conn {
+    /// A stream of a multiplexed connection from `origin`, served as a connection of its
+    /// own.
+    pub fn stream(end: SessionEnd, origin: Origin) -> Conn {
         Conn {
-            io: Io::Pipe(Box::new(end)),
+            io: Io::Pipe(Box::new(Stream { end, origin })),
             _fd: None,
         }
     }

@@ -145,8 +145,10 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
             .into()
         }),
     );
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
     let p = Sluice::start(&format!(
-        "global\n nbthread 2\n log stdout format raw local0\n\
+        "global\n nbthread 2\n log stdout format raw local0\n stats socket {}\n\
          defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
          frontend fe\n {{fe}} proto h2\n log global\n\
          log-format \"%ci %HM %HU %HV %ST %b\"\n\
@@ -155,7 +157,9 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
          http-response set-header X-Stream %[var(txn.ver)]\n\
          use_backend bb if {{ path_beg /b/ }}\n default_backend ba\n\
          backend ba\n server a {}\n backend bb\n server b {}\n",
-        a.addr, b.addr
+        sock.display(),
+        a.addr,
+        b.addr
     ));
     runtime().block_on(async {
         let (mut send, _conn) = h2_connect(p.addr()).await;
@@ -205,6 +209,17 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
     assert!(
         out.contains("127.0.0.1 GET /forbidden HTTP/2.0 403 fe"),
         "{out}"
+    );
+    // show stat's HTTP/2 module: one connection, 41 streams, no HTTP/1 connection.
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(
+        stat_field(&csv, "fe", "FRONTEND", "h2_total_connections"),
+        "1"
+    );
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd"), "41");
+    assert_eq!(
+        stat_field(&csv, "fe", "FRONTEND", "h1_total_connections"),
+        "0"
     );
 }
 

@@ -331,6 +331,21 @@ fn sessions_resume_by_ticket_and_by_id() {
     wait_until("the connections to end", || info("CurrSslConns") == "0");
     assert_eq!(info("CumSslConns"), "8");
     assert_eq!(info("SslFrontendSessionReuse_pct"), "50");
+    // So does show stat's TLS module, and a failed handshake is counted there too.
+    let mut junk = TcpStream::connect(p.addrs[1]).unwrap();
+    junk.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let _ = junk.read_to_end(&mut Vec::new());
+    wait_until("the failed handshake to be counted", || {
+        stat_field(
+            &Sluice::cli(&sock, "show stat"),
+            "fe",
+            "FRONTEND",
+            "ssl_failed_handshake",
+        ) == "1"
+    });
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "ssl_sess"), "8");
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "ssl_reused_sess"), "4");
 }
 
 #[test]

@@ -324,6 +324,18 @@ pub struct ProxyCounters {
     pub connection_rate: Rate,
     pub request_rate: Rate,
     pub traffic: Traffic,
+    /// TLS handshakes completed (`ssl_sess`), those that resumed a session
+    /// (`ssl_reused_sess`), and those that failed (`ssl_failed_handshake`).
+    pub tls_handshakes: Counter,
+    pub tls_reused: Counter,
+    pub tls_failed: Counter,
+    /// HTTP/2 client connections (`h2_total_connections`), streams they opened
+    /// (`h2_headers_rcvd`), streams they reset (`h2_rst_stream_rcvd`), and GOAWAY frames
+    /// sent to them (`h2_goaway_resp`).
+    pub h2_connections: Counter,
+    pub h2_streams: Counter,
+    pub h2_resets: Counter,
+    pub h2_goaways: Counter,
 }
 
 impl CounterSet for ProxyCounters {
@@ -339,6 +351,13 @@ impl CounterSet for ProxyCounters {
             &self.denied_responses,
             &self.request_errors,
             &self.intercepted,
+            &self.tls_handshakes,
+            &self.tls_reused,
+            &self.tls_failed,
+            &self.h2_connections,
+            &self.h2_streams,
+            &self.h2_resets,
+            &self.h2_goaways,
         ]
         .into_iter()
         .chain(self.traffic.counters())

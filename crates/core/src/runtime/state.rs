@@ -548,6 +548,8 @@ pub struct FrontendState {
     pub id: u32,
     /// Client connections open on this frontend (`%fc`, `scur`).
     pub conns: AtomicUsize,
+    /// Those of them that speak HTTP/2 (`h2_open_connections`).
+    pub h2_conns: AtomicUsize,
     pub counters: PerWorker<ProxyCounters>,
     pub peaks: Peaks,
     /// The last invalid request.
@@ -686,6 +688,7 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
     FrontendState {
         id: f.id,
         conns: AtomicUsize::new(0),
+        h2_conns: AtomicUsize::new(0),
         counters: PerWorker::new(workers),
         peaks: Peaks::default(),
         errors: ErrorCapture::default(),

@@ -220,8 +220,43 @@ fn zeros(row: &mut Row, names: &[&str]) {
     }
 }
 
-/// The module counters after the separator: all of them on proxies; the TLS ones on servers.
-fn module_counters(row: &mut Row, h1: Option<(u64, u64, u64, u64)>) {
+/// The counters of HAProxy's statistics modules that a row has figures for.
+#[derive(Debug, Default)]
+struct Modules {
+    /// Open and total HTTP/1 connections, bytes in and out.
+    h1: Option<(u64, u64, u64, u64)>,
+    /// TLS handshakes, resumed ones, failed ones.
+    tls: Option<(u64, u64, u64)>,
+    /// HTTP/2: open and total connections, streams, streams reset by clients, GOAWAYs sent.
+    h2: Option<(u64, u64, u64, u64, u64)>,
+}
+
+impl Modules {
+    /// The TLS and HTTP/2 figures of a frontend or a listener.
+    fn of(c: &PerWorker<ProxyCounters>, h2_open: Option<u64>) -> Modules {
+        Modules {
+            h1: None,
+            tls: Some((
+                c.sum(|k| &k.tls_handshakes),
+                c.sum(|k| &k.tls_reused),
+                c.sum(|k| &k.tls_failed),
+            )),
+            h2: h2_open.map(|open| {
+                (
+                    open,
+                    c.sum(|k| &k.h2_connections),
+                    c.sum(|k| &k.h2_streams),
+                    c.sum(|k| &k.h2_resets),
+                    c.sum(|k| &k.h2_goaways),
+                )
+            }),
+        }
+    }
+}
+
+/// The module counters after the separator: all of them on proxies; the TLS ones on servers
+/// and listeners.
+fn module_counters(row: &mut Row, m: Modules) {
     let first = fields::SEPARATOR + 1;
     let last = if matches!(row.kind, Kind::Server | Kind::Listener) {
         first + 3
@@ -232,11 +267,23 @@ fn module_counters(row: &mut Row, h1: Option<(u64, u64, u64, u64)>) {
         row.cells[i] = Some(Cell::Num(0));
     }
     row.cells[fields::SEPARATOR] = Some(Cell::Text("-".into()));
-    if let Some((conns, total, bin, bout)) = h1 {
+    if let Some((conns, total, bin, bout)) = m.h1 {
         row.num("h1_open_connections", conns);
         row.num("h1_total_connections", total);
         row.num("h1_bytes_in", bin);
         row.num("h1_bytes_out", bout);
+    }
+    if let Some((sessions, reused, failed)) = m.tls {
+        row.num("ssl_sess", sessions);
+        row.num("ssl_reused_sess", reused);
+        row.num("ssl_failed_handshake", failed);
+    }
+    if let Some((open, total, streams, resets, goaways)) = m.h2 {
+        row.num("h2_open_connections", open);
+        row.num("h2_total_connections", total);
+        row.num("h2_headers_rcvd", streams);
+        row.num("h2_rst_stream_rcvd", resets);
+        row.num("h2_goaway_resp", goaways);
     }
 }
 
@@ -317,15 +364,18 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
         r.num("intercepted", c.sum(|k| &k.intercepted));
     }
     zeros(&mut r, &["dcon", "dses"]);
-    let h1 = http.then(|| {
+    let h2_open = st.h2_conns.load(Ordering::Relaxed) as u64;
+    let mut m = Modules::of(c, Some(h2_open));
+    m.h1 = http.then(|| {
         (
-            st.conns.load(Ordering::Relaxed) as u64,
-            c.sum(|k| &k.connections),
+            (st.conns.load(Ordering::Relaxed) as u64).saturating_sub(h2_open),
+            c.sum(|k| &k.connections)
+                .saturating_sub(c.sum(|k| &k.h2_connections)),
             c.sum(|k| &k.traffic.bytes_in),
             c.sum(|k| &k.traffic.bytes_out),
         )
     });
-    module_counters(&mut r, h1);
+    module_counters(&mut r, m);
     r
 }
 
@@ -356,7 +406,7 @@ fn listener_row(
     r.text("mode", mode(fe.stream.mode));
     zeros(&mut r, &["dcon", "dses", "wrew"]);
     r.num("eint", c.sum(|k| &k.traffic.internal_errors));
-    module_counters(&mut r, None);
+    module_counters(&mut r, Modules::of(c, None));
     r
 }
 
@@ -482,7 +532,7 @@ fn server_row(
         r.text("tracked", format!("{}/{}", tb.name, tb.servers[s].name));
     }
     checks(&mut r, srv, st);
-    module_counters(&mut r, None);
+    module_counters(&mut r, Modules::default());
     r
 }
 
@@ -612,6 +662,12 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
             c.sum(|k| &k.traffic.bytes_out),
         )
     });
-    module_counters(&mut r, h1);
+    module_counters(
+        &mut r,
+        Modules {
+            h1,
+            ..Modules::default()
+        },
+    );
     r
 }

@@ -24,6 +24,7 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,10 +36,11 @@ use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing};
 
 use super::deadline::within;
 use crate::conf::{one_arg, GlobalConf};
-use crate::pipe::{self, Front, Origin};
-use crate::runtime::{SessionInfo, Worker};
+use crate::pipe::{self, Front};
+use crate::runtime::counters::{Counter, ProxyCounters};
+use crate::runtime::{FrontendState, SessionInfo, Worker};
 use crate::sample::StreamVars;
-use crate::transport::Conn;
+use crate::transport::{Conn, Origin};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
@@ -83,33 +85,11 @@ const RESET_WINDOW: Duration = Duration::from_secs(10);
 /// How long a connection that sent GOAWAY on its own (idle) waits for the frame to go out.
 const GOAWAY_LINGER: Duration = Duration::from_secs(5);
 
-/// Whether a new client connection of `listener` speaks HTTP/2. A TLS connection of a bind
-/// that offers `h2` completes its handshake here, within `timeout http-request` (else
-/// `timeout client`), to learn what ALPN chose. `None`: the handshake failed.
-pub(super) async fn negotiate(
-    w: &Worker,
-    fe: usize,
-    listener: usize,
-    client: &Conn,
-) -> Option<bool> {
-    let f = &w.config().frontends[fe];
-    let bind = &f.listen.binds[listener];
-    if bind.h2 {
-        return Some(true);
-    }
-    let offers_h2 = bind
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.alpn.iter().any(|p| p == "h2"));
-    if !offers_h2 {
-        return Some(false);
-    }
-    let limit = f.stream.timeout_http_request.or(f.stream.timeout_client);
-    match within(limit, client.handshake()).await {
-        Ok(Ok(())) => {}
-        _ => return None,
-    }
-    Some(client.tls().and_then(|t| t.alpn).as_deref() == Some(b"h2"))
+/// Whether a new client connection of `listener` speaks HTTP/2: `proto h2`, or a TLS
+/// handshake (done) whose ALPN chose `h2`.
+pub(super) fn negotiated(w: &Worker, fe: usize, listener: usize, client: &Conn) -> bool {
+    w.config().frontends[fe].listen.binds[listener].h2
+        || client.tls().and_then(|t| t.alpn).as_deref() == Some(b"h2")
 }
 
 /// What every stream of one connection shares.
@@ -154,6 +134,10 @@ pub(super) async fn serve(
     else {
         return;
     };
+    let fe_state = &w.state().frontends[fe];
+    let _open = H2Open::new(fe_state);
+    let count = |c: fn(&ProxyCounters) -> &Counter| c(fe_state.counters.at(w.tid)).bump();
+    count(|c| &c.h2_connections);
     let shared = Rc::new(ConnShared {
         w: w.clone(),
         fe,
@@ -184,24 +168,28 @@ pub(super) async fn serve(
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
+                    count(|c| &c.h2_streams);
                     tokio::task::spawn_local(serve_stream(shared.clone(), req, respond));
                 }
                 Some(Err(_)) | None => break,
             },
             () = soft_stop, if !going_away => {
                 going_away = true;
+                count(|c| &c.h2_goaways);
                 conn.graceful_shutdown();
             }
             () = idle => {
                 if linger.is_some() {
                     break;
                 }
+                count(|c| &c.h2_goaways);
                 conn.abrupt_shutdown(Reason::NO_ERROR);
                 linger = Some(tokio::time::Instant::now() + GOAWAY_LINGER);
                 going_away = true;
             }
         }
         if over_reset_budget(&shared, reset_budget) && linger.is_none() {
+            count(|c| &c.h2_goaways);
             conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             linger = Some(tokio::time::Instant::now() + GOAWAY_LINGER);
             going_away = true;
@@ -239,14 +227,14 @@ async fn serve_stream(
     let mut head = Vec::with_capacity(512);
     let chunked = request_head(&parts, body.is_end_stream(), &mut head);
     shared.active.set(shared.active.get() + 1);
-    let (front, end) = pipe::pair(shared.origin.clone());
+    let (front, end) = pipe::pair();
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),
         ..StreamVars::default()
     };
-    let session = super::serve_http(
+    let session = super::h1::serve_http(
         &shared.w,
-        Conn::stream(end),
+        Conn::stream(end, shared.origin.clone()),
         shared.origin.peer,
         shared.fe,
         shared.info.clone(),
@@ -269,6 +257,28 @@ async fn serve_stream(
     if let Err(Ended::Reset) = answered {
         let (n, since) = shared.resets.get();
         shared.resets.set((n + 1, since));
+        let w = &shared.w;
+        w.state().frontends[shared.fe]
+            .counters
+            .at(w.tid)
+            .h2_resets
+            .bump();
+    }
+}
+
+/// Counts an HTTP/2 connection among its frontend's open ones while it lives.
+struct H2Open<'a>(&'a FrontendState);
+
+impl<'a> H2Open<'a> {
+    fn new(fe: &'a FrontendState) -> H2Open<'a> {
+        fe.h2_conns.fetch_add(1, Ordering::Relaxed);
+        H2Open(fe)
+    }
+}
+
+impl Drop for H2Open<'_> {
+    fn drop(&mut self) {
+        self.0.h2_conns.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -1,7 +1,6 @@
 //! The data path: one client connection from accept to close.
 //!
-//! - `session`: an HTTP/1.1 client connection and its buffers; its keep-alive loop is
-//!   [`serve_http`] here.
+//! - `session`: an HTTP/1.1 client connection and its buffers; `h1`: its keep-alive loop.
 //! - `txn`: one request/response exchange on it: rules, routing, server choice, sending
 //!   the request, reading the response head, logging.
 //! - `connect`: the server connection for a request (queue, pool, retries, redispatch),
@@ -16,6 +15,7 @@
 
 mod connect;
 mod deadline;
+mod h1;
 pub mod h2;
 mod heads;
 pub mod keywords;
@@ -28,15 +28,11 @@ mod txn;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-use self::session::Session;
-use self::txn::Txn;
-use crate::buffer::Buf;
+use self::h1::serve_http;
 use crate::conf::stream::Mode;
 use crate::rules::{tcp_verdict, Level};
-use crate::runtime::{ClientConn, SessionInfo, Slot, Worker};
+use crate::runtime::{ClientConn, Slot, Worker};
 use crate::sample::{Ctx, StreamVars};
 use crate::stick::Counter;
 use crate::transport::Conn;
@@ -53,7 +49,7 @@ pub async fn serve(
 ) {
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
-    // A TLS bind: the handshake runs as the connection is first read.
+    // A TLS bind: the handshake is completed once the connection rules let it in.
     let acceptor = w.config().frontends[fe].listen.binds[listener]
         .tls
         .as_ref()
@@ -79,15 +75,18 @@ pub async fn serve(
         client.abort();
         return;
     }
+    // After the connection rules: a connection they refuse costs no handshake.
+    if client.is_tls() && !handshake(&w, (fe, listener), &client).await {
+        return;
+    }
     let info = counted.info.clone();
     match w.config().frontends[fe].stream.mode {
         // Boxed: a TCP session's state does not size every HTTP connection's.
         Mode::Tcp => Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await,
-        Mode::Http => match h2::negotiate(&w, fe, listener, &client).await {
-            Some(true) => h2::serve(&w, client, peer, fe, info, vars).await,
-            Some(false) => serve_http(&w, client, peer, fe, info, vars).await,
-            None => {}
-        },
+        Mode::Http if h2::negotiated(&w, fe, listener, &client) => {
+            h2::serve(&w, client, peer, fe, info, vars).await
+        }
+        Mode::Http => serve_http(&w, client, peer, fe, info, vars).await,
     }
 }
 
@@ -98,6 +97,47 @@ impl Drop for TlsEnd {
     fn drop(&mut self) {
         self.0.ctx().counters.tls_closed.bump();
     }
+}
+
+/// Completes a TLS client's handshake, within `timeout http-request` (else `timeout
+/// client`), before anything else is read: what it negotiated (ALPN) may choose the
+/// protocol. Counted on the worker, the frontend and the listener; false when it failed.
+async fn handshake(w: &Worker, (fe, listener): (usize, usize), client: &Conn) -> bool {
+    let st = &w.config().frontends[fe].stream;
+    let limit = st.timeout_http_request.or(st.timeout_client);
+    let done = matches!(
+        deadline::within(limit, client.handshake()).await,
+        Ok(Ok(()))
+    );
+    let resumed = client.tls_resumed() == Some(true);
+    let fe_state = &w.state().frontends[fe];
+    let counters = std::iter::once(fe_state.counters.at(w.tid)).chain(
+        fe_state
+            .listeners
+            .get(listener)
+            .map(|l| l.counters.at(w.tid)),
+    );
+    for c in counters {
+        match (done, resumed) {
+            (false, _) => c.tls_failed.bump(),
+            (true, r) => {
+                c.tls_handshakes.bump();
+                if r {
+                    c.tls_reused.bump();
+                }
+            }
+        }
+    }
+    if done {
+        let c = &w.ctx().counters;
+        if resumed {
+            c.tls_resumed.bump();
+        } else {
+            c.tls_full.bump();
+            c.tls_full_rate.hit(crate::runtime::clock_ms());
+        }
+    }
+    done
 }
 
 /// Whether `tcp-request connection` then `tcp-request session` rules let the connection
@@ -121,101 +161,4 @@ fn session_accepted(
         vars.count(&session, crate::runtime::clock_ms());
     }
     accepted
-}
-
-/// Serves one HTTP client connection until it closes: one transaction per request, in
-/// order, while the connection stays open.
-async fn serve_http(
-    w: &Rc<Worker>,
-    client: Conn,
-    peer: SocketAddr,
-    fe: usize,
-    info: Arc<SessionInfo>,
-    vars: StreamVars,
-) {
-    let mut s = Session {
-        w: w.clone(),
-        fe,
-        client,
-        peer: peer.into(),
-        dst: None.into(),
-        body: None.into(),
-        chunked_body: None,
-        cbuf: Buf::default(),
-        sbuf: Buf::default(),
-        out: Vec::new(),
-        private: None,
-        requests: 0,
-        received: 0,
-        info,
-        vars,
-    };
-    run(&mut s).await;
-    // Buffers go back to the worker's pool; whatever they held goes with the connection.
-    s.cbuf.clear(&w.bufs);
-    s.sbuf.clear(&w.bufs);
-}
-
-async fn run(s: &mut Session) {
-    loop {
-        let mut txn = Txn::default();
-        s.vars.txn.borrow_mut().clear();
-        s.vars.unique_id.take();
-        txn.log.received_before = s.received;
-        let head = match s.read_head(&mut txn.log).await {
-            Ok(h) => h,
-            Err(fail) => {
-                // A connection that sent nothing is logged only if it got an answer, and
-                // not at all with `option dontlognull`.
-                let null = !txn.log.got_bytes;
-                if !null || (fail.status.is_some() && !s.frontend().log.dont_log_null) {
-                    txn.log_end(s, &fail);
-                }
-                return s.fail(txn.backend, fail.status).await;
-            }
-        };
-        s.w.ctx().counters.requests.bump();
-        if s.requests == 0 {
-            // The handshake is over once a request has come through it.
-            if let Some(resumed) = s.client.tls_resumed() {
-                let c = &s.w.ctx().counters;
-                if resumed {
-                    c.tls_resumed.bump();
-                } else {
-                    c.tls_full.bump();
-                    c.tls_full_rate.hit(crate::runtime::clock_ms());
-                }
-            }
-        }
-        txn.log.parsed = true;
-        s.info.busy.store(true, Ordering::Relaxed);
-        if !s.w.process.loggers[s.fe].is_empty() {
-            txn.log
-                .capture_line(s.cbuf.bytes(), &head, s.client.is_stream());
-        }
-        // Boxed: a transaction's state exists while a request is handled, not while the
-        // connection waits for the next one (or for the rest of a head).
-        let done = Box::pin(txn.handle(s, head)).await;
-        s.info.busy.store(false, Ordering::Relaxed);
-        s.info.route(None, None);
-        let status = match &done {
-            Err(fail) => fail.status.map_or(-1, i64::from),
-            Ok(_) => txn.log.status,
-        };
-        s.end_tracking(status, s.received - txn.log.received_before, txn.log.bytes);
-        match done {
-            Ok(keep) => {
-                txn.log_done(s);
-                s.requests += 1;
-                s.info.requests.store(s.requests, Ordering::Relaxed);
-                if !keep {
-                    return s.close_gracefully().await;
-                }
-            }
-            Err(fail) => {
-                txn.log_end(s, &fail);
-                return s.fail(txn.backend, fail.status).await;
-            }
-        }
-    }
 }

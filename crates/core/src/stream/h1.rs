@@ -1,0 +1,100 @@
+//! The HTTP/1.1 keep-alive loop: one transaction per request, in order, while the client
+//! connection stays open. An HTTP/2 stream (`h2`) runs the same loop over its pipe, so both
+//! protocols share every step after the head is read.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::session::Session;
+use super::txn::Txn;
+use crate::buffer::Buf;
+use crate::runtime::{SessionInfo, Worker};
+use crate::sample::StreamVars;
+use crate::transport::Conn;
+
+/// Serves one HTTP client connection until it closes: one transaction per request, in
+/// order, while the connection stays open.
+pub(super) async fn serve_http(
+    w: &Rc<Worker>,
+    client: Conn,
+    peer: SocketAddr,
+    fe: usize,
+    info: Arc<SessionInfo>,
+    vars: StreamVars,
+) {
+    let mut s = Session {
+        w: w.clone(),
+        fe,
+        client,
+        peer: peer.into(),
+        dst: None.into(),
+        body: None.into(),
+        chunked_body: None,
+        cbuf: Buf::default(),
+        sbuf: Buf::default(),
+        out: Vec::new(),
+        private: None,
+        requests: 0,
+        received: 0,
+        info,
+        vars,
+    };
+    run(&mut s).await;
+    // Buffers go back to the worker's pool; whatever they held goes with the connection.
+    s.cbuf.clear(&w.bufs);
+    s.sbuf.clear(&w.bufs);
+}
+
+async fn run(s: &mut Session) {
+    loop {
+        let mut txn = Txn::default();
+        s.vars.txn.borrow_mut().clear();
+        s.vars.unique_id.take();
+        txn.log.received_before = s.received;
+        let head = match s.read_head(&mut txn.log).await {
+            Ok(h) => h,
+            Err(fail) => {
+                // A connection that sent nothing is logged only if it got an answer, and
+                // not at all with `option dontlognull`.
+                let null = !txn.log.got_bytes;
+                if !null || (fail.status.is_some() && !s.frontend().log.dont_log_null) {
+                    txn.log_end(s, &fail);
+                }
+                return s.fail(txn.backend, fail.status).await;
+            }
+        };
+        s.w.ctx().counters.requests.bump();
+        txn.log.parsed = true;
+        s.info.busy.store(true, Ordering::Relaxed);
+        if !s.w.process.loggers[s.fe].is_empty() {
+            txn.log
+                .capture_line(s.cbuf.bytes(), &head, s.client.is_stream());
+        }
+        // Boxed: a transaction's state exists while a request is handled, not while the
+        // connection waits for the next one (or for the rest of a head).
+        let done = Box::pin(txn.handle(s, head)).await;
+        s.info.busy.store(false, Ordering::Relaxed);
+        s.info.route(None, None);
+        let status = match &done {
+            Err(fail) => fail.status.map_or(-1, i64::from),
+            Ok(_) => txn.log.status,
+        };
+        s.end_tracking(status, s.received - txn.log.received_before, txn.log.bytes);
+        match done {
+            Ok(keep) => {
+                txn.log_done(s);
+                s.requests += 1;
+                s.info.requests.store(s.requests, Ordering::Relaxed);
+                if !keep {
+                    return s.close_gracefully().await;
+                }
+            }
+            Err(fail) => {
+                txn.log_end(s, &fail);
+                return s.fail(txn.backend, fail.status).await;
+            }
+        }
+    }
+}
