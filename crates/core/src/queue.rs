@@ -4,12 +4,13 @@
 //! Invariant: every count taken here is given back by a drop guard, so a request that ends
 //! in any way (error, client gone, panic, its future dropped) leaves the counts right.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::conf::Server;
+use crate::runtime::counters::Held;
 use crate::runtime::ServerState;
 
 /// Why a request could not get a server slot.
@@ -70,22 +71,6 @@ pub async fn wait_turn(
     tokio::select! {
         got = turn => got.map(|p| ServerSlot(Some(p))),
         _ = &mut gone => Err(QueueError::ServerGone),
-    }
-}
-
-/// One unit of a shared count, given back on drop.
-struct Held<'a>(&'a AtomicUsize);
-
-impl<'a> Held<'a> {
-    fn take(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Held(count)
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

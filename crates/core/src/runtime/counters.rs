@@ -10,7 +10,7 @@
 //! moment as a baseline that reads subtract ([`PerWorker::clear`]). Maxima ([`Peak`]) are
 //! shared, written only when exceeded, and may be reset by anyone.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::padded::Padded;
 
@@ -435,6 +435,22 @@ pub struct WorkerCounters {
     pub tls_resumed: Counter,
     /// Full handshakes with servers (`SslBackendKeyRate`).
     pub tls_backend_full_rate: Rate,
+}
+
+/// One unit of a shared count, given back on drop.
+pub struct Held<'a>(&'a AtomicUsize);
+
+impl<'a> Held<'a> {
+    pub fn take(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Held(count)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

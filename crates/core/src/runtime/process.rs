@@ -30,6 +30,11 @@ pub struct ThreadCtx {
     /// Client connections given to this worker (accepted here or adopted) whose task has
     /// not started yet: a burst of accepts counts before the first of them runs.
     pub starting: AtomicUsize,
+    /// Client connections in their TLS handshake: counted in the load a second time,
+    /// because a handshake costs the worker far more than a request (its key exchange and
+    /// signature), so that accept dispatch steers new connections away from a worker busy
+    /// with a burst of them.
+    pub handshaking: AtomicUsize,
     /// Share of time (percent) the worker spent outside its event loop's wait, smoothed
     /// over about a second.
     pub busy_pct: AtomicU32,
@@ -73,11 +78,13 @@ impl SessionInfo {
 }
 
 impl ThreadCtx {
-    /// Everything the worker has to run next: the client connections it serves, those given
-    /// to it and not started, awake checks, and messages waiting in its inbox (connections
-    /// handed over among them). Accept dispatch and check spreading compare it.
+    /// Everything the worker has to run next: the client connections it serves (those in a
+    /// TLS handshake twice), those given to it and not started, awake checks, and messages
+    /// waiting in its inbox (connections handed over among them). Accept dispatch and check
+    /// spreading compare it.
     pub fn load(&self) -> usize {
         self.active.load(Ordering::Relaxed)
+            + self.handshaking.load(Ordering::Relaxed)
             + self.starting.load(Ordering::Relaxed)
             + self.checks_awake.load(Ordering::Relaxed)
             + self.inbox_pending.load(Ordering::Relaxed)

@@ -24,7 +24,6 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,8 +36,8 @@ use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing};
 use super::deadline::within;
 use crate::conf::{one_arg, GlobalConf};
 use crate::pipe::{self, Front};
-use crate::runtime::counters::{Counter, ProxyCounters};
-use crate::runtime::{FrontendState, SessionInfo, Worker};
+use crate::runtime::counters::{Counter, Held, ProxyCounters};
+use crate::runtime::{SessionInfo, Worker};
 use crate::sample::StreamVars;
 use crate::transport::{Conn, Origin};
 
@@ -135,7 +134,7 @@ pub(super) async fn serve(
         return;
     };
     let fe_state = &w.state().frontends[fe];
-    let _open = H2Open::new(fe_state);
+    let _open = Held::take(&fe_state.h2_conns);
     let count = |c: fn(&ProxyCounters) -> &Counter| c(fe_state.counters.at(w.tid)).bump();
     count(|c| &c.h2_connections);
     let shared = Rc::new(ConnShared {
@@ -263,22 +262,6 @@ async fn serve_stream(
             .at(w.tid)
             .h2_resets
             .bump();
-    }
-}
-
-/// Counts an HTTP/2 connection among its frontend's open ones while it lives.
-struct H2Open<'a>(&'a FrontendState);
-
-impl<'a> H2Open<'a> {
-    fn new(fe: &'a FrontendState) -> H2Open<'a> {
-        fe.h2_conns.fetch_add(1, Ordering::Relaxed);
-        H2Open(fe)
-    }
-}
-
-impl Drop for H2Open<'_> {
-    fn drop(&mut self) {
-        self.0.h2_conns.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

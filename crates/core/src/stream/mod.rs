@@ -32,6 +32,7 @@ use std::rc::Rc;
 use self::h1::serve_http;
 use crate::conf::stream::Mode;
 use crate::rules::{tcp_verdict, Level};
+use crate::runtime::counters::Held;
 use crate::runtime::{ClientConn, Slot, Worker};
 use crate::sample::{Ctx, StreamVars};
 use crate::stick::Counter;
@@ -105,10 +106,12 @@ impl Drop for TlsEnd {
 async fn handshake(w: &Worker, (fe, listener): (usize, usize), client: &Conn) -> bool {
     let st = &w.config().frontends[fe].stream;
     let limit = st.timeout_http_request.or(st.timeout_client);
+    let in_handshake = Held::take(&w.ctx().handshaking);
     let done = matches!(
         deadline::within(limit, client.handshake()).await,
         Ok(Ok(()))
     );
+    drop(in_handshake);
     let resumed = client.tls_resumed() == Some(true);
     let fe_state = &w.state().frontends[fe];
     let counters = std::iter::once(fe_state.counters.at(w.tid)).chain(
