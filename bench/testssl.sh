@@ -19,7 +19,7 @@ defaults
     timeout client 30s
     timeout server 30s
 frontend fe
-    bind 127.0.0.1:$port ssl crt $work/site.pem alpn http/1.1
+    bind 127.0.0.1:$port ssl crt $work/site.pem alpn h2,http/1.1
     http-request return status 200 content-type text/plain string ok
 CFG
 target/release/sluice -f "$work/t.cfg" > "$work/sluice.log" 2>&1 &

@@ -23,6 +23,7 @@ pub(super) async fn serve_http(
     fe: usize,
     info: Arc<SessionInfo>,
     vars: StreamVars,
+    earlier: u32,
 ) {
     let mut s = Session {
         w: w.clone(),
@@ -37,6 +38,7 @@ pub(super) async fn serve_http(
         out: Vec::new(),
         private: None,
         requests: 0,
+        earlier,
         received: 0,
         info,
         vars,

@@ -99,8 +99,9 @@ struct ConnShared {
     info: Arc<SessionInfo>,
     /// The connection's `sess.` variables when it started speaking HTTP/2.
     sess_vars: crate::conf::sample::Vars,
-    /// Streams being served now.
+    /// Streams being served now, and started so far.
     active: Cell<usize>,
+    started: Cell<u32>,
     /// Streams the client reset before their answer, in the current window.
     resets: Cell<(u32, tokio::time::Instant)>,
 }
@@ -144,6 +145,7 @@ pub(super) async fn serve(
         info,
         sess_vars: vars.sess.borrow().clone(),
         active: Cell::new(0),
+        started: Cell::new(0),
         resets: Cell::new((0, tokio::time::Instant::now())),
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
@@ -226,6 +228,8 @@ async fn serve_stream(
     let mut head = Vec::with_capacity(512);
     let chunked = request_head(&parts, body.is_end_stream(), &mut head);
     shared.active.set(shared.active.get() + 1);
+    let earlier = shared.started.get();
+    shared.started.set(earlier + 1);
     let (front, end) = pipe::pair();
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),
@@ -238,6 +242,7 @@ async fn serve_stream(
         shared.fe,
         shared.info.clone(),
         vars,
+        earlier,
     );
     let upload = async {
         if upload(&front, head, body, chunked).await.is_err() {

@@ -87,7 +87,7 @@ pub async fn serve(
         Mode::Http if h2::negotiated(&w, fe, listener, &client) => {
             h2::serve(&w, client, peer, fe, info, vars).await
         }
-        Mode::Http => serve_http(&w, client, peer, fe, info, vars).await,
+        Mode::Http => serve_http(&w, client, peer, fe, info, vars, 0).await,
     }
 }
 

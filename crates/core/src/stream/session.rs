@@ -55,6 +55,10 @@ pub(crate) struct Session {
     pub private: Option<ServerConn>,
     /// Requests completed on this connection.
     pub requests: u32,
+    /// Requests its client connection carried before this session began: the earlier
+    /// streams of an HTTP/2 connection. Only the very first request of a client connection
+    /// is its first for `http-reuse safe`.
+    pub earlier: u32,
     /// Bytes received from the client so far (`bin`).
     pub received: u64,
     /// What `show sess` shows of this connection.

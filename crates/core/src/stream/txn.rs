@@ -464,7 +464,7 @@ impl Txn {
         let mut at = Attempts::new(server);
         let reuse = Reuse {
             private: &mut s.private,
-            first_request: s.requests == 0,
+            first_request: s.requests == 0 && s.earlier == 0,
         };
         let abort_on = be.abortonclose.then_some(&s.client);
         let got = connect::establish(&w, backend, server, &key, Some(reuse), abort_on, &mut at);
