@@ -131,6 +131,19 @@ impl SessionEnd {
         }
     }
 
+    /// Appends what the front wrote to `buf`, up to its capacity, as [`Self::try_read`].
+    pub fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        let mut st = lock(&self.state);
+        let up = &mut st.up;
+        let n = up.unread().len().min(buf.capacity() - buf.len());
+        if n == 0 && !up.done {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        buf.extend_from_slice(&up.unread()[..n]);
+        up.consume(n);
+        Ok(n)
+    }
+
     /// Copies what is waiting without consuming it.
     pub fn peek(&self, buf: &mut [u8]) -> usize {
         let st = lock(&self.state);

@@ -178,6 +178,46 @@ impl Tls {
         }
     }
 
+    /// Reads once into the room left in `buf`, as [`Conn::try_read_into`]. Only as much of
+    /// the room as there are decrypted bytes for is initialized: a request of a few hundred
+    /// bytes does not cost a memset of the whole buffer.
+    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        loop {
+            let (ready, closed) = {
+                let mut st = self.state.borrow_mut();
+                match st.process_new_packets() {
+                    Ok(io) => (io.plaintext_bytes_to_read(), io.peer_has_closed()),
+                    Err(e) => {
+                        drop(st);
+                        let _ = self.push();
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                    }
+                }
+            };
+            if ready > 0 {
+                let at = buf.len();
+                buf.resize(at + ready.min(buf.capacity() - at), 0);
+                let got = self.try_read(&mut buf[at..]);
+                buf.truncate(at + *got.as_ref().unwrap_or(&0));
+                return got;
+            }
+            if closed {
+                return Ok(0);
+            }
+            match self
+                .state
+                .borrow_mut()
+                .read_tls(&mut Nonblocking(&self.tcp))
+            {
+                Ok(0) => return Ok(0),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+            // Handshake messages (or alerts) to send in return.
+            self.push()?;
+        }
+    }
+
     /// Encrypts `a` then `b` and sends the records, in as few writes as the plaintext
     /// buffer allows (both usually fit: one flush).
     async fn write(&self, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
@@ -474,13 +514,8 @@ impl Conn {
                 drained_if_short(s, &got, room);
                 got
             }
-            Io::Tls(_) | Io::Pipe(_) => {
-                let at = buf.len();
-                buf.resize(buf.capacity(), 0);
-                let got = self.try_read(&mut buf[at..]);
-                buf.truncate(at + *got.as_ref().unwrap_or(&0));
-                got
-            }
+            Io::Tls(t) => t.try_read_into(buf),
+            Io::Pipe(p) => p.try_read_into(buf),
         }
     }
 
