@@ -7,6 +7,7 @@ worker each, side by side, medians of RUNS interleaved runs:
   h2          - h2load over TLS with HTTP/2 (ALPN h2): 8 connections, 100 streams each
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
+SLUICE_BASELINE=/path/to/sluice adds an earlier build; BENCH_ONLY=<load> runs one load.
 """
 import os, re, statistics, subprocess, time
 
@@ -87,6 +88,8 @@ def main():
     o = core.nginx_origin()
     key, crt, pem = cert()
     cmds = {"sluice": hap_sluice("sluice", pem), "haproxy": hap_sluice("haproxy", pem), "nginx": nginx_cmd(key, crt)}
+    if core.BASELINE:
+        cmds["sluice before"] = [core.BASELINE] + cmds["sluice"][1:]
     only = os.environ.get("BENCH_ONLY")
     kinds = [k for k in ("handshakes", "keep-alive 13 B", "keep-alive 76 kB", "h2") if not only or k == only]
     print(f"# TLS benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, interleaved), "
@@ -96,7 +99,7 @@ def main():
     for kind in kinds:
         rows = {k: [] for k in cmds}
         for i in range(RUNS):
-            order = list(cmds)[i % 3:] + list(cmds)[:i % 3]
+            order = list(cmds)[i % len(cmds):] + list(cmds)[:i % len(cmds)]
             for k in order:
                 rows[k].append(run_once(cmds[k], kind))
         for k in cmds:
