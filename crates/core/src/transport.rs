@@ -97,8 +97,11 @@ struct Tls {
 struct Nonblocking<'a>(&'a TcpStream);
 
 impl io::Read for Nonblocking<'_> {
+    // rustls reads records through here: a short read drained the socket, as for TCP.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.try_read(buf)
+        let got = self.0.try_read(buf);
+        drained_if_short(self.0, &got, buf.len());
+        got
     }
 }
 
