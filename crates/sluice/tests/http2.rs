@@ -782,3 +782,30 @@ fn tune_h2_settings_are_announced_and_bad_lines_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn an_idle_connection_gets_goaway_after_its_keep_alive_timeout() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_: &Received| Reply::Delayed(Duration::from_millis(600), ok_response("ok"))),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 30s\n timeout server 10s\n timeout connect 5s\n\
+         timeout http-keep-alive 300ms\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, conn) = h2_connect(p.addr()).await;
+        // The stream outlives the keep-alive timeout: the connection is not idle meanwhile.
+        let (parts, body) = fetch(&mut send, get("/slow")).await.unwrap();
+        assert_eq!((parts.status.as_u16(), body.as_slice()), (200, &b"ok"[..]));
+        // Once idle, it is told GOAWAY and ends, well before `timeout client`.
+        let started = Instant::now();
+        let end = tokio::time::timeout(TIMEOUT, conn)
+            .await
+            .expect("the connection ends");
+        assert!(end.unwrap().is_ok(), "a graceful end");
+        assert!(started.elapsed() < Duration::from_secs(15));
+    });
+}

@@ -34,6 +34,7 @@ use sluice_config::{Keyword, KwError, Scope};
 use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing};
 
 use super::deadline::within;
+use super::heads::push_header;
 use crate::conf::{one_arg, GlobalConf};
 use crate::pipe::{self, Front};
 use crate::runtime::counters::{Counter, Held, ProxyCounters};
@@ -102,6 +103,8 @@ struct ConnShared {
     /// Streams being served now, and started so far.
     active: Cell<usize>,
     started: Cell<u32>,
+    /// Signalled when the last stream being served ends: the idle timer starts.
+    went_idle: tokio::sync::Notify,
     /// Streams the client reset before their answer, in the current window.
     resets: Cell<(u32, tokio::time::Instant)>,
 }
@@ -146,6 +149,7 @@ pub(super) async fn serve(
         sess_vars: vars.sess.borrow().clone(),
         active: Cell::new(0),
         started: Cell::new(0),
+        went_idle: tokio::sync::Notify::new(),
         resets: Cell::new((0, tokio::time::Instant::now())),
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
@@ -160,17 +164,24 @@ pub(super) async fn serve(
             }
         };
         let idle = async {
-            match (shared.active.get(), idle_limit, linger) {
-                (_, _, Some(until)) => tokio::time::sleep_until(until).await,
-                (0, Some(d), None) => tokio::time::sleep(d).await,
-                _ => std::future::pending().await,
+            loop {
+                match (shared.active.get(), idle_limit, linger) {
+                    (_, _, Some(until)) => return tokio::time::sleep_until(until).await,
+                    (0, Some(d), None) => return tokio::time::sleep(d).await,
+                    (0, None, None) => std::future::pending().await,
+                    _ => shared.went_idle.notified().await,
+                }
             }
         };
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
                     count(|c| &c.h2_streams);
-                    tokio::task::spawn_local(serve_stream(shared.clone(), req, respond));
+                    // Counted before its task runs: the idle timer must not start meanwhile.
+                    shared.active.set(shared.active.get() + 1);
+                    let earlier = shared.started.get();
+                    shared.started.set(earlier + 1);
+                    tokio::task::spawn_local(serve_stream(shared.clone(), req, respond, earlier));
                 }
                 Some(Err(_)) | None => break,
             },
@@ -207,12 +218,27 @@ fn over_reset_budget(shared: &ConnShared, budget: u32) -> bool {
     n > budget
 }
 
-/// Serves one stream: its request into a session through a pipe, the session's response
-/// back to the client.
+/// Serves one stream (counted among those being served since it was accepted); the last
+/// one to end starts the idle timer.
 async fn serve_stream(
     shared: Rc<ConnShared>,
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
+    earlier: u32,
+) {
+    exchange(&shared, req, &mut respond, earlier).await;
+    shared.active.set(shared.active.get() - 1);
+    if shared.active.get() == 0 {
+        shared.went_idle.notify_one();
+    }
+}
+
+/// Relays one stream: its request into a session through a pipe, the response back.
+async fn exchange(
+    shared: &Rc<ConnShared>,
+    req: http::Request<RecvStream>,
+    respond: &mut SendResponse<Bytes>,
+    earlier: u32,
 ) {
     let (parts, body) = req.into_parts();
     if parts.method == http::Method::CONNECT {
@@ -227,9 +253,6 @@ async fn serve_stream(
     let head_request = parts.method == http::Method::HEAD;
     let mut head = Vec::with_capacity(512);
     let chunked = request_head(&parts, body.is_end_stream(), &mut head);
-    shared.active.set(shared.active.get() + 1);
-    let earlier = shared.started.get();
-    shared.started.set(earlier + 1);
     let (front, end) = pipe::pair();
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),
@@ -250,14 +273,13 @@ async fn serve_stream(
         }
     };
     let download = async {
-        let answered = download(&front, &mut respond, head_request).await;
+        let answered = download(&front, respond, head_request).await;
         if answered.is_err() {
             front.abort();
         }
         answered
     };
     let ((), (), answered) = tokio::join!(session, upload, download);
-    shared.active.set(shared.active.get() - 1);
     if let Err(Ended::Reset) = answered {
         let (n, since) = shared.resets.get();
         shared.resets.set((n + 1, since));
@@ -280,7 +302,7 @@ fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) ->
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let authority = parts.uri.authority();
     if let Some(a) = authority {
-        header_line(out, b"host", a.as_str().as_bytes());
+        push_header(out, b"host", a.as_str().as_bytes());
     }
     let mut cookies: Vec<&[u8]> = Vec::new();
     for (name, value) in &parts.headers {
@@ -289,11 +311,11 @@ fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) ->
             "host" if authority.is_some() => {}
             // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one.
             "cookie" => cookies.push(value.as_bytes()),
-            n => header_line(out, n.as_bytes(), value.as_bytes()),
+            n => push_header(out, n.as_bytes(), value.as_bytes()),
         }
     }
     if !cookies.is_empty() {
-        header_line(out, b"cookie", &cookies.join(&b"; "[..]));
+        push_header(out, b"cookie", &cookies.join(&b"; "[..]));
     }
     let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
     if chunked {
@@ -301,13 +323,6 @@ fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) ->
     }
     out.extend_from_slice(b"\r\n");
     chunked
-}
-
-fn header_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Why a stream ended before its answer was complete.
@@ -348,7 +363,7 @@ async fn upload(
         let trailers = body.trailers().await.map_err(|_| Ended::Reset)?;
         let mut end = b"0\r\n".to_vec();
         for (name, value) in trailers.iter().flatten() {
-            header_line(&mut end, name.as_str().as_bytes(), value.as_bytes());
+            push_header(&mut end, name.as_str().as_bytes(), value.as_bytes());
         }
         end.extend_from_slice(b"\r\n");
         front.write_all(&end).await.map_err(gone)?;
