@@ -25,6 +25,7 @@ fn process() -> Arc<Process> {
         backend_loggers: vec![Vec::new()].into(),
         config: Arc::new(config),
         stopping: AtomicBool::new(false),
+        accept_loops: Default::default(),
         paused: Default::default(),
         resumed: Default::default(),
         handover: Default::default(),

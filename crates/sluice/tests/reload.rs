@@ -492,12 +492,15 @@ fn ws_tells_systemd_ready_and_reloading() {
         "ws.cfg",
         &format!("{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n", origin.addr),
     );
-    let mut master = std::process::Command::new(sluice_bin())
-        .args(["-Ws", "-f", &cfg])
-        .env("NOTIFY_SOCKET", &notify)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut master = Reaped(
+        std::process::Command::new(sluice_bin())
+            .args(["-Ws", "-f", &cfg])
+            .env("NOTIFY_SOCKET", &notify)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let said = || {
         let mut b = [0u8; 256];
         let n = systemd.recv(&mut b).unwrap();
@@ -506,12 +509,25 @@ fn ws_tells_systemd_ready_and_reloading() {
     let first = said();
     assert!(first.starts_with("READY=1\nMAINPID="), "{first}");
     assert_eq!(get(addr, "/").status, 200);
-    signal(master.id(), libc::SIGUSR2);
+    signal(master.0.id(), libc::SIGUSR2);
     assert!(said().starts_with("RELOADING=1"));
     assert!(said().starts_with("READY=1"));
     assert_eq!(get(addr, "/").status, 200);
-    signal(master.id(), libc::SIGTERM);
-    assert!(master.wait().unwrap().success());
+    signal(master.0.id(), libc::SIGTERM);
+    assert!(master.0.wait().unwrap().success());
+}
+
+/// A child process killed (by its pid) if the test fails before it ends, so that it does
+/// not outlive the test.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 #[test]

@@ -277,6 +277,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         loggers,
         backend_loggers,
         stopping: AtomicBool::new(false),
+        accept_loops: Default::default(),
         paused: AtomicBool::new(false),
         resumed: tokio::sync::Notify::new(),
         handover: Default::default(),
@@ -523,7 +524,7 @@ fn wait_for_stop_signal(
                 _ = tick.tick() => {}
             }
             let active = process.active_total();
-            if active == 0 {
+            if active == 0 && process.settled() {
                 return Ok(());
             }
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {

@@ -202,6 +202,9 @@ pub struct Process {
     /// Each backend's (health-check events), aligned with `Config::backends`.
     pub backend_loggers: Box<[Vec<Arc<Logger>>]>,
     pub stopping: AtomicBool,
+    /// Accept loops still running. A soft stop ends the process only once every one of
+    /// them has emptied its queue and handed each connection it took to a worker.
+    pub accept_loops: AtomicUsize,
     /// SIGTTOU: the workers stop accepting until SIGTTIN (`resumed`).
     pub paused: AtomicBool,
     pub resumed: Notify,
@@ -232,6 +235,17 @@ impl Process {
                 libc::malloc_trim(0);
             }
         }
+    }
+
+    /// Whether every connection accepted so far is being served or gone: no accept loop
+    /// still runs, and none is waiting in an inbox or for its task to start. A soft stop
+    /// must not end the process before, or it would drop connections already accepted.
+    pub fn settled(&self) -> bool {
+        self.accept_loops.load(Ordering::Relaxed) == 0
+            && self.threads.iter().all(|t| {
+                t.starting.load(Ordering::Relaxed) == 0
+                    && t.inbox_pending.load(Ordering::Relaxed) == 0
+            })
     }
 
     /// Client connections open in the whole process (`%ac`).

@@ -112,7 +112,12 @@ fn worker_main(
         for l in listeners {
             match l.register() {
                 Ok(l) => {
-                    tokio::task::spawn_local(listener::accept_loop(t.clone(), l));
+                    let (t, process) = (t.clone(), t.w.process.clone());
+                    process.accept_loops.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::spawn_local(async move {
+                        listener::accept_loop(t, l).await;
+                        process.accept_loops.fetch_sub(1, Ordering::Relaxed);
+                    });
                 }
                 Err(e) => say!("sluice: worker {tid}: cannot register a listener: {e}"),
             }

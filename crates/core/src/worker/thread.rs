@@ -90,7 +90,6 @@ impl Thread {
 
     pub fn handle(&self, msg: InboxMsg) {
         let w = &self.w;
-        w.ctx().inbox_pending.fetch_sub(1, Ordering::Relaxed);
         match msg {
             InboxMsg::Adopt {
                 conn,
@@ -108,6 +107,9 @@ impl Thread {
                 w.soft_stop.notify_waiters();
             }
         }
+        // Only now: a connection handed over is counted as starting before it stops
+        // counting as waiting, so a soft stop never sees it in neither.
+        w.ctx().inbox_pending.fetch_sub(1, Ordering::Relaxed);
     }
 
     pub fn stopped(&self) -> bool {
