@@ -12,7 +12,7 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 
 /// The most one direction holds before its writer waits.
 const LIMIT: usize = 64 * 1024;
@@ -116,8 +116,32 @@ fn lock(s: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn broken() -> io::Error {
-    io::ErrorKind::BrokenPipe.into()
+/// Writes all of `bytes` into the direction `dir` picks, waiting while it is full. A
+/// direction ended (by its writer, or by either side going away) takes nothing more.
+async fn write_all(
+    state: &Mutex<State>,
+    dir: fn(&mut State) -> &mut Direction,
+    mut bytes: &[u8],
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = std::future::poll_fn(|cx| {
+            let mut st = lock(state);
+            let d = dir(&mut st);
+            if d.done {
+                return Poll::Ready(Err(io::Error::from(io::ErrorKind::BrokenPipe)));
+            }
+            match d.put(bytes) {
+                0 => {
+                    d.writer = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                n => Poll::Ready(Ok(n)),
+            }
+        })
+        .await?;
+        bytes = &bytes[n..];
+    }
+    Ok(())
 }
 
 impl SessionEnd {
@@ -190,25 +214,9 @@ impl SessionEnd {
     }
 
     /// Writes all of `bytes`, waiting while the front has not read what came before.
-    pub async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            let n = std::future::poll_fn(|cx| {
-                let mut st = lock(&self.state);
-                if st.up.done && st.down.done {
-                    return Poll::Ready(Err(broken()));
-                }
-                match st.down.put(bytes) {
-                    0 => {
-                        st.down.writer = Some(cx.waker().clone());
-                        Poll::Pending
-                    }
-                    n => Poll::Ready(Ok(n)),
-                }
-            })
-            .await?;
-            bytes = &bytes[n..];
-        }
-        Ok(())
+    /// Fails once the front is gone.
+    pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        write_all(&self.state, |st| &mut st.down, bytes).await
     }
 
     /// The session will write no more (the end of a close-delimited response).
@@ -233,26 +241,8 @@ impl Drop for SessionEnd {
 impl Front {
     /// Writes all of `bytes` for the session, waiting while it has not read what came
     /// before. Fails once the session is gone.
-    pub async fn write_all(&self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            let n = std::future::poll_fn(|cx| self.poll_put(cx, bytes)).await?;
-            bytes = &bytes[n..];
-        }
-        Ok(())
-    }
-
-    fn poll_put(&self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        let mut st = lock(&self.state);
-        if st.up.done {
-            return Poll::Ready(Err(broken()));
-        }
-        match st.up.put(bytes) {
-            0 => {
-                st.up.writer = Some(cx.waker().clone());
-                Poll::Pending
-            }
-            n => Poll::Ready(Ok(n)),
-        }
+    pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        write_all(&self.state, |st| &mut st.up, bytes).await
     }
 
     /// Appends what the session wrote to `out`, waiting for at least one byte; `Ok(0)`

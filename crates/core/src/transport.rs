@@ -409,19 +409,14 @@ impl Conn {
         }
     }
 
-    /// The socket under the connection; `None` for a stream of a multiplexed one.
-    fn socket(&self) -> Option<&TcpStream> {
-        match &self.io {
-            Io::Tcp(s) => Some(s),
-            Io::Tls(t) => Some(&t.tcp),
-            Io::Pipe(_) => None,
-        }
-    }
-
-    /// The socket, for the calls only sockets get (server connections, TLS).
+    /// The socket under the connection, for the calls only sockets get (every call a
+    /// stream of a multiplexed connection can receive handles it before).
     fn tcp(&self) -> &TcpStream {
-        self.socket()
-            .expect("a socket call on a multiplexed stream")
+        match &self.io {
+            Io::Tcp(s) => s,
+            Io::Tls(t) => &t.tcp,
+            Io::Pipe(_) => unreachable!("a socket call on a multiplexed stream"),
+        }
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {

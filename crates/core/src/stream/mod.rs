@@ -121,14 +121,13 @@ async fn handshake(w: &Worker, (fe, listener): (usize, usize), client: &Conn) ->
             .map(|l| l.counters.at(w.tid)),
     );
     for c in counters {
-        match (done, resumed) {
-            (false, _) => c.tls_failed.bump(),
-            (true, r) => {
-                c.tls_handshakes.bump();
-                if r {
-                    c.tls_reused.bump();
-                }
-            }
+        if !done {
+            c.tls_failed.bump();
+            continue;
+        }
+        c.tls_handshakes.bump();
+        if resumed {
+            c.tls_reused.bump();
         }
     }
     if done {
