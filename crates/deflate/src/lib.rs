@@ -93,7 +93,7 @@ impl std::error::Error for Error {}
 /// The state of one compressed stream between calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stream {
-    /// Bits not yet written out (fewer than 32).
+    /// Bits not yet written out (fewer than 8).
     bits: u64,
     nbits: u8,
     format: Format,

@@ -143,56 +143,74 @@ fn fast_with(
         let seg_end = (seg_start + SEGMENT).min(n);
         let fin = last && seg_end == n;
         let mark = w.mark();
-        let start_bits = w.bit_pos();
-        // Stored bits for the bytes consumed so far, plus the margin: the fixed block gives up
-        // when it would exceed that.
-        let give_up = |w: &Writer<'_>, consumed: usize| {
-            w.bit_pos() - start_bits > consumed as u64 * 8 + GIVE_UP_MARGIN
-        };
-        w.put(u64::from(fin) | 0b10, 3);
-        let mut p = seg_start;
-        let mut ok = true;
-        while p + MIN_MATCH <= seg_end {
-            let v = read32(input, p);
-            let h = hash(v);
-            let c = head[h].wrapping_sub(base) as usize;
-            head[h] = base + p as u32;
-            if c < p && p - c <= WINDOW && read32(input, c) == v {
-                let max = (seg_end - p).min(MAX_MATCH);
-                let len = MIN_MATCH + common(input, c + MIN_MATCH, p + MIN_MATCH, max - MIN_MATCH);
-                put_fixed_match(w, len, p - c);
-                // Hash one position near the match's end: the next search then finds the
-                // most recent copy of what follows, for one table write per match.
-                let q = p + len - 2;
-                if len > 4 && q + MIN_MATCH <= seg_end {
-                    head[hash(read32(input, q))] = base + q as u32;
-                }
-                p += len;
-            } else {
-                let b = input[p];
-                put_fixed_literal(w, b);
-                p += 1;
-                // Only 9-bit literals (>= 144) can make fixed Huffman cost more than storing.
-                if b >= 144 && give_up(w, p - seg_start) {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if ok {
-            while p < seg_end {
-                put_fixed_literal(w, input[p]);
-                p += 1;
-            }
-            w.put(0, 7);
-            ok = !give_up(w, seg_end - seg_start);
-        }
+        let mut local = w.local();
+        let ok = fixed_segment(&mut local, &input[..seg_end], seg_start, fin, head, base);
+        let state = local.mark();
+        w.rewind(state);
         if !ok {
             w.rewind(mark);
             w.stored_blocks(&input[seg_start..seg_end], fin);
         }
         seg_start = seg_end;
     }
+}
+
+/// `input[seg_start..]` as one fixed-Huffman block; false when it gave up because a stored
+/// block is smaller (the caller then rewinds `w`). Inlined so that `w`'s fields can stay in
+/// registers.
+#[inline(always)]
+fn fixed_segment(
+    w: &mut Writer<'_>,
+    input: &[u8],
+    seg_start: usize,
+    fin: bool,
+    head: &mut [u32; 1 << HASH_BITS],
+    base: u32,
+) -> bool {
+    let seg_end = input.len();
+    let start_bits = w.bit_pos();
+    // Stored bits for the bytes consumed so far, plus the margin: the fixed block gives up
+    // when it would exceed that.
+    let give_up = |w: &Writer<'_>, consumed: usize| {
+        w.bit_pos() - start_bits > consumed as u64 * 8 + GIVE_UP_MARGIN
+    };
+    w.put(u64::from(fin) | 0b10, 3);
+    let mut p = seg_start;
+    while p + MIN_MATCH <= seg_end {
+        let v = read32(input, p);
+        let h = hash(v);
+        let c = head[h].wrapping_sub(base) as usize;
+        head[h] = base + p as u32;
+        // One comparison covers "earlier in this call" and "inside the window": an entry
+        // from another call, or never set, wraps `p - c` far past WINDOW.
+        let dist = p.wrapping_sub(c);
+        if dist.wrapping_sub(1) < WINDOW && read32(input, c) == v {
+            let max = (seg_end - p).min(MAX_MATCH);
+            let len = MIN_MATCH + common(input, c + MIN_MATCH, p + MIN_MATCH, max - MIN_MATCH);
+            put_fixed_match(w, len, dist);
+            // Hash one position near the match's end: the next search then finds the
+            // most recent copy of what follows, for one table write per match.
+            let q = p + len - 2;
+            if len > 4 && q + MIN_MATCH <= seg_end {
+                head[hash(read32(input, q))] = base + q as u32;
+            }
+            p += len;
+        } else {
+            let b = input[p];
+            put_fixed_literal(w, b);
+            p += 1;
+            // Only 9-bit literals (>= 144) can make fixed Huffman cost more than storing.
+            if b >= 144 && give_up(w, p - seg_start) {
+                return false;
+            }
+        }
+    }
+    while p < seg_end {
+        put_fixed_literal(w, input[p]);
+        p += 1;
+    }
+    w.put(0, 7);
+    !give_up(w, seg_end - seg_start)
 }
 
 /// Level 2: lazy matching over short hash chains; each segment is emitted as a dynamic,

@@ -1,8 +1,13 @@
-//! The bit writer: a 64-bit queue flushed 32 bits at a time into the caller's slice.
+//! The bit writer: a 64-bit queue that is stored whole at the output position after every
+//! `put`, which then advances by the whole bytes queued. No branch depends on the data: the
+//! encoder's loops emit a symbol per input position, and a data-dependent flush branch was
+//! their most mispredicted one.
 //!
-//! Invariant: between `put` calls fewer than 32 bits are queued, so one `put` of up to 32
-//! bits never overflows the queue. Callers guarantee room in the slice through the
-//! `max_encoded_len` bound, which every encoder path respects; indexing stays checked.
+//! Invariant: between `put` calls fewer than 8 bits are queued, so one `put` of up to 56
+//! bits never overflows the queue. Bytes past `pos` may hold scratch from the last store;
+//! later writes overwrite them and callers only read `out[..pos]`. Callers guarantee room
+//! in the slice through the `max_encoded_len` bound; indexing stays checked, and the last 8
+//! bytes of the slice take a slower byte-by-byte path.
 
 pub(crate) struct Writer<'a> {
     out: &'a mut [u8],
@@ -36,6 +41,18 @@ impl<'a> Writer<'a> {
         self.pos as u64 * 8 + u64::from(self.nbits)
     }
 
+    /// A writer over the same output from the same state, for a hot loop. Its fields can
+    /// live in registers, where this one's sit behind a pointer that every output store might
+    /// alias; `rewind(local.mark())` brings its state back.
+    pub(crate) fn local(&mut self) -> Writer<'_> {
+        Writer {
+            out: &mut *self.out,
+            pos: self.pos,
+            bits: self.bits,
+            nbits: self.nbits,
+        }
+    }
+
     /// A snapshot to rewind to.
     pub(crate) fn mark(&self) -> (usize, u64, u32) {
         (self.pos, self.bits, self.nbits)
@@ -48,17 +65,31 @@ impl<'a> Writer<'a> {
     #[inline(always)]
     pub(crate) fn put(&mut self, code: u64, len: u32) {
         debug_assert!(
-            len <= 32 && self.nbits < 32,
-            "put of {len} bits with {} queued",
+            len <= 56 && self.nbits < 8 && code >> len == 0,
+            "put of {len} bits ({code:#x}) with {} queued",
             self.nbits
         );
         self.bits |= code << self.nbits;
         self.nbits += len;
-        if self.nbits >= 32 {
-            self.out[self.pos..self.pos + 4].copy_from_slice(&(self.bits as u32).to_le_bytes());
-            self.pos += 4;
-            self.bits >>= 32;
-            self.nbits -= 32;
+        let Some(dst) = self.out.get_mut(self.pos..self.pos + 8) else {
+            return self.put_near_end();
+        };
+        dst.copy_from_slice(&self.bits.to_le_bytes());
+        let whole = self.nbits & !7;
+        self.pos += (whole / 8) as usize;
+        // `whole` is at most 56: fewer than 8 bits were queued and `len` is at most 56.
+        self.bits >>= whole;
+        self.nbits -= whole;
+    }
+
+    /// `put`'s tail when fewer than 8 bytes of room are left: whole bytes one at a time.
+    #[cold]
+    fn put_near_end(&mut self) {
+        while self.nbits >= 8 {
+            self.out[self.pos] = self.bits as u8;
+            self.pos += 1;
+            self.bits >>= 8;
+            self.nbits -= 8;
         }
     }
 
