@@ -9,7 +9,7 @@ use std::cell::RefCell;
 
 use crate::huffman::{build_lengths, canonical_codes};
 use crate::tables::{
-    dist_code, DIST_BASE, DIST_EXTRA, FIXED_DIST, FIXED_LEN, FIXED_LIT, LEN_BASE, LEN_CODE,
+    dist_code, DIST_BASE, DIST_EXTRA, FIXED_DIST_CODES, FIXED_LEN, FIXED_LIT, LEN_BASE, LEN_CODE,
     LEN_EXTRA,
 };
 use crate::writer::Writer;
@@ -104,10 +104,10 @@ fn put_fixed_literal(w: &mut Writer<'_>, b: u8) {
 #[inline(always)]
 fn put_fixed_match(w: &mut Writer<'_>, len: usize, dist: usize) {
     let (lcode, lbits) = FIXED_LEN[len - 3];
-    let dc = dist_code(dist as u32);
-    let dextra = (dist - DIST_BASE[dc] as usize) as u64;
-    let dbits = 5 + u32::from(DIST_EXTRA[dc]);
-    let dcode = u64::from(FIXED_DIST[dc]) | (dextra << 5);
+    let fd = FIXED_DIST_CODES[dist_code(dist as u32)];
+    let dextra = (dist - fd.base as usize) as u64;
+    let dbits = 5 + u32::from(fd.extra);
+    let dcode = u64::from(fd.code) | (dextra << 5);
     w.put(
         u64::from(lcode) | (dcode << lbits),
         u32::from(lbits) + dbits,

@@ -78,12 +78,37 @@ pub(crate) static DIST_CODE: [u8; 512] = {
 #[inline(always)]
 pub(crate) fn dist_code(dist: u32) -> usize {
     let d = (dist - 1) as usize;
-    if d < 256 {
-        DIST_CODE[d] as usize
-    } else {
-        DIST_CODE[256 + (d >> 7)] as usize
-    }
+    // Without a branch: distances are as good as random to a predictor.
+    let far = usize::from(d >= 256);
+    DIST_CODE[((d >> (7 * far)) | far << 8) & 511] as usize
 }
+
+/// A distance code's fixed-Huffman code (5 bits, bit-reversed), base distance and number of
+/// extra bits, for one load per match.
+#[derive(Clone, Copy)]
+pub(crate) struct FixedDist {
+    pub(crate) base: u16,
+    pub(crate) code: u8,
+    pub(crate) extra: u8,
+}
+
+pub(crate) static FIXED_DIST_CODES: [FixedDist; 30] = {
+    let mut t = [FixedDist {
+        base: 0,
+        code: 0,
+        extra: 0,
+    }; 30];
+    let mut i = 0;
+    while i < 30 {
+        t[i] = FixedDist {
+            base: DIST_BASE[i],
+            code: FIXED_DIST[i],
+            extra: DIST_EXTRA[i],
+        };
+        i += 1;
+    }
+    t
+};
 
 /// Fixed-Huffman bits of a match length (code and extra bits together), by `len - 3`.
 pub(crate) static FIXED_LEN: [(u32, u8); 256] = {

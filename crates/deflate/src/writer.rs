@@ -72,7 +72,8 @@ impl<'a> Writer<'a> {
         self.bits |= code << self.nbits;
         self.nbits += len;
         let Some(dst) = self.out.get_mut(self.pos..self.pos + 8) else {
-            return self.put_near_end();
+            (self.pos, self.bits, self.nbits) = near_end(self.out, self.pos, self.bits, self.nbits);
+            return;
         };
         dst.copy_from_slice(&self.bits.to_le_bytes());
         let whole = self.nbits & !7;
@@ -80,17 +81,6 @@ impl<'a> Writer<'a> {
         // `whole` is at most 56: fewer than 8 bits were queued and `len` is at most 56.
         self.bits >>= whole;
         self.nbits -= whole;
-    }
-
-    /// `put`'s tail when fewer than 8 bytes of room are left: whole bytes one at a time.
-    #[cold]
-    fn put_near_end(&mut self) {
-        while self.nbits >= 8 {
-            self.out[self.pos] = self.bits as u8;
-            self.pos += 1;
-            self.bits >>= 8;
-            self.nbits -= 8;
-        }
     }
 
     /// Pads to a byte boundary and writes out every queued byte.
@@ -138,4 +128,19 @@ impl<'a> Writer<'a> {
         self.align();
         self.bytes(&[0, 0, 0xff, 0xff]);
     }
+}
+
+/// `put`'s tail when fewer than 8 bytes of room are left: whole bytes one at a time. A free
+/// function over plain values, so that calling it does not make the writer's fields live in
+/// memory in the hot loops.
+#[cold]
+#[inline(never)]
+fn near_end(out: &mut [u8], mut pos: usize, mut bits: u64, mut nbits: u32) -> (usize, u64, u32) {
+    while nbits >= 8 {
+        out[pos] = bits as u8;
+        pos += 1;
+        bits >>= 8;
+        nbits -= 8;
+    }
+    (pos, bits, nbits)
 }
