@@ -153,3 +153,69 @@ fn backlog_sets_the_accept_queue_of_the_listening_socket() {
     assert_eq!(queue(a), 77);
     assert_eq!(queue(b), 55);
 }
+
+/// Listening sockets on `port` (`ss` lists each socket of an SO_REUSEPORT group).
+fn listening_sockets(port: u16) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (Debian's iproute2; .ci/run installs it)");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn shards_give_an_address_a_socket_per_worker_and_each_accepts() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let (by_thread, capped, one_worker, default) =
+        (free_port(), free_port(), free_port(), free_port());
+    // `multi-queue off`: a connection stays on the worker whose socket the kernel chose.
+    let _p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    tune.listener.multi-queue off\n    stats socket {}\n{DEFAULTS}frontend sharded\n    bind 127.0.0.1:{by_thread} shards by-thread\n    bind 127.0.0.1:{capped} shards 8\n    bind 127.0.0.1:{one_worker} thread 2 shards by-thread\n    bind 127.0.0.1:{default}\n    http-request return status 200 content-type text/plain string ok\nfrontend ready\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n",
+        sock.display()
+    ));
+    assert_eq!(listening_sockets(by_thread), 2);
+    // At most one socket per worker the bind allows.
+    assert_eq!(listening_sockets(capped), 2);
+    assert_eq!(listening_sockets(one_worker), 1);
+    assert_eq!(listening_sockets(default), 1);
+    // The kernel hashes each new connection (its source port) to one of the two sockets:
+    // over 40 connections both workers accept some (all on one: 1 chance in 2^39).
+    let before = activity(&sock, "accepted");
+    for _ in 0..40 {
+        let mut c = Conn::new(format!("127.0.0.1:{by_thread}").parse().unwrap());
+        c.send(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        assert_eq!(c.response_for(false).expect("a response").status, 200);
+    }
+    let after = activity(&sock, "accepted");
+    let took: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(took.iter().sum::<u64>(), 40, "{took:?}");
+    assert!(took.iter().all(|&n| n > 0), "{took:?}");
+}
+
+#[test]
+fn default_shards_and_bad_shards_lines() {
+    let port = free_port();
+    let _p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    tune.listener.default-shards by-thread\n{DEFAULTS}frontend a\n    bind 127.0.0.1:{port}\n    http-request return status 200 content-type text/plain string ok\nfrontend ready\n    {{fe}}\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    assert_eq!(listening_sockets(port), 2);
+    for (line, says) in [
+        ("bind :8080 shards 0", "expects a positive count"),
+        ("bind :8080 shards many", "expects a positive count"),
+        ("bind :8080 shards", "after 'shards'"),
+        ("bind fd@3 shards 2", "'shards' needs an address"),
+    ] {
+        let (ok, err) = check_config(&format!("{DEFAULTS}frontend f\n    {line}\n"));
+        assert!(!ok, "{line}");
+        assert!(
+            err.contains("c.cfg:7") && err.contains(says),
+            "{line}: {err}"
+        );
+    }
+    let (ok, err) = check_config("global\n    tune.listener.default-shards by-core\n");
+    assert!(
+        !ok && err.contains("c.cfg:2") && err.contains("by-process, by-thread or by-group"),
+        "{err}"
+    );
+}

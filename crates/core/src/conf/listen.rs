@@ -43,6 +43,9 @@ pub struct Bind {
     /// whatever TLS's ALPN chose. Without it, a TLS connection speaks HTTP/2 when ALPN
     /// chose `h2`, and any other HTTP/1.1.
     pub h2: bool,
+    /// `shards`: how many listening sockets this address gets (`None`: the global
+    /// `tune.listener.default-shards`).
+    pub shards: Option<Shards>,
 }
 
 impl Bind {
@@ -51,6 +54,37 @@ impl Bind {
         self.threads
             .is_none_or(|(a, b)| (a..=b).contains(&(tid + 1)))
     }
+
+    /// How many listening sockets this bind opens, with `nbthread` workers: one per worker
+    /// the bind allows at most, and one for an inherited socket (`fd@N`), which cannot be
+    /// duplicated into a new one.
+    pub fn shard_count(&self, default: Shards, nbthread: usize) -> usize {
+        if matches!(self.spec, BindSpec::Fd(_)) {
+            return 1;
+        }
+        let allowed = (0..nbthread).filter(|&t| self.on_thread(t)).count().max(1);
+        match self.shards.unwrap_or(default) {
+            Shards::Count(n) => n.min(allowed),
+            Shards::ByThread => allowed,
+            // sluice has one thread group, and one process.
+            Shards::ByGroup | Shards::ByProcess => 1,
+        }
+    }
+}
+
+/// `shards N|by-thread|by-group` and `tune.listener.default-shards`: an address gets that
+/// many listening sockets in one SO_REUSEPORT group, each polled by a different worker, so
+/// that the kernel spreads new connections over several accepting workers (each still hands
+/// a connection to the least loaded worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shards {
+    Count(usize),
+    ByThread,
+    /// One per thread group: sluice has one group, so one socket (the default).
+    #[default]
+    ByGroup,
+    /// `by-process` (default-shards only): one socket.
+    ByProcess,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -83,6 +83,8 @@ pub struct GlobalConf {
     pub ulimit_n: Option<u64>,
     /// `tune.listener.multi-queue on|fair|off`.
     pub dispatch: listen::Dispatch,
+    /// `tune.listener.default-shards`: the sockets per `bind` without `shards`.
+    pub default_shards: listen::Shards,
     /// `tune.h2.*`.
     pub h2: stream::H2Tune,
 }
@@ -110,6 +112,7 @@ impl Default for GlobalConf {
             localpeer: None,
             ulimit_n: None,
             dispatch: listen::Dispatch::default(),
+            default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),
         }
     }

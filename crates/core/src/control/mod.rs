@@ -202,29 +202,34 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
             .unwrap_or(global_max);
         for (li, bind) in fe.listen.binds.iter().enumerate() {
             let backlog = bind.backlog.unwrap_or(backlog);
-            // The same frontend's socket for the same address, from the process replaced.
             let addr = bind.spec.to_string();
-            let (socket, owned) = match handed
-                .iter()
-                .position(|h| h.frontend == fe.name && h.addr == addr)
-            {
-                Some(i) => (std::net::TcpListener::from(handed.swap_remove(i).fd), false),
-                None => (
-                    listener::open_bind(bind, backlog)?,
-                    matches!(bind.spec, listener::BindSpec::Addr(_)),
-                ),
-            };
-            // Replacing processes that keep their own sockets: new connections come here
-            // from now on, so that theirs can empty before closing.
-            if owned && !(opts.finish.is_empty() && opts.terminate.is_empty()) {
-                if let Err(e) = listener::steer_here(&socket) {
-                    say!(
-                        "sluice: {}:{}: cannot steer new connections on {addr} away from the old process ({e}); connections queued there when it stops may be reset",
-                        bind.at.file, bind.at.line
-                    );
+            // Each shard is its own socket in the address's SO_REUSEPORT group; consecutive
+            // entries go to consecutive workers (see `acceptor` below).
+            for _ in 0..bind.shard_count(config.global.default_shards, nbthread) {
+                // The same frontend's socket for the same address, from the process replaced.
+                let (socket, owned) = match handed
+                    .iter()
+                    .position(|h| h.frontend == fe.name && h.addr == addr)
+                {
+                    Some(i) => (std::net::TcpListener::from(handed.swap_remove(i).fd), false),
+                    None => (
+                        listener::open_bind(bind, backlog)?,
+                        matches!(bind.spec, listener::BindSpec::Addr(_)),
+                    ),
+                };
+                // Replacing processes that keep their own sockets: new connections come here
+                // from now on, so that theirs can empty before closing (to the last shard
+                // opened until they close; the kernel spreads over the shards from then).
+                if owned && !(opts.finish.is_empty() && opts.terminate.is_empty()) {
+                    if let Err(e) = listener::steer_here(&socket) {
+                        say!(
+                            "sluice: {}:{}: cannot steer new connections on {addr} away from the old process ({e}); connections queued there when it stops may be reset",
+                            bind.at.file, bind.at.line
+                        );
+                    }
                 }
+                listeners.push((fi, li, bind.clone(), socket, owned));
             }
-            listeners.push((fi, li, bind.clone(), socket, owned));
         }
     }
     // Sockets the new configuration has no use for close here.

@@ -41,6 +41,27 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         parse: |g, a| count_arg(a).map(|n| g.maxconn = Some(n)),
     },
     Keyword {
+        name: "tune.listener.default-shards",
+        scope: Scope::GLOBAL,
+        help: "tune.listener.default-shards by-process|by-thread|by-group: listening sockets per bind line without 'shards' (by-group, the default, and by-process give one)",
+        parse: |g, a| {
+            let v = one_arg(a, "by-process, by-thread or by-group")?;
+            g.default_shards = match v {
+                "by-process" => Shards::ByProcess,
+                "by-thread" => Shards::ByThread,
+                "by-group" => Shards::ByGroup,
+                other => {
+                    return Err(KwError::bad(
+                        1,
+                        other,
+                        "expects by-process, by-thread or by-group",
+                    ))
+                }
+            };
+            Ok(())
+        },
+    },
+    Keyword {
         name: "tune.listener.multi-queue",
         scope: Scope::GLOBAL,
         help: "tune.listener.multi-queue on|fair|off: new connections go to the least loaded worker (on), to each in turn (fair) or stay where accepted (off)",
@@ -95,7 +116,6 @@ fn count_arg(a: &[String]) -> Result<usize, KwError> {
 /// Bind options HAProxy has that sluice does not implement yet.
 const PENDING_BIND_OPTIONS: &[&str] = &[
     "process",
-    "shards",
     "accept-proxy",
     "v4v6",
     "v6only",
@@ -120,6 +140,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let mut tls = None;
     let (mut maxconn, mut backlog) = (None, None);
     let mut h2 = false;
+    let mut shards = None;
     let mut i = 0;
     while i < opts.len() {
         if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
@@ -153,6 +174,25 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                 };
                 i += 2;
             }
+            "shards" => {
+                let v = opts.get(i + 1).ok_or(KwError::Missing(
+                    "a count, by-thread or by-group after 'shards'",
+                ))?;
+                shards = Some(match v.as_str() {
+                    "by-thread" => Shards::ByThread,
+                    "by-group" => Shards::ByGroup,
+                    n => Shards::Count(n.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(
+                        || {
+                            KwError::bad(
+                                i + 3,
+                                v,
+                                "expects a positive count, by-thread or by-group",
+                            )
+                        },
+                    )?),
+                });
+                i += 2;
+            }
             "maxconn" | "backlog" => {
                 let v = opts
                     .get(i + 1)
@@ -179,6 +219,15 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     }
     for a in addrs.split(',') {
         let spec = parse_bind(a).map_err(|e| KwError::bad(1, a, e))?;
+        if matches!(spec, BindSpec::Fd(_))
+            && shards.is_some_and(|s| s != Shards::Count(1) && s != Shards::ByGroup)
+        {
+            return Err(KwError::bad(
+                1,
+                a,
+                "an inherited socket (fd@) is one socket: 'shards' needs an address",
+            ));
+        }
         c.listen.binds.push(Bind {
             spec,
             name: name.clone(),
@@ -188,6 +237,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             maxconn,
             backlog,
             h2,
+            shards,
         });
     }
     Ok(())
