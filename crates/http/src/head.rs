@@ -1,6 +1,7 @@
 //! Pieces shared by request and response heads.
 
-use std::ops::Range;
+use std::cell::RefCell;
+use std::ops::{Deref, DerefMut, Range};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -13,6 +14,72 @@ pub enum Version {
 pub struct Header {
     pub name: Range<usize>,
     pub value: Range<usize>,
+}
+
+/// A head's field list. Its storage goes back to a per-thread free list when the head is
+/// dropped, and the next head parsed on that thread takes it: once a worker has warmed up,
+/// parsing a head allocates nothing (heads come and go with every request).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fields(Vec<Header>);
+
+/// Free lists hold at most this many field lists per thread...
+const SPARE_LISTS: usize = 64;
+/// ...of at most this many fields each (4 KiB): a rare huge head does not stay parked.
+const SPARE_FIELDS: usize = 128;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Vec<Header>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Fields {
+    /// An empty list with room for `n` fields, reusing a spare one when the thread has one.
+    pub fn with_capacity(n: usize) -> Fields {
+        let spare = SPARE
+            .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+            .ok()
+            .flatten();
+        let mut v = spare.unwrap_or_default();
+        v.reserve(n);
+        Fields(v)
+    }
+}
+
+impl Drop for Fields {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.0);
+        if v.capacity() == 0 || v.capacity() > SPARE_FIELDS {
+            return;
+        }
+        v.clear();
+        // A thread that is exiting, or a list dropped while the free list is in use, just
+        // frees it.
+        let _ = SPARE.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.len() < SPARE_LISTS {
+                    s.push(v);
+                }
+            }
+        });
+    }
+}
+
+impl Deref for Fields {
+    type Target = Vec<Header>;
+    fn deref(&self) -> &Vec<Header> {
+        &self.0
+    }
+}
+
+impl DerefMut for Fields {
+    fn deref_mut(&mut self) -> &mut Vec<Header> {
+        &mut self.0
+    }
+}
+
+impl From<Vec<Header>> for Fields {
+    fn from(v: Vec<Header>) -> Fields {
+        Fields(v)
+    }
 }
 
 /// How a message body is delimited.
@@ -44,13 +111,15 @@ impl ConnInfo {
             if tok.is_empty() {
                 continue;
             }
-            let lower = tok.to_ascii_lowercase();
-            match lower.as_slice() {
-                b"close" => self.close = true,
-                b"keep-alive" => self.keep_alive = true,
-                _ => {}
+            // The two connection options are not field names: only other tokens are kept
+            // (and copied), so the usual `Connection` value allocates nothing.
+            if tok.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if tok.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else {
+                self.nominated.push(tok.to_ascii_lowercase());
             }
-            self.nominated.push(lower);
         }
     }
 }

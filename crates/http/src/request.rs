@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use crate::head::{
-    parse_content_length, range_in, transfer_encoding, value_ok, ConnInfo, Framing, Header,
+    parse_content_length, range_in, transfer_encoding, value_ok, ConnInfo, Fields, Framing, Header,
     TeVerdict, Version,
 };
 use crate::{name_is, MAX_HEADERS};
@@ -30,7 +30,7 @@ pub struct RequestHead {
     /// The path part of the target (origin-form: up to `?`; absolute-form: after the authority).
     pub path: Range<usize>,
     pub version: Version,
-    pub headers: Vec<Header>,
+    pub headers: Fields,
     pub framing: Framing,
     pub host: Option<Range<usize>>,
     /// The client asked to close (`Connection: close`, or HTTP/1.0 without keep-alive).
@@ -108,7 +108,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     };
     let path = check_target(method, target)?;
 
-    let mut headers = Vec::with_capacity(req.headers.len());
+    let mut headers = Fields::with_capacity(req.headers.len());
     let mut conn = ConnInfo::default();
     let mut content_length: Option<u64> = None;
     let mut te_values: Vec<&[u8]> = Vec::new();

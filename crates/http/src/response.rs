@@ -2,7 +2,7 @@
 //! proxy turns into a 502, and the server connection is then never reused.
 
 use crate::head::{
-    parse_content_length, range_in, transfer_encoding, value_ok, ConnInfo, Framing, Header,
+    parse_content_length, range_in, transfer_encoding, value_ok, ConnInfo, Fields, Framing, Header,
     TeVerdict, Version,
 };
 use crate::request::is_hop_by_hop;
@@ -15,7 +15,7 @@ pub struct ResponseHead {
     pub status: u16,
     pub reason: std::ops::Range<usize>,
     pub version: Version,
-    pub headers: Vec<Header>,
+    pub headers: Fields,
     pub framing: Framing,
     /// The connection cannot carry another request after this response.
     pub must_close: bool,
@@ -60,7 +60,7 @@ pub fn parse_response(
     } else {
         Version::Http11
     };
-    let mut headers = Vec::with_capacity(rsp.headers.len());
+    let mut headers = Fields::with_capacity(rsp.headers.len());
     let mut conn = ConnInfo::default();
     let mut content_length = None;
     let mut te_values: Vec<&[u8]> = Vec::new();

@@ -398,7 +398,7 @@ async fn download(
         }
     };
     let mut res = http::Response::builder().status(head.status);
-    for h in &head.headers {
+    for h in head.headers.iter() {
         let name = &buf[h.name.clone()];
         if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
             continue;
