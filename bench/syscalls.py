@@ -7,10 +7,11 @@ configuration for sluice and HAProxy.
 Usage: python3 bench/syscalls.py [requests] [clients]   (needs root for the uprobes;
 bench/run.sh installs perf, nginx and HAProxy)
 """
-import os, re, socket, subprocess, sys, threading
+import os, re, subprocess, sys, threading, time
 
 import core
 from core import PROXY, work, start, stop
+from instructions import requests as client
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
 CLIENTS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -27,20 +28,6 @@ def probes():
             subprocess.run(["perf", "probe", "-q", "-x", LIBC, f], check=True)
 
 
-def client(n):
-    s = socket.create_connection(("127.0.0.1", PROXY))
-    req = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n"
-    for _ in range(n):
-        s.sendall(req)
-        buf = b""
-        while b"\r\n\r\n" not in buf or len(buf.split(b"\r\n\r\n", 1)[1]) < 13:
-            chunk = s.recv(4096)
-            if not chunk:
-                raise RuntimeError("connection closed")
-            buf += chunk
-    s.close()
-
-
 def count(cmd, clients):
     p = start(cmd, PROXY)
     try:
@@ -49,7 +36,6 @@ def count(cmd, clients):
         out = os.path.join(work, "perf.txt")
         perf = subprocess.Popen(["perf", "stat", "-x,", "-o", out, "-e", ",".join(events),
                                  "-p", str(p.pid)])
-        import time
         time.sleep(0.5)
         per = N // clients
         ts = [threading.Thread(target=client, args=(per,)) for _ in range(clients)]
