@@ -76,12 +76,6 @@ impl DerefMut for Fields {
     }
 }
 
-impl From<Vec<Header>> for Fields {
-    fn from(v: Vec<Header>) -> Fields {
-        Fields(v)
-    }
-}
-
 /// How a message body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
