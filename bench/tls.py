@@ -4,6 +4,10 @@ worker each, side by side, medians of RUNS interleaved runs:
   handshakes  - wrk -t2 -c64 with `Connection: close`: every request on a new TLS 1.3
                 connection, a full handshake each (wrk does not resume sessions)
   keep-alive  - wrk -t2 -c64 over kept-alive TLS connections, 13 B and 76 kB responses
+wrk resumes TLS sessions when the server lets it, so every proxy is configured without
+resumption (sluice and HAProxy: `no-tls-tickets` and `tune.ssl.cachesize 0`; nginx: tickets
+and cache off), and after each run sluice's and HAProxy's `show stat` must count no reused
+session: a run that resumed would compare a cheaper handshake with full ones.
   h2          - h2load over TLS with HTTP/2 (ALPN h2): 8 connections, 100 streams each
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
@@ -25,9 +29,15 @@ def cert():
     return key, crt, pem
 
 
+def sock(kind):
+    return os.path.join(work, f"{kind}-tls.sock")
+
+
 def hap_sluice(kind, pem):
-    path = core.write_config(f"{kind}-tls", glob="    nbthread 1\n    maxconn 5000\n")
-    text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}", f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn h2,http/1.1")
+    glob = f"    nbthread 1\n    maxconn 5000\n    tune.ssl.cachesize 0\n    stats socket {sock(kind)}\n"
+    path = core.write_config(f"{kind}-tls", glob=glob)
+    text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}",
+                                     f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn h2,http/1.1 no-tls-tickets")
     with open(path, "w") as f:
         f.write(text)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
@@ -73,12 +83,25 @@ def load(kind, secs):
     return wrk(secs, kind == "handshakes", path)
 
 
-def run_once(cmd, kind):
+def reused_sessions(proxy):
+    """TLS sessions the frontend resumed, from `show stat` (sluice, its baseline, HAProxy)."""
+    lines = core.cli(sock("haproxy" if proxy == "haproxy" else "sluice"), "show stat").splitlines()
+    header = lines[0].lstrip("# ").split(",")
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(",")))
+        if row.get("svname") == "FRONTEND":
+            return int(row["ssl_reused_sess"] or 0)
+    raise SystemExit("no FRONTEND row in show stat")
+
+
+def run_once(proxy, cmd, kind):
     p = start(cmd, PROXY)
     load(kind, 1)
     c0, t0 = group_cpu(p.pid), time.time()
     reqs = load(kind, SECS)
     c1, t1 = group_cpu(p.pid), time.time()
+    if proxy != "nginx" and (reused := reused_sessions(proxy)):
+        raise SystemExit(f"{proxy} resumed {reused} TLS sessions: the runs would not compare full handshakes")
     stop(p)
     wait_closed(PROXY)
     return reqs / (t1 - t0), reqs / max(c1 - c0, 1e-9)
@@ -101,7 +124,7 @@ def main():
         for i in range(RUNS):
             order = list(cmds)[i % len(cmds):] + list(cmds)[:i % len(cmds)]
             for k in order:
-                rows[k].append(run_once(cmds[k], kind))
+                rows[k].append(run_once(k, cmds[k], kind))
         for k in cmds:
             m = [statistics.median(r[j] for r in rows[k]) for j in range(2)]
             print(f"| {kind} | {k} | {m[0]:.0f} | {m[1]:.0f} |", flush=True)

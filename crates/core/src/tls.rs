@@ -15,6 +15,9 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "aws-lc")]
+use rustls::crypto::aws_lc_rs as provider;
+#[cfg(not(feature = "aws-lc"))]
 use rustls::crypto::ring as provider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -789,6 +792,10 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     let no_tickets = t.no_tickets || side.options.iter().any(|o| o == "no-tls-tickets");
     if !no_tickets {
         config.ticketer = provider::Ticketer::new().map_err(|e| format!("TLS tickets: {e}"))?;
+    } else if cache == 0 {
+        // Nothing can resume a session: each TLS 1.3 ticket would cost three random draws
+        // and a key derivation for a ticket no one can use.
+        config.send_tls13_tickets = 0;
     }
     Ok(Acceptor {
         config: Arc::new(config),

@@ -348,6 +348,85 @@ fn sessions_resume_by_ticket_and_by_id() {
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "ssl_reused_sess"), "4");
 }
 
+/// A client session store that counts the TLS 1.3 tickets it is given.
+#[derive(Debug)]
+struct CountingStore {
+    inner: rustls::client::ClientSessionMemoryCache,
+    tickets: std::sync::atomic::AtomicUsize,
+}
+
+impl rustls::client::ClientSessionStore for CountingStore {
+    fn set_kx_hint(&self, server: ServerName<'static>, group: rustls::NamedGroup) {
+        self.inner.set_kx_hint(server, group)
+    }
+    fn kx_hint(&self, server: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        self.inner.kx_hint(server)
+    }
+    fn set_tls12_session(
+        &self,
+        server: ServerName<'static>,
+        value: rustls::client::Tls12ClientSessionValue,
+    ) {
+        self.inner.set_tls12_session(server, value)
+    }
+    fn tls12_session(
+        &self,
+        server: &ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        self.inner.tls12_session(server)
+    }
+    fn remove_tls12_session(&self, server: &ServerName<'static>) {
+        self.inner.remove_tls12_session(server)
+    }
+    fn insert_tls13_ticket(
+        &self,
+        server: ServerName<'static>,
+        value: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.tickets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.insert_tls13_ticket(server, value)
+    }
+    fn take_tls13_ticket(
+        &self,
+        server: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        self.inner.take_tls13_ticket(server)
+    }
+}
+
+#[test]
+fn no_tickets_are_issued_when_nothing_could_resume_them() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "global\n    tune.ssl.cachesize 0\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} no-tls-tickets\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    // Tickets on, no cache: the client is given tickets and resumes with one. Tickets off
+    // and no cache: nothing could resume, so no ticket is sent at all.
+    for (addr, tickets, second) in [
+        (p.addrs[0], true, rustls::HandshakeKind::Resumed),
+        (p.addrs[1], false, rustls::HandshakeKind::Full),
+    ] {
+        let store = Arc::new(CountingStore {
+            inner: rustls::client::ClientSessionMemoryCache::new(16),
+            tickets: 0.into(),
+        });
+        let mut config = (*ca.client(&[], &[&rustls::version::TLS13])).clone();
+        config.resumption = rustls::client::Resumption::store(store.clone());
+        let config = Arc::new(config);
+        let mut first = connect(addr, config.clone(), "site.test").unwrap();
+        assert!(request(&mut first, "/").starts_with("HTTP/1.1 200"));
+        drop(first);
+        let got = store.tickets.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(got > 0, tickets, "{addr}: {got} tickets");
+        let mut again = connect(addr, config, "site.test").unwrap();
+        assert!(request(&mut again, "/").starts_with("HTTP/1.1 200"));
+        assert_eq!(again.conn.handshake_kind(), Some(second), "{addr}");
+    }
+}
+
 #[test]
 fn a_crt_list_chooses_certificates_by_its_own_names() {
     let ca = Ca::new();
