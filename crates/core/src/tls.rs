@@ -1,4 +1,5 @@
-//! TLS termination on `bind ... ssl` lines, with rustls (ring): the bind options
+//! TLS termination on `bind ... ssl` lines, with rustls (ring; key exchange and signatures
+//! from aws-lc-rs with the `aws-lc` feature): the bind options
 //! (`crt`, `alpn`, `ssl-min-ver`, `ssl-max-ver`, `ciphers`, `ciphersuites`, `curves`,
 //! `strict-sni`, `no-tls-tickets`), the `global` defaults (`ca-base`, `crt-base`,
 //! `ssl-default-bind-*`; the `ssl-default-server-*` ones are kept for TLS to servers, not
@@ -15,10 +16,13 @@
 
 use std::sync::Arc;
 
+/// Where key exchange and signing come from: ring, or aws-lc-rs with the `aws-lc` feature
+/// (its X25519 and P-256 are faster; ring keeps the rest, whose HKDF is faster).
 #[cfg(feature = "aws-lc")]
-use rustls::crypto::aws_lc_rs as provider;
-#[cfg(not(feature = "aws-lc"))]
+use rustls::crypto::aws_lc_rs as asym;
 use rustls::crypto::ring as provider;
+#[cfg(not(feature = "aws-lc"))]
+use rustls::crypto::ring as asym;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -247,7 +251,7 @@ pub fn connector(
     addr: std::net::SocketAddr,
 ) -> Result<Connector, String> {
     let side = &defaults.server;
-    let mut p = provider::default_provider();
+    let mut p = crypto();
     if let Some(list) = &side.ciphers {
         let tls12 = suites(list, false)?;
         p.cipher_suites
@@ -637,14 +641,26 @@ fn suites(list: &str, tls13: bool) -> Result<Vec<rustls::SupportedCipherSuite>, 
     Ok(out)
 }
 
+/// The crypto provider every TLS configuration starts from.
+fn crypto() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::CryptoProvider {
+        kx_groups: vec![
+            asym::kx_group::X25519,
+            asym::kx_group::SECP256R1,
+            asym::kx_group::SECP384R1,
+        ],
+        ..provider::default_provider()
+    }
+}
+
 /// The key exchange groups `curves` names.
 fn groups(list: &str) -> Result<Vec<&'static dyn rustls::crypto::SupportedKxGroup>, String> {
     list.split(':')
         .filter(|w| !w.is_empty())
         .map(|w| match w {
-            "X25519" | "x25519" => Ok(provider::kx_group::X25519),
-            "P-256" | "prime256v1" | "secp256r1" => Ok(provider::kx_group::SECP256R1),
-            "P-384" | "secp384r1" => Ok(provider::kx_group::SECP384R1),
+            "X25519" | "x25519" => Ok(asym::kx_group::X25519),
+            "P-256" | "prime256v1" | "secp256r1" => Ok(asym::kx_group::SECP256R1),
+            "P-384" | "secp384r1" => Ok(asym::kx_group::SECP384R1),
             other => Err(format!(
                 "curve '{other}' is not available (rustls implements X25519, P-256, P-384)"
             )),
@@ -718,7 +734,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
             max.as_deref().unwrap_or("TLSv1.3")
         ));
     }
-    let mut p = provider::default_provider();
+    let mut p = crypto();
     let tls12 = match t.ciphers.as_ref().or(side.ciphers.as_ref()) {
         Some(list) => suites(list, false)?,
         None => p
@@ -814,8 +830,8 @@ fn parse_pem(pem: &[u8], key_pem: Option<&[u8]>) -> Result<CertifiedKey, String>
     let key = PrivateKeyDer::from_pem_slice(pem)
         .or_else(|e| key_pem.map_or(Err(e), PrivateKeyDer::from_pem_slice))
         .map_err(|_| "no private key in it".to_string())?;
-    let signer = provider::sign::any_supported_type(&key)
-        .map_err(|e| format!("the key cannot be used: {e}"))?;
+    let signer =
+        asym::sign::any_supported_type(&key).map_err(|e| format!("the key cannot be used: {e}"))?;
     let certified = CertifiedKey::new(certs, signer);
     certified
         .keys_match()
