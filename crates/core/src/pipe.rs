@@ -252,6 +252,12 @@ impl Front {
             let mut st = lock(&self.state);
             let down = &mut st.down;
             let n = down.unread().len();
+            if n > 0 && out.is_empty() && down.read == 0 {
+                // Nothing to append to: take the bytes whole and leave `out`'s storage.
+                std::mem::swap(out, &mut down.bytes);
+                down.consume(0);
+                return Poll::Ready(Ok(n));
+            }
             if n > 0 {
                 out.extend_from_slice(down.unread());
                 down.consume(n);

@@ -27,11 +27,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use sluice_config::{Keyword, KwError, Scope};
-use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing};
+use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing, ResponseHead};
 
 use super::deadline::within;
 use super::heads::push_header;
@@ -372,13 +372,14 @@ async fn upload(
     Ok(())
 }
 
-/// Reads the session's response and sends it on the stream.
+/// Reads the session's response and sends it on the stream. The head's field values and
+/// the body are slices of the bytes the session wrote, not copies.
 async fn download(
     front: &Front,
     respond: &mut SendResponse<Bytes>,
     head_request: bool,
 ) -> Result<(), Ended> {
-    let mut buf = Vec::with_capacity(4096);
+    let mut buf = Vec::new();
     let head = loop {
         let got = tokio::select! {
             got = front.read(&mut buf) => got,
@@ -397,15 +398,8 @@ async fn download(
             Err(_) => return Err(Ended::Truncated),
         }
     };
-    let mut res = http::Response::builder().status(head.status);
-    for h in head.headers.iter() {
-        let name = &buf[h.name.clone()];
-        if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
-            continue;
-        }
-        res = res.header(name, &buf[h.value.clone()]);
-    }
-    let res = res.body(()).map_err(|_| Ended::Truncated)?;
+    let mut bytes = Bytes::from(buf);
+    let res = response(&head, &bytes).ok_or(Ended::Truncated)?;
     let no_body = head.framing == Framing::None;
     let mut send = respond
         .send_response(res, no_body)
@@ -413,10 +407,11 @@ async fn download(
     if no_body {
         return Ok(());
     }
-    buf.drain(..head.len);
+    bytes.advance(head.len);
     let mut body = BodyReader::new(head.framing);
+    let mut more = Vec::new();
     loop {
-        let (data, done) = body.take(&mut buf).map_err(|_| Ended::Truncated)?;
+        let (data, done) = body.take(&mut bytes).map_err(|_| Ended::Truncated)?;
         if done {
             let trailers = body.trailers();
             let last_data = trailers.is_none();
@@ -428,7 +423,7 @@ async fn download(
         }
         send_data(&mut send, data, false).await?;
         let got = tokio::select! {
-            got = front.read(&mut buf) => got,
+            got = front.read(&mut more) => got,
             _ = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err(Ended::Reset),
         };
         if got.map_err(|_| Ended::Truncated)? == 0 {
@@ -439,7 +434,34 @@ async fn download(
             send.send_reset(Reason::INTERNAL_ERROR);
             return Err(Ended::Truncated);
         }
+        bytes = if bytes.is_empty() {
+            std::mem::take(&mut more).into()
+        } else {
+            // A part of a chunk header was left over: it goes in front of what came.
+            let mut joined = Vec::with_capacity(bytes.len() + more.len());
+            joined.extend_from_slice(&bytes);
+            joined.append(&mut more);
+            joined.into()
+        };
     }
+}
+
+/// The HTTP/2 response for a parsed HTTP/1.1 head, without the fields HTTP/2 forbids;
+/// `None` if a field cannot be carried.
+fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Response<()>> {
+    let mut res = http::Response::new(());
+    *res.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
+    let fields = res.headers_mut();
+    fields.reserve(head.headers.len());
+    for h in head.headers.iter() {
+        let name = &bytes[h.name.clone()];
+        if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
+            continue;
+        }
+        let value = http::HeaderValue::from_maybe_shared(bytes.slice(h.value.clone())).ok()?;
+        fields.append(http::HeaderName::from_bytes(name).ok()?, value);
+    }
+    Some(res)
 }
 
 /// Sends `data` as the client's flow control allows.
@@ -487,22 +509,20 @@ impl BodyReader {
     }
 
     /// Takes the body bytes out of `buf`, and whether the body is complete.
-    fn take(&mut self, buf: &mut Vec<u8>) -> Result<(Bytes, bool), sluice_http::ChunkError> {
+    fn take(&mut self, buf: &mut Bytes) -> Result<(Bytes, bool), sluice_http::ChunkError> {
         match self.framing {
             Framing::Length(_) => {
                 let n = (self.left.min(buf.len() as u64)) as usize;
                 self.left -= n as u64;
-                let data = Bytes::copy_from_slice(&buf[..n]);
-                buf.drain(..n);
-                Ok((data, self.left == 0))
+                Ok((buf.split_to(n), self.left == 0))
             }
             Framing::Chunked => {
                 let mut out = Vec::with_capacity(buf.len());
                 let used = self.chunks.decode(buf, ChunkedOut::Raw, &mut out)?;
-                buf.drain(..used);
+                buf.advance(used);
                 Ok((out.into(), self.chunks.is_done()))
             }
-            Framing::UntilClose => Ok((std::mem::take(buf).into(), false)),
+            Framing::UntilClose => Ok((std::mem::take(buf), false)),
             Framing::None => Ok((Bytes::new(), true)),
         }
     }
