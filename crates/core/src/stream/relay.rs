@@ -159,6 +159,7 @@ impl Txn {
             && client_framing != Framing::UntilClose
             && !w.stopping();
         s.out.clear();
+        s.out.reserve(rsp.len + 256);
         let expires = keep_alive_deadline(&view);
         let length_hint = (facts.is_head || rsp.status == 304)
             .then(|| view.header("content-length"))

@@ -338,6 +338,9 @@ impl Txn {
                     }
                 }
                 s.out.clear();
+                // One allocation for a session's first head (an HTTP/2 stream's only one):
+                // the client's head plus room for what the proxy adds.
+                s.out.reserve(head.len + 256);
                 build_request_head(
                     &mut s.out,
                     &req,
