@@ -4,62 +4,41 @@
 /// unused symbols get 0. One used symbol gets length 1.
 pub(crate) fn build_lengths(freq: &[u32], max_len: usize, out: &mut [u8]) {
     out.fill(0);
-    let mut syms = [(0u32, 0u16); 288];
+    // Used symbols as (frequency, symbol) in one integer each, so sorting them is a sort
+    // of plain integers.
+    let mut keys = [0u64; 289];
     let mut n = 0;
-    for (i, &f) in freq.iter().enumerate() {
-        if f > 0 {
-            syms[n] = (f, i as u16);
-            n += 1;
-        }
+    for (i, &f) in freq.iter().take(288).enumerate() {
+        // Written whether used or not, kept by counting it: no branch on the data.
+        keys[n] = u64::from(f) << 16 | i as u64;
+        n += usize::from(f > 0);
     }
-    let syms = &mut syms[..n];
+    let keys = &mut keys[..n];
+    let symbol = |k: u64| (k & 0xffff) as usize;
     match n {
         0 => return,
         1 => {
-            out[syms[0].1 as usize] = 1;
+            out[symbol(keys[0])] = 1;
             return;
         }
         _ => {}
     }
-    syms.sort_unstable();
-    // Two-queue Huffman: leaves are 0..n (sorted), internal nodes n.. are created in
-    // non-decreasing weight order, so both queues stay sorted.
-    let mut weight = [0u64; 576];
-    let mut parent = [0u16; 576];
-    for (i, s) in syms.iter().enumerate() {
-        weight[i] = u64::from(s.0);
+    keys.sort_unstable();
+    let mut a = [0u32; 288];
+    for (w, &k) in a.iter_mut().zip(keys.iter()) {
+        *w = (k >> 16).min(u64::from(u32::MAX)) as u32;
     }
-    let (mut leaf, mut inner, mut next) = (0, n, n);
-    let pick = |leaf: &mut usize, inner: &mut usize, next: usize, weight: &[u64]| {
-        if *leaf < n && (*inner >= next || weight[*leaf] <= weight[*inner]) {
-            *leaf += 1;
-            *leaf - 1
-        } else {
-            *inner += 1;
-            *inner - 1
-        }
-    };
-    while next < 2 * n - 1 {
-        let a = pick(&mut leaf, &mut inner, next, &weight);
-        let b = pick(&mut leaf, &mut inner, next, &weight);
-        weight[next] = weight[a] + weight[b];
-        parent[a] = next as u16;
-        parent[b] = next as u16;
-        next += 1;
-    }
-    // Depths: parents have higher indices than their children.
-    let root = 2 * n - 2;
-    let mut depth = [0u8; 576];
+    let a = &mut a[..n];
+    minimum_redundancy(a);
+    // a[i] is now the code length of the i-th least frequent symbol (non-increasing in i).
+    // Depths past 63 (possible only with extreme weights) are all past any limit.
     let mut count = [0u32; 64];
-    for i in (0..root).rev() {
-        depth[i] = depth[parent[i] as usize] + 1;
+    for &d in a.iter() {
+        count[(d as usize).min(63)] += 1;
     }
-    for &d in &depth[..n] {
-        count[d as usize] += 1;
-    }
+    let deepest = (a[0] as usize).min(63);
     // Limit lengths: move overlong codes to max_len, then rebalance the Kraft sum by
     // splitting shorter codes (each step keeps the sum, minus one unit).
-    let deepest = depth[..n].iter().copied().max().unwrap_or(0) as usize;
     if deepest > max_len {
         for d in max_len + 1..=deepest {
             count[max_len] += count[d];
@@ -84,9 +63,58 @@ pub(crate) fn build_lengths(freq: &[u32], max_len: usize, out: &mut [u8]) {
     let mut k = 0;
     for len in (1..=max_len).rev() {
         for _ in 0..count[len] {
-            out[syms[k].1 as usize] = len as u8;
+            out[symbol(keys[k])] = len as u8;
             k += 1;
         }
+    }
+}
+
+/// Optimal (unlimited) code lengths, in place, for weights sorted in non-decreasing order
+/// (at least two): Moffat and Katajainen's method, which builds the tree in the array
+/// itself. The first pass merges into parent pointers, the second turns them into depths,
+/// the third turns internal depths into leaf depths.
+fn minimum_redundancy(a: &mut [u32]) {
+    let n = a.len();
+    a[0] = a[0].saturating_add(a[1]);
+    let (mut root, mut leaf) = (0, 2);
+    for next in 1..n - 1 {
+        // Each new node takes the two lightest of: leaves not yet used, nodes not yet used.
+        if leaf >= n || a[root] < a[leaf] {
+            a[next] = a[root];
+            a[root] = next as u32;
+            root += 1;
+        } else {
+            a[next] = a[leaf];
+            leaf += 1;
+        }
+        if leaf >= n || (root < next && a[root] < a[leaf]) {
+            a[next] = a[next].saturating_add(a[root]);
+            a[root] = next as u32;
+            root += 1;
+        } else {
+            a[next] = a[next].saturating_add(a[leaf]);
+            leaf += 1;
+        }
+    }
+    a[n - 2] = 0;
+    for next in (0..n - 2).rev() {
+        a[next] = a[a[next] as usize] + 1;
+    }
+    let (mut avail, mut used, mut depth) = (1u32, 0u32, 0u32);
+    let (mut root, mut next) = (n as isize - 2, n as isize - 1);
+    while avail > 0 {
+        while root >= 0 && a[root as usize] == depth {
+            used += 1;
+            root -= 1;
+        }
+        while avail > used {
+            a[next as usize] = depth;
+            next -= 1;
+            avail -= 1;
+        }
+        avail = 2 * used;
+        depth += 1;
+        used = 0;
     }
 }
 

@@ -512,17 +512,20 @@ fn emit_best_block(
         w.stored_blocks(data, fin);
     } else if fixed_bits <= dynamic_bits {
         w.put(u64::from(fin) | 0b10, 3);
+        let mut local = w.local();
         for &t in tokens {
             if t & MATCH == 0 {
-                put_fixed_literal(w, t as u8);
+                put_fixed_literal(&mut local, t as u8);
             } else {
                 put_fixed_match(
-                    w,
+                    &mut local,
                     ((t >> 16) & 0xff) as usize + 3,
                     (t & 0xffff) as usize + 1,
                 );
             }
         }
+        let state = local.mark();
+        w.rewind(state);
         w.put(0, 7);
     } else {
         let mut lit_code = [0u16; 286];
@@ -561,10 +564,16 @@ fn emit_best_block(
                 );
             }
         }
+        // A literal's code and length in one look-up.
+        let mut lit_bits = [(0u32, 0u8); 256];
+        for (s, e) in lit_bits.iter_mut().enumerate() {
+            *e = (u32::from(lit_code[s]), lit_len[s]);
+        }
+        let mut local = w.local();
         for &t in tokens {
             if t & MATCH == 0 {
-                let s = t as usize;
-                w.put(u64::from(lit_code[s]), u32::from(lit_len[s]));
+                let (code, len) = lit_bits[(t & 0xff) as usize];
+                local.put(u64::from(code), u32::from(len));
             } else {
                 let (lcode, lbits) = len_bits[((t >> 16) & 0xff) as usize];
                 let d = (t & 0xffff) as usize + 1;
@@ -572,14 +581,16 @@ fn emit_best_block(
                 let dextra = (d - DIST_BASE[dc] as usize) as u64;
                 // Two puts: a dynamic length (<= 15 + 5 bits) and distance (<= 15 + 13 bits)
                 // together could exceed the writer's 32 bits per put.
-                w.put(u64::from(lcode), u32::from(lbits));
-                w.put(
+                local.put(u64::from(lcode), u32::from(lbits));
+                local.put(
                     u64::from(dist_code_tab[dc]) | (dextra << dist_len[dc]),
                     u32::from(dist_len[dc]) + u32::from(DIST_EXTRA[dc]),
                 );
             }
         }
-        w.put(u64::from(lit_code[256]), u32::from(lit_len[256]));
+        local.put(u64::from(lit_code[256]), u32::from(lit_len[256]));
+        let state = local.mark();
+        w.rewind(state);
     }
 }
 
