@@ -82,9 +82,10 @@ def cli(sock, cmd):
     raise SystemExit("stats socket unreachable")
 
 
-def group_cpu(pgid):
-    """CPU seconds of every process in the process group (nginx has a master and workers)."""
-    total = 0
+def group_cpu_split(pgid):
+    """User and system CPU seconds of every process in the process group (nginx has a master
+    and workers)."""
+    user = system = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -94,8 +95,14 @@ def group_cpu(pgid):
         except OSError:
             continue
         if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / CLK
+            user += int(fields[11])
+            system += int(fields[12])
+    return user / CLK, system / CLK
+
+
+def group_cpu(pgid):
+    """CPU seconds of every process in the process group."""
+    return sum(group_cpu_split(pgid))
 
 
 def nginx_origin():

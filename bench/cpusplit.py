@@ -3,26 +3,9 @@ HAProxy and nginx as proxies (13-byte responses, 1 worker, bench/core.py's load:
 -c50, nginx origin), medians of RUNS interleaved runs of SECS seconds, from the process
 group's utime and stime in /proc.
 Usage: python3 bench/cpusplit.py [seconds] [runs]  (bench/run.sh installs the tools)."""
-import os, statistics
+import statistics
 
 import core
-
-
-def cpu_split(pgid):
-    """User and system CPU seconds of every process in the process group."""
-    user = system = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            user += int(fields[11])
-            system += int(fields[12])
-    return user / core.CLK, system / core.CLK
 
 
 def main():
@@ -33,9 +16,9 @@ def main():
         for name, cmd in cmds.items():
             p = core.start(cmd, core.PROXY)
             core.wrk("/hello.txt", 1)
-            u0, s0 = cpu_split(p.pid)
+            u0, s0 = core.group_cpu_split(p.pid)
             reqs = core.wrk("/hello.txt", core.SECS)[0]
-            u1, s1 = cpu_split(p.pid)
+            u1, s1 = core.group_cpu_split(p.pid)
             core.stop(p)
             core.wait_closed(core.PROXY)
             rows[name].append((1e6 * (u1 - u0) / reqs, 1e6 * (s1 - s0) / reqs, reqs / core.SECS))
