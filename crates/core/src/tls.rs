@@ -549,7 +549,13 @@ pub fn bind_option(
 }
 
 /// The rustls suites by their OpenSSL names (what HAProxy's `ciphers` and
-/// `ciphersuites` and its `ssl_fc_cipher` use).
+/// `ciphersuites` and its `ssl_fc_cipher` use), in the default order of preference (the
+/// server's order wins by default, as in HAProxy).
+///
+/// AES-128-GCM comes before AES-256-GCM, unlike rustls's own order: the 128-bit suites are
+/// what browsers ask for first and what TLS 1.3 makes mandatory, and their key schedule uses
+/// SHA-256, which CPUs with SHA extensions run far faster than the SHA-384 of the 256-bit
+/// suites: a full TLS 1.3 handshake costs about 6 % less CPU (bench/tls.py).
 const SUITES: &[(&str, rustls::SupportedCipherSuite)] = &[
     (
         "TLS_AES_128_GCM_SHA256",
@@ -641,9 +647,11 @@ fn suites(list: &str, tls13: bool) -> Result<Vec<rustls::SupportedCipherSuite>, 
     Ok(out)
 }
 
-/// The crypto provider every TLS configuration starts from.
+/// The crypto provider every TLS configuration starts from; its suites in [`SUITES`]'s
+/// order.
 fn crypto() -> rustls::crypto::CryptoProvider {
     rustls::crypto::CryptoProvider {
+        cipher_suites: SUITES.iter().map(|(_, s)| *s).collect(),
         kx_groups: vec![
             asym::kx_group::X25519,
             asym::kx_group::SECP256R1,

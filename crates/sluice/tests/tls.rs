@@ -677,6 +677,48 @@ fn the_servers_order_of_suites_wins_unless_prefer_client_ciphers() {
 }
 
 #[test]
+fn by_default_aes_128_is_chosen_over_aes_256_the_client_lists_first() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_fc_protocol] %[ssl_fc_cipher]\"\n"
+    ));
+    use rustls::crypto::ring::cipher_suite as cs;
+    // Clients that list the 256-bit suite first, as OpenSSL's defaults do.
+    for (version, offered, chosen) in [
+        (
+            &rustls::version::TLS13,
+            vec![cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_AES_128_GCM_SHA256],
+            "TLSv1.3 TLS_AES_128_GCM_SHA256",
+        ),
+        (
+            &rustls::version::TLS12,
+            vec![
+                cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+                cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            ],
+            "TLSv1.2 ECDHE-ECDSA-AES128-GCM-SHA256",
+        ),
+    ] {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = offered;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert.der().clone()).unwrap();
+        let client = Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+        let mut s = connect(p.addr(), client, "site.test").unwrap();
+        let body = request(&mut s, "/");
+        assert!(body.ends_with(chosen), "{body}");
+    }
+}
+
+#[test]
 fn ecdsa_and_rsa_certificates_for_one_name_follow_what_the_client_offers() {
     let ca = Ca::new();
     let dir = TempDir::new();
