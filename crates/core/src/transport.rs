@@ -9,9 +9,10 @@
 //!   the sender) and [`Conn::attach`] (on the receiver).
 //! - Every `Conn` holds one slot of the open-descriptor count (`fds`) for its whole life,
 //!   so no socket can be forgotten by the pools' descriptor rules.
-//! - `MSG_MORE` is only ever set by the caller's `more` hint, which must mean "the next bytes
-//!   of this message are already in hand": a hint given while waiting on a peer would hold
-//!   sent bytes in the kernel for up to 200 ms.
+//! - `MSG_MORE` is only ever set by the caller's [`Then`] hint, which must mean "the next
+//!   bytes of this message are already in hand" or "the connection is shut down at once":
+//!   a hint given while waiting on a peer would hold sent bytes in the kernel for up to
+//!   200 ms (and TLS records for good).
 
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
@@ -58,6 +59,21 @@ impl std::ops::Deref for Stream {
     fn deref(&self) -> &SessionEnd {
         &self.end
     }
+}
+
+/// What follows a write, so that it can leave in fewer packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Nothing known: everything leaves now.
+    Flush,
+    /// The next bytes of the same message are already in hand (never when they depend on
+    /// a peer): TCP may hold a partial segment (`MSG_MORE`) for fuller packets. TLS sends
+    /// now: its records are whole already, and a client's half-received record could
+    /// otherwise hold them.
+    More,
+    /// The connection is shut down right after: TCP's FIN rides on the last segment, and
+    /// TLS keeps its last records to leave with the close_notify in one write.
+    Close,
 }
 
 /// One connection, client or server side.
@@ -222,9 +238,10 @@ impl Tls {
     }
 
     /// Encrypts `a` then `b` and sends the records, in as few writes as the plaintext
-    /// buffer allows (both usually fit: one flush).
-    async fn write(&self, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
-        while !a.is_empty() || !b.is_empty() {
+    /// buffer allows (both usually fit: one flush). With `hold`, the records of the last
+    /// piece stay queued for the next write or flush.
+    async fn write(&self, mut a: &[u8], mut b: &[u8], hold: bool) -> io::Result<()> {
+        loop {
             {
                 let mut st = self.state.borrow_mut();
                 let mut w = st.writer();
@@ -235,9 +252,15 @@ impl Tls {
                     b = &b[n..];
                 }
             }
+            let done = a.is_empty() && b.is_empty();
+            if done && hold {
+                return Ok(());
+            }
             self.flush().await?;
+            if done {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     fn info(&self) -> Option<TlsInfo> {
@@ -549,23 +572,25 @@ impl Conn {
     }
 
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.write_pair(bytes, &[], false).await
+        self.write_pair(bytes, &[], Then::Flush).await
     }
 
     /// Writes `a` then `b` with as few system calls as possible (one `sendmsg` when both
-    /// fit). `more` says the next bytes of the same message are already buffered: the
-    /// kernel may then hold a partial segment and send fuller packets. Never pass `more`
-    /// when the next bytes depend on a peer.
-    pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], more: bool) -> io::Result<()> {
+    /// fit); `then` says what follows (see [`Then`]).
+    pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], then: Then) -> io::Result<()> {
         match &self.io {
-            Io::Tls(t) => return t.write(a, b).await,
+            Io::Tls(t) => return t.write(a, b, then == Then::Close).await,
             Io::Pipe(p) => {
                 p.write_all(a).await?;
                 return p.write_all(b).await;
             }
             Io::Tcp(_) => {}
         }
-        let flags = if more { libc::MSG_MORE } else { 0 } | libc::MSG_NOSIGNAL;
+        let flags = if then == Then::Flush {
+            0
+        } else {
+            libc::MSG_MORE
+        } | libc::MSG_NOSIGNAL;
         let stream = self.tcp();
         let sock = socket2::SockRef::from(stream);
         // The first attempt goes straight to the socket: a connection is nearly always

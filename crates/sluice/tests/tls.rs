@@ -677,6 +677,93 @@ fn the_servers_order_of_suites_wins_unless_prefer_client_ciphers() {
 }
 
 #[test]
+fn a_response_that_ends_the_connection_arrives_whole_then_close_notify() {
+    // Its last records wait for the close_notify and leave with it: nothing may be lost.
+    let big: String = (0..40_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    let body = big.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            match r.target.as_str() {
+            "/chunked" => format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n5\r\ntail.\r\n0\r\n\r\n",
+                body.len()
+            )
+            .into_bytes()
+            .into(),
+            _ => ok_response(&body).into(),
+        }
+        }),
+    );
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    for (path, expect) in [
+        ("/length", big.clone()),
+        ("/chunked", format!("{big}tail.")),
+    ] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+        // Over TLS: read_to_end fails on a close without close_notify.
+        let mut s = connect(
+            p.addrs[0],
+            ca.client(&[], &[&rustls::version::TLS13]),
+            "site.test",
+        )
+        .unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("a clean TLS close");
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 200"), "{path}: {text:.200}");
+        let payload = text.split_once("\r\n\r\n").unwrap().1;
+        let payload = if path == "/chunked" {
+            dechunk(payload)
+        } else {
+            payload.to_string()
+        };
+        assert_eq!(payload.len(), expect.len(), "{path} over TLS");
+        assert!(payload == expect, "{path} over TLS");
+        // In clear: the whole response, then the end of the stream.
+        let mut c = TcpStream::connect(p.addrs[1]).unwrap();
+        c.write_all(req.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        let text = String::from_utf8_lossy(&got);
+        let payload = text.split_once("\r\n\r\n").unwrap().1;
+        let payload = if path == "/chunked" {
+            dechunk(payload)
+        } else {
+            payload.to_string()
+        };
+        assert!(
+            payload == expect,
+            "{path} in clear: {} bytes",
+            payload.len()
+        );
+    }
+}
+
+/// The data of a chunked body (sizes in hex, no extensions, no trailers).
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = s.split_once("\r\n").expect("a chunk size line");
+        let n = usize::from_str_radix(size, 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+#[test]
 fn by_default_aes_128_is_chosen_over_aes_256_the_client_lists_first() {
     let ca = Ca::new();
     let dir = TempDir::new();

@@ -9,7 +9,9 @@
 //! - A server connection goes back to the pool only after a complete, well-framed response
 //!   with nothing trailing it, and after the whole request body was sent.
 //! - A write announces that more follows (`MSG_MORE`) only when the next bytes are already
-//!   waiting on the server connection.
+//!   waiting on the server connection, or when it is the last of a response after which the
+//!   client connection is closed (the close then carries it: one write for TLS's last records
+//!   and close_notify, one segment for TCP's data and FIN).
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +33,7 @@ use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
 use crate::rules::{tcp_verdict, Level};
 use crate::runtime::{ProxyCounters, Worker};
-use crate::transport::Conn;
+use crate::transport::{Conn, Then};
 
 impl Txn {
     /// Sends the response head and body to the client (compressed when the request, the
@@ -194,6 +196,7 @@ impl Txn {
             tserver: facts.timeout_server,
             sent: 0,
             relayed: 0,
+            closing: !keep_client,
         };
         let backend = self.backend.expect("routed");
         let counters = [
@@ -345,13 +348,25 @@ struct Relay<'a> {
     sent: u64,
     /// Body bytes taken from the server.
     relayed: u64,
+    /// The client connection is closed once the response is sent.
+    closing: bool,
 }
 
 impl Relay<'_> {
-    /// Writes `self.out` then `extra` to the client; `more` as in `Conn::write_pair`.
-    async fn send(&mut self, extra_len: usize, more: bool) -> Result<(), Cause> {
+    /// What follows a write: `more` when the next bytes are already waiting, the close
+    /// after the `last` one when the connection ends with this response.
+    fn then(&self, more: bool, last: bool) -> Then {
+        match (more, last && self.closing) {
+            (true, _) => Then::More,
+            (false, true) => Then::Close,
+            (false, false) => Then::Flush,
+        }
+    }
+
+    /// Writes `self.out` then `extra` to the client.
+    async fn send(&mut self, extra_len: usize, then: Then) -> Result<(), Cause> {
         let extra = &self.sbuf.bytes()[..extra_len];
-        match within(self.tclient, self.client.write_pair(self.out, extra, more)).await {
+        match within(self.tclient, self.client.write_pair(self.out, extra, then)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Cause::ClientClosed(Some(e))),
             Err(()) => return Err(Cause::ClientTimeout),
@@ -375,7 +390,7 @@ impl Relay<'_> {
     async fn plain(&mut self, framing: Framing, mode: ChunkedOut) -> Result<(), Cause> {
         let truncated = || Cause::Server(None);
         match framing {
-            Framing::None => self.send(0, false).await,
+            Framing::None => self.send(0, self.then(false, true)).await,
             Framing::Length(total) => {
                 // The head and the body bytes already read leave in one writev; the rest is
                 // written straight from the server buffer, never copied.
@@ -386,7 +401,8 @@ impl Relay<'_> {
                     let more = remaining > take as u64
                         && self.sbuf.read_to_capacity()
                         && self.server.has_input();
-                    self.send(take, more).await?;
+                    self.send(take, self.then(more, remaining == take as u64))
+                        .await?;
                     self.relayed += take as u64;
                     remaining -= take as u64;
                     if remaining == 0 {
@@ -406,7 +422,7 @@ impl Relay<'_> {
                     self.sbuf.consume(used);
                     self.relayed += used as u64;
                     if !self.out.is_empty() {
-                        self.send(0, false).await?;
+                        self.send(0, self.then(false, dec.is_done())).await?;
                     }
                     if dec.is_done() {
                         return Ok(());
@@ -431,12 +447,12 @@ impl Relay<'_> {
                     self.relayed += n as u64;
                 }
                 if !self.out.is_empty() {
-                    self.send(0, false).await?;
+                    self.send(0, Then::Flush).await?;
                 }
                 if !self.read_server().await? {
                     if mode == ChunkedOut::Chunked {
                         self.out.extend_from_slice(b"0\r\n\r\n");
-                        self.send(0, false).await?;
+                        self.send(0, self.then(false, true)).await?;
                     }
                     return Ok(());
                 }
@@ -501,7 +517,7 @@ impl Relay<'_> {
             if !self.out.is_empty() {
                 // Let the kernel coalesce only when the next chunk's input is already here.
                 let more = !last && self.sbuf.read_to_capacity() && self.server.has_input();
-                self.send(0, more).await?;
+                self.send(0, self.then(more, last)).await?;
             }
             if last {
                 return Ok(());

@@ -37,6 +37,7 @@ use crate::rules::{
 };
 use crate::sample::Ctx;
 use crate::stats;
+use crate::transport::Then;
 
 /// The routing decision for a request, computed from its head.
 enum Route {
@@ -569,11 +570,16 @@ impl Txn {
                 loop {
                     let take = (remaining as usize).min(s.cbuf.bytes().len());
                     // Only hold the segment back when the rest is already waiting.
-                    let more = remaining > take as u64
+                    let then = if remaining > take as u64
                         && s.cbuf.read_to_capacity()
-                        && s.client.has_input();
+                        && s.client.has_input()
+                    {
+                        Then::More
+                    } else {
+                        Then::Flush
+                    };
                     let body = &s.cbuf.bytes()[..take];
-                    to_server(within(tserver, conn.conn.write_pair(&s.out, body, more)).await)?;
+                    to_server(within(tserver, conn.conn.write_pair(&s.out, body, then)).await)?;
                     s.out.clear();
                     s.cbuf.consume(take);
                     remaining -= take as u64;
