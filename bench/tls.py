@@ -8,6 +8,12 @@ wrk resumes TLS sessions when the server lets it, so every proxy is configured w
 resumption (sluice and HAProxy: `no-tls-tickets` and `tune.ssl.cachesize 0`; nginx: tickets
 and cache off), and after each run sluice's and HAProxy's `show stat` must count no reused
 session: a run that resumed would compare a cheaper handshake with full ones.
+Every proxy is held to one suite, TLS_AES_128_GCM_SHA256 (checked with `openssl s_client`
+before each run): left to their defaults, sluice would pick it and OpenSSL AES-256-GCM with
+its SHA-384 key schedule, and the runs would compare suites as well as proxies.
+For handshakes, sluice and HAProxy run with `http-reuse always`: nginx keeps its upstream
+connections alive (`keepalive 256`), while the default `safe` opens a server connection for
+every first request of a client connection, which is every request of this load.
   h2          - h2load over TLS with HTTP/2 (ALPN h2): 8 connections, 100 streams each
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
@@ -33,11 +39,16 @@ def sock(kind):
     return os.path.join(work, f"{kind}-tls.sock")
 
 
-def hap_sluice(kind, pem):
+SUITE = "TLS_AES_128_GCM_SHA256"
+
+
+def hap_sluice(kind, pem, load):
     glob = f"    nbthread 1\n    maxconn 5000\n    tune.ssl.cachesize 0\n    stats socket {sock(kind)}\n"
-    path = core.write_config(f"{kind}-tls", glob=glob)
+    reuse = "    http-reuse always\n" if load == "handshakes" else ""
+    path = core.write_config(f"{kind}-tls-{load.replace(' ', '-')}", glob=glob, defaults=reuse)
     text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}",
-                                     f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn h2,http/1.1 no-tls-tickets")
+                                     f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn h2,http/1.1 no-tls-tickets "
+                                     f"ciphersuites {SUITE}")
     with open(path, "w") as f:
         f.write(text)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
@@ -52,6 +63,7 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; http2
   upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 256; keepalive_requests 1000000; }}
   server {{ listen 127.0.0.1:{PROXY} ssl http2 backlog=4096; ssl_certificate {crt}; ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache off; ssl_session_tickets off;
+    ssl_conf_command Ciphersuites {SUITE};
     location / {{ proxy_pass http://o; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
 """)
     return ["nginx", "-c", conf, "-p", work]
@@ -94,8 +106,18 @@ def reused_sessions(proxy):
     raise SystemExit("no FRONTEND row in show stat")
 
 
+def negotiated_suite():
+    """The TLS 1.3 suite the proxy on PROXY picks for a client with OpenSSL's default list."""
+    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{PROXY}", "-tls1_3"],
+                         input="", capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"Cipher is (\S+)", out)
+    return m.group(1) if m else out[-500:]
+
+
 def run_once(proxy, cmd, kind):
     p = start(cmd, PROXY)
+    if (suite := negotiated_suite()) != SUITE:
+        raise SystemExit(f"{proxy} negotiated {suite}, not {SUITE}")
     load(kind, 1)
     c0, t0 = group_cpu(p.pid), time.time()
     reqs = load(kind, SECS)
@@ -110,16 +132,21 @@ def run_once(proxy, cmd, kind):
 def main():
     o = core.nginx_origin()
     key, crt, pem = cert()
-    cmds = {"sluice": hap_sluice("sluice", pem), "haproxy": hap_sluice("haproxy", pem), "nginx": nginx_cmd(key, crt)}
-    if core.BASELINE:
-        cmds["sluice before"] = [core.BASELINE] + cmds["sluice"][1:]
+    def cmds_for(load):
+        cmds = {"sluice": hap_sluice("sluice", pem, load), "haproxy": hap_sluice("haproxy", pem, load),
+                "nginx": nginx_cmd(key, crt)}
+        if core.BASELINE:
+            cmds["sluice before"] = [core.BASELINE] + cmds["sluice"][1:]
+        return cmds
     only = os.environ.get("BENCH_ONLY")
     kinds = [k for k in ("handshakes", "keep-alive 13 B", "keep-alive 76 kB", "h2") if not only or k == only]
     print(f"# TLS benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, interleaved), "
-          "1 proxy worker, ECDSA P-256, TLS 1.3, no resumption, nginx origin; wrk -t2 -c64, h2load -c8 -m100\n")
+          f"1 proxy worker, ECDSA P-256, TLS 1.3 {SUITE}, no resumption, nginx origin; wrk -t2 -c64, "
+          "h2load -c8 -m100; handshakes with server connections reused by all three\n")
     print("| load | proxy | req/s | req per CPU-s |")
     print("| --- | --- | ---: | ---: |")
     for kind in kinds:
+        cmds = cmds_for(kind)
         rows = {k: [] for k in cmds}
         for i in range(RUNS):
             order = list(cmds)[i % len(cmds):] + list(cmds)[:i % len(cmds)]
