@@ -628,6 +628,91 @@ fn malformed_streams_are_refused_and_never_reach_a_server() {
     );
 }
 
+#[test]
+fn show_stat_counts_the_frames_that_crossed_the_wire() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n stats socket {}\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    // Received: SETTINGS (raw_h2's) and its acknowledgement of the proxy's.
+    frame(&mut out, SETTINGS, 1, 0, &[]);
+    // A GET; a POST whose body comes in two DATA frames; a stream refused for a
+    // connection-specific field (RST_STREAM PROTOCOL_ERROR); a stream the client resets.
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&request_fields("/get")),
+    );
+    let mut post = request_fields("/post");
+    post[0] = (":method", "POST");
+    frame(&mut out, HEADERS, END_HEADERS, 3, &hpack(&post));
+    frame(&mut out, DATA, 0, 3, b"abc");
+    frame(&mut out, DATA, END_STREAM, 3, b"de");
+    let mut bad = request_fields("/bad");
+    bad.push(("connection", "x"));
+    frame(&mut out, HEADERS, END_HEADERS | END_STREAM, 5, &hpack(&bad));
+    s.write_all(&out).unwrap();
+    let answered = read_frames(&mut s, {
+        let mut ends = 0;
+        move |kind, stream, _| {
+            ends += usize::from(kind == DATA && (stream == 1 || stream == 3));
+            ends += usize::from(kind == RST_STREAM && stream == 5);
+            ends == 3
+        }
+    });
+    assert!(
+        answered
+            .iter()
+            .any(|(k, _, st, p)| *k == RST_STREAM && *st == 5 && error_code(p, 0) == 1),
+        "{answered:?}"
+    );
+    out.clear();
+    frame(&mut out, HEADERS, END_HEADERS, 7, &hpack(&post));
+    frame(&mut out, RST_STREAM, 0, 7, &8u32.to_be_bytes());
+    // The client goes away, then breaks the protocol (a PING must be on stream 0): the
+    // proxy answers GOAWAY PROTOCOL_ERROR.
+    frame(&mut out, GOAWAY, 0, 0, &[0, 0, 0, 7, 0, 0, 0, 0]);
+    frame(&mut out, PING, 0, 1, &[0; 8]);
+    s.write_all(&out).unwrap();
+    let closing = read_frames(&mut s, |kind, _, _| kind == GOAWAY);
+    let goaway = closing
+        .iter()
+        .find(|(k, ..)| *k == GOAWAY)
+        .expect("a GOAWAY");
+    assert_eq!(error_code(&goaway.3, 4), 1, "PROTOCOL_ERROR");
+    let field = |name: &str| {
+        stat_field(&Sluice::cli(&sock, "show stat"), "fe", "FRONTEND", name)
+            .parse::<u64>()
+            .unwrap()
+    };
+    wait_until("the GOAWAY counted", || field("h2_goaway_resp") == 1);
+    for (name, want) in [
+        ("h2_headers_rcvd", 4),
+        ("h2_data_rcvd", 2),
+        ("h2_settings_rcvd", 2),
+        ("h2_rst_stream_rcvd", 1),
+        ("h2_goaway_rcvd", 1),
+        ("h2_detected_conn_protocol_errors", 1),
+        ("h2_detected_strm_protocol_errors", 1),
+        ("h2_goaway_resp", 1),
+        ("h2_total_connections", 1),
+    ] {
+        assert_eq!(field(name), want, "{name}");
+    }
+    // The refused stream's reset, and perhaps others (not errors) as streams end.
+    assert!(field("h2_rst_stream_resp") >= 1);
+}
+
 /// The process's resident memory in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

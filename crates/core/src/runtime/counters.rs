@@ -329,13 +329,45 @@ pub struct ProxyCounters {
     pub tls_handshakes: Counter,
     pub tls_reused: Counter,
     pub tls_failed: Counter,
-    /// HTTP/2 client connections (`h2_total_connections`), streams they opened
-    /// (`h2_headers_rcvd`), streams they reset (`h2_rst_stream_rcvd`), and GOAWAY frames
-    /// sent to them (`h2_goaway_resp`).
+    /// HTTP/2 client connections (`h2_total_connections`), and their frames.
     pub h2_connections: Counter,
-    pub h2_streams: Counter,
-    pub h2_resets: Counter,
-    pub h2_goaways: Counter,
+    pub h2: H2Frames,
+}
+
+/// HTTP/2 frames of a frontend's client connections, counted on the wire
+/// (`crate::stream::h2_frames`).
+#[derive(Debug, Default)]
+pub struct H2Frames {
+    /// Received (`h2_headers_rcvd`, `h2_data_rcvd`, `h2_settings_rcvd`,
+    /// `h2_rst_stream_rcvd`, `h2_goaway_rcvd`).
+    pub headers_rcvd: Counter,
+    pub data_rcvd: Counter,
+    pub settings_rcvd: Counter,
+    pub rst_stream_rcvd: Counter,
+    pub goaway_rcvd: Counter,
+    /// Sent (`h2_rst_stream_resp`, `h2_goaway_resp`).
+    pub rst_stream_resp: Counter,
+    pub goaway_resp: Counter,
+    /// Sent GOAWAY and RST_STREAM frames whose error code says the client broke the
+    /// protocol (`h2_detected_conn_protocol_errors`, `h2_detected_strm_protocol_errors`).
+    pub conn_proto_err: Counter,
+    pub strm_proto_err: Counter,
+}
+
+impl CounterSet for H2Frames {
+    fn counters(&self) -> Vec<&Counter> {
+        vec![
+            &self.headers_rcvd,
+            &self.data_rcvd,
+            &self.settings_rcvd,
+            &self.rst_stream_rcvd,
+            &self.goaway_rcvd,
+            &self.rst_stream_resp,
+            &self.goaway_resp,
+            &self.conn_proto_err,
+            &self.strm_proto_err,
+        ]
+    }
 }
 
 impl CounterSet for ProxyCounters {
@@ -355,12 +387,10 @@ impl CounterSet for ProxyCounters {
             &self.tls_reused,
             &self.tls_failed,
             &self.h2_connections,
-            &self.h2_streams,
-            &self.h2_resets,
-            &self.h2_goaways,
         ]
         .into_iter()
         .chain(self.traffic.counters())
+        .chain(self.h2.counters())
         .collect()
     }
 }

@@ -26,6 +26,7 @@ pub use self::render::{csv, json, typed};
 pub use self::row::{Cell, Kind, Row};
 use crate::conf::stream::Mode;
 use crate::conf::{Backend, Frontend};
+use crate::runtime::counters::Counter;
 use crate::runtime::{
     clock_ms, BackendState, FrontendState, PerWorker, Process, ProxyCounters, ServerCounters,
     ServerState, Timing, Traffic,
@@ -227,9 +228,25 @@ struct Modules {
     h1: Option<(u64, u64, u64, u64)>,
     /// TLS handshakes, resumed ones, failed ones.
     tls: Option<(u64, u64, u64)>,
-    /// HTTP/2: open and total connections, streams, streams reset by clients, GOAWAYs sent.
-    h2: Option<(u64, u64, u64, u64, u64)>,
+    /// HTTP/2: open and total connections, then the frame counts in [`H2_FRAMES`]'s order.
+    h2: Option<(u64, u64, [u64; H2_FRAMES.len()])>,
 }
+
+/// Where a counter of a proxy's is.
+type Getter = fn(&ProxyCounters) -> &Counter;
+
+/// The HTTP/2 module's frame counters and where each comes from.
+const H2_FRAMES: [(&str, Getter); 9] = [
+    ("h2_headers_rcvd", |k| &k.h2.headers_rcvd),
+    ("h2_data_rcvd", |k| &k.h2.data_rcvd),
+    ("h2_settings_rcvd", |k| &k.h2.settings_rcvd),
+    ("h2_rst_stream_rcvd", |k| &k.h2.rst_stream_rcvd),
+    ("h2_goaway_rcvd", |k| &k.h2.goaway_rcvd),
+    ("h2_detected_conn_protocol_errors", |k| &k.h2.conn_proto_err),
+    ("h2_detected_strm_protocol_errors", |k| &k.h2.strm_proto_err),
+    ("h2_rst_stream_resp", |k| &k.h2.rst_stream_resp),
+    ("h2_goaway_resp", |k| &k.h2.goaway_resp),
+];
 
 impl Modules {
     /// The TLS and HTTP/2 figures of a frontend or a listener.
@@ -245,9 +262,7 @@ impl Modules {
                 (
                     open,
                     c.sum(|k| &k.h2_connections),
-                    c.sum(|k| &k.h2_streams),
-                    c.sum(|k| &k.h2_resets),
-                    c.sum(|k| &k.h2_goaways),
+                    H2_FRAMES.map(|(_, get)| c.sum(get)),
                 )
             }),
         }
@@ -278,12 +293,12 @@ fn module_counters(row: &mut Row, m: Modules) {
         row.num("ssl_reused_sess", reused);
         row.num("ssl_failed_handshake", failed);
     }
-    if let Some((open, total, streams, resets, goaways)) = m.h2 {
+    if let Some((open, total, frames)) = m.h2 {
         row.num("h2_open_connections", open);
         row.num("h2_total_connections", total);
-        row.num("h2_headers_rcvd", streams);
-        row.num("h2_rst_stream_rcvd", resets);
-        row.num("h2_goaway_resp", goaways);
+        for ((name, _), n) in H2_FRAMES.iter().zip(frames) {
+            row.num(name, n);
+        }
     }
 }
 

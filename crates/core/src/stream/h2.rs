@@ -34,10 +34,11 @@ use sluice_config::{Keyword, KwError, Scope};
 use sluice_http::{parse_response, ChunkedDecoder, ChunkedOut, Framing, ResponseHead};
 
 use super::deadline::within;
+use super::h2_frames::Tallied;
 use super::heads::push_header;
 use crate::conf::{one_arg, GlobalConf};
 use crate::pipe::{self, Front};
-use crate::runtime::counters::{Counter, Held, ProxyCounters};
+use crate::runtime::counters::Held;
 use crate::runtime::{SessionInfo, Worker};
 use crate::sample::StreamVars;
 use crate::transport::{Conn, Origin};
@@ -125,6 +126,7 @@ pub(super) async fn serve(
         local: client.local_addr().unwrap_or(peer),
         tls: client.tls(),
     };
+    let fe_state = &w.state().frontends[fe];
     let handshake = h2::server::Builder::new()
         .header_table_size(tune.header_table_size)
         .initial_window_size(tune.initial_window_size)
@@ -132,15 +134,13 @@ pub(super) async fn serve(
         .max_frame_size(tune.max_frame_size)
         // A head larger than a buffer could not be served over HTTP/1.1 either.
         .max_header_list_size(w.config().global.bufsize as u32)
-        .handshake::<_, Bytes>(client);
+        .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2));
     let Ok(Ok(mut conn)) = within(st.timeout_http_request.or(st.timeout_client), handshake).await
     else {
         return;
     };
-    let fe_state = &w.state().frontends[fe];
     let _open = Held::take(&fe_state.h2_conns);
-    let count = |c: fn(&ProxyCounters) -> &Counter| c(fe_state.counters.at(w.tid)).bump();
-    count(|c| &c.h2_connections);
+    fe_state.counters.at(w.tid).h2_connections.bump();
     let shared = Rc::new(ConnShared {
         w: w.clone(),
         fe,
@@ -176,7 +176,6 @@ pub(super) async fn serve(
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
-                    count(|c| &c.h2_streams);
                     // Counted before its task runs: the idle timer must not start meanwhile.
                     shared.active.set(shared.active.get() + 1);
                     let earlier = shared.started.get();
@@ -187,21 +186,18 @@ pub(super) async fn serve(
             },
             () = soft_stop, if !going_away => {
                 going_away = true;
-                count(|c| &c.h2_goaways);
                 conn.graceful_shutdown();
             }
             () = idle => {
                 if linger.is_some() {
                     break;
                 }
-                count(|c| &c.h2_goaways);
                 conn.abrupt_shutdown(Reason::NO_ERROR);
                 linger = Some(tokio::time::Instant::now() + GOAWAY_LINGER);
                 going_away = true;
             }
         }
         if over_reset_budget(&shared, reset_budget) && linger.is_none() {
-            count(|c| &c.h2_goaways);
             conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
             linger = Some(tokio::time::Instant::now() + GOAWAY_LINGER);
             going_away = true;
@@ -283,12 +279,6 @@ async fn exchange(
     if let Err(Ended::Reset) = answered {
         let (n, since) = shared.resets.get();
         shared.resets.set((n + 1, since));
-        let w = &shared.w;
-        w.state().frontends[shared.fe]
-            .counters
-            .at(w.tid)
-            .h2_resets
-            .bump();
     }
 }
 

@@ -8,6 +8,7 @@
 //! - `relay`: the response body (plain or compressed) and the connection back to the pool.
 //! - `heads`: the head writers; `report`: how a transaction ended, for logs and counters.
 //! - `h2`: the HTTP/2 front; each stream is served as an HTTP/1.1 session.
+//!   `h2_frames`: its frames, counted on the wire.
 //! - `tcp`, `tunnel`: `mode tcp` and upgraded connections, relayed as bytes.
 //! - `keywords`: the data path's configuration keywords.
 //!
@@ -17,6 +18,7 @@ mod connect;
 mod deadline;
 mod h1;
 pub mod h2;
+mod h2_frames;
 mod heads;
 pub mod keywords;
 mod relay;

@@ -1,0 +1,286 @@
+//! HTTP/2 frames counted on the wire: the `h2` crate does not tell which frames it read or
+//! wrote, so a client connection it drives is wrapped in [`Tallied`], which follows the
+//! frame headers in the bytes going each way and counts what `show stat`'s HTTP/2 module
+//! reports (HEADERS, DATA, SETTINGS, RST_STREAM and GOAWAY received; RST_STREAM and GOAWAY
+//! sent, and the protocol errors those announce).
+//!
+//! Invariants:
+//! - Bytes are looked at, never changed, held or copied (but for the first 8 bytes of an
+//!   RST_STREAM or GOAWAY payload, where the error code is): a wrapped connection behaves
+//!   as the bare one.
+//! - The scan keeps its place across any split of the bytes into reads and writes; a
+//!   payload is skipped by its length, never walked.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::runtime::counters::H2Frames;
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const GOAWAY: u8 = 7;
+
+/// The client's connection preface, which precedes its first frame.
+const PREFACE_LEN: usize = 24;
+
+/// Error codes that report a peer breaking the protocol (RFC 9113, section 7):
+/// PROTOCOL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR.
+fn is_protocol_error(code: u32) -> bool {
+    matches!(code, 0x1 | 0x6 | 0x9)
+}
+
+/// One direction's place in the frame sequence.
+#[derive(Debug, Default)]
+struct Scan {
+    /// Bytes of the connection preface still to pass.
+    preface: usize,
+    /// The frame header being gathered, and how much of it is in.
+    head: [u8; 9],
+    have: usize,
+    /// Payload bytes of the current frame still to pass.
+    left: usize,
+    /// The first payload bytes of an RST_STREAM or GOAWAY: how many are wanted, and in.
+    code: [u8; 8],
+    want: usize,
+    got: usize,
+}
+
+impl Scan {
+    /// Follows `bytes`, calling `seen(type, error code)` once per frame: at its header,
+    /// or for RST_STREAM and GOAWAY once their error code is in.
+    fn feed(&mut self, mut bytes: &[u8], mut seen: impl FnMut(u8, Option<u32>)) {
+        while !bytes.is_empty() {
+            if self.preface > 0 {
+                let n = self.preface.min(bytes.len());
+                self.preface -= n;
+                bytes = &bytes[n..];
+            } else if self.want > self.got {
+                let n = (self.want - self.got).min(bytes.len());
+                self.code[self.got..self.got + n].copy_from_slice(&bytes[..n]);
+                self.got += n;
+                self.left -= n;
+                bytes = &bytes[n..];
+                if self.got == self.want {
+                    let at = self.want - 4;
+                    let code = u32::from_be_bytes(self.code[at..at + 4].try_into().unwrap());
+                    seen(self.head[3], Some(code));
+                }
+            } else if self.left > 0 {
+                let n = self.left.min(bytes.len());
+                self.left -= n;
+                bytes = &bytes[n..];
+            } else {
+                let n = (9 - self.have).min(bytes.len());
+                self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+                self.have += n;
+                bytes = &bytes[n..];
+                if self.have == 9 {
+                    self.have = 0;
+                    self.left =
+                        u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]]) as usize;
+                    // RST_STREAM's code is its payload; GOAWAY's follows the last stream id.
+                    // A payload too short to hold it has none.
+                    self.want = match self.head[3] {
+                        RST_STREAM => 4,
+                        GOAWAY => 8,
+                        _ => 0,
+                    };
+                    if self.want > self.left {
+                        self.want = 0;
+                    }
+                    self.got = 0;
+                    if self.want == 0 {
+                        seen(self.head[3], None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A client connection whose HTTP/2 frames are counted into a frontend's counters.
+pub struct Tallied<'a, T> {
+    io: T,
+    counters: &'a H2Frames,
+    read: Scan,
+    written: Scan,
+}
+
+impl<'a, T> Tallied<'a, T> {
+    pub fn new(io: T, counters: &'a H2Frames) -> Self {
+        Tallied {
+            io,
+            counters,
+            read: Scan {
+                preface: PREFACE_LEN,
+                ..Scan::default()
+            },
+            written: Scan::default(),
+        }
+    }
+
+    fn received(&mut self, bytes: &[u8]) {
+        let c = self.counters;
+        self.read.feed(bytes, |kind, _| match kind {
+            HEADERS => c.headers_rcvd.bump(),
+            DATA => c.data_rcvd.bump(),
+            SETTINGS => c.settings_rcvd.bump(),
+            RST_STREAM => c.rst_stream_rcvd.bump(),
+            GOAWAY => c.goaway_rcvd.bump(),
+            _ => {}
+        });
+    }
+
+    fn sent(&mut self, bytes: &[u8]) {
+        let c = self.counters;
+        self.written.feed(bytes, |kind, code| {
+            let bad = code.is_some_and(is_protocol_error);
+            match kind {
+                RST_STREAM => {
+                    c.rst_stream_resp.bump();
+                    if bad {
+                        c.strm_proto_err.bump();
+                    }
+                }
+                GOAWAY => {
+                    c.goaway_resp.bump();
+                    if bad {
+                        c.conn_proto_err.bump();
+                    }
+                }
+                _ => {}
+            }
+        });
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tallied<'_, T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut me.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            me.received(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tallied<'_, T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let polled = Pin::new(&mut me.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            me.sent(&buf[..n]);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let polled = Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(mut n)) = polled {
+            for b in bufs {
+                let take = n.min(b.len());
+                me.sent(&b[..take]);
+                n -= take;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(out: &mut Vec<u8>, kind: u8, stream: u32, payload: &[u8]) {
+        out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+        out.push(kind);
+        out.push(0);
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+    }
+
+    /// The frames seen in `bytes` cut into pieces of `step` bytes.
+    fn seen(bytes: &[u8], preface: usize, step: usize) -> Vec<(u8, Option<u32>)> {
+        let mut scan = Scan {
+            preface,
+            ..Scan::default()
+        };
+        let mut out = Vec::new();
+        for piece in bytes.chunks(step) {
+            scan.feed(piece, |k, c| out.push((k, c)));
+        }
+        out
+    }
+
+    #[test]
+    fn frames_are_found_across_any_split_of_the_bytes() {
+        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        frame(&mut bytes, SETTINGS, 0, &[0, 3, 0, 0, 0, 100]);
+        frame(&mut bytes, HEADERS, 1, &[0x82; 20]);
+        frame(&mut bytes, DATA, 1, &[7; 1000]);
+        frame(&mut bytes, RST_STREAM, 1, &8u32.to_be_bytes());
+        let mut goaway = 5u32.to_be_bytes().to_vec();
+        goaway.extend_from_slice(&1u32.to_be_bytes());
+        goaway.extend_from_slice(b"debug data");
+        frame(&mut bytes, GOAWAY, 0, &goaway);
+        frame(&mut bytes, DATA, 3, &[]);
+        let want = vec![
+            (SETTINGS, None),
+            (HEADERS, None),
+            (DATA, None),
+            (RST_STREAM, Some(8)),
+            (GOAWAY, Some(1)),
+            (DATA, None),
+        ];
+        for step in [1, 2, 3, 5, 9, 10, 64, 4096] {
+            assert_eq!(seen(&bytes, PREFACE_LEN, step), want, "pieces of {step}");
+        }
+    }
+
+    #[test]
+    fn a_payload_too_short_for_an_error_code_has_none() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, RST_STREAM, 1, &[0, 1]);
+        frame(&mut bytes, GOAWAY, 0, &[0, 0, 0, 0, 0, 0]);
+        frame(&mut bytes, HEADERS, 3, &[1]);
+        assert_eq!(
+            seen(&bytes, 0, 1),
+            vec![(RST_STREAM, None), (GOAWAY, None), (HEADERS, None)]
+        );
+    }
+}
