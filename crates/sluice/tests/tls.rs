@@ -59,6 +59,25 @@ impl Ca {
         c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
         Arc::new(c)
     }
+
+    /// A client that offers only `suites`, in that order.
+    fn client_offering(
+        &self,
+        suites: Vec<rustls::SupportedCipherSuite>,
+        version: &'static rustls::SupportedProtocolVersion,
+    ) -> Arc<rustls::ClientConfig> {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = suites;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.cert.der().clone()).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    }
 }
 
 type TlsClient = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
@@ -656,19 +675,12 @@ fn the_servers_order_of_suites_wins_unless_prefer_client_ciphers() {
         "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} prefer-client-ciphers\n    http-request return status 200 content-type text/plain lf-string %[ssl_fc_cipher]\n"
     ));
     // A client preferring ChaCha20 to AES-128-GCM.
-    let mut provider = rustls::crypto::ring::default_provider();
-    provider.cipher_suites = vec![
-        rustls::crypto::ring::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
-        rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256,
-    ];
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.cert.der().clone()).unwrap();
-    let client = Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
+    let client = ca.client_offering(
+        vec![
+            rustls::crypto::ring::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+            rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256,
+        ],
+        &rustls::version::TLS13,
     );
     let mut s = connect(p.addrs[0], client.clone(), "site.test").unwrap();
     assert!(request(&mut s, "/").ends_with("TLS_AES_128_GCM_SHA256"));
@@ -788,17 +800,7 @@ fn by_default_aes_128_is_chosen_over_aes_256_the_client_lists_first() {
             "TLSv1.2 ECDHE-ECDSA-AES128-GCM-SHA256",
         ),
     ] {
-        let mut provider = rustls::crypto::ring::default_provider();
-        provider.cipher_suites = offered;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.cert.der().clone()).unwrap();
-        let client = Arc::new(
-            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-                .with_protocol_versions(&[version])
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        );
+        let client = ca.client_offering(offered, version);
         let mut s = connect(p.addr(), client, "site.test").unwrap();
         let body = request(&mut s, "/");
         assert!(body.ends_with(chosen), "{body}");
