@@ -145,6 +145,7 @@ const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
     crate::check::SERVER_OPTIONS,
     crate::cookie::SERVER_OPTIONS,
     crate::tls::SERVER_OPTIONS,
+    crate::pool::h2::SERVER_OPTIONS,
 ];
 
 const SERVER_OPTIONS: &[ServerOption] = &[
@@ -290,7 +291,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "send-proxy-v2",
     "resolvers",
     "init-addr",
-    "proto",
     "source",
     "redir",
 ];
@@ -418,6 +418,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 // Built by the loader, which knows `ca-base` and the server defaults.
                 tls: None,
                 check_tls: None,
+                h2: s.opts.h2,
             }
         })
         .collect();
@@ -490,6 +491,7 @@ mod tests {
                 track: None,
                 cookie: None,
                 tls: Default::default(),
+                h2: false,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

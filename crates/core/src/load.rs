@@ -337,6 +337,14 @@ fn lower(
         .zip(backends.iter_mut())
     {
         for (spec, srv) in p.conf.backend.servers.iter().zip(be.servers.iter_mut()) {
+            if spec.opts.h2 && p.conf.stream.mode == Mode::Tcp {
+                errors.push(p.header.error(format!(
+                    "{} '{}', server '{}': 'proto h2' needs mode http",
+                    p.kind.name(),
+                    p.name,
+                    spec.name
+                )));
+            }
             let t = &spec.opts.tls;
             let checks = t.check_ssl.unwrap_or(t.ssl);
             if !t.ssl && !checks {

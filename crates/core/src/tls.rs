@@ -233,12 +233,8 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "alpn",
         args: 1,
         parse: |o, a| {
-            let list: Vec<String> = a[0].split(',').map(str::to_string).collect();
-            if list.iter().any(|p| p == "h2") {
-                // A server that picked h2 would then be spoken to in HTTP/1.1.
-                return Err("'h2': HTTP/2 towards servers is not supported yet".into());
-            }
-            o.tls.alpn = list;
+            // A server that picks `h2` is then spoken to in HTTP/2 (`stream::h2_server`).
+            o.tls.alpn = a[0].split(',').map(str::to_string).collect();
             Ok(())
         },
     },

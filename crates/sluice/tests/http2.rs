@@ -853,12 +853,6 @@ fn tune_h2_settings_are_announced_and_bad_lines_are_refused() {
     );
     let (ok, err) = check_config("global\n tune.h2.max-frame-size 100\n");
     assert!(!ok && err.contains(":2") && err.contains("16384"), "{err}");
-    let (ok, err) =
-        check_config("backend be\n server s 127.0.0.1:1 ssl verify none alpn h2,http/1.1\n");
-    assert!(
-        !ok && err.contains(":2") && err.contains("not supported yet"),
-        "{err}"
-    );
 }
 
 #[test]

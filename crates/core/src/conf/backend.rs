@@ -43,6 +43,8 @@ pub struct ServerOpts {
     pub cookie: Option<String>,
     /// `ssl` and its options: connections to the server are TLS.
     pub tls: super::tls::ServerTlsOpts,
+    /// `proto h2`: requests go to the server as HTTP/2 streams (prior knowledge).
+    pub h2: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

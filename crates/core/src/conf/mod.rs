@@ -201,6 +201,8 @@ pub struct Server {
     pub tls: Option<tls::Connector>,
     /// TLS for its health checks (`check-ssl`, or `ssl` without `no-check-ssl`).
     pub check_tls: Option<tls::Connector>,
+    /// `proto h2`: the server is spoken to in HTTP/2 whatever TLS negotiates.
+    pub h2: bool,
 }
 
 /// A validated backend.

@@ -273,6 +273,8 @@ pub struct Worker {
     /// Signalled when the worker stops softly: connections that can say so (HTTP/2's
     /// GOAWAY) tell their clients at once.
     pub soft_stop: Notify,
+    /// This worker's HTTP/2 connections to servers.
+    pub h2_links: crate::pool::h2::Links,
 }
 
 /// What a worker keeps for the health checks it runs (the check module's policy reads and
@@ -304,6 +306,7 @@ impl Worker {
             lb: LbCache::default(),
             process,
             soft_stop: Notify::new(),
+            h2_links: Default::default(),
             checks: WorkerChecks {
                 slots: Semaphore::new(check_slots),
                 grid: OnceCell::new(),

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
+use crate::pool::h2::Pick;
 use crate::pool::{Got, Want};
 use crate::queue::{self, InFlight, QueueError, ServerSlot};
 use crate::runtime::Worker;
@@ -240,6 +241,28 @@ async fn connect_reusing(
     }
     let be = &w.config().backends[backend];
     let st = &w.state().backends[backend].servers[server];
+    let addr_gen = st.addr_gen.load(Ordering::Acquire);
+    loop {
+        match w.h2_links.pick(backend, server, addr_gen) {
+            Pick::Stream(link) => {
+                // A stream on the worker's HTTP/2 connection to the server.
+                st.counters.at(w.tid).reuse.bump();
+                return Ok(ServerConn {
+                    conn: super::h2_server::stream_on(&link),
+                    backend,
+                    server,
+                    served: 0,
+                    // Not a connection that may have gone stale while idle: a stream that
+                    // fails failed at the server, and is not replayed elsewhere.
+                    reused: false,
+                    addr_gen,
+                    used: used(w, backend, server, false),
+                });
+            }
+            Pick::Wait(opened) => opened.notified().await,
+            Pick::Connect => break,
+        }
+    }
     let pressure = w.config().global.pool.pressure();
     let want = Want::for_request(be.reuse, reuse.first_request);
     let mut dead = Vec::new();
@@ -270,7 +293,7 @@ async fn connect_reusing(
                 served: c.served,
                 reused: true,
                 addr_gen: st.addr_gen.load(Ordering::Acquire),
-                used: used(w, backend, server),
+                used: used(w, backend, server, true),
             })
         }
         Some(Err(_)) => {
@@ -291,6 +314,11 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
     }
     let addr_gen = st.addr_gen.load(Ordering::Acquire);
     let addr = st.addr();
+    // Requests for a `proto h2` server wait for this connection rather than open their own.
+    let _opening = be.servers[server]
+        .h2
+        .then(|| w.h2_links.opening(backend, server))
+        .flatten();
     let connect = async {
         let conn = Conn::connect(addr).await?;
         match &be.servers[server].tls {
@@ -306,10 +334,18 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
                         .tls_backend_full_rate
                         .hit(crate::runtime::clock_ms());
                 }
-                Ok(conn)
+                Ok::<_, io::Error>(conn)
             }
             None => Ok(conn),
         }
+    };
+    let connect = async {
+        let conn = connect.await?;
+        if super::h2_server::speaks_h2(w, backend, server, &conn) {
+            // The HTTP/2 handshake is part of connecting; the request gets the first stream.
+            return super::h2_server::start(w, backend, server, conn, addr_gen).await;
+        }
+        Ok(conn)
     };
     let attempt = match be.timeout_connect {
         Some(t) => tokio::time::timeout(t, connect)
@@ -327,7 +363,9 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
     match attempt {
         Ok(conn) => {
             counters.connect.bump();
+            // A stream's connection is its HTTP/2 link, counted until the link ends.
             st.idle.use_one();
+            let armed = !conn.is_stream();
             Ok(ServerConn {
                 conn,
                 backend,
@@ -335,7 +373,7 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
                 served: 0,
                 reused: false,
                 addr_gen,
-                used: used(w, backend, server),
+                used: used(w, backend, server, armed),
             })
         }
         Err(e) => {
@@ -345,12 +383,12 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
     }
 }
 
-fn used(w: &Rc<Worker>, backend: usize, server: usize) -> Used {
+fn used(w: &Rc<Worker>, backend: usize, server: usize, armed: bool) -> Used {
     Used {
         w: w.clone(),
         backend,
         server,
-        armed: true,
+        armed,
     }
 }
 

@@ -8,7 +8,9 @@
 //! - `relay`: the response body (plain or compressed) and the connection back to the pool.
 //! - `heads`: the head writers; `report`: how a transaction ended, for logs and counters.
 //! - `h2`: the HTTP/2 front; each stream is served as an HTTP/1.1 session.
-//!   `h2_frames`: its frames, counted on the wire.
+//!   `h2_frames`: its frames, counted on the wire. `h2_server`: HTTP/2 towards servers,
+//!   each request a stream on the worker's connection to its server (`pool::h2`).
+//!   `h2_body`: bodies between HTTP/2 streams and HTTP/1.1 bytes, for both.
 //! - `tcp`, `tunnel`: `mode tcp` and upgraded connections, relayed as bytes.
 //! - `keywords`: the data path's configuration keywords.
 //!
@@ -18,7 +20,9 @@ mod connect;
 mod deadline;
 mod h1;
 pub mod h2;
+mod h2_body;
 mod h2_frames;
+pub(crate) mod h2_server;
 mod heads;
 pub mod keywords;
 mod relay;

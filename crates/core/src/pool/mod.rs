@@ -25,6 +25,8 @@
 //! protect memory). A taker on another thread moves the socket into its own event loop
 //! (`transport::Conn::adopt`) before use; see `docs/internals/threading.md`.
 
+pub mod h2;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -1,0 +1,463 @@
+//! HTTP/2 towards servers through the real binary: an HTTP/2 origin (the `h2` crate's server,
+//! counting its connections and streams) behind `server ... proto h2`, HTTP/1.1 and HTTP/2
+//! clients in front; `ssl alpn h2,http/1.1` against a second sluice terminating TLS (it
+//! chooses h2, or only http/1.1); a server that resets streams, closes its connection or is
+//! down; and the configuration lines that must be refused.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+
+/// What the HTTP/2 origin has seen.
+#[derive(Default)]
+struct Seen {
+    conns: AtomicUsize,
+    streams: AtomicUsize,
+    /// Request heads, as "METHOD URI te=.. cl=..".
+    heads: Mutex<Vec<String>>,
+}
+
+/// An HTTP/2 origin (prior knowledge) on 127.0.0.1, on a thread of its own. Answers:
+/// - `/sized`: 200 with a `content-length`;
+/// - `/trailers`: 200, a body without length, then trailers (`grpc-status: 0`);
+/// - `/big`: 1 MiB without length, under the proxy's flow control;
+/// - `/reset`: resets the stream (REFUSED_STREAM would allow a retry; INTERNAL_ERROR);
+/// - `/goaway`: answers, then closes its connection gracefully;
+/// - anything else: 200 echoing the connection's number, the request's body length, byte
+///   sum and trailer `x-sum`, without length.
+struct H2Origin {
+    addr: SocketAddr,
+    seen: Arc<Seen>,
+}
+
+impl H2Origin {
+    fn start() -> H2Origin {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let local = tokio::task::LocalSet::new();
+                local
+                    .run_until(async move {
+                        loop {
+                            let Ok((tcp, _)) = listener.accept().await else {
+                                return;
+                            };
+                            let n = s.conns.fetch_add(1, Ordering::SeqCst) + 1;
+                            tokio::task::spawn_local(serve_conn(tcp, n, s.clone()));
+                        }
+                    })
+                    .await;
+            });
+        });
+        H2Origin { addr, seen }
+    }
+
+    fn conns(&self) -> usize {
+        self.seen.conns.load(Ordering::SeqCst)
+    }
+
+    fn streams(&self) -> usize {
+        self.seen.streams.load(Ordering::SeqCst)
+    }
+}
+
+async fn serve_conn(tcp: tokio::net::TcpStream, n: usize, seen: Arc<Seen>) {
+    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+        return;
+    };
+    while let Some(Ok((req, respond))) = conn.accept().await {
+        seen.streams.fetch_add(1, Ordering::SeqCst);
+        let path = req.uri().path().to_string();
+        let goaway = path == "/goaway";
+        tokio::task::spawn_local(answer(req, respond, n, seen.clone()));
+        if goaway {
+            conn.graceful_shutdown();
+        }
+    }
+}
+
+async fn answer(
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    conn: usize,
+    seen: Arc<Seen>,
+) {
+    let (parts, mut body) = req.into_parts();
+    let field = |n: &str| {
+        parts
+            .headers
+            .get(n)
+            .map_or("-".to_string(), |v| v.to_str().unwrap().to_string())
+    };
+    seen.heads.lock().unwrap().push(format!(
+        "{} {} te={} cl={} host={} connection={}",
+        parts.method,
+        parts.uri,
+        field("te"),
+        field("content-length"),
+        field("host"),
+        field("connection"),
+    ));
+    let (mut len, mut sum) = (0u64, 0u64);
+    while let Some(Ok(d)) = body.data().await {
+        len += d.len() as u64;
+        sum += d.iter().map(|&b| u64::from(b)).sum::<u64>();
+        let _ = body.flow_control().release_capacity(d.len());
+    }
+    let trailer = match body.trailers().await {
+        Ok(Some(t)) => t
+            .get("x-sum")
+            .map_or("-".into(), |v| v.to_str().unwrap().to_string()),
+        _ => "-".into(),
+    };
+    let path = parts.uri.path();
+    if path == "/reset" {
+        respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        return;
+    }
+    let text = format!("conn={conn} len={len} sum={sum} trailer={trailer} path={path}");
+    let mut rsp = http::Response::builder().status(200).header("x-conn", conn);
+    if path == "/sized" {
+        rsp = rsp.header("content-length", text.len());
+    }
+    let head_only = parts.method == http::Method::HEAD;
+    let Ok(mut send) = respond.send_response(rsp.body(()).unwrap(), head_only) else {
+        return;
+    };
+    if head_only {
+        return;
+    }
+    let body: Bytes = if path == "/big" {
+        (0..1 << 20)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into()
+    } else {
+        text.into()
+    };
+    let mut data = body;
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let room = match std::future::poll_fn(|cx| send.poll_capacity(cx)).await {
+            Some(Ok(n)) if n > 0 => n,
+            Some(Ok(_)) => continue,
+            _ => return,
+        };
+        let part = data.split_to(room.min(data.len()));
+        let last = data.is_empty() && path != "/trailers";
+        if send.send_data(part, last).is_err() {
+            return;
+        }
+    }
+    if path == "/trailers" {
+        let mut t = http::HeaderMap::new();
+        t.insert("grpc-status", "0".parse().unwrap());
+        let _ = send.send_trailers(t);
+    }
+}
+
+fn config(server_line: &str, extra_global: &str) -> String {
+    format!(
+        "global\n nbthread 1\n{extra_global}\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+         frontend fe\n {{fe}}\n default_backend be\n\
+         backend be\n {server_line}\n"
+    )
+}
+
+/// Sends raw HTTP/1.1 bytes on a new connection and reads until the server closes.
+fn exchange_raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn sum(b: &[u8]) -> u64 {
+    b.iter().map(|&x| u64::from(x)).sum()
+}
+
+#[test]
+fn requests_from_many_clients_share_one_http2_connection() {
+    let origin = H2Origin::start();
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&config(
+        &format!("server s {} proto h2", origin.addr),
+        &format!(" stats socket {}\n", sock.display()),
+    ));
+    let addr = p.addr();
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut conn = Conn::new(addr);
+                for i in 0..6 {
+                    let r = conn.get(&format!("/c{c}/r{i}?q=1"));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    assert_eq!(
+                        r.header("x-conn"),
+                        Some("1"),
+                        "one connection to the server"
+                    );
+                    assert_eq!(
+                        r.text(),
+                        format!("conn=1 len=0 sum=0 trailer=- path=/c{c}/r{i}")
+                    );
+                    // The server gave no length: the HTTP/1.1 client gets it chunked.
+                    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(origin.conns(), 1);
+    assert_eq!(origin.streams(), 48);
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    assert!(
+        heads.iter().all(|h| h.starts_with("GET http://test/c")
+            && h.ends_with("te=trailers cl=- host=- connection=-")),
+        "{heads:?}"
+    );
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "s", "connect"), "1");
+    assert_eq!(stat_field(&csv, "be", "s", "reuse"), "47");
+    assert_eq!(stat_field(&csv, "be", "s", "hrsp_2xx"), "48");
+}
+
+#[test]
+fn bodies_trailers_and_head_cross_both_ways() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(&config(&format!("server s {} proto h2", origin.addr), ""));
+    let addr = p.addr();
+    // A body with a length.
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    let mut req = format!(
+        "POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: {}\r\nTE: trailers\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    let out = exchange_raw(addr, &req);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.contains(&format!("len=100000 sum={} trailer=- path=/up", sum(&body))),
+        "{out}"
+    );
+    // A chunked body with a trailer, and a response that ends in trailers.
+    let out = exchange_raw(
+        addr,
+        b"POST /trailers HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\
+          TE: trailers\r\nConnection: close\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\nx-sum: 42\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("len=11 sum=1116 trailer=42"), "{out}");
+    assert!(out.contains("\r\n0\r\ngrpc-status: 0\r\n\r\n"), "{out}");
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    assert!(
+        heads.contains(&"POST http://app.test/up te=trailers cl=100000 host=- connection=-".into()),
+        "{heads:?}"
+    );
+    assert!(
+        heads
+            .contains(&"POST http://app.test/trailers te=trailers cl=- host=- connection=-".into()),
+        "{heads:?}"
+    );
+    // A response with a length keeps it; HEAD gets a head alone.
+    let r = get(addr, "/sized");
+    assert_eq!(r.status, 200);
+    let length = r.body.len().to_string();
+    assert_eq!(r.header("content-length"), Some(length.as_str()));
+    assert_eq!(r.header("transfer-encoding"), None);
+    let out = exchange_raw(
+        addr,
+        b"HEAD /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.ends_with("\r\n\r\n"),
+        "a HEAD answer has no body: {out}"
+    );
+    // A megabyte comes through the server's stream and the client's connection whole.
+    let r = get(addr, "/big");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 1 << 20);
+    assert!(r
+        .body
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == (i % 251) as u8));
+    assert_eq!(origin.conns(), 1);
+}
+
+#[test]
+fn http2_clients_reach_http2_servers() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(
+        &config(&format!("server s {} proto h2", origin.addr), "")
+            .replace("{fe}\n", "{fe} proto h2\n"),
+    );
+    let addr = p.addr();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+            tokio::spawn(conn);
+            let mut tasks = Vec::new();
+            for i in 0..20 {
+                let s = send.clone();
+                tasks.push(tokio::spawn(async move {
+                    let path = if i % 2 == 0 { "/trailers" } else { "/echo" };
+                    let req = http::Request::post(format!("http://h2.test{path}"))
+                        .body(())
+                        .unwrap();
+                    let (rsp, mut up) = s.ready().await.unwrap().send_request(req, false).unwrap();
+                    up.send_data(Bytes::from_static(b"abc"), false).unwrap();
+                    let mut t = http::HeaderMap::new();
+                    t.insert("x-sum", "7".parse().unwrap());
+                    up.send_trailers(t).unwrap();
+                    let (parts, mut body) = rsp.await.unwrap().into_parts();
+                    let mut text = Vec::new();
+                    while let Some(d) = body.data().await {
+                        let d = d.unwrap();
+                        let _ = body.flow_control().release_capacity(d.len());
+                        text.extend_from_slice(&d);
+                    }
+                    let trailers = body.trailers().await.unwrap();
+                    (
+                        path,
+                        parts.status,
+                        String::from_utf8(text).unwrap(),
+                        trailers,
+                    )
+                }));
+            }
+            for t in tasks {
+                let (path, status, text, trailers) = t.await.unwrap();
+                assert_eq!(status, 200);
+                assert_eq!(text, format!("conn=1 len=3 sum=294 trailer=7 path={path}"));
+                let grpc = trailers.as_ref().and_then(|t| t.get("grpc-status"));
+                if path == "/trailers" {
+                    assert_eq!(grpc.map(|v| v.to_str().unwrap()), Some("0"));
+                } else {
+                    assert!(grpc.is_none());
+                }
+            }
+        });
+    assert_eq!(origin.conns(), 1);
+    assert_eq!(origin.streams(), 20);
+}
+
+#[test]
+fn a_failing_http2_server_costs_its_request_and_the_connection_is_replaced() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(&config(&format!("server s {} proto h2", origin.addr), ""));
+    let addr = p.addr();
+    assert_eq!(get(addr, "/one").status, 200);
+    // A reset stream is a failed response: 502 (not replayed: the server had the request),
+    // and the connection serves the next.
+    assert_eq!(get(addr, "/reset").status, 502);
+    assert_eq!(origin.streams(), 2);
+    let r = get(addr, "/two");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-conn"), Some("1"));
+    // The server closes its connection: the next request opens another.
+    assert_eq!(get(addr, "/goaway").status, 200);
+    wait_until("the next request to reach a second connection", || {
+        get(addr, "/three").header("x-conn") == Some("2")
+    });
+    assert_eq!(origin.conns(), 2);
+    // A server that is not there: 503, and the proxy goes on serving.
+    let down = free_port();
+    let p2 = Sluice::start(&config(&format!("server s 127.0.0.1:{down} proto h2"), ""));
+    assert_eq!(get(p2.addr(), "/").status, 503);
+    assert_eq!(get(addr, "/four").status, 200);
+}
+
+fn self_signed(dir: &TempDir) -> String {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    dir.write(
+        "site.pem",
+        &format!("{}{}", c.cert.pem(), c.signing_key.serialize_pem()),
+    )
+}
+
+#[test]
+fn over_tls_alpn_chooses_http2_when_the_server_offers_it() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    for (offered, h2) in [("h2,http/1.1", true), ("http/1.1", false)] {
+        let sock = dir.0.join(format!("tls-{h2}.sock"));
+        // The server side: a second sluice terminating TLS, HTTP/1.1 behind it.
+        let tls = Sluice::start(&format!(
+            "global\n nbthread 1\n stats socket {}\n\
+             defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+             frontend fe\n {{fe}} ssl crt {pem} alpn {offered}\n default_backend be\n\
+             backend be\n server o {}\n",
+            sock.display(),
+            origin.addr
+        ));
+        let p = Sluice::start(&config(
+            &format!("server s {} ssl verify none alpn h2,http/1.1", tls.addr()),
+            "",
+        ));
+        for i in 0..10 {
+            let r = get(p.addr(), &format!("/tls/{i}"));
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        let csv = Sluice::cli(&sock, "show stat");
+        let h2_conns = stat_field(&csv, "fe", "FRONTEND", "h2_total_connections");
+        let h2_heads = stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd");
+        if h2 {
+            assert_eq!((h2_conns.as_str(), h2_heads.as_str()), ("1", "10"));
+        } else {
+            assert_eq!((h2_conns.as_str(), h2_heads.as_str()), ("0", "0"));
+        }
+    }
+    assert_eq!(origin.count(), 20);
+}
+
+#[test]
+fn proto_lines_that_cannot_work_are_refused() {
+    let front = "frontend f\n bind 127.0.0.1:1\n default_backend b\n";
+    let (ok, out) = check_config(&format!(
+        "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 proto h3\n{front}"
+    ));
+    assert!(!ok);
+    assert!(out.contains(":4") && out.contains("'h3'"), "{out}");
+    let (ok, out) = check_config(&format!(
+        "defaults\n mode tcp\nbackend b\n server s 127.0.0.1:1 proto h2\n{front}"
+    ));
+    assert!(!ok);
+    assert!(out.contains("'proto h2' needs mode http"), "{out}");
+    let (ok, out) = check_config(&format!(
+        "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 proto h2\n \
+         server t 127.0.0.1:2 ssl verify none alpn h2,http/1.1\n{front}"
+    ));
+    assert!(ok, "{out}");
+}
