@@ -1,6 +1,8 @@
-//! An in-memory byte stream between a multiplexed front (an HTTP/2 stream) and the HTTP/1.1
-//! session that serves it. The session sees an ordinary [`crate::transport::Conn`] whose
-//! bytes come from and go to the front; the front sees a [`Front`] handle.
+//! An in-memory byte stream between an HTTP/2 stream and the HTTP/1.1 code that deals with
+//! it: a client's stream and the session that serves it, or a transaction and the bridge
+//! that turns its server connection into a stream on an HTTP/2 server connection. The
+//! HTTP/1.1 side (the session end) sees an ordinary [`crate::transport::Conn`] whose bytes
+//! come from and go to the stream's side, which sees a [`Front`] handle.
 //!
 //! Invariants:
 //! - Each direction holds at most `LIMIT` bytes: a writer waits for the reader, so a slow
