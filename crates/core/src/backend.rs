@@ -291,6 +291,7 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "send-proxy-v2",
     "resolvers",
     "init-addr",
+    "check-proto",
     "source",
     "redir",
 ];

@@ -456,6 +456,14 @@ fn proto_lines_that_cannot_work_are_refused() {
     assert!(!ok);
     assert!(out.contains("'proto h2' needs mode http"), "{out}");
     let (ok, out) = check_config(&format!(
+        "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 proto h2 check check-proto h2\n{front}"
+    ));
+    assert!(!ok);
+    assert!(
+        out.contains(":4") && out.contains("'check-proto': not supported yet"),
+        "{out}"
+    );
+    let (ok, out) = check_config(&format!(
         "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 proto h2\n \
          server t 127.0.0.1:2 ssl verify none alpn h2,http/1.1\n{front}"
     ));
