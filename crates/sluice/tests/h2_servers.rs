@@ -398,14 +398,6 @@ fn a_failing_http2_server_costs_its_request_and_the_connection_is_replaced() {
     assert_eq!(get(addr, "/four").status, 200);
 }
 
-fn self_signed(dir: &TempDir) -> String {
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    dir.write(
-        "site.pem",
-        &format!("{}{}", c.cert.pem(), c.signing_key.serialize_pem()),
-    )
-}
-
 #[test]
 fn over_tls_alpn_chooses_http2_when_the_server_offers_it() {
     let origin = Origin::start("o");

@@ -55,14 +55,6 @@ async fn fetch(
     Ok((parts, out))
 }
 
-fn self_signed(dir: &TempDir) -> String {
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    dir.write(
-        "site.pem",
-        &format!("{}{}", c.cert.pem(), c.signing_key.serialize_pem()),
-    )
-}
-
 fn curl(args: &[&str]) -> String {
     let out = std::process::Command::new("curl")
         .args(["-s", "-k", "--max-time", "20"])

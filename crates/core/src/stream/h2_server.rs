@@ -72,18 +72,16 @@ pub(crate) async fn start(
     tokio::task::spawn_local(async move {
         tokio::pin!(connection);
         let stop = w.soft_stop.notified();
-        tokio::select! {
-            _ = &mut connection => {}
-            () = async { if !w.stopping() { stop.await } } => {
-                // Let go: the connection ends once its streams have.
-                if let Some(id) = kept {
-                    w.h2_links.forget(backend, server, id);
-                }
-                let _ = connection.await;
-            }
-        }
+        let stopping = tokio::select! {
+            _ = &mut connection => false,
+            () = async { if !w.stopping() { stop.await } } => true,
+        };
         if let Some(id) = kept {
             w.h2_links.forget(backend, server, id);
+        }
+        if stopping {
+            // Let go: the connection ends once its streams have.
+            let _ = connection.await;
         }
         w.state().backends[backend].servers[server]
             .idle

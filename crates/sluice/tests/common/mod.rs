@@ -285,6 +285,15 @@ impl TempDir {
     }
 }
 
+/// A self-signed certificate for `localhost` and its key, as one PEM file in `dir`.
+pub fn self_signed(dir: &TempDir) -> String {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    dir.write(
+        "site.pem",
+        &format!("{}{}", c.cert.pem(), c.signing_key.serialize_pem()),
+    )
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
