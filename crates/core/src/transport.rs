@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::fds::Counted;
+use crate::h2_stream::H2Stream;
 use crate::pipe::SessionEnd;
 
 /// What is known about a connection's TLS session once its handshake is done.
@@ -48,16 +49,89 @@ pub struct Origin {
     pub tls: Option<TlsInfo>,
 }
 
-/// A stream served as a connection: its end of the pipe, and where it came from.
+/// A stream served as a connection: its end, and where it came from.
 struct Stream {
-    end: SessionEnd,
+    end: End,
     origin: Origin,
 }
 
-impl std::ops::Deref for Stream {
-    type Target = SessionEnd;
-    fn deref(&self) -> &SessionEnd {
-        &self.end
+/// What a stream's bytes go through: a pipe to a task that relays them (HTTP/2 towards
+/// servers), or a client's HTTP/2 stream itself.
+enum End {
+    Pipe(SessionEnd),
+    H2(H2Stream),
+}
+
+impl Stream {
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.end {
+            End::Pipe(p) => p.try_read(buf),
+            End::H2(h) => h.try_read(buf),
+        }
+    }
+
+    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        match &self.end {
+            End::Pipe(p) => p.try_read_into(buf),
+            End::H2(h) => h.try_read_into(buf),
+        }
+    }
+
+    fn peek(&self, buf: &mut [u8]) -> usize {
+        match &self.end {
+            End::Pipe(p) => p.peek(buf),
+            End::H2(h) => h.peek(buf),
+        }
+    }
+
+    fn has_input(&self) -> bool {
+        match &self.end {
+            End::Pipe(p) => p.has_input(),
+            End::H2(h) => h.has_input(),
+        }
+    }
+
+    async fn readable(&self) {
+        match &self.end {
+            End::Pipe(p) => p.readable().await,
+            End::H2(h) => h.readable().await,
+        }
+    }
+
+    async fn closed(&self) {
+        match &self.end {
+            End::Pipe(p) => p.closed().await,
+            End::H2(h) => h.closed().await,
+        }
+    }
+
+    /// Nothing more will be read from it.
+    fn read_over(&self) -> bool {
+        match &self.end {
+            End::Pipe(p) => p.front_gone(),
+            End::H2(h) => h.ended(),
+        }
+    }
+
+    async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        match &self.end {
+            End::Pipe(p) => p.write_all(bytes).await,
+            End::H2(h) => h.write_all(bytes).await,
+        }
+    }
+
+    fn shutdown(&self) {
+        match &self.end {
+            End::Pipe(p) => p.shutdown(),
+            End::H2(h) => h.shutdown(),
+        }
+    }
+
+    fn abort(&self) {
+        match &self.end {
+            End::Pipe(p) => p.abort(),
+            End::H2(h) => h.abort(),
+        }
     }
 }
 
@@ -87,7 +161,7 @@ pub struct Conn {
 enum Io {
     Tcp(TcpStream),
     Tls(Box<Tls>),
-    /// One stream of a multiplexed client connection (HTTP/2), served as a connection.
+    /// One stream of a multiplexed connection (HTTP/2), served as a connection.
     Pipe(Box<Stream>),
 }
 
@@ -426,6 +500,15 @@ impl Conn {
     /// A stream of a multiplexed connection from `origin`, served as a connection of its
     /// own.
     pub fn stream(end: SessionEnd, origin: Origin) -> Conn {
+        Conn::of_stream(End::Pipe(end), origin)
+    }
+
+    /// A client's HTTP/2 stream from `origin`, served as a connection of its own.
+    pub fn h2_stream(end: H2Stream, origin: Origin) -> Conn {
+        Conn::of_stream(End::H2(end), origin)
+    }
+
+    fn of_stream(end: End, origin: Origin) -> Conn {
         Conn {
             io: Io::Pipe(Box::new(Stream { end, origin })),
             _fd: None,
@@ -651,7 +734,7 @@ impl Conn {
     /// it, it failed, or it holds bytes nobody asked for.
     pub fn alive(&self) -> bool {
         if let Io::Pipe(p) = &self.io {
-            return !p.front_gone();
+            return !p.read_over();
         }
         if let Io::Tls(t) = &self.io {
             // TLS records may arrive unasked (a TLS 1.3 server's session tickets): they are

@@ -191,7 +191,7 @@ impl ChunkedDecoder {
 }
 
 /// Appends one canonical chunk holding `data` (which must not be empty).
-pub(crate) fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+pub fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
     push_chunk_header(out, data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");

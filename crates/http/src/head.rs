@@ -118,6 +118,14 @@ impl ConnInfo {
     }
 }
 
+/// Appends one field line, `name: value\r\n`.
+pub fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Removes optional whitespace (SP, HTAB) around a field value or list element.
 pub fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {

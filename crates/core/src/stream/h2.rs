@@ -1,11 +1,11 @@
 //! The HTTP/2 front: a client connection that speaks HTTP/2 (`proto h2`, or TLS whose ALPN
 //! chose `h2`) is driven by the `h2` crate on its worker, and each of its streams is served
-//! as an HTTP/1.1 session of its own over an in-memory pipe (`crate::pipe`). So every stream
-//! goes through the same head checks, rules, routing, queues, pools, compression and logs as
-//! an HTTP/1.1 request, and servers speak HTTP/1.1.
+//! as an HTTP/1.1 session of its own, whose connection is the stream itself
+//! (`crate::h2_stream`). So every stream goes through the same head checks, rules, routing,
+//! queues, pools, compression and logs as an HTTP/1.1 request.
 //!
 //! A stream's request becomes an HTTP/1.1 head (pseudo-headers to the request line and
-//! `Host`, cookies joined), its body is relayed as it comes (with `Content-Length` when the
+//! `Host`, cookies joined), its body is read as it comes (with `Content-Length` when the
 //! client gave one, else chunked, so trailers pass); the session's response is parsed back
 //! and sent as HEADERS and DATA frames under the client's flow control, without the
 //! connection-specific fields HTTP/2 forbids.
@@ -15,7 +15,8 @@
 //!   against DATA) are enforced by the `h2` crate before a stream is seen here; the head
 //!   made from a stream is then checked by the HTTP/1.1 parser like any other, so nothing
 //!   malformed reaches a server.
-//! - A stream the client resets ends its session at once (the pipe is aborted), and a
+//! - A stream the client resets reads as ended and refuses writes, so its session ends as
+//!   soon as it touches it (a request not yet read never reaches a server), and a
 //!   client that resets streams faster than it lets them finish loses its connection
 //!   (GOAWAY ENHANCE_YOUR_CALM): the 2023 rapid-reset pattern cannot keep servers busy.
 //! - At a soft stop, or once idle past `timeout http-keep-alive` (else `timeout client`),
@@ -27,18 +28,16 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use sluice_config::{Keyword, KwError, Scope};
-use sluice_http::{parse_response, Framing, ResponseHead};
 
 use super::deadline::within;
-use super::h2_body::{from_pipe, into_pipe, Ended};
 use super::h2_frames::Tallied;
 use super::heads::push_header;
 use crate::conf::{one_arg, GlobalConf};
-use crate::pipe::{self, Front};
+use crate::h2_stream::H2Stream;
 use crate::runtime::counters::Held;
 use crate::runtime::{SessionInfo, Worker};
 use crate::sample::StreamVars;
@@ -220,21 +219,22 @@ fn over_reset_budget(shared: &ConnShared, budget: u32) -> bool {
 async fn serve_stream(
     shared: Rc<ConnShared>,
     req: http::Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
+    respond: SendResponse<Bytes>,
     earlier: u32,
 ) {
-    exchange(&shared, req, &mut respond, earlier).await;
+    exchange(&shared, req, respond, earlier).await;
     shared.active.set(shared.active.get() - 1);
     if shared.active.get() == 0 {
         shared.went_idle.notify_one();
     }
 }
 
-/// Relays one stream: its request into a session through a pipe, the response back.
+/// Serves one stream as an HTTP/1.1 session of its own, reading and writing the stream
+/// itself (`crate::h2_stream`). A client that resets it before its answer is counted.
 async fn exchange(
     shared: &Rc<ConnShared>,
     req: http::Request<RecvStream>,
-    respond: &mut SendResponse<Bytes>,
+    mut respond: SendResponse<Bytes>,
     earlier: u32,
 ) {
     let (parts, body) = req.into_parts();
@@ -250,36 +250,29 @@ async fn exchange(
     let head_request = parts.method == http::Method::HEAD;
     let mut head = Vec::with_capacity(512);
     let chunked = request_head(&parts, body.is_end_stream(), &mut head);
-    let (front, end) = pipe::pair();
+    let (end, watch) = H2Stream::new(head, body, chunked, respond, head_request);
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),
         ..StreamVars::default()
     };
     let session = super::h1::serve_http(
         &shared.w,
-        Conn::stream(end, shared.origin.clone()),
+        Conn::h2_stream(end, shared.origin.clone()),
         shared.origin.peer,
         shared.fe,
         shared.info.clone(),
         vars,
         earlier,
     );
-    let upload = async {
-        if into_pipe(&front, &head, body, chunked).await.is_err() {
-            front.abort();
+    let mut session = std::pin::pin!(session);
+    tokio::select! {
+        () = &mut session => {}
+        () = watch.reset() => {
+            let (n, since) = shared.resets.get();
+            shared.resets.set((n + 1, since));
+            // The session sees the stream as ended and finishes (its log line included).
+            session.await;
         }
-    };
-    let download = async {
-        let answered = download(&front, respond, head_request).await;
-        if answered.is_err() {
-            front.abort();
-        }
-        answered
-    };
-    let ((), (), answered) = tokio::join!(session, upload, download);
-    if let Err(Ended::Reset) = answered {
-        let (n, since) = shared.resets.get();
-        shared.resets.set((n + 1, since));
     }
 }
 
@@ -314,61 +307,4 @@ fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) ->
     }
     out.extend_from_slice(b"\r\n");
     chunked
-}
-
-/// Reads the session's response and sends it on the stream. The head's field values and
-/// the body are slices of the bytes the session wrote, not copies.
-async fn download(
-    front: &Front,
-    respond: &mut SendResponse<Bytes>,
-    head_request: bool,
-) -> Result<(), Ended> {
-    let mut buf = Vec::new();
-    let head = loop {
-        let got = tokio::select! {
-            got = front.read(&mut buf) => got,
-            _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return Err(Ended::Reset),
-        };
-        if got.map_err(|_| Ended::Truncated)? == 0 {
-            return Err(Ended::Truncated);
-        }
-        match parse_response(&buf, head_request) {
-            Ok(Some(h)) if h.status < 200 => {
-                // Interim answers (100 Continue) stay between the session and the server.
-                buf.drain(..h.len);
-            }
-            Ok(Some(h)) => break h,
-            Ok(None) => {}
-            Err(_) => return Err(Ended::Truncated),
-        }
-    };
-    let mut bytes = Bytes::from(buf);
-    let res = response(&head, &bytes).ok_or(Ended::Truncated)?;
-    let no_body = head.framing == Framing::None;
-    let mut send = respond
-        .send_response(res, no_body)
-        .map_err(|_| Ended::Reset)?;
-    if no_body {
-        return Ok(());
-    }
-    bytes.advance(head.len);
-    from_pipe(front, &mut send, bytes, head.framing).await
-}
-
-/// The HTTP/2 response for a parsed HTTP/1.1 head, without the fields HTTP/2 forbids;
-/// `None` if a field cannot be carried.
-fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Response<()>> {
-    let mut res = http::Response::new(());
-    *res.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
-    let fields = res.headers_mut();
-    fields.reserve(head.headers.len());
-    for h in head.headers.iter() {
-        let name = &bytes[h.name.clone()];
-        if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
-            continue;
-        }
-        let value = http::HeaderValue::from_maybe_shared(bytes.slice(h.value.clone())).ok()?;
-        fields.append(http::HeaderName::from_bytes(name).ok()?, value);
-    }
-    Some(res)
 }

@@ -1,17 +1,18 @@
-//! Message bodies between an HTTP/2 stream and the HTTP/1.1 bytes of a pipe, both ways:
-//! the HTTP/2 front uses them for a request going into its session and the response coming
-//! back; HTTP/2 towards servers (`h2_server`) for the same two in the other order.
+//! Message bodies between an HTTP/2 stream and the HTTP/1.1 bytes of a pipe, both ways, for
+//! HTTP/2 towards servers (`h2_server`): a request's body from the transaction to the
+//! server's stream, the response's from the stream back.
 //!
 //! Invariants:
 //! - DATA is sent only as the peer's flow control allows, and credit is given back for
 //!   received DATA only once the pipe took it: a slow side slows the other, nothing piles up.
 //! - An HTTP/1.1 body without a length goes chunked, so trailers cross both ways.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use h2::{Reason, RecvStream, SendStream};
-use sluice_http::{ChunkedDecoder, ChunkedOut, Framing};
+use sluice_http::Framing;
 
 use super::heads::push_header;
+use crate::h2_stream::BodyReader;
 use crate::pipe::Front;
 
 /// Why a stream ended before its message was complete.
@@ -129,65 +130,4 @@ async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes, end: bool) -> 
             .map_err(|_| Ended::Reset)?;
     }
     Ok(())
-}
-
-/// An HTTP/1.1 body as its sender framed it, taken out of the bytes read so far.
-struct BodyReader {
-    framing: Framing,
-    /// Bytes still to come with `Content-Length`.
-    left: u64,
-    chunks: ChunkedDecoder,
-}
-
-impl BodyReader {
-    fn new(framing: Framing) -> BodyReader {
-        BodyReader {
-            framing,
-            left: match framing {
-                Framing::Length(n) => n,
-                _ => 0,
-            },
-            chunks: ChunkedDecoder::new(),
-        }
-    }
-
-    /// Takes the body bytes out of `buf`, and whether the body is complete.
-    fn take(&mut self, buf: &mut Bytes) -> Result<(Bytes, bool), sluice_http::ChunkError> {
-        match self.framing {
-            Framing::Length(_) => {
-                let n = (self.left.min(buf.len() as u64)) as usize;
-                self.left -= n as u64;
-                Ok((buf.split_to(n), self.left == 0))
-            }
-            Framing::Chunked => {
-                let mut out = Vec::with_capacity(buf.len());
-                let used = self.chunks.decode(buf, ChunkedOut::Raw, &mut out)?;
-                buf.advance(used);
-                Ok((out.into(), self.chunks.is_done()))
-            }
-            Framing::UntilClose => Ok((std::mem::take(buf), false)),
-            Framing::None => Ok((Bytes::new(), true)),
-        }
-    }
-
-    /// The trailers of a chunked body, if it had any.
-    fn trailers(&self) -> Option<http::HeaderMap> {
-        let lines = self.chunks.trailers();
-        if lines.is_empty() {
-            return None;
-        }
-        let mut map = http::HeaderMap::new();
-        for line in lines.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = memchr::memchr(b':', line) else {
-                continue;
-            };
-            let name = http::HeaderName::from_bytes(&line[..colon]);
-            let value = http::HeaderValue::from_bytes(sluice_http::trim_ows(&line[colon + 1..]));
-            if let (Ok(n), Ok(v)) = (name, value) {
-                map.append(n, v);
-            }
-        }
-        (!map.is_empty()).then_some(map)
-    }
 }

@@ -569,12 +569,7 @@ fn lower_name<'a>(name: &'a [u8], buf: &'a mut [u8; 64]) -> &'a [u8] {
     out
 }
 
-pub(crate) fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
+pub(crate) use sluice_http::push_header;
 
 #[cfg(test)]
 mod tests {
