@@ -504,7 +504,12 @@ impl Txn {
             attempt += 1;
             s.out.truncate(head_len);
             let result = match self.send_request(s, &mut conn, facts).await {
-                Ok(()) => self.read_response_head(s, be, &mut conn, facts).await,
+                Ok(()) => {
+                    // The request has left: its buffer serves others while the server
+                    // thinks (an HTTP/2 connection has many streams waiting at once).
+                    s.cbuf.release(&w.bufs);
+                    self.read_response_head(s, be, &mut conn, facts).await
+                }
                 Err(e) => Err(e),
             };
             match result {
