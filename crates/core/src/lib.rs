@@ -39,8 +39,8 @@ pub mod conf;
 
 pub mod buffer;
 pub mod fds;
-pub mod padded;
 pub mod h2_stream;
+pub mod padded;
 pub mod pipe;
 pub mod tls;
 pub mod transport;
