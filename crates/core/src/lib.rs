@@ -41,7 +41,6 @@ pub mod buffer;
 pub mod fds;
 pub mod h2_stream;
 pub mod padded;
-pub mod pipe;
 pub mod tls;
 pub mod transport;
 

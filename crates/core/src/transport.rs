@@ -25,7 +25,6 @@ use tokio::net::TcpStream;
 
 use crate::fds::Counted;
 use crate::h2_stream::H2Stream;
-use crate::pipe::SessionEnd;
 
 /// What is known about a connection's TLS session once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,89 +48,16 @@ pub struct Origin {
     pub tls: Option<TlsInfo>,
 }
 
-/// A stream served as a connection: its end, and where it came from.
+/// A stream served as a connection: the stream, and where it came from.
 struct Stream {
-    end: End,
+    end: H2Stream,
     origin: Origin,
 }
 
-/// What a stream's bytes go through: a pipe to a task that relays them (HTTP/2 towards
-/// servers), or a client's HTTP/2 stream itself.
-enum End {
-    Pipe(SessionEnd),
-    H2(H2Stream),
-}
-
-impl Stream {
-    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match &self.end {
-            End::Pipe(p) => p.try_read(buf),
-            End::H2(h) => h.try_read(buf),
-        }
-    }
-
-    fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        match &self.end {
-            End::Pipe(p) => p.try_read_into(buf),
-            End::H2(h) => h.try_read_into(buf),
-        }
-    }
-
-    fn peek(&self, buf: &mut [u8]) -> usize {
-        match &self.end {
-            End::Pipe(p) => p.peek(buf),
-            End::H2(h) => h.peek(buf),
-        }
-    }
-
-    fn has_input(&self) -> bool {
-        match &self.end {
-            End::Pipe(p) => p.has_input(),
-            End::H2(h) => h.has_input(),
-        }
-    }
-
-    async fn readable(&self) {
-        match &self.end {
-            End::Pipe(p) => p.readable().await,
-            End::H2(h) => h.readable().await,
-        }
-    }
-
-    async fn closed(&self) {
-        match &self.end {
-            End::Pipe(p) => p.closed().await,
-            End::H2(h) => h.closed().await,
-        }
-    }
-
-    /// Nothing more will be read from it.
-    fn read_over(&self) -> bool {
-        match &self.end {
-            End::Pipe(p) => p.front_gone(),
-            End::H2(h) => h.ended(),
-        }
-    }
-
-    async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
-        match &self.end {
-            End::Pipe(p) => p.write_all(bytes).await,
-            End::H2(h) => h.write_all(bytes).await,
-        }
-    }
-
-    fn shutdown(&self) {
-        match &self.end {
-            End::Pipe(p) => p.shutdown(),
-            End::H2(h) => h.shutdown(),
-        }
-    }
-
-    fn abort(&self) {
-        match &self.end {
-            End::Pipe(p) => p.abort(),
-            End::H2(h) => h.abort(),
-        }
+impl std::ops::Deref for Stream {
+    type Target = H2Stream;
+    fn deref(&self) -> &H2Stream {
+        &self.end
     }
 }
 
@@ -162,7 +88,7 @@ enum Io {
     Tcp(TcpStream),
     Tls(Box<Tls>),
     /// One stream of a multiplexed connection (HTTP/2), served as a connection.
-    Pipe(Box<Stream>),
+    Stream(Box<Stream>),
 }
 
 impl std::fmt::Debug for Io {
@@ -170,7 +96,7 @@ impl std::fmt::Debug for Io {
         match self {
             Io::Tcp(s) => s.fmt(f),
             Io::Tls(t) => t.tcp.fmt(f),
-            Io::Pipe(p) => write!(f, "stream of {}", p.origin.peer),
+            Io::Stream(p) => write!(f, "stream of {}", p.origin.peer),
         }
     }
 }
@@ -497,20 +423,11 @@ impl Conn {
         }
     }
 
-    /// A stream of a multiplexed connection from `origin`, served as a connection of its
-    /// own.
-    pub fn stream(end: SessionEnd, origin: Origin) -> Conn {
-        Conn::of_stream(End::Pipe(end), origin)
-    }
-
-    /// A client's HTTP/2 stream from `origin`, served as a connection of its own.
+    /// An HTTP/2 stream (a client's, or one to a server) from `origin`, served as a
+    /// connection of its own.
     pub fn h2_stream(end: H2Stream, origin: Origin) -> Conn {
-        Conn::of_stream(End::H2(end), origin)
-    }
-
-    fn of_stream(end: End, origin: Origin) -> Conn {
         Conn {
-            io: Io::Pipe(Box::new(Stream { end, origin })),
+            io: Io::Stream(Box::new(Stream { end, origin })),
             _fd: None,
         }
     }
@@ -521,20 +438,20 @@ impl Conn {
         match &self.io {
             Io::Tcp(s) => s,
             Io::Tls(t) => &t.tcp,
-            Io::Pipe(_) => unreachable!("a socket call on a multiplexed stream"),
+            Io::Stream(_) => unreachable!("a socket call on a multiplexed stream"),
         }
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         match &self.io {
-            Io::Pipe(p) => Ok(p.origin.peer),
+            Io::Stream(p) => Ok(p.origin.peer),
             _ => self.tcp().peer_addr(),
         }
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match &self.io {
-            Io::Pipe(p) => Ok(p.origin.local),
+            Io::Stream(p) => Ok(p.origin.local),
             _ => self.tcp().local_addr(),
         }
     }
@@ -548,20 +465,20 @@ impl Conn {
                 .handshake_kind()
                 .filter(|_| !t.state.borrow().is_handshaking())
                 .map(|k| k == rustls::HandshakeKind::Resumed),
-            Io::Tcp(_) | Io::Pipe(_) => None,
+            Io::Tcp(_) | Io::Stream(_) => None,
         }
     }
 
     /// Whether this is one stream of a multiplexed (HTTP/2) client connection.
     pub fn is_stream(&self) -> bool {
-        matches!(self.io, Io::Pipe(_))
+        matches!(self.io, Io::Stream(_))
     }
 
     /// Whether the connection is TLS (`ssl_fc`).
     pub fn is_tls(&self) -> bool {
         match &self.io {
             Io::Tls(_) => true,
-            Io::Pipe(p) => p.origin.tls.is_some(),
+            Io::Stream(p) => p.origin.tls.is_some(),
             Io::Tcp(_) => false,
         }
     }
@@ -570,7 +487,7 @@ impl Conn {
     pub fn tls(&self) -> Option<TlsInfo> {
         match &self.io {
             Io::Tls(t) => t.info(),
-            Io::Pipe(p) => p.origin.tls.clone(),
+            Io::Stream(p) => p.origin.tls.clone(),
             Io::Tcp(_) => None,
         }
     }
@@ -586,7 +503,7 @@ impl Conn {
                 }
                 t.tcp.readable().await
             }
-            Io::Pipe(p) => {
+            Io::Stream(p) => {
                 p.readable().await;
                 Ok(())
             }
@@ -602,7 +519,7 @@ impl Conn {
                 got
             }
             Io::Tls(t) => t.try_read(buf),
-            Io::Pipe(p) => p.try_read(buf),
+            Io::Stream(p) => p.try_read(buf),
         }
     }
 
@@ -619,7 +536,7 @@ impl Conn {
                 got
             }
             Io::Tls(t) => t.try_read_into(buf),
-            Io::Pipe(p) => p.try_read_into(buf),
+            Io::Stream(p) => p.try_read_into(buf),
         }
     }
 
@@ -628,7 +545,7 @@ impl Conn {
     pub fn has_input(&self) -> bool {
         match &self.io {
             Io::Tls(t) if t.has_plaintext() => return true,
-            Io::Pipe(p) => return p.has_input(),
+            Io::Stream(p) => return p.has_input(),
             _ => {}
         }
         let mut buf = [MaybeUninit::<u8>::uninit(); 1];
@@ -640,7 +557,7 @@ impl Conn {
     /// Copies what is waiting to be read into `buf` without consuming it (`balance
     /// rdp-cookie` looks at a connection's first bytes before they are relayed).
     pub fn peek_now(&self, buf: &mut [u8]) -> usize {
-        if let Io::Pipe(p) = &self.io {
+        if let Io::Stream(p) = &self.io {
             return p.peek(buf);
         }
         let mut tmp = vec![MaybeUninit::<u8>::uninit(); buf.len()];
@@ -663,7 +580,7 @@ impl Conn {
     pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], then: Then) -> io::Result<()> {
         match &self.io {
             Io::Tls(t) => return t.write(a, b, then == Then::Close).await,
-            Io::Pipe(p) => {
+            Io::Stream(p) => {
                 p.write_all(a).await?;
                 return p.write_all(b).await;
             }
@@ -708,7 +625,7 @@ impl Conn {
     /// Closes with a reset rather than a FIN: nothing unsent is delivered and neither side
     /// keeps the connection in TIME_WAIT.
     pub fn abort(self) {
-        if let Io::Pipe(p) = &self.io {
+        if let Io::Stream(p) = &self.io {
             return p.abort();
         }
         let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(std::time::Duration::ZERO));
@@ -723,7 +640,7 @@ impl Conn {
                 let _ = t.flush().await;
                 t.tcp.shutdown().await
             }
-            Io::Pipe(p) => {
+            Io::Stream(p) => {
                 p.shutdown();
                 Ok(())
             }
@@ -733,8 +650,8 @@ impl Conn {
     /// Whether an idle connection can still carry a request: false once the peer closed
     /// it, it failed, or it holds bytes nobody asked for.
     pub fn alive(&self) -> bool {
-        if let Io::Pipe(p) = &self.io {
-            return !p.read_over();
+        if let Io::Stream(p) = &self.io {
+            return !p.ended();
         }
         if let Io::Tls(t) = &self.io {
             // TLS records may arrive unasked (a TLS 1.3 server's session tickets): they are
@@ -775,7 +692,7 @@ impl Conn {
     /// Resolves when the peer has closed its side (end of stream or reset). Pipelined data
     /// is not a close: it is left unread and this never resolves.
     pub async fn closed(&self) {
-        if let Io::Pipe(p) = &self.io {
+        if let Io::Stream(p) = &self.io {
             return p.closed().await;
         }
         let stream = self.tcp();
@@ -802,7 +719,7 @@ impl Conn {
         let (s, tls) = match self.io {
             Io::Tcp(s) => (s, None),
             Io::Tls(t) => (t.tcp, Some(Box::new(t.state.into_inner()))),
-            Io::Pipe(_) => return Err(io::Error::other("a multiplexed stream cannot move")),
+            Io::Stream(_) => return Err(io::Error::other("a multiplexed stream cannot move")),
         };
         Ok(Detached {
             io: s.into_std()?,
@@ -844,7 +761,7 @@ impl AsyncRead for Conn {
         let t = match &mut self.get_mut().io {
             Io::Tcp(s) => return Pin::new(s).poll_read(cx, buf),
             Io::Tls(t) => t,
-            Io::Pipe(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+            Io::Stream(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         };
         loop {
             match t.try_read(buf.initialize_unfilled()) {
@@ -870,7 +787,7 @@ impl AsyncWrite for Conn {
         let t = match &mut self.get_mut().io {
             Io::Tcp(s) => return Pin::new(s).poll_write(cx, buf),
             Io::Tls(t) => t,
-            Io::Pipe(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+            Io::Stream(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         };
         loop {
             let n = io::Write::write(&mut t.state.borrow_mut().writer(), buf)?;
@@ -903,7 +820,7 @@ impl AsyncWrite for Conn {
         let t = match &mut self.get_mut().io {
             Io::Tcp(s) => return Pin::new(s).poll_flush(cx),
             Io::Tls(t) => t,
-            Io::Pipe(_) => return Poll::Ready(Ok(())),
+            Io::Stream(_) => return Poll::Ready(Ok(())),
         };
         loop {
             t.push()?;
@@ -923,7 +840,7 @@ impl AsyncWrite for Conn {
         match &mut me.io {
             Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Io::Tls(t) => Pin::new(&mut t.tcp).poll_shutdown(cx),
-            Io::Pipe(_) => Poll::Ready(Ok(())),
+            Io::Stream(_) => Poll::Ready(Ok(())),
         }
     }
 }

@@ -16,7 +16,6 @@ const LAYERS: &[&[&str]] = &[
         "fds",
         "buffer",
         "transport",
-        "pipe",
         "h2_stream",
         "padded",
         "tls",

@@ -22,6 +22,8 @@ struct Seen {
     streams: AtomicUsize,
     /// Request heads, as "METHOD URI te=.. cl=..".
     heads: Mutex<Vec<String>>,
+    /// The reasons of the streams the proxy reset.
+    resets: Mutex<Vec<h2::Reason>>,
 }
 
 /// An HTTP/2 origin (prior knowledge) on 127.0.0.1, on a thread of its own. Answers:
@@ -30,6 +32,7 @@ struct Seen {
 /// - `/big`: 1 MiB without length, under the proxy's flow control;
 /// - `/reset`: resets the stream (REFUSED_STREAM would allow a retry; INTERNAL_ERROR);
 /// - `/goaway`: answers, then closes its connection gracefully;
+/// - `/hang`: never answers, and records the reset that ends the stream;
 /// - anything else: 200 echoing the connection's number, the request's body length, byte
 ///   sum and trailer `x-sum`, without length.
 struct H2Origin {
@@ -129,6 +132,12 @@ async fn answer(
     let path = parts.uri.path();
     if path == "/reset" {
         respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        return;
+    }
+    if path == "/hang" {
+        if let Ok(reason) = std::future::poll_fn(|cx| respond.poll_reset(cx)).await {
+            seen.resets.lock().unwrap().push(reason);
+        }
         return;
     }
     let text = format!("conn={conn} len={len} sum={sum} trailer={trailer} path={path}");
@@ -396,6 +405,29 @@ fn a_failing_http2_server_costs_its_request_and_the_connection_is_replaced() {
     let p2 = Sluice::start(&config(&format!("server s 127.0.0.1:{down} proto h2"), ""));
     assert_eq!(get(p2.addr(), "/").status, 503);
     assert_eq!(get(addr, "/four").status, 200);
+}
+
+#[test]
+fn a_stream_the_proxy_gives_up_on_is_cancelled_on_the_server() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(
+        &config(&format!("server s {} proto h2", origin.addr), "")
+            .replace("timeout server 10s", "timeout server 1s"),
+    );
+    let addr = p.addr();
+    // `timeout server` strikes: the client gets 504 and the server sees the stream
+    // cancelled, not left open on a connection that goes on serving.
+    assert_eq!(get(addr, "/hang").status, 504);
+    wait_until("the server to see the stream cancelled", || {
+        !origin.seen.resets.lock().unwrap().is_empty()
+    });
+    assert_eq!(
+        origin.seen.resets.lock().unwrap().as_slice(),
+        &[h2::Reason::CANCEL]
+    );
+    let r = get(addr, "/after");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-conn"), Some("1"), "the connection goes on serving");
 }
 
 #[test]

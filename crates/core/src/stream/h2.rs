@@ -35,7 +35,6 @@ use sluice_config::{Keyword, KwError, Scope};
 
 use super::deadline::within;
 use super::h2_frames::Tallied;
-use super::heads::push_header;
 use crate::conf::{one_arg, GlobalConf};
 use crate::h2_stream::H2Stream;
 use crate::runtime::counters::Held;
@@ -247,10 +246,7 @@ async fn exchange(
         let _ = respond.send_response(res, true);
         return;
     }
-    let head_request = parts.method == http::Method::HEAD;
-    let mut head = Vec::with_capacity(512);
-    let chunked = request_head(&parts, body.is_end_stream(), &mut head);
-    let (end, watch) = H2Stream::new(head, body, chunked, respond, head_request);
+    let (end, watch) = H2Stream::answering(&parts, body, respond);
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),
         ..StreamVars::default()
@@ -274,37 +270,4 @@ async fn exchange(
             session.await;
         }
     }
-}
-
-/// Writes the HTTP/1.1 head of a stream's request into `out`. Returns whether its body
-/// goes chunked (it follows, and the client gave no length).
-fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let authority = parts.uri.authority();
-    if let Some(a) = authority {
-        push_header(out, b"host", a.as_str().as_bytes());
-    }
-    let mut cookies: Vec<&[u8]> = Vec::new();
-    for (name, value) in &parts.headers {
-        match name.as_str() {
-            // `:authority` wins over a `host` field, as HTTP/2 says it must.
-            "host" if authority.is_some() => {}
-            // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one.
-            "cookie" => cookies.push(value.as_bytes()),
-            n => push_header(out, n.as_bytes(), value.as_bytes()),
-        }
-    }
-    if !cookies.is_empty() {
-        push_header(out, b"cookie", &cookies.join(&b"; "[..]));
-    }
-    let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    chunked
 }

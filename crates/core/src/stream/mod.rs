@@ -20,7 +20,6 @@ mod connect;
 mod deadline;
 mod h1;
 pub mod h2;
-mod h2_body;
 mod h2_frames;
 pub(crate) mod h2_server;
 mod heads;

@@ -1,0 +1,195 @@
+//! The heads of an exchange, between HTTP/2's fields and HTTP/1.1's text, all four ways:
+//! a client's request and the response to it, a request to a server and its response.
+//! HTTP/1.1's connection-specific fields never cross into HTTP/2, and what HTTP/2 says in
+//! pseudo-headers (`:authority`, `:scheme`) becomes `Host` or comes from it.
+
+use bytes::Bytes;
+use sluice_http::{name_is, push_header, Framing, RequestHead, ResponseHead};
+
+/// Writes the HTTP/1.1 head of a stream's request into `out`. Returns whether its body
+/// goes chunked (it follows, and the client gave no length).
+pub(super) fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let authority = parts.uri.authority();
+    if let Some(a) = authority {
+        push_header(out, b"host", a.as_str().as_bytes());
+    }
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in &parts.headers {
+        match name.as_str() {
+            // `:authority` wins over a `host` field, as HTTP/2 says it must.
+            "host" if authority.is_some() => {}
+            // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one.
+            "cookie" => cookies.push(value.as_bytes()),
+            n => push_header(out, n.as_bytes(), value.as_bytes()),
+        }
+    }
+    if !cookies.is_empty() {
+        push_header(out, b"cookie", &cookies.join(&b"; "[..]));
+    }
+    let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    chunked
+}
+
+/// The HTTP/2 response for a parsed HTTP/1.1 head, without the fields HTTP/2 forbids; its
+/// field values are slices of `bytes`, not copies. `None` if a field cannot be carried.
+pub(super) fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Response<()>> {
+    let mut fields = http::HeaderMap::with_capacity(head.headers.len());
+    for h in head.headers.iter() {
+        let name = &bytes[h.name.clone()];
+        if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
+            continue;
+        }
+        let value = http::HeaderValue::from_maybe_shared(bytes.slice(h.value.clone())).ok()?;
+        fields.append(http::HeaderName::from_bytes(name).ok()?, value);
+    }
+    let mut res = http::Response::new(());
+    *res.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
+    *res.headers_mut() = fields;
+    Some(res)
+}
+
+/// The HTTP/2 request for a parsed HTTP/1.1 head, without the connection-specific fields
+/// HTTP/2 forbids; `None` if it cannot be carried (a target HTTP/2 cannot name).
+pub(super) fn request(head: &RequestHead, buf: &[u8], tls: bool, fallback: &str) -> Option<http::Request<()>> {
+    let target = std::str::from_utf8(&buf[head.target.clone()]).ok()?;
+    let uri: http::Uri = if target.starts_with('/') {
+        let host = head
+            .host
+            .clone()
+            .and_then(|r| std::str::from_utf8(&buf[r]).ok())
+            .unwrap_or(fallback);
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://{host}{target}").parse().ok()?
+    } else {
+        // Absolute-form names its own scheme and authority; `*` has no HTTP/2 form here.
+        target
+            .parse()
+            .ok()
+            .filter(|u: &http::Uri| u.authority().is_some())?
+    };
+    let mut req = http::Request::new(());
+    *req.method_mut() = http::Method::from_bytes(head.method(buf)).ok()?;
+    *req.uri_mut() = uri;
+    let fields = req.headers_mut();
+    fields.reserve(head.headers.len() + 1);
+    for h in head.headers.iter() {
+        let (name, value) = (&buf[h.name.clone()], &buf[h.value.clone()]);
+        // `Host` became `:authority`; `Expect` is the proxy's business, not the stream's.
+        if head.is_hop_by_hop(name) || name_is(name, "host") || name_is(name, "expect") {
+            continue;
+        }
+        let value = http::HeaderValue::from_bytes(value).ok()?;
+        fields.append(http::HeaderName::from_bytes(name).ok()?, value);
+    }
+    if let Framing::Length(n) = head.framing {
+        fields.insert(http::header::CONTENT_LENGTH, n.into());
+    }
+    // The proxy passes the trailers of every response it relays (chunked to an HTTP/1.1
+    // client, as trailers to an HTTP/2 one), and says so: gRPC servers require it.
+    fields.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    Some(req)
+}
+
+/// Writes the HTTP/1.1 head of a stream's response into `out`; `ended` says the stream
+/// carries no body. Returns whether the body goes chunked (no length was given).
+pub(super) fn response_head(
+    parts: &http::response::Parts,
+    ended: bool,
+    head_request: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    let status = parts.status;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        push_header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let bodiless = head_request || status.is_informational() || status == 204 || status == 304;
+    let sized = parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    let chunked = !bodiless && !sized && !ended;
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if !bodiless && !sized {
+        out.extend_from_slice(b"content-length: 0\r\n");
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+    chunked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_http::parse_request;
+
+    fn translate(raw: &str) -> http::Request<()> {
+        let head = parse_request(raw.as_bytes()).unwrap().unwrap();
+        request(&head, raw.as_bytes(), false, "127.0.0.1:1").unwrap()
+    }
+
+    #[test]
+    fn a_request_head_loses_its_connection_fields_and_says_trailers_are_taken() {
+        let req = translate(
+            "POST /a?b=1 HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, x-hop\r\n\
+             X-Hop: 1\r\nTE: trailers, deflate\r\nExpect: 100-continue\r\n\
+             Content-Length: 3\r\nX-Kept: yes\r\n\r\n",
+        );
+        assert_eq!(req.method(), http::Method::POST);
+        assert_eq!(req.uri().to_string(), "http://app.test/a?b=1");
+        let h = req.headers();
+        assert_eq!(h["te"], "trailers");
+        assert_eq!(h["content-length"], "3");
+        assert_eq!(h["x-kept"], "yes");
+        for gone in ["host", "connection", "x-hop", "expect"] {
+            assert!(!h.contains_key(gone), "{gone} must not be sent");
+        }
+    }
+
+    #[test]
+    fn a_request_without_host_names_the_server() {
+        let req = translate("GET / HTTP/1.0\r\n\r\n");
+        assert_eq!(req.uri().to_string(), "http://127.0.0.1:1/");
+        let head = parse_request(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(request(&head, b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", false, "x").is_none());
+    }
+
+    fn head_of(status: u16, fields: &[(&str, &str)], ended: bool, head_req: bool) -> String {
+        let mut b = http::Response::builder().status(status);
+        for (n, v) in fields {
+            b = b.header(*n, *v);
+        }
+        let (parts, ()) = b.body(()).unwrap().into_parts();
+        let mut out = Vec::new();
+        response_head(&parts, ended, head_req, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_response_head_is_framed_for_http1_and_closes_its_pipe() {
+        let chunked = head_of(200, &[("x-a", "1")], false, false);
+        assert_eq!(
+            chunked,
+            "HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        );
+        let sized = head_of(404, &[("content-length", "5")], false, false);
+        assert!(sized.starts_with("HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\n"));
+        assert!(!sized.contains("chunked"));
+        assert!(head_of(200, &[], true, false).contains("content-length: 0\r\n"));
+        let head = head_of(200, &[], true, true);
+        assert!(!head.contains("content-length") && !head.contains("chunked"));
+        assert!(!head_of(304, &[], true, false).contains("content-length"));
+    }
+}

@@ -1,0 +1,607 @@
+//! An HTTP/2 stream as an HTTP/1.1 connection, for the HTTP/1.1 code on either end of it:
+//! - a client's stream ([`H2Stream::answering`]) is read by the session that serves it:
+//!   the request comes as an HTTP/1.1 head, then its body as it arrives; what the session
+//!   writes back is parsed once for its head, which leaves as HEADERS, and its body leaves
+//!   as DATA;
+//! - a stream to a server ([`H2Stream::asking`]) is written by a transaction: its request
+//!   is parsed once and sent as HEADERS and DATA, and the response reads back as HTTP/1.1
+//!   with `connection: close` (the stream carries one exchange and is never pooled; its
+//!   connection, `pool::h2`'s link, is what lasts).
+//!
+//! No task and no buffer stand between the two: each call of the `transport::Conn` that
+//! holds the stream works on the stream itself. `heads` translates the heads, `body` takes
+//! HTTP/1.1 bodies apart.
+//!
+//! Invariants:
+//! - DATA is sent only as the peer's flow control allows, and credit for received DATA is
+//!   given back only once the HTTP/1.1 side has taken the bytes: a slow side slows the
+//!   other, nothing piles up.
+//! - A body without a length crosses chunked into HTTP/1.1, so trailers pass both ways.
+//! - A stream the peer reset (or whose connection went away) reads as ended and refuses
+//!   writes: a client's request not read yet is never read, so it never reaches a server.
+//! - Every stream ends on the wire: one left unfinished is reset (a body delimited by the
+//!   close ends normally).
+//! - All calls come from one task, on the worker that owns the connection; the mutex only
+//!   satisfies `Send` bounds and is never contended.
+
+mod body;
+mod heads;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use sluice_http::{parse_request, parse_response, push_chunk, push_header, Framing};
+
+use self::body::BodyReader;
+
+/// One stream, inside the `Conn` of the HTTP/1.1 side.
+#[derive(Debug)]
+pub struct H2Stream {
+    state: Arc<Mutex<State>>,
+}
+
+/// The task serving a client's stream: tells when the client reset it before its answer.
+#[derive(Debug)]
+pub struct ResetWatch {
+    state: Arc<Mutex<State>>,
+}
+
+/// Who ended the stream early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    /// The peer reset it, or its connection went away.
+    Peer,
+    /// The HTTP/1.1 side gave up on it.
+    Local,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Bytes for the HTTP/1.1 side to read: a head, then the body as framed for it.
+    up: Vec<u8>,
+    read: usize,
+    /// The server's response, not here yet.
+    awaiting: Option<ResponseFuture>,
+    /// The body still arriving; `None` once its end was framed into `up`.
+    body: Option<RecvStream>,
+    /// The body reads chunked (its sender gave no length), with its trailers.
+    chunked: bool,
+    /// DATA bytes in `up` whose flow-control credit is still owed to the peer.
+    owed: usize,
+    down: Down,
+    /// The request is HEAD: its response has no body, whatever its fields say.
+    head_request: bool,
+    /// This side opened the stream (towards a server).
+    asking: bool,
+    gone: Option<Gone>,
+}
+
+#[derive(Debug)]
+enum Down {
+    /// A client's stream: the response head, its bytes so far.
+    Response {
+        respond: SendResponse<Bytes>,
+        buf: Vec<u8>,
+    },
+    /// A stream to a server, not open yet: the request head, its bytes so far.
+    Request {
+        sender: SendRequest<Bytes>,
+        to: Server,
+        buf: Vec<u8>,
+    },
+    /// The head has left; the body goes as its framing says.
+    Body {
+        send: SendStream<Bytes>,
+        reader: BodyReader,
+        /// Bytes written and not sent yet (a part of a chunk's framing waits for the rest).
+        input: Bytes,
+    },
+    /// The message has ended on the wire.
+    Done,
+}
+
+/// What a request to a server needs beyond its head: the `:scheme`, and the authority
+/// when the request names none (HTTP/1.0 without `Host`).
+#[derive(Debug, Clone, Copy)]
+struct Server {
+    tls: bool,
+    addr: SocketAddr,
+}
+
+/// Body bytes taken out of what was written, ready to leave.
+struct Outgoing {
+    data: Bytes,
+    /// The body ends with them.
+    last: bool,
+    trailers: Option<http::HeaderMap>,
+}
+
+fn broken() -> io::Error {
+    io::ErrorKind::BrokenPipe.into()
+}
+
+fn invalid(why: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why)
+}
+
+impl H2Stream {
+    /// A client's stream, its request as the `h2` crate gave it, answered on `respond`.
+    pub fn answering(
+        parts: &http::request::Parts,
+        body: RecvStream,
+        respond: SendResponse<Bytes>,
+    ) -> (H2Stream, ResetWatch) {
+        let mut up = Vec::with_capacity(512);
+        let ended = body.is_end_stream();
+        let chunked = heads::request_head(parts, ended, &mut up);
+        let state = State::new(
+            up,
+            (!ended).then_some(body),
+            chunked,
+            Down::Response {
+                respond,
+                buf: Vec::new(),
+            },
+        );
+        let state = Arc::new(Mutex::new(State {
+            head_request: parts.method == http::Method::HEAD,
+            ..state
+        }));
+        let watch = ResetWatch {
+            state: state.clone(),
+        };
+        (H2Stream { state }, watch)
+    }
+
+    /// A stream to be opened on a server connection (`sender`) once a request is written;
+    /// `tls` and `addr` are that connection's.
+    pub fn asking(sender: SendRequest<Bytes>, tls: bool, addr: SocketAddr) -> H2Stream {
+        let down = Down::Request {
+            sender,
+            to: Server { tls, addr },
+            buf: Vec::new(),
+        };
+        let state = State {
+            asking: true,
+            ..State::new(Vec::new(), None, false, down)
+        };
+        H2Stream {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Reads what is there (`WouldBlock` when nothing is yet, 0 at the message's end).
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut st = self.lock();
+        let n = st.readable_now(buf.len())?;
+        buf[..n].copy_from_slice(&st.unread()[..n]);
+        st.consume(n);
+        Ok(n)
+    }
+
+    /// Appends what is there to `buf`, up to its capacity, as [`Self::try_read`].
+    pub fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        let mut st = self.lock();
+        let n = st.readable_now(buf.capacity() - buf.len())?;
+        buf.extend_from_slice(&st.unread()[..n]);
+        st.consume(n);
+        Ok(n)
+    }
+
+    /// Copies what is waiting without consuming it.
+    pub fn peek(&self, buf: &mut [u8]) -> usize {
+        let st = self.lock();
+        let n = buf.len().min(st.unread().len());
+        buf[..n].copy_from_slice(&st.unread()[..n]);
+        n
+    }
+
+    pub fn has_input(&self) -> bool {
+        !self.lock().unread().is_empty()
+    }
+
+    /// Resolves once a read may make progress.
+    pub async fn readable(&self) {
+        std::future::poll_fn(|cx| self.lock().poll_fill(cx)).await
+    }
+
+    /// Resolves once the peer has reset the stream (or its connection went away). The end
+    /// of the message is not a close: an HTTP/2 message ends its side as a matter of course.
+    pub async fn closed(&self) {
+        std::future::poll_fn(|cx| self.lock().poll_peer_gone(cx)).await
+    }
+
+    /// Nothing more will be read: the stream is gone, or its message was read to the end.
+    pub fn ended(&self) -> bool {
+        let st = self.lock();
+        st.gone.is_some()
+            || (st.awaiting.is_none() && st.body.is_none() && st.unread().is_empty())
+    }
+
+    /// Writes the next bytes of the message: its head leaves once complete (a stream to a
+    /// server opens then, when the connection takes one more), its body as flow control
+    /// allows. Fails once the stream is gone.
+    pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        self.lock().take_in(bytes)?;
+        std::future::poll_fn(|cx| self.lock().poll_head(cx)).await?;
+        let Some(mut out) = self.lock().take_body()? else {
+            return Ok(());
+        };
+        while !out.data.is_empty() {
+            std::future::poll_fn(|cx| self.lock().poll_send(cx, &mut out)).await?;
+        }
+        if out.last {
+            self.lock().finish(out.trailers.take());
+        }
+        Ok(())
+    }
+
+    /// Nothing more will be written: a body delimited by the close ends here; a message
+    /// not complete is reset.
+    pub fn shutdown(&self) {
+        self.lock().end();
+    }
+
+    /// Ends the stream at once, with a reset if its message was not complete.
+    pub fn abort(&self) {
+        let mut st = self.lock();
+        st.reset();
+        st.gone.get_or_insert(Gone::Local);
+    }
+}
+
+impl Drop for H2Stream {
+    fn drop(&mut self) {
+        self.lock().end();
+    }
+}
+
+impl ResetWatch {
+    /// Resolves if the client resets the stream (or its connection goes away) before its
+    /// response has ended; never after.
+    pub async fn reset(&self) {
+        std::future::poll_fn(|cx| lock(&self.state).poll_peer_gone(cx)).await
+    }
+}
+
+fn lock(s: &Mutex<State>) -> MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl State {
+    fn new(up: Vec<u8>, body: Option<RecvStream>, chunked: bool, down: Down) -> State {
+        State {
+            up,
+            read: 0,
+            awaiting: None,
+            body,
+            chunked,
+            owed: 0,
+            down,
+            head_request: false,
+            asking: false,
+            gone: None,
+        }
+    }
+
+    fn unread(&self) -> &[u8] {
+        &self.up[self.read..]
+    }
+
+    /// How many bytes a read of at most `room` takes now.
+    fn readable_now(&self, room: usize) -> io::Result<usize> {
+        if self.gone.is_some() {
+            return Ok(0);
+        }
+        let more = self.awaiting.is_some() || self.body.is_some();
+        match self.unread().len().min(room) {
+            0 if room > 0 && more => Err(io::ErrorKind::WouldBlock.into()),
+            n => Ok(n),
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.read += n;
+        if self.read < self.up.len() {
+            return;
+        }
+        self.up.clear();
+        self.read = 0;
+        // The HTTP/1.1 side has taken the DATA: the peer may send as much again.
+        if let Some(body) = self.body.as_mut().filter(|_| self.owed > 0) {
+            let _ = body.flow_control().release_capacity(self.owed);
+        }
+        self.owed = 0;
+    }
+
+    /// Puts the next part of the incoming message into `up` once what was there has been
+    /// read: the response head when it comes, then the body, framed. Ready when there is
+    /// something to read, or the message or the stream is over.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.gone.is_some() || !self.unread().is_empty() {
+            return Poll::Ready(());
+        }
+        if let Some(response) = self.awaiting.as_mut() {
+            let got = std::task::ready!(Pin::new(response).poll(cx));
+            self.awaiting = None;
+            match got {
+                Ok(res) => {
+                    let (parts, body) = res.into_parts();
+                    let ended = body.is_end_stream();
+                    self.chunked =
+                        heads::response_head(&parts, ended, self.head_request, &mut self.up);
+                    self.body = (!ended).then_some(body);
+                }
+                Err(_) => self.gone = Some(Gone::Peer),
+            }
+            return Poll::Ready(());
+        }
+        let Some(body) = self.body.as_mut() else {
+            return Poll::Ready(());
+        };
+        loop {
+            match std::task::ready!(body.poll_data(cx)) {
+                Some(Ok(data)) if data.is_empty() => {}
+                Some(Ok(data)) => {
+                    if self.chunked {
+                        push_chunk(&mut self.up, &data);
+                    } else {
+                        self.up.extend_from_slice(&data);
+                    }
+                    self.owed = data.len();
+                    return Poll::Ready(());
+                }
+                Some(Err(_)) => {
+                    self.gone = Some(Gone::Peer);
+                    return Poll::Ready(());
+                }
+                None => break,
+            }
+        }
+        if self.chunked {
+            match std::task::ready!(body.poll_trailers(cx)) {
+                Ok(trailers) => {
+                    self.up.extend_from_slice(b"0\r\n");
+                    for (name, value) in trailers.iter().flatten() {
+                        push_header(&mut self.up, name.as_str().as_bytes(), value.as_bytes());
+                    }
+                    self.up.extend_from_slice(b"\r\n");
+                }
+                Err(_) => {
+                    self.gone = Some(Gone::Peer);
+                    return Poll::Ready(());
+                }
+            }
+        }
+        self.body = None;
+        Poll::Ready(())
+    }
+
+    fn poll_peer_gone(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.gone {
+            Some(Gone::Peer) => return Poll::Ready(()),
+            Some(Gone::Local) => return Poll::Pending,
+            None => {}
+        }
+        let reset = match &mut self.down {
+            Down::Response { respond, .. } => respond.poll_reset(cx),
+            Down::Body { send, .. } => send.poll_reset(cx),
+            // Not open yet, or the message has left: nothing to watch here.
+            Down::Request { .. } | Down::Done => return Poll::Pending,
+        };
+        let _ = std::task::ready!(reset);
+        self.gone = Some(Gone::Peer);
+        Poll::Ready(())
+    }
+
+    /// Takes in written bytes: into the head so far, or behind the body not sent yet.
+    fn take_in(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.gone.is_some() {
+            return Err(broken());
+        }
+        match &mut self.down {
+            Down::Response { buf, .. } | Down::Request { buf, .. } => {
+                if buf.is_empty() {
+                    // Exactly sized: the head becomes shared bytes without a copy.
+                    buf.reserve_exact(bytes.len());
+                }
+                buf.extend_from_slice(bytes);
+            }
+            Down::Body { input, .. } if input.is_empty() => *input = Bytes::copy_from_slice(bytes),
+            Down::Body { input, .. } => *input = [&input[..], bytes].concat().into(),
+            // Bytes after the message's end go nowhere, as on a connection that closed.
+            Down::Done => {}
+        }
+        Ok(())
+    }
+
+    /// Sends the head once it is complete: a response at once, a request once the server
+    /// connection takes another stream. Ready at once while the head is not complete.
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let head_request = self.head_request;
+        let sent = match &mut self.down {
+            Down::Response { buf, .. } => loop {
+                match parse_response(buf, head_request) {
+                    // Interim answers (100 Continue) stay between the session and the server.
+                    Ok(Some(h)) if h.status < 200 => drop(buf.drain(..h.len)),
+                    Ok(Some(h)) => break self.respond(h),
+                    Ok(None) => return Poll::Ready(Ok(())),
+                    Err(e) => break Err(invalid(e)),
+                }
+            },
+            Down::Request { buf, sender, .. } => match parse_request(buf) {
+                Ok(Some(h)) => {
+                    if let Err(e) = std::task::ready!(sender.poll_ready(cx)) {
+                        self.gone = Some(Gone::Peer);
+                        return Poll::Ready(Err(io::Error::other(e)));
+                    }
+                    self.request(h)
+                }
+                Ok(None) => return Poll::Ready(Ok(())),
+                Err(e) => Err(invalid(e.reason)),
+            },
+            Down::Body { .. } | Down::Done => return Poll::Ready(Ok(())),
+        };
+        if sent.is_err() && self.gone.is_none() {
+            self.reset();
+            self.gone = Some(Gone::Local);
+        }
+        Poll::Ready(sent)
+    }
+
+    /// Sends the response head `head` (complete in the head buffer).
+    fn respond(&mut self, head: sluice_http::ResponseHead) -> io::Result<()> {
+        let Down::Response { mut respond, buf } = std::mem::replace(&mut self.down, Down::Done)
+        else {
+            unreachable!("called while the response head is awaited")
+        };
+        let bytes = Bytes::from(buf);
+        let Some(res) = heads::response(&head, &bytes) else {
+            respond.send_reset(Reason::INTERNAL_ERROR);
+            return Err(invalid("a response field HTTP/2 cannot carry"));
+        };
+        let no_body = matches!(head.framing, Framing::None | Framing::Length(0));
+        let send = respond.send_response(res, no_body).map_err(|_| {
+            self.gone = Some(Gone::Peer);
+            broken()
+        })?;
+        if !no_body {
+            self.down = Down::Body {
+                send,
+                reader: BodyReader::new(head.framing),
+                input: bytes.slice(head.len..),
+            };
+        }
+        Ok(())
+    }
+
+    /// Opens the stream with the request head `head` (complete in the head buffer); the
+    /// server connection has room for it.
+    fn request(&mut self, head: sluice_http::RequestHead) -> io::Result<()> {
+        let Down::Request {
+            mut sender,
+            to,
+            buf,
+        } = std::mem::replace(&mut self.down, Down::Done)
+        else {
+            unreachable!("called while the request head is awaited")
+        };
+        let fallback = to.addr.to_string();
+        let req = heads::request(&head, &buf, to.tls, &fallback)
+            .ok_or_else(|| invalid("a request HTTP/2 cannot carry"))?;
+        self.head_request = head.is_head(&buf);
+        let no_body = matches!(head.framing, Framing::None | Framing::Length(0));
+        let (response, send) = sender.send_request(req, no_body).map_err(|e| {
+            self.gone = Some(Gone::Peer);
+            io::Error::other(e)
+        })?;
+        self.awaiting = Some(response);
+        if !no_body {
+            let input = Bytes::from(buf).slice(head.len..);
+            self.down = Down::Body {
+                send,
+                reader: BodyReader::new(head.framing),
+                input,
+            };
+        }
+        Ok(())
+    }
+
+    /// The body data in what was written so far, if any.
+    fn take_body(&mut self) -> io::Result<Option<Outgoing>> {
+        let Down::Body { reader, input, .. } = &mut self.down else {
+            return Ok(None);
+        };
+        let (data, last) = reader.take(input).map_err(invalid)?;
+        if data.is_empty() && !last {
+            return Ok(None);
+        }
+        let trailers = if last { reader.trailers() } else { None };
+        Ok(Some(Outgoing {
+            data,
+            last,
+            trailers,
+        }))
+    }
+
+    /// Sends as much of `out` as the peer's flow control allows now.
+    fn poll_send(&mut self, cx: &mut Context<'_>, out: &mut Outgoing) -> Poll<io::Result<()>> {
+        let Down::Body { send, .. } = &mut self.down else {
+            return Poll::Ready(Err(broken()));
+        };
+        if self.gone.is_some() {
+            return Poll::Ready(Err(broken()));
+        }
+        send.reserve_capacity(out.data.len());
+        let room = match std::task::ready!(send.poll_capacity(cx)) {
+            Some(Ok(n)) => n.min(out.data.len()),
+            None | Some(Err(_)) => {
+                self.gone = Some(Gone::Peer);
+                return Poll::Ready(Err(broken()));
+            }
+        };
+        let part = out.data.split_to(room);
+        let end = out.last && out.trailers.is_none() && out.data.is_empty();
+        if send.send_data(part, end).is_err() {
+            self.gone = Some(Gone::Peer);
+            return Poll::Ready(Err(broken()));
+        }
+        if end {
+            self.down = Down::Done;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// The body is complete: its trailers, or an empty last DATA frame if the last data
+    /// did not end the stream already.
+    fn finish(&mut self, trailers: Option<http::HeaderMap>) {
+        if let Down::Body { send, .. } = &mut self.down {
+            let _ = match trailers {
+                Some(t) => send.send_trailers(t),
+                None => send.send_data(Bytes::new(), true),
+            };
+        }
+        self.down = Down::Done;
+    }
+
+    /// The HTTP/1.1 side is done writing.
+    fn end(&mut self) {
+        match &self.down {
+            Down::Done => {}
+            Down::Body { reader, .. } if reader.framing == Framing::UntilClose => self.finish(None),
+            _ if self.gone.is_some() => self.down = Down::Done,
+            _ => {
+                self.reset();
+                self.gone = Some(Gone::Local);
+            }
+        }
+    }
+
+    /// Resets the stream if it is open: its message cannot be completed. A stream to a
+    /// server is cancelled; a client's gets an error.
+    fn reset(&mut self) {
+        let reason = if self.asking {
+            Reason::CANCEL
+        } else {
+            Reason::INTERNAL_ERROR
+        };
+        match &mut self.down {
+            Down::Response { respond, .. } => respond.send_reset(reason),
+            Down::Body { send, .. } => send.send_reset(reason),
+            Down::Request { .. } | Down::Done => {}
+        }
+        self.down = Down::Done;
+    }
+}
