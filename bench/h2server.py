@@ -4,7 +4,8 @@ sluice and HAProxy, one worker each, to one nginx origin that speaks only HTTP/2
 becomes a stream on the proxy's HTTP/2 connection to the origin. An HTTP/1.1 request to that
 origin fails, so a run without errors is a run in HTTP/2. Medians of RUNS interleaved runs;
 prints requests/s and requests per proxy CPU-second.
-Usage: python3 bench/h2server.py [seconds] [runs]  (bench/run.sh installs the tools)."""
+Usage: python3 bench/h2server.py [seconds] [runs]  (bench/run.sh installs the tools).
+SLUICE_BASELINE=/path/to/sluice adds an earlier build."""
 import os, re, statistics, subprocess, time
 
 import core
@@ -41,6 +42,8 @@ def main():
     cfg = core.write_config("h2server", glob="    nbthread 1\n",
                             backend=f"    server s1 127.0.0.1:{H2_ORIGIN} proto h2\n")
     cmds = {"sluice": [core.SLUICE, "-f", cfg], "haproxy": ["haproxy", "-db", "-f", cfg]}
+    if core.BASELINE:
+        cmds["sluice before"] = [core.BASELINE, "-f", cfg]
     rows = {k: [] for k in cmds}
     for i in range(RUNS):
         order = list(cmds)[i % len(cmds):] + list(cmds)[:i % len(cmds)]

@@ -427,7 +427,11 @@ fn a_stream_the_proxy_gives_up_on_is_cancelled_on_the_server() {
     );
     let r = get(addr, "/after");
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("x-conn"), Some("1"), "the connection goes on serving");
+    assert_eq!(
+        r.header("x-conn"),
+        Some("1"),
+        "the connection goes on serving"
+    );
 }
 
 #[test]

@@ -58,17 +58,24 @@ pub(super) fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Respo
 }
 
 /// The HTTP/2 request for a parsed HTTP/1.1 head, without the connection-specific fields
-/// HTTP/2 forbids; `None` if it cannot be carried (a target HTTP/2 cannot name).
-pub(super) fn request(head: &RequestHead, buf: &[u8], tls: bool, fallback: &str) -> Option<http::Request<()>> {
+/// HTTP/2 forbids, on a connection to `server` (TLS when `tls`); `None` if it cannot be
+/// carried (a target HTTP/2 cannot name).
+pub(super) fn request(
+    head: &RequestHead,
+    buf: &[u8],
+    tls: bool,
+    server: std::net::SocketAddr,
+) -> Option<http::Request<()>> {
     let target = std::str::from_utf8(&buf[head.target.clone()]).ok()?;
     let uri: http::Uri = if target.starts_with('/') {
-        let host = head
-            .host
-            .clone()
-            .and_then(|r| std::str::from_utf8(&buf[r]).ok())
-            .unwrap_or(fallback);
         let scheme = if tls { "https" } else { "http" };
-        format!("{scheme}://{host}{target}").parse().ok()?
+        match head.host.clone().map(|r| std::str::from_utf8(&buf[r])) {
+            Some(host) => format!("{scheme}://{}{target}", host.ok()?),
+            // No `Host` (HTTP/1.0): the server's address names it.
+            None => format!("{scheme}://{server}{target}"),
+        }
+        .parse()
+        .ok()?
     } else {
         // Absolute-form names its own scheme and authority; `*` has no HTTP/2 form here.
         target
@@ -135,7 +142,7 @@ mod tests {
 
     fn translate(raw: &str) -> http::Request<()> {
         let head = parse_request(raw.as_bytes()).unwrap().unwrap();
-        request(&head, raw.as_bytes(), false, "127.0.0.1:1").unwrap()
+        request(&head, raw.as_bytes(), false, "127.0.0.1:1".parse().unwrap()).unwrap()
     }
 
     #[test]
@@ -163,7 +170,8 @@ mod tests {
         let head = parse_request(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert!(request(&head, b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", false, "x").is_none());
+        let raw = b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert!(request(&head, raw, false, "127.0.0.1:1".parse().unwrap()).is_none());
     }
 
     fn head_of(status: u16, fields: &[(&str, &str)], ended: bool, head_req: bool) -> String {

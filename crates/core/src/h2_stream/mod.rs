@@ -226,8 +226,7 @@ impl H2Stream {
     /// Nothing more will be read: the stream is gone, or its message was read to the end.
     pub fn ended(&self) -> bool {
         let st = self.lock();
-        st.gone.is_some()
-            || (st.awaiting.is_none() && st.body.is_none() && st.unread().is_empty())
+        st.gone.is_some() || (st.awaiting.is_none() && st.body.is_none() && st.unread().is_empty())
     }
 
     /// Writes the next bytes of the message: its head leaves once complete (a stream to a
@@ -340,6 +339,7 @@ impl State {
                 Ok(res) => {
                     let (parts, body) = res.into_parts();
                     let ended = body.is_end_stream();
+                    self.up.reserve(256);
                     self.chunked =
                         heads::response_head(&parts, ended, self.head_request, &mut self.up);
                     self.body = (!ended).then_some(body);
@@ -498,8 +498,7 @@ impl State {
         else {
             unreachable!("called while the request head is awaited")
         };
-        let fallback = to.addr.to_string();
-        let req = heads::request(&head, &buf, to.tls, &fallback)
+        let req = heads::request(&head, &buf, to.tls, to.addr)
             .ok_or_else(|| invalid("a request HTTP/2 cannot carry"))?;
         self.head_request = head.is_head(&buf);
         let no_body = matches!(head.framing, Framing::None | Framing::Length(0));
