@@ -2,10 +2,10 @@
 //! test, `tests/layers.rs`, checks it), so the folder layout is the architecture:
 //!
 //! 1. [`conf`]: one configuration generation as plain data. No behaviour, no state.
-//! 2. [`fds`], [`buffer`], [`transport`], [`pipe`], [`padded`], [`tls`]: descriptor
+//! 2. [`fds`], [`buffer`], [`transport`], [`h2_stream`], [`padded`], [`tls`]: descriptor
 //!    accounting, per-worker I/O buffers, the connection seam every socket goes through
-//!    (and the in-memory streams an HTTP/2 connection's requests come through), cache-line
-//!    padding, TLS settings.
+//!    (and an HTTP/2 stream, client's or server's, seen as an HTTP/1.1 connection),
+//!    cache-line padding, TLS settings.
 //! 3. [`pool`], [`log`], [`stick`]: per-thread idle server-connection pools (capability 1),
 //!    access log targets, stick tables; self-contained mechanisms over the layers below.
 //! 4. [`runtime`]: live state that outlives configuration generations: server states and
