@@ -33,6 +33,8 @@ struct Seen {
 /// - `/reset`: resets the stream (REFUSED_STREAM would allow a retry; INTERNAL_ERROR);
 /// - `/goaway`: answers, then closes its connection gracefully;
 /// - `/hang`: never answers, and records the reset that ends the stream;
+/// - `/early`: answers 413 without reading the body, then stops the upload with
+///   RST_STREAM (NO_ERROR), as RFC 9113 §8.1 allows;
 /// - anything else: 200 echoing the connection's number, the request's body length, byte
 ///   sum and trailer `x-sum`, without length.
 struct H2Origin {
@@ -102,6 +104,13 @@ async fn answer(
     seen: Arc<Seen>,
 ) {
     let (parts, mut body) = req.into_parts();
+    if parts.uri.path() == "/early" {
+        // Dropping the request's body unread after a complete response makes the `h2`
+        // crate follow the response with RST_STREAM (NO_ERROR).
+        let rsp = http::Response::builder().status(413).body(()).unwrap();
+        let _ = respond.send_response(rsp, true);
+        return;
+    }
     let field = |n: &str| {
         parts
             .headers
@@ -432,6 +441,24 @@ fn a_stream_the_proxy_gives_up_on_is_cancelled_on_the_server() {
         Some("1"),
         "the connection goes on serving"
     );
+}
+
+#[test]
+fn a_server_that_answers_before_the_whole_upload_is_heard() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(&config(&format!("server s {} proto h2", origin.addr), ""));
+    // A megabyte, far more than the stream's window: the server's answer and its
+    // RST_STREAM (NO_ERROR) come while the proxy still has most of it to send.
+    let body = vec![b'x'; 1 << 20];
+    let mut req = format!(
+        "POST /early HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    let out = exchange_raw(p.addr(), &req);
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert_eq!(get(p.addr(), "/next").status, 200);
 }
 
 #[test]

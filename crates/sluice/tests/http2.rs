@@ -769,6 +769,61 @@ fn a_rapid_reset_flood_costs_its_connection_and_nothing_else() {
 }
 
 #[test]
+fn a_client_that_stops_an_upload_it_was_answered_for_is_not_resetting() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n tune.h2.max-concurrent-streams 2\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n http-request deny if {{ path /denied }}\n\
+         default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    let mut s = raw_h2(p.addr());
+    // Thirty uploads answered 403 at once, each then stopped with RST_STREAM (CANCEL), as
+    // a client does with a body nobody reads: far past the reset budget (2 per allowed
+    // stream, so 4 here) if these counted as rapid resets.
+    for i in 0..30u32 {
+        let id = 1 + 2 * i;
+        let mut fields = request_fields("/denied");
+        fields[0] = (":method", "POST");
+        let mut out = Vec::new();
+        frame(&mut out, HEADERS, END_HEADERS, id, &hpack(&fields));
+        frame(&mut out, DATA, 0, id, &[b'x'; 1000]);
+        s.write_all(&out).unwrap();
+        let frames = read_frames(&mut s, |kind, stream, _| {
+            kind == GOAWAY || (stream == id && kind == HEADERS)
+        });
+        assert!(
+            frames.iter().all(|f| f.0 != GOAWAY),
+            "GOAWAY after {i} answered uploads"
+        );
+        let mut rst = Vec::new();
+        frame(&mut rst, RST_STREAM, 0, id, &8u32.to_be_bytes());
+        s.write_all(&rst).unwrap();
+    }
+    let id = 61;
+    let mut out = Vec::new();
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        id,
+        &hpack(&request_fields("/after")),
+    );
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| {
+        kind == GOAWAY || (stream == id && kind == HEADERS)
+    });
+    assert!(
+        frames.iter().any(|f| f.0 == HEADERS && f.2 == id),
+        "the connection still serves: {:?}",
+        frames.iter().map(|f| (f.0, f.2)).collect::<Vec<_>>()
+    );
+    assert!(frames.iter().all(|f| f.0 != GOAWAY));
+    assert_eq!(origin.count(), 1, "only /after reached the server");
+}
+
+#[test]
 fn settings_and_ping_floods_do_not_starve_other_clients() {
     let origin = Origin::start("o");
     let p = Sluice::start(&format!(

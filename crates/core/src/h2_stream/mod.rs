@@ -81,6 +81,9 @@ struct State {
     head_request: bool,
     /// This side opened the stream (towards a server).
     asking: bool,
+    /// The response has ended on the wire: what the client does with the stream now
+    /// changes nothing.
+    answered: bool,
     gone: Option<Gone>,
 }
 
@@ -219,6 +222,8 @@ impl H2Stream {
 
     /// Resolves once the peer has reset the stream (or its connection went away). The end
     /// of the message is not a close: an HTTP/2 message ends its side as a matter of course.
+    /// Before a stream to a server opens, and once this side's message has ended, nothing
+    /// is watched and no waker registered: await it beside something that registers one.
     pub async fn closed(&self) {
         std::future::poll_fn(|cx| self.lock().poll_peer_gone(cx)).await
     }
@@ -269,9 +274,18 @@ impl Drop for H2Stream {
 
 impl ResetWatch {
     /// Resolves if the client resets the stream (or its connection goes away) before its
-    /// response has ended; never after.
+    /// response has ended; never after (a client that stops sending a body it was
+    /// answered early for is not resetting anything). Never resolving registers no waker:
+    /// the task polls it beside the session, which does.
     pub async fn reset(&self) {
-        std::future::poll_fn(|cx| lock(&self.state).poll_peer_gone(cx)).await
+        std::future::poll_fn(|cx| {
+            let mut st = lock(&self.state);
+            if st.answered {
+                return Poll::Pending;
+            }
+            st.poll_peer_gone(cx)
+        })
+        .await
     }
 }
 
@@ -291,6 +305,7 @@ impl State {
             down,
             head_request: false,
             asking: false,
+            answered: false,
             gone: None,
         }
     }
@@ -477,7 +492,9 @@ impl State {
             self.gone = Some(Gone::Peer);
             broken()
         })?;
-        if !no_body {
+        if no_body {
+            self.answered = true;
+        } else {
             self.down = Down::Body {
                 send,
                 reader: BodyReader::new(head.framing),
@@ -523,7 +540,14 @@ impl State {
         let Down::Body { reader, input, .. } = &mut self.down else {
             return Ok(None);
         };
-        let (data, last) = reader.take(input).map_err(invalid)?;
+        let (data, last) = match reader.take(input) {
+            Ok(taken) => taken,
+            Err(e) => {
+                self.reset();
+                self.gone = Some(Gone::Local);
+                return Err(invalid(e));
+            }
+        };
         if data.is_empty() && !last {
             return Ok(None);
         }
@@ -544,21 +568,32 @@ impl State {
             return Poll::Ready(Err(broken()));
         }
         send.reserve_capacity(out.data.len());
-        let room = match std::task::ready!(send.poll_capacity(cx)) {
-            Some(Ok(n)) => n.min(out.data.len()),
-            None | Some(Err(_)) => {
+        let sent = match std::task::ready!(send.poll_capacity(cx)) {
+            Some(Ok(n)) => {
+                let part = out.data.split_to(n.min(out.data.len()));
+                let end = out.last && out.trailers.is_none() && out.data.is_empty();
+                send.send_data(part, end).is_ok().then_some(end)
+            }
+            None | Some(Err(_)) => None,
+        };
+        let end = match sent {
+            Some(end) => end,
+            None => {
+                let reset = send.poll_reset(cx);
+                if self.asking && matches!(reset, Poll::Ready(Ok(r)) if r == Reason::NO_ERROR) {
+                    // The server answered without needing the rest of the request (RFC 9113
+                    // §8.1): what is left of it goes nowhere, and the response is read.
+                    out.data.clear();
+                    self.down = Down::Done;
+                    return Poll::Ready(Ok(()));
+                }
                 self.gone = Some(Gone::Peer);
                 return Poll::Ready(Err(broken()));
             }
         };
-        let part = out.data.split_to(room);
-        let end = out.last && out.trailers.is_none() && out.data.is_empty();
-        if send.send_data(part, end).is_err() {
-            self.gone = Some(Gone::Peer);
-            return Poll::Ready(Err(broken()));
-        }
         if end {
             self.down = Down::Done;
+            self.answered = !self.asking;
         }
         Poll::Ready(Ok(()))
     }
@@ -571,6 +606,7 @@ impl State {
                 Some(t) => send.send_trailers(t),
                 None => send.send_data(Bytes::new(), true),
             };
+            self.answered = !self.asking;
         }
         self.down = Down::Done;
     }
