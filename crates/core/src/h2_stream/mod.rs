@@ -172,12 +172,8 @@ impl H2Stream {
             to: Server { tls, addr },
             buf: Vec::new(),
         };
-        let state = State {
-            asking: true,
-            ..State::new(Vec::new(), None, false, down)
-        };
         H2Stream {
-            state: Arc::new(Mutex::new(state)),
+            state: Arc::new(Mutex::new(State::new(Vec::new(), None, false, down))),
         }
     }
 
@@ -296,6 +292,7 @@ fn lock(s: &Mutex<State>) -> MutexGuard<'_, State> {
 impl State {
     fn new(up: Vec<u8>, body: Option<RecvStream>, chunked: bool, down: Down) -> State {
         State {
+            asking: matches!(down, Down::Request { .. }),
             up,
             read: 0,
             awaiting: None,
@@ -304,7 +301,6 @@ impl State {
             owed: 0,
             down,
             head_request: false,
-            asking: false,
             answered: false,
             gone: None,
         }
