@@ -655,6 +655,9 @@ fn crypto() -> rustls::crypto::CryptoProvider {
             asym::kx_group::SECP256R1,
             asym::kx_group::SECP384R1,
         ],
+        // aws-lc-rs draws from its own generator; ring asks the kernel (a system call per
+        // handshake, for the server's random).
+        secure_random: asym::default_provider().secure_random,
         ..provider::default_provider()
     }
 }

@@ -306,8 +306,9 @@ impl std::fmt::Debug for Detached {
 impl Detached {
     /// A connection just accepted, not registered with any event loop yet: the worker that
     /// serves it registers it, once.
+    /// `TCP_NODELAY` comes from the listening socket: Linux copies it to every connection
+    /// accepted there, which saves a system call per connection.
     pub fn accepted(io: std::net::TcpStream) -> Detached {
-        let _ = io.set_nodelay(true);
         Detached {
             io,
             tls: None,

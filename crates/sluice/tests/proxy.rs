@@ -229,6 +229,47 @@ fn http_server_close_and_httpclose() {
     assert!(c2.is_closed());
 }
 
+/// A client that announced its request as the last (`Connection: close`, no body) is not
+/// waited for once answered: the connection ends at once, as in HAProxy and nginx. The
+/// client here keeps sending a byte every 50 ms after the response; a proxy that drained
+/// the connection until the client closed (what protects pipelined requests when the
+/// proxy alone decides to close) would hold it open for as long as the bytes came.
+#[test]
+fn a_client_that_announced_its_last_request_is_not_waited_for() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock = dir.0.join("stats.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server s1 {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    assert!(
+        c.is_closed(),
+        "the proxy's side is closed after the response"
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle = {
+        let (mut w, stop) = (c.writer.try_clone().unwrap(), stop.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            // Fails with a reset once the proxy has closed: that is expected.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && w.write_all(b"x").is_ok() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    wait_until("the connection to end while the client still sends", || {
+        Sluice::cli(&sock, "show info").contains("\nCurrConns: 0\n")
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
+}
+
 #[test]
 fn request_bodies_content_length_and_chunked() {
     let origin = Origin::start("o");

@@ -90,7 +90,7 @@ async fn run(s: &mut Session) {
                 s.requests += 1;
                 s.info.requests.store(s.requests, Ordering::Relaxed);
                 if !keep {
-                    return s.close_gracefully().await;
+                    return s.close_after(txn.last_request).await;
                 }
             }
             Err(fail) => {

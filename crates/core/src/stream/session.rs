@@ -262,6 +262,22 @@ impl Session {
         self.close_gracefully().await;
     }
 
+    /// Closes after a response the connection ends with. When the client announced that
+    /// request as its last and nothing of it is left unread, the connection ends at once:
+    /// all that may still come is the client's own close, and a reset in answer to that
+    /// cannot cost it a response it has already read. Otherwise it drains first.
+    pub async fn close_after(&mut self, last_request: bool) {
+        if last_request
+            && !self.client.is_stream()
+            && self.cbuf.is_empty()
+            && !self.client.has_input()
+        {
+            let _ = self.client.shutdown().await;
+            return;
+        }
+        self.close_gracefully().await
+    }
+
     /// Half-closes and drains briefly, so that a response is not destroyed by a reset when
     /// the client still had unread bytes in flight.
     pub async fn close_gracefully(&mut self) {

@@ -113,6 +113,10 @@ pub(crate) struct Txn {
     /// The request head as sent to the server, kept for response rules that read it
     /// (only when the proxies have response rules).
     pub sent_head: Option<(Vec<u8>, RequestHead)>,
+    /// The client announced this request as its last (`Connection: close`, or HTTP/1.0
+    /// without keep-alive) and sent no body with it: once answered, it sends nothing more
+    /// than its own close.
+    pub last_request: bool,
 }
 
 /// Why sending a request or reading its response head failed.
@@ -144,6 +148,7 @@ impl Txn {
             timeout_tunnel: None,
             stick: Vec::new(),
         };
+        self.last_request = facts.wants_close && facts.framing == Framing::None;
         self.request_log_facts(s, &req);
         if let Some(wait) = body_wait(s) {
             // The client was invited to send its body already.

@@ -413,6 +413,9 @@ pub(crate) struct Registered {
 
 impl Listening {
     pub(crate) fn register(self) -> std::io::Result<Registered> {
+        // Inherited by every accepted connection (whoever opened the socket): requests and
+        // responses leave at once, without a setsockopt per connection.
+        socket2::SockRef::from(&self.socket).set_tcp_nodelay(true)?;
         Ok(Registered {
             frontend: self.frontend,
             listener: self.listener,
