@@ -41,9 +41,14 @@ pub fn parse_response(
     buf: &[u8],
     head_request: bool,
 ) -> Result<Option<ResponseHead>, &'static str> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS + 1];
-    let mut rsp = httparse::Response::new(&mut storage);
-    let len = match rsp.parse(buf) {
+    // Uninitialized, as for requests.
+    let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
+    let mut rsp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut rsp,
+        buf,
+        &mut storage,
+    ) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(_) => return Err("malformed response head"),
