@@ -38,6 +38,7 @@ macro_rules! say {
 pub mod conf;
 
 pub mod buffer;
+pub mod clock;
 pub mod fds;
 pub mod h2_stream;
 pub mod padded;

@@ -12,7 +12,15 @@ use std::path::{Path, PathBuf};
 /// Bottom first. A module may import from its own layer or any layer below.
 const LAYERS: &[&[&str]] = &[
     &["conf"],
-    &["fds", "buffer", "transport", "h2_stream", "padded", "tls"],
+    &[
+        "fds",
+        "buffer",
+        "clock",
+        "transport",
+        "h2_stream",
+        "padded",
+        "tls",
+    ],
     &["pool", "log", "stick"],
     &["runtime"],
     &[

@@ -14,10 +14,11 @@
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
+use crate::clock;
 use crate::pool::h2::Pick;
 use crate::pool::{Got, Want};
 use crate::queue::{self, InFlight, QueueError, ServerSlot};
@@ -143,7 +144,7 @@ pub(crate) async fn establish<'w>(
     let st = &w.state().backends[backend];
     let mut server = server;
     at.server = server;
-    let queued_at = Instant::now();
+    let queued_at = clock::now();
     let mut occupancy = occupy(w, backend, server, abort_on).await;
     if let Err(ConnectError::Queue(QueueError::ServerGone)) = occupancy {
         // Its server went away while it waited: the request goes to another one, as
@@ -155,9 +156,9 @@ pub(crate) async fn establish<'w>(
             occupancy = occupy(w, backend, server, abort_on).await;
         }
     }
-    at.t_queue = ms(queued_at.elapsed());
+    at.t_queue = ms(clock::since(queued_at));
     let mut occ = occupancy?;
-    let connect_at = Instant::now();
+    let connect_at = clock::now();
     let mut attempt = 0;
     loop {
         let got = match reuse.take() {
@@ -169,7 +170,7 @@ pub(crate) async fn establish<'w>(
                 at.t_connect = if c.reused {
                     0
                 } else {
-                    ms(connect_at.elapsed())
+                    ms(clock::since(connect_at))
                 };
                 return Ok((c, occ));
             }
@@ -266,9 +267,7 @@ async fn connect_reusing(
     let pressure = w.config().global.pool.pressure();
     let want = Want::for_request(be.reuse, reuse.first_request);
     let mut dead = Vec::new();
-    let got = st
-        .idle
-        .get(w.tid, want, &pressure, Instant::now(), &mut dead);
+    let got = st.idle.get(w.tid, want, &pressure, clock::now(), &mut dead);
     drop(dead);
     let idle = match got {
         Got::Local(c) => Some(Ok(c)),

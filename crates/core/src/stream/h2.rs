@@ -179,7 +179,12 @@ pub(super) async fn serve(
                     shared.active.set(shared.active.get() + 1);
                     let earlier = shared.started.get();
                     shared.started.set(earlier + 1);
-                    tokio::task::spawn_local(serve_stream(shared.clone(), req, respond, earlier));
+                    tokio::task::spawn_local(crate::clock::Ticking::new(serve_stream(
+                        shared.clone(),
+                        req,
+                        respond,
+                        earlier,
+                    )));
                 }
                 Some(Err(_)) | None => break,
             },

@@ -261,7 +261,7 @@ impl Txn {
                     st.usable(),
                     false,
                     &pressure,
-                    Instant::now(),
+                    crate::clock::now(),
                     expires,
                 );
                 drop(kept);
@@ -332,7 +332,7 @@ fn keep_alive_deadline(rsp: &ResponseView<'_>) -> Option<Instant> {
             .eq_ignore_ascii_case("timeout")
             .then(|| n.trim().parse::<u64>().ok())?
     })?;
-    Some(Instant::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(1)))
+    Some(crate::clock::now() + Duration::from_secs(secs).saturating_sub(Duration::from_secs(1)))
 }
 
 /// The pieces a response body relay works with.

@@ -14,7 +14,7 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_http::{error_page, parse_request, HeadError, RequestHead, RequestView};
 
@@ -23,6 +23,7 @@ use super::deadline::within;
 use super::heads::{reply_bytes, with_close};
 use super::report::{Cause, Fail, Phase, ReqLog};
 use crate::buffer::Buf;
+use crate::clock;
 use crate::conf::Frontend;
 use crate::errorpages::Page;
 use crate::runtime::Worker;
@@ -144,8 +145,8 @@ impl Session {
     pub async fn read_head(&mut self, lg: &mut ReqLog) -> Result<RequestHead, Fail> {
         let w = self.w.clone();
         let st = &w.config().frontends[self.fe].stream;
-        let started = tokio::time::Instant::now();
-        lg.started = Some(Instant::now());
+        let started = clock::now();
+        lg.started = Some(started);
         lg.date = Some(std::time::SystemTime::now());
         if !self.cbuf.is_empty() {
             lg.first_byte = lg.started;
@@ -155,7 +156,7 @@ impl Session {
             if !self.cbuf.is_empty() {
                 match parse_request(self.cbuf.bytes()) {
                     Ok(Some(h)) => {
-                        lg.head_done = Some(Instant::now());
+                        lg.head_done = Some(clock::now());
                         return Ok(h);
                     }
                     Ok(None) => {}
@@ -183,7 +184,7 @@ impl Session {
                     .or(st.timeout_client)
             } else {
                 match st.timeout_http_request {
-                    Some(t) => Some(t.saturating_sub(started.elapsed())),
+                    Some(t) => Some(t.saturating_sub(clock::since(started))),
                     None => st.timeout_client,
                 }
             };
@@ -196,7 +197,7 @@ impl Session {
                 Ok(Err(e)) => return Err(gone(Some(e))),
                 Ok(Ok(n)) => {
                     lg.got_bytes = true;
-                    lg.first_byte.get_or_insert_with(Instant::now);
+                    lg.first_byte.get_or_insert_with(clock::now);
                     self.received += n as u64;
                 }
                 Err(()) if self.cbuf.is_empty() && self.requests > 0 => return Err(gone(None)),

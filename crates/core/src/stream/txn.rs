@@ -9,7 +9,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_http::{
     parse_response, reason, split_target, ChunkedDecoder, ChunkedOut, Framing, RequestHead,
@@ -27,6 +27,7 @@ use super::report::{Cause, Fail, Local, Phase, ReqLog, Tally};
 use super::session::Session;
 use crate::balance::{self, PickKey};
 use crate::check::{self, Seen};
+use crate::clock;
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie;
@@ -496,7 +497,7 @@ impl Txn {
             self.backend_src = conn.conn.local_addr().ok();
         }
         let head_len = s.out.len();
-        let sent_at = Instant::now();
+        let sent_at = clock::now();
         let counters = w.state().backends[backend].servers[server]
             .counters
             .at(w.tid);
@@ -519,7 +520,7 @@ impl Txn {
             };
             match result {
                 Ok(rsp) => {
-                    self.log.t_response = connect::ms(sent_at.elapsed());
+                    self.log.t_response = connect::ms(clock::since(sent_at));
                     self.log.status = i64::from(rsp.status);
                     check::observe(&w.process, backend, server, Seen::Response(rsp.status));
                     break rsp;
@@ -811,7 +812,7 @@ impl Txn {
     /// Adds the transaction to the statistics of its frontend, backend and server.
     fn count(&self, s: &Session, status: i64, term: [u8; 2]) {
         let lg = &self.log;
-        let at = Instant::now();
+        let at = clock::now();
         let ms = |d: std::time::Duration| d.as_millis() as i64;
         // The server counts once a connection to it was made.
         let server = lg.attempts.filter(|a| a.t_connect >= 0).map(|a| a.server);
@@ -853,7 +854,7 @@ impl Txn {
             other => other,
         };
         let lg = &self.log;
-        let now = Instant::now();
+        let now = clock::now();
         let be = self.backend.map(|b| &config.backends[b]);
         let be_state = self.backend.map(|b| &s.w.state().backends[b]);
         let server = lg.attempts.map(|a| a.server);

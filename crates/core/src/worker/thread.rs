@@ -79,7 +79,13 @@ impl Thread {
             Ok(conn) => {
                 // Counted in the load until its task starts (`ClientConn::open`).
                 w.ctx().starting.fetch_add(1, Ordering::Relaxed);
-                tokio::task::spawn_local(crate::stream::serve(w.clone(), conn, peer, entry, slot));
+                tokio::task::spawn_local(crate::clock::Ticking::new(crate::stream::serve(
+                    w.clone(),
+                    conn,
+                    peer,
+                    entry,
+                    slot,
+                )));
             }
             Err(e) => say!(
                 "sluice: worker {}: cannot register a connection: {e}",
