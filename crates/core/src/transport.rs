@@ -48,10 +48,12 @@ pub struct Origin {
     pub tls: Option<TlsInfo>,
 }
 
-/// A stream served as a connection: the stream, and where it came from.
+/// A stream served as a connection: the stream, where it came from, and what it keeps
+/// while it lives (a server stream: its link's count of streams in use).
 struct Stream {
     end: H2Stream,
     origin: Origin,
+    _hold: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl std::ops::Deref for Stream {
@@ -425,10 +427,18 @@ impl Conn {
     }
 
     /// An HTTP/2 stream (a client's, or one to a server) from `origin`, served as a
-    /// connection of its own.
-    pub fn h2_stream(end: H2Stream, origin: Origin) -> Conn {
+    /// connection of its own; `hold` is dropped with it, after the stream.
+    pub fn h2_stream(
+        end: H2Stream,
+        origin: Origin,
+        hold: Option<Box<dyn std::any::Any + Send>>,
+    ) -> Conn {
         Conn {
-            io: Io::Stream(Box::new(Stream { end, origin })),
+            io: Io::Stream(Box::new(Stream {
+                end,
+                origin,
+                _hold: hold,
+            })),
             _fd: None,
         }
     }

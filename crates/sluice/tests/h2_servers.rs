@@ -19,6 +19,8 @@ use common::*;
 #[derive(Default)]
 struct Seen {
     conns: AtomicUsize,
+    /// Connections that ended.
+    closed: AtomicUsize,
     streams: AtomicUsize,
     /// Request heads, as "METHOD URI te=.. cl=..".
     heads: Mutex<Vec<String>>,
@@ -77,24 +79,28 @@ impl H2Origin {
         self.seen.conns.load(Ordering::SeqCst)
     }
 
+    fn closed(&self) -> usize {
+        self.seen.closed.load(Ordering::SeqCst)
+    }
+
     fn streams(&self) -> usize {
         self.seen.streams.load(Ordering::SeqCst)
     }
 }
 
 async fn serve_conn(tcp: tokio::net::TcpStream, n: usize, seen: Arc<Seen>) {
-    let Ok(mut conn) = h2::server::handshake(tcp).await else {
-        return;
-    };
-    while let Some(Ok((req, respond))) = conn.accept().await {
-        seen.streams.fetch_add(1, Ordering::SeqCst);
-        let path = req.uri().path().to_string();
-        let goaway = path == "/goaway";
-        tokio::task::spawn_local(answer(req, respond, n, seen.clone()));
-        if goaway {
-            conn.graceful_shutdown();
+    if let Ok(mut conn) = h2::server::handshake(tcp).await {
+        while let Some(Ok((req, respond))) = conn.accept().await {
+            seen.streams.fetch_add(1, Ordering::SeqCst);
+            let path = req.uri().path().to_string();
+            let goaway = path == "/goaway";
+            tokio::task::spawn_local(answer(req, respond, n, seen.clone()));
+            if goaway {
+                conn.graceful_shutdown();
+            }
         }
     }
+    seen.closed.fetch_add(1, Ordering::SeqCst);
 }
 
 async fn answer(
@@ -414,6 +420,42 @@ fn a_failing_http2_server_costs_its_request_and_the_connection_is_replaced() {
     let p2 = Sluice::start(&config(&format!("server s 127.0.0.1:{down} proto h2"), ""));
     assert_eq!(get(p2.addr(), "/").status, 503);
     assert_eq!(get(addr, "/four").status, 200);
+}
+
+/// A connection to an HTTP/2 server that carried no stream for the server's
+/// `pool-purge-delay` is closed, as HAProxy purges idle server connections, and the next
+/// request opens another; one with a stream in flight stays, however long it takes.
+#[test]
+fn an_idle_http2_connection_is_closed_after_the_purge_delay() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(&config(
+        &format!("server s {} proto h2 pool-purge-delay 200ms", origin.addr),
+        "",
+    ));
+    let r = get(p.addr(), "/first");
+    assert_eq!((r.status, r.header("x-conn")), (200, Some("1")));
+    wait_until("the idle connection to close", || origin.closed() == 1);
+    let r = get(p.addr(), "/second");
+    assert_eq!(r.header("x-conn"), Some("2"), "a new connection");
+
+    let addr = p.addr();
+    let hanging = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /hang HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+    });
+    wait_until("the hanging request to reach the server", || {
+        origin.streams() == 3
+    });
+    // Six purge delays with its stream open: the connection stays.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(origin.closed(), 1, "a busy connection is not purged");
+    hanging.join().unwrap();
+    // Its stream ends (`timeout server` cancels it, the client being gone), and the
+    // connection is idle from then on.
+    wait_until("the connection to close once idle", || origin.closed() == 2);
+    assert_eq!(origin.conns(), 2);
 }
 
 #[test]

@@ -13,16 +13,24 @@
 //! - A link that takes no new stream (the server sent GOAWAY, the connection failed) or was
 //!   opened to an address the server has since left is never picked again; the one whose
 //!   connection ended is forgotten, and never a newer link in its place.
+//! - Every stream holds a lease on its link ([`Link::lease`]) until its connection drops,
+//!   so a link knows when it last carried one: the link's task lets it go after the
+//!   server's `pool-purge-delay` without any.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::Arc;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
 use tokio::sync::Notify;
 
+use crate::clock;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::transport::Origin;
 
@@ -65,14 +73,68 @@ pub struct Link {
     pub addr_gen: u64,
     pub origin: Origin,
     pub tls: bool,
+    pub activity: Arc<Activity>,
 }
 
 impl Link {
+    /// A stream in use on the link, until the lease drops.
+    pub fn lease(&self) -> LinkUse {
+        self.activity.in_use.fetch_add(1, Relaxed);
+        LinkUse(self.activity.clone())
+    }
+
     /// Whether a new stream may open: not once the server sent GOAWAY or the connection
     /// failed (a stream that must wait for the server's concurrency limit is fine).
     fn takes_streams(&self) -> bool {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         !matches!(self.send.clone().poll_ready(&mut cx), Poll::Ready(Err(_)))
+    }
+}
+
+/// How busy a link is: its streams in use, and when the last one ended. (Atomics only
+/// because a stream's lease rides in a connection, a type that may cross workers; a link's
+/// streams never do.)
+pub struct Activity {
+    born: Instant,
+    in_use: AtomicUsize,
+    /// Nanoseconds from `born` to the end of the last stream.
+    last_end: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            born: clock::now(),
+            in_use: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// Resolves once the link has carried no stream for `delay` (checked every `delay`,
+    /// at least every 10 ms).
+    pub async fn idle(&self, delay: Duration) {
+        loop {
+            tokio::time::sleep(delay.max(Duration::from_millis(10))).await;
+            let ended = self.born + Duration::from_nanos(self.last_end.load(Relaxed));
+            if self.in_use.load(Relaxed) == 0 && clock::since(ended) >= delay {
+                return;
+            }
+        }
+    }
+}
+
+/// One stream's use of a link (see [`Link::lease`]).
+pub struct LinkUse(Arc<Activity>);
+
+impl Drop for LinkUse {
+    fn drop(&mut self) {
+        let a = &self.0;
+        a.in_use.fetch_sub(1, Relaxed);
+        let at = clock::since(a.born).as_nanos();
+        a.last_end
+            .store(u64::try_from(at).unwrap_or(u64::MAX), Relaxed);
     }
 }
 

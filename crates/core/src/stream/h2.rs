@@ -258,7 +258,7 @@ async fn exchange(
     };
     let session = super::h1::serve_http(
         &shared.w,
-        Conn::h2_stream(end, shared.origin.clone()),
+        Conn::h2_stream(end, shared.origin.clone(), None),
         shared.origin.peer,
         shared.fe,
         shared.info.clone(),

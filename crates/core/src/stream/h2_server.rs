@@ -13,6 +13,8 @@
 //! - A link counts as one used connection of its server while it is open; its streams
 //!   count as requests (queue slots, `maxconn`), not as connections.
 //! - At a soft stop every link is let go: its streams finish, then the connection closes.
+//!   So is a link that carried no stream for the server's `pool-purge-delay`, as HAProxy
+//!   purges idle server connections.
 //! - A stream the transaction leaves (its client gone, `timeout server`) is cancelled on
 //!   the server (RST_STREAM), and one the server resets fails its request (502).
 
@@ -60,22 +62,28 @@ pub(crate) async fn start(
         addr_gen,
         origin,
         tls,
+        activity: Default::default(),
     };
     let first = stream_on(&link);
+    let activity = link.activity.clone();
     let kept = w.h2_links.keep(backend, server, link);
+    let purge_delay = w.config().backends[backend].servers[server]
+        .pool
+        .purge_delay;
     let w = w.clone();
     tokio::task::spawn_local(async move {
         tokio::pin!(connection);
         let stop = w.soft_stop.notified();
-        let stopping = tokio::select! {
+        let let_go = tokio::select! {
             _ = &mut connection => false,
             () = async { if !w.stopping() { stop.await } } => true,
+            () = activity.idle(purge_delay), if kept.is_some() => true,
         };
         if let Some(id) = kept {
             w.h2_links.forget(backend, server, id);
         }
-        if stopping {
-            // Let go: the connection ends once its streams have.
+        if let_go {
+            // The connection ends once its streams have (no new one comes now).
             let _ = connection.await;
         }
         w.state().backends[backend].servers[server]
@@ -88,5 +96,5 @@ pub(crate) async fn start(
 /// A stream on `link`, opened when the transaction writes its request.
 pub(crate) fn stream_on(link: &Link) -> Conn {
     let end = H2Stream::asking(link.send.clone(), link.tls, link.origin.peer);
-    Conn::h2_stream(end, link.origin.clone())
+    Conn::h2_stream(end, link.origin.clone(), Some(Box::new(link.lease())))
 }
