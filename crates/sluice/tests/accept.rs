@@ -219,3 +219,45 @@ fn default_shards_and_bad_shards_lines() {
         "{err}"
     );
 }
+
+/// Connections the `FRONTEND` row of `fe` counts as accepted.
+fn accepted(sock: &Path, fe: &str) -> u64 {
+    stat_field(&Sluice::cli(sock, "show stat"), fe, "FRONTEND", "conn_tot")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_deferred_bind_accepts_a_connection_once_its_client_speaks() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n    stats socket {}\n{DEFAULTS}frontend deferred\n    {{fe}} defer-accept\n    http-request return status 200 content-type text/plain string deferred\nfrontend plain\n    {{fe}}\n    http-request return status 200 content-type text/plain string plain\n",
+        sock.display()
+    ));
+    // The kernel queues a silent client's connection anyway after a second: the check is
+    // only conclusive when the twin was accepted well within it, so a slow round is retried.
+    let mut concluded = false;
+    for round in 0..5u64 {
+        let start = std::time::Instant::now();
+        let mut deferred = Conn::new(p.addrs[0]);
+        let _plain = Conn::new(p.addrs[1]);
+        // The same worker polls both sockets: once it accepted the plain twin, it would
+        // have accepted the deferred one too, had the kernel queued it.
+        wait_until("the plain bind's connection", || {
+            accepted(&sock, "plain") == round + 1
+        });
+        let deferred_accepted = accepted(&sock, "deferred");
+        if start.elapsed() < std::time::Duration::from_millis(700) {
+            assert_eq!(deferred_accepted, round, "a silent connection was accepted");
+            concluded = true;
+        }
+        let r = deferred.get("/");
+        assert_eq!((r.status, r.text()), (200, "deferred".to_string()));
+        assert_eq!(accepted(&sock, "deferred"), round + 1);
+        if concluded {
+            break;
+        }
+    }
+    assert!(concluded, "every round took more than 700 ms");
+}

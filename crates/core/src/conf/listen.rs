@@ -46,6 +46,10 @@ pub struct Bind {
     /// `shards`: how many listening sockets this address gets (`None`: the global
     /// `tune.listener.default-shards`).
     pub shards: Option<Shards>,
+    /// `defer-accept`: a connection is accepted once its first bytes arrived (or, if its
+    /// client stays silent, after the kernel's first retransmission), so accepting it and
+    /// reading its first request take one wake-up instead of two.
+    pub defer_accept: bool,
 }
 
 impl Bind {

@@ -313,6 +313,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
                     listener: *li,
                     threads: bind.threads,
                     owned: *owned,
+                    defer_accept: bind.defer_accept,
                     socket,
                 })
             })

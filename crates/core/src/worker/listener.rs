@@ -121,7 +121,6 @@ const PENDING_BIND_OPTIONS: &[&str] = &[
     "v6only",
     "transparent",
     "interface",
-    "defer-accept",
     "tfo",
     "user",
     "group",
@@ -141,6 +140,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let (mut maxconn, mut backlog) = (None, None);
     let mut h2 = false;
     let mut shards = None;
+    let mut defer_accept = false;
     let mut i = 0;
     while i < opts.len() {
         if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
@@ -193,6 +193,10 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                 });
                 i += 2;
             }
+            "defer-accept" => {
+                defer_accept = true;
+                i += 1;
+            }
             "maxconn" | "backlog" => {
                 let v = opts
                     .get(i + 1)
@@ -238,6 +242,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             backlog,
             h2,
             shards,
+            defer_accept,
         });
     }
     Ok(())
@@ -399,6 +404,8 @@ pub struct Listening {
     /// Bound by this process (not inherited, adopted or taken over): unless handed over, the
     /// socket closes with the process, and its accept queue with it.
     pub owned: bool,
+    /// `defer-accept` on its bind line.
+    pub defer_accept: bool,
     pub socket: std::net::TcpListener,
 }
 
@@ -416,6 +423,8 @@ impl Listening {
         // Inherited by every accepted connection (whoever opened the socket): requests and
         // responses leave at once, without a setsockopt per connection.
         socket2::SockRef::from(&self.socket).set_tcp_nodelay(true)?;
+        // Set either way: a socket handed over by the previous process keeps its options.
+        defer_accept(&self.socket, self.defer_accept)?;
         Ok(Registered {
             frontend: self.frontend,
             listener: self.listener,
@@ -426,6 +435,27 @@ impl Listening {
             fd: unsafe { AsyncFd::register(self.socket) }?,
         })
     }
+}
+
+/// `TCP_DEFER_ACCEPT`: the kernel queues a connection for accept once data arrived on it,
+/// waiting at most one second (as HAProxy does) for a silent client before queueing it
+/// anyway.
+fn defer_accept(socket: &std::net::TcpListener, on: bool) -> std::io::Result<()> {
+    let seconds: libc::c_int = on.into();
+    // SAFETY: `seconds` is a valid int for the duration of the call; the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&seconds as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Accepts connections for one frontend on this worker's copy of a listening socket, until
