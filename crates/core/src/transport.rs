@@ -247,12 +247,16 @@ impl Tls {
             {
                 let mut st = self.state.borrow_mut();
                 let mut w = st.writer();
-                let n = io::Write::write(&mut w, a)?;
-                a = &a[n..];
-                if a.is_empty() && !b.is_empty() {
-                    let n = io::Write::write(&mut w, b)?;
-                    b = &b[n..];
-                }
+                // Given together, a head and a small body share one record: one seal, one
+                // record's overhead on the wire and one open for the client.
+                let n = if a.is_empty() || b.is_empty() {
+                    io::Write::write(&mut w, if a.is_empty() { b } else { a })?
+                } else {
+                    io::Write::write_vectored(&mut w, &[IoSlice::new(a), IoSlice::new(b)])?
+                };
+                let from_a = n.min(a.len());
+                a = &a[from_a..];
+                b = &b[n - from_a..];
             }
             let done = a.is_empty() && b.is_empty();
             if done && hold {
@@ -559,6 +563,12 @@ impl Conn {
             Io::Stream(p) => return p.has_input(),
             _ => {}
         }
+        // Not readable since a read drained it (see `drained_if_short`): nothing has come
+        // as far as the event loop knows, and the peek's system call is spared.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if self.tcp().poll_read_ready(&mut cx).is_pending() {
+            return false;
+        }
         let mut buf = [MaybeUninit::<u8>::uninit(); 1];
         socket2::SockRef::from(self.tcp())
             .recv_with_flags(&mut buf, libc::MSG_PEEK | libc::MSG_DONTWAIT)
@@ -643,6 +653,20 @@ impl Conn {
     }
 
     /// Half-closes the sending side (after TLS's close_notify).
+    /// Ends the output of a connection about to be dropped: TLS's close_notify leaves with
+    /// whatever is pending. No `shutdown(2)`: closing the descriptor sends the FIN when
+    /// nothing is left unread, and a reset when something is, shut down or not.
+    pub async fn end_output(&mut self) {
+        match &mut self.io {
+            Io::Tcp(_) => {}
+            Io::Tls(t) => {
+                t.state.borrow_mut().send_close_notify();
+                let _ = t.flush().await;
+            }
+            Io::Stream(p) => p.shutdown(),
+        }
+    }
+
     pub async fn shutdown(&mut self) -> io::Result<()> {
         match &mut self.io {
             Io::Tcp(s) => s.shutdown().await,

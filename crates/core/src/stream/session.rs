@@ -273,7 +273,7 @@ impl Session {
             && self.cbuf.is_empty()
             && !self.client.has_input()
         {
-            let _ = self.client.shutdown().await;
+            self.client.end_output().await;
             return;
         }
         self.close_gracefully().await
