@@ -26,6 +26,8 @@ struct Seen {
     heads: Mutex<Vec<String>>,
     /// The reasons of the streams the proxy reset.
     resets: Mutex<Vec<h2::Reason>>,
+    /// Streams refused (REFUSED_STREAM), by path.
+    refused: Mutex<std::collections::HashMap<String, usize>>,
 }
 
 /// An HTTP/2 origin (prior knowledge) on 127.0.0.1, on a thread of its own. Answers:
@@ -33,6 +35,8 @@ struct Seen {
 /// - `/trailers`: 200, a body without length, then trailers (`grpc-status: 0`);
 /// - `/big`: 1 MiB without length, under the proxy's flow control;
 /// - `/reset`: resets the stream (REFUSED_STREAM would allow a retry; INTERNAL_ERROR);
+/// - `/refuse-once/...`: refuses the path's first stream unprocessed (REFUSED_STREAM), then
+///   answers as below; `/refuse-always/...` refuses every one;
 /// - `/goaway`: answers, then closes its connection gracefully;
 /// - `/hang`: never answers, and records the reset that ends the stream;
 /// - `/early`: answers 413 without reading the body, then stops the upload with
@@ -110,6 +114,16 @@ async fn answer(
     seen: Arc<Seen>,
 ) {
     let (parts, mut body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    if path.starts_with("/refuse-") {
+        let mut refused = seen.refused.lock().unwrap();
+        let n = refused.entry(path.clone()).or_default();
+        if *n == 0 || path.starts_with("/refuse-always") {
+            *n += 1;
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            return;
+        }
+    }
     if parts.uri.path() == "/early" {
         // Dropping the request's body unread after a complete response makes the `h2`
         // crate follow the response with RST_STREAM (NO_ERROR).
@@ -420,6 +434,54 @@ fn a_failing_http2_server_costs_its_request_and_the_connection_is_replaced() {
     let p2 = Sluice::start(&config(&format!("server s 127.0.0.1:{down} proto h2"), ""));
     assert_eq!(get(p2.addr(), "/").status, 503);
     assert_eq!(get(addr, "/four").status, 200);
+}
+
+/// A stream the server refused unprocessed (REFUSED_STREAM) is sent again once, whatever
+/// its method, when it has no body to send again; a reset that is not a refusal is not
+/// (test above), nor is a refused request whose body has left.
+#[test]
+fn a_stream_the_server_refused_is_sent_again_once() {
+    let origin = H2Origin::start();
+    // The connection must outlive the test, however slow the machine.
+    let p = Sluice::start(&config(
+        &format!("server s {} proto h2 pool-purge-delay 10m", origin.addr),
+        "",
+    ));
+    let addr = p.addr();
+    let refused = |path: &str| origin.seen.refused.lock().unwrap().get(path).copied();
+    for (request, path) in [
+        ("GET /refuse-once/get HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "/refuse-once/get"),
+        // Not idempotent: only a refusal makes it safe to send again.
+        ("POST /refuse-once/post HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "/refuse-once/post"),
+        (
+            "DELETE /refuse-once/delete HTTP/1.1\r\nHost: x\r\nConnection: close\r\ncontent-length: 0\r\n\r\n",
+            "/refuse-once/delete",
+        ),
+    ] {
+        let before = origin.streams();
+        let (r, _) = raw_exchange(addr, request.as_bytes());
+        let r = r.unwrap_or_else(|| panic!("no response to {request}"));
+        assert_eq!(r.status, 200, "{request}");
+        assert!(r.text().contains(&format!("path={path}")), "{}", r.text());
+        assert_eq!(origin.streams() - before, 2, "{request}");
+        assert_eq!(refused(path), Some(1));
+    }
+    // Refused again: one replay only, then 502.
+    let before = origin.streams();
+    assert_eq!(get(addr, "/refuse-always/x").status, 502);
+    assert_eq!(origin.streams() - before, 2);
+    assert_eq!(refused("/refuse-always/x"), Some(2));
+    // A body that has left is not sent again.
+    let before = origin.streams();
+    let (r, _) = raw_exchange(
+        addr,
+        b"POST /refuse-once/body HTTP/1.1\r\nHost: x\r\nConnection: close\r\ncontent-length: 3\r\n\r\nabc",
+    );
+    assert_eq!(r.unwrap().status, 502);
+    assert_eq!(origin.streams() - before, 1);
+    // The connection was never at fault: one all along.
+    assert_eq!(get(addr, "/after").header("x-conn"), Some("1"));
+    assert_eq!(origin.conns(), 1);
 }
 
 /// A connection to an HTTP/2 server that carried no stream for the server's

@@ -19,6 +19,9 @@
 //! - A body without a length crosses chunked into HTTP/1.1, so trailers pass both ways.
 //! - A stream the peer reset (or whose connection went away) reads as ended and refuses
 //!   writes: a client's request not read yet is never read, so it never reaches a server.
+//!   A server's stream that the server refused unprocessed (REFUSED_STREAM, RFC 9113
+//!   §8.7), or that never opened because the connection takes no more, reads as the
+//!   [`Refused`] error instead, so that the transaction may send the request again.
 //! - Every stream ends on the wire: one left unfinished is reset (a body delimited by the
 //!   close ends normally).
 //! - All calls come from one task, on the worker that owns the connection; the mutex only
@@ -85,6 +88,8 @@ struct State {
     /// changes nothing.
     answered: bool,
     gone: Option<Gone>,
+    /// The server did not process the stream (see [`Refused`]).
+    refused: bool,
 }
 
 #[derive(Debug)]
@@ -125,6 +130,21 @@ struct Outgoing {
     /// The body ends with them.
     last: bool,
     trailers: Option<http::HeaderMap>,
+}
+
+/// A stream to a server that the server did not process: it refused it (REFUSED_STREAM) or
+/// it never opened. Sending the request again cannot repeat anything the server did.
+#[derive(Debug, thiserror::Error)]
+#[error("the server did not process the stream")]
+pub struct Refused;
+
+/// Whether `e` is a stream's [`Refused`].
+pub fn refused(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Refused>())
+}
+
+fn refused_error() -> io::Error {
+    io::Error::other(Refused)
 }
 
 fn broken() -> io::Error {
@@ -303,6 +323,7 @@ impl State {
             head_request: false,
             answered: false,
             gone: None,
+            refused: false,
         }
     }
 
@@ -312,6 +333,9 @@ impl State {
 
     /// How many bytes a read of at most `room` takes now.
     fn readable_now(&self, room: usize) -> io::Result<usize> {
+        if self.refused {
+            return Err(refused_error());
+        }
         if self.gone.is_some() {
             return Ok(0);
         }
@@ -355,7 +379,10 @@ impl State {
                         heads::response_head(&parts, ended, self.head_request, &mut self.up);
                     self.body = (!ended).then_some(body);
                 }
-                Err(_) => self.gone = Some(Gone::Peer),
+                Err(e) => {
+                    self.refused = e.reason() == Some(Reason::REFUSED_STREAM);
+                    self.gone = Some(Gone::Peer);
+                }
             }
             return Poll::Ready(());
         }
@@ -454,9 +481,11 @@ impl State {
             },
             Down::Request { buf, sender, .. } => match parse_request(buf) {
                 Ok(Some(h)) => {
-                    if let Err(e) = std::task::ready!(sender.poll_ready(cx)) {
+                    if std::task::ready!(sender.poll_ready(cx)).is_err() {
+                        // The connection takes no more streams: this one never left.
                         self.gone = Some(Gone::Peer);
-                        return Poll::Ready(Err(io::Error::other(e)));
+                        self.refused = true;
+                        return Poll::Ready(Err(refused_error()));
                     }
                     self.request(h)
                 }

@@ -503,8 +503,13 @@ impl Txn {
             .at(w.tid);
         // One retry on a fresh connection when a reused one turns out dead before any
         // response byte, for bodiless idempotent requests (nothing was consumed that cannot
-        // be sent again).
+        // be sent again); and for any bodiless request whose HTTP/2 stream the server did
+        // not process (it cannot have acted on it).
         let replayable = facts.idempotent && facts.framing == Framing::None;
+        let unprocessed = |e: &io::Error| {
+            matches!(facts.framing, Framing::None | Framing::Length(0))
+                && crate::h2_stream::refused(e)
+        };
         let mut attempt = 0;
         let rsp = loop {
             attempt += 1;
@@ -525,9 +530,17 @@ impl Txn {
                     check::observe(&w.process, backend, server, Seen::Response(rsp.status));
                     break rsp;
                 }
-                Err(SendFail::Retryable(_)) if conn.reused && replayable && attempt == 1 => {
+                Err(SendFail::Retryable(e))
+                    if attempt == 1 && (conn.reused && replayable || unprocessed(&e)) =>
+                {
+                    // A dead connection is replaced by a new one; a refused stream is
+                    // followed by another stream, on the link if it still takes them.
+                    let reuse = unprocessed(&e).then_some(Reuse {
+                        private: &mut s.private,
+                        first_request: false,
+                    });
                     let mut again = Attempts::new(server);
-                    conn = connect::establish(&w, backend, server, &key, None, None, &mut again)
+                    conn = connect::establish(&w, backend, server, &key, reuse, None, &mut again)
                         .await
                         .map(|(c, _)| c)
                         .map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
