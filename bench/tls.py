@@ -14,6 +14,10 @@ its SHA-384 key schedule, and the runs would compare suites as well as proxies.
 For handshakes, sluice and HAProxy run with `http-reuse always`: nginx keeps its upstream
 connections alive (`keepalive 256`), while the default `safe` opens a server connection for
 every first request of a client connection, which is every request of this load.
+  handshakes, deferred accept - the same with each proxy's deferred accept on its bind
+                (`defer-accept` for sluice and HAProxy, `deferred` for nginx: TCP_DEFER_ACCEPT),
+                so that a connection reaches the proxy with its ClientHello; not in the
+                issue's setup, a second figure beside it (the baseline build is left out)
   h2          - h2load over TLS with HTTP/2 (ALPN h2): 8 connections, 100 streams each
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
@@ -40,28 +44,31 @@ def sock(kind):
 
 
 SUITE = "TLS_AES_128_GCM_SHA256"
+DEFERRED = "handshakes, deferred accept"
 
 
 def hap_sluice(kind, pem, load):
     glob = f"    nbthread 1\n    maxconn 5000\n    tune.ssl.cachesize 0\n    stats socket {sock(kind)}\n"
-    reuse = "    http-reuse always\n" if load == "handshakes" else ""
+    reuse = "    http-reuse always\n" if load.startswith("handshakes") else ""
+    deferred = " defer-accept" if load == DEFERRED else ""
     path = core.write_config(f"{kind}-tls-{load.replace(' ', '-')}", glob=glob, defaults=reuse)
     text = open(path).read().replace(f"bind 127.0.0.1:{PROXY}",
                                      f"bind 127.0.0.1:{PROXY} ssl crt {pem} alpn h2,http/1.1 no-tls-tickets "
-                                     f"ciphersuites {SUITE}")
+                                     f"ciphersuites {SUITE}{deferred}")
     with open(path, "w") as f:
         f.write(text)
     return [core.SLUICE, "-f", path] if kind == "sluice" else ["haproxy", "-db", "-f", path]
 
 
-def nginx_cmd(key, crt):
+def nginx_cmd(key, crt, load=""):
     conf = os.path.join(work, "proxy-tls.conf")
+    deferred = " deferred" if load == DEFERRED else ""
     with open(conf, "w") as f:
         f.write(f"""daemon off; master_process on; worker_processes 1; pid {work}/proxy-tls.pid;
 error_log {work}/proxy-tls.err; events {{ worker_connections 5000; }}
 http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; http2_max_requests 1000000;
   upstream o {{ server 127.0.0.1:{ORIGIN}; keepalive 256; keepalive_requests 1000000; }}
-  server {{ listen 127.0.0.1:{PROXY} ssl http2 backlog=4096; ssl_certificate {crt}; ssl_certificate_key {key};
+  server {{ listen 127.0.0.1:{PROXY} ssl http2 backlog=4096{deferred}; ssl_certificate {crt}; ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache off; ssl_session_tickets off;
     ssl_conf_command Ciphersuites {SUITE};
     location / {{ proxy_pass http://o; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
@@ -92,7 +99,7 @@ def load(kind, secs):
     if kind == "h2":
         return h2load(secs, "/hello.txt")
     path = "/page.html" if kind == "keep-alive 76 kB" else "/hello.txt"
-    return wrk(secs, kind == "handshakes", path)
+    return wrk(secs, kind.startswith("handshakes"), path)
 
 
 def reused_sessions(proxy):
@@ -134,12 +141,13 @@ def main():
     key, crt, pem = cert()
     def cmds_for(load):
         cmds = {"sluice": hap_sluice("sluice", pem, load), "haproxy": hap_sluice("haproxy", pem, load),
-                "nginx": nginx_cmd(key, crt)}
-        if core.BASELINE:
+                "nginx": nginx_cmd(key, crt, load)}
+        if core.BASELINE and load != DEFERRED:
             cmds["sluice before"] = [core.BASELINE] + cmds["sluice"][1:]
         return cmds
     only = os.environ.get("BENCH_ONLY")
-    kinds = [k for k in ("handshakes", "keep-alive 13 B", "keep-alive 76 kB", "h2") if not only or k == only]
+    kinds = [k for k in ("handshakes", DEFERRED, "keep-alive 13 B", "keep-alive 76 kB", "h2")
+             if not only or k == only]
     print(f"# TLS benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, interleaved), "
           f"1 proxy worker, ECDSA P-256, TLS 1.3 {SUITE}, no resumption, nginx origin; wrk -t2 -c64, "
           "h2load -c8 -m100; handshakes with server connections reused by all three\n")
