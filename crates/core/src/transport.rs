@@ -652,7 +652,6 @@ impl Conn {
         let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(std::time::Duration::ZERO));
     }
 
-    /// Half-closes the sending side (after TLS's close_notify).
     /// Ends the output of a connection about to be dropped: TLS's close_notify leaves with
     /// whatever is pending. No `shutdown(2)`: closing the descriptor sends the FIN when
     /// nothing is left unread, and a reset when something is, shut down or not.
@@ -667,6 +666,7 @@ impl Conn {
         }
     }
 
+    /// Half-closes the sending side (after TLS's close_notify).
     pub async fn shutdown(&mut self) -> io::Result<()> {
         match &mut self.io {
             Io::Tcp(s) => s.shutdown().await,
