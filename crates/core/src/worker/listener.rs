@@ -442,14 +442,25 @@ impl Listening {
 /// anyway.
 fn defer_accept(socket: &std::net::TcpListener, on: bool) -> std::io::Result<()> {
     let seconds: libc::c_int = on.into();
-    // SAFETY: `seconds` is a valid int for the duration of the call; the kernel copies it.
+    set_option(socket, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, &seconds)
+}
+
+/// `setsockopt` for an option whose value is a plain `T` (the kernel copies it).
+fn set_option<T>(
+    socket: &std::net::TcpListener,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> std::io::Result<()> {
+    // SAFETY: `value` points at a valid `T` of the given size for the duration of the call,
+    // and the kernel only reads it.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&seconds as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc != 0 {
@@ -607,20 +618,13 @@ pub fn steer_here(socket: &std::net::TcpListener) -> std::io::Result<bool> {
         len: 1,
         filter: program.as_mut_ptr(),
     };
-    // SAFETY: `fprog` points at a valid one-instruction program for the duration of the
-    // call; the kernel copies it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // `fprog` points at `program`, valid until the call returns; the kernel copies both.
+    set_option(
+        socket,
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_REUSEPORT_CBPF,
+        &fprog,
+    )?;
     Ok(true)
 }
 
