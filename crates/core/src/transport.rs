@@ -649,6 +649,16 @@ impl Conn {
         if let Io::Stream(p) = &self.io {
             return p.abort();
         }
+        self.reset_on_close();
+    }
+
+    /// Makes the close, whenever the connection is dropped, a reset (as [`Conn::abort`]):
+    /// for a socket handed to a protocol layer that will drop it. A multiplexed stream has
+    /// no socket of its own and is left as it is.
+    pub fn reset_on_close(&self) {
+        if let Io::Stream(_) = &self.io {
+            return;
+        }
         let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(std::time::Duration::ZERO));
     }
 

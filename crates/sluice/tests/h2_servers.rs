@@ -615,11 +615,11 @@ fn proto_lines_that_cannot_work_are_refused() {
     assert!(!ok);
     assert!(out.contains("'proto h2' needs mode http"), "{out}");
     let (ok, out) = check_config(&format!(
-        "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 proto h2 check check-proto h2\n{front}"
+        "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 proto h2 check check-proto fcgi\n{front}"
     ));
     assert!(!ok);
     assert!(
-        out.contains(":4") && out.contains("'check-proto': not supported yet"),
+        out.contains(":4") && out.contains("'fcgi': expects h1 or h2"),
         "{out}"
     );
     let (ok, out) = check_config(&format!(
@@ -627,4 +627,100 @@ fn proto_lines_that_cannot_work_are_refused() {
          server t 127.0.0.1:2 ssl verify none alpn h2,http/1.1\n{front}"
     ));
     assert!(ok, "{out}");
+}
+
+#[test]
+fn http_checks_speak_http2_to_an_http2_server() {
+    let origin = H2Origin::start();
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let server = |name: &str, opts: &str| {
+        format!(
+            " server {name} {} proto h2 check inter 100ms rise 1 fall 1 {opts}\n",
+            origin.addr
+        )
+    };
+    let p = Sluice::start(&format!(
+        "global\n stats socket {}\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+         frontend fe\n {{fe}}\n default_backend alive\n\
+         backend alive\n option httpchk GET /alive\n http-check expect string path=/alive\n{}\
+         backend forced\n option httpchk GET /forced\n{}\
+         backend reset\n option httpchk GET /reset\n{}\
+         backend h1\n option httpchk GET /h1\n{}",
+        sock.display(),
+        server("a", ""),
+        server("f", "check-proto h2"),
+        server("r", ""),
+        server("o", "check-proto h1"),
+    ));
+    let field =
+        |be: &str, sv: &str, f: &str| stat_field(&Sluice::cli(&sock, "show stat"), be, sv, f);
+    wait_until("every check judged", || {
+        field("alive", "a", "check_status") == "L7OK"
+            && field("forced", "f", "check_status") == "L7OK"
+            && field("reset", "r", "status") == "DOWN"
+            && field("h1", "o", "status") == "DOWN"
+    });
+    assert_eq!(field("alive", "a", "status"), "UP");
+    assert_eq!(field("alive", "a", "check_code"), "200");
+    // A reset stream is not an answer.
+    assert_eq!(field("reset", "r", "check_status"), "L7RSP");
+    // `check-proto h1` speaks HTTP/1.1, which this server does not understand.
+    assert_ne!(field("h1", "o", "check_status"), "L7OK");
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    // As HTTP/2 streams (`:scheme` and `:authority`, `te: trailers`).
+    let seen = |path: &str| {
+        heads
+            .iter()
+            .any(|h| h.starts_with(&format!("GET http://{}{path} te=trailers", origin.addr)))
+    };
+    assert!(seen("/alive") && seen("/forced"), "{heads:?}");
+    assert!(!heads.iter().any(|h| h.contains("/h1")), "{heads:?}");
+    // Traffic still flows to the server the checks keep up.
+    assert_eq!(get(p.addr(), "/x").status, 200);
+}
+
+#[test]
+fn http_checks_over_tls_speak_what_alpn_chose() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    for (offered, h2) in [("h2,http/1.1", true), ("http/1.1", false)] {
+        let tls_sock = dir.0.join(format!("tls-{h2}.sock"));
+        let sock = dir.0.join(format!("checker-{h2}.sock"));
+        let tls = Sluice::start(&format!(
+            "global\n nbthread 1\n stats socket {}\n\
+             defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+             frontend fe\n {{fe}} ssl crt {pem} alpn {offered}\n default_backend be\n\
+             backend be\n server o {}\n",
+            tls_sock.display(),
+            origin.addr
+        ));
+        let _checker = Sluice::start(&format!(
+            "global\n stats socket {}\n\
+             defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+             frontend fe\n {{fe}}\n default_backend be\n\
+             backend be\n option httpchk GET /chk\n\
+             server s {} ssl verify none alpn h2,http/1.1 check inter 100ms rise 1 fall 1\n",
+            sock.display(),
+            tls.addr()
+        ));
+        wait_until("the check passes", || {
+            stat_field(&Sluice::cli(&sock, "show stat"), "be", "s", "check_status") == "L7OK"
+        });
+        let csv = Sluice::cli(&tls_sock, "show stat");
+        let h2_heads: u64 = stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd")
+            .parse()
+            .unwrap();
+        assert_eq!(
+            h2_heads > 0,
+            h2,
+            "offered {offered}: {h2_heads} HTTP/2 requests"
+        );
+    }
+    assert!(origin
+        .requests()
+        .iter()
+        .any(|r| r.method == "GET" && r.target == "/chk"));
 }

@@ -9,7 +9,8 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::conf::check::{
-    CheckKind, CheckText, ConnectRule, Expect, Observe, OnError, Pattern, Re, TcpRule, TextPart,
+    CheckKind, CheckProto, CheckText, ConnectRule, Expect, Observe, OnError, Pattern, Re, TcpRule,
+    TextPart,
 };
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
@@ -167,6 +168,18 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
         name: "agent-inter",
         args: 1,
         parse: |o, a| interval(&a[0]).map(|t| o.check.agent.inter = Some(t)),
+    },
+    ServerOption {
+        name: "check-proto",
+        args: 1,
+        parse: |o, a| {
+            o.check.proto = Some(match a[0].as_str() {
+                "h1" => CheckProto::H1,
+                "h2" => CheckProto::H2,
+                _ => return Err("expects h1 or h2".into()),
+            });
+            Ok(())
+        },
     },
     ServerOption {
         name: "agent-send",

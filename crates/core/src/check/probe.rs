@@ -2,7 +2,7 @@
 //! terms (`L4OK`, `L4CON`, `L4TOUT`, `L7OK`, `L7STS`, `L7RSP`, `L7TOUT`).
 //!
 //! A plain check connects. `option httpchk` sends one request and judges the status (or
-//! the body). `option tcp-check` runs the backend's `tcp-check` rules; the protocol probes
+//! the body), in HTTP/2 when the server is spoken to in HTTP/2 (or `check-proto h2`). `option tcp-check` runs the backend's `tcp-check` rules; the protocol probes
 //! (`redis-check`, `smtpchk`, `pgsql-check`) are rule sets too, while `mysql-check` and
 //! `ldap-check` speak a little of their protocols here.
 
@@ -10,13 +10,17 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use crate::conf::check::{
-    BackendCheck, CheckKind, CheckOpts, CheckVars, ConnectRule, Expect, Pattern, TcpRule,
+    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, Pattern,
+    TcpRule,
 };
 use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
+use crate::h2_stream::H2Stream;
 use crate::runtime::CheckResult;
-use crate::transport::Conn;
+use crate::transport::{Conn, Origin};
 
 /// Longest response kept for judging (status line, headers, the start of a body).
 const MAX_READ: usize = 16384;
@@ -43,9 +47,26 @@ pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult 
         CheckKind::Http => {
             let how = &be.check.http_connect;
             let req = be.check.http.render(&vars);
-            match open(aim(at, how), connect_limit, &req, tls).await {
-                Ok(conn) => {
-                    let o = http(&conn, &be.check, limit).await;
+            let h2 = speaks_h2(srv, opts);
+            // Sent with the connection when it is sure to be HTTP/1.1.
+            let early = if h2 == Some(false) { &req[..] } else { &[] };
+            match open(aim(at, how), connect_limit, early, tls).await {
+                Ok(conn) if h2.unwrap_or_else(|| chose_h2(&conn)) => {
+                    http2(conn, &req, &be.check, limit, how).await
+                }
+                Ok(mut conn) => {
+                    let o = if early.is_empty() {
+                        match conn.write_all(&req).await {
+                            Ok(()) => http(&conn, &be.check, limit).await,
+                            Err(e) => Outcome::fail(
+                                "L7RSP",
+                                "Layer7 invalid response",
+                                Some(describe(&e)),
+                            ),
+                        }
+                    } else {
+                        http(&conn, &be.check, limit).await
+                    };
                     close(conn, how);
                     o
                 }
@@ -77,6 +98,77 @@ fn aim(mut at: SocketAddr, how: &ConnectRule) -> SocketAddr {
         at.set_port(p);
     }
     at
+}
+
+/// Whether an HTTP check of `srv` speaks HTTP/2: `check-proto` if given, else as the server's
+/// traffic does (`proto h2`). `None` when TLS's ALPN will tell, the server offering `h2`.
+fn speaks_h2(srv: &Server, opts: &CheckOpts) -> Option<bool> {
+    match opts.proto {
+        Some(p) => Some(p == CheckProto::H2),
+        None if srv.h2 => Some(true),
+        None => {
+            let offers_h2 = srv
+                .check_tls
+                .as_ref()
+                .is_some_and(|c| c.config.alpn_protocols.iter().any(|p| p == b"h2"));
+            (!offers_h2).then_some(false)
+        }
+    }
+}
+
+/// Whether the check's TLS handshake chose HTTP/2 by ALPN.
+fn chose_h2(conn: &Conn) -> bool {
+    conn.tls().and_then(|t| t.alpn).as_deref() == Some(b"h2")
+}
+
+/// An HTTP check in HTTP/2: the connection's preface, then the check's request as one
+/// stream (the request written as HTTP/1.1 text and its answer read back as such, by the
+/// same stream adapter the data path uses), judged as [`http`] judges. The connection ends
+/// with the check, with a reset unless the connect rule says `linger`.
+async fn http2(
+    conn: Conn,
+    req: &[u8],
+    check: &BackendCheck,
+    limit: Duration,
+    how: &ConnectRule,
+) -> Outcome {
+    let layer7 =
+        |e: &io::Error| Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(e)));
+    if !how.linger {
+        conn.reset_on_close();
+    }
+    let (peer, local) = match (conn.peer_addr(), conn.local_addr()) {
+        (Ok(p), Ok(l)) => (p, l),
+        (Err(e), _) | (_, Err(e)) => return layer7(&e),
+    };
+    let tls = conn.is_tls();
+    let preface = h2::client::Builder::new().handshake::<_, Bytes>(conn);
+    let (send, connection) = match tokio::time::timeout(limit, preface).await {
+        Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
+        Ok(Err(e)) => return layer7(&io::Error::other(e)),
+        Ok(Ok(pair)) => pair,
+    };
+    let origin = Origin {
+        peer,
+        local,
+        tls: None,
+    };
+    let mut stream = Conn::h2_stream(H2Stream::asking(send, tls, peer), origin, None);
+    let exchange = async move {
+        match stream.write_all(req).await {
+            Ok(()) => http(&stream, check, limit).await,
+            Err(e) => layer7(&e),
+        }
+    };
+    let exchange = tokio::time::timeout(limit, exchange);
+    tokio::pin!(exchange, connection);
+    // The connection is driven while the stream runs; should it end first, the stream
+    // learns why.
+    let done = tokio::select! {
+        done = &mut exchange => done,
+        _ = &mut connection => exchange.await,
+    };
+    done.unwrap_or_else(|_| Outcome::fail("L7TOUT", "Layer7 timeout", None))
 }
 
 /// Ends a check's connection: with a reset unless the rule says `linger`, as HAProxy does,

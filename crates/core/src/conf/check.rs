@@ -37,6 +37,16 @@ pub struct CheckOpts {
     /// `on-marked-up shutdown-backup-sessions`: a server marked up ends the backups'
     /// connections.
     pub shutdown_backups_on_up: bool,
+    /// `check-proto`: the HTTP version of HTTP checks (default: the server's, HTTP/2 for
+    /// `proto h2` or when TLS's ALPN chose `h2`).
+    pub proto: Option<CheckProto>,
+}
+
+/// The protocol an HTTP check speaks (`check-proto h1|h2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckProto {
+    H1,
+    H2,
 }
 
 /// What `observe` watches in a server's traffic.
@@ -95,6 +105,7 @@ impl Default for CheckOpts {
             on_error: OnError::Fastinter,
             shutdown_on_down: false,
             shutdown_backups_on_up: false,
+            proto: None,
         }
     }
 }
