@@ -928,3 +928,72 @@ fn an_idle_connection_gets_goaway_after_its_keep_alive_timeout() {
         assert!(started.elapsed() < Duration::from_secs(15));
     });
 }
+
+#[test]
+fn websockets_open_over_http2_streams() {
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = websocket_echo_server(heads.clone());
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
+         timeout tunnel 30s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {server}\n"
+    ));
+    runtime().block_on(async {
+        let (send, _conn) = h2_connect(p.addr()).await;
+        let mut send = send.ready().await.unwrap();
+        // The server's SETTINGS allow extended CONNECT (RFC 8441).
+        wait_until_async(|| send.is_extended_connect_protocol_enabled()).await;
+        let open = |path: &str, protocol: &str| {
+            let mut req = http::Request::builder()
+                .method(http::Method::CONNECT)
+                .uri(format!("http://h2.test{path}"))
+                .header("sec-websocket-version", "13")
+                .body(())
+                .unwrap();
+            req.extensions_mut()
+                .insert(h2::ext::Protocol::from(protocol));
+            req
+        };
+        let (res, mut up) = send
+            .send_request(open("/chat", "websocket"), false)
+            .unwrap();
+        let res = res.await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("sec-websocket-accept").is_none());
+        let mut down = res.into_body();
+        // Two messages each way through the tunnel, then the client ends its side.
+        for word in ["hello", "again"] {
+            up.send_data(Bytes::from(word), false).unwrap();
+            let got = down.data().await.unwrap().unwrap();
+            down.flow_control().release_capacity(got.len()).unwrap();
+            assert_eq!(&got[..], word.as_bytes());
+        }
+        up.send_data(Bytes::new(), true).unwrap();
+        let mut rest = Vec::new();
+        while let Some(d) = down.data().await {
+            rest.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(
+            rest, b"bye",
+            "the server's last bytes, then the end of the stream"
+        );
+        // Another protocol, or plain CONNECT, is not tunneled.
+        let (res, _) = send.send_request(open("/other", "chat"), true).unwrap();
+        assert_eq!(res.await.unwrap().status(), 501);
+        // The connection still serves ordinary requests.
+        let (parts, body) = fetch(&mut send, get("/plain")).await.unwrap();
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"plain"[..]));
+    });
+    let heads = heads.lock().unwrap();
+    let ws = heads[0].to_ascii_lowercase();
+    assert!(ws.starts_with("get /chat http/1.1\r\n"), "{ws}");
+    for field in [
+        "upgrade: websocket",
+        "connection: upgrade",
+        "sec-websocket-version: 13",
+        "sec-websocket-key: ",
+    ] {
+        assert!(ws.contains(field), "{field} in {ws}");
+    }
+    assert_eq!(heads.len(), 2, "{heads:?}");
+}

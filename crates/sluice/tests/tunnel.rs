@@ -4,62 +4,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-
-/// A server that answers an Upgrade request with 101 and then echoes bytes until EOF, after
-/// which it writes "bye" and closes; other requests get 200. Records request heads.
-fn echo_server(heads: Arc<Mutex<Vec<String>>>) -> std::net::SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let heads = heads.clone();
-            std::thread::spawn(move || {
-                let mut w = s.try_clone().unwrap();
-                let mut r = BufReader::new(s);
-                loop {
-                    let mut head = String::new();
-                    loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        head.push_str(&line);
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    heads.lock().unwrap().push(head.clone());
-                    let lower = head.to_ascii_lowercase();
-                    if lower.contains("upgrade: websocket") && !lower.starts_with("get /no") {
-                        w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n").unwrap();
-                        let mut buf = [0u8; 4096];
-                        loop {
-                            match r.read(&mut buf) {
-                                Ok(0) | Err(_) => {
-                                    let _ = w.write_all(b"bye");
-                                    return;
-                                }
-                                Ok(n) => {
-                                    if w.write_all(&buf[..n]).is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
-                        .unwrap();
-                }
-            });
-        }
-    });
-    addr
-}
 
 fn proxy(addr: std::net::SocketAddr, extra: &str) -> Sluice {
     Sluice::start(&format!("{DEFAULTS}{extra}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {addr}\n"))
@@ -78,7 +27,7 @@ fn read_head(s: &mut TcpStream) -> String {
 #[test]
 fn websocket_echo_through_the_tunnel_with_half_close() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(echo_server(heads.clone()), "");
+    let p = proxy(websocket_echo_server(heads.clone()), "");
     let mut s = TcpStream::connect(p.addr()).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     s.write_all(b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n").unwrap();
@@ -109,7 +58,7 @@ fn websocket_echo_through_the_tunnel_with_half_close() {
 #[test]
 fn a_200_answer_to_an_upgrade_request_keeps_parsing_http() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(echo_server(heads.clone()), "");
+    let p = proxy(websocket_echo_server(heads.clone()), "");
     let mut c = p.connect();
     // The server declines (/no...): the next, pipelined request is still HTTP.
     c.send(b"GET /no HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nGET /next HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -121,7 +70,7 @@ fn a_200_answer_to_an_upgrade_request_keeps_parsing_http() {
 #[test]
 fn h2c_upgrades_are_stripped() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(echo_server(heads.clone()), "");
+    let p = proxy(websocket_echo_server(heads.clone()), "");
     let mut c = p.connect();
     c.send(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n");
     assert_eq!(c.response().text(), "plain");
@@ -135,7 +84,7 @@ fn h2c_upgrades_are_stripped() {
 #[test]
 fn timeout_tunnel_closes_idle_tunnels() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(echo_server(heads), "\n    timeout tunnel 300ms");
+    let p = proxy(websocket_echo_server(heads), "\n    timeout tunnel 300ms");
     let mut s = TcpStream::connect(p.addr()).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     s.write_all(

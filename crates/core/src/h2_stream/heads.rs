@@ -9,11 +9,52 @@ use sluice_http::{name_is, push_header, Framing, RequestHead, ResponseHead};
 /// Writes the HTTP/1.1 head of a stream's request into `out`. Returns whether its body
 /// goes chunked (it follows, and the client gave no length).
 pub(super) fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
-    out.extend_from_slice(parts.method.as_str().as_bytes());
+    request_line(parts.method.as_str(), parts, out);
+    request_fields(parts, &[], out);
+    let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    chunked
+}
+
+/// Whether a client's stream opens a WebSocket (RFC 8441: CONNECT with `:protocol
+/// websocket`).
+pub fn is_websocket(parts: &http::request::Parts) -> bool {
+    parts.method == http::Method::CONNECT
+        && parts
+            .extensions
+            .get::<h2::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// Writes the HTTP/1.1 head of a WebSocket opened over HTTP/2 ([`is_websocket`]): the GET
+/// with `Upgrade: websocket` an HTTP/1.1 server expects (RFC 6455 §4.1), with a key of its
+/// own, as HTTP/2 clients send none. What follows on the stream is the tunnel's bytes.
+pub(super) fn websocket_request_head(parts: &http::request::Parts, out: &mut Vec<u8>) {
+    request_line("GET", parts, out);
+    request_fields(parts, &["sec-websocket-key"], out);
+    let nonce: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
+    use base64::Engine as _;
+    let key = base64::engine::general_purpose::STANDARD.encode(nonce);
+    push_header(out, b"connection", b"upgrade");
+    push_header(out, b"upgrade", b"websocket");
+    push_header(out, b"sec-websocket-key", key.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn request_line(method: &str, parts: &http::request::Parts, out: &mut Vec<u8>) {
+    out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+}
+
+/// The request's fields but those named in `skip`, `:authority` as `Host` and the
+/// cookies in one field.
+fn request_fields(parts: &http::request::Parts, skip: &[&str], out: &mut Vec<u8>) {
     let authority = parts.uri.authority();
     if let Some(a) = authority {
         push_header(out, b"host", a.as_str().as_bytes());
@@ -25,18 +66,13 @@ pub(super) fn request_head(parts: &http::request::Parts, ended: bool, out: &mut 
             "host" if authority.is_some() => {}
             // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one.
             "cookie" => cookies.push(value.as_bytes()),
+            n if skip.contains(&n) => {}
             n => push_header(out, n.as_bytes(), value.as_bytes()),
         }
     }
     if !cookies.is_empty() {
         push_header(out, b"cookie", &cookies.join(&b"; "[..]));
     }
-    let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    chunked
 }
 
 /// The HTTP/2 response for a parsed HTTP/1.1 head, without the fields HTTP/2 forbids; its

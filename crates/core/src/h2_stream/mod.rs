@@ -44,6 +44,7 @@ use h2::{Reason, RecvStream, SendStream};
 use sluice_http::{parse_request, parse_response, push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
+pub use self::heads::is_websocket;
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
@@ -90,6 +91,9 @@ struct State {
     gone: Option<Gone>,
     /// The server did not process the stream (see [`Refused`]).
     refused: bool,
+    /// A client's stream that opens a WebSocket (RFC 8441): the server's 101 becomes a
+    /// 200 and the stream a tunnel.
+    websocket: bool,
 }
 
 #[derive(Debug)]
@@ -164,7 +168,14 @@ impl H2Stream {
     ) -> (H2Stream, ResetWatch) {
         let mut up = Vec::with_capacity(512);
         let ended = body.is_end_stream();
-        let chunked = heads::request_head(parts, ended, &mut up);
+        let websocket = heads::is_websocket(parts);
+        // A WebSocket's bytes cross raw once the server has switched.
+        let chunked = if websocket {
+            heads::websocket_request_head(parts, &mut up);
+            false
+        } else {
+            heads::request_head(parts, ended, &mut up)
+        };
         let state = State::new(
             up,
             (!ended).then_some(body),
@@ -176,6 +187,7 @@ impl H2Stream {
         );
         let state = Arc::new(Mutex::new(State {
             head_request: parts.method == http::Method::HEAD,
+            websocket,
             ..state
         }));
         let watch = ResetWatch {
@@ -324,6 +336,7 @@ impl State {
             answered: false,
             gone: None,
             refused: false,
+            websocket: false,
         }
     }
 
@@ -469,9 +482,11 @@ impl State {
     /// connection takes another stream. Ready at once while the head is not complete.
     fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let head_request = self.head_request;
+        let websocket = self.websocket;
         let sent = match &mut self.down {
             Down::Response { buf, .. } => loop {
                 match parse_response(buf, head_request) {
+                    Ok(Some(h)) if h.status == 101 && websocket => break self.respond(h),
                     // Interim answers (100 Continue) stay between the session and the server.
                     Ok(Some(h)) if h.status < 200 => drop(buf.drain(..h.len)),
                     Ok(Some(h)) => break self.respond(h),
@@ -508,11 +523,23 @@ impl State {
             unreachable!("called while the response head is awaited")
         };
         let bytes = Bytes::from(buf);
-        let Some(res) = heads::response(&head, &bytes) else {
+        let Some(mut res) = heads::response(&head, &bytes) else {
             respond.send_reset(Reason::INTERNAL_ERROR);
             return Err(invalid("a response field HTTP/2 cannot carry"));
         };
-        let no_body = matches!(head.framing, Framing::None | Framing::Length(0));
+        // The server switched to the WebSocket: over HTTP/2 that is a 200, without the
+        // key's answer (RFC 8441 §5), and the tunnel's bytes follow as DATA until either
+        // side ends. Its end is no reset to count against the client.
+        let switched = head.status == 101;
+        let framing = if switched {
+            *res.status_mut() = http::StatusCode::OK;
+            res.headers_mut().remove("sec-websocket-accept");
+            self.answered = true;
+            Framing::UntilClose
+        } else {
+            head.framing
+        };
+        let no_body = matches!(framing, Framing::None | Framing::Length(0));
         let send = respond.send_response(res, no_body).map_err(|_| {
             self.gone = Some(Gone::Peer);
             broken()
@@ -522,7 +549,7 @@ impl State {
         } else {
             self.down = Down::Body {
                 send,
-                reader: BodyReader::new(head.framing),
+                reader: BodyReader::new(framing),
                 input: bytes.slice(head.len..),
             };
         }

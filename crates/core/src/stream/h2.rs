@@ -133,6 +133,8 @@ pub(super) async fn serve(
         .max_frame_size(tune.max_frame_size)
         // A head larger than a buffer could not be served over HTTP/1.1 either.
         .max_header_list_size(w.config().global.bufsize as u32)
+        // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
+        .enable_connect_protocol()
         .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2));
     let Ok(Ok(mut conn)) = within(st.timeout_http_request.or(st.timeout_client), handshake).await
     else {
@@ -242,8 +244,9 @@ async fn exchange(
     earlier: u32,
 ) {
     let (parts, body) = req.into_parts();
-    if parts.method == http::Method::CONNECT {
-        // Tunnels over HTTP/2 streams are not built.
+    if parts.method == http::Method::CONNECT && !crate::h2_stream::is_websocket(&parts) {
+        // Tunnels over HTTP/2 streams are built for WebSockets only (RFC 8441), as
+        // CONNECT over HTTP/1.1 is not served either.
         let res = http::Response::builder()
             .status(501)
             .body(())

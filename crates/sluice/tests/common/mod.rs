@@ -643,3 +643,54 @@ pub fn stat_field(csv: &str, px: &str, sv: &str, field: &str) -> String {
 
 /// The defaults used by most tests.
 pub const DEFAULTS: &str = "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n";
+
+/// A server that answers an Upgrade request with 101 and then echoes bytes until EOF, after
+/// which it writes "bye" and closes; other requests get 200. Records request heads.
+pub fn websocket_echo_server(heads: Arc<Mutex<Vec<String>>>) -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let heads = heads.clone();
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                let mut r = std::io::BufReader::new(s);
+                loop {
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push_str(&line);
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    heads.lock().unwrap().push(head.clone());
+                    let lower = head.to_ascii_lowercase();
+                    if lower.contains("upgrade: websocket") && !lower.starts_with("get /no") {
+                        w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n").unwrap();
+                        let mut buf = [0u8; 4096];
+                        loop {
+                            match r.read(&mut buf) {
+                                Ok(0) | Err(_) => {
+                                    let _ = w.write_all(b"bye");
+                                    return;
+                                }
+                                Ok(n) => {
+                                    if w.write_all(&buf[..n]).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    addr
+}
