@@ -290,8 +290,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "send-proxy",
     "send-proxy-v2",
     "resolvers",
-    "check-sni",
-    "check-alpn",
     "check-send-proxy",
     "check-via-socks4",
     "init-addr",

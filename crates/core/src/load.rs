@@ -352,7 +352,7 @@ fn lower(
             }
             match tls::connector(t, &global.tls, spec.addr) {
                 Ok(c) => {
-                    srv.check_tls = checks.then(|| c.clone());
+                    srv.check_tls = checks.then(|| tls::check_connector(t, &c));
                     srv.tls = t.ssl.then_some(c);
                 }
                 Err(e) => errors.push(p.header.error(format!(

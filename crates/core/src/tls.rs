@@ -238,7 +238,46 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
             Ok(())
         },
     },
+    crate::conf::backend::ServerOption {
+        name: "check-sni",
+        args: 1,
+        parse: |o, a| {
+            ServerName::try_from(a[0].clone())
+                .map_err(|_| format!("'{}' is not a valid name", a[0]))?;
+            o.tls.check_sni = Some(a[0].clone());
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "check-alpn",
+        args: 1,
+        parse: |o, a| {
+            // An HTTP check then speaks what the server picks (`check::probe`).
+            o.tls.check_alpn = Some(a[0].split(',').map(str::to_string).collect());
+            Ok(())
+        },
+    },
 ];
+
+/// How a server's health checks start TLS: as its traffic does (`base`), but asking for
+/// `check-sni` and offering `check-alpn` where given. The certificate is verified as for
+/// the traffic.
+pub fn check_connector(o: &ServerTlsOpts, base: &Connector) -> Connector {
+    let mut c = base.clone();
+    if let Some(alpn) = &o.check_alpn {
+        let mut config = (*base.config).clone();
+        config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+        c.config = Arc::new(config);
+    }
+    if let Some(name) = o
+        .check_sni
+        .as_ref()
+        .and_then(|n| ServerName::try_from(n.clone()).ok())
+    {
+        c.name = name;
+    }
+    c
+}
 
 /// Builds how connections to a server at `addr` start TLS: its roots (`ca-file` from
 /// `ca-base`), the name it is asked for and checked against (the `sni`, else its address,

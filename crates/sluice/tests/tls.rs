@@ -980,3 +980,58 @@ fn crt_base_and_ca_base_resolve_relative_names() {
     assert_eq!(presented(&s), der);
     assert!(request(&mut s, "/").ends_with("\r\n\r\n0"));
 }
+
+#[test]
+fn health_checks_ask_for_check_sni_and_offer_check_alpn() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let front_sock = dir.0.join("front.sock");
+    let sock = dir.0.join("checker.sock");
+    // A TLS front that knows only `localhost` and refuses other names.
+    let front = Sluice::start(&format!(
+        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {pem} strict-sni alpn h2,http/1.1\n    default_backend be\nbackend be\n    server o {}\n",
+        front_sock.display(),
+        origin.addr
+    ));
+    let backend = |name: &str, opts: &str| {
+        format!(
+            "backend {name}\n    option httpchk GET /{name}\n    server s {} ssl verify none check inter 100ms rise 1 fall 1 {opts}\n",
+            front.addr()
+        )
+    };
+    let _checker = Sluice::start(&format!(
+        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend named\n{}{}{}",
+        sock.display(),
+        backend("named", "check-sni localhost"),
+        backend("misnamed", "check-sni other.test"),
+        backend("h2", "check-sni localhost check-alpn h2"),
+    ));
+    let field = |be: &str, f: &str| stat_field(&Sluice::cli(&sock, "show stat"), be, "s", f);
+    wait_until("every check judged", || {
+        field("named", "check_status") == "L7OK"
+            && field("h2", "check_status") == "L7OK"
+            && field("misnamed", "status") == "DOWN"
+    });
+    // The front refused the handshake that asked for a name it does not have.
+    assert!(
+        field("misnamed", "check_status").starts_with("L6"),
+        "{}",
+        field("misnamed", "check_status")
+    );
+    let seen = |path: &str| origin.requests().iter().any(|r| r.target == path);
+    assert!(seen("/named") && seen("/h2") && !seen("/misnamed"));
+    // The check that offered only h2 spoke HTTP/2; the others, without ALPN, HTTP/1.1.
+    let csv = Sluice::cli(&front_sock, "show stat");
+    let h2: u64 = stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd")
+        .parse()
+        .unwrap();
+    assert!(h2 > 0);
+    let (ok, out) = check_config(
+        "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 ssl verify none check check-sni -bad-\nfrontend f\n bind 127.0.0.1:1\n default_backend b\n",
+    );
+    assert!(
+        !ok && out.contains(":4") && out.contains("'-bad-' is not a valid name"),
+        "{out}"
+    );
+}

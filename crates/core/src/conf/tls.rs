@@ -93,6 +93,10 @@ pub struct ServerTlsOpts {
     /// `sni EXPR`: only a constant (`str(NAME)`) for now.
     pub sni: Option<String>,
     pub alpn: Vec<String>,
+    /// `check-sni NAME`: the name health checks ask for (default: as `sni`).
+    pub check_sni: Option<String>,
+    /// `check-alpn LIST`: the protocols health checks offer (default: as `alpn`).
+    pub check_alpn: Option<Vec<String>>,
 }
 
 /// How connections to a server start TLS: a rustls client configuration and the name
