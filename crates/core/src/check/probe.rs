@@ -2,7 +2,8 @@
 //! terms (`L4OK`, `L4CON`, `L4TOUT`, `L7OK`, `L7STS`, `L7RSP`, `L7TOUT`).
 //!
 //! A plain check connects. `option httpchk` sends one request and judges the status (or
-//! the body), in HTTP/2 when the server is spoken to in HTTP/2 (or `check-proto h2`). `option tcp-check` runs the backend's `tcp-check` rules; the protocol probes
+//! the body), in HTTP/2 when the server is spoken to in HTTP/2 (or `check-proto h2`).
+//! `option tcp-check` runs the backend's `tcp-check` rules; the protocol probes
 //! (`redis-check`, `smtpchk`, `pgsql-check`) are rule sets too, while `mysql-check` and
 //! `ldap-check` speak a little of their protocols here.
 

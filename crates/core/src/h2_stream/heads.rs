@@ -3,6 +3,7 @@
 //! HTTP/1.1's connection-specific fields never cross into HTTP/2, and what HTTP/2 says in
 //! pseudo-headers (`:authority`, `:scheme`) becomes `Host` or comes from it.
 
+use base64::Engine as _;
 use bytes::Bytes;
 use sluice_http::{name_is, push_header, Framing, RequestHead, ResponseHead};
 
@@ -36,7 +37,6 @@ pub(super) fn websocket_request_head(parts: &http::request::Parts, out: &mut Vec
     request_line("GET", parts, out);
     request_fields(parts, &["sec-websocket-key"], out);
     let nonce: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
-    use base64::Engine as _;
     let key = base64::engine::general_purpose::STANDARD.encode(nonce);
     push_header(out, b"connection", b"upgrade");
     push_header(out, b"upgrade", b"websocket");

@@ -7,6 +7,9 @@
 //!   is parsed once and sent as HEADERS and DATA, and the response reads back as HTTP/1.1
 //!   with `connection: close` (the stream carries one exchange and is never pooled; its
 //!   connection, `pool::h2`'s link, is what lasts).
+//! - a client's stream that opens a WebSocket (RFC 8441: CONNECT with `:protocol
+//!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request; the server's 101
+//!   leaves as a 200, and the stream then carries the tunnel's bytes both ways, raw.
 //!
 //! No task and no buffer stand between the two: each call of the `transport::Conn` that
 //! holds the stream works on the stream itself. `heads` translates the heads, `body` takes
