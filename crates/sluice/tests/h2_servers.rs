@@ -565,6 +565,18 @@ fn a_server_that_answers_before_the_whole_upload_is_heard() {
     assert_eq!(get(p.addr(), "/next").status, 200);
 }
 
+/// The server side of the TLS tests: a second sluice terminating TLS (certificate `pem`,
+/// ALPN `offered`), HTTP/1.1 to `origin` behind it, its CLI on `sock`.
+fn tls_front(pem: &str, offered: &str, sock: &std::path::Path, origin: SocketAddr) -> Sluice {
+    Sluice::start(&format!(
+        "global\n nbthread 1\n stats socket {}\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+         frontend fe\n {{fe}} ssl crt {pem} alpn {offered}\n default_backend be\n\
+         backend be\n server o {origin}\n",
+        sock.display(),
+    ))
+}
+
 #[test]
 fn over_tls_alpn_chooses_http2_when_the_server_offers_it() {
     let origin = Origin::start("o");
@@ -572,15 +584,7 @@ fn over_tls_alpn_chooses_http2_when_the_server_offers_it() {
     let pem = self_signed(&dir);
     for (offered, h2) in [("h2,http/1.1", true), ("http/1.1", false)] {
         let sock = dir.0.join(format!("tls-{h2}.sock"));
-        // The server side: a second sluice terminating TLS, HTTP/1.1 behind it.
-        let tls = Sluice::start(&format!(
-            "global\n nbthread 1\n stats socket {}\n\
-             defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
-             frontend fe\n {{fe}} ssl crt {pem} alpn {offered}\n default_backend be\n\
-             backend be\n server o {}\n",
-            sock.display(),
-            origin.addr
-        ));
+        let tls = tls_front(&pem, offered, &sock, origin.addr);
         let p = Sluice::start(&config(
             &format!("server s {} ssl verify none alpn h2,http/1.1", tls.addr()),
             "",
@@ -689,14 +693,7 @@ fn http_checks_over_tls_speak_what_alpn_chose() {
     for (offered, h2) in [("h2,http/1.1", true), ("http/1.1", false)] {
         let tls_sock = dir.0.join(format!("tls-{h2}.sock"));
         let sock = dir.0.join(format!("checker-{h2}.sock"));
-        let tls = Sluice::start(&format!(
-            "global\n nbthread 1\n stats socket {}\n\
-             defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
-             frontend fe\n {{fe}} ssl crt {pem} alpn {offered}\n default_backend be\n\
-             backend be\n server o {}\n",
-            tls_sock.display(),
-            origin.addr
-        ));
+        let tls = tls_front(&pem, offered, &tls_sock, origin.addr);
         let _checker = Sluice::start(&format!(
             "global\n stats socket {}\n\
              defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
