@@ -59,11 +59,7 @@ pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult 
                     let o = if early.is_empty() {
                         match conn.write_all(&req).await {
                             Ok(()) => http(&conn, &be.check, limit).await,
-                            Err(e) => Outcome::fail(
-                                "L7RSP",
-                                "Layer7 invalid response",
-                                Some(describe(&e)),
-                            ),
+                            Err(e) => Outcome::invalid(&e),
                         }
                     } else {
                         http(&conn, &be.check, limit).await
@@ -133,20 +129,18 @@ async fn http2(
     limit: Duration,
     how: &ConnectRule,
 ) -> Outcome {
-    let layer7 =
-        |e: &io::Error| Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(e)));
     if !how.linger {
         conn.reset_on_close();
     }
     let (peer, local) = match (conn.peer_addr(), conn.local_addr()) {
         (Ok(p), Ok(l)) => (p, l),
-        (Err(e), _) | (_, Err(e)) => return layer7(&e),
+        (Err(e), _) | (_, Err(e)) => return Outcome::invalid(&e),
     };
     let tls = conn.is_tls();
     let preface = h2::client::Builder::new().handshake::<_, Bytes>(conn);
     let (send, connection) = match tokio::time::timeout(limit, preface).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
-        Ok(Err(e)) => return layer7(&io::Error::other(e)),
+        Ok(Err(e)) => return Outcome::invalid(&io::Error::other(e)),
         Ok(Ok(pair)) => pair,
     };
     let origin = Origin {
@@ -158,7 +152,7 @@ async fn http2(
     let exchange = async move {
         match stream.write_all(req).await {
             Ok(()) => http(&stream, check, limit).await,
-            Err(e) => layer7(&e),
+            Err(e) => Outcome::invalid(&e),
         }
     };
     let exchange = tokio::time::timeout(limit, exchange);
@@ -213,6 +207,11 @@ impl Outcome {
             info,
             stopping: false,
         }
+    }
+
+    /// The answer could not be read (or the request not sent): `L7RSP` with the error.
+    fn invalid(e: &io::Error) -> Outcome {
+        Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(e)))
     }
 
     fn finish(self, started: Instant) -> CheckResult {
@@ -378,7 +377,7 @@ async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
     let answer = read_until(conn, |b| whole_response(b, head_only));
     let rsp = match tokio::time::timeout(limit, answer).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
-        Ok(Err(e)) => return Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
+        Ok(Err(e)) => return Outcome::invalid(&e),
         Ok(Ok(r)) => r,
     };
     let Some((code, phrase, body)) = parse_status(&rsp) else {
@@ -685,7 +684,7 @@ async fn mysql(conn: &mut Conn, user: Option<&str>, limit: Duration) -> Outcome 
     };
     match tokio::time::timeout(limit, exchange).await {
         Err(_) => Outcome::fail("L7TOUT", "Layer7 timeout", None),
-        Ok(Err(e)) => Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
+        Ok(Err(e)) => Outcome::invalid(&e),
         Ok(Ok(Err(why))) => Outcome::fail("L7STS", "Layer7 wrong status", Some(why)),
         Ok(Ok(Ok(()))) => Outcome::pass("L7OK", "Layer7 check passed"),
     }
@@ -714,7 +713,7 @@ async fn ldap(conn: &mut Conn, limit: Duration) -> Outcome {
     };
     let rsp = match tokio::time::timeout(limit, exchange).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
-        Ok(Err(e)) => return Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(&e))),
+        Ok(Err(e)) => return Outcome::invalid(&e),
         Ok(Ok(r)) => r,
     };
     match ldap_bind_result(&rsp) {
