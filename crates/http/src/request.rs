@@ -48,6 +48,12 @@ impl RequestHead {
         self.method(buf) == b"HEAD"
     }
 
+    /// A CONNECT: its target is an authority, and a 2xx answer makes the connection a
+    /// tunnel (RFC 9110 §9.3.6).
+    pub fn is_connect(&self, buf: &[u8]) -> bool {
+        self.method(buf) == b"CONNECT"
+    }
+
     /// Methods RFC 9110 §9.2.2 calls idempotent: safe to replay when a reused connection fails.
     pub fn is_idempotent(&self, buf: &[u8]) -> bool {
         matches!(
@@ -184,6 +190,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
             return reject(400, "absolute-form authority differs from Host");
         }
     }
+    if method == b"CONNECT" {
+        if host.is_some_and(|h| !h.eq_ignore_ascii_case(target)) {
+            return reject(400, "CONNECT target differs from Host");
+        }
+        // A CONNECT has no content (RFC 9110 §9.3.6): what follows its head is the
+        // tunnel's, which a length must not claim.
+        if framing != Framing::None {
+            return reject(400, "CONNECT request with a body");
+        }
+    }
     let wants_close = conn.close || (version == Version::Http10 && !conn.keep_alive);
     Ok(Some(RequestHead {
         len,
@@ -231,7 +247,13 @@ fn check_target(method: &[u8], target: &[u8]) -> Result<Range<usize>, HeadError>
     match target.first() {
         Some(b'/') if method != b"CONNECT" => Ok(path_of(0)),
         Some(b'*') if target == b"*" && method == b"OPTIONS" => Ok(0..1),
-        _ if method == b"CONNECT" => reject(501, "CONNECT is not supported"),
+        // authority-form: `host:port`, the port required (RFC 9112 §3.2.3); no path.
+        _ if method == b"CONNECT" => match target.iter().rposition(|&b| b == b':') {
+            Some(i) if host_ok(target) && target[i + 1..].iter().all(u8::is_ascii_digit) => {
+                Ok(target.len()..target.len())
+            }
+            _ => reject(400, "CONNECT target is not host:port"),
+        },
         _ => {
             let Some(authority) = absolute_authority(target) else {
                 return reject(400, "invalid request target form");
@@ -453,8 +475,18 @@ mod tests {
         assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
         assert_eq!(status("GET  / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("G(T / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
-        assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n"), 501);
-        assert_eq!(status("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n"), 501);
+        assert_eq!(status("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("CONNECT a HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: b:443\r\n\r\n"), 400);
+        assert_eq!(
+            status("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nContent-Length: 3\r\n\r\nabc"),
+            400
+        );
+        let raw = b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n";
+        let head = parse_request(raw).unwrap().unwrap();
+        assert!(head.is_connect(raw) && head.framing == Framing::None);
+        assert_eq!(&raw[head.target.clone()], b"a.test:443");
+        assert!(raw[head.path.clone()].is_empty());
     }
 
     #[test]

@@ -59,7 +59,6 @@ impl<'a> RequestView<'a> {
         head.framing
     }
 
-    /// The client asked to close its connection after this exchange.
     /// The part of the body already received with the head (at most its announced length).
     pub fn body_so_far(&self) -> &'a [u8] {
         let RequestKind::H1 { buf, head } = self.kind;
@@ -70,6 +69,7 @@ impl<'a> RequestView<'a> {
         }
     }
 
+    /// The client asked to close its connection after this exchange.
     pub fn wants_close(&self) -> bool {
         let RequestKind::H1 { head, .. } = self.kind;
         head.wants_close

@@ -41,6 +41,9 @@ struct Seen {
 /// - `/hang`: never answers, and records the reset that ends the stream;
 /// - `/early`: answers 413 without reading the body, then stops the upload with
 ///   RST_STREAM (NO_ERROR), as RFC 9113 §8.1 allows;
+/// - a CONNECT (plain, or extended with `:protocol`, which it allows unless started
+///   [`H2Origin::without_extended_connect`]): 200, then echoes the stream's DATA until the
+///   proxy ends its side, then "bye" and the end; 403 for `refused.test`;
 /// - anything else: 200 echoing the connection's number, the request's body length, byte
 ///   sum and trailer `x-sum`, without length.
 struct H2Origin {
@@ -50,6 +53,14 @@ struct H2Origin {
 
 impl H2Origin {
     fn start() -> H2Origin {
+        H2Origin::start_with(true)
+    }
+
+    fn without_extended_connect() -> H2Origin {
+        H2Origin::start_with(false)
+    }
+
+    fn start_with(extended_connect: bool) -> H2Origin {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -70,7 +81,8 @@ impl H2Origin {
                                 return;
                             };
                             let n = s.conns.fetch_add(1, Ordering::SeqCst) + 1;
-                            tokio::task::spawn_local(serve_conn(tcp, n, s.clone()));
+                            let serve = serve_conn(tcp, n, s.clone(), extended_connect);
+                            tokio::task::spawn_local(serve);
                         }
                     })
                     .await;
@@ -92,8 +104,12 @@ impl H2Origin {
     }
 }
 
-async fn serve_conn(tcp: tokio::net::TcpStream, n: usize, seen: Arc<Seen>) {
-    if let Ok(mut conn) = h2::server::handshake(tcp).await {
+async fn serve_conn(tcp: tokio::net::TcpStream, n: usize, seen: Arc<Seen>, extended: bool) {
+    let mut builder = h2::server::Builder::new();
+    if extended {
+        builder.enable_connect_protocol();
+    }
+    if let Ok(mut conn) = builder.handshake(tcp).await {
         while let Some(Ok((req, respond))) = conn.accept().await {
             seen.streams.fetch_add(1, Ordering::SeqCst);
             let path = req.uri().path().to_string();
@@ -114,6 +130,9 @@ async fn answer(
     seen: Arc<Seen>,
 ) {
     let (parts, mut body) = req.into_parts();
+    if parts.method == http::Method::CONNECT {
+        return tunnel(parts, body, respond, seen).await;
+    }
     let path = parts.uri.path().to_string();
     if path.starts_with("/refuse-") {
         let mut refused = seen.refused.lock().unwrap();
@@ -208,6 +227,41 @@ async fn answer(
         t.insert("grpc-status", "0".parse().unwrap());
         let _ = send.send_trailers(t);
     }
+}
+
+/// Answers a CONNECT stream: see [`H2Origin`].
+async fn tunnel(
+    parts: http::request::Parts,
+    mut body: h2::RecvStream,
+    mut respond: h2::server::SendResponse<Bytes>,
+    seen: Arc<Seen>,
+) {
+    let protocol = parts.extensions.get::<h2::ext::Protocol>();
+    let key = parts.headers.get("sec-websocket-key");
+    seen.heads.lock().unwrap().push(format!(
+        "CONNECT {} protocol={} key={}",
+        parts.uri,
+        protocol.map_or("-", |p| p.as_str()),
+        key.map_or("-", |k| k.to_str().unwrap()),
+    ));
+    let refused = parts.uri.host() == Some("refused.test");
+    let rsp = http::Response::builder()
+        .status(if refused { 403 } else { 200 })
+        .body(())
+        .unwrap();
+    let Ok(mut send) = respond.send_response(rsp, refused) else {
+        return;
+    };
+    if refused {
+        return;
+    }
+    while let Some(Ok(d)) = body.data().await {
+        let _ = body.flow_control().release_capacity(d.len());
+        if send.send_data(d, false).is_err() {
+            return;
+        }
+    }
+    let _ = send.send_data(Bytes::from_static(b"bye"), true);
 }
 
 fn config(server_line: &str, extra_global: &str) -> String {
@@ -720,4 +774,89 @@ fn http_checks_over_tls_speak_what_alpn_chose() {
         .requests()
         .iter()
         .any(|r| r.method == "GET" && r.target == "/chk"));
+}
+
+/// Reads a response head byte by byte, so nothing after it is consumed.
+fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "connection closed in the head");
+        head.push(b[0]);
+    }
+    String::from_utf8(head).unwrap().to_ascii_lowercase()
+}
+
+/// Sends `msgs` through an open tunnel, each echoed back, then half-closes: the server's
+/// last bytes come back before the end.
+fn echo_through(s: &mut TcpStream, msgs: &[&[u8]]) {
+    for msg in msgs {
+        s.write_all(msg).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(&back, msg);
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, b"bye");
+}
+
+#[test]
+fn websockets_and_connect_reach_an_http2_server_as_connect_streams() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(&config(
+        &format!("server s {} proto h2\n timeout tunnel 10s", origin.addr),
+        "",
+    ));
+    let open = |req: &[u8]| {
+        let mut s = TcpStream::connect(p.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(req).unwrap();
+        let head = read_head(&mut s);
+        (s, head)
+    };
+    // The key and its answer are RFC 6455's own example.
+    let (mut ws, head) = open(b"GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    assert!(head.starts_with("http/1.1 101 "), "{head}");
+    for field in [
+        "upgrade: websocket\r\n",
+        "connection: upgrade\r\n",
+        "sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n",
+    ] {
+        assert!(head.contains(field), "{field} in {head}");
+    }
+    echo_through(&mut ws, &[b"\x81\x05hello", &[9u8; 40_000]]);
+    let (mut tunnel, head) =
+        open(b"CONNECT origin.test:443 HTTP/1.1\r\nHost: origin.test:443\r\n\r\n");
+    assert!(head.starts_with("http/1.1 200 "), "{head}");
+    assert!(!head.contains("content-length") && !head.contains("transfer-encoding"));
+    echo_through(&mut tunnel, &[b"\x16\x03\x01 hello"]);
+    let refused = exchange_raw(
+        p.addr(),
+        b"CONNECT refused.test:443 HTTP/1.1\r\nHost: refused.test:443\r\n\r\n",
+    );
+    assert!(refused.starts_with("HTTP/1.1 403 "), "{refused}");
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    assert_eq!(
+        heads,
+        [
+            "CONNECT http://ws.test/chat protocol=websocket key=-",
+            "CONNECT origin.test:443 protocol=- key=-",
+            "CONNECT refused.test:443 protocol=- key=-",
+        ]
+    );
+}
+
+#[test]
+fn a_websocket_upgrade_to_a_server_without_extended_connect_is_a_plain_request() {
+    let origin = H2Origin::without_extended_connect();
+    let p = Sluice::start(&config(&format!("server s {} proto h2", origin.addr), ""));
+    let mut c = Conn::new(p.addr());
+    c.send(b"GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "conn=1 len=0 sum=0 trailer=- path=/chat");
+    // And the connection goes on as HTTP.
+    assert_eq!(c.get("/next").status, 200);
 }

@@ -932,7 +932,7 @@ fn an_idle_connection_gets_goaway_after_its_keep_alive_timeout() {
 #[test]
 fn websockets_open_over_http2_streams() {
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let server = websocket_echo_server(heads.clone());
+    let server = tunnel_echo_server(heads.clone());
     let p = Sluice::start(&format!(
         "defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
          timeout tunnel 30s\n\
@@ -977,7 +977,7 @@ fn websockets_open_over_http2_streams() {
             rest, b"bye",
             "the server's last bytes, then the end of the stream"
         );
-        // Another protocol, or plain CONNECT, is not tunneled.
+        // Another protocol is not tunneled.
         let (res, _) = send.send_request(open("/other", "chat"), true).unwrap();
         assert_eq!(res.await.unwrap().status(), 501);
         // The connection still serves ordinary requests.
@@ -996,4 +996,68 @@ fn websockets_open_over_http2_streams() {
         assert!(ws.contains(field), "{field} in {ws}");
     }
     assert_eq!(heads.len(), 2, "{heads:?}");
+}
+
+#[test]
+fn plain_connect_opens_a_tunnel_over_an_http2_stream() {
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = tunnel_echo_server(heads.clone());
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {server}\n"
+    ));
+    runtime().block_on(async {
+        let (send, _conn) = h2_connect(p.addr()).await;
+        let mut send = send.ready().await.unwrap();
+        // RFC 9113 §8.5: `:method CONNECT` and `:authority`, no `:scheme` nor `:path`.
+        let connect = |authority: &str| {
+            http::Request::builder()
+                .method(http::Method::CONNECT)
+                .uri(authority)
+                .body(())
+                .unwrap()
+        };
+        let (res, mut up) = send
+            .send_request(connect("origin.test:443"), false)
+            .unwrap();
+        let res = res.await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("content-length").is_none());
+        let mut down = res.into_body();
+        for word in ["hello", "again"] {
+            up.send_data(Bytes::from(word), false).unwrap();
+            let got = down.data().await.unwrap().unwrap();
+            down.flow_control().release_capacity(got.len()).unwrap();
+            assert_eq!(&got[..], word.as_bytes());
+        }
+        up.send_data(Bytes::new(), true).unwrap();
+        let mut rest = Vec::new();
+        while let Some(d) = down.data().await {
+            rest.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(
+            rest, b"bye",
+            "the server's last bytes, then the stream's end"
+        );
+        // A refusal is an ordinary answer, and the connection serves on.
+        let (res, _) = send
+            .send_request(connect("refused.test:443"), true)
+            .unwrap();
+        let res = res.await.unwrap();
+        assert_eq!(res.status(), 403);
+        let (parts, body) = fetch(&mut send, get("/plain")).await.unwrap();
+        assert_eq!((parts.status.as_u16(), &body[..]), (200, &b"plain"[..]));
+    });
+    let heads = heads.lock().unwrap();
+    assert!(
+        heads[0].starts_with("CONNECT origin.test:443 HTTP/1.1\r\n"),
+        "{heads:?}"
+    );
+    assert!(
+        heads[0]
+            .to_ascii_lowercase()
+            .contains("host: origin.test:443\r\n"),
+        "{heads:?}"
+    );
+    assert_eq!(heads.len(), 3, "{heads:?}");
 }

@@ -1,6 +1,6 @@
 //! Upgrade (WebSocket) tunnels: switched only after the server's 101, bytes relayed both ways
 //! with half-close; a 200 to an Upgrade request keeps HTTP going; h2c is stripped; timeout
-//! tunnel ends idle tunnels.
+//! tunnel ends idle tunnels. CONNECT: forwarded to the server, a tunnel after its 2xx.
 
 mod common;
 
@@ -27,7 +27,7 @@ fn read_head(s: &mut TcpStream) -> String {
 #[test]
 fn websocket_echo_through_the_tunnel_with_half_close() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(websocket_echo_server(heads.clone()), "");
+    let p = proxy(tunnel_echo_server(heads.clone()), "");
     let mut s = TcpStream::connect(p.addr()).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     s.write_all(b"GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n").unwrap();
@@ -58,7 +58,7 @@ fn websocket_echo_through_the_tunnel_with_half_close() {
 #[test]
 fn a_200_answer_to_an_upgrade_request_keeps_parsing_http() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(websocket_echo_server(heads.clone()), "");
+    let p = proxy(tunnel_echo_server(heads.clone()), "");
     let mut c = p.connect();
     // The server declines (/no...): the next, pipelined request is still HTTP.
     c.send(b"GET /no HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nGET /next HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -70,7 +70,7 @@ fn a_200_answer_to_an_upgrade_request_keeps_parsing_http() {
 #[test]
 fn h2c_upgrades_are_stripped() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(websocket_echo_server(heads.clone()), "");
+    let p = proxy(tunnel_echo_server(heads.clone()), "");
     let mut c = p.connect();
     c.send(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n");
     assert_eq!(c.response().text(), "plain");
@@ -84,7 +84,7 @@ fn h2c_upgrades_are_stripped() {
 #[test]
 fn timeout_tunnel_closes_idle_tunnels() {
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let p = proxy(websocket_echo_server(heads), "\n    timeout tunnel 300ms");
+    let p = proxy(tunnel_echo_server(heads), "\n    timeout tunnel 300ms");
     let mut s = TcpStream::connect(p.addr()).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     s.write_all(
@@ -103,4 +103,72 @@ fn timeout_tunnel_closes_idle_tunnels() {
         "the proxy closed the idle tunnel (not a read timeout): {closed:?}"
     );
     assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[test]
+fn connect_is_forwarded_and_the_servers_2xx_opens_a_tunnel() {
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    // `http-server-close` would ask the server to close after its answer: not for a CONNECT,
+    // whose connection becomes the tunnel.
+    let p = proxy(
+        tunnel_echo_server(heads.clone()),
+        "\n    option http-server-close",
+    );
+    let mut s = TcpStream::connect(p.addr()).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.write_all(b"CONNECT origin.test:443 HTTP/1.1\r\nHost: origin.test:443\r\nProxy-Authorization: Basic eDp5\r\n\r\n").unwrap();
+    let head = read_head(&mut s).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200 "), "{head}");
+    for absent in ["content-length", "transfer-encoding", "connection:"] {
+        assert!(!head.contains(absent), "{absent} in {head}");
+    }
+    for msg in [&b"\x16\x03\x01 a ClientHello, say"[..], &[7u8; 5000]] {
+        s.write_all(msg).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(back, msg);
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, b"bye", "the server's last bytes after our half-close");
+    let seen = heads.lock().unwrap()[0].clone();
+    assert!(
+        seen.starts_with("CONNECT origin.test:443 HTTP/1.1\r\n"),
+        "{seen}"
+    );
+    let seen = seen.to_ascii_lowercase();
+    assert!(seen.contains("host: origin.test:443\r\n"), "{seen}");
+    assert!(seen.contains("proxy-authorization: basic"), "{seen}");
+    assert!(!seen.contains("connection:"), "{seen}");
+}
+
+#[test]
+fn a_refused_connect_is_answered_then_the_connection_closes() {
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let p = proxy(tunnel_echo_server(heads.clone()), "");
+    let mut c = p.connect();
+    // What a client sends after its CONNECT was meant for the tunnel: never a request.
+    c.send(b"CONNECT refused.test:443 HTTP/1.1\r\nHost: refused.test:443\r\n\r\nGET /x HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    assert_eq!((r.status, r.text().as_str()), (403, "refused"));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(c.is_closed());
+    // Malformed CONNECTs never reach the server.
+    for bad in [
+        &b"CONNECT /x HTTP/1.1\r\nHost: t\r\n\r\n"[..],
+        b"CONNECT t HTTP/1.1\r\nHost: t\r\n\r\n",
+        b"CONNECT t:443 HTTP/1.1\r\nHost: u:443\r\n\r\n",
+        b"CONNECT t:443 HTTP/1.1\r\nHost: t:443\r\nContent-Length: 2\r\n\r\nhi",
+    ] {
+        let (r, _) = raw_exchange(p.addr(), bad);
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(400),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 1, "{heads:?}");
 }

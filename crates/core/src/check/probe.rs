@@ -148,7 +148,7 @@ async fn http2(
         local,
         tls: None,
     };
-    let mut stream = Conn::h2_stream(H2Stream::asking(send, tls, peer), origin, None);
+    let mut stream = Conn::h2_stream(H2Stream::asking(send, (tls, peer), None), origin, None);
     let exchange = async move {
         match stream.write_all(req).await {
             Ok(()) => http(&stream, check, limit).await,

@@ -7,6 +7,27 @@ use base64::Engine as _;
 use bytes::Bytes;
 use sluice_http::{name_is, push_header, Framing, RequestHead, ResponseHead};
 
+/// The tunnels a stream may carry, each opened by a CONNECT (RFC 9113 §8.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tunnel {
+    /// `:protocol websocket` (RFC 8441), an HTTP/1.1 `Upgrade: websocket`, which an
+    /// HTTP/1.1 server's 101 opens.
+    WebSocket,
+    /// No `:protocol`: to wherever `:authority` names, which a 2xx opens.
+    Connect,
+}
+
+impl Tunnel {
+    /// Whether an HTTP/1.1 server's answer `status` opens the tunnel (an HTTP/2 server's
+    /// opens with any 2xx).
+    pub(super) fn opened_by(self, status: u16) -> bool {
+        match self {
+            Tunnel::WebSocket => status == 101,
+            Tunnel::Connect => (200..300).contains(&status),
+        }
+    }
+}
+
 /// Writes the HTTP/1.1 head of a stream's request into `out`. Returns whether its body
 /// goes chunked (it follows, and the client gave no length).
 pub(super) fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
@@ -20,17 +41,21 @@ pub(super) fn request_head(parts: &http::request::Parts, ended: bool, out: &mut 
     chunked
 }
 
-/// Whether a client's stream opens a WebSocket (RFC 8441: CONNECT with `:protocol
-/// websocket`).
-pub fn is_websocket(parts: &http::request::Parts) -> bool {
-    parts.method == http::Method::CONNECT
-        && parts
-            .extensions
-            .get::<h2::ext::Protocol>()
-            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+/// The tunnel a client's stream asks for: a WebSocket (CONNECT with `:protocol
+/// websocket`) or a plain CONNECT (no `:protocol`). `None` for any other request, and for
+/// a CONNECT with another protocol, which sluice does not open.
+pub fn tunnel(parts: &http::request::Parts) -> Option<Tunnel> {
+    if parts.method != http::Method::CONNECT {
+        return None;
+    }
+    match parts.extensions.get::<h2::ext::Protocol>() {
+        None => Some(Tunnel::Connect),
+        Some(p) if p.as_str().eq_ignore_ascii_case("websocket") => Some(Tunnel::WebSocket),
+        Some(_) => None,
+    }
 }
 
-/// Writes the HTTP/1.1 head of a WebSocket opened over HTTP/2 ([`is_websocket`]): the GET
+/// Writes the HTTP/1.1 head of a WebSocket opened over HTTP/2 ([`tunnel`]): the GET
 /// with `Upgrade: websocket` an HTTP/1.1 server expects (RFC 6455 §4.1), with a key of its
 /// own, as HTTP/2 clients send none. What follows on the stream is the tunnel's bytes.
 pub(super) fn websocket_request_head(parts: &http::request::Parts, out: &mut Vec<u8>) {
@@ -41,6 +66,17 @@ pub(super) fn websocket_request_head(parts: &http::request::Parts, out: &mut Vec
     push_header(out, b"connection", b"upgrade");
     push_header(out, b"upgrade", b"websocket");
     push_header(out, b"sec-websocket-key", key.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the HTTP/1.1 head of a plain CONNECT over HTTP/2: `:authority` is its target
+/// and its `Host`. What follows on the stream is the tunnel's bytes.
+pub(super) fn connect_request_head(parts: &http::request::Parts, out: &mut Vec<u8>) {
+    let authority = parts.uri.authority().map_or("", |a| a.as_str());
+    out.extend_from_slice(b"CONNECT ");
+    out.extend_from_slice(authority.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    request_fields(parts, &[], out);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -93,14 +129,40 @@ pub(super) fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Respo
     Some(res)
 }
 
+/// The tunnel a request to a server opens on its stream: a CONNECT, or an HTTP/1.1
+/// `Upgrade: websocket` when the server allows extended CONNECT (`extended`, RFC 8441).
+/// Without that, the upgrade fields are dropped as connection-specific and the server
+/// answers the plain GET as such.
+pub(super) fn tunnel_asked(head: &RequestHead, buf: &[u8], extended: bool) -> Option<Tunnel> {
+    if head.is_connect(buf) {
+        return Some(Tunnel::Connect);
+    }
+    let websocket = head.nominated.iter().any(|n| n == b"upgrade")
+        && head
+            .header(buf, "upgrade")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"));
+    (websocket && extended).then_some(Tunnel::WebSocket)
+}
+
+/// The `Sec-WebSocket-Accept` an HTTP/1.1 client expects for its `Sec-WebSocket-Key`
+/// (RFC 6455 §4.2.2), which an HTTP/2 server does not send.
+pub(super) fn websocket_accept(key: &[u8]) -> String {
+    const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    ctx.update(key);
+    ctx.update(GUID);
+    base64::engine::general_purpose::STANDARD.encode(ctx.finish())
+}
+
 /// The HTTP/2 request for a parsed HTTP/1.1 head, without the connection-specific fields
 /// HTTP/2 forbids, on a connection to `server` (TLS when `tls`); `None` if it cannot be
-/// carried (a target HTTP/2 cannot name).
+/// carried (a target HTTP/2 cannot name). A WebSocket `tunnel` goes as the extended
+/// CONNECT (RFC 8441), without the key HTTP/2 does not use.
 pub(super) fn request(
     head: &RequestHead,
     buf: &[u8],
-    tls: bool,
-    server: std::net::SocketAddr,
+    (tls, server): (bool, std::net::SocketAddr),
+    tunnel: Option<Tunnel>,
 ) -> Option<http::Request<()>> {
     let target = std::str::from_utf8(&buf[head.target.clone()]).ok()?;
     let uri: http::Uri = if target.starts_with('/') {
@@ -122,12 +184,22 @@ pub(super) fn request(
     let mut req = http::Request::new(());
     *req.method_mut() = http::Method::from_bytes(head.method(buf)).ok()?;
     *req.uri_mut() = uri;
+    let websocket = tunnel == Some(Tunnel::WebSocket);
+    if websocket {
+        *req.method_mut() = http::Method::CONNECT;
+        req.extensions_mut()
+            .insert(h2::ext::Protocol::from_static("websocket"));
+    }
     let fields = req.headers_mut();
     fields.reserve(head.headers.len() + 1);
     for h in head.headers.iter() {
         let (name, value) = (&buf[h.name.clone()], &buf[h.value.clone()]);
         // `Host` became `:authority`; `Expect` is the proxy's business, not the stream's.
-        if head.is_hop_by_hop(name) || name_is(name, "host") || name_is(name, "expect") {
+        if head.is_hop_by_hop(name)
+            || name_is(name, "host")
+            || name_is(name, "expect")
+            || (websocket && name_is(name, "sec-websocket-key"))
+        {
             continue;
         }
         let value = http::HeaderValue::from_bytes(value).ok()?;
@@ -138,8 +210,44 @@ pub(super) fn request(
     }
     // The proxy passes the trailers of every response it relays (chunked to an HTTP/1.1
     // client, as trailers to an HTTP/2 one), and says so: gRPC servers require it.
-    fields.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    if tunnel.is_none() {
+        fields.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    }
     Some(req)
+}
+
+/// Writes the HTTP/1.1 head of an HTTP/2 server's 2xx that opened `tunnel`: a WebSocket's
+/// as the 101 with the key's answer `accept`, a CONNECT's as it is, without a length: the
+/// tunnel's bytes follow, raw.
+pub(super) fn tunnel_response_head(
+    parts: &http::response::Parts,
+    tunnel: Tunnel,
+    accept: Option<&str>,
+    out: &mut Vec<u8>,
+) {
+    let status = parts.status;
+    match tunnel {
+        Tunnel::WebSocket => out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n"),
+        Tunnel::Connect => {
+            out.extend_from_slice(b"HTTP/1.1 ");
+            out.extend_from_slice(status.as_str().as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    for (name, value) in &parts.headers {
+        if name != http::header::CONTENT_LENGTH {
+            push_header(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    if tunnel == Tunnel::WebSocket {
+        out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
+        if let Some(a) = accept {
+            push_header(out, b"sec-websocket-accept", a.as_bytes());
+        }
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Writes the HTTP/1.1 head of a stream's response into `out`; `ended` says the stream
@@ -178,7 +286,8 @@ mod tests {
 
     fn translate(raw: &str) -> http::Request<()> {
         let head = parse_request(raw.as_bytes()).unwrap().unwrap();
-        request(&head, raw.as_bytes(), false, "127.0.0.1:1".parse().unwrap()).unwrap()
+        let to = (false, "127.0.0.1:1".parse().unwrap());
+        request(&head, raw.as_bytes(), to, None).unwrap()
     }
 
     #[test]
@@ -207,7 +316,8 @@ mod tests {
             .unwrap()
             .unwrap();
         let raw = b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n";
-        assert!(request(&head, raw, false, "127.0.0.1:1".parse().unwrap()).is_none());
+        let to = (false, "127.0.0.1:1".parse().unwrap());
+        assert!(request(&head, raw, to, None).is_none());
     }
 
     fn head_of(status: u16, fields: &[(&str, &str)], ended: bool, head_req: bool) -> String {

@@ -7,9 +7,11 @@
 //!   is parsed once and sent as HEADERS and DATA, and the response reads back as HTTP/1.1
 //!   with `connection: close` (the stream carries one exchange and is never pooled; its
 //!   connection, `pool::h2`'s link, is what lasts).
-//! - a client's stream that opens a WebSocket (RFC 8441: CONNECT with `:protocol
-//!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request; the server's 101
-//!   leaves as a 200, and the stream then carries the tunnel's bytes both ways, raw.
+//! - a client's stream that opens a tunnel carries its bytes both ways, raw, once the
+//!   server agreed ([`Tunnel`]): a WebSocket (RFC 8441: CONNECT with `:protocol
+//!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request and the server's 101
+//!   leaves as a 200; a plain CONNECT reads as the HTTP/1.1 CONNECT and its 2xx leaves
+//!   as it is.
 //!
 //! No task and no buffer stand between the two: each call of the `transport::Conn` that
 //! holds the stream works on the stream itself. `heads` translates the heads, `body` takes
@@ -47,7 +49,7 @@ use h2::{Reason, RecvStream, SendStream};
 use sluice_http::{parse_request, parse_response, push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
-pub use self::heads::is_websocket;
+pub use self::heads::{tunnel, Tunnel};
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
@@ -94,9 +96,12 @@ struct State {
     gone: Option<Gone>,
     /// The server did not process the stream (see [`Refused`]).
     refused: bool,
-    /// A client's stream that opens a WebSocket (RFC 8441): the server's 101 becomes a
-    /// 200 and the stream a tunnel.
-    websocket: bool,
+    /// A stream that asks for a tunnel. A client's: the answer that opens it leaves as a
+    /// 2xx. A server's: its 2xx reads as what opens it over HTTP/1.1. Either way the
+    /// stream then carries the tunnel.
+    tunnel: Option<Tunnel>,
+    /// A WebSocket to a server: the `Sec-WebSocket-Accept` its HTTP/1.1 client expects.
+    accept: Option<String>,
 }
 
 #[derive(Debug)]
@@ -125,10 +130,43 @@ enum Down {
 
 /// What a request to a server needs beyond its head: the `:scheme`, and the authority
 /// when the request names none (HTTP/1.0 without `Host`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Server {
     tls: bool,
     addr: SocketAddr,
+    settings: Option<Arc<PeerSettings>>,
+}
+
+/// Whether a server connection's first SETTINGS has arrived: until it has, the connection
+/// cannot tell whether the server allows extended CONNECT (RFC 8441), which a WebSocket
+/// needs. The connection's task marks it known ([`PeerSettings::learned`]) once a PING
+/// sent after the preface comes back, since SETTINGS is the first frame a server sends.
+#[derive(Debug, Default)]
+pub struct PeerSettings {
+    known: std::sync::atomic::AtomicBool,
+    learned: tokio::sync::Notify,
+}
+
+impl PeerSettings {
+    /// The server's SETTINGS (or the connection's end) has been seen.
+    pub fn learned(&self) {
+        self.known.store(true, std::sync::atomic::Ordering::Release);
+        self.learned.notify_waiters();
+    }
+
+    fn is_known(&self) -> bool {
+        self.known.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    async fn known(&self) {
+        loop {
+            let learned = self.learned.notified();
+            if self.is_known() {
+                return;
+            }
+            learned.await;
+        }
+    }
 }
 
 /// Body bytes taken out of what was written, ready to leave.
@@ -171,13 +209,18 @@ impl H2Stream {
     ) -> (H2Stream, ResetWatch) {
         let mut up = Vec::with_capacity(512);
         let ended = body.is_end_stream();
-        let websocket = heads::is_websocket(parts);
-        // A WebSocket's bytes cross raw once the server has switched.
-        let chunked = if websocket {
-            heads::websocket_request_head(parts, &mut up);
-            false
-        } else {
-            heads::request_head(parts, ended, &mut up)
+        let tunnel = heads::tunnel(parts);
+        // A tunnel's bytes cross raw once the server has opened it.
+        let chunked = match tunnel {
+            Some(Tunnel::WebSocket) => {
+                heads::websocket_request_head(parts, &mut up);
+                false
+            }
+            Some(Tunnel::Connect) => {
+                heads::connect_request_head(parts, &mut up);
+                false
+            }
+            None => heads::request_head(parts, ended, &mut up),
         };
         let state = State::new(
             up,
@@ -190,7 +233,7 @@ impl H2Stream {
         );
         let state = Arc::new(Mutex::new(State {
             head_request: parts.method == http::Method::HEAD,
-            websocket,
+            tunnel,
             ..state
         }));
         let watch = ResetWatch {
@@ -200,11 +243,20 @@ impl H2Stream {
     }
 
     /// A stream to be opened on a server connection (`sender`) once a request is written;
-    /// `tls` and `addr` are that connection's.
-    pub fn asking(sender: SendRequest<Bytes>, tls: bool, addr: SocketAddr) -> H2Stream {
+    /// `tls` and `addr` are that connection's, `settings` tells when the server's SETTINGS
+    /// are known (`None`: never wait for them; the stream opens no WebSocket then).
+    pub fn asking(
+        sender: SendRequest<Bytes>,
+        (tls, addr): (bool, SocketAddr),
+        settings: Option<Arc<PeerSettings>>,
+    ) -> H2Stream {
         let down = Down::Request {
             sender,
-            to: Server { tls, addr },
+            to: Server {
+                tls,
+                addr,
+                settings,
+            },
             buf: Vec::new(),
         };
         H2Stream {
@@ -270,6 +322,10 @@ impl H2Stream {
     /// allows. Fails once the stream is gone.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
         self.lock().take_in(bytes)?;
+        let settings = self.lock().settings_awaited();
+        if let Some(settings) = settings {
+            settings.known().await;
+        }
         std::future::poll_fn(|cx| self.lock().poll_head(cx)).await?;
         let Some(mut out) = self.lock().take_body()? else {
             return Ok(());
@@ -339,7 +395,8 @@ impl State {
             answered: false,
             gone: None,
             refused: false,
-            websocket: false,
+            tunnel: None,
+            accept: None,
         }
     }
 
@@ -391,8 +448,21 @@ impl State {
                     let (parts, body) = res.into_parts();
                     let ended = body.is_end_stream();
                     self.up.reserve(256);
-                    self.chunked =
-                        heads::response_head(&parts, ended, self.head_request, &mut self.up);
+                    match self.tunnel.filter(|_| parts.status.is_success()) {
+                        Some(tunnel) => {
+                            let accept = self.accept.as_deref();
+                            heads::tunnel_response_head(&parts, tunnel, accept, &mut self.up);
+                            self.chunked = false;
+                        }
+                        None => {
+                            self.chunked = heads::response_head(
+                                &parts,
+                                ended,
+                                self.head_request,
+                                &mut self.up,
+                            );
+                        }
+                    }
                     self.body = (!ended).then_some(body);
                 }
                 Err(e) => {
@@ -481,15 +551,29 @@ impl State {
         Ok(())
     }
 
+    /// The server's SETTINGS to wait for before the request head leaves: only for a
+    /// WebSocket on a connection so new that whether the server allows it is not known.
+    fn settings_awaited(&self) -> Option<Arc<PeerSettings>> {
+        let Down::Request { to, buf, sender } = &self.down else {
+            return None;
+        };
+        let settings = to.settings.as_ref().filter(|s| !s.is_known())?;
+        let head = parse_request(buf).ok().flatten()?;
+        heads::tunnel_asked(&head, buf, true)?;
+        (!sender.is_extended_connect_protocol_enabled()).then(|| settings.clone())
+    }
+
     /// Sends the head once it is complete: a response at once, a request once the server
     /// connection takes another stream. Ready at once while the head is not complete.
     fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let head_request = self.head_request;
-        let websocket = self.websocket;
+        let tunnel = self.tunnel;
         let sent = match &mut self.down {
             Down::Response { buf, .. } => loop {
                 match parse_response(buf, head_request) {
-                    Ok(Some(h)) if h.status == 101 && websocket => break self.respond(h),
+                    Ok(Some(h)) if h.status == 101 && tunnel == Some(Tunnel::WebSocket) => {
+                        break self.respond(h)
+                    }
                     // Interim answers (100 Continue) stay between the session and the server.
                     Ok(Some(h)) if h.status < 200 => drop(buf.drain(..h.len)),
                     Ok(Some(h)) => break self.respond(h),
@@ -530,13 +614,17 @@ impl State {
             respond.send_reset(Reason::INTERNAL_ERROR);
             return Err(invalid("a response field HTTP/2 cannot carry"));
         };
-        // The server switched to the WebSocket: over HTTP/2 that is a 200, without the
-        // key's answer (RFC 8441 §5), and the tunnel's bytes follow as DATA until either
-        // side ends. Its end is no reset to count against the client.
-        let switched = head.status == 101;
-        let framing = if switched {
-            *res.status_mut() = http::StatusCode::OK;
-            res.headers_mut().remove("sec-websocket-accept");
+        // The server opened the tunnel: the tunnel's bytes follow as DATA until either side
+        // ends, and its end is no reset to count against the client. A WebSocket's 101
+        // is a 200 over HTTP/2, without the key's answer (RFC 8441 §5); a CONNECT's 2xx
+        // has no content, so no length either (RFC 9110 §9.3.6).
+        let opened = self.tunnel.is_some_and(|t| t.opened_by(head.status));
+        let framing = if opened {
+            if head.status == 101 {
+                *res.status_mut() = http::StatusCode::OK;
+                res.headers_mut().remove("sec-websocket-accept");
+            }
+            res.headers_mut().remove(http::header::CONTENT_LENGTH);
             self.answered = true;
             Framing::UntilClose
         } else {
@@ -570,10 +658,24 @@ impl State {
         else {
             unreachable!("called while the request head is awaited")
         };
-        let req = heads::request(&head, &buf, to.tls, to.addr)
+        let tunnel =
+            heads::tunnel_asked(&head, &buf, sender.is_extended_connect_protocol_enabled());
+        let req = heads::request(&head, &buf, (to.tls, to.addr), tunnel)
             .ok_or_else(|| invalid("a request HTTP/2 cannot carry"))?;
         self.head_request = head.is_head(&buf);
-        let no_body = matches!(head.framing, Framing::None | Framing::Length(0));
+        self.tunnel = tunnel;
+        if tunnel == Some(Tunnel::WebSocket) {
+            self.accept = head
+                .header(&buf, "sec-websocket-key")
+                .map(heads::websocket_accept);
+        }
+        // A tunnel's bytes go as DATA until this side ends.
+        let framing = if tunnel.is_some() {
+            Framing::UntilClose
+        } else {
+            head.framing
+        };
+        let no_body = matches!(framing, Framing::None | Framing::Length(0));
         let (response, send) = sender.send_request(req, no_body).map_err(|e| {
             self.gone = Some(Gone::Peer);
             io::Error::other(e)
@@ -583,7 +685,7 @@ impl State {
             let input = Bytes::from(buf).slice(head.len..);
             self.down = Down::Body {
                 send,
-                reader: BodyReader::new(head.framing),
+                reader: BodyReader::new(framing),
                 input,
             };
         }

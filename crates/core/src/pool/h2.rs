@@ -32,6 +32,7 @@ use tokio::sync::Notify;
 
 use crate::clock;
 use crate::conf::backend::{ServerOption, ServerOpts};
+use crate::h2_stream::PeerSettings;
 use crate::transport::Origin;
 
 /// The server option that chooses the protocol: `proto h2` (`proto h1` is the default).
@@ -74,6 +75,8 @@ pub struct Link {
     pub origin: Origin,
     pub tls: bool,
     pub activity: Arc<Activity>,
+    /// Whether the server's SETTINGS have arrived (for WebSockets, which need to know).
+    pub settings: Arc<PeerSettings>,
 }
 
 impl Link {

@@ -244,9 +244,9 @@ async fn exchange(
     earlier: u32,
 ) {
     let (parts, body) = req.into_parts();
-    if parts.method == http::Method::CONNECT && !crate::h2_stream::is_websocket(&parts) {
-        // Tunnels over HTTP/2 streams are built for WebSockets only (RFC 8441), as
-        // CONNECT over HTTP/1.1 is not served either.
+    if parts.method == http::Method::CONNECT && crate::h2_stream::tunnel(&parts).is_none() {
+        // Extended CONNECT opens WebSockets only (RFC 8441); other protocols
+        // (`connect-udp`, ...) are not served.
         let res = http::Response::builder()
             .status(501)
             .body(())

@@ -51,7 +51,7 @@ pub(crate) async fn start(
         tls: None,
     };
     let tls = conn.is_tls();
-    let (send, connection) = h2::client::Builder::new()
+    let (send, mut connection) = h2::client::Builder::new()
         // As large as a buffer: a response head that big passes in HTTP/1.1 too.
         .max_header_list_size(w.config().global.bufsize as u32)
         .handshake::<_, Bytes>(conn)
@@ -63,9 +63,12 @@ pub(crate) async fn start(
         origin,
         tls,
         activity: Default::default(),
+        settings: Default::default(),
     };
     let first = stream_on(&link);
     let activity = link.activity.clone();
+    let settings = link.settings.clone();
+    let pings = connection.ping_pong();
     let kept = w.h2_links.keep(backend, server, link);
     let purge_delay = w.config().backends[backend].servers[server]
         .pool
@@ -74,11 +77,22 @@ pub(crate) async fn start(
     tokio::task::spawn_local(async move {
         tokio::pin!(connection);
         let stop = w.soft_stop.notified();
+        // The server's SETTINGS came before its answer to a PING sent now. (Once that is
+        // known, this branch waits forever.)
+        let learn = async {
+            if let Some(mut pings) = pings {
+                let _ = pings.ping(h2::Ping::opaque()).await;
+            }
+            settings.learned();
+            std::future::pending::<()>().await;
+        };
         let let_go = tokio::select! {
             _ = &mut connection => false,
+            () = learn => unreachable!("never resolves"),
             () = async { if !w.stopping() { stop.await } } => true,
             () = activity.idle(purge_delay), if kept.is_some() => true,
         };
+        settings.learned();
         if let Some(id) = kept {
             w.h2_links.forget(backend, server, id);
         }
@@ -95,6 +109,10 @@ pub(crate) async fn start(
 
 /// A stream on `link`, opened when the transaction writes its request.
 pub(crate) fn stream_on(link: &Link) -> Conn {
-    let end = H2Stream::asking(link.send.clone(), link.tls, link.origin.peer);
+    let end = H2Stream::asking(
+        link.send.clone(),
+        (link.tls, link.origin.peer),
+        Some(link.settings.clone()),
+    );
     Conn::h2_stream(end, link.origin.clone(), Some(Box::new(link.lease())))
 }

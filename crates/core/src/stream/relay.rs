@@ -122,7 +122,7 @@ impl Txn {
                 .map(|(_, dates)| dates),
             facts.post,
         );
-        if rsp.status == 101 {
+        if rsp.status == 101 || (facts.connect && (200..300).contains(&rsp.status)) {
             return self.upgrade(s, be, conn, &rsp, (&rsp_edits, facts)).await;
         }
         let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
@@ -270,7 +270,8 @@ impl Txn {
         Ok(keep_client)
     }
 
-    /// Answers the client's upgrade with the server's 101, then relays bytes both ways; the
+    /// Answers the client's upgrade with the server's 101 (or its CONNECT with the server's
+    /// 2xx, which has no body whatever its fields say), then relays bytes both ways; the
     /// server connection is never reused afterwards.
     async fn upgrade(
         &mut self,
@@ -285,11 +286,13 @@ impl Txn {
         s.out.clear();
         let view = ResponseView::h1(s.sbuf.bytes(), rsp);
         write_response_head(&mut s.out, &view, edits, None, None);
-        s.out.truncate(s.out.len() - 2);
-        let proto = view.header("upgrade").unwrap_or(b"websocket").to_vec();
-        s.out.extend_from_slice(b"connection: upgrade\r\n");
-        push_header(&mut s.out, b"upgrade", &proto);
-        s.out.extend_from_slice(b"\r\n");
+        if !facts.connect {
+            s.out.truncate(s.out.len() - 2);
+            let proto = view.header("upgrade").unwrap_or(b"websocket").to_vec();
+            s.out.extend_from_slice(b"connection: upgrade\r\n");
+            push_header(&mut s.out, b"upgrade", &proto);
+            s.out.extend_from_slice(b"\r\n");
+        }
         s.sbuf.consume(rsp.len);
         let head = std::mem::take(&mut s.out);
         let sent = s.write_client(&head).await;

@@ -87,6 +87,8 @@ pub(crate) struct ReqFacts {
     pub comp: Option<Algo>,
     /// The protocols the client asks to switch to (`Upgrade`, h2c removed), if any.
     pub upgrade: Option<Vec<u8>>,
+    /// A CONNECT: a 2xx answer opens a tunnel to wherever the server connected.
+    pub connect: bool,
     /// The server the request's persistence cookie named, and its dates, if any (`cookie`).
     pub cookie_server: Option<(usize, cookie::CookieDates)>,
     /// A POST (`cookie ... postonly`).
@@ -132,17 +134,21 @@ impl Txn {
     /// the client connection stays open.
     pub async fn handle(&mut self, s: &mut Session, head: RequestHead) -> Result<bool, Fail> {
         let req = RequestView::h1(s.cbuf.bytes(), &head);
+        let connect = head.is_connect(s.cbuf.bytes());
         let mut facts = ReqFacts {
             framing: req.framing(),
             version: req.version(),
             is_head: req.is_head(),
             idempotent: req.is_idempotent(),
-            wants_close: req.wants_close(),
+            // A CONNECT refused leaves the connection: what the client sent after it was
+            // meant for a tunnel, not the next request.
+            wants_close: req.wants_close() || connect,
             expect_continue: req
                 .header("expect")
                 .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
             comp: None,
             upgrade: upgrade_request(&req),
+            connect,
             cookie_server: None,
             post: req.method() == b"POST",
             timeout_server: None,
@@ -353,7 +359,8 @@ impl Txn {
                     &req,
                     &edits,
                     forwardfor(fe, be, s.peer.get().ip()),
-                    server_close(fe, be),
+                    // A tunnel that opens ends with its connection anyway.
+                    server_close(fe, be) && !facts.connect,
                     facts.upgrade.as_deref(),
                 );
                 if has_response_rules(fe, be) || log_reads_response(s) {

@@ -559,7 +559,6 @@ impl Conn {
     }
 }
 
-/// Waits until `f` holds, failing after [`TIMEOUT`] with what was awaited.
 /// A free port on 127.0.0.1 for an address sluice binds itself (where it cannot take an
 /// inherited socket). It is chosen below the kernel's ephemeral range (32768 and up), so the
 /// many connections the tests open never take it between this check and sluice's bind; the
@@ -576,6 +575,7 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Waits until `f` holds, failing after [`TIMEOUT`] with what was awaited.
 pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + TIMEOUT;
     while !f() {
@@ -644,9 +644,11 @@ pub fn stat_field(csv: &str, px: &str, sv: &str, field: &str) -> String {
 /// The defaults used by most tests.
 pub const DEFAULTS: &str = "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n";
 
-/// A server that answers an Upgrade request with 101 and then echoes bytes until EOF, after
-/// which it writes "bye" and closes; other requests get 200. Records request heads.
-pub fn websocket_echo_server(heads: Arc<Mutex<Vec<String>>>) -> std::net::SocketAddr {
+/// A server that opens tunnels and echoes through them: it answers an Upgrade request with
+/// 101, and a CONNECT with 200 (as a forward proxy would, echoing instead of connecting;
+/// a CONNECT to `refused.test` gets 403), then echoes bytes until EOF, after which it
+/// writes "bye" and closes. Other requests get 200. Records request heads.
+pub fn tunnel_echo_server(heads: Arc<Mutex<Vec<String>>>) -> std::net::SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -669,8 +671,21 @@ pub fn websocket_echo_server(heads: Arc<Mutex<Vec<String>>>) -> std::net::Socket
                     }
                     heads.lock().unwrap().push(head.clone());
                     let lower = head.to_ascii_lowercase();
-                    if lower.contains("upgrade: websocket") && !lower.starts_with("get /no") {
-                        w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n").unwrap();
+                    if lower.starts_with("connect refused.test") {
+                        w.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 7\r\n\r\nrefused")
+                            .unwrap();
+                        continue;
+                    }
+                    let opens: &[u8] = if lower.starts_with("connect ") {
+                        b"HTTP/1.1 200 Connection established\r\n\r\n"
+                    } else if lower.contains("upgrade: websocket") && !lower.starts_with("get /no")
+                    {
+                        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+                    } else {
+                        b""
+                    };
+                    if !opens.is_empty() {
+                        w.write_all(opens).unwrap();
                         let mut buf = [0u8; 4096];
                         loop {
                             match r.read(&mut buf) {
