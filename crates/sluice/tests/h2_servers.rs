@@ -860,3 +860,59 @@ fn a_websocket_upgrade_to_a_server_without_extended_connect_is_a_plain_request()
     // And the connection goes on as HTTP.
     assert_eq!(c.get("/next").status, 200);
 }
+
+#[test]
+fn an_http2_clients_websocket_reaches_an_http2_server() {
+    let origin = H2Origin::start();
+    let p = Sluice::start(
+        &config(
+            &format!("server s {} proto h2\n timeout tunnel 10s", origin.addr),
+            "",
+        )
+        .replace("{fe}\n", "{fe} proto h2\n"),
+    );
+    let addr = p.addr();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+            tokio::spawn(conn);
+            let mut send = send.ready().await.unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !send.is_extended_connect_protocol_enabled() {
+                assert!(std::time::Instant::now() < deadline, "no extended CONNECT");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut req = http::Request::builder()
+                .method(http::Method::CONNECT)
+                .uri("http://ws.test/chat")
+                .header("sec-websocket-version", "13")
+                .body(())
+                .unwrap();
+            req.extensions_mut()
+                .insert(h2::ext::Protocol::from("websocket"));
+            let (res, mut up) = send.send_request(req, false).unwrap();
+            let res = res.await.unwrap();
+            assert_eq!(res.status(), 200);
+            assert!(res.headers().get("sec-websocket-accept").is_none());
+            let mut down = res.into_body();
+            up.send_data(Bytes::from_static(b"hello"), false).unwrap();
+            let got = down.data().await.unwrap().unwrap();
+            assert_eq!(&got[..], b"hello");
+            up.send_data(Bytes::new(), true).unwrap();
+            let mut rest = Vec::new();
+            while let Some(d) = down.data().await {
+                rest.extend_from_slice(&d.unwrap());
+            }
+            assert_eq!(rest, b"bye");
+        });
+    // The key sluice made up for the HTTP/1.1 leg does not reach the HTTP/2 server.
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    assert_eq!(
+        heads,
+        ["CONNECT http://ws.test/chat protocol=websocket key=-"]
+    );
+}
