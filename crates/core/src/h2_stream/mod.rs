@@ -128,8 +128,9 @@ enum Down {
     Done,
 }
 
-/// What a request to a server needs beyond its head: the `:scheme`, and the authority
-/// when the request names none (HTTP/1.0 without `Host`).
+/// What a request to a server needs beyond its head: the `:scheme`, the authority when
+/// the request names none (HTTP/1.0 without `Host`), and whether the server's SETTINGS are
+/// known yet.
 #[derive(Debug)]
 struct Server {
     tls: bool,
@@ -244,7 +245,7 @@ impl H2Stream {
 
     /// A stream to be opened on a server connection (`sender`) once a request is written;
     /// `tls` and `addr` are that connection's, `settings` tells when the server's SETTINGS
-    /// are known (`None`: never wait for them; the stream opens no WebSocket then).
+    /// are known (`None`: the request never waits for them).
     pub fn asking(
         sender: SendRequest<Bytes>,
         (tls, addr): (bool, SocketAddr),
