@@ -264,6 +264,21 @@ async fn tunnel(
     let _ = send.send_data(Bytes::from_static(b"bye"), true);
 }
 
+fn client_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 client connection (prior knowledge) to `addr`, driven on the current runtime.
+async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    send
+}
+
 fn config(server_line: &str, extra_global: &str) -> String {
     format!(
         "global\n nbthread 1\n{extra_global}\
@@ -411,55 +426,49 @@ fn http2_clients_reach_http2_servers() {
             .replace("{fe}\n", "{fe} proto h2\n"),
     );
     let addr = p.addr();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-            tokio::spawn(conn);
-            let mut tasks = Vec::new();
-            for i in 0..20 {
-                let s = send.clone();
-                tasks.push(tokio::spawn(async move {
-                    let path = if i % 2 == 0 { "/trailers" } else { "/echo" };
-                    let req = http::Request::post(format!("http://h2.test{path}"))
-                        .body(())
-                        .unwrap();
-                    let (rsp, mut up) = s.ready().await.unwrap().send_request(req, false).unwrap();
-                    up.send_data(Bytes::from_static(b"abc"), false).unwrap();
-                    let mut t = http::HeaderMap::new();
-                    t.insert("x-sum", "7".parse().unwrap());
-                    up.send_trailers(t).unwrap();
-                    let (parts, mut body) = rsp.await.unwrap().into_parts();
-                    let mut text = Vec::new();
-                    while let Some(d) = body.data().await {
-                        let d = d.unwrap();
-                        let _ = body.flow_control().release_capacity(d.len());
-                        text.extend_from_slice(&d);
-                    }
-                    let trailers = body.trailers().await.unwrap();
-                    (
-                        path,
-                        parts.status,
-                        String::from_utf8(text).unwrap(),
-                        trailers,
-                    )
-                }));
-            }
-            for t in tasks {
-                let (path, status, text, trailers) = t.await.unwrap();
-                assert_eq!(status, 200);
-                assert_eq!(text, format!("conn=1 len=3 sum=294 trailer=7 path={path}"));
-                let grpc = trailers.as_ref().and_then(|t| t.get("grpc-status"));
-                if path == "/trailers" {
-                    assert_eq!(grpc.map(|v| v.to_str().unwrap()), Some("0"));
-                } else {
-                    assert!(grpc.is_none());
+    client_runtime().block_on(async {
+        let send = h2_client(addr).await;
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let s = send.clone();
+            tasks.push(tokio::spawn(async move {
+                let path = if i % 2 == 0 { "/trailers" } else { "/echo" };
+                let req = http::Request::post(format!("http://h2.test{path}"))
+                    .body(())
+                    .unwrap();
+                let (rsp, mut up) = s.ready().await.unwrap().send_request(req, false).unwrap();
+                up.send_data(Bytes::from_static(b"abc"), false).unwrap();
+                let mut t = http::HeaderMap::new();
+                t.insert("x-sum", "7".parse().unwrap());
+                up.send_trailers(t).unwrap();
+                let (parts, mut body) = rsp.await.unwrap().into_parts();
+                let mut text = Vec::new();
+                while let Some(d) = body.data().await {
+                    let d = d.unwrap();
+                    let _ = body.flow_control().release_capacity(d.len());
+                    text.extend_from_slice(&d);
                 }
+                let trailers = body.trailers().await.unwrap();
+                (
+                    path,
+                    parts.status,
+                    String::from_utf8(text).unwrap(),
+                    trailers,
+                )
+            }));
+        }
+        for t in tasks {
+            let (path, status, text, trailers) = t.await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(text, format!("conn=1 len=3 sum=294 trailer=7 path={path}"));
+            let grpc = trailers.as_ref().and_then(|t| t.get("grpc-status"));
+            if path == "/trailers" {
+                assert_eq!(grpc.map(|v| v.to_str().unwrap()), Some("0"));
+            } else {
+                assert!(grpc.is_none());
             }
-        });
+        }
+    });
     assert_eq!(origin.conns(), 1);
     assert_eq!(origin.streams(), 20);
 }
@@ -776,32 +785,6 @@ fn http_checks_over_tls_speak_what_alpn_chose() {
         .any(|r| r.method == "GET" && r.target == "/chk"));
 }
 
-/// Reads a response head byte by byte, so nothing after it is consumed.
-fn read_head(s: &mut TcpStream) -> String {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "connection closed in the head");
-        head.push(b[0]);
-    }
-    String::from_utf8(head).unwrap().to_ascii_lowercase()
-}
-
-/// Sends `msgs` through an open tunnel, each echoed back, then half-closes: the server's
-/// last bytes come back before the end.
-fn echo_through(s: &mut TcpStream, msgs: &[&[u8]]) {
-    for msg in msgs {
-        s.write_all(msg).unwrap();
-        let mut back = vec![0u8; msg.len()];
-        s.read_exact(&mut back).unwrap();
-        assert_eq!(&back, msg);
-    }
-    s.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut rest = Vec::new();
-    s.read_to_end(&mut rest).unwrap();
-    assert_eq!(rest, b"bye");
-}
-
 #[test]
 fn websockets_and_connect_reach_an_http2_server_as_connect_streams() {
     let origin = H2Origin::start();
@@ -813,7 +796,7 @@ fn websockets_and_connect_reach_an_http2_server_as_connect_streams() {
         let mut s = TcpStream::connect(p.addr()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s.write_all(req).unwrap();
-        let head = read_head(&mut s);
+        let head = read_head(&mut s).to_ascii_lowercase();
         (s, head)
     };
     // The key and its answer are RFC 6455's own example.
@@ -826,12 +809,13 @@ fn websockets_and_connect_reach_an_http2_server_as_connect_streams() {
     ] {
         assert!(head.contains(field), "{field} in {head}");
     }
-    echo_through(&mut ws, &[b"\x81\x05hello", &[9u8; 40_000]]);
+    let rest = echo_through(&mut ws, &[b"\x81\x05hello", &[9u8; 40_000]]);
+    assert_eq!(rest, b"bye", "the server's last bytes, then the end");
     let (mut tunnel, head) =
         open(b"CONNECT origin.test:443 HTTP/1.1\r\nHost: origin.test:443\r\n\r\n");
     assert!(head.starts_with("http/1.1 200 "), "{head}");
     assert!(!head.contains("content-length") && !head.contains("transfer-encoding"));
-    echo_through(&mut tunnel, &[b"\x16\x03\x01 hello"]);
+    assert_eq!(echo_through(&mut tunnel, &[b"\x16\x03\x01 hello"]), b"bye");
     let refused = exchange_raw(
         p.addr(),
         b"CONNECT refused.test:443 HTTP/1.1\r\nHost: refused.test:443\r\n\r\n",
@@ -872,43 +856,37 @@ fn an_http2_clients_websocket_reaches_an_http2_server() {
         .replace("{fe}\n", "{fe} proto h2\n"),
     );
     let addr = p.addr();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (send, conn) = h2::client::handshake(tcp).await.unwrap();
-            tokio::spawn(conn);
-            let mut send = send.ready().await.unwrap();
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while !send.is_extended_connect_protocol_enabled() {
-                assert!(std::time::Instant::now() < deadline, "no extended CONNECT");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let mut req = http::Request::builder()
-                .method(http::Method::CONNECT)
-                .uri("http://ws.test/chat")
-                .header("sec-websocket-version", "13")
-                .body(())
-                .unwrap();
-            req.extensions_mut()
-                .insert(h2::ext::Protocol::from("websocket"));
-            let (res, mut up) = send.send_request(req, false).unwrap();
-            let res = res.await.unwrap();
-            assert_eq!(res.status(), 200);
-            assert!(res.headers().get("sec-websocket-accept").is_none());
-            let mut down = res.into_body();
-            up.send_data(Bytes::from_static(b"hello"), false).unwrap();
-            let got = down.data().await.unwrap().unwrap();
-            assert_eq!(&got[..], b"hello");
-            up.send_data(Bytes::new(), true).unwrap();
-            let mut rest = Vec::new();
-            while let Some(d) = down.data().await {
-                rest.extend_from_slice(&d.unwrap());
-            }
-            assert_eq!(rest, b"bye");
-        });
+    client_runtime().block_on(async {
+        let send = h2_client(addr).await;
+        let mut send = send.ready().await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !send.is_extended_connect_protocol_enabled() {
+            assert!(std::time::Instant::now() < deadline, "no extended CONNECT");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("http://ws.test/chat")
+            .header("sec-websocket-version", "13")
+            .body(())
+            .unwrap();
+        req.extensions_mut()
+            .insert(h2::ext::Protocol::from("websocket"));
+        let (res, mut up) = send.send_request(req, false).unwrap();
+        let res = res.await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("sec-websocket-accept").is_none());
+        let mut down = res.into_body();
+        up.send_data(Bytes::from_static(b"hello"), false).unwrap();
+        let got = down.data().await.unwrap().unwrap();
+        assert_eq!(&got[..], b"hello");
+        up.send_data(Bytes::new(), true).unwrap();
+        let mut rest = Vec::new();
+        while let Some(d) = down.data().await {
+            rest.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(rest, b"bye");
+    });
     // The key sluice made up for the HTTP/1.1 leg does not reach the HTTP/2 server.
     let heads = origin.seen.heads.lock().unwrap().clone();
     assert_eq!(

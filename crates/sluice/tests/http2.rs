@@ -929,6 +929,27 @@ fn an_idle_connection_gets_goaway_after_its_keep_alive_timeout() {
     });
 }
 
+/// Sends each of `words` up a tunnel's stream to an echoing server and reads it back, then
+/// ends the stream; returns what came down after that, up to the stream's end.
+async fn echo_over_stream(
+    up: &mut h2::SendStream<Bytes>,
+    mut down: h2::RecvStream,
+    words: &[&str],
+) -> Vec<u8> {
+    for word in words {
+        up.send_data(Bytes::from(word.to_string()), false).unwrap();
+        let got = down.data().await.unwrap().unwrap();
+        down.flow_control().release_capacity(got.len()).unwrap();
+        assert_eq!(&got[..], word.as_bytes());
+    }
+    up.send_data(Bytes::new(), true).unwrap();
+    let mut rest = Vec::new();
+    while let Some(d) = down.data().await {
+        rest.extend_from_slice(&d.unwrap());
+    }
+    rest
+}
+
 #[test]
 fn websockets_open_over_http2_streams() {
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -960,19 +981,8 @@ fn websockets_open_over_http2_streams() {
         let res = res.await.unwrap();
         assert_eq!(res.status(), 200);
         assert!(res.headers().get("sec-websocket-accept").is_none());
-        let mut down = res.into_body();
         // Two messages each way through the tunnel, then the client ends its side.
-        for word in ["hello", "again"] {
-            up.send_data(Bytes::from(word), false).unwrap();
-            let got = down.data().await.unwrap().unwrap();
-            down.flow_control().release_capacity(got.len()).unwrap();
-            assert_eq!(&got[..], word.as_bytes());
-        }
-        up.send_data(Bytes::new(), true).unwrap();
-        let mut rest = Vec::new();
-        while let Some(d) = down.data().await {
-            rest.extend_from_slice(&d.unwrap());
-        }
+        let rest = echo_over_stream(&mut up, res.into_body(), &["hello", "again"]).await;
         assert_eq!(
             rest, b"bye",
             "the server's last bytes, then the end of the stream"
@@ -1023,18 +1033,7 @@ fn plain_connect_opens_a_tunnel_over_an_http2_stream() {
         let res = res.await.unwrap();
         assert_eq!(res.status(), 200);
         assert!(res.headers().get("content-length").is_none());
-        let mut down = res.into_body();
-        for word in ["hello", "again"] {
-            up.send_data(Bytes::from(word), false).unwrap();
-            let got = down.data().await.unwrap().unwrap();
-            down.flow_control().release_capacity(got.len()).unwrap();
-            assert_eq!(&got[..], word.as_bytes());
-        }
-        up.send_data(Bytes::new(), true).unwrap();
-        let mut rest = Vec::new();
-        while let Some(d) = down.data().await {
-            rest.extend_from_slice(&d.unwrap());
-        }
+        let rest = echo_over_stream(&mut up, res.into_body(), &["hello", "again"]).await;
         assert_eq!(
             rest, b"bye",
             "the server's last bytes, then the stream's end"

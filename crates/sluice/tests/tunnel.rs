@@ -14,16 +14,6 @@ fn proxy(addr: std::net::SocketAddr, extra: &str) -> Sluice {
     Sluice::start(&format!("{DEFAULTS}{extra}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {addr}\n"))
 }
 
-fn read_head(s: &mut TcpStream) -> String {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "connection closed in the head");
-        head.push(b[0]);
-    }
-    String::from_utf8(head).unwrap()
-}
-
 #[test]
 fn websocket_echo_through_the_tunnel_with_half_close() {
     let heads = Arc::new(Mutex::new(Vec::new()));
@@ -37,16 +27,8 @@ fn websocket_echo_through_the_tunnel_with_half_close() {
         head.to_ascii_lowercase().contains("upgrade: websocket"),
         "{head}"
     );
-    for msg in [&b"hello"[..], b"\x81\x05world", &[0u8; 3000]] {
-        s.write_all(msg).unwrap();
-        let mut back = vec![0u8; msg.len()];
-        s.read_exact(&mut back).unwrap();
-        assert_eq!(back, msg);
-    }
     // Half-close: our end of stream reaches the server, whose last words still come back.
-    s.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut rest = Vec::new();
-    s.read_to_end(&mut rest).unwrap();
+    let rest = echo_through(&mut s, &[b"hello", b"\x81\x05world", &[0u8; 3000]]);
     assert_eq!(rest, b"bye");
     let seen = heads.lock().unwrap()[0].to_ascii_lowercase();
     assert!(
@@ -122,15 +104,7 @@ fn connect_is_forwarded_and_the_servers_2xx_opens_a_tunnel() {
     for absent in ["content-length", "transfer-encoding", "connection:"] {
         assert!(!head.contains(absent), "{absent} in {head}");
     }
-    for msg in [&b"\x16\x03\x01 a ClientHello, say"[..], &[7u8; 5000]] {
-        s.write_all(msg).unwrap();
-        let mut back = vec![0u8; msg.len()];
-        s.read_exact(&mut back).unwrap();
-        assert_eq!(back, msg);
-    }
-    s.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut rest = Vec::new();
-    s.read_to_end(&mut rest).unwrap();
+    let rest = echo_through(&mut s, &[b"\x16\x03\x01 a ClientHello, say", &[7u8; 5000]]);
     assert_eq!(rest, b"bye", "the server's last bytes after our half-close");
     let seen = heads.lock().unwrap()[0].clone();
     assert!(

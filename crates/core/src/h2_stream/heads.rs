@@ -225,16 +225,9 @@ pub(super) fn tunnel_response_head(
     accept: Option<&str>,
     out: &mut Vec<u8>,
 ) {
-    let status = parts.status;
     match tunnel {
         Tunnel::WebSocket => out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n"),
-        Tunnel::Connect => {
-            out.extend_from_slice(b"HTTP/1.1 ");
-            out.extend_from_slice(status.as_str().as_bytes());
-            out.push(b' ');
-            out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        Tunnel::Connect => status_line(parts.status, out),
     }
     for (name, value) in &parts.headers {
         if name != http::header::CONTENT_LENGTH {
@@ -250,6 +243,14 @@ pub(super) fn tunnel_response_head(
     out.extend_from_slice(b"\r\n");
 }
 
+fn status_line(status: http::StatusCode, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Writes the HTTP/1.1 head of a stream's response into `out`; `ended` says the stream
 /// carries no body. Returns whether the body goes chunked (no length was given).
 pub(super) fn response_head(
@@ -259,11 +260,7 @@ pub(super) fn response_head(
     out: &mut Vec<u8>,
 ) -> bool {
     let status = parts.status;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
+    status_line(status, out);
     for (name, value) in &parts.headers {
         push_header(out, name.as_str().as_bytes(), value.as_bytes());
     }

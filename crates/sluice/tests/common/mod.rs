@@ -644,6 +644,32 @@ pub fn stat_field(csv: &str, px: &str, sv: &str, field: &str) -> String {
 /// The defaults used by most tests.
 pub const DEFAULTS: &str = "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n";
 
+/// Reads a response head byte by byte, so that nothing after it is consumed.
+pub fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "connection closed in the head");
+        head.push(b[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+/// Sends each of `msgs` through an open tunnel to an echoing peer and reads it back, then
+/// half-closes; returns what the peer sent after that, up to its close.
+pub fn echo_through(s: &mut TcpStream, msgs: &[&[u8]]) -> Vec<u8> {
+    for msg in msgs {
+        s.write_all(msg).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(&back, msg);
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    rest
+}
+
 /// A server that opens tunnels and echoes through them: it answers an Upgrade request with
 /// 101, and a CONNECT with 200 (as a forward proxy would, echoing instead of connecting;
 /// a CONNECT to `refused.test` gets 403), then echoes bytes until EOF, after which it
