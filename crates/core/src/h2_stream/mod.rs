@@ -322,8 +322,11 @@ impl H2Stream {
     /// server opens then, when the connection takes one more), its body as flow control
     /// allows. Fails once the stream is gone.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
-        self.lock().take_in(bytes)?;
-        let settings = self.lock().settings_awaited();
+        let settings = {
+            let mut st = self.lock();
+            st.take_in(bytes)?;
+            st.settings_awaited()
+        };
         if let Some(settings) = settings {
             settings.known().await;
         }
