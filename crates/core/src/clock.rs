@@ -41,18 +41,22 @@ pub fn deadline(d: Duration) -> tokio::time::Instant {
 }
 
 /// A future whose every poll reads the clock once for [`now`].
-pub struct Ticking<F>(F);
+///
+/// The future is boxed: a connection's or a stream's future is kilobytes, and a task
+/// moves its future several times while it is spawned, stored and dropped (whole, even
+/// once finished), where a box moves as a pointer. One allocation per task costs less.
+pub struct Ticking<F>(Pin<Box<F>>);
 
 impl<F: Future> Ticking<F> {
     pub fn new(f: F) -> Ticking<F> {
-        Ticking(f)
+        Ticking(Box::pin(f))
     }
 }
 
 impl<F: Future> Future for Ticking<F> {
     type Output = F::Output;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         /// Puts the outer reading back, also when the poll panics.
         struct Restore(Option<Instant>);
         impl Drop for Restore {
@@ -61,8 +65,7 @@ impl<F: Future> Future for Ticking<F> {
             }
         }
         let _restore = Restore(NOW.with(|n| n.replace(Some(Instant::now()))));
-        // SAFETY: the inner future is pinned with the wrapper and never moved out of it.
-        unsafe { self.map_unchecked_mut(|t| &mut t.0) }.poll(cx)
+        self.0.as_mut().poll(cx)
     }
 }
 
