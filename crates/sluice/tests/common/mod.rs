@@ -3,6 +3,10 @@
 //! raw-TCP HTTP clients.
 #![allow(dead_code)]
 
+mod ca;
+#[allow(unused_imports)]
+pub use ca::Ca;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
