@@ -538,7 +538,7 @@ fn connections_to_servers_can_be_tls_and_are_verified() {
     ));
     let (good, bad) = (origin.addrs[0], origin.addrs[1]);
     let p = Sluice::start(&format!(
-        "{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend named if {{ path /named }}\n    use_backend any if {{ path /any }}\n    use_backend refused if {{ path /refused }}\n    use_backend nameless if {{ path /nameless }}\nbackend named\n    server s {good} ssl verify required ca-file {ca_file} sni str(origin.test)\nbackend any\n    server s {bad} ssl verify none\nbackend refused\n    retries 0\n    server s {bad} ssl ca-file {ca_file} sni str(origin.test)\nbackend nameless\n    server s {good} ssl ca-file {ca_file}\n"
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    log-format \"%b %ST %ts\"\n    use_backend named if {{ path /named }}\n    use_backend any if {{ path /any }}\n    use_backend refused if {{ path /refused }}\n    use_backend nameless if {{ path /nameless }}\nbackend named\n    server s {good} ssl verify required ca-file {ca_file} sni str(origin.test)\nbackend any\n    server s {bad} ssl verify none\nbackend refused\n    retries 0\n    server s {bad} ssl ca-file {ca_file} sni str(origin.test)\nbackend nameless\n    server s {good} ssl ca-file {ca_file}\n"
     ));
     let mut c = p.connect();
     let first = c.get("/named").text();
@@ -550,8 +550,15 @@ fn connections_to_servers_can_be_tls_and_are_verified() {
         "same server-side port: the connection was reused"
     );
     assert!(get(p.addr(), "/any").text().starts_with("1 "));
-    // Signed by another authority: the handshake fails, which is a connection failure.
+    // Signed by another authority: the handshake fails, which is a connection failure,
+    // logged as such (server side, while connecting).
     assert_eq!(get(p.addr(), "/refused").status, 503);
+    wait_until("the refused request's log line", || {
+        p.stdout().lines().any(|l| l.starts_with("refused "))
+    });
+    let out = p.stdout();
+    let line = out.lines().find(|l| l.starts_with("refused ")).unwrap();
+    assert_eq!(line, "refused 503 SC", "{out}");
     // Without sni, the chain is checked but not the names (and no SNI is sent).
     let r = get(p.addr(), "/nameless").text();
     assert!(r.starts_with("1  "), "{r}");
