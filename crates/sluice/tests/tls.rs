@@ -774,20 +774,7 @@ fn ecdsa_and_rsa_certificates_for_one_name_follow_what_the_client_offers() {
     ));
     // A TLS 1.2 client offering only RSA suites gets the RSA certificate; one offering
     // ECDSA (or TLS 1.3) the first, ECDSA, one.
-    let client = |suites: Vec<rustls::SupportedCipherSuite>,
-                  v: &'static rustls::SupportedProtocolVersion| {
-        let mut provider = rustls::crypto::ring::default_provider();
-        provider.cipher_suites = suites;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.cert.der().clone()).unwrap();
-        Arc::new(
-            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-                .with_protocol_versions(&[v])
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        )
-    };
+    let client = |suites, v| ca.client_offering(suites, v);
     use rustls::crypto::ring::cipher_suite as cs;
     let rsa_only = client(
         vec![cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256],
