@@ -1031,7 +1031,7 @@ fn show_sess_lists_client_connections() {
         "o",
         std::sync::Arc::new(|r: &Received| {
             if r.target == "/slow" {
-                std::thread::sleep(std::time::Duration::from_millis(1500));
+                std::thread::sleep(std::time::Duration::from_millis(3000));
             }
             ok_response("x").into()
         }),
@@ -1046,10 +1046,19 @@ fn show_sess_lists_client_connections() {
     assert_eq!(idle.get("/x").status, 200);
     let addr = p.addr();
     let slow = std::thread::spawn(move || get(addr, "/slow").status);
+    // Until the idle connection's request is counted (its response may reach the client
+    // before the worker's bookkeeping after it) and the slow request is routed.
+    let idle_src = idle.writer.local_addr().unwrap();
     let mut out = String::new();
-    for _ in 0..100 {
+    for _ in 0..250 {
         out = Sluice::cli(&sock, "show sess");
-        if out.contains("state=active") && out.contains("state=idle") {
+        let counted = out
+            .lines()
+            .any(|l| l.contains(&format!("src={idle_src} ")) && l.contains(" reqs=1 state=idle"));
+        let routed = out
+            .lines()
+            .any(|l| l.contains(" be=be srv=a ") && l.contains("state=active"));
+        if counted && routed {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -1062,7 +1071,6 @@ fn show_sess_lists_client_connections() {
         if idle.is_closed() { "closed" } else { "open" },
         p.stderr()
     );
-    let idle_src = idle.writer.local_addr().unwrap();
     let idle_line = lines
         .iter()
         .find(|l| l.contains(&format!("src={idle_src} ")))
