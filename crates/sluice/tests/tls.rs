@@ -419,12 +419,7 @@ fn client_certificates_are_verified_against_the_ca_file() {
     ));
     // A client certificate made by the same CA, and one by another.
     let with_cert = |issuer: &Ca, cn: &str| {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
-        let cert = params.signed_by(&key, &issuer.issuer).unwrap();
+        let (cert, key) = issuer.client_cert(cn);
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca.cert.der().clone()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -83,15 +83,20 @@ impl Ca {
         dir.write("ca.pem", &self.cert.pem())
     }
 
-    /// A client certificate for `cn` signed by this CA: its certificate and its key, as
-    /// two PEM files in `dir` (as curl's `--cert` and `--key` take them).
-    pub fn client_identity(&self, dir: &TempDir, cn: &str) -> (String, String) {
+    /// A client certificate for `cn` signed by this CA, and its key.
+    pub fn client_cert(&self, cn: &str) -> (rcgen::Certificate, rcgen::KeyPair) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, cn);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (params.signed_by(&key, &self.issuer).unwrap(), key)
+    }
+
+    /// [`Ca::client_cert`] as two PEM files in `dir`, the certificate and the key (as
+    /// curl's `--cert` and `--key` take them).
+    pub fn client_identity(&self, dir: &TempDir, cn: &str) -> (String, String) {
+        let (cert, key) = self.client_cert(cn);
         (
             dir.write(&format!("{cn}.crt"), &cert.pem()),
             dir.write(&format!("{cn}.key"), &key.serialize_pem()),
