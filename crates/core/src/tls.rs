@@ -36,6 +36,13 @@ pub use crate::conf::tls::{
 };
 use crate::conf::{one_arg, GlobalConf};
 
+/// The crypto in this build, as `-vv` reports it.
+pub const PROVIDER: &str = if cfg!(feature = "aws-lc") {
+    "aws-lc-rs (key exchange, signatures) and ring (the rest)"
+} else {
+    "ring"
+};
+
 /// The `ssl-default-*-options` words HAProxy knows; `ssl-min-ver`/`ssl-max-ver` take a
 /// version.
 const OPTIONS: &[&str] = &[

@@ -32,6 +32,7 @@ fn process() -> Arc<Process> {
         vars: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
+        memory: Default::default(),
     })
 }
 

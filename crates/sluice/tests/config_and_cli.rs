@@ -541,6 +541,28 @@ fn conditions_with_cc_and_if_blocks() {
         text.contains("Follows HAProxy 2.6.12") && text.contains("+PROMEX"),
         "{text}"
     );
+    assert!(
+        text.contains("\nTLS: rustls with aws-lc-rs")
+            && text.contains("\nMemory allocator: system"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_memory_limit_is_set_and_the_process_serves_under_it() {
+    let p = Sluice::start_args(
+        "defaults\n mode http\n timeout client 5s\n\
+         frontend fe\n {fe}\n http-request return status 200 content-type text/plain string fine\n",
+        &["-m".to_string(), "256".to_string()],
+    );
+    let r = common::get(p.addr(), "/");
+    assert_eq!((r.status, r.text().as_str()), (200, "fine"));
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", p.pid())).unwrap();
+    let address = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))
+        .unwrap();
+    assert!(address.contains(&(256u64 << 20).to_string()), "{address}");
 }
 
 #[test]

@@ -26,7 +26,7 @@ use sluice_config::{Keyword, Scope};
 
 use crate::check::CheckTask;
 use crate::conf::{time_arg, Config, GlobalConf};
-use crate::runtime::{Admission, Process, Runtime, ThreadCtx};
+use crate::runtime::{Admission, MemoryRelease, Process, Runtime, ThreadCtx};
 use crate::worker::listener::{self, ListenError, Listening};
 use crate::worker::{self, Inboxes};
 
@@ -139,6 +139,9 @@ pub struct RunOptions {
     pub ready: Option<std::os::fd::OwnedFd>,
     /// Once `ready` is written, leave the terminal (the master is a daemon).
     pub detach_when_ready: bool,
+    /// The binary's allocator's way to give a thread's free memory back, if it keeps
+    /// freed pages per thread ([`crate::runtime::MemoryRelease::per_thread`]).
+    pub release_thread_memory: Option<fn()>,
 }
 
 /// Why the proxy could not start.
@@ -289,6 +292,10 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
         vars: Default::default(),
         started: std::time::Instant::now(),
         figures: Default::default(),
+        memory: MemoryRelease {
+            per_thread: opts.release_thread_memory,
+            ..MemoryRelease::default()
+        },
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

@@ -24,8 +24,8 @@ pub use self::counters::{
     StatusClasses, Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
-    Admission, ClientConn, Handover, Process, ProcessFigures, SessionInfo, Slot, ThreadCtx, Worker,
-    WorkerChecks,
+    Admission, ClientConn, Handover, MemoryRelease, Process, ProcessFigures, SessionInfo, Slot,
+    ThreadCtx, Worker, WorkerChecks,
 };
 pub use self::state::{
     clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CapturedError,

@@ -5,7 +5,7 @@
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -214,13 +214,26 @@ pub struct Process {
     pub started: Instant,
     /// Process-wide figures of `show info` that are sampled rather than counted.
     pub figures: ProcessFigures,
+    pub memory: MemoryRelease,
+}
+
+/// How free memory goes back to the system once connections are gone ([`Process::trim_memory`]).
+#[derive(Debug, Default)]
+pub struct MemoryRelease {
+    /// Times free memory was given back; a worker that sees it move gives back its own.
+    pub trims: AtomicU64,
+    /// The allocator's way to give the calling thread's free memory back, for an allocator
+    /// that keeps freed pages per thread (mimalloc) where `malloc_trim` does not reach;
+    /// `None` with the system allocator alone.
+    pub per_thread: Option<fn()>,
 }
 
 impl Process {
     /// Gives the allocator's free memory back to the system once the client connections
     /// have fallen to half their peak (and by at least 256), or to none: the memory of
     /// connections that are gone would otherwise stay with the workers' allocator arenas.
-    /// Called by one worker a few times a second.
+    /// Called by one worker a few times a second; each worker then gives back what its
+    /// allocator keeps for its thread alone ([`MemoryRelease::per_thread`]).
     pub fn trim_memory(&self) {
         let now = self.active_total();
         let peak = &self.figures.connections_peak;
@@ -234,6 +247,7 @@ impl Process {
             unsafe {
                 libc::malloc_trim(0);
             }
+            self.memory.trims.fetch_add(1, Ordering::Relaxed);
         }
     }
 

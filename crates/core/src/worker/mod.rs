@@ -180,6 +180,7 @@ async fn measure_busy(w: Rc<Worker>) {
     let mut last_busy = 0u64;
     let mut last_at = std::time::Instant::now();
     let mut smoothed = 0f64;
+    let mut trims_seen = 0;
     loop {
         tick.tick().await;
         let now = std::time::Instant::now();
@@ -200,6 +201,14 @@ async fn measure_busy(w: Rc<Worker>) {
         if w.tid == 0 {
             crate::stats::sample(&w.process);
             w.process.trim_memory();
+        }
+        let memory = &w.process.memory;
+        let trims = memory.trims.load(Ordering::Relaxed);
+        if trims != trims_seen {
+            trims_seen = trims;
+            if let Some(release) = memory.per_thread {
+                release();
+            }
         }
         last_busy = busy;
         last_at = now;
