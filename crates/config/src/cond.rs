@@ -4,14 +4,16 @@
 //! words (true unless empty or `0`), `!`, `&&`, `||` and parentheses.
 //!
 //! sluice follows HAProxy 2.6's behaviour and says so: the version compared is
-//! [`HAPROXY_VERSION`], and [`FEATURES`] are the build features it reports. It has no
-//! OpenSSL: `openssl_version_atleast` is always false.
+//! [`HAPROXY_VERSION`], and [`FEATURES`] are the build features it reports. `OPENSSL` is
+//! among them because sluice reads HAProxy's TLS keywords (with rustls underneath), so
+//! that a configuration guarding its `ssl` lines with `.if feature(OPENSSL)` keeps them;
+//! `openssl_version_atleast`/`_before` are always false: there is no OpenSSL version.
 
 /// The HAProxy release whose behaviour sluice follows, for `version_atleast`/`_before`.
 pub const HAPROXY_VERSION: &str = "2.6.12";
 
 /// What `feature(NAME)` is true for.
-pub const FEATURES: &[&str] = &["EPOLL", "THREAD", "PROMEX", "SLZ"];
+pub const FEATURES: &[&str] = &["EPOLL", "THREAD", "PROMEX", "SLZ", "OPENSSL"];
 
 /// Evaluates a condition; `env` reads environment variables (`defined(VAR)`).
 pub fn eval(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<bool, String> {
@@ -189,7 +191,8 @@ mod tests {
             ("defined(UNSET)", false),
             ("!defined(UNSET)", true),
             ("feature(PROMEX)", true),
-            ("feature(OPENSSL)", false),
+            ("feature(OPENSSL)", true),
+            ("feature(QUIC)", false),
             ("streq(a,a)", true),
             ("streq(a,b)", false),
             ("strneq(a,b)", true),

@@ -306,7 +306,7 @@ fn main() -> ExitCode {
                     .iter()
                     .map(|f| format!("+{f}"))
                     .collect();
-                println!("Feature list : {} -OPENSSL", features.join(" "));
+                println!("Feature list : {}", features.join(" "));
                 println!("TLS: rustls with {}", sluice_core::tls::PROVIDER);
                 let allocator = if cfg!(feature = "mimalloc") {
                     "mimalloc"

@@ -510,7 +510,11 @@ fn conditions_with_cc_and_if_blocks() {
     assert_eq!(cc("defined(SLUICE_TEST_SET)"), Some(0));
     assert_eq!(cc("defined(SLUICE_TEST_UNSET)"), Some(1));
     assert_eq!(cc("version_atleast(2.4) && !version_atleast(3.0)"), Some(0));
-    assert_eq!(cc("feature(PROMEX) && !feature(OPENSSL)"), Some(0));
+    assert_eq!(cc("feature(PROMEX) && feature(OPENSSL)"), Some(0));
+    assert_eq!(
+        cc("feature(QUIC) || openssl_version_atleast(1.1.1)"),
+        Some(1)
+    );
     assert_eq!(cc("streq(\"${SLUICE_TEST_SET}\",yes)"), Some(0));
     assert_eq!(cc("nosuch(x)"), Some(2));
     // A configuration whose blocks pick the valid part: read as written, the skipped
