@@ -214,6 +214,7 @@ pub struct Process {
     pub started: Instant,
     /// Process-wide figures of `show info` that are sampled rather than counted.
     pub figures: ProcessFigures,
+    /// How the workers give free memory back once connections are gone.
     pub memory: MemoryRelease,
 }
 
