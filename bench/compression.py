@@ -56,21 +56,7 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s;
 
 
 def peak_rss_kb(pgid):
-    total = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:
-                    continue
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
+    return core.group_status_kib(pgid, "VmHWM")
 
 
 PACED = None  # milliseconds each connection waits between requests (fixed offered load)

@@ -105,6 +105,26 @@ def group_cpu(pgid):
     return sum(group_cpu_split(pgid))
 
 
+def group_status_kib(pgid, field):
+    """A memory field of /proc/PID/status (`VmRSS`, `VmHWM`, in KiB), summed over every
+    process in the process group."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def nginx_origin():
     root = os.path.join(work, "www")
     os.makedirs(root, exist_ok=True)

@@ -20,18 +20,7 @@ HALF_HEAD = b"GET /hello.txt HTTP/1.1\r\nHost: bench.test\r\nUser-Agent: half"
 
 
 def group_rss_kib(pgid):
-    total = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            if os.getpgid(int(pid)) != pgid:
-                continue
-            with open(f"/proc/{pid}/status") as f:
-                total += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            continue
-    return total
+    return core.group_status_kib(pgid, "VmRSS")
 
 
 def settle(pgid, secs):
