@@ -50,6 +50,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     log::GLOBAL_SETTINGS_KEYWORDS,
     tls::GLOBAL_KEYWORDS,
     tls::TUNE_KEYWORDS,
+    tls::CHAIN_KEYWORDS,
     peers::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];

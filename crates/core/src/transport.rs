@@ -290,7 +290,7 @@ impl Tls {
             client_cert: st
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .map(|c| crate::tls::dn_strings(c).unwrap_or_default()),
+                .map(|c| crate::tls::x509::dn_strings(c).unwrap_or_default()),
         })
     }
 }

@@ -38,7 +38,7 @@ fn presented(s: &TlsClient) -> Vec<u8> {
 }
 
 /// One request on an open TLS connection; the response head and body as text.
-fn request(s: &mut TlsClient, path: &str) -> String {
+fn request(s: &mut (impl Read + Write), path: &str) -> String {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes())
         .unwrap();
     let mut out = Vec::new();
@@ -242,12 +242,14 @@ fn sessions_resume_by_ticket_and_by_id() {
     let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
     let sock = dir.0.join("admin.sock");
     let p = Sluice::start(&format!(
-        "global\n    stats socket {}\n    tune.ssl.cachesize 100\n    tune.ssl.default-dh-param 2048\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} no-tls-tickets\n    http-request return status 200 content-type text/plain string ok\n",
+        "global\n    stats socket {}\n    tune.ssl.cachesize 100\n    tune.ssl.default-dh-param 2048\n    ssl-dh-param-file dhparam.pem\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} no-tls-tickets\n    http-request return status 200 content-type text/plain string ok\n",
         sock.display()
     ));
-    assert!(p
-        .stderr()
-        .contains("'tune.ssl.default-dh-param' is accepted but has no effect"));
+    for inert in ["tune.ssl.default-dh-param", "ssl-dh-param-file"] {
+        assert!(p
+            .stderr()
+            .contains(&format!("'{inert}' is accepted but has no effect")));
+    }
     for (addr, versions) in [
         (p.addrs[0], &rustls::version::TLS13),
         (p.addrs[0], &rustls::version::TLS12),
@@ -954,4 +956,213 @@ fn health_checks_ask_for_check_sni_and_offer_check_alpn() {
         !ok && out.contains(":4") && out.contains("'-bad-' is not a valid name"),
         "{out}"
     );
+}
+
+/// A TLS connection to `addr` (`site.test`) on a socket that keeps every byte it reads.
+fn recorded(
+    addr: SocketAddr,
+    client: Arc<rustls::ClientConfig>,
+) -> (
+    rustls::StreamOwned<rustls::ClientConnection, Recorder>,
+    Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let conn =
+        rustls::ClientConnection::new(client, ServerName::try_from("site.test").unwrap()).unwrap();
+    let mut s = rustls::StreamOwned::new(
+        conn,
+        Recorder {
+            tcp,
+            seen: seen.clone(),
+        },
+    );
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).unwrap();
+    }
+    (s, seen)
+}
+
+struct Recorder {
+    tcp: TcpStream,
+    seen: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Read for Recorder {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.tcp.read(buf)?;
+        self.seen.lock().unwrap().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl Write for Recorder {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// The lengths of the application-data records in raw TLS bytes (their headers are clear).
+fn data_records(mut raw: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    while raw.len() >= 5 {
+        let len = u16::from_be_bytes([raw[3], raw[4]]) as usize;
+        if raw[0] == 23 {
+            out.push(len);
+        }
+        raw = &raw[(5 + len).min(raw.len())..];
+    }
+    out
+}
+
+#[test]
+fn tune_ssl_maxrecord_limits_the_data_each_record_carries() {
+    let body = "x".repeat(40_000);
+    let origin = Origin::with_handler(
+        "big",
+        Arc::new(move |_: &Received| ok_response(&body).into()),
+    );
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let fetch = |global: &str| {
+        let p = Sluice::start(&format!(
+            "global\n{global}{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    default_backend be\nbackend be\n    server o {}\n",
+            origin.addr
+        ));
+        let (mut s, seen) = recorded(p.addr(), ca.client(&[], &[&rustls::version::TLS13]));
+        let text = request(&mut s, "/");
+        assert!(text.ends_with(&"x".repeat(40_000)), "{}", &text[..200]);
+        let records = data_records(&seen.lock().unwrap());
+        records.into_iter().max().unwrap()
+    };
+    // TLS 1.3 adds its content type and AES-GCM's 16-byte tag to each record's data.
+    let limited = fetch("    tune.ssl.maxrecord 1400\n");
+    assert!((1000..=1400 + 17).contains(&limited), "{limited}");
+    let unlimited = fetch("    tune.ssl.maxrecord 0\n");
+    assert!(unlimited > 16_000, "{unlimited}");
+    let (ok, out) = check_config(&format!(
+        "global\n    tune.ssl.maxrecord 10\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains(":2:") && out.contains("smallest record"),
+        "{out}"
+    );
+}
+
+#[test]
+fn issuers_chain_path_completes_a_lone_certificate_and_roots_can_be_left_out() {
+    let root = Ca::named("sluice test root");
+    let inter = root.intermediate("sluice test intermediate");
+    let dir = TempDir::new();
+    // A certificate file with no intermediate in it, and one that carries its own.
+    let (lone, lone_der) = inter.leaf(&dir, "lone.pem", &["site.test"]);
+    let (carried, _) = inter.leaf(&dir, "carried.pem", &["site.test"]);
+    let text = std::fs::read_to_string(&carried).unwrap();
+    std::fs::write(&carried, format!("{text}{}", inter.cert.pem())).unwrap();
+    std::fs::create_dir(dir.0.join("issuers")).unwrap();
+    dir.write(
+        "issuers/inter.pem",
+        &format!("{}{}", inter.cert.pem(), root.cert.pem()),
+    );
+    let issuers = dir.0.join("issuers");
+    let client = root.client(&[], &[&rustls::version::TLS13]);
+    let start = |global: &str| {
+        Sluice::start(&format!(
+            "global\n{global}{DEFAULTS}frontend fe\n    {{fe}} ssl crt {lone}\n    {{fe}} ssl crt {carried}\n    http-request return status 200 content-type text/plain string ok\n"
+        ))
+    };
+    let chain = |addr: SocketAddr| {
+        let mut s = connect(addr, client.clone(), "site.test").unwrap();
+        assert!(request(&mut s, "/").starts_with("HTTP/1.1 200"));
+        let certs: &[CertificateDer<'_>] = s.conn.peer_certificates().unwrap();
+        certs.iter().map(|c| c.to_vec()).collect::<Vec<_>>()
+    };
+    // Alone, the certificate cannot be verified by a client that trusts only the root.
+    let p = start("");
+    assert!(connect(p.addr(), client.clone(), "site.test").is_err());
+    assert_eq!(chain(p.addrs[1]).len(), 2);
+    drop(p);
+    let p = start(&format!("    issuers-chain-path {}\n", issuers.display()));
+    let served = chain(p.addrs[0]);
+    assert_eq!(served.len(), 3);
+    assert_eq!(served[0], lone_der);
+    assert_eq!(served[1], inter.cert.der().to_vec());
+    assert_eq!(served[2], root.cert.der().to_vec());
+    // A file with its own chain is served as it is.
+    assert_eq!(chain(p.addrs[1]).len(), 2);
+    drop(p);
+    let p = start(&format!(
+        "    issuers-chain-path {}\n    ssl-skip-self-issued-ca\n",
+        issuers.display()
+    ));
+    let served = chain(p.addrs[0]);
+    assert_eq!(served, vec![lone_der, inter.cert.der().to_vec()]);
+    let (ok, out) = check_config(&format!(
+        "global\n    issuers-chain-path {}/none\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n",
+        dir.0.display()
+    ));
+    assert!(
+        !ok && out.contains(":2:") && out.contains("issuers-chain-path"),
+        "{out}"
+    );
+}
+
+#[test]
+fn global_defaults_of_server_verification_and_curves_apply_to_lines_without_their_own() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "origin.pem", &["origin.test"]);
+    // TLS servers: one that takes any group, one that takes only X25519.
+    let origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} curves X25519\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    let (any, x25519) = (origin.addrs[0], origin.addrs[1]);
+    let p = Sluice::start(&format!(
+        "global\n    ssl-server-verify none\n    ssl-default-server-curves P-256\n    ssl-default-bind-curves P-256\n{DEFAULTS}frontend fe\n    {{fe}}\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} curves X25519\n    use_backend unverified if {{ path /unverified }}\n    use_backend verified if {{ path /verified }}\n    use_backend x25519 if {{ path /x25519 }}\nbackend unverified\n    server s {any} ssl\nbackend verified\n    retries 0\n    server s {any} ssl verify required ca-file {}\nbackend x25519\n    retries 0\n    server s {x25519} ssl\n",
+        dir.write("other-ca.pem", &Ca::new().cert.pem())
+    ));
+    // `ssl-server-verify none`: a server line with `ssl` alone is not verified...
+    assert_eq!(get(p.addr(), "/unverified").status, 200);
+    // ...while a line's own `verify required` still is (by another authority: refused).
+    assert_eq!(get(p.addr(), "/verified").status, 503);
+    // `ssl-default-server-curves P-256`: no group in common with an X25519-only server.
+    assert_eq!(get(p.addr(), "/x25519").status, 503);
+    // `ssl-default-bind-curves P-256` on the bind without `curves`; its own on the other.
+    let offering = |group: &'static dyn rustls::crypto::SupportedKxGroup| {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.kx_groups = vec![group];
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.cert.der().clone()).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    };
+    let (p256, x) = (
+        offering(rustls::crypto::ring::kx_group::SECP256R1),
+        offering(rustls::crypto::ring::kx_group::X25519),
+    );
+    assert!(connect(p.addrs[1], p256.clone(), "origin.test").is_ok());
+    assert!(connect(p.addrs[1], x.clone(), "origin.test").is_err());
+    assert!(connect(p.addrs[2], x, "origin.test").is_ok());
+    assert!(connect(p.addrs[2], p256, "origin.test").is_err());
+    // Without the global line, `ssl` alone needs a ca-file; bad values name the line.
+    for (global, says) in [
+        ("", "no ca-file is given"),
+        ("    ssl-server-verify maybe\n", "expects none or required"),
+        ("    ssl-default-server-curves sect163k1\n", "sect163k1"),
+    ] {
+        let (ok, out) = check_config(&format!(
+            "global\n{global}{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    server s 127.0.0.1:2 ssl\n"
+        ));
+        assert!(!ok && out.contains(says), "{global}: {out}");
+    }
 }

@@ -10,8 +10,16 @@ pub struct TlsDefaults {
     pub server: TlsSide,
     /// `tune.ssl.cachesize`: TLS sessions each `ssl` bind keeps for resumption (20000).
     pub cachesize: Option<usize>,
+    /// `tune.ssl.maxrecord`: the most plaintext bytes per TLS record (0 or unset: 16 kB).
+    pub maxrecord: Option<usize>,
+    /// `ssl-server-verify none|required`: servers' `verify` when their line has none.
+    pub server_verify: Option<String>,
+    /// `issuers-chain-path DIR`: chains that complete certificates loaded alone.
+    pub issuers_chain_path: Option<String>,
+    /// `ssl-skip-self-issued-ca`: roots are not sent with a certificate's chain.
+    pub skip_self_issued_ca: bool,
     /// Keywords accepted that do nothing with rustls (`tune.ssl.lifetime`,
-    /// `tune.ssl.default-dh-param`), said once at start.
+    /// `tune.ssl.default-dh-param`, `ssl-dh-param-file`), said once at start.
     pub inert: Vec<String>,
 }
 
@@ -24,6 +32,8 @@ pub struct TlsSide {
     pub ciphersuites: Option<String>,
     /// Options such as `ssl-min-ver TLSv1.2` and `no-tls-tickets`, as words.
     pub options: Vec<String>,
+    /// Key exchange groups (`ssl-default-*-curves`, colon-separated as written).
+    pub curves: Option<String>,
 }
 
 /// `bind ... ssl` and the TLS options of that line, as written (paths as given; `crt-base`

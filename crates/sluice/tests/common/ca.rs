@@ -31,6 +31,21 @@ impl Ca {
         }
     }
 
+    /// An intermediate authority named `name`, signed by this one.
+    pub fn intermediate(&self, name: &str) -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Ca {
+            cert,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
     /// A PEM file (certificate, then key) for `names`, written in `dir`; its DER.
     pub fn leaf(&self, dir: &TempDir, file: &str, names: &[&str]) -> (String, Vec<u8>) {
         let key = rcgen::KeyPair::generate().unwrap();

@@ -1,10 +1,13 @@
-//! TLS termination on `bind ... ssl` lines, with rustls (ring; key exchange and signatures
-//! from aws-lc-rs with the `aws-lc` feature, which the sluice binary turns on by default):
-//! the bind options
-//! (`crt`, `alpn`, `ssl-min-ver`, `ssl-max-ver`, `ciphers`, `ciphersuites`, `curves`,
-//! `strict-sni`, `no-tls-tickets`), the `global` defaults (`ca-base`, `crt-base`,
-//! `ssl-default-bind-*`; the `ssl-default-server-*` ones are kept for TLS to servers, not
-//! built yet), certificate loading and the choice of a certificate by SNI.
+//! TLS with rustls (ring; key exchange and signatures from aws-lc-rs with the `aws-lc`
+//! feature, which the sluice binary turns on by default), on both sides:
+//! - `bind ... ssl` and its options (`crt`, `crt-list`, `alpn`, `ssl-min-ver`,
+//!   `ssl-max-ver`, `ciphers`, `ciphersuites`, `curves`, `strict-sni`, `no-tls-tickets`,
+//!   `ca-file`, `verify`), certificate loading and the choice of a certificate by SNI, and
+//!   the CLI's `set/commit/abort/show ssl cert`;
+//! - `server ... ssl` and its options (`verify`, `ca-file`, `sni`, `alpn`, `check-ssl`);
+//! - the `global` defaults of both (`ca-base`, `crt-base`, `ssl-default-bind-*`,
+//!   `ssl-default-server-*`, `ssl-server-verify`, `issuers-chain-path`,
+//!   `ssl-skip-self-issued-ca`, `tune.ssl.*`). `x509` reads certificates' names.
 //!
 //! Invariants:
 //! - Only TLS 1.2 and 1.3 with AEAD suites exist (rustls has nothing older or weaker); no
@@ -14,6 +17,8 @@
 //! - The certificate for a connection: the one whose names match the SNI exactly, else by a
 //!   wildcard, else the first certificate of the line (unless `strict-sni`); among several
 //!   for the same name, the first whose key the client can verify (ECDSA or RSA).
+
+pub mod x509;
 
 use std::sync::Arc;
 
@@ -127,6 +132,17 @@ macro_rules! side_keywords {
                     parse: |g, a| one_arg(a, "a cipher suite list").map(|v| side(g, $server).ciphersuites = Some(v.to_string())),
                 },
                 Keyword {
+                    name: concat!("ssl-default-", $side, "-curves"),
+                    scope: Scope::GLOBAL,
+                    help: concat!("ssl-default-", $side, "-curves LIST: default key exchange groups of ssl ", $side, "s (X25519:P-256:P-384)"),
+                    parse: |g, a| {
+                        let v = one_arg(a, "a list of curves")?;
+                        groups(v).map_err(|e| KwError::bad(1, v, &e))?;
+                        side(g, $server).curves = Some(v.to_string());
+                        Ok(())
+                    },
+                },
+                Keyword {
                     name: concat!("ssl-default-", $side, "-options"),
                     scope: Scope::GLOBAL,
                     help: concat!("ssl-default-", $side, "-options OPTION...: default TLS options of ssl ", $side, "s"),
@@ -139,6 +155,61 @@ macro_rules! side_keywords {
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] =
     side_keywords!["bind" => false, "server" => true];
+
+/// Global keywords of certificates and of TLS towards servers.
+pub const CHAIN_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "ssl-server-verify",
+        scope: Scope::GLOBAL,
+        help: "ssl-server-verify none|required: whether servers' certificates are verified when their line says nothing (default required)",
+        parse: |g, a| match one_arg(a, "none or required")? {
+            v @ ("none" | "required") => {
+                g.tls.server_verify = Some(v.to_string());
+                Ok(())
+            }
+            v => Err(KwError::bad(1, v, "expects none or required")),
+        },
+    },
+    Keyword {
+        name: "issuers-chain-path",
+        scope: Scope::GLOBAL,
+        help: "issuers-chain-path DIR: PEM chains that complete certificates whose file has no intermediates",
+        parse: |g, a| {
+            let dir = one_arg(a, "a directory")?;
+            x509::ChainRules::default()
+                .with_issuers_from(dir)
+                .map_err(|e| KwError::bad(1, dir, &e))?;
+            g.tls.issuers_chain_path = Some(dir.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "ssl-skip-self-issued-ca",
+        scope: Scope::GLOBAL,
+        help: "ssl-skip-self-issued-ca: roots found in a certificate's chain are not sent to clients",
+        parse: |g, a| {
+            sluice_config::no_args(a)?;
+            g.tls.skip_self_issued_ca = true;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "ssl-dh-param-file",
+        scope: Scope::GLOBAL,
+        help: "ssl-dh-param-file FILE: accepted; rustls has no finite-field Diffie-Hellman",
+        parse: |g, a| {
+            one_arg(a, "a file")?;
+            g.tls.inert.push("ssl-dh-param-file".into());
+            Ok(())
+        },
+    },
+];
+
+/// The plaintext a TLS record carries at most, and the least rustls lets it be limited to
+/// (its `max_fragment_size` counts the 5-byte record header besides).
+const MAX_RECORD: usize = 16_384;
+const MIN_RECORD: usize = 27;
+const RECORD_HEADER: usize = 5;
 
 /// `tune.ssl.*` keywords.
 pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -159,6 +230,20 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
         parse: |g, a| {
             one_arg(a, "a time")?;
             g.tls.inert.push("tune.ssl.lifetime".into());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tune.ssl.maxrecord",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.maxrecord N: at most N bytes of data per TLS record (0: no limit, 16384)",
+        parse: |g, a| {
+            let v = one_arg(a, "a number of bytes")?;
+            let n: usize = v.parse().map_err(|_| KwError::bad(1, v, "expects a number"))?;
+            if n != 0 && n < MIN_RECORD {
+                return Err(KwError::bad(1, v, "rustls's smallest record carries 27 bytes (0: no limit)"));
+            }
+            g.tls.maxrecord = (n != 0 && n < MAX_RECORD).then_some(n);
             Ok(())
         },
     },
@@ -308,11 +393,16 @@ pub fn connector(
             .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls12(_)));
         p.cipher_suites.splice(0..0, tls13);
     }
+    if let Some(c) = &side.curves {
+        p.kx_groups = groups(c)?;
+    }
     let p = Arc::new(p);
     let builder = rustls::ClientConfig::builder_with_provider(p.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS settings: {e}"))?;
-    let verify = o.verify.as_deref().unwrap_or("required");
+    let verify = (o.verify.as_ref())
+        .or(defaults.server_verify.as_ref())
+        .map_or("required", String::as_str);
     let name: ServerName<'static> = match &o.sni {
         Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
         None => ServerName::IpAddress(addr.ip().into()),
@@ -324,7 +414,7 @@ pub fn connector(
             .with_no_client_auth()
     } else {
         let Some(ca) = &o.ca_file else {
-            return Err("verify is required by default but no ca-file is given: add 'ca-file FILE', or 'verify none' on a network where the server is trusted".into());
+            return Err("verify is required by default but no ca-file is given: add 'ca-file FILE', or 'verify none' (or 'ssl-server-verify none' in global) on a network where the server is trusted".into());
         };
         let roots = ca_roots(ca, defaults)?;
         let webpki =
@@ -344,6 +434,7 @@ pub fn connector(
             .with_no_client_auth()
     };
     config.alpn_protocols = o.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.max_fragment_size = max_fragment_size(defaults);
     Ok(Connector {
         config: Arc::new(config),
         name,
@@ -734,9 +825,10 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
         (Some(base), false) => format!("{base}/{crt}"),
         _ => crt.to_string(),
     };
+    let rules = chain_rules(defaults)?;
     let mut keys = Vec::new();
     for list in &t.crt_lists {
-        keys.extend(crt_list(list, &based)?);
+        keys.extend(crt_list(list, &based, &rules)?);
     }
     for crt in &t.crts {
         let path = based(crt);
@@ -749,10 +841,10 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
                 .collect();
             files.sort();
             for f in files {
-                keys.push(load_pem(&f.display().to_string())?);
+                keys.push(load_pem(&f.display().to_string(), &rules)?);
             }
         } else {
-            keys.push(load_pem(&path)?);
+            keys.push(load_pem(&path, &rules)?);
         }
     }
     if keys.is_empty() {
@@ -809,7 +901,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
             .collect(),
     };
     p.cipher_suites = tls13.into_iter().chain(tls12).collect();
-    if let Some(c) = &t.curves {
+    if let Some(c) = t.curves.as_ref().or(side.curves.as_ref()) {
         p.kx_groups = groups(c)?;
     }
     let p = Arc::new(p);
@@ -848,6 +940,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
         strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
     }));
     config.alpn_protocols = t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.max_fragment_size = max_fragment_size(defaults);
     // The server's order of suites, as HAProxy's default (`prefer-client-ciphers` gives
     // the client's).
     config.ignore_client_order =
@@ -874,14 +967,43 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     })
 }
 
-/// A chain and its key from PEM text (the key may come from a second text).
-fn parse_pem(pem: &[u8], key_pem: Option<&[u8]>) -> Result<CertifiedKey, String> {
+/// `tune.ssl.maxrecord` as rustls counts it (with the record's header).
+fn max_fragment_size(defaults: &TlsDefaults) -> Option<usize> {
+    defaults.maxrecord.map(|n| n + RECORD_HEADER)
+}
+
+/// How the certificates of the configuration being loaded get their chains; kept for
+/// those set later from the CLI.
+fn chain_rules(defaults: &TlsDefaults) -> Result<Arc<x509::ChainRules>, String> {
+    let mut rules = x509::ChainRules {
+        skip_self_issued: defaults.skip_self_issued_ca,
+        ..Default::default()
+    };
+    if let Some(dir) = &defaults.issuers_chain_path {
+        rules = rules.with_issuers_from(dir)?;
+    }
+    let rules = Arc::new(rules);
+    *CHAIN_RULES.lock().unwrap_or_else(|e| e.into_inner()) = Some(rules.clone());
+    Ok(rules)
+}
+
+/// The chain rules of the configuration last loaded (for `set ssl cert`).
+static CHAIN_RULES: std::sync::Mutex<Option<Arc<x509::ChainRules>>> = std::sync::Mutex::new(None);
+
+/// A chain and its key from PEM text (the key may come from a second text), the chain
+/// made up by `rules`.
+fn parse_pem(
+    pem: &[u8],
+    key_pem: Option<&[u8]>,
+    rules: &x509::ChainRules,
+) -> Result<CertifiedKey, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     if certs.is_empty() {
         return Err("no certificate in it".into());
     }
+    let certs = rules.apply(certs);
     let key = PrivateKeyDer::from_pem_slice(pem)
         .or_else(|e| key_pem.map_or(Err(e), PrivateKeyDer::from_pem_slice))
         .map_err(|_| "no private key in it".to_string())?;
@@ -911,7 +1033,12 @@ pub fn set_cert(path: &str, pem: &str) -> Result<bool, String> {
             "Can't replace a certificate which is not referenced by the configuration! ({path})"
         ));
     }
-    let key = Arc::new(parse_pem(pem.as_bytes(), None)?);
+    let rules = (CHAIN_RULES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone())
+    .unwrap_or_default();
+    let key = Arc::new(parse_pem(pem.as_bytes(), None, &rules)?);
     let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     let open = pending.iter().position(|(p, _)| p == path);
     match open {
@@ -977,7 +1104,7 @@ pub fn show_cert(path: Option<&str>) -> String {
             None => return format!("Can't display the certificate: not found ({path})\n"),
         },
     };
-    let (subject, issuer) = dn_strings(&key.cert[0]).unwrap_or_default();
+    let (subject, issuer) = x509::dn_strings(&key.cert[0]).unwrap_or_default();
     format!(
         "Filename: {name}\nStatus: {}\nChain length: {}\nSubject: {subject}\nIssuer: {issuer}\nOCSP response: {}\n",
         if name.starts_with('*') { "Unused" } else { "Used" },
@@ -988,7 +1115,11 @@ pub fn show_cert(path: Option<&str>) -> String {
 
 /// `crt-list FILE`: a certificate per line, `PATH [[OPTIONS]] [[!]NAME...]`, the names
 /// (exact or `*.domain`) choosing it instead of its own (`!NAME` leaves one out).
-fn crt_list(path: &str, based: &dyn Fn(&str) -> String) -> Result<Vec<Loaded>, String> {
+fn crt_list(
+    path: &str,
+    based: &dyn Fn(&str) -> String,
+    rules: &x509::ChainRules,
+) -> Result<Vec<Loaded>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("crt-list '{path}': {e}"))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -1011,7 +1142,7 @@ fn crt_list(path: &str, based: &dyn Fn(&str) -> String) -> Result<Vec<Loaded>, S
             }
             rest = after.trim();
         }
-        let mut loaded = load_pem(&based(file)).map_err(at)?;
+        let mut loaded = load_pem(&based(file), rules).map_err(at)?;
         let (mut include, mut exclude) = (Vec::new(), Vec::new());
         for name in rest.split_whitespace() {
             match name.strip_prefix('!') {
@@ -1027,72 +1158,6 @@ fn crt_list(path: &str, based: &dyn Fn(&str) -> String) -> Result<Vec<Loaded>, S
     Ok(out)
 }
 
-/// The subject and the issuer of a DER certificate as OpenSSL's one-line form
-/// (`/C=FR/O=Example/CN=client`), which HAProxy's `ssl_c_s_dn` and `ssl_c_i_dn` give.
-pub fn dn_strings(cert: &[u8]) -> Option<(String, String)> {
-    let (_, certificate) = der(cert, 0x30)?;
-    let (_, mut tbs) = der(certificate, 0x30)?;
-    if tbs.first() == Some(&0xa0) {
-        tbs = der(tbs, 0xa0)?.0; // version
-    }
-    tbs = der(tbs, 0x02)?.0; // serial number
-    tbs = der(tbs, 0x30)?.0; // signature algorithm
-    let (rest, issuer) = der(tbs, 0x30)?;
-    let (rest, _) = der(rest, 0x30)?; // validity
-    let (_, subject) = der(rest, 0x30)?;
-    Some((dn(subject)?, dn(issuer)?))
-}
-
-/// One DER element of tag `tag` at the start of `b`: (what follows it, its content).
-fn der(b: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    if *b.first()? != tag {
-        return None;
-    }
-    let first = *b.get(1)? as usize;
-    let (len, head) = if first < 0x80 {
-        (first, 2)
-    } else {
-        let n = first & 0x7f;
-        if n == 0 || n > 4 {
-            return None;
-        }
-        let len = b
-            .get(2..2 + n)?
-            .iter()
-            .fold(0usize, |l, &x| (l << 8) | x as usize);
-        (len, 2 + n)
-    };
-    let content = b.get(head..head + len)?;
-    Some((&b[head + len..], content))
-}
-
-/// An X.501 Name as `/KEY=value` pairs.
-fn dn(mut name: &[u8]) -> Option<String> {
-    const KEYS: &[(&[u8], &str)] = &[
-        (&[0x55, 0x04, 0x03], "CN"),
-        (&[0x55, 0x04, 0x06], "C"),
-        (&[0x55, 0x04, 0x07], "L"),
-        (&[0x55, 0x04, 0x08], "ST"),
-        (&[0x55, 0x04, 0x0a], "O"),
-        (&[0x55, 0x04, 0x0b], "OU"),
-        (
-            &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x01],
-            "emailAddress",
-        ),
-    ];
-    let mut out = String::new();
-    while !name.is_empty() {
-        let (rest, set) = der(name, 0x31)?;
-        name = rest;
-        let (_, pair) = der(set, 0x30)?;
-        let (value, oid) = der(pair, 0x06)?;
-        let text = value.get(2..)?; // any string type: tag and short length
-        let key = KEYS.iter().find(|(o, _)| *o == oid).map_or("?", |(_, k)| k);
-        out.push_str(&format!("/{key}={}", String::from_utf8_lossy(text)));
-    }
-    Some(out)
-}
-
 /// Files next to a certificate that are not certificates (`.key`, `.ocsp`, ...): a
 /// directory of certificates may hold them.
 fn is_companion(p: &std::path::Path) -> bool {
@@ -1103,11 +1168,11 @@ fn is_companion(p: &std::path::Path) -> bool {
 }
 
 /// A PEM file holding a chain and its private key (or the key in `FILE.key` beside it).
-fn load_pem(path: &str) -> Result<Loaded, String> {
+fn load_pem(path: &str, rules: &x509::ChainRules) -> Result<Loaded, String> {
     let pem = std::fs::read(path).map_err(|e| format!("crt '{path}': {e}"))?;
     let key_pem = std::fs::read(format!("{path}.key")).ok();
     let mut certified =
-        parse_pem(&pem, key_pem.as_deref()).map_err(|e| format!("crt '{path}': {e}"))?;
+        parse_pem(&pem, key_pem.as_deref(), rules).map_err(|e| format!("crt '{path}': {e}"))?;
     // OCSP stapling: a DER response in `FILE.ocsp`, as HAProxy finds it.
     certified.ocsp = std::fs::read(format!("{path}.ocsp")).ok();
     Ok(Loaded {
