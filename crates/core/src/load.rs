@@ -51,6 +51,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     tls::GLOBAL_KEYWORDS,
     tls::TUNE_KEYWORDS,
     tls::CHAIN_KEYWORDS,
+    tls::OPENSSL_ONLY_KEYWORDS,
     peers::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];

@@ -233,6 +233,14 @@ fn tls_configuration_errors_name_the_bind_line() {
         "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} alpn http/1.1\n    http-request return status 200\n"
     ));
     assert!(ok, "{out}");
+    // OpenSSL's engines have no counterpart: the line is refused with that reason.
+    let (ok, out) = check_config(&format!(
+        "global\n    ssl-engine pkcs11\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains(":2:") && out.contains("ssl-engine") && out.contains("rustls"),
+        "{out}"
+    );
 }
 
 #[test]

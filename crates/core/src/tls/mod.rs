@@ -205,6 +205,29 @@ pub const CHAIN_KEYWORDS: &[Keyword<GlobalConf>] = &[
     },
 ];
 
+/// OpenSSL's own machinery, which has no counterpart here: refused with the reason, since
+/// an operator who relies on an engine (a hardware key, say) must know it is not used.
+macro_rules! openssl_only {
+    ($($name:literal),*) => {
+        &[$(Keyword {
+            name: $name,
+            scope: Scope::GLOBAL,
+            help: "OpenSSL only: sluice's TLS is rustls",
+            parse: |_, _| Err(KwError::Invalid(
+                "OpenSSL engines, providers and async mode do not exist in sluice, whose TLS is rustls with aws-lc-rs and ring built in; remove the line".into(),
+            )),
+        },)*]
+    };
+}
+
+pub const OPENSSL_ONLY_KEYWORDS: &[Keyword<GlobalConf>] = openssl_only![
+    "ssl-engine",
+    "ssl-mode-async",
+    "ssl-provider",
+    "ssl-provider-path",
+    "ssl-propquery"
+];
+
 /// The plaintext a TLS record carries at most, and the least rustls lets it be limited to
 /// (its `max_fragment_size` counts the 5-byte record header besides).
 const MAX_RECORD: usize = 16_384;
