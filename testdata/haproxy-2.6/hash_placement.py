@@ -41,7 +41,7 @@ try:
     for be in ("hdr_map", "hdr_cons", "expr_map", "expr_cons"):
         for user in USERS:
             print(be, "hdr", user, ask(be, "/", [f"X-User: {user}"]))
-    for be in ("src_map", "src_cons"):
+    for be in ("src_map", "src_cons", "hashsrc_map", "hashsrc_cons", "hashcrc_map"):
         for s in SOURCES:
             print(be, "src", s, ask(be, "/", source=s))
 finally:

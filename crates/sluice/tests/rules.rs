@@ -18,18 +18,18 @@ fn ask(p: &Sluice, method: &str, target: &str, headers: &str) -> Response {
 const HAPROXY_ANSWERS: &[(&str, &str)] = &[
     (
         "/api/users",
-        "2086524975 2162284669 1634223544 4042491044 589122015 293529663 1306680290 2761070127 4367959314151795169 8673234375921608972 cde a\\/b 1970-01-01 b b aGVsbG8= 6869 -3 0 127.0.0.0\n",
+        "2086524975 2162284669 1634223544 4042491044 589122015 293529663 1306680290 2761070127 4367959314151795169 8673234375921608972 cde a\\/b 1970-01-01 b b aGVsbG8= 6869 -3 0 127.0.0.0 0000000000000001 7F000001 1696554816 AAAAAAAAAQI= 0000000000000001\n",
     ),
     (
         "/",
-        "177620 2043925204 1886637733 47 3725504903 2724628003 2250254464 2118074832 5134827694651168302 -5663330039561440355 cde a\\/b 1970-01-01 b b aGVsbG8= 6869 -3 0 127.0.0.0\n",
+        "177620 2043925204 1886637733 47 3725504903 2724628003 2250254464 2118074832 5134827694651168302 -5663330039561440355 cde a\\/b 1970-01-01 b b aGVsbG8= 6869 -3 0 127.0.0.0 0000000000000001 7F000001 1696554816 AAAAAAAAAQI= 0000000000000001\n",
     ),
 ];
 
 #[test]
 fn converters_answer_as_haproxy_does() {
     let p = Sluice::start(&format!(
-        "{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain lf-string \"%[path,djb2] %[path,crc32] %[path,wt6] %[path,sdbm] %[path,djb2(1)] %[path,crc32(1)] %[path,wt6(1)] %[path,sdbm(1)] %[path,xxh3] %[path,xxh3(5)] %[str(abcdef),bytes(2,3)] %[str(a/b),json] %[int(0),utime(%Y-%m-%d)] %[str(a.b.c),word(2,.)] %[str(a..b),field(3,.)] %[str(hello),base64] %[str(hi),hex] %[int(-7),div(2)] %[int(7),mod(0)] %[src,ipmask(24)]\\n\"\n"
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain lf-string \"%[path,djb2] %[path,crc32] %[path,wt6] %[path,sdbm] %[path,djb2(1)] %[path,crc32(1)] %[path,wt6(1)] %[path,sdbm(1)] %[path,xxh3] %[path,xxh3(5)] %[str(abcdef),bytes(2,3)] %[str(a/b),json] %[int(0),utime(%Y-%m-%d)] %[str(a.b.c),word(2,.)] %[str(a..b),field(3,.)] %[str(hello),base64] %[str(hi),hex] %[int(-7),div(2)] %[int(7),mod(0)] %[src,ipmask(24)] %[int(1),hex] %[src,hex] %[src,crc32] %[int(258),base64] %[bool(1),hex]\\n\"\n"
     ));
     for (path, want) in HAPROXY_ANSWERS {
         let r = get(p.addr(), path);

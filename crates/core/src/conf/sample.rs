@@ -90,6 +90,15 @@ pub enum Fetch {
     SslCVerify,
     SslCSubject,
     SslCIssuer,
+    /// `ssl_fc_is_resumed`: the client's TLS session was resumed (no full handshake).
+    SslFcIsResumed,
+    /// `ssl_fc_err`, `ssl_c_err`, `ssl_c_ca_err`: the TLS error (of the session, of the
+    /// client certificate, of its chain) a connection was let through with: none (0), as
+    /// rustls ends every handshake that has one.
+    SslErr,
+    /// `fc_err`: the error of the client connection: none (0) on one that carries a
+    /// request.
+    FcErr,
     Bool(bool),
     Int(i64),
     Str(String),
@@ -309,6 +318,19 @@ impl<'a> Sample<'a> {
             Sample::Bool(b) => Cow::Borrowed(if *b { b"1" } else { b"0" }),
             Sample::Int(n) => Cow::Owned(n.to_string().into_bytes()),
             Sample::Ip(ip) => Cow::Owned(ip.to_string().into_bytes()),
+            Sample::Str(s) | Sample::Bin(s) => Cow::Borrowed(s),
+        }
+    }
+
+    /// The sample as binary, as HAProxy casts it for what hashes or encodes bytes
+    /// (`balance hash`, `crc32`, `hex`, ...): integers and booleans as 8 bytes big-endian,
+    /// addresses as their 4 or 16 bytes, text as it is.
+    pub fn as_binary(&self) -> Cow<'_, [u8]> {
+        match self {
+            Sample::Bool(b) => Cow::Owned(u64::from(*b).to_be_bytes().to_vec()),
+            Sample::Int(n) => Cow::Owned(n.to_be_bytes().to_vec()),
+            Sample::Ip(std::net::IpAddr::V4(a)) => Cow::Owned(a.octets().to_vec()),
+            Sample::Ip(std::net::IpAddr::V6(a)) => Cow::Owned(a.octets().to_vec()),
             Sample::Str(s) | Sample::Bin(s) => Cow::Borrowed(s),
         }
     }

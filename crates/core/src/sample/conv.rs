@@ -13,7 +13,10 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
     use Conv::*;
     match c {
         B64Dec => Kind::Bin,
-        Bytes(..) | SetVar(_) => input,
+        // Bytes of text stay text; of anything else, the binary form's bytes.
+        Bytes(..) if matches!(input, Kind::Str) => Kind::Str,
+        Bytes(..) => Kind::Bin,
+        SetVar(_) => input,
         Length | Add(_) | Sub(_) | Mul(_) | Div(_) | Mod(_) | And(_) | Or(_) | Xor(_) | Neg
         | Crc32(_) | Djb2(_) | Sdbm(_) | Wt6(_) | Xxh3(_) => Kind::Int,
         Bool | Not | Odd | Even => Kind::Bool,
@@ -44,7 +47,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         Conv::Upper => text(s.as_bytes().to_ascii_uppercase()),
         Conv::Base64 => text(
             base64::engine::general_purpose::STANDARD
-                .encode(s.as_bytes())
+                .encode(s.as_binary())
                 .into_bytes(),
         ),
         Conv::B64Dec => Sample::Bin(Cow::Owned(
@@ -54,7 +57,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         )),
         Conv::Hex => {
             let mut out = Vec::new();
-            for b in s.as_bytes().iter() {
+            for b in s.as_binary().iter() {
                 out.extend_from_slice(format!("{b:02X}").as_bytes());
             }
             text(out)
@@ -111,12 +114,12 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         Conv::Odd => Sample::Bool(s.as_int()? & 1 == 1),
         Conv::Even => Sample::Bool(s.as_int()? & 1 == 0),
         Conv::IpMask(v4, v6) => Sample::Ip(mask(s.as_ip()?, *v4, *v6)?),
-        Conv::Crc32(a) => hashed(hash::crc32(&s.as_bytes()), *a),
-        Conv::Djb2(a) => hashed(hash::djb2(&s.as_bytes()), *a),
-        Conv::Sdbm(a) => hashed(hash::sdbm(&s.as_bytes()), *a),
-        Conv::Wt6(a) => hashed(hash::wt6(&s.as_bytes()), *a),
+        Conv::Crc32(a) => hashed(hash::crc32(&s.as_binary()), *a),
+        Conv::Djb2(a) => hashed(hash::djb2(&s.as_binary()), *a),
+        Conv::Sdbm(a) => hashed(hash::sdbm(&s.as_binary()), *a),
+        Conv::Wt6(a) => hashed(hash::wt6(&s.as_binary()), *a),
         // HAProxy gives the 64-bit hash as a signed integer.
-        Conv::Xxh3(seed) => Sample::Int(hash::xxh3(&s.as_bytes(), *seed) as i64),
+        Conv::Xxh3(seed) => Sample::Int(hash::xxh3(&s.as_binary(), *seed) as i64),
         Conv::Bytes(offset, len) => {
             let slice = |b: &[u8]| -> Option<Vec<u8>> {
                 let start = (*offset).min(b.len());
@@ -124,8 +127,8 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                 (start < b.len() || b.is_empty()).then(|| b[start..end].to_vec())
             };
             match s {
-                Sample::Bin(b) => Sample::Bin(Cow::Owned(slice(&b)?)),
-                other => text(slice(&other.as_bytes())?),
+                Sample::Str(t) => text(slice(&t)?),
+                other => Sample::Bin(Cow::Owned(slice(&other.as_binary())?)),
             }
         }
         Conv::Ltime(f, offset) => {

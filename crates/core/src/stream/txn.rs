@@ -1163,11 +1163,11 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
         return (Route::StatsPage(Some(backend)), edits);
     }
-    // `balance hash EXPR`: the sample's bytes, seen as balancing sees the request.
+    // `balance hash EXPR`: the sample as binary, seen as balancing sees the request.
     let hashed = match &be.algo {
         balance::Algo::Hash(e) => e
             .eval(&s.sample_ctx(req, Some(backend)))
-            .map(|v| v.as_bytes().into_owned()),
+            .map(|v| v.as_binary().into_owned()),
         _ => None,
     };
     let extra = match &be.algo {
