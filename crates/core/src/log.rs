@@ -1,4 +1,5 @@
-//! Access logs: `log` targets, `option httplog` / `option tcplog`, `log-format`.
+//! Access logs: `log` targets, `option httplog` / `option httpslog` / `option tcplog`,
+//! `log-format`.
 //!
 //! A worker never blocks on logging. Lines for stdout/stderr go through a bounded channel to a
 //! writer thread (a full channel drops the line and counts it); syslog lines go out as UDP
@@ -346,6 +347,18 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 c.log.format = Some(Format::Http);
                 Ok(())
             }
+        },
+    },
+    Keyword {
+        name: "option httpslog",
+        scope: Scope::PROXY,
+        help: "option httpslog: the httplog line followed by the TLS session's errors, resumption, SNI, version and suite",
+        parse: |c, a| {
+            sluice_config::no_args(a)?;
+            c.log.format = Some(Format::Custom(
+                parse_format(HTTPSLOG).expect("built-in format"),
+            ));
+            Ok(())
         },
     },
     Keyword {
@@ -1137,6 +1150,9 @@ fn pid() -> u32 {
 /// HAProxy's `option httplog` line.
 pub const HTTPLOG: &str =
     "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r";
+/// HAProxy's `option httpslog` line: the httplog one, then `fc_err/ssl_fc_err/ssl_c_err/
+/// ssl_c_ca_err/ssl_fc_is_resumed SNI/version/suite`.
+pub const HTTPSLOG: &str = "%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq %hr %hs %{+Q}r %[fc_err]/%[ssl_fc_err,hex]/%[ssl_c_err]/%[ssl_c_ca_err]/%[ssl_fc_is_resumed] %[ssl_fc_sni]/%sslv/%sslc";
 /// HAProxy's `option tcplog` line.
 pub const TCPLOG: &str = "%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/%sc/%rc %sq/%bq";
 

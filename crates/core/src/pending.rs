@@ -135,7 +135,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option http-pretend-keepalive" => Scope::PROXY,
     "option http-restrict-req-hdr-names" => Scope::PROXY,
     "option http-use-proxy-header" => Scope::PROXY,
-    "option httpslog" => Scope::PROXY,
     "option independent-streams" => Scope::PROXY,
     "option nolinger" => Scope::PROXY,
     "option prefer-last-server" => Scope::PROXY,

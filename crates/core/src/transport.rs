@@ -38,6 +38,8 @@ pub struct TlsInfo {
     /// The client's certificate, verified (`verify optional|required`): its subject and
     /// issuer.
     pub client_cert: Option<(String, String)>,
+    /// The session was resumed (by ticket or by id), not fully negotiated.
+    pub resumed: bool,
 }
 
 /// What a stream of a multiplexed client connection knows of that connection.
@@ -291,6 +293,7 @@ impl Tls {
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .map(|c| crate::tls::x509::dn_strings(c).unwrap_or_default()),
+            resumed: st.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
         })
     }
 }

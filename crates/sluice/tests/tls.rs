@@ -143,6 +143,47 @@ fn requests_over_tls_see_the_session_in_fetches_and_logs() {
 }
 
 #[test]
+fn option_httpslog_adds_the_sessions_errors_resumption_and_names() {
+    let origin = Origin::start("o");
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}}\n    option httpslog\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    // One client, two connections: the second resumes the first one's session.
+    let client = ca.client(&[], &[&rustls::version::TLS13]);
+    for path in ["/full", "/resumed"] {
+        let mut s = connect(p.addrs[0], client.clone(), "site.test").unwrap();
+        assert!(request(&mut s, path).ends_with(&format!("o {path}")));
+    }
+    assert_eq!(get(p.addrs[1], "/clear").status, 200);
+    wait_until("three log lines", || p.stdout().lines().count() >= 3);
+    let out = p.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    let suite = "TLSv1.3/TLS_AES_128_GCM_SHA256";
+    for (line, tail) in [
+        (
+            lines[0],
+            format!("\"GET /full HTTP/1.1\" 0/0000000000000000/0/0/0 site.test/{suite}"),
+        ),
+        (
+            lines[1],
+            format!("\"GET /resumed HTTP/1.1\" 0/0000000000000000/0/0/1 site.test/{suite}"),
+        ),
+        // A clear connection has no TLS session to report.
+        (
+            lines[2],
+            "\"GET /clear HTTP/1.1\" 0/-/-/-/- -/-/-".to_string(),
+        ),
+    ] {
+        assert!(line.ends_with(&tail), "{line}\nshould end with {tail}");
+        assert!(line.contains(" fe be/s "), "{line}");
+    }
+}
+
+#[test]
 fn versions_and_suites_are_enforced() {
     let ca = Ca::new();
     let dir = TempDir::new();

@@ -307,6 +307,9 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_c_verify" => none(Fetch::SslCVerify)?,
         "ssl_c_s_dn" => none(Fetch::SslCSubject)?,
         "ssl_c_i_dn" => none(Fetch::SslCIssuer)?,
+        "ssl_fc_is_resumed" => none(Fetch::SslFcIsResumed)?,
+        "ssl_fc_err" | "ssl_c_err" | "ssl_c_ca_err" => none(Fetch::SslErr)?,
+        "fc_err" => none(Fetch::FcErr)?,
         "always_true" => none(Fetch::Bool(true))?,
         "always_false" => none(Fetch::Bool(false))?,
         "int" => {

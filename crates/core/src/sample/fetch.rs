@@ -14,7 +14,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     use Fetch::*;
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
-        SslFc | SslCUsed | Bool(_) => Kind::Bool,
+        SslFc | SslCUsed | SslFcIsResumed | Bool(_) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
@@ -23,7 +23,8 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         ReqBody => Kind::Bin,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(..) | ReqCookCnt(_) | ResCookCnt(_)
-        | ReqLen | ResHdrCnt(..) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify => Kind::Int,
+        | ReqLen | ResHdrCnt(..) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify | SslErr
+        | FcErr => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -182,6 +183,11 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         // A handshake only completes with a certificate that verified.
         Fetch::SslCVerify => Some(Sample::Int(0)),
         Fetch::SslCSubject => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.0)),
+        Fetch::SslFcIsResumed => Some(Sample::Bool(cx.client?.tls()?.resumed)),
+        // A session with an error never completes its handshake (no `crt-ignore-err`).
+        Fetch::SslErr => cx.client?.tls().map(|_| Sample::Int(0)),
+        // A connection that failed carries no request to evaluate this for.
+        Fetch::FcErr => Some(Sample::Int(0)),
         Fetch::SslCIssuer => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.1)),
         Fetch::SslFcAlpn => cx
             .client?
