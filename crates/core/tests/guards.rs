@@ -20,7 +20,7 @@ fn process() -> Arc<Process> {
                 ..ThreadCtx::default()
             })
             .collect(),
-        admission: Admission::new(10, std::iter::once((10, Vec::new()))),
+        admission: Admission::new(10, std::iter::once((10, Vec::new())), Default::default()),
         loggers: vec![Vec::new()].into(),
         backend_loggers: vec![Vec::new()].into(),
         config: Arc::new(config),

@@ -261,3 +261,53 @@ fn a_deferred_bind_accepts_a_connection_once_its_client_speaks() {
     }
     assert!(concluded, "every round took more than 700 ms");
 }
+
+#[test]
+fn rate_limits_hold_new_connections_in_the_queue_and_serve_them_all() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    maxconnrate 5000\n    maxsessrate 6000\n    maxsslrate 7000\n{DEFAULTS}frontend limited\n    {{fe}}\n    rate-limit sessions 4\n    default_backend be\nfrontend free\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let (limited, free) = (p.addrs[0], p.addrs[1]);
+    let started = std::time::Instant::now();
+    let clients: Vec<_> = (0..12)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let status = get(limited, "/").status;
+                (status, started.elapsed())
+            })
+        })
+        .collect();
+    // The other frontend is not held back meanwhile.
+    assert_eq!(get(free, "/").status, 200);
+    let free_done = started.elapsed();
+    let done: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    assert!(done.iter().all(|(status, _)| *status == 200), "{done:?}");
+    let last = done.iter().map(|(_, at)| *at).max().unwrap();
+    // 12 connections at 4 a second (the sliding window lets the first second's 4 go at
+    // once): the last cannot be accepted before about two seconds.
+    assert!(last >= std::time::Duration::from_millis(1200), "{last:?}");
+    assert!(free_done < last, "{free_done:?} {last:?}");
+    let info = Sluice::cli(&sock, "show info");
+    for line in [
+        "ConnRateLimit: 5000",
+        "SessRateLimit: 6000",
+        "SslRateLimit: 7000",
+    ] {
+        assert!(info.lines().any(|l| l == line), "{line} in {info}");
+    }
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "limited", "FRONTEND", "rate_lim"), "4");
+    assert_eq!(stat_field(&csv, "free", "FRONTEND", "rate_lim"), "0");
+    let (ok, out) = check_config(&format!(
+        "global\n    maxconnrate 0\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains(":2:") && out.contains("positive number per second"),
+        "{out}"
+    );
+}

@@ -99,6 +99,21 @@ pub struct ListenConf {
     pub backlog: Option<usize>,
     /// `option socket-stats`: statistics have a row per listener.
     pub socket_stats: bool,
+    /// `rate-limit sessions N`: new connections accepted per second.
+    pub rate_limit: Option<u32>,
+}
+
+/// The configured limits, per second (`None`: unlimited).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimits {
+    /// `maxconnrate`: connections accepted by the process.
+    pub conn: Option<u32>,
+    /// `maxsessrate`: sessions (here, as accepted connections) of the process.
+    pub sess: Option<u32>,
+    /// `maxsslrate`: connections accepted on `ssl` binds.
+    pub ssl: Option<u32>,
+    /// `rate-limit sessions`, by frontend.
+    pub frontends: Vec<Option<u32>>,
 }
 
 /// `tune.listener.multi-queue`: which worker a new connection goes to.

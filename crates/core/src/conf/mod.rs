@@ -56,6 +56,9 @@ pub use self::loc::Loc;
 pub struct GlobalConf {
     pub nbthread: Option<usize>,
     pub maxconn: Option<usize>,
+    /// `maxconnrate`, `maxsessrate`, `maxsslrate` (the frontends' own limits stay empty
+    /// here).
+    pub rate_limits: listen::RateLimits,
     pub bufsize: usize,
     pub compression: GlobalComp,
     /// Every `stats socket` line.
@@ -94,6 +97,7 @@ impl Default for GlobalConf {
         GlobalConf {
             nbthread: None,
             maxconn: None,
+            rate_limits: Default::default(),
             bufsize: 16384,
             compression: GlobalComp::default(),
             stats_sockets: Vec::new(),

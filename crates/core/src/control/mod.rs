@@ -270,6 +270,14 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
             let binds = f.listen.binds.iter().map(|b| b.maxconn).collect();
             (f.listen.maxconn.unwrap_or(global_max), binds)
         }),
+        crate::runtime::RateLimits {
+            frontends: config
+                .frontends
+                .iter()
+                .map(|f| f.listen.rate_limit)
+                .collect(),
+            ..config.global.rate_limits.clone()
+        },
     );
     let (inboxes, receivers) = worker::inboxes(nbthread);
     let process = Arc::new(Process {

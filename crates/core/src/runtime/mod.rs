@@ -17,6 +17,7 @@
 
 pub mod counters;
 mod process;
+mod rate;
 mod state;
 
 pub use self::counters::{
@@ -27,6 +28,7 @@ pub use self::process::{
     Admission, ClientConn, Handover, MemoryRelease, Process, ProcessFigures, SessionInfo, Slot,
     ThreadCtx, Worker, WorkerChecks,
 };
+pub use self::rate::{AcceptRates, RateLimits};
 pub use self::state::{
     clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CapturedError,
     CheckResult, CheckState, ErrorCapture, FrontendState, LbCache, LbState, LbTable, ListenerState,

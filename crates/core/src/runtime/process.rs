@@ -126,6 +126,8 @@ pub struct Admission {
     /// The limits themselves (`Maxconn` in `show info`, `slim` in `show stat`).
     pub global_limit: usize,
     pub frontend_limits: Vec<usize>,
+    /// Connections per second (`maxconnrate` and the like).
+    pub rates: super::AcceptRates,
 }
 
 impl Admission {
@@ -133,6 +135,7 @@ impl Admission {
     pub fn new(
         global: usize,
         frontends: impl Iterator<Item = (usize, Vec<Option<usize>>)>,
+        rates: super::RateLimits,
     ) -> Admission {
         let (frontend_limits, listeners): (Vec<usize>, Vec<_>) = frontends
             .map(|(limit, binds)| {
@@ -152,11 +155,13 @@ impl Admission {
             listeners,
             global_limit: global,
             frontend_limits,
+            rates: super::AcceptRates::new(rates),
         }
     }
 
-    /// Waits until one more connection may be held on listener `li` of frontend `fe`.
-    pub async fn admit(&self, fe: usize, li: usize) -> Slot {
+    /// Waits until one more connection may be held on listener `li` of frontend `fe`
+    /// (an `ssl` bind if `tls`), and may be accepted under the rate limits.
+    pub async fn admit(&self, fe: usize, li: usize, tls: bool) -> Slot {
         let listener = match self.listeners[fe].get(li).cloned().flatten() {
             Some(s) => Some(s.acquire_owned().await.expect("never closed")),
             None => None,
@@ -172,6 +177,7 @@ impl Admission {
             .acquire_owned()
             .await
             .expect("never closed");
+        self.rates.pace(fe, tls).await;
         Slot {
             _global: global,
             _frontend: frontend,

@@ -78,6 +78,8 @@ fn lines(p: &Process) -> Vec<Line> {
     let conn_rate = fe_rate(|c| &c.connection_rate);
     let sess_rate = fe_rate(|c| &c.session_rate);
     let zero = String::from("0");
+    let rates = &p.config.global.rate_limits;
+    let limit = |l: Option<u32>| l.unwrap_or(0).to_string();
     let version = env!("CARGO_PKG_VERSION");
     let l = |pos, name, tags, ty, value: String| Line {
         pos,
@@ -139,7 +141,7 @@ fn lines(p: &Process) -> Vec<Line> {
         l(24, "PipesUsed", "MGP", U32, zero.clone()),
         l(25, "PipesFree", "MGP", U32, zero.clone()),
         l(26, "ConnRate", "MRP", U32, conn_rate.to_string()),
-        l(27, "ConnRateLimit", "CLP", U32, zero.clone()),
+        l(27, "ConnRateLimit", "CLP", U32, limit(rates.conn)),
         l(
             28,
             "MaxConnRate",
@@ -153,7 +155,7 @@ fn lines(p: &Process) -> Vec<Line> {
                 .to_string(),
         ),
         l(29, "SessRate", "MRP", U32, sess_rate.to_string()),
-        l(30, "SessRateLimit", "CLP", U32, zero.clone()),
+        l(30, "SessRateLimit", "CLP", U32, limit(rates.sess)),
         l(
             31,
             "MaxSessRate",
@@ -173,7 +175,7 @@ fn lines(p: &Process) -> Vec<Line> {
             U32,
             worker_rate(|c| &c.tls_rate).to_string(),
         ),
-        l(33, "SslRateLimit", "CLP", U32, zero.clone()),
+        l(33, "SslRateLimit", "CLP", U32, limit(rates.ssl)),
         l(34, "MaxSslRate", "MMP", U32, zero.clone()),
         l(
             35,

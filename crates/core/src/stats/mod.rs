@@ -363,7 +363,7 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
     let conn_rate = rate(c, |k| &k.connection_rate, now);
     let req_rate = rate(c, |k| &k.request_rate, now);
     r.num("rate", sess_rate);
-    r.num("rate_lim", 0);
+    r.num("rate_lim", fe.listen.rate_limit.unwrap_or(0));
     r.num("rate_max", st.peaks.session_rate.get().max(sess_rate));
     r.num("req_rate", req_rate);
     r.num("req_rate_max", st.peaks.request_rate.get().max(req_rate));

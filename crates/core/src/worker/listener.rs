@@ -41,6 +41,24 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         parse: |g, a| count_arg(a).map(|n| g.maxconn = Some(n)),
     },
     Keyword {
+        name: "maxconnrate",
+        scope: Scope::GLOBAL,
+        help: "maxconnrate N: connections accepted per second by the process (beyond, they wait in the kernel's queue)",
+        parse: |g, a| rate_arg(a).map(|n| g.rate_limits.conn = Some(n)),
+    },
+    Keyword {
+        name: "maxsessrate",
+        scope: Scope::GLOBAL,
+        help: "maxsessrate N: sessions started per second by the process (each accepted connection is one)",
+        parse: |g, a| rate_arg(a).map(|n| g.rate_limits.sess = Some(n)),
+    },
+    Keyword {
+        name: "maxsslrate",
+        scope: Scope::GLOBAL,
+        help: "maxsslrate N: connections accepted per second on ssl binds (each costs a handshake)",
+        parse: |g, a| rate_arg(a).map(|n| g.rate_limits.ssl = Some(n)),
+    },
+    Keyword {
         name: "tune.listener.default-shards",
         scope: Scope::GLOBAL,
         help: "tune.listener.default-shards by-process|by-thread|by-group: listening sockets per bind line without 'shards' (by-group, the default, and by-process give one)",
@@ -103,7 +121,22 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "option socket-stats: statistics get a row per listener",
         parse: |c, a| sluice_config::no_args(a).map(|_| c.listen.socket_stats = true),
     },
+    Keyword {
+        name: "rate-limit sessions",
+        scope: Scope::FE,
+        help: "rate-limit sessions N: connections this frontend accepts per second (beyond, they wait in the kernel's queue)",
+        parse: |c, a| rate_arg(a).map(|n| c.listen.rate_limit = Some(n)),
+    },
 ];
+
+/// A number of events per second.
+fn rate_arg(a: &[String]) -> Result<u32, KwError> {
+    let v = one_arg(a, "a number per second")?;
+    v.parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| KwError::bad(1, v, "expects a positive number per second"))
+}
 
 fn count_arg(a: &[String]) -> Result<usize, KwError> {
     let v = one_arg(a, "a positive integer")?;
@@ -548,7 +581,12 @@ async fn drain(t: &Thread, l: &Registered) {
 /// Accepts one connection and starts serving it (here or on a sibling), still unregistered
 /// with any event loop.
 async fn accept_one(t: &Thread, l: &Registered) -> std::io::Result<()> {
-    let slot = t.w.process.admission.admit(l.frontend, l.listener).await;
+    let p = &t.w.process;
+    let tls = p.config.frontends[l.frontend].listen.binds[l.listener]
+        .tls
+        .as_ref()
+        .is_some_and(|b| b.ssl);
+    let slot = p.admission.admit(l.frontend, l.listener, tls).await;
     let (sock, peer) =
         socket2::SockRef::from(l.fd.get_ref()).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
     let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
