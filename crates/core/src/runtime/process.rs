@@ -127,7 +127,7 @@ pub struct Admission {
     pub global_limit: usize,
     pub frontend_limits: Vec<usize>,
     /// Connections per second (`maxconnrate` and the like).
-    pub rates: super::AcceptRates,
+    pub rates: super::rate::AcceptRates,
 }
 
 impl Admission {
@@ -135,7 +135,7 @@ impl Admission {
     pub fn new(
         global: usize,
         frontends: impl Iterator<Item = (usize, Vec<Option<usize>>)>,
-        rates: super::RateLimits,
+        rates: super::rate::RateLimits,
     ) -> Admission {
         let (frontend_limits, listeners): (Vec<usize>, Vec<_>) = frontends
             .map(|(limit, binds)| {
@@ -155,7 +155,7 @@ impl Admission {
             listeners,
             global_limit: global,
             frontend_limits,
-            rates: super::AcceptRates::new(rates),
+            rates: super::rate::AcceptRates::new(rates),
         }
     }
 
