@@ -18,28 +18,26 @@ impl Ca {
 
     /// A CA whose subject is `name` (clients find a certificate's issuer by name).
     pub fn named(name: &str) -> Ca {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            cert,
-            issuer: rcgen::Issuer::new(params, key),
-        }
+        Ca::authority(name, None)
     }
 
     /// An intermediate authority named `name`, signed by this one.
     pub fn intermediate(&self, name: &str) -> Ca {
+        Ca::authority(name, Some(self))
+    }
+
+    /// An authority named `name`, self-signed or signed by `parent`.
+    fn authority(name: &str, parent: Option<&Ca>) -> Ca {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, name);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let cert = match parent {
+            Some(p) => params.signed_by(&key, &p.issuer).unwrap(),
+            None => params.self_signed(&key).unwrap(),
+        };
         Ca {
             cert,
             issuer: rcgen::Issuer::new(params, key),
