@@ -106,6 +106,93 @@ impl Cond {
     }
 }
 
+/// A condition's outcome while a TCP-mode payload is still arriving: HAProxy's
+/// PASS/FAIL/MISS, where MISS means "more bytes may change the answer".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partial {
+    Pass,
+    Fail,
+    Miss,
+}
+
+impl Partial {
+    fn not(self) -> Partial {
+        match self {
+            Partial::Pass => Partial::Fail,
+            Partial::Fail => Partial::Pass,
+            Partial::Miss => Partial::Miss,
+        }
+    }
+}
+
+impl Cond {
+    /// Evaluates against a payload that may still grow (`cx.payload`): an ACL that did not
+    /// match because bytes were missing is a miss, and a miss decides nothing (negated, it
+    /// stays a miss). Without a payload this is [`Cond::eval`].
+    pub fn eval_partial(&self, cx: &Ctx<'_>) -> Partial {
+        let Some(payload) = cx.payload else {
+            return if self.eval(cx) {
+                Partial::Pass
+            } else {
+                Partial::Fail
+            };
+        };
+        let acl = |a: &Acl| {
+            payload.reset();
+            match (a.matches(cx), payload.short()) {
+                (true, _) => Partial::Pass,
+                (false, true) => Partial::Miss,
+                (false, false) => Partial::Fail,
+            }
+        };
+        let term = |t: &Term| {
+            let mut r = Partial::Fail;
+            for a in &t.acls {
+                match acl(a) {
+                    Partial::Pass => {
+                        r = Partial::Pass;
+                        break;
+                    }
+                    Partial::Miss => r = Partial::Miss,
+                    Partial::Fail => {}
+                }
+            }
+            if t.neg {
+                r.not()
+            } else {
+                r
+            }
+        };
+        let group = |g: &Vec<Term>| {
+            let mut r = Partial::Pass;
+            for t in g {
+                match term(t) {
+                    Partial::Fail => return Partial::Fail,
+                    Partial::Miss => r = Partial::Miss,
+                    Partial::Pass => {}
+                }
+            }
+            r
+        };
+        let mut r = Partial::Fail;
+        for g in &self.groups {
+            match group(g) {
+                Partial::Pass => {
+                    r = Partial::Pass;
+                    break;
+                }
+                Partial::Miss => r = Partial::Miss,
+                Partial::Fail => {}
+            }
+        }
+        if self.unless {
+            r.not()
+        } else {
+            r
+        }
+    }
+}
+
 /// Evaluates an optional condition (absent means true).
 pub fn holds(cond: &Option<Cond>, cx: &Ctx<'_>) -> bool {
     cond.as_ref().is_none_or(|c| c.eval(cx))

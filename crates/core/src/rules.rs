@@ -821,6 +821,62 @@ pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
     true
 }
 
+/// The backend of the first `use_backend` rule whose condition holds and whose target
+/// exists (a dynamic name no backend has skips its rule, as in HAProxy).
+pub fn switch(
+    rules: &[(Option<Cond>, BackendRef)],
+    cx: &Ctx<'_>,
+    backends: &[crate::conf::Backend],
+) -> Option<usize> {
+    rules
+        .iter()
+        .filter(|(cond, _)| holds(cond, cx))
+        .find_map(|(_, target)| match target {
+            BackendRef::Fixed(b) => Some(*b),
+            BackendRef::Dynamic(f) => {
+                let name = f.render(cx);
+                backends
+                    .iter()
+                    .position(|b| b.name.as_bytes() == name.as_slice())
+            }
+        })
+}
+
+/// Where TCP-mode content rules stand on a payload that may still grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inspected {
+    Accept,
+    Reject,
+    /// The condition of this rule needs more bytes: resume here once they came.
+    Wait(usize),
+}
+
+/// Runs `tcp-request content` rules from rule `from` on `cx.payload`: the first `accept`
+/// or `reject` whose condition holds decides (none: accepted), the other actions run as they
+/// come, and a condition that more bytes may change stops the list there, as HAProxy's
+/// rules wait for data until `tcp-request inspect-delay` ends.
+pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level, from: usize) -> Inspected {
+    for (i, rule) in rules.iter().enumerate().skip(from) {
+        let outcome = rule
+            .cond
+            .as_ref()
+            .map_or(crate::acl::Partial::Pass, |c| c.eval_partial(cx));
+        match outcome {
+            crate::acl::Partial::Miss => return Inspected::Wait(i),
+            crate::acl::Partial::Fail => continue,
+            crate::acl::Partial::Pass => {}
+        }
+        match &rule.action {
+            Action::Allow => return Inspected::Accept,
+            Action::Reject => return Inspected::Reject,
+            other => {
+                run_shared(other, cx, level);
+            }
+        }
+    }
+    Inspected::Accept
+}
+
 /// Resolves a frontend's backend references. `own` is the backend of a `listen` section.
 pub(crate) fn lower_frontend(
     rules: &RulesConf,

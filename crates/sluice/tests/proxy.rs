@@ -537,7 +537,7 @@ fn error_statuses() {
         Arc::new(|_| Reply::Delayed(Duration::from_secs(3), ok_response("late"))),
     );
     let p = Sluice::start(&format!(
-        "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 300ms\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 300ms\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
         slow.addr
     ));
     assert_eq!(get(p.addr(), "/").status, 504);

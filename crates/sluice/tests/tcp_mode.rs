@@ -77,11 +77,55 @@ fn tcp_mode_configuration_errors() {
         "frontend f\n    mode tcp\n    bind :1\n    default_backend b\nbackend b\n    mode http\n",
     );
     assert!(
-        !ok && err.contains("(mode tcp) cannot use backend 'b' (mode http)"),
+        !ok && err.contains("tcp frontend 'f' cannot use http backend 'b'")
+            && err.contains("not supported yet"),
         "{err}"
     );
-    let (ok, err) = check("frontend f\n    mode tcp\n    bind :1\n    acl x path /\n    use_backend b if x\nbackend b\n    mode tcp\n");
-    assert!(!ok && err.contains("need mode http"), "{err}");
+    let (ok, err) = check(
+        "frontend f\n    mode http\n    bind :1\n    default_backend b\nbackend b\n    mode tcp\n",
+    );
+    assert!(
+        !ok && err.contains("http frontend 'f' cannot use tcp backend 'b' (see 'mode')"),
+        "{err}"
+    );
+}
+
+#[test]
+fn http_settings_of_a_tcp_proxy_are_ignored_with_haproxys_warnings() {
+    // No `mode`: TCP, as in HAProxy. Each HTTP-only setting is named once, and `-c` passes.
+    let (ok, err) = check_config(
+        "listen l\n    bind :1\n    option httplog\n    option forwardfor\n    http-request deny\n    http-response del-header x\n    redirect prefix /x\n    capture request header Host len 10\n    stats enable\n    cookie SRV insert\n    monitor-uri /m\n    balance uri\n    server s 127.0.0.1:2 cookie a\n",
+    );
+    assert!(ok, "{err}");
+    for w in [
+        "'stats' statement ignored for proxy 'l' as it requires HTTP mode.",
+        "'capture' statement ignored for proxy 'l' as it requires HTTP mode.",
+        "'http-request' rules ignored for proxy 'l' as they require HTTP mode.",
+        "'http-response' rules ignored for proxy 'l' as they require HTTP mode.",
+        "'redirect' rules ignored for proxy 'l' as they require HTTP mode.",
+        "'option forwardfor' ignored for proxy 'l' as it requires HTTP mode.",
+        "cookie will be ignored for proxy 'l' (needs 'mode http').",
+        "monitor-uri will be ignored for proxy 'l' (needs 'mode http').",
+        "Layer 7 hash not possible for proxy 'l' (needs 'mode http'). Falling back to round robin.",
+        "'option httplog' not usable with proxy 'l' (needs 'mode http'). Falling back to 'option tcplog'.",
+        "proxy 'l' : ignoring cookie for server 's' as HTTP mode is disabled.",
+    ] {
+        assert!(err.contains(&format!("[WARNING] config : {w}")), "{w}\n{err}");
+    }
+}
+
+#[test]
+fn a_proxy_without_mode_relays_a_raw_protocol_byte_for_byte() {
+    // A Redis-like exchange through a `listen` written without `mode`, in a configuration
+    // whose defaults say nothing of it either: bytes no HTTP parser would take (an inline
+    // command, binary, no CRLF pairs) go through unchanged both ways.
+    let origin = echo("srv");
+    let p = Sluice::start(&format!(
+        "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten redis\n    {{fe}}\n    server r {origin}\n"
+    ));
+    let msg: &[u8] = b"*1\r\n$4\r\nPING\r\n\x00\xff\x16\x03";
+    // `talk` checks the echo, byte for byte, then reads what the server says at the end.
+    assert_eq!(talk(p.addr(), msg), b"bye srv");
 }
 
 #[test]

@@ -246,11 +246,11 @@ fn tls_configuration_errors_name_the_bind_line() {
         ("bind 127.0.0.1:1 crt CRT", "TLS options without 'ssl'"),
         (
             "bind 127.0.0.1:1 ssl crt CRT ciphers DHE-RSA-AES128-GCM-SHA256",
-            "cipher 'DHE-RSA-AES128-GCM-SHA256' is not available",
+            "no usable cipher in 'DHE-RSA-AES128-GCM-SHA256'",
         ),
         (
             "bind 127.0.0.1:1 ssl crt CRT curves sect571r1",
-            "curve 'sect571r1' is not available",
+            "no usable curve in 'sect571r1'",
         ),
         (
             "bind 127.0.0.1:1 ssl crt CRT ssl-min-ver TLSv1.0 ssl-max-ver TLSv1.1",
@@ -274,6 +274,24 @@ fn tls_configuration_errors_name_the_bind_line() {
         "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} alpn http/1.1\n    http-request return status 200\n"
     ));
     assert!(ok, "{out}");
+    // Mozilla's "intermediate" lists: what rustls lacks (DHE, secp521r1) is skipped with one
+    // warning per list naming it, as OpenSSL skips it; the global lists apply to the bind.
+    let (ok, out) = check_config(&format!(
+        "global\n    ssl-default-bind-ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-CHACHA20-POLY1305\n    ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} curves X25519:secp521r1\n    bind 127.0.0.1:2 ssl crt {crt}\n    http-request return status 200\n"
+    ));
+    assert!(ok, "{out}");
+    let warned = |what: &str| out.matches(what).count();
+    assert_eq!(
+        warned("ciphers: DHE-RSA-AES128-GCM-SHA256, DHE-RSA-CHACHA20-POLY1305 not available with rustls, skipped"),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        warned("curves: secp521r1 not available with rustls, skipped"),
+        1,
+        "{out}"
+    );
+    assert_eq!(warned("ciphersuites"), 0, "{out}");
     // OpenSSL's engines have no counterpart: the line is refused with that reason.
     let (ok, out) = check_config(&format!(
         "global\n    ssl-engine pkcs11\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"

@@ -257,6 +257,9 @@ pub struct Config {
     pub tables: Vec<stick::TableConf>,
     /// `peers` sections.
     pub peers: Vec<stick::PeersConf>,
+    /// What the configuration asks for that is ignored, worded as HAProxy warns of it
+    /// (reported by `-c` and at start).
+    pub warnings: Vec<String>,
 }
 
 /// Returns the only argument, or an error naming what was expected.

@@ -279,17 +279,6 @@ pub struct RulesConf {
     pub sets: RuleSets,
 }
 
-impl RulesConf {
-    /// No switching or HTTP rule is configured (what `mode tcp` requires; ACLs may serve
-    /// `tcp-request` rules).
-    pub(crate) fn http_rules_empty(&self) -> bool {
-        self.switching.is_empty()
-            && self.sets.http_request.is_empty()
-            && self.sets.http_response.is_empty()
-            && self.sets.http_after_response.is_empty()
-    }
-}
-
 /// A frontend's rules with backend names resolved to indices into `Config::backends`.
 #[derive(Debug, Default)]
 pub struct FrontendRules {

@@ -60,7 +60,18 @@ pub enum Fetch {
     ResCook(String),
     ResCookCnt(String),
     ReqBody,
+    /// `req.len`: the request body's length; in TCP mode, the bytes inspected so far.
     ReqLen,
+    /// `req.payload(OFFSET,LENGTH)`: bytes of a TCP-mode client's payload.
+    ReqPayload(usize, usize),
+    /// `req.ssl_hello_type`, `req.ssl_ver`, `req.ssl_sni`, `req.ssl_alpn`,
+    /// `req.ssl_ec_ext`, `req.ssl_st_ext`: a TLS ClientHello in a TCP-mode payload.
+    ReqSslHelloType,
+    ReqSslVer,
+    ReqSslSni,
+    ReqSslAlpn,
+    ReqSslEcExt,
+    ReqSslStExt,
     ReqVer,
     // The response.
     ResHdr(String, Occ),

@@ -260,6 +260,22 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "req.body" => none(Fetch::ReqBody)?,
         "req.len" | "req_len" => none(Fetch::ReqLen)?,
+        "req.payload" | "payload" => {
+            arity(c, 2, 2)?;
+            let at = |i: usize| {
+                c.args[i]
+                    .trim()
+                    .parse::<usize>()
+                    .or_else(|_| err(format!("'{}' expects an offset and a length", c.name)))
+            };
+            Fetch::ReqPayload(at(0)?, at(1)?)
+        }
+        "req.ssl_hello_type" | "req_ssl_hello_type" => none(Fetch::ReqSslHelloType)?,
+        "req.ssl_ver" | "req_ssl_ver" => none(Fetch::ReqSslVer)?,
+        "req.ssl_sni" | "req_ssl_sni" => none(Fetch::ReqSslSni)?,
+        "req.ssl_alpn" => none(Fetch::ReqSslAlpn)?,
+        "req.ssl_ec_ext" => none(Fetch::ReqSslEcExt)?,
+        "req.ssl_st_ext" => none(Fetch::ReqSslStExt)?,
         "req.ver" | "req_ver" => none(Fetch::ReqVer)?,
         "res.hdr" | "shdr" => {
             arity(c, 0, 2)?;

@@ -47,12 +47,12 @@ impl Default for H2Tune {
     }
 }
 
-/// `mode`: what a proxy speaks.
+/// `mode`: what a proxy speaks. TCP unless `mode http` is set, as in HAProxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
-    #[default]
     Http,
     /// Bytes relayed as they are, both ways (see `tcp`).
+    #[default]
     Tcp,
 }
 

@@ -50,6 +50,7 @@ impl<'a> Ctx<'a> {
             res: None,
             vars,
             unique_id: None,
+            payload: None,
         }
     }
 
@@ -181,6 +182,8 @@ pub struct Ctx<'a> {
     pub res: Option<&'a ResponseView<'a>>,
     pub vars: &'a StreamVars,
     pub unique_id: Option<std::rc::Rc<str>>,
+    /// What a TCP-mode client sent before its content rules decided.
+    pub payload: Option<&'a super::payload::Payload<'a>>,
 }
 
 /// A sample's type, as known before evaluation.

@@ -20,11 +20,12 @@ pub(super) fn kind(f: &Fetch) -> Kind {
             ..
         } => Kind::Bool,
         Table { .. } => Kind::Int,
-        ReqBody => Kind::Bin,
+        ReqBody | ReqPayload(..) => Kind::Bin,
+        ReqSslEcExt => Kind::Bool,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(..) | ReqCookCnt(_) | ResCookCnt(_)
         | ReqLen | ResHdrCnt(..) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify | SslErr
-        | FcErr => Kind::Int,
+        | FcErr | ReqSslHelloType | ReqSslVer | ReqSslStExt => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -150,7 +151,23 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ReqCookCnt(name) => Some(Sample::Int(cookies(cx, name, false).len() as i64)),
         Fetch::ResCookCnt(name) => Some(Sample::Int(cookies(cx, name, true).len() as i64)),
         Fetch::ReqBody => cx.body.map(|b| Sample::Bin(Cow::Borrowed(b))),
-        Fetch::ReqLen => Some(Sample::Int(cx.body.map_or(0, |b| b.len()) as i64)),
+        Fetch::ReqLen => Some(Sample::Int(match cx.payload {
+            Some(p) => {
+                p.wants_more();
+                p.bytes.len()
+            }
+            None => cx.body.map_or(0, |b| b.len()),
+        } as i64)),
+        Fetch::ReqPayload(at, len) => cx.payload?.slice(*at, *len).map(Sample::str),
+        Fetch::ReqSslHelloType => cx.payload?.hello_type().map(|t| Sample::Int(t.into())),
+        Fetch::ReqSslVer => cx.payload?.hello().map(|h| Sample::Int(h.version.into())),
+        Fetch::ReqSslSni => cx.payload?.hello()?.sni.map(Sample::str),
+        Fetch::ReqSslAlpn => cx.payload?.hello()?.alpn.first().map(|a| Sample::str(a)),
+        Fetch::ReqSslEcExt => cx.payload?.hello().map(|h| Sample::Bool(h.ec_ext)),
+        Fetch::ReqSslStExt => cx
+            .payload?
+            .hello()
+            .map(|h| Sample::Int(h.session_ticket.into())),
         Fetch::ReqVer => cx.req.map(|r| match cx.client {
             // A stream of an HTTP/2 connection, served as HTTP/1.1 inside.
             Some(c) if c.is_stream() => Sample::str(b"2.0"),
@@ -221,6 +238,11 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         Fetch::ResHdr(name, occ) => Some(all(res_values(cx, name, true), *occ)),
         Fetch::ResFhdr(name, occ) => Some(all(res_values(cx, name, false), *occ)),
         Fetch::ReqCook(name) => Some(cookies(cx, name, false)),
+        // Every protocol the client offers, in its order.
+        Fetch::ReqSslAlpn => Some(match cx.payload.and_then(|p| p.hello()) {
+            Some(h) => h.alpn.into_iter().map(Sample::str).collect(),
+            None => Vec::new(),
+        }),
         Fetch::ResCook(name) => Some(cookies(cx, name, true)),
         _ => None,
     }

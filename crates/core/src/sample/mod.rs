@@ -14,6 +14,7 @@ mod context;
 mod conv;
 mod fetch;
 pub mod hash;
+pub mod payload;
 mod table;
 
 pub use self::context::{text_match, Ctx, Kind, StreamVars, Tracker};

@@ -13,8 +13,9 @@ use super::report::Tally;
 use super::tunnel::Moved;
 use crate::balance::{self, PickKey};
 use crate::buffer::Buf;
-use crate::rules::{tcp_verdict, Level};
+use crate::rules::{tcp_inspect, tcp_verdict, Inspected, Level};
 use crate::runtime::Worker;
+use crate::sample::payload::Payload;
 use crate::sample::{Ctx, StreamVars};
 use crate::stick::Counter;
 use crate::transport::Conn;
@@ -29,27 +30,64 @@ pub(crate) async fn serve(
 ) {
     let config = w.config();
     let frontend = &config.frontends[fe];
-    let Some(backend) = frontend.rules.default_backend else {
-        return;
-    };
     let started = Instant::now();
     let date = std::time::SystemTime::now();
-    let be = &config.backends[backend];
-    if !content_accepted(w, &client, peer, (fe, backend), vars).await {
+    // What the client sends while the content rules decide is kept here and relayed first.
+    let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
+    let look = Inspecting {
+        w,
+        peer,
+        fe,
+        backend: None,
+        vars,
+    };
+    let rules = &frontend.rules;
+    if !look
+        .inspect(
+            &mut client,
+            &mut cbuf,
+            &rules.tcp_content,
+            rules.inspect_delay,
+        )
+        .await
+    {
         // `tcp-request content reject`.
+        cbuf.clear(&w.bufs);
+        client.abort();
+        return;
+    }
+    let Some(backend) = look.switch(&client, cbuf.bytes()) else {
+        cbuf.clear(&w.bufs);
+        return;
+    };
+    let be = &config.backends[backend];
+    let look = Inspecting {
+        backend: Some(backend),
+        ..look
+    };
+    let rules = &be.rules;
+    if !look
+        .inspect(
+            &mut client,
+            &mut cbuf,
+            &rules.tcp_content,
+            rules.inspect_delay,
+        )
+        .await
+    {
+        cbuf.clear(&w.bufs);
         client.abort();
         return;
     }
     // `balance rdp-cookie`: the cookie of the RDP connection request, once it arrived
     // (within `tcp-request inspect-delay`).
-    let mut first = [0u8; 512];
     let mut rdp = None;
     if let crate::balance::Algo::RdpCookie(name) = &be.algo {
-        if let Some(delay) = frontend.rules.inspect_delay {
-            let _ = tokio::time::timeout(delay, client.readable()).await;
+        if cbuf.is_empty() {
+            let wait = frontend.rules.inspect_delay.unwrap_or_default();
+            let _ = tokio::time::timeout(wait, cbuf.fill(&mut client, &w.bufs)).await;
         }
-        let n = client.peek_now(&mut first);
-        rdp = balance::rdp_cookie(&first[..n], name);
+        rdp = balance::rdp_cookie(cbuf.bytes(), name);
     }
     let key = PickKey {
         client: peer.ip(),
@@ -111,7 +149,6 @@ pub(crate) async fn serve(
         a_fin: frontend.stream.timeout_client_fin,
         b_fin: be.timeout_server_fin,
     };
-    let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
     // `on-marked-down shutdown-sessions` ends the relay.
     let state = &w.state().backends[backend].servers[at.server];
     let killable = crate::check::killable(be, at.server);
@@ -162,34 +199,76 @@ pub(crate) async fn serve(
     drop(occupancy);
 }
 
-/// Whether the frontend's then the backend's `tcp-request content` rules let the
-/// connection through. They decide once the client has sent something or `tcp-request
-/// inspect-delay` is over, whichever comes first; their tracking is the connection's.
-async fn content_accepted(
-    w: &Worker,
-    client: &Conn,
+/// Where a TCP session stands while its content rules and switching rules read what the
+/// client sent.
+#[derive(Clone, Copy)]
+struct Inspecting<'a> {
+    w: &'a Worker,
     peer: SocketAddr,
-    (fe, backend): (usize, usize),
-    vars: &StreamVars,
-) -> bool {
-    let config = w.config();
-    let (f, b) = (&config.frontends[fe].rules, &config.backends[backend].rules);
-    if f.tcp_content.is_empty() && b.tcp_content.is_empty() {
-        return true;
+    fe: usize,
+    backend: Option<usize>,
+    vars: &'a StreamVars,
+}
+
+impl Inspecting<'_> {
+    /// Whether `tcp-request content` rules let the connection through. Bytes are read into
+    /// `buf` while a rule's condition needs more of them, until `delay` (`tcp-request
+    /// inspect-delay`) ends, the buffer is full or the client has finished; without a
+    /// delay the rules decide at once on what is there. Their tracking is the connection's.
+    async fn inspect(
+        &self,
+        client: &mut Conn,
+        buf: &mut Buf,
+        rules: &[crate::conf::rules::Rule],
+        delay: Option<std::time::Duration>,
+    ) -> bool {
+        if rules.is_empty() {
+            return true;
+        }
+        let until = delay
+            .filter(|d| !d.is_zero())
+            .map(|d| tokio::time::Instant::now() + d);
+        let (mut from, mut done) = (0, false);
+        loop {
+            let last =
+                done || buf.is_full() || until.is_none_or(|u| tokio::time::Instant::now() >= u);
+            let payload = Payload::new(buf.bytes(), last);
+            let cx = Ctx {
+                backend: self.backend,
+                payload: Some(&payload),
+                ..Ctx::of_connection(&self.w.process, self.fe, self.peer, client, self.vars)
+            };
+            match tcp_inspect(rules, &cx, Level::Session, from) {
+                Inspected::Accept => return true,
+                Inspected::Reject => return false,
+                Inspected::Wait(rule) => from = rule,
+            }
+            let Some(until) = until else {
+                return true;
+            };
+            match tokio::time::timeout_at(until, buf.fill(client, &self.w.bufs)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => done = true,
+                Err(_) => {}
+            }
+        }
     }
-    if let Some(delay) = f.inspect_delay.filter(|d| !d.is_zero()) {
-        let _ = tokio::time::timeout(delay, client.readable()).await;
+
+    /// The backend the frontend's `use_backend` rules choose on what the client sent, else
+    /// its default backend.
+    fn switch(&self, client: &Conn, sent: &[u8]) -> Option<usize> {
+        let config = self.w.config();
+        let rules = &config.frontends[self.fe].rules;
+        if rules.switching.is_empty() {
+            return rules.default_backend;
+        }
+        let payload = Payload::new(sent, true);
+        let cx = Ctx {
+            payload: Some(&payload),
+            ..Ctx::of_connection(&self.w.process, self.fe, self.peer, client, self.vars)
+        };
+        crate::rules::switch(&rules.switching, &cx, &config.backends).or(rules.default_backend)
     }
-    let cx = Ctx::of_connection(&w.process, fe, peer, client, vars);
-    tcp_verdict(&f.tcp_content, &cx, Level::Session)
-        && tcp_verdict(
-            &b.tcp_content,
-            &Ctx {
-                backend: Some(backend),
-                ..cx
-            },
-            Level::Session,
-        )
 }
 
 /// What a TCP session adds to the statistics.

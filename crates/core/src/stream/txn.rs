@@ -1096,21 +1096,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         });
         let now = if reads { view.get(&edits) } else { view.last() };
         let cx = s.sample_ctx(&now, None);
-        fe.rules
-            .switching
-            .iter()
-            .filter(|(cond, _)| holds(cond, &cx))
-            .find_map(|(_, target)| match target {
-                BackendRef::Fixed(b) => Some(*b),
-                // A name no backend has: the rule is skipped, as HAProxy does.
-                BackendRef::Dynamic(f) => {
-                    let name = f.render(&cx);
-                    config
-                        .backends
-                        .iter()
-                        .position(|b| b.name.as_bytes() == name.as_slice())
-                }
-            })
+        crate::rules::switch(&fe.rules.switching, &cx, &config.backends)
             .or(fe.rules.default_backend)
     };
     // No backend: 503, as HAProxy answers.

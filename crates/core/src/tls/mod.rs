@@ -12,12 +12,15 @@
 //! Invariants:
 //! - Only TLS 1.2 and 1.3 with AEAD suites exist (rustls has nothing older or weaker); no
 //!   renegotiation, no compression.
-//! - A name in `ciphers`, `ciphersuites` or `curves` that rustls does not implement is a
-//!   configuration error naming it, never silently dropped.
+//! - A name in `ciphers`, `ciphersuites` or `curves` that rustls does not implement is
+//!   skipped with a warning naming it, as OpenSSL skips it (`lists`); a list with nothing
+//!   usable is a configuration error.
 //! - The certificate for a connection: the one whose names match the SNI exactly, else by a
 //!   wildcard, else the first certificate of the line (unless `strict-sni`); among several
 //!   for the same name, the first whose key the client can verify (ECDSA or RSA).
 
+mod lists;
+use lists::SUITES;
 pub mod x509;
 
 use std::sync::Arc;
@@ -137,7 +140,7 @@ macro_rules! side_keywords {
                     help: concat!("ssl-default-", $side, "-curves LIST: default key exchange groups of ssl ", $side, "s (X25519:P-256:P-384)"),
                     parse: |g, a| {
                         let v = one_arg(a, "a list of curves")?;
-                        groups(v).map_err(|e| KwError::bad(1, v, &e))?;
+                        lists::groups(v).map_err(|e| KwError::bad(1, v, &e))?;
                         side(g, $server).curves = Some(v.to_string());
                         Ok(())
                     },
@@ -397,27 +400,29 @@ pub fn check_connector(o: &ServerTlsOpts, base: &Connector) -> Connector {
 /// Builds how connections to a server at `addr` start TLS: its roots (`ca-file` from
 /// `ca-base`), the name it is asked for and checked against (the `sni`, else its address,
 /// which is then not checked), and the `ssl-default-server-*` versions and suites.
+/// Names its lists hold that rustls lacks are skipped and added to `skipped`.
 pub fn connector(
     o: &ServerTlsOpts,
     defaults: &TlsDefaults,
     addr: std::net::SocketAddr,
+    skipped: &mut Vec<String>,
 ) -> Result<Connector, String> {
     let side = &defaults.server;
     let mut p = crypto();
     if let Some(list) = &side.ciphers {
-        let tls12 = suites(list, false)?;
+        let tls12 = read_list(lists::suites(list, false), "ciphers", skipped)?;
         p.cipher_suites
             .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)));
         p.cipher_suites.extend(tls12);
     }
     if let Some(list) = &side.ciphersuites {
-        let tls13 = suites(list, true)?;
+        let tls13 = read_list(lists::suites(list, true), "ciphersuites", skipped)?;
         p.cipher_suites
             .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls12(_)));
         p.cipher_suites.splice(0..0, tls13);
     }
     if let Some(c) = &side.curves {
-        p.kx_groups = groups(c)?;
+        p.kx_groups = read_list(lists::groups(c), "curves", skipped)?;
     }
     let p = Arc::new(p);
     let builder = rustls::ClientConfig::builder_with_provider(p.clone())
@@ -706,53 +711,6 @@ pub fn bind_option(
     Ok(Some(took))
 }
 
-/// The rustls suites by their OpenSSL names (what HAProxy's `ciphers` and
-/// `ciphersuites` and its `ssl_fc_cipher` use), in the default order of preference (the
-/// server's order wins by default, as in HAProxy).
-///
-/// AES-128-GCM comes before AES-256-GCM, unlike rustls's own order: the 128-bit suites are
-/// what browsers ask for first and what TLS 1.3 makes mandatory, and their key schedule uses
-/// SHA-256, which CPUs with SHA extensions run far faster than the SHA-384 of the 256-bit
-/// suites: a full TLS 1.3 handshake costs about 6 % less CPU (bench/tls.py).
-const SUITES: &[(&str, rustls::SupportedCipherSuite)] = &[
-    (
-        "TLS_AES_128_GCM_SHA256",
-        provider::cipher_suite::TLS13_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_AES_256_GCM_SHA384",
-        provider::cipher_suite::TLS13_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_CHACHA20_POLY1305_SHA256",
-        provider::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "ECDHE-ECDSA-AES128-GCM-SHA256",
-        provider::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "ECDHE-ECDSA-AES256-GCM-SHA384",
-        provider::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "ECDHE-ECDSA-CHACHA20-POLY1305",
-        provider::cipher_suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "ECDHE-RSA-AES128-GCM-SHA256",
-        provider::cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "ECDHE-RSA-AES256-GCM-SHA384",
-        provider::cipher_suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "ECDHE-RSA-CHACHA20-POLY1305",
-        provider::cipher_suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-];
-
 /// The OpenSSL name of a negotiated suite.
 pub fn suite_name(s: rustls::CipherSuite) -> &'static str {
     SUITES
@@ -768,41 +726,6 @@ pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         _ => "unknown",
     }
-}
-
-/// The suites a colon-separated list names, for TLS 1.3 (`ciphersuites`) or 1.2
-/// (`ciphers`). `!NAME` and `-NAME` leave a suite out, as in OpenSSL's lists.
-fn suites(list: &str, tls13: bool) -> Result<Vec<rustls::SupportedCipherSuite>, String> {
-    let mut out = Vec::new();
-    for word in list.split([':', ',', ' ']).filter(|w| !w.is_empty()) {
-        if word.starts_with('!') || word.starts_with('-') {
-            continue;
-        }
-        match SUITES.iter().find(|(n, _)| *n == word) {
-            Some((_, s)) if matches!(s, rustls::SupportedCipherSuite::Tls13(_)) == tls13 => {
-                out.push(*s)
-            }
-            Some(_) => {
-                return Err(format!(
-                    "'{word}' is a TLS {} suite (it belongs in {})",
-                    if tls13 { "1.2" } else { "1.3" },
-                    if tls13 { "ciphers" } else { "ciphersuites" }
-                ))
-            }
-            None => {
-                let have: Vec<&str> = SUITES
-                    .iter()
-                    .filter(|(_, s)| matches!(s, rustls::SupportedCipherSuite::Tls13(_)) == tls13)
-                    .map(|(n, _)| *n)
-                    .collect();
-                return Err(format!(
-                    "cipher '{word}' is not available (rustls implements {})",
-                    have.join(":")
-                ));
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// The crypto provider every TLS configuration starts from; its suites in [`SUITES`]'s
@@ -822,25 +745,32 @@ fn crypto() -> rustls::crypto::CryptoProvider {
     }
 }
 
-/// The key exchange groups `curves` names.
-fn groups(list: &str) -> Result<Vec<&'static dyn rustls::crypto::SupportedKxGroup>, String> {
-    list.split(':')
-        .filter(|w| !w.is_empty())
-        .map(|w| match w {
-            "X25519" | "x25519" => Ok(asym::kx_group::X25519),
-            "P-256" | "prime256v1" | "secp256r1" => Ok(asym::kx_group::SECP256R1),
-            "P-384" | "secp384r1" => Ok(asym::kx_group::SECP384R1),
-            other => Err(format!(
-                "curve '{other}' is not available (rustls implements X25519, P-256, P-384)"
-            )),
-        })
-        .collect()
+/// Reads a list, keeping what it names and noting what it skipped (`what` names the list in
+/// the warning).
+fn read_list<T>(
+    r: Result<lists::Read<T>, String>,
+    what: &str,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<T>, String> {
+    let r = r?;
+    if !r.skipped.is_empty() {
+        skipped.push(format!(
+            "{what}: {} not available with rustls, skipped",
+            r.skipped.join(", ")
+        ));
+    }
+    Ok(r.chosen)
 }
 
 /// Builds the acceptor of a `bind ... ssl` line: its certificates (relative paths from
 /// `crt-base`; a directory loads every file in it), versions, suites, groups and ALPN, over
 /// the `ssl-default-bind-*` defaults.
-pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String> {
+/// Names its lists hold that rustls lacks are skipped and added to `skipped`.
+pub fn acceptor(
+    t: &BindTls,
+    defaults: &TlsDefaults,
+    skipped: &mut Vec<String>,
+) -> Result<Acceptor, String> {
     if t.crts.is_empty() && t.crt_lists.is_empty() {
         return Err("'ssl' needs at least one 'crt FILE|DIR' or 'crt-list FILE'".into());
     }
@@ -906,7 +836,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     }
     let mut p = crypto();
     let tls12 = match t.ciphers.as_ref().or(side.ciphers.as_ref()) {
-        Some(list) => suites(list, false)?,
+        Some(list) => read_list(lists::suites(list, false), "ciphers", skipped)?,
         None => p
             .cipher_suites
             .iter()
@@ -915,7 +845,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
             .collect(),
     };
     let tls13 = match t.ciphersuites.as_ref().or(side.ciphersuites.as_ref()) {
-        Some(list) => suites(list, true)?,
+        Some(list) => read_list(lists::suites(list, true), "ciphersuites", skipped)?,
         None => p
             .cipher_suites
             .iter()
@@ -925,7 +855,7 @@ pub fn acceptor(t: &BindTls, defaults: &TlsDefaults) -> Result<Acceptor, String>
     };
     p.cipher_suites = tls13.into_iter().chain(tls12).collect();
     if let Some(c) = t.curves.as_ref().or(side.curves.as_ref()) {
-        p.kx_groups = groups(c)?;
+        p.kx_groups = read_list(lists::groups(c), "curves", skipped)?;
     }
     let p = Arc::new(p);
     let builder = rustls::ServerConfig::builder_with_provider(p.clone())

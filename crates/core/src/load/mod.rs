@@ -19,6 +19,8 @@ use crate::{
 };
 use crate::{stream, worker};
 
+mod mode;
+
 /// Keywords about the proxy section itself.
 const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     name: "id",
@@ -268,7 +270,30 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    lower(global, proxies, peer_sets)
+    let mut warnings = Vec::new();
+    for p in &mut proxies {
+        mode::strip_http((p.kind, &p.name), &mut p.conf, &mut warnings);
+    }
+    let mut config = lower(global, proxies, peer_sets)?;
+    config.warnings.splice(0..0, warnings);
+    Ok(config)
+}
+
+/// Adds each of `what` (said of the line at `at`) unless the same was said already: a list
+/// in the global defaults is read for every bind or server that uses it.
+fn warn_once(warnings: &mut Vec<String>, at: &Loc, what: Vec<String>) {
+    for w in what {
+        if !warnings.iter().any(|x| x.ends_with(&w)) {
+            warnings.push(format!("parsing [{}:{}] : {w}", at.file, at.line));
+        }
+    }
+}
+
+fn mode_str(m: Mode) -> &'static str {
+    match m {
+        Mode::Http => "http",
+        Mode::Tcp => "tcp",
+    }
 }
 
 fn overlaps(a: SectionKind, b: SectionKind) -> bool {
@@ -301,6 +326,7 @@ fn lower(
     (peers_confs, peer_tables): (Vec<stick::PeersConf>, Vec<TableConf>),
 ) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
+    let mut warnings = Vec::new();
     let nbthread = global.nbthread();
     let ids = match assign_ids(&proxies) {
         Ok(ids) => ids,
@@ -352,7 +378,10 @@ fn lower(
             if !t.ssl && !checks {
                 continue;
             }
-            match tls::connector(t, &global.tls, spec.addr) {
+            let mut skipped = Vec::new();
+            let built = tls::connector(t, &global.tls, spec.addr, &mut skipped);
+            warn_once(&mut warnings, &p.header, skipped);
+            match built {
                 Ok(c) => {
                     srv.check_tls = checks.then(|| tls::check_connector(t, &c));
                     srv.tls = t.ssl.then_some(c);
@@ -414,7 +443,10 @@ fn lower(
         for b in &mut listen.binds {
             if let Some(t) = &mut b.tls {
                 let built = if t.ssl {
-                    tls::acceptor(t, &global.tls)
+                    let mut skipped = Vec::new();
+                    let built = tls::acceptor(t, &global.tls, &mut skipped);
+                    warn_once(&mut warnings, &b.at, skipped);
+                    built
                 } else {
                     Err("TLS options without 'ssl'".to_string())
                 };
@@ -431,14 +463,6 @@ fn lower(
             continue;
         }
         let own = (p.kind == SectionKind::Listen).then_some(p.name.as_str());
-        if p.conf.stream.mode == Mode::Tcp && !p.conf.rules.http_rules_empty() {
-            errors.push(p.header.error(format!(
-                "{} '{}' is in mode tcp: use_backend, acl, http-request and http-response need mode http",
-                p.kind.name(),
-                p.name
-            )));
-            continue;
-        }
         match rules::lower_frontend(&p.conf.rules, &backend_names, own) {
             Ok(rules) => {
                 fe_locs.push((p.kind, p.header.clone()));
@@ -472,20 +496,21 @@ fn lower(
             .chain(fe.rules.default_backend);
         for b in targets {
             if let Some(be) = backends.get(b) {
+                // An HTTP frontend cannot hand its requests to a TCP backend. The other
+                // way round HAProxy upgrades the connection to HTTP, which sluice does
+                // not do yet.
                 if be.stream.mode != fe.stream.mode {
-                    errors.push(
-                        header.error(
-                            format!(
-                                "{} '{}' (mode {:?}) cannot use backend '{}' (mode {:?})",
-                                kind.name(),
-                                fe.name,
-                                fe.stream.mode,
-                                be.name,
-                                be.stream.mode
-                            )
-                            .to_lowercase(),
-                        ),
-                    );
+                    let (f, b) = (mode_str(fe.stream.mode), mode_str(be.stream.mode));
+                    let upgrade = match fe.stream.mode {
+                        Mode::Tcp => " (upgrading a TCP frontend's connections to HTTP for an HTTP backend is not supported yet)",
+                        Mode::Http => " (see 'mode')",
+                    };
+                    errors.push(header.error(format!(
+                        "{f} {} '{}' cannot use {b} backend '{}'{upgrade}",
+                        kind.name(),
+                        fe.name,
+                        be.name,
+                    )));
                 }
             }
         }
@@ -544,6 +569,7 @@ fn lower(
             backends,
             tables,
             peers: peers_confs,
+            warnings,
         })
     } else {
         Err(errors)

@@ -1,0 +1,157 @@
+//! TCP mode reading what the client sent before choosing: `tcp-request inspect-delay`,
+//! `tcp-request content` rules and `use_backend` on the payload, as HAProxy routes TLS by
+//! its SNI without terminating it (`req.ssl_sni`, `req_ssl_hello_type`, ...).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+
+const TCP_DEFAULTS: &str =
+    "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n";
+
+/// A server that keeps the first bytes of each connection (as many as arrive before the
+/// client pauses for 300 ms or closes), then closes.
+fn recorder() -> (SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let seen = s2.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+                    .unwrap();
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                seen.lock().unwrap().push(got);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The bytes of a ClientHello a rustls client sends for `name`, with ALPN `alpn`.
+fn client_hello(name: &str, alpn: &[&str]) -> Vec<u8> {
+    let ca = Ca::new();
+    let config = ca.client(alpn, &[&rustls::version::TLS13]);
+    let server = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(config, server).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+#[test]
+fn tls_is_routed_by_its_sni_and_passed_through_untouched() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    // Two TLS origins (sluice instances terminating TLS), each with its own name.
+    let origin = |name: &str| {
+        let (crt, _) = ca.leaf(&dir, &format!("{name}.pem"), &[name]);
+        Sluice::start(&format!(
+            "{DEFAULTS}frontend o\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain lf-string \"{name} %[ssl_fc_sni]\"\n"
+        ))
+    };
+    let (a, b) = (origin("a.example"), origin("www.b.example"));
+    let plain = Origin::start("plain");
+    // No `mode` anywhere: TCP, as in HAProxy.
+    let p = Sluice::start(&format!(
+        "{TCP_DEFAULTS}frontend f\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content accept if {{ req_ssl_hello_type 1 }}\n    use_backend a if {{ req.ssl_sni -i a.example }}\n    use_backend b if {{ req_ssl_sni -m end .b.example }}\n    default_backend plain\nbackend a\n    server s {}\nbackend b\n    server s {}\nbackend plain\n    server s {}\n",
+        a.addr(),
+        b.addr(),
+        plain.addr
+    ));
+    let port = p.addr().port();
+    let ca_file = ca.ca_file(&dir);
+    for name in ["a.example", "www.b.example"] {
+        // curl verifies the origin's certificate for the name: the TLS session is the
+        // origin's own, end to end.
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "--cacert", &ca_file, "--resolve"])
+            .arg(format!("{name}:{port}:127.0.0.1"))
+            .arg(format!("https://{name}:{port}/"))
+            .output()
+            .expect("curl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{name} {name}")
+        );
+    }
+    // A client in clear is no ClientHello: no rule matches, it goes to the default backend.
+    let r = get(p.addr(), "/x");
+    assert_eq!(r.text(), "plain /x");
+}
+
+#[test]
+fn a_client_hello_arriving_in_pieces_is_read_whole_before_routing() {
+    let (a, seen_a) = recorder();
+    let (other, seen_other) = recorder();
+    let p = Sluice::start(&format!(
+        "{TCP_DEFAULTS}frontend f\n    {{fe}}\n    tcp-request inspect-delay 10s\n    tcp-request content accept if {{ req_ssl_hello_type 1 }}\n    use_backend a if {{ req.ssl_sni a.example }} {{ req.ssl_alpn h2 }}\n    default_backend other\nbackend a\n    server s {a}\nbackend other\n    server s {other}\n"
+    ));
+    let hello = client_hello("a.example", &["http/1.1", "h2"]);
+    let mut s = TcpStream::connect(p.addr()).unwrap();
+    s.set_nodelay(true).unwrap();
+    // Byte by byte: however the rules see it split, they wait for the whole message.
+    for b in &hello {
+        s.write_all(std::slice::from_ref(b)).unwrap();
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    wait_until("the server saw the hello", || {
+        !seen_a.lock().unwrap().is_empty()
+    });
+    assert_eq!(seen_a.lock().unwrap()[0], hello, "relayed unchanged");
+    assert!(seen_other.lock().unwrap().is_empty());
+}
+
+#[test]
+fn content_rules_refuse_what_is_not_tls_before_any_server_sees_it() {
+    let (srv, seen) = recorder();
+    let p = Sluice::start(&format!(
+        "{TCP_DEFAULTS}frontend f\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content reject unless {{ req_ssl_hello_type 1 }}\n    default_backend b\nbackend b\n    server s {srv}\n"
+    ));
+    // Plain HTTP, then SSH's banner: both refused, the connection closed with nothing sent.
+    for msg in [
+        &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        b"SSH-2.0-OpenSSH_9.2\r\n",
+    ] {
+        let mut s = TcpStream::connect(p.addr()).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        s.write_all(msg).unwrap();
+        let mut back = Vec::new();
+        let _ = s.read_to_end(&mut back);
+        assert!(back.is_empty(), "{back:?}");
+    }
+    // A ClientHello goes through, and is the first thing the server ever received.
+    let hello = client_hello("x.example", &[]);
+    let mut s = TcpStream::connect(p.addr()).unwrap();
+    s.write_all(&hello).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let _ = s.read_to_end(&mut Vec::new());
+    wait_until("the server saw the hello", || {
+        !seen.lock().unwrap().is_empty()
+    });
+    assert_eq!(*seen.lock().unwrap(), vec![hello]);
+}
