@@ -351,6 +351,9 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
             let [name, value] = params else {
                 return Err(KwError::Missing("a header name and a value"));
             };
+            // `X-Forwarded-Proto:` as configurations copied from the wire write it: HAProxy
+            // takes the colon into the name; the header meant has the name before it.
+            let name = &name.strip_suffix(':').unwrap_or(name).to_string();
             check_name(name, 2)?;
             Action::EarlyHint(name.clone(), header_value(value, 3)?)
         }
@@ -395,6 +398,9 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
             let [name, value] = params else {
                 return Err(KwError::Missing("a header name and a value"));
             };
+            // `X-Forwarded-Proto:` as configurations copied from the wire write it: HAProxy
+            // takes the colon into the name; the header meant has the name before it.
+            let name = &name.strip_suffix(':').unwrap_or(name).to_string();
             check_name(name, 2)?;
             let value = header_value(value, 3)?;
             if action == "set-header" {

@@ -65,6 +65,7 @@ fn fetches_and_acls_drive_header_rules() {
     http-request set-header X-User %[var(txn.user)]
     http-request set-header X-Map %[req.hdr(host),lower,field(1,:),map({map},none)]
     http-request set-header X-Fe %[fe_name]
+    http-request set-header X-Forwarded-Proto: https
     http-request set-header X-Acl-Api 1 if is_api local
     http-request set-header X-Acl-Big 1 if big
     http-request set-header X-Acl-Dom 1 if dom
@@ -101,6 +102,8 @@ backend be
     assert_eq!(h("x-user").as_deref(), Some("bob"));
     assert_eq!(h("x-map").as_deref(), Some("be-www"));
     assert_eq!(h("x-fe").as_deref(), Some("fe"));
+    // Written with a trailing colon, as some configurations do: the header meant.
+    assert_eq!(h("x-forwarded-proto").as_deref(), Some("https"));
     assert_eq!(h("x-be").as_deref(), Some("be/1"));
     for yes in ["x-acl-api", "x-acl-big", "x-acl-dom", "x-acl-sid"] {
         assert_eq!(h(yes).as_deref(), Some("1"), "{yes}: {:?}", seen.headers);

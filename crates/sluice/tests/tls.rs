@@ -203,6 +203,51 @@ fn versions_and_suites_are_enforced() {
 }
 
 #[test]
+fn version_options_of_binds_servers_and_defaults() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    // Turning off what rustls never speaks changes nothing; `no-tlsv12` leaves TLS 1.3
+    // (the bind's own `ssl-max-ver` wins over the default one), `force-tlsv12` TLS 1.2, and
+    // the defaults' `ssl-max-ver TLSv1.2` applies to a bind without options of its own.
+    let p = Sluice::start(&format!(
+        "global\n    ssl-default-bind-options no-sslv3 no-tlsv10 no-tlsv11 ssl-max-ver TLSv1.2\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt} no-sslv3 no-tlsv10 no-tlsv11 no-tlsv12 ssl-max-ver TLSv1.3\n    {{fe}} ssl crt {crt} force-tlsv12\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_fc_protocol]\"\n",
+    ));
+    let tls12 = ca.client(&[], &[&rustls::version::TLS12]);
+    let tls13 = ca.client(&[], &[&rustls::version::TLS13]);
+    for (addr, speaks) in [
+        (p.addrs[0], "TLSv1.3"),
+        (p.addrs[1], "TLSv1.2"),
+        (p.addrs[2], "TLSv1.2"),
+    ] {
+        let (good, bad) = match speaks {
+            "TLSv1.3" => (tls13.clone(), tls12.clone()),
+            _ => (tls12.clone(), tls13.clone()),
+        };
+        assert!(connect(addr, bad, "site.test").is_err(), "{speaks}");
+        let mut s = connect(addr, good, "site.test").unwrap();
+        assert!(request(&mut s, "/").ends_with(speaks));
+    }
+    // Towards servers: the origin above speaks only TLS 1.2 on its second bind, so a
+    // server line that forces TLS 1.3 cannot connect, and one that forces TLS 1.2 can.
+    let front = Sluice::start(&format!(
+        "{DEFAULTS}frontend f\n    {{fe}}\n    use_backend b13 if {{ path /13 }}\n    default_backend b12\nbackend b13\n    server s {} ssl verify none force-tlsv13\nbackend b12\n    server s {} ssl verify none no-tlsv13 ssl-min-ver TLSv1.2\n",
+        p.addrs[1], p.addrs[1]
+    ));
+    assert_eq!(get(front.addr(), "/13").status, 503);
+    let r = get(front.addr(), "/12");
+    assert_eq!((r.status, r.text()), (200, "TLSv1.2".to_string()));
+    // Versions rustls does not have cannot be forced.
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} force-tlsv11\n"
+    ));
+    assert!(
+        !ok && err.contains("force-tlsv11: rustls has only TLSv1.2 and TLSv1.3"),
+        "{err}"
+    );
+}
+
+#[test]
 fn garbage_instead_of_a_client_hello_closes_only_that_connection() {
     let origin = Origin::start("o");
     let ca = Ca::new();
@@ -292,6 +337,16 @@ fn tls_configuration_errors_name_the_bind_line() {
         "{out}"
     );
     assert_eq!(warned("ciphersuites"), 0, "{out}");
+    // `alpn` on a bind without `ssl` has nothing to negotiate in: ignored with a warning, as
+    // HAProxy does, and the bind serves in clear.
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 alpn h2,http/1.1\n    http-request return status 200\n"
+    ));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("'alpn' ignored on bind 127.0.0.1:1 which has no 'ssl'."),
+        "{out}"
+    );
     // OpenSSL's engines have no counterpart: the line is refused with that reason.
     let (ok, out) = check_config(&format!(
         "global\n    ssl-engine pkcs11\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"

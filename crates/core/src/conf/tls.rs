@@ -50,6 +50,10 @@ pub struct BindTls {
     pub alpn: Vec<String>,
     pub min_ver: Option<String>,
     pub max_ver: Option<String>,
+    /// `no-sslv3`, `no-tlsv10`, ... and `force-tlsv12`, ...: versions as HAProxy names them
+    /// (`TLSv1.2`).
+    pub no_versions: Vec<String>,
+    pub force_version: Option<String>,
     pub ciphers: Option<String>,
     pub ciphersuites: Option<String>,
     pub curves: Option<String>,
@@ -107,6 +111,11 @@ pub struct ServerTlsOpts {
     pub check_sni: Option<String>,
     /// `check-alpn LIST`: the protocols health checks offer (default: as `alpn`).
     pub check_alpn: Option<Vec<String>>,
+    /// `ssl-min-ver`, `ssl-max-ver`, `no-tlsv1x`, `force-tlsv1x`, as on binds.
+    pub min_ver: Option<String>,
+    pub max_ver: Option<String>,
+    pub no_versions: Vec<String>,
+    pub force_version: Option<String>,
 }
 
 /// How connections to a server start TLS: a rustls client configuration and the name

@@ -441,6 +441,20 @@ fn lower(
         let mut listen = p.conf.listen.clone();
         let mut tls_ok = true;
         for b in &mut listen.binds {
+            // `alpn` on a clear bind: nothing to negotiate it in; HAProxy ignores it too.
+            if let Some(t) = b.tls.as_ref().filter(|t| !t.ssl) {
+                let alpn_only = tls::BindTls {
+                    alpn: t.alpn.clone(),
+                    ..Default::default()
+                };
+                if *t == alpn_only {
+                    warnings.push(format!(
+                        "parsing [{}:{}] : 'alpn' ignored on bind {} which has no 'ssl'.",
+                        b.at.file, b.at.line, b.spec
+                    ));
+                    b.tls = None;
+                }
+            }
             if let Some(t) = &mut b.tls {
                 let built = if t.ssl {
                     let mut skipped = Vec::new();

@@ -288,6 +288,108 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
 /// The server options of TLS towards servers (`ssl`, `verify`, `ca-file`, `sni`, `alpn`).
 pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     crate::conf::backend::ServerOption {
+        name: "no-sslv3",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "no-sslv3");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "no-tlsv10",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "no-tlsv10");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "no-tlsv11",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "no-tlsv11");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "no-tlsv12",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "no-tlsv12");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "no-tlsv13",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "no-tlsv13");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "force-sslv3",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "force-sslv3");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "force-tlsv10",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "force-tlsv10");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "force-tlsv11",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "force-tlsv11");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "force-tlsv12",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "force-tlsv12");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "force-tlsv13",
+        args: 0,
+        parse: |o, _| {
+            server_version_option(&mut o.tls, "force-tlsv13");
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "ssl-min-ver",
+        args: 1,
+        parse: |o, a| {
+            if !VERSIONS.contains(&a[0].as_str()) {
+                return Err("expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3".into());
+            }
+            o.tls.min_ver = Some(a[0].clone());
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
+        name: "ssl-max-ver",
+        args: 1,
+        parse: |o, a| {
+            if !VERSIONS.contains(&a[0].as_str()) {
+                return Err("expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3".into());
+            }
+            o.tls.max_ver = Some(a[0].clone());
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
         name: "ssl",
         args: 0,
         parse: |o, _| {
@@ -424,9 +526,14 @@ pub fn connector(
     if let Some(c) = &side.curves {
         p.kx_groups = read_list(lists::groups(c), "curves", skipped)?;
     }
+    let versions = side_versions(
+        (&o.min_ver, &o.max_ver),
+        (&o.no_versions, &o.force_version),
+        side,
+    )?;
     let p = Arc::new(p);
     let builder = rustls::ClientConfig::builder_with_provider(p.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&versions)
         .map_err(|e| format!("TLS settings: {e}"))?;
     let verify = (o.verify.as_ref())
         .or(defaults.server_verify.as_ref())
@@ -626,6 +733,14 @@ pub fn bind_option(
             }
             2
         }
+        o if version_option(o).is_some() => {
+            match version_option(o) {
+                Some((true, v)) => t.force_version = Some(v.to_string()),
+                Some((false, v)) => t.no_versions.push(v.to_string()),
+                None => {}
+            }
+            1
+        }
         "ciphers" => {
             t.ciphers = Some(value()?);
             2
@@ -685,16 +800,6 @@ pub fn bind_option(
         | "ecdhe"
         | "no-ca-names"
         | "ca-verify-file"
-        | "force-sslv3"
-        | "force-tlsv10"
-        | "force-tlsv11"
-        | "force-tlsv12"
-        | "force-tlsv13"
-        | "no-sslv3"
-        | "no-tlsv10"
-        | "no-tlsv11"
-        | "no-tlsv12"
-        | "no-tlsv13"
         | "ssl-max-record"
         | "tls-ticket-keys" => {
             return Err(KwError::Invalid(format!(
@@ -726,6 +831,102 @@ pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         _ => "unknown",
     }
+}
+
+/// Records `no-tlsv1x` / `force-tlsv1x` on a server.
+fn server_version_option(o: &mut ServerTlsOpts, word: &str) {
+    match version_option(word) {
+        Some((true, v)) => o.force_version = Some(v.to_string()),
+        Some((false, v)) => o.no_versions.push(v.to_string()),
+        None => {}
+    }
+}
+
+/// What a version option says: `force-tlsv12` (true, `TLSv1.2`) or `no-tlsv12` (false).
+fn version_option(o: &str) -> Option<(bool, &'static str)> {
+    let (force, v) = match o.strip_prefix("no-") {
+        Some(v) => (false, v),
+        None => (true, o.strip_prefix("force-")?),
+    };
+    let version = match v {
+        "sslv3" => "SSLv3",
+        "tlsv10" => "TLSv1.0",
+        "tlsv11" => "TLSv1.1",
+        "tlsv12" => "TLSv1.2",
+        "tlsv13" => "TLSv1.3",
+        _ => return None,
+    };
+    Some((force, version))
+}
+
+/// The versions a bind or server allows: its own `ssl-min-ver`/`ssl-max-ver` (else its
+/// side's `ssl-default-*-options`), less the versions its options and the defaults turn
+/// off, or the one they force.
+fn side_versions(
+    (min, max): (&Option<String>, &Option<String>),
+    (no, force): (&[String], &Option<String>),
+    side: &TlsSide,
+) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, String> {
+    let opt = |name: &str| {
+        let mut w = side.options.iter();
+        w.find(|x| *x == name).and(w.next()).cloned()
+    };
+    let mut off: Vec<&str> = no.iter().map(String::as_str).collect();
+    let mut forced = force.as_deref();
+    for w in &side.options {
+        match version_option(w) {
+            Some((false, v)) => off.push(v),
+            Some((true, v)) => forced = forced.or(Some(v)),
+            None => {}
+        }
+    }
+    allowed_versions(
+        min.clone().or_else(|| opt("ssl-min-ver")).as_deref(),
+        max.clone().or_else(|| opt("ssl-max-ver")).as_deref(),
+        &off,
+        forced,
+    )
+}
+
+/// The versions rustls may speak between `min` and `max` (TLSv1.2 and TLSv1.3 by default),
+/// less those turned off, or only the one forced. Turning off a version rustls does not
+/// have (SSLv3 to TLSv1.1) changes nothing; forcing one, or leaving none, is an error.
+fn allowed_versions(
+    min: Option<&str>,
+    max: Option<&str>,
+    no: &[&str],
+    force: Option<&str>,
+) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, String> {
+    let rank = |v: &str| VERSIONS.iter().position(|x| *x == v).unwrap_or(0);
+    let (lo, hi) = match force {
+        Some(v) => (rank(v), rank(v)),
+        None => (
+            rank(min.unwrap_or("TLSv1.2")),
+            rank(max.unwrap_or("TLSv1.3")),
+        ),
+    };
+    let versions: Vec<_> = [
+        (3, "TLSv1.2", &rustls::version::TLS12),
+        (4, "TLSv1.3", &rustls::version::TLS13),
+    ]
+    .into_iter()
+    .filter(|(r, name, _)| (lo..=hi).contains(r) && !no.contains(name))
+    .map(|(_, _, v)| v)
+    .collect();
+    if versions.is_empty() {
+        return Err(match force {
+            Some(v) => format!(
+                "force-{}: rustls has only TLSv1.2 and TLSv1.3",
+                v.to_lowercase().replace('.', "")
+            ),
+            None => format!(
+                "no TLS version left between {} and {} (rustls has TLSv1.2 and TLSv1.3)",
+                min.unwrap_or("TLSv1.2"),
+                max.unwrap_or("TLSv1.3")
+            ),
+        });
+    }
+    Ok(versions)
 }
 
 /// The crypto provider every TLS configuration starts from; its suites in [`SUITES`]'s
@@ -804,36 +1005,11 @@ pub fn acceptor(
         return Err("no certificate found".into());
     }
     let side = &defaults.bind;
-    let opt = |name: &str| {
-        let mut w = side.options.iter();
-        while let Some(x) = w.next() {
-            if x == name {
-                return w.next().cloned();
-            }
-        }
-        None
-    };
-    let min = t.min_ver.clone().or_else(|| opt("ssl-min-ver"));
-    let max = t.max_ver.clone().or_else(|| opt("ssl-max-ver"));
-    let rank = |v: &str| VERSIONS.iter().position(|x| *x == v).unwrap_or(0);
-    let (lo, hi) = (
-        rank(min.as_deref().unwrap_or("TLSv1.2")),
-        rank(max.as_deref().unwrap_or("TLSv1.3")),
-    );
-    let mut versions = Vec::new();
-    if lo <= 3 && hi >= 3 {
-        versions.push(&rustls::version::TLS12);
-    }
-    if hi >= 4 {
-        versions.push(&rustls::version::TLS13);
-    }
-    if versions.is_empty() {
-        return Err(format!(
-            "no TLS version left between {} and {} (rustls has TLSv1.2 and TLSv1.3)",
-            min.as_deref().unwrap_or("TLSv1.2"),
-            max.as_deref().unwrap_or("TLSv1.3")
-        ));
-    }
+    let versions = side_versions(
+        (&t.min_ver, &t.max_ver),
+        (&t.no_versions, &t.force_version),
+        side,
+    )?;
     let mut p = crypto();
     let tls12 = match t.ciphers.as_ref().or(side.ciphers.as_ref()) {
         Some(list) => read_list(lists::suites(list, false), "ciphers", skipped)?,
