@@ -146,6 +146,7 @@ const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
     crate::cookie::SERVER_OPTIONS,
     crate::tls::SERVER_OPTIONS,
     crate::pool::h2::SERVER_OPTIONS,
+    crate::proxy_proto::SERVER_OPTIONS,
 ];
 
 const SERVER_OPTIONS: &[ServerOption] = &[
@@ -287,8 +288,6 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "pool-conn-name",
     "strict-maxconn",
     "idle-ping",
-    "send-proxy",
-    "send-proxy-v2",
     "resolvers",
     "check-send-proxy",
     "check-via-socks4",
@@ -421,6 +420,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 tls: None,
                 check_tls: None,
                 h2: s.opts.h2,
+                send_proxy: s.opts.send_proxy,
             }
         })
         .collect();
@@ -494,6 +494,7 @@ mod tests {
                 cookie: None,
                 tls: Default::default(),
                 h2: false,
+                send_proxy: None,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

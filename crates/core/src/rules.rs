@@ -176,7 +176,6 @@ impl Side {
 
 /// Actions of `tcp-request` / `tcp-response` HAProxy has that sluice does not implement yet.
 const PENDING_TCP_ACTIONS: &[&str] = &[
-    "expect-proxy",
     "expect-netscaler-cip",
     "capture",
     "set-src",
@@ -575,6 +574,15 @@ fn parse_tcp_action(action: &str, params: &[String], side: Side) -> Result<Actio
             sluice_config::no_args(params)?;
             Action::Reject
         }
+        "expect-proxy" => match (side, params) {
+            (Side::TcpConnection, [l4]) if l4 == "layer4" => Action::ExpectProxy,
+            (Side::TcpConnection, _) => return Err(KwError::Missing("layer4 after expect-proxy")),
+            _ => {
+                return Err(KwError::Invalid(
+                    "action 'expect-proxy': only in tcp-request connection rules".into(),
+                ))
+            }
+        },
         a if a.starts_with("track-sc") || a.starts_with("sc-") => track_action(a, params, side)?,
         a if var_of(a).is_some() => var_action(a, params)?,
         a if is_pending(PENDING_TCP_ACTIONS, a) => {
@@ -881,6 +889,19 @@ pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level, from: usize) -> I
         }
     }
     Inspected::Accept
+}
+
+/// Whether `tcp-request connection expect-proxy layer4` applies to a connection: one such
+/// rule's condition holds, before any `accept` or `reject` that holds.
+pub fn expects_proxy(rules: &[Rule], cx: &Ctx<'_>) -> bool {
+    for rule in rules {
+        let final_verdict = matches!(rule.action, Action::Allow | Action::Reject);
+        let proxy = rule.action == Action::ExpectProxy;
+        if (final_verdict || proxy) && holds(&rule.cond, cx) {
+            return proxy;
+        }
+    }
+    false
 }
 
 /// Resolves a frontend's backend references. `own` is the backend of a `listen` section.

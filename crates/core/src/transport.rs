@@ -86,6 +86,9 @@ pub struct Conn {
     io: Io,
     /// The descriptor's place in the open count (none for an in-memory stream).
     _fd: Option<Counted>,
+    /// What a PROXY protocol header said of the client (its addresses replace the
+    /// socket's); not carried when the connection moves to another worker.
+    proxied: Option<Box<crate::proxy_proto::Proxied>>,
 }
 
 enum Io {
@@ -355,6 +358,7 @@ impl Conn {
         Ok(Conn {
             io: Io::Tcp(TcpStream::from_std(sock.into())?),
             _fd: Some(fd),
+            proxied: None,
         })
     }
 
@@ -380,6 +384,7 @@ impl Conn {
                 state: std::cell::RefCell::new(state.into()),
             })),
             _fd: self._fd,
+            proxied: self.proxied,
         })
     }
 
@@ -400,6 +405,7 @@ impl Conn {
                 state: std::cell::RefCell::new(state.into()),
             })),
             _fd: self._fd,
+            proxied: self.proxied,
         };
         conn.handshake().await?;
         Ok(conn)
@@ -447,6 +453,7 @@ impl Conn {
                 _hold: hold,
             })),
             _fd: None,
+            proxied: None,
         }
     }
 
@@ -460,17 +467,82 @@ impl Conn {
         }
     }
 
+    /// The client's address: a PROXY header's, else the socket's peer.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        if let Some(src) = self.proxied.as_ref().and_then(|p| p.src) {
+            return Ok(src);
+        }
         match &self.io {
             Io::Stream(p) => Ok(p.origin.peer),
             _ => self.tcp().peer_addr(),
         }
     }
 
+    /// The address the client connected to: a PROXY header's, else the socket's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        if let Some(dst) = self.proxied.as_ref().and_then(|p| p.dst) {
+            return Ok(dst);
+        }
         match &self.io {
             Io::Stream(p) => Ok(p.origin.local),
             _ => self.tcp().local_addr(),
+        }
+    }
+
+    /// What the connection's PROXY header said, if it had one.
+    pub fn proxied(&self) -> Option<&crate::proxy_proto::Proxied> {
+        self.proxied.as_deref()
+    }
+
+    /// Reads the PROXY protocol header (v1 or v2) a connection starts with, consuming its
+    /// bytes and nothing after them; its addresses then stand for the socket's. The
+    /// connection must be plain TCP, not yet read.
+    pub async fn read_proxy_header(&mut self) -> Result<(), &'static str> {
+        use crate::proxy_proto::{parse, Parsed, MAX_HEADER};
+        let Io::Tcp(tcp) = &self.io else {
+            return Err("PROXY header on a connection already in TLS");
+        };
+        let mut got = Vec::new();
+        let mut peeked = vec![0u8; MAX_HEADER];
+        loop {
+            // What is already there, without taking it: the header's end is found first.
+            let room = MAX_HEADER - got.len();
+            let n = tcp
+                .peek(&mut peeked[..room])
+                .await
+                .map_err(|_| "connection failed before its PROXY header")?;
+            if n == 0 {
+                return Err("connection closed within its PROXY header");
+            }
+            let mut seen = got.clone();
+            seen.extend_from_slice(&peeked[..n]);
+            let take = match parse(&seen) {
+                Parsed::Invalid(why) => return Err(why),
+                Parsed::Header { len, proxied } => {
+                    self.proxied = Some(Box::new(proxied));
+                    len - got.len()
+                }
+                // Every byte seen belongs to the header: taken, so that the next peek
+                // waits for more.
+                Parsed::Incomplete if seen.len() < MAX_HEADER => n,
+                Parsed::Incomplete => return Err("PROXY header too long"),
+            };
+            let mut buf = vec![0u8; take];
+            let mut filled = 0;
+            while filled < take {
+                match tcp.try_read(&mut buf[filled..]) {
+                    Ok(0) => return Err("connection closed within its PROXY header"),
+                    Ok(k) => filled += k,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let _ = tcp.readable().await;
+                    }
+                    Err(_) => return Err("connection failed within its PROXY header"),
+                }
+            }
+            if self.proxied.is_some() {
+                return Ok(());
+            }
+            got.extend_from_slice(&buf);
         }
     }
 
@@ -789,6 +861,7 @@ impl Conn {
         Ok(Conn {
             io,
             _fd: Some(d.fd),
+            proxied: None,
         })
     }
 

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
         "buffer",
         "clock",
         "transport",
+        "proxy_proto",
         "h2_stream",
         "padded",
         "tls",

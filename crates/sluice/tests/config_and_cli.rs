@@ -659,3 +659,37 @@ fn the_systemd_unit_uses_options_sluice_has() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn port_ranges_and_ipv6_dual_stack_binds() {
+    // Two consecutive free ports for a range, and a third for the IPv6 binds.
+    let (lo, v6) = loop {
+        let p = free_port();
+        if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            break (p, free_port());
+        }
+    };
+    let v6_only = free_port();
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here: the IPv6 part is skipped");
+    }
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend f\n    {{fe}}\n    bind 127.0.0.1:{lo}-{}\n    bind [::]:{v6} v4v6\n    bind [::]:{v6_only} v6only\n    http-request return status 200 content-type text/plain lf-string \"%[dst_port]\"\n",
+        lo + 1
+    ));
+    let at = |port: u16| -> std::net::SocketAddr { ([127, 0, 0, 1], port).into() };
+    // Both ports of the range answer, each saying which it is.
+    for port in [lo, lo + 1] {
+        wait_until("the range's listeners", || {
+            std::net::TcpStream::connect(at(port)).is_ok()
+        });
+        assert_eq!(get(at(port), "/").text(), port.to_string());
+    }
+    // `v4v6` takes IPv4 clients on an IPv6 wildcard, `v6only` does not.
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        assert_eq!(get(at(v6), "/").text(), v6.to_string());
+        let six: std::net::SocketAddr = format!("[::1]:{v6_only}").parse().unwrap();
+        assert_eq!(get(six, "/").text(), v6_only.to_string());
+        assert!(std::net::TcpStream::connect(at(v6_only)).is_err());
+    }
+}

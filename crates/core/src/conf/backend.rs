@@ -45,6 +45,28 @@ pub struct ServerOpts {
     pub tls: super::tls::ServerTlsOpts,
     /// `proto h2`: requests go to the server as HTTP/2 streams (prior knowledge).
     pub h2: bool,
+    /// `send-proxy`, `send-proxy-v2[-ssl[-cn]]`, `proxy-v2-options`.
+    pub send_proxy: Option<SendProxy>,
+}
+
+/// The PROXY protocol header sluice puts before each connection to a server: version 1
+/// (text), or version 2 with the TLVs chosen (`proxy-v2-options`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendProxy {
+    pub v2: bool,
+    /// `ssl`: the client's TLS facts (a TLS client, its version); `cert-cn`: its
+    /// certificate's common name; `ssl-cipher`, `cert-sig`, `cert-key`: the suite and the
+    /// certificate's algorithms.
+    pub ssl: bool,
+    pub cert_cn: bool,
+    pub cipher: bool,
+    pub cert_sig: bool,
+    pub cert_key: bool,
+    /// `authority`: the SNI the client asked for; `unique-id`: the request's unique id;
+    /// `crc32c`: a checksum of the header.
+    pub authority: bool,
+    pub unique_id: bool,
+    pub crc32c: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

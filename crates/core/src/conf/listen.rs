@@ -50,6 +50,11 @@ pub struct Bind {
     /// client stays silent, after the kernel's first retransmission), so accepting it and
     /// reading its first request take one wake-up instead of two.
     pub defer_accept: bool,
+    /// `accept-proxy`: each connection starts with a PROXY protocol header (v1 or v2),
+    /// whose addresses stand for the socket's.
+    pub accept_proxy: bool,
+    /// `v6only` (true) or `v4v6` (false) on an IPv6 address; `None`: the system's default.
+    pub v6only: Option<bool>,
 }
 
 impl Bind {

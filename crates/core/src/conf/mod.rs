@@ -207,6 +207,8 @@ pub struct Server {
     pub check_tls: Option<tls::Connector>,
     /// `proto h2`: the server is spoken to in HTTP/2 whatever TLS negotiates.
     pub h2: bool,
+    /// `send-proxy*`: the PROXY protocol header each connection starts with.
+    pub send_proxy: Option<backend::SendProxy>,
 }
 
 /// A validated backend.

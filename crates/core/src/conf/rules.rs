@@ -26,6 +26,9 @@ pub enum Action {
     Allow,
     /// Close the connection without an answer (`tcp-request ... reject`).
     Reject,
+    /// `tcp-request connection expect-proxy layer4`: the connection starts with a PROXY
+    /// protocol header.
+    ExpectProxy,
     SetHeader(String, Fmt),
     AddHeader(String, Fmt),
     /// Remove the headers whose name matches (`-m str|beg|end|sub`, case ignored).

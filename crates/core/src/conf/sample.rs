@@ -72,6 +72,9 @@ pub enum Fetch {
     ReqSslAlpn,
     ReqSslEcExt,
     ReqSslStExt,
+    /// `fc_pp_authority`, `fc_pp_unique_id`: TLVs of the client's PROXY v2 header.
+    FcPpAuthority,
+    FcPpUniqueId,
     ReqVer,
     // The response.
     ResHdr(String, Occ),

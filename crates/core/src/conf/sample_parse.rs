@@ -326,6 +326,8 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_is_resumed" => none(Fetch::SslFcIsResumed)?,
         "ssl_fc_err" | "ssl_c_err" | "ssl_c_ca_err" => none(Fetch::SslErr)?,
         "fc_err" => none(Fetch::FcErr)?,
+        "fc_pp_authority" => none(Fetch::FcPpAuthority)?,
+        "fc_pp_unique_id" => none(Fetch::FcPpUniqueId)?,
         "always_true" => none(Fetch::Bool(true))?,
         "always_false" => none(Fetch::Bool(false))?,
         "int" => {

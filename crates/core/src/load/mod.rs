@@ -373,6 +373,14 @@ fn lower(
                     spec.name
                 )));
             }
+            if spec.opts.h2 && spec.opts.send_proxy.is_some() {
+                errors.push(p.header.error(format!(
+                    "{} '{}', server '{}': 'send-proxy' with 'proto h2' is not supported yet (an HTTP/2 connection is shared by many clients)",
+                    p.kind.name(),
+                    p.name,
+                    spec.name
+                )));
+            }
             let t = &spec.opts.tls;
             let checks = t.check_ssl.unwrap_or(t.ssl);
             if !t.ssl && !checks {

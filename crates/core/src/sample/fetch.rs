@@ -205,6 +205,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslErr => cx.client?.tls().map(|_| Sample::Int(0)),
         // A connection that failed carries no request to evaluate this for.
         Fetch::FcErr => Some(Sample::Int(0)),
+        Fetch::FcPpAuthority => cx.client?.proxied()?.authority.as_deref().map(Sample::str),
+        Fetch::FcPpUniqueId => cx.client?.proxied()?.unique_id.as_deref().map(Sample::str),
         Fetch::SslCIssuer => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.1)),
         Fetch::SslFcAlpn => cx
             .client?

@@ -21,6 +21,7 @@ use crate::check::{self, Seen};
 use crate::clock;
 use crate::pool::h2::Pick;
 use crate::pool::{Got, Want};
+use crate::proxy_proto::{self, ClientFacts, TlsFacts};
 use crate::queue::{self, InFlight, QueueError, ServerSlot};
 use crate::runtime::Worker;
 use crate::transport::Conn;
@@ -125,12 +126,37 @@ pub(crate) struct Reuse<'s> {
     pub first_request: bool,
 }
 
+/// The client a server connection is opened for, as a PROXY header to the server tells of
+/// it (read only when the server has `send-proxy`).
+pub(crate) struct Client<'a> {
+    pub conn: &'a Conn,
+    pub peer: std::net::SocketAddr,
+    pub unique_id: Option<std::rc::Rc<str>>,
+}
+
+impl Client<'_> {
+    fn facts(&self) -> ClientFacts {
+        ClientFacts {
+            src: Some(self.peer),
+            dst: self.conn.local_addr().ok(),
+            tls: self.conn.tls().map(|t| TlsFacts {
+                sni: t.sni,
+                version: t.version,
+                cipher: t.cipher,
+                subject: t.client_cert.map(|c| c.0),
+            }),
+            unique_id: self.unique_id.as_deref().map(str::to_string),
+        }
+    }
+}
+
 /// The pause before a connection is retried on the server that just refused it.
 const TURN_AROUND: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Gets a connection to `backend`'s server `server` (or, after failures and with
 /// `option redispatch`, another one). With `abort_on` (`option abortonclose`), a client
 /// that closes while queued ends the wait.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn establish<'w>(
     w: &'w Rc<Worker>,
     backend: usize,
@@ -138,6 +164,7 @@ pub(crate) async fn establish<'w>(
     key: &PickKey<'_>,
     mut reuse: Option<Reuse<'_>>,
     abort_on: Option<&Conn>,
+    client: &Client<'_>,
     at: &mut Attempts,
 ) -> Result<(ServerConn, Occupancy<'w>), ConnectError> {
     let be = &w.config().backends[backend];
@@ -162,8 +189,8 @@ pub(crate) async fn establish<'w>(
     let mut attempt = 0;
     loop {
         let got = match reuse.take() {
-            Some(r) => connect_reusing(w, backend, server, r).await,
-            None => connect_new(w, backend, server).await,
+            Some(r) => connect_reusing(w, backend, server, r, client).await,
+            None => connect_new(w, backend, server, client).await,
         };
         match got {
             Ok(c) => {
@@ -234,6 +261,7 @@ async fn connect_reusing(
     backend: usize,
     server: usize,
     reuse: Reuse<'_>,
+    client: &Client<'_>,
 ) -> io::Result<ServerConn> {
     if let Some(p) = reuse.private.take() {
         if p.backend == backend && p.server == server {
@@ -241,6 +269,10 @@ async fn connect_reusing(
         }
     }
     let be = &w.config().backends[backend];
+    if be.servers[server].send_proxy.is_some() {
+        // Its PROXY header speaks for one client: such a connection is never shared.
+        return connect_new(w, backend, server, client).await;
+    }
     let st = &w.state().backends[backend].servers[server];
     let addr_gen = st.addr_gen.load(Ordering::Acquire);
     loop {
@@ -297,14 +329,19 @@ async fn connect_reusing(
         }
         Some(Err(_)) => {
             st.idle.close_used();
-            connect_new(w, backend, server).await
+            connect_new(w, backend, server, client).await
         }
-        None => connect_new(w, backend, server).await,
+        None => connect_new(w, backend, server, client).await,
     }
 }
 
 /// Opens a new connection within `timeout connect`.
-async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Result<ServerConn> {
+async fn connect_new(
+    w: &Rc<Worker>,
+    backend: usize,
+    server: usize,
+    client: &Client<'_>,
+) -> io::Result<ServerConn> {
     let be = &w.config().backends[backend];
     let st = &w.state().backends[backend].servers[server];
     if w.config().global.pool.pressure().high() {
@@ -319,7 +356,12 @@ async fn connect_new(w: &Rc<Worker>, backend: usize, server: usize) -> io::Resul
         .then(|| w.h2_links.opening(backend, server))
         .flatten();
     let connect = async {
-        let conn = Conn::connect(addr).await?;
+        let mut conn = Conn::connect(addr).await?;
+        if let Some(pp) = &be.servers[server].send_proxy {
+            // Before anything else, TLS included.
+            conn.write_all(&proxy_proto::header_for(pp, &client.facts()))
+                .await?;
+        }
         match &be.servers[server].tls {
             // `ssl`: the handshake is part of connecting (a refused certificate is a
             // connection failure, as in HAProxy).

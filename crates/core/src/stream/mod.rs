@@ -48,11 +48,30 @@ use crate::transport::Conn;
 /// stream ends.
 pub async fn serve(
     w: Rc<Worker>,
-    client: Conn,
-    peer: SocketAddr,
+    mut client: Conn,
+    mut peer: SocketAddr,
     (fe, listener): (usize, usize),
     slot: Slot,
 ) {
+    // `accept-proxy`, `expect-proxy layer4`: who the client is comes first, from the proxy
+    // in front; a header that is bad or does not come closes the connection.
+    if expects_proxy(&w, &client, peer, (fe, listener)) {
+        let st = &w.config().frontends[fe].stream;
+        let limit = st.timeout_http_request.or(st.timeout_client);
+        match deadline::within(limit, client.read_proxy_header()).await {
+            Ok(Ok(())) => peer = client.peer_addr().unwrap_or(peer),
+            _ => {
+                // As HAProxy counts a connection that dies before its session starts.
+                w.state().frontends[fe]
+                    .counters
+                    .at(w.tid)
+                    .request_errors
+                    .bump();
+                client.abort();
+                return;
+            }
+        }
+    }
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
     // A TLS bind: the handshake is completed once the connection rules let it in.
@@ -147,6 +166,35 @@ async fn handshake(w: &Worker, (fe, listener): (usize, usize), client: &Conn) ->
         }
     }
     done
+}
+
+/// Whether the connection starts with a PROXY protocol header: its bind says so
+/// (`accept-proxy`), or a `tcp-request connection expect-proxy layer4` rule does.
+fn expects_proxy(
+    w: &Worker,
+    client: &Conn,
+    peer: SocketAddr,
+    (fe, listener): (usize, usize),
+) -> bool {
+    let frontend = &w.config().frontends[fe];
+    if frontend
+        .listen
+        .binds
+        .get(listener)
+        .is_some_and(|b| b.accept_proxy)
+    {
+        return true;
+    }
+    let rules = &frontend.rules.tcp_connection;
+    if !rules
+        .iter()
+        .any(|r| r.action == crate::conf::rules::Action::ExpectProxy)
+    {
+        return false;
+    }
+    let vars = StreamVars::default();
+    let cx = Ctx::of_connection(&w.process, fe, peer, client, &vars);
+    crate::rules::expects_proxy(rules, &cx)
 }
 
 /// Whether `tcp-request connection` then `tcp-request session` rules let the connection

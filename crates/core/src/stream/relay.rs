@@ -249,7 +249,8 @@ impl Txn {
             && !w.stopping();
         if reusable {
             conn.served += 1;
-            if be.reuse == ReuseMode::Never {
+            // A connection whose PROXY header spoke for this client stays its own.
+            if be.reuse == ReuseMode::Never || be.servers[conn.server].send_proxy.is_some() {
                 s.private = Some(conn);
             } else {
                 let (c, served) = conn.into_pooled();

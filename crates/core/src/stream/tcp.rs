@@ -106,7 +106,12 @@ pub(crate) async fn serve(
     };
     let mut at = Attempts::new(server);
     let abort_on = be.abortonclose.then_some(&client);
-    let got = connect::establish(w, backend, server, &key, None, abort_on, &mut at).await;
+    let facts = connect::Client {
+        conn: &client,
+        peer,
+        unique_id: None,
+    };
+    let got = connect::establish(w, backend, server, &key, None, abort_on, &facts, &mut at).await;
     let (mut conn, occupancy) = match got {
         Ok(c) => c,
         Err(e) => {

@@ -484,7 +484,21 @@ impl Txn {
             first_request: s.requests == 0 && s.earlier == 0,
         };
         let abort_on = be.abortonclose.then_some(&s.client);
-        let got = connect::establish(&w, backend, server, &key, Some(reuse), abort_on, &mut at);
+        let client = connect::Client {
+            conn: &s.client,
+            peer: s.peer.get(),
+            unique_id: s.vars.unique_id.borrow().clone(),
+        };
+        let got = connect::establish(
+            &w,
+            backend,
+            server,
+            &key,
+            Some(reuse),
+            abort_on,
+            &client,
+            &mut at,
+        );
         let got = got.await;
         self.log.attempts = Some(at);
         let (mut conn, _occupancy) = got.map_err(|e| {
@@ -547,10 +561,17 @@ impl Txn {
                         first_request: false,
                     });
                     let mut again = Attempts::new(server);
-                    conn = connect::establish(&w, backend, server, &key, reuse, None, &mut again)
-                        .await
-                        .map(|(c, _)| c)
-                        .map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
+                    let client = connect::Client {
+                        conn: &s.client,
+                        peer: s.peer.get(),
+                        unique_id: s.vars.unique_id.borrow().clone(),
+                    };
+                    conn = connect::establish(
+                        &w, backend, server, &key, reuse, None, &client, &mut again,
+                    )
+                    .await
+                    .map(|(c, _)| c)
+                    .map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
                 }
                 Err(SendFail::Retryable(e)) => {
                     counters.response_errors.bump();

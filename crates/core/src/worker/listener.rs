@@ -149,9 +149,6 @@ fn count_arg(a: &[String]) -> Result<usize, KwError> {
 /// Bind options HAProxy has that sluice does not implement yet.
 const PENDING_BIND_OPTIONS: &[&str] = &[
     "process",
-    "accept-proxy",
-    "v4v6",
-    "v6only",
     "transparent",
     "interface",
     "tfo",
@@ -174,6 +171,8 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let mut h2 = false;
     let mut shards = None;
     let mut defer_accept = false;
+    let mut accept_proxy = false;
+    let mut v6only = None;
     let mut i = 0;
     while i < opts.len() {
         if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
@@ -230,6 +229,14 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                 defer_accept = true;
                 i += 1;
             }
+            "accept-proxy" => {
+                accept_proxy = true;
+                i += 1;
+            }
+            "v6only" | "v4v6" => {
+                v6only = Some(o == "v6only");
+                i += 1;
+            }
             "maxconn" | "backlog" => {
                 let v = opts
                     .get(i + 1)
@@ -254,14 +261,19 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             _ => return Err(KwError::bad(i + 2, o, "unknown bind option")),
         }
     }
-    for a in addrs.split(',') {
-        let spec = parse_bind(a).map_err(|e| KwError::bad(1, a, e))?;
+    for spec in addrs
+        .split(',')
+        .map(|a| parse_bind(a).map_err(|e| KwError::bad(1, a, e)))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+    {
         if matches!(spec, BindSpec::Fd(_))
             && shards.is_some_and(|s| s != Shards::Count(1) && s != Shards::ByGroup)
         {
             return Err(KwError::bad(
                 1,
-                a,
+                addrs,
                 "an inherited socket (fd@) is one socket: 'shards' needs an address",
             ));
         }
@@ -276,6 +288,8 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             h2,
             shards,
             defer_accept,
+            accept_proxy,
+            v6only,
         });
     }
     Ok(())
@@ -296,34 +310,50 @@ fn parse_threads(v: &str) -> Result<(usize, usize), String> {
     Ok((a, b))
 }
 
-fn parse_bind(a: &str) -> Result<BindSpec, String> {
+/// An address of a `bind` line: `fd@N`, or `ADDR:PORT` where PORT may be a range
+/// (`:1247-1248`, one listener per port).
+fn parse_bind(a: &str) -> Result<Vec<BindSpec>, String> {
     if let Some(n) = a.strip_prefix("fd@") {
         return n
             .parse::<RawFd>()
             .ok()
             .filter(|&n| n >= 0)
-            .map(BindSpec::Fd)
+            .map(|fd| vec![BindSpec::Fd(fd)])
             .ok_or_else(|| "fd@ expects a file descriptor number".into());
     }
     if let Ok(addr) = a.parse::<SocketAddr>() {
         if addr.port() == 0 {
             return Err("invalid port '0' (1 to 65535)".into());
         }
-        return Ok(BindSpec::Addr(addr));
+        return Ok(vec![BindSpec::Addr(addr)]);
     }
-    let (host, port) = a.rsplit_once(':').ok_or("expects ADDR:PORT")?;
-    let port: u16 = port
-        .parse()
-        .ok()
-        .filter(|&p| p > 0)
-        .ok_or_else(|| format!("invalid port '{port}' (1 to 65535)"))?;
+    let (host, ports) = a.rsplit_once(':').ok_or("expects ADDR:PORT")?;
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("invalid port '{p}' (1 to 65535)"))
+    };
+    let (lo, hi) = match ports.split_once('-') {
+        Some((lo, hi)) => (port(lo)?, port(hi)?),
+        None => (port(ports)?, port(ports)?),
+    };
+    if hi < lo {
+        return Err(format!("invalid port range '{ports}' (low-high)"));
+    }
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
     let ip = match host {
         "" | "*" | "0.0.0.0" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         h => h
             .parse::<IpAddr>()
             .map_err(|_| format!("invalid address '{h}' (names are not accepted here)"))?,
     };
-    Ok(BindSpec::Addr(SocketAddr::new(ip, port)))
+    Ok((lo..=hi)
+        .map(|p| BindSpec::Addr(SocketAddr::new(ip, p)))
+        .collect())
 }
 
 /// Why a listening socket could not be set up.
@@ -348,7 +378,7 @@ pub enum ListenError {
 /// Opens (or adopts) the listening socket of a `bind` line.
 pub fn open_bind(bind: &Bind, backlog: usize) -> Result<std::net::TcpListener, ListenError> {
     let (file, line) = (bind.at.file.clone(), bind.at.line);
-    open(&bind.spec, backlog).map_err(|e| match e {
+    open(&bind.spec, backlog, bind.v6only).map_err(|e| match e {
         OpenError::Bind(addr, source) => ListenError::Bind {
             file,
             line,
@@ -380,7 +410,11 @@ impl std::fmt::Display for OpenError {
 }
 
 /// Opens (or adopts) the listening socket for `spec`.
-fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListener, OpenError> {
+fn open(
+    spec: &BindSpec,
+    backlog: usize,
+    v6only: Option<bool>,
+) -> Result<std::net::TcpListener, OpenError> {
     match *spec {
         BindSpec::Addr(addr) => {
             let mk = || -> std::io::Result<std::net::TcpListener> {
@@ -392,8 +426,9 @@ fn open(spec: &BindSpec, backlog: usize) -> Result<std::net::TcpListener, OpenEr
                 sock.set_reuse_address(true)?;
                 // As HAProxy does: a new process (`-sf`, `-st`) binds beside the old one.
                 sock.set_reuse_port(true)?;
-                if addr.is_ipv6() {
-                    sock.set_only_v6(true)?;
+                // `v6only`/`v4v6`, else the system's default, as HAProxy.
+                if let (true, Some(only)) = (addr.is_ipv6(), v6only) {
+                    sock.set_only_v6(only)?;
                 }
                 sock.bind(&addr.into())?;
                 sock.listen(backlog.min(65535) as i32)?;
@@ -714,21 +749,29 @@ mod tests {
     fn bind_forms() {
         assert_eq!(
             parse_bind("127.0.0.1:80"),
-            Ok(BindSpec::Addr("127.0.0.1:80".parse().unwrap()))
+            Ok(vec![BindSpec::Addr("127.0.0.1:80".parse().unwrap())])
         );
         assert_eq!(
             parse_bind("[::1]:80"),
-            Ok(BindSpec::Addr("[::1]:80".parse().unwrap()))
+            Ok(vec![BindSpec::Addr("[::1]:80".parse().unwrap())])
         );
         assert_eq!(
             parse_bind("*:80"),
-            Ok(BindSpec::Addr("0.0.0.0:80".parse().unwrap()))
+            Ok(vec![BindSpec::Addr("0.0.0.0:80".parse().unwrap())])
         );
         assert_eq!(
             parse_bind(":80"),
-            Ok(BindSpec::Addr("0.0.0.0:80".parse().unwrap()))
+            Ok(vec![BindSpec::Addr("0.0.0.0:80".parse().unwrap())])
         );
-        assert_eq!(parse_bind("fd@3"), Ok(BindSpec::Fd(3)));
+        assert_eq!(parse_bind("fd@3"), Ok(vec![BindSpec::Fd(3)]));
+        let range = parse_bind(":1247-1249").unwrap();
+        assert_eq!(range.len(), 3);
+        assert_eq!(range[2], BindSpec::Addr("0.0.0.0:1249".parse().unwrap()));
+        assert!(parse_bind(":1249-1247").is_err());
+        assert_eq!(
+            parse_bind("[::]:443"),
+            Ok(vec![BindSpec::Addr("[::]:443".parse().unwrap())])
+        );
         assert!(parse_bind("fd@x").is_err());
         assert!(parse_bind("localhost:80").is_err());
         assert!(parse_bind("127.0.0.1").is_err());
@@ -757,12 +800,12 @@ mod tests {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&l);
         let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let sfd = std::os::fd::AsRawFd::as_raw_fd(&s);
-        assert!(open(&BindSpec::Fd(sfd), 10)
+        assert!(open(&BindSpec::Fd(sfd), 10, None)
             .unwrap_err()
             .to_string()
             .contains("not a listening socket"));
-        assert!(open(&BindSpec::Fd(9999), 10).is_err());
-        let adopted = open(&BindSpec::Fd(fd), 10).unwrap();
+        assert!(open(&BindSpec::Fd(9999), 10, None).is_err());
+        let adopted = open(&BindSpec::Fd(fd), 10, None).unwrap();
         std::mem::forget(l); // ownership moved to `adopted`
         assert_eq!(adopted.local_addr().unwrap().ip().to_string(), "127.0.0.1");
     }
@@ -772,7 +815,7 @@ mod tests {
         let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = a.local_addr().unwrap();
         assert_eq!(listening_sockets(addr).unwrap(), 1);
-        let b = open(&BindSpec::Addr(addr), 10);
+        let b = open(&BindSpec::Addr(addr), 10, None);
         assert!(b.is_err(), "the first socket has no SO_REUSEPORT");
         let v6 = std::net::TcpListener::bind("[::1]:0");
         if let Ok(v6) = v6 {
