@@ -673,7 +673,7 @@ fn port_ranges_and_ipv6_dual_stack_binds() {
     if std::net::TcpListener::bind("[::1]:0").is_err() {
         eprintln!("no IPv6 loopback here: the IPv6 part is skipped");
     }
-    let p = Sluice::start(&format!(
+    let _p = Sluice::start(&format!(
         "{DEFAULTS}frontend f\n    {{fe}}\n    bind 127.0.0.1:{lo}-{}\n    bind [::]:{v6} v4v6\n    bind [::]:{v6_only} v6only\n    http-request return status 200 content-type text/plain lf-string \"%[dst_port]\"\n",
         lo + 1
     ));
