@@ -30,6 +30,8 @@ pub enum SectionKind {
     HttpErrors,
     /// `peers NAME`: the peers stick tables are shared with (and tables of their own).
     Peers,
+    /// `userlist NAME`: users and groups for HTTP basic authentication.
+    Userlist,
 }
 
 impl SectionKind {
@@ -42,6 +44,7 @@ impl SectionKind {
             SectionKind::Listen => "listen",
             SectionKind::HttpErrors => "http-errors",
             SectionKind::Peers => "peers",
+            SectionKind::Userlist => "userlist",
         }
     }
 
@@ -54,6 +57,7 @@ impl SectionKind {
             "listen" => SectionKind::Listen,
             "http-errors" => SectionKind::HttpErrors,
             "peers" => SectionKind::Peers,
+            "userlist" => SectionKind::Userlist,
             _ => return None,
         })
     }
@@ -62,7 +66,6 @@ impl SectionKind {
 /// Section keywords HAProxy knows that sluice does not implement: refused by name rather than
 /// misread as a keyword of the previous section.
 const FOREIGN_SECTIONS: &[&str] = &[
-    "userlist",
     "resolvers",
     "mailers",
     "program",

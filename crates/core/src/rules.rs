@@ -200,7 +200,6 @@ const PENDING_TCP_ACTIONS: &[&str] = &[
 
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
-    "auth",
     "set-src-port",
     "set-dst-port",
     "set-nice",
@@ -273,6 +272,11 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
     }
     let action = match (action.as_str(), side) {
         ("return", Side::Request) => Action::Return(parse_reply(params, 200)?.0),
+        ("auth", Side::Request) => match params {
+            [] => Action::Auth(None),
+            [kw, realm] if kw == "realm" => Action::Auth(Some(realm.clone())),
+            _ => return Err(KwError::Invalid("expects 'auth [realm REALM]'".into())),
+        },
         ("reject", Side::Request) => {
             sluice_config::no_args(params)?;
             Action::Reject

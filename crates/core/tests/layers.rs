@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
         "clock",
         "transport",
         "proxy_proto",
+        "auth",
         "h2_stream",
         "padded",
         "tls",

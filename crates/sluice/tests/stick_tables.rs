@@ -229,7 +229,7 @@ fn tcp_rules_are_checked_when_the_configuration_is_read() {
     for (body, says) in [
         (
             "frontend fe\n    bind 127.0.0.1:1\n    tcp-request content expect-proxy layer4\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
-            "action 'expect-proxy': not supported yet",
+            "action 'expect-proxy': only in tcp-request connection rules",
         ),
         (
             "frontend fe\n    bind 127.0.0.1:1\n    tcp-request content frob\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",

@@ -12,6 +12,7 @@
 //! the operator sets them with `id`.
 
 pub mod acl;
+pub mod auth;
 pub mod backend;
 pub mod balance;
 pub mod check;
@@ -259,6 +260,8 @@ pub struct Config {
     pub tables: Vec<stick::TableConf>,
     /// `peers` sections.
     pub peers: Vec<stick::PeersConf>,
+    /// `userlist` sections.
+    pub userlists: Vec<auth::Userlist>,
     /// What the configuration asks for that is ignored, worded as HAProxy warns of it
     /// (reported by `-c` and at start).
     pub warnings: Vec<String>,

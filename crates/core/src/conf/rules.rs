@@ -22,6 +22,9 @@ pub enum Action {
         status: u16,
         reply: Option<Reply>,
     },
+    /// `auth [realm R]`: ask for credentials (401 with `WWW-Authenticate: Basic`); without
+    /// a realm, the proxy's name is the realm, as in HAProxy.
+    Auth(Option<String>),
     /// Stop evaluating rules.
     Allow,
     /// Close the connection without an answer (`tcp-request ... reject`).

@@ -72,6 +72,15 @@ pub enum Fetch {
     ReqSslAlpn,
     ReqSslEcExt,
     ReqSslStExt,
+    /// `http_auth(L)`: the request's basic credentials are right for userlist L;
+    /// `http_auth_group(L)`: their user's name, and (for ACLs, which match any value) the
+    /// groups it is in; `http_auth_type`, `http_auth_user`, `http_auth_pass`: the
+    /// `Authorization` header's scheme and credentials as sent.
+    HttpAuth(String),
+    HttpAuthGroup(String),
+    HttpAuthType,
+    HttpAuthUser,
+    HttpAuthPass,
     /// `fc_pp_authority`, `fc_pp_unique_id`: TLVs of the client's PROXY v2 header.
     FcPpAuthority,
     FcPpUniqueId,
@@ -428,6 +437,11 @@ impl Fetch {
                 | ReqCookCnt(_)
                 | ReqLen
                 | ReqVer
+                | HttpAuth(_)
+                | HttpAuthGroup(_)
+                | HttpAuthType
+                | HttpAuthUser
+                | HttpAuthPass
         )
     }
 

@@ -326,6 +326,17 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_is_resumed" => none(Fetch::SslFcIsResumed)?,
         "ssl_fc_err" | "ssl_c_err" | "ssl_c_ca_err" => none(Fetch::SslErr)?,
         "fc_err" => none(Fetch::FcErr)?,
+        "http_auth" | "http_auth_group" => {
+            arity(c, 1, 1)?;
+            let list = c.args[0].clone();
+            match c.name {
+                "http_auth" => Fetch::HttpAuth(list),
+                _ => Fetch::HttpAuthGroup(list),
+            }
+        }
+        "http_auth_type" => none(Fetch::HttpAuthType)?,
+        "http_auth_user" => none(Fetch::HttpAuthUser)?,
+        "http_auth_pass" => none(Fetch::HttpAuthPass)?,
         "fc_pp_authority" => none(Fetch::FcPpAuthority)?,
         "fc_pp_unique_id" => none(Fetch::FcPpUniqueId)?,
         "always_true" => none(Fetch::Bool(true))?,

@@ -108,6 +108,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut error_sets = crate::conf::errorpages::ErrorSets::default();
     let mut proxies: Vec<Proxy> = Vec::new();
     let mut peer_sections = Vec::new();
+    let mut userlists = Vec::new();
     for section in &sections {
         let header = Loc {
             file: section.header.file.clone(),
@@ -125,6 +126,16 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
             }
             // Read once the global section is (its `localpeer` names the local peer).
             SectionKind::Peers => peer_sections.push(section),
+            SectionKind::Userlist => {
+                let list = crate::auth::parse_section(section, &mut errors);
+                if userlists
+                    .iter()
+                    .any(|l: &crate::auth::Userlist| l.name == list.name)
+                {
+                    errors.push(header.error(format!("userlist '{}' is defined twice", list.name)));
+                }
+                userlists.push(list);
+            }
             SectionKind::HttpErrors => {
                 let name = section.name.clone().unwrap_or_default();
                 let mut pages = Vec::new();
@@ -274,9 +285,45 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     for p in &mut proxies {
         mode::strip_http((p.kind, &p.name), &mut p.conf, &mut warnings);
     }
+    check_userlists(&proxies, &userlists, &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     let mut config = lower(global, proxies, peer_sets)?;
     config.warnings.splice(0..0, warnings);
+    config.userlists = userlists;
     Ok(config)
+}
+
+/// Every userlist an ACL names (`http_auth(L)`, `http_auth_group(L)`) exists.
+fn check_userlists(
+    proxies: &[Proxy],
+    lists: &[crate::auth::Userlist],
+    errors: &mut Vec<ConfigError>,
+) {
+    use crate::conf::sample::Fetch;
+    for p in proxies {
+        let r = &p.conf.rules;
+        let conds = r
+            .sets
+            .all()
+            .filter_map(|rule| rule.cond.as_ref())
+            .chain(r.switching.iter().filter_map(|(_, c, _)| c.as_ref()));
+        let acls = conds
+            .flat_map(|c| c.groups.iter().flatten().flat_map(|t| &t.acls))
+            .chain(r.acls.iter().map(|(_, a)| a));
+        for acl in acls {
+            if let Fetch::HttpAuth(name) | Fetch::HttpAuthGroup(name) = &acl.expr.fetch {
+                if !lists.iter().any(|l| &l.name == name) {
+                    errors.push(p.header.error(format!(
+                        "{} '{}': no userlist named '{name}'",
+                        p.kind.name(),
+                        p.name
+                    )));
+                }
+            }
+        }
+    }
 }
 
 /// Adds each of `what` (said of the line at `at`) unless the same was said already: a list
@@ -591,6 +638,7 @@ fn lower(
             backends,
             tables,
             peers: peers_confs,
+            userlists: Vec::new(),
             warnings,
         })
     } else {

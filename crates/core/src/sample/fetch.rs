@@ -14,7 +14,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     use Fetch::*;
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
-        SslFc | SslCUsed | SslFcIsResumed | Bool(_) => Kind::Bool,
+        SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
@@ -205,6 +205,18 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslErr => cx.client?.tls().map(|_| Sample::Int(0)),
         // A connection that failed carries no request to evaluate this for.
         Fetch::FcErr => Some(Sample::Int(0)),
+        Fetch::HttpAuth(list) => Some(Sample::Bool(auth_user(cx, list).is_some())),
+        Fetch::HttpAuthGroup(list) => auth_user(cx, list).map(|u| Sample::str(u.name.as_bytes())),
+        Fetch::HttpAuthType => authorization(cx)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| h.trim().split(' ').next())
+            .map(|t| Sample::string(t.to_string())),
+        Fetch::HttpAuthUser => authorization(cx)
+            .and_then(crate::auth::basic_credentials)
+            .map(|(u, _)| Sample::string(u)),
+        Fetch::HttpAuthPass => authorization(cx)
+            .and_then(crate::auth::basic_credentials)
+            .map(|(_, p)| Sample::string(p)),
         Fetch::FcPpAuthority => cx.client?.proxied()?.authority.as_deref().map(Sample::str),
         Fetch::FcPpUniqueId => cx.client?.proxied()?.unique_id.as_deref().map(Sample::str),
         Fetch::SslCIssuer => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.1)),
@@ -240,6 +252,19 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         Fetch::ResHdr(name, occ) => Some(all(res_values(cx, name, true), *occ)),
         Fetch::ResFhdr(name, occ) => Some(all(res_values(cx, name, false), *occ)),
         Fetch::ReqCook(name) => Some(cookies(cx, name, false)),
+        // The groups of the authenticated user: an ACL names groups as its patterns.
+        Fetch::HttpAuthGroup(list) => {
+            let p = cx.process;
+            let list_conf = p.config.userlists.iter().find(|l| &l.name == list);
+            Some(match (auth_user(cx, list), list_conf) {
+                (Some(u), Some(l)) => u
+                    .groups
+                    .iter()
+                    .map(|&g| Sample::str(l.groups[g].as_bytes()))
+                    .collect(),
+                _ => Vec::new(),
+            })
+        }
         // Every protocol the client offers, in its order.
         Fetch::ReqSslAlpn => Some(match cx.payload.and_then(|p| p.hello()) {
             Some(h) => h.alpn.into_iter().map(Sample::str).collect(),
@@ -248,6 +273,23 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         Fetch::ResCook(name) => Some(cookies(cx, name, true)),
         _ => None,
     }
+}
+
+/// The request's `Authorization` header.
+fn authorization<'a>(cx: &'a Ctx<'a>) -> Option<&'a [u8]> {
+    req_values(cx, "authorization", false)?.into_iter().next()
+}
+
+/// The user of userlist `list` the request authenticates as (checked against its hash).
+fn auth_user<'a>(cx: &'a Ctx<'a>, list: &str) -> Option<&'a crate::auth::User> {
+    // Userlists are few; the name was checked when the configuration was loaded.
+    let l = cx
+        .process
+        .config
+        .userlists
+        .iter()
+        .find(|l| l.name == list)?;
+    crate::auth::authenticate(l, authorization(cx)?)
 }
 
 fn dst(cx: &Ctx<'_>) -> Option<std::net::SocketAddr> {

@@ -6,8 +6,6 @@
 
 use std::fmt::Write as _;
 
-use base64::Engine as _;
-
 use super::render::{csv, json};
 use super::row::{Cell, Kind, Row};
 use super::{collect, Filter};
@@ -116,22 +114,10 @@ fn response(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
 
 /// Basic authentication against the `stats auth` users.
 fn authorized(page: &StatsPage, header: Option<&[u8]>) -> bool {
-    let Some(creds) = header
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(|h| h.trim().strip_prefix("Basic "))
-        .and_then(|b| {
-            base64::engine::general_purpose::STANDARD
-                .decode(b.trim())
-                .ok()
-        })
-        .and_then(|d| String::from_utf8(d).ok())
-    else {
+    let Some((user, pass)) = header.and_then(crate::auth::basic_credentials) else {
         return false;
     };
-    let Some((user, pass)) = creds.split_once(':') else {
-        return false;
-    };
-    page.auth.iter().any(|(u, p)| u == user && p == pass)
+    page.auth.iter().any(|(u, p)| *u == user && *p == pass)
 }
 
 /// The rows the page shows: the proxies in `stats scope` (all without one); with `;up`,

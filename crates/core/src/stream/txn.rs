@@ -1066,6 +1066,16 @@ fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec<u8> {
     }
 }
 
+/// `page` (a whole response) with one more header, after its status line.
+fn with_header(mut page: Vec<u8>, name: &str, value: &str) -> Vec<u8> {
+    let Some(eol) = page.windows(2).position(|w| w == b"\r\n") else {
+        return page;
+    };
+    let line = format!("{name}: {value}\r\n");
+    page.splice(eol + 2..eol + 2, line.into_bytes());
+    page
+}
+
 fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
@@ -1296,6 +1306,24 @@ fn apply_rules(
                     denied: true,
                     page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
                 })
+            }
+            Action::Auth(realm) => {
+                let config = s.w.config();
+                let realm = realm.as_deref().unwrap_or_else(|| match backend {
+                    Some(b) => &config.backends[b].name,
+                    None => &s.frontend().name,
+                });
+                let page = s.error_page_for(401, backend, Some(&now));
+                return Some(Route::Error {
+                    status: 401,
+                    backend,
+                    denied: false,
+                    page: Some(with_header(
+                        page,
+                        "WWW-Authenticate",
+                        &format!("Basic realm=\"{realm}\""),
+                    )),
+                });
             }
             Action::Tarpit { status, reply } => {
                 return Some(Route::Tarpit {
