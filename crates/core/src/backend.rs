@@ -72,6 +72,21 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| time_arg(a).map(|t| c.backend.timeout_server_fin = Some(t)),
     },
     Keyword {
+        name: "fullconn",
+        scope: Scope::BE,
+        help: "fullconn N: the backend's load for servers' dynamic limits (minconn, not built yet); its session limit in statistics (slim)",
+        parse: |c, a| {
+            let v = one_arg(a, "a connection count")?;
+            let n = v
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| KwError::bad(1, v, "expects a positive integer"))?;
+            c.backend.fullconn = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "retries",
         scope: Scope::BE,
         help: "retries N: new connection attempts after a failed one (default 3)",
@@ -442,6 +457,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         timeout_server_fin: conf.backend.timeout_server_fin,
         reuse: conf.backend.reuse,
         retries: conf.backend.retries.unwrap_or(3),
+        fullconn: conf.backend.fullconn,
         redispatch: conf.backend.redispatch,
         abortonclose: conf.backend.abortonclose,
         stream: conf.stream.clone(),

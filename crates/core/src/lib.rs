@@ -42,6 +42,7 @@ pub mod buffer;
 pub mod clock;
 pub mod fds;
 pub mod h2_stream;
+pub mod keepalive;
 pub mod padded;
 pub mod proxy_proto;
 pub mod tls;

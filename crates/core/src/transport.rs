@@ -489,6 +489,15 @@ impl Conn {
         }
     }
 
+    /// Turns TCP keepalive on with these figures (a stream of a multiplexed connection
+    /// has no socket of its own: nothing to do).
+    pub fn set_keepalive(&self, ka: &socket2::TcpKeepalive) {
+        if let Io::Stream(_) = self.io {
+            return;
+        }
+        let _ = socket2::SockRef::from(self.tcp()).set_tcp_keepalive(ka);
+    }
+
     /// What the connection's PROXY header said, if it had one.
     pub fn proxied(&self) -> Option<&crate::proxy_proto::Proxied> {
         self.proxied.as_deref()

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "transport",
         "proxy_proto",
         "auth",
+        "keepalive",
         "h2_stream",
         "padded",
         "tls",

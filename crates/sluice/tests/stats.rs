@@ -79,11 +79,17 @@ fn show_stat_has_haproxy_26_columns_and_configuration_order() {
          backend first\n    server s1 {o}\n    server s2 {o} id 7\n\
          listen mid\n    {{fe}}\n    server m1 {o}\n\
          frontend plain\n    mode tcp\n    {{fe}}\n    default_backend tb\n\
-         backend tb\n    mode tcp\n    balance leastconn\n    server t1 {o}\n",
+         backend tb\n    mode tcp\n    balance leastconn\n    fullconn 123\n    server t1 {o}\n",
         sock.display(),
         o = origin.addr
     ));
     let (header, rows) = stat(&sock, "show stat");
+    // `fullconn` is a backend's session limit, as HAProxy shows it.
+    let tb = rows
+        .iter()
+        .find(|r| r["pxname"] == "tb" && r["svname"] == "BACKEND")
+        .unwrap();
+    assert_eq!(tb["slim"], "123");
     let reference = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../testdata/haproxy-2.6/show-stat-header.csv"

@@ -157,3 +157,64 @@ fn server_fin_closes_half_closed_relays() {
         "closed by server-fin, not by the test's read timeout: {end:?}"
     );
 }
+
+/// What `ss` shows of the established TCP sockets matching `filter`, one line each.
+fn sockets(filter: &str) -> Vec<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnoH", "state", "established", filter])
+        .output()
+        .expect("ss runs (iproute2, installed by .ci/run)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The seconds left on a socket's keepalive timer as `ss` prints it (`1min9sec`, `49sec`).
+fn keepalive_secs(line: &str) -> u64 {
+    let t = line
+        .split("timer:(keepalive,")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("no keepalive timer: {line}"));
+    let (min, rest) = t.split_once("min").unwrap_or(("0", t));
+    let sec = rest.strip_suffix("sec").unwrap_or("0");
+    let sec = if rest.ends_with("ms") { "0" } else { sec };
+    min.parse::<u64>().unwrap_or(0) * 60 + sec.parse::<u64>().unwrap_or(0)
+}
+
+#[test]
+fn tcp_keepalive_is_on_where_the_options_say() {
+    let (with, without) = (echo("with"), echo("without"));
+    let p = Sluice::start(&format!(
+        "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten ka\n    {{fe}}\n    option tcpka\n    clitcpka-idle 70s\n    srvtcpka-idle 50s\n    srvtcpka-cnt 4\n    server s {with}\nlisten plain\n    {{fe}}\n    server s {without}\n"
+    ));
+    for (addr, origin, on) in [(p.addrs[0], with, true), (p.addrs[1], without, false)] {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(TIMEOUT)).unwrap();
+        // One echo proves both connections are up.
+        c.write_all(b"x").unwrap();
+        let mut one = [0u8; 1];
+        c.read_exact(&mut one).unwrap();
+        // sluice's socket towards the client (its source port is the listener's), and its
+        // socket towards the server (whose destination is the origin).
+        let client_side = sockets(&format!("( sport = :{} )", addr.port()));
+        let server_side = sockets(&format!("( dport = :{} )", origin.port()));
+        assert_eq!(client_side.len(), 1, "{client_side:?}");
+        assert_eq!(server_side.len(), 1, "{server_side:?}");
+        for line in client_side.iter().chain(&server_side) {
+            assert_eq!(line.contains("timer:(keepalive"), on, "{line}");
+        }
+        if on {
+            // The figures set: at most 70 s before the first probe to the client, 50 s to
+            // the server, and more than the other figure can explain.
+            let client = keepalive_secs(&client_side[0]);
+            let server = keepalive_secs(&server_side[0]);
+            assert!((51..=70).contains(&client), "{client_side:?}");
+            assert!(
+                (1..=50).contains(&server) && server < client,
+                "{server_side:?}"
+            );
+        }
+    }
+}

@@ -93,6 +93,8 @@ pub struct BackendConf {
     pub retries: Option<usize>,
     pub redispatch: bool,
     pub abortonclose: bool,
+    /// `fullconn N`.
+    pub fullconn: Option<usize>,
 }
 
 /// One row of a server option table, as HAProxy's `srv_kws`: the option's name, its number

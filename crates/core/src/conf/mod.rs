@@ -234,6 +234,10 @@ pub struct Backend {
     pub reuse: ReuseMode,
     /// Connection attempts after the first one fails.
     pub retries: usize,
+    /// `fullconn`: what statistics show as the backend's session limit (else a tenth of
+    /// the process's `maxconn`, HAProxy's default); servers' dynamic limits (`minconn`)
+    /// are not built.
+    pub fullconn: Option<usize>,
     pub redispatch: bool,
     pub abortonclose: bool,
     /// Connection-handling options set on the backend side.

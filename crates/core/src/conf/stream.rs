@@ -47,6 +47,17 @@ impl Default for H2Tune {
     }
 }
 
+/// TCP keepalive on one side's connections, as the kernel does it (`option clitcpka`,
+/// `option srvtcpka`, `option tcpka`, and their `-idle`, `-intvl`, `-cnt` settings; unset
+/// ones keep the system's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpKeepalive {
+    pub on: bool,
+    pub idle: Option<Duration>,
+    pub intvl: Option<Duration>,
+    pub cnt: Option<u32>,
+}
+
 /// `mode`: what a proxy speaks. TCP unless `mode http` is set, as in HAProxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -73,4 +84,7 @@ pub struct StreamConf {
     pub buffer_request: bool,
     /// `timeout tarpit`: how long `tarpit` holds a request (default: `timeout connect`).
     pub timeout_tarpit: Option<Duration>,
+    /// TCP keepalive towards clients (frontends) and servers (backends).
+    pub cli_ka: TcpKeepalive,
+    pub srv_ka: TcpKeepalive,
 }

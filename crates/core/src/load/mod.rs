@@ -63,6 +63,8 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     worker::listener::KEYWORDS,
     stream::keywords::KEYWORDS,
     stream::keywords::OPTION_KEYWORDS,
+    crate::keepalive::KEYWORDS,
+    crate::keepalive::OPTION_KEYWORDS,
     backend::KEYWORDS,
     backend::OPTION_KEYWORDS,
     balance::KEYWORDS,

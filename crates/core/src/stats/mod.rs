@@ -605,8 +605,11 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
     let in_flight = st.in_flight();
     r.num("scur", in_flight);
     r.num("smax", st.peaks.sessions.get().max(in_flight as u64));
-    // HAProxy's default for a backend: a tenth of the process's connection limit.
-    r.num("slim", (p.admission.global_limit / 10).max(1));
+    // `fullconn`, else HAProxy's default for a backend: a tenth of the process's limit.
+    let slim = be
+        .fullconn
+        .unwrap_or((p.admission.global_limit / 10).max(1));
+    r.num("slim", slim);
     proxy_traffic(&mut r, c, http);
     let sum = |f: fn(&ServerCounters) -> &crate::runtime::Counter| -> u64 {
         st.servers.iter().map(|s| s.counters.sum(f)).sum()

@@ -357,6 +357,7 @@ async fn connect_new(
         .flatten();
     let connect = async {
         let mut conn = Conn::connect(addr).await?;
+        crate::keepalive::apply(&conn, &be.stream.srv_ka);
         if let Some(pp) = &be.servers[server].send_proxy {
             // Before anything else, TLS included.
             conn.write_all(&proxy_proto::header_for(pp, &client.facts()))

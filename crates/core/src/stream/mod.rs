@@ -72,6 +72,7 @@ pub async fn serve(
             }
         }
     }
+    crate::keepalive::apply(&client, &w.config().frontends[fe].stream.cli_ka);
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
     // A TLS bind: the handshake is completed once the connection rules let it in.
