@@ -897,7 +897,7 @@ fn the_cli_listens_on_tcp_too() {
     let (_d, sock) = cli_dir();
     let port = free_port();
     let p = Sluice::start(&format!(
-        "global\n    stats socket ipv4@127.0.0.1:{port} level admin\n    stats socket {} level user\n    stats socket {{fd}} level operator\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
+        "global\n    stats socket ipv4@*:{port} level admin\n    stats socket {} level user\n    stats socket {{fd}} level operator\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n",
         sock.display(),
         a.addr
     ));

@@ -93,8 +93,15 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
 
 /// A `stats socket` (or master CLI) address, in HAProxy's forms.
 pub fn parse_addr(a: &str) -> Result<CliAddr, String> {
+    // `*:PORT` and `:PORT` are every IPv4 address, as for `bind`.
     let tcp = |s: &str| {
-        s.parse::<SocketAddr>()
+        let wild = s
+            .strip_prefix("*:")
+            .or_else(|| s.strip_prefix(':'))
+            .map(|port| format!("0.0.0.0:{port}"));
+        wild.as_deref()
+            .unwrap_or(s)
+            .parse::<SocketAddr>()
             .ok()
             .filter(|a| a.port() > 0)
             .map(CliAddr::Tcp)
