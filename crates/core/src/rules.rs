@@ -271,7 +271,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
         return Ok(Rule::new(parse_tcp_action(action, params, side)?, cond));
     }
     let action = match (action.as_str(), side) {
-        ("return", Side::Request) => Action::Return(parse_reply(params, 200)?.0),
+        ("return", Side::Request | Side::Response) => Action::Return(parse_reply(params, 200)?.0),
         ("auth", Side::Request) => match params {
             [] => Action::Auth(None),
             [kw, realm] if kw == "realm" => Action::Auth(Some(realm.clone())),

@@ -845,3 +845,28 @@ backend be
         assert!(!names.contains(&gone.to_string()), "{gone}: {names:?}");
     }
 }
+
+#[test]
+fn http_response_return_replaces_the_servers_answer() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            if r.target == "/fail" {
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops!"
+                    .to_vec()
+                    .into()
+            } else {
+                ok_response("fine").into()
+            }
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    http-response return status 503 content-type text/plain string maintenance hdr X-Was %[status] if {{ status 500 }}\n    server s {}\n",
+        origin.addr
+    ));
+    let r = get(p.addr(), "/fail");
+    assert_eq!((r.status, r.text()), (503, "maintenance".to_string()));
+    assert_eq!(r.header("x-was"), Some("500"));
+    let r = get(p.addr(), "/ok");
+    assert_eq!((r.status, r.text()), (200, "fine".to_string()));
+}

@@ -42,6 +42,8 @@ pub(crate) struct Edits {
     pub early_hints: Vec<(String, Vec<u8>)>,
     /// `http-response deny`: the status, and the rule's own answer if it gave one.
     pub denied: Option<(u16, Option<Vec<u8>>)>,
+    /// `http-response return`: the answer that replaces the server's, and its status.
+    pub returned: Option<(u16, Vec<u8>)>,
 }
 
 impl Edits {
@@ -56,6 +58,10 @@ impl Edits {
                 Action::Allow => break,
                 Action::Deny { status, reply } => {
                     self.denied = Some((*status, reply.as_ref().map(|r| reply_bytes(r, cx))));
+                    break;
+                }
+                Action::Return(reply) => {
+                    self.returned = Some((reply.status, reply_bytes(reply, cx)));
                     break;
                 }
                 other => {

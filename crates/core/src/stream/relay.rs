@@ -72,9 +72,21 @@ impl Txn {
                 return Err(Fail::drop(Cause::Proxy, Phase::Headers));
             }
             for rules in [&b.http_response, &f.http_response] {
-                if rsp_edits.denied.is_none() {
+                if rsp_edits.denied.is_none() && rsp_edits.returned.is_none() {
                     rsp_edits.response_rules(rules, &cx);
                 }
+            }
+            if let Some((status, page)) = rsp_edits.returned.take() {
+                // `http-response return`: the proxy's answer instead of the server's, whose
+                // response is dropped with its connection.
+                let backend = Some(conn.backend);
+                let bytes = with_close(super::txn::after_response(s, backend, None, page));
+                self.log.status = i64::from(status);
+                self.log.bytes = bytes.len() as u64;
+                s.write_client(&bytes)
+                    .await
+                    .map_err(|c| Fail::drop(c, Phase::Headers))?;
+                return Ok(false);
             }
             if let Some((status, page)) = rsp_edits.denied.take() {
                 // `http-response deny`: the server's response is dropped with its connection
