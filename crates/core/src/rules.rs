@@ -1038,10 +1038,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown action"));
-        assert!(conf(&["http-request auth"])
-            .unwrap_err()
-            .to_string()
-            .contains("not supported yet"));
+        assert_eq!(
+            conf(&["http-request auth realm Staff"])
+                .unwrap()
+                .rules
+                .sets
+                .http_request[0]
+                .action,
+            Action::Auth(Some("Staff".into()))
+        );
+        assert!(conf(&["http-response auth"]).is_err());
         assert!(conf(&["http-request redirect location / code 304"]).is_err());
         assert!(conf(&["http-request set-var(x) src"])
             .unwrap_err()

@@ -362,7 +362,7 @@ fn bad_rules_name_the_line() {
             "http-request set-header X %[date(0,min)]",
             "unknown unit 'min'",
         ),
-        ("http-request auth realm x", "not supported yet"),
+        ("http-request auth realm", "expects 'auth [realm REALM]'"),
         (
             "http-request redirect location / code 304",
             "expects 301, 302, 303, 307 or 308",
