@@ -1054,10 +1054,8 @@ mod tests {
             .to_string()
             .contains("needs a scope"));
         assert!(conf(&["http-response set-status 503 reason Busy if { status 500 }"]).is_ok());
-        assert!(conf(&["http-response return status 200"])
-            .unwrap_err()
-            .to_string()
-            .contains("not supported yet"));
+        assert!(conf(&["http-response return status 200"]).is_ok());
+        assert!(conf(&["http-after-response return status 200"]).is_err());
         assert!(conf(&["http-request set-header X %[src]"]).is_ok());
         assert!(conf(&["http-request set-header X %ci"]).is_ok());
         assert!(conf(&["http-request set-header X %Tt"]).is_err());
