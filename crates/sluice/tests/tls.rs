@@ -1288,3 +1288,57 @@ fn global_defaults_of_server_verification_and_curves_apply_to_lines_without_thei
         assert!(!ok && out.contains(says), "{global}: {out}");
     }
 }
+
+#[test]
+fn servers_get_a_client_certificate_and_ca_verify_file_names_no_authority() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let ca_file = ca.ca_file(&dir);
+    // The origin requires a client certificate from the CA (`ca-verify-file`: verified,
+    // but not named in the handshake), and says whose it got.
+    let origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend o\n    {{fe}} ssl crt {crt} ca-verify-file {ca_file} verify required\n    {{fe}} ssl crt {crt} ca-file {ca_file} verify required\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_c_s_dn]\"\n"
+    ));
+    // `crt FILE` on a server line: the certificate and its key in one PEM file.
+    let (cert, key) = ca.client_cert("proxy");
+    let identity = dir.write(
+        "proxy.pem",
+        &format!("{}{}", cert.pem(), key.serialize_pem()),
+    );
+    let front = Sluice::start(&format!(
+        "{DEFAULTS}frontend f\n    {{fe}}\n    use_backend anonymous if {{ path /anon }}\n    default_backend mtls\nbackend mtls\n    server s {o} ssl verify required ca-file {ca_file} sni str(site.test) crt {identity}\nbackend anonymous\n    server s {o} ssl verify required ca-file {ca_file} sni str(site.test)\n",
+        o = origin.addrs[0]
+    ));
+    let r = get(front.addr(), "/");
+    assert_eq!((r.status, r.text()), (200, "/CN=proxy".to_string()));
+    // Without a certificate the origin refuses the handshake; with TLS 1.3 the client's
+    // side of it is over by then, so the refusal is the server's answer to the request.
+    assert_eq!(get(front.addr(), "/anon").status, 502);
+    // What a client is told about acceptable authorities, by OpenSSL's own client: nothing
+    // with `ca-verify-file`, the CA with `ca-file`.
+    let names = |addr: std::net::SocketAddr| {
+        let out = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &addr.to_string(),
+                "-servername",
+                "site.test",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let hidden = names(origin.addrs[0]);
+    assert!(
+        hidden.contains("No client certificate CA names sent"),
+        "{hidden}"
+    );
+    let named = names(origin.addrs[1]);
+    assert!(
+        named.contains("Acceptable client certificate CA names"),
+        "{named}"
+    );
+}

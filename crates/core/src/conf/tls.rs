@@ -63,6 +63,8 @@ pub struct BindTls {
     pub prefer_client: bool,
     /// `ca-file FILE`: the authorities client certificates are checked against.
     pub ca_file: Option<String>,
+    /// `ca-verify-file FILE`: more of them, not named to clients.
+    pub ca_verify_file: Option<String>,
     /// `verify none|optional|required` (client certificates).
     pub verify: Option<String>,
     /// The acceptor built from the options (when the configuration is loaded).
@@ -104,6 +106,8 @@ pub struct ServerTlsOpts {
     /// `verify none|required` (default: required, as HAProxy's `ssl-server-verify`).
     pub verify: Option<String>,
     pub ca_file: Option<String>,
+    /// `crt FILE`: the client certificate presented to the server.
+    pub crt: Option<String>,
     /// `sni EXPR`: only a constant (`str(NAME)`) for now.
     pub sni: Option<String>,
     pub alpn: Vec<String>,

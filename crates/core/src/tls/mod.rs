@@ -433,6 +433,14 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         },
     },
     crate::conf::backend::ServerOption {
+        name: "crt",
+        args: 1,
+        parse: |o, a| {
+            o.tls.crt = Some(a[0].clone());
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
         name: "sni",
         args: 1,
         parse: |o, a| {
@@ -542,11 +550,8 @@ pub fn connector(
         Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
         None => ServerName::IpAddress(addr.ip().into()),
     };
-    let mut config = if verify == "none" {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServer(p)))
-            .with_no_client_auth()
+    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if verify == "none" {
+        Arc::new(AnyServer(p))
     } else {
         let Some(ca) = &o.ca_file else {
             return Err("verify is required by default but no ca-file is given: add 'ca-file FILE', or 'verify none' (or 'ssl-server-verify none' in global) on a network where the server is trusted".into());
@@ -558,15 +563,24 @@ pub fn connector(
                 .map_err(|e| format!("ca-file '{ca}': {e}"))?;
         // Without `sni` the certificate's chain is checked, not its names (as HAProxy
         // without `verifyhost`).
-        let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if o.sni.is_some() {
+        if o.sni.is_some() {
             webpki
         } else {
             Arc::new(ChainOnly(webpki))
-        };
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth()
+        }
+    };
+    let builder = builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    // `crt FILE`: the certificate sluice presents to the server (mutual TLS).
+    let mut config = match &o.crt {
+        Some(crt) => {
+            let (chain, key) = client_identity(crt, defaults)?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("crt '{crt}': {e}"))?
+        }
+        None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = o.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     config.max_fragment_size = max_fragment_size(defaults);
@@ -574,6 +588,34 @@ pub fn connector(
         config: Arc::new(config),
         name,
     })
+}
+
+/// The chain and key of a server line's `crt` (relative to `crt-base`; the key in the same
+/// PEM file, or beside it in `FILE.key`).
+fn client_identity(
+    crt: &str,
+    defaults: &TlsDefaults,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let path = match (&defaults.crt_base, crt.starts_with('/')) {
+        (Some(base), false) => format!("{base}/{crt}"),
+        _ => crt.to_string(),
+    };
+    let at = |e: &dyn std::fmt::Display| format!("crt '{path}': {e}");
+    let chain = CertificateDer::pem_file_iter(&path)
+        .map_err(|e| at(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| at(&e))?;
+    if chain.is_empty() {
+        return Err(at(&"no certificate in the file"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&path)
+        .or_else(|_| PrivateKeyDer::from_pem_file(format!("{path}.key")))
+        .map_err(|e| {
+            at(&format!(
+                "no private key in the file or in '{path}.key' ({e})"
+            ))
+        })?;
+    Ok((chain, key))
 }
 
 /// The authorities of a `ca-file` (relative to `ca-base`).
@@ -773,6 +815,10 @@ pub fn bind_option(
             t.ca_file = Some(value()?);
             2
         }
+        "ca-verify-file" => {
+            t.ca_verify_file = Some(value()?);
+            2
+        }
         "verify" => {
             let v = value()?;
             if !matches!(v.as_str(), "none" | "optional" | "required") {
@@ -799,7 +845,6 @@ pub fn bind_option(
         | "ca-sign-pass"
         | "ecdhe"
         | "no-ca-names"
-        | "ca-verify-file"
         | "ssl-max-record"
         | "tls-ticket-keys" => {
             return Err(KwError::Invalid(format!(
@@ -1039,18 +1084,33 @@ pub fn acceptor(
         .map_err(|e| format!("TLS settings: {e}"))?;
     // Client certificates: `verify optional|required` against `ca-file` (default
     // `required` once a ca-file is given, as HAProxy).
-    let verify = t.verify.as_deref().unwrap_or(if t.ca_file.is_some() {
-        "required"
-    } else {
-        "none"
-    });
-    let builder = match (verify, &t.ca_file) {
+    let verify =
+        t.verify
+            .as_deref()
+            .unwrap_or(if t.ca_file.is_some() || t.ca_verify_file.is_some() {
+                "required"
+            } else {
+                "none"
+            });
+    let builder = match (verify, t.ca_file.as_ref().or(t.ca_verify_file.as_ref())) {
         ("none", _) => builder.with_no_client_auth(),
         (_, None) => return Err(format!("'verify {verify}' needs a 'ca-file'")),
         (v, Some(ca)) => {
-            let roots = ca_roots(ca, defaults)?;
+            // `ca-verify-file`: authorities that verify but are not named to clients (the
+            // CA names a client chooses its certificate by are `ca-file`'s).
+            let named = match &t.ca_file {
+                Some(f) => ca_roots(f, defaults)?,
+                None => rustls::RootCertStore::empty(),
+            };
+            let hints = named.subjects();
+            let mut roots = named;
+            if let Some(f) = &t.ca_verify_file {
+                roots.roots.extend(ca_roots(f, defaults)?.roots);
+            }
             let mut verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), p);
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), p)
+                    .clear_root_hint_subjects()
+                    .add_root_hint_subjects(hints);
             if v == "optional" {
                 verifier = verifier.allow_unauthenticated();
             }
