@@ -353,7 +353,7 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             "a server with this name already exists in this backend",
         ));
     }
-    let addr = resolve(addr).map_err(|e| KwError::bad(2, addr, e))?;
+    let (addr, port) = server_addr(addr).map_err(|e| KwError::bad(2, addr, e))?;
     let mut opts = c.backend.default_server.clone();
     parse_opts(&mut opts, rest, 2)?;
     if let Some(id) = opts.id {
@@ -367,9 +367,53 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     c.backend.servers.push(ServerSpec {
         name: name.clone(),
         addr,
+        port,
         opts,
     });
     Ok(())
+}
+
+/// A server's address: `ADDR:PORT`, or without a port (the client's is kept), or with
+/// `+N`/`-N` (the client's, moved), as HAProxy reads it.
+fn server_addr(a: &str) -> Result<(std::net::SocketAddr, PortMap), String> {
+    let offset = a
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.starts_with(['+', '-']));
+    if !offset {
+        if let Ok(addr) = resolve(a) {
+            // Port 0 is no port: nothing can be reached there.
+            let map = if addr.port() == 0 {
+                PortMap::Client
+            } else {
+                PortMap::Fixed
+            };
+            return Ok((addr, map));
+        }
+    }
+    let (host, map) = match a.rsplit_once(':') {
+        Some((h, p)) if p.starts_with(['+', '-']) => {
+            let n: i32 = p
+                .parse()
+                .ok()
+                .filter(|n: &i32| n.abs() < 65536)
+                .ok_or_else(|| format!("invalid port offset '{p}'"))?;
+            (h, PortMap::Offset(n))
+        }
+        // A bare IPv6 address, or one in brackets without a port.
+        _ if a.parse::<std::net::Ipv6Addr>().is_ok() => (a, PortMap::Client),
+        _ if a.starts_with('[') && a.ends_with(']') => (a, PortMap::Client),
+        Some((h, "")) => (h, PortMap::Client),
+        Some(_) => return Err(resolve(a).unwrap_err()),
+        None => (a, PortMap::Client),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let bracketed = match host.parse::<std::net::Ipv6Addr>() {
+        Ok(_) => format!("[{host}]:1"),
+        Err(_) => format!("{host}:1"),
+    };
+    let mut addr = resolve(&bracketed)?;
+    addr.set_port(0);
+    Ok((addr, map))
 }
 
 /// Lowers a backend section (or the backend side of a `listen`) into its validated form.
@@ -384,6 +428,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         .map(|addr| ServerSpec {
             name: "dispatch".into(),
             addr,
+            port: PortMap::Fixed,
             opts: conf.backend.default_server.clone(),
         });
     let specs = match &dispatch {
@@ -409,6 +454,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 id,
                 name: s.name.clone(),
                 addr: s.addr,
+                port: s.port,
                 check: s.opts.check.enabled.then(|| s.opts.check.clone()),
                 agent: s
                     .opts
@@ -486,6 +532,37 @@ mod tests {
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn server_addresses_with_and_without_ports() {
+        let a = |s: &str| server_addr(s).map(|(a, m)| (a.to_string(), m));
+        assert_eq!(a("10.0.0.1:80"), Ok(("10.0.0.1:80".into(), PortMap::Fixed)));
+        assert_eq!(a("10.0.0.1"), Ok(("10.0.0.1:0".into(), PortMap::Client)));
+        assert_eq!(
+            a("10.0.0.1:+5"),
+            Ok(("10.0.0.1:0".into(), PortMap::Offset(5)))
+        );
+        assert_eq!(
+            a("10.0.0.1:-5"),
+            Ok(("10.0.0.1:0".into(), PortMap::Offset(-5)))
+        );
+        assert_eq!(
+            a("[2001:db8::1]"),
+            Ok(("[2001:db8::1]:0".into(), PortMap::Client))
+        );
+        assert_eq!(
+            a("2001:db8::1"),
+            Ok(("[2001:db8::1]:0".into(), PortMap::Client))
+        );
+        assert_eq!(
+            a("[2001:db8::1]:8080"),
+            Ok(("[2001:db8::1]:8080".into(), PortMap::Fixed))
+        );
+        assert_eq!(a("10.0.0.1:0"), Ok(("10.0.0.1:0".into(), PortMap::Client)));
+        assert!(a("10.0.0.1:+99999").is_err());
+        assert_eq!(PortMap::Offset(-100).port(0, 50), 1);
+        assert_eq!(PortMap::Offset(1000).port(0, 443), 1443);
     }
 
     #[test]

@@ -734,6 +734,7 @@ mod tests {
             c.backend.servers.push(crate::conf::backend::ServerSpec {
                 name: format!("s{i}"),
                 addr: "127.0.0.1:1".parse().unwrap(),
+                port: Default::default(),
                 opts: crate::conf::backend::ServerOpts {
                     weight: Some(weight),
                     backup,

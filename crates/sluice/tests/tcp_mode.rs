@@ -218,3 +218,46 @@ fn tcp_keepalive_is_on_where_the_options_say() {
         }
     }
 }
+
+/// A server on `addr` that says its name and closes.
+fn greeter(addr: std::net::SocketAddr, name: &'static str) {
+    let l = TcpListener::bind(addr).unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(name.as_bytes());
+        }
+    });
+}
+
+#[test]
+fn servers_without_a_port_take_the_clients() {
+    // Clients reach sluice on 127.0.0.1:P and 127.0.0.3:P; the servers are on 127.0.0.2
+    // (loopback too) at P (no port in the server line) and P+1 (`:+1`).
+    let free = |ip: &str, port: u16| TcpListener::bind((ip, port)).is_ok();
+    let p = loop {
+        let p = free_port();
+        if p < 65000 && free("127.0.0.2", p) && free("127.0.0.2", p + 1) && free("127.0.0.3", p) {
+            break p;
+        }
+    };
+    greeter(format!("127.0.0.2:{p}").parse().unwrap(), "same");
+    greeter(format!("127.0.0.2:{}", p + 1).parse().unwrap(), "next");
+    let px = Sluice::start(&format!(
+        "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten same\n    bind 127.0.0.1:{p}\n    server s 127.0.0.2 check\nlisten next\n    bind 127.0.0.3:{p}\n    server s 127.0.0.2:+1\n"
+    ));
+    let read = |ip: &str| {
+        let addr: std::net::SocketAddr = format!("{ip}:{p}").parse().unwrap();
+        wait_until("the listener", || TcpStream::connect(addr).is_ok());
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    assert_eq!(read("127.0.0.1"), "same");
+    assert_eq!(read("127.0.0.3"), "next");
+    // Checks of a server without a port need one: disabled, said at start.
+    let said = "backend 'same', server 's': server has neither service port nor check port. Check has been disabled.";
+    assert!(px.stderr().contains(said), "{}", px.stderr());
+}

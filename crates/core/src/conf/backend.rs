@@ -73,7 +73,31 @@ pub struct SendProxy {
 pub struct ServerSpec {
     pub name: String,
     pub addr: SocketAddr,
+    pub port: PortMap,
     pub opts: ServerOpts,
+}
+
+/// Which port a connection to a server goes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PortMap {
+    /// The address's own port.
+    #[default]
+    Fixed,
+    /// No port in the address: the port the client connected to.
+    Client,
+    /// `ADDR:+N` / `ADDR:-N`: the client's port moved by N.
+    Offset(i32),
+}
+
+impl PortMap {
+    /// The port to connect to, for a client that connected to `client_port`.
+    pub fn port(self, own: u16, client_port: u16) -> u16 {
+        match self {
+            PortMap::Fixed => own,
+            PortMap::Client => client_port,
+            PortMap::Offset(n) => (i32::from(client_port) + n).clamp(1, 65535) as u16,
+        }
+    }
 }
 
 /// A backend's settings as its keywords set them.

@@ -179,6 +179,8 @@ pub struct Server {
     pub id: u32,
     pub name: String,
     pub addr: SocketAddr,
+    /// Where the port comes from: `addr`'s, or the client's (a server without a port).
+    pub port: backend::PortMap,
     /// The configured weight (0 to 256); the live one is in the runtime.
     pub weight: u32,
     pub backup: bool,
@@ -210,6 +212,14 @@ pub struct Server {
     pub h2: bool,
     /// `send-proxy*`: the PROXY protocol header each connection starts with.
     pub send_proxy: Option<backend::SendProxy>,
+}
+
+impl Server {
+    /// Its connections speak for one client (a PROXY header, a port taken from the
+    /// client's), so they are never shared with others.
+    pub fn private_conns(&self) -> bool {
+        self.send_proxy.is_some() || self.port != backend::PortMap::Fixed
+    }
 }
 
 /// A validated backend.

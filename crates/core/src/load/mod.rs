@@ -407,6 +407,19 @@ fn lower(
         });
     }
     resolve_tracks(&proxies, &mut backends, &mut errors);
+    // A server without a port can only be checked on a port given for checks.
+    for be in &mut backends {
+        for srv in &mut be.servers {
+            let portless = srv.port != crate::conf::backend::PortMap::Fixed;
+            if portless && srv.check.as_ref().is_some_and(|c| c.port.is_none()) {
+                warnings.push(format!(
+                    "backend '{}', server '{}': server has neither service port nor check port. Check has been disabled.",
+                    be.name, srv.name
+                ));
+                srv.check = None;
+            }
+        }
+    }
     // TLS towards servers: roots read now, so that `-c` checks them.
     for (p, be) in proxies
         .iter()

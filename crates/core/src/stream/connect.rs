@@ -269,8 +269,8 @@ async fn connect_reusing(
         }
     }
     let be = &w.config().backends[backend];
-    if be.servers[server].send_proxy.is_some() {
-        // Its PROXY header speaks for one client: such a connection is never shared.
+    if be.servers[server].private_conns() {
+        // Its PROXY header or its port speaks for one client: never shared.
         return connect_new(w, backend, server, client).await;
     }
     let st = &w.state().backends[backend].servers[server];
@@ -349,7 +349,13 @@ async fn connect_new(
         drop(st.idle.evict_one(w.tid));
     }
     let addr_gen = st.addr_gen.load(Ordering::Acquire);
-    let addr = st.addr();
+    let mut addr = st.addr();
+    let srv = &be.servers[server];
+    if srv.port != crate::conf::backend::PortMap::Fixed {
+        // No port of its own: the one the client connected to (moved by an offset).
+        let client_port = client.conn.local_addr().map_or(0, |a| a.port());
+        addr.set_port(srv.port.port(addr.port(), client_port));
+    }
     // Requests for a `proto h2` server wait for this connection rather than open their own.
     let _opening = be.servers[server]
         .h2

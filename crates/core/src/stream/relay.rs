@@ -262,7 +262,7 @@ impl Txn {
         if reusable {
             conn.served += 1;
             // A connection whose PROXY header spoke for this client stays its own.
-            if be.reuse == ReuseMode::Never || be.servers[conn.server].send_proxy.is_some() {
+            if be.reuse == ReuseMode::Never || be.servers[conn.server].private_conns() {
                 s.private = Some(conn);
             } else {
                 let (c, served) = conn.into_pooled();
