@@ -512,6 +512,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         errors: conf.errors.clone(),
         check: conf.check.clone(),
         log: conf.log.clone(),
+        load_state: conf.load_state.clone(),
     }
 }
 

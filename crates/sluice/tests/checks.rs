@@ -1499,3 +1499,59 @@ fn check_connect_and_variables_refuse_what_they_cannot_do() {
         );
     }
 }
+
+#[test]
+fn server_states_saved_before_a_restart_are_taken_back() {
+    let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
+    let servers = format!(
+        "    server a {}\n    server b {}\n    server c {}\n",
+        a.addr, b.addr, c.addr
+    );
+    let (d, sock) = cli_dir();
+    let first = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n{servers}backend other\n{servers}",
+        sock.display()
+    ));
+    for cmd in [
+        "set server be/a state maint",
+        "set weight be/b 7",
+        "set server be/c state drain",
+        "set weight other/c 3",
+    ] {
+        assert_eq!(Sluice::cli(&sock, cmd), "\n", "{cmd}");
+    }
+    // Saved as operators do before a reload: `show servers state` into the file; `other`
+    // has a file of its own, under server-state-base.
+    let global = d.write("global.state", &Sluice::cli(&sock, "show servers state"));
+    d.write(
+        "other.state",
+        &Sluice::cli(&sock, "show servers state other"),
+    );
+    drop(first);
+    let sock2 = d.0.join("second.sock");
+    let second = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n    server-state-file {global}\n    server-state-base {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    load-server-state-from-file global\n{servers}backend other\n    load-server-state-from-file local\n    server-state-file-name other.state\n{servers}",
+        sock2.display(),
+        d.0.display()
+    ));
+    let state = Sluice::cli(&sock2, "show servers state");
+    let row = |be: &str, srv: &str| -> Vec<String> {
+        state
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(be) && l.split(' ').nth(3) == Some(srv))
+            .unwrap_or_else(|| panic!("{be}/{srv}: {state}"))
+            .split(' ')
+            .map(String::from)
+            .collect()
+    };
+    // Columns: srv_admin_state (6) and srv_uweight (7).
+    assert_eq!(row("be", "a")[6], "1", "{state}");
+    assert_eq!(row("be", "b")[7], "7", "{state}");
+    assert_eq!(row("be", "c")[6], "8", "{state}");
+    assert_eq!(row("other", "c")[7], "3", "{state}");
+    assert_eq!(row("other", "a")[6], "0", "{state}");
+    // Only b takes new requests in `be`: a is in maintenance and c drains.
+    for _ in 0..6 {
+        assert!(get(second.addr(), "/").text().starts_with("b "));
+    }
+}

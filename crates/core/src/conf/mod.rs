@@ -28,6 +28,7 @@ pub mod pool;
 pub mod rules;
 pub mod sample;
 pub mod sample_parse;
+pub mod state;
 pub mod stats;
 pub mod stick;
 pub mod stream;
@@ -91,6 +92,8 @@ pub struct GlobalConf {
     pub default_shards: listen::Shards,
     /// `tune.h2.*`.
     pub h2: stream::H2Tune,
+    /// `server-state-file`, `server-state-base`.
+    pub server_state: state::GlobalState,
 }
 
 impl Default for GlobalConf {
@@ -119,6 +122,7 @@ impl Default for GlobalConf {
             dispatch: listen::Dispatch::default(),
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),
+            server_state: Default::default(),
         }
     }
 }
@@ -153,6 +157,8 @@ pub struct ProxyConf {
     pub stick: Option<stick::TableConf>,
     pub monitor: stats::MonitorConf,
     pub stats: stats::StatsPage,
+    /// `load-server-state-from-file`, `server-state-file-name`.
+    pub load_state: state::LoadState,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -261,6 +267,8 @@ pub struct Backend {
     pub stats: stats::StatsPage,
     /// Where health-check events go.
     pub log: LogConf,
+    /// Where its servers' states at start come from.
+    pub load_state: state::LoadState,
 }
 
 /// One validated configuration generation.

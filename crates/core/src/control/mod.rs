@@ -17,6 +17,7 @@ pub mod cli;
 pub mod handover;
 pub mod identity;
 mod servers;
+pub mod state_file;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -307,6 +308,10 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);
+    // Drains, weights and health saved before a reload (`server-state-file`).
+    for w in state_file::load(&process) {
+        say!("sluice: [WARNING] {w}");
+    }
     for k in &process.config.global.tls.inert {
         say!("sluice: '{k}' is accepted but has no effect with rustls");
     }

@@ -42,6 +42,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::GLOBAL_KEYWORDS,
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
+    control::state_file::GLOBAL_KEYWORDS,
     check::GLOBAL_KEYWORDS,
     stream::keywords::GLOBAL_KEYWORDS,
     stream::h2::GLOBAL_KEYWORDS,
@@ -83,6 +84,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     log::OPTION_KEYWORDS,
     stats::KEYWORDS,
     pending::PROXY_KEYWORDS,
+    control::state_file::KEYWORDS,
 ];
 
 /// Reads, parses and validates configuration files.
