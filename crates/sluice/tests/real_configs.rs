@@ -258,3 +258,40 @@ fn every_haproxy_keyword_is_implemented_or_named_as_not_supported_yet() {
         global.len() + proxy.len()
     );
 }
+
+/// Configurations in the styles published in deployment repositories (one per kind of
+/// setup: databases in TCP mode, TLS offload with Mozilla's lists, SNI routing, the PROXY
+/// protocol, mutual TLS, rate limits, basic authentication, Patroni, port ranges), in
+/// `testdata/field`: `sluice -c` accepts each as HAProxy 2.6 does, without binding their
+/// addresses. `@CERT@`, `@CA@`, `@CLIENT@` and `@DIR@` stand for files the test makes.
+#[test]
+fn published_style_configurations_pass_check() {
+    let dir = TempDir::new();
+    let ca = Ca::new();
+    let (cert, _) = ca.leaf(&dir, "site.pem", &["www.example.com"]);
+    let (client, key) = ca.client_cert("lb");
+    let client = dir.write(
+        "client.pem",
+        &format!("{}{}", client.pem(), key.serialize_pem()),
+    );
+    let ca_file = ca.ca_file(&dir);
+    dir.write("dhparam.pem", "not read: rustls has no finite-field DH\n");
+    let field = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/field");
+    let mut files: Vec<_> = std::fs::read_dir(field)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cfg"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(&f)
+            .unwrap()
+            .replace("@CERT@", &cert)
+            .replace("@CA@", &ca_file)
+            .replace("@CLIENT@", &client)
+            .replace("@DIR@", &dir.0.display().to_string());
+        let (ok, out) = check_config(&text);
+        assert!(ok, "{}: {out}", f.display());
+    }
+}
