@@ -76,11 +76,7 @@ fn tcp_mode_configuration_errors() {
     let (ok, err) = check(
         "frontend f\n    mode tcp\n    bind :1\n    default_backend b\nbackend b\n    mode http\n",
     );
-    assert!(
-        !ok && err.contains("tcp frontend 'f' cannot use http backend 'b'")
-            && err.contains("not supported yet"),
-        "{err}"
-    );
+    assert!(ok, "a TCP frontend may use an HTTP backend: {err}");
     let (ok, err) = check(
         "frontend f\n    mode http\n    bind :1\n    default_backend b\nbackend b\n    mode tcp\n",
     );
@@ -260,4 +256,26 @@ fn servers_without_a_port_take_the_clients() {
     // Checks of a server without a port need one: disabled, said at start.
     let said = "backend 'same', server 's': server has neither service port nor check port. Check has been disabled.";
     assert!(px.stderr().contains(said), "{}", px.stderr());
+}
+
+#[test]
+fn a_tcp_frontend_hands_http_clients_to_an_http_backend() {
+    let origin = Origin::start("web");
+    let raw = echo("raw");
+    let p = Sluice::start(&format!(
+        "defaults\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nfrontend f\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content accept if {{ req.len gt 3 }}\n    use_backend raw if {{ req.payload(0,4) -m str PING }}\n    default_backend web\nbackend raw\n    server s {raw}\nbackend web\n    mode http\n    http-request set-header X-Via upgraded\n    server s {}\n",
+        origin.addr
+    ));
+    // Bytes for the TCP backend go through as bytes.
+    assert_eq!(talk(p.addr(), b"PING 1"), b"bye raw");
+    // An HTTP client becomes an HTTP session of the backend: its rules apply, and its
+    // keep-alive connection carries both requests there.
+    let mut c = Conn::new(p.addr());
+    for path in ["/a", "/b"] {
+        let r = c.get(path);
+        assert_eq!((r.status, r.text()), (200, format!("web {path}")));
+    }
+    let seen = origin.requests();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|r| r.header("x-via") == Some("upgraded")));
 }

@@ -340,13 +340,6 @@ fn warn_once(warnings: &mut Vec<String>, at: &Loc, what: Vec<String>) {
     }
 }
 
-fn mode_str(m: Mode) -> &'static str {
-    match m {
-        Mode::Http => "http",
-        Mode::Tcp => "tcp",
-    }
-}
-
 fn overlaps(a: SectionKind, b: SectionKind) -> bool {
     a == b || a == SectionKind::Listen || b == SectionKind::Listen
 }
@@ -582,17 +575,11 @@ fn lower(
             .chain(fe.rules.default_backend);
         for b in targets {
             if let Some(be) = backends.get(b) {
-                // An HTTP frontend cannot hand its requests to a TCP backend. The other
-                // way round HAProxy upgrades the connection to HTTP, which sluice does
-                // not do yet.
-                if be.stream.mode != fe.stream.mode {
-                    let (f, b) = (mode_str(fe.stream.mode), mode_str(be.stream.mode));
-                    let upgrade = match fe.stream.mode {
-                        Mode::Tcp => " (upgrading a TCP frontend's connections to HTTP for an HTTP backend is not supported yet)",
-                        Mode::Http => " (see 'mode')",
-                    };
+                // An HTTP frontend cannot hand its requests to a TCP backend; a TCP
+                // frontend may use an HTTP backend (its connections become HTTP there).
+                if fe.stream.mode == Mode::Http && be.stream.mode == Mode::Tcp {
                     errors.push(header.error(format!(
-                        "{f} {} '{}' cannot use {b} backend '{}'{upgrade}",
+                        "http {} '{}' cannot use tcp backend '{}' (see 'mode')",
                         kind.name(),
                         fe.name,
                         be.name,

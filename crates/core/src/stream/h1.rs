@@ -14,6 +14,18 @@ use crate::runtime::{SessionInfo, Worker};
 use crate::sample::StreamVars;
 use crate::transport::Conn;
 
+/// How an HTTP session starts: fresh, or from a TCP frontend that chose an HTTP backend
+/// (HAProxy's upgrade), with what the client sent so far and that backend.
+#[derive(Default)]
+pub(super) struct Start {
+    /// Requests its client connection carried before (an HTTP/2 connection's streams).
+    pub earlier: u32,
+    /// Bytes already read from the client.
+    pub read: Buf,
+    /// The backend every request goes to (the TCP frontend's choice).
+    pub backend: Option<usize>,
+}
+
 /// Serves one HTTP client connection until it closes: one transaction per request, in
 /// order, while the connection stays open.
 pub(super) async fn serve_http(
@@ -23,7 +35,7 @@ pub(super) async fn serve_http(
     fe: usize,
     info: Arc<SessionInfo>,
     vars: StreamVars,
-    earlier: u32,
+    start: Start,
 ) {
     let mut s = Session {
         w: w.clone(),
@@ -33,12 +45,13 @@ pub(super) async fn serve_http(
         dst: None.into(),
         body: None.into(),
         chunked_body: None,
-        cbuf: Buf::default(),
+        cbuf: start.read,
         sbuf: Buf::default(),
         out: Vec::new(),
         private: None,
         requests: 0,
-        earlier,
+        earlier: start.earlier,
+        pinned: start.backend,
         received: 0,
         info,
         vars,

@@ -266,7 +266,10 @@ async fn exchange(
         shared.fe,
         shared.info.clone(),
         vars,
-        earlier,
+        super::h1::Start {
+            earlier,
+            ..Default::default()
+        },
     );
     let mut session = std::pin::pin!(session);
     tokio::select! {

@@ -110,11 +110,23 @@ pub async fn serve(
         // Boxed, as is HTTP/2's: a TCP session's state (3.3 kB) and an HTTP/2
         // connection's (4.8 kB) would otherwise size every HTTP/1.1 connection's (2.7 kB),
         // each of them allocated whole as its task starts.
-        Mode::Tcp => Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await,
+        Mode::Tcp => {
+            let upgrade = Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await;
+            // The TCP frontend chose an HTTP backend: the connection becomes an HTTP session
+            // bound to that backend, starting from what the client sent so far.
+            if let Some((client, read, backend)) = upgrade {
+                let start = h1::Start {
+                    read,
+                    backend: Some(backend),
+                    ..Default::default()
+                };
+                Box::pin(serve_http(&w, client, peer, fe, info, vars, start)).await
+            }
+        }
         Mode::Http if h2::negotiated(&w, fe, listener, &client) => {
             Box::pin(h2::serve(&w, client, peer, fe, info, vars)).await
         }
-        Mode::Http => serve_http(&w, client, peer, fe, info, vars, 0).await,
+        Mode::Http => serve_http(&w, client, peer, fe, info, vars, Default::default()).await,
     }
 }
 

@@ -60,6 +60,8 @@ pub(crate) struct Session {
     /// streams of an HTTP/2 connection. Only the very first request of a client connection
     /// is its first for `http-reuse safe`.
     pub earlier: u32,
+    /// The backend of every request, when a TCP frontend chose it (an upgrade to HTTP).
+    pub pinned: Option<usize>,
     /// Bytes received from the client so far (`bin`).
     pub received: u64,
     /// What `show sess` shows of this connection.

@@ -20,6 +20,9 @@ use crate::sample::{Ctx, StreamVars};
 use crate::stick::Counter;
 use crate::transport::Conn;
 
+/// Relays a client connection of TCP frontend `fe`. When the backend its rules choose is in
+/// HTTP mode, the connection is handed back instead, with what was read of it, to be served
+/// as HTTP by that backend (HAProxy's upgrade of a TCP stream).
 pub(crate) async fn serve(
     w: &Rc<Worker>,
     mut client: Conn,
@@ -27,13 +30,13 @@ pub(crate) async fn serve(
     fe: usize,
     info: &crate::runtime::SessionInfo,
     vars: &StreamVars,
-) {
+) -> Option<(Conn, Buf, usize)> {
     let config = w.config();
     let frontend = &config.frontends[fe];
     let started = Instant::now();
     let date = std::time::SystemTime::now();
     // What the client sends while the content rules decide is kept here and relayed first.
-    let (mut cbuf, mut sbuf) = (Buf::default(), Buf::default());
+    let mut cbuf = Buf::default();
     let look = Inspecting {
         w,
         peer,
@@ -54,17 +57,41 @@ pub(crate) async fn serve(
         // `tcp-request content reject`.
         cbuf.clear(&w.bufs);
         client.abort();
-        return;
+        return None;
     }
     let Some(backend) = look.switch(&client, cbuf.bytes()) else {
         cbuf.clear(&w.bufs);
-        return;
+        return None;
     };
     let be = &config.backends[backend];
+    if be.stream.mode == crate::conf::stream::Mode::Http {
+        return Some((client, cbuf, backend));
+    }
     let look = Inspecting {
         backend: Some(backend),
         ..look
     };
+    relay_to(w, client, cbuf, look, info, (started, date)).await;
+    None
+}
+
+/// The TCP session once its backend is chosen: the backend's content rules, a server,
+/// then the relay, counted and logged.
+async fn relay_to(
+    w: &Rc<Worker>,
+    mut client: Conn,
+    mut cbuf: Buf,
+    look: Inspecting<'_>,
+    info: &crate::runtime::SessionInfo,
+    (started, date): (Instant, std::time::SystemTime),
+) {
+    let Inspecting { peer, fe, vars, .. } = look;
+    let backend = look.backend.unwrap_or_default();
+    let config = w.config();
+    let frontend = &config.frontends[fe];
+    let be = &config.backends[backend];
+    let mut sbuf = Buf::default();
+
     let rules = &be.rules;
     if !look
         .inspect(

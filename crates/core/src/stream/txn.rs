@@ -1118,7 +1118,10 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
         return (Route::StatsPage(None), edits);
     }
-    let backend = if fe.rules.switching.is_empty() {
+    let backend = if let Some(b) = s.pinned {
+        // A TCP frontend chose this HTTP backend for the whole connection.
+        Some(b)
+    } else if fe.rules.switching.is_empty() {
         fe.rules.default_backend
     } else {
         let reads = fe.rules.switching.iter().any(|(cond, target)| {
