@@ -634,7 +634,10 @@ mod tests {
         parse_server(&mut c, &words("s4 127.0.0.1:80 check inter 1s fall 5")).unwrap();
         let chk = c.backend.servers.last().unwrap().opts.check.clone();
         assert!(chk.enabled && chk.fall == 5 && chk.inter == std::time::Duration::from_secs(1));
-        assert!(parse_server(&mut c, &words("s3 127.0.0.1"))
+        // Without a port: the client's (see `server_addresses_with_and_without_ports`).
+        parse_server(&mut c, &words("s5 127.0.0.1")).unwrap();
+        assert_eq!(c.backend.servers.last().unwrap().port, PortMap::Client);
+        assert!(parse_server(&mut c, &words("s6 127.0.0.1:http"))
             .unwrap_err()
             .to_string()
             .contains("port"));
