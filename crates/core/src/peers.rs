@@ -47,11 +47,15 @@ pub fn local_name(g: &GlobalConf) -> String {
 
 /// Reads a `peers NAME` section: its local peer and its own `table` lines (named
 /// `SECTION/TABLE`).
+///
+/// A section that names no local peer is removed with a warning, as HAProxy removes it:
+/// `None` then, and its tables are kept unshared.
 pub fn parse_section(
     section: &Section,
     local: &str,
     errors: &mut Vec<ConfigError>,
-) -> Option<(PeersConf, Vec<TableConf>)> {
+    warnings: &mut Vec<String>,
+) -> (Option<PeersConf>, Vec<TableConf>) {
     let name = section.name.clone().unwrap_or_default();
     let header = Loc {
         file: section.header.file.clone(),
@@ -59,6 +63,7 @@ pub fn parse_section(
     };
     let mut addr = None;
     let mut tables = Vec::new();
+    let mut remote = Vec::new();
     for line in &section.lines {
         let w = &line.words;
         match w[0].as_str() {
@@ -67,7 +72,7 @@ pub fn parse_section(
                     Ok(a) => addr = Some(a),
                     Err(e) => errors.push(line.error(format!("'peer' in 'peers' section: {e}"))),
                 },
-                [peer, ..] => errors.push(line.error(format!(
+                [peer, ..] => remote.push(line.error(format!(
                     "'peer {peer}': synchronising tables with another peer is not supported yet (only the local peer '{local}', which carries tables across reloads)"
                 ))),
                 [] => errors.push(line.error("'peer' expects a name and an address")),
@@ -95,13 +100,25 @@ pub fn parse_section(
             ))),
         }
     }
-    let Some(local) = addr else {
-        errors.push(header.error(format!(
-            "peers '{name}' has no peer named '{local}' (the local peer: 'localpeer' or the host name)"
-        )));
-        return None;
+    let Some(local_addr) = addr else {
+        warnings.push(format!(
+            "parsing [{}:{}] : Removing incomplete section 'peers {name}' (no peer named '{local}').",
+            header.file, header.line
+        ));
+        for t in &mut tables {
+            t.peers = None;
+        }
+        return (None, tables);
     };
-    Some((PeersConf { name, local }, tables))
+    // Other peers beside the local one: their synchronisation is not built.
+    errors.extend(remote);
+    (
+        Some(PeersConf {
+            name,
+            local: local_addr,
+        }),
+        tables,
+    )
 }
 
 /// The tables shared with section `peers`.

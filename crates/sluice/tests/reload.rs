@@ -778,6 +778,18 @@ fn a_table_shared_with_the_local_peer_survives_a_reload() {
         !ok && out.contains("'peer lb2'") && out.contains("not supported yet"),
         "{out}"
     );
+    // A section that does not name this process is removed with HAProxy's warning, and
+    // the tables that named it stay unshared.
+    let (ok, out) = check_config(&format!(
+        "global\n    localpeer lb1\npeers other\n    peer lb7 10.0.0.7:10000\n    peer lb8 10.0.0.8:10000\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers other\n    http-request track-sc0 src\n    http-request return status 200\n"
+    ));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("Removing incomplete section 'peers other' (no peer named 'lb1').")
+            && out
+                .contains("Proxy 'fe': unable to find local peer 'lb1' in peers section 'other'."),
+        "{out}"
+    );
     let (ok, out) = check_config(&format!(
         "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers nosuch\n    http-request return status 200\n"
     ));

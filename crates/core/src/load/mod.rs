@@ -276,16 +276,31 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     }
     let local = peers::local_name(&global);
     let mut peer_sets = (Vec::new(), Vec::new());
+    let mut warnings = Vec::new();
+    let mut removed_peers = Vec::new();
     for section in peer_sections {
-        if let Some((p, tables)) = peers::parse_section(section, &local, &mut errors) {
-            peer_sets.0.push(p);
-            peer_sets.1.extend(tables);
+        let (conf, tables) = peers::parse_section(section, &local, &mut errors, &mut warnings);
+        match conf {
+            Some(p) => peer_sets.0.push(p),
+            None => removed_peers.push(section.name.clone().unwrap_or_default()),
         }
+        peer_sets.1.extend(tables);
     }
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut warnings = Vec::new();
+    // Tables of proxies that named a removed `peers` section stay, unshared, as HAProxy's.
+    for p in &mut proxies {
+        if let Some(t) = p.conf.stick.as_mut() {
+            if t.peers.as_ref().is_some_and(|n| removed_peers.contains(n)) {
+                warnings.push(format!(
+                    "Proxy '{}': unable to find local peer '{local}' in peers section '{}'.",
+                    p.name,
+                    t.peers.take().unwrap_or_default()
+                ));
+            }
+        }
+    }
     for p in &mut proxies {
         mode::strip_http((p.kind, &p.name), &mut p.conf, &mut warnings);
     }
