@@ -57,6 +57,8 @@ pub struct ChunkedDecoder {
     /// In `Raw` mode, the allowed trailer lines (`name: value\r\n` each), kept for a caller
     /// that re-frames the body itself.
     trailers: Vec<u8>,
+    /// Data bytes decoded so far (without framing).
+    data: u64,
 }
 
 impl Default for ChunkedDecoder {
@@ -72,7 +74,13 @@ impl ChunkedDecoder {
             remaining: 0,
             ext_total: 0,
             trailers: Vec::new(),
+            data: 0,
         }
+    }
+
+    /// The body's data bytes decoded so far, without chunk framing or trailers.
+    pub fn data_len(&self) -> u64 {
+        self.data
     }
 
     /// Allowed trailer lines seen in `Raw` mode.
@@ -131,6 +139,7 @@ impl ChunkedDecoder {
                         out.extend_from_slice(&rest[..n]);
                     }
                     self.remaining -= n as u64;
+                    self.data += n as u64;
                     pos += n;
                     if self.remaining == 0 {
                         self.state = State::DataCrlf;

@@ -117,6 +117,27 @@ pub fn error_page(status: u16) -> Vec<u8> {
     out
 }
 
+/// The built-in page for `status` as HAProxy's connection layer sends it when a request
+/// head is refused before any stream exists: the page's text as HAProxy writes it, its
+/// header names capitalised, `Connection: close` among them for 400 and 408 only (the
+/// connection closes after it in any case).
+pub fn raw_error_page(status: u16) -> Vec<u8> {
+    let (reason, sentence) = page_text(status);
+    let body = format!("<html><body><h1>{status} {reason}</h1>\n{sentence}\n</body></html>\n");
+    let close = if matches!(status, 400 | 408) {
+        "Connection: close\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-length: {}\r\nCache-Control: no-cache\r\n{close}Content-Type: text/html\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

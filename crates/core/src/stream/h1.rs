@@ -75,9 +75,9 @@ async fn run(s: &mut Session) {
                 // not at all with `option dontlognull`.
                 let null = !txn.log.got_bytes;
                 if !null || (fail.status.is_some() && !s.frontend().log.dont_log_null) {
-                    txn.log_end(s, &fail);
+                    txn.log_head_failure(s, &fail);
                 }
-                return s.fail(txn.backend, fail.status).await;
+                return s.fail_head(fail.status).await;
             }
         };
         s.w.ctx().counters.requests.bump();

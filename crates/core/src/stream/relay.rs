@@ -82,7 +82,7 @@ impl Txn {
                 let backend = Some(conn.backend);
                 let bytes = with_close(super::txn::after_response(s, backend, None, page));
                 self.log.status = i64::from(status);
-                self.log.bytes = bytes.len() as u64;
+                self.log.bytes = super::report::htx_message_size(&bytes);
                 s.write_client(&bytes)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
@@ -97,7 +97,7 @@ impl Txn {
                 self.log.local = Some(Local::Denied);
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PH");
-                self.log.bytes = bytes.len() as u64;
+                self.log.bytes = super::report::htx_message_size(&bytes);
                 s.write_client(&bytes)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
@@ -194,10 +194,12 @@ impl Txn {
         }
         if fe.log.asap {
             // `option logasap`: the line goes out now, with what is known so far.
-            self.log.bytes = s.out.len() as u64;
+            self.log.bytes = super::report::htx_head_size(&s.out);
             self.emit_log(s, i64::from(rsp.status), *b"--", true);
             self.log.logged = true;
         }
+        // What HAProxy counts of the response: its head in HTX form, then the body's data.
+        let (head_htx, head_len) = (super::report::htx_head_size(&s.out), s.out.len() as u64);
         let mut relay = Relay {
             client: &mut s.client,
             out: &mut s.out,
@@ -208,6 +210,7 @@ impl Txn {
             tserver: facts.timeout_server,
             sent: 0,
             relayed: 0,
+            data: None,
             closing: !keep_client,
         };
         let backend = self.backend.expect("routed");
@@ -234,7 +237,9 @@ impl Txn {
                 outcome
             }
         };
-        self.log.bytes = relay.sent;
+        // Compressed bodies count as written (their chunk framing included).
+        let body = relay.data.unwrap_or(relay.sent.saturating_sub(head_len));
+        self.log.bytes = head_htx + body;
         if let Err(cause) = outcome {
             if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
                 // The client got a truncated message: never terminate it as if it were whole.
@@ -364,6 +369,8 @@ struct Relay<'a> {
     sent: u64,
     /// Body bytes taken from the server.
     relayed: u64,
+    /// The body's data bytes sent, without chunk framing (`None` when compressed).
+    data: Option<u64>,
     /// The client connection is closed once the response is sent.
     closing: bool,
 }
@@ -420,6 +427,7 @@ impl Relay<'_> {
                     self.send(take, self.then(more, remaining == take as u64))
                         .await?;
                     self.relayed += take as u64;
+                    *self.data.get_or_insert(0) += take as u64;
                     remaining -= take as u64;
                     if remaining == 0 {
                         return Ok(());
@@ -437,6 +445,7 @@ impl Relay<'_> {
                         .map_err(|_| truncated())?;
                     self.sbuf.consume(used);
                     self.relayed += used as u64;
+                    self.data = Some(dec.data_len());
                     if !self.out.is_empty() {
                         self.send(0, self.then(false, dec.is_done())).await?;
                     }
@@ -461,6 +470,7 @@ impl Relay<'_> {
                     let n = data.len();
                     self.sbuf.consume(n);
                     self.relayed += n as u64;
+                    *self.data.get_or_insert(0) += n as u64;
                 }
                 if !self.out.is_empty() {
                     self.send(0, Then::Flush).await?;

@@ -205,6 +205,44 @@ impl Default for ReqLog {
 
 /// The values of `capture ... header NAME len N` lines among `headers`: the last
 /// occurrence of each, cut to its length.
+/// The size HAProxy 2.6 counts for a response head (`%B`, `bout`): its HTX form, not its
+/// bytes on the wire. The start line takes 20 bytes of structure plus its version, code
+/// and reason; each header its name and value; the end of headers one byte. `Connection`,
+/// which HAProxy's H1 layer writes itself on output, is not counted. `head` is the head
+/// as sent, `name: value` lines ending in CRLF.
+pub(crate) fn htx_head_size(head: &[u8]) -> u64 {
+    let mut lines = head
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let Some(start) = lines.next() else {
+        return 0;
+    };
+    // The two spaces between version, code and reason are not stored; any inside the
+    // reason are.
+    let separators = start.iter().filter(|&&b| b == b' ').count().min(2);
+    let mut size = 20 + (start.len() - separators) as u64;
+    for line in lines.filter(|l| !l.is_empty()) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = &line[..colon];
+        if name.eq_ignore_ascii_case(b"connection") {
+            continue;
+        }
+        let value = sluice_http::trim_ows(&line[colon + 1..]);
+        size += (name.len() + value.len()) as u64;
+    }
+    size + 1
+}
+
+/// [`htx_head_size`] of a whole message (head and body) the proxy answers with itself.
+pub(crate) fn htx_message_size(bytes: &[u8]) -> u64 {
+    match memchr::memmem::find(bytes, b"\r\n\r\n") {
+        Some(at) => htx_head_size(&bytes[..at + 4]) + (bytes.len() - at - 4) as u64,
+        None => bytes.len() as u64,
+    }
+}
+
 pub(crate) fn captures<'h>(
     wanted: &[(String, usize)],
     headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
@@ -380,5 +418,19 @@ impl Tally {
                 peak.note(v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn heads_count_as_haproxy_counts_them() {
+        // HAProxy 2.6 logs 84 for this response with a 12-byte body, and 217 for its 503
+        // page with a 107-byte body (recorded side by side on the same origin).
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\n";
+        assert_eq!(super::htx_head_size(ok) + 12, 84);
+        let page = sluice_http::error_page(503);
+        let head = &page[..page.len() - 107];
+        assert_eq!(super::htx_head_size(head) + 107, 217);
     }
 }

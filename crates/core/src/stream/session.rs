@@ -256,6 +256,21 @@ impl Session {
 
     /// Sends the error page of `status` and closes gracefully; without a status the
     /// connection is simply dropped.
+    /// Answers a request whose head was refused (no stream exists yet, in HAProxy's
+    /// terms) and closes: an `errorfile` for the status if the frontend has one, else the
+    /// built-in page as HAProxy's connection layer writes it (`raw_error_page`).
+    pub async fn fail_head(&mut self, status: Option<u16>) {
+        let Some(status) = status else {
+            return;
+        };
+        let page = match self.frontend().errors.get(status) {
+            None => sluice_http::raw_error_page(status),
+            Some(_) => self.error_bytes(status, None),
+        };
+        let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
+        self.close_gracefully().await;
+    }
+
     pub async fn fail(&mut self, backend: Option<usize>, status: Option<u16>) {
         let Some(status) = status else {
             return;

@@ -206,7 +206,7 @@ impl Txn {
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PT");
                 tokio::time::sleep(hold).await;
-                self.log.bytes = bytes.len() as u64;
+                self.log.bytes = super::report::htx_message_size(&bytes);
                 self.send_local(s, &bytes).await?;
                 Ok(false)
             }
@@ -230,7 +230,7 @@ impl Txn {
                     .unwrap_or(i64::from(status));
                 self.log.term = Some(if status == 503 { *b"SC" } else { *b"PR" });
                 let bytes = with_close(bytes);
-                self.log.bytes = bytes.len() as u64;
+                self.log.bytes = super::report::htx_message_size(&bytes);
                 self.send_local(s, &bytes).await?;
                 Ok(false)
             }
@@ -243,7 +243,7 @@ impl Txn {
                 self.log.term = Some(*b"LR");
                 let close = close || facts.wants_close || facts.framing != Framing::None;
                 let bytes = if close { with_close(bytes) } else { bytes };
-                self.log.bytes = bytes.len() as u64;
+                self.log.bytes = super::report::htx_message_size(&bytes);
                 self.send_local(s, &bytes).await?;
                 Ok(!close)
             }
@@ -300,7 +300,7 @@ impl Txn {
                 self.log.term = Some(*b"LR");
                 let close = facts.wants_close || !consumed;
                 let bytes = if close { with_close(bytes) } else { bytes };
-                self.log.bytes = bytes.len() as u64;
+                self.log.bytes = super::report::htx_message_size(&bytes);
                 self.send_local(s, &bytes).await?;
                 Ok(!close)
             }
@@ -838,7 +838,7 @@ impl Txn {
     pub fn log_end(&mut self, s: &Session, fail: &Fail) {
         let status = match fail.status {
             Some(st) => {
-                self.log.bytes = s.error_bytes(st, self.backend).len() as u64;
+                self.log.bytes = super::report::htx_message_size(&s.error_bytes(st, self.backend));
                 i64::from(st)
             }
             None => self.log.status,
@@ -847,6 +847,18 @@ impl Txn {
         self.count(s, status, term);
         if !self.log.logged {
             self.emit_log(s, status, term, false);
+        }
+    }
+
+    /// The line of a request whose head never completed. HAProxy's connection layer answers
+    /// those itself, outside any stream: its line counts no bytes, and a client that left
+    /// within its head is logged with status 400 though nothing was sent.
+    pub fn log_head_failure(&mut self, s: &Session, fail: &Fail) {
+        self.log.bytes = 0;
+        let term = self.log.term.unwrap_or_else(|| fail.term());
+        self.count(s, fail.status.map_or(-1, i64::from), term);
+        if !self.log.logged {
+            self.emit_log(s, fail.status.map_or(400, i64::from), term, false);
         }
     }
 
@@ -905,6 +917,7 @@ impl Txn {
             .line
             .clone()
             .unwrap_or_else(|| ("<BADREQ>".into(), String::new(), ""));
+        let no_response = vec![None; fe.log.captures_res.len()];
         let ms = |d: std::time::Duration| d.as_millis() as i64;
         // A TCP frontend logs from `tcp`; here the default is the HTTP line.
         let format = fe.log.format.as_ref().unwrap_or(&crate::log::Format::Http);
@@ -948,7 +961,12 @@ impl Txn {
                 .flatten(),
             bytes_in: s.received - lg.received_before,
             captures_req: &lg.captures_req,
-            captures_res: &lg.captures_res,
+            captures_res: if lg.line.is_some() && lg.captures_res.is_empty() {
+                // No response to capture from: the configured slots print empty (`{}`).
+                &no_response
+            } else {
+                &lg.captures_res
+            },
             unique_id: lg.unique_id.as_deref(),
             samples: &lg.samples,
             request_counter: lg.counter,
