@@ -201,8 +201,9 @@ fn counters_after_known_traffic_and_clear_counters() {
     let mut send = |path: &str| {
         let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         let rsp = exchange(addr, req.as_bytes());
-        sent += req.len() as u64;
-        received += rsp.len() as u64;
+        // Counted as HAProxy counts them (`haproxy_size`), not as bytes on the wire.
+        sent += haproxy_size(req.as_bytes());
+        received += haproxy_size(&rsp);
         statuses.push(status_of(&rsp));
     };
     for _ in 0..10 {
@@ -216,8 +217,8 @@ fn counters_after_known_traffic_and_clear_counters() {
     send("/blocked");
     let garbage = b"NOT HTTP AT ALL\r\n\r\n";
     let rsp = exchange(addr, garbage);
-    sent += garbage.len() as u64;
-    received += rsp.len() as u64;
+    // A request refused before it became one counts nothing either way, as in HAProxy
+    // (its answer comes from the connection layer).
     statuses.push(status_of(&rsp));
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 12);
     assert_eq!(statuses.iter().filter(|s| **s == 404).count(), 3);
@@ -268,7 +269,7 @@ fn counters_after_known_traffic_and_clear_counters() {
         assert!(num(r, "lastsess") < 60, "{}", r["lastsess"]);
         assert!(r["ttime"].parse::<u64>().is_ok());
     }
-    // What the server answered, as relayed to the clients.
+    // What the server answered, as relayed to the clients (counted as HAProxy counts it).
     let per_ok = received_for(addr, "/ok");
     let per_missing = received_for(addr, "/missing");
     let rows = settled(&sock, |r| num(row(r, "be", "s1"), "stot") == 15);
@@ -301,9 +302,10 @@ fn counters_after_known_traffic_and_clear_counters() {
 }
 
 /// Bytes a client receives for one request on a new connection.
+/// What one response to `path` counts in `bout` (as HAProxy counts it).
 fn received_for(addr: SocketAddr, path: &str) -> u64 {
     let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    exchange(addr, req.as_bytes()).len() as u64
+    haproxy_size(&exchange(addr, req.as_bytes()))
 }
 
 #[test]
@@ -1143,8 +1145,8 @@ fn socket_stats_adds_a_row_per_listener() {
     );
     let l = row(&rows, "fe", "second");
     assert_eq!(num(l, "stot"), 1);
-    assert_eq!(num(l, "bin"), req.len() as u64);
-    assert_eq!(num(l, "bout"), got.len() as u64);
+    assert_eq!(num(l, "bin"), haproxy_size(req));
+    assert_eq!(num(l, "bout"), haproxy_size(&got));
     assert_eq!(l["status"], "OPEN");
     assert_eq!(l["mode"], "http");
     assert_eq!(l["hrsp_2xx"], "", "listeners have no status classes");

@@ -83,6 +83,8 @@ async fn run(s: &mut Session) {
         s.w.ctx().counters.requests.bump();
         txn.log.parsed = true;
         s.info.busy.store(true, Ordering::Relaxed);
+        let wire = &s.cbuf.bytes()[..head.len];
+        txn.log.head_in = (head.len as u64, super::report::htx_head_size(wire));
         if !s.w.process.loggers[s.fe].is_empty() {
             txn.log
                 .capture_line(s.cbuf.bytes(), &head, s.client.is_stream());
@@ -96,7 +98,7 @@ async fn run(s: &mut Session) {
             Err(fail) => fail.status.map_or(-1, i64::from),
             Ok(_) => txn.log.status,
         };
-        s.end_tracking(status, s.received - txn.log.received_before, txn.log.bytes);
+        s.end_tracking(status, txn.bytes_in(s), txn.log.bytes);
         match done {
             Ok(keep) => {
                 txn.log_done(s);

@@ -237,9 +237,11 @@ impl Txn {
                 outcome
             }
         };
-        // Compressed bodies count as written (their chunk framing included).
+        // Compressed bodies count as written (their chunk framing included); a chunked
+        // message has one more byte in HAProxy's count (its end of trailers).
         let body = relay.data.unwrap_or(relay.sent.saturating_sub(head_len));
-        self.log.bytes = head_htx + body;
+        let eot = u64::from(rsp.framing == Framing::Chunked);
+        self.log.bytes = self.log.interim_bytes + head_htx + body + eot;
         if let Err(cause) = outcome {
             if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
                 // The client got a truncated message: never terminate it as if it were whole.

@@ -144,6 +144,11 @@ pub(crate) struct ReqLog {
     pub t_response: i64,
     pub status: i64,
     pub bytes: u64,
+    /// What the interim (1xx) responses relayed count, added to `bytes` (HAProxy's sizes).
+    pub interim_bytes: u64,
+    /// The request head's bytes on the wire and as HAProxy counts them (`htx_head_size`):
+    /// `bin` and `%U` count the latter.
+    pub head_in: (u64, u64),
     pub term: Option<[u8; 2]>,
     pub line: Option<(String, String, &'static str)>,
     /// The session's received-bytes count when this request began.
@@ -188,6 +193,8 @@ impl Default for ReqLog {
             t_response: -1,
             status: -1,
             bytes: 0,
+            interim_bytes: 0,
+            head_in: (0, 0),
             term: None,
             line: None,
             received_before: 0,

@@ -198,8 +198,18 @@ async fn relay_to(
         &w.bufs,
         limits,
     );
+    // An idle session ends on the side whose timeout is the shorter, the client's when
+    // they are equal (HAProxy's `cD` / `sD`).
+    let idle_term = match (frontend.stream.timeout_client, be.timeout_server) {
+        (Some(c), Some(s)) if s < c => *b"sD",
+        (None, Some(_)) => *b"sD",
+        _ => *b"cD",
+    };
     let (moved, term) = tokio::select! {
-        moved = relay => (moved, *b"--"),
+        moved = relay => {
+            let term = if moved.idle { idle_term } else { *b"--" };
+            (moved, term)
+        }
         _ = kill => (Default::default(), *b"KD"),
     };
     let bytes = moved.to_a;
@@ -214,6 +224,8 @@ async fn relay_to(
     tally(&at, started, moved, term).count(w, (fe, info.listener), Some(backend), Some(at.server));
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
+    // The session is over: as in HAProxy's line, it no longer counts on its server.
+    drop(occupancy);
     if !(null && frontend.log.dont_log_null) {
         log(
             w,
@@ -228,7 +240,6 @@ async fn relay_to(
             term,
         );
     }
-    drop(occupancy);
 }
 
 /// Where a TCP session stands while its content rules and switching rules read what the

@@ -25,6 +25,8 @@ pub(crate) struct Limits {
 pub(crate) struct Moved {
     pub to_a: u64,
     pub to_b: u64,
+    /// The relay ended because nothing moved for its inactivity limit.
+    pub idle: bool,
 }
 
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
@@ -90,7 +92,7 @@ pub(crate) async fn relay(
                     let _ = within(limit, a.shutdown()).await;
                 }
             },
-            _ = quiet => return moved,
+            _ = quiet => return Moved { idle: true, ..moved },
         }
     }
     moved

@@ -698,6 +698,8 @@ impl Txn {
                             None,
                         );
                         s.sbuf.consume(rsp.len);
+                        // HAProxy counts interim responses in the bytes of the transaction.
+                        self.log.interim_bytes += super::report::htx_head_size(&interim);
                         if facts.version == Version::Http11 {
                             s.write_client(&interim)
                                 .await
@@ -850,6 +852,16 @@ impl Txn {
         }
     }
 
+    /// What the request counts in `bin` and `%U`, as HAProxy counts it: its head's HTX
+    /// size, then its body as received; nothing when no head was read.
+    pub fn bytes_in(&self, s: &Session) -> u64 {
+        let (wire, htx) = self.log.head_in;
+        if wire == 0 {
+            return 0;
+        }
+        (s.received - self.log.received_before).saturating_sub(wire) + htx
+    }
+
     /// The line of a request whose head never completed. HAProxy's connection layer answers
     /// those itself, outside any stream: its line counts no bytes, and a client that left
     /// within its head is logged with status 400 though nothing was sent.
@@ -872,7 +884,7 @@ impl Txn {
         Tally {
             status: u16::try_from(status).ok().filter(|&st| st > 0),
             request: lg.parsed,
-            bytes_in: s.received - lg.received_before,
+            bytes_in: self.bytes_in(s),
             bytes_out: lg.bytes,
             term,
             local: lg.local,
@@ -959,7 +971,7 @@ impl Txn {
             dst: needs_dst(format_tokens(format))
                 .then(|| s.client.local_addr().ok())
                 .flatten(),
-            bytes_in: s.received - lg.received_before,
+            bytes_in: self.bytes_in(s),
             captures_req: &lg.captures_req,
             captures_res: if lg.line.is_some() && lg.captures_res.is_empty() {
                 // No response to capture from: the configured slots print empty (`{}`).

@@ -1,0 +1,305 @@
+//! Access-log lines compared with HAProxy 2.6's, case by case: each case is a
+//! configuration and a scripted exchange; `testdata/haproxy-2.6/logs/CASE.log` holds the
+//! line HAProxy wrote for it, with what varies from run to run masked (the client's port,
+//! the date, the timers but -1). The same exchange through sluice must give the same line.
+//!
+//! Recording (one command, with Debian's `haproxy` installed):
+//! `bash testdata/haproxy-2.6/record-logs.sh`, which runs these cases with
+//! `SLUICE_LOG_RECORD=haproxy` against `haproxy -db` and rewrites the files.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+/// The lines of every case come from one origin whose answer depends on the path.
+fn origin() -> Origin {
+    Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            let path = r.target.as_str();
+            if let Some(code) = path.strip_prefix("/status/") {
+                let code: u16 = code.parse().unwrap_or(500);
+                let body = "status page\n";
+                return format!(
+                    "HTTP/1.1 {code} Whatever\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+                .into();
+            }
+            match path {
+                "/slow" => Reply::Delayed(Duration::from_secs(2), ok_response("late\n")),
+                "/chunked" => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n world\n\r\n0\r\n\r\n".to_vec().into(),
+                "/early" => b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n".to_vec().into(),
+                _ => ok_response("hello world\n").into(),
+            }
+        }),
+    )
+}
+
+/// The configuration every HTTP case shares; `{o}` is the origin.
+const HTTP: &str = "global
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    option httplog
+    timeout connect 1s
+    timeout client 2s
+    timeout server 500ms
+    timeout http-request 1s
+frontend fe
+    {fe}
+    capture request header Host len 20
+    capture response header Content-Type len 20
+    use_backend refused if { path /refused }
+    use_backend nosrv if { path /nosrv }
+    default_backend be
+backend be
+    server s {o}
+backend refused
+    retries 1
+    option redispatch
+    server dead 127.0.0.1:1
+backend nosrv
+    server off 127.0.0.1:1 disabled
+";
+
+const TCP: &str = "global
+    log stdout format raw local0
+defaults
+    log global
+    option tcplog
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+listen raw
+    {fe}
+    server s {o}
+";
+
+const CUSTOM: &str = "global
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+frontend fe
+    {fe}
+    log-format \"%ci %ft %b %s %ST %B %ts %tsc %HM %HU %HP %HV %{+Q}r %hr %hs %ac/%fc/%bc/%sc/%rc %sq/%bq\"
+    capture request header User-Agent len 10
+    capture response header Content-Length len 10
+    default_backend be
+backend be
+    server s {o}
+";
+
+/// A request on a fresh connection, read to its close.
+fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: a.example\r\nUser-Agent: tester/1.0\r\nConnection: close\r\n\r\n")
+        .into_bytes()
+}
+
+/// The cases: a name, the configuration, the exchange, and how many lines it logs.
+type Exchange = fn(SocketAddr);
+
+fn cases() -> Vec<(&'static str, &'static str, Exchange, usize)> {
+    vec![
+        ("ok", HTTP, |a| drop(exchange(a, &get("/ok"))), 1),
+        (
+            "server_404",
+            HTTP,
+            |a| drop(exchange(a, &get("/status/404"))),
+            1,
+        ),
+        (
+            "server_500",
+            HTTP,
+            |a| drop(exchange(a, &get("/status/500"))),
+            1,
+        ),
+        (
+            "refused_retried",
+            HTTP,
+            |a| drop(exchange(a, &get("/refused"))),
+            1,
+        ),
+        ("no_server", HTTP, |a| drop(exchange(a, &get("/nosrv"))), 1),
+        (
+            "server_timeout",
+            HTTP,
+            |a| drop(exchange(a, &get("/slow"))),
+            1,
+        ),
+        ("chunked", HTTP, |a| drop(exchange(a, &get("/chunked"))), 1),
+        (
+            "early_hints",
+            HTTP,
+            |a| drop(exchange(a, &get("/early"))),
+            1,
+        ),
+        (
+            "head",
+            HTTP,
+            |a| {
+                drop(exchange(
+                    a,
+                    b"HEAD /ok HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+                ))
+            },
+            1,
+        ),
+        (
+            "keep_alive",
+            HTTP,
+            |a| {
+                drop(exchange(
+                    a,
+                    b"GET /one HTTP/1.1\r\nHost: a.example\r\n\r\nGET /two HTTP/1.1\r\nHost: b.example\r\nConnection: close\r\n\r\n",
+                ))
+            },
+            2,
+        ),
+        (
+            "bad_request",
+            HTTP,
+            |a| drop(exchange(a, b"GET /a b HTTP/1.1\r\nHost: a.example\r\n\r\n")),
+            1,
+        ),
+        (
+            "client_gone_in_head",
+            HTTP,
+            |a| {
+                let mut c = TcpStream::connect(a).unwrap();
+                c.write_all(b"GET /x HTTP/1.1\r\nHost: a.ex").unwrap();
+            },
+            1,
+        ),
+        (
+            "request_timeout",
+            HTTP,
+            |a| drop(exchange(a, b"GET /x HTTP/1.1\r\nHost: a.ex")),
+            1,
+        ),
+        (
+            "tcp_session",
+            TCP,
+            |a| {
+                drop(exchange(
+                    a,
+                    b"GET /ok HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+                ))
+            },
+            1,
+        ),
+        ("log_format", CUSTOM, |a| drop(exchange(a, &get("/ok"))), 1),
+    ]
+}
+
+/// A line with what changes from run to run masked: the client's port, the date, and every
+/// timer but -1 (the timers are the first `a/b/...` field after the server).
+fn mask(line: &str) -> String {
+    let mut words: Vec<String> = line.split(' ').map(String::from).collect();
+    if let Some(first) = words.first_mut() {
+        if let Some((ip, _)) = first.rsplit_once(':') {
+            *first = format!("{ip}:PORT");
+        }
+    }
+    let mut timers_done = false;
+    for w in words.iter_mut() {
+        if w.starts_with('[') && w.ends_with(']') && w.contains('/') && w.contains(':') {
+            *w = "[DATE]".into();
+        } else if !timers_done
+            && w.contains('/')
+            && w.split('/').count() >= 3
+            && w.split('/')
+                .all(|t| t.trim_start_matches('+').parse::<i64>().is_ok())
+        {
+            *w = w
+                .split('/')
+                .map(|t| if t == "-1" { "-1" } else { "T" })
+                .collect::<Vec<_>>()
+                .join("/");
+            timers_done = true;
+        }
+    }
+    words.join(" ")
+}
+
+fn reference(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/haproxy-2.6/logs")
+        .join(format!("{name}.log"))
+}
+
+/// Runs one case through `proxy` (sluice, or HAProxy when recording) and returns its
+/// masked lines.
+fn run(config: &str, exchange: Exchange, lines: usize, haproxy: bool) -> Vec<String> {
+    let o = origin();
+    let config = config.replace("{o}", &o.addr.to_string());
+    let p = if haproxy {
+        Sluice::start_program("haproxy", &["-db"], &config)
+    } else {
+        Sluice::start(&config)
+    };
+    exchange(p.addr());
+    let logged = || {
+        p.stdout()
+            .lines()
+            .filter(|l| l.contains(" fe ") || l.contains(" raw "))
+            .map(mask)
+            .collect::<Vec<_>>()
+    };
+    wait_until("the log lines", || logged().len() >= lines);
+    logged()
+}
+
+#[test]
+fn access_log_lines_match_haproxys() {
+    let haproxy = std::env::var("SLUICE_LOG_RECORD").as_deref() == Ok("haproxy");
+    let mut differ = Vec::new();
+    for (name, config, exchange, lines) in cases() {
+        let got = run(config, exchange, lines, haproxy);
+        let path = reference(name);
+        if haproxy {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, got.join("\n") + "\n").unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (record with testdata/haproxy-2.6/record-logs.sh)",
+                path.display()
+            )
+        });
+        let want: Vec<&str> = want.lines().collect();
+        if got != want {
+            differ.push(format!("{name}:\n  haproxy {want:?}\n  sluice  {got:?}"));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn masking_keeps_what_matters() {
+    assert_eq!(
+        mask("127.0.0.1:40850 [26/Nov/2026:11:11:44.716] fe be/s 0/0/-1/-1/3002 503 217 - - SC-- 1/1/0/0/3 0/0 {a.example} {} \"GET /dead HTTP/1.1\""),
+        "127.0.0.1:PORT [DATE] fe be/s T/T/-1/-1/T 503 217 - - SC-- 1/1/0/0/3 0/0 {a.example} {} \"GET /dead HTTP/1.1\""
+    );
+}
