@@ -34,7 +34,7 @@ const VARS: &[(&str, Var)] = &[
     ("trg", Var::DateGmt),
     ("trl", Var::DateLocalZone),
     ("Ts", Var::Timestamp),
-    ("ft", Var::Frontend),
+    ("ft", Var::FrontendTransport),
     ("f", Var::Frontend),
     ("b", Var::Backend),
     ("s", Var::Server),
@@ -971,6 +971,10 @@ impl<'a> Record<'a> {
                     .map_or(0, |d| d.as_secs())
             ),
             Var::Frontend => write!(out, "{}", self.frontend),
+            Var::FrontendTransport => {
+                let tilde = if self.tls.is_some() { "~" } else { "" };
+                write!(out, "{}{tilde}", self.frontend)
+            }
             Var::Backend => write!(out, "{}", self.backend),
             Var::Server => write!(out, "{}", self.server),
             Var::TimeRequest => write!(out, "{}", self.t_request),

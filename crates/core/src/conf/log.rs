@@ -116,6 +116,8 @@ pub enum Var {
     /// `%Ts`: the request's date as seconds since the epoch.
     Timestamp,
     Frontend,
+    /// `%ft`: the frontend's name, with `~` after it on a TLS connection.
+    FrontendTransport,
     Backend,
     Server,
     TimeRequest,
