@@ -297,7 +297,8 @@ fn log_format_samples_options_and_unique_ids() {
     let pid = p.pid();
     assert_eq!(
         *line,
-        format!("www.example.com \"/p\" {id} 42 WWW.Example.COM C8 {pid}")
+        // %U counts the request as HAProxy does (`haproxy_size`): 53 for these 42 bytes.
+        format!("www.example.com \"/p\" {id} 53 WWW.Example.COM C8 {pid}")
     );
 }
 
