@@ -136,6 +136,26 @@ backend be
     server s {o}
 ";
 
+/// Health checks logged with `option log-health-checks`: a server that answers and one
+/// that refuses.
+const CHECKS: &str = "global
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    option httplog
+    option log-health-checks
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+frontend fe
+    {fe}
+    default_backend be
+backend be
+    server up {o} check inter 200ms rise 2 fall 2
+    server down 127.0.0.1:1 check inter 200ms rise 2 fall 2
+";
+
 /// One request over TLS 1.3 with the one suite both proxies then agree on.
 fn tls_exchange(ca: &Ca, addr: SocketAddr) {
     let config = ca.client_offering(
@@ -285,6 +305,8 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             on(|a| drop(exchange(a, &get("/ok")))),
             1,
         ),
+        // The first result of each server, then the one going down (in either order).
+        case("health_checks", CHECKS, on(|_| {}), 3),
         case(
             "tls_httpslog",
             &TLS.replace("{crt}", crt),
@@ -297,6 +319,10 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
 /// A line with what changes from run to run masked: the client's port, the date, and every
 /// timer but -1 (the timers are the first `a/b/...` field after the server).
 fn mask(line: &str) -> String {
+    if let Some((before, after)) = line.split_once("check duration: ") {
+        let rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
+        return format!("{before}check duration: T{rest}");
+    }
     let mut words: Vec<String> = line.split(' ').map(String::from).collect();
     if let Some(first) = words.first_mut() {
         if let Some((ip, _)) = first.rsplit_once(':') {
@@ -342,14 +368,25 @@ fn run(config: &str, exchange: &Exchange, lines: usize, haproxy: bool) -> Vec<St
     };
     exchange(p.addr());
     let logged = || {
-        p.stdout()
+        let mut lines: Vec<String> = p
+            .stdout()
             .lines()
-            .filter(|l| l.contains(" fe ") || l.contains(" fe~ ") || l.contains(" raw "))
+            .filter(|l| {
+                [" fe ", " fe~ ", " raw "].iter().any(|w| l.contains(w))
+                    || l.starts_with("Health check for")
+                    || l.starts_with("Server ")
+            })
             .map(mask)
-            .collect::<Vec<_>>()
+            .collect();
+        // Lines of different servers or connections come in no fixed order.
+        lines.sort();
+        lines
     };
     wait_until("the log lines", || logged().len() >= lines);
-    logged()
+    // Checks go on: only the first lines are the case's.
+    let mut got = logged();
+    got.truncate(lines);
+    got
 }
 
 #[test]

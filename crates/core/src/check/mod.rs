@@ -355,8 +355,19 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     let (health, _) = next_health(before, result.passed, opts.rise, opts.fall);
     check.health.store(health, Ordering::Relaxed);
     let transition = settle(&w.process, backend, server, Some(result.stopping));
-    report(&w.process, backend, server, &result, health, transition);
-    *check.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+    // As HAProxy's `option log-health-checks`: a result is logged when its status or the
+    // server's health changed.
+    let mut last = check.last.lock().unwrap_or_else(|e| e.into_inner());
+    let changed = last.as_ref().is_none_or(|l| l.status != result.status) || before != health;
+    report(
+        &w.process,
+        backend,
+        server,
+        &result,
+        (health, changed),
+        transition,
+    );
+    *last = Some(result);
     interval_for(opts, health)
 }
 
@@ -559,7 +570,8 @@ pub fn observe(p: &Process, backend: usize, server: usize, seen: Seen) {
                 duration_ms: 0,
                 stopping: false,
             };
-            report(p, backend, server, &result, next, transition);
+            let changed = health != next;
+            report(p, backend, server, &result, (next, changed), transition);
             *cs.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
             // Check again soon to confirm, at `fastinter`.
             cs.wake.notify_one();
@@ -657,7 +669,14 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
             .check
             .as_ref()
             .map_or(0, |c| c.health.load(Ordering::Relaxed));
-        report(&w.process, backend, server, &result, health, transition);
+        report(
+            &w.process,
+            backend,
+            server,
+            &result,
+            (health, false),
+            transition,
+        );
     }
     *agent.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
     inter
@@ -688,14 +707,15 @@ fn apply_agent(w: &Worker, backend: usize, server: usize, line: &str) {
     }
 }
 
-/// Sends the state change (and, with `option log-health-checks`, every result) to the
-/// backend's log targets in HAProxy's wording.
+/// Sends the state change (and, with `option log-health-checks`, a health check's result
+/// when `changed`) to the backend's log targets in HAProxy's wording. The reason goes with
+/// the state change only when no result line gave it.
 fn report(
     p: &Process,
     backend: usize,
     server: usize,
     r: &CheckResult,
-    health: u32,
+    (health, changed): (u32, bool),
     transition: Transition,
 ) {
     let be = &p.config.backends[backend];
@@ -718,7 +738,8 @@ fn report(
             l.send_at(sev, msg);
         }
     };
-    if let (true, Transition::None, Some(opts)) = (be.check.log_all, transition, &srv.check) {
+    let result_line = be.check.log_all && changed;
+    if let (true, Some(opts)) = (result_line, &srv.check) {
         let up = health >= opts.rise;
         let status = if up {
             format!("{}/{} UP", health + 1 - opts.rise, opts.fall)
@@ -733,12 +754,17 @@ fn report(
     }
     let st = &p.state.backends[backend];
     let (active, backup) = usable_counts(be, st);
+    let because = if result_line {
+        String::new()
+    } else {
+        format!(", {why}, {duration}")
+    };
     match transition {
         Transition::None => {}
         Transition::Up => send(
             Severity::Alert,
             &format!(
-                "Server {name} is UP, {why}, {duration}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
+                "Server {name} is UP{because}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
             ),
         ),
         Transition::Down => {
@@ -746,7 +772,7 @@ fn report(
             send(
                 Severity::Alert,
                 &format!(
-                    "Server {name} is DOWN, {why}, {duration}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+                    "Server {name} is DOWN{because}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
                     sst.in_flight.load(Ordering::Relaxed),
                     sst.queue.waiting.load(Ordering::Relaxed)
                 ),
