@@ -156,6 +156,30 @@ backend be
     server down 127.0.0.1:1 check inter 200ms rise 2 fall 2
 ";
 
+/// Administrative changes from the CLI (its socket is the first placeholder: the case's
+/// address).
+const ADMIN: &str = "global
+    log stdout format raw local0
+    stats socket {fd} level admin
+defaults
+    mode http
+    log global
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+frontend fe
+    {fe}
+    default_backend be
+backend be
+    server s {o}
+    server t {o} check inter 5s
+";
+
+/// Sends one CLI command on its own connection and reads the answer.
+fn cli(addr: SocketAddr, cmd: &str) {
+    drop(exchange(addr, format!("{cmd}\n").as_bytes()));
+}
+
 /// One request over TLS 1.3 with the one suite both proxies then agree on.
 fn tls_exchange(ca: &Ca, addr: SocketAddr) {
     let config = ca.client_offering(
@@ -308,6 +332,25 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
         // The first result of each server, then the one going down (in either order).
         case("health_checks", CHECKS, on(|_| {}), 3),
         case(
+            "admin_changes",
+            ADMIN,
+            on(|a| {
+                for cmd in [
+                    "disable server be/s",
+                    "enable server be/s",
+                    "set server be/t state drain",
+                    "set server be/t state ready",
+                    "set server be/t state maint",
+                    "set server be/t state ready",
+                    "set weight be/s 0",
+                    "set server be/t health down",
+                ] {
+                    cli(a, cmd);
+                }
+            }),
+            8,
+        ),
+        case(
             "tls_httpslog",
             &TLS.replace("{crt}", crt),
             Box::new(move |a| tls_exchange(&tls_ca, a)),
@@ -375,6 +418,7 @@ fn run(config: &str, exchange: &Exchange, lines: usize, haproxy: bool) -> Vec<St
                 [" fe ", " fe~ ", " raw "].iter().any(|w| l.contains(w))
                     || l.starts_with("Health check for")
                     || l.starts_with("Server ")
+                    || l.starts_with("backend ")
             })
             .map(mask)
             .collect();

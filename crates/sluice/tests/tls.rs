@@ -181,7 +181,10 @@ fn option_httpslog_adds_the_sessions_errors_resumption_and_names() {
         assert!(line.ends_with(&tail), "{line}\nshould end with {tail}");
     }
     // `%ft`: a TLS connection's frontend is `fe~`, as HAProxy writes it.
-    assert!(lines[0].contains(" fe~ be/s ") && lines[1].contains(" fe~ be/s "), "{out}");
+    assert!(
+        lines[0].contains(" fe~ be/s ") && lines[1].contains(" fe~ be/s "),
+        "{out}"
+    );
     assert!(lines[2].contains(" fe be/s "), "{out}");
 }
 

@@ -35,7 +35,7 @@ use self::probe::{describe, probe, read_until};
 pub use crate::conf::check::*;
 use crate::conf::{Backend, Config};
 use crate::log::Severity;
-use crate::runtime::{CheckResult, OperState, Process, Worker};
+use crate::runtime::{AdminState, CheckResult, OperState, Process, Worker};
 use crate::transport::Conn;
 
 /// A check between two runs: which server, when it is due, and whether it has just moved.
@@ -693,9 +693,9 @@ fn apply_agent(w: &Worker, backend: usize, server: usize, line: &str) {
         match word.to_ascii_lowercase().as_str() {
             "up" => agent.up.store(true, Ordering::Relaxed),
             "down" | "fail" | "stopped" => agent.up.store(false, Ordering::Relaxed),
-            "ready" => state.set_admin(server, crate::runtime::AdminState::Ready),
-            "drain" => state.set_admin(server, crate::runtime::AdminState::Drain),
-            "maint" => state.set_admin(server, crate::runtime::AdminState::Maint),
+            "ready" => set_admin(&w.process, backend, server, AdminState::Ready),
+            "drain" => set_admin(&w.process, backend, server, AdminState::Drain),
+            "maint" => set_admin(&w.process, backend, server, AdminState::Maint),
             pct if pct.ends_with('%') => {
                 if let Ok(p) = pct.trim_end_matches('%').parse::<u32>() {
                     let initial = w.config().backends[backend].servers[server].weight;
@@ -784,6 +784,82 @@ fn report(
                 );
             }
         }
+    }
+}
+
+/// An operator's change of a server's administrative state (CLI, statistics page, agent),
+/// applied and logged in HAProxy's words.
+pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
+    let st = &p.state.backends[backend];
+    let was = st.servers[server].admin();
+    st.set_admin(server, to);
+    if was == to {
+        return;
+    }
+    let be = &p.config.backends[backend];
+    let name = format!("{}/{}", be.name, be.servers[server].name);
+    let (active, backup) = usable_counts(be, st);
+    let sst = &st.servers[server];
+    let msg = match (was, to) {
+        (_, AdminState::Maint) => format!(
+            "Server {name} is going DOWN for maintenance. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+            sst.in_flight.load(Ordering::Relaxed),
+            sst.queue.waiting.load(Ordering::Relaxed)
+        ),
+        (_, AdminState::Drain) => format!(
+            "Server {name} enters drain state. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
+        ),
+        (AdminState::Maint, AdminState::Ready) => {
+            format!("Server {name} is UP/READY (leaving forced maintenance).")
+        }
+        (_, AdminState::Ready) => format!("Server {name} is UP (leaving forced drain)."),
+    };
+    for l in &p.backend_loggers[backend] {
+        l.send_at(Severity::Notice, &msg);
+    }
+}
+
+/// `set server B/S health up|stopping|down` from the CLI: applied as [`force_health`]
+/// does, and logged as HAProxy logs it (`changed from CLI`).
+pub fn force_health_from_cli(p: &Process, backend: usize, server: usize, state: OperState) {
+    let st = &p.state.backends[backend];
+    let was_usable = st.servers[server].usable();
+    force_health(p, backend, server, state);
+    let usable = st.servers[server].usable();
+    if was_usable == usable {
+        return;
+    }
+    let be = &p.config.backends[backend];
+    let name = format!("{}/{}", be.name, be.servers[server].name);
+    let (active, backup) = usable_counts(be, st);
+    let sst = &st.servers[server];
+    let send = |sev, msg: &str| {
+        for l in &p.backend_loggers[backend] {
+            l.send_at(sev, msg);
+        }
+    };
+    if usable {
+        send(
+            Severity::Notice,
+            &format!(
+                "Server {name} is UP, changed from CLI. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
+            ),
+        );
+        return;
+    }
+    send(
+        Severity::Alert,
+        &format!(
+            "Server {name} is DOWN, changed from CLI. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+            sst.in_flight.load(Ordering::Relaxed),
+            sst.queue.waiting.load(Ordering::Relaxed)
+        ),
+    );
+    if active + backup == 0 {
+        send(
+            Severity::Emerg,
+            &format!("backend {} has no server available!", be.name),
+        );
     }
 }
 

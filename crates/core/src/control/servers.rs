@@ -66,7 +66,7 @@ fn set_admin(
         },
     )?;
     let (b, s) = find(p, spec)?;
-    p.state.backends[b].set_admin(s, state);
+    crate::check::set_admin(p, b, s, state);
     Ok(String::new())
 }
 
@@ -104,7 +104,7 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                         )
                     }
                 };
-                crate::check::force_health(p, b, s, state);
+                crate::check::force_health_from_cli(p, b, s, state);
                 Ok(String::new())
             }
             (Some("agent"), Some(v)) => {

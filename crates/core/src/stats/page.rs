@@ -163,15 +163,15 @@ fn act(p: &Process, form: &[u8]) -> &'static str {
         };
         let ok = match action.as_str() {
             "ready" => {
-                st.set_admin(s, AdminState::Ready);
+                crate::check::set_admin(p, b, s, AdminState::Ready);
                 true
             }
             "drain" => {
-                st.set_admin(s, AdminState::Drain);
+                crate::check::set_admin(p, b, s, AdminState::Drain);
                 true
             }
             "maint" => {
-                st.set_admin(s, AdminState::Maint);
+                crate::check::set_admin(p, b, s, AdminState::Maint);
                 true
             }
             "dhlth" => crate::check::pause(p, b, s, false, true),
