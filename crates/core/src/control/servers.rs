@@ -237,17 +237,24 @@ pub fn show_backend(p: &Process, _: &[&str], _: Level) -> String {
     out
 }
 
-/// HAProxy's check status numbers (`HCHK_STATUS_*`) for `show servers state`.
+/// HAProxy 2.6's check status numbers (`HCHK_STATUS_*`: UNKNOWN 0, INI 1, START 2,
+/// CHECKED 3, HANA 4, SOCKERR 5, L4OK 6, ...) for `show servers state`.
 fn check_status_number(status: &str) -> u8 {
     match status {
-        "L4OK" => 5,
-        "L4TOUT" => 6,
-        "L4CON" => 7,
-        "L7TOUT" => 11,
-        "L7RSP" => 12,
-        "L7OK" => 13,
-        "L7STS" => 15,
-        _ => 0,
+        "HANA" => 4,
+        "SOCKERR" => 5,
+        "L4OK" => 6,
+        "L4TOUT" => 7,
+        "L4CON" => 8,
+        "L6OK" => 9,
+        "L6TOUT" => 10,
+        "L6RSP" => 11,
+        "L7TOUT" => 12,
+        "L7RSP" => 13,
+        "L7OK" => 15,
+        "L7OKC" => 16,
+        "L7STS" => 17,
+        _ => 1,
     }
 }
 
@@ -282,12 +289,13 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         Some(c) => {
             let last = c.last.lock().ok().and_then(|l| l.clone());
             // CHK_RES_FAILED 2, PASSED 3; CHK_ST_CONFIGURED|ENABLED = 6.
-            let (status, result) = last.map_or((0, 0), |l| {
+            let (status, result) = last.map_or((1, 0), |l| {
                 (check_status_number(l.status), if l.passed { 3 } else { 2 })
             });
             (status, result, c.health.load(Ordering::Relaxed), 6)
         }
-        None => (0, 0, 0, 0),
+        // Unchecked: HAProxy shows its check as initialising (1), at its default rise (2).
+        None => (1, 0, 2, 0),
     };
     let check_port = srv.check.as_ref().and_then(|c| c.port).unwrap_or(0);
     let check_addr = srv

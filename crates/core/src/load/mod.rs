@@ -710,8 +710,8 @@ fn check_tracking(proxies: &[Proxy], peer_tables: &[TableConf], errors: &mut Vec
     }
 }
 
-/// The id of every proxy section: its `id`, else the next one no section took (a `listen`
-/// section is one proxy, with one id for both sides, as in HAProxy).
+/// The id of every proxy section: its `id`, else the next one from 2 no section took (a
+/// `listen` section is one proxy, with one id for both sides, as in HAProxy).
 fn assign_ids(proxies: &[Proxy]) -> Result<Vec<u32>, ConfigError> {
     let mut taken: Vec<u32> = Vec::new();
     for p in proxies {
@@ -726,7 +726,8 @@ fn assign_ids(proxies: &[Proxy]) -> Result<Vec<u32>, ConfigError> {
             taken.push(id);
         }
     }
-    let mut next = 1;
+    // As HAProxy 2.6, whose first id goes to an internal proxy: the first free id from 2.
+    let mut next = 2;
     Ok(proxies
         .iter()
         .map(|p| {
