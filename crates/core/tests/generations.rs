@@ -53,9 +53,10 @@ fn ids_are_kept_when_set_and_assigned_around_them_otherwise() {
         "frontend f\n    id 3\n    bind 127.0.0.1:9\n    default_backend app\nbackend app\n    server a 127.0.0.1:1 id 9\n    server b 127.0.0.1:2\nlisten l\n    bind 127.0.0.1:8\n    server s 127.0.0.1:3\n",
     );
     let ids: Vec<u32> = c.frontends.iter().map(|f| f.id).collect();
-    assert_eq!(ids, [3, 2], "a listen section is one proxy with one id");
+    // Automatic ids start from 2, as HAProxy 2.6's (its first goes to an internal proxy).
+    assert_eq!(ids, [3, 4], "a listen section is one proxy with one id");
     let be: Vec<(String, u32)> = c.backends.iter().map(|b| (b.name.clone(), b.id)).collect();
-    assert_eq!(be, [("app".to_string(), 1), ("l".to_string(), 2)]);
+    assert_eq!(be, [("app".to_string(), 2), ("l".to_string(), 4)]);
     let srv: Vec<u32> = c.backends[0].servers.iter().map(|s| s.id).collect();
     // As HAProxy: the second server's automatic id starts from 2, whatever the first took.
     assert_eq!(srv, [9, 2]);

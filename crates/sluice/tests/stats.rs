@@ -131,15 +131,15 @@ fn show_stat_has_haproxy_26_columns_and_configuration_order() {
     assert_eq!(
         order,
         vec![
-            t("first", "s1", "2", "http", "1", "1"),
-            t("first", "s2", "2", "http", "1", "7"),
-            t("first", "BACKEND", "1", "http", "1", "0"),
-            t("mid", "FRONTEND", "0", "http", "2", "0"),
-            t("mid", "m1", "2", "http", "2", "1"),
-            t("mid", "BACKEND", "1", "http", "2", "0"),
-            t("plain", "FRONTEND", "0", "tcp", "3", "0"),
-            t("tb", "t1", "2", "tcp", "4", "1"),
-            t("tb", "BACKEND", "1", "tcp", "4", "0"),
+            t("first", "s1", "2", "http", "2", "1"),
+            t("first", "s2", "2", "http", "2", "7"),
+            t("first", "BACKEND", "1", "http", "2", "0"),
+            t("mid", "FRONTEND", "0", "http", "3", "0"),
+            t("mid", "m1", "2", "http", "3", "1"),
+            t("mid", "BACKEND", "1", "http", "3", "0"),
+            t("plain", "FRONTEND", "0", "tcp", "4", "0"),
+            t("tb", "t1", "2", "tcp", "5", "1"),
+            t("tb", "BACKEND", "1", "tcp", "5", "0"),
         ]
     );
     // Filled where HAProxy fills them: no HTTP counters on a TCP proxy, no check columns
@@ -326,12 +326,12 @@ fn typed_json_and_filtered_forms() {
         .find(|l| l.starts_with("F.") && l.contains(".req_tot."))
         .expect("the frontend's req_tot");
     let re = regex_like(line);
-    assert_eq!(re, ("F", "1", "0", "48", "req_tot", "MCP", "u64"), "{line}");
+    assert_eq!(re, ("F", "2", "0", "48", "req_tot", "MCP", "u64"), "{line}");
     assert!(line.ends_with(":1"), "{line}");
-    assert!(typed.contains("S.2.1.1.svname.1:KNS:str:a\n"), "{typed}");
+    assert!(typed.contains("S.3.1.1.svname.1:KNS:str:a\n"), "{typed}");
     // Module counters are numbered without the separator.
     assert!(
-        typed.contains("B.2.0.103.ssl_sess.1:MCP:u64:0\n"),
+        typed.contains("B.3.0.103.ssl_sess.1:MCP:u64:0\n"),
         "{typed}"
     );
 
@@ -350,7 +350,7 @@ fn typed_json_and_filtered_forms() {
     let (_, rows) = stat(&sock, "show stat be 4 -1");
     let names: Vec<&str> = rows.iter().map(|r| r["svname"].as_str()).collect();
     assert_eq!(names, ["a", "b"]);
-    let (_, rows) = stat(&sock, "show stat 2 4 2");
+    let (_, rows) = stat(&sock, "show stat 3 4 2");
     let names: Vec<&str> = rows.iter().map(|r| r["svname"].as_str()).collect();
     assert_eq!(names, ["b"]);
     let (_, rows) = stat(&sock, "show stat -1 3 -1");
@@ -867,7 +867,7 @@ fn the_stats_page_without_admin_refuses_actions_and_scopes_its_proxies() {
     assert!(!html.contains("px-hidden"));
     assert!(!html.contains("version"));
     assert!(!html.contains("<form"));
-    let form = "s=a&action=maint&b=%231";
+    let form = "s=a&action=maint&b=%232";
     let r = raw(
         addr,
         &format!(
@@ -1009,13 +1009,13 @@ fn show_errors_keeps_the_last_invalid_request_and_response() {
     let out = Sluice::cli(&sock, "show errors");
     assert!(out.starts_with("Total events captured on ["), "{out}");
     assert!(
-        out.contains("] frontend fe (#1): invalid request\n"),
+        out.contains("] frontend fe (#2): invalid request\n"),
         "{out}"
     );
     assert!(out.contains("error at position 9\n"), "{out}");
     assert!(out.contains("\n  00000  NOT HTTP AT ALL\\r\\n\n"), "{out}");
     assert!(
-        out.contains("] backend be (#2): invalid response\n"),
+        out.contains("] backend be (#3): invalid response\n"),
         "{out}"
     );
     assert!(out.contains("server broken (#1)"), "{out}");
@@ -1181,7 +1181,7 @@ fn stats_http_request_rules_and_the_weight_action() {
     assert!(ask("Authorization: Basic b3BzOnB3\r\n").starts_with("HTTP/1.1 200")); // ops:pw
 
     // The weight action: half of the configured weight, then a number.
-    let form = "s=s&action=weight&weight=50%25&b=%232";
+    let form = "s=s&action=weight&weight=50%25&b=%233";
     let post = |form: &str| {
         raw(
             addr,
@@ -1196,12 +1196,12 @@ fn stats_http_request_rules_and_the_weight_action() {
         Sluice::cli(&sock, "get weight be/s").trim(),
         "0 (initial 1)"
     );
-    assert!(post("s=s&action=weight&weight=7&b=%232").starts_with("HTTP/1.1 303"));
+    assert!(post("s=s&action=weight&weight=7&b=%233").starts_with("HTTP/1.1 303"));
     assert_eq!(
         Sluice::cli(&sock, "get weight be/s").trim(),
         "7 (initial 1)"
     );
-    let r = post("s=s&action=weight&weight=999&b=%232");
+    let r = post("s=s&action=weight&weight=999&b=%233");
     assert!(
         r.to_ascii_lowercase().contains("location: /st;st=errp"),
         "{r}"

@@ -25,7 +25,7 @@ mod mode;
 const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     name: "id",
     scope: Scope::FE_BE,
-    help: "id N: the proxy's stable numeric identifier (default: the next free one)",
+    help: "id N: the proxy's stable numeric identifier (default: the next free one from 2, as HAProxy)",
     parse: |c, a| {
         let v = one_arg(a, "a positive integer")?;
         let id = v
