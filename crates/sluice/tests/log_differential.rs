@@ -329,6 +329,12 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             on(|a| drop(exchange(a, &get("/ok")))),
             1,
         ),
+        case(
+            "log_format_variables",
+            VARIABLES,
+            on(|a| drop(exchange(a, &get("/ok?x=1")))),
+            1,
+        ),
         // The first result of each server, then the one going down (in either order).
         case("health_checks", CHECKS, on(|_| {}), 3),
         case(
@@ -358,6 +364,24 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
         ),
     ]
 }
+
+/// Every variable whose value does not change from run to run (ports, dates, timers and
+/// the host name do).
+const VARIABLES: &str = "global
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+frontend fe
+    {fe}
+    log-format \"%ci %f %ft %b %s %si %bi %ST %B %U %CC %CS %tsc %ac %fc %bc %sc %rc %sq %bq %HM %HU %HP %HQ %HV %{+Q}r %ts %lc\"
+    default_backend be
+backend be
+    server s {o}
+";
 
 /// A line with what changes from run to run masked: the client's port, the date, and every
 /// timer but -1 (the timers are the first `a/b/...` field after the server).

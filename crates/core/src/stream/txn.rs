@@ -1025,10 +1025,10 @@ pub(super) fn count_line(format: &crate::log::Format, fe: &crate::runtime::Front
     let shows = format_tokens(format)
         .iter()
         .any(|t| matches!(t, crate::log::Token::Var(crate::log::Var::LogCounter, _)));
+    // The frontend's count of lines before this one, as HAProxy's `%lc` (0 first).
     if shows {
         fe.log_lines
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1
     } else {
         0
     }
