@@ -135,7 +135,7 @@ pub fn basic_credentials(header: &[u8]) -> Option<(String, String)> {
 
 /// Compares without stopping at the first difference (how long a wrong password takes
 /// says nothing of where it differs).
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 

@@ -225,6 +225,49 @@ pub enum Conv {
     },
     /// Whether the input has an entry in the table (`in_table(T)`).
     InTable(String),
+    /// `sha1`, `sha2([256|384|512])`, `digest(ALG)`: the input's digest (binary).
+    Digest(DigestAlg),
+    /// `hmac(ALG,KEY)`: the input's HMAC with a base64 key, given or in a variable.
+    Hmac(DigestAlg, KeyArg),
+    /// `ub64enc`, `ub64dec`: base64url without padding.
+    Ub64Enc,
+    Ub64Dec,
+    /// `url_enc([query])`: percent-encodes what a query string may not carry as is.
+    UrlEnc,
+    /// `be2dec(SEP,SIZE[,TRUNC])` and `be2hex([SEP[,SIZE[,TRUNC]]])`: the input read as
+    /// big-endian chunks of SIZE bytes, written in decimal or hexadecimal.
+    Be2Dec {
+        sep: String,
+        size: usize,
+        truncate: bool,
+    },
+    Be2Hex {
+        sep: String,
+        size: usize,
+        truncate: bool,
+    },
+    /// `iif(TRUE,FALSE)`: one of two strings, as the boolean input says.
+    Iif(String, String),
+    /// `secure_memcmp(VAR)`: the input equals the variable (compared in constant time);
+    /// `strcmp(VAR)`: how it compares with it (the first differing bytes' difference).
+    SecureMemcmp(VarName),
+    Strcmp(VarName),
+}
+
+/// A digest a converter computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestAlg {
+    Sha1,
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+/// `hmac`'s key: base64 text, or the variable that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyArg {
+    Const(Vec<u8>),
+    Var(VarName),
 }
 
 /// A compiled regular expression that compares by its source text.

@@ -8,9 +8,11 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use base64::Engine as _;
+
 use super::sample::{
-    Conv, Counter, Expr, Fetch, Fmt, FmtPart, IntArg, MapFile, MapKey, Match, Regex, TableOp,
-    TableSource, VarName, VarScope,
+    Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, IntArg, KeyArg, MapFile, MapKey, Match,
+    Regex, TableOp, TableSource, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -607,6 +609,105 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
         "in_table" => {
             arity(c, 1, 1)?;
             Conv::InTable(c.args[0].clone())
+        }
+        "sha1" => none(Conv::Digest(DigestAlg::Sha1))?,
+        "sha2" => {
+            arity(c, 0, 1)?;
+            Conv::Digest(match int(c, 0)?.unwrap_or(256) {
+                256 => DigestAlg::Sha256,
+                384 => DigestAlg::Sha384,
+                512 => DigestAlg::Sha512,
+                224 => {
+                    return err(
+                        "'sha2(224)' is not supported (no SHA-224 here; 256, 384, 512 are)"
+                            .to_string(),
+                    )
+                }
+                n => return err(format!("'sha2' expects 224, 256, 384 or 512, not {n}")),
+            })
+        }
+        "digest" | "hmac" => {
+            arity(
+                c,
+                1 + usize::from(c.name == "hmac"),
+                1 + usize::from(c.name == "hmac"),
+            )?;
+            let alg = match c.args[0].trim().to_ascii_lowercase().as_str() {
+                "sha1" => DigestAlg::Sha1,
+                "sha256" => DigestAlg::Sha256,
+                "sha384" => DigestAlg::Sha384,
+                "sha512" => DigestAlg::Sha512,
+                other => {
+                    return err(format!(
+                        "'{}': digest '{other}' is not supported (sha1, sha256, sha384, sha512)",
+                        c.name
+                    ))
+                }
+            };
+            if c.name == "digest" {
+                Conv::Digest(alg)
+            } else {
+                let key = c.args[1].trim();
+                let key = match parse_var(key) {
+                    Ok(v) => KeyArg::Var(v),
+                    Err(_) => KeyArg::Const(
+                        base64::engine::general_purpose::STANDARD
+                            .decode(key)
+                            .or_else(|_| {
+                                err(format!(
+                                    "'hmac' expects a base64 key or a variable, not '{key}'"
+                                ))
+                            })?,
+                    ),
+                };
+                Conv::Hmac(alg, key)
+            }
+        }
+        "ub64enc" => none(Conv::Ub64Enc)?,
+        "ub64dec" => none(Conv::Ub64Dec)?,
+        "url_enc" => {
+            arity(c, 0, 1)?;
+            if opt_str(c, 0).is_some_and(|t| t != "query") {
+                return err("'url_enc' knows only the 'query' encoding".to_string());
+            }
+            Conv::UrlEnc
+        }
+        "be2dec" | "be2hex" => {
+            let hex = c.name == "be2hex";
+            arity(c, if hex { 0 } else { 2 }, 3)?;
+            let sep = opt_str(c, 0).unwrap_or_default();
+            let size = match int(c, 1)? {
+                Some(n) if n > 0 && n <= 8 || hex && n > 0 => n as usize,
+                None if hex => 1,
+                _ => return err(format!("'{}' expects a chunk size from 1 to 8", c.name)),
+            };
+            let truncate = int(c, 2)?.unwrap_or(0) != 0;
+            if hex {
+                Conv::Be2Hex {
+                    sep,
+                    size,
+                    truncate,
+                }
+            } else {
+                Conv::Be2Dec {
+                    sep,
+                    size,
+                    truncate,
+                }
+            }
+        }
+        "iif" => {
+            arity(c, 2, 2)?;
+            Conv::Iif(c.args[0].clone(), c.args[1].clone())
+        }
+        "secure_memcmp" | "strcmp" => {
+            arity(c, 1, 1)?;
+            let v = parse_var(c.args[0].trim())?;
+            if c.name == "strcmp" {
+                Conv::Strcmp(v)
+            } else {
+                Conv::SecureMemcmp(v)
+            }
         }
         other if other.starts_with("table_") && table_op(&other[6..]).is_some() => {
             arity(c, 1, 1)?;

@@ -7,7 +7,7 @@ use base64::Engine as _;
 
 use super::context::{text_match, Ctx, Kind};
 use super::hash;
-use crate::conf::sample::{Conv, IntArg, MapFile, MapKey, Match, Sample};
+use crate::conf::sample::{Conv, DigestAlg, IntArg, KeyArg, MapFile, MapKey, Match, Sample};
 
 pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
     use Conv::*;
@@ -22,13 +22,65 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         Bool | Not | Odd | Even => Kind::Bool,
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
-        InTable(_) => Kind::Bool,
+        InTable(_) | SecureMemcmp(_) => Kind::Bool,
+        Strcmp(_) => Kind::Int,
+        Digest(_) | Hmac(..) | Ub64Dec => Kind::Bin,
         _ => Kind::Str,
     }
 }
 
 fn text(s: Vec<u8>) -> Sample<'static> {
     Sample::Str(Cow::Owned(s))
+}
+
+fn digest_alg(a: DigestAlg) -> &'static ring::digest::Algorithm {
+    match a {
+        DigestAlg::Sha1 => &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        DigestAlg::Sha256 => &ring::digest::SHA256,
+        DigestAlg::Sha384 => &ring::digest::SHA384,
+        DigestAlg::Sha512 => &ring::digest::SHA512,
+    }
+}
+
+fn hmac_alg(a: DigestAlg) -> ring::hmac::Algorithm {
+    match a {
+        DigestAlg::Sha1 => ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+        DigestAlg::Sha256 => ring::hmac::HMAC_SHA256,
+        DigestAlg::Sha384 => ring::hmac::HMAC_SHA384,
+        DigestAlg::Sha512 => ring::hmac::HMAC_SHA512,
+    }
+}
+
+/// Percent-encodes every byte but the unreserved ones (RFC 3986: letters, digits,
+/// `-._~`), as `url_enc(query)` does.
+fn url_encode(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    for &b in s {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+/// `be2dec`/`be2hex`: the input cut in chunks of `size` bytes (a shorter last one unless
+/// `truncate`), each written by `write`, joined by `sep`.
+fn be_chunks(
+    input: &[u8],
+    sep: &str,
+    size: usize,
+    truncate: bool,
+    write: impl Fn(&[u8]) -> String,
+) -> Vec<u8> {
+    input
+        .chunks(size.max(1))
+        .filter(|c| !truncate || c.len() == size)
+        .map(write)
+        .collect::<Vec<_>>()
+        .join(sep)
+        .into_bytes()
 }
 
 pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<'a>> {
@@ -148,6 +200,69 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         }
         Conv::Table { op, counter, table } => super::table::convert(&s, *op, *counter, table, cx)?,
         Conv::InTable(table) => super::table::contains(&s, table, cx)?,
+        Conv::Digest(alg) => {
+            let d = ring::digest::digest(digest_alg(*alg), &s.as_binary());
+            Sample::Bin(Cow::Owned(d.as_ref().to_vec()))
+        }
+        Conv::Hmac(alg, key) => {
+            let key = match key {
+                KeyArg::Const(k) => k.clone(),
+                KeyArg::Var(v) => base64::engine::general_purpose::STANDARD
+                    .decode(cx.vars.get(cx.process, v)?.as_bytes())
+                    .ok()?,
+            };
+            let key = ring::hmac::Key::new(hmac_alg(*alg), &key);
+            let tag = ring::hmac::sign(&key, &s.as_binary());
+            Sample::Bin(Cow::Owned(tag.as_ref().to_vec()))
+        }
+        Conv::Ub64Enc => text(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(s.as_binary())
+                .into_bytes(),
+        ),
+        Conv::Ub64Dec => Sample::Bin(Cow::Owned(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(s.as_bytes().as_ref())
+                .ok()?,
+        )),
+        Conv::UrlEnc => text(url_encode(&s.as_bytes())),
+        Conv::Be2Dec {
+            sep,
+            size,
+            truncate,
+        } => text(be_chunks(&s.as_binary(), sep, *size, *truncate, |c| {
+            c.iter()
+                .fold(0u64, |n, &b| n << 8 | u64::from(b))
+                .to_string()
+        })),
+        Conv::Be2Hex {
+            sep,
+            size,
+            truncate,
+        } => text(be_chunks(&s.as_binary(), sep, *size, *truncate, |c| {
+            c.iter().map(|b| format!("{b:02X}")).collect()
+        })),
+        Conv::Iif(yes, no) => Sample::string(if s.as_bool()? {
+            yes.clone()
+        } else {
+            no.clone()
+        }),
+        Conv::SecureMemcmp(v) => {
+            let other = cx.vars.get(cx.process, v)?;
+            let (a, b) = (s.as_binary(), other.as_binary());
+            Sample::Bool(crate::auth::same(&a, &b))
+        }
+        Conv::Strcmp(v) => {
+            let other = cx.vars.get(cx.process, v)?;
+            // As HAProxy's (memcmp's): the first differing bytes' difference, else the
+            // lengths'.
+            let (a, b) = (s.as_bytes(), other.as_bytes());
+            let diff = a.iter().zip(b.iter()).find(|(x, y)| x != y);
+            Sample::Int(match diff {
+                Some((x, y)) => i64::from(*x) - i64::from(*y),
+                None => a.len() as i64 - b.len() as i64,
+            })
+        }
         Conv::SetVar(v) => {
             cx.vars.set(cx.process, v, s.clone().into_owned());
             s
