@@ -677,7 +677,7 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
             arity(c, if hex { 0 } else { 2 }, 3)?;
             let sep = opt_str(c, 0).unwrap_or_default();
             let size = match int(c, 1)? {
-                Some(n) if n > 0 && n <= 8 || hex && n > 0 => n as usize,
+                Some(n) if n > 0 && (n <= 8 || hex) => n as usize,
                 None if hex => 1,
                 _ => return err(format!("'{}' expects a chunk size from 1 to 8", c.name)),
             };
