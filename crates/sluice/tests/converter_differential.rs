@@ -1,35 +1,46 @@
-//! Converters compared with HAProxy 2.6's answers for the same inputs: each expression is
-//! rendered by `http-request return ... lf-string` for two inputs, and
-//! `testdata/haproxy-2.6/converters.txt` holds what HAProxy 2.6.12 answered
-//! (`bash testdata/haproxy-2.6/record-converters.sh` records it again).
+//! Converters and fetches compared with HAProxy 2.6's answers for the same requests: each
+//! expression is rendered by `http-request return ... lf-string` for three inputs (the
+//! request's `X-In` header), and `testdata/haproxy-2.6/converters.txt` holds what HAProxy
+//! 2.6.12 answered (`bash testdata/haproxy-2.6/record-converters.sh` records it again).
 
 mod common;
 
 use common::*;
 
-/// The expressions, applied to the request's `X-In` header.
+/// The expressions; `IN` stands for the request's `X-In` header.
 const EXPRESSIONS: &[&str] = &[
-    "sha1,hex",
-    "sha2,hex",
-    "sha2(256),hex",
-    "sha2(384),hex",
-    "sha2(512),hex",
-    "digest(sha256),hex",
-    "digest(sha1),base64",
-    "hmac(sha256,c2VjcmV0),hex",
-    "hmac(sha1,c2VjcmV0),base64",
-    "ub64enc",
-    "ub64enc,ub64dec",
-    "url_enc",
-    "url_enc(query)",
-    "be2dec(-,2)",
-    "be2dec(.,3,1)",
-    "be2hex",
-    "be2hex(:,2)",
-    "be2hex(,4,1)",
-    "length,bool,iif(long,short)",
-    "secure_memcmp(txn.other)",
-    "strcmp(txn.other)",
+    "IN,sha1,hex",
+    "IN,sha2,hex",
+    "IN,sha2(256),hex",
+    "IN,sha2(384),hex",
+    "IN,sha2(512),hex",
+    "IN,digest(sha256),hex",
+    "IN,digest(sha1),base64",
+    "IN,hmac(sha256,c2VjcmV0),hex",
+    "IN,hmac(sha1,c2VjcmV0),base64",
+    "IN,ub64enc",
+    "IN,ub64enc,ub64dec",
+    "IN,url_enc",
+    "IN,url_enc(query)",
+    "IN,be2dec(-,2)",
+    "IN,be2dec(.,3,1)",
+    "IN,be2hex",
+    "IN,be2hex(:,2)",
+    "IN,be2hex(,4,1)",
+    "IN,length,bool,iif(long,short)",
+    "IN,secure_memcmp(txn.other)",
+    "IN,strcmp(txn.other)",
+    "src_is_local",
+    "dst_is_local",
+    "fc_http_major",
+    "stopping",
+    "base32",
+    "url32",
+    "base32+src,hex",
+    "capture.req.method",
+    "capture.req.uri",
+    "capture.req.ver",
+    "req.ver",
 ];
 
 /// Inputs, sent as the `X-In` header.
@@ -41,7 +52,8 @@ fn config() -> String {
     );
     for (i, e) in EXPRESSIONS.iter().enumerate() {
         c.push_str(&format!(
-            "    http-request return status 200 content-type text/plain lf-string \"%[req.hdr(x-in),{e}]\" if {{ path /c{i} }}\n"
+            "    http-request return status 200 content-type text/plain lf-string \"%[{}]\" if {{ path /c{i} }}\n",
+            e.replace("IN,", "req.hdr(x-in),")
         ));
     }
     c
@@ -54,7 +66,7 @@ fn answers(p: &Sluice) -> Vec<String> {
             let mut c = Conn::new(p.addr());
             c.send(
                 format!(
-                    "GET /c{i} HTTP/1.1\r\nHost: t\r\nX-In: {input}\r\nConnection: close\r\n\r\n"
+                    "GET /c{i}?q={i} HTTP/1.1\r\nHost: t.example\r\nX-In: {input}\r\nConnection: close\r\n\r\n"
                 )
                 .as_bytes(),
             );
@@ -88,4 +100,26 @@ fn converters_answer_as_haproxy_26() {
         .collect();
     assert_eq!(want.lines().count(), got.len());
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn uuid_gives_fresh_version_4_uuids() {
+    let p = Sluice::start(
+        "defaults\n    mode http\n    timeout client 2s\nfrontend fe\n    {fe}\n    http-request return status 200 content-type text/plain lf-string \"%[uuid] %[uuid(4)]\"\n",
+    );
+    let text = get(p.addr(), "/").text();
+    let ids: Vec<&str> = text.split(' ').collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+    for id in ids {
+        let groups: Vec<&str> = id.split('-').collect();
+        let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+        assert_eq!(lens, [8, 4, 4, 4, 12], "{id}");
+        assert!(groups[2].starts_with('4'), "version 4: {id}");
+        assert!("89ab".contains(&groups[3][..1]), "RFC 4122 variant: {id}");
+        assert!(
+            id.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
 }

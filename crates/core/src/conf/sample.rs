@@ -81,6 +81,30 @@ pub enum Fetch {
     HttpAuthType,
     HttpAuthUser,
     HttpAuthPass,
+    /// `src_is_local`, `dst_is_local`: the address is one of this host's.
+    SrcIsLocal,
+    DstIsLocal,
+    /// `stopping`: the process is stopping softly; `hostname`: the host's name.
+    Stopping,
+    Hostname,
+    /// `fc_http_major`: the client connection's HTTP major version (1 or 2).
+    FcHttpMajor,
+    /// `be_server_timeout`, `be_tunnel_timeout`: the backend's, in milliseconds.
+    BeServerTimeout,
+    BeTunnelTimeout,
+    /// `uuid([4])`: a random (version 4) UUID.
+    Uuid,
+    /// `base32`, `url32`: the 32-bit hash of Host and path (or the whole target), as
+    /// HAProxy's (sdbm then its avalanche); `base32+src`: that hash, then the client's
+    /// address, as binary.
+    Base32,
+    Url32,
+    Base32Src,
+    /// `capture.req.method`, `capture.req.uri`, `capture.req.ver`: the request line's parts
+    /// as received (the version as `HTTP/1.1`).
+    CaptureReqMethod,
+    CaptureReqUri,
+    CaptureReqVer,
     /// `fc_pp_authority`, `fc_pp_unique_id`: TLVs of the client's PROXY v2 header.
     FcPpAuthority,
     FcPpUniqueId,
@@ -482,6 +506,12 @@ impl Fetch {
                 | ReqVer
                 | HttpAuth(_)
                 | HttpAuthGroup(_)
+                | Base32
+                | Url32
+                | Base32Src
+                | CaptureReqMethod
+                | CaptureReqUri
+                | CaptureReqVer
                 | HttpAuthType
                 | HttpAuthUser
                 | HttpAuthPass

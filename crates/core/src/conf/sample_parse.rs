@@ -340,6 +340,27 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "http_auth_user" => none(Fetch::HttpAuthUser)?,
         "http_auth_pass" => none(Fetch::HttpAuthPass)?,
         "fc_pp_authority" => none(Fetch::FcPpAuthority)?,
+        "src_is_local" => none(Fetch::SrcIsLocal)?,
+        "dst_is_local" => none(Fetch::DstIsLocal)?,
+        "stopping" => none(Fetch::Stopping)?,
+        "hostname" => none(Fetch::Hostname)?,
+        "fc_http_major" => none(Fetch::FcHttpMajor)?,
+        "be_server_timeout" => none(Fetch::BeServerTimeout)?,
+        "be_tunnel_timeout" => none(Fetch::BeTunnelTimeout)?,
+        "uuid" => {
+            arity(c, 0, 1)?;
+            if int(c, 0)?.is_some_and(|v| v != 4) {
+                return err("'uuid' makes version 4 UUIDs only".to_string());
+            }
+            Fetch::Uuid
+        }
+        "base32" => none(Fetch::Base32)?,
+        "url32" => none(Fetch::Url32)?,
+        "base32+src" => none(Fetch::Base32Src)?,
+        "capture.req.method" => none(Fetch::CaptureReqMethod)?,
+        "capture.req.uri" => none(Fetch::CaptureReqUri)?,
+        "capture.req.ver" => none(Fetch::CaptureReqVer)?,
+        "txn.status" => none(Fetch::Status)?,
         "fc_pp_unique_id" => none(Fetch::FcPpUniqueId)?,
         "always_true" => none(Fetch::Bool(true))?,
         "always_false" => none(Fetch::Bool(false))?,

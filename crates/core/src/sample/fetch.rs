@@ -14,7 +14,10 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     use Fetch::*;
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
-        SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) => Kind::Bool,
+        SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
+        | Stopping => Kind::Bool,
+        Base32Src => Kind::Bin,
+        FcHttpMajor | BeServerTimeout | BeTunnelTimeout | Base32 | Url32 => Kind::Int,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
@@ -217,6 +220,49 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::HttpAuthPass => authorization(cx)
             .and_then(crate::auth::basic_credentials)
             .map(|(_, p)| Sample::string(p)),
+        Fetch::SrcIsLocal => Some(Sample::Bool(is_local(cx.src.ip()))),
+        Fetch::DstIsLocal => dst(cx).map(|a| Sample::Bool(is_local(a.ip()))),
+        Fetch::Stopping => Some(Sample::Bool(p.stopping.load(Ordering::Relaxed))),
+        Fetch::Hostname => Some(Sample::string(crate::conf::hostname())),
+        Fetch::FcHttpMajor => {
+            let two = cx.client.is_some_and(|c| c.is_stream());
+            Some(Sample::Int(if two { 2 } else { 1 }))
+        }
+        Fetch::BeServerTimeout | Fetch::BeTunnelTimeout => {
+            let be = &config.backends[cx.backend?];
+            let t = match f {
+                Fetch::BeServerTimeout => be.timeout_server,
+                _ => be.timeout_tunnel.or(be.timeout_server),
+            };
+            Some(Sample::Int(t.map_or(0, |t| t.as_millis() as i64)))
+        }
+        Fetch::Uuid => Some(Sample::string(uuid4())),
+        Fetch::Base32 | Fetch::Url32 => {
+            let r = cx.req?;
+            let tail = match f {
+                Fetch::Base32 => r.path(),
+                _ => r.target(),
+            };
+            Some(Sample::Int(i64::from(host_hash(r, tail))))
+        }
+        Fetch::Base32Src => {
+            let r = cx.req?;
+            let mut v = host_hash(r, r.path()).to_be_bytes().to_vec();
+            match plain_ip(cx.src.ip()) {
+                IpAddr::V4(a) => v.extend_from_slice(&a.octets()),
+                IpAddr::V6(a) => v.extend_from_slice(&a.octets()),
+            }
+            Some(Sample::Bin(Cow::Owned(v)))
+        }
+        Fetch::CaptureReqMethod => cx.req.map(|r| Sample::str(r.method())),
+        Fetch::CaptureReqUri => cx.req.map(|r| Sample::str(r.target())),
+        Fetch::CaptureReqVer => cx.req.map(|r| match cx.client {
+            Some(c) if c.is_stream() => Sample::str(b"HTTP/2.0"),
+            _ => match r.version() {
+                Version::Http10 => Sample::str(b"HTTP/1.0"),
+                _ => Sample::str(b"HTTP/1.1"),
+            },
+        }),
         Fetch::FcPpAuthority => cx.client?.proxied()?.authority.as_deref().map(Sample::str),
         Fetch::FcPpUniqueId => cx.client?.proxied()?.unique_id.as_deref().map(Sample::str),
         Fetch::SslCIssuer => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.1)),
@@ -273,6 +319,35 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         Fetch::ResCook(name) => Some(cookies(cx, name, true)),
         _ => None,
     }
+}
+
+/// Whether `ip` is one of this host's addresses (one a socket can be bound to).
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind((plain_ip(ip), 0)).is_ok()
+}
+
+/// A random version 4 UUID, in its usual text form.
+fn uuid4() -> String {
+    let mut b: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h[..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..].concat()
+    )
+}
+
+/// HAProxy's `base32`/`url32` hash: sdbm over the Host header's value then `tail`, then
+/// its avalanche.
+fn host_hash(r: &sluice_http::RequestView<'_>, tail: &[u8]) -> u32 {
+    let host = r.header("host").map(trim_ows).unwrap_or_default();
+    let bytes: Vec<u8> = host.iter().chain(tail).copied().collect();
+    super::hash::avalanche(super::hash::sdbm(&bytes))
 }
 
 /// The request's `Authorization` header.
