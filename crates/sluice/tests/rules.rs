@@ -454,7 +454,7 @@ frontend fe
     http-request deny errorfile {} if {{ path /teapot }}
     http-request tarpit deny_status 503 if {{ path /trap }}
     http-request reject if {{ path /gone }}
-    http-request return status 201 content-type application/json hdr X-A 1 lf-string {{\\\"src\\\":\\\"%[src]\\\"}} if {{ path /made }}
+    http-request return status 201 content-type application/json hdr X-A 1 hdr X-Empty %[req.hdr(x-absent)] lf-string {{\\\"src\\\":\\\"%[src]\\\"}} if {{ path /made }}
     default_backend be
 backend be
     server s1 {}
@@ -478,6 +478,8 @@ backend be
     assert!(answer.is_none() && closed);
     let r = get(p.addr(), "/made");
     assert_eq!(r.status, 201);
+    // A header whose value comes out empty is left out, as HAProxy does.
+    assert_eq!(r.header("x-empty"), None);
     assert_eq!(r.header("x-a"), Some("1"));
     assert_eq!(r.text(), "{\"src\":\"127.0.0.1\"}");
     assert!(origin.requests().is_empty(), "nothing reached the server");

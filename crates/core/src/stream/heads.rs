@@ -275,10 +275,12 @@ pub(crate) fn reply_bytes(r: &Reply, cx: &Ctx<'_>) -> Vec<u8> {
     }
     let rendered = r.lf.as_ref().map(|f| f.render(cx));
     let body = rendered.as_deref().unwrap_or(&r.body);
+    // A header whose value comes out empty is left out, as HAProxy leaves it.
     let headers: Vec<(&str, Vec<u8>)> = r
         .hdrs
         .iter()
         .map(|(n, v)| (n.as_str(), v.render(cx)))
+        .filter(|(_, v)| !v.is_empty())
         .collect();
     local_response_with(r.status, r.content_type.as_deref(), &headers, body)
 }
