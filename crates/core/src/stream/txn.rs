@@ -1096,6 +1096,21 @@ fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec<u8> {
     }
 }
 
+/// The path and query of a request target in absolute form (`http://host/p?q` gives
+/// `/p?q`), as HAProxy compares `monitor-uri`; any other form as it is.
+fn origin_form(target: &[u8]) -> &[u8] {
+    let lower = target.get(..8).map(|p| p.to_ascii_lowercase());
+    let after_scheme = match lower.as_deref() {
+        Some(p) if p.starts_with(b"http://") => &target[7..],
+        Some(p) if p.starts_with(b"https://") => &target[8..],
+        _ => return target,
+    };
+    match after_scheme.iter().position(|&b| b == b'/') {
+        Some(i) => &after_scheme[i..],
+        None => b"/",
+    }
+}
+
 /// `page` (a whole response) with one more header, after its status line.
 fn with_header(mut page: Vec<u8>, name: &str, value: &str) -> Vec<u8> {
     let Some(eol) = page.windows(2).position(|w| w == b"\r\n") else {
@@ -1110,7 +1125,7 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
     let mut edits = Edits::default();
-    if fe.monitor.uri.as_deref().map(str::as_bytes) == Some(req.target()) {
+    if fe.monitor.uri.as_deref().map(str::as_bytes) == Some(origin_form(req.target())) {
         // `monitor-uri`: the proxy answers for itself, before any rule.
         let failing = fe
             .monitor
