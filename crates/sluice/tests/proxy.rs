@@ -758,3 +758,33 @@ fn heads_and_bodies_arriving_in_pieces_are_put_together() {
         assert_eq!(c.get("/next").text(), "o /next");
     }
 }
+
+#[test]
+fn a_head_response_leaves_its_server_connection_reusable() {
+    // A server that answers HEAD as it should: the head of the GET answer, no body.
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            if r.method == "HEAD" {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\n".to_vec().into()
+            } else {
+                ok_response("hello").into()
+            }
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let mut c = p.connect();
+    for _ in 0..3 {
+        c.send(b"HEAD /h HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response_for(true).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    c.send(b"GET /g HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    // Nothing follows a HEAD response's head: the one server connection served them all.
+    assert_eq!(origin.count(), 4);
+    assert_eq!(origin.conns(), 1);
+}
