@@ -76,6 +76,22 @@ pub fn lex_bytes(
                             i = expand(line, i, &mut cur, env)?;
                             continue;
                         }
+                        // `$NAME` without braces, as HAProxy also reads it in double quotes.
+                        Some(b'$')
+                            if line
+                                .get(i + 1)
+                                .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_') =>
+                        {
+                            let end = (i + 1..line.len())
+                                .find(|&j| !(line[j].is_ascii_alphanumeric() || line[j] == b'_'))
+                                .unwrap_or(line.len());
+                            let name = String::from_utf8_lossy(&line[i + 1..end]);
+                            if let Some(v) = env(&name) {
+                                cur.extend_from_slice(v.as_bytes());
+                            }
+                            i = end;
+                            continue;
+                        }
                         Some(&b) => cur.push(b),
                     }
                     i += 1;
@@ -183,6 +199,14 @@ mod tests {
         assert_eq!(lex("  bind  :80\t# listen here"), vec!["bind", ":80"]);
         assert_eq!(lex("# only a comment"), Vec::<String>::new());
         assert_eq!(lex(""), Vec::<String>::new());
+    }
+
+    #[test]
+    fn bare_dollar_names_expand_in_double_quotes() {
+        assert_eq!(
+            lex(r#""$PORT/x" '$PORT' "$NOPE-" "$""#),
+            vec!["8080/x", "$PORT", "-", "$"]
+        );
     }
 
     #[test]

@@ -521,6 +521,13 @@ fn conditions_with_cc_and_if_blocks() {
         Some(1)
     );
     assert_eq!(cc("streq(\"${SLUICE_TEST_SET}\",yes)"), Some(0));
+    // `$NAME` in double quotes too, as HAProxy reads it.
+    assert_eq!(
+        cc("defined(SLUICE_TEST_SET) && streq(\"$SLUICE_TEST_SET\",\"yes\")"),
+        Some(0)
+    );
+    assert_eq!(cc("streq(\"$SLUICE_TEST_SET\",\"no\")"), Some(1));
+    assert_eq!(cc("streq(\"$SLUICE_TEST_SET\","), Some(2));
     assert_eq!(cc("nosuch(x)"), Some(2));
     // A configuration whose blocks pick the valid part: read as written, the skipped
     // branches would be errors.

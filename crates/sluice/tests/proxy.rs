@@ -766,7 +766,9 @@ fn a_head_response_leaves_its_server_connection_reusable() {
         "o",
         Arc::new(|r: &Received| {
             if r.method == "HEAD" {
-                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\n".to_vec().into()
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\n"
+                    .to_vec()
+                    .into()
             } else {
                 ok_response("hello").into()
             }
