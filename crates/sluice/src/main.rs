@@ -365,7 +365,18 @@ fn main() -> ExitCode {
             });
     }
     match sluice_core::run(config, opts) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(None) => ExitCode::SUCCESS,
+        // Stopped by SIGTERM or SIGINT: the process ends by that signal, as HAProxy's
+        // does (its status says so to whoever started it).
+        Ok(Some(sig)) => {
+            // SAFETY: restoring a signal's default action and raising it on this process
+            // only ends the process; nothing else runs after.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::raise(sig);
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             sluice_core::say!("sluice: fatal: {e}");
             ExitCode::from(1)

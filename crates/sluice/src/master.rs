@@ -345,8 +345,9 @@ pub fn run(opts: Options) -> ExitCode {
                     return ExitCode::SUCCESS;
                 }
                 _ = int.recv() => {
+                    // As HAProxy's master: 130 after SIGINT (0 after SIGTERM).
                     stop_all(&mut current, &mut old, libc::SIGTERM);
-                    return ExitCode::SUCCESS;
+                    return ExitCode::from(130);
                 }
                 _ = tick.tick() => {
                     old.retain_mut(|c| c.try_wait().ok().flatten().is_none());

@@ -798,3 +798,23 @@ fn a_table_shared_with_the_local_peer_survives_a_reload() {
         "{out}"
     );
 }
+
+#[test]
+fn a_master_stopped_by_sigint_exits_130_and_by_sigterm_0() {
+    // As HAProxy 2.6's master (checked side by side): 130 after SIGINT, 0 after SIGTERM.
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 0)] {
+        let (_port, addr) = reserved_port();
+        let cfg =
+            format!("{DEFAULTS}frontend fe\n    bind {addr}\n    http-request return status 200\n");
+        let mut master = Sluice::start_args(&cfg, &["-W".into()]);
+        wait_until("the first worker", || workers(&master).len() == 1);
+        let worker = workers(&master)[0];
+        signal(master.pid(), sig);
+        wait_until("the master gone", || {
+            master.child.try_wait().unwrap().is_some()
+        });
+        let status = master.child.try_wait().unwrap().unwrap();
+        assert_eq!(status.code(), Some(code), "{sig}");
+        wait_until("its worker gone", || !alive(worker));
+    }
+}

@@ -2,7 +2,8 @@
 //! runtime CLI), and the signals that stop it (`hard-stop-after`).
 //!
 //! The control thread is the process's main thread once the workers run: it waits for
-//! signals, as HAProxy's process does. SIGTERM/SIGINT stop at once (exit status 0); SIGUSR1
+//! signals, as HAProxy's process does. SIGTERM/SIGINT stop at once (the process then ends
+//! by that signal, as HAProxy's); SIGUSR1
 //! starts a soft stop, which ends when no client connection is left or when
 //! `hard-stop-after` expires; SIGHUP writes every server's state to standard error and
 //! carries on; SIGTTOU stops the workers accepting (new connections wait in the kernel's
@@ -180,7 +181,10 @@ pub enum RunError {
 }
 
 /// Opens the listeners, starts the workers and blocks until the process must exit.
-pub fn run(config: Config, mut opts: RunOptions) -> Result<(), RunError> {
+/// Runs until the process is stopped: `Ok(Some(SIGNAL))` when SIGTERM or SIGINT stopped it
+/// at once (the caller ends by that signal, as HAProxy's process does), `Ok(None)` after a
+/// soft stop.
+pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError> {
     let nbthread = config.global.nbthread();
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
@@ -494,7 +498,7 @@ fn wait_for_stop_signal(
     process: &Process,
     inboxes: &Inboxes,
     signals: Signals,
-) -> Result<(), RunError> {
+) -> Result<Option<i32>, RunError> {
     let Signals {
         rt,
         mut term,
@@ -508,8 +512,8 @@ fn wait_for_stop_signal(
     rt.block_on(async {
         loop {
             tokio::select! {
-                _ = term.recv() => return Ok(()),
-                _ = int.recv() => return Ok(()),
+                _ = term.recv() => return Ok(Some(libc::SIGTERM)),
+                _ = int.recv() => return Ok(Some(libc::SIGINT)),
                 _ = usr1.recv() => break,
                 _ = usr2.recv() => say!("sluice: SIGUSR2 received outside master-worker mode: ignored"),
                 _ = hup.recv() => dump_server_states(process),
@@ -543,21 +547,21 @@ fn wait_for_stop_signal(
         let mut tick = tokio::time::interval(Duration::from_millis(50));
         loop {
             tokio::select! {
-                _ = term.recv() => return Ok(()),
-                _ = int.recv() => return Ok(()),
+                _ = term.recv() => return Ok(Some(libc::SIGTERM)),
+                _ = int.recv() => return Ok(Some(libc::SIGINT)),
                 _ = hup.recv() => dump_server_states(process),
                 _ = usr2.recv() => {}
                 _ = tick.tick() => {}
             }
             let active = process.active_total();
             if active == 0 && process.settled() {
-                return Ok(());
+                return Ok(None);
             }
             if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 say!(
                     "sluice: hard-stop-after reached with {active} connection(s) still active"
                 );
-                return Ok(());
+                return Ok(None);
             }
         }
     })
