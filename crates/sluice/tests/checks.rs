@@ -1555,3 +1555,36 @@ fn server_states_saved_before_a_restart_are_taken_back() {
         assert!(get(second.addr(), "/").text().starts_with("b "));
     }
 }
+
+#[test]
+fn a_backends_own_option_httpchk_drops_the_inherited_http_check_send() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut buf = vec![0u8; 4096];
+            let n = c.read(&mut buf).unwrap_or(0);
+            s2.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let _p = Sluice::start(&format!(
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n    option httpchk GET /inherited\n    http-check send hdr X-Probe 1\nfrontend f\n    {{fe}}\n    default_backend a\nbackend a\n    server s {addr} check inter 100ms\nbackend b\n    option httpchk GET /own\n    server s {addr} check inter 100ms\n"
+    ));
+    let has = |start: &str| {
+        let seen = seen.lock().unwrap();
+        seen.iter().find(|r| r.starts_with(start)).cloned()
+    };
+    wait_until("both backends checked", || {
+        has("GET /inherited ").is_some() && has("GET /own ").is_some()
+    });
+    // `a` inherits the defaults' request whole; `b`'s own `option httpchk` starts anew, as
+    // HAProxy's does.
+    assert!(has("GET /inherited ").unwrap().contains("X-Probe: 1\r\n"));
+    assert!(!has("GET /own ").unwrap().contains("X-Probe"));
+}

@@ -337,9 +337,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             r.method = method.to_string();
             r.uri = CheckText::literal(uri);
             r.version = version.to_string();
+            // A new HTTP check: what `http-check send` set before (in a defaults section
+            // this proxy inherits) is dropped, as HAProxy starts a new ruleset.
+            r.headers.clear();
+            r.body = CheckText::default();
             // HAProxy 2.6 takes a HOST given this way as the Host header.
             if let Some(h) = host {
-                r.headers.retain(|(n, _)| !n.eq_ignore_ascii_case("host"));
                 r.headers.push(("host".into(), CheckText::literal(&h)));
             }
             Ok(())
