@@ -292,11 +292,28 @@ pub fn for_request(conf: &CompConf, req: &RequestView<'_>) -> Option<Algo> {
     if !conf.enabled() || req.version() != Version::Http11 || req.is_head() {
         return None;
     }
+    if req.header("user-agent").is_some_and(broken_gzip) {
+        return None;
+    }
     let values = req
         .headers()
         .filter(|(n, _)| name_is(n, "accept-encoding"))
         .map(|(_, v)| v);
     choose(values, &conf.algos)
+}
+
+/// A browser HAProxy 2.6 never compresses for: one announcing itself as `Mozilla/4`, unless
+/// it is MSIE 7 or later, or MSIE 6 with XP SP2 (`SV1`), whose gzip works.
+fn broken_gzip(ua: &[u8]) -> bool {
+    if !ua.starts_with(b"Mozilla/4") {
+        return false;
+    }
+    let msie = ua.get(25..30) == Some(b"MSIE ");
+    match ua.get(30) {
+        Some(&v) if msie && v > b'6' => false,
+        Some(b'6') if msie => ua.get(51..54) != Some(b"SV1"),
+        _ => true,
+    }
 }
 
 /// Whether a response may be compressed (HAProxy's rules, see the module docs of `stream`).
@@ -529,6 +546,27 @@ impl Compressor {
             out.extend_from_slice(b"\r\n");
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod ua_tests {
+    #[test]
+    fn old_mozilla_4_agents_get_no_compression() {
+        for (ua, broken) in [
+            ("Mozilla/4.0", true),
+            ("Mozilla/4.0 (compatible; MSIE 5.5; Windows NT 5.0)", true),
+            ("Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1)", true),
+            (
+                "Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1; SV1)",
+                false,
+            ),
+            ("Mozilla/4.0 (compatible; MSIE 7.0; Windows NT 6.0)", false),
+            ("Mozilla/5.0 (X11; Linux x86_64)", false),
+            ("curl/8.1", false),
+        ] {
+            assert_eq!(super::broken_gzip(ua.as_bytes()), broken, "{ua}");
+        }
     }
 }
 

@@ -247,6 +247,27 @@ fn skip_rules() {
     let r = c.response_for(true).unwrap();
     assert_eq!(r.header("content-encoding"), None, "HEAD");
     assert_eq!(r.header("content-length"), Some("5000"));
+    // Old browsers whose gzip HAProxy 2.6 does not trust get the response as it is (checked
+    // side by side with HAProxy): Mozilla/4 but MSIE 7+ or MSIE 6 with SV1.
+    for (ua, compressed) in [
+        ("Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1)", false),
+        (
+            "Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1; SV1)",
+            true,
+        ),
+        ("Mozilla/4.0 (compatible; MSIE 7.0; Windows NT 6.0)", true),
+        ("Mozilla/5.0 (X11; Linux x86_64)", true),
+    ] {
+        let mut c = p.connect();
+        c.send(
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\nUser-Agent: {ua}\r\nAccept-Encoding: gzip\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let r = c.response();
+        assert_eq!(r.header("content-encoding").is_some(), compressed, "{ua}");
+    }
     let mut c10 = p.connect();
     c10.send(b"GET / HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n");
     let r = c10.response();
