@@ -335,6 +335,17 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             on(|a| drop(exchange(a, &get("/ok?x=1")))),
             1,
         ),
+        case(
+            "abort_during_retries",
+            ABORT,
+            on(|a| {
+                let mut c = TcpStream::connect(a).unwrap();
+                c.write_all(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+            }),
+            1,
+        ),
         // The first result of each server, then the one going down (in either order).
         case("health_checks", CHECKS, on(|_| {}), 3),
         case(
@@ -381,6 +392,25 @@ frontend fe
     default_backend be
 backend be
     server s {o}
+";
+
+/// `option abortonclose` with a server that refuses and retries that wait in between.
+const ABORT: &str = "global
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    option httplog
+    option abortonclose
+    retries 3
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+frontend fe
+    {fe}
+    default_backend be
+backend be
+    server dead 127.0.0.1:1
 ";
 
 /// A line with what changes from run to run masked: the client's port, the date, and every

@@ -76,6 +76,9 @@ pub(crate) enum ConnectError {
     Connect(io::Error),
     #[error("the client left while the request was queued")]
     ClientGone,
+    /// `option abortonclose`: the client left while the connection was being retried.
+    #[error("the client left while the server connection was being attempted")]
+    ClientGoneConnecting,
 }
 
 impl ConnectError {
@@ -86,6 +89,7 @@ impl ConnectError {
             ConnectError::Connect(e) if e.kind() == io::ErrorKind::TimedOut => *b"sC",
             ConnectError::Connect(_) => *b"SC",
             ConnectError::ClientGone => *b"CQ",
+            ConnectError::ClientGoneConnecting => *b"CC",
         }
     }
 }
@@ -225,7 +229,14 @@ pub(crate) async fn establish<'w>(
             let turn = be
                 .timeout_connect
                 .map_or(TURN_AROUND, |t| t.min(TURN_AROUND));
-            tokio::time::sleep(turn).await;
+            match abort_on {
+                // `option abortonclose`: a client that leaves meanwhile ends it (`CC`).
+                Some(client) => tokio::select! {
+                    () = tokio::time::sleep(turn) => {}
+                    () = client.closed() => return Err(ConnectError::ClientGoneConnecting),
+                },
+                None => tokio::time::sleep(turn).await,
+            }
         }
     }
 }

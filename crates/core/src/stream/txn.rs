@@ -503,11 +503,13 @@ impl Txn {
         self.log.attempts = Some(at);
         let (mut conn, _occupancy) = got.map_err(|e| {
             let phase = match e {
-                ConnectError::Connect(_) => Phase::Connect,
+                ConnectError::Connect(_) | ConnectError::ClientGoneConnecting => Phase::Connect,
                 _ => Phase::Queue,
             };
             match e {
-                ConnectError::ClientGone => Fail::drop(Cause::Connect(e), phase),
+                ConnectError::ClientGone | ConnectError::ClientGoneConnecting => {
+                    Fail::drop(Cause::Connect(e), phase)
+                }
                 e => Fail::answer(503, Cause::Connect(e), phase),
             }
         })?;
