@@ -550,7 +550,7 @@ impl Compressor {
 }
 
 #[cfg(test)]
-mod ua_tests {
+mod tests {
     #[test]
     fn old_mozilla_4_agents_get_no_compression() {
         for (ua, broken) in [
@@ -568,10 +568,7 @@ mod ua_tests {
             assert_eq!(super::broken_gzip(ua.as_bytes()), broken, "{ua}");
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
     use super::*;
 
     fn pick(ae: &str, offered: &[Algo]) -> Option<Algo> {
