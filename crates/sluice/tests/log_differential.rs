@@ -34,6 +34,8 @@ fn origin() -> Origin {
             }
             match path {
                 "/slow" => Reply::Delayed(Duration::from_secs(2), ok_response("late\n")),
+                // More than the sockets on the way hold: a client that does not read stalls it.
+                "/big" => ok_response(&"x".repeat(16 << 20)).into(),
                 "/chunked" => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n world\n\r\n0\r\n\r\n".to_vec().into(),
                 "/early" => b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n".to_vec().into(),
                 _ => ok_response("hello world\n").into(),
@@ -195,6 +197,9 @@ fn tls_exchange(ca: &Ca, addr: SocketAddr) {
     let _ = tls.read_to_end(&mut Vec::new());
 }
 
+/// Cases whose byte count depends on the kernel's socket buffers: masked.
+const BYTES_VARY: &[&str] = &["client_stalls_mid_response"];
+
 /// Lines kept different on purpose: (case, what HAProxy logs, what sluice logs instead).
 const ON_PURPOSE: &[(&str, &str, &str)] = &[
     // sluice answers an over-long request line with 414 (docs/h1-strictness.md); HAProxy
@@ -346,6 +351,17 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             }),
             1,
         ),
+        case(
+            "client_stalls_mid_response",
+            HTTP,
+            on(|a| {
+                let mut c = TcpStream::connect(a).unwrap();
+                c.write_all(&get("/big")).unwrap();
+                // Reads nothing until well after `timeout client` (2 s).
+                std::thread::sleep(Duration::from_millis(3500));
+            }),
+            1,
+        ),
         // The first result of each server, then the one going down (in either order).
         case("health_checks", CHECKS, on(|_| {}), 3),
         case(
@@ -447,6 +463,20 @@ fn mask(line: &str) -> String {
     words.join(" ")
 }
 
+/// The line with its byte count (the field after the status) masked.
+fn mask_bytes(line: &str) -> String {
+    let mut words: Vec<&str> = line.split(' ').collect();
+    if let Some(i) = words
+        .iter()
+        .position(|w| w.contains("/T") || w.contains("T/"))
+    {
+        if let Some(b) = words.get_mut(i + 2) {
+            *b = "B";
+        }
+    }
+    words.join(" ")
+}
+
 fn reference(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/haproxy-2.6/logs")
@@ -495,7 +525,10 @@ fn access_log_lines_match_haproxys() {
     let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
     let mut differ = Vec::new();
     for (name, config, exchange, lines) in cases(&ca, &crt) {
-        let got = run(&config, &exchange, lines, haproxy);
+        let mut got = run(&config, &exchange, lines, haproxy);
+        if BYTES_VARY.contains(&name) {
+            got = got.iter().map(|l| mask_bytes(l)).collect();
+        }
         let path = reference(name);
         if haproxy {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
