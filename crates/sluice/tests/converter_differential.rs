@@ -41,6 +41,14 @@ const EXPRESSIONS: &[&str] = &[
     "capture.req.uri",
     "capture.req.ver",
     "req.ver",
+    "req.body_len",
+    "req.body_size",
+    "req.body_param(b)",
+    "srv_is_up(be/s)",
+    "srv_conn(be/s)",
+    "IN,add_item(;,txn.other,-end)",
+    "IN,add_item(;,txn.nothing)",
+    "str(),add_item(;,txn.other)",
 ];
 
 /// Inputs, sent as the `X-In` header.
@@ -48,14 +56,16 @@ const INPUTS: &[&str] = &["hello world", "abc", "a/b?c=d&e f~"];
 
 fn config() -> String {
     let mut c = String::from(
-        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 2s\n    timeout server 2s\nfrontend fe\n    {fe}\n    http-request set-var(txn.other) str(abc)\n",
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 2s\n    timeout server 2s\nfrontend fe\n    {fe}\n    option http-buffer-request\n    http-request set-var(txn.other) str(abc)\n",
     );
     for (i, e) in EXPRESSIONS.iter().enumerate() {
+        // (`c.push_str` below; a backend for the server fetches comes after.)
         c.push_str(&format!(
             "    http-request return status 200 content-type text/plain lf-string \"%[{}]\" if {{ path /c{i} }}\n",
             e.replace("IN,", "req.hdr(x-in),")
         ));
     }
+    c.push_str("    default_backend be\nbackend be\n    server s 127.0.0.1:9\n");
     c
 }
 
@@ -66,7 +76,7 @@ fn answers(p: &Sluice) -> Vec<String> {
             let mut c = Conn::new(p.addr());
             c.send(
                 format!(
-                    "GET /c{i}?q={i} HTTP/1.1\r\nHost: t.example\r\nX-In: {input}\r\nConnection: close\r\n\r\n"
+                    "POST /c{i}?q={i} HTTP/1.1\r\nHost: t.example\r\nX-In: {input}\r\nContent-Length: 9\r\nConnection: close\r\n\r\na=1&b=two"
                 )
                 .as_bytes(),
             );

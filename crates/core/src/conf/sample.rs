@@ -105,6 +105,19 @@ pub enum Fetch {
     CaptureReqMethod,
     CaptureReqUri,
     CaptureReqVer,
+    /// `req.body_len`, `req.body_size`: the body buffered so far, the body announced
+    /// (Content-Length); `req.body_param(NAME)`: a form field of the buffered body.
+    ReqBodyLen,
+    ReqBodySize,
+    ReqBodyParam(String),
+    /// `fe_req_rate([FE])`, `fe_sess_rate([FE])`, `be_sess_rate([BE])`: per second, over
+    /// the last second.
+    FeReqRate(Option<String>),
+    FeSessRate(Option<String>),
+    BeSessRate(Option<String>),
+    /// `srv_is_up(BE/SRV)`, `srv_conn(BE/SRV)`: a server's state and its connections.
+    SrvIsUp(String, String),
+    SrvConn(String, String),
     /// `fc_pp_authority`, `fc_pp_unique_id`: TLVs of the client's PROXY v2 header.
     FcPpAuthority,
     FcPpUniqueId,
@@ -270,6 +283,9 @@ pub enum Conv {
         size: usize,
         truncate: bool,
     },
+    /// `add_item(DELIM[,VAR[,SUFFIX]])`: the variable's value (and the suffix) appended,
+    /// after the delimiter unless the input is empty.
+    AddItem(String, Option<VarName>, String),
     /// `iif(TRUE,FALSE)`: one of two strings, as the boolean input says.
     Iif(String, String),
     /// `secure_memcmp(VAR)`: the input equals the variable (compared in constant time);

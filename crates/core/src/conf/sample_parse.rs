@@ -341,6 +341,25 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "http_auth_pass" => none(Fetch::HttpAuthPass)?,
         "fc_pp_authority" => none(Fetch::FcPpAuthority)?,
         "src_is_local" => none(Fetch::SrcIsLocal)?,
+        "req.body_len" => none(Fetch::ReqBodyLen)?,
+        "req.body_size" => none(Fetch::ReqBodySize)?,
+        "req.body_param" => {
+            arity(c, 1, 2)?;
+            Fetch::ReqBodyParam(c.args[0].clone())
+        }
+        "fe_req_rate" => proxy(Fetch::FeReqRate)?,
+        "fe_sess_rate" => proxy(Fetch::FeSessRate)?,
+        "be_sess_rate" => proxy(Fetch::BeSessRate)?,
+        "srv_is_up" | "srv_conn" => {
+            arity(c, 1, 1)?;
+            let (be, srv) = c.args[0]
+                .split_once('/')
+                .ok_or_else(|| ParseError(format!("'{}' expects BACKEND/SERVER", c.name)))?;
+            match c.name {
+                "srv_is_up" => Fetch::SrvIsUp(be.to_string(), srv.to_string()),
+                _ => Fetch::SrvConn(be.to_string(), srv.to_string()),
+            }
+        }
         "dst_is_local" => none(Fetch::DstIsLocal)?,
         "stopping" => none(Fetch::Stopping)?,
         "hostname" => none(Fetch::Hostname)?,
@@ -369,8 +388,9 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             Fetch::Int(int(c, 0)?.unwrap_or(0))
         }
         "str" => {
-            arity(c, 1, 1)?;
-            Fetch::Str(c.args[0].clone())
+            // `str()` is the empty string, as HAProxy reads it.
+            arity(c, 0, 1)?;
+            Fetch::Str(c.args.first().cloned().unwrap_or_default())
         }
         "bool" => {
             arity(c, 1, 1)?;
@@ -716,6 +736,11 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
                     truncate,
                 }
             }
+        }
+        "add_item" => {
+            arity(c, 1, 3)?;
+            let var = opt_str(c, 1).map(|v| parse_var(&v)).transpose()?;
+            Conv::AddItem(c.args[0].clone(), var, opt_str(c, 2).unwrap_or_default())
         }
         "iif" => {
             arity(c, 2, 2)?;

@@ -242,6 +242,21 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         } => text(be_chunks(&s.as_binary(), sep, *size, *truncate, |c| {
             c.iter().map(|b| format!("{b:02X}")).collect()
         })),
+        Conv::AddItem(delim, var, suffix) => {
+            let mut out = s.as_bytes().into_owned();
+            let value = var.as_ref().and_then(|v| cx.vars.get(cx.process, v));
+            let item: Vec<u8> = match &value {
+                Some(v) => [v.as_bytes().as_ref(), suffix.as_bytes()].concat(),
+                None => suffix.as_bytes().to_vec(),
+            };
+            if !item.is_empty() {
+                if !out.is_empty() {
+                    out.extend_from_slice(delim.as_bytes());
+                }
+                out.extend_from_slice(&item);
+            }
+            text(out)
+        }
         Conv::Iif(yes, no) => Sample::string(if s.as_bool()? {
             yes.clone()
         } else {

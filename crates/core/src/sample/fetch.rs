@@ -17,7 +17,9 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
         | Stopping => Kind::Bool,
         Base32Src => Kind::Bin,
-        FcHttpMajor | BeServerTimeout | BeTunnelTimeout | Base32 | Url32 => Kind::Int,
+        FcHttpMajor | BeServerTimeout | BeTunnelTimeout | Base32 | Url32 | ReqBodyLen
+        | ReqBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..) => Kind::Int,
+        SrvIsUp(..) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
@@ -220,6 +222,59 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::HttpAuthPass => authorization(cx)
             .and_then(crate::auth::basic_credentials)
             .map(|(_, p)| Sample::string(p)),
+        Fetch::ReqBodyLen => cx.body.map(|b| Sample::Int(b.len() as i64)),
+        Fetch::ReqBodySize => {
+            let len = req_values(cx, "content-length", false)?
+                .into_iter()
+                .next()?;
+            let n = std::str::from_utf8(trim_ows(len))
+                .ok()?
+                .parse::<i64>()
+                .ok()?;
+            Some(Sample::Int(n))
+        }
+        Fetch::ReqBodyParam(name) => crate::balance::form_param(cx.body?, name).map(Sample::str),
+        Fetch::FeReqRate(name) | Fetch::FeSessRate(name) => {
+            let fe = match name {
+                Some(n) => config.frontends.iter().position(|f| &f.name == n)?,
+                None => cx.frontend,
+            };
+            let now = crate::runtime::clock_ms();
+            let c = &p.state.frontends[fe].counters;
+            let per_sec = c
+                .iter()
+                .map(|k| match f {
+                    Fetch::FeReqRate(_) => k.request_rate.per_sec(now),
+                    _ => k.session_rate.per_sec(now),
+                })
+                .sum::<u64>();
+            Some(Sample::Int(per_sec as i64))
+        }
+        Fetch::BeSessRate(name) => backend(cx, name).map(|(_, st)| {
+            let now = crate::runtime::clock_ms();
+            let per_sec: u64 = st
+                .counters
+                .iter()
+                .map(|k| k.session_rate.per_sec(now))
+                .sum();
+            Sample::Int(per_sec as i64)
+        }),
+        Fetch::SrvIsUp(be, srv) | Fetch::SrvConn(be, srv) => {
+            let b = config.backends.iter().position(|x| &x.name == be)?;
+            let s = config.backends[b]
+                .servers
+                .iter()
+                .position(|x| &x.name == srv)?;
+            let st = &p.state.backends[b].servers[s];
+            Some(match f {
+                // UP: not down and not in maintenance (a draining server is up).
+                Fetch::SrvIsUp(..) => Sample::Bool(
+                    st.oper() != crate::runtime::OperState::Down
+                        && st.admin() != crate::runtime::AdminState::Maint,
+                ),
+                _ => Sample::Int(st.in_flight.load(Ordering::Relaxed) as i64),
+            })
+        }
         Fetch::SrcIsLocal => Some(Sample::Bool(is_local(cx.src.ip()))),
         Fetch::DstIsLocal => dst(cx).map(|a| Sample::Bool(is_local(a.ip()))),
         Fetch::Stopping => Some(Sample::Bool(p.stopping.load(Ordering::Relaxed))),
