@@ -39,7 +39,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     },
     Keyword {
         name: "http-request",
-        scope: Scope::FE_BE,
+        scope: Scope::PROXY,
         help: "http-request ACTION [ARGS...] [if|unless COND]",
         parse: |c, args| {
             let rule = match args.first().map(String::as_str) {
@@ -52,7 +52,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     },
     Keyword {
         name: "http-response",
-        scope: Scope::FE_BE,
+        scope: Scope::PROXY,
         help: "http-response ACTION [ARGS...] [if|unless COND]",
         parse: |c, args| {
             let rule = match args.first().map(String::as_str) {
@@ -65,7 +65,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     },
     Keyword {
         name: "http-after-response",
-        scope: Scope::FE_BE,
+        scope: Scope::PROXY,
         help: "http-after-response ACTION [ARGS...] [if|unless COND]: on every response, the proxy's own included",
         parse: |c, args| {
             let rule = parse_rule(&c.rules, args, Side::AfterResponse)?;
@@ -94,7 +94,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     },
     Keyword {
         name: "tcp-request",
-        scope: Scope::FE_BE,
+        scope: Scope::PROXY,
         help: "tcp-request connection|session|content ACTION [if|unless COND] | tcp-request inspect-delay TIME",
         parse: |c, args| {
             let (side, list) = match args.first().map(String::as_str) {

@@ -872,3 +872,39 @@ fn http_response_return_replaces_the_servers_answer() {
     let r = get(p.addr(), "/ok");
     assert_eq!((r.status, r.text()), (200, "fine".to_string()));
 }
+
+#[test]
+fn rules_in_named_defaults_run_first_and_only_where_haproxy_allows_them() {
+    // A named defaults section's rules run before the proxy's own (checked side by side with
+    // HAProxy 2.6.12, which accepts and refuses exactly these configurations).
+    let p = Sluice::start(
+        "defaults web\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 1s\n    http-request set-var(txn.order) str(defaults)\n    http-request set-header X-From-Defaults 1\nfrontend fe from web\n    {fe}\n    http-request set-var(txn.order) str(defaults-then-proxy) if { var(txn.order) -m str defaults }\n    http-request return status 200 content-type text/plain lf-string \"%[var(txn.order)] %[req.hdr(x-from-defaults)]\"\n",
+    );
+    assert_eq!(get(p.addr(), "/").text(), "defaults-then-proxy 1");
+    for (text, says) in [
+        (
+            "defaults\n    mode http\n    http-request deny\nfrontend f\n    bind 127.0.0.1:1\n",
+            "c.cfg:3: 'http-request' not allowed in anonymous 'defaults' section",
+        ),
+        (
+            "defaults\n    mode http\n    tcp-response content reject\nfrontend f\n    bind 127.0.0.1:1\n",
+            "c.cfg:3: 'tcp-response' not allowed in anonymous 'defaults' section",
+        ),
+        (
+            "defaults web\n    mode http\n    http-request deny\nfrontend f\n    bind 127.0.0.1:1\n    default_backend b\nbackend b\n    server s 127.0.0.1:2\n",
+            "frontends and backends cannot inherit from the same defaults section",
+        ),
+        (
+            "defaults web\n    mode http\n    http-request deny\nlisten l\n    bind 127.0.0.1:1\n    server s 127.0.0.1:2\n",
+            "a listen section cannot use it",
+        ),
+    ] {
+        let (ok, err) = check_config(text);
+        assert!(!ok && err.contains(says), "{text}\n{err}");
+    }
+    // Rules-free defaults are shared as before.
+    let (ok, err) = check_config(
+        "defaults web\n    mode http\nfrontend f\n    bind 127.0.0.1:1\n    default_backend b\nbackend b\n    server s 127.0.0.1:2\n",
+    );
+    assert!(ok, "{err}");
+}

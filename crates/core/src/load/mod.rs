@@ -113,6 +113,10 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut proxies: Vec<Proxy> = Vec::new();
     let mut peer_sections = Vec::new();
     let mut userlists = Vec::new();
+    // The defaults section each proxy takes its settings from (`None`: an anonymous one),
+    // to check how defaults with rules are shared.
+    let mut defaults_name: Option<String> = None;
+    let mut users_of: Vec<(String, SectionKind, Loc)> = Vec::new();
     for section in &sections {
         let header = Loc {
             file: section.header.file.clone(),
@@ -190,6 +194,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     },
                 };
                 parse_proxy_lines(section, &mut defaults, Scope::DEFAULTS, &mut errors);
+                defaults_name = name.map(str::to_string);
                 if let Some(n) = name {
                     if named.insert(n.to_string(), defaults.clone()).is_some() {
                         errors.push(header.error(format!("defaults '{n}' is defined twice")));
@@ -206,6 +211,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                 }
                 // `from NAME`: a named defaults section instead of the last one.
                 let mut args = &section.args[..];
+                let mut from_name = defaults_name.clone();
                 let mut conf = match args.iter().position(|a| a == "from") {
                     Some(i) => {
                         let Some(other) = args.get(i + 1) else {
@@ -224,10 +230,16 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                             }
                         };
                         args = &args[..i];
+                        from_name = Some(other.clone());
                         base
                     }
                     None => defaults.clone(),
                 };
+                // Rules at this point are the defaults' own.
+                let defaults_rules = conf.rules.sets.all().next().is_some();
+                if let Some(n) = from_name.filter(|_| defaults_rules) {
+                    users_of.push((n, kind, header.clone()));
+                }
                 if kind != SectionKind::Listen && !args.is_empty() {
                     errors.push(header.error(format!(
                         "unexpected '{}' after the {} name (expects 'from DEFAULTS')",
@@ -266,6 +278,21 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     conf,
                 });
             }
+        }
+    }
+    // A defaults section with rules serves frontends or backends, not both, and no listen
+    // (HAProxy 2.6: its rules would otherwise run twice or in the wrong place).
+    for (name, kind, at) in &users_of {
+        let fe_side = |k: &SectionKind| matches!(k, SectionKind::Frontend | SectionKind::Listen);
+        let be_side = |k: &SectionKind| matches!(k, SectionKind::Backend | SectionKind::Listen);
+        let others = users_of.iter().filter(|(n, ..)| n == name);
+        let mixed = *kind == SectionKind::Listen
+            || (fe_side(kind) && others.clone().any(|(_, k, _)| be_side(k)))
+            || (be_side(kind) && others.clone().any(|(_, k, _)| fe_side(k)));
+        if mixed {
+            errors.push(at.error(format!(
+                "frontends and backends cannot inherit from the same defaults section if it defines TCP/HTTP rules (defaults '{name}'; a listen section cannot use it at all)"
+            )));
         }
     }
     // `errorfiles NAME` may name a section defined anywhere in the configuration.
@@ -366,13 +393,22 @@ fn parse_proxy_lines(
     errors: &mut Vec<ConfigError>,
 ) {
     let what = section.kind.name();
+    // As HAProxy 2.6: rules only in named defaults sections.
+    let anonymous = section.kind == SectionKind::Defaults && section.name.is_none();
     for line in &section.lines {
         conf.at = Loc {
             file: line.file.clone(),
             line: line.line,
         };
+        let rules = conf.rules.sets.all().count();
         if let Err(e) = dispatch(PROXY_TABLES, conf, line, scope, what) {
             errors.push(e);
+        }
+        if anonymous && conf.rules.sets.all().count() > rules {
+            errors.push(line.error(format!(
+                "'{}' not allowed in anonymous 'defaults' section (name it, and use it with 'from')",
+                line.words[0]
+            )));
         }
     }
 }
