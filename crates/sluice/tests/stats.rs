@@ -1248,3 +1248,31 @@ fn a_backend_serves_the_stats_page_to_the_requests_routed_to_it() {
     assert_eq!(get(p.addr(), "/other").status, 200);
     assert_eq!(a.count(), 1);
 }
+
+#[test]
+fn the_stats_page_takes_a_scope_in_its_url() {
+    let a = Origin::start("a");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    stats enable\n    stats uri /st\n    default_backend app1\nbackend app1\n    server s {o}\nbackend app2\n    server s {o}\nbackend other\n    server s {o}\n",
+        o = a.addr
+    ));
+    let names = |url: &str| -> Vec<String> {
+        let csv = raw(
+            p.addr(),
+            &format!("GET {url} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        );
+        let body = csv.split_once("\r\n\r\n").unwrap().1.to_string();
+        let mut px: Vec<String> = body
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split(',').next().map(String::from))
+            .filter(|n| !n.is_empty())
+            .collect();
+        px.dedup();
+        px
+    };
+    assert_eq!(names("/st;csv"), ["fe", "app1", "app2", "other"]);
+    // `;scope=TEXT`: the proxies whose name holds it, case ignored (HAProxy's).
+    assert_eq!(names("/st;csv;scope=APP"), ["app1", "app2"]);
+    assert_eq!(names("/st;csv;scope=app2"), ["app2"]);
+}

@@ -72,7 +72,16 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
         let location = format!("{};st={status}", req.page.uri());
         return response("303 See Other", &[("location", &location)], b"");
     }
-    let rows = rows(p, req.page, opts.contains(&"up"));
+    // `;scope=TEXT`: only the proxies whose name contains it (case ignored), as HAProxy.
+    let scope = opts
+        .iter()
+        .find_map(|o| o.strip_prefix("scope="))
+        .map(|t| unescape(t).to_ascii_lowercase())
+        .filter(|t| !t.is_empty());
+    let mut rows = rows(p, req.page, opts.contains(&"up"));
+    if let Some(t) = &scope {
+        rows.retain(|r| r.name("pxname").to_ascii_lowercase().contains(t.as_str()));
+    }
     let data = |content_type: &str, body: String| {
         response(
             "200 OK",
