@@ -69,6 +69,7 @@ const VARS: &[(&str, Var)] = &[
     ("bi", Var::BackendSrcIp),
     ("bp", Var::BackendSrcPort),
     ("HP", Var::Path),
+    ("HPO", Var::PathOnly),
     ("HQ", Var::Query),
     ("ms", Var::DateMs),
     ("Th", Var::TimeHandshake),
@@ -1034,6 +1035,16 @@ impl<'a> Record<'a> {
             Var::Path => {
                 let end = self.uri.find('?').unwrap_or(self.uri.len());
                 write!(out, "{}", &self.uri[..end])
+            }
+            Var::PathOnly => {
+                let end = self.uri.find('?').unwrap_or(self.uri.len());
+                let uri = &self.uri[..end];
+                // An absolute-form target loses its scheme and authority.
+                let path = match uri.split_once("://") {
+                    Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+                    None => uri,
+                };
+                write!(out, "{path}")
             }
             Var::Query => {
                 let at = self.uri.find('?').unwrap_or(self.uri.len());

@@ -341,6 +341,12 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             1,
         ),
         case(
+            "log_format_absolute_uri",
+            VARIABLES,
+            on(|a| drop(exchange(a, &get("http://a.example/abs/p?y=2")))),
+            1,
+        ),
+        case(
             "abort_during_retries",
             ABORT,
             on(|a| {
@@ -404,7 +410,7 @@ defaults
     timeout server 2s
 frontend fe
     {fe}
-    log-format \"%ci %f %ft %b %s %si %bi %ST %B %U %CC %CS %tsc %ac %fc %bc %sc %rc %sq %bq %HM %HU %HP %HQ %HV %{+Q}r %ts %lc\"
+    log-format \"%ci %f %ft %b %s %si %bi %ST %B %U %CC %CS %tsc %ac %fc %bc %sc %rc %sq %bq %HM %HU %HP %HPO %HQ %HV %{+Q}r %ts %lc\"
     default_backend be
 backend be
     server s {o}

@@ -157,6 +157,8 @@ pub enum Var {
     BackendSrcPort,
     /// `%HP`, `%HQ`: the request's path and query (with its `?`).
     Path,
+    /// `%HPO`: the path alone (no scheme, authority or query).
+    PathOnly,
     Query,
     /// `%ms`: the milliseconds of the request's date.
     DateMs,
