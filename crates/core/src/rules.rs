@@ -860,6 +860,68 @@ pub fn switch(
         })
 }
 
+/// `set-var proc.NAME EXPR` and `set-var-fmt proc.NAME FMT` in `global`: process
+/// variables set once at start, from what needs no connection (constants, `env()`,
+/// `date()`, other variables), as HAProxy's.
+pub const GLOBAL_KEYWORDS: &[sluice_config::Keyword<crate::conf::GlobalConf>] = &[
+    sluice_config::Keyword {
+        name: "set-var",
+        scope: Scope::GLOBAL,
+        help: "set-var proc.NAME EXPR: a process variable set at start",
+        parse: |g, a| global_var(g, a, false),
+    },
+    sluice_config::Keyword {
+        name: "set-var-fmt",
+        scope: Scope::GLOBAL,
+        help: "set-var-fmt proc.NAME FMT: a process variable set at start from a log-format string",
+        parse: |g, a| global_var(g, a, true),
+    },
+];
+
+fn global_var(g: &mut crate::conf::GlobalConf, a: &[String], fmt: bool) -> Result<(), KwError> {
+    use crate::conf::sample::{Fetch, VarScope};
+    let [name, value] = a else {
+        return Err(KwError::Missing("a variable name (proc.NAME) and a value"));
+    };
+    let var = crate::sample::parse_var(name).map_err(|e| KwError::bad(1, name, e.0))?;
+    if var.scope != VarScope::Proc {
+        return Err(KwError::bad(
+            1,
+            name,
+            "only proc. variables can be set in global",
+        ));
+    }
+    let value = if fmt {
+        crate::conf::ProcValue::Fmt(
+            crate::sample::parse_fmt(value).map_err(|e| KwError::bad(2, value, e.0))?,
+        )
+    } else {
+        let e = crate::sample::parse_expr(value).map_err(|e| KwError::bad(2, value, e.0))?;
+        let constant = matches!(
+            e.fetch,
+            Fetch::Str(_)
+                | Fetch::Int(_)
+                | Fetch::Bool(_)
+                | Fetch::Ip(_)
+                | Fetch::Env(_)
+                | Fetch::Date(..)
+                | Fetch::Rand(_)
+                | Fetch::Var(_)
+                | Fetch::Hostname
+        );
+        if !constant {
+            return Err(KwError::bad(
+                2,
+                value,
+                "at start only constants, env(), date(), rand(), hostname and variables can be read",
+            ));
+        }
+        crate::conf::ProcValue::Expr(e)
+    };
+    g.proc_vars.push((var, value));
+    Ok(())
+}
+
 /// Where TCP-mode content rules stand on a payload that may still grow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inspected {

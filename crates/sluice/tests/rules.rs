@@ -908,3 +908,19 @@ fn rules_in_named_defaults_run_first_and_only_where_haproxy_allows_them() {
     );
     assert!(ok, "{err}");
 }
+
+#[test]
+fn global_set_var_gives_process_variables_at_start() {
+    // As HAProxy 2.6 (side by side: the same answer).
+    let p = Sluice::start(
+        "global\n    set-var proc.a str(primary)\n    set-var proc.n int(42)\n    set-var-fmt proc.b \"%[var(proc.a)]-x\"\ndefaults\n    mode http\n    timeout client 2s\nfrontend fe\n    {fe}\n    http-request return status 200 content-type text/plain lf-string \"%[var(proc.a)] %[var(proc.b)] %[var(proc.n)]\"\n",
+    );
+    assert_eq!(get(p.addr(), "/").text(), "primary primary-x 42");
+    for (line, says) in [
+        ("set-var proc.x req.hdr(host)", "at start only constants"),
+        ("set-var txn.x str(a)", "only proc. variables"),
+    ] {
+        let (ok, err) = check_config(&format!("global\n    {line}\n"));
+        assert!(!ok && err.contains(says), "{line}: {err}");
+    }
+}

@@ -94,6 +94,16 @@ pub struct GlobalConf {
     pub h2: stream::H2Tune,
     /// `server-state-file`, `server-state-base`.
     pub server_state: state::GlobalState,
+    /// `set-var proc.NAME EXPR` / `set-var-fmt proc.NAME FMT`: process variables set once
+    /// at start.
+    pub proc_vars: Vec<(sample::VarName, ProcValue)>,
+}
+
+/// What a global `set-var` gives a process variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcValue {
+    Expr(sample::Expr),
+    Fmt(sample::Fmt),
 }
 
 impl Default for GlobalConf {
@@ -123,6 +133,7 @@ impl Default for GlobalConf {
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),
             server_state: Default::default(),
+            proc_vars: Vec::new(),
         }
     }
 }

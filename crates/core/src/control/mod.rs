@@ -312,6 +312,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);
+    set_proc_vars(&process);
     // Drains, weights and health saved before a reload (`server-state-file`).
     for w in state_file::load(&process) {
         say!("sluice: [WARNING] {w}");
@@ -452,6 +453,37 @@ fn dump_server_states(process: &Process) {
                 s.queue.waiting.load(Ordering::Relaxed),
                 s.counters.sum(|c| &c.traffic.sessions)
             );
+        }
+    }
+}
+
+/// `set-var proc.NAME ...` of `global`: evaluated once, in order, before any connection.
+fn set_proc_vars(process: &Process) {
+    let vars = crate::sample::StreamVars::default();
+    let cx = crate::sample::Ctx {
+        process,
+        frontend: 0,
+        backend: None,
+        server: None,
+        src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+        dst: None,
+        client: None,
+        req: None,
+        body: None,
+        res: None,
+        vars: &vars,
+        unique_id: None,
+        payload: None,
+    };
+    for (name, value) in &process.config.global.proc_vars {
+        let sample = match value {
+            crate::conf::ProcValue::Expr(e) => e.eval(&cx).map(|s| s.into_owned()),
+            crate::conf::ProcValue::Fmt(f) => Some(crate::sample::Sample::Str(
+                std::borrow::Cow::Owned(f.render(&cx)),
+            )),
+        };
+        if let Some(s) = sample {
+            vars.set(process, name, s);
         }
     }
 }

@@ -43,6 +43,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
     control::state_file::GLOBAL_KEYWORDS,
+    rules::GLOBAL_KEYWORDS,
     check::GLOBAL_KEYWORDS,
     stream::keywords::GLOBAL_KEYWORDS,
     stream::h2::GLOBAL_KEYWORDS,
