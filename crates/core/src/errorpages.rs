@@ -11,7 +11,9 @@ use crate::conf::ProxyConf;
 use crate::sample::Fmt;
 
 /// Status codes whose pages may be replaced (those the proxy itself produces).
-const CODES: [u16; 12] = [400, 403, 404, 405, 408, 413, 414, 425, 429, 431, 500, 501];
+const CODES: [u16; 18] = [
+    200, 400, 401, 403, 404, 405, 407, 408, 410, 413, 414, 421, 422, 425, 429, 431, 500, 501,
+];
 const CODES_5XX: [u16; 4] = [502, 503, 504, 505];
 
 fn status_arg(v: &str, index: usize) -> Result<u16, KwError> {
@@ -22,7 +24,7 @@ fn status_arg(v: &str, index: usize) -> Result<u16, KwError> {
             KwError::bad(
                 index,
                 v,
-                "expects a status the proxy produces (400-414, 425, 429, 431, 500-505)",
+                "expects a status HAProxy has a page for (200, 400, 401, 403-405, 407, 408, 410, 413, 414, 421, 422, 425, 429, 431, 500-505)",
             )
         })
 }

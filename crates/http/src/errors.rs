@@ -76,7 +76,7 @@ fn page_text(status: u16) -> (&'static str, &'static str) {
             "Too Many Requests",
             "You have sent too many requests in a given amount of time.",
         ),
-        500 => ("Internal Server Error", "An internal server error occured."),
+        500 => ("Internal Server Error", "An internal server error occurred."),
         502 => (
             "Bad Gateway",
             "The server returned an invalid or incomplete response.",
@@ -86,7 +86,14 @@ fn page_text(status: u16) -> (&'static str, &'static str) {
             "No server is available to handle this request.",
         ),
         504 => ("Gateway Time-out", "The server didn't respond in time."),
-        413 => (reason(413), "The request body is not allowed here."),
+        413 => (
+            "Payload Too Large",
+            "The request entity exceeds the maximum allowed.",
+        ),
+        422 => (
+            "Unprocessable Content",
+            "The server cannot process the contained instructions.",
+        ),
         414 => (
             reason(414),
             "The request target is longer than this proxy accepts.",
@@ -96,8 +103,8 @@ fn page_text(status: u16) -> (&'static str, &'static str) {
             "The request header section is larger than this proxy accepts.",
         ),
         501 => (
-            reason(501),
-            "The proxy does not implement what this request needs.",
+            "Not Implemented",
+            ".The server does not support the functionality required to fulfill the request.",
         ),
         505 => (reason(505), "This proxy speaks HTTP/1.0 and HTTP/1.1 only."),
         other => (reason(other), "The request could not be served."),

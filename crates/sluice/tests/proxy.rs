@@ -627,10 +627,13 @@ fn errorfile_and_http_error_replace_built_in_pages() {
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nall busy :(\n",
     );
     let p = Sluice::start(&format!(
-        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 503 content-type text/plain string \"nothing here\"\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain hdr Retry-After 30 lf-string \"backend %[be_name] says no to %[path]\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
+        "{DEFAULTS}\n    errorfile 503 {page}\nfrontend fe\n    {{fe}}\n    http-error status 503 content-type text/plain string \"nothing here\"\n    monitor-uri /up\n    http-error status 200 content-type text/plain string up\n    use_backend own if {{ path_beg /own }}\n    use_backend plain if {{ path_beg /plain }}\nbackend own\n    http-error status 503 content-type text/plain hdr Retry-After 30 lf-string \"backend %[be_name] says no to %[path]\"\n    server s 127.0.0.1:9 disabled\nbackend plain\n    server s 127.0.0.1:9 disabled\n"
     ));
     let r = get(p.addr(), "/nowhere");
     assert_eq!((r.status, r.text().as_str()), (503, "nothing here"));
+    // The monitor's 200 page is one of them too, as in HAProxy.
+    let r = get(p.addr(), "/up");
+    assert_eq!((r.status, r.text().as_str()), (200, "up"));
     let r = get(p.addr(), "/plain");
     assert_eq!(
         (r.status, r.text().as_str()),

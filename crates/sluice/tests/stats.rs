@@ -681,15 +681,16 @@ Host: t
 ",
     );
     let r = c.response();
+    // HAProxy's own 200 page, and the connection closes after it as HAProxy's does.
     assert_eq!(
-        (r.status, r.text()),
+        (r.status, r.text().as_str()),
         (
             200,
-            "ready
-"
-            .to_string()
+            "<html><body><h1>200 OK</h1>\nService ready.\n</body></html>\n"
         )
     );
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    assert!(c.is_closed(), "the monitor answer closes");
     assert_eq!(origin.count(), 1);
     let rows = settled(&sock, |r| num(row(r, "fe", "FRONTEND"), "req_tot") == 4);
     assert_eq!(num(row(&rows, "fe", "FRONTEND"), "intercepted"), 2);

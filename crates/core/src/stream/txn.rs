@@ -1142,9 +1142,10 @@ fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
                 page: None,
             }
         } else {
+            // HAProxy's 200 page (or the `errorfile 200` in its place), then close.
             Route::Respond {
-                bytes: local_response(200, Some("text/plain"), b"ready\n"),
-                close: false,
+                bytes: s.error_page_for(200, None, Some(req)),
+                close: true,
             }
         };
         return (route, edits);
