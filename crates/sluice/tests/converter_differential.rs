@@ -46,6 +46,10 @@ const EXPRESSIONS: &[&str] = &[
     "req.body_param(b)",
     "srv_is_up(be/s)",
     "srv_conn(be/s)",
+    "srv_sess_rate(be/s)",
+    "http_first_req",
+    "so_id",
+    "so_name",
     "IN,add_item(;,txn.other,-end)",
     "IN,add_item(;,txn.nothing)",
     "str(),add_item(;,txn.other)",
@@ -132,4 +136,34 @@ fn uuid_gives_fresh_version_4_uuids() {
             "{id}"
         );
     }
+}
+
+#[test]
+fn connection_fetches_see_the_listener_the_thread_and_the_first_request() {
+    let origin = Origin::start("o");
+    let port = free_port();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 2s\n    timeout server 2s\nfrontend fe\n    {{fe}}\n    bind 127.0.0.1:{port} name public\n    http-request return status 200 content-type text/plain lf-string \"%[http_first_req] %[so_id] %[so_name] %[thread]\" if {{ path /who }}\n    http-request return status 200 content-type text/plain lf-string \"%[srv_sess_rate(be/s)]\" if {{ path /rate }}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let fields = |text: String| text.split(' ').map(str::to_string).collect::<Vec<_>>();
+    // The first listener has no name: `so_name` finds nothing.
+    let mut c = Conn::new(p.addr());
+    let first = fields(c.get("/who").text());
+    assert_eq!(first[..3], ["1", "1", ""]);
+    assert!(["0", "1"].contains(&first[3].as_str()), "{first:?}");
+    // The next request of the same connection is not the first; same thread.
+    let next = fields(c.get("/who").text());
+    assert_eq!(next[..3], ["0", "1", ""]);
+    assert_eq!(next[3], first[3], "a connection stays on its thread");
+    let mut c = Conn::new(format!("127.0.0.1:{port}").parse().unwrap());
+    assert_eq!(fields(c.get("/who").text())[..3], ["1", "2", "public"]);
+    // A session sent to the server shows in its rate (read at once, retried should a
+    // second have passed in between on a slow machine).
+    let rate = (0..20).find_map(|_| {
+        assert_eq!(get(p.addr(), "/to-server").status, 200);
+        let r: u64 = get(p.addr(), "/rate").text().parse().unwrap();
+        (r >= 1).then_some(r)
+    });
+    assert!(rate.is_some(), "srv_sess_rate never counted a session");
 }

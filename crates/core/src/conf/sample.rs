@@ -115,9 +115,18 @@ pub enum Fetch {
     FeReqRate(Option<String>),
     FeSessRate(Option<String>),
     BeSessRate(Option<String>),
-    /// `srv_is_up(BE/SRV)`, `srv_conn(BE/SRV)`: a server's state and its connections.
+    /// `srv_is_up(BE/SRV)`, `srv_conn(BE/SRV)`, `srv_sess_rate(BE/SRV)`: a server's
+    /// state, its connections and its sessions per second.
     SrvIsUp(String, String),
     SrvConn(String, String),
+    SrvSessRate(String, String),
+    /// `http_first_req`: the request is its connection's first.
+    HttpFirstReq,
+    /// `thread`: the worker serving the connection, from 0.
+    Thread,
+    /// `so_id`, `so_name`: the listener's number in its frontend (from 1) and its `name`.
+    SoId,
+    SoName,
     /// `fc_pp_authority`, `fc_pp_unique_id`: TLVs of the client's PROXY v2 header.
     FcPpAuthority,
     FcPpUniqueId,

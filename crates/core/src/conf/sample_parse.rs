@@ -350,18 +350,23 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "fe_req_rate" => proxy(Fetch::FeReqRate)?,
         "fe_sess_rate" => proxy(Fetch::FeSessRate)?,
         "be_sess_rate" => proxy(Fetch::BeSessRate)?,
-        "srv_is_up" | "srv_conn" => {
+        "srv_is_up" | "srv_conn" | "srv_sess_rate" => {
             arity(c, 1, 1)?;
             let (be, srv) = c.args[0]
                 .split_once('/')
                 .ok_or_else(|| ParseError(format!("'{}' expects BACKEND/SERVER", c.name)))?;
             match c.name {
                 "srv_is_up" => Fetch::SrvIsUp(be.to_string(), srv.to_string()),
-                _ => Fetch::SrvConn(be.to_string(), srv.to_string()),
+                "srv_conn" => Fetch::SrvConn(be.to_string(), srv.to_string()),
+                _ => Fetch::SrvSessRate(be.to_string(), srv.to_string()),
             }
         }
         "dst_is_local" => none(Fetch::DstIsLocal)?,
         "stopping" => none(Fetch::Stopping)?,
+        "http_first_req" => none(Fetch::HttpFirstReq)?,
+        "thread" => none(Fetch::Thread)?,
+        "so_id" => none(Fetch::SoId)?,
+        "so_name" => none(Fetch::SoName)?,
         "hostname" => none(Fetch::Hostname)?,
         "fc_http_major" => none(Fetch::FcHttpMajor)?,
         "be_server_timeout" => none(Fetch::BeServerTimeout)?,

@@ -474,6 +474,8 @@ fn set_proc_vars(process: &Process) {
         vars: &vars,
         unique_id: None,
         payload: None,
+        arrival: None,
+        first_request: false,
     };
     for (name, value) in &process.config.global.proc_vars {
         let sample = match value {

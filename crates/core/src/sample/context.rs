@@ -33,6 +33,7 @@ impl<'a> Ctx<'a> {
     pub fn of_connection(
         process: &'a Process,
         frontend: usize,
+        arrival: Arrival,
         src: SocketAddr,
         client: &'a crate::transport::Conn,
         vars: &'a StreamVars,
@@ -51,6 +52,8 @@ impl<'a> Ctx<'a> {
             vars,
             unique_id: None,
             payload: None,
+            arrival: Some(arrival),
+            first_request: false,
         }
     }
 
@@ -184,6 +187,19 @@ pub struct Ctx<'a> {
     pub unique_id: Option<std::rc::Rc<str>>,
     /// What a TCP-mode client sent before its content rules decided.
     pub payload: Option<&'a super::payload::Payload<'a>>,
+    /// Where the client connection arrived (none outside a connection: `global` rules).
+    pub arrival: Option<Arrival>,
+    /// The request is the first of its client connection (`http_first_req`): always so
+    /// for an HTTP/2 stream, as in HAProxy, where each stream is a transaction of its own.
+    pub first_request: bool,
+}
+
+/// Where a client connection arrived: the worker thread serving it (from 0) and the
+/// listener (its frontend's `bind` line, by index) that accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    pub thread: usize,
+    pub listener: usize,
 }
 
 /// A sample's type, as known before evaluation.

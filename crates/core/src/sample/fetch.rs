@@ -15,10 +15,11 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
         SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
-        | Stopping => Kind::Bool,
+        | Stopping | HttpFirstReq => Kind::Bool,
         Base32Src => Kind::Bin,
         FcHttpMajor | BeServerTimeout | BeTunnelTimeout | Base32 | Url32 | ReqBodyLen
-        | ReqBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..) => Kind::Int,
+        | ReqBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..)
+        | SrvSessRate(..) | Thread | SoId => Kind::Int,
         SrvIsUp(..) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
@@ -259,7 +260,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
                 .sum();
             Sample::Int(per_sec as i64)
         }),
-        Fetch::SrvIsUp(be, srv) | Fetch::SrvConn(be, srv) => {
+        Fetch::SrvIsUp(be, srv) | Fetch::SrvConn(be, srv) | Fetch::SrvSessRate(be, srv) => {
             let b = config.backends.iter().position(|x| &x.name == be)?;
             let s = config.backends[b]
                 .servers
@@ -272,8 +273,23 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
                     st.oper() != crate::runtime::OperState::Down
                         && st.admin() != crate::runtime::AdminState::Maint,
                 ),
-                _ => Sample::Int(st.in_flight.load(Ordering::Relaxed) as i64),
+                Fetch::SrvConn(..) => Sample::Int(st.in_flight.load(Ordering::Relaxed) as i64),
+                _ => {
+                    let now = crate::runtime::clock_ms();
+                    let per_sec: u64 = st.counters.iter().map(|k| k.rate.per_sec(now)).sum();
+                    Sample::Int(per_sec as i64)
+                }
             })
+        }
+        Fetch::HttpFirstReq => cx.req.map(|_| Sample::Bool(cx.first_request)),
+        Fetch::Thread => cx.arrival.map(|a| Sample::Int(a.thread as i64)),
+        Fetch::SoId => cx.arrival.map(|a| Sample::Int(a.listener as i64 + 1)),
+        Fetch::SoName => {
+            let bind = config.frontends[cx.frontend]
+                .listen
+                .binds
+                .get(cx.arrival?.listener)?;
+            bind.name.as_deref().map(|n| Sample::string(n.to_string()))
         }
         Fetch::SrcIsLocal => Some(Sample::Bool(is_local(cx.src.ip()))),
         Fetch::DstIsLocal => dst(cx).map(|a| Sample::Bool(is_local(a.ip()))),

@@ -17,7 +17,7 @@ pub mod hash;
 pub mod payload;
 mod table;
 
-pub use self::context::{text_match, Ctx, Kind, StreamVars, Tracker};
+pub use self::context::{text_match, Arrival, Ctx, Kind, StreamVars, Tracker};
 pub use self::conv::in_net;
 pub use crate::conf::sample::*;
 pub use crate::conf::sample_parse::{

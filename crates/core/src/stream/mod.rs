@@ -96,7 +96,7 @@ pub async fn serve(
     let _tls = client.is_tls().then(|| TlsEnd(w.clone()));
     // The connection's variables and tracked entries, released when it closes.
     let vars = StreamVars::default();
-    if !session_accepted(&w, &client, peer, fe, &vars) {
+    if !session_accepted(&w, &client, peer, (fe, listener), &vars) {
         // `tcp-request connection|session reject`: closed before anything is read.
         client.abort();
         return;
@@ -206,7 +206,7 @@ fn expects_proxy(
         return false;
     }
     let vars = StreamVars::default();
-    let cx = Ctx::of_connection(&w.process, fe, peer, client, &vars);
+    let cx = Ctx::of_connection(&w.process, fe, arrival(w, listener), peer, client, &vars);
     crate::rules::expects_proxy(rules, &cx)
 }
 
@@ -216,14 +216,14 @@ fn session_accepted(
     w: &Worker,
     client: &Conn,
     peer: SocketAddr,
-    fe: usize,
+    (fe, listener): (usize, usize),
     vars: &StreamVars,
 ) -> bool {
     let rules = &w.config().frontends[fe].rules;
     if rules.tcp_connection.is_empty() && rules.tcp_session.is_empty() {
         return true;
     }
-    let cx = Ctx::of_connection(&w.process, fe, peer, client, vars);
+    let cx = Ctx::of_connection(&w.process, fe, arrival(w, listener), peer, client, vars);
     let accepted = tcp_verdict(&rules.tcp_connection, &cx, Level::Session)
         && tcp_verdict(&rules.tcp_session, &cx, Level::Session);
     if accepted {
@@ -231,4 +231,12 @@ fn session_accepted(
         vars.count(&session, crate::runtime::clock_ms());
     }
     accepted
+}
+
+/// Where a connection accepted by `listener` arrived: on this worker.
+pub(crate) fn arrival(w: &Worker, listener: usize) -> crate::sample::Arrival {
+    crate::sample::Arrival {
+        thread: w.tid,
+        listener,
+    }
 }

@@ -126,6 +126,7 @@ impl Session {
         let conn = Ctx::of_connection(
             &self.w.process,
             self.fe,
+            super::arrival(&self.w, self.info.listener),
             self.peer.get(),
             &self.client,
             &self.vars,
@@ -138,6 +139,7 @@ impl Session {
                     .get()
                     .and_then(|(from, to)| self.cbuf.bytes().get(from..to))
             }),
+            first_request: self.requests == 0,
             ..conn
         }
     }

@@ -41,6 +41,7 @@ pub(crate) async fn serve(
         w,
         peer,
         fe,
+        arrival: super::arrival(w, info.listener),
         backend: None,
         vars,
     };
@@ -85,7 +86,13 @@ async fn relay_to(
     info: &crate::runtime::SessionInfo,
     (started, date): (Instant, std::time::SystemTime),
 ) {
-    let Inspecting { peer, fe, vars, .. } = look;
+    let Inspecting {
+        peer,
+        fe,
+        vars,
+        arrival,
+        ..
+    } = look;
     let backend = look.backend.unwrap_or_default();
     let config = w.config();
     let frontend = &config.frontends[fe];
@@ -166,7 +173,7 @@ async fn relay_to(
     let cx = Ctx {
         backend: Some(backend),
         server: Some(at.server),
-        ..Ctx::of_connection(&w.process, fe, peer, &client, vars)
+        ..Ctx::of_connection(&w.process, fe, arrival, peer, &client, vars)
     };
     if !tcp_verdict(&be.rules.tcp_response, &cx, Level::Session) {
         // `tcp-response content reject`: both sides are closed.
@@ -249,6 +256,7 @@ struct Inspecting<'a> {
     w: &'a Worker,
     peer: SocketAddr,
     fe: usize,
+    arrival: crate::sample::Arrival,
     backend: Option<usize>,
     vars: &'a StreamVars,
 }
@@ -279,7 +287,14 @@ impl Inspecting<'_> {
             let cx = Ctx {
                 backend: self.backend,
                 payload: Some(&payload),
-                ..Ctx::of_connection(&self.w.process, self.fe, self.peer, client, self.vars)
+                ..Ctx::of_connection(
+                    &self.w.process,
+                    self.fe,
+                    self.arrival,
+                    self.peer,
+                    client,
+                    self.vars,
+                )
             };
             match tcp_inspect(rules, &cx, Level::Session, from) {
                 Inspected::Accept => return true,
@@ -308,7 +323,14 @@ impl Inspecting<'_> {
         let payload = Payload::new(sent, true);
         let cx = Ctx {
             payload: Some(&payload),
-            ..Ctx::of_connection(&self.w.process, self.fe, self.peer, client, self.vars)
+            ..Ctx::of_connection(
+                &self.w.process,
+                self.fe,
+                self.arrival,
+                self.peer,
+                client,
+                self.vars,
+            )
         };
         crate::rules::switch(&rules.switching, &cx, &config.backends).or(rules.default_backend)
     }
