@@ -39,7 +39,7 @@ use crate::conf::stream::Mode;
 use crate::rules::{tcp_verdict, Level};
 use crate::runtime::counters::Held;
 use crate::runtime::{ClientConn, Slot, Worker};
-use crate::sample::{Ctx, StreamVars};
+use crate::sample::{Arrival, Ctx, StreamVars};
 use crate::stick::Counter;
 use crate::transport::Conn;
 
@@ -206,7 +206,17 @@ fn expects_proxy(
         return false;
     }
     let vars = StreamVars::default();
-    let cx = Ctx::of_connection(&w.process, fe, arrival(w, listener), peer, client, &vars);
+    let cx = Ctx::of_connection(
+        &w.process,
+        fe,
+        Arrival {
+            thread: w.tid,
+            listener,
+        },
+        peer,
+        client,
+        &vars,
+    );
     crate::rules::expects_proxy(rules, &cx)
 }
 
@@ -223,7 +233,17 @@ fn session_accepted(
     if rules.tcp_connection.is_empty() && rules.tcp_session.is_empty() {
         return true;
     }
-    let cx = Ctx::of_connection(&w.process, fe, arrival(w, listener), peer, client, vars);
+    let cx = Ctx::of_connection(
+        &w.process,
+        fe,
+        Arrival {
+            thread: w.tid,
+            listener,
+        },
+        peer,
+        client,
+        vars,
+    );
     let accepted = tcp_verdict(&rules.tcp_connection, &cx, Level::Session)
         && tcp_verdict(&rules.tcp_session, &cx, Level::Session);
     if accepted {
@@ -231,12 +251,4 @@ fn session_accepted(
         vars.count(&session, crate::runtime::clock_ms());
     }
     accepted
-}
-
-/// Where a connection accepted by `listener` arrived: on this worker.
-pub(crate) fn arrival(w: &Worker, listener: usize) -> crate::sample::Arrival {
-    crate::sample::Arrival {
-        thread: w.tid,
-        listener,
-    }
 }

@@ -126,7 +126,10 @@ impl Session {
         let conn = Ctx::of_connection(
             &self.w.process,
             self.fe,
-            super::arrival(&self.w, self.info.listener),
+            crate::sample::Arrival {
+                thread: self.w.tid,
+                listener: self.info.listener,
+            },
             self.peer.get(),
             &self.client,
             &self.vars,

@@ -41,7 +41,10 @@ pub(crate) async fn serve(
         w,
         peer,
         fe,
-        arrival: super::arrival(w, info.listener),
+        arrival: crate::sample::Arrival {
+            thread: w.tid,
+            listener: info.listener,
+        },
         backend: None,
         vars,
     };
