@@ -185,7 +185,7 @@ fn facility(name: &str) -> Option<u8> {
     NAMES.iter().position(|n| *n == name).map(|p| p as u8)
 }
 
-/// Parses `TARGET [len N] [format F] FACILITY [LEVEL [MINLEVEL]]`.
+/// Parses `TARGET [len N] [format F] [sample RANGES:SIZE] FACILITY [LEVEL [MINLEVEL]]`.
 fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
     let Some(t) = args.first() else {
         return Err(KwError::Missing(
@@ -218,12 +218,23 @@ fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
         framing: Framing::Rfc3164,
         facility: 16,
         max_len: 1024,
+        max_level: Severity::Debug as u8,
+        min_level: Severity::Emerg as u8,
+        sample: None,
     };
     let mut i = 1;
     let mut facility_seen = false;
+    let mut levels = 0;
     while i < args.len() {
         let a = args[i].as_str();
         match a {
+            "sample" if !facility_seen => {
+                let v = args
+                    .get(i + 1)
+                    .ok_or(KwError::Missing("RANGES:SIZE after sample"))?;
+                lt.sample = Some(parse_sample(v).map_err(|e| KwError::bad(i + 2, v, e))?);
+                i += 2;
+            }
             "len" | "format" => {
                 let v = args
                     .get(i + 1)
@@ -264,7 +275,16 @@ fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
                 facility_seen = true;
                 i += 1;
             }
-            "emerg" | "alert" | "crit" | "err" | "warning" | "notice" | "info" | "debug" => i += 1,
+            _ if levels < 2 && severity_of(a).is_some() => {
+                let level = severity_of(a).unwrap_or_default();
+                if levels == 0 {
+                    lt.max_level = level;
+                } else {
+                    lt.min_level = level;
+                }
+                levels += 1;
+                i += 1;
+            }
             _ => {
                 return Err(KwError::bad(
                     i + 1,
@@ -278,6 +298,38 @@ fn parse_target(args: &[String]) -> Result<LogTarget, KwError> {
         return Err(KwError::Missing("a syslog facility (e.g. local0)"));
     }
     Ok(lt)
+}
+
+/// `RANGES:SIZE` of `log ... sample`: comma-separated `N` or `LOW-HIGH` ranges (from 1,
+/// not overlapping) within a window of SIZE lines.
+fn parse_sample(v: &str) -> Result<LogSample, String> {
+    let (ranges, size) = v
+        .split_once(':')
+        .ok_or("expects RANGES:SIZE (e.g. 1-2,5:10)")?;
+    let number = |s: &str| s.parse::<u32>().ok().filter(|&n| n > 0);
+    let mut list: Vec<(u32, u32)> = Vec::new();
+    for r in ranges.split(',') {
+        let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+        let (Some(lo), Some(hi)) = (number(lo), number(hi)) else {
+            return Err(format!("'{r}' is not a range of line numbers from 1"));
+        };
+        if lo > hi {
+            return Err(format!("range '{r}' runs backwards"));
+        }
+        if list.iter().any(|&(l, h)| lo <= h && l <= hi) {
+            return Err(format!("range '{r}' overlaps another"));
+        }
+        list.push((lo, hi));
+    }
+    let size = number(size).ok_or_else(|| format!("wrong sample size '{size}'"))?;
+    let highest = list.iter().map(|&(_, h)| h).max().unwrap_or(0);
+    if size < highest {
+        return Err(format!(
+            "sample size {size} should be at least {highest}, the highest line of the ranges"
+        ));
+    }
+    list.sort_unstable();
+    Ok(LogSample { ranges: list, size })
 }
 
 pub const GLOBAL_SETTINGS_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -308,7 +360,7 @@ pub const GLOBAL_SETTINGS_KEYWORDS: &[Keyword<GlobalConf>] = &[
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     name: "log",
     scope: Scope::GLOBAL,
-    help: "log stdout|stderr|ADDR:PORT [len N] [format raw|short|rfc3164|rfc5424] FACILITY: where logs go",
+    help: "log stdout|stderr|ADDR:PORT [len N] [format raw|short|rfc3164|rfc5424] [sample RANGES:SIZE] FACILITY [LEVEL [MINLEVEL]]: where logs go",
     parse: |g, a| parse_target(a).map(|t| g.log.push(t)),
 }];
 
@@ -489,6 +541,8 @@ pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub struct Logger {
     target: LogTarget,
     sink: Sink,
+    /// Lines offered to this target so far (`sample` numbers them).
+    offered: AtomicU64,
     /// The syslog tag (`log-tag`) and host name (`log-send-hostname`) of its lines.
     tag: String,
     hostname: Option<String>,
@@ -617,6 +671,7 @@ impl Logger {
         Ok(Logger {
             target: target.clone(),
             sink,
+            offered: AtomicU64::new(0),
             tag: "sluice".into(),
             hostname: None,
         })
@@ -629,6 +684,16 @@ impl Logger {
 
     /// Frames `msg` with a severity and sends it, or drops it if the target is busy.
     pub fn send_at(&self, severity: Severity, msg: &str) {
+        let t = &self.target;
+        if severity as u8 > t.max_level {
+            return;
+        }
+        if let Some(sample) = &t.sample {
+            if !sample.keeps(self.offered.fetch_add(1, Ordering::Relaxed)) {
+                return;
+            }
+        }
+        let severity = Severity::from_number((severity as u8).max(t.min_level));
         let mut line = frame(
             &self.target,
             severity,

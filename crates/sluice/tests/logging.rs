@@ -363,6 +363,56 @@ fn capture_actions_and_log_levels() {
 }
 
 #[test]
+fn log_targets_filter_by_level_and_sample_lines() {
+    let origin = Origin::start("o");
+    let (notice, sampled) = (Collector::new(), Collector::new());
+    // `notice`: only lines at least that urgent. `sample 2-3:3 ... debug warning`: lines 2
+    // and 3 of every 3, and a line more urgent than the second level goes out at it.
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0 notice\n    log {} sample 2-3:3 local1 debug warning\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    http-request set-log-level err if {{ path /loud }}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        notice.addr(),
+        sampled.addr(),
+        origin.addr
+    ));
+    let mut c = p.connect();
+    for path in ["/r1", "/r2", "/r3", "/r4", "/loud"] {
+        assert_eq!(c.get(path).status, 200);
+    }
+    // The info lines never reached the `notice` target: its first line is the `err` one.
+    let line = notice.next();
+    assert!(
+        line.starts_with("<131>") && line.contains("GET /loud"),
+        "{line}"
+    );
+    // Lines 1 and 4 were left out of the sample; the `err` line went out at `warning`
+    // (local1.info is 17*8+6, local1.warning 17*8+4).
+    for (path, pri) in [("/r2", "<142>"), ("/r3", "<142>"), ("/loud", "<140>")] {
+        let line = sampled.next();
+        assert!(
+            line.starts_with(pri) && line.contains(&format!("GET {path} ")),
+            "{path}: {line}"
+        );
+    }
+    let check = check_config;
+    for (cfg, err) in [
+        ("log 127.0.0.1:514 sample 3-2:5 local0", "runs backwards"),
+        ("log 127.0.0.1:514 sample 1-3,2:5 local0", "overlaps"),
+        (
+            "log 127.0.0.1:514 sample 1-6:5 local0",
+            "should be at least 6",
+        ),
+        ("log 127.0.0.1:514 sample 1 local0", "RANGES:SIZE"),
+        ("log 127.0.0.1:514 local0 info err debug", "unexpected"),
+    ] {
+        let (ok, out) = check(&format!("global\n    {cfg}\n"));
+        assert!(
+            !ok && out.contains(err) && out.contains("c.cfg:2"),
+            "{cfg}: {out}"
+        );
+    }
+}
+
+#[test]
 fn cookies_addresses_timers_and_logasap() {
     let origin = Origin::with_handler(
         "o",

@@ -29,6 +29,31 @@ pub struct LogTarget {
     pub facility: u8,
     /// Longest line sent (`len`), default 1024.
     pub max_len: usize,
+    /// The least urgent severity sent (the level after the facility; default `debug`):
+    /// lines less urgent are not sent to this target.
+    pub max_level: u8,
+    /// The most urgent severity sent (the second level; default `emerg`): more urgent
+    /// lines go out at this one.
+    pub min_level: u8,
+    /// `sample RANGES:SIZE`: lines are numbered 1 to SIZE in turn, and only those whose
+    /// number falls in a range are sent.
+    pub sample: Option<LogSample>,
+}
+
+/// The sampling of a log target (`sample 1,4-5:10`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSample {
+    /// Inclusive, from 1, not overlapping.
+    pub ranges: Vec<(u32, u32)>,
+    pub size: u32,
+}
+
+impl LogSample {
+    /// Whether the line numbered `index` (counting from 0, over all lines) is sent.
+    pub fn keeps(&self, index: u64) -> bool {
+        let n = (index % u64::from(self.size)) as u32 + 1;
+        self.ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&n))
+    }
 }
 
 /// A proxy's logging: its targets (or the global ones) and the line format.
