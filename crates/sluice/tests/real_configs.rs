@@ -60,7 +60,7 @@ fn logs_go_to_a_unix_syslog_socket() {
     sink.set_read_timeout(Some(TIMEOUT)).unwrap();
     let origin = Origin::start("o");
     let p = Sluice::start(&format!(
-        "global\n    log {} local0\n    log unix@{} local1 notice\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        "global\n    log {} local0\n    log unix@{} local1 info\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
         path.display(),
         path.display(),
         origin.addr
