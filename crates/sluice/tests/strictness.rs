@@ -154,6 +154,54 @@ fn oversized_heads_get_414_and_431() {
 }
 
 #[test]
+fn heads_leave_tune_maxrewrite_of_the_buffer_free() {
+    // A response head as large as the request head below.
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            let filler = r.header("x-want").map_or(0, |n| n.parse().unwrap());
+            Reply::Raw(
+                format!(
+                    "HTTP/1.1 200 OK\r\nX-Fill: {}\r\nContent-Length: 2\r\n\r\nok",
+                    "r".repeat(filler)
+                )
+                .into_bytes(),
+            )
+        }),
+    );
+    // 4096-byte buffers less 1024 of rewrite room: heads up to 3072 bytes.
+    let p = Sluice::start(&format!(
+        "global\n    tune.bufsize 4096\n    tune.maxrewrite 1024\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    let request = |filler: usize| {
+        format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX-Fill: {}\r\nConnection: close\r\n\r\n",
+            "q".repeat(filler)
+        )
+    };
+    let status = |raw: String| raw_exchange(p.addr(), raw.as_bytes()).0.unwrap().status;
+    assert_eq!(status(request(2900)), 200);
+    // Complete and within the buffer, but into the rewrite room.
+    assert_eq!(status(request(3300)), 431);
+    assert_eq!(origin.count(), 1);
+    // The same holds for a server's response head: too large is a 502.
+    let asking = |filler: usize| {
+        format!("GET / HTTP/1.1\r\nHost: a\r\nX-Want: {filler}\r\nConnection: close\r\n\r\n")
+    };
+    assert_eq!(status(asking(2900)), 200);
+    assert_eq!(status(asking(3300)), 502);
+    // A rewrite room above half the buffer is held to half, as HAProxy holds it.
+    let p = Sluice::start(&format!(
+        "global\n    tune.bufsize 4096\n    tune.maxrewrite 4000\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    let status = |raw: String| raw_exchange(p.addr(), raw.as_bytes()).0.unwrap().status;
+    assert_eq!(status(request(1900)), 200);
+    assert_eq!(status(request(2300)), 431);
+}
+
+#[test]
 fn lenient_but_safe_forms_are_accepted_and_normalised() {
     let origin = Origin::start("o");
     let p = proxy_for(&origin);

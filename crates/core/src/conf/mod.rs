@@ -62,6 +62,9 @@ pub struct GlobalConf {
     /// here).
     pub rate_limits: listen::RateLimits,
     pub bufsize: usize,
+    /// `tune.maxrewrite`: room a buffer keeps for rewriting a head (default 1024, at most
+    /// half the buffer): a head must fit in the rest ([`GlobalConf::head_room`]).
+    pub maxrewrite: usize,
     pub compression: GlobalComp,
     /// Every `stats socket` line.
     pub stats_sockets: Vec<cli::SocketConf>,
@@ -113,6 +116,7 @@ impl Default for GlobalConf {
             maxconn: None,
             rate_limits: Default::default(),
             bufsize: 16384,
+            maxrewrite: 1024,
             compression: GlobalComp::default(),
             stats_sockets: Vec::new(),
             stats_timeout: None,
@@ -139,6 +143,12 @@ impl Default for GlobalConf {
 }
 
 impl GlobalConf {
+    /// The largest request or response head accepted: a buffer less `tune.maxrewrite`
+    /// (capped at half the buffer, as HAProxy caps it).
+    pub fn head_room(&self) -> usize {
+        self.bufsize - self.maxrewrite.min(self.bufsize / 2)
+    }
+
     /// Worker threads: `nbthread`, else the CPUs available to the process.
     pub fn nbthread(&self) -> usize {
         self.nbthread

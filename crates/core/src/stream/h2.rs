@@ -132,7 +132,7 @@ pub(super) async fn serve(
         .max_concurrent_streams(tune.max_concurrent_streams)
         .max_frame_size(tune.max_frame_size)
         // A head larger than a buffer could not be served over HTTP/1.1 either.
-        .max_header_list_size(w.config().global.bufsize as u32)
+        .max_header_list_size(w.config().global.head_room() as u32)
         // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
         .enable_connect_protocol()
         .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2));

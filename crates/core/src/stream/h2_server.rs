@@ -53,7 +53,7 @@ pub(crate) async fn start(
     let tls = conn.is_tls();
     let (send, mut connection) = h2::client::Builder::new()
         // As large as a buffer: a response head that big passes in HTTP/1.1 too.
-        .max_header_list_size(w.config().global.bufsize as u32)
+        .max_header_list_size(w.config().global.head_room() as u32)
         .handshake::<_, Bytes>(conn)
         .await
         .map_err(io::Error::other)?;

@@ -1,6 +1,6 @@
 //! The data path's keywords: `mode`, the client-side timeouts, `timeout tarpit`,
 //! `option forwardfor`, `option originalto`, `option http-buffer-request`,
-//! `option http-server-close` / `option httpclose`, and `tune.bufsize`.
+//! `option http-server-close` / `option httpclose`, `tune.bufsize` and `tune.maxrewrite`.
 
 use std::net::IpAddr;
 
@@ -9,20 +9,32 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 pub use crate::conf::stream::*;
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
-pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
-    name: "tune.bufsize",
-    scope: Scope::GLOBAL,
-    help: "tune.bufsize SIZE: per-direction buffer size of a connection (default 16384)",
-    parse: |g, a| {
-        let v = one_arg(a, "a size")?;
-        let n = units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;
-        if !(1024..=1 << 26).contains(&n) {
-            return Err(KwError::bad(1, v, "expects a size from 1024 to 64m"));
-        }
-        g.bufsize = n as usize;
-        Ok(())
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "tune.bufsize",
+        scope: Scope::GLOBAL,
+        help: "tune.bufsize SIZE: per-direction buffer size of a connection (default 16384)",
+        parse: |g, a| {
+            let v = one_arg(a, "a size")?;
+            let n = units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;
+            if !(1024..=1 << 26).contains(&n) {
+                return Err(KwError::bad(1, v, "expects a size from 1024 to 64m"));
+            }
+            g.bufsize = n as usize;
+            Ok(())
+        },
     },
-}];
+    Keyword {
+        name: "tune.maxrewrite",
+        scope: Scope::GLOBAL,
+        help: "tune.maxrewrite SIZE: room kept in a buffer for rewriting a head (default 1024, at most half of tune.bufsize)",
+        parse: |g, a| {
+            let v = one_arg(a, "a size")?;
+            g.maxrewrite = units::parse_size(v).map_err(|e| KwError::bad(1, v, e))? as usize;
+            Ok(())
+        },
+    },
+];
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {

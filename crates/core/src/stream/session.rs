@@ -159,12 +159,18 @@ impl Session {
             lg.first_byte = lg.started;
         }
         let gone = |e| Fail::drop(Cause::ClientClosed(e), Phase::Request);
+        // A head must leave `tune.maxrewrite` of the buffer free, complete or not.
+        let room = w.config().global.head_room();
         loop {
             if !self.cbuf.is_empty() {
                 match parse_request(self.cbuf.bytes()) {
-                    Ok(Some(h)) => {
+                    Ok(Some(h)) if h.len <= room => {
                         lg.head_done = Some(clock::now());
                         return Ok(h);
+                    }
+                    Ok(Some(_)) => {
+                        self.capture_error();
+                        return Err(Fail::answer(431, Cause::Proxy, Phase::Request));
                     }
                     Ok(None) => {}
                     Err(HeadError { status, .. }) => {
@@ -172,7 +178,7 @@ impl Session {
                         return Err(Fail::answer(status, Cause::Proxy, Phase::Request));
                     }
                 }
-                if self.cbuf.is_full() {
+                if self.cbuf.is_full() || self.cbuf.bytes().len() >= room {
                     let line_done = memchr::memchr(b'\n', self.cbuf.bytes()).is_some();
                     let status = if line_done { 431 } else { 414 };
                     self.capture_error();

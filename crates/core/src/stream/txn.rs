@@ -678,6 +678,7 @@ impl Txn {
         let w = s.w.clone();
         let invalid = || SendFail::Fail(Fail::answer(502, Cause::InvalidResponse, Phase::Headers));
         let truncated = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
+        let head_room = w.config().global.head_room();
         let mut got_any = false;
         loop {
             if !s.sbuf.is_empty() {
@@ -709,8 +710,12 @@ impl Txn {
                         }
                         continue;
                     }
-                    Ok(Some(rsp)) => return Ok(rsp),
-                    Ok(None) if s.sbuf.is_full() => {
+                    Ok(Some(rsp)) if rsp.len <= head_room => return Ok(rsp),
+                    Ok(Some(_)) => {
+                        self.capture_response(s, be, conn);
+                        return Err(invalid());
+                    }
+                    Ok(None) if s.sbuf.is_full() || s.sbuf.bytes().len() >= head_room => {
                         self.capture_response(s, be, conn);
                         return Err(invalid());
                     }
