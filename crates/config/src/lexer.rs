@@ -13,6 +13,9 @@ pub enum LexError {
     BadHexEscape(String),
     #[error("trailing backslash")]
     TrailingBackslash,
+    /// In double quotes, `$` starts a variable name, which starts with a letter or `_`.
+    #[error("forbidden first char in environment variable name (write \\$ for a dollar sign)")]
+    BadVarName,
     /// Word `word` (1-based) is not UTF-8; `byte` is the first byte that does not fit.
     #[error("word {word} is not valid UTF-8 (byte 0x{byte:02X}); only comments may use another encoding")]
     NotUtf8 { word: usize, byte: u8 },
@@ -76,12 +79,11 @@ pub fn lex_bytes(
                             i = expand(line, i, &mut cur, env)?;
                             continue;
                         }
+                        Some(b'$') if !line.get(i + 1).is_some_and(|&b| starts_name(b)) => {
+                            return Err(LexError::BadVarName)
+                        }
                         // `$NAME` without braces, as HAProxy also reads it in double quotes.
-                        Some(b'$')
-                            if line
-                                .get(i + 1)
-                                .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_') =>
-                        {
+                        Some(b'$') => {
                             let end = (i + 1..line.len())
                                 .find(|&j| !(line[j].is_ascii_alphanumeric() || line[j] == b'_'))
                                 .unwrap_or(line.len());
@@ -155,6 +157,11 @@ fn escape(line: &[u8], i: usize, out: &mut Vec<u8>) -> Result<usize, LexError> {
     Ok(i + 2)
 }
 
+/// Whether `b` may start a variable name (as HAProxy reads them: a letter or `_`).
+fn starts_name(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
 /// Expands `${NAME}` or `${NAME-default}` starting at `line[i] == b'$'`.
 fn expand(
     line: &[u8],
@@ -163,6 +170,9 @@ fn expand(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<usize, LexError> {
     let start = i + 2;
+    if !line.get(start).is_some_and(|&b| starts_name(b)) {
+        return Err(LexError::BadVarName);
+    }
     let end = (start..line.len())
         .find(|&j| line[j] == b'}')
         .ok_or(LexError::UnterminatedVar)?;
@@ -204,9 +214,13 @@ mod tests {
     #[test]
     fn bare_dollar_names_expand_in_double_quotes() {
         assert_eq!(
-            lex(r#""$PORT/x" '$PORT' "$NOPE-" "$""#),
-            vec!["8080/x", "$PORT", "-", "$"]
+            lex(r#""$PORT/x" '$PORT' "$NOPE-" "\$" $"#),
+            vec!["8080/x", "$PORT", "-", "$", "$"]
         );
+        // As HAProxy: in double quotes a `$` starts a name, which starts with a letter.
+        for bad in [r#""a$""#, r#""$.a""#, r#""${1}""#, r#""a$ b""#] {
+            assert_eq!(lex_line(bad, &env), Err(LexError::BadVarName), "{bad}");
+        }
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! Converters and fetches compared with HAProxy 2.6's answers for the same requests: each
-//! expression is rendered by `http-request return ... lf-string` for three inputs (the
-//! request's `X-In` header), and `testdata/haproxy-2.6/converters.txt` holds what HAProxy
+//! expression is rendered by `http-request return ... lf-string` for four inputs (the
+//! request's `X-In` header, `IN` in an expression; `FIN` takes it whole, commas included), and `testdata/haproxy-2.6/converters.txt` holds what HAProxy
 //! 2.6.12 answered (`bash testdata/haproxy-2.6/record-converters.sh` records it again).
 
 mod common;
 
 use common::*;
 
-/// The expressions; `IN` stands for the request's `X-In` header.
+/// The expressions; `IN` stands for the request's `X-In` header, `FIN` for all of it.
 const EXPRESSIONS: &[&str] = &[
     "IN,sha1,hex",
     "IN,sha2,hex",
@@ -53,10 +53,27 @@ const EXPRESSIONS: &[&str] = &[
     "IN,add_item(;,txn.other,-end)",
     "IN,add_item(;,txn.nothing)",
     "str(),add_item(;,txn.other)",
+    "FIN,json_query('\\$.a.b[0]')",
+    "FIN,json_query('\\$.a.b[0]',int)",
+    "FIN,json_query('\\$.a.b[1]')",
+    "FIN,json_query('\\$.a.b[2]')",
+    "FIN,json_query('\\$.n')",
+    "FIN,json_query('\\$.n',int)",
+    "FIN,json_query('\\$.big')",
+    "FIN,json_query('\\$.tiny')",
+    "FIN,json_query('\\$.s')",
+    "FIN,json_query('\\$.z')",
+    "FIN,json_query('\\$.a')",
+    "FIN,json_query('\\$.missing')",
 ];
 
 /// Inputs, sent as the `X-In` header.
-const INPUTS: &[&str] = &["hello world", "abc", "a/b?c=d&e f~"];
+const INPUTS: &[&str] = &[
+    "hello world",
+    "abc",
+    "a/b?c=d&e f~",
+    r#"{"a":{"b":[10,"x",true]},"n":1.5,"big":123456789,"tiny":0.0000125,"s":"q\u0041","z":null}"#,
+];
 
 fn config() -> String {
     let mut c = String::from(
@@ -66,7 +83,8 @@ fn config() -> String {
         // (`c.push_str` below; a backend for the server fetches comes after.)
         c.push_str(&format!(
             "    http-request return status 200 content-type text/plain lf-string \"%[{}]\" if {{ path /c{i} }}\n",
-            e.replace("IN,", "req.hdr(x-in),")
+            e.replace("FIN,", "req.fhdr(x-in),")
+                .replace("IN,", "req.hdr(x-in),")
         ));
     }
     c.push_str("    default_backend be\nbackend be\n    server s 127.0.0.1:9\n");

@@ -297,6 +297,13 @@ pub enum Conv {
     AddItem(String, Option<VarName>, String),
     /// `iif(TRUE,FALSE)`: one of two strings, as the boolean input says.
     Iif(String, String),
+    /// `json_query(PATH[,int])`: the first value at a JSON path of the input: a string,
+    /// a boolean, a number (an integer with `int`, else as C's `%g` writes it); nothing
+    /// for null, arrays and objects, as in HAProxy.
+    JsonQuery {
+        path: serde_json_path::JsonPath,
+        int: bool,
+    },
     /// `secure_memcmp(VAR)`: the input equals the variable (compared in constant time);
     /// `strcmp(VAR)`: how it compares with it (the first differing bytes' difference).
     SecureMemcmp(VarName),

@@ -522,16 +522,10 @@ fn delimited(c: &Call<'_>) -> Result<(i32, Vec<u8>, u32), ParseError> {
 
 /// HAProxy converters that sluice does not have yet.
 const PENDING_CONVS: &[&str] = &[
-    "sha1",
-    "sha2",
-    "hmac",
-    "digest",
     "aes_gcm_dec",
     "protobuf",
     "ungrpc",
     "debug",
-    "secure_memcmp",
-    "strcmp",
     "language",
     "capture-req",
     "capture-res",
@@ -671,6 +665,21 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
                 }
                 n => return err(format!("'sha2' expects 224, 256, 384 or 512, not {n}")),
             })
+        }
+        "json_query" => {
+            arity(c, 1, 2)?;
+            let path = serde_json_path::JsonPath::parse(&c.args[0])
+                .map_err(|e| ParseError(format!("'json_query': bad JSON path: {e}")))?;
+            let int = match c.args.get(1).map(|t| t.trim()) {
+                None => false,
+                Some("int") => true,
+                Some(other) => {
+                    return err(format!(
+                        "'json_query': output type '{other}' is not supported (only 'int' is)"
+                    ))
+                }
+            };
+            Conv::JsonQuery { path, int }
         }
         "digest" | "hmac" => {
             arity(
