@@ -7,7 +7,8 @@ mod common;
 
 use common::*;
 
-/// The expressions; `IN` stands for the request's `X-In` header, `FIN` for all of it.
+/// The expressions; `IN` stands for the request's `X-In` header, `FIN` for all of it,
+/// `MAPS` for the directory of the recorded answers (and of the map files they use).
 const EXPRESSIONS: &[&str] = &[
     "IN,sha1,hex",
     "IN,sha2,hex",
@@ -65,6 +66,9 @@ const EXPRESSIONS: &[&str] = &[
     "FIN,json_query('\\$.z')",
     "FIN,json_query('\\$.a')",
     "FIN,json_query('\\$.missing')",
+    "IN,map_regm(MAPS/regm.map)",
+    "IN,map_regm(MAPS/regm.map,none)",
+    "IN,map_reg(MAPS/regm.map,none)",
 ];
 
 /// Inputs, sent as the `X-In` header.
@@ -85,6 +89,7 @@ fn config() -> String {
             "    http-request return status 200 content-type text/plain lf-string \"%[{}]\" if {{ path /c{i} }}\n",
             e.replace("FIN,", "req.fhdr(x-in),")
                 .replace("IN,", "req.hdr(x-in),")
+                .replace("MAPS", &reference_dir().display().to_string())
         ));
     }
     c.push_str("    default_backend be\nbackend be\n    server s 127.0.0.1:9\n");
@@ -109,9 +114,12 @@ fn answers(p: &Sluice) -> Vec<String> {
     out
 }
 
+fn reference_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/haproxy-2.6")
+}
+
 fn reference() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/haproxy-2.6/converters.txt")
+    reference_dir().join("converters.txt")
 }
 
 #[test]

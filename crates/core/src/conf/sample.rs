@@ -366,6 +366,9 @@ pub struct MapFile {
     pub path: String,
     pub how: Match,
     pub entries: Vec<(MapKey, String)>,
+    /// `map_regm`: each value is a replacement template (`\N` made `${N}` at load) filled
+    /// with the matching key's captures.
+    pub substitute: bool,
 }
 
 /// A map key, prepared for its match method.

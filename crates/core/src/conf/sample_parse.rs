@@ -835,7 +835,8 @@ fn mask_arg(m: &str, v6: bool) -> Result<IpAddr, ParseError> {
 /// `map`, `map_<match>`, `map_<match>_<output>` (the output type is read as text, which
 /// converts on use).
 fn parse_map_conv(c: &Call<'_>, rest: &str) -> Result<Conv, ParseError> {
-    let mut parts = rest.split('_').skip(1);
+    let mut parts = rest.split('_').skip(1).peekable();
+    let substitute = parts.peek() == Some(&"regm");
     let how = match parts.next() {
         None | Some("str") => Match::Str,
         Some("beg") => Match::Beg,
@@ -861,7 +862,13 @@ fn parse_map_conv(c: &Call<'_>, rest: &str) -> Result<Conv, ParseError> {
         return err(format!("unknown converter '{}'", c.name));
     }
     arity(c, 1, 2)?;
-    let map = parse_map(&c.args[0], how)?;
+    let mut map = parse_map(&c.args[0], how)?;
+    if substitute {
+        map.substitute = true;
+        for (_, value) in &mut map.entries {
+            *value = substitution(value);
+        }
+    }
     Ok(Conv::Map(Arc::new(map), opt_str(c, 1)))
 }
 
@@ -897,6 +904,7 @@ pub fn parse_map(path: &str, how: Match) -> Result<MapFile, ParseError> {
         path: path.to_string(),
         how,
         entries,
+        substitute: false,
     })
 }
 

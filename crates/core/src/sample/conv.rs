@@ -374,14 +374,24 @@ fn mask(ip: IpAddr, v4: IpAddr, v6: Option<IpAddr>) -> Option<IpAddr> {
 }
 
 /// The value of the first entry of `map` whose key matches the sample.
-pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<&'m str> {
+pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<Cow<'m, str>> {
     let bytes = s.as_bytes();
+    if map.substitute {
+        // `map_regm`: the first key that matches, its captures put into the value.
+        return map.entries.iter().find_map(|(key, template)| {
+            let MapKey::Regex(re) = key else { return None };
+            let caps = re.0.captures(&bytes)?;
+            let mut out = Vec::new();
+            caps.expand(template.as_bytes(), &mut out);
+            Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+        });
+    }
     let int = s.as_int();
     let ip = s.as_ip();
     map.entries
         .iter()
         .find(|(key, _)| map_matches(map.how, key, &bytes, int, ip))
-        .map(|(_, v)| v.as_str())
+        .map(|(_, v)| Cow::Borrowed(v.as_str()))
 }
 
 fn map_matches(how: Match, key: &MapKey, s: &[u8], int: Option<i64>, ip: Option<IpAddr>) -> bool {
