@@ -349,3 +349,19 @@ fn key_types_stored_rates_and_show_table_filters() {
         "{bins}"
     );
 }
+
+#[test]
+fn table_trackers_counts_the_connections_tracking_a_key() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    stick-table type ip size 100 expire 1m store conn_cur\n    tcp-request connection track-sc0 src\n    http-request return status 200 content-type text/plain lf-string \"%[src,table_trackers(fe)] %[str(10.9.9.9),table_trackers(fe)]\"\n"
+    ));
+    let mut a = p.connect();
+    assert_eq!(a.get("/").text(), "1 0");
+    let mut b = p.connect();
+    assert_eq!(b.get("/").text(), "2 0", "both connections track 127.0.0.1");
+    drop(a);
+    // The first connection's tracking ends once sluice has seen it close.
+    wait_until("the closed connection to stop tracking", || {
+        b.get("/").text() == "1 0"
+    });
+}

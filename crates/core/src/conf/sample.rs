@@ -271,6 +271,8 @@ pub enum Conv {
     },
     /// Whether the input has an entry in the table (`in_table(T)`).
     InTable(String),
+    /// How many streams track the input's entry (`table_trackers(T)`; 0 without one).
+    TableTrackers(String),
     /// `sha1`, `sha2([256|384|512])`, `digest(ALG)`: the input's digest (binary).
     Digest(DigestAlg),
     /// `hmac(ALG,KEY)`: the input's HMAC with a base64 key, given or in a variable.

@@ -646,9 +646,12 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
             arity(c, 1, 1)?;
             Conv::SetVar(parse_var(&c.args[0])?)
         }
-        "in_table" => {
+        "in_table" | "table_trackers" => {
             arity(c, 1, 1)?;
-            Conv::InTable(c.args[0].clone())
+            match c.name {
+                "in_table" => Conv::InTable(c.args[0].clone()),
+                _ => Conv::TableTrackers(c.args[0].clone()),
+            }
         }
         "sha1" => none(Conv::Digest(DigestAlg::Sha1))?,
         "sha2" => {

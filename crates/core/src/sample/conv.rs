@@ -23,7 +23,7 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
         InTable(_) | SecureMemcmp(_) => Kind::Bool,
-        Strcmp(_) => Kind::Int,
+        Strcmp(_) | TableTrackers(_) | JsonQuery { int: true, .. } => Kind::Int,
         Digest(_) | Hmac(..) | Ub64Dec => Kind::Bin,
         _ => Kind::Str,
     }
@@ -200,6 +200,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         }
         Conv::Table { op, counter, table } => super::table::convert(&s, *op, *counter, table, cx)?,
         Conv::InTable(table) => super::table::contains(&s, table, cx)?,
+        Conv::TableTrackers(table) => super::table::trackers(&s, table, cx)?,
         Conv::Digest(alg) => {
             let d = ring::digest::digest(digest_alg(*alg), &s.as_binary());
             Sample::Bin(Cow::Owned(d.as_ref().to_vec()))

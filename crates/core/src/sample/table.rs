@@ -65,6 +65,17 @@ pub(super) fn contains<'a>(input: &Sample<'_>, table: &str, cx: &Ctx<'_>) -> Opt
     Some(Sample::Bool(t.lookup(&key, clock_ms()).is_some()))
 }
 
+/// `table_trackers(T)`: the streams tracking the input's entry, as `show table` counts
+/// them in `use=` (the holders of the entry but the table and this lookup).
+pub(super) fn trackers<'a>(input: &Sample<'_>, table: &str, cx: &Ctx<'_>) -> Option<Sample<'a>> {
+    let t = cx.table(Some(table))?;
+    let key = Key::from_sample(input, t.conf.key)?;
+    let users = t
+        .lookup(&key, clock_ms())
+        .map_or(0, |e| std::sync::Arc::strong_count(&e).saturating_sub(2));
+    Some(Sample::Int(users as i64))
+}
+
 fn apply<'a>(
     t: &Table,
     key: Option<&Key>,
