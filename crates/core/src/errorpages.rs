@@ -7,6 +7,8 @@ use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::errorpages::{ErrorPages, Page};
 pub use crate::conf::rules::Reply;
+use crate::conf::rules::{Action, RuleSets};
+use crate::conf::Loc;
 use crate::conf::ProxyConf;
 use crate::sample::Fmt;
 
@@ -160,8 +162,13 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 return Err(KwError::bad(1, kw, "expects 'status'"));
             }
             let status = status_arg(code, 2)?;
-            // The answer as `return` writes it; an `errorfile` is the page as it is.
-            let (reply, _) = parse_reply(rest, status).map_err(|e| e.shifted(2))?;
+            // The answer as `return` writes it; an `errorfile` is the page as it is, and
+            // `errorfiles NAME` that section's page for the status.
+            let (reply, _) = parse_reply(rest, status, &c.at).map_err(|e| e.shifted(2))?;
+            if let Some((name, at)) = reply.errorfiles {
+                c.errors.use_set(name, vec![status], at);
+                return Ok(());
+            }
             let page = match reply.raw {
                 Some(raw) => Page::Static(raw.into()),
                 None => Page::Reply(Reply { status, ..reply }.into()),
@@ -208,11 +215,54 @@ fn parse_status(s: &str, index: usize) -> Result<u16, KwError> {
         .ok_or_else(|| KwError::bad(index, s, "expects a status code from 200 to 599"))
 }
 
+/// Gives each rule answer naming `errorfiles NAME` the page that section has for its
+/// status (the built-in page when it has none); an unknown section is an error at the
+/// rule's line.
+pub fn resolve_rule_pages(
+    sets: &mut RuleSets,
+    sections: &crate::conf::errorpages::ErrorSets,
+) -> Result<(), (Loc, String)> {
+    let lists = [
+        &mut sets.http_request,
+        &mut sets.http_response,
+        &mut sets.http_after_response,
+    ];
+    for rule in lists.into_iter().flatten() {
+        let reply = match &mut rule.action {
+            Action::Return(r) => r,
+            Action::Deny { reply: Some(r), .. } | Action::Tarpit { reply: Some(r), .. } => r,
+            _ => continue,
+        };
+        let Some((name, at)) = reply.errorfiles.take() else {
+            continue;
+        };
+        let Some(pages) = sections.get(&name) else {
+            return Err((at, format!("no http-errors section named '{name}'")));
+        };
+        let page = pages.iter().rev().find(|(s, _)| *s == reply.status);
+        match page.map(|(_, p)| p) {
+            Some(Page::Static(bytes)) => reply.raw = Some(bytes.to_vec()),
+            Some(Page::Reply(r)) => {
+                *reply = Reply {
+                    status: reply.status,
+                    ..Reply::clone(r)
+                }
+            }
+            None => reply.raw = Some(sluice_http::error_page(reply.status)),
+        }
+    }
+    Ok(())
+}
+
 /// The answer of `return`, `deny` and `tarpit`: `[status|deny_status N] [content-type T]
 /// [string S | lf-string F | file F | lf-file F | errorfile F | default-errorfiles]
 /// [hdr NAME FMT]...`. `custom`: a payload, a content type or a header was given (a
 /// `deny` without one sends the error page of its status).
-pub(crate) fn parse_reply(params: &[String], status: u16) -> Result<(Reply, bool), KwError> {
+pub(crate) fn parse_reply(
+    params: &[String],
+    status: u16,
+    at: &Loc,
+) -> Result<(Reply, bool), KwError> {
     let mut r = Reply {
         status,
         content_type: None,
@@ -220,6 +270,7 @@ pub(crate) fn parse_reply(params: &[String], status: u16) -> Result<(Reply, bool
         lf: None,
         hdrs: Vec::new(),
         raw: None,
+        errorfiles: None,
     };
     let mut custom = false;
     let mut i = 0;
@@ -260,15 +311,11 @@ pub(crate) fn parse_reply(params: &[String], status: u16) -> Result<(Reply, bool
                 r.hdrs.push((arg.clone(), header_value(value, idx + 2)?));
                 i += 1;
             }
-            "errorfiles" => {
-                return Err(KwError::Invalid(
-                    "option 'errorfiles': not supported yet in a rule (errorfile FILE is)".into(),
-                ))
-            }
+            "errorfiles" => r.errorfiles = Some((arg.clone(), at.clone())),
             other => return Err(KwError::bad(
                 idx,
                 other,
-                "expects status, content-type, string, lf-string, file, lf-file, errorfile or hdr",
+                "expects status, content-type, string, lf-string, file, lf-file, errorfile, errorfiles or hdr",
             )),
         }
         custom |= params[i] != "status" && params[i] != "deny_status";

@@ -44,7 +44,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, args| {
             let rule = match args.first().map(String::as_str) {
                 Some("capture") => parse_capture(c, args, Side::Request)?,
-                _ => parse_rule(&c.rules, args, Side::Request)?,
+                _ => parse_rule(&c.rules, args, Side::Request, &c.at)?,
             };
             c.rules.sets.http_request.push(rule);
             Ok(())
@@ -57,7 +57,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, args| {
             let rule = match args.first().map(String::as_str) {
                 Some("capture") => parse_capture(c, args, Side::Response)?,
-                _ => parse_rule(&c.rules, args, Side::Response)?,
+                _ => parse_rule(&c.rules, args, Side::Response, &c.at)?,
             };
             c.rules.sets.http_response.push(rule);
             Ok(())
@@ -68,7 +68,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::PROXY,
         help: "http-after-response ACTION [ARGS...] [if|unless COND]: on every response, the proxy's own included",
         parse: |c, args| {
-            let rule = parse_rule(&c.rules, args, Side::AfterResponse)?;
+            let rule = parse_rule(&c.rules, args, Side::AfterResponse, &c.at)?;
             c.rules.sets.http_after_response.push(rule);
             Ok(())
         },
@@ -80,7 +80,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, args| {
             let mut words = vec!["redirect".to_string()];
             words.extend_from_slice(args);
-            let rule = parse_rule(&c.rules, &words, Side::Request).map_err(|e| match e {
+            let rule = parse_rule(&c.rules, &words, Side::Request, &c.at).map_err(|e| match e {
                 KwError::BadArg { index, value, reason } => KwError::BadArg {
                     index: index - 1,
                     value,
@@ -114,7 +114,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 }
                 None => return Err(KwError::Missing("connection, session, content or inspect-delay")),
             };
-            let rule = parse_rule(&c.rules, &args[1..], side).map_err(|e| e.shifted(1))?;
+            let rule = parse_rule(&c.rules, &args[1..], side, &c.at).map_err(|e| e.shifted(1))?;
             let sets = &mut c.rules.sets;
             [&mut sets.tcp_connection, &mut sets.tcp_session, &mut sets.tcp_content][list]
                 .push(rule);
@@ -130,7 +130,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             Some("inspect-delay") => crate::conf::time_arg(&args[1..]).map(|_| ()),
             Some("content") => {
                 let rule =
-                    parse_rule(&c.rules, &args[1..], Side::TcpResponse).map_err(|e| e.shifted(1))?;
+                    parse_rule(&c.rules, &args[1..], Side::TcpResponse, &c.at).map_err(|e| e.shifted(1))?;
                 c.rules.sets.tcp_response.push(rule);
                 Ok(())
             }
@@ -257,7 +257,12 @@ fn var_of(action: &str) -> Option<Result<VarName, String>> {
     Some(crate::sample::parse_var(inner).map_err(|e| e.0))
 }
 
-fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, KwError> {
+fn parse_rule(
+    rules: &RulesConf,
+    args: &[String],
+    side: Side,
+    at: &crate::conf::Loc,
+) -> Result<Rule, KwError> {
     let Some(action) = args.first() else {
         return Err(KwError::Missing("an action"));
     };
@@ -271,7 +276,9 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
         return Ok(Rule::new(parse_tcp_action(action, params, side)?, cond));
     }
     let action = match (action.as_str(), side) {
-        ("return", Side::Request | Side::Response) => Action::Return(parse_reply(params, 200)?.0),
+        ("return", Side::Request | Side::Response) => {
+            Action::Return(parse_reply(params, 200, at)?.0)
+        }
         ("auth", Side::Request) => match params {
             [] => Action::Auth(None),
             [kw, realm] if kw == "realm" => Action::Auth(Some(realm.clone())),
@@ -304,7 +311,7 @@ fn parse_rule(rules: &RulesConf, args: &[String], side: Side) -> Result<Rule, Kw
                 (_, Side::Request) => 403,
                 _ => 502,
             };
-            let (r, custom) = parse_reply(params, default)?;
+            let (r, custom) = parse_reply(params, default, at)?;
             let (status, reply) = (r.status, custom.then_some(r));
             if kind == "deny" {
                 Action::Deny { status, reply }
@@ -1083,6 +1090,7 @@ mod tests {
                 lf: None,
                 hdrs: Vec::new(),
                 raw: None,
+                errorfiles: None,
             })
         );
         assert_eq!(

@@ -216,6 +216,40 @@ fn http_errors_sections_and_errorfiles() {
     assert!(!ok && out.contains("http-errors"), "{out}");
 }
 
+#[test]
+fn rules_answer_with_the_pages_of_an_http_errors_section() {
+    // The section comes after the rules that name it, as HAProxy allows.
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    http-request deny deny_status 503 errorfiles site if {{ path /busy }}\n    http-request return status 403 errorfiles site if {{ path /ret }}\n    http-request deny deny_status 429 errorfiles site if {{ path /none }}\n    http-request deny deny_status 500 if {{ path /err }}\n    http-error status 500 errorfiles site\n    http-request return status 200 content-type text/plain string fine\nhttp-errors site\n    errorfile 403 {DEBIAN}/errors/403.http\n    errorfile 503 {DEBIAN}/errors/503.http\n    errorfile 500 {DEBIAN}/errors/500.http\n"
+    ));
+    let busy = get(p.addr(), "/busy");
+    assert_eq!(busy.status, 503);
+    assert!(
+        busy.text().contains("503 Service Unavailable"),
+        "{}",
+        busy.text()
+    );
+    let ret = get(p.addr(), "/ret");
+    assert_eq!(ret.status, 403);
+    assert!(ret.text().contains("403 Forbidden"), "{}", ret.text());
+    // No page for 429 in the section: the built-in one.
+    let none = get(p.addr(), "/none");
+    assert_eq!(none.status, 429);
+    assert!(none.text().contains("Too Many Requests"), "{}", none.text());
+    // `http-error status N errorfiles NAME` takes that section's page for N.
+    let err = get(p.addr(), "/err");
+    assert_eq!(err.status, 500);
+    let debian_500 = std::fs::read_to_string(format!("{DEBIAN}/errors/500.http")).unwrap();
+    assert!(debian_500.contains(err.text().trim()), "{}", err.text());
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request deny errorfiles nosuch\n"
+    ));
+    assert!(
+        !ok && out.contains("c.cfg:") && out.contains("no http-errors section named 'nosuch'"),
+        "{out}"
+    );
+}
+
 const HAPROXY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/haproxy-2.6");
 
 /// The lines of a keyword list (comments and blank lines left out).

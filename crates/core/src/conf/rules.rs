@@ -123,6 +123,9 @@ pub struct Reply {
     /// `errorfile FILE`: the whole response as the file has it (status line and headers
     /// included); the other fields are unused.
     pub raw: Option<Vec<u8>>,
+    /// `errorfiles NAME`: the page of this status in that `http-errors` section, and the
+    /// rule's line; made `raw` (or the reply the section has) once every section is known.
+    pub errorfiles: Option<(String, super::loc::Loc)>,
 }
 
 /// The part of the request target a `replace-*` rule rewrites.

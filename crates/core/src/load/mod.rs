@@ -301,6 +301,10 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
         if let Err((at, e)) = p.conf.errors.resolve(&error_sets) {
             errors.push(at.error(e));
         }
+        let rules = &mut p.conf.rules.sets;
+        if let Err((at, e)) = crate::errorpages::resolve_rule_pages(rules, &error_sets) {
+            errors.push(at.error(e));
+        }
     }
     let local = peers::local_name(&global);
     let mut peer_sets = (Vec::new(), Vec::new());
