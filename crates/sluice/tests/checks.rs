@@ -254,10 +254,12 @@ fn http_checks_are_judged_by_their_status() {
     let logs = Collector::new();
     let (_d, sock) = cli_dir();
     let _p = Sluice::start(&format!(
-        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend plain\nbackend plain\n    log {} local0\n    option httpchk GET /health\n    option log-health-checks\n    server a {} check inter 100ms rise 1 fall 1\nbackend wants500\n    option httpchk GET /health HTTP/1.1 example.org\n    http-check expect status 500\n    server b {} check inter 100ms rise 1 fall 1\nbackend any5xx\n    option httpchk GET /health\n    http-check expect rstatus ^5\n    server c {} check inter 100ms rise 1 fall 1\n",
+        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend plain\nbackend plain\n    log {} local0\n    option httpchk GET /health\n    option log-health-checks\n    server a {} check inter 100ms rise 1 fall 1\nbackend wants500\n    option httpchk GET /health HTTP/1.1 example.org\n    http-check expect status 500\n    server b {} check inter 100ms rise 1 fall 1\nbackend any5xx\n    option httpchk GET /health\n    http-check expect rstatus ^5\n    server c {} check inter 100ms rise 1 fall 1\nbackend ranges\n    option httpchk GET /health\n    http-check expect status 200-299,500-503\n    server d {} check inter 100ms rise 1 fall 1\nbackend outside\n    option httpchk GET /health\n    http-check expect status 200-399\n    server e {} check inter 100ms rise 1 fall 1\n",
         sock.display(),
         logs.0.local_addr().unwrap(),
         a.addr,
+        b.addr,
+        b.addr,
         b.addr,
         b.addr
     ));
@@ -285,6 +287,14 @@ fn http_checks_are_judged_by_their_status() {
                 "check_status",
             ) == "L7OK"
     });
+    // Status ranges: b's 500 is in 500-503, not in 200-399.
+    wait_until("d and e judged by ranges", || {
+        let csv = Sluice::cli(&sock, "show stat");
+        stat_field(&csv, "ranges", "d", "check_status") == "L7OK"
+            && stat_field(&csv, "outside", "e", "check_status") == "L7STS"
+    });
+    assert_eq!(status(&sock, "ranges", "d"), "UP");
+    assert_eq!(status(&sock, "outside", "e"), "DOWN");
     a.health.store(200, Ordering::SeqCst);
     wait_until("a up", || status(&sock, "plain", "a") == "UP");
     let line = logs.wait_for("Health check for server plain/a succeeded");

@@ -591,10 +591,14 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                     value
                         .split(',')
                         .map(|v| {
-                            v.parse::<u16>()
-                                .ok()
-                                .filter(|s| (100..600).contains(s))
-                                .ok_or_else(|| KwError::bad(2, v, "expects HTTP status codes"))
+                            let (lo, hi) = v.split_once('-').unwrap_or((v, v));
+                            let code = |c: &str| c.parse::<u16>().ok().filter(|s| (100..600).contains(s));
+                            code(lo)
+                                .zip(code(hi))
+                                .filter(|(lo, hi)| lo <= hi)
+                                .ok_or_else(|| {
+                                    KwError::bad(2, v, "expects HTTP status codes or ranges (200,301-304)")
+                                })
                         })
                         .collect::<Result<_, _>>()?,
                 ),

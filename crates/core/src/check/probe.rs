@@ -389,7 +389,9 @@ async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
     };
     let ok = match &check.expect {
         None => (200..400).contains(&code),
-        Some((neg, Expect::Status(codes))) => codes.contains(&code) != *neg,
+        Some((neg, Expect::Status(ranges))) => {
+            ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&code)) != *neg
+        }
         Some((neg, Expect::RStatus(re))) => re.0.is_match(code.to_string().as_bytes()) != *neg,
         Some((neg, Expect::String(s))) => contains(body, s.as_bytes()) != *neg,
         Some((neg, Expect::RString(re))) => re.0.is_match(body) != *neg,

@@ -125,8 +125,8 @@ impl Eq for Re {}
 /// What an HTTP check expects of the response (`http-check expect`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
-    /// Any of these status codes.
-    Status(Vec<u16>),
+    /// A status code in any of these inclusive ranges (`200,301-304`).
+    Status(Vec<(u16, u16)>),
     /// The status code (as text) matches.
     RStatus(Re),
     /// The body contains this string.
