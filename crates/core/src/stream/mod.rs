@@ -206,18 +206,24 @@ fn expects_proxy(
         return false;
     }
     let vars = StreamVars::default();
-    let cx = Ctx::of_connection(
-        &w.process,
-        fe,
-        Arrival {
-            thread: w.tid,
-            listener,
-        },
-        peer,
-        client,
-        &vars,
-    );
+    let cx = connection_ctx(w, (fe, listener), peer, client, &vars);
     crate::rules::expects_proxy(rules, &cx)
+}
+
+/// What connection rules see of a client connection accepted by `listener` of `fe` on
+/// this worker.
+fn connection_ctx<'a>(
+    w: &'a Worker,
+    (fe, listener): (usize, usize),
+    peer: SocketAddr,
+    client: &'a Conn,
+    vars: &'a StreamVars,
+) -> Ctx<'a> {
+    let arrival = Arrival {
+        thread: w.tid,
+        listener,
+    };
+    Ctx::of_connection(&w.process, fe, arrival, peer, client, vars)
 }
 
 /// Whether `tcp-request connection` then `tcp-request session` rules let the connection
@@ -233,17 +239,7 @@ fn session_accepted(
     if rules.tcp_connection.is_empty() && rules.tcp_session.is_empty() {
         return true;
     }
-    let cx = Ctx::of_connection(
-        &w.process,
-        fe,
-        Arrival {
-            thread: w.tid,
-            listener,
-        },
-        peer,
-        client,
-        vars,
-    );
+    let cx = connection_ctx(w, (fe, listener), peer, client, vars);
     let accepted = tcp_verdict(&rules.tcp_connection, &cx, Level::Session)
         && tcp_verdict(&rules.tcp_session, &cx, Level::Session);
     if accepted {

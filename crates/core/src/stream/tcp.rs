@@ -290,14 +290,7 @@ impl Inspecting<'_> {
             let cx = Ctx {
                 backend: self.backend,
                 payload: Some(&payload),
-                ..Ctx::of_connection(
-                    &self.w.process,
-                    self.fe,
-                    self.arrival,
-                    self.peer,
-                    client,
-                    self.vars,
-                )
+                ..self.ctx(client)
             };
             match tcp_inspect(rules, &cx, Level::Session, from) {
                 Inspected::Accept => return true,
@@ -315,6 +308,18 @@ impl Inspecting<'_> {
         }
     }
 
+    /// What the rules see of the connection before its content.
+    fn ctx<'c>(&'c self, client: &'c Conn) -> Ctx<'c> {
+        Ctx::of_connection(
+            &self.w.process,
+            self.fe,
+            self.arrival,
+            self.peer,
+            client,
+            self.vars,
+        )
+    }
+
     /// The backend the frontend's `use_backend` rules choose on what the client sent, else
     /// its default backend.
     fn switch(&self, client: &Conn, sent: &[u8]) -> Option<usize> {
@@ -326,14 +331,7 @@ impl Inspecting<'_> {
         let payload = Payload::new(sent, true);
         let cx = Ctx {
             payload: Some(&payload),
-            ..Ctx::of_connection(
-                &self.w.process,
-                self.fe,
-                self.arrival,
-                self.peer,
-                client,
-                self.vars,
-            )
+            ..self.ctx(client)
         };
         crate::rules::switch(&rules.switching, &cx, &config.backends).or(rules.default_backend)
     }
