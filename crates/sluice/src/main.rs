@@ -340,15 +340,28 @@ fn main() -> ExitCode {
     for w in &config.warnings {
         sluice_core::say!("sluice: [WARNING] config : {w}");
     }
+    // Nothing to listen on (a process with only a CLI socket still starts, as HAProxy's
+    // does): `-c` says so with HAProxy's words and status, a start refuses.
+    let no_listener = !config.has_listener();
     if check {
         if !config.warnings.is_empty() {
             println!("Warnings were found.");
+        }
+        if no_listener {
+            println!(
+                "Configuration file has no error but will not start (no listener) => exit(2)."
+            );
+            return ExitCode::from(2);
         }
         // As HAProxy's `-c`: a check of the files only, exiting before anything is
         // bound, so that it passes on a build host where the service addresses are not
         // local (a bind that fails is reported by the real start, with its line).
         println!("Configuration file is valid");
         return ExitCode::SUCCESS;
+    }
+    if no_listener {
+        sluice_core::say!("sluice: [ALERT] {}", sluice_core::conf::NO_LISTENER);
+        return ExitCode::from(1);
     }
     inherit_from_master(&mut opts);
     let mut config = config;

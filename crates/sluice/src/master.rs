@@ -235,6 +235,8 @@ pub fn run(opts: Options) -> ExitCode {
         )
     };
     let load = || match sluice_core::load(&files) {
+        // A worker for it would exit at once; the running one stays.
+        Ok(c) if !c.has_listener() => Err(sluice_core::conf::NO_LISTENER.to_string()),
         Ok(c) => Ok(c),
         Err(errors) => {
             for e in &errors {

@@ -627,9 +627,33 @@ fn more_of_haproxys_command_line() {
     // It ends by the signal, as HAProxy's process does.
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
-    // Neither a frontend nor a CLI socket: nothing to serve.
-    let (ok, err) = check_config("global\n    nbthread 1\n");
-    assert!(!ok && err.contains("nothing to serve"), "{err}");
+    // Neither a frontend nor a CLI socket: nothing to serve. `-c` says so and exits 2, as
+    // HAProxy 2.6 does; a start refuses.
+    let dir = TempDir::new();
+    let cfg = dir.write(
+        "c.cfg",
+        "global\n    nbthread 1\nbackend b\n    server s 127.0.0.1:1\n",
+    );
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-f", &cfg])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            "Configuration file has no error but will not start (no listener) => exit(2)."
+        ),
+        "{out:?}"
+    );
+    let out = Command::new(sluice_bin())
+        .args(["-f", &cfg])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nothing to serve"),
+        "{out:?}"
+    );
     let out = Command::new(sluice_bin())
         .args(["-N", "0"])
         .output()

@@ -310,6 +310,18 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
+impl Config {
+    /// Whether the process has something to listen on: a frontend, or only a CLI socket
+    /// (such a process still starts, as HAProxy's does).
+    pub fn has_listener(&self) -> bool {
+        !self.frontends.is_empty() || !self.global.stats_sockets.is_empty()
+    }
+}
+
+/// What refusing to start without a listener says.
+pub const NO_LISTENER: &str =
+    "no enabled listener found (no frontend or listen section with a bind, and no stats socket): nothing to serve";
+
 /// Returns the only argument, or an error naming what was expected.
 pub fn one_arg<'a>(args: &'a [String], expects: &'static str) -> Result<&'a str, KwError> {
     match args {

@@ -644,14 +644,6 @@ fn lower(
             }
         }
     }
-    // A process with only a CLI socket still starts, as HAProxy's does.
-    if frontends.is_empty() && errors.is_empty() && global.stats_sockets.is_empty() {
-        errors.push(ConfigError::at(
-            "configuration",
-            0,
-            "no frontend or listen section, and no stats socket: nothing to serve",
-        ));
-    }
     check_tracking(&proxies, &peer_tables, &mut errors);
     for p in &proxies {
         if let Some(name) = p.conf.stick.as_ref().and_then(|t| t.peers.as_ref()) {
