@@ -1598,3 +1598,35 @@ fn a_backends_own_option_httpchk_drops_the_inherited_http_check_send() {
     assert!(has("GET /inherited ").unwrap().contains("X-Probe: 1\r\n"));
     assert!(!has("GET /own ").unwrap().contains("X-Probe"));
 }
+
+#[test]
+fn send_state_tells_the_server_its_state_as_haproxy_words_it() {
+    let origin = Origin::start("o");
+    let port = origin.addr.port();
+    let _p = Sluice::start(&format!(
+        "{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check send-state\n    server s {} check inter 100ms\n",
+        origin.addr
+    ));
+    let states = || -> Vec<String> {
+        origin
+            .requests()
+            .iter()
+            .filter(|r| r.target == "/health")
+            .filter_map(|r| r.header("x-haproxy-server-state").map(str::to_string))
+            .collect()
+    };
+    wait_until("three checks", || states().len() >= 3);
+    let got = states();
+    // Health starts at `rise` (2 of 2+3-1, "UP 1/3"); a passed check makes it full at once,
+    // as in HAProxy.
+    for (state, want) in got.iter().zip(["UP 1/3", "UP", "UP"]) {
+        let (head, rest) = state.split_once(';').unwrap();
+        assert_eq!(head, want, "{got:?}");
+        assert!(
+            rest.starts_with(&format!(
+                " address=127.0.0.1; port={port}; name=be/s; node="
+            )) && rest.ends_with("; weight=1/1; scur=0/0; qcur=0"),
+            "{state}"
+        );
+    }
+}

@@ -396,6 +396,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| no_args(a).map(|_| c.check.disable_on_404 = true),
     },
     Keyword {
+        name: "http-check send-state",
+        scope: Scope::BE,
+        help: "http-check send-state: the check request tells the server its state (X-Haproxy-Server-State)",
+        parse: |c, a| no_args(a).map(|_| c.check.send_state = true),
+    },
+    Keyword {
         name: "http-check connect",
         scope: Scope::BE,
         help: "http-check connect [default] [port N] [addr IP] [linger] [comment TEXT]: where the HTTP check connects and how it closes",

@@ -329,6 +329,50 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
     }
 }
 
+/// The `X-Haproxy-Server-State` value, as HAProxy 2.6 writes it: the state with the
+/// health counter's progress (`UP 2/3` going down, `DOWN 1/2` going up, `NOLB` draining),
+/// the address, names, node, weights, sessions and queue.
+fn server_state_header(w: &Worker, backend: usize, server: usize) -> String {
+    let be = &w.config().backends[backend];
+    let bst = &w.state().backends[backend];
+    let (srv, st) = (&be.servers[server], &bst.servers[server]);
+    let opts = srv.check.as_ref().expect("checked server");
+    let check = st.check.as_ref().expect("checked server");
+    let (rise, fall) = (opts.rise, opts.fall);
+    let health = check.health.load(Ordering::Relaxed);
+    let state = match st.oper() {
+        _ if check.paused.load(Ordering::Relaxed) => "no check".to_string(),
+        OperState::Down if health == 0 => "DOWN".to_string(),
+        OperState::Down => format!("DOWN {health}/{rise}"),
+        oper => {
+            let word = if oper == OperState::Stopping {
+                "NOLB"
+            } else {
+                "UP"
+            };
+            if health == rise + fall - 1 {
+                word.to_string()
+            } else {
+                format!("{word} {}/{fall}", (health + 1).saturating_sub(rise))
+            }
+        }
+    };
+    let addr = st.addr();
+    format!(
+        "{state}; address={}; port={}; name={}/{}; node={}; weight={}/{}; scur={}/{}; qcur={}",
+        addr.ip(),
+        addr.port(),
+        be.name,
+        srv.name,
+        crate::conf::hostname(),
+        st.reported_weight(),
+        bst.usable_weight(be),
+        st.in_flight.load(Ordering::Relaxed),
+        bst.in_flight(),
+        st.queue.waiting.load(Ordering::Relaxed),
+    )
+}
+
 /// Runs one health check of a server and applies its result. Returns the interval before
 /// the next one.
 async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
@@ -345,7 +389,11 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
         // Cannot happen with one task per server; never run two at once regardless.
         return opts.inter;
     }
-    let result = probe(be, srv, st.addr()).await;
+    let state = be
+        .check
+        .send_state
+        .then(|| server_state_header(w, backend, server));
+    let result = probe(be, srv, st.addr(), state).await;
     check.running.store(false, Ordering::Release);
     w.ctx().counters.checks_run.bump();
     if !result.passed {

@@ -27,7 +27,14 @@ use crate::transport::{Conn, Origin};
 const MAX_READ: usize = 16384;
 
 /// Runs one check of `srv` (now at `addr`) as its backend says.
-pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult {
+/// `state`: the `X-Haproxy-Server-State` value an HTTP check sends (`http-check
+/// send-state`).
+pub async fn probe(
+    be: &Backend,
+    srv: &Server,
+    addr: SocketAddr,
+    state: Option<String>,
+) -> CheckResult {
     let started = Instant::now();
     let opts = srv.check.as_ref().expect("checked server");
     let connect_limit = be.timeout_connect.map_or(opts.inter, |t| t.min(opts.inter));
@@ -47,7 +54,13 @@ pub async fn probe(be: &Backend, srv: &Server, addr: SocketAddr) -> CheckResult 
         CheckKind::Probe(r) => rules(at, r, &vars, (connect_limit, limit), tls).await,
         CheckKind::Http => {
             let how = &be.check.http_connect;
-            let req = be.check.http.render(&vars);
+            let mut req = be.check.http.render(&vars);
+            if let Some(state) = state {
+                // After the request line.
+                let at = memchr::memmem::find(&req, b"\r\n").map_or(req.len(), |i| i + 2);
+                let line = format!("X-Haproxy-Server-State: {state}\r\n");
+                req.splice(at..at, line.into_bytes());
+            }
             let h2 = speaks_h2(srv, opts);
             // Sent with the connection when it is sure to be HTTP/1.1.
             let early = if h2 == Some(false) { &req[..] } else { &[] };

@@ -338,6 +338,9 @@ pub struct BackendCheck {
     /// `http-check disable-on-404`: a server that is up and answers 404 stops taking new
     /// traffic (NOLB) without being marked down.
     pub disable_on_404: bool,
+    /// `http-check send-state`: the request carries `X-Haproxy-Server-State`, the
+    /// server's state as the proxy sees it.
+    pub send_state: bool,
     /// The `tcp-check` lines, in order.
     pub tcp_rules: Vec<TcpRule>,
     /// `timeout check`: the time a check may take once connected (default: `inter`).

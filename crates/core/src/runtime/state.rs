@@ -229,6 +229,16 @@ impl ServerState {
         self.admin() == AdminState::Ready && self.oper() == OperState::Up && self.weight() > 0
     }
 
+    /// The weight statistics and `send-state` report, as HAProxy's: the effective one while
+    /// usable, else the live one.
+    pub fn reported_weight(&self) -> u32 {
+        if self.usable() {
+            self.effective_weight()
+        } else {
+            self.weight()
+        }
+    }
+
     /// The weight the balancer uses: the live weight while usable (ramping up during
     /// `slowstart`, never below 1), else 0.
     pub fn effective_weight(&self) -> u32 {
@@ -539,6 +549,23 @@ impl BackendState {
             .iter()
             .map(|s| s.in_flight.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// The weight the balancer shares out: the usable active servers' effective weights,
+    /// or the backups' when only they are left (`conf` is this backend's configuration).
+    pub fn usable_weight(&self, conf: &Backend) -> u64 {
+        let weight = |backup: bool| -> u64 {
+            conf.servers
+                .iter()
+                .zip(&self.servers)
+                .filter(|(c, s)| c.backup == backup && s.usable())
+                .map(|(_, s)| u64::from(s.effective_weight()))
+                .sum()
+        };
+        match weight(false) {
+            0 => weight(true),
+            active => active,
+        }
     }
 }
 

@@ -491,14 +491,7 @@ fn server_row(
         st.status(srv.check.as_ref().map(|c| (c.rise, c.fall))),
     );
     // The effective weight (ramping with slowstart), and the one set by the user.
-    r.num(
-        "weight",
-        if st.usable() {
-            st.effective_weight()
-        } else {
-            st.weight()
-        },
-    );
+    r.num("weight", st.reported_weight());
     r.num("uweight", st.weight());
     // `slowstart`: how far the ramp has gone, while it goes.
     if st.usable() && st.weight() > 0 && st.effective_weight() < st.weight() {
@@ -629,16 +622,7 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
         .collect();
     let down = usable.is_empty();
     r.text("status", if down { "DOWN" } else { "UP" });
-    let weight = |backup: bool| -> u64 {
-        usable
-            .iter()
-            .filter(|(c, _)| c.backup == backup)
-            .map(|(_, s)| u64::from(s.effective_weight()))
-            .sum()
-    };
-    // The active servers' weights, or the backups' when only they are left.
-    let active = weight(false);
-    r.num("weight", if active > 0 { active } else { weight(true) });
+    r.num("weight", st.usable_weight(be));
     r.num(
         "uweight",
         st.servers
