@@ -1277,3 +1277,45 @@ fn the_stats_page_takes_a_scope_in_its_url() {
     assert_eq!(names("/st;csv;scope=APP"), ["app1", "app2"]);
     assert_eq!(names("/st;csv;scope=app2"), ["app2"]);
 }
+
+#[test]
+fn listeners_with_socket_stats_have_their_prometheus_families() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    option socket-stats\n    \
+         http-request use-service prometheus-exporter if {{ path /metrics }}\n    \
+         http-request return status 200 content-type text/plain string ok\n"
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    let text = get(p.addr(), "/metrics?scope=listener").text();
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/haproxy-2.6/prometheus-listener-metrics.txt"
+    ))
+    .unwrap();
+    let reference: Vec<(String, String)> = reference
+        .lines()
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_string(), t.to_string())
+        })
+        .collect();
+    assert_eq!(families(&text), reference);
+    let l = "proxy=\"fe\",listener=\"sock-1\"";
+    assert!(sample(&text, &format!("haproxy_listener_sessions_total{{{l}}}")) >= 1.0);
+    assert_eq!(
+        sample(
+            &text,
+            &format!("haproxy_listener_status{{{l},state=\"OPEN\"}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&text, &format!("haproxy_listener_limit_sessions{{{l}}}")),
+        0.0
+    );
+    // The whole exposition has them too; without socket-stats there are none (the test
+    // above compares every family with HAProxy's).
+    assert!(get(p.addr(), "/metrics")
+        .text()
+        .contains("haproxy_listener_bytes_in_total{"));
+}

@@ -1,8 +1,10 @@
 //! The Prometheus exporter (`http-request use-service prometheus-exporter`): HAProxy 2.6's
 //! metric names, types and labels (`haproxy_process_*`, `haproxy_frontend_*`,
-//! `haproxy_backend_*`, `haproxy_server_*`), each read from the same figures as `show info`
-//! and `show stat`, so that dashboards and alerts written for HAProxy work unchanged.
-//! `?scope=global|frontend|backend|server` (repeatable; an empty one resets) picks sections;
+//! `haproxy_listener_*` for frontends with `option socket-stats`, `haproxy_backend_*`,
+//! `haproxy_server_*`), each read from the same figures as `show info` and `show stat`, so
+//! that dashboards and alerts written for HAProxy work unchanged.
+//! `?scope=global|frontend|listener|backend|server` (repeatable; an empty one resets) picks
+//! sections;
 //! `?no-maint` leaves out servers in maintenance.
 
 use std::fmt::Write as _;
@@ -555,6 +557,50 @@ const INTERNAL_ERRORS_TOTAL: Metric = (
     "Internal errors.",
 );
 
+const REQUEST_ERRORS_TOTAL: Metric = (
+    "request_errors_total",
+    COUNTER,
+    Col("ereq"),
+    "Invalid or incomplete requests.",
+);
+const DENIED_CONNECTIONS_TOTAL: Metric = (
+    "denied_connections_total",
+    COUNTER,
+    Col("dcon"),
+    "Connections denied by rules.",
+);
+const DENIED_SESSIONS_TOTAL: Metric = (
+    "denied_sessions_total",
+    COUNTER,
+    Col("dses"),
+    "Sessions denied by rules.",
+);
+const LISTENER_STATES: &[&str] = &["WAITING", "OPEN", "FULL"];
+
+/// A listener's figures (`option socket-stats`), as HAProxy 2.6's exporter publishes them.
+const LISTENER: &[Metric] = &[
+    CURRENT_SESSIONS,
+    MAX_SESSIONS,
+    // 0 without a limit, where the other scopes say NaN.
+    ("limit_sessions", GAUGE, Col("slim"), "Session limit."),
+    SESSIONS_TOTAL,
+    BYTES_IN_TOTAL,
+    BYTES_OUT_TOTAL,
+    REQUESTS_DENIED_TOTAL,
+    RESPONSES_DENIED_TOTAL,
+    REQUEST_ERRORS_TOTAL,
+    (
+        "status",
+        GAUGE,
+        State(LISTENER_STATES),
+        "1 for the current state.",
+    ),
+    DENIED_CONNECTIONS_TOTAL,
+    DENIED_SESSIONS_TOTAL,
+    FAILED_HEADER_REWRITING_TOTAL,
+    INTERNAL_ERRORS_TOTAL,
+];
+
 const FRONTEND: &[Metric] = &[
     CURRENT_SESSIONS,
     MAX_SESSIONS,
@@ -564,12 +610,7 @@ const FRONTEND: &[Metric] = &[
     BYTES_OUT_TOTAL,
     REQUESTS_DENIED_TOTAL,
     RESPONSES_DENIED_TOTAL,
-    (
-        "request_errors_total",
-        COUNTER,
-        Col("ereq"),
-        "Invalid or incomplete requests.",
-    ),
+    REQUEST_ERRORS_TOTAL,
     STATUS,
     (
         "limit_session_rate",
@@ -608,18 +649,8 @@ const FRONTEND: &[Metric] = &[
         Col("intercepted"),
         "Requests answered by the proxy itself.",
     ),
-    (
-        "denied_connections_total",
-        COUNTER,
-        Col("dcon"),
-        "Connections denied by rules.",
-    ),
-    (
-        "denied_sessions_total",
-        COUNTER,
-        Col("dses"),
-        "Sessions denied by rules.",
-    ),
+    DENIED_CONNECTIONS_TOTAL,
+    DENIED_SESSIONS_TOTAL,
     FAILED_HEADER_REWRITING_TOTAL,
     HTTP_CACHE_LOOKUPS_TOTAL,
     HTTP_CACHE_HITS_TOTAL,
@@ -891,6 +922,7 @@ const SERVER: &[Metric] = &[
 pub struct Scope {
     pub global: bool,
     pub frontend: bool,
+    pub listener: bool,
     pub backend: bool,
     pub server: bool,
     /// `no-maint`: servers in maintenance are left out.
@@ -903,6 +935,7 @@ impl Scope {
         let mut scope = Scope {
             global: true,
             frontend: true,
+            listener: true,
             backend: true,
             server: true,
             no_maint: false,
@@ -920,6 +953,7 @@ impl Scope {
                 scope = Scope {
                     global: false,
                     frontend: false,
+                    listener: false,
                     backend: false,
                     server: false,
                     ..scope
@@ -929,12 +963,14 @@ impl Scope {
             match v {
                 "global" => scope.global = true,
                 "frontend" => scope.frontend = true,
+                "listener" => scope.listener = true,
                 "backend" => scope.backend = true,
                 "server" => scope.server = true,
                 "*" => {
                     scope = Scope {
                         global: true,
                         frontend: true,
+                        listener: true,
                         backend: true,
                         server: true,
                         ..scope
@@ -944,6 +980,7 @@ impl Scope {
                     scope = Scope {
                         global: false,
                         frontend: false,
+                        listener: false,
                         backend: false,
                         server: false,
                         ..scope
@@ -986,6 +1023,7 @@ pub fn render(p: &Process, scope: Scope) -> String {
     let rows = collect(p, &Filter::default());
     for (on, kind, scope_name, table) in [
         (scope.frontend, Kind::Frontend, "frontend", FRONTEND),
+        (scope.listener, Kind::Listener, "listener", LISTENER),
         (scope.backend, Kind::Backend, "backend", BACKEND),
         (scope.server, Kind::Server, "server", SERVER),
     ] {
@@ -998,6 +1036,10 @@ pub fn render(p: &Process, scope: Scope) -> String {
             .filter(|r| !(scope.no_maint && r.name("status").starts_with("MAINT")))
             .map(|r| (r, labels(r)))
             .collect();
+        // As HAProxy's exporter: a family with no row is left out, header included.
+        if rows.is_empty() {
+            continue;
+        }
         for (name, ty, from, help) in table {
             header(&mut out, scope_name, name, ty, help);
             let metric = format!("haproxy_{scope_name}_{name}");
@@ -1015,11 +1057,12 @@ fn header(out: &mut String, scope: &str, name: &str, ty: &str, help: &str) {
     let _ = writeln!(out, "# TYPE haproxy_{scope}_{name} {ty}");
 }
 
-/// The labels of a row: its proxy, and its server on server rows.
+/// The labels of a row: its proxy, and its server or listener on their rows.
 fn labels(r: &Row) -> String {
     let px = escape(r.name("pxname"));
     match r.kind {
         Kind::Server => format!("proxy=\"{px}\",server=\"{}\"", escape(r.name("svname"))),
+        Kind::Listener => format!("proxy=\"{px}\",listener=\"{}\"", escape(r.name("svname"))),
         _ => format!("proxy=\"{px}\""),
     }
 }
@@ -1095,10 +1138,11 @@ fn sample(out: &mut String, metric: &str, l: &str, from: Resolved, r: &Row) {
                 Some(Cell::Text(t)) => t.as_str(),
                 _ => "",
             };
-            // "UP 1/3" is up, "DOWN 1/2" down, "OPEN" is a frontend that is up, "no check"
-            // a server that is up.
+            // "UP 1/3" is up, "DOWN 1/2" down, "OPEN" is a frontend that is up (a listener
+            // has its own states, OPEN among them), "no check" a server that is up.
             let word = match status.split(' ').next().unwrap_or("") {
-                "OPEN" | "no" => "UP",
+                "OPEN" if !states.contains(&"OPEN") => "UP",
+                "no" => "UP",
                 w => w,
             };
             for s in states {
