@@ -118,8 +118,10 @@ fn get(path: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// The cases: a name, the configuration, the exchange, and how many lines it logs.
-type Exchange = Box<dyn Fn(SocketAddr)>;
+/// The cases: a name, the configuration, the exchange, and how many lines it logs. An
+/// exchange sees the proxy and the origin; a connection it returns stays open until the
+/// case's lines are logged.
+type Exchange = Box<dyn Fn(&Sluice, &Origin) -> Option<TcpStream>>;
 
 /// A TLS frontend with `option httpslog`; `{crt}` is its certificate.
 const TLS: &str = "global
@@ -182,6 +184,27 @@ fn cli(addr: SocketAddr, cmd: &str) {
     drop(exchange(addr, format!("{cmd}\n").as_bytes()));
 }
 
+/// A server's `wretr` in `show stat`, asked on the CLI at `addr`.
+fn retries(addr: SocketAddr, backend: &str, server: &str) -> u64 {
+    let csv = String::from_utf8_lossy(&exchange(addr, b"show stat\n")).into_owned();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let col = header
+        .iter()
+        .position(|h| *h == "wretr")
+        .expect("a wretr column");
+    lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&backend) && f.get(1) == Some(&server))
+        .and_then(|f| f.get(col).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
 /// One request over TLS 1.3 with the one suite both proxies then agree on.
 fn tls_exchange(ca: &Ca, addr: SocketAddr) {
     let config = ca.client_offering(
@@ -209,6 +232,12 @@ const ON_PURPOSE: &[(&str, &str, &str)] = &[
 
 fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Exchange, usize)> {
     fn on(f: fn(SocketAddr)) -> Exchange {
+        Box::new(move |p, _| {
+            f(p.addr());
+            None
+        })
+    }
+    fn with(f: fn(&Sluice, &Origin) -> Option<TcpStream>) -> Exchange {
         Box::new(f)
     }
     let tls_ca = ca.clone();
@@ -299,11 +328,13 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
         case(
             "client_abort",
             HTTP,
-            on(|a| {
-                let mut c = TcpStream::connect(a).unwrap();
+            with(|p, o| {
+                let mut c = TcpStream::connect(p.addr()).unwrap();
                 c.write_all(b"GET /slow HTTP/1.1\r\nHost: a.example\r\n\r\n")
                     .unwrap();
-                std::thread::sleep(Duration::from_millis(100));
+                // Gone once the server has the request (it answers after 2 s).
+                wait_until("the request at the server", || o.count() >= 1);
+                None
             }),
             1,
         ),
@@ -349,22 +380,25 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
         case(
             "abort_during_retries",
             ABORT,
-            on(|a| {
-                let mut c = TcpStream::connect(a).unwrap();
+            with(|p, _| {
+                // The CLI is the first address, the frontend the second.
+                let mut c = TcpStream::connect(p.addrs[1]).unwrap();
                 c.write_all(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
                     .unwrap();
-                std::thread::sleep(Duration::from_millis(300));
+                // Gone once the first connection attempt failed and a retry waits.
+                wait_until("a retry", || retries(p.addrs[0], "be", "dead") >= 1);
+                None
             }),
             1,
         ),
         case(
             "client_stalls_mid_response",
             HTTP,
-            on(|a| {
-                let mut c = TcpStream::connect(a).unwrap();
+            with(|p, _| {
+                let mut c = TcpStream::connect(p.addr()).unwrap();
                 c.write_all(&get("/big")).unwrap();
-                // Reads nothing until well after `timeout client` (2 s).
-                std::thread::sleep(Duration::from_millis(3500));
+                // Reads nothing: open until `timeout client` (2 s) has ended the stream.
+                Some(c)
             }),
             1,
         ),
@@ -392,7 +426,10 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
         case(
             "tls_httpslog",
             &TLS.replace("{crt}", crt),
-            Box::new(move |a| tls_exchange(&tls_ca, a)),
+            Box::new(move |p, _| {
+                tls_exchange(&tls_ca, p.addr());
+                None
+            }),
             1,
         ),
     ]
@@ -419,6 +456,7 @@ backend be
 /// `option abortonclose` with a server that refuses and retries that wait in between.
 const ABORT: &str = "global
     log stdout format raw local0
+    stats socket {fd}
 defaults
     mode http
     log global
@@ -499,7 +537,7 @@ fn run(config: &str, exchange: &Exchange, lines: usize, haproxy: bool) -> Vec<St
     } else {
         Sluice::start(&config)
     };
-    exchange(p.addr());
+    let held = exchange(&p, &o);
     let logged = || {
         let mut lines: Vec<String> = p
             .stdout()
@@ -517,6 +555,7 @@ fn run(config: &str, exchange: &Exchange, lines: usize, haproxy: bool) -> Vec<St
         lines
     };
     wait_until("the log lines", || logged().len() >= lines);
+    drop(held);
     // Checks go on: only the first lines are the case's.
     let mut got = logged();
     got.truncate(lines);
