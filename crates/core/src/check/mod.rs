@@ -800,8 +800,6 @@ fn report(
             &format!("Health check for server {name} {verb}, {why}, {duration}, status: {status}."),
         );
     }
-    let st = &p.state.backends[backend];
-    let (active, backup) = usable_counts(be, st);
     let because = if result_line {
         String::new()
     } else {
@@ -809,28 +807,9 @@ fn report(
     };
     match transition {
         Transition::None => {}
-        Transition::Up => send(
-            Severity::Alert,
-            &format!(
-                "Server {name} is UP{because}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
-            ),
-        ),
+        Transition::Up => log_state_change(p, (backend, server), true, &because, Severity::Alert),
         Transition::Down => {
-            let sst = &st.servers[server];
-            send(
-                Severity::Alert,
-                &format!(
-                    "Server {name} is DOWN{because}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
-                    sst.in_flight.load(Ordering::Relaxed),
-                    sst.queue.waiting.load(Ordering::Relaxed)
-                ),
-            );
-            if active + backup == 0 {
-                send(
-                    Severity::Emerg,
-                    &format!("backend {} has no server available!", be.name),
-                );
-            }
+            log_state_change(p, (backend, server), false, &because, Severity::Alert)
         }
     }
 }
@@ -874,31 +853,44 @@ pub fn force_health_from_cli(p: &Process, backend: usize, server: usize, state: 
     let was_usable = st.servers[server].usable();
     force_health(p, backend, server, state);
     let usable = st.servers[server].usable();
-    if was_usable == usable {
-        return;
+    if was_usable != usable {
+        let because = ", changed from CLI";
+        log_state_change(p, (backend, server), usable, because, Severity::Notice);
     }
+}
+
+/// Logs a server going UP (at `up_severity`) or DOWN (alert, then emerg when the backend
+/// has no server left), with `because` after the state, in HAProxy's words.
+fn log_state_change(
+    p: &Process,
+    (backend, server): (usize, usize),
+    up: bool,
+    because: &str,
+    up_severity: Severity,
+) {
     let be = &p.config.backends[backend];
+    let st = &p.state.backends[backend];
     let name = format!("{}/{}", be.name, be.servers[server].name);
     let (active, backup) = usable_counts(be, st);
-    let sst = &st.servers[server];
     let send = |sev, msg: &str| {
         for l in &p.backend_loggers[backend] {
             l.send_at(sev, msg);
         }
     };
-    if usable {
+    if up {
         send(
-            Severity::Notice,
+            up_severity,
             &format!(
-                "Server {name} is UP, changed from CLI. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
+                "Server {name} is UP{because}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
             ),
         );
         return;
     }
+    let sst = &st.servers[server];
     send(
         Severity::Alert,
         &format!(
-            "Server {name} is DOWN, changed from CLI. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+            "Server {name} is DOWN{because}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
             sst.in_flight.load(Ordering::Relaxed),
             sst.queue.waiting.load(Ordering::Relaxed)
         ),
