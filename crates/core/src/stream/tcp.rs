@@ -13,6 +13,7 @@ use super::report::Tally;
 use super::tunnel::Moved;
 use crate::balance::{self, PickKey};
 use crate::buffer::Buf;
+use crate::conf::rules::RuleSets;
 use crate::rules::{tcp_inspect, tcp_verdict, Inspected, Level};
 use crate::runtime::Worker;
 use crate::sample::payload::Payload;
@@ -25,7 +26,7 @@ use crate::transport::Conn;
 /// as HTTP by that backend (HAProxy's upgrade of a TCP stream).
 pub(crate) async fn serve(
     w: &Rc<Worker>,
-    mut client: Conn,
+    client: Conn,
     peer: SocketAddr,
     fe: usize,
     info: &crate::runtime::SessionInfo,
@@ -48,21 +49,7 @@ pub(crate) async fn serve(
         backend: None,
         vars,
     };
-    let rules = &frontend.rules;
-    if !look
-        .inspect(
-            &mut client,
-            &mut cbuf,
-            &rules.tcp_content,
-            rules.inspect_delay,
-        )
-        .await
-    {
-        // `tcp-request content reject`.
-        cbuf.clear(&w.bufs);
-        client.abort();
-        return None;
-    }
+    let client = look.admits(client, &mut cbuf, &frontend.rules).await?;
     let Some(backend) = look.switch(&client, cbuf.bytes()) else {
         cbuf.clear(&w.bufs);
         return None;
@@ -83,7 +70,7 @@ pub(crate) async fn serve(
 /// then the relay, counted and logged.
 async fn relay_to(
     w: &Rc<Worker>,
-    mut client: Conn,
+    client: Conn,
     mut cbuf: Buf,
     look: Inspecting<'_>,
     info: &crate::runtime::SessionInfo,
@@ -102,20 +89,9 @@ async fn relay_to(
     let be = &config.backends[backend];
     let mut sbuf = Buf::default();
 
-    let rules = &be.rules;
-    if !look
-        .inspect(
-            &mut client,
-            &mut cbuf,
-            &rules.tcp_content,
-            rules.inspect_delay,
-        )
-        .await
-    {
-        cbuf.clear(&w.bufs);
-        client.abort();
+    let Some(mut client) = look.admits(client, &mut cbuf, &be.rules).await else {
         return;
-    }
+    };
     // `balance rdp-cookie`: the cookie of the RDP connection request, once it arrived
     // (within `tcp-request inspect-delay`).
     let mut rdp = None;
@@ -265,6 +241,21 @@ struct Inspecting<'a> {
 }
 
 impl Inspecting<'_> {
+    /// Runs a proxy's `tcp-request content` rules ([`Self::inspect`]) and gives the
+    /// connection back if they let it through; one they reject is closed at once, what it
+    /// sent dropped.
+    async fn admits(&self, mut client: Conn, buf: &mut Buf, rules: &RuleSets) -> Option<Conn> {
+        if self
+            .inspect(&mut client, buf, &rules.tcp_content, rules.inspect_delay)
+            .await
+        {
+            return Some(client);
+        }
+        buf.clear(&self.w.bufs);
+        client.abort();
+        None
+    }
+
     /// Whether `tcp-request content` rules let the connection through. Bytes are read into
     /// `buf` while a rule's condition needs more of them, until `delay` (`tcp-request
     /// inspect-delay`) ends, the buffer is full or the client has finished; without a
