@@ -511,19 +511,7 @@ fn the_prometheus_exporter_publishes_haproxy_26_metrics() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let reference = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/haproxy-2.6/prometheus-metrics.txt"
-    ))
-    .unwrap();
-    let reference: Vec<(String, String)> = reference
-        .lines()
-        .map(|l| {
-            let (n, t) = l.split_once(' ').unwrap();
-            (n.to_string(), t.to_string())
-        })
-        .collect();
-    assert_eq!(families(&text), reference);
+    assert_eq!(families(&text), haproxy_families("prometheus-metrics.txt"));
     assert_eq!(sample(&text, "haproxy_process_nbproc"), 1.0);
     // The pages, and the exporter's own earlier answers.
     assert!(
@@ -1287,19 +1275,10 @@ fn listeners_with_socket_stats_have_their_prometheus_families() {
     ));
     assert_eq!(get(p.addr(), "/").status, 200);
     let text = get(p.addr(), "/metrics?scope=listener").text();
-    let reference = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/haproxy-2.6/prometheus-listener-metrics.txt"
-    ))
-    .unwrap();
-    let reference: Vec<(String, String)> = reference
-        .lines()
-        .map(|l| {
-            let (n, t) = l.split_once(' ').unwrap();
-            (n.to_string(), t.to_string())
-        })
-        .collect();
-    assert_eq!(families(&text), reference);
+    assert_eq!(
+        families(&text),
+        haproxy_families("prometheus-listener-metrics.txt")
+    );
     let l = "proxy=\"fe\",listener=\"sock-1\"";
     assert!(sample(&text, &format!("haproxy_listener_sessions_total{{{l}}}")) >= 1.0);
     assert_eq!(
@@ -1318,4 +1297,21 @@ fn listeners_with_socket_stats_have_their_prometheus_families() {
     assert!(get(p.addr(), "/metrics")
         .text()
         .contains("haproxy_listener_bytes_in_total{"));
+}
+
+/// The metric families HAProxy 2.6's exporter printed (`name type` per line), recorded in
+/// `testdata/haproxy-2.6/FILE`.
+fn haproxy_families(file: &str) -> Vec<(String, String)> {
+    let path = format!(
+        "{}/../../testdata/haproxy-2.6/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_string(), t.to_string())
+        })
+        .collect()
 }
