@@ -652,34 +652,56 @@ fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwErro
             KwError::bad(
                 1,
                 a,
-                "expects sc-inc-gpc0(N), sc-inc-gpc1(N) or sc-set-gpt0(N)",
+                "expects sc-inc-gpc0(N), sc-inc-gpc1(N), sc-inc-gpc(IDX,N), sc-set-gpt0(N) or sc-set-gpt(IDX,N)",
             )
         })?;
-    let slot = slot_of(inner).ok_or_else(|| KwError::bad(1, a, "the slot is 0, 1 or 2"))?;
-    match name {
-        "sc-inc-gpc0" | "sc-inc-gpc1" => {
-            sluice_config::no_args(params)?;
-            Ok(Action::ScIncGpc {
-                slot,
-                gpc: u8::from(name == "sc-inc-gpc1"),
-            })
+    // The arrays' actions name the element first: `sc-inc-gpc(IDX,N)`.
+    let (index, slot) = match name {
+        "sc-inc-gpc" | "sc-set-gpt" => {
+            let (i, n) = inner
+                .split_once(',')
+                .ok_or_else(|| KwError::bad(1, a, "expects (IDX,N): an array index and a slot"))?;
+            let i = i
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&i| (i as usize) < crate::conf::stick::ARRAY_MAX)
+                .ok_or_else(|| KwError::bad(1, a, "the array index is 0 to 99"))?;
+            (Some(i), n.trim())
         }
-        "sc-set-gpt0" => {
-            let [v] = params else {
-                return Err(KwError::Missing("a value (an integer or an expression)"));
-            };
-            let value = match v.parse::<i64>() {
-                Ok(n) => crate::sample::parse_expr(&format!("int({n})")),
-                Err(_) => crate::sample::parse_expr(v),
-            }
-            .map_err(|e| KwError::bad(2, v, e.0))?;
-            Ok(Action::ScSetGpt0 { slot, value })
+        _ => (None, inner),
+    };
+    let slot = slot_of(slot).ok_or_else(|| KwError::bad(1, a, "the slot is 0, 1 or 2"))?;
+    let counter = match (name, index) {
+        ("sc-inc-gpc0", _) => Counter::Gpc0,
+        ("sc-inc-gpc1", _) => Counter::Gpc1,
+        ("sc-inc-gpc", Some(i)) => Counter::Gpc(i),
+        ("sc-set-gpt0", _) => Counter::Gpt0,
+        ("sc-set-gpt", Some(i)) => Counter::Gpt(i),
+        ("sc-add-gpc", _) => {
+            return Err(KwError::Invalid(format!(
+                "action '{a}': not supported yet (sc-inc-gpc and sc-set-gpt are)"
+            )))
         }
-        "sc-inc-gpc" | "sc-set-gpt" | "sc-add-gpc" => Err(KwError::Invalid(format!(
-            "action '{a}': not supported yet (sc-inc-gpc0/1 and sc-set-gpt0 are)"
-        ))),
-        _ => Err(KwError::bad(1, a, "unknown action")),
+        _ => return Err(KwError::bad(1, a, "unknown action")),
+    };
+    if name.starts_with("sc-inc-") {
+        sluice_config::no_args(params)?;
+        return Ok(Action::ScIncGpc { slot, counter });
     }
+    let [v] = params else {
+        return Err(KwError::Missing("a value (an integer or an expression)"));
+    };
+    let value = match v.parse::<i64>() {
+        Ok(n) => crate::sample::parse_expr(&format!("int({n})")),
+        Err(_) => crate::sample::parse_expr(v),
+    }
+    .map_err(|e| KwError::bad(2, v, e.0))?;
+    Ok(Action::ScSetGpt {
+        slot,
+        tag: counter,
+        value,
+    })
 }
 
 /// `location|prefix|scheme VALUE [code N] [drop-query] [append-slash] [set-cookie N[=V]]
@@ -760,24 +782,23 @@ pub enum Level {
 pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
     match action {
         Action::Track { slot, key, table } => track(cx, *slot, key, table.as_deref(), level),
-        Action::ScIncGpc { slot, gpc } => {
-            let (c, rate) = match gpc {
-                0 => (Counter::Gpc0, Counter::Gpc0Rate),
-                _ => (Counter::Gpc1, Counter::Gpc1Rate),
-            };
+        Action::ScIncGpc { slot, counter } => {
             let now = crate::runtime::clock_ms();
             cx.vars.with_tracked(*slot, |t| {
                 if let Some(t) = t {
-                    t.count(&[(c, 1), (rate, 1)], now)
+                    match counter.rate() {
+                        Some(rate) => t.count(&[(*counter, 1), (rate, 1)], now),
+                        None => t.count(&[(*counter, 1)], now),
+                    }
                 }
             });
         }
-        Action::ScSetGpt0 { slot, value } => {
+        Action::ScSetGpt { slot, tag, value } => {
             if let Some(v) = value.eval(cx).and_then(|v| v.as_int()) {
                 cx.vars.with_tracked(*slot, |t| {
                     if let Some(t) = t {
                         let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
-                        e.set(Counter::Gpt0, v.max(0) as u64);
+                        e.set(*tag, v.max(0) as u64);
                     }
                 });
             }

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use sluice_config::{units, Keyword, KwError, Scope};
 
 use crate::conf::sample::Sample;
+use crate::conf::stick::ARRAY_MAX;
 pub use crate::conf::stick::{Counter, DataType, KeyType, PeersConf, TableConf};
 use crate::conf::ProxyConf;
 
@@ -103,10 +104,18 @@ pub fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
             "nopurge" => t.nopurge = true,
             "store" => {
                 let v = value("data types after 'store'")?;
-                for d in v.split(',') {
-                    t.store
-                        .push(parse_data(d).map_err(|e| KwError::bad(idx + 1, d, e))?);
+                for d in store_items(v) {
+                    let types = parse_data(d).map_err(|e| KwError::bad(idx + 1, d, e))?;
+                    // A type named twice is stored once (HAProxy warns and ignores it).
+                    for ty in types {
+                        if !t.store.iter().any(|s| s.counter == ty.counter) {
+                            t.store.push(ty);
+                        }
+                    }
                 }
+                exclusive_arrays(&t.store).map_err(|e| KwError::bad(idx + 1, v, e))?;
+                // Entries list their data in HAProxy's order, whatever the line's.
+                t.store.sort_by_key(|d| d.counter.dump_rank());
                 i += 1;
             }
             "peers" => {
@@ -134,27 +143,118 @@ pub fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
     Ok(t)
 }
 
-/// `http_req_rate(10s)`, `gpc0`, ...: a rate needs its period, a count takes none.
-fn parse_data(d: &str) -> Result<DataType, String> {
-    let (name, period) = match d.split_once('(') {
-        Some((n, rest)) => {
-            let p = rest.strip_suffix(')').ok_or("missing ')'")?;
-            (n, Some(units::parse_time(p)?))
+/// The items of a `store` list: commas between parentheses belong to an item
+/// (`gpc_rate(4,10s)`).
+fn store_items(v: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, b) in v.bytes().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 => {
+                items.push(&v[start..i]);
+                start = i + 1;
+            }
+            _ => {}
         }
+    }
+    items.push(&v[start..]);
+    items
+}
+
+/// `http_req_rate(10s)`, `gpc0`, `gpt(4)`, `gpc_rate(4,10s)`, ...: a rate needs its
+/// period, a count takes none; an array is its elements.
+fn parse_data(d: &str) -> Result<Vec<DataType>, String> {
+    let (name, arg) = match d.split_once('(') {
+        Some((n, rest)) => (n, Some(rest.strip_suffix(')').ok_or("missing ')'")?)),
         None => (d, None),
     };
+    if let Some(array) = parse_array(name, arg)? {
+        return Ok(array);
+    }
+    let period = arg.map(units::parse_time).transpose()?;
     let Some(counter) = Counter::from_name(name) else {
         return Err(match name {
-            "gpt" | "gpc" | "gpc_rate" | "http_fail_cnt" | "http_fail_rate" | "glitch_cnt"
-            | "glitch_rate" => format!("data type '{name}' is not supported yet"),
+            "http_fail_cnt" | "http_fail_rate" | "server_key" => {
+                format!("data type '{name}' is not supported yet")
+            }
             _ => format!("unknown data type '{name}'"),
         });
     };
     match (name.ends_with("_rate"), period) {
         (true, None) => Err(format!("'{name}' needs a period, as {name}(10s)")),
         (false, Some(_)) => Err(format!("'{name}' takes no period")),
-        _ => Ok(DataType { counter, period }),
+        _ => Ok(vec![DataType { counter, period }]),
     }
+}
+
+/// `gpt(N)`, `gpc(N)`, `gpc_rate(N,PERIOD)`: N elements, 1 to 100 (`None`: not an array).
+fn parse_array(name: &str, arg: Option<&str>) -> Result<Option<Vec<DataType>>, String> {
+    let element: fn(u8) -> Counter = match name {
+        "gpt" => Counter::Gpt,
+        "gpc" => Counter::Gpc,
+        "gpc_rate" => Counter::GpcRate,
+        _ => return Ok(None),
+    };
+    let arg = arg.ok_or_else(|| format!("'{name}' needs its number of elements, as {name}(4)"))?;
+    let (count, period) = match (name, arg.split_once(',')) {
+        ("gpc_rate", Some((n, p))) => (n, Some(units::parse_time(p.trim())?)),
+        ("gpc_rate", None) => return Err("'gpc_rate' needs a period, as gpc_rate(4,10s)".into()),
+        (_, Some(_)) => return Err(format!("'{name}' takes no period")),
+        (_, None) => (arg, None),
+    };
+    let n = count
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=ARRAY_MAX).contains(n))
+        .ok_or_else(|| {
+            format!("array size is out of allowed range (1-{ARRAY_MAX}) for store option '{name}'")
+        })?;
+    Ok(Some(
+        (0..n as u8)
+            .map(|i| DataType {
+                counter: element(i),
+                period,
+            })
+            .collect(),
+    ))
+}
+
+/// A table may not store an array and the legacy counters it stands for (`gpt` and
+/// `gpt0`, `gpc` and `gpc0`/`gpc1`, `gpc_rate` and `gpc0_rate`/`gpc1_rate`): HAProxy
+/// refuses it, as the array takes the legacy names over.
+fn exclusive_arrays(store: &[DataType]) -> Result<(), String> {
+    let holds = |f: fn(&Counter) -> bool| store.iter().any(|d| f(&d.counter));
+    let clashes: [(&str, &str, bool, bool); 3] = [
+        (
+            "gpt",
+            "gpt0",
+            holds(|c| matches!(c, Counter::Gpt(_))),
+            holds(|c| *c == Counter::Gpt0),
+        ),
+        (
+            "gpc",
+            "gpc[0/1]",
+            holds(|c| matches!(c, Counter::Gpc(_))),
+            holds(|c| matches!(c, Counter::Gpc0 | Counter::Gpc1)),
+        ),
+        (
+            "gpc_rate",
+            "gpc[0/1]_rate",
+            holds(|c| matches!(c, Counter::GpcRate(_))),
+            holds(|c| matches!(c, Counter::Gpc0Rate | Counter::Gpc1Rate)),
+        ),
+    ];
+    for (array, legacy, a, l) in clashes {
+        if a && l {
+            return Err(format!(
+                "simultaneous usage of '{array}' and '{legacy}' in a same table is not permitted as '{array}' overrides '{legacy}'"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How many shards a table is split into.
@@ -282,53 +382,57 @@ impl Entry {
         }
     }
 
-    /// Whether the entry stores `c`.
+    /// Whether the entry stores `c` (or the array element standing for it).
     pub fn stores(&self, c: Counter) -> bool {
-        self.values.iter().any(|(k, _)| *k == c)
+        self.value(c).is_some()
+    }
+
+    /// Where `c` is kept: `c` itself, or the array element standing for a legacy counter
+    /// (`gpc0` in a table storing `gpc(N)`).
+    fn value(&self, c: Counter) -> Option<&Value> {
+        let at = |c: Counter| self.values.iter().find(|(k, _)| *k == c).map(|(_, v)| v);
+        at(c).or_else(|| at(c.array_twin()?))
+    }
+
+    fn value_mut(&mut self, c: Counter) -> Option<&mut Value> {
+        let c = match self.values.iter().any(|(k, _)| *k == c) {
+            true => c,
+            false => c.array_twin()?,
+        };
+        self.values
+            .iter_mut()
+            .find(|(k, _)| *k == c)
+            .map(|(_, v)| v)
     }
 
     /// Adds `n` to counter `c` if stored (a rate counts `n` events now).
     pub fn add(&mut self, c: Counter, n: u64, now: u64) {
-        for (k, v) in &mut self.values {
-            if *k == c {
-                match v {
-                    Value::Count(x) => *x = x.saturating_add(n),
-                    Value::Rate(r, p) => r.add(now, *p, n),
-                }
-            }
+        match self.value_mut(c) {
+            Some(Value::Count(x)) => *x = x.saturating_add(n),
+            Some(Value::Rate(r, p)) => r.add(now, *p, n),
+            None => {}
         }
     }
 
     /// Takes one from counter `c` (connections ending).
     pub fn sub(&mut self, c: Counter) {
-        for (k, v) in &mut self.values {
-            if *k == c {
-                if let Value::Count(x) = v {
-                    *x = x.saturating_sub(1);
-                }
-            }
+        if let Some(Value::Count(x)) = self.value_mut(c) {
+            *x = x.saturating_sub(1);
         }
     }
 
     pub fn set(&mut self, c: Counter, n: u64) {
-        for (k, v) in &mut self.values {
-            if *k == c {
-                if let Value::Count(x) = v {
-                    *x = n;
-                }
-            }
+        if let Some(Value::Count(x)) = self.value_mut(c) {
+            *x = n;
         }
     }
 
     /// The value of counter `c`, if stored.
     pub fn get(&self, c: Counter, now: u64) -> Option<u64> {
-        self.values
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map(|(_, v)| match v {
-                Value::Count(x) => *x,
-                Value::Rate(r, p) => r.read(now, *p),
-            })
+        self.value(c).map(|v| match v {
+            Value::Count(x) => *x,
+            Value::Rate(r, p) => r.read(now, *p),
+        })
     }
 
     /// `name=value` for each stored data type, as `show table` prints them.
@@ -572,29 +676,25 @@ impl Table {
             let Some((name, v)) = w.split_once('=') else {
                 return false;
             };
-            let Some(c) = Counter::from_name(name) else {
+            let Some(c) = Counter::from_dump_name(name) else {
                 continue;
             };
-            for (k, value) in &mut e.values {
-                if *k != c {
-                    continue;
+            match e.value_mut(c) {
+                Some(Value::Count(n)) => *n = v.parse().unwrap_or(0),
+                Some(Value::Rate(r, _)) => {
+                    let mut parts = v.split(':').map(|x| x.parse::<u64>().unwrap_or(0));
+                    let (age, curr, prev) = (
+                        parts.next().unwrap_or(0),
+                        parts.next().unwrap_or(0),
+                        parts.next().unwrap_or(0),
+                    );
+                    *r = Rate {
+                        start: now.saturating_sub(age),
+                        curr,
+                        prev,
+                    };
                 }
-                match value {
-                    Value::Count(n) => *n = v.parse().unwrap_or(0),
-                    Value::Rate(r, _) => {
-                        let mut parts = v.split(':').map(|x| x.parse::<u64>().unwrap_or(0));
-                        let (age, curr, prev) = (
-                            parts.next().unwrap_or(0),
-                            parts.next().unwrap_or(0),
-                            parts.next().unwrap_or(0),
-                        );
-                        *r = Rate {
-                            start: now.saturating_sub(age),
-                            curr,
-                            prev,
-                        };
-                    }
-                }
+                None => {}
             }
         }
         true
@@ -686,6 +786,31 @@ mod tests {
         assert_eq!(got.get(Counter::HttpReqRate, 50), Some(3));
         // The time left before expiry carries over (10 s from 1000, seen at 2000: 9 s).
         assert_eq!(got.expires, Some(50 + 9000));
+    }
+
+    #[test]
+    fn array_elements_survive_a_dump_and_legacy_names_reach_them() {
+        let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let conf = parse_table(&w("type ip size 10 store gpc_rate(2,10s),gpt(3),gpc(2)")).unwrap();
+        assert_eq!(conf.store.len(), 7);
+        let (a, b) = (Table::new(&conf), Table::new(&conf));
+        let key = Key::Ip("10.0.0.1".parse().unwrap());
+        let e = a.touch(key.clone(), 1000).unwrap();
+        e.lock().unwrap().set(Counter::Gpt(2), 9);
+        e.lock().unwrap().add(Counter::Gpc1, 4, 1000);
+        e.lock().unwrap().add(Counter::GpcRate(1), 3, 1000);
+        for line in a.dump(1000).lines() {
+            assert!(b.restore(line, 50), "{line}");
+        }
+        let got = b.lookup(&key, 50).unwrap();
+        let got = got.lock().unwrap();
+        assert_eq!(got.get(Counter::Gpt(2), 50), Some(9));
+        assert_eq!(got.get(Counter::Gpc(1), 50), Some(4));
+        assert_eq!(got.get(Counter::Gpc1Rate, 50), Some(3));
+        assert_eq!(got.get(Counter::Gpt0, 50), Some(0));
+        assert!(got
+            .describe(50)
+            .starts_with("gpt0=0 gpt1=0 gpt2=9 gpc0=0 gpc1=4 gpc0_rate(10000)=0"));
     }
 
     #[test]

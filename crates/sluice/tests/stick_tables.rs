@@ -88,6 +88,49 @@ fn counters_fetches_and_converters() {
     assert_eq!(status(&p, "/"), 200);
 }
 
+/// The `gpt(N)`, `gpc(N)` and `gpc_rate(N,PERIOD)` arrays, their actions, fetches and
+/// converters, and the legacy `gpt0`/`gpc0`/`gpc1` names standing for their first elements.
+/// The expected answers and `show table` line are HAProxy 2.6.12's on the same
+/// configuration and requests.
+#[test]
+fn general_purpose_arrays_answer_as_haproxy_does() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stick-table type ip size 100 expire 1m store http_req_cnt,gpt(3),gpc_rate(2,10s),gpc(2)\n    http-request track-sc1 src\n    http-request sc-inc-gpc(1,1) if {{ path_beg /bad }}\n    http-request sc-set-gpt(2,1) 7 if {{ path_beg /tag }}\n    http-request sc-set-gpt0(1) 5 if {{ path_beg /tag0 }}\n    http-request sc-inc-gpc0(1) if {{ path_beg /legacy }}\n    http-request return status 200 content-type text/plain lf-string \"%[sc_get_gpc(1,1)] %[sc_get_gpc(0,1)] %[src_get_gpt(2,fe)] %[sc_get_gpt0(1)] %[sc_get_gpc0(1)] %[sc_gpc_rate(1,1)] %[src,table_gpt(2,fe)] %[src,table_gpc(1,fe)] %[src,table_gpc_rate(0,fe)] %[sc_get_gpt(2,1)]|%[sc_inc_gpc(0,1)] %[src_clr_gpc(0,fe)] %[src_get_gpc(0,fe)] %[sc0_get_gpt0]|%[sc_get_gpc1(1)] %[src,table_gpc0(fe)] %[src,table_gpt0(fe)]\"\n",
+        sock.display()
+    ));
+    let answers: Vec<String> = ["/", "/bad", "/bad", "/tag", "/tag0", "/legacy", "/"]
+        .iter()
+        .map(|path| get(p.addr(), path).text())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "0 0 0 0 0 0 0 0 0 0|1 1 0 |0 0 0",
+            "1 0 0 0 0 1 0 1 1 0|1 1 0 |1 0 0",
+            "2 0 0 0 0 2 0 2 2 0|1 1 0 |2 0 0",
+            "2 0 7 0 0 2 7 2 3 7|1 1 0 |2 0 0",
+            "2 0 7 5 0 2 7 2 4 7|1 1 0 |2 0 5",
+            "2 1 7 5 1 2 7 2 6 7|2 2 0 |2 0 5",
+            "2 0 7 5 0 2 7 2 7 7|1 1 0 |2 0 5",
+        ]
+    );
+    let show = Sluice::cli(&sock, "show table fe");
+    let entry = show
+        .lines()
+        .find(|l| l.contains("key="))
+        .unwrap_or_default();
+    let data = entry
+        .split_once(" exp=")
+        .map(|(_, d)| d.split_once(' ').map_or("", |x| x.1));
+    assert_eq!(
+        data,
+        Some("http_req_cnt=7 gpt0=5 gpt1=0 gpt2=7 gpc0=0 gpc1=2 gpc0_rate(10000)=8 gpc1_rate(10000)=2"),
+        "{show}"
+    );
+}
+
 #[test]
 fn tables_are_checked_when_the_configuration_is_read() {
     for (body, says) in [
@@ -106,6 +149,22 @@ fn tables_are_checked_when_the_configuration_is_read() {
         (
             "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers mypeers\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
             "peers 'mypeers', which is not defined",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 store gpt(3),gpt0\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "simultaneous usage of 'gpt' and 'gpt0' in a same table is not permitted",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 store gpc_rate(2,10s),gpc1_rate(1s)\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "'gpc_rate' and 'gpc[0/1]_rate'",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 store gpc(101)\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "array size is out of allowed range (1-100) for store option 'gpc'",
+        ),
+        (
+            "frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 store gpt(2)\n    http-request sc-set-gpt(100,0) 1\n    default_backend be\nbackend be\n    server s 127.0.0.1:2\n",
+            "the array index is 0 to 99",
         ),
     ] {
         let (ok, out) = check_config(&format!("{DEFAULTS}{body}"));

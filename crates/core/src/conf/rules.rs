@@ -4,7 +4,7 @@
 
 pub use super::acl::{Acl, Cond, Term};
 use super::loc::Loc;
-use super::sample::{Expr, Fmt, Match, Regex, VarName};
+use super::sample::{Counter, Expr, Fmt, Match, Regex, VarName};
 
 /// What a rule does. `tcp-request` and `tcp-response` rules take `Allow` (their `accept`),
 /// `Reject`, the tracking actions and variables.
@@ -95,15 +95,17 @@ pub enum Action {
         key: Expr,
         table: Option<String>,
     },
-    /// `sc-inc-gpc0(N)` / `sc-inc-gpc1(N)`: add one to a general purpose counter of the
-    /// entry tracked in slot N.
+    /// `sc-inc-gpc0(N)`, `sc-inc-gpc1(N)`, `sc-inc-gpc(IDX,N)`: add one to a general
+    /// purpose counter (and its rate) of the entry tracked in slot N.
     ScIncGpc {
         slot: u8,
-        gpc: u8,
+        counter: Counter,
     },
-    /// `sc-set-gpt0(N) VALUE`.
-    ScSetGpt0 {
+    /// `sc-set-gpt0(N) VALUE`, `sc-set-gpt(IDX,N) VALUE`: set a general purpose tag of
+    /// the entry tracked in slot N.
+    ScSetGpt {
         slot: u8,
+        tag: Counter,
         value: Expr,
     },
     /// Answer with a built-in service (`use-service`).
@@ -230,7 +232,7 @@ impl Action {
             }
             Action::SetVar(_, e)
             | Action::Track { key: e, .. }
-            | Action::ScSetGpt0 { value: e, .. }
+            | Action::ScSetGpt { value: e, .. }
             | Action::SetTimeout(_, e)
             | Action::SetSrc(e)
             | Action::SetDst(e)

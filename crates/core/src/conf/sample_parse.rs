@@ -411,18 +411,25 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         other if table_fetch(other).is_some() => {
             let (source, op, counter) = table_fetch(other).expect("checked");
-            // `sc_*` takes the slot as its first argument; the others only the table.
+            // An array's fetch takes the element's index first (`sc_get_gpt(IDX,SLOT)`).
+            let (counter, skip) = match counter {
+                Named::Legacy(c) => (c, 0),
+                Named::Array(element) => (element(array_index(c, 0)?), 1),
+            };
+            // `sc_*` takes the slot as its next argument; the others only the table.
             let (source, table_at) = match source {
                 None => {
-                    arity(c, 1, 2)?;
-                    let slot = int(c, 0)?.filter(|n| (0..=2).contains(n)).ok_or_else(|| {
-                        ParseError(format!("'{other}' expects a tracking slot 0, 1 or 2"))
-                    })?;
-                    (TableSource::Slot(slot as u8), 1)
+                    arity(c, 1 + skip, 2 + skip)?;
+                    let slot = int(c, skip)?
+                        .filter(|n| (0..=2).contains(n))
+                        .ok_or_else(|| {
+                            ParseError(format!("'{other}' expects a tracking slot 0, 1 or 2"))
+                        })?;
+                    (TableSource::Slot(slot as u8), 1 + skip)
                 }
                 Some(s) => {
-                    arity(c, 0, 1)?;
-                    (s, 0)
+                    arity(c, skip, 1 + skip)?;
+                    (s, skip)
                 }
             };
             Fetch::Table {
@@ -439,9 +446,29 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
     })
 }
 
+/// The counter a table word names: a legacy one, or an array's, whose element an index
+/// argument chooses.
+#[derive(Clone, Copy)]
+enum Named {
+    Legacy(Counter),
+    Array(fn(u8) -> Counter),
+}
+
 /// The operation and counter a table word names (`http_req_rate`, `get_gpc0`,
-/// `inc_gpc0`, `clr_gpc1`, `tracked`).
-fn table_op(word: &str) -> Option<(TableOp, Counter)> {
+/// `inc_gpc0`, `clr_gpc1`, `tracked`, and the arrays' `get_gpt`, `get_gpc`, `inc_gpc`,
+/// `clr_gpc`, `gpc_rate`).
+fn table_op(word: &str) -> Option<(TableOp, Named)> {
+    let array = match word {
+        "get_gpt" => Some((TableOp::Read, Counter::Gpt as fn(u8) -> Counter)),
+        "get_gpc" => Some((TableOp::Read, Counter::Gpc as fn(u8) -> Counter)),
+        "inc_gpc" => Some((TableOp::Inc, Counter::Gpc as fn(u8) -> Counter)),
+        "clr_gpc" => Some((TableOp::Clr, Counter::Gpc as fn(u8) -> Counter)),
+        "gpc_rate" => Some((TableOp::Read, Counter::GpcRate as fn(u8) -> Counter)),
+        _ => None,
+    };
+    if let Some((op, element)) = array {
+        return Some((op, Named::Array(element)));
+    }
     let (op, name) = if let Some(n) = word.strip_prefix("get_") {
         (TableOp::Read, n)
     } else if let Some(n) = word.strip_prefix("inc_") {
@@ -449,23 +476,48 @@ fn table_op(word: &str) -> Option<(TableOp, Counter)> {
     } else if let Some(n) = word.strip_prefix("clr_") {
         (TableOp::Clr, n)
     } else if word == "tracked" {
-        return Some((TableOp::Tracked, Counter::Gpc0));
+        return Some((TableOp::Tracked, Named::Legacy(Counter::Gpc0)));
     } else {
         (TableOp::Read, word)
     };
     let counter = Counter::from_name(name)?;
     // Only the general purpose counters are read through get_ or changed.
-    let gpc = matches!(counter, Counter::Gpc0 | Counter::Gpc1 | Counter::Gpt0);
     match op {
-        TableOp::Read if gpc != (word != name) => None,
+        TableOp::Read if counter.general_purpose() != (word != name) => None,
         TableOp::Inc | TableOp::Clr if !matches!(counter, Counter::Gpc0 | Counter::Gpc1) => None,
-        _ => Some((op, counter)),
+        _ => Some((op, Named::Legacy(counter))),
     }
+}
+
+/// The counter a table converter reads (`table_http_req_rate`, `table_gpc0`, and the
+/// arrays' `table_gpt`, `table_gpc`, `table_gpc_rate`).
+fn table_conv(word: &str) -> Option<Named> {
+    Some(match word {
+        "gpt" => Named::Array(Counter::Gpt),
+        "gpc" => Named::Array(Counter::Gpc),
+        "gpc_rate" => Named::Array(Counter::GpcRate),
+        _ => Named::Legacy(Counter::from_name(word)?),
+    })
+}
+
+/// An array element's index argument: 0 to 99.
+fn array_index(c: &Call<'_>, at: usize) -> Result<u8, ParseError> {
+    let max = crate::conf::stick::ARRAY_MAX as i64;
+    int(c, at)?
+        .filter(|n| (0..max).contains(n))
+        .map(|n| n as u8)
+        .ok_or_else(|| {
+            ParseError(format!(
+                "'{}' expects an array index from 0 to {} first",
+                c.name,
+                max - 1
+            ))
+        })
 }
 
 /// A table fetch's source (`None`: `sc_*`, whose slot is an argument), operation and
 /// counter.
-fn table_fetch(name: &str) -> Option<(Option<TableSource>, TableOp, Counter)> {
+fn table_fetch(name: &str) -> Option<(Option<TableSource>, TableOp, Named)> {
     let (source, rest) = if let Some(r) = name.strip_prefix("sc_") {
         (None, r)
     } else if let Some(r) = name.strip_prefix("src_") {
@@ -478,7 +530,11 @@ fn table_fetch(name: &str) -> Option<(Option<TableSource>, TableOp, Counter)> {
         }
     };
     let (op, counter) = table_op(rest)?;
-    if op == TableOp::Tracked && source == Some(TableSource::Src) {
+    // The arrays' fetches are `sc_*` and `src_*` only (the slot is an argument).
+    let numbered = matches!(source, Some(TableSource::Slot(_)));
+    if (op == TableOp::Tracked && source == Some(TableSource::Src))
+        || (numbered && matches!(counter, Named::Array(_)))
+    {
         return None;
     }
     Some((source, op, counter))
@@ -772,16 +828,17 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
                 Conv::SecureMemcmp(v)
             }
         }
-        other if other.starts_with("table_") && table_op(&other[6..]).is_some() => {
-            arity(c, 1, 1)?;
-            let (op, counter) = table_op(&other[6..]).expect("checked");
-            if op == TableOp::Tracked {
-                return err(format!("unknown converter '{other}'"));
-            }
+        other if other.starts_with("table_") && table_conv(&other[6..]).is_some() => {
+            // An array's converter takes the element's index first (`table_gpt(IDX,T)`).
+            let (counter, at) = match table_conv(&other[6..]).expect("checked") {
+                Named::Legacy(c) => (c, 0),
+                Named::Array(element) => (element(array_index(c, 0)?), 1),
+            };
+            arity(c, 1 + at, 1 + at)?;
             Conv::Table {
-                op,
+                op: TableOp::Read,
                 counter,
-                table: c.args[0].clone(),
+                table: c.args[at].clone(),
             }
         }
         other if PENDING_CONVS.contains(&other) => {

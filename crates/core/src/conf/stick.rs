@@ -68,7 +68,17 @@ pub enum Counter {
     BytesInRate,
     BytesOutCnt,
     BytesOutRate,
+    /// Element N of the `gpt(N)` array of tags.
+    Gpt(u8),
+    /// Element N of the `gpc(N)` array of counters.
+    Gpc(u8),
+    /// Element N of the `gpc_rate(N,PERIOD)` array of rates.
+    GpcRate(u8),
 }
+
+/// The most elements of a `gpt`, `gpc` or `gpc_rate` array (HAProxy's limit, so that a
+/// peer update carrying all of them fits a buffer).
+pub const ARRAY_MAX: usize = 100;
 
 /// Every counter with HAProxy's name for it (`http_req_rate`).
 const NAMES: [(Counter, &str); 19] = {
@@ -97,17 +107,120 @@ const NAMES: [(Counter, &str); 19] = {
 };
 
 impl Counter {
-    /// HAProxy's name of the data type.
-    pub fn name(self) -> &'static str {
-        NAMES
-            .iter()
-            .find(|(c, _)| *c == self)
-            .map_or("?", |(_, n)| n)
+    /// HAProxy's name of the data type; an array element is named by its index as
+    /// `show table` prints it (`gpt3`, `gpc3_rate`).
+    pub fn name(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Counter::Gpt(i) => format!("gpt{i}").into(),
+            Counter::Gpc(i) => format!("gpc{i}").into(),
+            Counter::GpcRate(i) => format!("gpc{i}_rate").into(),
+            _ => NAMES
+                .iter()
+                .find(|(c, _)| *c == self)
+                .map_or("?", |(_, n)| n)
+                .into(),
+        }
     }
 
     pub fn from_name(n: &str) -> Option<Counter> {
         NAMES.iter().find(|(_, name)| *name == n).map(|(c, _)| *c)
     }
+
+    /// A counter by the name `show table` and the reload dump give it: a legacy name, or
+    /// an array element (`gpt3`, `gpc3`, `gpc3_rate`).
+    pub fn from_dump_name(n: &str) -> Option<Counter> {
+        if let Some(c) = Counter::from_name(n) {
+            return Some(c);
+        }
+        let index = |s: &str| s.parse::<u8>().ok().filter(|&i| (i as usize) < ARRAY_MAX);
+        if let Some(i) = n.strip_prefix("gpt").and_then(index) {
+            return Some(Counter::Gpt(i));
+        }
+        let rest = n.strip_prefix("gpc")?;
+        match rest.strip_suffix("_rate") {
+            Some(i) => index(i).map(Counter::GpcRate),
+            None => index(rest).map(Counter::Gpc),
+        }
+    }
+
+    /// The array element that stands for a legacy counter in a table storing the array
+    /// instead (`gpc0` is `gpc` element 0 there, as HAProxy's `gpc0` fetches and actions
+    /// read it).
+    pub fn array_twin(self) -> Option<Counter> {
+        Some(match self {
+            Counter::Gpt0 => Counter::Gpt(0),
+            Counter::Gpc0 => Counter::Gpc(0),
+            Counter::Gpc1 => Counter::Gpc(1),
+            Counter::Gpc0Rate => Counter::GpcRate(0),
+            Counter::Gpc1Rate => Counter::GpcRate(1),
+            _ => return None,
+        })
+    }
+
+    /// Where HAProxy lists the data type in `show table` (its data type numbering; an
+    /// array's elements in index order after the legacy types).
+    pub fn dump_rank(self) -> (u8, u8) {
+        use Counter::*;
+        match self {
+            Gpt(i) => (22, i),
+            Gpc(i) => (23, i),
+            GpcRate(i) => (24, i),
+            c => {
+                let rank = [
+                    ServerId,
+                    Gpt0,
+                    Gpc0,
+                    Gpc0Rate,
+                    ConnCnt,
+                    ConnRate,
+                    ConnCur,
+                    SessCnt,
+                    SessRate,
+                    HttpReqCnt,
+                    HttpReqRate,
+                    HttpErrCnt,
+                    HttpErrRate,
+                    BytesInCnt,
+                    BytesInRate,
+                    BytesOutCnt,
+                    BytesOutRate,
+                    Gpc1,
+                    Gpc1Rate,
+                ]
+                .iter()
+                .position(|&x| x == c)
+                .unwrap_or(0);
+                (rank as u8, 0)
+            }
+        }
+    }
+
+    /// The rate a general purpose counter's increments also count in (`gpc0_rate` for
+    /// `gpc0`, `gpc3_rate` for `gpc3`).
+    pub fn rate(self) -> Option<Counter> {
+        Some(match self {
+            Counter::Gpc0 => Counter::Gpc0Rate,
+            Counter::Gpc1 => Counter::Gpc1Rate,
+            Counter::Gpc(i) => Counter::GpcRate(i),
+            _ => return None,
+        })
+    }
+
+    /// Whether a counter names general purpose data: read through `get_` fetches.
+    pub fn general_purpose(self) -> bool {
+        use Counter::*;
+        matches!(self, Gpt0 | Gpc0 | Gpc1 | Gpt(_) | Gpc(_))
+    }
+}
+
+/// The counter a table with `store` holds for `c`: `c` itself, or the array element that
+/// stands for a legacy counter (`None`: the table stores neither).
+pub fn stored_as(store: &[DataType], c: Counter) -> Option<Counter> {
+    let holds = |c: Counter| store.iter().any(|d| d.counter == c);
+    if holds(c) {
+        return Some(c);
+    }
+    c.array_twin().filter(|&t| holds(t))
 }
 
 /// Where a table-reading fetch finds its entry.

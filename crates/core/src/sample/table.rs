@@ -101,10 +101,7 @@ fn apply_entry<'a>(
     counter: Counter,
     now: u64,
 ) -> Option<Sample<'a>> {
-    let stored = t.conf.store.iter().any(|d| d.counter == counter);
-    if !stored {
-        return None;
-    }
+    crate::conf::stick::stored_as(&t.conf.store, counter)?;
     let Some(entry) = entry else {
         return Some(Sample::Int(0));
     };
@@ -112,11 +109,9 @@ fn apply_entry<'a>(
     let value = match op {
         TableOp::Inc => {
             e.add(counter, 1, now);
-            let rate = match counter {
-                Counter::Gpc0 => Counter::Gpc0Rate,
-                _ => Counter::Gpc1Rate,
-            };
-            e.add(rate, 1, now);
+            if let Some(rate) = counter.rate() {
+                e.add(rate, 1, now);
+            }
             e.get(counter, now)?
         }
         TableOp::Clr => {
