@@ -353,7 +353,16 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             "a server with this name already exists in this backend",
         ));
     }
-    let (addr, port) = server_addr(addr).map_err(|e| KwError::bad(2, addr, e))?;
+    let (addr, port, unix) = match crate::conf::listen::UnixAddr::parse(addr) {
+        Some(unix) => {
+            let unix = unix.map_err(|e| KwError::bad(2, addr, e))?;
+            (([0, 0, 0, 0], 0).into(), PortMap::Fixed, Some(unix))
+        }
+        None => {
+            let (a, p) = server_addr(addr).map_err(|e| KwError::bad(2, addr, e))?;
+            (a, p, None)
+        }
+    };
     let mut opts = c.backend.default_server.clone();
     parse_opts(&mut opts, rest, 2)?;
     if let Some(id) = opts.id {
@@ -368,6 +377,7 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
         name: name.clone(),
         addr,
         port,
+        unix,
         opts,
     });
     Ok(())
@@ -429,6 +439,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
             name: "dispatch".into(),
             addr,
             port: PortMap::Fixed,
+            unix: None,
             opts: conf.backend.default_server.clone(),
         });
     let specs = match &dispatch {
@@ -455,6 +466,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 name: s.name.clone(),
                 addr: s.addr,
                 port: s.port,
+                unix: s.unix.clone(),
                 check: s.opts.check.enabled.then(|| s.opts.check.clone()),
                 agent: s
                     .opts

@@ -735,6 +735,7 @@ mod tests {
                 name: format!("s{i}"),
                 addr: "127.0.0.1:1".parse().unwrap(),
                 port: Default::default(),
+                unix: None,
                 opts: crate::conf::backend::ServerOpts {
                     weight: Some(weight),
                     backup,

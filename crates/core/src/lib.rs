@@ -37,6 +37,7 @@ macro_rules! say {
 
 pub mod conf;
 
+pub mod accounts;
 pub mod auth;
 pub mod buffer;
 pub mod clock;

@@ -882,11 +882,33 @@ pub fn log_date(t: SystemTime) -> String {
     )
 }
 
+/// A log line's client: its address, or, for a client of a unix socket, which has none,
+/// the id of the listener that accepted it (`%ci` shows `unix` and `%cp` that id, as
+/// HAProxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    Addr(SocketAddr),
+    Unix { listener: usize },
+}
+
+impl Client {
+    /// The client of connection `conn`, known to its stream as `peer`, accepted by the
+    /// frontend's listener of index `listener`.
+    pub fn of(conn: &crate::transport::Conn, peer: SocketAddr, listener: usize) -> Client {
+        match conn.client_addr(peer) {
+            Some(a) => Client::Addr(a),
+            None => Client::Unix {
+                listener: listener + 1,
+            },
+        }
+    }
+}
+
 /// Everything a log line can say about one request (or TCP connection). Times are in
 /// milliseconds, -1 when the step did not happen.
 #[derive(Debug, Clone)]
 pub struct Record<'a> {
-    pub client: SocketAddr,
+    pub client: Client,
     pub date: SystemTime,
     pub frontend: &'a str,
     pub backend: &'a str,
@@ -945,7 +967,7 @@ pub struct Record<'a> {
 impl<'a> Record<'a> {
     /// A record with nothing known yet but the client, the date and the frontend (the base
     /// of the others, and what a `unique-id-format` sees).
-    pub fn blank(client: SocketAddr, date: SystemTime, frontend: &'a str) -> Record<'a> {
+    pub fn blank(client: Client, date: SystemTime, frontend: &'a str) -> Record<'a> {
         Record {
             client,
             date,
@@ -1016,15 +1038,23 @@ impl<'a> Record<'a> {
             }
         };
         let _ = match v {
-            Var::ClientIp => write!(out, "{}", self.client.ip()),
-            Var::ClientPort => write!(out, "{}", self.client.port()),
-            Var::FrontendIp => match self.dst {
-                Some(d) => write!(out, "{}", d.ip()),
-                None => write!(out, "-"),
+            Var::ClientIp => match self.client {
+                Client::Addr(a) => write!(out, "{}", a.ip()),
+                Client::Unix { .. } => write!(out, "unix"),
             },
-            Var::FrontendPort => match self.dst {
-                Some(d) => write!(out, "{}", d.port()),
-                None => write!(out, "-"),
+            Var::ClientPort => match self.client {
+                Client::Addr(a) => write!(out, "{}", a.port()),
+                Client::Unix { listener } => write!(out, "{listener}"),
+            },
+            Var::FrontendIp => match (self.dst, self.client) {
+                (Some(d), _) => write!(out, "{}", d.ip()),
+                (None, Client::Unix { .. }) => write!(out, "unix"),
+                (None, Client::Addr(_)) => write!(out, "-"),
+            },
+            Var::FrontendPort => match (self.dst, self.client) {
+                (Some(d), _) => write!(out, "{}", d.port()),
+                (None, Client::Unix { listener }) => write!(out, "{listener}"),
+                (None, Client::Addr(_)) => write!(out, "-"),
             },
             Var::DateLocal | Var::DateRequest => write!(out, "{}", log_date(self.date)),
             Var::DateGmt => write!(out, "{}", date_zone(self.date, false)),

@@ -48,6 +48,9 @@ pub struct Origin {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub tls: Option<TlsInfo>,
+    /// The connection came over a unix socket: `peer` and `local` stand for addresses it
+    /// does not have.
+    pub unix: bool,
 }
 
 /// A stream served as a connection: the stream, where it came from, and what it keeps
@@ -89,6 +92,8 @@ pub struct Conn {
     /// What a PROXY protocol header said of the client (its addresses replace the
     /// socket's); not carried when the connection moves to another worker.
     proxied: Option<Box<crate::proxy_proto::Proxied>>,
+    /// The socket is a unix one (its peer has no address).
+    unix: bool,
 }
 
 enum Io {
@@ -307,6 +312,7 @@ pub struct Detached {
     io: std::net::TcpStream,
     tls: Option<Box<rustls::Connection>>,
     fd: Counted,
+    unix: bool,
 }
 
 impl std::fmt::Debug for Detached {
@@ -320,11 +326,16 @@ impl Detached {
     /// serves it registers it, once.
     /// `TCP_NODELAY` comes from the listening socket: Linux copies it to every connection
     /// accepted there, which saves a system call per connection.
-    pub fn accepted(io: std::net::TcpStream) -> Detached {
+    /// A unix socket's connection (`unix`) is carried in the same stream type: reading,
+    /// writing and shutting down are the same system calls on any connected stream
+    /// socket, and the calls only TCP has (`TCP_NODELAY`, keep-alive timers, addresses)
+    /// fail harmlessly on it.
+    pub fn accepted(io: std::net::TcpStream, unix: bool) -> Detached {
         Detached {
             io,
             tls: None,
             fd: Counted::new(),
+            unix,
         }
     }
 }
@@ -359,6 +370,26 @@ impl Conn {
             io: Io::Tcp(TcpStream::from_std(sock.into())?),
             _fd: Some(fd),
             proxied: None,
+            unix: false,
+        })
+    }
+
+    /// Opens a connection to a server listening on a unix socket (carried as a TCP one is:
+    /// see [`Detached::accepted`]).
+    pub fn connect_unix(addr: &crate::conf::listen::UnixAddr) -> io::Result<Conn> {
+        let fd = Counted::new();
+        let sock = socket2::Socket::new(
+            socket2::Domain::UNIX,
+            socket2::Type::STREAM.nonblocking(),
+            None,
+        )?;
+        // A unix socket connects at once, or fails (EAGAIN: the server's queue is full).
+        sock.connect(&addr.sockaddr()?)?;
+        Ok(Conn {
+            io: Io::Tcp(TcpStream::from_std(sock.into())?),
+            _fd: Some(fd),
+            proxied: None,
+            unix: true,
         })
     }
 
@@ -385,6 +416,7 @@ impl Conn {
             })),
             _fd: self._fd,
             proxied: self.proxied,
+            unix: self.unix,
         })
     }
 
@@ -406,6 +438,7 @@ impl Conn {
             })),
             _fd: self._fd,
             proxied: self.proxied,
+            unix: self.unix,
         };
         conn.handshake().await?;
         Ok(conn)
@@ -454,6 +487,7 @@ impl Conn {
             })),
             _fd: None,
             proxied: None,
+            unix: false,
         }
     }
 
@@ -465,6 +499,37 @@ impl Conn {
             Io::Tls(t) => &t.tcp,
             Io::Stream(_) => unreachable!("a socket call on a multiplexed stream"),
         }
+    }
+
+    /// What a stream multiplexed on this connection knows of it. A unix socket's
+    /// addresses, which it does not have, read as unspecified ones.
+    pub fn origin(&self) -> Origin {
+        let none = SocketAddr::from(([0, 0, 0, 0], 0));
+        Origin {
+            peer: self.peer_addr().unwrap_or(none),
+            local: self.local_addr().unwrap_or(none),
+            tls: self.tls(),
+            unix: self.peer_is_unix(),
+        }
+    }
+
+    /// The peer came over a unix socket and has no address (a PROXY header that gave one
+    /// stands for it).
+    pub fn peer_is_unix(&self) -> bool {
+        let unix = match &self.io {
+            Io::Stream(p) => p.origin.unix,
+            _ => self.unix,
+        };
+        unix && self.proxied.as_ref().and_then(|p| p.src).is_none()
+    }
+
+    /// `peer`, the client's address as its stream knows it, unless the client has none: it
+    /// came over a unix socket and neither a PROXY header nor `set-src` gave it one (the
+    /// unspecified address then stands for it, and is never shown as an address, as
+    /// HAProxy's `src` has no value there).
+    pub fn client_addr(&self, peer: SocketAddr) -> Option<SocketAddr> {
+        let placeholder = SocketAddr::from(([0, 0, 0, 0], 0));
+        (!self.peer_is_unix() || peer != placeholder).then_some(peer)
     }
 
     /// The client's address: a PROXY header's, else the socket's peer.
@@ -854,6 +919,7 @@ impl Conn {
             io: s.into_std()?,
             tls,
             fd: self._fd.unwrap_or_default(),
+            unix: self.unix,
         })
     }
 
@@ -871,6 +937,7 @@ impl Conn {
             io,
             _fd: Some(d.fd),
             proxied: None,
+            unix: d.unix,
         })
     }
 

@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["conf"],
     &[
         "fds",
+        "accounts",
         "buffer",
         "clock",
         "transport",

@@ -86,7 +86,7 @@ struct WorkerInfo {
 type Roster = std::sync::Arc<std::sync::Mutex<Vec<WorkerInfo>>>;
 
 /// A master's listening sockets, by (frontend, address).
-type Sockets = HashMap<(String, String), std::net::TcpListener>;
+type Sockets = HashMap<(String, String), socket2::Socket>;
 
 /// Binds the listeners of a configuration that the master does not hold yet; keeps the
 /// others. A bind on an inherited descriptor (`fd@N`) is left to the worker.
@@ -94,7 +94,7 @@ fn bind_all(config: &sluice_core::Config, sockets: &mut Sockets) -> Result<(), S
     let mut wanted = Sockets::new();
     for fe in &config.frontends {
         for bind in &fe.listen.binds {
-            if !matches!(bind.spec, BindSpec::Addr(_)) {
+            if matches!(bind.spec, BindSpec::Fd(_)) {
                 continue;
             }
             let key = (fe.name.clone(), bind.spec.to_string());

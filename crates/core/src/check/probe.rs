@@ -17,6 +17,7 @@ use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, Pattern,
     TcpRule,
 };
+use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
 use crate::h2_stream::H2Stream;
@@ -45,13 +46,20 @@ pub async fn probe(
         server: &srv.name,
         server_id: srv.id,
     };
-    let at = target(addr, opts);
+    let at = Target::of(srv, addr, opts);
     let tls = srv.check_tls.as_ref();
     let outcome = match &be.check.kind {
         CheckKind::TcpCheck => {
-            rules(at, &be.check.tcp_rules, &vars, (connect_limit, limit), tls).await
+            rules(
+                (at, addr),
+                &be.check.tcp_rules,
+                &vars,
+                (connect_limit, limit),
+                tls,
+            )
+            .await
         }
-        CheckKind::Probe(r) => rules(at, r, &vars, (connect_limit, limit), tls).await,
+        CheckKind::Probe(r) => rules((at, addr), r, &vars, (connect_limit, limit), tls).await,
         CheckKind::Http => {
             let how = &be.check.http_connect;
             let mut req = be.check.http.render(&vars);
@@ -64,7 +72,7 @@ pub async fn probe(
             let h2 = speaks_h2(srv, opts);
             // Sent with the connection when it is sure to be HTTP/1.1.
             let early = if h2 == Some(false) { &req[..] } else { &[] };
-            match open(aim(at, how), connect_limit, early, tls).await {
+            match open(at.aimed(how, addr), connect_limit, early, tls).await {
                 Ok(conn) if h2.unwrap_or_else(|| chose_h2(&conn)) => {
                     http2(conn, &req, &be.check, limit, how).await
                 }
@@ -145,21 +153,17 @@ async fn http2(
     if !how.linger {
         conn.reset_on_close();
     }
-    let (peer, local) = match (conn.peer_addr(), conn.local_addr()) {
-        (Ok(p), Ok(l)) => (p, l),
-        (Err(e), _) | (_, Err(e)) => return Outcome::invalid(&e),
+    let origin = Origin {
+        tls: None,
+        ..conn.origin()
     };
+    let peer = origin.peer;
     let tls = conn.is_tls();
     let preface = h2::client::Builder::new().handshake::<_, Bytes>(conn);
     let (send, connection) = match tokio::time::timeout(limit, preface).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
         Ok(Err(e)) => return Outcome::invalid(&io::Error::other(e)),
         Ok(Ok(pair)) => pair,
-    };
-    let origin = Origin {
-        peer,
-        local,
-        tls: None,
     };
     let mut stream = Conn::h2_stream(H2Stream::asking(send, (tls, peer), None), origin, None);
     let exchange = async move {
@@ -252,17 +256,47 @@ pub fn target(server: SocketAddr, opts: &CheckOpts) -> SocketAddr {
     a
 }
 
+/// Where a check connects: an address, or the unix socket of a server listening on one
+/// (unless the check names an address or a port of its own, as in HAProxy).
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Inet(SocketAddr),
+    Unix(&'a UnixAddr),
+}
+
+impl<'a> Target<'a> {
+    fn of(srv: &'a Server, addr: SocketAddr, opts: &CheckOpts) -> Target<'a> {
+        match &srv.unix {
+            Some(u) if opts.addr.is_none() && opts.port.is_none() => Target::Unix(u),
+            _ => Target::Inet(target(addr, opts)),
+        }
+    }
+
+    /// Moved by a `connect` rule's `addr` and `port` (a unix socket has neither: a rule
+    /// naming one connects there, on the server's address).
+    fn aimed(self, how: &ConnectRule, server: SocketAddr) -> Target<'a> {
+        match self {
+            Target::Unix(_) if how.addr.is_none() && how.port.is_none() => self,
+            Target::Unix(_) => Target::Inet(aim(server, how)),
+            Target::Inet(a) => Target::Inet(aim(a, how)),
+        }
+    }
+}
+
 /// Opens the check's connection within `limit` (the layer-4 part of a check). With `first`
 /// bytes (a request), they are written as soon as the connection allows, which proves it
 /// established without waiting for the event loop to say so.
 async fn open(
-    addr: SocketAddr,
+    to: Target<'_>,
     limit: Duration,
     first: &[u8],
     tls: Option<&Connector>,
 ) -> Result<Conn, Outcome> {
     let opening = async {
-        let mut conn = Conn::dial(addr)?;
+        let mut conn = match to {
+            Target::Inet(addr) => Conn::dial(addr)?,
+            Target::Unix(u) => Conn::connect_unix(u)?,
+        };
         if first.is_empty() || tls.is_some() {
             conn.connected().await?;
         } else {
@@ -455,7 +489,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// Runs a rule set. Without a leading `connect` rule, the connection opens first. Each
 /// `expect` judges what arrived since the previous one.
 async fn rules(
-    addr: SocketAddr,
+    (at, addr): (Target<'_>, SocketAddr),
     rules: &[TcpRule],
     vars: &CheckVars<'_>,
     (connect_limit, limit): (Duration, Duration),
@@ -465,12 +499,20 @@ async fn rules(
     let implicit = ConnectRule::default();
     let mut conn: Option<(Conn, &ConnectRule)> = None;
     if !matches!(rules.first(), Some(TcpRule::Connect(_))) {
-        match open(addr, connect_limit, &[], tls).await {
+        match open(at, connect_limit, &[], tls).await {
             Ok(c) => conn = Some((c, &implicit)),
             Err(o) => return o,
         }
     }
-    let outcome = run_rules(addr, rules, vars, &mut conn, (connect_limit, limit), tls).await;
+    let outcome = run_rules(
+        (at, addr),
+        rules,
+        vars,
+        &mut conn,
+        (connect_limit, limit),
+        tls,
+    )
+    .await;
     if let Some((c, how)) = conn {
         close(c, how);
     }
@@ -478,7 +520,7 @@ async fn rules(
 }
 
 async fn run_rules<'r>(
-    addr: SocketAddr,
+    (to, addr): (Target<'_>, SocketAddr),
     rules: &'r [TcpRule],
     vars: &CheckVars<'_>,
     conn: &mut Option<(Conn, &'r ConnectRule)>,
@@ -503,7 +545,7 @@ async fn run_rules<'r>(
                 if let Some((old, old_how)) = conn.take() {
                     close(old, old_how);
                 }
-                match open(aim(addr, how), connect_limit, &[], tls).await {
+                match open(to.aimed(how, addr), connect_limit, &[], tls).await {
                     Ok(c) => *conn = Some((c, how)),
                     Err(o) => return o,
                 }

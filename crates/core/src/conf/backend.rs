@@ -72,8 +72,11 @@ pub struct SendProxy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerSpec {
     pub name: String,
+    /// The server's address (unspecified for a unix socket server).
     pub addr: SocketAddr,
     pub port: PortMap,
+    /// `unix@PATH`, `/PATH`, `abns@NAME`: the server listens on a unix socket.
+    pub unix: Option<super::listen::UnixAddr>,
     pub opts: ServerOpts,
 }
 

@@ -11,6 +11,8 @@ pub enum BindSpec {
     Addr(SocketAddr),
     /// An already-listening socket inherited from the parent process.
     Fd(RawFd),
+    /// A unix socket (`unix@PATH`, `/PATH`, `abns@NAME`).
+    Unix(UnixAddr),
 }
 
 impl std::fmt::Display for BindSpec {
@@ -18,8 +20,80 @@ impl std::fmt::Display for BindSpec {
         match self {
             BindSpec::Addr(a) => write!(f, "{a}"),
             BindSpec::Fd(n) => write!(f, "fd@{n}"),
+            BindSpec::Unix(u) => write!(f, "{u}"),
         }
     }
+}
+
+/// A unix socket's address, for a `bind` or a `server`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UnixAddr {
+    /// A socket file (`unix@PATH`, or a path starting with `/`).
+    Path(std::path::PathBuf),
+    /// A name in Linux's abstract namespace (`abns@NAME`): no file, gone with its last
+    /// holder.
+    Abstract(String),
+}
+
+impl UnixAddr {
+    /// `unix@PATH`, `/PATH`, `abns@NAME` (`None`: not a unix address).
+    pub fn parse(a: &str) -> Option<Result<UnixAddr, String>> {
+        let (path, name) = if let Some(p) = a.strip_prefix("unix@") {
+            (Some(p), None)
+        } else if a.starts_with('/') {
+            (Some(a), None)
+        } else {
+            (None, Some(a.strip_prefix("abns@")?))
+        };
+        // Room for the name in `sun_path` (108 bytes: a path's final NUL, an abstract
+        // name's leading one).
+        let fits = |n: &str| !n.is_empty() && n.len() < 108;
+        Some(match (path, name) {
+            (Some(p), _) if fits(p) => Ok(UnixAddr::Path(p.into())),
+            (Some(p), _) => Err(format!(
+                "unix socket path '{p}': empty or longer than 107 bytes"
+            )),
+            (_, Some(n)) if fits(n) => Ok(UnixAddr::Abstract(n.into())),
+            (_, n) => Err(format!(
+                "abstract socket name '{}': empty or longer than 107 bytes",
+                n.unwrap_or_default()
+            )),
+        })
+    }
+
+    /// The kernel's address. An abstract name fills the whole of `sun_path`, padded with
+    /// NULs, as HAProxy binds and connects them, so that sluice and HAProxy reach each
+    /// other's `abns@` sockets.
+    pub fn sockaddr(&self) -> std::io::Result<socket2::SockAddr> {
+        match self {
+            UnixAddr::Path(p) => socket2::SockAddr::unix(p),
+            UnixAddr::Abstract(n) => {
+                use std::os::unix::ffi::OsStrExt;
+                // The leading NUL marks the abstract namespace.
+                let mut path = vec![0u8; 108];
+                path[1..=n.len()].copy_from_slice(n.as_bytes());
+                socket2::SockAddr::unix(std::ffi::OsStr::from_bytes(&path))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for UnixAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnixAddr::Path(p) => write!(f, "unix@{}", p.display()),
+            UnixAddr::Abstract(n) => write!(f, "abns@{n}"),
+        }
+    }
+}
+
+/// `mode`, `uid`/`user`, `gid`/`group` of a unix socket `bind`: its file's permissions and
+/// owner (`None`: the process's umask and identity).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnixPerms {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
 }
 
 /// A `bind` line's address and the workers allowed to accept on it.
@@ -55,6 +129,8 @@ pub struct Bind {
     pub accept_proxy: bool,
     /// `v6only` (true) or `v4v6` (false) on an IPv6 address; `None`: the system's default.
     pub v6only: Option<bool>,
+    /// A unix socket's file permissions and owner.
+    pub perms: UnixPerms,
 }
 
 impl Bind {

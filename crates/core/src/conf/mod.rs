@@ -205,9 +205,12 @@ pub struct Server {
     /// Unique within its backend.
     pub id: u32,
     pub name: String,
+    /// Its address (unspecified for a unix socket server: its `unix` address instead).
     pub addr: SocketAddr,
     /// Where the port comes from: `addr`'s, or the client's (a server without a port).
     pub port: backend::PortMap,
+    /// The unix socket the server listens on, instead of `addr`.
+    pub unix: Option<listen::UnixAddr>,
     /// The configured weight (0 to 256); the live one is in the runtime.
     pub weight: u32,
     pub backup: bool,

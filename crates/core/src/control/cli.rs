@@ -856,19 +856,18 @@ fn show_servers_conn(s: &Process, args: &[&str], _: Level) -> String {
         }
         for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
             let p = &sst.idle.stats;
+            let (addr, port) = super::servers::shown_addr(srv, sst.addr());
             let get = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
             let idle = get(&p.idle_cur);
             let safe = get(&p.safe_cur).min(idle);
             let per: Vec<String> = p.per_thread.iter().map(|t| get(t).to_string()).collect();
             let _ = writeln!(
                 out,
-                "{}/{} {}/{} {} {} - {} {} {} {} {} {} {} {} {}",
+                "{}/{} {}/{} {addr} {port} - {} {} {} {} {} {} {} {} {}",
                 be.name,
                 srv.name,
                 be.id,
                 srv.id,
-                sst.addr().ip(),
-                sst.addr().port(),
                 srv.pool.purge_delay.as_millis(),
                 get(&p.used_cur),
                 get(&p.used_max),

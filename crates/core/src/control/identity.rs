@@ -70,38 +70,6 @@ pub enum IdentityError {
     Call { what: String, source: io::Error },
 }
 
-/// A user name or `#N` (an id given by `uid`).
-fn user_id(name: &str) -> Result<(u32, Option<u32>), IdentityError> {
-    if let Some(n) = name.strip_prefix('#') {
-        return Ok((
-            n.parse().map_err(|_| IdentityError::User(name.into()))?,
-            None,
-        ));
-    }
-    let c = CString::new(name).map_err(|_| IdentityError::User(name.into()))?;
-    // SAFETY: getpwnam reads the user database; the result is copied out at once.
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return Err(IdentityError::User(name.into()));
-    }
-    // SAFETY: non-null, points to libc's static record.
-    Ok(unsafe { ((*pw).pw_uid, Some((*pw).pw_gid)) })
-}
-
-fn group_id(name: &str) -> Result<u32, IdentityError> {
-    if let Some(n) = name.strip_prefix('#') {
-        return n.parse().map_err(|_| IdentityError::Group(name.into()));
-    }
-    let c = CString::new(name).map_err(|_| IdentityError::Group(name.into()))?;
-    // SAFETY: getgrnam reads the group database; the result is copied out at once.
-    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
-    if gr.is_null() {
-        return Err(IdentityError::Group(name.into()));
-    }
-    // SAFETY: non-null, points to libc's static record.
-    Ok(unsafe { (*gr).gr_gid })
-}
-
 fn call(what: &str, rc: libc::c_int) -> Result<(), IdentityError> {
     if rc == 0 {
         Ok(())
@@ -120,9 +88,13 @@ pub fn assume(
     group: Option<&str>,
     chroot: Option<&str>,
 ) -> Result<(), IdentityError> {
-    let user = user.map(user_id).transpose()?;
+    let user = user
+        .map(|u| crate::accounts::user_id(u).ok_or_else(|| IdentityError::User(u.into())))
+        .transpose()?;
     let gid = match group {
-        Some(g) => Some(group_id(g)?),
+        Some(g) => {
+            Some(crate::accounts::group_id(g).ok_or_else(|| IdentityError::Group(g.into()))?)
+        }
         None => user.and_then(|(_, g)| g),
     };
     if let Some(dir) = chroot {

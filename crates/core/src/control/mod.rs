@@ -219,7 +219,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
                     .iter()
                     .position(|h| h.frontend == fe.name && h.addr == addr)
                 {
-                    Some(i) => (std::net::TcpListener::from(handed.swap_remove(i).fd), false),
+                    Some(i) => (socket2::Socket::from(handed.swap_remove(i).fd), false),
                     None => (
                         listener::open_bind(bind, backlog)?,
                         matches!(bind.spec, listener::BindSpec::Addr(_)),
@@ -363,7 +363,12 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     }
     let addrs: Vec<String> = listeners
         .iter()
-        .filter_map(|(_, _, _, l, _)| l.local_addr().ok().map(|a| a.to_string()))
+        .map(
+            |(_, _, bind, l, _)| match l.local_addr().ok().and_then(|a| a.as_socket()) {
+                Some(a) => a.to_string(),
+                None => bind.spec.to_string(),
+            },
+        )
         .collect();
 
     if let Some(path) = opts

@@ -120,6 +120,9 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
             }
             (Some("addr"), Some(ip)) => {
                 needs(level, Level::Admin)?;
+                if p.config.backends[b].servers[s].unix.is_some() {
+                    return Err("Update for the current server address family is only supported through configuration file by 'stats socket command'\n".into());
+                }
                 let ip: std::net::IpAddr = ip.parse().map_err(|_| "Invalid IP address.\n")?;
                 let st = &p.state.backends[b].servers[s];
                 let old = st.addr();
@@ -303,13 +306,21 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         .as_ref()
         .and_then(|c| c.addr)
         .map_or("-".to_string(), |a| a.to_string());
+    let (addr, port) = shown_addr(srv, sst.addr());
     format!(
-        "{} {} {} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {} - 0 {check_port} {check_addr} - 0",
+        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {port} - 0 {check_port} {check_addr} - 0",
         srv.id,
         srv.name,
-        sst.addr().ip(),
         sst.weight(),
         srv.weight,
-        sst.addr().port(),
     )
+}
+
+/// A server's address and port as the CLI shows them: `-` and 0 for a unix socket server,
+/// as HAProxy.
+pub fn shown_addr(srv: &crate::conf::Server, live: std::net::SocketAddr) -> (String, u16) {
+    match srv.unix {
+        Some(_) => ("-".into(), 0),
+        None => (live.ip().to_string(), live.port()),
+    }
 }

@@ -190,7 +190,7 @@ impl Admission {
 #[derive(Debug, Default)]
 pub struct Handover {
     /// (frontend, address, socket) of every listener.
-    pub sockets: std::sync::Mutex<Vec<(String, String, std::net::TcpListener)>>,
+    pub sockets: std::sync::Mutex<Vec<(String, String, socket2::Socket)>>,
     /// A replacing process took them: they stay open after this process closes its copies,
     /// so a soft stop has no accept queue of its own to empty.
     pub taken: AtomicBool,

@@ -57,6 +57,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The client's address, if it has one (see [`crate::transport::Conn::client_addr`]).
+    pub fn client_addr(&self) -> Option<SocketAddr> {
+        match self.client {
+            Some(c) => c.client_addr(self.src),
+            None => Some(self.src),
+        }
+    }
+
     /// The stick table a fetch names, or by default the current proxy's (the backend's
     /// once routed, else the frontend's).
     pub fn table(&self, name: Option<&str>) -> Option<&'a Arc<Table>> {

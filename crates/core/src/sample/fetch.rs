@@ -41,8 +41,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
     let p = cx.process;
     let config = &p.config;
     match f {
-        Fetch::Src => Some(Sample::Ip(plain_ip(cx.src.ip()))),
-        Fetch::SrcPort => Some(Sample::Int(i64::from(cx.src.port()))),
+        Fetch::Src => Some(Sample::Ip(plain_ip(cx.client_addr()?.ip()))),
+        Fetch::SrcPort => Some(Sample::Int(i64::from(cx.client_addr()?.port()))),
         Fetch::Dst => dst(cx).map(|a| Sample::Ip(plain_ip(a.ip()))),
         Fetch::DstPort => dst(cx).map(|a| Sample::Int(i64::from(a.port()))),
         Fetch::FeName => Some(Sample::str(config.frontends[cx.frontend].name.as_bytes())),
@@ -291,7 +291,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
                 .get(cx.arrival?.listener)?;
             bind.name.as_deref().map(|n| Sample::string(n.to_string()))
         }
-        Fetch::SrcIsLocal => Some(Sample::Bool(is_local(cx.src.ip()))),
+        Fetch::SrcIsLocal => Some(Sample::Bool(is_local(cx.client_addr()?.ip()))),
         Fetch::DstIsLocal => dst(cx).map(|a| Sample::Bool(is_local(a.ip()))),
         Fetch::Stopping => Some(Sample::Bool(p.stopping.load(Ordering::Relaxed))),
         Fetch::Hostname => Some(Sample::string(crate::conf::hostname())),
@@ -319,7 +319,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::Base32Src => {
             let r = cx.req?;
             let mut v = host_hash(r, r.path()).to_be_bytes().to_vec();
-            match plain_ip(cx.src.ip()) {
+            match plain_ip(cx.client_addr()?.ip()) {
                 IpAddr::V4(a) => v.extend_from_slice(&a.octets()),
                 IpAddr::V6(a) => v.extend_from_slice(&a.octets()),
             }

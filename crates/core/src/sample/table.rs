@@ -39,7 +39,7 @@ pub(super) fn fetch<'a>(
         }),
         TableSource::Src => {
             let t = cx.table(table)?;
-            let key = Key::from_sample(&Sample::Ip(cx.src.ip()), t.conf.key)?;
+            let key = Key::from_sample(&Sample::Ip(cx.client_addr()?.ip()), t.conf.key)?;
             apply(t, Some(&key), op, counter, now)
         }
     }

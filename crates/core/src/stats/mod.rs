@@ -518,7 +518,14 @@ fn server_row(
         r.num("req_tot", c.sum(|k| &k.requests));
     }
     transactions(&mut r, c, |k| &k.traffic, &st.peaks, now);
-    r.text("addr", st.addr().to_string());
+    // A unix socket server has no address to show: HAProxy says `unix`.
+    r.text(
+        "addr",
+        match srv.unix {
+            Some(_) => "unix".to_string(),
+            None => st.addr().to_string(),
+        },
+    );
     r.text("mode", mode(be.stream.mode));
     r.num("wrew", 0);
     r.num("connect", c.sum(|k| &k.connect));

@@ -373,7 +373,10 @@ async fn connect_new(
         .then(|| w.h2_links.opening(backend, server))
         .flatten();
     let connect = async {
-        let mut conn = Conn::connect(addr).await?;
+        let mut conn = match &srv.unix {
+            Some(u) => Conn::connect_unix(u)?,
+            None => Conn::connect(addr).await?,
+        };
         crate::keepalive::apply(&conn, &be.stream.srv_ka);
         if let Some(pp) = &be.servers[server].send_proxy {
             // Before anything else, TLS included.

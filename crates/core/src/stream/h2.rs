@@ -124,6 +124,7 @@ pub(super) async fn serve(
         peer,
         local: client.local_addr().unwrap_or(peer),
         tls: client.tls(),
+        unix: client.peer_is_unix(),
     };
     let fe_state = &w.state().frontends[fe];
     let handshake = h2::server::Builder::new()

@@ -46,9 +46,8 @@ pub(crate) async fn start(
     addr_gen: u64,
 ) -> io::Result<Conn> {
     let origin = Origin {
-        peer: conn.peer_addr()?,
-        local: conn.local_addr()?,
         tls: None,
+        ..conn.origin()
     };
     let tls = conn.is_tls();
     let (send, mut connection) = h2::client::Builder::new()

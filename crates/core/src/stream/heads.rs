@@ -311,8 +311,10 @@ pub(crate) fn with_close(bytes: Vec<u8>) -> Vec<u8> {
 pub(crate) fn forwardfor<'a>(
     fe: &'a Frontend,
     be: &'a Backend,
-    ip: IpAddr,
+    ip: Option<IpAddr>,
 ) -> Option<(&'a ForwardFor, IpAddr)> {
+    // A client without an address (a unix socket's) gets no header, as in HAProxy.
+    let ip = ip?;
     address_header(fe, be, ip, |s| &s.forwardfor).map(|f| (f, ip))
 }
 

@@ -92,6 +92,7 @@ async fn relay_to(
     let Some(mut client) = look.admits(client, &mut cbuf, &be.rules).await else {
         return;
     };
+    let who = crate::log::Client::of(&client, peer, info.listener);
     // `balance rdp-cookie`: the cookie of the RDP connection request, once it arrived
     // (within `tcp-request inspect-delay`).
     let mut rdp = None;
@@ -115,7 +116,7 @@ async fn relay_to(
             Some(backend),
             None,
         );
-        return log(w, fe, backend, None, peer, date, started, &at, 0, *b"SC");
+        return log(w, fe, backend, None, who, date, started, &at, 0, *b"SC");
     };
     let mut at = Attempts::new(server);
     let abort_on = be.abortonclose.then_some(&client);
@@ -135,18 +136,7 @@ async fn relay_to(
                 Some(backend),
                 None,
             );
-            return log(
-                w,
-                fe,
-                backend,
-                server,
-                peer,
-                date,
-                started,
-                &at,
-                0,
-                e.term(),
-            );
+            return log(w, fe, backend, server, who, date, started, &at, 0, e.term());
         }
     };
     let cx = Ctx {
@@ -218,7 +208,7 @@ async fn relay_to(
             fe,
             backend,
             Some(at.server),
-            peer,
+            who,
             date,
             started,
             &at,
@@ -352,7 +342,7 @@ fn log(
     fe: usize,
     backend: usize,
     server: Option<usize>,
-    peer: SocketAddr,
+    who: crate::log::Client,
     date: std::time::SystemTime,
     started: Instant,
     at: &Attempts,
@@ -367,7 +357,7 @@ fn log(
     let (frontend, be) = (&config.frontends[fe], &config.backends[backend]);
     let st = &w.state().backends[backend];
     let rec = crate::log::Record {
-        client: peer,
+        client: who,
         date,
         frontend: &frontend.name,
         backend: &be.name,
@@ -395,7 +385,7 @@ fn log(
                 .unwrap_or(&crate::log::Format::Tcp),
             &w.state().frontends[fe],
         ),
-        ..crate::log::Record::blank(peer, date, &frontend.name)
+        ..crate::log::Record::blank(who, date, &frontend.name)
     };
     crate::log::emit(
         loggers,

@@ -358,7 +358,7 @@ impl Txn {
                     &mut s.out,
                     &req,
                     &edits,
-                    forwardfor(fe, be, s.peer.get().ip()),
+                    forwardfor(fe, be, s.client.client_addr(s.peer.get()).map(|a| a.ip())),
                     // A tunnel that opens ends with its connection anyway.
                     server_close(fe, be) && !facts.connect,
                     facts.upgrade.as_deref(),
@@ -805,7 +805,11 @@ impl Txn {
                     .then(|| s.client.local_addr().ok())
                     .flatten(),
                 request_counter: self.log.counter,
-                ..crate::log::Record::blank(s.peer.get(), date, &fe.name)
+                ..crate::log::Record::blank(
+                    crate::log::Client::of(&s.client, s.peer.get(), s.info.listener),
+                    date,
+                    &fe.name,
+                )
             };
             let id: std::rc::Rc<str> = rec.render_tokens(format).into();
             *s.vars.unique_id.borrow_mut() = Some(id.clone());
@@ -941,7 +945,7 @@ impl Txn {
         // A TCP frontend logs from `tcp`; here the default is the HTTP line.
         let format = fe.log.format.as_ref().unwrap_or(&crate::log::Format::Http);
         let rec = crate::log::Record {
-            client: s.peer.get(),
+            client: crate::log::Client::of(&s.client, s.peer.get(), s.info.listener),
             date: lg.date.unwrap_or_else(std::time::SystemTime::now),
             frontend: &fe.name,
             backend: be.map_or(&fe.name, |b| &b.name),

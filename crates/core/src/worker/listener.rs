@@ -147,16 +147,7 @@ fn count_arg(a: &[String]) -> Result<usize, KwError> {
 }
 
 /// Bind options HAProxy has that sluice does not implement yet.
-const PENDING_BIND_OPTIONS: &[&str] = &[
-    "process",
-    "transparent",
-    "interface",
-    "tfo",
-    "user",
-    "group",
-    "mode",
-    "level",
-];
+const PENDING_BIND_OPTIONS: &[&str] = &["process", "transparent", "interface", "tfo", "level"];
 
 pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let [addrs, opts @ ..] = args else {
@@ -173,6 +164,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let mut defer_accept = false;
     let mut accept_proxy = false;
     let mut v6only = None;
+    let mut perms = UnixPerms::default();
     let mut i = 0;
     while i < opts.len() {
         if let Some(took) = crate::tls::bind_option(&mut tls, opts, i).map_err(|e| e.shifted(1))? {
@@ -253,6 +245,13 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
                 }) = Some(n);
                 i += 2;
             }
+            "mode" | "uid" | "gid" | "user" | "group" => {
+                let v = opts.get(i + 1).ok_or(KwError::Missing(
+                    "a value after 'mode', 'uid', 'gid', 'user' or 'group'",
+                ))?;
+                unix_perm(&mut perms, o, v).map_err(|e| KwError::bad(i + 3, v, e))?;
+                i += 2;
+            }
             _ if PENDING_BIND_OPTIONS.contains(&o) => {
                 return Err(KwError::Invalid(format!(
                     "bind option '{o}': not supported yet"
@@ -290,7 +289,42 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             defer_accept,
             accept_proxy,
             v6only,
+            perms,
         });
+    }
+    Ok(())
+}
+
+/// `mode OCTAL`, `uid N`, `gid N`, `user NAME`, `group NAME`: a unix socket's permissions
+/// and owner (HAProxy accepts them on any bind; only unix sockets have a file to apply
+/// them to).
+fn unix_perm(perms: &mut UnixPerms, option: &str, v: &str) -> Result<(), String> {
+    let number = |v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| format!("'{option}' expects a number"))
+    };
+    match option {
+        "mode" => {
+            perms.mode = Some(
+                u32::from_str_radix(v, 8)
+                    .ok()
+                    .filter(|&m| m <= 0o7777)
+                    .ok_or("'mode' expects an octal mode, as 660")?,
+            )
+        }
+        "uid" => perms.uid = Some(number(v)?),
+        "gid" => perms.gid = Some(number(v)?),
+        "user" => {
+            perms.uid = Some(
+                crate::accounts::user_id(v)
+                    .ok_or_else(|| format!("unknown user '{v}'"))?
+                    .0,
+            )
+        }
+        _ => {
+            perms.gid =
+                Some(crate::accounts::group_id(v).ok_or_else(|| format!("unknown group '{v}'"))?)
+        }
     }
     Ok(())
 }
@@ -310,9 +344,13 @@ fn parse_threads(v: &str) -> Result<(usize, usize), String> {
     Ok((a, b))
 }
 
-/// An address of a `bind` line: `fd@N`, or `ADDR:PORT` where PORT may be a range
-/// (`:1247-1248`, one listener per port).
+/// An address of a `bind` line: `fd@N`, a unix socket (`unix@PATH`, `/PATH`,
+/// `abns@NAME`), or `ADDR:PORT` where PORT may be a range (`:1247-1248`, one listener per
+/// port).
 fn parse_bind(a: &str) -> Result<Vec<BindSpec>, String> {
+    if let Some(unix) = UnixAddr::parse(a) {
+        return Ok(vec![BindSpec::Unix(unix?)]);
+    }
     if let Some(n) = a.strip_prefix("fd@") {
         return n
             .parse::<RawFd>()
@@ -366,6 +404,13 @@ pub enum ListenError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("{file}:{line}: bind {addr}: {source}")]
+    Unix {
+        file: std::sync::Arc<str>,
+        line: usize,
+        addr: UnixAddr,
+        source: std::io::Error,
+    },
     #[error("{file}:{line}: bind fd@{fd}: {reason}")]
     Fd {
         file: std::sync::Arc<str>,
@@ -376,10 +421,16 @@ pub enum ListenError {
 }
 
 /// Opens (or adopts) the listening socket of a `bind` line.
-pub fn open_bind(bind: &Bind, backlog: usize) -> Result<std::net::TcpListener, ListenError> {
+pub fn open_bind(bind: &Bind, backlog: usize) -> Result<socket2::Socket, ListenError> {
     let (file, line) = (bind.at.file.clone(), bind.at.line);
-    open(&bind.spec, backlog, bind.v6only).map_err(|e| match e {
+    open(bind, backlog).map_err(|e| match e {
         OpenError::Bind(addr, source) => ListenError::Bind {
+            file,
+            line,
+            addr,
+            source,
+        },
+        OpenError::Unix(addr, source) => ListenError::Unix {
             file,
             line,
             addr,
@@ -397,6 +448,7 @@ pub fn open_bind(bind: &Bind, backlog: usize) -> Result<std::net::TcpListener, L
 #[derive(Debug)]
 enum OpenError {
     Bind(SocketAddr, std::io::Error),
+    Unix(UnixAddr, std::io::Error),
     Fd(RawFd, String),
 }
 
@@ -404,20 +456,18 @@ impl std::fmt::Display for OpenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OpenError::Bind(a, e) => write!(f, "cannot bind {a}: {e}"),
+            OpenError::Unix(a, e) => write!(f, "cannot bind {a}: {e}"),
             OpenError::Fd(n, r) => write!(f, "fd@{n}: {r}"),
         }
     }
 }
 
-/// Opens (or adopts) the listening socket for `spec`.
-fn open(
-    spec: &BindSpec,
-    backlog: usize,
-    v6only: Option<bool>,
-) -> Result<std::net::TcpListener, OpenError> {
-    match *spec {
+/// Opens (or adopts) the listening socket of `bind`.
+fn open(bind: &Bind, backlog: usize) -> Result<socket2::Socket, OpenError> {
+    let backlog = backlog.min(65535) as i32;
+    match bind.spec {
         BindSpec::Addr(addr) => {
-            let mk = || -> std::io::Result<std::net::TcpListener> {
+            let mk = || -> std::io::Result<socket2::Socket> {
                 let sock = socket2::Socket::new(
                     socket2::Domain::for_address(addr),
                     socket2::Type::STREAM,
@@ -427,15 +477,18 @@ fn open(
                 // As HAProxy does: a new process (`-sf`, `-st`) binds beside the old one.
                 sock.set_reuse_port(true)?;
                 // `v6only`/`v4v6`, else the system's default, as HAProxy.
-                if let (true, Some(only)) = (addr.is_ipv6(), v6only) {
+                if let (true, Some(only)) = (addr.is_ipv6(), bind.v6only) {
                     sock.set_only_v6(only)?;
                 }
                 sock.bind(&addr.into())?;
-                sock.listen(backlog.min(65535) as i32)?;
+                sock.listen(backlog)?;
                 sock.set_nonblocking(true)?;
-                Ok(sock.into())
+                Ok(sock)
             };
             mk().map_err(|source| OpenError::Bind(addr, source))
+        }
+        BindSpec::Unix(ref u) => {
+            open_unix(u, bind.perms, backlog).map_err(|e| OpenError::Unix(u.clone(), e))
         }
         BindSpec::Fd(fd) => {
             let fail = |reason: String| OpenError::Fd(fd, reason);
@@ -453,11 +506,48 @@ fn open(
             }
             sock.set_nonblocking(true)
                 .map_err(|e| fail(e.to_string()))?;
-            // SAFETY: the checks above prove `fd` is an open listening TCP socket; the process
-            // takes ownership of it here, once (each `bind fd@N` line is adopted once).
-            Ok(unsafe { std::net::TcpListener::from_raw_fd(fd) })
+            // SAFETY: the checks above prove `fd` is an open listening stream socket; the
+            // process takes ownership of it here, once (each `bind fd@N` line is adopted
+            // once).
+            Ok(unsafe { socket2::Socket::from_raw_fd(fd) })
         }
     }
+}
+
+/// A listening unix socket. A socket file is bound under a temporary name beside its path,
+/// given its mode and owner, listening, then renamed over the path: a process being
+/// replaced keeps its own socket until then, and a client never finds the path missing or
+/// not yet accepting (HAProxy binds them the same way).
+fn open_unix(addr: &UnixAddr, perms: UnixPerms, backlog: i32) -> std::io::Result<socket2::Socket> {
+    let sock = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    let UnixAddr::Path(path) = addr else {
+        sock.bind(&addr.sockaddr()?)?;
+        sock.listen(backlog)?;
+        sock.set_nonblocking(true)?;
+        return Ok(sock);
+    };
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    sock.bind(&socket2::SockAddr::unix(&tmp)?)?;
+    let placed = (|| {
+        if let Some(mode) = perms.mode {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        }
+        if perms.uid.is_some() || perms.gid.is_some() {
+            std::os::unix::fs::chown(&tmp, perms.uid, perms.gid)?;
+        }
+        sock.listen(backlog)?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sock.set_nonblocking(true)?;
+    Ok(sock)
 }
 
 /// One worker's copy of a listening socket, before it is registered with its event loop.
@@ -474,7 +564,8 @@ pub struct Listening {
     pub owned: bool,
     /// `defer-accept` on its bind line.
     pub defer_accept: bool,
-    pub socket: std::net::TcpListener,
+    /// A TCP or a unix stream socket.
+    pub socket: socket2::Socket,
 }
 
 /// A listening socket registered with the current worker's event loop.
@@ -483,16 +574,18 @@ pub(crate) struct Registered {
     listener: usize,
     threads: Option<(usize, usize)>,
     owned: bool,
-    fd: AsyncFd<std::net::TcpListener>,
+    fd: AsyncFd<socket2::Socket>,
 }
 
 impl Listening {
     pub(crate) fn register(self) -> std::io::Result<Registered> {
-        // Inherited by every accepted connection (whoever opened the socket): requests and
-        // responses leave at once, without a setsockopt per connection.
-        socket2::SockRef::from(&self.socket).set_tcp_nodelay(true)?;
-        // Set either way: a socket handed over by the previous process keeps its options.
-        defer_accept(&self.socket, self.defer_accept)?;
+        if self.socket.domain()? != socket2::Domain::UNIX {
+            // Inherited by every accepted connection (whoever opened the socket): requests
+            // and responses leave at once, without a setsockopt per connection.
+            self.socket.set_tcp_nodelay(true)?;
+            // Set either way: a socket handed over by the previous process keeps its options.
+            defer_accept(&self.socket, self.defer_accept)?;
+        }
         Ok(Registered {
             frontend: self.frontend,
             listener: self.listener,
@@ -508,14 +601,14 @@ impl Listening {
 /// `TCP_DEFER_ACCEPT`: the kernel queues a connection for accept once data arrived on it,
 /// waiting at most one second (as HAProxy does) for a silent client before queueing it
 /// anyway.
-fn defer_accept(socket: &std::net::TcpListener, on: bool) -> std::io::Result<()> {
+fn defer_accept(socket: &socket2::Socket, on: bool) -> std::io::Result<()> {
     let seconds: libc::c_int = on.into();
     set_option(socket, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, &seconds)
 }
 
 /// `setsockopt` for an option whose value is a plain `T` (the kernel copies it).
 fn set_option<T>(
-    socket: &std::net::TcpListener,
+    socket: &socket2::Socket,
     level: libc::c_int,
     name: libc::c_int,
     value: &T,
@@ -624,9 +717,12 @@ async fn accept_one(t: &Thread, l: &Registered) -> std::io::Result<()> {
     let slot = p.admission.admit(l.frontend, l.listener, tls).await;
     let (sock, peer) =
         socket2::SockRef::from(l.fd.get_ref()).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
+    // A unix socket's client has no address: it reads as unspecified, and the connection
+    // knows it is a unix one.
+    let unix = peer.is_unix();
     let peer = peer.as_socket().unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
     t.dispatch(
-        Detached::accepted(sock.into()),
+        Detached::accepted(sock.into(), unix),
         peer,
         (l.frontend, l.listener),
         slot,
@@ -675,8 +771,11 @@ impl ErrorLog {
 /// program returns that index. When an older socket leaves the group, the last one takes
 /// its place, the index falls out of range and the kernel's hash decides again, among the
 /// sockets left. Returns whether there was a group to steer.
-pub fn steer_here(socket: &std::net::TcpListener) -> std::io::Result<bool> {
-    let addr = socket.local_addr()?;
+pub fn steer_here(socket: &socket2::Socket) -> std::io::Result<bool> {
+    // A unix socket has no group: its path goes to the newest socket when it is renamed.
+    let Some(addr) = socket.local_addr()?.as_socket() else {
+        return Ok(false);
+    };
     let n = listening_sockets(addr)?;
     if n < 2 {
         return Ok(false);
@@ -794,20 +893,29 @@ mod tests {
         assert!(parse_threads("0").is_err() && parse_threads("3-1").is_err());
     }
 
+    /// The `bind` of one address, without options.
+    fn bind_of(addr: &str) -> Bind {
+        let mut c = ProxyConf::default();
+        add_bind(&mut c, &[addr.to_string()]).unwrap();
+        c.listen.binds.remove(0)
+    }
+
     #[test]
     fn fd_adoption_checks_the_descriptor() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&l);
         let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let sfd = std::os::fd::AsRawFd::as_raw_fd(&s);
-        assert!(open(&BindSpec::Fd(sfd), 10, None)
+        let bind = |fd: i32| bind_of(&format!("fd@{fd}"));
+        assert!(open(&bind(sfd), 10)
             .unwrap_err()
             .to_string()
             .contains("not a listening socket"));
-        assert!(open(&BindSpec::Fd(9999), 10, None).is_err());
-        let adopted = open(&BindSpec::Fd(fd), 10, None).unwrap();
+        assert!(open(&bind(9999), 10).is_err());
+        let adopted = open(&bind(fd), 10).unwrap();
         std::mem::forget(l); // ownership moved to `adopted`
-        assert_eq!(adopted.local_addr().unwrap().ip().to_string(), "127.0.0.1");
+        let local = adopted.local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(local.ip().to_string(), "127.0.0.1");
     }
 
     #[test]
@@ -815,7 +923,7 @@ mod tests {
         let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = a.local_addr().unwrap();
         assert_eq!(listening_sockets(addr).unwrap(), 1);
-        let b = open(&BindSpec::Addr(addr), 10, None);
+        let b = open(&bind_of(&addr.to_string()), 10);
         assert!(b.is_err(), "the first socket has no SO_REUSEPORT");
         let v6 = std::net::TcpListener::bind("[::1]:0");
         if let Ok(v6) = v6 {
