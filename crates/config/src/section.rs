@@ -32,6 +32,8 @@ pub enum SectionKind {
     Peers,
     /// `userlist NAME`: users and groups for HTTP basic authentication.
     Userlist,
+    /// `cache NAME`: a small object cache (`http-request cache-use NAME`).
+    Cache,
 }
 
 impl SectionKind {
@@ -45,6 +47,7 @@ impl SectionKind {
             SectionKind::HttpErrors => "http-errors",
             SectionKind::Peers => "peers",
             SectionKind::Userlist => "userlist",
+            SectionKind::Cache => "cache",
         }
     }
 
@@ -58,6 +61,7 @@ impl SectionKind {
             "http-errors" => SectionKind::HttpErrors,
             "peers" => SectionKind::Peers,
             "userlist" => SectionKind::Userlist,
+            "cache" => SectionKind::Cache,
             _ => return None,
         })
     }
@@ -70,7 +74,6 @@ const FOREIGN_SECTIONS: &[&str] = &[
     "mailers",
     "program",
     "ring",
-    "cache",
     "log-forward",
     "crt-store",
     "traces",

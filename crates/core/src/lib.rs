@@ -49,6 +49,7 @@ pub mod proxy_proto;
 pub mod tls;
 pub mod transport;
 
+pub mod cache;
 pub mod log;
 pub mod pool;
 pub mod stick;

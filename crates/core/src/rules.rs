@@ -205,8 +205,6 @@ const PENDING_ACTIONS: &[&str] = &[
     "set-nice",
     "set-mark",
     "set-tos",
-    "cache-use",
-    "cache-store",
     "silent-drop",
     "wait-for-handshake",
     "normalize-uri",
@@ -389,6 +387,18 @@ fn parse_rule(
         }
         (a, _) if a.starts_with("track-sc") || a.starts_with("sc-") => {
             track_action(a, params, side)?
+        }
+        ("cache-use", Side::Request) | ("cache-store", Side::Response) => {
+            let name = crate::conf::one_arg(params, "a cache name")?;
+            // Resolved to the cache's index once every section is read.
+            let cache = crate::conf::cache::CacheRef {
+                name: name.to_string(),
+                index: usize::MAX,
+            };
+            match side {
+                Side::Request => Action::CacheUse(cache),
+                _ => Action::CacheStore(cache),
+            }
         }
         ("use-service", Side::Request) => match params {
             [name] if name == "prometheus-exporter" => {

@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
         "padded",
         "tls",
     ],
-    &["pool", "log", "stick"],
+    &["pool", "log", "stick", "cache"],
     &["runtime"],
     &[
         "balance",

@@ -15,6 +15,7 @@ pub mod acl;
 pub mod auth;
 pub mod backend;
 pub mod balance;
+pub mod cache;
 pub mod check;
 pub mod cli;
 pub mod compression;
@@ -308,6 +309,8 @@ pub struct Config {
     pub peers: Vec<stick::PeersConf>,
     /// `userlist` sections.
     pub userlists: Vec<auth::Userlist>,
+    /// `cache` sections.
+    pub caches: Vec<cache::CacheConf>,
     /// What the configuration asks for that is ignored, worded as HAProxy warns of it
     /// (reported by `-c` and at start).
     pub warnings: Vec<String>,

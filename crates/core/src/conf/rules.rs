@@ -110,6 +110,11 @@ pub enum Action {
     },
     /// Answer with a built-in service (`use-service`).
     UseService(Service),
+    /// `http-request cache-use NAME`: answer from the cache when it holds the object (and
+    /// key the transaction for `cache-store`).
+    CacheUse(super::cache::CacheRef),
+    /// `http-response cache-store NAME`: store the response once relayed whole.
+    CacheStore(super::cache::CacheRef),
 }
 
 /// A response the proxy writes itself (`return`, and `deny`/`tarpit` given a payload).

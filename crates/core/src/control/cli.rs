@@ -213,6 +213,15 @@ pub const COMMANDS: &[Command] = &[
         run: |_, a, _| crate::tls::show_cert(a.first().copied()),
     },
     Command {
+        words: &["show", "cache"],
+        help: "show cache: the caches and their objects",
+        level: Level::Admin,
+        run: |p, _, _| {
+            let now = crate::cache::unix_now();
+            p.state.caches.iter().map(|c| c.show(now)).collect()
+        },
+    },
+    Command {
         words: &["show", "table"],
         help: "show table [NAME [key K] [data.TYPE eq|ne|lt|le|gt|ge V]]: stick tables and their entries",
         level: Level::Operator,

@@ -114,6 +114,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut proxies: Vec<Proxy> = Vec::new();
     let mut peer_sections = Vec::new();
     let mut userlists = Vec::new();
+    let mut caches = Vec::new();
     // The defaults section each proxy takes its settings from (`None`: an anonymous one),
     // to check how defaults with rules are shared.
     let mut defaults_name: Option<String> = None;
@@ -144,6 +145,17 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     errors.push(header.error(format!("userlist '{}' is defined twice", list.name)));
                 }
                 userlists.push(list);
+            }
+            SectionKind::Cache => {
+                if let Some(c) = crate::cache::parse_section(section, &mut errors) {
+                    if caches
+                        .iter()
+                        .any(|x: &crate::cache::CacheConf| x.name == c.name)
+                    {
+                        errors.push(header.error(format!("Duplicate cache name '{}'", c.name)));
+                    }
+                    caches.push(c);
+                }
             }
             SectionKind::HttpErrors => {
                 let name = section.name.clone().unwrap_or_default();
@@ -337,13 +349,45 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
         mode::strip_http((p.kind, &p.name), &mut p.conf, &mut warnings);
     }
     check_userlists(&proxies, &userlists, &mut errors);
+    resolve_caches(&mut proxies, &caches, &mut errors);
     if !errors.is_empty() {
         return Err(errors);
     }
     let mut config = lower(global, proxies, peer_sets)?;
     config.warnings.splice(0..0, warnings);
     config.userlists = userlists;
+    config.caches = caches;
     Ok(config)
+}
+
+/// Every `cache-use` and `cache-store` rule names a `cache` section: its index is set.
+fn resolve_caches(
+    proxies: &mut [Proxy],
+    caches: &[crate::cache::CacheConf],
+    errors: &mut Vec<ConfigError>,
+) {
+    use crate::conf::rules::Action;
+    for p in proxies {
+        let sets = &mut p.conf.rules.sets;
+        for rule in sets
+            .http_request
+            .iter_mut()
+            .chain(sets.http_response.iter_mut())
+        {
+            let (Action::CacheUse(c) | Action::CacheStore(c)) = &mut rule.action else {
+                continue;
+            };
+            match caches.iter().position(|x| x.name == c.name) {
+                Some(i) => c.index = i,
+                None => errors.push(p.header.error(format!(
+                    "{} '{}': unable to find the cache '{}' referenced by a cache rule",
+                    p.kind.name(),
+                    p.name,
+                    c.name
+                ))),
+            }
+        }
+    }
 }
 
 /// Every userlist an ACL names (`http_auth(L)`, `http_auth_group(L)`) exists.
@@ -691,6 +735,7 @@ fn lower(
             tables,
             peers: peers_confs,
             userlists: Vec::new(),
+            caches: Vec::new(),
             warnings,
         })
     } else {

@@ -308,6 +308,10 @@ pub struct ProxyCounters {
     pub comp_byp: Counter,
     /// Responses compressed (`comp_rsp`).
     pub comp_rsp: Counter,
+    /// Requests looked up in a cache by this proxy's `cache-use` rules, and those answered
+    /// from it (`cache_lookups`, `cache_hits`).
+    pub cache_lookups: Counter,
+    pub cache_hits: Counter,
     /// Connections accepted (`conn_tot`, frontends).
     pub connections: Counter,
     /// HTTP requests (`req_tot`).

@@ -606,6 +606,8 @@ pub struct Runtime {
     pub backends: Box<[Arc<BackendState>]>,
     /// Aligned with `Config::tables`.
     pub tables: Box<[Arc<crate::stick::Table>]>,
+    /// Aligned with `Config::caches`.
+    pub caches: Box<[Arc<crate::cache::Store>]>,
 }
 
 impl Runtime {
@@ -628,6 +630,7 @@ impl Runtime {
                 .iter()
                 .map(|t| Arc::new(crate::stick::Table::new(t)))
                 .collect(),
+            caches: new_caches(config),
         }
     }
 
@@ -707,8 +710,28 @@ impl Runtime {
             frontends,
             backends,
             tables,
+            // A cache keeps its objects when its definition is unchanged.
+            caches: new
+                .caches
+                .iter()
+                .map(|c| {
+                    self.caches
+                        .iter()
+                        .find(|o| o.conf == *c)
+                        .cloned()
+                        .unwrap_or_else(|| Arc::new(crate::cache::Store::new(c.clone())))
+                })
+                .collect(),
         }
     }
+}
+
+fn new_caches(config: &Config) -> Box<[Arc<crate::cache::Store>]> {
+    config
+        .caches
+        .iter()
+        .map(|c| Arc::new(crate::cache::Store::new(c.clone())))
+        .collect()
 }
 
 fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {

@@ -323,7 +323,8 @@ fn proxy_traffic(row: &mut Row, c: &PerWorker<ProxyCounters>, http: bool) {
         for (i, name) in HRSP.iter().enumerate() {
             row.num(name, c.sum(|k| &k.traffic.status.0[i]));
         }
-        zeros(row, &["cache_lookups", "cache_hits"]);
+        row.num("cache_lookups", c.sum(|k| &k.cache_lookups));
+        row.num("cache_hits", c.sum(|k| &k.cache_hits));
     }
 }
 

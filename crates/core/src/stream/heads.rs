@@ -44,6 +44,10 @@ pub(crate) struct Edits {
     pub denied: Option<(u16, Option<Vec<u8>>)>,
     /// `http-response return`: the answer that replaces the server's, and its status.
     pub returned: Option<(u16, Vec<u8>)>,
+    /// `http-request cache-use`: the request's key and what it allows of the cache.
+    pub cache_lookup: Option<crate::cache::Lookup>,
+    /// `http-response cache-store`: the cache (by index) the response goes to.
+    pub cache_store: Option<usize>,
 }
 
 impl Edits {
@@ -155,6 +159,7 @@ impl Edits {
             Action::DelHeaderRe(re) => self.del_re.push(re.0.clone()),
             Action::EarlyHint(n, v) => self.early_hints.push((n.clone(), v.render(cx))),
             Action::SetLogLevel(l) => self.log_level = Some(*l),
+            Action::CacheStore(c) => self.cache_store = Some(c.index),
             Action::SetTimeout(kind, e) => {
                 let ms = e.eval(cx).and_then(|v| v.as_int()).filter(|&ms| ms > 0);
                 if let Some(ms) = ms {

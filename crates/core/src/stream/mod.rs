@@ -6,6 +6,8 @@
 //! - `connect`: the server connection for a request (queue, pool, retries, redispatch),
 //!   shared by HTTP and TCP.
 //! - `relay`: the response body (plain or compressed) and the connection back to the pool.
+//! - `cached`: answering from a cache (`cache-use`) and keeping a response for it
+//!   (`cache-store`).
 //! - `heads`: the head writers; `report`: how a transaction ended, for logs and counters.
 //! - `h2`: the HTTP/2 front; each stream is served as an HTTP/1.1 session.
 //!   `h2_frames`: its frames, counted on the wire. `h2_server`: HTTP/2 towards servers,
@@ -16,6 +18,7 @@
 //!
 //! The states are documented in `docs/internals/stream-lifecycle.md`.
 
+mod cached;
 mod connect;
 mod deadline;
 mod h1;

@@ -118,6 +118,14 @@ impl Txn {
             let cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             self.render_log_samples_at_response(s, &cx);
         }
+        // `cache-store`: the head as the rules left it, before the persistence cookie (which
+        // is this client's alone) is added.
+        let mut capture = rsp_edits.cache_store.and_then(|cache| {
+            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let mut head = Vec::new();
+            write_response_head(&mut head, &view, &rsp_edits, None, None);
+            super::cached::Capture::start(s, cache, facts, &view, head)
+        });
         if !be.persist.stick.is_empty() {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
             let cx = s.response_ctx((conn.backend, conn.server), None, &view);
@@ -159,6 +167,10 @@ impl Txn {
             .filter(|_| compression::response_allows(conf, &view))
             .filter(|_| !compression::over_limit(limits, RATE_IN.rate(), w.busy_pct()))
             .map(|algo| Compressor::new(algo, limits.max_level));
+        if compressor.is_some() {
+            // Compressed for this client: not stored (hits are served as stored).
+            capture = None;
+        }
         let client_11 = facts.version == Version::Http11;
         let (client_framing, mode) = match rsp.framing {
             _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),
@@ -212,6 +224,7 @@ impl Txn {
             relayed: 0,
             data: None,
             closing: !keep_client,
+            capture: capture.as_mut(),
         };
         let backend = self.backend.expect("routed");
         let counters = [
@@ -242,6 +255,9 @@ impl Txn {
         let body = relay.data.unwrap_or(relay.sent.saturating_sub(head_len));
         let eot = u64::from(rsp.framing == Framing::Chunked);
         self.log.bytes = self.log.interim_bytes + head_htx + body + eot;
+        if let (Ok(()), Some(c)) = (&outcome, capture) {
+            c.finish(s);
+        }
         if let Err(cause) = outcome {
             if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
                 // The client got a truncated message: never terminate it as if it were whole.
@@ -375,6 +391,8 @@ struct Relay<'a> {
     data: Option<u64>,
     /// The client connection is closed once the response is sent.
     closing: bool,
+    /// `cache-store`: the body is kept as it passes.
+    capture: Option<&'a mut super::cached::Capture>,
 }
 
 impl Relay<'_> {
@@ -426,6 +444,9 @@ impl Relay<'_> {
                     let more = remaining > take as u64
                         && self.sbuf.read_to_capacity()
                         && self.server.has_input();
+                    if let Some(c) = self.capture.as_mut() {
+                        c.keep(&self.sbuf.bytes()[..take]);
+                    }
                     self.send(take, self.then(more, remaining == take as u64))
                         .await?;
                     self.relayed += take as u64;
@@ -445,6 +466,9 @@ impl Relay<'_> {
                     let used = dec
                         .decode(self.sbuf.bytes(), mode, self.out)
                         .map_err(|_| truncated())?;
+                    if let Some(c) = self.capture.as_mut() {
+                        c.keep(&self.sbuf.bytes()[..used]);
+                    }
                     self.sbuf.consume(used);
                     self.relayed += used as u64;
                     self.data = Some(dec.data_len());
@@ -461,6 +485,9 @@ impl Relay<'_> {
             }
             Framing::UntilClose => loop {
                 let data = self.sbuf.bytes();
+                if let Some(c) = self.capture.as_mut() {
+                    c.keep(data);
+                }
                 if !data.is_empty() {
                     if mode == ChunkedOut::Chunked {
                         push_chunk_header(self.out, data.len());

@@ -175,6 +175,8 @@ pub(crate) struct ReqLog {
 pub(crate) enum Local {
     Denied,
     Intercepted,
+    /// Answered from a cache (`cache-use`): logged with the server `<CACHE>`.
+    Cached,
 }
 
 impl Default for ReqLog {
@@ -372,7 +374,10 @@ impl Tally {
                 c.request_errors.bump();
             }
         }
-        if self.local == Some(Local::Intercepted) {
+        // A cache hit counts as intercepted when the frontend's rule found it, as HAProxy's.
+        if self.local == Some(Local::Intercepted)
+            || (self.local == Some(Local::Cached) && backend.is_none())
+        {
             f.intercepted.bump();
         }
         let Some(b) = backend else {

@@ -73,6 +73,11 @@ enum Route {
     StatsPage(Option<usize>),
     /// Close the connection without an answer (`tcp-request content reject`).
     Reject { backend: Option<usize> },
+    /// Answer with a stored object (`cache-use`).
+    Cached {
+        entry: std::sync::Arc<crate::cache::Entry>,
+        backend: Option<usize>,
+    },
 }
 
 /// Facts about the current request kept after its head leaves the buffer.
@@ -99,6 +104,8 @@ pub(crate) struct ReqFacts {
     pub timeout_tunnel: Option<Duration>,
     /// The keys `stick on|store-request` rules store once the server answers.
     pub stick: StickKeys,
+    /// What `cache-use` learnt of the request, for `cache-store`.
+    pub cache: Option<crate::cache::Lookup>,
 }
 
 /// Stick-table keys and their tables (`persist`).
@@ -154,6 +161,7 @@ impl Txn {
             timeout_server: None,
             timeout_tunnel: None,
             stick: Vec::new(),
+            cache: None,
         };
         self.last_request = facts.wants_close && facts.framing == Framing::None;
         self.request_log_facts(s, &req);
@@ -247,6 +255,11 @@ impl Txn {
                 self.send_local(s, &bytes).await?;
                 Ok(!close)
             }
+            Route::Cached { entry, backend } => {
+                let answer = self.cached_answer(s, &entry, &req, backend, &facts)?;
+                s.cbuf.consume(head.len);
+                self.send_cached(s, answer, &entry).await
+            }
             Route::StatsPage(backend) => {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Intercepted);
@@ -327,6 +340,7 @@ impl Txn {
                     stick,
                     timeout_server: edits.timeout_server.or(be.timeout_server),
                     timeout_tunnel: edits.timeout_tunnel,
+                    cache: edits.cache_lookup.take(),
                     ..facts
                 };
                 if fe.stream.originalto.is_some() || be.stream.originalto.is_some() {
@@ -949,7 +963,10 @@ impl Txn {
             date: lg.date.unwrap_or_else(std::time::SystemTime::now),
             frontend: &fe.name,
             backend: be.map_or(&fe.name, |b| &b.name),
-            server: srv.map_or("<NOSRV>", |s| &s.name),
+            server: match lg.local {
+                Some(Local::Cached) => "<CACHE>",
+                _ => srv.map_or("<NOSRV>", |s| &s.name),
+            },
             t_request: lg
                 .first_byte
                 .zip(lg.head_done)
@@ -1415,6 +1432,12 @@ fn apply_rules(
             }
             // The body was waited for before the rules ran (`wait_for_body`).
             Action::WaitForBody { .. } => false,
+            Action::CacheUse(c) => {
+                if let Some(entry) = cache_use(s, c.index, &now, backend, edits) {
+                    return Some(Route::Cached { entry, backend });
+                }
+                false
+            }
             Action::Allow => return None,
             Action::UseService(service) => {
                 return Some(Route::Respond {
@@ -1442,6 +1465,36 @@ fn apply_rules(
         view.stale |= edited;
     }
     None
+}
+
+/// `http-request cache-use`: keys the request (for `cache-store` on its response) and,
+/// when the cache holds a fresh object it may get, returns it. Lookups and hits count on
+/// the proxy whose rule it is, as HAProxy's.
+fn cache_use(
+    s: &Session,
+    cache: usize,
+    req: &RequestView<'_>,
+    backend: Option<usize>,
+    edits: &mut Edits,
+) -> Option<std::sync::Arc<crate::cache::Entry>> {
+    let w = &s.w;
+    let store = &w.state().caches[cache];
+    let lookup = crate::cache::Lookup::of(req, store.conf.process_vary)?;
+    let ignore = lookup.policy.ignore;
+    let key = lookup.key;
+    let vary = lookup.vary.clone().unwrap_or_default();
+    edits.cache_lookup = Some(lookup);
+    if ignore {
+        return None;
+    }
+    let counters = match backend {
+        Some(b) => w.state().backends[b].counters.at(w.tid),
+        None => w.state().frontends[s.fe].counters.at(w.tid),
+    };
+    counters.cache_lookups.bump();
+    let entry = store.lookup(&key, &vary, crate::cache::unix_now())?;
+    counters.cache_hits.bump();
+    Some(entry)
 }
 
 /// Whether `tcp-request content` rules let an HTTP request through (their tracking is the
