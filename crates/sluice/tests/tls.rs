@@ -1347,3 +1347,70 @@ fn servers_get_a_client_certificate_and_ca_verify_file_names_no_authority() {
         "{named}"
     );
 }
+
+/// `sigalgs`: what the handshake may be signed with (names rustls lacks skipped with a
+/// warning, as OpenSSL skips them; a list with nothing usable refused); `client-sigalgs`:
+/// what client certificates may be verified with.
+#[test]
+fn sigalgs_restrict_the_handshake_and_client_certificates() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    // An ECDSA P-256 certificate and client certificate.
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let ca_file = dir.write("ca.pem", &ca.cert.pem());
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} sigalgs ECDSA+SHA256:DSA+SHA256:ed448\n    http-request return status 200\n"
+    ));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("sigalgs: DSA+SHA256, ed448 not available with rustls, skipped"),
+        "{out}"
+    );
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1 ssl crt {crt} sigalgs DSA+SHA256\n    http-request return status 200\n"
+    ));
+    assert!(
+        !ok && out.contains("no usable signature algorithm"),
+        "{out}"
+    );
+
+    let p = Sluice::start(&format!(
+        "global\n    ssl-default-bind-sigalgs RSA-PSS+SHA256\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt} sigalgs ECDSA+SHA256\n    {{fe}} ssl crt {crt}\n    {{fe}} ssl crt {crt} sigalgs ECDSA+SHA256 ca-file {ca_file} verify required client-sigalgs RSA-PSS+SHA256:ECDSA+SHA384\n    {{fe}} ssl crt {crt} sigalgs ECDSA+SHA256 ca-file {ca_file} verify required client-sigalgs ECDSA+SHA256\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    let tls13 = ca.client(&[], &[&rustls::version::TLS13]);
+    // The bind's own list allows the key's scheme; the global one, inherited by the second
+    // bind, does not: no certificate can sign, the handshake fails.
+    let mut s = connect(p.addrs[0], tls13.clone(), "site.test").unwrap();
+    assert!(request(&mut s, "/").ends_with("ok"));
+    assert!(connect(p.addrs[1], tls13, "site.test").is_err());
+    // A client certificate signing with ECDSA P-256 is refused where client-sigalgs leaves
+    // it out, and accepted where it names it.
+    let (cert, key) = ca.client_cert("alice");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+    let with_cert = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(vec![cert.der().clone()], key)
+        .unwrap(),
+    );
+    let served = |addr| {
+        connect(addr, with_cert.clone(), "site.test")
+            .and_then(|mut s| {
+                s.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")?;
+                let mut b = [0u8; 64];
+                match s.read(&mut b)? {
+                    0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+                    _ => Ok(()),
+                }
+            })
+            .is_ok()
+    };
+    assert!(!served(p.addrs[2]));
+    assert!(served(p.addrs[3]));
+}

@@ -34,6 +34,9 @@ pub struct TlsSide {
     pub options: Vec<String>,
     /// Key exchange groups (`ssl-default-*-curves`, colon-separated as written).
     pub curves: Option<String>,
+    /// Signature algorithms (`ssl-default-bind-sigalgs`, `-client-sigalgs`), as written.
+    pub sigalgs: Option<String>,
+    pub client_sigalgs: Option<String>,
 }
 
 /// `bind ... ssl` and the TLS options of that line, as written (paths as given; `crt-base`
@@ -57,6 +60,11 @@ pub struct BindTls {
     pub ciphers: Option<String>,
     pub ciphersuites: Option<String>,
     pub curves: Option<String>,
+    /// `sigalgs LIST`: the schemes the handshake is signed with (and, without
+    /// `client-sigalgs`, those client certificates may be verified with).
+    pub sigalgs: Option<String>,
+    /// `client-sigalgs LIST`: the schemes client certificates may be verified with.
+    pub client_sigalgs: Option<String>,
     pub strict_sni: bool,
     pub no_tickets: bool,
     /// `prefer-client-ciphers`: the client's order of suites wins (else the server's).

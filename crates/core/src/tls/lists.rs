@@ -70,6 +70,53 @@ pub(super) fn group(name: &str) -> Option<&'static dyn rustls::crypto::Supported
     }
 }
 
+/// The signature scheme an OpenSSL signature algorithm name names (`RSA+SHA256`,
+/// `RSA-PSS+SHA256`, `ECDSA+SHA256`, or TLS 1.3's `rsa_pss_rsae_sha256`,
+/// `ecdsa_secp256r1_sha256`, `ed25519`, `rsa_pkcs1_sha256`), if rustls signs and verifies
+/// with it.
+pub(super) fn sigalg(name: &str) -> Option<rustls::SignatureScheme> {
+    use rustls::SignatureScheme as S;
+    let scheme = match name.to_ascii_lowercase().as_str() {
+        "rsa+sha256" | "rsa_pkcs1_sha256" => S::RSA_PKCS1_SHA256,
+        "rsa+sha384" | "rsa_pkcs1_sha384" => S::RSA_PKCS1_SHA384,
+        "rsa+sha512" | "rsa_pkcs1_sha512" => S::RSA_PKCS1_SHA512,
+        "rsa-pss+sha256" | "rsa_pss_rsae_sha256" => S::RSA_PSS_SHA256,
+        "rsa-pss+sha384" | "rsa_pss_rsae_sha384" => S::RSA_PSS_SHA384,
+        "rsa-pss+sha512" | "rsa_pss_rsae_sha512" => S::RSA_PSS_SHA512,
+        "ecdsa+sha256" | "ecdsa_secp256r1_sha256" => S::ECDSA_NISTP256_SHA256,
+        "ecdsa+sha384" | "ecdsa_secp384r1_sha384" => S::ECDSA_NISTP384_SHA384,
+        "ecdsa+sha512" | "ecdsa_secp521r1_sha512" => S::ECDSA_NISTP521_SHA512,
+        "ed25519" => S::ED25519,
+        _ => return None,
+    };
+    super::crypto()
+        .signature_verification_algorithms
+        .supported_schemes()
+        .contains(&scheme)
+        .then_some(scheme)
+}
+
+/// The signature schemes of a `sigalgs` or `client-sigalgs` list (colon-separated).
+pub fn sigalgs(list: &str) -> Result<Read<rustls::SignatureScheme>, String> {
+    let mut read = Read {
+        chosen: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for w in list.split(':').filter(|w| !w.is_empty()) {
+        match sigalg(w) {
+            Some(s) if !read.chosen.contains(&s) => read.chosen.push(s),
+            Some(_) => {}
+            None => read.skipped.push(w.to_string()),
+        }
+    }
+    if read.chosen.is_empty() {
+        return Err(format!(
+            "no usable signature algorithm in '{list}' (rustls has RSA+SHA256/384/512, RSA-PSS+SHA256/384/512, ECDSA+SHA256/384, ed25519)"
+        ));
+    }
+    Ok(read)
+}
+
 /// What a list chose, and the names in it that are of no use here.
 #[derive(Debug)]
 pub struct Read<T> {

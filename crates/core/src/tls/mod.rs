@@ -20,6 +20,7 @@
 //!   for the same name, the first whose key the client can verify (ECDSA or RSA).
 
 mod lists;
+mod sigalgs;
 use lists::SUITES;
 pub mod x509;
 
@@ -161,6 +162,28 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] =
 
 /// Global keywords of certificates and of TLS towards servers.
 pub const CHAIN_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "ssl-default-bind-sigalgs",
+        scope: Scope::GLOBAL,
+        help: "ssl-default-bind-sigalgs LIST: default 'sigalgs' of ssl binds (RSA-PSS+SHA256:ECDSA+SHA256:...)",
+        parse: |g, a| {
+            let v = one_arg(a, "a list of signature algorithms")?;
+            lists::sigalgs(v).map_err(|e| KwError::bad(1, v, &e))?;
+            g.tls.bind.sigalgs = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "ssl-default-bind-client-sigalgs",
+        scope: Scope::GLOBAL,
+        help: "ssl-default-bind-client-sigalgs LIST: default 'client-sigalgs' of ssl binds",
+        parse: |g, a| {
+            let v = one_arg(a, "a list of signature algorithms")?;
+            lists::sigalgs(v).map_err(|e| KwError::bad(1, v, &e))?;
+            g.tls.bind.client_sigalgs = Some(v.to_string());
+            Ok(())
+        },
+    },
     Keyword {
         name: "ssl-server-verify",
         scope: Scope::GLOBAL,
@@ -795,6 +818,16 @@ pub fn bind_option(
             t.curves = Some(value()?);
             2
         }
+        "sigalgs" | "client-sigalgs" => {
+            let v = value()?;
+            lists::sigalgs(&v).map_err(|e| KwError::bad(i + 3, &v, e))?;
+            *(if o == "sigalgs" {
+                &mut t.sigalgs
+            } else {
+                &mut t.client_sigalgs
+            }) = Some(v);
+            2
+        }
         "strict-sni" => {
             t.strict_sni = true;
             1
@@ -838,8 +871,6 @@ pub fn bind_option(
         | "npn"
         | "ssl-reuse"
         | "no-ssl-reuse"
-        | "sigalgs"
-        | "client-sigalgs"
         | "generate-certificates"
         | "ca-sign-file"
         | "ca-sign-pass"
@@ -1078,6 +1109,18 @@ pub fn acceptor(
     if let Some(c) = t.curves.as_ref().or(side.curves.as_ref()) {
         p.kx_groups = read_list(lists::groups(c), "curves", skipped)?;
     }
+    // `sigalgs` restricts what the handshake is signed with; `client-sigalgs` (else
+    // `sigalgs`) what client certificates are verified with, as OpenSSL's lists do.
+    let mut schemes = |list: Option<&String>, what| -> Result<_, String> {
+        list.map(|l| read_list(lists::sigalgs(l), what, skipped).map(Arc::<[_]>::from))
+            .transpose()
+    };
+    let signing = schemes(t.sigalgs.as_ref().or(side.sigalgs.as_ref()), "sigalgs")?;
+    let verifying = schemes(
+        t.client_sigalgs.as_ref().or(side.client_sigalgs.as_ref()),
+        "client-sigalgs",
+    )?
+    .or_else(|| signing.clone());
     let p = Arc::new(p);
     let builder = rustls::ServerConfig::builder_with_provider(p.clone())
         .with_protocol_versions(&versions)
@@ -1117,7 +1160,12 @@ pub fn acceptor(
             let verifier = verifier
                 .build()
                 .map_err(|e| format!("ca-file '{ca}': {e}"))?;
-            builder.with_client_cert_verifier(verifier)
+            match verifying {
+                Some(allowed) => builder.with_client_cert_verifier(Arc::new(
+                    sigalgs::ClientVerifier::new(verifier, allowed),
+                )),
+                None => builder.with_client_cert_verifier(verifier),
+            }
         }
     };
     let certs: Vec<(String, CertSlot)> = keys
@@ -1127,6 +1175,8 @@ pub fn acceptor(
     let mut config = builder.with_cert_resolver(Arc::new(SniResolver {
         keys,
         strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
+        signing,
+        restricted: Default::default(),
     }));
     config.alpn_protocols = t.alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     config.max_fragment_size = max_fragment_size(defaults);
@@ -1442,11 +1492,44 @@ impl Loaded {
 struct SniResolver {
     keys: Vec<Loaded>,
     strict: bool,
+    /// `sigalgs`: the only schemes the handshake may be signed with.
+    signing: Option<Arc<[rustls::SignatureScheme]>>,
+    /// The restricted copy of each certificate served so far, beside the certificate it
+    /// restricts (made once, not per handshake; a certificate replaced by `commit ssl cert`
+    /// gets its own, and the oldest copies go once there are twice as many as files).
+    restricted: std::sync::RwLock<Vec<(Arc<CertifiedKey>, Arc<CertifiedKey>)>>,
+}
+
+impl SniResolver {
+    fn restricted(
+        &self,
+        key: &Arc<CertifiedKey>,
+        allowed: &Arc<[rustls::SignatureScheme]>,
+    ) -> Arc<CertifiedKey> {
+        let known = self.restricted.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, k)) = known.iter().find(|(o, _)| Arc::ptr_eq(o, key)) {
+            return k.clone();
+        }
+        drop(known);
+        let made = Arc::new(sigalgs::restricted(key, allowed));
+        let mut known = self.restricted.write().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= 2 * self.keys.len() {
+            known.remove(0);
+        }
+        known.push((key.clone(), made.clone()));
+        made
+    }
 }
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let current = |l: &Loaded| l.key.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let current = |l: &Loaded| {
+            let key = l.key.read().unwrap_or_else(|e| e.into_inner()).clone();
+            match &self.signing {
+                Some(allowed) => self.restricted(&key, allowed),
+                None => key,
+            }
+        };
         // A certificate the client can verify, and whose key type a suite it offers uses
         // (any with TLS 1.3; ECDHE_ECDSA or ECDHE_RSA with TLS 1.2).
         let suites = hello.cipher_suites();
