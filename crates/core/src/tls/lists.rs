@@ -89,7 +89,8 @@ pub(super) fn sigalg(name: &str) -> Option<rustls::SignatureScheme> {
         "ed25519" => S::ED25519,
         _ => return None,
     };
-    super::crypto()
+    // What sluice's provider verifies with (ring's algorithms, see `super::crypto`).
+    rustls::crypto::ring::default_provider()
         .signature_verification_algorithms
         .supported_schemes()
         .contains(&scheme)
