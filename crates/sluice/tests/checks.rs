@@ -738,7 +738,7 @@ fn tcp_check_rules_and_protocol_probes() {
     assert!(
         by["rules_bad"]
             .2
-            .contains("TCPCHK did not match content 'READY' at step 2 comment 'banner'"),
+            .contains("TCPCHK did not match content 'READY' at step 2 comment: banner"),
         "{:?}",
         by["rules_bad"]
     );
@@ -1629,4 +1629,79 @@ fn send_state_tells_the_server_its_state_as_haproxy_words_it() {
             "{state}"
         );
     }
+}
+
+/// A server that sends `hello\r\n` to each connection, then closes it (`closing`) or keeps
+/// it open without a word more.
+fn banner_server(closing: bool) -> SocketAddr {
+    let script: fn(&mut TcpStream) = if closing {
+        |c| {
+            let _ = c.write_all(b"hello\r\n");
+            // Whatever the check sends is read before the close, so that it ends with a FIN.
+            let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+            let _ = c.read(&mut [0u8; 64]);
+        }
+    } else {
+        |c| {
+            let _ = c.write_all(b"hello\r\n");
+            let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
+            while let Ok(1..) = c.read(&mut [0u8; 64]) {}
+        }
+    };
+    scripted(script)
+}
+
+/// `tcp-check` reports word for word as HAProxy 2.6 words them: failing connects (explicit
+/// and implicit), mismatches (string, binary, regex, negated), timeouts, comments (their own
+/// and `tcp-check comment`, with HAProxy's way of attaching them), `on-error`,
+/// `on-success`, `ok-status`, `error-status`, `tout-status`, `status-code`. The expected
+/// lines (durations left out) are HAProxy 2.6.12's, recorded from the same configuration
+/// and servers by `testdata/haproxy-2.6/record-tcp-check.sh`.
+#[test]
+fn tcp_check_reports_match_haproxys() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/haproxy-2.6");
+    let template = std::fs::read_to_string(format!("{dir}/tcp-check.cfg")).unwrap();
+    let (closing, lingering) = (banner_server(true), banner_server(false));
+    let refused = free_port();
+    let cfg = template
+        .replace("{CLOSING_PORT}", &closing.port().to_string())
+        .replace("{CLOSING}", &closing.to_string())
+        .replace("{LINGERING}", &lingering.to_string())
+        .replace("{REFUSED_ADDR}", &format!("127.0.0.1:{refused}"))
+        .replace("{REFUSED}", &refused.to_string());
+    let expected_file = format!("{dir}/tcp-check-reports.txt");
+    let record = std::env::var("SLUICE_CHECK_RECORD").is_ok_and(|v| v == "haproxy");
+    let p = if record {
+        Sluice::start_program("haproxy", &["-db"], &cfg)
+    } else {
+        Sluice::start(&cfg)
+    };
+    let backends = cfg.lines().filter(|l| l.starts_with("backend ")).count();
+    let reports = || -> Vec<String> {
+        let mut lines: Vec<String> = p
+            .stdout()
+            .lines()
+            .filter(|l| l.starts_with("Health check for server "))
+            .map(|l| {
+                let (head, rest) = l.split_once(", check duration: ").unwrap_or((l, ""));
+                let tail = rest.split_once(", ").map_or("", |x| x.1);
+                format!("{head}, check duration: Nms, {tail}")
+                    .replace(&refused.to_string(), "{REFUSED}")
+            })
+            .collect();
+        lines.sort();
+        lines.dedup_by(|a, b| a.split(',').next() == b.split(',').next());
+        lines
+    };
+    wait_until("a report for every backend", || reports().len() >= backends);
+    let got = reports().join("\n") + "\n";
+    if record {
+        std::fs::write(&expected_file, &got).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_file).unwrap();
+    for (g, e) in got.lines().zip(expected.lines()) {
+        assert_eq!(g, e);
+    }
+    assert_eq!(got.lines().count(), expected.lines().count(), "{got}");
 }

@@ -9,8 +9,8 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::conf::check::{
-    CheckKind, CheckProto, CheckText, ConnectRule, Expect, Observe, OnError, Pattern, Re, TcpRule,
-    TextPart,
+    CheckKind, CheckProto, CheckText, ConnectRule, Expect, ExpectOpts, Observe, OnError, Pattern,
+    Re, TcpRule, TextPart,
 };
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
@@ -214,6 +214,120 @@ fn count(v: &str) -> Result<u32, String> {
 }
 
 /// Parses the options of `tcp-check connect` and `http-check connect`.
+/// The value of a `tcp-check send*` line and its `comment`.
+fn send_args<'a>(
+    a: &'a [String],
+    what: &'static str,
+) -> Result<(&'a str, Option<String>), KwError> {
+    let (v, rest) = a.split_first().ok_or(KwError::Missing(what))?;
+    match rest {
+        [] => Ok((v, None)),
+        [kw, ..] if kw != "comment" => Err(KwError::bad(2, kw, "expects 'comment TEXT'")),
+        [_, c] => Ok((v, Some(c.clone()))),
+        [_] => Err(KwError::Missing("a text after 'comment'")),
+        [_, _, extra, ..] => Err(KwError::Extra(extra.clone())),
+    }
+}
+
+/// `tcp-check expect`: its options, in any order, then `[!] KIND VALUE`.
+fn expect_rule(a: &[String]) -> Result<TcpRule, KwError> {
+    let mut opts = ExpectOpts::default();
+    let (mut min_recv, mut neg, mut pattern) = (0, false, None);
+    let mut i = 0;
+    while i < a.len() {
+        let word = a[i].as_str();
+        let value = || {
+            a.get(i + 1)
+                .ok_or(KwError::Missing("a value after a tcp-check expect option"))
+        };
+        let status = |allowed: &[&'static str]| -> Result<&'static str, KwError> {
+            let v = value()?;
+            allowed
+                .iter()
+                .copied()
+                .find(|s| *s == v.as_str())
+                .ok_or_else(|| {
+                    KwError::bad(i + 2, v, format!("expects one of {}", allowed.join(", ")))
+                })
+        };
+        match word {
+            "min-recv" => {
+                let v = value()?;
+                min_recv = v
+                    .parse()
+                    .map_err(|_| KwError::bad(i + 2, v, "expects a byte count"))?;
+            }
+            "comment" => opts.comment = Some(value()?.clone()),
+            "ok-status" => opts.ok_status = Some(status(&["L7OK", "L7OKC", "L6OK", "L4OK"])?),
+            "error-status" => {
+                opts.error_status = Some(status(&["L7RSP", "L7STS", "L6RSP", "L4CON"])?)
+            }
+            "tout-status" => opts.tout_status = Some(status(&["L7TOUT", "L6TOUT", "L4TOUT"])?),
+            "on-success" | "on-error" => {
+                let v = value()?;
+                let text = parse_text(v).map_err(|e| KwError::bad(i + 2, v, e))?;
+                *(if word == "on-success" {
+                    &mut opts.on_success
+                } else {
+                    &mut opts.on_error
+                }) = Some(text);
+            }
+            "status-code" => {
+                let v = value()?;
+                // A constant: an integer, or `int(N)` as HAProxy's examples write it.
+                let n = v
+                    .strip_prefix("int(")
+                    .and_then(|r| r.strip_suffix(')'))
+                    .unwrap_or(v);
+                opts.status_code = Some(n.parse().map_err(|_| {
+                    KwError::bad(
+                        i + 2,
+                        v,
+                        "expects an integer (other expressions are not supported yet)",
+                    )
+                })?);
+            }
+            "!" => {
+                neg = true;
+                i += 1;
+                continue;
+            }
+            "string" | "binary" | "rstring" | "rbinary" if pattern.is_none() => {
+                let v = value()?;
+                let bad = |e: String| KwError::bad(i + 2, v, e);
+                pattern = Some(match word {
+                    "string" => Pattern::Contains(v.as_bytes().to_vec()),
+                    "binary" => Pattern::ContainsBinary(hex(v).map_err(bad)?),
+                    "rstring" => Pattern::Regex(regex(v).map_err(bad)?),
+                    _ => Pattern::RegexHex(regex(v).map_err(bad)?),
+                });
+            }
+            k @ ("string-lf" | "binary-lf") => {
+                return Err(KwError::Invalid(format!(
+                    "tcp-check expect {k}: not supported yet"
+                )))
+            }
+            other => {
+                return Err(KwError::bad(
+                    i + 1,
+                    other,
+                    "expects string, binary, rstring, rbinary or an option",
+                ))
+            }
+        }
+        i += 2;
+    }
+    let pattern = pattern.ok_or(KwError::Missing(
+        "string TEXT, binary HEX, rstring RE or rbinary RE",
+    ))?;
+    Ok(TcpRule::Expect {
+        neg,
+        pattern,
+        min_recv,
+        opts,
+    })
+}
+
 fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
     let mut rule = ConnectRule::default();
     let mut i = 0;
@@ -435,78 +549,42 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "tcp-check send",
         scope: Scope::BE,
-        help: "tcp-check send STRING: send a string",
+        help: "tcp-check send STRING [comment TEXT]: send a string",
         parse: |c, a| {
-            let v = one_arg(a, "a string")?;
-            c.check.tcp_rules.push(TcpRule::Send(v.as_bytes().to_vec()));
+            let (v, comment) = send_args(a, "a string")?;
+            c.check.tcp_rules.push(TcpRule::Send(v.as_bytes().to_vec(), comment));
             Ok(())
         },
     },
     Keyword {
         name: "tcp-check send-lf",
         scope: Scope::BE,
-        help: "tcp-check send-lf FMT: send a string with variables (%[srv_name], %[be_name], %[env(NAME)], ...)",
+        help: "tcp-check send-lf FMT [comment TEXT]: send a string with variables (%[srv_name], %[be_name], %[env(NAME)], ...)",
         parse: |c, a| {
-            let v = one_arg(a, "a string")?;
+            let (v, comment) = send_args(a, "a string")?;
             let text = parse_text(v).map_err(|e| KwError::bad(1, v, e))?;
-            c.check.tcp_rules.push(TcpRule::SendText(text));
+            c.check.tcp_rules.push(TcpRule::SendText(text, comment));
             Ok(())
         },
     },
     Keyword {
         name: "tcp-check send-binary",
         scope: Scope::BE,
-        help: "tcp-check send-binary HEX: send bytes written in hexadecimal",
+        help: "tcp-check send-binary HEX [comment TEXT]: send bytes written in hexadecimal",
         parse: |c, a| {
-            let v = one_arg(a, "hexadecimal bytes")?;
+            let (v, comment) = send_args(a, "hexadecimal bytes")?;
             let bytes = hex(v).map_err(|e| KwError::bad(1, v, e))?;
-            c.check.tcp_rules.push(TcpRule::Send(bytes));
+            c.check.tcp_rules.push(TcpRule::Send(bytes, comment));
             Ok(())
         },
     },
     Keyword {
         name: "tcp-check expect",
         scope: Scope::BE,
-        help: "tcp-check expect [min-recv N] [!] string|rstring|binary|rbinary VALUE: what must arrive",
+        help: "tcp-check expect [min-recv N] [comment TEXT] [ok-status ST] [error-status ST] [tout-status ST] [on-success FMT] [on-error FMT] [status-code N] [!] string|rstring|binary|rbinary VALUE: what must arrive",
         parse: |c, a| {
-            let mut i = 0;
-            let mut min_recv = 0;
-            if a.first().is_some_and(|w| w == "min-recv") {
-                let v = a.get(1).ok_or(KwError::Missing("a byte count after min-recv"))?;
-                min_recv = v.parse().map_err(|_| KwError::bad(2, v, "expects a byte count"))?;
-                i = 2;
-            }
-            let neg = a.get(i).is_some_and(|w| w == "!");
-            if neg {
-                i += 1;
-            }
-            let pattern = match (a.get(i).map(String::as_str), a.get(i + 1)) {
-                (Some("string"), Some(v)) => Pattern::Contains(v.as_bytes().to_vec()),
-                (Some("binary"), Some(v)) => {
-                    Pattern::Contains(hex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
-                }
-                (Some("rstring"), Some(v)) => {
-                    Pattern::Regex(regex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
-                }
-                (Some("rbinary"), Some(v)) => {
-                    Pattern::RegexHex(regex(v).map_err(|e| KwError::bad(i + 2, v, e))?)
-                }
-                (Some(k @ ("string-lf" | "binary-lf")), _) => {
-                    return Err(KwError::Invalid(format!(
-                        "tcp-check expect {k}: not supported yet"
-                    )))
-                }
-                (Some(k), _) => return Err(KwError::bad(i + 1, k, "expects string or binary")),
-                (None, _) => return Err(KwError::Missing("string TEXT or binary HEX")),
-            };
-            if let Some(extra) = a.get(i + 2) {
-                return Err(KwError::Extra(extra.clone()));
-            }
-            c.check.tcp_rules.push(TcpRule::Expect {
-                neg,
-                pattern,
-                min_recv,
-            });
+            let rule = expect_rule(a)?;
+            c.check.tcp_rules.push(rule);
             Ok(())
         },
     },

@@ -794,7 +794,11 @@ fn report(
         } else {
             format!("{health}/{} DOWN", opts.rise)
         };
-        let verb = if r.passed { "succeeded" } else { "failed" };
+        let verb = match (r.passed, r.status) {
+            (true, "L7OKC") => "conditionally succeeded",
+            (true, _) => "succeeded",
+            (false, _) => "failed",
+        };
         send(
             Severity::Notice,
             &format!("Health check for server {name} {verb}, {why}, {duration}, status: {status}."),

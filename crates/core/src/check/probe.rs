@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::conf::check::{
-    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, Pattern,
-    TcpRule,
+    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, ExpectOpts,
+    Pattern, TcpRule,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
@@ -50,16 +50,12 @@ pub async fn probe(
     let tls = srv.check_tls.as_ref();
     let outcome = match &be.check.kind {
         CheckKind::TcpCheck => {
-            rules(
-                (at, addr),
-                &be.check.tcp_rules,
-                &vars,
-                (connect_limit, limit),
-                tls,
-            )
-            .await
+            let limits = (connect_limit, limit);
+            rules((at, addr), &be.check.tcp_rules, &vars, limits, tls, true).await
         }
-        CheckKind::Probe(r) => rules((at, addr), r, &vars, (connect_limit, limit), tls).await,
+        CheckKind::Probe(r) => {
+            rules((at, addr), r, &vars, (connect_limit, limit), tls, false).await
+        }
         CheckKind::Http => {
             let how = &be.check.http_connect;
             let mut req = be.check.http.render(&vars);
@@ -227,6 +223,15 @@ impl Outcome {
     }
 
     /// The answer could not be read (or the request not sent): `L7RSP` with the error.
+    /// The outcome with `suffix` after its info (the info is the suffix when it had none).
+    fn at(self, suffix: &str) -> Outcome {
+        let info = format!("{}{suffix}", self.info.as_deref().unwrap_or_default());
+        Outcome {
+            info: Some(info),
+            ..self
+        }
+    }
+
     fn invalid(e: &io::Error) -> Outcome {
         Outcome::fail("L7RSP", "Layer7 invalid response", Some(describe(e)))
     }
@@ -486,163 +491,405 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(hay, needle).is_some()
 }
 
-/// Runs a rule set. Without a leading `connect` rule, the connection opens first. Each
-/// `expect` judges what arrived since the previous one.
+/// Runs a rule set. Without a leading `connect` rule (comments aside), the connection opens
+/// first. Each `expect` judges what arrived since the last `send` (or `connect`), as
+/// HAProxy's do: consecutive expects read the same bytes. `generic`: the
+/// backend's own `tcp-check` rules, reported as HAProxy reports them (`... at step N of
+/// tcp-check (...)`, `TCPCHK did not match content ...`, `(tcp-check)`); a protocol probe
+/// written as rules keeps its own words.
 async fn rules(
     (at, addr): (Target<'_>, SocketAddr),
     rules: &[TcpRule],
     vars: &CheckVars<'_>,
     (connect_limit, limit): (Duration, Duration),
     tls: Option<&Connector>,
+    generic: bool,
 ) -> Outcome {
     // The open connection and the rule it was opened by.
     let implicit = ConnectRule::default();
     let mut conn: Option<(Conn, &ConnectRule)> = None;
-    if !matches!(rules.first(), Some(TcpRule::Connect(_))) {
+    let first = rules.iter().find(|r| !matches!(r, TcpRule::Comment(_)));
+    if !matches!(first, Some(TcpRule::Connect(_))) {
         match open(at, connect_limit, &[], tls).await {
             Ok(c) => conn = Some((c, &implicit)),
+            Err(o) if generic => return o.at(" at initial connection step of tcp-check"),
             Err(o) => return o,
         }
     }
-    let outcome = run_rules(
-        (at, addr),
-        rules,
+    let run = RuleRun {
+        to: at,
+        addr,
         vars,
-        &mut conn,
-        (connect_limit, limit),
+        connect_limit,
         tls,
-    )
-    .await;
+        generic,
+    };
+    let outcome = run.run(rules, &mut conn, limit).await;
     if let Some((c, how)) = conn {
         close(c, how);
     }
     outcome
 }
 
-async fn run_rules<'r>(
-    (to, addr): (Target<'_>, SocketAddr),
-    rules: &'r [TcpRule],
-    vars: &CheckVars<'_>,
-    conn: &mut Option<(Conn, &'r ConnectRule)>,
-    (connect_limit, limit): (Duration, Duration),
-    tls: Option<&Connector>,
-) -> Outcome {
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut buf = Vec::new();
-    let mut comment: Option<&str> = None;
-    for (step, rule) in rules.iter().enumerate() {
-        let step = step + 1;
-        let at = |what: &str| match comment {
-            Some(c) => format!("{what} at step {step} comment '{c}'"),
-            None => format!("{what} at step {step}"),
-        };
-        match rule {
-            TcpRule::Comment(c) => comment = Some(c),
-            TcpRule::Connect(how) => {
-                if let Some(c) = &how.comment {
-                    comment = Some(c);
-                }
-                if let Some((old, old_how)) = conn.take() {
-                    close(old, old_how);
-                }
-                match open(to.aimed(how, addr), connect_limit, &[], tls).await {
-                    Ok(c) => *conn = Some((c, how)),
-                    Err(o) => return o,
-                }
-                buf.clear();
-            }
-            TcpRule::Send(_) | TcpRule::SendText(_) => {
-                let text;
-                let bytes = match rule {
-                    TcpRule::SendText(t) => {
-                        let mut s = String::new();
-                        t.render(vars, &mut s);
-                        text = s;
-                        text.as_bytes()
+/// What running a rule set needs besides its rules.
+struct RuleRun<'a> {
+    to: Target<'a>,
+    addr: SocketAddr,
+    vars: &'a CheckVars<'a>,
+    connect_limit: Duration,
+    tls: Option<&'a Connector>,
+    generic: bool,
+}
+
+impl RuleRun<'_> {
+    async fn run<'r>(
+        &self,
+        rules: &'r [TcpRule],
+        conn: &mut Option<(Conn, &'r ConnectRule)>,
+        limit: Duration,
+    ) -> Outcome {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut buf = Vec::new();
+        let comments = step_comments(rules);
+        for (i, rule) in rules.iter().enumerate() {
+            let step = Step {
+                number: i + 1,
+                comment: comments[i],
+                generic: self.generic,
+            };
+            match rule {
+                TcpRule::Comment(_) => {}
+                TcpRule::Connect(how) => {
+                    if let Some((old, old_how)) = conn.take() {
+                        close(old, old_how);
                     }
-                    TcpRule::Send(b) => b.as_slice(),
-                    _ => unreachable!("only sends here"),
-                };
-                let c = &mut conn.as_mut().expect("connected before sending").0;
-                let sent = tokio::time::timeout_at(deadline, c.write_all(bytes)).await;
-                match sent {
-                    Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", Some(at("send"))),
-                    Ok(Err(e)) => {
-                        return Outcome::fail(
-                            "L7RSP",
-                            "Layer7 invalid response",
-                            Some(at(&format!("{} on send", describe(&e)))),
-                        )
+                    let to = self.to.aimed(how, self.addr);
+                    match open(to, self.connect_limit, &[], self.tls).await {
+                        Ok(c) => *conn = Some((c, how)),
+                        Err(o) => return step.report(o, &connect_what(how)),
                     }
-                    Ok(Ok(())) => {}
+                    buf.clear();
                 }
-            }
-            TcpRule::Expect {
-                neg,
-                pattern,
-                min_recv,
-            } => {
-                let c = &conn.as_ref().expect("connected before expecting").0;
-                let matched = |b: &[u8]| match pattern {
-                    Pattern::Contains(p) => contains(b, p),
-                    Pattern::Prefix(p) => b.starts_with(p),
-                    Pattern::Regex(re) => re.0.is_match(b),
-                    Pattern::RegexHex(re) => re.0.is_match(hex_of(b).as_bytes()),
-                };
-                let mut closed = false;
-                loop {
-                    // A match decides at once (a pass, or a negated rule's failure).
-                    if buf.len() >= (*min_recv).max(1) && matched(&buf) {
-                        break;
-                    }
-                    if closed || buf.len() >= MAX_READ {
-                        break;
-                    }
-                    match tokio::time::timeout_at(deadline, read_more(c, &mut buf)).await {
-                        // Nothing unwanted arrived in time: a negated rule passes.
-                        Err(_) if *neg => break,
-                        Err(_) => {
-                            return Outcome::fail("L7TOUT", "Layer7 timeout", Some(at("expect")))
+                TcpRule::Send(..) | TcpRule::SendText(..) => {
+                    let text;
+                    let bytes = match rule {
+                        TcpRule::SendText(t, _) => {
+                            let mut s = String::new();
+                            t.render(self.vars, &mut s);
+                            text = s;
+                            text.as_bytes()
                         }
-                        Ok(Ok(0)) => closed = true,
-                        Ok(Ok(_)) => {}
+                        TcpRule::Send(b, _) => b.as_slice(),
+                        _ => unreachable!("only sends here"),
+                    };
+                    // What arrived before a send is done with (HAProxy releases its input
+                    // buffer there): the expects after it judge what follows.
+                    buf.clear();
+                    let c = &mut conn.as_mut().expect("connected before sending").0;
+                    let sent = tokio::time::timeout_at(deadline, c.write_all(bytes)).await;
+                    match sent {
+                        Err(_) => {
+                            let o = Outcome::fail("L7TOUT", "Layer7 timeout", None);
+                            return step.report(o, "(send)");
+                        }
+                        Ok(Err(e)) if self.generic => {
+                            let o = Outcome::fail("SOCKERR", "Socket error", Some(describe(&e)));
+                            return step.report(o, "(send)");
+                        }
                         Ok(Err(e)) => {
                             return Outcome::fail(
                                 "L7RSP",
                                 "Layer7 invalid response",
-                                Some(at(&describe(&e))),
+                                Some(step.plain(&format!("{} on send", describe(&e)))),
                             )
                         }
+                        Ok(Ok(())) => {}
                     }
                 }
-                if matched(&buf) == *neg {
-                    let what = match pattern {
-                        Pattern::Contains(p) | Pattern::Prefix(p) => {
-                            String::from_utf8_lossy(p).into_owned()
-                        }
-                        Pattern::Regex(re) | Pattern::RegexHex(re) => re.0.as_str().to_string(),
+                TcpRule::Expect {
+                    neg,
+                    pattern,
+                    min_recv,
+                    opts,
+                } => {
+                    let c = &conn.as_ref().expect("connected before expecting").0;
+                    let matched = |b: &[u8]| match pattern {
+                        Pattern::Contains(p) | Pattern::ContainsBinary(p) => contains(b, p),
+                        Pattern::Prefix(p) => b.starts_with(p),
+                        Pattern::Regex(re) => re.0.is_match(b),
+                        Pattern::RegexHex(re) => re.0.is_match(hex_of(b).as_bytes()),
                     };
-                    return Outcome::fail(
-                        "L7RSP",
-                        "Layer7 invalid response",
-                        Some(at(&format!("TCPCHK did not match content '{what}'"))),
-                    );
+                    let mut closed = false;
+                    loop {
+                        // A match decides at once (a pass, or a negated rule's failure).
+                        if buf.len() >= (*min_recv).max(1) && matched(&buf) {
+                            break;
+                        }
+                        if closed || buf.len() >= MAX_READ {
+                            break;
+                        }
+                        match tokio::time::timeout_at(deadline, read_more(c, &mut buf)).await {
+                            // Nothing unwanted arrived in time: a negated rule passes.
+                            Err(_) if *neg => break,
+                            Err(_) => {
+                                let status = opts.tout_status.unwrap_or("L7TOUT");
+                                let o = Outcome::fail(status, reason_of(status), None);
+                                return step.report(o, &expect_what(pattern));
+                            }
+                            Ok(Ok(0)) => closed = true,
+                            Ok(Ok(_)) => {}
+                            // As HAProxy: what arrived before an error is judged.
+                            Ok(Err(_)) if self.generic => closed = true,
+                            Ok(Err(e)) => {
+                                return Outcome::fail(
+                                    "L7RSP",
+                                    "Layer7 invalid response",
+                                    Some(step.plain(&describe(&e))),
+                                )
+                            }
+                        }
+                    }
+                    if closed && buf.is_empty() && self.generic {
+                        return empty_response(&step, opts);
+                    }
+                    if matched(&buf) == *neg {
+                        return self.mismatch(&step, *neg, pattern, opts);
+                    }
                 }
-                buf.clear();
             }
         }
+        self.passed(rules)
     }
-    Outcome::pass("L7OK", "Layer7 check passed")
+
+    /// An `expect` that failed on what arrived: its `on-error` text or HAProxy's, then its
+    /// comment; its `error-status` and `status-code`.
+    fn mismatch(
+        &self,
+        step: &Step<'_>,
+        neg: bool,
+        pattern: &Pattern,
+        opts: &ExpectOpts,
+    ) -> Outcome {
+        let status = opts.error_status.unwrap_or("L7RSP");
+        let mut info = match &opts.on_error {
+            Some(text) => {
+                let mut s = String::new();
+                text.render(self.vars, &mut s);
+                s
+            }
+            None if self.generic => {
+                let verdict = if neg {
+                    "TCPCHK matched unwanted content"
+                } else {
+                    "TCPCHK did not match content"
+                };
+                let what = match pattern {
+                    Pattern::Contains(p) | Pattern::Prefix(p) => {
+                        format!(" '{}'", String::from_utf8_lossy(p))
+                    }
+                    Pattern::ContainsBinary(_) => " (binary)".to_string(),
+                    Pattern::Regex(_) => " (regex)".to_string(),
+                    Pattern::RegexHex(_) => " (binary regex)".to_string(),
+                };
+                format!("{verdict}{what} at step {}", step.number)
+            }
+            None => return self.probe_mismatch(step, pattern),
+        };
+        if let Some(c) = step.comment {
+            info.push_str(&format!(" comment: {c}"));
+        }
+        let mut o = Outcome::fail(status, reason_of(status), Some(info));
+        o.code = with_code(status, opts.status_code);
+        o
+    }
+
+    /// A protocol probe's mismatch, in sluice's words.
+    fn probe_mismatch(&self, step: &Step<'_>, pattern: &Pattern) -> Outcome {
+        let what = match pattern {
+            Pattern::Contains(p) | Pattern::Prefix(p) | Pattern::ContainsBinary(p) => {
+                String::from_utf8_lossy(p).into_owned()
+            }
+            Pattern::Regex(re) | Pattern::RegexHex(re) => re.0.as_str().to_string(),
+        };
+        Outcome::fail(
+            "L7RSP",
+            "Layer7 invalid response",
+            Some(step.plain(&format!("TCPCHK did not match content '{what}'"))),
+        )
+    }
+
+    /// Every rule passed: as HAProxy judges by the last one (an `expect`: its `ok-status`,
+    /// `on-success` and `status-code`; a `connect`: layer 4, or 6 over TLS).
+    fn passed(&self, rules: &[TcpRule]) -> Outcome {
+        if !self.generic {
+            return Outcome::pass("L7OK", "Layer7 check passed");
+        }
+        let last = rules
+            .iter()
+            .rev()
+            .find(|r| !matches!(r, TcpRule::Comment(_)));
+        let (status, info, code) = match last {
+            Some(TcpRule::Expect { opts, .. }) => {
+                let info = match &opts.on_success {
+                    Some(text) => {
+                        let mut s = String::new();
+                        text.render(self.vars, &mut s);
+                        s
+                    }
+                    None => "(tcp-check)".to_string(),
+                };
+                (
+                    opts.ok_status.unwrap_or("L7OK"),
+                    Some(info),
+                    opts.status_code,
+                )
+            }
+            Some(TcpRule::Connect(_)) => {
+                let status = if self.tls.is_some() { "L6OK" } else { "L4OK" };
+                (status, Some("(tcp-check)".to_string()), None)
+            }
+            _ => ("L7OK", Some("(tcp-check)".to_string()), None),
+        };
+        let mut o = Outcome::pass(status, reason_of(status));
+        o.info = info;
+        o.code = with_code(status, code);
+        o
+    }
+}
+
+/// One step of a rule set, as failure reports name it.
+struct Step<'a> {
+    number: usize,
+    comment: Option<&'a str>,
+    generic: bool,
+}
+
+impl Step<'_> {
+    /// A connection, send or receive failure, with HAProxy's ` at step N of tcp-check
+    /// (WHAT) comment: 'C'` after the error's own text.
+    fn report(&self, o: Outcome, what: &str) -> Outcome {
+        if !self.generic {
+            let info = o.info.clone().map(|i| self.plain(&i));
+            return Outcome { info, ..o };
+        }
+        let mut suffix = format!(" at step {} of tcp-check {what}", self.number);
+        if let Some(c) = self.comment {
+            suffix.push_str(&format!(" comment: '{c}'"));
+        }
+        o.at(&suffix)
+    }
+
+    /// sluice's own wording, for protocol probes.
+    fn plain(&self, what: &str) -> String {
+        match self.comment {
+            Some(c) => format!("{what} at step {} comment '{c}'", self.number),
+            None => format!("{what} at step {}", self.number),
+        }
+    }
+}
+
+/// The comment naming each rule in failure reports, as HAProxy attaches them: a rule's own
+/// `comment`, else the last `tcp-check comment` before it, which names the rules that follow
+/// it up to the first of another kind than the one after it (a `connect` keeps it for
+/// itself).
+fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        Comment,
+        Connect,
+        Send,
+        Expect,
+    }
+    let mut out = Vec::with_capacity(rules.len());
+    let (mut prev, mut pending) = (Kind::Comment, None);
+    for rule in rules {
+        let kind = match rule {
+            TcpRule::Comment(_) => Kind::Comment,
+            TcpRule::Connect(_) => Kind::Connect,
+            TcpRule::Send(..) | TcpRule::SendText(..) => Kind::Send,
+            TcpRule::Expect { .. } => Kind::Expect,
+        };
+        if kind != prev && prev != Kind::Comment {
+            pending = None;
+        }
+        prev = kind;
+        out.push(match rule {
+            TcpRule::Comment(c) => {
+                pending = Some(c.as_str());
+                None
+            }
+            TcpRule::Connect(how) => how.comment.as_deref().or(pending.take()),
+            TcpRule::Send(_, c) | TcpRule::SendText(_, c) => c.as_deref().or(pending),
+            TcpRule::Expect { opts, .. } => opts.comment.as_deref().or(pending),
+        });
+    }
+    out
+}
+
+/// A connection that ended with nothing received where an `expect` waited.
+fn empty_response(step: &Step<'_>, opts: &ExpectOpts) -> Outcome {
+    let status = opts.error_status.unwrap_or("L7RSP");
+    let mut info = format!("TCPCHK got an empty response at step {}", step.number);
+    if let Some(c) = step.comment {
+        info.push_str(&format!(" comment: '{c}'"));
+    }
+    Outcome::fail(status, reason_of(status), Some(info))
+}
+
+/// How a failed `connect` step is named: `(connect port N)` or `(connect)`.
+fn connect_what(how: &ConnectRule) -> String {
+    match how.port {
+        Some(p) => format!("(connect port {p})"),
+        None => "(connect)".into(),
+    }
+}
+
+/// How an `expect` step that timed out is named.
+fn expect_what(pattern: &Pattern) -> String {
+    match pattern {
+        Pattern::Contains(p) | Pattern::Prefix(p) => {
+            format!("(expect string '{}')", String::from_utf8_lossy(p))
+        }
+        Pattern::ContainsBinary(p) => format!("(expect binary '{}')", String::from_utf8_lossy(p)),
+        Pattern::Regex(_) => "(expect regex)".into(),
+        Pattern::RegexHex(_) => "(expect binary regex)".into(),
+    }
+}
+
+/// HAProxy's description of a check status.
+fn reason_of(status: &str) -> &'static str {
+    match status {
+        "L4OK" => "Layer4 check passed",
+        "L4TOUT" => "Layer4 timeout",
+        "L4CON" => "Layer4 connection problem",
+        "L6OK" => "Layer6 check passed",
+        "L6TOUT" => "Layer6 timeout",
+        "L6RSP" => "Layer6 invalid response",
+        "L7TOUT" => "Layer7 timeout",
+        "L7RSP" => "Layer7 invalid response",
+        "L7OK" => "Layer7 check passed",
+        "L7OKC" => "Layer7 check conditionally passed",
+        "L7STS" => "Layer7 wrong status",
+        "SOCKERR" => "Socket error",
+        _ => "Unknown",
+    }
+}
+
+/// The code a report shows: only layer-7 results with data have one (0 unless
+/// `status-code` gave it), as HAProxy prints them.
+fn with_code(status: &str, code: Option<i64>) -> Option<u16> {
+    matches!(status, "L7OK" | "L7OKC" | "L7STS").then(|| code.unwrap_or(0).clamp(0, 65535) as u16)
 }
 
 /// The rules of `option redis-check`: PING, expect +PONG.
 pub fn redis_rules() -> Vec<TcpRule> {
     vec![
-        TcpRule::Send(b"*1\r\n$4\r\nPING\r\n".to_vec()),
+        TcpRule::Send(b"*1\r\n$4\r\nPING\r\n".to_vec(), None),
         TcpRule::Expect {
             neg: false,
             pattern: Pattern::Prefix(b"+PONG".to_vec()),
             min_recv: 0,
+            opts: ExpectOpts::default(),
         },
     ]
 }
@@ -654,12 +901,13 @@ pub fn smtp_rules(verb: &str, domain: &str) -> Vec<TcpRule> {
         neg: false,
         pattern: Pattern::Prefix(b"2".to_vec()),
         min_recv: 3,
+        opts: ExpectOpts::default(),
     };
     vec![
         two_xx(),
-        TcpRule::Send(format!("{verb} {domain}\r\n").into_bytes()),
+        TcpRule::Send(format!("{verb} {domain}\r\n").into_bytes(), None),
         two_xx(),
-        TcpRule::Send(b"QUIT\r\n".to_vec()),
+        TcpRule::Send(b"QUIT\r\n".to_vec(), None),
     ]
 }
 
@@ -675,11 +923,12 @@ pub fn pgsql_rules(user: &str) -> Vec<TcpRule> {
     msg.extend_from_slice(&196_608u32.to_be_bytes());
     msg.extend_from_slice(&params);
     vec![
-        TcpRule::Send(msg),
+        TcpRule::Send(msg, None),
         TcpRule::Expect {
             neg: false,
             pattern: Pattern::Prefix(b"R".to_vec()),
             min_recv: 1,
+            opts: ExpectOpts::default(),
         },
     ]
 }
@@ -823,7 +1072,9 @@ mod tests {
     #[test]
     fn protocol_messages() {
         let pg = pgsql_rules("app");
-        let TcpRule::Send(msg) = &pg[0] else { panic!() };
+        let TcpRule::Send(msg, _) = &pg[0] else {
+            panic!()
+        };
         assert_eq!(&msg[..4], &(msg.len() as u32).to_be_bytes());
         assert_eq!(&msg[4..8], &[0, 3, 0, 0]);
         assert!(msg.ends_with(b"user\0app\0\0"));

@@ -264,8 +264,10 @@ impl Default for HttpRequest {
 /// What a received-bytes expectation looks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pattern {
-    /// These bytes anywhere in what was received.
+    /// These bytes anywhere in what was received (`string`).
     Contains(Vec<u8>),
+    /// The same, written in hexadecimal (`binary`).
+    ContainsBinary(Vec<u8>),
     /// What was received starts with these bytes (protocol probes).
     Prefix(Vec<u8>),
     /// What was received matches (`rstring`, `rbinary` as hexadecimal of the bytes).
@@ -279,18 +281,38 @@ pub enum Pattern {
 pub enum TcpRule {
     /// Open the connection (`tcp-check connect`).
     Connect(ConnectRule),
-    Send(Vec<u8>),
+    /// `send`, `send-binary`, and the step's own `comment`.
+    Send(Vec<u8>, Option<String>),
     /// `send-lf`: text with variables.
-    SendText(CheckText),
+    SendText(CheckText, Option<String>),
     /// Read until `pattern` is found (or, negated, until the peer is done without it), after
     /// at least `min_recv` bytes.
     Expect {
         neg: bool,
         pattern: Pattern,
         min_recv: usize,
+        opts: ExpectOpts,
     },
-    /// Names the steps that follow in failure reports.
+    /// Names the steps that follow in failure reports (those of the next kind of step, as
+    /// HAProxy attaches it).
     Comment(String),
+}
+
+/// What a `tcp-check expect` reports besides its pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExpectOpts {
+    /// `comment TEXT`: names this step in failure reports.
+    pub comment: Option<String>,
+    /// `ok-status`, `error-status`, `tout-status`: the check status when it passes, fails,
+    /// or times out (HAProxy's status names: `L7OK`, `L7STS`, `L4TOUT`, ...).
+    pub ok_status: Option<&'static str>,
+    pub error_status: Option<&'static str>,
+    pub tout_status: Option<&'static str>,
+    /// `on-success FMT`, `on-error FMT`: the report's info text.
+    pub on_success: Option<CheckText>,
+    pub on_error: Option<CheckText>,
+    /// `status-code EXPR`: the check's code (an integer).
+    pub status_code: Option<i64>,
 }
 
 /// Where and how a check connects (`tcp-check connect`, `http-check connect`): the check's
