@@ -299,7 +299,7 @@ fn http_checks_are_judged_by_their_status() {
     wait_until("a up", || status(&sock, "plain", "a") == "UP");
     let line = logs.wait_for("Health check for server plain/a succeeded");
     assert!(
-        line.contains("reason: Layer7 check passed, code: 200, info: \"X\", check duration: ")
+        line.contains("reason: Layer7 check passed, code: 200, check duration: ")
             && line.contains(", status: 1/1 UP."),
         "{line}"
     );
@@ -1656,20 +1656,51 @@ fn banner_server(closing: bool) -> SocketAddr {
 /// and `tcp-check comment`, with HAProxy's way of attaching them), `on-error`,
 /// `on-success`, `ok-status`, `error-status`, `tout-status`, `status-code`. The expected
 /// lines (durations left out) are HAProxy 2.6.12's, recorded from the same configuration
-/// and servers by `testdata/haproxy-2.6/record-tcp-check.sh`.
+/// and servers by `testdata/haproxy-2.6/record-check-reports.sh`.
 #[test]
 fn tcp_check_reports_match_haproxys() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/haproxy-2.6");
-    let template = std::fs::read_to_string(format!("{dir}/tcp-check.cfg")).unwrap();
     let (closing, lingering) = (banner_server(true), banner_server(false));
     let refused = free_port();
-    let cfg = template
-        .replace("{CLOSING_PORT}", &closing.port().to_string())
-        .replace("{CLOSING}", &closing.to_string())
-        .replace("{LINGERING}", &lingering.to_string())
-        .replace("{REFUSED_ADDR}", &format!("127.0.0.1:{refused}"))
-        .replace("{REFUSED}", &refused.to_string());
-    let expected_file = format!("{dir}/tcp-check-reports.txt");
+    check_reports_match(
+        "tcp-check",
+        &[
+            ("{CLOSING_PORT}", closing.port().to_string()),
+            ("{CLOSING}", closing.to_string()),
+            ("{LINGERING}", lingering.to_string()),
+            ("{REFUSED_ADDR}", format!("127.0.0.1:{refused}")),
+            ("{REFUSED}", refused.to_string()),
+        ],
+    );
+}
+
+/// `http-check expect hdr|fhdr` (name and value patterns, `-m` methods, comma-separated
+/// values, negation) judges and reports as HAProxy 2.6.12 does (recorded as above).
+#[test]
+fn http_check_header_expectations_match_haproxys() {
+    let server = scripted(|c| {
+        read_head(c);
+        let _ = c.write_all(
+            b"HTTP/1.1 200 Fine\r\nX-Version: 1.2, 2.0\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        );
+    });
+    check_reports_match("http-check-hdr", &[("{SERVER}", server.to_string())]);
+}
+
+/// Runs `testdata/haproxy-2.6/NAME.cfg` (its placeholders replaced) until every backend
+/// reported a check result, and compares the reports (durations and the `{REFUSED}` port
+/// left out) with `NAME-reports.txt`, HAProxy's; with `SLUICE_CHECK_RECORD=haproxy`, runs
+/// HAProxy instead and writes that file.
+fn check_reports_match(name: &str, subs: &[(&str, String)]) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/haproxy-2.6");
+    let mut cfg = std::fs::read_to_string(format!("{dir}/{name}.cfg")).unwrap();
+    for (from, to) in subs {
+        cfg = cfg.replace(from, to);
+    }
+    let refused = subs
+        .iter()
+        .find(|(k, _)| *k == "{REFUSED}")
+        .map(|x| x.1.clone());
+    let expected_file = format!("{dir}/{name}-reports.txt");
     let record = std::env::var("SLUICE_CHECK_RECORD").is_ok_and(|v| v == "haproxy");
     let p = if record {
         Sluice::start_program("haproxy", &["-db"], &cfg)
@@ -1685,8 +1716,11 @@ fn tcp_check_reports_match_haproxys() {
             .map(|l| {
                 let (head, rest) = l.split_once(", check duration: ").unwrap_or((l, ""));
                 let tail = rest.split_once(", ").map_or("", |x| x.1);
-                format!("{head}, check duration: Nms, {tail}")
-                    .replace(&refused.to_string(), "{REFUSED}")
+                let line = format!("{head}, check duration: Nms, {tail}");
+                match &refused {
+                    Some(port) => line.replace(port.as_str(), "{REFUSED}"),
+                    None => line,
+                }
             })
             .collect();
         lines.sort();

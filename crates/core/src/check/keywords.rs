@@ -9,8 +9,8 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::conf::check::{
-    CheckKind, CheckProto, CheckText, ConnectRule, Expect, ExpectOpts, Observe, OnError, Pattern,
-    Re, TcpRule, TextPart,
+    CheckKind, CheckProto, CheckText, ConnectRule, Expect, ExpectOpts, HeaderMatch, Observe,
+    OnError, Pattern, Re, TcpRule, TextPart,
 };
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
@@ -214,6 +214,64 @@ fn count(v: &str) -> Result<u32, String> {
 }
 
 /// Parses the options of `tcp-check connect` and `http-check connect`.
+/// `hdr|fhdr name [-m METH] NAME [value [-m METH] VALUE]` of `http-check expect`.
+fn header_expect(full: bool, a: &[String]) -> Result<Expect, KwError> {
+    let kind = if full { "fhdr" } else { "hdr" };
+    if a.first().is_none_or(|w| w != "name") {
+        return Err(KwError::Invalid(format!(
+            "'{kind}' expects at the name keyword as first argument followed by a pattern"
+        )));
+    }
+    let mut i = 1;
+    let name = header_pattern(a, &mut i, kind, "name")?;
+    let value = match a.get(i).map(String::as_str) {
+        Some("value") => {
+            i += 1;
+            Some(header_pattern(a, &mut i, kind, "value")?)
+        }
+        Some(other) => return Err(KwError::bad(i + 2, other, "expects 'value'")),
+        None => None,
+    };
+    if let Some(extra) = a.get(i) {
+        return Err(KwError::Extra(extra.clone()));
+    }
+    Ok(Expect::Header { name, value, full })
+}
+
+/// `[-m METH] PATTERN` at `a[*i]`, moving `i` past it.
+fn header_pattern(
+    a: &[String],
+    i: &mut usize,
+    kind: &str,
+    what: &str,
+) -> Result<HeaderMatch, KwError> {
+    let mut how = "str";
+    if a.get(*i).is_some_and(|w| w == "-m") {
+        how = a.get(*i + 1).ok_or_else(|| {
+            KwError::Invalid(format!(
+                "'{kind}' : '-m' expects at a matching pattern ('str', 'beg', 'end', 'sub' or 'reg')"
+            ))
+        })?;
+        *i += 2;
+    }
+    let p = a.get(*i).ok_or_else(|| {
+        KwError::Invalid(format!("'{kind}' expect a pattern with the {what} keyword"))
+    })?;
+    *i += 1;
+    Ok(match how {
+        "str" => HeaderMatch::Str(p.clone()),
+        "beg" => HeaderMatch::Beg(p.clone()),
+        "end" => HeaderMatch::End(p.clone()),
+        "sub" => HeaderMatch::Sub(p.clone()),
+        "reg" => HeaderMatch::Reg(regex(p).map_err(|e| KwError::bad(*i + 1, p, e))?),
+        other => {
+            return Err(KwError::Invalid(format!(
+                "'{kind}' : '-m' only supports 'str', 'beg', 'end', 'sub' or 'reg' (got '{other}')"
+            )))
+        }
+    })
+}
+
 /// The value of a `tcp-check send*` line and its `comment`.
 fn send_args<'a>(
     a: &'a [String],
@@ -664,7 +722,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         name: "http-check expect",
         scope: Scope::BE,
         help:
-            "http-check expect [!] status CODES | rstatus RE | string TEXT | rstring RE: what an HTTP check requires",
+            "http-check expect [!] status CODES | rstatus RE | string TEXT | rstring RE | hdr|fhdr name [-m M] NAME [value [-m M] VALUE]: what an HTTP check requires",
         parse: |c, a| {
             let (neg, rest) = match a.first().map(String::as_str) {
                 Some("!") => (true, &a[1..]),
@@ -693,13 +751,11 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 [kind, value] if kind == "rstring" => {
                     Expect::RString(regex(value).map_err(|e| KwError::bad(2, value, e))?)
                 }
-                [kind, ..] if matches!(kind.as_str(), "hdr" | "fhdr") => {
-                    return Err(KwError::Invalid(format!(
-                        "http-check expect {kind}: not supported yet"
-                    )))
+                [kind, args @ ..] if matches!(kind.as_str(), "hdr" | "fhdr") => {
+                    header_expect(kind == "fhdr", args)?
                 }
                 [kind, ..] => {
-                    return Err(KwError::bad(1, kind, "expects status, rstatus, string or rstring"));
+                    return Err(KwError::bad(1, kind, "expects status, rstatus, string, rstring, hdr or fhdr"));
                 }
                 [] => return Err(KwError::Missing("status CODE or string TEXT")),
             };

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, ExpectOpts,
-    Pattern, TcpRule,
+    HeaderMatch, Pattern, TcpRule,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
@@ -447,6 +447,9 @@ async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
         Some((neg, Expect::RStatus(re))) => re.0.is_match(code.to_string().as_bytes()) != *neg,
         Some((neg, Expect::String(s))) => contains(body, s.as_bytes()) != *neg,
         Some((neg, Expect::RString(re))) => re.0.is_match(body) != *neg,
+        Some((neg, Expect::Header { name, value, full })) => {
+            has_header(&rsp, name, value.as_ref(), *full) != *neg
+        }
     };
     let info = (!phrase.is_empty()).then(|| phrase.to_string());
     let mut o = if code == 404 && check.disable_on_404 {
@@ -465,8 +468,35 @@ async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
         Outcome::fail("L7STS", "Layer7 wrong status", None)
     };
     o.code = Some(code);
-    o.info = info;
+    // As HAProxy: the reason phrase explains a failure; a success says nothing more.
+    if !o.passed {
+        o.info = info;
+    }
     o
+}
+
+/// Whether a response head has a header whose name matches `name` and, with `value`, one
+/// of its values matching (each comma-separated value, or with `full` the whole value), as
+/// HAProxy's `http-check expect hdr|fhdr` looks.
+fn has_header(rsp: &[u8], name: &HeaderMatch, value: Option<&HeaderMatch>, full: bool) -> bool {
+    let head_end = memchr::memmem::find(rsp, b"\r\n\r\n").unwrap_or(rsp.len());
+    let icase = !matches!(name, HeaderMatch::Reg(_));
+    rsp[..head_end]
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
+        .filter(|(n, _)| name.matches(n, icase))
+        .any(|(_, v)| match value {
+            None => true,
+            Some(m) if full => m.matches(v, false),
+            Some(m) => v
+                .split(|&b| b == b',')
+                .any(|part| m.matches(part.trim_ascii(), false)),
+        })
 }
 
 /// The status code, reason phrase and body of an HTTP/1.x response.

@@ -133,6 +133,44 @@ pub enum Expect {
     String(String),
     /// The body matches.
     RString(Re),
+    /// A header whose name matches (and, if given, one of whose values matches: each
+    /// comma-separated value for `hdr`, the whole line's for `fhdr`).
+    Header {
+        name: HeaderMatch,
+        value: Option<HeaderMatch>,
+        full: bool,
+    },
+}
+
+/// How `http-check expect hdr|fhdr` matches a header name or value (`-m str|beg|end|sub|reg`;
+/// names ignore case, as HTTP's do, except with a regular expression).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderMatch {
+    Str(String),
+    Beg(String),
+    End(String),
+    Sub(String),
+    Reg(Re),
+}
+
+impl HeaderMatch {
+    /// Whether `v` matches, ignoring ASCII case when `icase`.
+    pub fn matches(&self, v: &[u8], icase: bool) -> bool {
+        let eq = |a: &[u8], b: &[u8]| {
+            if icase {
+                a.eq_ignore_ascii_case(b)
+            } else {
+                a == b
+            }
+        };
+        match self {
+            HeaderMatch::Str(p) => eq(v, p.as_bytes()),
+            HeaderMatch::Beg(p) => v.len() >= p.len() && eq(&v[..p.len()], p.as_bytes()),
+            HeaderMatch::End(p) => v.len() >= p.len() && eq(&v[v.len() - p.len()..], p.as_bytes()),
+            HeaderMatch::Sub(p) => p.is_empty() || v.windows(p.len()).any(|w| eq(w, p.as_bytes())),
+            HeaderMatch::Reg(re) => re.0.is_match(v),
+        }
+    }
 }
 
 /// The request an HTTP check sends (`option httpchk`, then `http-check send`).
