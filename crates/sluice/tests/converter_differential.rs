@@ -69,6 +69,18 @@ const EXPRESSIONS: &[&str] = &[
     "IN,map_regm(MAPS/regm.map)",
     "IN,map_regm(MAPS/regm.map,none)",
     "IN,map_reg(MAPS/regm.map,none)",
+    "str(eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c),jwt_header_query('\\$.alg')",
+    "str(eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c),jwt_payload_query('\\$.iat',int)",
+    "str(eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c),jwt_payload_query('\\$.name')",
+    "str(eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c),jwt_verify(HS256,your-256-bit-secret)",
+    "str(eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c),jwt_verify(HS256,wrong)",
+    "str(eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c),jwt_verify(txn.alg,your-256-bit-secret)",
+    "str(abc),jwt_verify(HS256,wrong)",
+    "str(eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsIm4iOjQyfQ.gbi9B4URSzP5iXWcnRHl3hpAZ02RBk4bnTKMK16IF9DsT-TLttWLojJZmvgdwAnMf3r_K0JP6f1M-2FNe_im_GrwugWDnLcwS7lCa8xnKwFM2eljGAlym9uosDQ4oZ2eQVE7zk9qR8ilwxBHKOC9TyRnimdIu1QuNdV-pxC7t5NXmZwK_pekYpefcLxRi9neNKp_soTnaYEzaicDb8q30JzKDgJgqMzKasX9GPk9p16Lfw7azpftYK_2kf8rG2WZs-a_tt83wIKTFph8_abGoUwGWgopX6dvlnXWWHQQFryzGtK7ksJVda7oaTWQ7K5qWfaHH5kXZA4vKbGz0ZUrLw),jwt_verify(RS256,MAPS/jwt-rsa.pem)",
+    "str(eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsIm4iOjQyfQ.gbi9B4URSzP5iXWcnRHl3hpAZ02RBk4bnTKMK16IF9DsT-TLttWLojJZmvgdwAnMf3r_K0JP6f1M-2FNe_im_GrwugWDnLcwS7lCa8xnKwFM2eljGAlym9uosDQ4oZ2eQVE7zk9qR8ilwxBHKOC9TyRnimdIu1QuNdV-pxC7t5NXmZwK_pekYpefcLxRi9neNKp_soTnaYEzaicDb8q30JzKDgJgqMzKasX9GPk9p16Lfw7azpftYK_2kf8rG2WZs-a_tt83wIKTFph8_abGoUwGWgopX6dvlnXWWHQQFryzGtK7ksJVda7oaTWQ7K5qWfaHH5kXZA4vKbGz0ZAAAA),jwt_verify(RS256,MAPS/jwt-rsa.pem)",
+    "str(eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsIm4iOjQyfQ.azuv0Bg9QJ7GBxGyenahIsNhIBRFILdsIXEQVakwuWv25vqovoYU9R0YJ4RGeWw0EaWmXMwSsALZHmn1lWbQJg),jwt_verify(ES256,MAPS/jwt-ec.pem)",
+    "str(eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsIm4iOjQyfQ.azuv0Bg9QJ7GBxGyenahIsNhIBRFILdsIXEQVakwuWv25vqovoYU9R0YJ4RGeWw0EaWmXMwSsALZHmn1lWbQJg),jwt_verify(ES256,MAPS/jwt-rsa.pem)",
+    "str(eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsIm4iOjQyfQ.gbi9B4URSzP5iXWcnRHl3hpAZ02RBk4bnTKMK16IF9DsT-TLttWLojJZmvgdwAnMf3r_K0JP6f1M-2FNe_im_GrwugWDnLcwS7lCa8xnKwFM2eljGAlym9uosDQ4oZ2eQVE7zk9qR8ilwxBHKOC9TyRnimdIu1QuNdV-pxC7t5NXmZwK_pekYpefcLxRi9neNKp_soTnaYEzaicDb8q30JzKDgJgqMzKasX9GPk9p16Lfw7azpftYK_2kf8rG2WZs-a_tt83wIKTFph8_abGoUwGWgopX6dvlnXWWHQQFryzGtK7ksJVda7oaTWQ7K5qWfaHH5kXZA4vKbGz0ZUrLw),jwt_payload_query('\\$.n',int)",
 ];
 
 /// Inputs, sent as the `X-In` header.
@@ -81,7 +93,7 @@ const INPUTS: &[&str] = &[
 
 fn config() -> String {
     let mut c = String::from(
-        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 2s\n    timeout server 2s\nfrontend fe\n    {fe}\n    option http-buffer-request\n    http-request set-var(txn.other) str(abc)\n",
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 2s\n    timeout server 2s\nfrontend fe\n    {fe}\n    option http-buffer-request\n    http-request set-var(txn.other) str(abc)\n    http-request set-var(txn.alg) str(HS256)\n",
     );
     for (i, e) in EXPRESSIONS.iter().enumerate() {
         // (`c.push_str` below; a backend for the server fetches comes after.)

@@ -306,6 +306,18 @@ pub enum Conv {
         path: serde_json_path::JsonPath,
         int: bool,
     },
+    /// `jwt_header_query([PATH[,int]])`, `jwt_payload_query(...)`: a JWT's decoded header
+    /// (or payload) whole, or the value at a JSON path of it, as `json_query` reads it.
+    JwtQuery {
+        payload: bool,
+        path: Option<serde_json_path::JsonPath>,
+        int: bool,
+    },
+    /// `jwt_verify(ALG,KEY)`: whether a JWT's signature holds (HAProxy's codes).
+    JwtVerify {
+        alg: StrArg,
+        key: JwtKey,
+    },
     /// `secure_memcmp(VAR)`: the input equals the variable (compared in constant time);
     /// `strcmp(VAR)`: how it compares with it (the first differing bytes' difference).
     SecureMemcmp(VarName),
@@ -319,6 +331,30 @@ pub enum DigestAlg {
     Sha256,
     Sha384,
     Sha512,
+}
+
+/// A string argument given as is, or the variable holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StrArg {
+    Const(Vec<u8>),
+    Var(VarName),
+}
+
+/// The JWS algorithms of RFC 7518 `jwt_verify` knows by name (HAProxy refuses other
+/// constant names when the configuration is read).
+pub const JWT_ALGORITHMS: &[&str] = &[
+    "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256",
+    "PS384", "PS512",
+];
+
+/// What `jwt_verify` checks a signature with: an HMAC secret, or a public key (a `PUBLIC
+/// KEY` PEM file, as HAProxy 2.6 reads it, or a certificate's), loaded when the
+/// configuration is, as HAProxy loads them at start (DER).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwtKey {
+    Secret(Vec<u8>),
+    PublicKey(Vec<u8>),
+    Cert(Vec<u8>),
 }
 
 /// `hmac`'s key: base64 text, or the variable that holds it.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use base64::Engine as _;
 
 use super::sample::{
-    Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, IntArg, KeyArg, MapFile, MapKey, Match,
-    Regex, TableOp, TableSource, VarName, VarScope,
+    Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, IntArg, JwtKey, KeyArg, MapFile, MapKey,
+    Match, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -740,6 +740,51 @@ fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
             };
             Conv::JsonQuery { path, int }
         }
+        "jwt_header_query" | "jwt_payload_query" => {
+            arity(c, 0, 2)?;
+            let path = match c.args.first().map(|a| a.trim()).filter(|a| !a.is_empty()) {
+                None => None,
+                Some(p) => Some(
+                    serde_json_path::JsonPath::parse(p)
+                        .map_err(|e| ParseError(format!("'{}': bad JSON path: {e}", c.name)))?,
+                ),
+            };
+            let int = match c.args.get(1).map(|t| t.trim()) {
+                None | Some("") => false,
+                Some("int") => true,
+                Some(other) => {
+                    return err(format!(
+                        "'{}': output type '{other}' is not supported (only 'int' is)",
+                        c.name
+                    ))
+                }
+            };
+            Conv::JwtQuery {
+                payload: c.name == "jwt_payload_query",
+                path,
+                int,
+            }
+        }
+        "jwt_verify" => {
+            arity(c, 2, 2)?;
+            let alg = match parse_var(c.args[0].trim()) {
+                Ok(v) if c.args[0].contains('.') => StrArg::Var(v),
+                _ => {
+                    let a = c.args[0].trim();
+                    if !super::sample::JWT_ALGORITHMS.contains(&a) {
+                        return err(format!("'jwt_verify': unknown JWT algorithm: {a}"));
+                    }
+                    if a.starts_with("PS") {
+                        return err("'jwt_verify': RSASSA-PSS JWS signing not managed yet");
+                    }
+                    StrArg::Const(a.as_bytes().to_vec())
+                }
+            };
+            Conv::JwtVerify {
+                alg,
+                key: jwt_key(c.args[1].trim())?,
+            }
+        }
         "digest" | "hmac" => {
             arity(
                 c,
@@ -930,6 +975,28 @@ fn parse_map_conv(c: &Call<'_>, rest: &str) -> Result<Conv, ParseError> {
         }
     }
     Ok(Conv::Map(Arc::new(map), opt_str(c, 1)))
+}
+
+/// `jwt_verify`'s key: the public key (or the certificate) in the PEM file at that path,
+/// loaded now as HAProxy loads them at start, else the HMAC secret itself.
+fn jwt_key(arg: &str) -> Result<JwtKey, ParseError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, SubjectPublicKeyInfoDer};
+    if !std::path::Path::new(arg).is_file() {
+        return Ok(JwtKey::Secret(arg.as_bytes().to_vec()));
+    }
+    if let Ok(spki) = SubjectPublicKeyInfoDer::from_pem_file(arg) {
+        return Ok(JwtKey::PublicKey(spki.to_vec()));
+    }
+    let cert = CertificateDer::pem_file_iter(arg)
+        .ok()
+        .and_then(|mut certs| certs.next()?.ok())
+        .ok_or_else(|| {
+            ParseError(format!(
+                "'jwt_verify': '{arg}' holds neither a PEM public key nor a certificate"
+            ))
+        })?;
+    Ok(JwtKey::Cert(cert.to_vec()))
 }
 
 /// Loads a map file: `KEY VALUE` per line, `#` comments and blank lines skipped.

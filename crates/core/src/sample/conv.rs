@@ -7,7 +7,9 @@ use base64::Engine as _;
 
 use super::context::{text_match, Ctx, Kind};
 use super::hash;
-use crate::conf::sample::{Conv, DigestAlg, IntArg, KeyArg, MapFile, MapKey, Match, Sample};
+use crate::conf::sample::{
+    Conv, DigestAlg, IntArg, KeyArg, MapFile, MapKey, Match, Sample, StrArg,
+};
 
 pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
     use Conv::*;
@@ -23,7 +25,8 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
         InTable(_) | SecureMemcmp(_) => Kind::Bool,
-        Strcmp(_) | TableTrackers(_) | JsonQuery { int: true, .. } => Kind::Int,
+        Strcmp(_) | TableTrackers(_) | JsonQuery { int: true, .. } | JwtVerify { .. } => Kind::Int,
+        JwtQuery { int: true, .. } => Kind::Int,
         Digest(_) | Hmac(..) | Ub64Dec => Kind::Bin,
         _ => Kind::Str,
     }
@@ -259,6 +262,18 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             text(out)
         }
         Conv::JsonQuery { path, int } => json_query(&s.as_binary(), path, *int)?,
+        Conv::JwtQuery { payload, path, int } => {
+            super::jwt::query(&s.as_binary(), *payload, path.as_ref(), *int)?
+        }
+        Conv::JwtVerify { alg, key } => {
+            let alg = match alg {
+                StrArg::Const(a) => std::borrow::Cow::Borrowed(&a[..]),
+                StrArg::Var(v) => {
+                    std::borrow::Cow::Owned(cx.vars.get(cx.process, v)?.as_bytes().to_vec())
+                }
+            };
+            Sample::Int(super::jwt::verify(&s.as_binary(), &alg, key))
+        }
         Conv::Iif(yes, no) => Sample::string(if s.as_bool()? {
             yes.clone()
         } else {
@@ -433,7 +448,11 @@ pub fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
 }
 
 /// `json_query`: the first node at `path` of the JSON document `doc`.
-fn json_query(doc: &[u8], path: &serde_json_path::JsonPath, int: bool) -> Option<Sample<'static>> {
+pub(super) fn json_query(
+    doc: &[u8],
+    path: &serde_json_path::JsonPath,
+    int: bool,
+) -> Option<Sample<'static>> {
     use serde_json::Value;
     // The range of integers a double holds exactly, beyond which HAProxy gives nothing.
     const EXACT: i64 = (1 << 53) - 1;
