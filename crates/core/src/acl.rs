@@ -245,6 +245,7 @@ fn method(name: &str) -> Option<Match> {
         "dir" => Match::Dir,
         "dom" => Match::Dom,
         "len" => Match::Len,
+        "bin" => Match::Bin,
         _ => return None,
     })
 }
@@ -282,7 +283,7 @@ pub(crate) fn parse_acl(args: &[String], first_index: usize) -> Result<Acl, KwEr
                         KwError::bad(
                             idx + 1,
                             m,
-                            "unknown match method (found, bool, int, ip, str, beg, end, sub, reg, dir, dom, len)",
+                            "unknown match method (found, bool, int, ip, str, beg, end, sub, reg, dir, dom, len, bin)",
                         )
                     })?);
                     i += 1;
@@ -396,6 +397,15 @@ fn patterns(how: Match, icase: bool, words: &[(usize, String)]) -> Result<Vec<Pa
                         KwError::bad(idx, w, format!("invalid regular expression: {e}"))
                     })?;
                 out.push(Pattern::Regex(Regex(re)));
+            }
+            Match::Bin => {
+                let bytes = (0..w.len())
+                    .step_by(2)
+                    .map(|i| w.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+                    .collect::<Option<Vec<u8>>>()
+                    .filter(|_| w.len() % 2 == 0)
+                    .ok_or_else(|| KwError::bad(idx, w, "expects hexadecimal bytes"))?;
+                out.push(Pattern::Text(bytes));
             }
             _ => out.push(Pattern::Text(w.as_bytes().to_vec())),
         }

@@ -155,3 +155,32 @@ fn content_rules_refuse_what_is_not_tls_before_any_server_sees_it() {
     });
     assert_eq!(*seen.lock().unwrap(), vec![hello]);
 }
+
+/// `req.payload_lv(OFFSET1,LENGTH[,OFFSET2])`: a length-prefixed block of the payload routes
+/// the connection once it arrived whole (the size field's bytes first, then the block).
+#[test]
+fn length_prefixed_blocks_route_connections() {
+    let (abc, seen_abc) = recorder();
+    let (bcd, seen_bcd) = recorder();
+    let (other, seen_other) = recorder();
+    let p = Sluice::start(&format!(
+        "{TCP_DEFAULTS}frontend f\n    {{fe}}\n    tcp-request inspect-delay 10s\n    tcp-request content accept if {{ req.payload_lv(1,2) -m found }}\n    use_backend abc if {{ req.payload_lv(1,2) -m bin 616263 }}\n    use_backend bcd if {{ req.payload_lv(1,2,+1) -m bin 62636400 }}\n    default_backend other\nbackend abc\n    server s {abc}\nbackend bcd\n    server s {bcd}\nbackend other\n    server s {other}\n"
+    ));
+    let send = |bytes: &[u8]| {
+        let mut s = TcpStream::connect(p.addr()).unwrap();
+        s.set_nodelay(true).unwrap();
+        // In two pieces: the block's end arrives after the size.
+        s.write_all(&bytes[..4]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        s.write_all(&bytes[4..]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
+    };
+    send(b"\x07\x00\x03abcZZ");
+    wait_until("abc routed", || seen_abc.lock().unwrap().len() == 1);
+    send(b"\x07\x00\x04Xbcd\x00Z");
+    wait_until("bcd routed", || seen_bcd.lock().unwrap().len() == 1);
+    send(b"\x07\x00\x02xyZZ");
+    wait_until("others routed", || seen_other.lock().unwrap().len() == 1);
+    assert_eq!(seen_abc.lock().unwrap()[0], b"\x07\x00\x03abcZZ");
+}

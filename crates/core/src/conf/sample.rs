@@ -64,6 +64,14 @@ pub enum Fetch {
     ReqLen,
     /// `req.payload(OFFSET,LENGTH)`: bytes of a TCP-mode client's payload.
     ReqPayload(usize, usize),
+    /// `req.payload_lv(OFFSET1,LENGTH[,OFFSET2])`: a block whose size is the big-endian
+    /// number of LENGTH bytes at OFFSET1, starting at OFFSET2 (absolute, or relative to
+    /// the end of the size with a sign) or right after the size.
+    ReqPayloadLv {
+        size_at: usize,
+        size_len: usize,
+        start: Option<(bool, i64)>,
+    },
     /// `req.ssl_hello_type`, `req.ssl_ver`, `req.ssl_sni`, `req.ssl_alpn`,
     /// `req.ssl_ec_ext`, `req.ssl_st_ext`: a TLS ClientHello in a TCP-mode payload.
     ReqSslHelloType,
@@ -396,6 +404,8 @@ pub enum Match {
     Dom,
     /// The length, compared as an integer.
     Len,
+    /// The exact bytes, written in hexadecimal (`-m bin`).
+    Bin,
 }
 
 /// A map file loaded at start: `KEY VALUE` lines, first match wins.

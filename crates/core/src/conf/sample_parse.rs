@@ -272,6 +272,31 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             };
             Fetch::ReqPayload(at(0)?, at(1)?)
         }
+        "req.payload_lv" | "payload_lv" => {
+            arity(c, 2, 3)?;
+            let bad = || ParseError(format!("'{}' expects OFFSET1,LENGTH[,OFFSET2]", c.name));
+            let size_at = c.args[0].trim().parse::<usize>().map_err(|_| bad())?;
+            let size_len = c.args[1]
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=4).contains(n));
+            let size_len = size_len.ok_or_else(|| {
+                ParseError(format!("'{}': the length field is 1 to 4 bytes", c.name))
+            })?;
+            let start = match c.args.get(2).map(|a| a.trim()) {
+                None => None,
+                Some(o) => {
+                    let relative = o.starts_with(['+', '-']);
+                    Some((relative, o.parse::<i64>().map_err(|_| bad())?))
+                }
+            };
+            Fetch::ReqPayloadLv {
+                size_at,
+                size_len,
+                start,
+            }
+        }
         "req.ssl_hello_type" | "req_ssl_hello_type" => none(Fetch::ReqSslHelloType)?,
         "req.ssl_ver" | "req_ssl_ver" => none(Fetch::ReqSslVer)?,
         "req.ssl_sni" | "req_ssl_sni" => none(Fetch::ReqSslSni)?,

@@ -232,6 +232,7 @@ pub fn text_match(how: Match, s: &[u8], p: &[u8], icase: bool) -> bool {
     };
     match how {
         Match::Str => eq(s, p),
+        Match::Bin => s == p,
         Match::Beg => s.len() >= p.len() && eq(&s[..p.len()], p),
         Match::End => s.len() >= p.len() && eq(&s[s.len() - p.len()..], p),
         Match::Sub => p.is_empty() || s.windows(p.len()).any(|w| eq(w, p)),

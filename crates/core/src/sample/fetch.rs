@@ -26,7 +26,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
             ..
         } => Kind::Bool,
         Table { .. } => Kind::Int,
-        ReqBody | ReqPayload(..) => Kind::Bin,
+        ReqBody | ReqPayload(..) | ReqPayloadLv { .. } => Kind::Bin,
         ReqSslEcExt => Kind::Bool,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(..) | ReqCookCnt(_) | ResCookCnt(_)
@@ -165,6 +165,14 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             None => cx.body.map_or(0, |b| b.len()),
         } as i64)),
         Fetch::ReqPayload(at, len) => cx.payload?.slice(*at, *len).map(Sample::str),
+        Fetch::ReqPayloadLv {
+            size_at,
+            size_len,
+            start,
+        } => cx
+            .payload?
+            .length_value(*size_at, *size_len, *start)
+            .map(|b| Sample::Bin(std::borrow::Cow::Borrowed(b))),
         Fetch::ReqSslHelloType => cx.payload?.hello_type().map(|t| Sample::Int(t.into())),
         Fetch::ReqSslVer => cx.payload?.hello().map(|h| Sample::Int(h.version.into())),
         Fetch::ReqSslSni => cx.payload?.hello()?.sni.map(Sample::str),

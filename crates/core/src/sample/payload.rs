@@ -64,6 +64,31 @@ impl<'a> Payload<'a> {
         Some(s)
     }
 
+    /// `req.payload_lv`: the block whose size is the big-endian number of `size_len` bytes at
+    /// `size_at`, starting after that size or at `start` (absolute, or with `relative`
+    /// counted from the end of the size).
+    pub fn length_value(
+        &self,
+        size_at: usize,
+        size_len: usize,
+        start: Option<(bool, i64)>,
+    ) -> Option<&'a [u8]> {
+        let size_bytes = self.slice(size_at, size_len)?;
+        let size = size_bytes
+            .iter()
+            .fold(0usize, |n, &b| (n << 8) | usize::from(b));
+        let after = size_at + size_len;
+        let begin = match start {
+            None => after,
+            Some((false, at)) => usize::try_from(at).ok()?,
+            Some((true, delta)) => usize::try_from(after as i64 + delta).ok()?,
+        };
+        if size == 0 {
+            return None;
+        }
+        self.slice(begin, size)
+    }
+
     /// The ClientHello at the start of the payload, when it is one and arrived whole.
     pub fn hello(&self) -> Option<Hello<'a>> {
         match parse_hello(self.bytes) {
