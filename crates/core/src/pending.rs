@@ -111,7 +111,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "http-send-name-header" => Scope::PROXY,
     "log-format-sd" => Scope::PROXY,
     "max-keep-alive-queue" => Scope::PROXY,
-    "option accept-invalid-http-request" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,
     "option checkcache" => Scope::PROXY,
     "option contstats" => Scope::PROXY,

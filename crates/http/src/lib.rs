@@ -24,7 +24,9 @@ pub use chunked::{push_chunk, push_chunk_header, ChunkError, ChunkedDecoder, Chu
 pub use errors::{error_page, raw_error_page, reason};
 pub use head::{push_header, trim_ows, Fields, Framing, Header, Version};
 pub use locate::error_position;
-pub use request::{parse_request, path_start, split_target, HeadError, RequestHead};
+pub use request::{
+    parse_request, parse_request_relaxed, path_start, split_target, HeadError, RequestHead,
+};
 pub use response::{parse_response, ResponseHead};
 pub use view::{RequestView, ResponseView};
 

@@ -93,6 +93,15 @@ pub(crate) fn is_hop_by_hop(name: &[u8], nominated: &[Vec<u8>]) -> bool {
 
 /// Parses the request head at the start of `buf`. `Ok(None)` means more bytes are needed.
 pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+    parse_request_relaxed(buf, false)
+}
+
+/// [`parse_request`], relaxed (`relaxed`, HAProxy's `option accept-invalid-http-request`)
+/// in exactly three places where sluice is stricter than HAProxy: a request with both
+/// `Content-Length` and `Transfer-Encoding` is read as chunked (its length ignored, as
+/// HAProxy drops it), an HTTP/1.1 request may omit `Host`, and an absolute-form target may
+/// carry userinfo (`http://user@host/`, compared with `Host` without it).
+pub fn parse_request_relaxed(buf: &[u8], relaxed: bool) -> Result<Option<RequestHead>, HeadError> {
     // Left uninitialized: the parser writes the fields it finds, and a typical head has
     // a handful of the 101 slots (3 kB not cleared per request).
     let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
@@ -114,7 +123,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     } else {
         Version::Http11
     };
-    let path = check_target(method, target)?;
+    let path = check_target(method, target, relaxed)?;
 
     let mut headers = Fields::with_capacity(req.headers.len());
     let mut conn = ConnInfo::default();
@@ -167,8 +176,10 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
         (false, _) if version == Version::Http10 => {
             return reject(400, "Transfer-Encoding in an HTTP/1.0 request")
         }
-        (false, Some(_)) => return reject(400, "both Content-Length and Transfer-Encoding"),
-        (false, None) => match transfer_encoding(&te_values) {
+        (false, Some(_)) if !relaxed => {
+            return reject(400, "both Content-Length and Transfer-Encoding")
+        }
+        (false, _) => match transfer_encoding(&te_values) {
             TeVerdict::Chunked => Framing::Chunked,
             TeVerdict::Malformed => return reject(400, "malformed Transfer-Encoding"),
             TeVerdict::Unsupported => return reject(501, "unsupported transfer coding"),
@@ -182,10 +193,10 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     {
         return reject(413, "body on an HTTP/1.0 GET, HEAD or DELETE");
     }
-    if version == Version::Http11 && host.is_none() {
+    if version == Version::Http11 && host.is_none() && !relaxed {
         return reject(400, "HTTP/1.1 request without Host");
     }
-    if let Some(authority) = absolute_authority(target) {
+    if let Some(authority) = absolute_authority(target, relaxed) {
         if host.is_some_and(|h| !h.eq_ignore_ascii_case(authority)) {
             return reject(400, "absolute-form authority differs from Host");
         }
@@ -233,7 +244,7 @@ fn version_status(buf: &[u8]) -> u16 {
 
 /// Checks the request-target form against the method; returns the path part's range
 /// relative to the target.
-fn check_target(method: &[u8], target: &[u8]) -> Result<Range<usize>, HeadError> {
+fn check_target(method: &[u8], target: &[u8], relaxed: bool) -> Result<Range<usize>, HeadError> {
     if target
         .iter()
         .any(|&b| !(0x21..=0x7e).contains(&b) || b == b'#')
@@ -255,7 +266,7 @@ fn check_target(method: &[u8], target: &[u8]) -> Result<Range<usize>, HeadError>
             _ => reject(400, "CONNECT target is not host:port"),
         },
         _ => {
-            let Some(authority) = absolute_authority(target) else {
+            let Some(authority) = absolute_authority(target, relaxed) else {
                 return reject(400, "invalid request target form");
             };
             let start = authority.as_ptr() as usize - target.as_ptr() as usize + authority.len();
@@ -268,8 +279,9 @@ fn check_target(method: &[u8], target: &[u8]) -> Result<Range<usize>, HeadError>
     }
 }
 
-/// The authority of an absolute-form target (`http://host:port/path`).
-fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
+/// The authority of an absolute-form target (`http://host:port/path`); with `userinfo`, one
+/// written `user@host` is accepted and its host part returned.
+fn absolute_authority(target: &[u8], userinfo: bool) -> Option<&[u8]> {
     let rest = target
         .strip_prefix(b"http://")
         .or_else(|| target.strip_prefix(b"https://"))?;
@@ -277,7 +289,12 @@ fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
         .iter()
         .position(|&b| b == b'/' || b == b'?')
         .unwrap_or(rest.len());
-    let authority = &rest[..end];
+    let mut authority = &rest[..end];
+    if userinfo {
+        if let Some(at) = authority.iter().rposition(|&b| b == b'@') {
+            authority = &authority[at + 1..];
+        }
+    }
     (!authority.is_empty() && host_ok(authority)).then_some(authority)
 }
 

@@ -337,3 +337,54 @@ fn truncated_responses_are_never_completed() {
     c.send(b"GET /chunked HTTP/1.1\r\nHost: a\r\n\r\n");
     assert!(c.response_for(false).is_none(), "no synthesised last chunk");
 }
+
+/// `option accept-invalid-http-request` relaxes exactly the three places where sluice is
+/// stricter than HAProxy: both framing fields (read as chunked, the length ignored), an
+/// HTTP/1.1 request without Host, userinfo in an absolute URI. Everything else stays
+/// refused.
+#[test]
+fn accept_invalid_http_request_relaxes_three_strictnesses_only() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    {{fe}}\n    option accept-invalid-http-request\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let strict = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let both = b"POST /both HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    let no_host = b"GET /nohost HTTP/1.1\r\n\r\n";
+    let userinfo = b"GET http://user@a/ui HTTP/1.1\r\nHost: a\r\n\r\n";
+    for raw in [&both[..], no_host, userinfo] {
+        let (r, _) = raw_exchange(strict.addr(), raw);
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(400),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+        // Answered, the connection kept (no waiting for a close that does not come).
+        let mut c = Conn::new(p.addr());
+        c.send(raw);
+        let r = c.response_for(false);
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(200),
+            "{}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    let got = origin.requests();
+    let both = got.iter().find(|r| r.target == "/both").expect("forwarded");
+    assert_eq!(both.body, b"hello");
+    assert_eq!(both.header("content-length"), None, "{both:?}");
+    assert!(got.iter().any(|r| r.target == "/nohost"));
+    assert!(got.iter().any(|r| r.target.ends_with("/ui")));
+    // Still refused with the option: a request smuggling attempt of another kind.
+    let (r, _) = raw_exchange(
+        p.addr(),
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+    );
+    assert_eq!(r.map(|r| r.status), Some(400));
+}

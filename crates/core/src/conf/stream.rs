@@ -82,6 +82,10 @@ pub struct StreamConf {
     pub close_mode: CloseMode,
     /// `option http-buffer-request`: rules wait for the request body (`req.body`).
     pub buffer_request: bool,
+    /// `option accept-invalid-http-request`: the three HTTP/1 strictnesses of sluice's
+    /// that HAProxy does not have are relaxed to HAProxy's behaviour (docs/h1-strictness.md:
+    /// A1, D1, userinfo in D3).
+    pub accept_invalid_request: bool,
     /// `timeout tarpit`: how long `tarpit` holds a request (default: `timeout connect`).
     pub timeout_tarpit: Option<Duration>,
     /// TCP keepalive towards clients (frontends) and servers (backends).

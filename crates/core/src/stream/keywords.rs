@@ -126,6 +126,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| if on { c.stream.close_mode = CloseMode::KeepAlive };
     "option http-buffer-request", Scope::PROXY, "wait for the request body before the rules run (req.body)",
         |c: &mut ProxyConf, on| c.stream.buffer_request = on;
+    "option accept-invalid-http-request", Scope::FE, "accept the requests HAProxy accepts and sluice refuses: both Content-Length and Transfer-Encoding (read as chunked), HTTP/1.1 without Host, userinfo in an absolute URI",
+        |c: &mut ProxyConf, on| c.stream.accept_invalid_request = on;
 ];
 
 fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {

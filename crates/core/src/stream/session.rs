@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use sluice_http::{error_page, parse_request, HeadError, RequestHead, RequestView};
+use sluice_http::{error_page, parse_request_relaxed, HeadError, RequestHead, RequestView};
 
 use super::connect::ServerConn;
 use super::deadline::within;
@@ -161,9 +161,10 @@ impl Session {
         let gone = |e| Fail::drop(Cause::ClientClosed(e), Phase::Request);
         // A head must leave `tune.maxrewrite` of the buffer free, complete or not.
         let room = w.config().global.head_room();
+        let relaxed = w.config().frontends[self.fe].stream.accept_invalid_request;
         loop {
             if !self.cbuf.is_empty() {
-                match parse_request(self.cbuf.bytes()) {
+                match parse_request_relaxed(self.cbuf.bytes(), relaxed) {
                     Ok(Some(h)) if h.len <= room => {
                         lg.head_done = Some(clock::now());
                         return Ok(h);
