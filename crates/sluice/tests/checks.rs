@@ -1631,6 +1631,41 @@ fn send_state_tells_the_server_its_state_as_haproxy_words_it() {
     }
 }
 
+/// During a `slowstart` ramp the state header says how far it went (`; throttle=N%`, whole
+/// seconds of the ramp's, at least 1%), as HAProxy's does.
+#[test]
+fn send_state_reports_the_slowstart_throttle() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check send-state\n    server s {} check inter 100ms slowstart 60s\n",
+        sock.display(),
+        origin.addr
+    ));
+    let states = || -> Vec<String> {
+        origin
+            .requests()
+            .iter()
+            .filter_map(|r| r.header("x-haproxy-server-state").map(str::to_string))
+            .collect()
+    };
+    wait_until("a first check", || !states().is_empty());
+    assert!(
+        !states().iter().any(|s| s.contains("throttle")),
+        "{:?}",
+        states()
+    );
+    // Back from maintenance: the weight ramps up over 60 s.
+    Sluice::cli(&sock, "set server be/s state maint");
+    Sluice::cli(&sock, "set server be/s state ready");
+    wait_until("a check during the ramp", || {
+        states()
+            .iter()
+            .any(|s| s.ends_with("; qcur=0; throttle=1%"))
+    });
+}
+
 /// A server that sends `hello\r\n` to each connection, then closes it (`closing`) or keeps
 /// it open without a word more.
 fn banner_server(closing: bool) -> SocketAddr {

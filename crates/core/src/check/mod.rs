@@ -357,11 +357,17 @@ fn server_state_header(w: &Worker, backend: usize, server: usize) -> String {
             }
         }
     };
-    let addr = st.addr();
+    // A unix socket server has no address: HAProxy writes `unix` and no port.
+    let (address, port) = match srv.unix {
+        Some(_) => ("unix".to_string(), String::new()),
+        None => (st.addr().ip().to_string(), st.addr().port().to_string()),
+    };
+    let throttle = st
+        .ramp_percent()
+        .map(|n| format!("; throttle={n}%"))
+        .unwrap_or_default();
     format!(
-        "{state}; address={}; port={}; name={}/{}; node={}; weight={}/{}; scur={}/{}; qcur={}",
-        addr.ip(),
-        addr.port(),
+        "{state}; address={address}; port={port}; name={}/{}; node={}; weight={}/{}; scur={}/{}; qcur={}{throttle}",
         be.name,
         srv.name,
         crate::conf::hostname(),

@@ -259,6 +259,18 @@ impl ServerState {
         ((u64::from(w) * elapsed / total) as u32).max(1)
     }
 
+    /// How far a `slowstart` ramp has gone, in whole percent of the ramp's time (at least
+    /// 1), as HAProxy reports it (`throttle=N%`); `None` outside a ramp.
+    pub fn ramp_percent(&self) -> Option<u64> {
+        let from = self.ramp_from.load(Ordering::Relaxed);
+        let ss = self.slowstart.filter(|_| from != 0 && self.usable())?;
+        let elapsed = clock_ns().saturating_sub(from);
+        let total = (ss.as_nanos() as u64).max(1);
+        // HAProxy counts whole seconds on both sides.
+        let (elapsed_s, total_s) = (elapsed / 1_000_000_000, total.div_ceil(1_000_000_000));
+        (elapsed < total).then(|| (100 * elapsed_s / total_s).max(1))
+    }
+
     /// Whether a request would be served now rather than queued.
     pub fn has_room(&self) -> bool {
         self.queue
