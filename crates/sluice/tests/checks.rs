@@ -682,7 +682,10 @@ fn tcp_check_rules_and_protocol_probes() {
         if read_line(c).starts_with("EHLO check.example") {
             let _ = c.write_all(b"250 mail.example\r\n");
         }
-        read_line(c);
+        // HAProxy's smtpchk ends with QUIT and wants its 2xx.
+        if read_line(c).starts_with("QUIT") {
+            let _ = c.write_all(b"221 2.0.0 Bye\r\n");
+        }
     });
     let smtp_bad = scripted(|c| {
         let _ = c.write_all(b"554 go away\r\n");
@@ -1719,6 +1722,60 @@ fn http_check_header_expectations_match_haproxys() {
         );
     });
     check_reports_match("http-check-hdr", &[("{SERVER}", server.to_string())]);
+}
+
+/// `option smtpchk` as HAProxy 2.6.12 runs it: any reply code, a 2xx banner, the greeting
+/// and its 2xx (multi-line accepted), QUIT and its 2xx, reporting the last reply's code and
+/// text; a refusing banner fails at once, a refused greeting waits for a 2xx until the
+/// timeout (recorded as above).
+#[test]
+fn smtp_checks_match_haproxys() {
+    /// An SMTP server greeting with `banner` and answering HELO/EHLO with `helo`, QUIT with
+    /// 221; it keeps the connection until the client closes.
+    fn smtp(banner: &'static [u8], helo: &'static [u8]) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { continue };
+                std::thread::spawn(move || {
+                    let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+                    let _ = c.write_all(banner);
+                    loop {
+                        let line = read_line(&mut c);
+                        let upper = line.to_ascii_uppercase();
+                        if upper.starts_with("HELO") || upper.starts_with("EHLO") {
+                            let _ = c.write_all(helo);
+                        } else if upper.starts_with("QUIT") {
+                            let _ = c.write_all(b"221 2.0.0 Bye\r\n");
+                            return;
+                        } else if line.is_empty() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+    let servers = [
+        (
+            "{OK}",
+            smtp(b"220 mail.example ESMTP\r\n", b"250 mail.example\r\n"),
+        ),
+        (
+            "{BANNER554}",
+            smtp(b"554 no service here\r\n", b"250 ok\r\n"),
+        ),
+        ("{EHLO550}", smtp(b"220 hi\r\n", b"550 go away\r\n")),
+        (
+            "{MULTILINE}",
+            smtp(b"220 hi\r\n", b"250-first\r\n250 second\r\n"),
+        ),
+        ("{GARBAGE}", smtp(b"garbage\r\n", b"250 ok\r\n")),
+    ];
+    let subs: Vec<(&str, String)> = servers.iter().map(|(k, a)| (*k, a.to_string())).collect();
+    check_reports_match("smtpchk", &subs);
 }
 
 /// Runs `testdata/haproxy-2.6/NAME.cfg` (its placeholders replaced) until every backend

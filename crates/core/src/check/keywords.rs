@@ -290,7 +290,7 @@ fn send_args<'a>(
 /// `tcp-check expect`: its options, in any order, then `[!] KIND VALUE`.
 fn expect_rule(a: &[String]) -> Result<TcpRule, KwError> {
     let mut opts = ExpectOpts::default();
-    let (mut min_recv, mut neg, mut pattern) = (0, false, None);
+    let (mut min_recv, mut neg, mut pattern) = (None, false, None);
     let mut i = 0;
     while i < a.len() {
         let word = a[i].as_str();
@@ -311,9 +311,10 @@ fn expect_rule(a: &[String]) -> Result<TcpRule, KwError> {
         match word {
             "min-recv" => {
                 let v = value()?;
-                min_recv = v
-                    .parse()
-                    .map_err(|_| KwError::bad(i + 2, v, "expects a byte count"))?;
+                min_recv = Some(
+                    v.parse()
+                        .map_err(|_| KwError::bad(i + 2, v, "expects a byte count"))?,
+                );
             }
             "comment" => opts.comment = Some(value()?.clone()),
             "ok-status" => opts.ok_status = Some(status(&["L7OK", "L7OKC", "L6OK", "L4OK"])?),

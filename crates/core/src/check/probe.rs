@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, ExpectOpts,
-    HeaderMatch, Pattern, TcpRule,
+    HeaderMatch, Pattern, Re, Report, TcpRule,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
@@ -649,11 +649,23 @@ impl RuleRun<'_> {
                         Pattern::Regex(re) => re.0.is_match(b),
                         Pattern::RegexHex(re) => re.0.is_match(hex_of(b).as_bytes()),
                     };
+                    // Bytes needed before judging: the pattern's, and `min-recv`'s.
+                    let need = match pattern {
+                        Pattern::Contains(p) | Pattern::ContainsBinary(p) | Pattern::Prefix(p) => {
+                            p.len()
+                        }
+                        Pattern::Regex(_) | Pattern::RegexHex(_) => 0,
+                    }
+                    .max(min_recv.unwrap_or(0))
+                    .max(1);
                     let mut closed = false;
                     loop {
-                        // A match decides at once (a pass, or a negated rule's failure).
-                        if buf.len() >= (*min_recv).max(1) && matched(&buf) {
-                            break;
+                        if buf.len() >= need || closed {
+                            // A match decides at once (a pass, or a negated rule's
+                            // failure); so does a mismatch under `min-recv`, as HAProxy.
+                            if matched(&buf) || min_recv.is_some() {
+                                break;
+                            }
                         }
                         if closed || buf.len() >= MAX_READ {
                             break;
@@ -683,12 +695,12 @@ impl RuleRun<'_> {
                         return empty_response(&step, opts);
                     }
                     if matched(&buf) == *neg {
-                        return self.mismatch(&step, *neg, pattern, opts);
+                        return self.mismatch(&step, (*neg, pattern, opts), &buf);
                     }
                 }
             }
         }
-        self.passed(rules)
+        self.passed(rules, &buf)
     }
 
     /// An `expect` that failed on what arrived: its `on-error` text or HAProxy's, then its
@@ -696,9 +708,8 @@ impl RuleRun<'_> {
     fn mismatch(
         &self,
         step: &Step<'_>,
-        neg: bool,
-        pattern: &Pattern,
-        opts: &ExpectOpts,
+        (neg, pattern, opts): (bool, &Pattern, &ExpectOpts),
+        got: &[u8],
     ) -> Outcome {
         let status = opts.error_status.unwrap_or("L7RSP");
         let mut info = match &opts.on_error {
@@ -707,6 +718,7 @@ impl RuleRun<'_> {
                 text.render(self.vars, &mut s);
                 s
             }
+            None if opts.error_report.is_some() => report(opts.error_report, got),
             None if self.generic => {
                 let verdict = if neg {
                     "TCPCHK matched unwanted content"
@@ -729,7 +741,7 @@ impl RuleRun<'_> {
             info.push_str(&format!(" comment: {c}"));
         }
         let mut o = Outcome::fail(status, reason_of(status), Some(info));
-        o.code = with_code(status, opts.status_code);
+        o.code = with_code(status, reply_code(opts, got));
         o
     }
 
@@ -750,14 +762,22 @@ impl RuleRun<'_> {
 
     /// Every rule passed: as HAProxy judges by the last one (an `expect`: its `ok-status`,
     /// `on-success` and `status-code`; a `connect`: layer 4, or 6 over TLS).
-    fn passed(&self, rules: &[TcpRule]) -> Outcome {
-        if !self.generic {
-            return Outcome::pass("L7OK", "Layer7 check passed");
-        }
+    fn passed(&self, rules: &[TcpRule], got: &[u8]) -> Outcome {
         let last = rules
             .iter()
             .rev()
             .find(|r| !matches!(r, TcpRule::Comment(_)));
+        if !self.generic {
+            let mut o = Outcome::pass("L7OK", "Layer7 check passed");
+            // A probe that reports from the reply (`option smtpchk`): its code and text.
+            if let Some(TcpRule::Expect { opts, .. }) = last {
+                if opts.success_report.is_some() {
+                    o.info = Some(report(opts.success_report, got));
+                    o.code = with_code("L7OK", reply_code(opts, got));
+                }
+            }
+            return o;
+        }
         let (status, info, code) = match last {
             Some(TcpRule::Expect { opts, .. }) => {
                 let info = match &opts.on_success {
@@ -856,6 +876,27 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
     out
 }
 
+/// What a probe reports of a reply (see [`Report`]).
+fn report(what: Option<Report>, got: &[u8]) -> String {
+    let from = match what {
+        Some(Report::Text) => got.get(4..).unwrap_or_default().trim_ascii_start(),
+        _ => got,
+    };
+    let line = from
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
+    String::from_utf8_lossy(line).into_owned()
+}
+
+/// The code an expect reports: its `status-code`, or the reply's first three digits.
+fn reply_code(opts: &ExpectOpts, got: &[u8]) -> Option<i64> {
+    if !opts.code_from_reply {
+        return opts.status_code;
+    }
+    std::str::from_utf8(got.get(..3)?).ok()?.parse().ok()
+}
+
 /// A connection that ended with nothing received where an `expect` waited.
 fn empty_response(step: &Step<'_>, opts: &ExpectOpts) -> Outcome {
     let status = opts.error_status.unwrap_or("L7RSP");
@@ -918,7 +959,7 @@ pub fn redis_rules() -> Vec<TcpRule> {
         TcpRule::Expect {
             neg: false,
             pattern: Pattern::Prefix(b"+PONG".to_vec()),
-            min_recv: 0,
+            min_recv: None,
             opts: ExpectOpts::default(),
         },
     ]
@@ -927,17 +968,38 @@ pub fn redis_rules() -> Vec<TcpRule> {
 /// The rules of `option smtpchk [HELO|EHLO DOMAIN]`: a 2xx banner, the greeting, a 2xx
 /// answer.
 pub fn smtp_rules(verb: &str, domain: &str) -> Vec<TcpRule> {
-    let two_xx = || TcpRule::Expect {
+    // HAProxy 2.6's rule set: any reply code, then a 2xx banner, the greeting and its 2xx
+    // (multi-line answers accepted), then QUIT and its 2xx, the last reply's code and text
+    // reported.
+    let expect = |re: &str, min_recv, error_status, error_report, success: bool| TcpRule::Expect {
         neg: false,
-        pattern: Pattern::Prefix(b"2".to_vec()),
-        min_recv: 3,
-        opts: ExpectOpts::default(),
+        pattern: Pattern::Regex(Re(regex::bytes::Regex::new(re).expect("a valid pattern"))),
+        min_recv,
+        opts: ExpectOpts {
+            error_status: Some(error_status),
+            error_report: Some(error_report),
+            success_report: success.then_some(Report::Text),
+            code_from_reply: error_report == Report::Text,
+            ..ExpectOpts::default()
+        },
     };
     vec![
-        two_xx(),
+        TcpRule::Connect(ConnectRule {
+            linger: true,
+            ..ConnectRule::default()
+        }),
+        expect("^[0-9]{3}[ \\r]", Some(4), "L7RSP", Report::Line, false),
+        expect("^2[0-9]{2}[ \\r]", Some(4), "L7STS", Report::Text, false),
         TcpRule::Send(format!("{verb} {domain}\r\n").into_bytes(), None),
-        two_xx(),
+        expect(
+            "^(2[0-9]{2}-[^\\r]*\\r\\n)*2[0-9]{2}[ \\r]",
+            None,
+            "L7STS",
+            Report::Text,
+            true,
+        ),
         TcpRule::Send(b"QUIT\r\n".to_vec(), None),
+        expect("^2[0-9]{2}[- \\r]", Some(4), "L7STS", Report::Text, true),
     ]
 }
 
@@ -957,7 +1019,7 @@ pub fn pgsql_rules(user: &str) -> Vec<TcpRule> {
         TcpRule::Expect {
             neg: false,
             pattern: Pattern::Prefix(b"R".to_vec()),
-            min_recv: 1,
+            min_recv: Some(1),
             opts: ExpectOpts::default(),
         },
     ]

@@ -328,7 +328,9 @@ pub enum TcpRule {
     Expect {
         neg: bool,
         pattern: Pattern,
-        min_recv: usize,
+        /// `min-recv N`: decide once N bytes arrived (a mismatch then fails at once);
+        /// without it, a mismatch waits for more until the end or the timeout, as HAProxy.
+        min_recv: Option<usize>,
         opts: ExpectOpts,
     },
     /// Names the steps that follow in failure reports (those of the next kind of step, as
@@ -351,6 +353,21 @@ pub struct ExpectOpts {
     pub on_error: Option<CheckText>,
     /// `status-code EXPR`: the check's code (an integer).
     pub status_code: Option<i64>,
+    /// A protocol probe's report taken from the reply itself (HAProxy's built-in rule sets
+    /// write it with `res.payload` expressions): on failure, on success, and whether the
+    /// code is the reply's first three digits.
+    pub error_report: Option<Report>,
+    pub success_report: Option<Report>,
+    pub code_from_reply: bool,
+}
+
+/// What of a reply a probe reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// Its first line (`res.payload(0,0),cut_crlf`).
+    Line,
+    /// Its first line after the three-digit code (`res.payload(4,0),ltrim(' '),cut_crlf`).
+    Text,
 }
 
 /// Where and how a check connects (`tcp-check connect`, `http-check connect`): the check's
