@@ -61,7 +61,6 @@ fn errors_name_file_line_and_keyword() {
         ("frontend f\n    bind :1\n    default_backend b\nbackend b\n    server s1 127.0.0.1:80 track nope/s9\n", "c.cfg:4: backend 'b': server 's1' tracks 'nope/s9', which does not exist"),
         ("backend b\n    server s1 127.0.0.1:80 check rise 0\n", "c.cfg:2: 'server' in 'backend' section: argument 5 '0': expects a positive integer"),
         ("backend b\n    tcp-check expect string-lf %[src]\n", "c.cfg:2: 'tcp-check expect' in 'backend' section: tcp-check expect string-lf: not supported yet"),
-        ("backend b\n    http-check expect hdr name x\n", "c.cfg:2: 'http-check expect' in 'backend' section: http-check expect hdr: not supported yet"),
         ("backend b\n    http-check expect rstatus ^(2\n", "c.cfg:2: 'http-check expect' in 'backend' section: argument 2 '^(2': invalid regular expression"),
         ("frontend f\n    bind :1\n    server s 1.2.3.4:5\n", "c.cfg:3: 'server' is not allowed in 'frontend' section"),
         ("frontend f\n    bind :1\n    use_backend nope\n", "c.cfg:3: backend 'nope' not found"),

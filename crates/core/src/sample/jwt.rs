@@ -133,7 +133,7 @@ pub(super) fn query<'a>(
     let json = part(token, payload)?;
     match path {
         None => Some(Sample::Str(std::borrow::Cow::Owned(json))),
-        Some(p) => super::conv::json_query(&json, p, int),
+        Some(p) => super::json::query(&json, p, int),
     }
 }
 

@@ -14,6 +14,7 @@ mod context;
 mod conv;
 mod fetch;
 pub mod hash;
+mod json;
 mod jwt;
 pub mod payload;
 mod table;
