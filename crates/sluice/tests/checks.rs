@@ -737,7 +737,7 @@ fn tcp_check_rules_and_protocol_probes() {
     for bad in ["redis_bad", "smtp_bad", "rules_bad"] {
         assert_eq!(by[bad].0, "DOWN", "{bad}: {:?}", by[bad]);
     }
-    assert_eq!(by["redis_bad"].1, "L7RSP");
+    assert_eq!(by["redis_bad"].1, "L7STS");
     assert!(
         by["rules_bad"]
             .2
@@ -1776,6 +1776,53 @@ fn smtp_checks_match_haproxys() {
     ];
     let subs: Vec<(&str, String)> = servers.iter().map(|(k, a)| (*k, a.to_string())).collect();
     check_reports_match("smtpchk", &subs);
+}
+
+/// `option redis-check` and `option pgsql-check` judge and report as HAProxy 2.6.12 does:
+/// `+PONG` or the reply's first line, a PostgreSQL error's severity, an authentication
+/// request or success of the kinds HAProxy accepts, "PostgreSQL unknown error" otherwise
+/// (recorded as above).
+#[test]
+fn redis_and_pgsql_checks_match_haproxys() {
+    /// A server answering the first bytes it reads with `reply`, then closing (`closing`) or
+    /// keeping the connection until the client leaves.
+    fn replying(reply: &'static [u8], closing: bool) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { continue };
+                std::thread::spawn(move || {
+                    let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+                    let _ = c.read(&mut [0u8; 4096]);
+                    let _ = c.write_all(reply);
+                    if closing {
+                        let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+                    }
+                    while let Ok(1..) = c.read(&mut [0u8; 64]) {}
+                });
+            }
+        });
+        addr
+    }
+    const PG_ERROR: &[u8] =
+        b"E\x00\x00\x00\x2fSFATAL\x00C28000\x00Mno pg_hba.conf entry for host\x00\x00";
+    let servers = [
+        replying(b"+PONG\r\n", false),
+        replying(b"-NOAUTH Authentication required.\r\n", true),
+        replying(b"-NOAUTH Authentication required.\r\n", false),
+        replying(b"R\x00\x00\x00\x08\x00\x00\x00\x00", false),
+        replying(PG_ERROR, true),
+        replying(b"XYZW0000000000", true),
+        replying(b"R\x00\x00\x00\x0c\x00\x00\x00\x05salt", false),
+    ];
+    let keys = ["{S1}", "{S2}", "{S3}", "{S4}", "{S5}", "{S6}", "{S7}"];
+    let subs: Vec<(&str, String)> = keys
+        .iter()
+        .zip(&servers)
+        .map(|(k, a)| (*k, a.to_string()))
+        .collect();
+    check_reports_match("probes", &subs);
 }
 
 /// Runs `testdata/haproxy-2.6/NAME.cfg` (its placeholders replaced) until every backend

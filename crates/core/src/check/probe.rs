@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::conf::check::{
-    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckVars, ConnectRule, Expect, ExpectOpts,
-    HeaderMatch, Pattern, Re, Report, TcpRule,
+    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectRule, Expect,
+    ExpectOpts, HeaderMatch, Pattern, Re, Report, TcpRule,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
@@ -771,8 +771,16 @@ impl RuleRun<'_> {
             let mut o = Outcome::pass("L7OK", "Layer7 check passed");
             // A probe that reports from the reply (`option smtpchk`): its code and text.
             if let Some(TcpRule::Expect { opts, .. }) = last {
-                if opts.success_report.is_some() {
-                    o.info = Some(report(opts.success_report, got));
+                let info = match &opts.on_success {
+                    Some(text) => {
+                        let mut s = String::new();
+                        text.render(self.vars, &mut s);
+                        Some(s)
+                    }
+                    None => opts.success_report.map(|r| report(Some(r), got)),
+                };
+                if info.is_some() {
+                    o.info = info;
                     o.code = with_code("L7OK", reply_code(opts, got));
                 }
             }
@@ -878,15 +886,22 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
 
 /// What a probe reports of a reply (see [`Report`]).
 fn report(what: Option<Report>, got: &[u8]) -> String {
-    let from = match what {
-        Some(Report::Text) => got.get(4..).unwrap_or_default().trim_ascii_start(),
-        _ => got,
+    let text = match what {
+        Some(Report::From(n)) => {
+            let rest = got.get(n..).unwrap_or_default();
+            rest.split(|&b| b == 0).next().unwrap_or_default()
+        }
+        Some(Report::Text) => first_line(got.get(4..).unwrap_or_default().trim_ascii_start()),
+        _ => first_line(got),
     };
-    let line = from
-        .split(|&b| b == b'\r' || b == b'\n')
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// Up to the first CR or LF (`cut_crlf`).
+fn first_line(b: &[u8]) -> &[u8] {
+    b.split(|&c| c == b'\r' || c == b'\n')
         .next()
-        .unwrap_or_default();
-    String::from_utf8_lossy(line).into_owned()
+        .unwrap_or_default()
 }
 
 /// The code an expect reports: its `status-code`, or the reply's first three digits.
@@ -954,13 +969,19 @@ fn with_code(status: &str, code: Option<i64>) -> Option<u16> {
 
 /// The rules of `option redis-check`: PING, expect +PONG.
 pub fn redis_rules() -> Vec<TcpRule> {
+    // HAProxy 2.6's rule set: PING, `+PONG`, the reply's first line reported on failure.
     vec![
         TcpRule::Send(b"*1\r\n$4\r\nPING\r\n".to_vec(), None),
         TcpRule::Expect {
             neg: false,
-            pattern: Pattern::Prefix(b"+PONG".to_vec()),
+            pattern: Pattern::Contains(b"+PONG\r\n".to_vec()),
             min_recv: None,
-            opts: ExpectOpts::default(),
+            opts: ExpectOpts {
+                error_status: Some("L7STS"),
+                error_report: Some(Report::Line),
+                on_success: Some(CheckText::literal("Redis server is ok")),
+                ..ExpectOpts::default()
+            },
         },
     ]
 }
@@ -1014,13 +1035,35 @@ pub fn pgsql_rules(user: &str) -> Vec<TcpRule> {
     let mut msg = len.to_be_bytes().to_vec();
     msg.extend_from_slice(&196_608u32.to_be_bytes());
     msg.extend_from_slice(&params);
+    // HAProxy 2.6's rule set: no error message (`E`, whose severity is reported), then an
+    // authentication request or success (`R`, of the lengths and kinds it accepts).
+    let regex = |re: &str| Re(regex::bytes::Regex::new(re).expect("a valid pattern"));
     vec![
+        TcpRule::Connect(ConnectRule {
+            linger: true,
+            ..ConnectRule::default()
+        }),
         TcpRule::Send(msg, None),
         TcpRule::Expect {
+            neg: true,
+            pattern: Pattern::Regex(regex("^E")),
+            min_recv: Some(5),
+            opts: ExpectOpts {
+                error_status: Some("L7RSP"),
+                error_report: Some(Report::From(6)),
+                ..ExpectOpts::default()
+            },
+        },
+        TcpRule::Expect {
             neg: false,
-            pattern: Pattern::Prefix(b"R".to_vec()),
-            min_recv: Some(1),
-            opts: ExpectOpts::default(),
+            pattern: Pattern::RegexHex(regex("^52000000(08|0A|0C)000000(00|02|03|04|05|06)")),
+            min_recv: Some(9),
+            opts: ExpectOpts {
+                error_status: Some("L7STS"),
+                on_success: Some(CheckText::literal("PostgreSQL server is ok")),
+                on_error: Some(CheckText::literal("PostgreSQL unknown error")),
+                ..ExpectOpts::default()
+            },
         },
     ]
 }

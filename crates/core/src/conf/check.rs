@@ -368,6 +368,9 @@ pub enum Report {
     Line,
     /// Its first line after the three-digit code (`res.payload(4,0),ltrim(' '),cut_crlf`).
     Text,
+    /// What follows its first N bytes, up to a NUL (`res.payload(N,0)`, which a report,
+    /// being C text, ends at the first NUL).
+    From(usize),
 }
 
 /// Where and how a check connects (`tcp-check connect`, `http-check connect`): the check's
