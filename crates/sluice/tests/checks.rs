@@ -1778,51 +1778,65 @@ fn smtp_checks_match_haproxys() {
     check_reports_match("smtpchk", &subs);
 }
 
-/// `option redis-check` and `option pgsql-check` judge and report as HAProxy 2.6.12 does:
-/// `+PONG` or the reply's first line, a PostgreSQL error's severity, an authentication
-/// request or success of the kinds HAProxy accepts, "PostgreSQL unknown error" otherwise
-/// (recorded as above).
+/// The protocol probes judge and report as HAProxy 2.6.12 does: `redis-check` (`+PONG` or
+/// the reply's first line), `pgsql-check` (an error's severity, the authentication requests
+/// HAProxy accepts, "PostgreSQL unknown error"), `mysql-check` (with and without a user, an
+/// error packet's code and text, the server's version), `ldap-check` (result codes, long
+/// lengths, what is not LDAP, a truncated answer); recorded as above.
 #[test]
-fn redis_and_pgsql_checks_match_haproxys() {
-    /// A server answering the first bytes it reads with `reply`, then closing (`closing`) or
-    /// keeping the connection until the client leaves.
-    fn replying(reply: &'static [u8], closing: bool) -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for c in l.incoming() {
-                let Ok(mut c) = c else { continue };
-                std::thread::spawn(move || {
-                    let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
-                    let _ = c.read(&mut [0u8; 4096]);
-                    let _ = c.write_all(reply);
-                    if closing {
-                        let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
-                    }
-                    while let Ok(1..) = c.read(&mut [0u8; 64]) {}
-                });
-            }
-        });
-        addr
-    }
-    const PG_ERROR: &[u8] =
-        b"E\x00\x00\x00\x2fSFATAL\x00C28000\x00Mno pg_hba.conf entry for host\x00\x00";
+fn protocol_probes_match_haproxys() {
     let servers = [
-        replying(b"+PONG\r\n", false),
-        replying(b"-NOAUTH Authentication required.\r\n", true),
-        replying(b"-NOAUTH Authentication required.\r\n", false),
-        replying(b"R\x00\x00\x00\x08\x00\x00\x00\x00", false),
-        replying(PG_ERROR, true),
-        replying(b"XYZW0000000000", true),
-        replying(b"R\x00\x00\x00\x0c\x00\x00\x00\x05salt", false),
+        probe_server(b"", Some(b"+PONG\x0d\x0a"), false),
+        probe_server(b"", Some(b"-NOAUTH Authentication required.\x0d\x0a"), true),
+        probe_server(b"", Some(b"-NOAUTH Authentication required.\x0d\x0a"), false),
+        probe_server(b"", Some(b"R\x00\x00\x00\x08\x00\x00\x00\x00"), false),
+        probe_server(b"", Some(b"E\x00\x00\x002SFATAL\x00C28000\x00Mno pg_hba.conf entry for host\x00\x00"), true),
+        probe_server(b"", Some(b"XYZW0000000000"), true),
+        probe_server(b"", Some(b"R\x00\x00\x00\x0c\x00\x00\x00\x05salt"), false),
+        probe_server(b"O\x00\x00\x00\x0a8.0.36-test\x00\x07\x00\x00\x00abcdefgh\x00\xff\xf7!\x02\x00\xff\x81\x15\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00ijklmnopqrst\x00mysql_native_password\x00", None, false),
+        probe_server(b"(\x00\x00\x00\xffj\x04#HY000Host '127.0.0.1' is not allowed", None, true),
+        probe_server(b"O\x00\x00\x00\x0a8.0.36-test\x00\x07\x00\x00\x00abcdefgh\x00\xff\xf7!\x02\x00\xff\x81\x15\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00ijklmnopqrst\x00mysql_native_password\x00", Some(b"\x07\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00"), false),
+        probe_server(b"O\x00\x00\x00\x0a8.0.36-test\x00\x07\x00\x00\x00abcdefgh\x00\xff\xf7!\x02\x00\xff\x81\x15\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00ijklmnopqrst\x00mysql_native_password\x00", Some(b")\x00\x00\x02\xff\x15\x04#28000Access denied for user 'haproxy'"), true),
+        probe_server(b"\x05\x00\x00", None, true),
+        probe_server(b"", Some(b"0\x0c\x02\x01\x01a\x07\x0a\x01\x00\x04\x00\x04\x00"), false),
+        probe_server(b"", Some(b"0\x0c\x02\x01\x01a\x07\x0a\x011\x04\x00\x04\x00"), false),
+        probe_server(b"", Some(b"HTTP/1.1 400 Bad Request\x0d\x0a\x0d\x0a"), true),
+        probe_server(b"", Some(b"0\x0c\x02\x01\x01a\x07\x0a"), true),
+        probe_server(b"", Some(b"0\x84\x00\x00\x00\x0c\x02\x01\x01a\x84\x00\x00\x00\x07\x0a\x01\x00\x04\x00\x04\x00"), false),
     ];
-    let keys = ["{S1}", "{S2}", "{S3}", "{S4}", "{S5}", "{S6}", "{S7}"];
+    let keys: Vec<String> = (1..=servers.len()).map(|i| format!("{{S{i}}}")).collect();
     let subs: Vec<(&str, String)> = keys
         .iter()
         .zip(&servers)
-        .map(|(k, a)| (*k, a.to_string()))
+        .map(|(k, a)| (k.as_str(), a.to_string()))
         .collect();
     check_reports_match("probes", &subs);
+}
+
+/// A server that sends `first` when a connection opens, answers the first bytes it reads
+/// with `reply` (if any), then closes (`closing`) or keeps the connection until the client
+/// leaves.
+fn probe_server(first: &'static [u8], reply: Option<&'static [u8]>, closing: bool) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+                let _ = c.write_all(first);
+                if let Some(reply) = reply {
+                    let _ = c.read(&mut [0u8; 4096]);
+                    let _ = c.write_all(reply);
+                }
+                if closing {
+                    let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+                }
+                while let Ok(1..) = c.read(&mut [0u8; 64]) {}
+            });
+        }
+    });
+    addr
 }
 
 /// Runs `testdata/haproxy-2.6/NAME.cfg` (its placeholders replaced) until every backend

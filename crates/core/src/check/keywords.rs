@@ -692,15 +692,24 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "option mysql-check",
         scope: Scope::BE,
-        help: "option mysql-check [user USER [post-41]]: check servers with a MySQL handshake",
+        help: "option mysql-check [user USER [post-41|pre-41]]: check servers with a MySQL handshake",
         parse: |c, a| {
-            let user = match a {
-                [] => None,
-                [k, u] if k == "user" => Some(u.clone()),
-                [k, u, p] if k == "user" && p == "post-41" => Some(u.clone()),
+            let (user, pre41) = match a {
+                [] => (None, false),
+                [k, u] if k == "user" => (Some(u.clone()), false),
+                [k, u, p] if k == "user" && (p == "post-41" || p == "pre-41") => {
+                    (Some(u.clone()), p == "pre-41")
+                }
+                [k, _, p] if k == "user" => {
+                    return Err(KwError::bad(
+                        3,
+                        p,
+                        "only supports 'post-41' and 'pre-41'",
+                    ))
+                }
                 [k, ..] => return Err(KwError::bad(1, k, "expects user USER")),
             };
-            c.check.kind = CheckKind::Mysql { user };
+            c.check.kind = CheckKind::Mysql { user, pre41 };
             Ok(())
         },
     },

@@ -90,7 +90,9 @@ pub async fn probe(
         kind => match open(at, connect_limit, &[], tls).await {
             Ok(mut conn) => {
                 let o = match kind {
-                    CheckKind::Mysql { user } => mysql(&mut conn, user.as_deref(), limit).await,
+                    CheckKind::Mysql { user, pre41 } => {
+                        mysql(&mut conn, user.as_deref(), *pre41, limit).await
+                    }
                     CheckKind::Ldap => ldap(&mut conn, limit).await,
                     _ => Outcome::pass("L4OK", "Layer4 check passed"),
                 };
@@ -1079,65 +1081,100 @@ async fn read_at_least(conn: &Conn, buf: &mut Vec<u8>, n: usize) -> io::Result<(
 }
 
 /// Reads one MySQL packet (3-byte little-endian length, sequence number, payload).
-async fn mysql_packet(conn: &Conn, buf: &mut Vec<u8>) -> io::Result<Vec<u8>> {
-    read_at_least(conn, buf, 4).await?;
-    let len = usize::from(buf[0]) | usize::from(buf[1]) << 8 | usize::from(buf[2]) << 16;
-    read_at_least(conn, buf, 4 + len).await?;
-    let payload = buf[4..4 + len].to_vec();
-    buf.drain(..4 + len);
-    Ok(payload)
-}
-
-/// `option mysql-check [user U]`: the server's greeting must be a protocol-10 handshake
-/// (not an error packet); with a user, a login without password must be accepted.
-async fn mysql(conn: &mut Conn, user: Option<&str>, limit: Duration) -> Outcome {
+/// `option mysql-check [user U [post-41|pre-41]]`, as HAProxy 2.6's rule set: with a user,
+/// the login (then `COM_QUIT`) leaves as soon as the connection opens; the greeting must be
+/// a whole packet that is not an error packet, and with a user the packet after it too. A
+/// pass reports the server's version; an error packet its code and the rest of it
+/// (`#SQLSTATE` and message); a truncated answer fails without a word.
+async fn mysql(conn: &mut Conn, user: Option<&str>, pre41: bool, limit: Duration) -> Outcome {
     let exchange = async {
-        let mut buf = Vec::new();
-        let greeting = mysql_packet(conn, &mut buf).await?;
-        match greeting.first() {
-            Some(0xff) => return Ok(Err(mysql_error(&greeting))),
-            Some(10) => {}
-            _ => return Ok(Err("not a MySQL greeting".to_string())),
+        if let Some(user) = user {
+            conn.write_all(&mysql_login(user, pre41)).await?;
         }
-        let Some(user) = user else {
-            return Ok(Ok(()));
-        };
-        // Handshake response 4.1: capabilities (long password, 4.1 protocol, secure
-        // connection), max packet, charset, 23 zero bytes, user, empty auth data.
-        let mut p = Vec::new();
-        p.extend_from_slice(&0x0000_8205u32.to_le_bytes());
-        p.extend_from_slice(&(1u32 << 24).to_le_bytes());
-        p.push(33);
-        p.extend_from_slice(&[0; 23]);
-        p.extend_from_slice(user.as_bytes());
-        p.push(0);
-        p.push(0);
-        let mut pkt = (p.len() as u32).to_le_bytes()[..3].to_vec();
-        pkt.push(1);
-        pkt.extend_from_slice(&p);
-        conn.write_all(&pkt).await?;
-        let answer = mysql_packet(conn, &mut buf).await?;
-        Ok(match answer.first() {
-            Some(0x00) => Ok(()),
-            Some(0xff) => Err(mysql_error(&answer)),
-            _ => Err("unexpected answer to the login".to_string()),
-        })
+        let mut buf = Vec::new();
+        let greeting = mysql_packet(conn, &mut buf, 0).await?;
+        if user.is_some() {
+            mysql_packet(conn, &mut buf, greeting).await?;
+        }
+        Ok::<_, io::Error>(buf)
     };
     match tokio::time::timeout(limit, exchange).await {
         Err(_) => Outcome::fail("L7TOUT", "Layer7 timeout", None),
-        Ok(Err(e)) => Outcome::invalid(&e),
-        Ok(Ok(Err(why))) => Outcome::fail("L7STS", "Layer7 wrong status", Some(why)),
-        Ok(Ok(Ok(()))) => Outcome::pass("L7OK", "Layer7 check passed"),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
+            // An error packet: its code, and its text from the SQL state on.
+            let (code, text) = match e.into_inner().and_then(|b| b.downcast::<MysqlError>().ok()) {
+                Some(m) => (m.0, m.1),
+                None => (0, String::new()),
+            };
+            let mut o = Outcome::fail("L7STS", "Layer7 wrong status", Some(text));
+            o.code = Some(code);
+            o
+        }
+        // Truncated or cut: HAProxy's L7RSP, with nothing to say.
+        Ok(Err(_)) => Outcome::fail("L7RSP", "Layer7 invalid response", None),
+        Ok(Ok(buf)) => {
+            let version = buf.get(5..).unwrap_or_default();
+            let version = version.split(|&b| b == 0).next().unwrap_or_default();
+            let mut o = Outcome::pass("L7OK", "Layer7 check passed");
+            o.code = Some(0);
+            o.info = Some(String::from_utf8_lossy(version).into_owned());
+            o
+        }
     }
 }
 
-/// The message of a MySQL error packet (0xff, code, `#` and SQL state, message).
-fn mysql_error(p: &[u8]) -> String {
-    let msg = p.get(9..).unwrap_or_default();
-    String::from_utf8_lossy(msg).into_owned()
+/// A MySQL error packet: its code and its text.
+#[derive(Debug)]
+struct MysqlError(u16, String);
+
+impl std::fmt::Display for MysqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MySQL error {}: {}", self.0, self.1)
+    }
 }
 
-/// `option ldap-check`: an anonymous LDAPv3 simple bind must succeed (result code 0).
+impl std::error::Error for MysqlError {}
+
+/// Reads the packet at `at` of `buf` (reading more as needed) and returns where the next
+/// one starts; an error packet is an `InvalidData` error carrying a [`MysqlError`].
+async fn mysql_packet(conn: &Conn, buf: &mut Vec<u8>, at: usize) -> io::Result<usize> {
+    read_at_least(conn, buf, at + 4).await?;
+    let len = usize::from(buf[at]) | usize::from(buf[at + 1]) << 8 | usize::from(buf[at + 2]) << 16;
+    read_at_least(conn, buf, at + 4 + len).await?;
+    if buf.get(at + 4) == Some(&0xff) {
+        let code = u16::from_le_bytes([buf[at + 5], buf[at + 6]]);
+        let text = String::from_utf8_lossy(buf.get(at + 7..).unwrap_or_default()).into_owned();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            MysqlError(code, text),
+        ));
+    }
+    Ok(at + 4 + len)
+}
+
+/// HAProxy's login packet (4.1 or older) for `user`, without password, then `COM_QUIT`.
+fn mysql_login(user: &str, pre41: bool) -> Vec<u8> {
+    let mut body = Vec::new();
+    if pre41 {
+        body.extend_from_slice(&[0x00, 0x80, 0x00, 0x00, 0x01]);
+    } else {
+        body.extend_from_slice(&[0x00, 0x82, 0x00, 0x00, 0x00, 0x80, 0x00, 0x01, 0x21]);
+        body.extend_from_slice(&[0; 23]);
+    }
+    body.extend_from_slice(user.as_bytes());
+    body.extend_from_slice(&[0x00, 0x00]);
+    let mut pkt = (body.len() as u32).to_le_bytes()[..3].to_vec();
+    pkt.push(1);
+    pkt.extend_from_slice(&body);
+    // COM_QUIT, sequence 0.
+    pkt.extend_from_slice(&[0x01, 0x00, 0x00, 0x00, 0x01]);
+    pkt
+}
+
+/// `option ldap-check`, as HAProxy 2.6: an anonymous LDAPv3 simple bind; the answer must
+/// start with a SEQUENCE (at least 14 bytes), be a bind response to message 1, and carry
+/// result code 0 ("Success"); another code is `L7STS` with that code, anything else "Not
+/// LDAPv3 protocol".
 async fn ldap(conn: &mut Conn, limit: Duration) -> Outcome {
     // BindRequest, message id 1: version 3, empty name, empty simple password.
     const BIND: &[u8] = &[
@@ -1146,46 +1183,96 @@ async fn ldap(conn: &mut Conn, limit: Duration) -> Outcome {
     let exchange = async {
         conn.write_all(BIND).await?;
         let mut buf = Vec::new();
-        read_at_least(conn, &mut buf, 2).await?;
-        // A short-form length is enough for a bind response without referrals.
-        let total = 2 + usize::from(buf[1] & 0x7f);
-        read_at_least(conn, &mut buf, total).await?;
-        Ok::<_, io::Error>(buf)
+        loop {
+            match ldap_bind_result(&buf) {
+                LdapAnswer::Short => {}
+                decided => return Ok::<_, io::Error>(decided),
+            }
+            if read_more(conn, &mut buf).await? == 0 || buf.len() >= MAX_READ {
+                // Cut short: a SEQUENCE that never ended says nothing more.
+                return Ok(match buf.first() {
+                    Some(0x30) => LdapAnswer::Short,
+                    _ => LdapAnswer::NotLdap,
+                });
+            }
+        }
     };
-    let rsp = match tokio::time::timeout(limit, exchange).await {
-        Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
-        Ok(Err(e)) => return Outcome::invalid(&e),
-        Ok(Ok(r)) => r,
-    };
-    match ldap_bind_result(&rsp) {
-        Some(0) => Outcome::pass("L7OK", "Layer7 check passed"),
-        Some(code) => Outcome::fail(
-            "L7STS",
-            "Layer7 wrong status",
-            Some(format!("LDAP result code {code}")),
-        ),
-        None => Outcome::fail(
+    let not_ldap = || {
+        Outcome::fail(
             "L7RSP",
             "Layer7 invalid response",
-            Some("not an LDAP bind response".into()),
-        ),
+            Some("Not LDAPv3 protocol".into()),
+        )
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Err(_) => Outcome::fail("L7TOUT", "Layer7 timeout", None),
+        Ok(Err(_)) | Ok(Ok(LdapAnswer::NotLdap)) => not_ldap(),
+        Ok(Ok(LdapAnswer::Short)) => Outcome::fail("L7RSP", "Layer7 invalid response", None),
+        Ok(Ok(LdapAnswer::Code(0))) => {
+            let mut o = Outcome::pass("L7OK", "Layer7 check passed");
+            o.code = Some(0);
+            o.info = Some("Success".into());
+            o
+        }
+        Ok(Ok(LdapAnswer::Code(code))) => {
+            let mut o = Outcome::fail(
+                "L7STS",
+                "Layer7 wrong status",
+                Some("See RFC: http://tools.ietf.org/html/rfc4511#section-4.1.9".into()),
+            );
+            o.code = Some(u16::from(code));
+            o
+        }
     }
 }
 
-/// The result code of a BindResponse: SEQUENCE { messageID, [APPLICATION 1] { ENUMERATED
-/// resultCode, ... } }.
-fn ldap_bind_result(b: &[u8]) -> Option<u8> {
-    if b.first() != Some(&0x30) {
-        return None;
+/// What an LDAP bind answer says so far.
+#[derive(Debug, PartialEq, Eq)]
+enum LdapAnswer {
+    /// More bytes are needed.
+    Short,
+    NotLdap,
+    /// Its result code.
+    Code(u8),
+}
+
+/// Reads a bind response as HAProxy does: a SEQUENCE of at least 14 bytes (its length in
+/// short form, or long form on 2 or 4 bytes), message id 1, a bindResponse, an ENUMERATED
+/// result code.
+fn ldap_bind_result(b: &[u8]) -> LdapAnswer {
+    if b.len() < 14 {
+        return LdapAnswer::Short;
     }
-    // messageID: INTEGER with a short length.
-    let id_len = usize::from(*b.get(3)?);
-    let op = 4 + id_len;
-    if *b.get(op)? != 0x61 {
-        return None;
+    if b[0] != 0x30 {
+        return LdapAnswer::NotLdap;
     }
-    let code_at = op + 2;
-    (*b.get(code_at)? == 0x0a && *b.get(code_at + 1)? == 1).then(|| b.get(code_at + 2).copied())?
+    let (len, nbytes) = match b[1] {
+        l if l & 0x80 == 0 => (usize::from(l), 0),
+        0x82 => (usize::from(u16::from_be_bytes([b[2], b[3]])), 2),
+        0x84 => (u32::from_be_bytes([b[2], b[3], b[4], b[5]]) as usize, 4),
+        _ => return LdapAnswer::NotLdap,
+    };
+    if b.len() < 2 + nbytes + len {
+        return LdapAnswer::Short;
+    }
+    let mut at = 2 + nbytes;
+    if b.get(at..at + 4) != Some(&[0x02, 0x01, 0x01, 0x61][..]) {
+        return LdapAnswer::NotLdap;
+    }
+    at += 4;
+    // The bindResponse's own length.
+    at += 1 + b.get(at).map_or(0, |&l| {
+        if l & 0x80 != 0 {
+            usize::from(l & 0x7f)
+        } else {
+            0
+        }
+    });
+    if b.get(at..at + 2) != Some(&[0x0a, 0x01][..]) {
+        return LdapAnswer::NotLdap;
+    }
+    b.get(at + 2)
+        .map_or(LdapAnswer::NotLdap, |&c| LdapAnswer::Code(c))
 }
 
 #[cfg(test)]
@@ -1217,14 +1304,15 @@ mod tests {
             ldap_bind_result(&[
                 0x30, 0x0c, 0x02, 0x01, 0x01, 0x61, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00
             ]),
-            Some(0)
+            LdapAnswer::Code(0)
         );
         assert_eq!(
             ldap_bind_result(&[
                 0x30, 0x0c, 0x02, 0x01, 0x01, 0x61, 0x07, 0x0a, 0x01, 0x31, 0x04, 0x00, 0x04, 0x00
             ]),
-            Some(0x31)
+            LdapAnswer::Code(0x31)
         );
-        assert_eq!(ldap_bind_result(b"HTTP/1.1 200 OK"), None);
+        assert_eq!(ldap_bind_result(b"HTTP/1.1 200 OK"), LdapAnswer::NotLdap);
+        assert_eq!(ldap_bind_result(&[0x30, 0x0c]), LdapAnswer::Short);
     }
 }

@@ -401,7 +401,11 @@ pub enum CheckKind {
     Probe(Vec<TcpRule>),
     /// `option mysql-check [user U]`: the server's greeting, then a login when a user is
     /// given.
-    Mysql { user: Option<String> },
+    Mysql {
+        user: Option<String>,
+        /// `pre-41`: the login of MySQL servers older than 4.1.
+        pre41: bool,
+    },
     /// `option ldap-check`: an anonymous bind.
     Ldap,
 }
