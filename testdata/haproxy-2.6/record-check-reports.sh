@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Records HAProxy 2.6's health-check reports for crates/sluice/tests/checks.rs
 # (tcp_check_reports_match_haproxys, http_check_header_expectations_match_haproxys,
-# smtp_checks_match_haproxys, protocol_probes_match_haproxys) into
+# http_check_comments_and_reports_match_haproxys, smtp_checks_match_haproxys,
+# protocol_probes_match_haproxys) into
 # testdata/haproxy-2.6/*-reports.txt (installs Debian's haproxy package when it is missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1724,6 +1724,26 @@ fn http_check_header_expectations_match_haproxys() {
     check_reports_match("http-check-hdr", &[("{SERVER}", server.to_string())]);
 }
 
+/// `http-check comment` and `comment` on `expect`/`send` name the rules as HAProxy attaches
+/// them (`... comment: TEXT` after a failure's info); a body mismatch reports "HTTP content
+/// check did not match"; a failed connect says why, without steps (recorded as above).
+#[test]
+fn http_check_comments_and_reports_match_haproxys() {
+    let server = scripted(|c| {
+        read_head(c);
+        let _ =
+            c.write_all(b"HTTP/1.1 200 Fine\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    });
+    let refused = free_port();
+    check_reports_match(
+        "http-check-comments",
+        &[
+            ("{SERVER}", server.to_string()),
+            ("{REFUSED}", refused.to_string()),
+        ],
+    );
+}
+
 /// `option smtpchk` as HAProxy 2.6.12 runs it: any reply code, a 2xx banner, the greeting
 /// and its 2xx (multi-line accepted), QUIT and its 2xx, reporting the last reply's code and
 /// text; a refusing banner fails at once, a refused greeting waits for a 2xx until the

@@ -214,6 +214,22 @@ fn count(v: &str) -> Result<u32, String> {
 }
 
 /// Parses the options of `tcp-check connect` and `http-check connect`.
+/// The `http-check comment` that names a rule of `kind` (`send`, `expect`): it names the
+/// rules of the first kind after it, as HAProxy attaches comments.
+fn attach_comment(
+    check: &mut crate::conf::check::BackendCheck,
+    kind: &'static str,
+) -> Option<String> {
+    let (text, first_kind) = check.pending_comment.take()?;
+    match first_kind {
+        Some(k) if k != kind => None,
+        _ => {
+            check.pending_comment = Some((text.clone(), Some(kind)));
+            Some(text)
+        }
+    }
+}
+
 /// `hdr|fhdr name [-m METH] NAME [value [-m METH] VALUE]` of `http-check expect`.
 fn header_expect(full: bool, a: &[String]) -> Result<Expect, KwError> {
     let kind = if full { "fhdr" } else { "hdr" };
@@ -549,16 +565,31 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                         r.headers.push((value(1)?, text(2)?));
                         i += 1;
                     }
+                    // Names this step only; an HTTP check reports nothing of its send.
+                    "comment" => {
+                        value(1)?;
+                    }
                     other => {
                         return Err(KwError::bad(
                             i + 1,
                             other,
-                            "expects meth, uri, uri-lf, ver, hdr, body or body-lf",
+                            "expects meth, uri, uri-lf, ver, hdr, body, body-lf or comment",
                         ))
                     }
                 }
                 i += 2;
             }
+            attach_comment(&mut c.check, "send");
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "http-check comment",
+        scope: Scope::BE,
+        help: "http-check comment TEXT: names the following rules in failure reports",
+        parse: |c, a| {
+            let text = one_arg(a, "a comment")?;
+            c.check.pending_comment = Some((text.to_string(), None));
             Ok(())
         },
     },
@@ -734,6 +765,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help:
             "http-check expect [!] status CODES | rstatus RE | string TEXT | rstring RE | hdr|fhdr name [-m M] NAME [value [-m M] VALUE]: what an HTTP check requires",
         parse: |c, a| {
+            // `comment TEXT` may come first or last.
+            let (own_comment, a) = match a {
+                [kw, text, rest @ ..] if kw == "comment" => (Some(text.clone()), rest),
+                [rest @ .., kw, text] if kw == "comment" => (Some(text.clone()), rest),
+                _ => (None, a),
+            };
             let (neg, rest) = match a.first().map(String::as_str) {
                 Some("!") => (true, &a[1..]),
                 _ => (false, a),
@@ -770,6 +807,8 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 [] => return Err(KwError::Missing("status CODE or string TEXT")),
             };
             c.check.expect = Some((neg, expect));
+            let pending = attach_comment(&mut c.check, "expect");
+            c.check.expect_comment = own_comment.or(pending);
             Ok(())
         },
     },

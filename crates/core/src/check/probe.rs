@@ -453,7 +453,20 @@ async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
             has_header(&rsp, name, value.as_ref(), *full) != *neg
         }
     };
-    let info = (!phrase.is_empty()).then(|| phrase.to_string());
+    // A body expectation's failure says so; a status one gives the reason phrase.
+    let info = match &check.expect {
+        Some((neg, Expect::String(_) | Expect::RString(_))) => Some(if *neg {
+            "HTTP check matched unwanted content".to_string()
+        } else {
+            "HTTP content check did not match".to_string()
+        }),
+        _ => (!phrase.is_empty()).then(|| phrase.to_string()),
+    };
+    let info = match (&check.expect_comment, info) {
+        (Some(c), Some(i)) => Some(format!("{i} comment: {c}")),
+        (Some(c), None) => Some(format!(" comment: {c}")),
+        (None, i) => i,
+    };
     let mut o = if code == 404 && check.disable_on_404 {
         // Up, but asking for no new traffic (HAProxy's L7OKC).
         let mut o = Outcome::pass("L7OKC", "Layer7 check conditionally passed");
@@ -469,7 +482,8 @@ async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
     } else {
         Outcome::fail("L7STS", "Layer7 wrong status", None)
     };
-    o.code = Some(code);
+    // As HAProxy: only the statuses with data show the code.
+    o.code = matches!(o.status, "L7OK" | "L7OKC" | "L7STS").then_some(code);
     // As HAProxy: the reason phrase explains a failure; a success says nothing more.
     if !o.passed {
         o.info = info;

@@ -419,6 +419,12 @@ pub struct BackendCheck {
     pub http_connect: ConnectRule,
     /// `http-check expect [!] status|string VALUE`; without it, 2xx and 3xx pass.
     pub expect: Option<(bool, Expect)>,
+    /// The comment naming the expect in failure reports (its own `comment`, or an
+    /// `http-check comment` line before it, as HAProxy attaches them).
+    pub expect_comment: Option<String>,
+    /// An `http-check comment` not yet attached, and the kind of the last rule after it
+    /// (`send`, `expect`): a comment names the rules of the next kind only.
+    pub pending_comment: Option<(String, Option<&'static str>)>,
     /// `http-check disable-on-404`: a server that is up and answers 404 stops taking new
     /// traffic (NOLB) without being marked down.
     pub disable_on_404: bool,
