@@ -848,6 +848,25 @@ backend be
     }
 }
 
+/// What HAProxy 2.6.12 answers in a backend's rules: 0 until a `set-timeout` rule sets
+/// the timeout, then the value set, in milliseconds.
+#[test]
+fn cur_server_and_tunnel_timeouts_follow_set_timeout_rules() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    default_backend be
+backend be
+    http-request set-timeout server 3s if {{ path /server }}
+    http-request set-timeout tunnel 11s if {{ path /tunnel }}
+    http-request return status 200 content-type text/plain lf-string \"%[cur_server_timeout] %[cur_tunnel_timeout]\"
+"
+    ));
+    for (path, want) in [("/", "0 0"), ("/server", "3000 0"), ("/tunnel", "0 11000")] {
+        assert_eq!(ask(&p, "GET", path, "Host: t\r\n").text(), want, "{path}");
+    }
+}
+
 #[test]
 fn http_response_return_replaces_the_servers_answer() {
     let origin = Origin::with_handler(

@@ -100,6 +100,10 @@ pub enum Fetch {
     /// `be_server_timeout`, `be_tunnel_timeout`: the backend's, in milliseconds.
     BeServerTimeout,
     BeTunnelTimeout,
+    /// `cur_server_timeout`, `cur_tunnel_timeout`: what a `set-timeout` rule set for this
+    /// transaction, in milliseconds (0 when none did, as HAProxy answers during the rules).
+    CurServerTimeout,
+    CurTunnelTimeout,
     /// `uuid([4])`: a random (version 4) UUID.
     Uuid,
     /// `base32`, `url32`: the 32-bit hash of Host and path (or the whole target), as

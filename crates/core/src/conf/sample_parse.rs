@@ -396,6 +396,8 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "fc_http_major" => none(Fetch::FcHttpMajor)?,
         "be_server_timeout" => none(Fetch::BeServerTimeout)?,
         "be_tunnel_timeout" => none(Fetch::BeTunnelTimeout)?,
+        "cur_server_timeout" => none(Fetch::CurServerTimeout)?,
+        "cur_tunnel_timeout" => none(Fetch::CurTunnelTimeout)?,
         "uuid" => {
             arity(c, 0, 1)?;
             if int(c, 0)?.is_some_and(|v| v != 4) {

@@ -481,6 +481,7 @@ fn set_proc_vars(process: &Process) {
         payload: None,
         arrival: None,
         first_request: false,
+        set_timeouts: (None, None),
     };
     for (name, value) in &process.config.global.proc_vars {
         let sample = match value {

@@ -54,6 +54,7 @@ impl<'a> Ctx<'a> {
             payload: None,
             arrival: Some(arrival),
             first_request: false,
+            set_timeouts: (None, None),
         }
     }
 
@@ -200,6 +201,8 @@ pub struct Ctx<'a> {
     /// The request is the first of its client connection (`http_first_req`): always so
     /// for an HTTP/2 stream, as in HAProxy, where each stream is a transaction of its own.
     pub first_request: bool,
+    /// What `set-timeout server` and `set-timeout tunnel` rules set so far.
+    pub set_timeouts: (Option<std::time::Duration>, Option<std::time::Duration>),
 }
 
 /// Where a client connection arrived: the worker thread serving it (from 0) and the

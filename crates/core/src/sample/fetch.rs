@@ -17,9 +17,9 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
         | Stopping | HttpFirstReq => Kind::Bool,
         Base32Src => Kind::Bin,
-        FcHttpMajor | BeServerTimeout | BeTunnelTimeout | Base32 | Url32 | ReqBodyLen
-        | ReqBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..)
-        | SrvSessRate(..) | Thread | SoId => Kind::Int,
+        FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout | CurTunnelTimeout
+        | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_) | FeSessRate(_)
+        | BeSessRate(_) | SrvConn(..) | SrvSessRate(..) | Thread | SoId => Kind::Int,
         SrvIsUp(..) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
@@ -306,6 +306,15 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::FcHttpMajor => {
             let two = cx.client.is_some_and(|c| c.is_stream());
             Some(Sample::Int(if two { 2 } else { 1 }))
+        }
+        Fetch::CurServerTimeout | Fetch::CurTunnelTimeout => {
+            let (server, tunnel) = cx.set_timeouts;
+            let t = if *f == Fetch::CurServerTimeout {
+                server
+            } else {
+                tunnel
+            };
+            Some(Sample::Int(t.map_or(0, |t| t.as_millis() as i64)))
         }
         Fetch::BeServerTimeout | Fetch::BeTunnelTimeout => {
             let be = &config.backends[cx.backend?];

@@ -1366,6 +1366,7 @@ fn apply_rules(
             view.last()
         };
         let mut cx = s.sample_ctx(&now, backend);
+        cx.set_timeouts = (edits.timeout_server, edits.timeout_tunnel);
         if !holds(&rule.cond, &cx) {
             continue;
         }
