@@ -1308,7 +1308,7 @@ mod tests {
     #[test]
     fn protocol_messages() {
         let pg = pgsql_rules("app");
-        let TcpRule::Send(msg, _) = &pg[0] else {
+        let TcpRule::Send(msg, _) = &pg[1] else {
             panic!()
         };
         assert_eq!(&msg[..4], &(msg.len() as u32).to_be_bytes());
