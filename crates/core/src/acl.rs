@@ -15,6 +15,7 @@
 use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::acl::*;
+use crate::conf::patterns::{Compile, Compiled, Entry, Family, PatternBook};
 use crate::conf::rules::RulesConf;
 use crate::conf::ProxyConf;
 use crate::sample::{self, parse_expr, Ctx, Expr, Kind, Match, Regex, Sample};
@@ -37,7 +38,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
                 "ACL names use letters, digits, '-', '_', '.', ':'",
             ));
         }
-        let acl = parse_acl(rest, 2)?;
+        let acl = parse_acl(rest, 2, &c.rules.book)?;
         c.rules.acls.push((name.clone(), acl));
         Ok(())
     },
@@ -56,42 +57,59 @@ impl Acl {
     }
 
     fn pattern_matches(&self, s: &Sample<'_>) -> bool {
-        match self.how {
-            Match::Int | Match::Len => {
-                let v = if self.how == Match::Len {
-                    Some(s.as_bytes().len() as i64)
-                } else {
-                    s.as_int()
-                };
-                v.is_some_and(|v| {
-                    self.patterns.iter().any(|p| match p {
-                        Pattern::Range(lo, hi) => {
-                            lo.is_none_or(|lo| v >= lo) && hi.is_none_or(|hi| v <= hi)
-                        }
-                        _ => false,
-                    })
-                })
-            }
-            Match::Ip => s.as_ip().is_some_and(|ip| {
-                self.patterns.iter().any(|p| match p {
-                    Pattern::Net(net, bits) => sample::in_net(ip, *net, *bits),
+        self.lists.iter().any(|u| {
+            let snapshot = u.list.load();
+            any_matches(self.how, self.icase, snapshot.acl(u.form), s)
+        })
+    }
+
+    /// The patterns it matches now (of every list it reads), for tests and the CLI.
+    pub fn current_patterns(&self) -> Vec<Pattern> {
+        let mut out = Vec::new();
+        for u in &self.lists {
+            out.extend(u.list.load().acl(u.form).iter().cloned());
+        }
+        out
+    }
+}
+
+/// Whether any of `patterns` matches the sample by `how`.
+fn any_matches(how: Match, icase: bool, patterns: &[Pattern], s: &Sample<'_>) -> bool {
+    match how {
+        Match::Int | Match::Len => {
+            let v = if how == Match::Len {
+                Some(s.as_bytes().len() as i64)
+            } else {
+                s.as_int()
+            };
+            v.is_some_and(|v| {
+                patterns.iter().any(|p| match p {
+                    Pattern::Range(lo, hi) => {
+                        lo.is_none_or(|lo| v >= lo) && hi.is_none_or(|hi| v <= hi)
+                    }
                     _ => false,
                 })
-            }),
-            Match::Reg => {
-                let text = s.as_bytes();
-                self.patterns.iter().any(|p| match p {
-                    Pattern::Regex(re) => re.0.is_match(&text),
-                    _ => false,
-                })
-            }
-            how => {
-                let text = s.as_bytes();
-                self.patterns.iter().any(|p| match p {
-                    Pattern::Text(t) => sample::text_match(how, &text, t, self.icase),
-                    _ => false,
-                })
-            }
+            })
+        }
+        Match::Ip => s.as_ip().is_some_and(|ip| {
+            patterns.iter().any(|p| match p {
+                Pattern::Net(net, bits) => sample::in_net(ip, *net, *bits),
+                _ => false,
+            })
+        }),
+        Match::Reg => {
+            let text = s.as_bytes();
+            patterns.iter().any(|p| match p {
+                Pattern::Regex(re) => re.0.is_match(&text),
+                _ => false,
+            })
+        }
+        how => {
+            let text = s.as_bytes();
+            patterns.iter().any(|p| match p {
+                Pattern::Text(t) => sample::text_match(how, &text, t, icase),
+                _ => false,
+            })
         }
     }
 }
@@ -214,8 +232,8 @@ const SUFFIXES: &[(&str, Match)] = &[
 ];
 
 /// Reads a criterion: an expression, or an ACL keyword with its method.
-fn criterion(text: &str) -> Result<(Expr, Option<Match>), String> {
-    let direct = parse_expr(text);
+fn criterion(text: &str, book: &PatternBook) -> Result<(Expr, Option<Match>), String> {
+    let direct = parse_expr(text, book);
     if let Ok(e) = direct {
         return Ok((e, None));
     }
@@ -223,7 +241,7 @@ fn criterion(text: &str) -> Result<(Expr, Option<Match>), String> {
     let (head, tail) = text.split_at(head_end);
     for (suffix, how) in SUFFIXES {
         if let Some(base) = head.strip_suffix(suffix) {
-            if let Ok(e) = parse_expr(&format!("{base}{tail}")) {
+            if let Ok(e) = parse_expr(&format!("{base}{tail}"), book) {
                 return Ok((e, Some(*how)));
             }
         }
@@ -252,16 +270,22 @@ fn method(name: &str) -> Option<Match> {
 
 /// Reads `CRITERION [FLAGS] [OPERATOR] [PATTERN...]`; `first_index` is the position of the
 /// criterion on the line, for error messages.
-pub(crate) fn parse_acl(args: &[String], first_index: usize) -> Result<Acl, KwError> {
+pub(crate) fn parse_acl(
+    args: &[String],
+    first_index: usize,
+    book: &PatternBook,
+) -> Result<Acl, KwError> {
     let Some(crit) = args.first() else {
         return Err(KwError::Missing(
             "a criterion (a sample fetch such as path, hdr(host), src, or an ACL keyword such as path_beg)",
         ));
     };
-    let (expr, implied) = criterion(crit).map_err(|e| KwError::bad(first_index, crit, e))?;
+    let (expr, implied) = criterion(crit, book).map_err(|e| KwError::bad(first_index, crit, e))?;
     let mut how = implied;
     let mut icase = false;
     let mut words: Vec<(usize, String)> = Vec::new();
+    // Pattern files: where each was named, its path, and whether its lines are map lines.
+    let mut files: Vec<(usize, &str, bool)> = Vec::new();
     let mut i = 1;
     let mut flags_done = false;
     while i < args.len() {
@@ -290,21 +314,7 @@ pub(crate) fn parse_acl(args: &[String], first_index: usize) -> Result<Acl, KwEr
                 }
                 "-f" | "-M" => {
                     let f = value("a file name after '-f'")?;
-                    let text = std::fs::read_to_string(f)
-                        .map_err(|e| KwError::bad(idx + 1, f, format!("cannot read: {e}")))?;
-                    for line in text.lines() {
-                        let line = line.trim();
-                        if line.is_empty() || line.starts_with('#') {
-                            continue;
-                        }
-                        // A map file (`-M`) has a value after its key: the key is the pattern.
-                        let key = if v == "-M" {
-                            line.split_whitespace().next().unwrap_or(line)
-                        } else {
-                            line
-                        };
-                        words.push((idx + 1, key.to_string()));
-                    }
+                    files.push((idx + 1, f.as_str(), v == "-M"));
                     i += 1;
                 }
                 "-u" => i += 1,
@@ -329,91 +339,132 @@ pub(crate) fn parse_acl(args: &[String], first_index: usize) -> Result<Acl, KwEr
         Kind::Ip => Match::Ip,
         Kind::Str | Kind::Bin => Match::Str,
     });
-    let patterns = patterns(how, icase, &words)?;
-    if patterns.is_empty() && !matches!(how, Match::Found | Match::Bool) {
+    let entries = entries(how, &words)?;
+    for (idx, e) in &entries {
+        compile_pattern(how, icase, e).map_err(|why| KwError::bad(*idx, e, why))?;
+    }
+    if entries.is_empty() && files.is_empty() && !matches!(how, Match::Found | Match::Bool) {
         return Err(KwError::Missing("at least one pattern to match"));
     }
+    let mut lists = Vec::new();
+    for (idx, path, with_values) in files {
+        let list = book
+            .file(path, Family::Acl, with_values)
+            .map_err(|e| KwError::bad(idx, path, e))?;
+        let form = list
+            .add_form(acl_form(how, icase))
+            .map_err(|e| KwError::bad(idx, path, e))?;
+        lists.push(PatternUse { list, form });
+    }
+    let name = crit.split('(').next().unwrap_or(crit);
+    let list = book.inline(name, entries.into_iter().map(|(_, e)| e).collect());
+    let form = list
+        .add_form(acl_form(how, icase))
+        .map_err(KwError::Invalid)?;
+    lists.push(PatternUse { list, form });
     Ok(Acl {
         expr,
         how,
         icase,
-        patterns,
+        lists,
     })
 }
 
-/// Prepares the patterns for their method (integer operators apply to the next value).
-fn patterns(how: Match, icase: bool, words: &[(usize, String)]) -> Result<Vec<Pattern>, KwError> {
-    let mut out = Vec::new();
+/// How an ACL's patterns are compiled, for its lists.
+fn acl_form(how: Match, icase: bool) -> Compile {
+    Box::new(move |entries: &[&Entry]| {
+        entries
+            .iter()
+            .map(|e| compile_pattern(how, icase, &e.key))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Compiled::Acl)
+    })
+}
+
+/// The patterns written on an ACL line, one entry each (an integer operator goes with the
+/// value after it).
+fn entries(how: Match, words: &[(usize, String)]) -> Result<Vec<(usize, String)>, KwError> {
+    let mut out: Vec<(usize, String)> = Vec::new();
     let mut op: Option<&str> = None;
     for (idx, w) in words {
-        let idx = *idx;
-        match how {
-            Match::Found | Match::Bool => {
-                return Err(KwError::bad(idx, w, "this match method takes no pattern"))
-            }
-            Match::Int | Match::Len => {
-                if matches!(w.as_str(), "eq" | "ge" | "gt" | "le" | "lt") {
-                    op = Some(w.as_str());
-                    continue;
-                }
-                let int = |s: &str| {
-                    s.parse::<i64>()
-                        .map_err(|_| KwError::bad(idx, w, "expects an integer or a range A:B"))
-                };
-                let range = match op.take() {
-                    Some(o) => {
-                        let n = int(w)?;
-                        match o {
-                            "eq" => (Some(n), Some(n)),
-                            "ge" => (Some(n), None),
-                            "gt" => (Some(n.saturating_add(1)), None),
-                            "le" => (None, Some(n)),
-                            _ => (None, Some(n.saturating_sub(1))),
-                        }
-                    }
-                    None => match w.split_once(':') {
-                        Some((a, b)) => (
-                            (!a.is_empty()).then(|| int(a)).transpose()?,
-                            (!b.is_empty()).then(|| int(b)).transpose()?,
-                        ),
-                        None => {
-                            let n = int(w)?;
-                            (Some(n), Some(n))
-                        }
-                    },
-                };
-                out.push(Pattern::Range(range.0, range.1));
-            }
-            Match::Ip => {
-                let (ip, bits) = sample::parse_net(w)
-                    .ok_or_else(|| KwError::bad(idx, w, "expects an address or a network"))?;
-                out.push(Pattern::Net(ip, bits));
-            }
-            Match::Reg => {
-                let re = regex::bytes::RegexBuilder::new(w)
-                    .case_insensitive(icase)
-                    .build()
-                    .map_err(|e| {
-                        KwError::bad(idx, w, format!("invalid regular expression: {e}"))
-                    })?;
-                out.push(Pattern::Regex(Regex(re)));
-            }
-            Match::Bin => {
-                let bytes = (0..w.len())
-                    .step_by(2)
-                    .map(|i| w.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-                    .collect::<Option<Vec<u8>>>()
-                    .filter(|_| w.len() % 2 == 0)
-                    .ok_or_else(|| KwError::bad(idx, w, "expects hexadecimal bytes"))?;
-                out.push(Pattern::Text(bytes));
-            }
-            _ => out.push(Pattern::Text(w.as_bytes().to_vec())),
+        if matches!(how, Match::Found | Match::Bool) {
+            return Err(KwError::bad(*idx, w, "this match method takes no pattern"));
+        }
+        let is_op = matches!(how, Match::Int | Match::Len)
+            && matches!(w.as_str(), "eq" | "ge" | "gt" | "le" | "lt");
+        match op.take() {
+            _ if is_op => op = Some(w),
+            Some(o) => out.push((*idx, format!("{o} {w}"))),
+            None => out.push((*idx, w.clone())),
         }
     }
     if op.is_some() {
         return Err(KwError::Missing("an integer after the operator"));
     }
     Ok(out)
+}
+
+/// One pattern, prepared for its method: the error says why it is not one (HAProxy's
+/// words where the CLI shows them).
+pub fn compile_pattern(how: Match, icase: bool, text: &str) -> Result<Pattern, String> {
+    Ok(match how {
+        Match::Found | Match::Bool => return Err("this match method takes no pattern".into()),
+        Match::Int | Match::Len => {
+            let int = |s: &str| {
+                s.parse::<i64>()
+                    .map_err(|_| format!("'{text}' expects an integer or a range A:B"))
+            };
+            let (lo, hi) = match text.split_once(' ') {
+                Some((o, w)) => {
+                    let n = int(w.trim())?;
+                    match o {
+                        "eq" => (Some(n), Some(n)),
+                        "ge" => (Some(n), None),
+                        "gt" => (Some(n.saturating_add(1)), None),
+                        "le" => (None, Some(n)),
+                        "lt" => (None, Some(n.saturating_sub(1))),
+                        _ => return Err(format!("'{o}' is not an integer operator")),
+                    }
+                }
+                None => match text.split_once(':') {
+                    Some((a, b)) => (
+                        (!a.is_empty()).then(|| int(a)).transpose()?,
+                        (!b.is_empty()).then(|| int(b)).transpose()?,
+                    ),
+                    None => {
+                        let n = int(text)?;
+                        (Some(n), Some(n))
+                    }
+                },
+            };
+            Pattern::Range(lo, hi)
+        }
+        Match::Ip => {
+            let (ip, bits) = sample::parse_net(text)
+                .ok_or_else(|| format!("'{text}' is not a valid IPv4 or IPv6 address"))?;
+            Pattern::Net(ip, bits)
+        }
+        Match::Reg => {
+            let re = regex::bytes::RegexBuilder::new(text)
+                .case_insensitive(icase)
+                .build()
+                .map_err(|e| format!("invalid regular expression: {e}"))?;
+            Pattern::Regex(Regex(re))
+        }
+        Match::Bin => {
+            let bytes = (0..text.len())
+                .step_by(2)
+                .map(|i| {
+                    text.get(i..i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect::<Option<Vec<u8>>>()
+                .filter(|_| text.len().is_multiple_of(2))
+                .ok_or_else(|| format!("'{text}' expects hexadecimal bytes"))?;
+            Pattern::Text(bytes)
+        }
+        _ => Pattern::Text(text.as_bytes().to_vec()),
+    })
 }
 
 /// HAProxy's predefined ACLs, as the ACL lines they stand for.
@@ -444,7 +495,8 @@ const PREDEFINED: &[(&str, &str)] = &[
 fn predefined(name: &str) -> Option<Acl> {
     let (_, line) = PREDEFINED.iter().find(|(n, _)| *n == name)?;
     let words: Vec<String> = line.split(' ').map(str::to_string).collect();
-    parse_acl(&words, 1).ok()
+    // Not part of the configuration's lists: the CLI does not list or edit them.
+    parse_acl(&words, 1, &PatternBook::default()).ok()
 }
 
 /// Parses an optional `if|unless COND` at the start of `args`.
@@ -495,7 +547,7 @@ pub(crate) fn parse_cond(
                 .iter()
                 .position(|x| x == "}")
                 .ok_or_else(|| KwError::bad(idx, "{", "anonymous ACL without closing '}'"))?;
-            let acl = parse_acl(&words[i + 1..i + close], idx + 1)?;
+            let acl = parse_acl(&words[i + 1..i + close], idx + 1, &rules.book)?;
             i += close;
             vec![acl]
         } else {
@@ -538,14 +590,14 @@ mod tests {
 
     fn acl(line: &str) -> Result<Acl, KwError> {
         let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-        parse_acl(&words, 2)
+        parse_acl(&words, 2, &PatternBook::default())
     }
 
     #[test]
     fn criteria_and_methods() {
         let a = acl("path_beg /api /static").unwrap();
         assert_eq!(a.how, Match::Beg);
-        assert_eq!(a.patterns.len(), 2);
+        assert_eq!(a.current_patterns().len(), 2);
         assert_eq!(acl("hdr_dom(host) -i example.com").unwrap().how, Match::Dom);
         assert_eq!(
             acl("hdr_val(content-length) gt 10").unwrap().how,
@@ -560,11 +612,11 @@ mod tests {
         assert_eq!(acl("ssl_fc").unwrap().how, Match::Bool);
         assert_eq!(acl("req.cook(sid) -m found").unwrap().how, Match::Found);
         assert_eq!(
-            acl("status 500:599").unwrap().patterns,
+            acl("status 500:599").unwrap().current_patterns(),
             vec![Pattern::Range(Some(500), Some(599))]
         );
         assert_eq!(
-            acl("nbsrv(be) lt 2").unwrap().patterns,
+            acl("nbsrv(be) lt 2").unwrap().current_patterns(),
             vec![Pattern::Range(None, Some(1))]
         );
         assert!(acl("path_nosuch /x").is_err());

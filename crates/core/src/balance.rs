@@ -46,7 +46,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "balance roundrobin|static-rr|leastconn|first|random[(N)]|source|uri [len N] [depth N] [whole] [path-only]|url_param NAME [check_post]|hdr(NAME) [use_domain_only]|rdp-cookie[(NAME)]",
         parse: |c, args| {
-            c.balance.algo = parse_balance(args)?;
+            c.balance.algo = parse_balance(args, &c.rules.book)?;
             Ok(())
         },
     },
@@ -76,7 +76,10 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     },
 ];
 
-fn parse_balance(args: &[String]) -> Result<Algo, KwError> {
+fn parse_balance(
+    args: &[String],
+    book: &crate::conf::patterns::PatternBook,
+) -> Result<Algo, KwError> {
     let Some(a) = args.first() else {
         return Err(KwError::Missing("an algorithm"));
     };
@@ -134,7 +137,7 @@ fn parse_balance(args: &[String]) -> Result<Algo, KwError> {
             [_, extra, ..] => Err(KwError::Extra(extra.clone())),
         },
         "hash" => match opts {
-            [expr] => crate::conf::sample_parse::parse_expr(expr)
+            [expr] => crate::conf::sample_parse::parse_expr(expr, book)
                 .map(Algo::Hash)
                 .map_err(|e| KwError::bad(2, expr, e.0)),
             [] => Err(KwError::Missing("a sample expression")),

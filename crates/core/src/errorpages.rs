@@ -6,6 +6,7 @@
 use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::errorpages::{ErrorPages, Page};
+use crate::conf::patterns::PatternBook;
 pub use crate::conf::rules::Reply;
 use crate::conf::rules::{Action, RuleSets};
 use crate::conf::Loc;
@@ -164,7 +165,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             let status = status_arg(code, 2)?;
             // The answer as `return` writes it; an `errorfile` is the page as it is, and
             // `errorfiles NAME` that section's page for the status.
-            let (reply, _) = parse_reply(rest, status, &c.at).map_err(|e| e.shifted(2))?;
+            let (reply, _) = parse_reply(rest, status, &c.at, &c.rules.book).map_err(|e| e.shifted(2))?;
             if let Some((name, at)) = reply.errorfiles {
                 c.errors.use_set(name, vec![status], at);
                 return Ok(());
@@ -180,12 +181,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
 ];
 
 /// A log-format value of a rule (`%[...]` samples allowed).
-pub(crate) fn fmt_arg(v: &str, index: usize) -> Result<Fmt, KwError> {
-    crate::sample::parse_fmt(v).map_err(|e| KwError::bad(index, v, e.0))
+pub(crate) fn fmt_arg(v: &str, index: usize, book: &PatternBook) -> Result<Fmt, KwError> {
+    crate::sample::parse_fmt(v, book).map_err(|e| KwError::bad(index, v, e.0))
 }
 
 /// A header value: a log-format value without control characters.
-pub(crate) fn header_value(v: &str, index: usize) -> Result<Fmt, KwError> {
+pub(crate) fn header_value(v: &str, index: usize, book: &PatternBook) -> Result<Fmt, KwError> {
     if v.bytes().any(|b| b < 0x20 && b != b'\t') {
         return Err(KwError::bad(
             index,
@@ -193,7 +194,7 @@ pub(crate) fn header_value(v: &str, index: usize) -> Result<Fmt, KwError> {
             "control characters are not allowed in a header value",
         ));
     }
-    fmt_arg(v, index)
+    fmt_arg(v, index, book)
 }
 
 pub(crate) fn check_name(name: &str, index: usize) -> Result<(), KwError> {
@@ -262,6 +263,7 @@ pub(crate) fn parse_reply(
     params: &[String],
     status: u16,
     at: &Loc,
+    book: &PatternBook,
 ) -> Result<(Reply, bool), KwError> {
     let mut r = Reply {
         status,
@@ -291,12 +293,12 @@ pub(crate) fn parse_reply(
             "status" | "deny_status" => r.status = parse_status(arg, idx + 1)?,
             "content-type" => r.content_type = Some(arg.clone()),
             "string" => r.body = arg.clone().into_bytes(),
-            "lf-string" => r.lf = Some(fmt_arg(arg, idx + 1)?),
+            "lf-string" => r.lf = Some(fmt_arg(arg, idx + 1, book)?),
             "file" => r.body = read(arg)?,
             "lf-file" => {
                 let text = String::from_utf8(read(arg)?)
                     .map_err(|_| KwError::bad(idx + 1, arg, "not UTF-8 text"))?;
-                r.lf = Some(fmt_arg(&text, idx + 1)?);
+                r.lf = Some(fmt_arg(&text, idx + 1, book)?);
             }
             "errorfile" => {
                 let page = crate::errorpages::load_errorfile(arg)
@@ -308,7 +310,7 @@ pub(crate) fn parse_reply(
                     .get(i + 2)
                     .ok_or(KwError::Missing("a header name and a value after 'hdr'"))?;
                 check_name(arg, idx + 1)?;
-                r.hdrs.push((arg.clone(), header_value(value, idx + 2)?));
+                r.hdrs.push((arg.clone(), header_value(value, idx + 2, book)?));
                 i += 1;
             }
             "errorfiles" => r.errorfiles = Some((arg.clone(), at.clone())),

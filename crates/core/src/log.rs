@@ -20,6 +20,7 @@ use std::time::SystemTime;
 use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::log::*;
+use crate::conf::patterns::PatternBook;
 use crate::conf::{one_arg, resolve, GlobalConf, ProxyConf};
 
 const VARS: &[(&str, Var)] = &[
@@ -94,7 +95,7 @@ const PENDING_VARS: &[&str] = &[];
 /// Parses a `log-format` string into tokens: text, `%VAR`, `%[EXPR]` samples, each
 /// optionally preceded by `%{+Q}` (quoted), `%{+X}` (hexadecimal) and `%{+E}` (escaped)
 /// options (`+M` is refused as not supported yet), and `%%`.
-pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
+pub fn parse_format(s: &str, book: &PatternBook) -> Result<Vec<Token>, String> {
     let mut out = Vec::new();
     let mut text = String::new();
     let b = s.as_bytes();
@@ -135,7 +136,8 @@ pub fn parse_format(s: &str) -> Result<Vec<Token>, String> {
         }
         if b.get(j) == Some(&b'[') {
             let close = s[j..].find(']').ok_or("missing ']' after %[")? + j;
-            let expr = crate::conf::sample_parse::parse_expr(&s[j + 1..close]).map_err(|e| e.0)?;
+            let expr =
+                crate::conf::sample_parse::parse_expr(&s[j + 1..close], book).map_err(|e| e.0)?;
             if !text.is_empty() {
                 out.push(Token::Text(std::mem::take(&mut text)));
             }
@@ -409,7 +411,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| {
             sluice_config::no_args(a)?;
             c.log.format = Some(Format::Custom(
-                parse_format(HTTPSLOG).expect("built-in format"),
+                parse_format(HTTPSLOG, &PatternBook::default()).expect("built-in format"),
             ));
             Ok(())
         },
@@ -429,7 +431,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "log-format STRING: a custom line with %-variables (%ci %cp %tr %ft %b %s %TR %Tw %Tc %Tr %Ta %ST %B %tsc %r ...)",
         parse: |c, a| {
             let v = one_arg(a, "a format string (quote it)")?;
-            c.log.format = Some(Format::Custom(parse_format(v).map_err(|e| KwError::bad(1, v, e))?));
+            c.log.format = Some(Format::Custom(parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?));
             Ok(())
         },
     },
@@ -497,7 +499,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "unique-id-format FORMAT: a unique id for each request (log-format syntax; %ID, unique-id)",
         parse: |c, a| {
             let v = one_arg(a, "a format string (quote it)")?;
-            c.log.unique_id = Some(parse_format(v).map_err(|e| KwError::bad(1, v, e))?);
+            c.log.unique_id = Some(parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?);
             Ok(())
         },
     },
@@ -1268,12 +1270,12 @@ pub const TCPLOG: &str = "%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/
 
 fn httplog() -> &'static [Token] {
     static T: OnceLock<Vec<Token>> = OnceLock::new();
-    T.get_or_init(|| parse_format(HTTPLOG).expect("built-in format"))
+    T.get_or_init(|| parse_format(HTTPLOG, &PatternBook::default()).expect("built-in format"))
 }
 
 fn tcplog() -> &'static [Token] {
     static T: OnceLock<Vec<Token>> = OnceLock::new();
-    T.get_or_init(|| parse_format(TCPLOG).expect("built-in format"))
+    T.get_or_init(|| parse_format(TCPLOG, &PatternBook::default()).expect("built-in format"))
 }
 
 /// Sends `rec` to every logger, as `format` says.
@@ -1296,7 +1298,7 @@ mod tests {
 
     #[test]
     fn formats_parse() {
-        let t = parse_format("%ci:%cp %{+Q}r %tsc 100%%").unwrap();
+        let t = parse_format("%ci:%cp %{+Q}r %tsc 100%%", &PatternBook::default()).unwrap();
         let plain = VarOpts::default();
         let quoted = VarOpts {
             quote: true,
@@ -1315,15 +1317,17 @@ mod tests {
                 Token::Text(" 100%".into()),
             ]
         );
-        assert!(parse_format("%nope").unwrap_err().contains("unknown"));
-        assert!(parse_format("%{+Z}r").is_err());
-        let t = parse_format("%{+X}o %Ts %[src,lower]").unwrap();
+        assert!(parse_format("%nope", &PatternBook::default())
+            .unwrap_err()
+            .contains("unknown"));
+        assert!(parse_format("%{+Z}r", &PatternBook::default()).is_err());
+        let t = parse_format("%{+X}o %Ts %[src,lower]", &PatternBook::default()).unwrap();
         assert!(matches!(
             t[0],
             Token::Var(Var::Timestamp, VarOpts { hex: true, .. })
         ));
         assert!(matches!(t[2], Token::Sample(_, VarOpts { hex: true, .. })));
-        assert!(parse_format("%{+M}r")
+        assert!(parse_format("%{+M}r", &PatternBook::default())
             .unwrap_err()
             .contains("not supported yet"));
     }

@@ -119,7 +119,8 @@ fn parse_stick(c: &ProxyConf, a: &[String]) -> Result<StickRule, KwError> {
         [] => return Err(KwError::Missing("a key (a sample expression)")),
         [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
     };
-    let key = crate::sample::parse_expr(key).map_err(|e| KwError::bad(2, key, e.0))?;
+    let key =
+        crate::sample::parse_expr(key, &c.rules.book).map_err(|e| KwError::bad(2, key, e.0))?;
     Ok(StickRule {
         kind,
         key,

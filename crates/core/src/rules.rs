@@ -6,6 +6,7 @@ use sluice_config::{ConfigError, Keyword, KwError, Scope};
 
 pub use crate::acl::holds;
 pub(crate) use crate::acl::parse_cond;
+use crate::conf::patterns::PatternBook;
 pub use crate::conf::rules::*;
 use crate::conf::{Loc, ProxyConf};
 use crate::errorpages::{check_name, fmt_arg, header_value, parse_reply};
@@ -264,6 +265,7 @@ fn parse_rule(
     let Some(action) = args.first() else {
         return Err(KwError::Missing("an action"));
     };
+    let book = &rules.book;
     let cond_at = args
         .iter()
         .position(|a| a == "if" || a == "unless")
@@ -271,11 +273,14 @@ fn parse_rule(
     let cond = parse_cond(rules, &args[cond_at..], cond_at + 1)?;
     let params = &args[1..cond_at];
     if side.tcp() {
-        return Ok(Rule::new(parse_tcp_action(action, params, side)?, cond));
+        return Ok(Rule::new(
+            parse_tcp_action(action, params, side, &rules.book)?,
+            cond,
+        ));
     }
     let action = match (action.as_str(), side) {
         ("return", Side::Request | Side::Response) => {
-            Action::Return(parse_reply(params, 200, at)?.0)
+            Action::Return(parse_reply(params, 200, at, book)?.0)
         }
         ("auth", Side::Request) => match params {
             [] => Action::Auth(None),
@@ -300,7 +305,7 @@ fn parse_rule(
             Action::ReplaceTarget {
                 part,
                 re: crate::sample::Regex(re),
-                with: fmt_arg(with, 3)?,
+                with: fmt_arg(with, 3, book)?,
             }
         }
         (kind @ ("deny" | "tarpit"), side) if side == Side::Request || kind == "deny" => {
@@ -309,7 +314,7 @@ fn parse_rule(
                 (_, Side::Request) => 403,
                 _ => 502,
             };
-            let (r, custom) = parse_reply(params, default, at)?;
+            let (r, custom) = parse_reply(params, default, at, book)?;
             let (status, reply) = (r.status, custom.then_some(r));
             if kind == "deny" {
                 Action::Deny { status, reply }
@@ -340,15 +345,16 @@ fn parse_rule(
                 other => return Err(KwError::bad(2, other, "expects server or tunnel")),
             };
             let expr = match sluice_config::units::parse_time(value) {
-                Ok(t) => crate::sample::parse_expr(&format!("int({})", t.as_millis())),
-                Err(_) => crate::sample::parse_expr(value),
+                Ok(t) => crate::sample::parse_expr(&format!("int({})", t.as_millis()), book),
+                Err(_) => crate::sample::parse_expr(value, book),
             }
             .map_err(|e| KwError::bad(3, value, e.0))?;
             Action::SetTimeout(kind, expr)
         }
         (kind @ ("set-src" | "set-dst"), Side::Request) => {
             let value = crate::conf::one_arg(params, "a sample expression")?;
-            let e = crate::sample::parse_expr(value).map_err(|e| KwError::bad(2, value, e.0))?;
+            let e =
+                crate::sample::parse_expr(value, book).map_err(|e| KwError::bad(2, value, e.0))?;
             if kind == "set-src" {
                 Action::SetSrc(e)
             } else {
@@ -363,7 +369,7 @@ fn parse_rule(
             // takes the colon into the name; the header meant has the name before it.
             let name = &name.strip_suffix(':').unwrap_or(name).to_string();
             check_name(name, 2)?;
-            Action::EarlyHint(name.clone(), header_value(value, 3)?)
+            Action::EarlyHint(name.clone(), header_value(value, 3, book)?)
         }
         ("wait-for-body", Side::Request) => {
             let (time, at_least) = match params {
@@ -386,7 +392,7 @@ fn parse_rule(
             Action::Allow
         }
         (a, _) if a.starts_with("track-sc") || a.starts_with("sc-") => {
-            track_action(a, params, side)?
+            track_action(a, params, side, book)?
         }
         ("cache-use", Side::Request) | ("cache-store", Side::Response) => {
             let name = crate::conf::one_arg(params, "a cache name")?;
@@ -422,7 +428,7 @@ fn parse_rule(
             // takes the colon into the name; the header meant has the name before it.
             let name = &name.strip_suffix(':').unwrap_or(name).to_string();
             check_name(name, 2)?;
-            let value = header_value(value, 3)?;
+            let value = header_value(value, 3, book)?;
             if action == "set-header" {
                 Action::SetHeader(name.clone(), value)
             } else {
@@ -472,7 +478,7 @@ fn parse_rule(
             Action::ReplaceHeader {
                 name: name.clone(),
                 re: crate::sample::Regex(re),
-                with: header_value(with, 4)?,
+                with: header_value(with, 4, book)?,
                 per_value: kind == "replace-value",
             }
         }
@@ -483,7 +489,7 @@ fn parse_rule(
             let [value] = params else {
                 return Err(KwError::Missing("a value"));
             };
-            let f = fmt_arg(value, 2)?;
+            let f = fmt_arg(value, 2, book)?;
             match kind {
                 "set-method" => Action::SetMethod(f),
                 "set-path" => Action::SetPath(f),
@@ -492,7 +498,7 @@ fn parse_rule(
                 _ => Action::SetUri(f),
             }
         }
-        ("redirect", Side::Request) => Action::Redirect(parse_redirect(params)?),
+        ("redirect", Side::Request) => Action::Redirect(parse_redirect(params, book)?),
         ("set-status", side) if side.response() => {
             let (code, reason) = match params {
                 [n] => (n, None),
@@ -507,7 +513,7 @@ fn parse_rule(
                 .ok_or_else(|| KwError::bad(2, code, "expects a status code from 100 to 999"))?;
             Action::SetStatus(code, reason)
         }
-        (a, _) if var_of(a).is_some() => var_action(a, params)?,
+        (a, _) if var_of(a).is_some() => var_action(a, params, book)?,
         (a, _)
             if is_pending(PENDING_ACTIONS, a)
                 || a.starts_with("track-sc")
@@ -547,7 +553,8 @@ fn parse_capture(c: &mut ProxyConf, args: &[String], side: Side) -> Result<Rule,
     let [_, sample, kw, n] = &args[..cond_at] else {
         return Err(KwError::Missing("a sample and 'len N' or 'id N'"));
     };
-    let expr = crate::sample::parse_expr(sample).map_err(|e| KwError::bad(2, sample, e.0))?;
+    let expr = crate::sample::parse_expr(sample, &c.rules.book)
+        .map_err(|e| KwError::bad(2, sample, e.0))?;
     let n: usize = n
         .parse()
         .map_err(|_| KwError::bad(4, n, "expects a number"))?;
@@ -585,7 +592,12 @@ fn parse_capture(c: &mut ProxyConf, args: &[String], side: Side) -> Result<Rule,
 }
 
 /// The action of a `tcp-request` / `tcp-response` rule.
-fn parse_tcp_action(action: &str, params: &[String], side: Side) -> Result<Action, KwError> {
+fn parse_tcp_action(
+    action: &str,
+    params: &[String],
+    side: Side,
+    book: &PatternBook,
+) -> Result<Action, KwError> {
     Ok(match action {
         "accept" => {
             sluice_config::no_args(params)?;
@@ -604,8 +616,10 @@ fn parse_tcp_action(action: &str, params: &[String], side: Side) -> Result<Actio
                 ))
             }
         },
-        a if a.starts_with("track-sc") || a.starts_with("sc-") => track_action(a, params, side)?,
-        a if var_of(a).is_some() => var_action(a, params)?,
+        a if a.starts_with("track-sc") || a.starts_with("sc-") => {
+            track_action(a, params, side, book)?
+        }
+        a if var_of(a).is_some() => var_action(a, params, book)?,
         a if is_pending(PENDING_TCP_ACTIONS, a) => {
             return Err(KwError::Invalid(format!("action '{a}': not supported yet")))
         }
@@ -614,7 +628,7 @@ fn parse_tcp_action(action: &str, params: &[String], side: Side) -> Result<Actio
 }
 
 /// `set-var(NAME) EXPR`, `set-var-fmt(NAME) FMT` and `unset-var(NAME)`.
-fn var_action(a: &str, params: &[String]) -> Result<Action, KwError> {
+fn var_action(a: &str, params: &[String], book: &PatternBook) -> Result<Action, KwError> {
     let var = var_of(a)
         .expect("a variable action")
         .map_err(|e| KwError::bad(1, a, e))?;
@@ -626,18 +640,23 @@ fn var_action(a: &str, params: &[String]) -> Result<Action, KwError> {
         let [fmt] = params else {
             return Err(KwError::Missing("a log-format string"));
         };
-        let f = crate::sample::parse_fmt(fmt).map_err(|e| KwError::bad(2, fmt, e.0))?;
+        let f = crate::sample::parse_fmt(fmt, book).map_err(|e| KwError::bad(2, fmt, e.0))?;
         return Ok(Action::SetVarFmt(var, f));
     }
     let [expr] = params else {
         return Err(KwError::Missing("a sample expression"));
     };
-    let e = crate::sample::parse_expr(expr).map_err(|e| KwError::bad(2, expr, e.0))?;
+    let e = crate::sample::parse_expr(expr, book).map_err(|e| KwError::bad(2, expr, e.0))?;
     Ok(Action::SetVar(var, e))
 }
 
 /// `track-scN KEY [table T]`, `sc-inc-gpc0(N)`, `sc-inc-gpc1(N)`, `sc-set-gpt0(N) VALUE`.
-fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwError> {
+fn track_action(
+    a: &str,
+    params: &[String],
+    side: Side,
+    book: &PatternBook,
+) -> Result<Action, KwError> {
     if let Some(n) = a.strip_prefix("track-sc") {
         if !side.request() && side != Side::Response {
             return Err(KwError::Invalid(format!(
@@ -652,7 +671,7 @@ fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwErro
             [] => return Err(KwError::Missing("a key (a sample expression)")),
             [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
         };
-        let key = crate::sample::parse_expr(key).map_err(|e| KwError::bad(2, key, e.0))?;
+        let key = crate::sample::parse_expr(key, book).map_err(|e| KwError::bad(2, key, e.0))?;
         return Ok(Action::Track { slot, key, table });
     }
     let (name, inner) = a
@@ -703,8 +722,8 @@ fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwErro
         return Err(KwError::Missing("a value (an integer or an expression)"));
     };
     let value = match v.parse::<i64>() {
-        Ok(n) => crate::sample::parse_expr(&format!("int({n})")),
-        Err(_) => crate::sample::parse_expr(v),
+        Ok(n) => crate::sample::parse_expr(&format!("int({n})"), book),
+        Err(_) => crate::sample::parse_expr(v, book),
     }
     .map_err(|e| KwError::bad(2, v, e.0))?;
     Ok(Action::ScSetGpt {
@@ -716,7 +735,7 @@ fn track_action(a: &str, params: &[String], side: Side) -> Result<Action, KwErro
 
 /// `location|prefix|scheme VALUE [code N] [drop-query] [append-slash] [set-cookie N[=V]]
 /// [clear-cookie N]`.
-fn parse_redirect(params: &[String]) -> Result<Redirect, KwError> {
+fn parse_redirect(params: &[String], book: &PatternBook) -> Result<Redirect, KwError> {
     let [kind, value, opts @ ..] = params else {
         return Err(KwError::Missing("location, prefix or scheme and a value"));
     };
@@ -728,7 +747,7 @@ fn parse_redirect(params: &[String]) -> Result<Redirect, KwError> {
     };
     let mut r = Redirect {
         kind,
-        value: fmt_arg(value, 3)?,
+        value: fmt_arg(value, 3, book)?,
         code: 302,
         drop_query: false,
         append_slash: false,
@@ -929,12 +948,14 @@ fn global_var(g: &mut crate::conf::GlobalConf, a: &[String], fmt: bool) -> Resul
             "only proc. variables can be set in global",
         ));
     }
+    // Computed once at start: the maps it reads are not the CLI's to edit.
+    let book = PatternBook::default();
     let value = if fmt {
         crate::conf::ProcValue::Fmt(
-            crate::sample::parse_fmt(value).map_err(|e| KwError::bad(2, value, e.0))?,
+            crate::sample::parse_fmt(value, &book).map_err(|e| KwError::bad(2, value, e.0))?,
         )
     } else {
-        let e = crate::sample::parse_expr(value).map_err(|e| KwError::bad(2, value, e.0))?;
+        let e = crate::sample::parse_expr(value, &book).map_err(|e| KwError::bad(2, value, e.0))?;
         let constant = matches!(
             e.fetch,
             Fetch::Str(_)
@@ -1024,7 +1045,7 @@ pub(crate) fn lower_frontend(
     for (name, cond, at) in &rules.switching {
         let target = if name.contains("%[") {
             BackendRef::Dynamic(
-                crate::sample::parse_fmt(name)
+                crate::sample::parse_fmt(name, &rules.book)
                     .map_err(|e| at.error(format!("use_backend {name}: {e}")))?,
             )
         } else {
@@ -1081,7 +1102,7 @@ mod tests {
         let first = c.rules.switching[0].1.clone().unwrap();
         assert_eq!(first.groups.len(), 2);
         assert!(first.groups[0][1].neg);
-        assert_eq!(first.groups[1][0].acls[0].patterns.len(), 2);
+        assert_eq!(first.groups[1][0].acls[0].current_patterns().len(), 2);
         assert!(c.rules.switching[2].1.as_ref().unwrap().unless);
     }
 
@@ -1133,7 +1154,10 @@ mod tests {
         );
         assert_eq!(
             c.rules.sets.http_request[2].action,
-            Action::SetHeader("X-A".into(), crate::sample::parse_fmt("1").unwrap())
+            Action::SetHeader(
+                "X-A".into(),
+                crate::sample::parse_fmt("1", &PatternBook::default()).unwrap()
+            )
         );
         assert!(conf(&["http-request frob"])
             .unwrap_err()

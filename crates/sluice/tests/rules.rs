@@ -336,7 +336,10 @@ backend be
 fn bad_rules_name_the_line() {
     for (line, says) in [
         ("acl a path_nosuch /x", "unknown sample fetch"),
-        ("acl a src 10.0.0.0/99", "expects an address or a network"),
+        (
+            "acl a src 10.0.0.0/99",
+            "is not a valid IPv4 or IPv6 address",
+        ),
         (
             "http-request set-header X %[nosuch]",
             "unknown sample fetch 'nosuch'",

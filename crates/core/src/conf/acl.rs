@@ -1,6 +1,7 @@
 //! ACLs and conditions as plain data (matched by `crate::acl`).
 
-use super::sample::{Expr, Match, Regex};
+pub use super::patterns::{Pattern, PatternUse};
+use super::sample::{Expr, Match};
 
 /// One ACL: a sample expression, how its samples match, and the patterns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,19 +10,9 @@ pub struct Acl {
     pub how: Match,
     /// `-i`: text patterns ignore ASCII case.
     pub icase: bool,
-    /// Any of them matching makes the ACL true (none are needed for `found` and `bool`).
-    pub patterns: Vec<Pattern>,
-}
-
-/// A pattern, prepared for its match method.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pattern {
-    Text(Vec<u8>),
-    Regex(Regex),
-    /// An integer range, both ends included (`eq`, `ge`, `lt`... and `A:B` become ranges).
-    Range(Option<i64>, Option<i64>),
-    /// A network: an address and a prefix length.
-    Net(std::net::IpAddr, u8),
+    /// The pattern lists it reads (its files, then the patterns written on its line): any
+    /// pattern matching makes the ACL true (none are needed for `found` and `bool`).
+    pub lists: Vec<PatternUse>,
 }
 
 /// An ACL reference in a condition: true when any of `acls` matches, inverted by `neg`.

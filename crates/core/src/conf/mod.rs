@@ -25,6 +25,7 @@ mod host;
 pub mod listen;
 mod loc;
 pub mod log;
+pub mod patterns;
 pub mod pool;
 pub mod rules;
 pub mod sample;
@@ -311,6 +312,8 @@ pub struct Config {
     pub userlists: Vec<auth::Userlist>,
     /// `cache` sections.
     pub caches: Vec<cache::CacheConf>,
+    /// The pattern lists of its ACLs and maps, by id (`show acl`, `add map`, ...).
+    pub patterns: Vec<std::sync::Arc<patterns::PatternRef>>,
     /// What the configuration asks for that is ignored, worded as HAProxy warns of it
     /// (reported by `-c` and at start).
     pub warnings: Vec<String>,

@@ -289,6 +289,8 @@ impl RuleSets {
 /// Rules as the keywords set them, before backend names are resolved.
 #[derive(Debug, Clone, Default)]
 pub struct RulesConf {
+    /// The configuration's pattern lists, which the ACLs and maps read here join.
+    pub book: super::patterns::PatternBook,
     pub acls: Vec<(String, Acl)>,
     pub switching: Vec<(String, Option<Cond>, Loc)>,
     pub default_backend: Option<(String, Loc)>,

@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+pub use super::patterns::{MapKey, Regex};
+
 pub use super::stick::{Counter, TableOp, TableSource};
 
 /// A fetch followed by converters, applied left to right.
@@ -376,18 +378,6 @@ pub enum KeyArg {
     Var(VarName),
 }
 
-/// A compiled regular expression that compares by its source text.
-#[derive(Debug, Clone)]
-pub struct Regex(pub regex::bytes::Regex);
-
-impl PartialEq for Regex {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.as_str() == other.0.as_str()
-    }
-}
-
-impl Eq for Regex {}
-
 /// How a pattern matches a sample: ACLs' `-m` methods, and map files' (`map_beg`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
@@ -412,24 +402,17 @@ pub enum Match {
     Bin,
 }
 
-/// A map file loaded at start: `KEY VALUE` lines, first match wins.
+/// A map converter's file: a pattern list (shared by every user of the file, editable
+/// from the CLI) read by `how`; first match wins.
 #[derive(Debug, PartialEq, Eq)]
 pub struct MapFile {
     pub path: String,
     pub how: Match,
-    pub entries: Vec<(MapKey, String)>,
+    /// The list and the form compiled for this converter's keys.
+    pub list: super::patterns::PatternUse,
     /// `map_regm`: each value is a replacement template (`\N` made `${N}` at load) filled
     /// with the matching key's captures.
     pub substitute: bool,
-}
-
-/// A map key, prepared for its match method.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MapKey {
-    Text(Vec<u8>),
-    Regex(Regex),
-    Int(i64),
-    Net(std::net::IpAddr, u8),
 }
 
 /// A typed value.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 
+use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse};
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, IntArg, JwtKey, KeyArg, MapFile, MapKey,
     Match, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
@@ -111,11 +112,13 @@ fn calls(text: &str) -> Result<Vec<Call<'_>>, ParseError> {
 }
 
 /// Reads a sample expression.
-pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
+pub fn parse_expr(text: &str, book: &PatternBook) -> Result<Expr, ParseError> {
     let mut calls = calls(text)?.into_iter();
     let first = calls.next().expect("calls gives at least one");
     let fetch = parse_fetch(&first)?;
-    let convs = calls.map(|c| parse_conv(&c)).collect::<Result<_, _>>()?;
+    let convs = calls
+        .map(|c| parse_conv(&c, book))
+        .collect::<Result<_, _>>()?;
     Ok(Expr { fetch, convs })
 }
 
@@ -619,10 +622,10 @@ const PENDING_CONVS: &[&str] = &[
     "port_only",
 ];
 
-fn parse_conv(c: &Call<'_>) -> Result<Conv, ParseError> {
+fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
     let none = |v: Conv| arity(c, 0, 0).map(|()| v);
     if let Some(rest) = c.name.strip_prefix("map") {
-        return parse_map_conv(c, rest);
+        return parse_map_conv(c, rest, book);
     }
     Ok(match c.name {
         "lower" => none(Conv::Lower)?,
@@ -966,7 +969,7 @@ fn mask_arg(m: &str, v6: bool) -> Result<IpAddr, ParseError> {
 
 /// `map`, `map_<match>`, `map_<match>_<output>` (the output type is read as text, which
 /// converts on use).
-fn parse_map_conv(c: &Call<'_>, rest: &str) -> Result<Conv, ParseError> {
+fn parse_map_conv(c: &Call<'_>, rest: &str, book: &PatternBook) -> Result<Conv, ParseError> {
     let mut parts = rest.split('_').skip(1).peekable();
     let substitute = parts.peek() == Some(&"regm");
     let how = match parts.next() {
@@ -994,13 +997,7 @@ fn parse_map_conv(c: &Call<'_>, rest: &str) -> Result<Conv, ParseError> {
         return err(format!("unknown converter '{}'", c.name));
     }
     arity(c, 1, 2)?;
-    let mut map = parse_map(&c.args[0], how)?;
-    if substitute {
-        map.substitute = true;
-        for (_, value) in &mut map.entries {
-            *value = substitution(value);
-        }
-    }
+    let map = parse_map(&c.args[0], how, substitute, book)?;
     Ok(Conv::Map(Arc::new(map), opt_str(c, 1)))
 }
 
@@ -1026,39 +1023,63 @@ fn jwt_key(arg: &str) -> Result<JwtKey, ParseError> {
     Ok(JwtKey::Cert(cert.to_vec()))
 }
 
-/// Loads a map file: `KEY VALUE` per line, `#` comments and blank lines skipped.
-pub fn parse_map(path: &str, how: Match) -> Result<MapFile, ParseError> {
-    let text = std::fs::read_to_string(path)
-        .or_else(|e| err(format!("cannot read map file '{path}': {e}")))?;
-    let mut entries = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (key, value) = match line.split_once(char::is_whitespace) {
-            Some((k, v)) => (k, v.trim()),
-            None => (line, ""),
-        };
-        let bad = |what: &str| ParseError(format!("{path}:{}: {what} '{key}'", n + 1));
-        let key = match how {
-            Match::Int => MapKey::Int(key.parse().map_err(|_| bad("not an integer:"))?),
-            Match::Ip => {
-                let (ip, bits) = parse_net(key).ok_or_else(|| bad("not an address:"))?;
-                MapKey::Net(ip, bits)
-            }
-            Match::Reg => MapKey::Regex(Regex(
-                regex::bytes::Regex::new(key).map_err(|_| bad("not a regular expression:"))?,
-            )),
-            _ => MapKey::Text(key.as_bytes().to_vec()),
-        };
-        entries.push((key, value.to_string()));
-    }
+/// A map file's list (read now if no one used it before), compiled for `how` (and, for
+/// `map_regm`, values made replacement templates).
+pub fn parse_map(
+    path: &str,
+    how: Match,
+    substitute: bool,
+    book: &PatternBook,
+) -> Result<MapFile, ParseError> {
+    let list = book.file(path, Family::Map, true).map_err(ParseError)?;
+    let form = list
+        .add_form(map_form(how, substitute))
+        .map_err(|e| ParseError(format!("map file '{path}': {e}")))?;
     Ok(MapFile {
         path: path.to_string(),
         how,
-        entries,
-        substitute: false,
+        list: PatternUse { list, form },
+        substitute,
+    })
+}
+
+/// How a map's keys are compiled for its match method.
+fn map_form(how: Match, substitute: bool) -> Compile {
+    Box::new(move |entries: &[&Entry]| {
+        entries
+            .iter()
+            .map(|e| {
+                let value = e.value.as_deref().unwrap_or("");
+                let value = if substitute {
+                    substitution(value)
+                } else {
+                    value.to_string()
+                };
+                Ok((map_key(how, &e.key)?, value))
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(Compiled::Map)
+    })
+}
+
+/// One map key, prepared for `how`; the error is HAProxy's words for the CLI.
+pub fn map_key(how: Match, key: &str) -> Result<MapKey, String> {
+    Ok(match how {
+        Match::Int => MapKey::Int(
+            key.parse()
+                .map_err(|_| format!("'{key}' is not a number"))?,
+        ),
+        Match::Ip => {
+            let (ip, bits) = parse_net(key)
+                .ok_or_else(|| format!("'{key}' is not a valid IPv4 or IPv6 address"))?;
+            MapKey::Net(ip, bits)
+        }
+        Match::Reg => {
+            MapKey::Regex(Regex(regex::bytes::Regex::new(key).map_err(|e| {
+                format!("'{key}' is not a valid regular expression: {e}")
+            })?))
+        }
+        _ => MapKey::Text(key.as_bytes().to_vec()),
     })
 }
 
@@ -1085,7 +1106,7 @@ const LOG_VARS_AS_SAMPLES: &[(&str, &str)] = &[
 /// Reads a log-format value: text, `%[EXPR]` samples (optionally preceded by `%{...}`
 /// options, which are accepted and ignored), `%%` and the access-log variables of
 /// `LOG_VARS_AS_SAMPLES`. Other `%` variables need a finished transaction and are refused.
-pub fn parse_fmt(s: &str) -> Result<Fmt, ParseError> {
+pub fn parse_fmt(s: &str, book: &PatternBook) -> Result<Fmt, ParseError> {
     let mut parts = Vec::new();
     let mut text = String::new();
     let mut rest = s;
@@ -1117,7 +1138,7 @@ pub fn parse_fmt(s: &str) -> Result<Fmt, ParseError> {
             if !text.is_empty() {
                 parts.push(FmtPart::Text(std::mem::take(&mut text)));
             }
-            parts.extend(parse_fmt(samples)?.0);
+            parts.extend(parse_fmt(samples, book)?.0);
             rest = &rest[len..];
             continue;
         };
@@ -1139,7 +1160,7 @@ pub fn parse_fmt(s: &str) -> Result<Fmt, ParseError> {
         if !text.is_empty() {
             parts.push(FmtPart::Text(std::mem::take(&mut text)));
         }
-        parts.push(FmtPart::Expr(parse_expr(&inner[..end])?));
+        parts.push(FmtPart::Expr(parse_expr(&inner[..end], book)?));
         rest = &inner[end + 1..];
     }
     text.push_str(rest);
@@ -1182,12 +1203,12 @@ mod tests {
 
     #[test]
     fn expressions() {
-        let e = parse_expr("req.hdr(Host),lower,field(1,:)").unwrap();
+        let e = parse_expr("req.hdr(Host),lower,field(1,:)", &PatternBook::default()).unwrap();
         assert_eq!(e.fetch, Fetch::ReqHdr("host".into(), None));
         assert_eq!(e.convs.len(), 2);
-        let e = parse_expr("hdr(x-forwarded-for,-1)").unwrap();
+        let e = parse_expr("hdr(x-forwarded-for,-1)", &PatternBook::default()).unwrap();
         assert_eq!(e.fetch, Fetch::ReqHdr("x-forwarded-for".into(), Some(-1)));
-        let e = parse_expr(r"path,regsub(^/(a|b)/,/x/\1/,g)").unwrap();
+        let e = parse_expr(r"path,regsub(^/(a|b)/,/x/\1/,g)", &PatternBook::default()).unwrap();
         let Conv::Regsub { re, subst, global } = &e.convs[0] else {
             panic!()
         };
@@ -1195,30 +1216,36 @@ mod tests {
         assert_eq!(subst, "/x/${1}/");
         assert!(global);
         assert_eq!(
-            parse_expr("str(a\\,b)").unwrap().fetch,
+            parse_expr("str(a\\,b)", &PatternBook::default())
+                .unwrap()
+                .fetch,
             Fetch::Str("a,b".into())
         );
         assert_eq!(
-            parse_expr("var(txn.user),add(txn.n)").unwrap().convs[0],
+            parse_expr("var(txn.user),add(txn.n)", &PatternBook::default())
+                .unwrap()
+                .convs[0],
             Conv::Add(IntArg::Var(VarName {
                 scope: VarScope::Txn,
                 name: "n".into()
             }))
         );
-        assert!(parse_expr("nosuch")
+        assert!(parse_expr("nosuch", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("unknown sample fetch"));
-        assert!(parse_expr("src,nosuch")
+        assert!(parse_expr("src,nosuch", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("capture.req.hdr(0)")
+        assert!(parse_expr("capture.req.hdr(0)", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("not supported yet"));
         assert_eq!(
-            parse_expr("sc_http_req_rate(1,t)").unwrap().fetch,
+            parse_expr("sc_http_req_rate(1,t)", &PatternBook::default())
+                .unwrap()
+                .fetch,
             Fetch::Table {
                 source: TableSource::Slot(1),
                 op: TableOp::Read,
@@ -1226,41 +1253,49 @@ mod tests {
                 table: Some("t".into())
             }
         );
-        assert!(parse_expr("sc0_get_gpc0").is_ok());
-        assert!(parse_expr("src_inc_gpc0(t)").is_ok());
-        assert!(parse_expr("sc1_tracked").is_ok());
-        assert!(parse_expr("sc_http_req_rate(3)").is_err());
+        assert!(parse_expr("sc0_get_gpc0", &PatternBook::default()).is_ok());
+        assert!(parse_expr("src_inc_gpc0(t)", &PatternBook::default()).is_ok());
+        assert!(parse_expr("sc1_tracked", &PatternBook::default()).is_ok());
+        assert!(parse_expr("sc_http_req_rate(3)", &PatternBook::default()).is_err());
         assert!(
-            parse_expr("sc0_gpc0").is_err(),
+            parse_expr("sc0_gpc0", &PatternBook::default()).is_err(),
             "gpc0 is read with get_gpc0"
         );
-        assert!(parse_expr("src_inc_http_req_rate").is_err());
-        assert!(parse_expr("src,table_http_req_rate(t)").is_ok());
-        assert!(parse_expr("path(").unwrap_err().0.contains("missing ')'"));
-        assert!(parse_expr("var(user)")
+        assert!(parse_expr("src_inc_http_req_rate", &PatternBook::default()).is_err());
+        assert!(parse_expr("src,table_http_req_rate(t)", &PatternBook::default()).is_ok());
+        assert!(parse_expr("path(", &PatternBook::default())
+            .unwrap_err()
+            .0
+            .contains("missing ')'"));
+        assert!(parse_expr("var(user)", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("needs a scope"));
-        assert!(parse_expr("src,ipmask(24)").is_ok());
-        assert!(parse_expr("url_param").is_err());
+        assert!(parse_expr("src,ipmask(24)", &PatternBook::default()).is_ok());
+        assert!(parse_expr("url_param", &PatternBook::default()).is_err());
     }
 
     #[test]
     fn formats() {
-        let f = parse_fmt("a%%b %[src] %{+Q}[path,lower]!").unwrap();
+        let f = parse_fmt("a%%b %[src] %{+Q}[path,lower]!", &PatternBook::default()).unwrap();
         assert_eq!(f.0.len(), 5);
         assert_eq!(f.0[0], FmtPart::Text("a%b ".into()));
-        assert_eq!(parse_fmt("plain").unwrap().literal(), Some("plain"));
+        assert_eq!(
+            parse_fmt("plain", &PatternBook::default())
+                .unwrap()
+                .literal(),
+            Some("plain")
+        );
         // Access-log variables known when a request is routed stand for their samples.
         assert_eq!(
-            parse_fmt("%ci:%cp").unwrap(),
-            parse_fmt("%[src]:%[src_port]").unwrap()
+            parse_fmt("%ci:%cp", &PatternBook::default()).unwrap(),
+            parse_fmt("%[src]:%[src_port]", &PatternBook::default()).unwrap()
         );
-        assert!(parse_fmt("%Tt")
+        assert!(parse_fmt("%Tt", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("'%Tt' is not supported"));
-        assert!(parse_fmt("%[src").is_err());
+        assert!(parse_fmt("%[src", &PatternBook::default()).is_err());
     }
 
     #[test]

@@ -119,6 +119,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     // to check how defaults with rules are shared.
     let mut defaults_name: Option<String> = None;
     let mut users_of: Vec<(String, SectionKind, Loc)> = Vec::new();
+    let book = crate::conf::patterns::PatternBook::default();
     for section in &sections {
         let header = Loc {
             file: section.header.file.clone(),
@@ -206,7 +207,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                         }
                     },
                 };
-                parse_proxy_lines(section, &mut defaults, Scope::DEFAULTS, &mut errors);
+                parse_proxy_lines(section, &mut defaults, Scope::DEFAULTS, &book, &mut errors);
                 defaults_name = name.map(str::to_string);
                 if let Some(n) = name {
                     if named.insert(n.to_string(), defaults.clone()).is_some() {
@@ -275,7 +276,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                         }
                     }
                 }
-                parse_proxy_lines(section, &mut conf, scope, &mut errors);
+                parse_proxy_lines(section, &mut conf, scope, &book, &mut errors);
                 let sets = &conf.rules.sets;
                 if kind == SectionKind::Backend
                     && !(sets.tcp_connection.is_empty() && sets.tcp_session.is_empty())
@@ -357,6 +358,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     config.warnings.splice(0..0, warnings);
     config.userlists = userlists;
     config.caches = caches;
+    config.patterns = book.refs();
     Ok(config)
 }
 
@@ -439,8 +441,10 @@ fn parse_proxy_lines(
     section: &Section,
     conf: &mut ProxyConf,
     scope: Scope,
+    book: &crate::conf::patterns::PatternBook,
     errors: &mut Vec<ConfigError>,
 ) {
+    conf.rules.book = book.clone();
     let what = section.kind.name();
     // As HAProxy 2.6: rules only in named defaults sections.
     let anonymous = section.kind == SectionKind::Defaults && section.name.is_none();
@@ -449,6 +453,7 @@ fn parse_proxy_lines(
             file: line.file.clone(),
             line: line.line,
         };
+        book.set_at(&conf.at);
         let rules = conf.rules.sets.all().count();
         if let Err(e) = dispatch(PROXY_TABLES, conf, line, scope, what) {
             errors.push(e);
@@ -736,6 +741,7 @@ fn lower(
             peers: peers_confs,
             userlists: Vec::new(),
             caches: Vec::new(),
+            patterns: Vec::new(),
             warnings,
         })
     } else {

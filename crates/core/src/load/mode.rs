@@ -85,7 +85,7 @@ pub(super) fn strip_http(
             "Layer 7 hash not possible for {who} (needs 'mode http'). Falling back to round robin."
         ));
     }
-    let https = crate::log::parse_format(crate::log::HTTPSLOG).ok();
+    let https = crate::log::parse_format(crate::log::HTTPSLOG, &Default::default()).ok();
     let http_log = match &c.log.format {
         Some(Format::Http) => Some("httplog"),
         Some(Format::Custom(t)) if Some(t) == https.as_ref() => Some("httpslog"),

@@ -389,12 +389,15 @@ fn mask(ip: IpAddr, v4: IpAddr, v6: Option<IpAddr>) -> Option<IpAddr> {
     }
 }
 
-/// The value of the first entry of `map` whose key matches the sample.
+/// The value of the first entry of `map` whose key matches the sample (from the list as
+/// it is now: the CLI may edit it).
 pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<Cow<'m, str>> {
     let bytes = s.as_bytes();
+    let snapshot = map.list.list.load();
+    let entries = snapshot.map(map.list.form);
     if map.substitute {
         // `map_regm`: the first key that matches, its captures put into the value.
-        return map.entries.iter().find_map(|(key, template)| {
+        return entries.iter().find_map(|(key, template)| {
             let MapKey::Regex(re) = key else { return None };
             let caps = re.0.captures(&bytes)?;
             let mut out = Vec::new();
@@ -404,10 +407,10 @@ pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<Cow<'m, str
     }
     let int = s.as_int();
     let ip = s.as_ip();
-    map.entries
+    entries
         .iter()
         .find(|(key, _)| map_matches(map.how, key, &bytes, int, ip))
-        .map(|(_, v)| Cow::Borrowed(v.as_str()))
+        .map(|(_, v)| Cow::Owned(v.clone()))
 }
 
 fn map_matches(how: Match, key: &MapKey, s: &[u8], int: Option<i64>, ip: Option<IpAddr>) -> bool {
