@@ -333,10 +333,33 @@ pub const COMMANDS: &[Command] = &[
 
 fn help() -> String {
     let mut s = String::from("The following commands are valid at this level:\n");
-    for c in COMMANDS {
+    for c in COMMANDS.iter().chain(super::patterns::COMMANDS) {
         let _ = writeln!(s, "  {:<24} : {}", c.words.join(" "), c.help);
     }
     s
+}
+
+/// A command line's words as HAProxy splits them: at spaces and tabs not preceded by a
+/// backslash; then a backslash keeps the character after it (`\\` is one backslash).
+fn split_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => cur.extend(chars.next()),
+            ' ' | '\t' | '\r' => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
 }
 
 /// Runs one command line and returns the answer (always ending with an empty line).
@@ -346,10 +369,12 @@ pub fn execute(shared: &Process, line: &str, level: Level) -> String {
         Some((head, payload)) => (head, Some(payload)),
         None => (line, None),
     };
-    let mut words: Vec<&str> = line.split_whitespace().collect();
+    let owned = split_words(line);
+    let mut words: Vec<&str> = owned.iter().map(String::as_str).collect();
     words.extend(payload);
     let found = COMMANDS
         .iter()
+        .chain(super::patterns::COMMANDS)
         .filter(|c| words.len() >= c.words.len() && c.words.iter().zip(&words).all(|(a, b)| a == b))
         .max_by_key(|c| c.words.len());
     let mut out = match found {

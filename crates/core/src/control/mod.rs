@@ -17,6 +17,7 @@
 pub mod cli;
 pub mod handover;
 pub mod identity;
+mod patterns;
 mod servers;
 pub mod state_file;
 

@@ -1,0 +1,346 @@
+//! The CLI's ACL and map commands (`show|add|del|clear|prepare|commit acl|map`, `set map`),
+//! with HAProxy 2.6's arguments, answers and error texts: a list is named by its file or
+//! by `#ID` (its number in `show acl`/`show map`), an entry by its key or by `#0x...` (the
+//! id `show` prints), a version by `@N`.
+
+use std::sync::Arc;
+
+use crate::conf::patterns::{Entry, Family, PatternRef};
+use crate::runtime::Process;
+
+use super::cli::{Command, Level};
+
+pub const COMMANDS: &[Command] = &[
+    Command {
+        words: &["show", "acl"],
+        help: "show acl [[@VER] ACL]: the ACL pattern lists, or one list's entries",
+        level: Level::User,
+        run: |p, a, _| show(p, Family::Acl, a),
+    },
+    Command {
+        words: &["show", "map"],
+        help: "show map [[@VER] MAP]: the maps, or one map's entries",
+        level: Level::User,
+        run: |p, a, _| show(p, Family::Map, a),
+    },
+    Command {
+        words: &["add", "acl"],
+        help: "add acl [@VER] ACL PATTERN: add a pattern to an ACL list",
+        level: Level::Operator,
+        run: |p, a, _| add(p, Family::Acl, a),
+    },
+    Command {
+        words: &["add", "map"],
+        help: "add map [@VER] MAP KEY VALUE (or MAP <<PAYLOAD): add map entries",
+        level: Level::Operator,
+        run: |p, a, _| add(p, Family::Map, a),
+    },
+    Command {
+        words: &["del", "acl"],
+        help: "del acl ACL PATTERN|#REF: delete the entries of that pattern",
+        level: Level::Operator,
+        run: |p, a, _| del(p, Family::Acl, a),
+    },
+    Command {
+        words: &["del", "map"],
+        help: "del map MAP KEY|#REF: delete the entries of that key",
+        level: Level::Operator,
+        run: |p, a, _| del(p, Family::Map, a),
+    },
+    Command {
+        words: &["set", "map"],
+        help: "set map MAP KEY|#REF VALUE: change the value of a key's entries",
+        level: Level::Operator,
+        run: set_map,
+    },
+    Command {
+        words: &["clear", "acl"],
+        help: "clear acl [@VER] ACL: remove every entry (of that version)",
+        level: Level::Operator,
+        run: |p, a, _| clear(p, Family::Acl, a),
+    },
+    Command {
+        words: &["clear", "map"],
+        help: "clear map [@VER] MAP: remove every entry (of that version)",
+        level: Level::Operator,
+        run: |p, a, _| clear(p, Family::Map, a),
+    },
+    Command {
+        words: &["prepare", "acl"],
+        help: "prepare acl ACL: start a new version of an ACL list",
+        level: Level::Operator,
+        run: |p, a, _| prepare(p, Family::Acl, a),
+    },
+    Command {
+        words: &["prepare", "map"],
+        help: "prepare map MAP: start a new version of a map",
+        level: Level::Operator,
+        run: |p, a, _| prepare(p, Family::Map, a),
+    },
+    Command {
+        words: &["commit", "acl"],
+        help: "commit acl @VER ACL: make that version the one matched",
+        level: Level::Operator,
+        run: |p, a, _| commit(p, Family::Acl, a),
+    },
+    Command {
+        words: &["commit", "map"],
+        help: "commit map @VER MAP: make that version the one used",
+        level: Level::Operator,
+        run: |p, a, _| commit(p, Family::Map, a),
+    },
+];
+
+fn noun(family: Family) -> &'static str {
+    match family {
+        Family::Acl => "ACL",
+        Family::Map => "map",
+    }
+}
+
+fn word(family: Family) -> &'static str {
+    match family {
+        Family::Acl => "acl",
+        Family::Map => "map",
+    }
+}
+
+fn unknown(family: Family) -> String {
+    format!(
+        "Unknown {} identifier. Please use #<id> or <file>.\n",
+        noun(family)
+    )
+}
+
+/// The list named `#ID` or by its file; with `family`, only one that family lists.
+fn find(p: &Process, name: &str, family: Option<Family>) -> Option<Arc<PatternRef>> {
+    let found = match name.strip_prefix('#') {
+        Some(id) => {
+            let id: usize = id.parse().ok()?;
+            p.config.patterns.iter().find(|r| r.id == id)
+        }
+        None => p
+            .config
+            .patterns
+            .iter()
+            .find(|r| r.file.as_deref() == Some(name)),
+    }?;
+    match family {
+        Some(f) if found.listing(f).is_none() => None,
+        _ => Some(found.clone()),
+    }
+}
+
+/// A leading `@VER`, if any, and the words after it.
+fn version<'a, 'w>(args: &'a [&'w str]) -> (Option<Option<u32>>, &'a [&'w str]) {
+    match args.split_first() {
+        Some((v, rest)) if v.starts_with('@') => (Some(v[1..].parse().ok()), rest),
+        _ => (None, args),
+    }
+}
+
+fn show(p: &Process, family: Family, args: &[&str]) -> String {
+    let (ver, args) = version(args);
+    let Some(name) = args.first() else {
+        let mut out = String::from("# id (file) description\n");
+        for r in &p.config.patterns {
+            if let Some(l) = r.listing(family) {
+                out.push_str(&format!(
+                    "{} ({}) {}. curr_ver={} next_ver={} entry_cnt={}\n",
+                    r.id,
+                    r.file.as_deref().unwrap_or(""),
+                    l.display,
+                    l.curr,
+                    l.next,
+                    l.entries
+                ));
+            }
+        }
+        return out;
+    };
+    let Some(list) = find(p, name, Some(family)) else {
+        return unknown(family);
+    };
+    list.entries(ver.flatten())
+        .iter()
+        .map(|e| match &e.value {
+            Some(v) => format!("{:#x} {} {v}\n", e.id, e.key),
+            None => format!("{:#x} {}\n", e.id, e.key),
+        })
+        .collect()
+}
+
+fn add(p: &Process, family: Family, args: &[&str]) -> String {
+    let (ver, args) = version(args);
+    // A payload arrives as the last argument, with its line breaks.
+    let payload = args.last().filter(|a| a.contains('\n'));
+    let pairs: Vec<(String, Option<String>)> = match (family, args) {
+        (Family::Map, [_, key, value, ..]) if payload.is_none() => {
+            vec![(key.to_string(), Some(value.to_string()))]
+        }
+        (Family::Map, [_, _]) if payload.is_some() => {
+            let mut pairs = Vec::new();
+            for line in args[1].lines().filter(|l| !l.trim().is_empty()) {
+                let line = line.trim_start();
+                match line.split_once([' ', '\t']) {
+                    Some((k, v)) => pairs.push((k.to_string(), Some(v.trim_start().to_string()))),
+                    None => return format!("Missing value for key '{line}'.\n"),
+                }
+            }
+            pairs
+        }
+        (Family::Map, _) => {
+            return "'add map' expects three parameters (map identifier, key and value) or one parameter (map identifier) and a payload\n".into()
+        }
+        (Family::Acl, [_, pattern, ..]) => vec![(pattern.to_string(), None)],
+        (Family::Acl, _) => {
+            return "'add acl' expects two parameters: ACL identifier and pattern.\n".into()
+        }
+    };
+    let Some(list) = find(p, args[0], None) else {
+        return unknown(family);
+    };
+    if family == Family::Acl && list.listing(Family::Map).is_some() {
+        return "This ACL is shared with a map containing samples. You must use the command 'add map' to add values.\n".into();
+    }
+    let done = list.edit(|e| {
+        let v = match ver {
+            None => e.curr,
+            Some(Some(v)) if v <= e.next => v,
+            Some(_) => {
+                return Err(format!(
+                    "Version number in the future, please use 'prepare {}' before",
+                    word(family)
+                ))
+            }
+        };
+        for (key, value) in pairs {
+            e.push(key, value, v);
+        }
+        Ok(())
+    });
+    answer(done)
+}
+
+fn answer(done: Result<(), String>) -> String {
+    match done {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e}.\n"),
+    }
+}
+
+/// Whether entry `e` is the one `which` names: `#0x...` an id, anything else a key.
+fn names(which: &str, e: &Entry) -> Result<bool, String> {
+    match which.strip_prefix("#0x") {
+        Some(hex) => u64::from_str_radix(hex, 16)
+            .map(|id| id == e.id)
+            .map_err(|_| "Malformed identifier. Please use #<id> or <file>".to_string()),
+        None => Ok(e.key == which),
+    }
+}
+
+fn del(p: &Process, family: Family, args: &[&str]) -> String {
+    let [name, which, ..] = args else {
+        return format!(
+            "This command expects two parameters: {} identifier and key.\n",
+            noun(family)
+        );
+    };
+    // HAProxy 2.6 says "map" here for both families.
+    let Some(list) = find(p, name, Some(family)) else {
+        return unknown(Family::Map);
+    };
+    answer(list.edit(|e| {
+        let before = e.entries.len();
+        let mut bad = None;
+        e.entries.retain(|entry| match names(which, entry) {
+            Ok(hit) => !hit,
+            Err(why) => {
+                bad = Some(why);
+                true
+            }
+        });
+        match bad {
+            Some(why) => Err(why),
+            None if e.entries.len() == before => Err("Key not found".into()),
+            None => Ok(()),
+        }
+    }))
+}
+
+fn set_map(p: &Process, args: &[&str], _: Level) -> String {
+    let [name, which, value, ..] = args else {
+        return "'set map' expects three parameters: map identifier, key and value.\n".into();
+    };
+    let Some(list) = find(p, name, Some(Family::Map)) else {
+        return unknown(Family::Map);
+    };
+    let done = list.edit(|e| {
+        let mut found = false;
+        for entry in e.entries.iter_mut() {
+            if names(which, entry)? {
+                entry.value = Some(value.to_string());
+                found = true;
+            }
+        }
+        if found {
+            Ok(())
+        } else {
+            Err("entry not found".into())
+        }
+    });
+    answer(done)
+}
+
+fn clear(p: &Process, family: Family, args: &[&str]) -> String {
+    let (ver, args) = version(args);
+    let Some(name) = args.first() else {
+        return format!("Missing {} identifier.\n", noun(family));
+    };
+    let Some(list) = find(p, name, Some(family)) else {
+        return unknown(family);
+    };
+    answer(list.edit(|e| {
+        let v = ver.flatten().unwrap_or(e.curr);
+        e.entries.retain(|entry| entry.version != v);
+        Ok(())
+    }))
+}
+
+fn prepare(p: &Process, family: Family, args: &[&str]) -> String {
+    let Some(name) = args.first() else {
+        return format!("Missing {} identifier.\n", noun(family));
+    };
+    let Some(list) = find(p, name, Some(family)) else {
+        return unknown(family);
+    };
+    match list.edit(|e| {
+        e.next += 1;
+        let v = e.next;
+        e.entries.retain(|entry| entry.version != v);
+        Ok(v)
+    }) {
+        Ok(v) => format!("New version created: {v}\n"),
+        Err(e) => format!("{e}.\n"),
+    }
+}
+
+fn commit(p: &Process, family: Family, args: &[&str]) -> String {
+    let (ver, args) = version(args);
+    let Some(ver) = ver else {
+        return "Missing version number.\n".into();
+    };
+    let Some(name) = args.first() else {
+        return format!("Missing {} identifier.\n", noun(family));
+    };
+    let Some(list) = find(p, name, Some(family)) else {
+        return unknown(family);
+    };
+    answer(list.edit(|e| match ver {
+        Some(v) if v > e.curr && v <= e.next => {
+            e.curr = v;
+            Ok(())
+        }
+        _ => Err("Version number out of range".into()),
+    }))
+}
