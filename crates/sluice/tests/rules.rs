@@ -851,6 +851,50 @@ backend be
     }
 }
 
+/// `capture.req.hdr(N)` and `capture.res.hdr(N)` read the capture slots: header captures
+/// taken before the rules, a rule's `capture` seen by the rules after it. The expected
+/// values are HAProxy 2.6.12's for this configuration (run side by side with curl).
+#[test]
+fn capture_fetches_read_the_slots_as_rules_fill_them() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    capture request header Host len 5
+    capture response header Content-Type len 10
+    declare capture request len 8
+    http-request capture path len 4
+    http-request capture req.hdr(x-id) id 0
+    http-request set-header X-C0 \"%[capture.req.hdr(0)]\"
+    http-request set-header X-C1 \"%[capture.req.hdr(1)]/%[capture.req.hdr(2)]/%[capture.req.hdr(3)]\"
+    http-response set-header X-R \"%[capture.res.hdr(0)]\"
+    http-response set-header X-Q \"%[capture.req.hdr(0)]/%[capture.req.hdr(1)]/%[capture.req.hdr(2)]/%[capture.req.hdr(9)]\"
+    default_backend be
+backend be
+    server s {}
+",
+        origin.addr
+    ));
+    let cases = [
+        (
+            "/longpath",
+            "Host: example.com\r\nx-id: abcdefghij\r\n",
+            "abcde",
+            "//lon/",
+            "abcde///lon/",
+        ),
+        ("/p", "Host: ex\r\n", "ex", "//p/", "ex///p/"),
+    ];
+    for (path, headers, c0, c1, q) in cases {
+        let r = ask(&p, "GET", path, headers);
+        let got = origin.requests().pop().unwrap();
+        assert_eq!(got.header("x-c0"), Some(c0), "{path}");
+        assert_eq!(got.header("x-c1"), Some(c1), "{path}");
+        assert_eq!(r.header("x-r"), Some("text/plain"), "{path}");
+        assert_eq!(r.header("x-q"), Some(q), "{path}");
+    }
+}
+
 /// What HAProxy 2.6.12 answers in a backend's rules: 0 until a `set-timeout` rule sets
 /// the timeout, then the value set, in milliseconds.
 #[test]

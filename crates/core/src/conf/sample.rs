@@ -136,6 +136,11 @@ pub enum Fetch {
     SrvSessRate(String, String),
     /// `http_first_req`: the request is its connection's first.
     HttpFirstReq,
+    /// `capture.req.hdr(N)`, `capture.res.hdr(N)`: what capture slot N of that side holds.
+    Captured {
+        response: bool,
+        slot: usize,
+    },
     /// `thread`: the worker serving the connection, from 0.
     Thread,
     /// `so_id`, `so_name`: the listener's number in its frontend (from 1) and its `name`.

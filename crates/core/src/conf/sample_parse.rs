@@ -197,12 +197,7 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 }
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
-const PENDING_FETCHES: &[&str] = &[
-    "capture.req.hdr",
-    "capture.res.hdr",
-    "http_auth",
-    "http_auth_group",
-];
+const PENDING_FETCHES: &[&str] = &["http_auth", "http_auth_group"];
 
 fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
     let none = |f: Fetch| arity(c, 0, 0).map(|()| f);
@@ -392,6 +387,16 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "dst_is_local" => none(Fetch::DstIsLocal)?,
         "stopping" => none(Fetch::Stopping)?,
         "http_first_req" => none(Fetch::HttpFirstReq)?,
+        "capture.req.hdr" | "capture.res.hdr" => {
+            arity(c, 1, 1)?;
+            let slot = int(c, 0)?
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| ParseError(format!("'{}' expects a slot number", c.name)))?;
+            Fetch::Captured {
+                response: c.name == "capture.res.hdr",
+                slot: slot as usize,
+            }
+        }
         "thread" => none(Fetch::Thread)?,
         "so_id" => none(Fetch::SoId)?,
         "so_name" => none(Fetch::SoName)?,
@@ -1238,10 +1243,11 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("capture.req.hdr(0)", &PatternBook::default())
+        assert!(parse_expr("http_auth_group(u)", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("not supported yet"));
+        assert!(parse_expr("capture.req.hdr(-1)", &PatternBook::default()).is_err());
         assert_eq!(
             parse_expr("sc_http_req_rate(1,t)", &PatternBook::default())
                 .unwrap()

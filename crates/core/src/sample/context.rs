@@ -26,6 +26,16 @@ pub struct StreamVars {
     pub sess_trackers: RefCell<Slots>,
     /// The current request's unique id (`unique-id-format`).
     pub unique_id: RefCell<Option<std::rc::Rc<str>>>,
+    /// What the transaction's capture slots hold so far (`capture.req.hdr(N)`,
+    /// `capture.res.hdr(N)`), copied from its log record when the frontend has slots.
+    pub captured: RefCell<Captured>,
+}
+
+/// The values of a transaction's capture slots, request side and response side.
+#[derive(Debug, Default, Clone)]
+pub struct Captured {
+    pub req: Vec<Option<String>>,
+    pub res: Vec<Option<String>>,
 }
 
 impl<'a> Ctx<'a> {

@@ -16,6 +16,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         Src | Dst | Ip(_) => Kind::Ip,
         SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
         | Stopping | HttpFirstReq => Kind::Bool,
+        Captured { .. } => Kind::Str,
         Base32Src => Kind::Bin,
         FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout | CurTunnelTimeout
         | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_) | FeSessRate(_)
@@ -290,6 +291,16 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             })
         }
         Fetch::HttpFirstReq => cx.req.map(|_| Sample::Bool(cx.first_request)),
+        Fetch::Captured { response, slot } => {
+            let captured = cx.vars.captured.borrow();
+            let side = if *response {
+                &captured.res
+            } else {
+                &captured.req
+            };
+            let value = side.get(*slot)?.clone()?;
+            Some(Sample::string(value))
+        }
         Fetch::Thread => cx.arrival.map(|a| Sample::Int(a.thread as i64)),
         Fetch::SoId => cx.arrival.map(|a| Sample::Int(a.listener as i64 + 1)),
         Fetch::SoName => {

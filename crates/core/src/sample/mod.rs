@@ -19,7 +19,7 @@ mod jwt;
 pub mod payload;
 mod table;
 
-pub use self::context::{text_match, Arrival, Ctx, Kind, StreamVars, Tracker};
+pub use self::context::{text_match, Arrival, Captured, Ctx, Kind, StreamVars, Tracker};
 pub use self::conv::in_net;
 pub use crate::conf::sample::*;
 pub use crate::conf::sample_parse::{

@@ -67,6 +67,7 @@ async fn run(s: &mut Session) {
         let mut txn = Txn::default();
         s.vars.txn.borrow_mut().clear();
         s.vars.unique_id.take();
+        s.vars.captured.take();
         txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,

@@ -174,6 +174,16 @@ impl Edits {
                 if let Some(v) = expr.eval(cx) {
                     let b = v.as_bytes();
                     let text = String::from_utf8_lossy(&b[..b.len().min(*len)]).into_owned();
+                    // The next rules read the slot at once (`capture.req.hdr(N)`).
+                    let mut captured = cx.vars.captured.borrow_mut();
+                    let side = if cx.res.is_some() {
+                        &mut captured.res
+                    } else {
+                        &mut captured.req
+                    };
+                    if let Some(v) = side.get_mut(*slot) {
+                        *v = Some(text.clone());
+                    }
                     self.captures.push((*slot, text));
                 }
             }

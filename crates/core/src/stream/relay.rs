@@ -54,6 +54,13 @@ impl Txn {
         let mut rsp_edits = Edits::default();
         let (b, f) = (&be.rules, &fe.rules);
         let sent = self.sent_head.take();
+        // Headers are captured as the server sent them, before the rules (which may read
+        // the slots).
+        if !fe.log.captures_res.is_empty() {
+            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
+            self.share_captures(s);
+        }
         if super::txn::has_response_rules(fe, be) {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
             let req = sent
@@ -153,7 +160,6 @@ impl Txn {
             self.log.cookie_res = super::report::capture_cookie(set, name, *len, true);
         }
         if !fe.log.captures_res.is_empty() {
-            self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
             for (slot, value) in rsp_edits.captures.drain(..) {
                 if let Some(c) = self.log.captures_res.get_mut(slot) {
                     *c = Some(value);

@@ -176,10 +176,13 @@ impl Txn {
         s.body.set(None);
         s.chunked_body = None;
         self.render_log_samples(s, &req, &route);
-        for (slot, value) in edits.captures.drain(..) {
-            if let Some(c) = self.log.captures_req.get_mut(slot) {
-                *c = Some(value);
+        if !edits.captures.is_empty() {
+            for (slot, value) in edits.captures.drain(..) {
+                if let Some(c) = self.log.captures_req.get_mut(slot) {
+                    *c = Some(value);
+                }
             }
+            self.share_captures(s);
         }
         self.log.level = edits.log_level.take();
         match route {
@@ -776,6 +779,14 @@ impl Txn {
             });
     }
 
+    /// Lets samples read the capture slots (`capture.req.hdr(N)`, `capture.res.hdr(N)`).
+    pub(super) fn share_captures(&self, s: &Session) {
+        *s.vars.captured.borrow_mut() = crate::sample::Captured {
+            req: self.log.captures_req.clone(),
+            res: self.log.captures_res.clone(),
+        };
+    }
+
     /// What the log keeps of the request head before rules run: its number, captured
     /// headers and unique id.
     fn request_log_facts(&mut self, s: &Session, req: &RequestView<'_>) {
@@ -805,6 +816,7 @@ impl Txn {
             };
         if !fe.log.captures_req.is_empty() {
             self.log.captures_req = super::report::captures(&fe.log.captures_req, req.headers());
+            self.share_captures(s);
         }
         if let Some((name, len)) = &fe.log.capture_cookie {
             let cookies = req
