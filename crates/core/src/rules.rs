@@ -256,7 +256,19 @@ fn var_of(action: &str) -> Option<Result<VarName, String>> {
     Some(crate::sample::parse_var(inner).map_err(|e| e.0))
 }
 
+/// A rule line, with where it was written.
 fn parse_rule(
+    rules: &RulesConf,
+    args: &[String],
+    side: Side,
+    at: &crate::conf::Loc,
+) -> Result<Rule, KwError> {
+    let mut rule = rule_of(rules, args, side, at)?;
+    rule.at = Some(at.clone());
+    Ok(rule)
+}
+
+fn rule_of(
     rules: &RulesConf,
     args: &[String],
     side: Side,
@@ -885,6 +897,7 @@ pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
         if !holds(&rule.cond, cx) {
             continue;
         }
+        cx.vars.note_rule(rule);
         match &rule.action {
             Action::Allow => return true,
             Action::Reject => return false,

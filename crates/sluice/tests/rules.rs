@@ -895,6 +895,47 @@ backend be
     }
 }
 
+/// `last_rule_file` and `last_rule_line` name the last final rule that applied: a `deny`
+/// page sees its own rule, a `return` answer is rendered before its rule counts, and an
+/// `http-response allow` becomes the last rule. The answers are HAProxy 2.6.12's for the
+/// same configuration (lines and all).
+#[test]
+fn last_rule_file_and_line_follow_haproxys_order() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request set-var(txn.x) str(a)
+    http-request deny deny_status 403 content-type text/plain lf-string \"denied %[last_rule_file]:%[last_rule_line]\" if {{ path /deny }}
+    http-request return status 200 content-type text/plain lf-string \"ret %[last_rule_file]:%[last_rule_line]\" if {{ path /ret }}
+    http-request allow if {{ path /allow }}
+    http-request set-header X-Before \"%[last_rule_file]:%[last_rule_line]\"
+    http-response set-header X-Last \"%[last_rule_file]:%[last_rule_line]\"
+    default_backend be
+backend be
+    http-request set-header X-Be \"%[last_rule_file]:%[last_rule_line]\"
+    http-response allow if {{ status 200 }}
+    http-response set-header X-Never 1
+    server s {}
+",
+        origin.addr
+    ));
+    let r = ask(&p, "GET", "/deny", "Host: t\r\n");
+    assert_eq!(r.status, 403);
+    let text = r.text();
+    assert!(
+        text.starts_with("denied /") && text.ends_with("/test.cfg:9"),
+        "{text}"
+    );
+    assert_eq!(ask(&p, "GET", "/ret", "Host: t\r\n").text(), "ret :");
+    for path in ["/allow", "/other"] {
+        let r = ask(&p, "GET", path, "Host: t\r\n");
+        let last = r.header("x-last").unwrap_or_default();
+        assert!(last.ends_with("/test.cfg:17"), "{path}: {last}");
+        assert_eq!(r.header("x-never"), None);
+    }
+}
+
 /// What HAProxy 2.6.12 answers in a backend's rules: 0 until a `set-timeout` rule sets
 /// the timeout, then the value set, in milliseconds.
 #[test]

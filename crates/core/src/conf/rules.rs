@@ -197,9 +197,27 @@ pub struct Rule {
     /// Its condition or its values read the request head: after an editing rule, it must
     /// see the edited request.
     pub reads_request: bool,
+    /// Where it was written (`last_rule_file`, `last_rule_line`).
+    pub at: Option<super::loc::Loc>,
 }
 
 impl Rule {
+    /// Whether a rule that applies ends its list, and so becomes the stream's last rule
+    /// (`last_rule_file`): HAProxy's final actions.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self.action,
+            Action::Allow
+                | Action::Deny { .. }
+                | Action::Tarpit { .. }
+                | Action::Reject
+                | Action::Return(_)
+                | Action::Auth(_)
+                | Action::Redirect(_)
+                | Action::UseService(_)
+        )
+    }
+
     pub fn new(action: Action, cond: Option<Cond>) -> Rule {
         let reads_request =
             cond.as_ref().is_some_and(Cond::reads_request) || action.reads_request();
@@ -207,6 +225,7 @@ impl Rule {
             action,
             cond,
             reads_request,
+            at: None,
         }
     }
 }

@@ -141,6 +141,10 @@ pub enum Fetch {
         response: bool,
         slot: usize,
     },
+    /// `last_rule_file`, `last_rule_line`: where the last final rule that applied was
+    /// written.
+    LastRuleFile,
+    LastRuleLine,
     /// `thread`: the worker serving the connection, from 0.
     Thread,
     /// `so_id`, `so_name`: the listener's number in its frontend (from 1) and its `name`.

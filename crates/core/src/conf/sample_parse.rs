@@ -387,6 +387,8 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "dst_is_local" => none(Fetch::DstIsLocal)?,
         "stopping" => none(Fetch::Stopping)?,
         "http_first_req" => none(Fetch::HttpFirstReq)?,
+        "last_rule_file" => none(Fetch::LastRuleFile)?,
+        "last_rule_line" => none(Fetch::LastRuleLine)?,
         "capture.req.hdr" | "capture.res.hdr" => {
             arity(c, 1, 1)?;
             let slot = int(c, 0)?

@@ -29,6 +29,9 @@ pub struct StreamVars {
     /// What the transaction's capture slots hold so far (`capture.req.hdr(N)`,
     /// `capture.res.hdr(N)`), copied from its log record when the frontend has slots.
     pub captured: RefCell<Captured>,
+    /// Where the last final rule that applied was written (`last_rule_file`,
+    /// `last_rule_line`).
+    pub last_rule: RefCell<Option<crate::conf::Loc>>,
 }
 
 /// The values of a transaction's capture slots, request side and response side.
@@ -117,6 +120,13 @@ impl Slots {
 }
 
 impl StreamVars {
+    /// Remembers `rule`, which applies, when it ends its list.
+    pub fn note_rule(&self, rule: &crate::conf::rules::Rule) {
+        if rule.is_final() && rule.at.is_some() {
+            *self.last_rule.borrow_mut() = rule.at.clone();
+        }
+    }
+
     /// What slot `n` tracks: the transaction's entry, else the connection's (as HAProxy's
     /// `sc*` fetches look them up).
     pub fn with_tracked<R>(&self, n: u8, f: impl FnOnce(Option<&Tracker>) -> R) -> R {

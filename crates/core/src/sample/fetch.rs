@@ -16,7 +16,8 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         Src | Dst | Ip(_) => Kind::Ip,
         SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
         | Stopping | HttpFirstReq => Kind::Bool,
-        Captured { .. } => Kind::Str,
+        Captured { .. } | LastRuleFile => Kind::Str,
+        LastRuleLine => Kind::Int,
         Base32Src => Kind::Bin,
         FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout | CurTunnelTimeout
         | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_) | FeSessRate(_)
@@ -291,6 +292,13 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             })
         }
         Fetch::HttpFirstReq => cx.req.map(|_| Sample::Bool(cx.first_request)),
+        Fetch::LastRuleFile => {
+            let at = cx.vars.last_rule.borrow();
+            Some(Sample::string(at.as_ref()?.file.to_string()))
+        }
+        Fetch::LastRuleLine => Some(Sample::Int(
+            cx.vars.last_rule.borrow().as_ref()?.line as i64,
+        )),
         Fetch::Captured { response, slot } => {
             let captured = cx.vars.captured.borrow();
             let side = if *response {

@@ -68,6 +68,7 @@ async fn run(s: &mut Session) {
         s.vars.txn.borrow_mut().clear();
         s.vars.unique_id.take();
         s.vars.captured.take();
+        s.vars.last_rule.take();
         txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,

@@ -58,6 +58,9 @@ impl Edits {
             if !holds(&rule.cond, cx) {
                 continue;
             }
+            if !matches!(rule.action, Action::Return(_)) {
+                cx.vars.note_rule(rule);
+            }
             match &rule.action {
                 Action::Allow => break,
                 Action::Deny { status, reply } => {
@@ -66,6 +69,7 @@ impl Edits {
                 }
                 Action::Return(reply) => {
                     self.returned = Some((reply.status, reply_bytes(reply, cx)));
+                    cx.vars.note_rule(rule);
                     break;
                 }
                 other => {

@@ -1382,10 +1382,17 @@ fn apply_rules(
         if !holds(&rule.cond, &cx) {
             continue;
         }
+        // A `return` renders its answer before it counts as the last rule (HAProxy's
+        // order); a `deny` page after.
+        if !matches!(rule.action, Action::Return(_)) {
+            cx.vars.note_rule(rule);
+        }
         let edited = match &rule.action {
             Action::Return(reply) => {
+                let bytes = reply_bytes(reply, &cx);
+                cx.vars.note_rule(rule);
                 return Some(Route::Respond {
-                    bytes: reply_bytes(reply, &cx),
+                    bytes,
                     close: false,
                 });
             }
