@@ -349,7 +349,7 @@ fn bad_rules_name_the_line() {
             "unknown converter 'nosuch'",
         ),
         (
-            "http-request set-header X %[http_auth_group(u)]",
+            "http-request set-header X %[ssl_fc_session_id]",
             "not supported yet",
         ),
         ("http-request set-var(user) src", "needs a scope"),

@@ -197,7 +197,18 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 }
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
-const PENDING_FETCHES: &[&str] = &["http_auth", "http_auth_group"];
+const PENDING_FETCHES: &[&str] = &[
+    "fc_unacked",
+    "fc_sacked",
+    "fc_retrans",
+    "ssl_fc_cipherlist_bin",
+    "ssl_fc_cipherlist_hex",
+    "ssl_fc_cipherlist_str",
+    "ssl_fc_cipherlist_xxh",
+    "ssl_fc_session_id",
+    "ssl_fc_client_random",
+    "ssl_fc_server_random",
+];
 
 fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
     let none = |f: Fetch| arity(c, 0, 0).map(|()| f);
@@ -1245,7 +1256,7 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("http_auth_group(u)", &PatternBook::default())
+        assert!(parse_expr("fc_unacked", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("not supported yet"));
