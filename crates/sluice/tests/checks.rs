@@ -1481,7 +1481,10 @@ fn check_connect_rules_and_variables() {
 fn check_connect_and_variables_refuse_what_they_cannot_do() {
     let base = "defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\nbackend b\n";
     for (line, says) in [
-        ("    http-check connect ssl\n", "'ssl' is not supported yet"),
+        (
+            "    http-check connect proto h3\n",
+            "argument 2 'h3': expects h1 or h2",
+        ),
         (
             "    tcp-check connect send-proxy\n",
             "'send-proxy' is not supported yet",

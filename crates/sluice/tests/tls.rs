@@ -1085,6 +1085,58 @@ fn health_checks_ask_for_check_sni_and_offer_check_alpn() {
     );
 }
 
+/// `http-check connect` and `tcp-check connect` with `ssl`, `sni`, `alpn` and `proto`, as
+/// HAProxy 2.6 reads them: `ssl` makes a server without `check-ssl` checked over TLS,
+/// asking for the rule's name and protocols; an explicit connect without `default` or
+/// `ssl` is plain even on a `check-ssl` server, and `default` takes the server's TLS.
+#[test]
+fn check_connect_rules_choose_tls_name_and_protocols() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let front_sock = dir.0.join("front.sock");
+    let sock = dir.0.join("checker.sock");
+    let front = Sluice::start(&format!(
+        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {pem} strict-sni alpn h2,http/1.1\n    default_backend be\nbackend be\n    server o {}\n",
+        front_sock.display(),
+        origin.addr
+    ));
+    let backend = |name: &str, connect: &str, server: &str| {
+        format!(
+            "backend {name}\n    option httpchk GET /{name}\n    http-check connect {connect}\n    server s {} {server} check inter 100ms rise 1 fall 1\n",
+            front.addr()
+        )
+    };
+    let _checker = Sluice::start(&format!(
+        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend rule\n{}{}{}{}backend tcp\n    option tcp-check\n    tcp-check connect ssl sni localhost alpn http/1.1\n    tcp-check send \"GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n\"\n    tcp-check expect rstring ^HTTP/1.1\\ 200\n    server s {} verify none check inter 100ms rise 1 fall 1\n",
+        sock.display(),
+        backend("rule", "ssl sni localhost alpn h2", "verify none"),
+        backend("misnamed", "ssl sni other.test", "verify none"),
+        backend("plain", "linger", "ssl verify none"),
+        backend("dflt", "default sni localhost proto h1", "check-ssl verify none"),
+        front.addr()
+    ));
+    let field = |be: &str, f: &str| stat_field(&Sluice::cli(&sock, "show stat"), be, "s", f);
+    wait_until("every check judged", || {
+        ["rule", "dflt", "tcp"]
+            .iter()
+            .all(|b| field(b, "check_status") == "L7OK")
+            && field("misnamed", "status") == "DOWN"
+            && field("plain", "status") == "DOWN"
+    });
+    let seen = |path: &str| origin.requests().iter().any(|r| r.target == path);
+    assert!(seen("/rule") && seen("/dflt") && seen("/tcp"));
+    assert!(!seen("/misnamed") && !seen("/plain"));
+    // The front refused the name it does not have, and the plain request was no handshake.
+    assert!(field("misnamed", "check_status").starts_with("L6"));
+    // Only the rule that offered h2 alone spoke HTTP/2.
+    let csv = Sluice::cli(&front_sock, "show stat");
+    let h2: u64 = stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd")
+        .parse()
+        .unwrap();
+    assert!(h2 > 0);
+}
+
 /// A TLS connection to `addr` (`site.test`) on a socket that keeps every byte it reads.
 fn recorded(
     addr: SocketAddr,

@@ -9,8 +9,8 @@ use sluice_config::{no_args, units, Keyword, KwError, Scope};
 use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::conf::check::{
-    CheckKind, CheckProto, CheckText, ConnectRule, Expect, ExpectOpts, HeaderMatch, Observe,
-    OnError, Pattern, Re, TcpRule, TextPart,
+    CheckKind, CheckProto, CheckText, ConnectLayer, ConnectRule, Expect, ExpectOpts, HeaderMatch,
+    Observe, OnError, Pattern, Re, TcpRule, TextPart,
 };
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
@@ -404,7 +404,10 @@ fn expect_rule(a: &[String]) -> Result<TcpRule, KwError> {
 }
 
 fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
-    let mut rule = ConnectRule::default();
+    let mut rule = ConnectRule {
+        layer: ConnectLayer::Plain,
+        ..ConnectRule::default()
+    };
     let mut i = 0;
     while i < a.len() {
         let value = || {
@@ -412,7 +415,27 @@ fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
                 .ok_or(KwError::Missing("a value after port/addr/comment"))
         };
         match a[i].as_str() {
+            "default" if rule.layer == ConnectLayer::Plain => rule.layer = ConnectLayer::Default,
             "default" => {}
+            "ssl" => rule.layer = ConnectLayer::Ssl,
+            "sni" => {
+                rule.sni = Some(value()?.clone());
+                i += 1;
+            }
+            "alpn" => {
+                let v = value()?;
+                rule.alpn = Some(v.split(',').map(str::to_string).collect());
+                i += 1;
+            }
+            "proto" => {
+                let v = value()?;
+                rule.proto = Some(match v.as_str() {
+                    "h1" => CheckProto::H1,
+                    "h2" => CheckProto::H2,
+                    _ => return Err(KwError::bad(i + 2, v, "expects h1 or h2")),
+                });
+                i += 1;
+            }
             "linger" => rule.linger = true,
             "port" => {
                 let v = value()?;
@@ -421,23 +444,24 @@ fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
             }
             "addr" => {
                 let v = value()?;
-                rule.addr = Some(v.parse().map_err(|_| KwError::bad(i + 2, v, "expects an IP address"))?);
+                rule.addr = Some(
+                    v.parse()
+                        .map_err(|_| KwError::bad(i + 2, v, "expects an IP address"))?,
+                );
                 i += 1;
             }
             "comment" => {
                 rule.comment = Some(value()?.clone());
                 i += 1;
             }
-            w @ ("ssl" | "sni" | "alpn" | "send-proxy" | "via-socks4" | "proto") => {
-                return Err(KwError::Invalid(format!(
-                    "connect option '{w}' is not supported yet (a check follows the server's 'ssl' or 'check-ssl'; no PROXY protocol, SOCKS4 or other protocols)"
-                )))
-            }
+            w @ ("send-proxy" | "via-socks4") => return Err(KwError::Invalid(format!(
+                "connect option '{w}' is not supported yet (no PROXY protocol or SOCKS4 on checks)"
+            ))),
             other => {
                 return Err(KwError::bad(
                     i + 1,
                     other,
-                    "expects default, port, addr, linger or comment",
+                    "expects default, port, addr, ssl, sni, alpn, proto, linger or comment",
                 ))
             }
         }
@@ -608,7 +632,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "http-check connect",
         scope: Scope::BE,
-        help: "http-check connect [default] [port N] [addr IP] [linger] [comment TEXT]: where the HTTP check connects and how it closes",
+        help: "http-check connect [default] [port N] [addr IP] [ssl] [sni NAME] [alpn LIST] [proto h1|h2] [linger] [comment TEXT]: where the HTTP check connects and how",
         parse: |c, a| {
             if c.check.http_connect != ConnectRule::default() {
                 return Err(KwError::Invalid(

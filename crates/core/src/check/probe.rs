@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::conf::check::{
-    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectRule, Expect,
-    ExpectOpts, HeaderMatch, Pattern, Re, Report, TcpRule,
+    BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectLayer,
+    ConnectRule, Expect, ExpectOpts, HeaderMatch, Pattern, Re, Report, TcpRule,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
@@ -65,10 +65,11 @@ pub async fn probe(
                 let line = format!("X-Haproxy-Server-State: {state}\r\n");
                 req.splice(at..at, line.into_bytes());
             }
-            let h2 = speaks_h2(srv, opts);
+            let h2 = speaks_h2(srv, opts, how);
             // Sent with the connection when it is sure to be HTTP/1.1.
             let early = if h2 == Some(false) { &req[..] } else { &[] };
-            match open(at.aimed(how, addr), connect_limit, early, tls).await {
+            let tls = tls_for(how, tls);
+            match open(at.aimed(how, addr), connect_limit, early, tls.as_ref()).await {
                 Ok(conn) if h2.unwrap_or_else(|| chose_h2(&conn)) => {
                     http2(conn, &req, &be.check, limit, how).await
                 }
@@ -116,20 +117,34 @@ fn aim(mut at: SocketAddr, how: &ConnectRule) -> SocketAddr {
     at
 }
 
-/// Whether an HTTP check of `srv` speaks HTTP/2: `check-proto` if given, else as the server's
-/// traffic does (`proto h2`). `None` when TLS's ALPN will tell, the server offering `h2`.
-fn speaks_h2(srv: &Server, opts: &CheckOpts) -> Option<bool> {
-    match opts.proto {
+/// Whether an HTTP check of `srv` speaks HTTP/2: its connect rule's `proto`, else
+/// `check-proto` if given, else as the server's traffic does (`proto h2`). `None` when
+/// TLS's ALPN will tell, the connection offering `h2`.
+fn speaks_h2(srv: &Server, opts: &CheckOpts, how: &ConnectRule) -> Option<bool> {
+    match how.proto.or(opts.proto) {
         Some(p) => Some(p == CheckProto::H2),
         None if srv.h2 => Some(true),
         None => {
-            let offers_h2 = srv
-                .check_tls
-                .as_ref()
+            let offers_h2 = tls_for(how, srv.check_tls.as_ref())
                 .is_some_and(|c| c.config.alpn_protocols.iter().any(|p| p == b"h2"));
             (!offers_h2).then_some(false)
         }
     }
+}
+
+/// The TLS a connection that `how` opens starts: none on a plain one; else the check's
+/// (the server's `check-ssl` settings, built for every server whose checks ask for `ssl`),
+/// asking for the rule's own name and protocols.
+fn tls_for(how: &ConnectRule, check: Option<&Connector>) -> Option<Connector> {
+    let base = match how.layer {
+        ConnectLayer::Plain => return None,
+        ConnectLayer::Default | ConnectLayer::Ssl => check?,
+    };
+    Some(crate::tls::asking(
+        base,
+        how.sni.as_deref(),
+        how.alpn.as_deref(),
+    ))
 }
 
 /// Whether the check's TLS handshake chose HTTP/2 by ALPN.
@@ -610,7 +625,8 @@ impl RuleRun<'_> {
                         close(old, old_how);
                     }
                     let to = self.to.aimed(how, self.addr);
-                    match open(to, self.connect_limit, &[], self.tls).await {
+                    let tls = tls_for(how, self.tls);
+                    match open(to, self.connect_limit, &[], tls.as_ref()).await {
                         Ok(c) => *conn = Some((c, how)),
                         Err(o) => return step.report(o, &connect_what(how)),
                     }

@@ -385,6 +385,37 @@ pub struct ConnectRule {
     pub linger: bool,
     /// `comment`: names this step in failure reports.
     pub comment: Option<String>,
+    /// Plain or TLS: the check's own settings (`default`, and a connection no rule
+    /// opened), `ssl`, or plain (an explicit rule without either, as HAProxy's).
+    pub layer: ConnectLayer,
+    /// `sni NAME`, `alpn LIST`: what a TLS connection asks for, instead of the check's.
+    pub sni: Option<String>,
+    pub alpn: Option<Vec<String>>,
+    /// `proto h1|h2`: the HTTP version an HTTP check speaks on it.
+    pub proto: Option<CheckProto>,
+}
+
+impl BackendCheck {
+    /// Whether a connect rule of its checks asks for TLS (`ssl`).
+    pub fn uses_ssl(&self) -> bool {
+        let ssl = |c: &ConnectRule| c.layer == ConnectLayer::Ssl;
+        ssl(&self.http_connect)
+            || self
+                .tcp_rules
+                .iter()
+                .any(|r| matches!(r, TcpRule::Connect(c) if ssl(c)))
+    }
+}
+
+/// What a check connection carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectLayer {
+    /// As the server's checks: TLS with `check-ssl` (or `ssl`), else plain.
+    #[default]
+    Default,
+    /// TLS, with the server's TLS settings.
+    Ssl,
+    Plain,
 }
 
 /// How a backend's servers are checked.

@@ -526,6 +526,9 @@ fn lower(
         .filter(|p| is_backend(p.kind))
         .zip(backends.iter_mut())
     {
+        // A check rule that connects with `ssl` needs the servers' TLS settings, as
+        // `check-ssl` would.
+        let ssl_rule = p.conf.check.uses_ssl();
         for (spec, srv) in p.conf.backend.servers.iter().zip(be.servers.iter_mut()) {
             if spec.opts.h2 && p.conf.stream.mode == Mode::Tcp {
                 errors.push(p.header.error(format!(
@@ -544,7 +547,7 @@ fn lower(
                 )));
             }
             let t = &spec.opts.tls;
-            let checks = t.check_ssl.unwrap_or(t.ssl);
+            let checks = t.check_ssl.unwrap_or(t.ssl) || ssl_rule;
             if !t.ssl && !checks {
                 continue;
             }

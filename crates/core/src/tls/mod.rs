@@ -514,17 +514,18 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
 /// `check-sni` and offering `check-alpn` where given. The certificate is verified as for
 /// the traffic.
 pub fn check_connector(o: &ServerTlsOpts, base: &Connector) -> Connector {
+    asking(base, o.check_sni.as_deref(), o.check_alpn.as_deref())
+}
+
+/// `base`, asking for name `sni` and protocols `alpn` where they are given.
+pub fn asking(base: &Connector, sni: Option<&str>, alpn: Option<&[String]>) -> Connector {
     let mut c = base.clone();
-    if let Some(alpn) = &o.check_alpn {
+    if let Some(alpn) = alpn {
         let mut config = (*base.config).clone();
         config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
         c.config = Arc::new(config);
     }
-    if let Some(name) = o
-        .check_sni
-        .as_ref()
-        .and_then(|n| ServerName::try_from(n.clone()).ok())
-    {
+    if let Some(name) = sni.and_then(|n| ServerName::try_from(n.to_string()).ok()) {
         c.name = name;
     }
     c
