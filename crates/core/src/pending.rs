@@ -76,7 +76,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "tune.sched.low-latency" => Scope::GLOBAL,
     "tune.sndbuf.client" => Scope::GLOBAL,
     "tune.sndbuf.server" => Scope::GLOBAL,
-    "tune.ssl.capture-buffer-size" => Scope::GLOBAL,
     "tune.ssl.force-private-cache" => Scope::GLOBAL,
     "tune.ssl.hard-maxrecord" => Scope::GLOBAL,
     "tune.ssl.keylog" => Scope::GLOBAL,

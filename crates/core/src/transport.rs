@@ -40,6 +40,8 @@ pub struct TlsInfo {
     pub client_cert: Option<(String, String)>,
     /// The session was resumed (by ticket or by id), not fully negotiated.
     pub resumed: bool,
+    /// What the client's ClientHello offered, when captured.
+    pub hello: Option<std::sync::Arc<crate::tls::hello::Capture>>,
 }
 
 /// What a stream of a multiplexed client connection knows of that connection.
@@ -118,6 +120,37 @@ impl std::fmt::Debug for Io {
 struct Tls {
     tcp: TcpStream,
     state: std::cell::RefCell<rustls::Connection>,
+    /// The client's ClientHello while it arrives (`tune.ssl.capture-buffer-size`), then
+    /// what it offered.
+    hello: std::cell::RefCell<Hello>,
+}
+
+/// Where capturing a client's ClientHello stands.
+#[derive(Debug, Default)]
+enum Hello {
+    #[default]
+    Off,
+    Collecting(crate::tls::hello::Collector),
+    Done(Option<std::sync::Arc<crate::tls::hello::Capture>>),
+}
+
+/// Reads records from the socket, copying them into a ClientHello being collected.
+struct Tee<'a> {
+    socket: Nonblocking<'a>,
+    hello: &'a std::cell::RefCell<Hello>,
+}
+
+impl io::Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.socket.read(buf)?;
+        let mut hello = self.hello.borrow_mut();
+        if let Hello::Collecting(c) = &mut *hello {
+            if let crate::tls::hello::Collected::Done(got) = c.push(&buf[..n]) {
+                *hello = Hello::Done(got);
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// `std::io` reads and writes over a registered socket, without waiting (`WouldBlock`
@@ -149,6 +182,17 @@ impl io::Write for Nonblocking<'_> {
 }
 
 impl Tls {
+    /// Reads records from the socket into rustls (copying a ClientHello being captured).
+    fn read_records(&self, st: &mut rustls::Connection) -> io::Result<usize> {
+        if matches!(*self.hello.borrow(), Hello::Collecting(_)) {
+            return st.read_tls(&mut Tee {
+                socket: Nonblocking(&self.tcp),
+                hello: &self.hello,
+            });
+        }
+        st.read_tls(&mut Nonblocking(&self.tcp))
+    }
+
     /// Sends what rustls has to send, as far as the socket takes it now.
     fn push(&self) -> io::Result<()> {
         let mut st = self.state.borrow_mut();
@@ -192,7 +236,7 @@ impl Tls {
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                     Err(e) => return Err(e),
                 }
-                match st.read_tls(&mut Nonblocking(&self.tcp)) {
+                match self.read_records(&mut st) {
                     Ok(0) => return Ok(0),
                     Ok(_) => {}
                     Err(e) => return Err(e),
@@ -235,11 +279,8 @@ impl Tls {
             if closed {
                 return Ok(0);
             }
-            match self
-                .state
-                .borrow_mut()
-                .read_tls(&mut Nonblocking(&self.tcp))
-            {
+            let read = self.read_records(&mut self.state.borrow_mut());
+            match read {
                 Ok(0) => return Ok(0),
                 Ok(_) => {}
                 Err(e) => return Err(e),
@@ -302,6 +343,10 @@ impl Tls {
                 .and_then(|c| c.first())
                 .map(|c| crate::tls::x509::dn_strings(c).unwrap_or_default()),
             resumed: st.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+            hello: match &*self.hello.borrow() {
+                Hello::Done(c) => c.clone(),
+                _ => None,
+            },
         })
     }
 }
@@ -403,16 +448,26 @@ impl Conn {
         }
     }
 
-    /// Starts TLS on an accepted connection (the handshake runs as it is read).
-    pub fn into_tls(self, config: std::sync::Arc<rustls::ServerConfig>) -> io::Result<Conn> {
+    /// Starts TLS on an accepted connection (the handshake runs as it is read); with
+    /// `capture` bytes, what the ClientHello offered is kept (`tls::hello`).
+    pub fn into_tls(
+        self,
+        config: std::sync::Arc<rustls::ServerConfig>,
+        capture: usize,
+    ) -> io::Result<Conn> {
         let Io::Tcp(tcp) = self.io else {
             return Err(io::Error::other("TLS over TLS"));
         };
         let state = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
+        let hello = match capture {
+            0 => Hello::Off,
+            n => Hello::Collecting(crate::tls::hello::Collector::new(n)),
+        };
         Ok(Conn {
             io: Io::Tls(Box::new(Tls {
                 tcp,
                 state: std::cell::RefCell::new(state.into()),
+                hello: hello.into(),
             })),
             _fd: self._fd,
             proxied: self.proxied,
@@ -435,6 +490,7 @@ impl Conn {
             io: Io::Tls(Box::new(Tls {
                 tcp,
                 state: std::cell::RefCell::new(state.into()),
+                hello: Hello::Off.into(),
             })),
             _fd: self._fd,
             proxied: self.proxied,
@@ -458,7 +514,7 @@ impl Conn {
             }
             t.tcp.readable().await?;
             let mut st = t.state.borrow_mut();
-            match st.read_tls(&mut Nonblocking(&t.tcp)) {
+            match t.read_records(&mut st) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -928,9 +984,11 @@ impl Conn {
         let tcp = TcpStream::from_std(d.io)?;
         let io = match d.tls {
             None => Io::Tcp(tcp),
+            // Server connections move between workers: they have no ClientHello to keep.
             Some(state) => Io::Tls(Box::new(Tls {
                 tcp,
                 state: std::cell::RefCell::new(*state),
+                hello: Hello::Off.into(),
             })),
         };
         Ok(Conn {

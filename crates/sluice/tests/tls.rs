@@ -1137,6 +1137,93 @@ fn check_connect_rules_choose_tls_name_and_protocols() {
     assert!(h2 > 0);
 }
 
+/// The lists of a ClientHello (record header first): its version, suites, extension
+/// types, supported groups and point formats.
+fn hello_lists(rec: &[u8]) -> (u16, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+    let m = &rec[5 + 4..];
+    let version = u16::from_be_bytes([m[0], m[1]]);
+    let mut at = 2 + 32;
+    at += 1 + m[at] as usize;
+    let n = u16::from_be_bytes([m[at], m[at + 1]]) as usize;
+    let suites = m[at + 2..at + 2 + n].to_vec();
+    at += 2 + n;
+    at += 1 + m[at] as usize;
+    let end = at + 2 + u16::from_be_bytes([m[at], m[at + 1]]) as usize;
+    at += 2;
+    let (mut exts, mut groups, mut formats) = (Vec::new(), Vec::new(), Vec::new());
+    while at + 4 <= end {
+        let id = [m[at], m[at + 1]];
+        let len = u16::from_be_bytes([m[at + 2], m[at + 3]]) as usize;
+        let data = &m[at + 4..at + 4 + len];
+        exts.extend_from_slice(&id);
+        match id {
+            [0, 10] => groups = data[2..].to_vec(),
+            [0, 11] => formats = data[1..].to_vec(),
+            _ => {}
+        }
+        at += 4 + len;
+    }
+    (version, suites, exts, groups, formats)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// `ssl_fc_protocol_hello_id`, `ssl_fc_cipherlist_*`, `ssl_fc_extlist_bin`,
+/// `ssl_fc_eclist_bin` and `ssl_fc_ecformats_bin` give what the client's ClientHello
+/// offered, read from the very bytes the client sent; a small `tune.ssl.capture-buffer-size`
+/// cuts the lists in order. (With `SLUICE_TLS_PEER=haproxy` the same test runs against
+/// HAProxy 2.6, which passes it too.)
+#[test]
+fn client_hello_fetches_read_what_the_client_offered() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let ask = |size: usize| {
+        let cfg = format!(
+            "global\n    tune.ssl.capture-buffer-size {size}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    http-request return status 200 content-type text/plain lf-string \"%[ssl_fc_protocol_hello_id] %[ssl_fc_cipherlist_hex] %[ssl_fc_cipherlist_xxh] %[ssl_fc_extlist_bin,hex] %[ssl_fc_eclist_bin,hex] %[ssl_fc_ecformats_bin,hex] %[ssl_fc_cipherlist_str]\"\n"
+        );
+        let p = match std::env::var("SLUICE_TLS_PEER").as_deref() {
+            Ok("haproxy") => Sluice::start_program("haproxy", &["-db"], &cfg),
+            _ => Sluice::start(&cfg),
+        };
+        let config = ca.client(
+            &["http/1.1"],
+            &[&rustls::version::TLS13, &rustls::version::TLS12],
+        );
+        let mut conn =
+            rustls::ClientConnection::new(config, ServerName::try_from("site.test").unwrap())
+                .unwrap();
+        let mut hello = Vec::new();
+        conn.write_tls(&mut hello).unwrap();
+        let mut tcp = TcpStream::connect(p.addr()).unwrap();
+        tcp.set_read_timeout(Some(TIMEOUT)).unwrap();
+        tcp.write_all(&hello).unwrap();
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        let answer = request(&mut s, "/");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap().to_string();
+        (hello, body)
+    };
+    let (hello, body) = ask(1024);
+    let (version, suites, exts, groups, formats) = hello_lists(&hello);
+    let f: Vec<&str> = body.splitn(7, ' ').collect();
+    assert_eq!(f[0], version.to_string());
+    assert_eq!(f[1], hex(&suites));
+    assert_eq!(f[3], hex(&exts));
+    assert_eq!(f[4], hex(&groups));
+    assert_eq!(f[5], hex(&formats));
+    assert!(f[6].starts_with("TLS_AES_256_GCM_SHA384,"), "{}", f[6]);
+    assert!(f[6].contains("ECDHE-RSA-AES128-GCM-SHA256"), "{}", f[6]);
+    // A buffer of 8 bytes: four suites, and nothing of the other lists; the hash is of the
+    // whole list still.
+    let (hello, small) = ask(8);
+    let (_, suites, ..) = hello_lists(&hello);
+    let s: Vec<&str> = small.splitn(7, ' ').collect();
+    assert_eq!(s[1], hex(&suites[..8]));
+    assert_eq!((s[2], s[3], s[4]), (f[2], "", ""));
+}
+
 /// A TLS connection to `addr` (`site.test`) on a socket that keeps every byte it reads.
 fn recorded(
     addr: SocketAddr,

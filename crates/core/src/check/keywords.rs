@@ -454,9 +454,11 @@ fn connect_rule(a: &[String]) -> Result<ConnectRule, KwError> {
                 rule.comment = Some(value()?.clone());
                 i += 1;
             }
-            w @ ("send-proxy" | "via-socks4") => return Err(KwError::Invalid(format!(
+            w @ ("send-proxy" | "via-socks4") => {
+                return Err(KwError::Invalid(format!(
                 "connect option '{w}' is not supported yet (no PROXY protocol or SOCKS4 on checks)"
-            ))),
+            )))
+            }
             other => {
                 return Err(KwError::bad(
                     i + 1,

@@ -176,6 +176,10 @@ pub enum Fetch {
     SslFcProtocol,
     SslFcCipher,
     SslFcAlpn,
+    /// `ssl_fc_cipherlist_*`, `ssl_fc_extlist_bin`, `ssl_fc_eclist_bin`,
+    /// `ssl_fc_ecformats_bin`, `ssl_fc_protocol_hello_id`: what the client's ClientHello
+    /// offered (`tune.ssl.capture-buffer-size`); `true`: GREASE values left out.
+    Hello(HelloPart, bool),
     /// `ssl_c_used`, `ssl_c_verify` (0: verified), `ssl_c_s_dn`, `ssl_c_i_dn`: the client
     /// certificate.
     SslCUsed,
@@ -385,6 +389,19 @@ pub enum JwtKey {
 pub enum KeyArg {
     Const(Vec<u8>),
     Var(VarName),
+}
+
+/// A part of a captured ClientHello, as one of the `ssl_fc_*` fetches gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelloPart {
+    Ciphers,
+    CiphersHex,
+    CipherNames,
+    CiphersXxh64,
+    Version,
+    Extensions,
+    Groups,
+    PointFormats,
 }
 
 /// How a pattern matches a sample: ACLs' `-m` methods, and map files' (`map_beg`, ...).

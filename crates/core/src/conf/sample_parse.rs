@@ -12,8 +12,8 @@ use base64::Engine as _;
 
 use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse};
 use super::sample::{
-    Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, IntArg, JwtKey, KeyArg, MapFile, MapKey,
-    Match, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
+    Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
+    MapFile, MapKey, Match, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -151,6 +151,12 @@ fn int(c: &Call<'_>, i: usize) -> Result<Option<i64>, ParseError> {
     }
 }
 
+/// A ClientHello list fetch and its optional argument: non-zero leaves GREASE values out.
+fn hello(c: &Call<'_>, part: HelloPart) -> Result<Fetch, ParseError> {
+    arity(c, 0, 1)?;
+    Ok(Fetch::Hello(part, int(c, 0)?.unwrap_or(0) != 0))
+}
+
 fn opt_str(c: &Call<'_>, i: usize) -> Option<String> {
     c.args.get(i).filter(|a| !a.is_empty()).cloned()
 }
@@ -201,10 +207,6 @@ const PENDING_FETCHES: &[&str] = &[
     "fc_unacked",
     "fc_sacked",
     "fc_retrans",
-    "ssl_fc_cipherlist_bin",
-    "ssl_fc_cipherlist_hex",
-    "ssl_fc_cipherlist_str",
-    "ssl_fc_cipherlist_xxh",
     "ssl_fc_session_id",
     "ssl_fc_client_random",
     "ssl_fc_server_random",
@@ -354,6 +356,14 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_sni" => none(Fetch::SslFcSni)?,
         "ssl_fc_protocol" => none(Fetch::SslFcProtocol)?,
         "ssl_fc_cipher" => none(Fetch::SslFcCipher)?,
+        "ssl_fc_cipherlist_bin" => hello(c, HelloPart::Ciphers)?,
+        "ssl_fc_cipherlist_hex" => hello(c, HelloPart::CiphersHex)?,
+        "ssl_fc_cipherlist_str" => hello(c, HelloPart::CipherNames)?,
+        "ssl_fc_extlist_bin" => hello(c, HelloPart::Extensions)?,
+        "ssl_fc_eclist_bin" => hello(c, HelloPart::Groups)?,
+        "ssl_fc_cipherlist_xxh" => none(Fetch::Hello(HelloPart::CiphersXxh64, false))?,
+        "ssl_fc_ecformats_bin" => none(Fetch::Hello(HelloPart::PointFormats, false))?,
+        "ssl_fc_protocol_hello_id" => none(Fetch::Hello(HelloPart::Version, false))?,
         "ssl_fc_alpn" => none(Fetch::SslFcAlpn)?,
         "ssl_c_used" => none(Fetch::SslCUsed)?,
         "ssl_c_verify" => none(Fetch::SslCVerify)?,

@@ -12,6 +12,9 @@ pub struct TlsDefaults {
     pub cachesize: Option<usize>,
     /// `tune.ssl.maxrecord`: the most plaintext bytes per TLS record (0 or unset: 16 kB).
     pub maxrecord: Option<usize>,
+    /// `tune.ssl.capture-buffer-size`: the bytes of a client's ClientHello lists kept for
+    /// the `ssl_fc_*list*` fetches (0: none captured).
+    pub capture_buffer: usize,
     /// `ssl-server-verify none|required`: servers' `verify` when their line has none.
     pub server_verify: Option<String>,
     /// `issuers-chain-path DIR`: chains that complete certificates loaded alone.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use sluice_http::{name_is, trim_ows, Version};
 
 use super::context::{Ctx, Kind};
-use crate::conf::sample::{Fetch, Occ, Sample};
+use crate::conf::sample::{Fetch, HelloPart, Occ, Sample};
 use crate::runtime::BackendState;
 
 pub(super) fn kind(f: &Fetch) -> Kind {
@@ -19,6 +19,11 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         Captured { .. } | LastRuleFile => Kind::Str,
         LastRuleLine => Kind::Int,
         Base32Src => Kind::Bin,
+        Hello(part, _) => match part {
+            HelloPart::CiphersXxh64 | HelloPart::Version => Kind::Int,
+            HelloPart::CiphersHex => Kind::Bin,
+            _ => Kind::Str,
+        },
         FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout | CurTunnelTimeout
         | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_) | FeSessRate(_)
         | BeSessRate(_) | SrvConn(..) | SrvSessRate(..) | Thread | SoId => Kind::Int,
@@ -208,6 +213,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslFcSni => cx.client?.tls()?.sni.map(Sample::string),
         Fetch::SslFcProtocol => Some(Sample::str(cx.client?.tls()?.version.as_bytes())),
         Fetch::SslFcCipher => Some(Sample::str(cx.client?.tls()?.cipher.as_bytes())),
+        Fetch::Hello(part, no_grease) => hello(*part, *no_grease, &*cx.client?.tls()?.hello?),
         Fetch::SslCUsed => Some(Sample::Bool(
             cx.client
                 .and_then(|c| c.tls())
@@ -591,4 +597,36 @@ fn cookies<'a>(cx: &'a Ctx<'a>, name: &str, response: bool) -> Vec<Sample<'a>> {
         }
     }
     out
+}
+
+/// A part of the client's captured ClientHello, as HAProxy 2.6's `ssl_fc_*` fetches give
+/// it.
+fn hello(
+    part: HelloPart,
+    no_grease: bool,
+    c: &crate::tls::hello::Capture,
+) -> Option<Sample<'static>> {
+    use crate::tls::hello::{cipher_names, without_grease};
+    let list = |l: &[u8]| {
+        if no_grease {
+            without_grease(l)
+        } else {
+            l.to_vec()
+        }
+    };
+    Some(match part {
+        HelloPart::Ciphers => Sample::Bin(list(&c.ciphers).into()),
+        HelloPart::CiphersHex => Sample::string(
+            list(&c.ciphers)
+                .iter()
+                .map(|b| format!("{b:02X}"))
+                .collect(),
+        ),
+        HelloPart::CipherNames => Sample::string(cipher_names(&list(&c.ciphers))),
+        HelloPart::CiphersXxh64 => Sample::Int(c.ciphers_xxh64 as i64),
+        HelloPart::Version => Sample::Int(i64::from(c.protocol_version)),
+        HelloPart::Extensions => Sample::Bin(list(&c.extensions).into()),
+        HelloPart::Groups => Sample::Bin(list(&c.groups).into()),
+        HelloPart::PointFormats => Sample::Bin(c.point_formats.clone().into()),
+    })
 }

@@ -84,7 +84,7 @@ pub async fn serve(
         .as_ref()
         .and_then(|t| t.acceptor.clone());
     let client = match acceptor {
-        Some(a) => match client.into_tls(a.config) {
+        Some(a) => match client.into_tls(a.config, w.config().global.tls.capture_buffer) {
             Ok(c) => {
                 let ctx = w.ctx();
                 ctx.counters.tls_sessions.bump();

@@ -19,6 +19,7 @@
 //!   wildcard, else the first certificate of the line (unless `strict-sni`); among several
 //!   for the same name, the first whose key the client can verify (ECDSA or RSA).
 
+pub mod hello;
 mod lists;
 mod sigalgs;
 use lists::SUITES;
@@ -260,6 +261,21 @@ const MAX_RECORD: usize = 16_384;
 const MIN_RECORD: usize = 27;
 const RECORD_HEADER: usize = 5;
 
+/// `tune.ssl.capture-buffer-size N` (and its former name): once only, as in HAProxy.
+fn capture_buffer(g: &mut GlobalConf, a: &[String]) -> Result<(), KwError> {
+    let v = one_arg(a, "a number of bytes")?;
+    let n: usize = v
+        .parse()
+        .map_err(|_| KwError::bad(1, v, "expects a number of bytes"))?;
+    if g.tls.capture_buffer != 0 {
+        return Err(KwError::Invalid(
+            "the capture buffer is already configured".into(),
+        ));
+    }
+    g.tls.capture_buffer = n;
+    Ok(())
+}
+
 /// `tune.ssl.*` keywords.
 pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
@@ -271,6 +287,18 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
             g.tls.cachesize = Some(v.parse().map_err(|_| KwError::bad(1, v, "expects a number"))?);
             Ok(())
         },
+    },
+    Keyword {
+        name: "tune.ssl.capture-buffer-size",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.capture-buffer-size N: bytes of each client's ClientHello lists kept for the ssl_fc_cipherlist_*, ssl_fc_extlist_bin, ssl_fc_eclist_bin and ssl_fc_ecformats_bin fetches (0: none)",
+        parse: capture_buffer,
+    },
+    Keyword {
+        name: "tune.ssl.capture-cipherlist-size",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.capture-cipherlist-size N: the former name of tune.ssl.capture-buffer-size",
+        parse: capture_buffer,
     },
     Keyword {
         name: "tune.ssl.lifetime",
