@@ -184,3 +184,46 @@ fn length_prefixed_blocks_route_connections() {
     wait_until("others routed", || seen_other.lock().unwrap().len() == 1);
     assert_eq!(seen_abc.lock().unwrap()[0], b"\x07\x00\x03abcZZ");
 }
+
+/// `fix_is_valid` and `fix_tag_value` on a FIX session's first message: the rules wait
+/// while the message is cut short, then route by its SenderCompID, and a message with a
+/// wrong checksum is refused.
+#[test]
+fn fix_messages_are_validated_and_routed_once_whole() {
+    let (alpha, seen_alpha) = recorder();
+    let (other, seen_other) = recorder();
+    let p = Sluice::start(&format!(
+        "{TCP_DEFAULTS}frontend f\n    {{fe}}\n    tcp-request inspect-delay 10s\n    tcp-request content reject unless {{ req.payload(0,0),fix_is_valid }}\n    use_backend alpha if {{ req.payload(0,0),fix_tag_value(SenderCompID) -m str ALPHA }}\n    default_backend other\nbackend alpha\n    server s {alpha}\nbackend other\n    server s {other}\n"
+    ));
+    let logon = |sender: &str, spoil: u8| {
+        let body = format!("35=A\x0149={sender}\x0156=SERVER\x0134=1\x0198=0\x01108=30\x01");
+        let mut m = format!("8=FIX.4.4\x019={}\x01{body}", body.len()).into_bytes();
+        let sum = m.iter().fold(spoil, |s, &c| s.wrapping_add(c));
+        m.extend_from_slice(format!("10={sum:03}\x01").as_bytes());
+        m
+    };
+    let send = |bytes: &[u8]| {
+        let mut s = TcpStream::connect(p.addr()).unwrap();
+        s.set_nodelay(true).unwrap();
+        // The checksum arrives later than the rest.
+        s.write_all(&bytes[..bytes.len() - 5]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        s.write_all(&bytes[bytes.len() - 5..]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+    };
+    let alpha_msg = logon("ALPHA", 0);
+    send(&alpha_msg);
+    wait_until("ALPHA routed", || seen_alpha.lock().unwrap().len() == 1);
+    send(&logon("BETA", 0));
+    wait_until("BETA routed", || seen_other.lock().unwrap().len() == 1);
+    // A spoiled checksum: refused, reaching no server.
+    send(&logon("ALPHA", 1));
+    send(&logon("BETA", 0));
+    wait_until("the next BETA routed", || {
+        seen_other.lock().unwrap().len() == 2
+    });
+    assert_eq!(seen_alpha.lock().unwrap().len(), 1);
+    assert_eq!(seen_alpha.lock().unwrap()[0], alpha_msg);
+}

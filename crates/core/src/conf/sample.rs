@@ -198,6 +198,8 @@ pub enum Fetch {
     Bool(bool),
     Int(i64),
     Str(String),
+    /// `bin(HEX)`: constant bytes.
+    BinConst(Vec<u8>),
     Ip(std::net::IpAddr),
     /// A stick-table counter (`sc0_http_req_rate`, `src_get_gpc0`, `sc_tracked(1)`).
     Table {
@@ -326,6 +328,9 @@ pub enum Conv {
     AddItem(String, Option<VarName>, String),
     /// `iif(TRUE,FALSE)`: one of two strings, as the boolean input says.
     Iif(String, String),
+    /// `fix_is_valid`, `fix_tag_value(TAG)` (the tag's number): FIX messages.
+    FixIsValid,
+    FixTagValue(u32),
     /// `json_query(PATH[,int])`: the first value at a JSON path of the input: a string,
     /// a boolean, a number (an integer with `int`, else as C's `%g` writes it); nothing
     /// for null, arrays and objects, as in HAProxy.

@@ -459,6 +459,17 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             arity(c, 1, 1)?;
             Fetch::Bool(int(c, 0)?.unwrap_or(0) != 0)
         }
+        "bin" => {
+            arity(c, 1, 1)?;
+            let h = c.args[0].trim();
+            let bytes = (0..h.len())
+                .step_by(2)
+                .map(|i| h.get(i..i + 2).and_then(|x| u8::from_str_radix(x, 16).ok()))
+                .collect::<Option<Vec<u8>>>()
+                .filter(|_| h.len().is_multiple_of(2))
+                .ok_or_else(|| ParseError(format!("'bin' expects hexadecimal bytes, not '{h}'")))?;
+            Fetch::BinConst(bytes)
+        }
         "ipv4" | "ipv6" => {
             arity(c, 1, 1)?;
             Fetch::Ip(
@@ -783,6 +794,14 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
                 n => return err(format!("'sha2' expects 224, 256, 384 or 512, not {n}")),
             })
         }
+        "fix_is_valid" => none(Conv::FixIsValid)?,
+        "fix_tag_value" => {
+            arity(c, 1, 1)?;
+            match fix_tag(&c.args[0]) {
+                0 => return err(format!("Unknown FIX tag name '{}'", c.args[0])),
+                id => Conv::FixTagValue(id),
+            }
+        }
         "json_query" => {
             arity(c, 1, 2)?;
             let path = serde_json_path::JsonPath::parse(&c.args[0])
@@ -997,6 +1016,26 @@ fn mask_arg(m: &str, v6: bool) -> Result<IpAddr, ParseError> {
 
 /// `map`, `map_<match>`, `map_<match>_<output>` (the output type is read as text, which
 /// converts on use).
+/// A FIX tag as `fix_tag_value` takes it: its number, or one of the names HAProxy knows
+/// (any case); 0 for neither.
+pub fn fix_tag(tag: &str) -> u32 {
+    const NAMES: &[(&str, u32)] = &[
+        ("MsgType", 35),
+        ("CheckSum", 10),
+        ("BodyLength", 9),
+        ("TargetCompID", 56),
+        ("BeginString", 8),
+        ("SenderCompID", 49),
+    ];
+    if !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) {
+        return tag.parse().unwrap_or(0);
+    }
+    NAMES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(tag))
+        .map_or(0, |(_, id)| *id)
+}
+
 fn parse_map_conv(c: &Call<'_>, rest: &str, book: &PatternBook) -> Result<Conv, ParseError> {
     let mut parts = rest.split('_').skip(1).peekable();
     let substitute = parts.peek() == Some(&"regm");

@@ -24,12 +24,21 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         Bool | Not | Odd | Even => Kind::Bool,
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
-        InTable(_) | SecureMemcmp(_) => Kind::Bool,
+        InTable(_) | SecureMemcmp(_) | FixIsValid => Kind::Bool,
+        FixTagValue(_) => Kind::Bin,
         Strcmp(_) | TableTrackers(_) | JsonQuery { int: true, .. } | JwtVerify { .. } => Kind::Int,
         JwtQuery { int: true, .. } => Kind::Int,
         Digest(_) | Hmac(..) | Ub64Dec => Kind::Bin,
         _ => Kind::Str,
     }
+}
+
+/// No sample yet: a payload still arriving may complete the input.
+fn more(cx: &Ctx<'_>) -> Option<Sample<'static>> {
+    if let Some(p) = cx.payload {
+        p.wants_more();
+    }
+    None
 }
 
 fn text(s: Vec<u8>) -> Sample<'static> {
@@ -274,6 +283,14 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             };
             Sample::Int(super::jwt::verify(&s.as_binary(), &alg, key))
         }
+        Conv::FixIsValid => match super::fix::is_valid(&s.as_binary()) {
+            super::fix::Verdict::Is(valid) => Sample::Bool(valid),
+            super::fix::Verdict::More => return more(cx),
+        },
+        Conv::FixTagValue(tag) => match super::fix::tag_value(&s.as_binary(), *tag) {
+            super::fix::Verdict::Is(v) => Sample::Bin(v?.to_vec().into()),
+            super::fix::Verdict::More => return more(cx),
+        },
         Conv::Iif(yes, no) => Sample::string(if s.as_bool()? {
             yes.clone()
         } else {

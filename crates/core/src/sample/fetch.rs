@@ -18,7 +18,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         | Stopping | HttpFirstReq => Kind::Bool,
         Captured { .. } | LastRuleFile => Kind::Str,
         LastRuleLine => Kind::Int,
-        Base32Src => Kind::Bin,
+        Base32Src | BinConst(_) => Kind::Bin,
         Hello(part, _) => match part {
             HelloPart::CiphersXxh64 | HelloPart::Version => Kind::Int,
             HelloPart::CiphersHex => Kind::Bin,
@@ -387,6 +387,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::Bool(b) => Some(Sample::Bool(*b)),
         Fetch::Int(n) => Some(Sample::Int(*n)),
         Fetch::Str(s) => Some(Sample::str(s.as_bytes())),
+        Fetch::BinConst(b) => Some(Sample::Bin(Cow::Borrowed(b))),
         Fetch::Ip(ip) => Some(Sample::Ip(*ip)),
         Fetch::Table {
             source,

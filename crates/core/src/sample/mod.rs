@@ -13,6 +13,7 @@
 mod context;
 mod conv;
 mod fetch;
+mod fix;
 pub mod hash;
 mod json;
 mod jwt;
