@@ -331,6 +331,10 @@ pub enum Conv {
     /// `fix_is_valid`, `fix_tag_value(TAG)` (the tag's number): FIX messages.
     FixIsValid,
     FixTagValue(u32),
+    /// `mqtt_is_valid`, `mqtt_field_value(TYPE,FIELD)` (the packet type's number): MQTT
+    /// packets.
+    MqttIsValid,
+    MqttFieldValue(u8, MqttField),
     /// `json_query(PATH[,int])`: the first value at a JSON path of the input: a string,
     /// a boolean, a number (an integer with `int`, else as C's `%g` writes it); nothing
     /// for null, arrays and objects, as in HAProxy.
@@ -394,6 +398,49 @@ pub enum JwtKey {
 pub enum KeyArg {
     Const(Vec<u8>),
     Var(VarName),
+}
+
+/// The fields `mqtt_field_value` names, in HAProxy's order (MQTT 5.0 properties by
+/// their number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MqttField {
+    Flags,
+    ReasonCode,
+    ProtocolName,
+    ProtocolVersion,
+    ClientIdentifier,
+    WillTopic,
+    WillPayload,
+    Username,
+    Password,
+    Keepalive,
+    PayloadFormatIndicator,
+    MessageExpiryInterval,
+    ContentType,
+    ResponseTopic,
+    CorrelationData,
+    SubscriptionIdentifier,
+    SessionExpiryInterval,
+    AssignedClientIdentifier,
+    ServerKeepalive,
+    AuthenticationMethod,
+    AuthenticationData,
+    RequestProblemInformation,
+    DelayInterval,
+    RequestResponseInformation,
+    ResponseInformation,
+    ServerReference,
+    ReasonString,
+    ReceiveMaximum,
+    TopicAliasMaximum,
+    TopicAlias,
+    MaximumQos,
+    RetainAvailable,
+    UserProperty,
+    MaximumPacketSize,
+    WildcardSubscriptionAvailable,
+    SubscriptionIdentifiersAvailable,
+    SharedSubscriptionAvailable,
 }
 
 /// A part of a captured ClientHello, as one of the `ssl_fc_*` fetches gives it.

@@ -13,7 +13,7 @@ use base64::Engine as _;
 use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse};
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
-    MapFile, MapKey, Match, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
+    MapFile, MapKey, Match, MqttField, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -795,6 +795,19 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
             })
         }
         "fix_is_valid" => none(Conv::FixIsValid)?,
+        "mqtt_is_valid" => none(Conv::MqttIsValid)?,
+        "mqtt_field_value" => {
+            arity(c, 2, 2)?;
+            let (t, name) = (&c.args[0], &c.args[1]);
+            let kind =
+                mqtt_type(t).ok_or_else(|| ParseError(format!("Unknown MQTT type '{t}'")))?;
+            let field = mqtt_field(kind, name).ok_or_else(|| {
+                ParseError(format!(
+                    "Unknown MQTT field name '{name}' for packet type '{t}'"
+                ))
+            })?;
+            Conv::MqttFieldValue(kind, field)
+        }
         "fix_tag_value" => {
             arity(c, 1, 1)?;
             match fix_tag(&c.args[0]) {
@@ -1016,6 +1029,156 @@ fn mask_arg(m: &str, v6: bool) -> Result<IpAddr, ParseError> {
 
 /// `map`, `map_<match>`, `map_<match>_<output>` (the output type is read as text, which
 /// converts on use).
+/// An MQTT packet type: its number (1 to 15) or its name, any case.
+fn mqtt_type(t: &str) -> Option<u8> {
+    const TYPES: [&str; 15] = [
+        "CONNECT",
+        "CONNACK",
+        "PUBLISH",
+        "PUBACK",
+        "PUBREC",
+        "PUBREL",
+        "PUBCOMP",
+        "SUBSCRIBE",
+        "SUBACK",
+        "UNSUBSCRIBE",
+        "UNSUBACK",
+        "PINGREQ",
+        "PINGRESP",
+        "DISCONNECT",
+        "AUTH",
+    ];
+    if let Ok(n @ 1..=15) = t.parse::<u8>() {
+        return Some(n);
+    }
+    let at = TYPES.iter().position(|n| n.eq_ignore_ascii_case(t))?;
+    Some(at as u8 + 1)
+}
+
+/// A field `mqtt_field_value` may read in packets of type `kind` (HAProxy 2.6's lists).
+fn mqtt_field(kind: u8, name: &str) -> Option<MqttField> {
+    use MqttField::*;
+    const NAMES: &[(&str, MqttField)] = &[
+        ("flags", Flags),
+        ("reason_code", ReasonCode),
+        ("protocol_name", ProtocolName),
+        ("protocol_version", ProtocolVersion),
+        ("client_identifier", ClientIdentifier),
+        ("will_topic", WillTopic),
+        ("will_payload", WillPayload),
+        ("username", Username),
+        ("password", Password),
+        ("keepalive", Keepalive),
+        ("1", PayloadFormatIndicator),
+        ("2", MessageExpiryInterval),
+        ("3", ContentType),
+        ("8", ResponseTopic),
+        ("9", CorrelationData),
+        ("11", SubscriptionIdentifier),
+        ("17", SessionExpiryInterval),
+        ("18", AssignedClientIdentifier),
+        ("19", ServerKeepalive),
+        ("21", AuthenticationMethod),
+        ("22", AuthenticationData),
+        ("23", RequestProblemInformation),
+        ("24", DelayInterval),
+        ("25", RequestResponseInformation),
+        ("26", ResponseInformation),
+        ("28", ServerReference),
+        ("31", ReasonString),
+        ("33", ReceiveMaximum),
+        ("34", TopicAliasMaximum),
+        ("35", TopicAlias),
+        ("36", MaximumQos),
+        ("37", RetainAvailable),
+        ("38", UserProperty),
+        ("39", MaximumPacketSize),
+        ("40", WildcardSubscriptionAvailable),
+        ("41", SubscriptionIdentifiersAvailable),
+        ("42", SharedSubscriptionAvailable),
+    ];
+    let field = NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name))?.1;
+    let allowed: &[MqttField] = match kind {
+        1 => &[
+            ProtocolName,
+            ProtocolVersion,
+            Flags,
+            Keepalive,
+            SessionExpiryInterval,
+            ReceiveMaximum,
+            MaximumPacketSize,
+            TopicAliasMaximum,
+            RequestResponseInformation,
+            RequestProblemInformation,
+            UserProperty,
+            AuthenticationMethod,
+            AuthenticationData,
+            ClientIdentifier,
+            DelayInterval,
+            PayloadFormatIndicator,
+            MessageExpiryInterval,
+            ContentType,
+            ResponseTopic,
+            CorrelationData,
+            WillTopic,
+            WillPayload,
+            Username,
+            Password,
+        ],
+        2 => &[
+            Flags,
+            ProtocolVersion,
+            ReasonCode,
+            SessionExpiryInterval,
+            ReceiveMaximum,
+            MaximumQos,
+            RetainAvailable,
+            MaximumPacketSize,
+            AssignedClientIdentifier,
+            TopicAliasMaximum,
+            ReasonString,
+            WildcardSubscriptionAvailable,
+            SubscriptionIdentifiersAvailable,
+            SharedSubscriptionAvailable,
+            ServerKeepalive,
+            ResponseInformation,
+            ServerReference,
+            UserProperty,
+            AuthenticationMethod,
+            AuthenticationData,
+        ],
+        3 => &[
+            PayloadFormatIndicator,
+            MessageExpiryInterval,
+            ContentType,
+            ResponseTopic,
+            CorrelationData,
+            SubscriptionIdentifier,
+            TopicAlias,
+            UserProperty,
+        ],
+        4..=7 => &[ReasonCode, ReasonString, UserProperty],
+        8 => &[SubscriptionIdentifier, UserProperty],
+        9 | 11 => &[ReasonString, UserProperty],
+        10 => &[UserProperty],
+        14 => &[
+            ReasonCode,
+            SessionExpiryInterval,
+            ServerReference,
+            ReasonString,
+            UserProperty,
+        ],
+        15 => &[
+            AuthenticationMethod,
+            AuthenticationData,
+            ReasonString,
+            UserProperty,
+        ],
+        _ => &[],
+    };
+    allowed.contains(&field).then_some(field)
+}
+
 /// A FIX tag as `fix_tag_value` takes it: its number, or one of the names HAProxy knows
 /// (any case); 0 for neither.
 pub fn fix_tag(tag: &str) -> u32 {

@@ -24,8 +24,8 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         Bool | Not | Odd | Even => Kind::Bool,
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
-        InTable(_) | SecureMemcmp(_) | FixIsValid => Kind::Bool,
-        FixTagValue(_) => Kind::Bin,
+        InTable(_) | SecureMemcmp(_) | FixIsValid | MqttIsValid => Kind::Bool,
+        FixTagValue(_) | MqttFieldValue(..) => Kind::Bin,
         Strcmp(_) | TableTrackers(_) | JsonQuery { int: true, .. } | JwtVerify { .. } => Kind::Int,
         JwtQuery { int: true, .. } => Kind::Int,
         Digest(_) | Hmac(..) | Ub64Dec => Kind::Bin,
@@ -284,13 +284,23 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             Sample::Int(super::jwt::verify(&s.as_binary(), &alg, key))
         }
         Conv::FixIsValid => match super::fix::is_valid(&s.as_binary()) {
-            super::fix::Verdict::Is(valid) => Sample::Bool(valid),
-            super::fix::Verdict::More => return more(cx),
+            super::Verdict::Is(valid) => Sample::Bool(valid),
+            super::Verdict::More => return more(cx),
         },
         Conv::FixTagValue(tag) => match super::fix::tag_value(&s.as_binary(), *tag) {
-            super::fix::Verdict::Is(v) => Sample::Bin(v?.to_vec().into()),
-            super::fix::Verdict::More => return more(cx),
+            super::Verdict::Is(v) => Sample::Bin(v?.to_vec().into()),
+            super::Verdict::More => return more(cx),
         },
+        Conv::MqttIsValid => match super::mqtt::is_valid(&s.as_binary()) {
+            super::Verdict::Is(valid) => Sample::Bool(valid),
+            super::Verdict::More => return more(cx),
+        },
+        Conv::MqttFieldValue(kind, field) => {
+            match super::mqtt::field_value(&s.as_binary(), *kind, *field) {
+                super::Verdict::Is(v) => Sample::Bin(v?.into()),
+                super::Verdict::More => return more(cx),
+            }
+        }
         Conv::Iif(yes, no) => Sample::string(if s.as_bool()? {
             yes.clone()
         } else {

@@ -5,17 +5,11 @@
 //! Both answer "more bytes may change this" for a message cut short, so that TCP content
 //! rules wait for the rest.
 
+use super::Verdict;
+
 const SOH: u8 = 0x01;
 /// The shortest message that can be judged.
 const MIN_SIZE: usize = 26;
-
-/// What a message turned out to be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict<T> {
-    Is(T),
-    /// Cut short: more bytes may decide.
-    More,
-}
 
 /// Digits only, not 0 (a tag number; names are read with the configuration:
 /// `conf::sample_parse::fix_tag`).

@@ -17,6 +17,7 @@ mod fix;
 pub mod hash;
 mod json;
 mod jwt;
+mod mqtt;
 pub mod payload;
 mod table;
 
@@ -83,6 +84,14 @@ impl Fmt {
         }
         out
     }
+}
+
+/// What a protocol message read from a payload turned out to be (FIX, MQTT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<T> {
+    Is(T),
+    /// Cut short: more bytes may decide.
+    More,
 }
 
 #[cfg(test)]
