@@ -1137,6 +1137,72 @@ fn check_connect_rules_choose_tls_name_and_protocols() {
     assert!(h2 > 0);
 }
 
+/// `set server B/S ssl on|off` switches a server's traffic between TLS and plain text at
+/// once (kept connections included), shows in `show servers state`'s `srv_use_ssl`, and is
+/// refused, in HAProxy's words, for a server without TLS settings.
+#[test]
+fn set_server_ssl_switches_between_tls_and_plain_text() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "origin.pem", &["origin.test"]);
+    // One TLS listener and one plain one, both answering whether they saw TLS.
+    let origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n    {{fe}}\n    http-request return status 200 content-type text/plain lf-string \"tls=%[ssl_fc]\"\n"
+    ));
+    let (tls, plain) = (origin.addrs[0], origin.addrs[1]);
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend other if {{ path /other }}\n    default_backend be\nbackend be\n    retries 0\n    server s {tls} ssl verify none\nbackend other\n    server o {plain}\n",
+        sock.display()
+    ));
+    let cli = |cmd: &str| Sluice::cli(&sock, cmd);
+    let use_ssl = || {
+        let state = cli("show servers state be");
+        let row = state.lines().rfind(|l| !l.is_empty()).unwrap().to_string();
+        row.split_whitespace().nth(20).unwrap().to_string()
+    };
+    let mut c = p.connect();
+    assert_eq!(c.get("/").text(), "tls=1");
+    assert_eq!(use_ssl(), "1");
+    assert_eq!(
+        cli("set server be/s ssl off"),
+        "server ssl setting updated.\n\n"
+    );
+    assert_eq!(use_ssl(), "0");
+    // Plain text to the TLS listener: no answer from it (what it sends back is no HTTP),
+    // even on the kept connection.
+    let status = c.get("/").status;
+    assert!(status == 502 || status == 503, "{status}");
+    // Pointed at the plain listener, it works in plain text.
+    assert!(cli(&format!(
+        "set server be/s addr {} port {}",
+        plain.ip(),
+        plain.port()
+    ))
+    .starts_with("IP changed"));
+    assert_eq!(get(p.addr(), "/").text(), "tls=0");
+    assert!(cli(&format!(
+        "set server be/s addr {} port {}",
+        tls.ip(),
+        tls.port()
+    ))
+    .starts_with("IP changed"));
+    assert_eq!(
+        cli("set server be/s ssl on"),
+        "server ssl setting updated.\n\n"
+    );
+    assert_eq!(get(p.addr(), "/").text(), "tls=1");
+    assert_eq!(use_ssl(), "1");
+    assert_eq!(
+        cli("set server other/o ssl on"),
+        "'set server <srv> ssl' cannot be set.  default-server should define ssl settings\n\n"
+    );
+    assert_eq!(
+        cli("set server be/s ssl maybe"),
+        "'set server <srv> ssl' expects 'on' or 'off'.\n\n"
+    );
+}
+
 /// The lists of a ClientHello (record header first): its version, suites, extension
 /// types, supported groups and point formats.
 fn hello_lists(rec: &[u8]) -> (u16, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {

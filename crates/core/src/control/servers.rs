@@ -149,7 +149,20 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                     old.ip()
                 ))
             }
-            (Some(kw @ ("check-port" | "fqdn" | "ssl")), _) => {
+            (Some("ssl"), v) => {
+                needs(level, Level::Admin)?;
+                let on = match v {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => return Err("'set server <srv> ssl' expects 'on' or 'off'.\n".into()),
+                };
+                if p.config.backends[b].servers[s].tls.is_none() {
+                    return Err("'set server <srv> ssl' cannot be set.  default-server should define ssl settings\n".into());
+                }
+                p.state.backends[b].servers[s].set_ssl(on);
+                Ok("server ssl setting updated.\n".into())
+            }
+            (Some(kw @ ("check-port" | "fqdn")), _) => {
                 Err(format!("'set server <srv> {kw}' is not supported yet.\n"))
             }
             _ => Err(
@@ -308,11 +321,12 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         .map_or("-".to_string(), |a| a.to_string());
     let (addr, port) = shown_addr(srv, sst.addr());
     format!(
-        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {port} - 0 {check_port} {check_addr} - 0",
+        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {port} - {} {check_port} {check_addr} - 0",
         srv.id,
         srv.name,
         sst.weight(),
         srv.weight,
+        u8::from(srv.tls.is_some() && !sst.plain.load(Ordering::Relaxed)),
     )
 }
 

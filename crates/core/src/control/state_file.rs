@@ -162,5 +162,9 @@ fn apply(p: &Process, b: usize, text: &str, said: &mut Vec<String>) {
         if be.servers[s].check.is_some() {
             crate::check::force_health(p, b, s, oper);
         }
+        // srv_use_ssl, for a server that has TLS settings.
+        if let (Some(ssl), Some(_)) = (f.get(20), &be.servers[s].tls) {
+            st.servers[s].set_ssl(*ssl != "0");
+        }
     }
 }

@@ -70,9 +70,11 @@ pub struct ServerState {
     pub kill: tokio::sync::Notify,
     /// Where the server is now (`set server ... addr` changes it).
     addr: RwLock<SocketAddr>,
-    /// Bumped by every address change: a connection opened before it never goes back to
-    /// the pool.
+    /// Bumped by every change of where or how to connect (address, `ssl`): a connection
+    /// opened before it never goes back to the pool, nor takes new HTTP/2 streams.
     pub addr_gen: AtomicU64,
+    /// `set server ... ssl off`: connections to this `ssl` server go in plain text.
+    pub plain: AtomicBool,
     /// Time spent down (`downtime`).
     downtime: Downtime,
     /// `on-marked-down shutdown-sessions`: entering maintenance ends connections too.
@@ -196,6 +198,7 @@ impl ServerState {
             kill: tokio::sync::Notify::new(),
             addr: RwLock::new(conf.addr),
             addr_gen: AtomicU64::new(0),
+            plain: AtomicBool::new(false),
             downtime: Downtime::default(),
             shutdown_on_down: conf.shutdown_on_down,
             slowstart: conf.slowstart,
@@ -321,6 +324,18 @@ impl ServerState {
     /// new connections and checks go to the new one.
     pub fn set_addr(&self, addr: SocketAddr) {
         *self.addr.write().unwrap_or_else(|e| e.into_inner()) = addr;
+        self.renew_connections();
+    }
+
+    /// `set server ... ssl on|off`: TLS or plain text on the next connections.
+    pub fn set_ssl(&self, on: bool) {
+        self.plain.store(!on, Ordering::Release);
+        self.renew_connections();
+    }
+
+    /// The idle connections go, and those in use are not kept once done: the next
+    /// requests open connections made the new way.
+    fn renew_connections(&self) {
         // Before the eviction: a connection released in between is refused by the pool.
         self.addr_gen.fetch_add(1, Ordering::Release);
         for tid in 0..self.idle.stats.per_thread.len() {

@@ -383,7 +383,11 @@ async fn connect_new(
             conn.write_all(&proxy_proto::header_for(pp, &client.facts()))
                 .await?;
         }
-        match &be.servers[server].tls {
+        let tls = be.servers[server]
+            .tls
+            .as_ref()
+            .filter(|_| !st.plain.load(Ordering::Acquire));
+        match tls {
             // `ssl`: the handshake is part of connecting (a refused certificate is a
             // connection failure, as in HAProxy).
             Some(c) => {
