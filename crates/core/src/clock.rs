@@ -6,6 +6,10 @@
 //! microseconds, and every one of those uses is in milliseconds or coarser, so one reading
 //! per poll serves them all, as HAProxy's `now_ms` serves a whole turn of its loop.
 //!
+//! It is also the process's one monotonic clock in milliseconds and nanoseconds (counted
+//! from the first reading, never 0), cheap to store in atomics: rates, ages and ramps all
+//! read it.
+//!
 //! Invariants:
 //! - During a poll of a [`Ticking`] future, [`now`] returns the instant read as that poll
 //!   began; anywhere else it reads the clock.
@@ -15,6 +19,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -38,6 +43,26 @@ pub fn deadline(d: Duration) -> tokio::time::Instant {
     // A limit too far to express is as good as none (as `tokio::time::timeout` has it).
     now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+}
+
+/// A monotonic clock in nanoseconds (never 0), cheap to store in an atomic.
+pub fn clock_ns() -> u64 {
+    clock_base().elapsed().as_nanos() as u64 + 1
+}
+
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// [`clock_ns`] in milliseconds (never 0).
+pub fn clock_ms() -> u64 {
+    clock_ms_at(Instant::now())
+}
+
+/// [`clock_ms`] of an instant already read (saves reading the clock again).
+pub fn clock_ms_at(t: Instant) -> u64 {
+    t.saturating_duration_since(clock_base()).as_millis() as u64 + 1
 }
 
 /// A future whose every poll reads the clock once for [`now`].

@@ -11,10 +11,6 @@
 //! *input* rate of the compressor (bytes per second entering it), and `maxcompcpuusage` with
 //! the worker's busy share (time outside the event loop's wait, smoothed over about a second).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
-
 use sluice_config::{units, Keyword, KwError, Scope};
 use sluice_deflate::{max_encoded_len, Format, Stream, MAX_FINISH_LEN, MAX_FLUSH_LEN};
 use sluice_http::{
@@ -423,61 +419,6 @@ pub fn next_level(current: u8, max: u8, over: bool) -> u8 {
     }
 }
 
-/// An events-per-second estimate over a sliding second (current second plus the share of the
-/// previous one still inside the window), shared by all workers.
-#[derive(Debug, Default)]
-pub struct FreqCtr {
-    sec: AtomicU64,
-    cur: AtomicU64,
-    prev: AtomicU64,
-}
-
-fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-impl FreqCtr {
-    pub const fn new() -> FreqCtr {
-        FreqCtr {
-            sec: AtomicU64::new(0),
-            cur: AtomicU64::new(0),
-            prev: AtomicU64::new(0),
-        }
-    }
-
-    fn rotate(&self, now_sec: u64) {
-        let sec = self.sec.load(Ordering::Relaxed);
-        if sec != now_sec
-            && self
-                .sec
-                .compare_exchange(sec, now_sec, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let cur = self.cur.swap(0, Ordering::Relaxed);
-            self.prev
-                .store(if now_sec == sec + 1 { cur } else { 0 }, Ordering::Relaxed);
-        }
-    }
-
-    pub fn add(&self, n: u64) {
-        self.rotate(now_ms() / 1000);
-        self.cur.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Events over the last second.
-    pub fn rate(&self) -> u64 {
-        let ms = now_ms();
-        self.rotate(ms / 1000);
-        let into = ms % 1000;
-        self.prev.load(Ordering::Relaxed) * (1000 - into) / 1000 + self.cur.load(Ordering::Relaxed)
-    }
-}
-
-/// Process-wide compressor input and output byte rates.
-pub static RATE_IN: FreqCtr = FreqCtr::new();
-pub static RATE_OUT: FreqCtr = FreqCtr::new();
-
 /// One response's compressor: the encoder's few bytes of state and its current level.
 #[derive(Debug)]
 pub struct Compressor {
@@ -656,13 +597,5 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "ETag: W/\"x\"\r\nVary: Origin, Accept-Encoding\r\ncontent-encoding: gzip\r\n"
         );
-    }
-
-    #[test]
-    fn freq_counter_counts_the_last_second() {
-        let f = FreqCtr::new();
-        f.add(500);
-        f.add(700);
-        assert!(f.rate() >= 1200);
     }
 }

@@ -42,6 +42,7 @@ pub mod auth;
 pub mod buffer;
 pub mod clock;
 pub mod fds;
+pub mod freq;
 pub mod h2_stream;
 pub mod keepalive;
 pub mod padded;

@@ -8,8 +8,8 @@
 //!   the least recently updated one (or, with `nopurge`, refuses the new key).
 //! - An entry a stream tracks stays valid for that stream even if the table drops it (the
 //!   stream holds it).
-//! - Rates are HAProxy's sliding counters: the events of the current period plus the
-//!   previous period's, weighted by the share of the current period still to come.
+//! - Rates are HAProxy's sliding counters ([`crate::freq::Window`]), each over its own
+//!   period.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -23,6 +23,7 @@ use crate::conf::sample::Sample;
 use crate::conf::stick::ARRAY_MAX;
 pub use crate::conf::stick::{Counter, DataType, KeyType, PeersConf, TableConf};
 use crate::conf::ProxyConf;
+use crate::freq::Window;
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
     name: "stick-table",
@@ -306,45 +307,10 @@ impl std::fmt::Display for Key {
     }
 }
 
-/// A sliding event rate over `period` milliseconds.
-#[derive(Debug, Clone, Copy, Default)]
-struct Rate {
-    /// Start of the current period (ms).
-    start: u64,
-    curr: u64,
-    prev: u64,
-}
-
-impl Rate {
-    fn rotate(&mut self, now: u64, period: u64) {
-        let period = period.max(1);
-        if now < self.start + period {
-            return;
-        }
-        let periods = (now - self.start) / period;
-        self.prev = if periods == 1 { self.curr } else { 0 };
-        self.curr = 0;
-        self.start += periods * period;
-    }
-
-    fn add(&mut self, now: u64, period: u64, n: u64) {
-        self.rotate(now, period);
-        self.curr += n;
-    }
-
-    fn read(&self, now: u64, period: u64) -> u64 {
-        let mut r = *self;
-        r.rotate(now, period);
-        let period = period.max(1);
-        let left = period - (now - r.start).min(period);
-        r.curr + r.prev * left / period
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Value {
     Count(u64),
-    Rate(Rate, u64),
+    Rate(Window, u64),
 }
 
 /// One key's data, in the order of the table's `store` list.
@@ -364,16 +330,7 @@ impl Entry {
                 .store
                 .iter()
                 .map(|&d| match (d.counter, d.period) {
-                    (c, Some(p)) => (
-                        c,
-                        Value::Rate(
-                            Rate {
-                                start: now,
-                                ..Rate::default()
-                            },
-                            p.as_millis() as u64,
-                        ),
-                    ),
+                    (c, Some(p)) => (c, Value::Rate(Window::starting(now), p.as_millis() as u64)),
                     (c, None) => (c, Value::Count(0)),
                 })
                 .collect(),
@@ -631,13 +588,14 @@ impl Table {
             for (c, v) in &e.values {
                 match v {
                     Value::Count(n) => out.push_str(&format!(" {}={n}", c.name())),
-                    Value::Rate(r, _) => out.push_str(&format!(
-                        " {}={}:{}:{}",
-                        c.name(),
-                        now.saturating_sub(r.start),
-                        r.curr,
-                        r.prev
-                    )),
+                    Value::Rate(r, _) => {
+                        let (start, curr, prev) = r.parts();
+                        out.push_str(&format!(
+                            " {}={}:{curr}:{prev}",
+                            c.name(),
+                            now.saturating_sub(start),
+                        ))
+                    }
                 }
             }
             out.push('\n');
@@ -688,11 +646,7 @@ impl Table {
                         parts.next().unwrap_or(0),
                         parts.next().unwrap_or(0),
                     );
-                    *r = Rate {
-                        start: now.saturating_sub(age),
-                        curr,
-                        prev,
-                    };
+                    *r = Window::from_parts(now.saturating_sub(age), curr, prev);
                 }
                 None => {}
             }
@@ -811,18 +765,6 @@ mod tests {
         assert!(got
             .describe(50)
             .starts_with("gpt0=0 gpt1=0 gpt2=9 gpc0=0 gpc1=4 gpc0_rate(10000)=0"));
-    }
-
-    #[test]
-    fn rates_slide() {
-        let mut r = Rate::default();
-        let p = 10_000;
-        r.add(0, p, 5);
-        assert_eq!(r.read(0, p), 5);
-        // Half-way through the next period: 5 * 1/2 of the previous, plus the current.
-        r.add(15_000, p, 2);
-        assert_eq!(r.read(15_000, p), 2 + 5 / 2);
-        assert_eq!(r.read(40_000, p), 0);
     }
 
     #[test]

@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["conf"],
     &[
         "fds",
+        "freq",
         "accounts",
         "buffer",
         "clock",

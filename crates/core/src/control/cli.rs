@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-use super::servers;
+use super::{patterns, servers};
+use crate::conf::patterns::Family;
 
 pub use crate::conf::cli::{CliAddr, Level, SocketConf};
 use crate::conf::GlobalConf;
@@ -329,11 +330,89 @@ pub const COMMANDS: &[Command] = &[
         level: Level::User,
         run: servers::get_weight,
     },
+    Command {
+        words: &["show", "acl"],
+        help: "show acl [[@VER] ACL]: the ACL pattern lists, or one list's entries",
+        level: Level::User,
+        run: |p, a, _| patterns::show(p, Family::Acl, a),
+    },
+    Command {
+        words: &["show", "map"],
+        help: "show map [[@VER] MAP]: the maps, or one map's entries",
+        level: Level::User,
+        run: |p, a, _| patterns::show(p, Family::Map, a),
+    },
+    Command {
+        words: &["add", "acl"],
+        help: "add acl [@VER] ACL PATTERN: add a pattern to an ACL list",
+        level: Level::Operator,
+        run: |p, a, _| patterns::add(p, Family::Acl, a),
+    },
+    Command {
+        words: &["add", "map"],
+        help: "add map [@VER] MAP KEY VALUE (or MAP <<PAYLOAD): add map entries",
+        level: Level::Operator,
+        run: |p, a, _| patterns::add(p, Family::Map, a),
+    },
+    Command {
+        words: &["del", "acl"],
+        help: "del acl ACL PATTERN|#REF: delete the entries of that pattern",
+        level: Level::Operator,
+        run: |p, a, _| patterns::del(p, Family::Acl, a),
+    },
+    Command {
+        words: &["del", "map"],
+        help: "del map MAP KEY|#REF: delete the entries of that key",
+        level: Level::Operator,
+        run: |p, a, _| patterns::del(p, Family::Map, a),
+    },
+    Command {
+        words: &["set", "map"],
+        help: "set map MAP KEY|#REF VALUE: change the value of a key's entries",
+        level: Level::Operator,
+        run: patterns::set_map,
+    },
+    Command {
+        words: &["clear", "acl"],
+        help: "clear acl [@VER] ACL: remove every entry (of that version)",
+        level: Level::Operator,
+        run: |p, a, _| patterns::clear(p, Family::Acl, a),
+    },
+    Command {
+        words: &["clear", "map"],
+        help: "clear map [@VER] MAP: remove every entry (of that version)",
+        level: Level::Operator,
+        run: |p, a, _| patterns::clear(p, Family::Map, a),
+    },
+    Command {
+        words: &["prepare", "acl"],
+        help: "prepare acl ACL: start a new version of an ACL list",
+        level: Level::Operator,
+        run: |p, a, _| patterns::prepare(p, Family::Acl, a),
+    },
+    Command {
+        words: &["prepare", "map"],
+        help: "prepare map MAP: start a new version of a map",
+        level: Level::Operator,
+        run: |p, a, _| patterns::prepare(p, Family::Map, a),
+    },
+    Command {
+        words: &["commit", "acl"],
+        help: "commit acl @VER ACL: make that version the one matched",
+        level: Level::Operator,
+        run: |p, a, _| patterns::commit(p, Family::Acl, a),
+    },
+    Command {
+        words: &["commit", "map"],
+        help: "commit map @VER MAP: make that version the one used",
+        level: Level::Operator,
+        run: |p, a, _| patterns::commit(p, Family::Map, a),
+    },
 ];
 
 fn help() -> String {
     let mut s = String::from("The following commands are valid at this level:\n");
-    for c in COMMANDS.iter().chain(super::patterns::COMMANDS) {
+    for c in COMMANDS {
         let _ = writeln!(s, "  {:<24} : {}", c.words.join(" "), c.help);
     }
     s
@@ -374,7 +453,6 @@ pub fn execute(shared: &Process, line: &str, level: Level) -> String {
     words.extend(payload);
     let found = COMMANDS
         .iter()
-        .chain(super::patterns::COMMANDS)
         .filter(|c| words.len() >= c.words.len() && c.words.iter().zip(&words).all(|(a, b)| a == b))
         .max_by_key(|c| c.words.len());
     let mut out = match found {

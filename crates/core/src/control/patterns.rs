@@ -5,91 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::conf::cli::Level;
 use crate::conf::patterns::{Entry, Family, PatternRef};
 use crate::runtime::Process;
-
-use super::cli::{Command, Level};
-
-pub const COMMANDS: &[Command] = &[
-    Command {
-        words: &["show", "acl"],
-        help: "show acl [[@VER] ACL]: the ACL pattern lists, or one list's entries",
-        level: Level::User,
-        run: |p, a, _| show(p, Family::Acl, a),
-    },
-    Command {
-        words: &["show", "map"],
-        help: "show map [[@VER] MAP]: the maps, or one map's entries",
-        level: Level::User,
-        run: |p, a, _| show(p, Family::Map, a),
-    },
-    Command {
-        words: &["add", "acl"],
-        help: "add acl [@VER] ACL PATTERN: add a pattern to an ACL list",
-        level: Level::Operator,
-        run: |p, a, _| add(p, Family::Acl, a),
-    },
-    Command {
-        words: &["add", "map"],
-        help: "add map [@VER] MAP KEY VALUE (or MAP <<PAYLOAD): add map entries",
-        level: Level::Operator,
-        run: |p, a, _| add(p, Family::Map, a),
-    },
-    Command {
-        words: &["del", "acl"],
-        help: "del acl ACL PATTERN|#REF: delete the entries of that pattern",
-        level: Level::Operator,
-        run: |p, a, _| del(p, Family::Acl, a),
-    },
-    Command {
-        words: &["del", "map"],
-        help: "del map MAP KEY|#REF: delete the entries of that key",
-        level: Level::Operator,
-        run: |p, a, _| del(p, Family::Map, a),
-    },
-    Command {
-        words: &["set", "map"],
-        help: "set map MAP KEY|#REF VALUE: change the value of a key's entries",
-        level: Level::Operator,
-        run: set_map,
-    },
-    Command {
-        words: &["clear", "acl"],
-        help: "clear acl [@VER] ACL: remove every entry (of that version)",
-        level: Level::Operator,
-        run: |p, a, _| clear(p, Family::Acl, a),
-    },
-    Command {
-        words: &["clear", "map"],
-        help: "clear map [@VER] MAP: remove every entry (of that version)",
-        level: Level::Operator,
-        run: |p, a, _| clear(p, Family::Map, a),
-    },
-    Command {
-        words: &["prepare", "acl"],
-        help: "prepare acl ACL: start a new version of an ACL list",
-        level: Level::Operator,
-        run: |p, a, _| prepare(p, Family::Acl, a),
-    },
-    Command {
-        words: &["prepare", "map"],
-        help: "prepare map MAP: start a new version of a map",
-        level: Level::Operator,
-        run: |p, a, _| prepare(p, Family::Map, a),
-    },
-    Command {
-        words: &["commit", "acl"],
-        help: "commit acl @VER ACL: make that version the one matched",
-        level: Level::Operator,
-        run: |p, a, _| commit(p, Family::Acl, a),
-    },
-    Command {
-        words: &["commit", "map"],
-        help: "commit map @VER MAP: make that version the one used",
-        level: Level::Operator,
-        run: |p, a, _| commit(p, Family::Map, a),
-    },
-];
 
 fn noun(family: Family) -> &'static str {
     match family {
@@ -139,7 +57,7 @@ fn version<'a, 'w>(args: &'a [&'w str]) -> (Option<Option<u32>>, &'a [&'w str]) 
     }
 }
 
-fn show(p: &Process, family: Family, args: &[&str]) -> String {
+pub fn show(p: &Process, family: Family, args: &[&str]) -> String {
     let (ver, args) = version(args);
     let Some(name) = args.first() else {
         let mut out = String::from("# id (file) description\n");
@@ -170,7 +88,7 @@ fn show(p: &Process, family: Family, args: &[&str]) -> String {
         .collect()
 }
 
-fn add(p: &Process, family: Family, args: &[&str]) -> String {
+pub fn add(p: &Process, family: Family, args: &[&str]) -> String {
     let (ver, args) = version(args);
     // A payload arrives as the last argument, with its line breaks.
     let payload = args.last().filter(|a| a.contains('\n'));
@@ -239,7 +157,7 @@ fn names(which: &str, e: &Entry) -> Result<bool, String> {
     }
 }
 
-fn del(p: &Process, family: Family, args: &[&str]) -> String {
+pub fn del(p: &Process, family: Family, args: &[&str]) -> String {
     let [name, which, ..] = args else {
         return format!(
             "This command expects two parameters: {} identifier and key.\n",
@@ -268,7 +186,7 @@ fn del(p: &Process, family: Family, args: &[&str]) -> String {
     }))
 }
 
-fn set_map(p: &Process, args: &[&str], _: Level) -> String {
+pub fn set_map(p: &Process, args: &[&str], _: Level) -> String {
     let [name, which, value, ..] = args else {
         return "'set map' expects three parameters: map identifier, key and value.\n".into();
     };
@@ -292,7 +210,7 @@ fn set_map(p: &Process, args: &[&str], _: Level) -> String {
     answer(done)
 }
 
-fn clear(p: &Process, family: Family, args: &[&str]) -> String {
+pub fn clear(p: &Process, family: Family, args: &[&str]) -> String {
     let (ver, args) = version(args);
     let Some(name) = args.first() else {
         return format!("Missing {} identifier.\n", noun(family));
@@ -307,7 +225,7 @@ fn clear(p: &Process, family: Family, args: &[&str]) -> String {
     }))
 }
 
-fn prepare(p: &Process, family: Family, args: &[&str]) -> String {
+pub fn prepare(p: &Process, family: Family, args: &[&str]) -> String {
     let Some(name) = args.first() else {
         return format!("Missing {} identifier.\n", noun(family));
     };
@@ -325,7 +243,7 @@ fn prepare(p: &Process, family: Family, args: &[&str]) -> String {
     }
 }
 
-fn commit(p: &Process, family: Family, args: &[&str]) -> String {
+pub fn commit(p: &Process, family: Family, args: &[&str]) -> String {
     let (ver, args) = version(args);
     let Some(ver) = ver else {
         return "Missing version number.\n".into();

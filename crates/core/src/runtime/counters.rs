@@ -10,6 +10,7 @@
 //! moment as a baseline that reads subtract ([`PerWorker::clear`]). Maxima ([`Peak`]) are
 //! shared, written only when exceeded, and may be reset by anyone.
 
+use crate::freq::PerSecond;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::padded::Padded;
@@ -115,52 +116,6 @@ impl Peak {
     /// `clear counters`.
     pub fn reset(&self) {
         self.0.store(0, Ordering::Relaxed);
-    }
-}
-
-/// Events per second over a sliding second (HAProxy's frequency counters): the count of the
-/// current second and of the one before, the latter weighted by how much of it is still
-/// within the last second. One writer per slot, like [`Counter`].
-#[derive(Debug, Default)]
-pub struct Rate {
-    sec: AtomicU64,
-    cur: AtomicU64,
-    prev: AtomicU64,
-}
-
-impl Rate {
-    /// Counts one event at `now_ms` (milliseconds of a monotonic clock).
-    #[inline]
-    pub fn hit(&self, now_ms: u64) {
-        let sec = now_ms / 1000;
-        let at = self.sec.load(Ordering::Relaxed);
-        if at != sec {
-            let cur = self.cur.load(Ordering::Relaxed);
-            let prev = if at + 1 == sec { cur } else { 0 };
-            self.prev.store(prev, Ordering::Relaxed);
-            self.cur.store(0, Ordering::Relaxed);
-            self.sec.store(sec, Ordering::Relaxed);
-        }
-        self.cur
-            .store(self.cur.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-
-    /// The rate over the second before `now_ms`.
-    pub fn per_sec(&self, now_ms: u64) -> u64 {
-        let sec = now_ms / 1000;
-        let left = 1000 - now_ms % 1000;
-        let at = self.sec.load(Ordering::Relaxed);
-        let (prev, cur) = if at == sec {
-            (
-                self.prev.load(Ordering::Relaxed),
-                self.cur.load(Ordering::Relaxed),
-            )
-        } else if at + 1 == sec {
-            (self.cur.load(Ordering::Relaxed), 0)
-        } else {
-            (0, 0)
-        };
-        prev * left / 1000 + cur
     }
 }
 
@@ -275,7 +230,7 @@ pub struct ServerCounters {
     /// Requests moved to another server after failed connections (`wredis`).
     pub redispatches: Counter,
     /// Transactions per second (`rate`).
-    pub rate: Rate,
+    pub rate: PerSecond,
     pub traffic: Traffic,
 }
 
@@ -324,9 +279,9 @@ pub struct ProxyCounters {
     /// Requests answered by the proxy itself (`intercepted`, frontends).
     pub intercepted: Counter,
     /// Sessions, connections and requests per second (`rate`, `conn_rate`, `req_rate`).
-    pub session_rate: Rate,
-    pub connection_rate: Rate,
-    pub request_rate: Rate,
+    pub session_rate: PerSecond,
+    pub connection_rate: PerSecond,
+    pub request_rate: PerSecond,
     pub traffic: Traffic,
     /// TLS handshakes completed (`ssl_sess`), those that resumed a session
     /// (`ssl_reused_sess`), and those that failed (`ssl_failed_handshake`).
@@ -462,13 +417,13 @@ pub struct WorkerCounters {
     /// `CurrSslConns`), with their rate (`SslRate`).
     pub tls_sessions: Counter,
     pub tls_closed: Counter,
-    pub tls_rate: Rate,
+    pub tls_rate: PerSecond,
     /// Client handshakes that were full (and their rate, `SslFrontendKeyRate`) or resumed.
     pub tls_full: Counter,
-    pub tls_full_rate: Rate,
+    pub tls_full_rate: PerSecond,
     pub tls_resumed: Counter,
     /// Full handshakes with servers (`SslBackendKeyRate`).
-    pub tls_backend_full_rate: Rate,
+    pub tls_backend_full_rate: PerSecond,
 }
 
 /// One unit of a shared count, given back on drop.

@@ -21,8 +21,8 @@ mod rate;
 mod state;
 
 pub use self::counters::{
-    Counter, CounterSet, Peak, Peaks, PerWorker, ProxyCounters, Rate, ServerCounters,
-    StatusClasses, Timing, Timings, Traffic, WorkerCounters,
+    Counter, CounterSet, Peak, Peaks, PerWorker, ProxyCounters, ServerCounters, StatusClasses,
+    Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
     Admission, ClientConn, Handover, MemoryRelease, Process, ProcessFigures, SessionInfo, Slot,

@@ -104,6 +104,10 @@ pub struct ProcessFigures {
     pub request_ids: std::sync::atomic::AtomicU64,
     /// The most client connections open at once since memory was last given back.
     pub connections_peak: AtomicUsize,
+    /// Bytes entering and leaving the compressors, every worker's (`CompressBpsIn`,
+    /// `CompressBpsOut`; `maxcomprate` compares the first).
+    pub compress_in: crate::freq::PerSecond,
+    pub compress_out: crate::freq::PerSecond,
 }
 
 /// The right to hold one client connection under the global, frontend and listener

@@ -4,67 +4,23 @@
 //! HAProxy's paused listeners leave them.
 //!
 //! Invariants:
-//! - A rate is HAProxy's: the events of the current second plus the previous second's,
-//!   weighted by how much of the current second is left (a sliding one-second window).
+//! - A rate is HAProxy's: a sliding one-second window ([`crate::freq::Window`]).
 //! - A connection is accepted only when every limit that applies to it has room, and it is
 //!   counted in all of them at once, under one lock: workers accepting together never
 //!   overshoot a limit.
 //! - With no limit configured nothing is counted here and accepting never waits.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::freq::Window;
 
 pub use crate::conf::listen::RateLimits;
-
-/// Events in a sliding one-second window.
-#[derive(Debug, Default, Clone, Copy)]
-struct Window {
-    /// The second (since the limiter's start) `curr` counts.
-    second: u64,
-    curr: u32,
-    prev: u32,
-}
-
-impl Window {
-    /// Moves the window to `second`.
-    fn roll(&mut self, second: u64) {
-        if second == self.second {
-            return;
-        }
-        self.prev = if second == self.second + 1 {
-            self.curr
-        } else {
-            0
-        };
-        self.curr = 0;
-        self.second = second;
-    }
-
-    /// How long from `into` (into the current second) until one more event fits under
-    /// `limit`; zero when it fits now. In microseconds, so that the arithmetic is exact.
-    fn wait(&self, limit: u32, into: Duration) -> Duration {
-        const SEC: u64 = 1_000_000;
-        let into_us = (into.as_micros() as u64).min(SEC);
-        let (curr, prev, limit) = (u64::from(self.curr), u64::from(self.prev), u64::from(limit));
-        // curr + 1 + prev × (1 − t) ≤ limit, scaled by a second.
-        if (curr + 1) * SEC + prev * (SEC - into_us) <= limit * SEC {
-            return Duration::ZERO;
-        }
-        if curr + 1 > limit || prev == 0 {
-            // Only the next second has room.
-            return Duration::from_micros(SEC - into_us);
-        }
-        let room = (limit - curr - 1) * SEC;
-        let t_us = SEC - room / prev;
-        Duration::from_micros(t_us.saturating_sub(into_us))
-    }
-}
 
 /// The windows of every configured limit, shared by the workers.
 #[derive(Debug)]
 pub struct AcceptRates {
     pub limits: RateLimits,
-    start: Instant,
     /// conn, sess, ssl, then one per frontend.
     windows: Mutex<Vec<Window>>,
 }
@@ -74,7 +30,6 @@ impl AcceptRates {
         let n = 3 + limits.frontends.len();
         AcceptRates {
             limits,
-            start: Instant::now(),
             windows: Mutex::new(vec![Window::default(); n]),
         }
     }
@@ -95,7 +50,7 @@ impl AcceptRates {
             return;
         }
         loop {
-            let wait = self.try_take(fe, tls, self.start.elapsed());
+            let wait = self.try_take(fe, tls, crate::clock::clock_ms());
             if wait.is_zero() {
                 return;
             }
@@ -104,10 +59,9 @@ impl AcceptRates {
         }
     }
 
-    /// Counts the connection if it fits now (zero), else how long until it may.
-    fn try_take(&self, fe: usize, tls: bool, now: Duration) -> Duration {
+    /// Counts the connection if it fits at `now` (ms; zero), else how long until it may.
+    fn try_take(&self, fe: usize, tls: bool, now: u64) -> Duration {
         let l = &self.limits;
-        let (second, into) = (now.as_secs(), now - Duration::from_secs(now.as_secs()));
         let applicable = [
             (0, l.conn),
             (1, l.sess),
@@ -115,21 +69,20 @@ impl AcceptRates {
             (3 + fe, l.frontends.get(fe).copied().flatten()),
         ];
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        let mut wait = Duration::ZERO;
+        let mut wait = 0;
         for (i, limit) in applicable {
             if let Some(limit) = limit {
-                windows[i].roll(second);
-                wait = wait.max(windows[i].wait(limit, into));
+                wait = wait.max(windows[i].wait(now, 1000, u64::from(limit)));
             }
         }
-        if wait.is_zero() {
+        if wait == 0 {
             for (i, limit) in applicable {
                 if limit.is_some() {
-                    windows[i].curr += 1;
+                    windows[i].add(now, 1000, 1);
                 }
             }
         }
-        wait
+        Duration::from_millis(wait)
     }
 }
 
@@ -148,18 +101,18 @@ mod tests {
     #[test]
     fn a_second_takes_the_limit_then_the_window_slides() {
         let r = limits(10);
-        let at = |ms| Duration::from_millis(ms);
+        let at = Duration::from_millis;
         for _ in 0..10 {
-            assert!(r.try_take(0, false, at(100)).is_zero());
+            assert!(r.try_take(0, false, 100).is_zero());
         }
         // Full: the next fits once the second is over.
-        assert_eq!(r.try_take(0, false, at(100)), at(900));
+        assert_eq!(r.try_take(0, false, 100), at(900));
         // Next second: the previous one's 10 weigh 10 × (1 − t); one more fits at t ≥ 0.1.
-        assert_eq!(r.try_take(0, false, at(1_050)), at(50));
-        assert!(r.try_take(0, false, at(1_100)).is_zero());
+        assert_eq!(r.try_take(0, false, 1_050), at(50));
+        assert!(r.try_take(0, false, 1_100).is_zero());
         // Two seconds later nothing is left of them.
         for _ in 0..10 {
-            assert!(r.try_take(0, false, at(3_000)).is_zero());
+            assert!(r.try_take(0, false, 3_000).is_zero());
         }
     }
 
@@ -170,7 +123,7 @@ mod tests {
             frontends: vec![Some(3), None],
             ..RateLimits::default()
         });
-        let t = Duration::from_millis(10);
+        let t = 10;
         assert!(r.try_take(0, true, t).is_zero());
         assert!(r.try_take(0, true, t).is_zero());
         // The ssl limit is reached; clear connections of frontend 0 still have room...

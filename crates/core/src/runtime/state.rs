@@ -85,25 +85,7 @@ pub struct ServerState {
     ramp_from: AtomicU64,
 }
 
-/// A monotonic clock in nanoseconds (never 0), cheap to store in an atomic.
-pub fn clock_ns() -> u64 {
-    clock_base().elapsed().as_nanos() as u64 + 1
-}
-
-fn clock_base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-/// [`clock_ns`] in milliseconds (never 0).
-pub fn clock_ms() -> u64 {
-    clock_ms_at(Instant::now())
-}
-
-/// [`clock_ms`] of an instant already read (saves reading the clock again).
-pub fn clock_ms_at(t: Instant) -> u64 {
-    t.saturating_duration_since(clock_base()).as_millis() as u64 + 1
-}
+pub use crate::clock::{clock_ms, clock_ms_at, clock_ns};
 
 /// How a check ended, in HAProxy's terms (`check_status` in `show stat`).
 #[derive(Debug, Clone, PartialEq, Eq)]

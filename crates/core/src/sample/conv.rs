@@ -284,21 +284,21 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             Sample::Int(super::jwt::verify(&s.as_binary(), &alg, key))
         }
         Conv::FixIsValid => match super::fix::is_valid(&s.as_binary()) {
-            super::Verdict::Is(valid) => Sample::Bool(valid),
-            super::Verdict::More => return more(cx),
+            super::payload::Verdict::Is(valid) => Sample::Bool(valid),
+            super::payload::Verdict::More => return more(cx),
         },
         Conv::FixTagValue(tag) => match super::fix::tag_value(&s.as_binary(), *tag) {
-            super::Verdict::Is(v) => Sample::Bin(v?.to_vec().into()),
-            super::Verdict::More => return more(cx),
+            super::payload::Verdict::Is(v) => Sample::Bin(v?.to_vec().into()),
+            super::payload::Verdict::More => return more(cx),
         },
         Conv::MqttIsValid => match super::mqtt::is_valid(&s.as_binary()) {
-            super::Verdict::Is(valid) => Sample::Bool(valid),
-            super::Verdict::More => return more(cx),
+            super::payload::Verdict::Is(valid) => Sample::Bool(valid),
+            super::payload::Verdict::More => return more(cx),
         },
         Conv::MqttFieldValue(kind, field) => {
             match super::mqtt::field_value(&s.as_binary(), *kind, *field) {
-                super::Verdict::Is(v) => Sample::Bin(v?.into()),
-                super::Verdict::More => return more(cx),
+                super::payload::Verdict::Is(v) => Sample::Bin(v?.into()),
+                super::payload::Verdict::More => return more(cx),
             }
         }
         Conv::Iif(yes, no) => Sample::string(if s.as_bool()? {

@@ -5,7 +5,7 @@
 //! Both answer "more bytes may change this" for a message cut short, so that TCP content
 //! rules wait for the rest.
 
-use super::Verdict;
+use super::payload::Verdict;
 
 const SOH: u8 = 0x01;
 /// The shortest message that can be judged.

@@ -86,14 +86,6 @@ impl Fmt {
     }
 }
 
-/// What a protocol message read from a payload turned out to be (FIX, MQTT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict<T> {
-    Is(T),
-    /// Cut short: more bytes may decide.
-    More,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

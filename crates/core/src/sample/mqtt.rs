@@ -3,7 +3,7 @@
 //! then CONNECT (MQTT 3.1, 3.1.1, 5.0 with their properties) or CONNACK judged whole;
 //! any other packet type is not valid. A packet cut short asks for more bytes.
 
-use super::Verdict;
+use super::payload::Verdict;
 use crate::conf::sample::MqttField as F;
 
 /// The flags each packet type must carry in its fixed header (index: the type).

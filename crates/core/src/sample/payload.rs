@@ -257,6 +257,14 @@ fn alpn(data: &[u8]) -> Option<Vec<&[u8]>> {
     Some(names)
 }
 
+/// What a protocol message read from a payload turned out to be (FIX, MQTT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<T> {
+    Is(T),
+    /// Cut short: more bytes may decide.
+    More,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

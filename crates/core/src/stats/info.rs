@@ -27,7 +27,7 @@ fn lines(p: &Process) -> Vec<Line> {
     let n = p.threads.len() as u64;
     let busy = sum(|t| u64::from(t.busy_pct.load(Ordering::Relaxed)));
     let now = clock_ms();
-    let fe_rate = |f: fn(&crate::runtime::ProxyCounters) -> &crate::runtime::Rate| -> u64 {
+    let fe_rate = |f: fn(&crate::runtime::ProxyCounters) -> &crate::freq::PerSecond| -> u64 {
         p.state
             .frontends
             .iter()
@@ -62,7 +62,7 @@ fn lines(p: &Process) -> Vec<Line> {
         .map_or(0, |d| d.as_secs())
         .saturating_sub(uptime);
     let now_ms = crate::runtime::clock_ms();
-    let worker_rate = |r: fn(&crate::runtime::WorkerCounters) -> &crate::runtime::Rate| -> u64 {
+    let worker_rate = |r: fn(&crate::runtime::WorkerCounters) -> &crate::freq::PerSecond| -> u64 {
         p.threads
             .iter()
             .map(|t| r(&t.counters).per_sec(now_ms))
@@ -207,14 +207,20 @@ fn lines(p: &Process) -> Vec<Line> {
             "CompressBpsIn",
             "MRP",
             U32,
-            crate::compression::RATE_IN.rate().to_string(),
+            p.figures
+                .compress_in
+                .per_sec(crate::clock::clock_ms())
+                .to_string(),
         ),
         l(
             43,
             "CompressBpsOut",
             "MRP",
             U32,
-            crate::compression::RATE_OUT.rate().to_string(),
+            p.figures
+                .compress_out
+                .per_sec(crate::clock::clock_ms())
+                .to_string(),
         ),
         l(
             44,

@@ -109,7 +109,7 @@ pub fn collect(p: &Process, filter: &Filter) -> Vec<Row> {
 /// worker a few times a second.
 pub fn sample(p: &Process) {
     let now = clock_ms();
-    let all_fe = |f: fn(&ProxyCounters) -> &crate::runtime::Rate| -> u64 {
+    let all_fe = |f: fn(&ProxyCounters) -> &crate::freq::PerSecond| -> u64 {
         p.state
             .frontends
             .iter()
@@ -186,7 +186,7 @@ pub fn clear(p: &Process, all: bool) {
     }
 }
 
-fn rate<T>(c: &PerWorker<T>, f: impl Fn(&T) -> &crate::runtime::Rate, now: u64) -> u64 {
+fn rate<T>(c: &PerWorker<T>, f: impl Fn(&T) -> &crate::freq::PerSecond, now: u64) -> u64 {
     c.iter().map(|k| f(k).per_sec(now)).sum()
 }
 

@@ -28,7 +28,7 @@ use super::session::Session;
 use super::txn::{ReqFacts, Txn};
 use crate::buffer::{Buf, BufPool};
 use crate::check::Seen;
-use crate::compression::{self, Compressor, GlobalComp, RATE_IN, RATE_OUT};
+use crate::compression::{self, Compressor, GlobalComp};
 use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
 use crate::rules::{tcp_verdict, Level};
@@ -171,7 +171,7 @@ impl Txn {
         let mut compressor = facts
             .comp
             .filter(|_| compression::response_allows(conf, &view))
-            .filter(|_| !compression::over_limit(limits, RATE_IN.rate(), w.busy_pct()))
+            .filter(|_| !compression::over_limit(limits, compress_rate(&w), w.busy_pct()))
             .map(|algo| Compressor::new(algo, limits.max_level));
         if compressor.is_some() {
             // Compressed for this client: not stored (hits are served as stored).
@@ -560,9 +560,11 @@ impl Relay<'_> {
                         k.comp_in.add(data.len() as u64);
                         k.comp_out.add(n as u64);
                     }
-                    RATE_IN.add(data.len() as u64);
-                    RATE_OUT.add(n as u64);
-                    let over = compression::over_limit(limits, RATE_IN.rate(), w.busy_pct());
+                    let figures = &w.process.figures;
+                    let now = crate::clock::clock_ms();
+                    figures.compress_in.add(now, data.len() as u64);
+                    figures.compress_out.add(now, n as u64);
+                    let over = compression::over_limit(limits, compress_rate(w), w.busy_pct());
                     comp.set_level(compression::next_level(
                         comp.level(),
                         limits.max_level,
@@ -593,4 +595,12 @@ impl Relay<'_> {
             }
         }
     }
+}
+
+/// The compressors' input rate, every worker's, in bytes per second.
+fn compress_rate(w: &crate::runtime::Worker) -> u64 {
+    w.process
+        .figures
+        .compress_in
+        .per_sec(crate::clock::clock_ms())
 }
