@@ -565,18 +565,10 @@ struct UnixSink {
     path: String,
     sock: UnixDatagram,
     connected: AtomicBool,
-    /// When a connection was last tried (`elapsed_ms`).
+    /// When a connection was last tried (`clock::clock_ms`).
     tried: AtomicU64,
 }
 
-/// Milliseconds since the first call (a clock for retry spacing).
-fn elapsed_ms() -> u64 {
-    static START: OnceLock<std::time::Instant> = OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-}
 
 impl UnixSink {
     fn open(path: &str) -> std::io::Result<UnixSink> {
@@ -593,13 +585,13 @@ impl UnixSink {
             path: path.to_string(),
             sock,
             connected: AtomicBool::new(connected),
-            tried: AtomicU64::new(elapsed_ms()),
+            tried: AtomicU64::new(crate::clock::clock_ms()),
         })
     }
 
     fn send(&self, line: &[u8]) -> bool {
         if !self.connected.load(Ordering::Relaxed) {
-            let now = elapsed_ms();
+            let now = crate::clock::clock_ms();
             let last = self.tried.load(Ordering::Relaxed);
             if now.saturating_sub(last) < 1000
                 || self

@@ -312,6 +312,8 @@ pub struct Config {
     pub userlists: Vec<auth::Userlist>,
     /// `cache` sections.
     pub caches: Vec<cache::CacheConf>,
+    /// Its certificate files and the CLI's transactions on them.
+    pub certs: std::sync::Arc<tls::CertStore>,
     /// The pattern lists of its ACLs and maps, by id (`show acl`, `add map`, ...).
     pub patterns: Vec<std::sync::Arc<patterns::PatternRef>>,
     /// What the configuration asks for that is ignored, worded as HAProxy warns of it

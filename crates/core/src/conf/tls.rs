@@ -86,6 +86,32 @@ pub struct BindTls {
 /// CLI's `commit ssl cert` replaces it for the handshakes that follow.
 pub type CertSlot = std::sync::Arc<std::sync::RwLock<std::sync::Arc<rustls::sign::CertifiedKey>>>;
 
+/// How the chain of a loaded certificate is made up (global `issuers-chain-path` and
+/// `ssl-skip-self-issued-ca`).
+#[derive(Debug, Clone, Default)]
+pub struct ChainRules {
+    /// Chains that complete a lone certificate: each starts with the certificate that
+    /// issued it, followed by that one's issuers (as the PEM files in the directory hold
+    /// them).
+    pub issuers: Vec<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    /// Self-issued authorities (roots) are left out of the chain sent to clients: they
+    /// trust their own copy or none.
+    pub skip_self_issued: bool,
+}
+
+/// The certificate files a configuration generation loaded, each in the slot every bind
+/// using it shares, with the CLI's transactions on them (`set|commit|abort|show ssl cert`,
+/// `tls::set_cert` and its siblings). Loading a configuration fills its own store: nothing
+/// is left behind in the process.
+#[derive(Debug, Default)]
+pub struct CertStore {
+    /// How chains are made up, for the files loaded and those set later from the CLI.
+    pub rules: std::sync::Mutex<std::sync::Arc<ChainRules>>,
+    pub loaded: std::sync::Mutex<Vec<(String, CertSlot)>>,
+    /// Certificates set on the CLI and not yet committed, by file.
+    pub pending: std::sync::Mutex<Vec<(String, std::sync::Arc<rustls::sign::CertifiedKey>)>>,
+}
+
 /// What a TLS listener hands its connections to: a rustls server configuration shared by
 /// every worker, and the certificate files it serves.
 #[derive(Clone)]

@@ -174,8 +174,8 @@ pub const COMMANDS: &[Command] = &[
         words: &["set", "ssl", "cert"],
         help: "set ssl cert FILE <<PEM: a new certificate and key for FILE, until committed",
         level: Level::Admin,
-        run: |_, a, _| match a {
-            [file, pem] => match crate::tls::set_cert(file, pem) {
+        run: |p, a, _| match a {
+            [file, pem] => match crate::tls::set_cert(&p.config.certs, file, pem) {
                 Ok(false) => format!("Transaction created for certificate {file}!\n"),
                 Ok(true) => format!("Transaction updated for certificate {file}!\n"),
                 Err(e) => format!("{e}\n"),
@@ -187,8 +187,8 @@ pub const COMMANDS: &[Command] = &[
         words: &["commit", "ssl", "cert"],
         help: "commit ssl cert FILE: new handshakes use the certificate set for FILE",
         level: Level::Admin,
-        run: |_, a, _| match a {
-            [file] => match crate::tls::commit_cert(file) {
+        run: |p, a, _| match a {
+            [file] => match crate::tls::commit_cert(&p.config.certs, file) {
                 Ok(()) => format!("Committing {file}\nSuccess!\n"),
                 Err(e) => format!("{e}\n"),
             },
@@ -199,8 +199,8 @@ pub const COMMANDS: &[Command] = &[
         words: &["abort", "ssl", "cert"],
         help: "abort ssl cert FILE: drop the certificate set for FILE",
         level: Level::Admin,
-        run: |_, a, _| match a {
-            [file] if crate::tls::abort_cert(file) => {
+        run: |p, a, _| match a {
+            [file] if crate::tls::abort_cert(&p.config.certs, file) => {
                 format!("Transaction aborted for certificate '{file}'!\n")
             }
             [file] => format!("No ongoing transaction! ({file})\n"),
@@ -211,7 +211,7 @@ pub const COMMANDS: &[Command] = &[
         words: &["show", "ssl", "cert"],
         help: "show ssl cert [[*]FILE]: the certificate files, or one (*: its transaction)",
         level: Level::Operator,
-        run: |_, a, _| crate::tls::show_cert(a.first().copied()),
+        run: |p, a, _| crate::tls::show_cert(&p.config.certs, a.first().copied()),
     },
     Command {
         words: &["show", "cache"],

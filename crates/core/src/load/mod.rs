@@ -477,6 +477,8 @@ fn lower(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let nbthread = global.nbthread();
+    // The certificate files this generation loads (and the CLI later replaces).
+    let certs = std::sync::Arc::new(crate::conf::tls::CertStore::default());
     let ids = match assign_ids(&proxies) {
         Ok(ids) => ids,
         Err(e) => return Err(vec![e]),
@@ -631,7 +633,7 @@ fn lower(
             if let Some(t) = &mut b.tls {
                 let built = if t.ssl {
                     let mut skipped = Vec::new();
-                    let built = tls::acceptor(t, &global.tls, &mut skipped);
+                    let built = tls::acceptor(t, &global.tls, &certs, &mut skipped);
                     warn_once(&mut warnings, &b.at, skipped);
                     built
                 } else {
@@ -744,6 +746,7 @@ fn lower(
             peers: peers_confs,
             userlists: Vec::new(),
             caches: Vec::new(),
+            certs,
             patterns: Vec::new(),
             warnings,
         })

@@ -42,7 +42,7 @@ use rustls::sign::CertifiedKey;
 use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::tls::{
-    Acceptor, BindTls, CertSlot, Connector, ServerTlsOpts, TlsDefaults, TlsSide,
+    Acceptor, BindTls, CertSlot, CertStore, Connector, ServerTlsOpts, TlsDefaults, TlsSide,
 };
 use crate::conf::{one_arg, GlobalConf};
 
@@ -1075,6 +1075,7 @@ fn read_list<T>(
 pub fn acceptor(
     t: &BindTls,
     defaults: &TlsDefaults,
+    store: &CertStore,
     skipped: &mut Vec<String>,
 ) -> Result<Acceptor, String> {
     if t.crts.is_empty() && t.crt_lists.is_empty() {
@@ -1084,10 +1085,10 @@ pub fn acceptor(
         (Some(base), false) => format!("{base}/{crt}"),
         _ => crt.to_string(),
     };
-    let rules = chain_rules(defaults)?;
+    chain_rules(defaults, store)?;
     let mut keys = Vec::new();
     for list in &t.crt_lists {
-        keys.extend(crt_list(list, &based, &rules)?);
+        keys.extend(crt_list(list, &based, store)?);
     }
     for crt in &t.crts {
         let path = based(crt);
@@ -1100,10 +1101,10 @@ pub fn acceptor(
                 .collect();
             files.sort();
             for f in files {
-                keys.push(load_pem(&f.display().to_string(), &rules)?);
+                keys.push(load_pem(&f.display().to_string(), store)?);
             }
         } else {
-            keys.push(load_pem(&path, &rules)?);
+            keys.push(load_pem(&path, store)?);
         }
     }
     if keys.is_empty() {
@@ -1240,9 +1241,9 @@ fn max_fragment_size(defaults: &TlsDefaults) -> Option<usize> {
     defaults.maxrecord.map(|n| n + RECORD_HEADER)
 }
 
-/// How the certificates of the configuration being loaded get their chains; kept for
-/// those set later from the CLI.
-fn chain_rules(defaults: &TlsDefaults) -> Result<Arc<x509::ChainRules>, String> {
+/// How the certificates of the configuration being loaded get their chains, kept in its
+/// store for those set later from the CLI.
+fn chain_rules(defaults: &TlsDefaults, store: &CertStore) -> Result<(), String> {
     let mut rules = x509::ChainRules {
         skip_self_issued: defaults.skip_self_issued_ca,
         ..Default::default()
@@ -1250,13 +1251,14 @@ fn chain_rules(defaults: &TlsDefaults) -> Result<Arc<x509::ChainRules>, String> 
     if let Some(dir) = &defaults.issuers_chain_path {
         rules = rules.with_issuers_from(dir)?;
     }
-    let rules = Arc::new(rules);
-    *CHAIN_RULES.lock().unwrap_or_else(|e| e.into_inner()) = Some(rules.clone());
-    Ok(rules)
+    *lock(&store.rules) = Arc::new(rules);
+    Ok(())
 }
 
-/// The chain rules of the configuration last loaded (for `set ssl cert`).
-static CHAIN_RULES: std::sync::Mutex<Option<Arc<x509::ChainRules>>> = std::sync::Mutex::new(None);
+/// A store's lock, whoever panicked holding it (each change is one assignment).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A chain and its key from PEM text (the key may come from a second text), the chain
 /// made up by `rules`.
@@ -1284,30 +1286,17 @@ fn parse_pem(
     Ok(certified)
 }
 
-/// Certificates set on the CLI (`set ssl cert`) and not yet committed, by file.
-static PENDING: std::sync::Mutex<Vec<(String, Arc<CertifiedKey>)>> =
-    std::sync::Mutex::new(Vec::new());
-
 /// `set ssl cert FILE PAYLOAD`: a new chain and key for a loaded file, held until
 /// committed. Returns whether a transaction was already open for it.
-pub fn set_cert(path: &str, pem: &str) -> Result<bool, String> {
-    if !LOADED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|(p, _)| p == path)
-    {
+pub fn set_cert(store: &CertStore, path: &str, pem: &str) -> Result<bool, String> {
+    if !lock(&store.loaded).iter().any(|(p, _)| p == path) {
         return Err(format!(
             "Can't replace a certificate which is not referenced by the configuration! ({path})"
         ));
     }
-    let rules = (CHAIN_RULES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone())
-    .unwrap_or_default();
+    let rules = lock(&store.rules).clone();
     let key = Arc::new(parse_pem(pem.as_bytes(), None, &rules)?);
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pending = lock(&store.pending);
     let open = pending.iter().position(|(p, _)| p == path);
     match open {
         Some(i) => pending[i].1 = key,
@@ -1318,14 +1307,14 @@ pub fn set_cert(path: &str, pem: &str) -> Result<bool, String> {
 
 /// `commit ssl cert FILE`: the pending certificate serves the next handshakes of every
 /// bind using the file; connections already open keep theirs.
-pub fn commit_cert(path: &str) -> Result<(), String> {
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+pub fn commit_cert(store: &CertStore, path: &str) -> Result<(), String> {
+    let mut pending = lock(&store.pending);
     let i = pending
         .iter()
         .position(|(p, _)| p == path)
         .ok_or_else(|| format!("No ongoing transaction! ({path})"))?;
     let (_, key) = pending.remove(i);
-    let all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let all = lock(&store.loaded);
     if let Some((_, slot)) = all.iter().find(|(p, _)| p == path) {
         *slot.write().unwrap_or_else(|e| e.into_inner()) = key;
     }
@@ -1333,8 +1322,8 @@ pub fn commit_cert(path: &str) -> Result<(), String> {
 }
 
 /// `abort ssl cert FILE`: whether a transaction was open.
-pub fn abort_cert(path: &str) -> bool {
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+pub fn abort_cert(store: &CertStore, path: &str) -> bool {
+    let mut pending = lock(&store.pending);
     let before = pending.len();
     pending.retain(|(p, _)| p != path);
     pending.len() != before
@@ -1342,9 +1331,9 @@ pub fn abort_cert(path: &str) -> bool {
 
 /// `show ssl cert [FILE]`: the files (and open transactions, `*FILE`), or one file's
 /// certificate.
-pub fn show_cert(path: Option<&str>) -> String {
-    let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-    let all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+pub fn show_cert(store: &CertStore, path: Option<&str>) -> String {
+    let pending = lock(&store.pending);
+    let all = lock(&store.loaded);
     let Some(path) = path else {
         let mut out = String::new();
         if !pending.is_empty() {
@@ -1386,7 +1375,7 @@ pub fn show_cert(path: Option<&str>) -> String {
 fn crt_list(
     path: &str,
     based: &dyn Fn(&str) -> String,
-    rules: &x509::ChainRules,
+    store: &CertStore,
 ) -> Result<Vec<Loaded>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("crt-list '{path}': {e}"))?;
     let mut out = Vec::new();
@@ -1410,7 +1399,7 @@ fn crt_list(
             }
             rest = after.trim();
         }
-        let mut loaded = load_pem(&based(file), rules).map_err(at)?;
+        let mut loaded = load_pem(&based(file), store).map_err(at)?;
         let (mut include, mut exclude) = (Vec::new(), Vec::new());
         for name in rest.split_whitespace() {
             match name.strip_prefix('!') {
@@ -1436,27 +1425,25 @@ fn is_companion(p: &std::path::Path) -> bool {
 }
 
 /// A PEM file holding a chain and its private key (or the key in `FILE.key` beside it).
-fn load_pem(path: &str, rules: &x509::ChainRules) -> Result<Loaded, String> {
+fn load_pem(path: &str, store: &CertStore) -> Result<Loaded, String> {
+    let rules = lock(&store.rules).clone();
     let pem = std::fs::read(path).map_err(|e| format!("crt '{path}': {e}"))?;
     let key_pem = std::fs::read(format!("{path}.key")).ok();
     let mut certified =
-        parse_pem(&pem, key_pem.as_deref(), rules).map_err(|e| format!("crt '{path}': {e}"))?;
+        parse_pem(&pem, key_pem.as_deref(), &rules).map_err(|e| format!("crt '{path}': {e}"))?;
     // OCSP stapling: a DER response in `FILE.ocsp`, as HAProxy finds it.
     certified.ocsp = std::fs::read(format!("{path}.ocsp")).ok();
     Ok(Loaded {
         path: path.to_string(),
-        key: slot_for(path, certified),
+        key: slot_for(store, path, certified),
         filters: None,
     })
 }
 
-/// The certificate files loaded so far, each with the slot every bind using it shares.
-static LOADED: std::sync::Mutex<Vec<(String, CertSlot)>> = std::sync::Mutex::new(Vec::new());
-
 /// The shared slot of a certificate file (made on its first load; a later load of the
-/// same file, another bind or a reload, refreshes it).
-fn slot_for(path: &str, key: CertifiedKey) -> CertSlot {
-    let mut all = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+/// same file by another bind refreshes it).
+fn slot_for(store: &CertStore, path: &str, key: CertifiedKey) -> CertSlot {
+    let mut all = lock(&store.loaded);
     let key = Arc::new(key);
     if let Some((_, slot)) = all.iter().find(|(p, _)| p == path) {
         *slot.write().unwrap_or_else(|e| e.into_inner()) = key;

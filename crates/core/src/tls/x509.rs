@@ -12,18 +12,7 @@
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
-/// How the chain of a loaded certificate is made up (global `issuers-chain-path` and
-/// `ssl-skip-self-issued-ca`).
-#[derive(Debug, Clone, Default)]
-pub struct ChainRules {
-    /// Chains that complete a lone certificate: each starts with the certificate that
-    /// issued it, followed by that one's issuers (as the PEM files in the directory hold
-    /// them).
-    pub issuers: Vec<Vec<CertificateDer<'static>>>,
-    /// Self-issued authorities (roots) are left out of the chain sent to clients: they
-    /// trust their own copy or none.
-    pub skip_self_issued: bool,
-}
+pub use crate::conf::tls::ChainRules;
 
 impl ChainRules {
     /// Reads every PEM file of `dir` as a chain of issuers.
