@@ -569,7 +569,6 @@ struct UnixSink {
     tried: AtomicU64,
 }
 
-
 impl UnixSink {
     fn open(path: &str) -> std::io::Result<UnixSink> {
         let sock = UnixDatagram::unbound()?;

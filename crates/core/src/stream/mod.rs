@@ -28,11 +28,14 @@ pub(crate) mod h2_server;
 mod heads;
 pub mod keywords;
 mod relay;
+mod reply;
 mod report;
+mod route;
 mod session;
 mod tcp;
 mod tunnel;
 mod txn;
+mod txn_log;
 
 use std::net::SocketAddr;
 use std::rc::Rc;

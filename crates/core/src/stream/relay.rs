@@ -87,7 +87,7 @@ impl Txn {
                 // `http-response return`: the proxy's answer instead of the server's, whose
                 // response is dropped with its connection.
                 let backend = Some(conn.backend);
-                let bytes = with_close(super::txn::after_response(s, backend, None, page));
+                let bytes = with_close(super::reply::after_response(s, backend, None, page));
                 self.log.status = i64::from(status);
                 self.log.bytes = super::report::htx_message_size(&bytes);
                 s.write_client(&bytes)
@@ -100,7 +100,7 @@ impl Txn {
                 // and the client gets the error instead.
                 let backend = Some(conn.backend);
                 let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
-                let bytes = with_close(super::txn::after_response(s, backend, None, page));
+                let bytes = with_close(super::reply::after_response(s, backend, None, page));
                 self.log.local = Some(Local::Denied);
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PH");
@@ -117,7 +117,7 @@ impl Txn {
                 self.log.level = Some(level);
             }
         }
-        if super::txn::log_reads_response(s) {
+        if Txn::log_reads_response(s) {
             let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
             let req = sent
                 .as_ref()

@@ -377,7 +377,7 @@ fn log(
         retries: at.retries,
         srv_queue: 0,
         be_queue: 0,
-        log_counter: super::txn::count_line(
+        log_counter: super::txn_log::count_line(
             frontend
                 .log
                 .format

@@ -1,0 +1,164 @@
+//! The answers the proxy makes itself (redirects, `use-service` pages, the head of a local
+//! response after the `http-after-response` rules), as HTTP/1.1 bytes for now (issue 36
+//! makes them protocol-neutral replies).
+
+use sluice_http::{reason, split_target, RequestView, ResponseView, Version};
+
+use super::heads::{local_response, write_response_head, Edits};
+use super::session::Session;
+use crate::rules::{Redirect, RedirectKind, Service};
+use crate::sample::Ctx;
+use crate::stats;
+
+/// Applies frontend rules, routing, then backend rules, and picks a server.
+/// The status code of a response the proxy wrote itself.
+pub(super) fn status_of(bytes: &[u8]) -> i64 {
+    std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1)
+}
+
+/// The response of a built-in service.
+pub(super) fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec<u8> {
+    match service {
+        Service::PrometheusExporter => {
+            let target = req.target();
+            let query = target
+                .iter()
+                .position(|&b| b == b'?')
+                .map_or(&b""[..], |i| &target[i + 1..]);
+            let scope = stats::prometheus::Scope::from_query(&String::from_utf8_lossy(query));
+            let body = stats::prometheus::render(&s.w.process, scope);
+            local_response(
+                200,
+                Some("text/plain; version=0.0.4; charset=utf-8"),
+                body.as_bytes(),
+            )
+        }
+    }
+}
+
+/// The path and query of a request target in absolute form (`http://host/p?q` gives
+/// `/p?q`), as HAProxy compares `monitor-uri`; any other form as it is.
+pub(super) fn origin_form(target: &[u8]) -> &[u8] {
+    let lower = target.get(..8).map(|p| p.to_ascii_lowercase());
+    let after_scheme = match lower.as_deref() {
+        Some(p) if p.starts_with(b"http://") => &target[7..],
+        Some(p) if p.starts_with(b"https://") => &target[8..],
+        _ => return target,
+    };
+    match after_scheme.iter().position(|&b| b == b'/') {
+        Some(i) => &after_scheme[i..],
+        None => b"/",
+    }
+}
+
+/// `page` (a whole response) with one more header, after its status line.
+pub(super) fn with_header(mut page: Vec<u8>, name: &str, value: &str) -> Vec<u8> {
+    let Some(eol) = page.windows(2).position(|w| w == b"\r\n") else {
+        return page;
+    };
+    let line = format!("{name}: {value}\r\n");
+    page.splice(eol + 2..eol + 2, line.into_bytes());
+    page
+}
+
+/// A response the proxy wrote itself, through the `http-after-response` rules of the
+/// backend (if any) then the frontend. `req`: the request, when still buffered.
+pub(super) fn after_response(
+    s: &Session,
+    backend: Option<usize>,
+    req: Option<&RequestView<'_>>,
+    bytes: Vec<u8>,
+) -> Vec<u8> {
+    let config = s.w.config();
+    let be_rules = backend.map_or(&[][..], |b| &config.backends[b].rules.http_after_response);
+    let fe_rules = &s.frontend().rules.http_after_response;
+    if be_rules.is_empty() && fe_rules.is_empty() {
+        return bytes;
+    }
+    let Ok(Some(rsp)) = sluice_http::parse_response(&bytes, false) else {
+        return bytes;
+    };
+    let view = ResponseView::h1(&bytes, &rsp);
+    let cx = Ctx {
+        backend,
+        req,
+        res: Some(&view),
+        ..s.sample_ctx_base()
+    };
+    let mut edits = Edits::default();
+    for rules in [be_rules, fe_rules] {
+        edits.response_rules(rules, &cx);
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    let client = (rsp.framing, !rsp.must_close, Version::Http11, None);
+    write_response_head(&mut out, &view, &edits, Some(client), None);
+    out.extend_from_slice(&bytes[rsp.len..]);
+    out
+}
+
+/// The response of `http-request redirect`.
+pub(super) fn redirect(
+    r: &Redirect,
+    req: &RequestView<'_>,
+    edits: &Edits,
+    cx: &Ctx<'_>,
+) -> Vec<u8> {
+    let target = edits.target.as_deref().unwrap_or(req.target());
+    let (_, path, query) = split_target(target);
+    let mut path = path.to_vec();
+    if r.append_slash && !path.ends_with(b"/") {
+        path.push(b'/');
+    }
+    let tail = |mut out: Vec<u8>| {
+        out.extend_from_slice(&path);
+        if let (Some(q), false) = (query, r.drop_query) {
+            out.push(b'?');
+            out.extend_from_slice(q);
+        }
+        out
+    };
+    let value = r.value.render(cx);
+    let location = match r.kind {
+        RedirectKind::Location => value,
+        RedirectKind::Prefix => {
+            // A prefix of "/" adds nothing before the path.
+            let prefix = if value == b"/" { Vec::new() } else { value };
+            tail(prefix)
+        }
+        RedirectKind::Scheme => {
+            let mut out = value;
+            out.extend_from_slice(b"://");
+            out.extend_from_slice(req.header("host").unwrap_or_default());
+            tail(out)
+        }
+    };
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: ",
+        r.code,
+        reason(r.code)
+    )
+    .into_bytes();
+    out.extend_from_slice(&location);
+    out.extend_from_slice(b"\r\n");
+    if let Some(c) = &r.set_cookie {
+        let c = if c.contains('=') {
+            c.clone()
+        } else {
+            format!("{c}=")
+        };
+        out.extend_from_slice(format!("set-cookie: {c}; path=/\r\n").as_bytes());
+    }
+    if let Some(c) = &r.clear_cookie {
+        out.extend_from_slice(
+            format!(
+                "set-cookie: {c}=; Max-Age=0; Expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}

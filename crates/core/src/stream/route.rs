@@ -1,0 +1,432 @@
+//! Routing a request: its connection and HTTP rules (frontend, then backend), `use_backend`
+//! and the default backend, into a [`Route`]: a backend to send it to, or an answer the
+//! proxy gives itself (deny, return, redirect, a service, a cache hit). The rules' edits
+//! come back with it, applied by the head writers.
+
+use std::net::SocketAddr;
+
+use sluice_http::{RequestHead, RequestView};
+
+use super::heads::{edited_request, reply_bytes, Edits};
+use super::reply::{origin_form, redirect, serve, with_header};
+use super::session::Session;
+use crate::balance::{self, PickKey};
+use crate::cookie;
+use crate::persist;
+use crate::rules::{holds, run_shared, tcp_verdict, Action, BackendRef, Level, Rule};
+
+/// Stick-table keys and their tables (`persist`).
+pub(crate) type StickKeys = Vec<(std::sync::Arc<crate::stick::Table>, crate::stick::Key)>;
+
+/// The routing decision for a request, computed from its head.
+pub(super) enum Route {
+    /// Answer locally with these bytes; `close` when the connection cannot continue.
+    Respond { bytes: Vec<u8>, close: bool },
+    /// Answer with the error page for this status (the backend's pages win when known);
+    /// `denied` when a rule refused the request.
+    Error {
+        status: u16,
+        backend: Option<usize>,
+        denied: bool,
+        /// The rule's own answer (`deny ... string ...`), instead of the error page.
+        page: Option<Vec<u8>>,
+    },
+    /// Hold the connection for `timeout tarpit`, then answer as `Error` does (denied).
+    Tarpit {
+        status: u16,
+        backend: Option<usize>,
+        page: Option<Vec<u8>>,
+    },
+    Forward {
+        backend: usize,
+        server: usize,
+        /// The server the request's persistence cookie named, and its dates, if any.
+        cookie_server: Option<(usize, cookie::CookieDates)>,
+        /// The keys `stick on|store-request` rules store once the server is known.
+        stick: StickKeys,
+        /// The request's letter for `%tsc` about its persistence cookie.
+        cookie_flag: u8,
+    },
+    /// The statistics page of the frontend (`None`) or of a backend.
+    StatsPage(Option<usize>),
+    /// Close the connection without an answer (`tcp-request content reject`).
+    Reject { backend: Option<usize> },
+    /// Answer with a stored object (`cache-use`).
+    Cached {
+        entry: std::sync::Arc<crate::cache::Entry>,
+        backend: Option<usize>,
+    },
+}
+
+pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
+    let config = s.w.config();
+    let fe = s.frontend();
+    let mut edits = Edits::default();
+    if fe.monitor.uri.as_deref().map(str::as_bytes) == Some(origin_form(req.target())) {
+        // `monitor-uri`: the proxy answers for itself, before any rule.
+        let failing = fe
+            .monitor
+            .fail
+            .as_ref()
+            .is_some_and(|c| c.eval(&s.sample_ctx(req, None)));
+        let route = if failing {
+            Route::Error {
+                status: 503,
+                backend: None,
+                denied: false,
+                page: None,
+            }
+        } else {
+            // HAProxy's 200 page (or the `errorfile 200` in its place), then close.
+            Route::Respond {
+                bytes: s.error_page_for(200, None, Some(req)),
+                close: true,
+            }
+        };
+        return (route, edits);
+    }
+    if !content_accepts(s, &fe.rules.tcp_content, req, None, false) {
+        return (Route::Reject { backend: None }, edits);
+    }
+    // The request counts in every entry tracked so far (later ones count it as they start).
+    s.vars
+        .count(&crate::rules::REQUEST, crate::runtime::clock_ms());
+    let mut view = RuleView::new(req);
+    if let Some(r) = apply_rules(s, &fe.rules.http_request, &mut view, &mut edits, None) {
+        return (r, edits);
+    }
+    if let Some(r) = apply_rules(s, &fe.rules.redirects, &mut view, &mut edits, None) {
+        return (r, edits);
+    }
+    if fe.stats.enabled && req.target().starts_with(fe.stats.uri().as_bytes()) {
+        return (Route::StatsPage(None), edits);
+    }
+    let backend = if let Some(b) = s.pinned {
+        // A TCP frontend chose this HTTP backend for the whole connection.
+        Some(b)
+    } else if fe.rules.switching.is_empty() {
+        fe.rules.default_backend
+    } else {
+        let reads = fe.rules.switching.iter().any(|(cond, target)| {
+            cond.as_ref().is_some_and(|c| c.reads_request())
+                || matches!(target, BackendRef::Dynamic(f) if f.reads_request())
+        });
+        let now = if reads { view.get(&edits) } else { view.last() };
+        let cx = s.sample_ctx(&now, None);
+        crate::rules::switch(&fe.rules.switching, &cx, &config.backends)
+            .or(fe.rules.default_backend)
+    };
+    // No backend: 503, as HAProxy answers.
+    let Some(backend) = backend else {
+        return (
+            Route::Error {
+                status: 503,
+                backend: None,
+                denied: false,
+                page: None,
+            },
+            edits,
+        );
+    };
+    let be = &config.backends[backend];
+    let st = &s.w.state().backends[backend];
+    if !content_accepts(
+        s,
+        &be.rules.tcp_content,
+        &view.get(&edits),
+        Some(backend),
+        true,
+    ) {
+        return (
+            Route::Reject {
+                backend: Some(backend),
+            },
+            edits,
+        );
+    }
+    if let Some(r) = apply_rules(
+        s,
+        &be.rules.http_request,
+        &mut view,
+        &mut edits,
+        Some(backend),
+    ) {
+        return (r, edits);
+    }
+    if let Some(r) = apply_rules(s, &be.rules.redirects, &mut view, &mut edits, Some(backend)) {
+        return (r, edits);
+    }
+    // Balancing and persistence see the request as rewritten (the body is the client's).
+    let orig = view.orig;
+    let p = &be.persist;
+    let reads =
+        be.algo.hashes() || p.cookie.is_some() || !p.stick.is_empty() || !p.use_server.is_empty();
+    let req = if reads { view.get(&edits) } else { view.last() };
+    let req = &req;
+    if be.stats.enabled && req.target().starts_with(be.stats.uri().as_bytes()) {
+        return (Route::StatsPage(Some(backend)), edits);
+    }
+    // `balance hash EXPR`: the sample as binary, seen as balancing sees the request.
+    let hashed = match &be.algo {
+        balance::Algo::Hash(e) => e
+            .eval(&s.sample_ctx(req, Some(backend)))
+            .map(|v| v.as_binary().into_owned()),
+        _ => None,
+    };
+    let extra = match &be.algo {
+        balance::Algo::Hash(_) => hashed.as_deref(),
+        // The first value of the first such header, as HAProxy takes it.
+        balance::Algo::Hdr(name, _) => req
+            .header(name)
+            .map(|v| sluice_http::trim_ows(v.split(|&b| b == b',').next().unwrap_or(v))),
+        // `check_post`: a form body, as far as it arrived with the head.
+        balance::Algo::UrlParam(name, true) => req
+            .header("content-type")
+            .filter(|t| t.starts_with(b"application/x-www-form-urlencoded"))
+            .and_then(|_| balance::form_param(orig.body_so_far(), name)),
+        _ => None,
+    };
+    let key = PickKey {
+        client: s.peer.get().ip(),
+        target: req.target(),
+        extra,
+    };
+    let persisted = persist::decide(be, st, &s.sample_ctx(req, Some(backend)), req);
+    // A private connection (http-reuse never) keeps its server while it is usable.
+    let server = match &s.private {
+        Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
+        _ => persisted
+            .server
+            .or_else(|| balance::pick(be, st, &key, &s.w.lb)),
+    };
+    match server {
+        Some(server) => (
+            Route::Forward {
+                backend,
+                server,
+                cookie_server: persisted.cookie,
+                stick: persisted.stick,
+                cookie_flag: persisted.cookie_flag,
+            },
+            edits,
+        ),
+        None => (
+            Route::Error {
+                status: 503,
+                backend: Some(backend),
+                denied: false,
+                page: None,
+            },
+            edits,
+        ),
+    }
+}
+
+/// The request as rules see it: the client's, or once a rule edited it, a copy with the
+/// edits so far applied (made again only when needed after another edit), so that later
+/// conditions, routing and balancing see what the server will get.
+pub(super) struct RuleView<'r> {
+    orig: &'r RequestView<'r>,
+    copy: Option<(Vec<u8>, RequestHead)>,
+    stale: bool,
+}
+
+impl<'r> RuleView<'r> {
+    fn new(orig: &'r RequestView<'r>) -> RuleView<'r> {
+        RuleView {
+            orig,
+            copy: None,
+            stale: false,
+        }
+    }
+
+    /// The request with `edits` applied.
+    fn get(&mut self, edits: &Edits) -> RequestView<'_> {
+        if self.stale {
+            self.copy = edited_request(self.orig, edits);
+            self.stale = false;
+        }
+        self.last()
+    }
+
+    /// The request as last made, for a rule that does not read it (no copy is made for
+    /// it; only its target, unchanged by any edit so far when edits do not hold one, may be
+    /// looked at).
+    fn last(&self) -> RequestView<'_> {
+        match &self.copy {
+            Some((bytes, head)) => RequestView::h1(bytes, head),
+            None => *self.orig,
+        }
+    }
+}
+
+pub(super) fn apply_rules(
+    s: &Session,
+    rules: &[Rule],
+    view: &mut RuleView<'_>,
+    edits: &mut Edits,
+    backend: Option<usize>,
+) -> Option<Route> {
+    let req = view.orig;
+    for rule in rules {
+        let now = if rule.reads_request {
+            view.get(edits)
+        } else {
+            view.last()
+        };
+        let mut cx = s.sample_ctx(&now, backend);
+        cx.set_timeouts = (edits.timeout_server, edits.timeout_tunnel);
+        if !holds(&rule.cond, &cx) {
+            continue;
+        }
+        // A `return` renders its answer before it counts as the last rule (HAProxy's
+        // order); a `deny` page after.
+        if !matches!(rule.action, Action::Return(_)) {
+            cx.vars.note_rule(rule);
+        }
+        let edited = match &rule.action {
+            Action::Return(reply) => {
+                let bytes = reply_bytes(reply, &cx);
+                cx.vars.note_rule(rule);
+                return Some(Route::Respond {
+                    bytes,
+                    close: false,
+                });
+            }
+            Action::Deny { status, reply } => {
+                return Some(Route::Error {
+                    status: *status,
+                    backend,
+                    denied: true,
+                    page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
+                })
+            }
+            Action::Auth(realm) => {
+                let config = s.w.config();
+                let realm = realm.as_deref().unwrap_or_else(|| match backend {
+                    Some(b) => &config.backends[b].name,
+                    None => &s.frontend().name,
+                });
+                let page = s.error_page_for(401, backend, Some(&now));
+                return Some(Route::Error {
+                    status: 401,
+                    backend,
+                    denied: false,
+                    page: Some(with_header(
+                        page,
+                        "WWW-Authenticate",
+                        &format!("Basic realm=\"{realm}\""),
+                    )),
+                });
+            }
+            Action::Tarpit { status, reply } => {
+                return Some(Route::Tarpit {
+                    status: *status,
+                    backend,
+                    page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
+                })
+            }
+            Action::Reject => return Some(Route::Reject { backend }),
+            Action::SetSrc(e) => {
+                if let Some(ip) = e.eval(&cx).and_then(|v| v.as_ip()) {
+                    let addr = SocketAddr::new(ip, s.peer.get().port());
+                    s.peer.set(addr);
+                    cx.src = addr;
+                }
+                false
+            }
+            Action::SetDst(e) => {
+                if let Some(ip) = e.eval(&cx).and_then(|v| v.as_ip()) {
+                    let port = cx
+                        .client
+                        .and_then(|c| c.local_addr().ok())
+                        .map_or(0, |a| a.port());
+                    let addr = SocketAddr::new(ip, s.dst.get().map_or(port, |a| a.port()));
+                    s.dst.set(Some(addr));
+                    cx.dst = Some(addr);
+                }
+                false
+            }
+            // The body was waited for before the rules ran (`wait_for_body`).
+            Action::WaitForBody { .. } => false,
+            Action::CacheUse(c) => {
+                if let Some(entry) = cache_use(s, c.index, &now, backend, edits) {
+                    return Some(Route::Cached { entry, backend });
+                }
+                false
+            }
+            Action::Allow => return None,
+            Action::UseService(service) => {
+                return Some(Route::Respond {
+                    bytes: serve(s, *service, req),
+                    close: false,
+                })
+            }
+            Action::Redirect(r) => {
+                return Some(Route::Respond {
+                    bytes: redirect(r, req, edits, &cx),
+                    close: false,
+                })
+            }
+            other => {
+                let level = Level::Txn {
+                    count_request: true,
+                };
+                let edits_it = !run_shared(other, &cx, level);
+                if edits_it {
+                    edits.apply(other, &cx);
+                }
+                edits_it
+            }
+        };
+        view.stale |= edited;
+    }
+    None
+}
+
+/// `http-request cache-use`: keys the request (for `cache-store` on its response) and,
+/// when the cache holds a fresh object it may get, returns it. Lookups and hits count on
+/// the proxy whose rule it is, as HAProxy's.
+pub(super) fn cache_use(
+    s: &Session,
+    cache: usize,
+    req: &RequestView<'_>,
+    backend: Option<usize>,
+    edits: &mut Edits,
+) -> Option<std::sync::Arc<crate::cache::Entry>> {
+    let w = &s.w;
+    let store = &w.state().caches[cache];
+    let lookup = crate::cache::Lookup::of(req, store.conf.process_vary)?;
+    let ignore = lookup.policy.ignore;
+    let key = lookup.key;
+    let vary = lookup.vary.clone().unwrap_or_default();
+    edits.cache_lookup = Some(lookup);
+    if ignore {
+        return None;
+    }
+    let counters = match backend {
+        Some(b) => w.state().backends[b].counters.at(w.tid),
+        None => w.state().frontends[s.fe].counters.at(w.tid),
+    };
+    counters.cache_lookups.bump();
+    let entry = store.lookup(&key, &vary, crate::cache::unix_now())?;
+    counters.cache_hits.bump();
+    Some(entry)
+}
+
+/// Whether `tcp-request content` rules let an HTTP request through (their tracking is the
+/// transaction's).
+pub(super) fn content_accepts(
+    s: &Session,
+    rules: &[Rule],
+    req: &RequestView<'_>,
+    backend: Option<usize>,
+    count_request: bool,
+) -> bool {
+    rules.is_empty()
+        || tcp_verdict(
+            rules,
+            &s.sample_ctx(req, backend),
+            Level::Txn { count_request },
+        )
+}
