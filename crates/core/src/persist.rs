@@ -44,7 +44,9 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 return Err(KwError::Missing("a server name"));
             };
             let cond = crate::acl::parse_cond(&c.rules, &a[1..], 2)?;
-            c.persist.use_server.push((name.clone(), cond));
+            c.persist
+                .use_server
+                .push((crate::conf::sample::NameRef::new(name.clone()), cond));
             Ok(())
         },
     },
@@ -79,7 +81,7 @@ fn forced_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>, force: bool) -> 
         if !crate::acl::holds(cond, cx) {
             return None;
         }
-        let i = be.servers.iter().position(|s| &s.name == name)?;
+        let i = name.index(&be.servers, |s| &s.name)?;
         (force || be.persist.persist || st.servers[i].usable()).then_some(i)
     })
 }
@@ -115,7 +117,7 @@ fn parse_stick(c: &ProxyConf, a: &[String]) -> Result<StickRule, KwError> {
     let cond = crate::acl::parse_cond(&c.rules, &a[cond_at..], cond_at + 1)?;
     let (key, table) = match &a[1..cond_at] {
         [key] => (key, None),
-        [key, kw, t] if kw == "table" => (key, Some(t.clone())),
+        [key, kw, t] if kw == "table" => (key, Some(crate::conf::sample::NameRef::new(t.clone()))),
         [] => return Err(KwError::Missing("a key (a sample expression)")),
         [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
     };
@@ -134,7 +136,7 @@ fn key_of<'a>(rule: &StickRule, cx: &Ctx<'a>) -> Option<(&'a Arc<Table>, Key)> {
     if !crate::acl::holds(&rule.cond, cx) {
         return None;
     }
-    let t = cx.table(rule.table.as_deref())?;
+    let t = cx.table(rule.table.as_ref())?;
     let k = rule.key.eval(cx)?;
     Some((t, Key::from_sample(&k, t.conf.key)?))
 }

@@ -679,7 +679,9 @@ fn track_action(
             .ok_or_else(|| KwError::bad(1, a, "expects track-sc0, track-sc1 or track-sc2"))?;
         let (key, table) = match params {
             [key] => (key, None),
-            [key, kw, t] if kw == "table" => (key, Some(t.clone())),
+            [key, kw, t] if kw == "table" => {
+                (key, Some(crate::conf::sample::NameRef::new(t.clone())))
+            }
             [] => return Err(KwError::Missing("a key (a sample expression)")),
             [_, other, ..] => return Err(KwError::bad(3, other, "expects 'table NAME'")),
         };
@@ -822,7 +824,7 @@ pub enum Level {
 /// variables). Returns `false` for any other action, which is the caller's to run.
 pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
     match action {
-        Action::Track { slot, key, table } => track(cx, *slot, key, table.as_deref(), level),
+        Action::Track { slot, key, table } => track(cx, *slot, key, table.as_ref(), level),
         Action::ScIncGpc { slot, counter } => {
             let now = crate::runtime::clock_ms();
             cx.vars.with_tracked(*slot, |t| {
@@ -861,7 +863,13 @@ pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
 
 /// `track-scN KEY [table T]`: the key's entry counts this connection (and, at the
 /// transaction level, this request) and the slot keeps it; a slot in use keeps its entry.
-fn track(cx: &Ctx<'_>, slot: u8, key: &Expr, table: Option<&str>, level: Level) {
+fn track(
+    cx: &Ctx<'_>,
+    slot: u8,
+    key: &Expr,
+    table: Option<&crate::conf::sample::NameRef>,
+    level: Level,
+) {
     if cx.vars.tracking(slot) {
         return;
     }

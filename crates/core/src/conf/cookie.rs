@@ -54,7 +54,7 @@ pub struct PersistConf {
     /// `dynamic-cookie-key KEY`.
     pub dynamic_key: Option<String>,
     /// `use-server NAME [if|unless COND]`, in order.
-    pub use_server: Vec<(String, Option<Cond>)>,
+    pub use_server: Vec<(super::sample::NameRef, Option<Cond>)>,
     /// `force-persist if|unless COND`: persistence may lead to a server that is down.
     pub force: Vec<Cond>,
     /// `ignore-persist if|unless COND`: persistence is not consulted.
@@ -82,7 +82,7 @@ pub struct StickRule {
     pub kind: StickKind,
     pub key: Expr,
     /// The table (the backend's own when `None`).
-    pub table: Option<String>,
+    pub table: Option<super::sample::NameRef>,
     pub cond: Option<Cond>,
 }
 

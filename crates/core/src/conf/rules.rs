@@ -93,7 +93,7 @@ pub enum Action {
     Track {
         slot: u8,
         key: Expr,
-        table: Option<String>,
+        table: Option<super::sample::NameRef>,
     },
     /// `sc-inc-gpc0(N)`, `sc-inc-gpc1(N)`, `sc-inc-gpc(IDX,N)`: add one to a general
     /// purpose counter (and its rate) of the entry tracked in slot N.

@@ -36,12 +36,12 @@ pub enum Fetch {
     BeId,
     SrvName,
     SrvId,
-    FeConn(Option<String>),
-    BeConn(Option<String>),
-    NbSrv(Option<String>),
-    Connslots(Option<String>),
-    Queue(Option<String>),
-    AvgQueue(Option<String>),
+    FeConn(Option<NameRef>),
+    BeConn(Option<NameRef>),
+    NbSrv(Option<NameRef>),
+    Connslots(Option<NameRef>),
+    Queue(Option<NameRef>),
+    AvgQueue(Option<NameRef>),
     // The request.
     Method,
     Path,
@@ -86,8 +86,8 @@ pub enum Fetch {
     /// `http_auth_group(L)`: their user's name, and (for ACLs, which match any value) the
     /// groups it is in; `http_auth_type`, `http_auth_user`, `http_auth_pass`: the
     /// `Authorization` header's scheme and credentials as sent.
-    HttpAuth(String),
-    HttpAuthGroup(String),
+    HttpAuth(NameRef),
+    HttpAuthGroup(NameRef),
     HttpAuthType,
     HttpAuthUser,
     HttpAuthPass,
@@ -126,14 +126,14 @@ pub enum Fetch {
     ReqBodyParam(String),
     /// `fe_req_rate([FE])`, `fe_sess_rate([FE])`, `be_sess_rate([BE])`: per second, over
     /// the last second.
-    FeReqRate(Option<String>),
-    FeSessRate(Option<String>),
-    BeSessRate(Option<String>),
+    FeReqRate(Option<NameRef>),
+    FeSessRate(Option<NameRef>),
+    BeSessRate(Option<NameRef>),
     /// `srv_is_up(BE/SRV)`, `srv_conn(BE/SRV)`, `srv_sess_rate(BE/SRV)`: a server's
     /// state, its connections and its sessions per second.
-    SrvIsUp(String, String),
-    SrvConn(String, String),
-    SrvSessRate(String, String),
+    SrvIsUp(NameRef, NameRef),
+    SrvConn(NameRef, NameRef),
+    SrvSessRate(NameRef, NameRef),
     /// `http_first_req`: the request is its connection's first.
     HttpFirstReq,
     /// `capture.req.hdr(N)`, `capture.res.hdr(N)`: what capture slot N of that side holds.
@@ -207,8 +207,47 @@ pub enum Fetch {
         op: TableOp,
         counter: Counter,
         /// `None`: the tracked entry's table (slots) or the current proxy's (`src_*`).
-        table: Option<String>,
+        table: Option<NameRef>,
     },
+}
+
+/// A proxy, server, stick table or userlist an expression or a rule names: found by name
+/// the first time it is used, its index kept from then on (a configuration generation
+/// never changes, and every generation parses its own).
+#[derive(Debug, Clone)]
+pub struct NameRef {
+    pub name: String,
+    found: std::sync::OnceLock<Option<usize>>,
+}
+
+impl NameRef {
+    pub fn new(name: impl Into<String>) -> NameRef {
+        NameRef {
+            name: name.into(),
+            found: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Its index among `items`, which `name_of` names (looked up once).
+    pub fn index<T>(&self, items: &[T], name_of: impl Fn(&T) -> &str) -> Option<usize> {
+        *self
+            .found
+            .get_or_init(|| items.iter().position(|i| name_of(i) == self.name))
+    }
+}
+
+impl PartialEq for NameRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for NameRef {}
+
+impl std::fmt::Display for NameRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
 }
 
 /// A variable's name with its scope (`txn.user`).
@@ -296,12 +335,12 @@ pub enum Conv {
     Table {
         op: TableOp,
         counter: Counter,
-        table: String,
+        table: NameRef,
     },
     /// Whether the input has an entry in the table (`in_table(T)`).
-    InTable(String),
+    InTable(NameRef),
     /// How many streams track the input's entry (`table_trackers(T)`; 0 without one).
-    TableTrackers(String),
+    TableTrackers(NameRef),
     /// `sha1`, `sha2([256|384|512])`, `digest(ALG)`: the input's digest (binary).
     Digest(DigestAlg),
     /// `hmac(ALG,KEY)`: the input's HMAC with a base64 key, given or in a variable.

@@ -13,7 +13,8 @@ use base64::Engine as _;
 use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse};
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
-    MapFile, MapKey, Match, MqttField, Regex, StrArg, TableOp, TableSource, VarName, VarScope,
+    MapFile, MapKey, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource, VarName,
+    VarScope,
 };
 
 /// Why an expression could not be read.
@@ -214,7 +215,9 @@ const PENDING_FETCHES: &[&str] = &[
 
 fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
     let none = |f: Fetch| arity(c, 0, 0).map(|()| f);
-    let proxy = |f: fn(Option<String>) -> Fetch| arity(c, 0, 1).map(|()| f(opt_str(c, 0)));
+    let proxy = |f: fn(Option<NameRef>) -> Fetch| {
+        arity(c, 0, 1).map(|()| f(opt_str(c, 0).map(NameRef::new)))
+    };
     Ok(match c.name {
         "src" => none(Fetch::Src)?,
         "src_port" => none(Fetch::SrcPort)?,
@@ -374,7 +377,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "fc_err" => none(Fetch::FcErr)?,
         "http_auth" | "http_auth_group" => {
             arity(c, 1, 1)?;
-            let list = c.args[0].clone();
+            let list = NameRef::new(c.args[0].clone());
             match c.name {
                 "http_auth" => Fetch::HttpAuth(list),
                 _ => Fetch::HttpAuthGroup(list),
@@ -400,9 +403,9 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
                 .split_once('/')
                 .ok_or_else(|| ParseError(format!("'{}' expects BACKEND/SERVER", c.name)))?;
             match c.name {
-                "srv_is_up" => Fetch::SrvIsUp(be.to_string(), srv.to_string()),
-                "srv_conn" => Fetch::SrvConn(be.to_string(), srv.to_string()),
-                _ => Fetch::SrvSessRate(be.to_string(), srv.to_string()),
+                "srv_is_up" => Fetch::SrvIsUp(NameRef::new(be), NameRef::new(srv)),
+                "srv_conn" => Fetch::SrvConn(NameRef::new(be), NameRef::new(srv)),
+                _ => Fetch::SrvSessRate(NameRef::new(be), NameRef::new(srv)),
             }
         }
         "dst_is_local" => none(Fetch::DstIsLocal)?,
@@ -505,7 +508,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
                 source,
                 op,
                 counter,
-                table: opt_str(c, table_at),
+                table: opt_str(c, table_at).map(NameRef::new),
             }
         }
         other if PENDING_FETCHES.contains(&other) => {
@@ -774,8 +777,8 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         "in_table" | "table_trackers" => {
             arity(c, 1, 1)?;
             match c.name {
-                "in_table" => Conv::InTable(c.args[0].clone()),
-                _ => Conv::TableTrackers(c.args[0].clone()),
+                "in_table" => Conv::InTable(NameRef::new(c.args[0].clone())),
+                _ => Conv::TableTrackers(NameRef::new(c.args[0].clone())),
             }
         }
         "sha1" => none(Conv::Digest(DigestAlg::Sha1))?,
@@ -973,7 +976,7 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
             Conv::Table {
                 op: TableOp::Read,
                 counter,
-                table: c.args[at].clone(),
+                table: NameRef::new(c.args[at].clone()),
             }
         }
         other if PENDING_CONVS.contains(&other) => {
@@ -1481,7 +1484,7 @@ mod tests {
                 source: TableSource::Slot(1),
                 op: TableOp::Read,
                 counter: Counter::HttpReqRate,
-                table: Some("t".into())
+                table: Some(NameRef::new("t"))
             }
         );
         assert!(parse_expr("sc0_get_gpc0", &PatternBook::default()).is_ok());

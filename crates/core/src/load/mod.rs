@@ -411,11 +411,12 @@ fn check_userlists(
             .chain(r.acls.iter().map(|(_, a)| a));
         for acl in acls {
             if let Fetch::HttpAuth(name) | Fetch::HttpAuthGroup(name) = &acl.expr.fetch {
-                if !lists.iter().any(|l| &l.name == name) {
+                if !lists.iter().any(|l| l.name == name.name) {
                     errors.push(p.header.error(format!(
-                        "{} '{}': no userlist named '{name}'",
+                        "{} '{}': no userlist named '{}'",
                         p.kind.name(),
-                        p.name
+                        p.name,
+                        name.name
                     )));
                 }
             }
@@ -572,7 +573,7 @@ fn lower(
     }
     for (p, be) in proxies.iter().filter(|p| is_backend(p.kind)).zip(&backends) {
         for (name, _) in &be.persist.use_server {
-            if !be.servers.iter().any(|s| &s.name == name) {
+            if !be.servers.iter().any(|s| s.name == name.name) {
                 errors.push(p.header.error(format!(
                     "{} '{}': use-server names no server '{name}' of this backend",
                     p.kind.name(),
@@ -717,7 +718,7 @@ fn lower(
                 .persist
                 .stick
                 .iter()
-                .any(|r| r.table.as_deref().unwrap_or(&q.name) == name)
+                .any(|r| r.table.as_ref().map_or(&q.name, |t| &t.name) == name)
         })
     };
     let tables = proxies
@@ -780,8 +781,8 @@ fn check_tracking(proxies: &[Proxy], peer_tables: &[TableConf], errors: &mut Vec
                 Some(t) => {
                     proxies
                         .iter()
-                        .any(|o| o.name == *t && o.conf.stick.is_some())
-                        || peer_tables.iter().any(|p| p.name == *t)
+                        .any(|o| o.name == t.name && o.conf.stick.is_some())
+                        || peer_tables.iter().any(|p| p.name == t.name)
                 }
                 None => p.conf.stick.is_some(),
             };
@@ -791,7 +792,7 @@ fn check_tracking(proxies: &[Proxy], peer_tables: &[TableConf], errors: &mut Vec
                     p.kind.name(),
                     p.name,
                     match table {
-                        Some(t) => format!("no proxy '{t}' with a stick-table"),
+                        Some(t) => format!("no proxy '{}' with a stick-table", t.name),
                         None => "this proxy has none; add one or name another with 'table'".into(),
                     }
                 )));

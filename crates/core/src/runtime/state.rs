@@ -606,6 +606,24 @@ pub struct ListenerState {
     pub counters: PerWorker<ProxyCounters>,
 }
 
+/// Each proxy's own stick table (the one its `stick-table` line declares, named after it),
+/// found once per generation rather than by name at every request.
+#[derive(Debug, Default)]
+pub struct OwnTables {
+    pub frontends: Box<[Option<usize>]>,
+    pub backends: Box<[Option<usize>]>,
+}
+
+impl OwnTables {
+    fn of(config: &Config) -> OwnTables {
+        let find = |name: &str| config.tables.iter().position(|t| t.name == name);
+        OwnTables {
+            frontends: config.frontends.iter().map(|f| find(&f.name)).collect(),
+            backends: config.backends.iter().map(|b| find(&b.name)).collect(),
+        }
+    }
+}
+
 /// The live state of every proxy of the current generation.
 #[derive(Debug)]
 pub struct Runtime {
@@ -615,6 +633,8 @@ pub struct Runtime {
     pub backends: Box<[Arc<BackendState>]>,
     /// Aligned with `Config::tables`.
     pub tables: Box<[Arc<crate::stick::Table>]>,
+    /// Each frontend's and backend's own table (named after it), by index into `tables`.
+    pub own_tables: OwnTables,
     /// Aligned with `Config::caches`.
     pub caches: Box<[Arc<crate::cache::Store>]>,
 }
@@ -640,6 +660,7 @@ impl Runtime {
                 .map(|t| Arc::new(crate::stick::Table::new(t)))
                 .collect(),
             caches: new_caches(config),
+            own_tables: OwnTables::of(config),
         }
     }
 
@@ -719,6 +740,7 @@ impl Runtime {
             frontends,
             backends,
             tables,
+            own_tables: OwnTables::of(new),
             // A cache keeps its objects when its definition is unchanged.
             caches: new
                 .caches

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sluice_http::{RequestView, ResponseView};
 
-use crate::conf::sample::{Match, Sample, VarName, VarScope, Vars};
+use crate::conf::sample::{Match, NameRef, Sample, VarName, VarScope, Vars};
 use crate::runtime::Process;
 pub use crate::stick::Tracker;
 use crate::stick::{Counter, Table};
@@ -81,15 +81,16 @@ impl<'a> Ctx<'a> {
 
     /// The stick table a fetch names, or by default the current proxy's (the backend's
     /// once routed, else the frontend's).
-    pub fn table(&self, name: Option<&str>) -> Option<&'a Arc<Table>> {
-        let tables = &self.process.state;
-        match name {
-            Some(n) => tables.table(n),
+    pub fn table(&self, name: Option<&NameRef>) -> Option<&'a Arc<Table>> {
+        let st = &self.process.state;
+        let i = match name {
+            Some(n) => n.index(&st.tables, |t| &t.conf.name)?,
             None => self
                 .backend
-                .and_then(|b| tables.table(&self.process.config.backends[b].name))
-                .or_else(|| tables.table(&self.process.config.frontends[self.frontend].name)),
-        }
+                .and_then(|b| st.own_tables.backends[b])
+                .or(st.own_tables.frontends[self.frontend])?,
+        };
+        Some(&st.tables[i])
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use sluice_http::{name_is, trim_ows, Version};
 
 use super::context::{Ctx, Kind};
-use crate::conf::sample::{Fetch, HelloPart, Occ, Sample};
+use crate::conf::sample::{Fetch, HelloPart, NameRef, Occ, Sample};
 use crate::runtime::BackendState;
 
 pub(super) fn kind(f: &Fetch) -> Kind {
@@ -69,10 +69,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Some(Sample::Int(i64::from(config.backends[b].servers[s].id)))
         }
         Fetch::FeConn(name) => {
-            let i = match name {
-                Some(n) => config.frontends.iter().position(|f| &f.name == n)?,
-                None => cx.frontend,
-            };
+            let i = frontend(cx, name)?;
             let n = p.state.frontends[i].conns.load(Ordering::Relaxed);
             Some(Sample::Int(n as i64))
         }
@@ -252,10 +249,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         }
         Fetch::ReqBodyParam(name) => crate::balance::form_param(cx.body?, name).map(Sample::str),
         Fetch::FeReqRate(name) | Fetch::FeSessRate(name) => {
-            let fe = match name {
-                Some(n) => config.frontends.iter().position(|f| &f.name == n)?,
-                None => cx.frontend,
-            };
+            let fe = frontend(cx, name)?;
             let now = crate::runtime::clock_ms();
             let c = &p.state.frontends[fe].counters;
             let per_sec = c
@@ -277,11 +271,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Sample::Int(per_sec as i64)
         }),
         Fetch::SrvIsUp(be, srv) | Fetch::SrvConn(be, srv) | Fetch::SrvSessRate(be, srv) => {
-            let b = config.backends.iter().position(|x| &x.name == be)?;
-            let s = config.backends[b]
-                .servers
-                .iter()
-                .position(|x| &x.name == srv)?;
+            let b = be.index(&config.backends, |x| &x.name)?;
+            let s = srv.index(&config.backends[b].servers, |x| &x.name)?;
             let st = &p.state.backends[b].servers[s];
             Some(match f {
                 // UP: not down and not in maintenance (a draining server is up).
@@ -394,7 +385,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             op,
             counter,
             table,
-        } => super::table::fetch(*source, *op, *counter, table.as_deref(), cx),
+        } => super::table::fetch(*source, *op, *counter, table.as_ref(), cx),
     }
 }
 
@@ -415,7 +406,9 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
         // The groups of the authenticated user: an ACL names groups as its patterns.
         Fetch::HttpAuthGroup(list) => {
             let p = cx.process;
-            let list_conf = p.config.userlists.iter().find(|l| &l.name == list);
+            let list_conf = list
+                .index(&p.config.userlists, |l| &l.name)
+                .map(|i| &p.config.userlists[i]);
             Some(match (auth_user(cx, list), list_conf) {
                 (Some(u), Some(l)) => u
                     .groups
@@ -470,14 +463,10 @@ fn authorization<'a>(cx: &'a Ctx<'a>) -> Option<&'a [u8]> {
 }
 
 /// The user of userlist `list` the request authenticates as (checked against its hash).
-fn auth_user<'a>(cx: &'a Ctx<'a>, list: &str) -> Option<&'a crate::auth::User> {
-    // Userlists are few; the name was checked when the configuration was loaded.
-    let l = cx
-        .process
-        .config
-        .userlists
-        .iter()
-        .find(|l| l.name == list)?;
+fn auth_user<'a>(cx: &'a Ctx<'a>, list: &NameRef) -> Option<&'a crate::auth::User> {
+    // The name was checked when the configuration was loaded.
+    let lists = &cx.process.config.userlists;
+    let l = &lists[list.index(lists, |l| &l.name)?];
     crate::auth::authenticate(l, authorization(cx)?)
 }
 
@@ -500,17 +489,21 @@ fn version(v: Version) -> Sample<'static> {
     })
 }
 
-fn backend<'a>(cx: &'a Ctx<'a>, name: &Option<String>) -> Option<(usize, &'a BackendState)> {
+/// The backend a fetch names, else the current one.
+fn backend<'a>(cx: &'a Ctx<'a>, name: &Option<NameRef>) -> Option<(usize, &'a BackendState)> {
     let i = match name {
-        Some(n) => cx
-            .process
-            .config
-            .backends
-            .iter()
-            .position(|b| &b.name == n)?,
+        Some(n) => n.index(&cx.process.config.backends, |b| &b.name)?,
         None => cx.backend?,
     };
     Some((i, &cx.process.state.backends[i]))
+}
+
+/// The frontend a fetch names, else the current one.
+fn frontend(cx: &Ctx<'_>, name: &Option<NameRef>) -> Option<usize> {
+    match name {
+        Some(n) => n.index(&cx.process.config.frontends, |f| &f.name),
+        None => Some(cx.frontend),
+    }
 }
 
 fn queued(st: &BackendState) -> i64 {

@@ -2,7 +2,7 @@
 //! `table_http_req_rate(T)`, `in_table(T)`).
 
 use super::context::Ctx;
-use crate::conf::sample::{Counter, Sample, TableOp, TableSource};
+use crate::conf::sample::{Counter, NameRef, Sample, TableOp, TableSource};
 use crate::runtime::clock_ms;
 use crate::stick::{EntryRef, Key, Table};
 
@@ -11,21 +11,21 @@ pub(super) fn fetch<'a>(
     source: TableSource,
     op: TableOp,
     counter: Counter,
-    table: Option<&str>,
+    table: Option<&NameRef>,
     cx: &'a Ctx<'a>,
 ) -> Option<Sample<'a>> {
     let now = clock_ms();
     match source {
         TableSource::Slot(n) => cx.vars.with_tracked(n, |tracked| {
             if op == TableOp::Tracked {
-                let in_table = |t: &Table| table.is_none_or(|name| t.conf.name == name);
+                let in_table = |t: &Table| table.is_none_or(|n| t.conf.name == n.name);
                 return Some(Sample::Bool(tracked.is_some_and(|t| in_table(&t.table))));
             }
             let tracked = tracked?;
             match table {
                 // The tracked key, looked up in another table.
-                Some(name) if name != tracked.table.conf.name => {
-                    let t = cx.table(Some(name))?;
+                Some(n) if n.name != tracked.table.conf.name => {
+                    let t = cx.table(Some(n))?;
                     apply(t, Some(&tracked.key), op, counter, now)
                 }
                 _ => apply_entry(
@@ -50,7 +50,7 @@ pub(super) fn convert<'a>(
     input: &Sample<'_>,
     op: TableOp,
     counter: Counter,
-    table: &str,
+    table: &NameRef,
     cx: &Ctx<'_>,
 ) -> Option<Sample<'a>> {
     let t = cx.table(Some(table))?;
@@ -59,7 +59,11 @@ pub(super) fn convert<'a>(
 }
 
 /// `in_table(T)`.
-pub(super) fn contains<'a>(input: &Sample<'_>, table: &str, cx: &Ctx<'_>) -> Option<Sample<'a>> {
+pub(super) fn contains<'a>(
+    input: &Sample<'_>,
+    table: &NameRef,
+    cx: &Ctx<'_>,
+) -> Option<Sample<'a>> {
     let t = cx.table(Some(table))?;
     let key = Key::from_sample(input, t.conf.key)?;
     Some(Sample::Bool(t.lookup(&key, clock_ms()).is_some()))
@@ -67,7 +71,11 @@ pub(super) fn contains<'a>(input: &Sample<'_>, table: &str, cx: &Ctx<'_>) -> Opt
 
 /// `table_trackers(T)`: the streams tracking the input's entry, as `show table` counts
 /// them in `use=` (the holders of the entry but the table and this lookup).
-pub(super) fn trackers<'a>(input: &Sample<'_>, table: &str, cx: &Ctx<'_>) -> Option<Sample<'a>> {
+pub(super) fn trackers<'a>(
+    input: &Sample<'_>,
+    table: &NameRef,
+    cx: &Ctx<'_>,
+) -> Option<Sample<'a>> {
     let t = cx.table(Some(table))?;
     let key = Key::from_sample(input, t.conf.key)?;
     let users = t
