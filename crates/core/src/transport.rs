@@ -797,6 +797,18 @@ impl Conn {
         n
     }
 
+    /// A reading of what has been written so far, a count that grows while a write makes
+    /// progress: an HTTP/2 stream's DATA bytes sent (a write can last as long as the
+    /// peer's flow control makes it); constant for a socket, whose kernel buffer takes a
+    /// response's writes at once.
+    pub fn progress(&self) -> impl Fn() -> u64 + 'static {
+        let stream = match &self.io {
+            Io::Stream(p) => Some(p.end.sent_counter()),
+            Io::Tcp(_) | Io::Tls(_) => None,
+        };
+        move || stream.as_ref().map_or(0, |sent| sent())
+    }
+
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.write_pair(bytes, &[], Then::Flush).await
     }

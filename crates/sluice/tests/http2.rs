@@ -226,6 +226,95 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
     );
 }
 
+/// `timeout client` is an inactivity timeout on an HTTP/2 stream too: a client that
+/// keeps reading a response slowly but steadily (its window reopened 1 kB at a time, five
+/// times a second) is served to the end, although the whole takes several times the
+/// timeout; one that stops reading is cut when the timeout passes without progress.
+#[test]
+fn a_slow_but_steady_http2_reader_is_served_to_the_end() {
+    const SIZE: usize = 24 * 1024;
+    let payload: Vec<u8> = (0..SIZE).map(|i| (i % 253) as u8).collect();
+    let reply = {
+        let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\n\r\n").into_bytes();
+        r.extend_from_slice(&payload);
+        r
+    };
+    let origin = Origin::with_handler("o", Arc::new(move |_: &Received| reply.clone().into()));
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 1s\n timeout server 5s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(p.addr()).await.unwrap();
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(4096)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let (res, _) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(get("/slow"), true)
+            .unwrap();
+        let mut body = res.await.unwrap().into_body();
+        let mut got = Vec::new();
+        let started = std::time::Instant::now();
+        while let Some(d) = body.data().await {
+            let d = d.expect("the stream was not reset");
+            got.extend_from_slice(&d);
+            // Credit back in 1 kB steps, one every 200 ms.
+            let mut left = d.len();
+            while left > 0 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let n = left.min(1024);
+                body.flow_control().release_capacity(n).unwrap();
+                left -= n;
+            }
+        }
+        assert!(
+            got == payload,
+            "the body arrived whole ({} bytes)",
+            got.len()
+        );
+        // It took longer than the timeout: the timeout did not count the time spent reading.
+        assert!(started.elapsed() > Duration::from_secs(1));
+        // A reader that stops giving credit back: its stream is reset once nothing moved
+        // for the timeout.
+        let tcp = tokio::net::TcpStream::connect(p.addr()).await.unwrap();
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(4096)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let (res, _) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(get("/stuck"), true)
+            .unwrap();
+        let mut body = res.await.unwrap().into_body();
+        let first = body.data().await.unwrap().unwrap();
+        assert!(!first.is_empty());
+        let next = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match body.data().await {
+                    Some(Ok(_)) => {}
+                    other => return other,
+                }
+            }
+        })
+        .await
+        .expect("the server gave up on the stuck stream");
+        assert!(matches!(next, Some(Err(_))), "{next:?}");
+    });
+}
+
 #[test]
 fn large_bodies_cross_under_flow_control_with_a_slow_reader() {
     const DOWN: usize = 3 << 20;

@@ -102,6 +102,9 @@ struct State {
     tunnel: Option<Tunnel>,
     /// A WebSocket to a server: the `Sec-WebSocket-Accept` its HTTP/1.1 client expects.
     accept: Option<String>,
+    /// DATA bytes sent so far: a write that keeps sending is not idle, however long the
+    /// peer's flow control makes it.
+    sent: u64,
 }
 
 #[derive(Debug)]
@@ -343,6 +346,13 @@ impl H2Stream {
         Ok(())
     }
 
+    /// A reading of the DATA bytes sent so far on the stream, usable while the stream is
+    /// written to (see [`crate::transport::Conn::progress`]).
+    pub fn sent_counter(&self) -> impl Fn() -> u64 + 'static {
+        let state = self.state.clone();
+        move || state.lock().map_or(0, |s| s.sent)
+    }
+
     /// Nothing more will be written: a body delimited by the close ends here; a message
     /// not complete is reset.
     pub fn shutdown(&self) {
@@ -401,6 +411,7 @@ impl State {
             refused: false,
             tunnel: None,
             accept: None,
+            sent: 0,
         }
     }
 
@@ -732,6 +743,7 @@ impl State {
         let sent = match std::task::ready!(send.poll_capacity(cx)) {
             Some(Ok(n)) => {
                 let part = out.data.split_to(n.min(out.data.len()));
+                self.sent += part.len() as u64;
                 let end = out.last && out.trailers.is_none() && out.data.is_empty();
                 send.send_data(part, end).is_ok().then_some(end)
             }

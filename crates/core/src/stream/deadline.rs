@@ -23,6 +23,28 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// Runs `f` until it has been idle for `limit`: when the time is up but `progress` moved
+/// since it was armed, the time starts again (an inactivity timeout, as HAProxy's
+/// `timeout client`: a slow but steady peer is served).
+pub(crate) async fn idle_within<F: Future>(
+    limit: Option<Duration>,
+    progress: impl Fn() -> u64,
+    f: F,
+) -> Result<F::Output, ()> {
+    let Some(limit) = limit else {
+        return Ok(f.await);
+    };
+    let mut f = std::pin::pin!(f);
+    let mut seen = progress();
+    loop {
+        match within(Some(limit), f.as_mut()).await {
+            Ok(v) => return Ok(v),
+            Err(()) if progress() != seen => seen = progress(),
+            Err(()) => return Err(()),
+        }
+    }
+}
+
 /// Runs `f` within `limit`, counted from now (`Err` when it expires).
 pub(crate) fn within<F: Future>(limit: Option<Duration>, f: F) -> Within<F> {
     Within {

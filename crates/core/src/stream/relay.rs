@@ -415,7 +415,11 @@ impl Relay<'_> {
     /// Writes `self.out` then `extra` to the client.
     async fn send(&mut self, extra_len: usize, then: Then) -> Result<(), Cause> {
         let extra = &self.sbuf.bytes()[..extra_len];
-        match within(self.tclient, self.client.write_pair(self.out, extra, then)).await {
+        // `timeout client` is an inactivity timeout: a client that keeps reading, however
+        // slowly, is served.
+        let progress = self.client.progress();
+        let write = self.client.write_pair(self.out, extra, then);
+        match super::deadline::idle_within(self.tclient, progress, write).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Cause::ClientClosed(Some(e))),
             Err(()) => return Err(Cause::ClientTimeout),
