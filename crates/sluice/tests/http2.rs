@@ -226,6 +226,43 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
     );
 }
 
+/// A cleartext `proto h2` port reads the client's preface and the header of its SETTINGS
+/// frame before answering anything: an HTTP/1 request, or a HEADERS frame where SETTINGS
+/// must come first, gets the connection closed without a byte (HAProxy closes too; before,
+/// the `h2` crate's SETTINGS went out first, and HEADERS first was served).
+#[test]
+fn a_proto_h2_port_closes_on_anything_but_the_preface_and_settings() {
+    use std::io::{Read, Write};
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 5s\n timeout server 5s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let answer = |first: &[u8]| {
+        let mut c = std::net::TcpStream::connect(p.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(first).unwrap();
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        got
+    };
+    assert_eq!(answer(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), b"");
+    // A HEADERS frame (type 1) right after the preface.
+    let headers_first = [PREFACE, &[0, 0, 0, 1, 5, 0, 0, 0, 1]].concat();
+    assert_eq!(answer(&headers_first), b"");
+    // The preface and an empty SETTINGS frame: the server's SETTINGS comes back.
+    let mut c = std::net::TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(&[PREFACE, &[0, 0, 0, 4, 0, 0, 0, 0, 0]].concat())
+        .unwrap();
+    let mut head = [0u8; 9];
+    c.read_exact(&mut head).unwrap();
+    assert_eq!(head[3], 4, "a SETTINGS frame first: {head:?}");
+    assert_eq!(origin.count(), 0);
+}
+
 /// `timeout client` is an inactivity timeout on an HTTP/2 stream too: a client that
 /// keeps reading a response slowly but steadily (its window reopened 1 kB at a time, five
 /// times a second) is served to the end, although the whole takes several times the

@@ -34,7 +34,7 @@ use h2::{Reason, RecvStream};
 use sluice_config::{Keyword, KwError, Scope};
 
 use super::deadline::within;
-use super::h2_frames::Tallied;
+use super::h2_frames::{read_preface, Replay, Tallied};
 use crate::conf::{one_arg, GlobalConf};
 use crate::h2_stream::H2Stream;
 use crate::runtime::counters::Held;
@@ -127,6 +127,18 @@ pub(super) async fn serve(
         unix: client.peer_is_unix(),
     };
     let fe_state = &w.state().frontends[fe];
+    let first_limit = st.timeout_http_request.or(st.timeout_client);
+    // In cleartext the client's preface is checked before the crate answers with its
+    // SETTINGS (over TLS, ALPN chose HTTP/2 already).
+    let first = if client.is_tls() {
+        Vec::new()
+    } else {
+        match within(first_limit, read_preface(&client)).await {
+            Ok(Some(bytes)) => bytes,
+            _ => return,
+        }
+    };
+    let client = Replay::new(first, client);
     let handshake = h2::server::Builder::new()
         .header_table_size(tune.header_table_size)
         .initial_window_size(tune.initial_window_size)
@@ -137,8 +149,7 @@ pub(super) async fn serve(
         // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
         .enable_connect_protocol()
         .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2));
-    let Ok(Ok(mut conn)) = within(st.timeout_http_request.or(st.timeout_client), handshake).await
-    else {
+    let Ok(Ok(mut conn)) = within(first_limit, handshake).await else {
         return;
     };
     let _open = Held::take(&fe_state.h2_conns);

@@ -222,6 +222,95 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tallied<'_, T> {
     }
 }
 
+/// The first bytes a cleartext HTTP/2 client must send: the connection preface, then the
+/// header of a SETTINGS frame (RFC 9113 §3.4).
+const GATE_LEN: usize = PREFACE_LEN + 9;
+const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Reads a cleartext client's first bytes before the `h2` crate sees the connection (it
+/// sends its own SETTINGS before reading anything): `None` when they are not the
+/// connection preface followed by SETTINGS (an HTTP/1 request on a `proto h2` port, a
+/// HEADERS frame first), so the connection is closed without a byte sent, as HAProxy
+/// does. Otherwise the bytes read, to be given back to the crate ([`Replay`]).
+pub async fn read_preface(conn: &crate::transport::Conn) -> Option<Vec<u8>> {
+    let mut got = vec![0u8; GATE_LEN];
+    let mut have = 0;
+    while have < GATE_LEN {
+        conn.readable().await.ok()?;
+        match conn.try_read(&mut got[have..]) {
+            Ok(0) => return None,
+            Ok(n) => have += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return None,
+        }
+        let seen = have.min(PREFACE_LEN);
+        if got[..seen] != PREFACE[..seen] {
+            return None;
+        }
+    }
+    (got[PREFACE_LEN + 3] == SETTINGS).then_some(got)
+}
+
+/// A connection whose first bytes were read already: they are read again first.
+pub struct Replay<T> {
+    first: Vec<u8>,
+    at: usize,
+    io: T,
+}
+
+impl<T> Replay<T> {
+    pub fn new(first: Vec<u8>, io: T) -> Self {
+        Replay { first, at: 0, io }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Replay<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.at < me.first.len() {
+            let n = (me.first.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.first[me.at..me.at + n]);
+            me.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Replay<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
