@@ -1,13 +1,17 @@
-//! HTTP/2 frames counted on the wire: the `h2` crate does not tell which frames it read or
-//! wrote, so a client connection it drives is wrapped in [`Tallied`], which follows the
-//! frame headers in the bytes going each way and counts what `show stat`'s HTTP/2 module
-//! reports (HEADERS, DATA, SETTINGS, RST_STREAM and GOAWAY received; RST_STREAM and GOAWAY
-//! sent, and the protocol errors those announce).
+//! HTTP/2 frames on the wire, where the `h2` crate does not look:
+//! - [`Tallied`]: the crate does not tell which frames it read or wrote, so a client
+//!   connection it drives is wrapped in it, which follows the frame headers in the bytes
+//!   going each way and counts what `show stat`'s HTTP/2 module reports (HEADERS, DATA,
+//!   SETTINGS, RST_STREAM and GOAWAY received; RST_STREAM and GOAWAY sent, and the protocol
+//!   errors those announce);
+//! - [`read_preface`] and [`Replay`]: a cleartext client's first bytes are checked (the
+//!   preface, then SETTINGS) before the crate, which speaks first, sees the connection.
 //!
 //! Invariants:
-//! - Bytes are looked at, never changed, held or copied (but for the first 8 bytes of an
-//!   RST_STREAM or GOAWAY payload, where the error code is): a wrapped connection behaves
-//!   as the bare one.
+//! - [`Tallied`] looks at bytes, never changes, holds or copies them (but for the first 8
+//!   bytes of an RST_STREAM or GOAWAY payload, where the error code is): a wrapped
+//!   connection behaves as the bare one.
+//! - [`Replay`] gives back exactly the bytes the gate read, before anything else.
 //! - The scan keeps its place across any split of the bytes into reads and writes; a
 //!   payload is skipped by its length, never walked.
 
