@@ -49,6 +49,7 @@ pub mod padded;
 pub mod proxy_proto;
 pub mod tls;
 pub mod transport;
+pub mod wire;
 
 pub mod cache;
 pub mod log;

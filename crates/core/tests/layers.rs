@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "fds",
         "freq",
+        "wire",
         "accounts",
         "buffer",
         "clock",

@@ -5,6 +5,7 @@
 
 use super::payload::Verdict;
 use crate::conf::sample::MqttField as F;
+use crate::wire::Cursor;
 
 /// The flags each packet type must carry in its fixed header (index: the type).
 const TYPE_FLAGS: [u8; 16] = [0, 0, 0, 0x0f, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0];
@@ -32,48 +33,25 @@ impl<'a> Fields<'a> {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// An MQTT UTF-8 string or binary data: a two-byte length, then the bytes.
+fn string<'a>(c: &mut Cursor<'a>) -> Option<&'a [u8]> {
+    c.vec(2)
+}
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (a, b) = (self.0.get(..n)?, self.0.get(n..)?);
-        self.0 = b;
-        Some(a)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn string(&mut self) -> Option<&'a [u8]> {
-        let n = self.u16()?;
-        self.take(usize::from(n))
-    }
-
-    /// A variable byte integer (at most four bytes; one that runs out of bytes ends
-    /// there, as HAProxy reads it).
-    fn varint(&mut self) -> Option<u32> {
-        let mut v = 0u32;
-        for i in 0..4 {
-            let Some(b) = self.u8() else {
-                return Some(v);
-            };
-            v |= u32::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Some(v);
-            }
+/// A variable byte integer (at most four bytes; one that runs out of bytes ends there, as
+/// HAProxy reads it).
+fn varint(c: &mut Cursor<'_>) -> Option<u32> {
+    let mut v = 0u32;
+    for i in 0..4 {
+        let Some(b) = c.u8() else {
+            return Some(v);
+        };
+        v |= u32::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return Some(v);
         }
-        None
     }
+    None
 }
 
 /// `mqtt_is_valid`.
@@ -130,8 +108,8 @@ fn parse(msg: &[u8]) -> Verdict<Option<Fields<'_>>> {
     if kind == 0 || flags != TYPE_FLAGS[usize::from(kind)] {
         return Verdict::Is(None);
     }
-    let mut r = Reader(&msg[1..]);
-    let Some(remaining) = r.varint() else {
+    let mut r = Cursor(&msg[1..]);
+    let Some(remaining) = varint(&mut r) else {
         return Verdict::Is(None);
     };
     let remaining = remaining as usize;
@@ -159,8 +137,8 @@ struct Unknown;
 
 /// A CONNECT packet's fields; the bytes it took.
 fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
-    let mut r = Reader(body);
-    let name = r.string()?;
+    let mut r = Cursor(body);
+    let name = string(&mut r)?;
     if !name.eq_ignore_ascii_case(b"MQTT") && !name.eq_ignore_ascii_case(b"MQIsdp") {
         return None;
     }
@@ -176,8 +154,8 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
     f.number(F::Keepalive, u32::from(r.u16()?));
     let (mut method, mut data) = (None, None);
     if f.version == 5 {
-        let len = r.varint()? as usize;
-        let mut p = Reader(r.take(len)?);
+        let len = varint(&mut r)? as usize;
+        let mut p = Cursor(r.take(len)?);
         let mut seen = Vec::new();
         while !p.0.is_empty() {
             let id = p.u8()?;
@@ -209,11 +187,11 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
                     f.number(field, u32::from(v));
                 }
                 0x26 => {
-                    p.string()?;
-                    p.string()?;
+                    string(&mut p)?;
+                    string(&mut p)?;
                 }
-                0x15 => method = Some(p.string()?),
-                0x16 => data = Some(p.string()?),
+                0x15 => method = Some(string(&mut p)?),
+                0x16 => data = Some(string(&mut p)?),
                 _ => return None,
             }
         }
@@ -223,11 +201,11 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
     }
     f.text(F::AuthenticationMethod, method.unwrap_or_default());
     f.text(F::AuthenticationData, data.unwrap_or_default());
-    f.text(F::ClientIdentifier, r.string()?);
+    f.text(F::ClientIdentifier, string(&mut r)?);
     let will = f.flags & FLAG_WILL != 0;
     if f.version == 5 && will {
-        let len = r.varint()? as usize;
-        let mut p = Reader(r.take(len)?);
+        let len = varint(&mut r)? as usize;
+        let mut p = Cursor(r.take(len)?);
         let mut seen = Vec::new();
         while !p.0.is_empty() {
             let id = p.u8()?;
@@ -242,12 +220,12 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
                     v => f.number(F::PayloadFormatIndicator, u32::from(v)),
                 },
                 0x02 => f.number(F::MessageExpiryInterval, p.u32()?),
-                0x03 => f.text(F::ContentType, p.string()?),
-                0x08 => f.text(F::ResponseTopic, p.string()?),
-                0x09 => f.text(F::CorrelationData, p.string()?),
+                0x03 => f.text(F::ContentType, string(&mut p)?),
+                0x08 => f.text(F::ResponseTopic, string(&mut p)?),
+                0x09 => f.text(F::CorrelationData, string(&mut p)?),
                 0x26 => {
-                    p.string()?;
-                    p.string()?;
+                    string(&mut p)?;
+                    string(&mut p)?;
                 }
                 _ => return None,
             }
@@ -264,14 +242,14 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
         }
     }
     if will {
-        f.text(F::WillTopic, r.string()?);
-        f.text(F::WillPayload, r.string()?);
+        f.text(F::WillTopic, string(&mut r)?);
+        f.text(F::WillPayload, string(&mut r)?);
     }
     if f.flags & 0x80 != 0 {
-        f.text(F::Username, r.string()?);
+        f.text(F::Username, string(&mut r)?);
     }
     if f.flags & 0x40 != 0 {
-        f.text(F::Password, r.string()?);
+        f.text(F::Password, string(&mut r)?);
     }
     if f.version == 5 {
         zeroes(
@@ -304,7 +282,7 @@ fn connack<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Result<Option<usize>, Unkn
         return Ok(None);
     }
     f.version = if body.len() == 2 { 4 } else { 5 };
-    let mut r = Reader(body);
+    let mut r = Cursor(body);
     let read = (|| {
         f.flags = r.u8()?;
         if f.flags & 0xfe != 0 {
@@ -319,13 +297,13 @@ fn connack<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Result<Option<usize>, Unkn
     if f.version == 4 {
         return Ok(Some(2));
     }
-    let Some(len) = r.varint() else {
+    let Some(len) = varint(&mut r) else {
         return Ok(None);
     };
     let Some(props) = r.take(len as usize) else {
         return Ok(None);
     };
-    let mut p = Reader(props);
+    let mut p = Cursor(props);
     let mut seen = Vec::new();
     while !p.0.is_empty() {
         let Some(id) = p.u8() else {
@@ -355,20 +333,19 @@ fn connack<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Result<Option<usize>, Unkn
                 .u32()
                 .filter(|&v| v != 0)
                 .map(|v| f.number(F::MaximumPacketSize, v)),
-            0x12 => p
-                .string()
+            0x12 => string(&mut p)
                 .filter(|s| !s.is_empty())
                 .map(|s| f.text(F::AssignedClientIdentifier, s)),
             0x22 => p
                 .u16()
                 .map(|v| f.number(F::TopicAliasMaximum, u32::from(v))),
             0x13 => p.u16().map(|v| f.number(F::ServerKeepalive, u32::from(v))),
-            0x1f => p.string().map(|s| f.text(F::ReasonString, s)),
-            0x1a => p.string().map(|s| f.text(F::ResponseInformation, s)),
-            0x1c => p.string().map(|s| f.text(F::ServerReference, s)),
-            0x15 => p.string().map(|s| f.text(F::AuthenticationMethod, s)),
-            0x16 => p.string().map(|s| f.text(F::AuthenticationData, s)),
-            0x26 => p.string().and_then(|_| p.string()).map(|_| ()),
+            0x1f => string(&mut p).map(|s| f.text(F::ReasonString, s)),
+            0x1a => string(&mut p).map(|s| f.text(F::ResponseInformation, s)),
+            0x1c => string(&mut p).map(|s| f.text(F::ServerReference, s)),
+            0x15 => string(&mut p).map(|s| f.text(F::AuthenticationMethod, s)),
+            0x16 => string(&mut p).map(|s| f.text(F::AuthenticationData, s)),
+            0x26 => string(&mut p).and_then(|_| string(&mut p)).map(|_| ()),
             _ => return Err(Unknown),
         };
         if ok.is_none() {

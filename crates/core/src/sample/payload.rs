@@ -8,6 +8,7 @@
 //! inspect-delay` ends, as HAProxy's do; once the payload is final the same fetch simply
 //! finds nothing.
 
+use crate::wire::Cursor;
 use std::cell::Cell;
 
 /// The bytes inspected so far.
@@ -149,32 +150,6 @@ enum Parsed<'a> {
     Not,
 }
 
-/// A reader over a byte slice that yields `None` past its end.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (h, t) = (self.0.get(..n)?, self.0.get(n..)?);
-        self.0 = t;
-        Some(h)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-    fn u16(&mut self) -> Option<usize> {
-        self.take(2)
-            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
-    }
-    /// A vector with a length prefix of `width` bytes.
-    fn vec(&mut self, width: usize) -> Option<&'a [u8]> {
-        let n = match width {
-            1 => usize::from(self.u8()?),
-            _ => self.u16()?,
-        };
-        self.take(n)
-    }
-}
-
 /// Reads a ClientHello in the first TLS record: a handshake record (type 22, version 3.x)
 /// whose message is a ClientHello (type 1), whole within the record.
 fn parse_hello(b: &[u8]) -> Parsed<'_> {
@@ -222,7 +197,7 @@ fn hello_fields(msg: &[u8]) -> Option<Hello<'_>> {
     }
     let mut exts = Cursor(c.vec(2).unwrap_or_default());
     while !exts.0.is_empty() {
-        let kind = exts.u16()?;
+        let kind = usize::from(exts.u16()?);
         let data = exts.vec(2)?;
         match kind {
             0 => hello.sni = server_name(data),

@@ -11,6 +11,8 @@
 
 use std::sync::Arc;
 
+use crate::wire::Cursor;
+
 /// The most bytes of records kept while the ClientHello arrives (a hello is rarely over a
 /// few kilobytes; a longer one is not captured).
 pub const MAX_HELLO: usize = 16 * 1024 + 5 * 4;
@@ -95,7 +97,7 @@ fn handshake_message(mut records: &[u8]) -> Option<Result<Vec<u8>, ()>> {
 /// Reads a ClientHello message (type, length, body) as HAProxy 2.6's dissector does,
 /// keeping at most `limit` bytes of lists: what it could read before a malformed part.
 pub fn dissect(msg: &[u8], limit: usize) -> Option<Capture> {
-    let mut r = Reader(msg.get(4..)?);
+    let mut r = Cursor(msg.get(4..)?);
     if msg.first() != Some(&1) {
         return None;
     }
@@ -121,7 +123,7 @@ pub fn dissect(msg: &[u8], limit: usize) -> Option<Capture> {
         return Some(c);
     };
     let (mut groups, mut formats) = (None, None);
-    let mut e = Reader(exts);
+    let mut e = Cursor(exts);
     // HAProxy stops when four bytes or fewer are left (an empty last extension is not
     // counted): the same here, for the same fingerprints.
     while e.0.len() > 4 {
@@ -136,7 +138,7 @@ pub fn dissect(msg: &[u8], limit: usize) -> Option<Capture> {
         let Some(data) = e.take(len) else {
             return Some(c);
         };
-        let mut d = Reader(data);
+        let mut d = Cursor(data);
         match u16::from_be_bytes(id) {
             0x000a => match d.u16().and_then(|n| d.take(usize::from(n))) {
                 Some(list) => groups = Some(list),
@@ -233,24 +235,6 @@ const OPENSSL_NAMES: &[(u16, &str)] = &[
     (0xc09f, "DHE-RSA-AES256-CCM"),
     (0x00ff, "TLS_EMPTY_RENEGOTIATION_INFO_SCSV"),
 ];
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (a, b) = (self.0.get(..n)?, self.0.get(n..)?);
-        self.0 = b;
-        Some(a)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-    }
-}
 
 #[cfg(test)]
 mod tests {
