@@ -33,6 +33,37 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A property block (MQTT 5): its length, then the properties; an identifier given twice
+/// (user properties aside) makes the packet invalid.
+struct Props<'a> {
+    c: Cursor<'a>,
+    seen: Vec<u8>,
+}
+
+impl<'a> Props<'a> {
+    fn read(r: &mut Cursor<'a>) -> Option<Props<'a>> {
+        let len = varint(r)? as usize;
+        Some(Props {
+            c: Cursor(r.take(len)?),
+            seen: Vec::new(),
+        })
+    }
+
+    /// The next property's identifier (`Some(None)` at the block's end); `None` for one
+    /// given before, or a block cut short.
+    fn next_id(&mut self) -> Option<Option<u8>> {
+        if self.c.rest().is_empty() {
+            return Some(None);
+        }
+        let id = self.c.u8()?;
+        if id != 0x26 && self.seen.contains(&id) {
+            return None;
+        }
+        self.seen.push(id);
+        Some(Some(id))
+    }
+}
+
 /// An MQTT UTF-8 string or binary data: a two-byte length, then the bytes.
 fn string<'a>(c: &mut Cursor<'a>) -> Option<&'a [u8]> {
     c.vec(2)
@@ -154,15 +185,9 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
     f.number(F::Keepalive, u32::from(r.u16()?));
     let (mut method, mut data) = (None, None);
     if f.version == 5 {
-        let len = varint(&mut r)? as usize;
-        let mut p = Cursor(r.take(len)?);
-        let mut seen = Vec::new();
-        while !p.0.is_empty() {
-            let id = p.u8()?;
-            if id != 0x26 && seen.contains(&id) {
-                return None;
-            }
-            seen.push(id);
+        let mut props = Props::read(&mut r)?;
+        while let Some(id) = props.next_id()? {
+            let p = &mut props.c;
             match id {
                 0x11 => f.number(F::SessionExpiryInterval, p.u32()?),
                 0x21 => match p.u16()? {
@@ -187,11 +212,11 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
                     f.number(field, u32::from(v));
                 }
                 0x26 => {
-                    string(&mut p)?;
-                    string(&mut p)?;
+                    string(p)?;
+                    string(p)?;
                 }
-                0x15 => method = Some(string(&mut p)?),
-                0x16 => data = Some(string(&mut p)?),
+                0x15 => method = Some(string(p)?),
+                0x16 => data = Some(string(p)?),
                 _ => return None,
             }
         }
@@ -204,15 +229,9 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
     f.text(F::ClientIdentifier, string(&mut r)?);
     let will = f.flags & FLAG_WILL != 0;
     if f.version == 5 && will {
-        let len = varint(&mut r)? as usize;
-        let mut p = Cursor(r.take(len)?);
-        let mut seen = Vec::new();
-        while !p.0.is_empty() {
-            let id = p.u8()?;
-            if id != 0x26 && seen.contains(&id) {
-                return None;
-            }
-            seen.push(id);
+        let mut props = Props::read(&mut r)?;
+        while let Some(id) = props.next_id()? {
+            let p = &mut props.c;
             match id {
                 0x18 => f.number(F::DelayInterval, p.u32()?),
                 0x01 => match p.u8()? {
@@ -220,12 +239,12 @@ fn connect<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Option<usize> {
                     v => f.number(F::PayloadFormatIndicator, u32::from(v)),
                 },
                 0x02 => f.number(F::MessageExpiryInterval, p.u32()?),
-                0x03 => f.text(F::ContentType, string(&mut p)?),
-                0x08 => f.text(F::ResponseTopic, string(&mut p)?),
-                0x09 => f.text(F::CorrelationData, string(&mut p)?),
+                0x03 => f.text(F::ContentType, string(p)?),
+                0x08 => f.text(F::ResponseTopic, string(p)?),
+                0x09 => f.text(F::CorrelationData, string(p)?),
                 0x26 => {
-                    string(&mut p)?;
-                    string(&mut p)?;
+                    string(p)?;
+                    string(p)?;
                 }
                 _ => return None,
             }
@@ -297,22 +316,16 @@ fn connack<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Result<Option<usize>, Unkn
     if f.version == 4 {
         return Ok(Some(2));
     }
-    let Some(len) = varint(&mut r) else {
+    let Some(mut props) = Props::read(&mut r) else {
         return Ok(None);
     };
-    let Some(props) = r.take(len as usize) else {
-        return Ok(None);
-    };
-    let mut p = Cursor(props);
-    let mut seen = Vec::new();
-    while !p.0.is_empty() {
-        let Some(id) = p.u8() else {
-            return Ok(None);
+    loop {
+        let id = match props.next_id() {
+            Some(Some(id)) => id,
+            Some(None) => break,
+            None => return Ok(None),
         };
-        if id != 0x26 && seen.contains(&id) {
-            return Ok(None);
-        }
-        seen.push(id);
+        let p = &mut props.c;
         let ok = match id {
             0x11 => p.u32().map(|v| f.number(F::SessionExpiryInterval, v)),
             0x21 => p
@@ -333,19 +346,19 @@ fn connack<'a>(body: &'a [u8], f: &mut Fields<'a>) -> Result<Option<usize>, Unkn
                 .u32()
                 .filter(|&v| v != 0)
                 .map(|v| f.number(F::MaximumPacketSize, v)),
-            0x12 => string(&mut p)
+            0x12 => string(p)
                 .filter(|s| !s.is_empty())
                 .map(|s| f.text(F::AssignedClientIdentifier, s)),
             0x22 => p
                 .u16()
                 .map(|v| f.number(F::TopicAliasMaximum, u32::from(v))),
             0x13 => p.u16().map(|v| f.number(F::ServerKeepalive, u32::from(v))),
-            0x1f => string(&mut p).map(|s| f.text(F::ReasonString, s)),
-            0x1a => string(&mut p).map(|s| f.text(F::ResponseInformation, s)),
-            0x1c => string(&mut p).map(|s| f.text(F::ServerReference, s)),
-            0x15 => string(&mut p).map(|s| f.text(F::AuthenticationMethod, s)),
-            0x16 => string(&mut p).map(|s| f.text(F::AuthenticationData, s)),
-            0x26 => string(&mut p).and_then(|_| string(&mut p)).map(|_| ()),
+            0x1f => string(p).map(|s| f.text(F::ReasonString, s)),
+            0x1a => string(p).map(|s| f.text(F::ResponseInformation, s)),
+            0x1c => string(p).map(|s| f.text(F::ServerReference, s)),
+            0x15 => string(p).map(|s| f.text(F::AuthenticationMethod, s)),
+            0x16 => string(p).map(|s| f.text(F::AuthenticationData, s)),
+            0x26 => string(p).and_then(|_| string(p)).map(|_| ()),
             _ => return Err(Unknown),
         };
         if ok.is_none() {
