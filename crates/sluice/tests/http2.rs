@@ -33,6 +33,19 @@ async fn h2_connect(
     (send, tokio::spawn(conn))
 }
 
+/// An HTTP/2 client connection whose streams start with a receive window of `window`
+/// bytes (a slow reader's).
+async fn h2_connect_window(addr: SocketAddr, window: u32) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
 fn get(path: &str) -> http::Request<()> {
     http::Request::get(format!("http://h2.test{path}"))
         .body(())
@@ -283,13 +296,7 @@ fn a_slow_but_steady_http2_reader_is_served_to_the_end() {
         origin.addr
     ));
     runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(p.addr()).await.unwrap();
-        let (send, conn) = h2::client::Builder::new()
-            .initial_window_size(4096)
-            .handshake::<_, Bytes>(tcp)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
+        let send = h2_connect_window(p.addr(), 4096).await;
         let (res, _) = send
             .clone()
             .ready()
@@ -321,13 +328,7 @@ fn a_slow_but_steady_http2_reader_is_served_to_the_end() {
         assert!(started.elapsed() > Duration::from_secs(1));
         // A reader that stops giving credit back: its stream is reset once nothing moved
         // for the timeout.
-        let tcp = tokio::net::TcpStream::connect(p.addr()).await.unwrap();
-        let (send, conn) = h2::client::Builder::new()
-            .initial_window_size(4096)
-            .handshake::<_, Bytes>(tcp)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
+        let send = h2_connect_window(p.addr(), 4096).await;
         let (res, _) = send
             .clone()
             .ready()
