@@ -225,3 +225,125 @@ fn an_idle_listener_holds_no_maxconn_slot() {
         }
     }
 }
+
+/// A server that answers as soon as it has a request's head, whatever its body: `answer`,
+/// then it keeps the connection without reading more until the peer closes it.
+fn early_answering_origin(answer: &'static [u8]) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(1) => head.push(b[0]),
+                        _ => return,
+                    }
+                }
+                let _ = s.write_all(answer);
+                // Held open, unread, until the proxy closes it (bounded by a timeout).
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut sink = [0u8; 1];
+                let _ = s.peek(&mut sink);
+            });
+        }
+    });
+    addr
+}
+
+/// A server's early final answer (a 413 to an upload it will not take) reaches the client
+/// at once, while the client has sent a thousandth of its body, as HAProxy passes it on;
+/// the connection then ends (its upload cannot go on), after the answer. An interim
+/// `100 Continue` does not stop the upload.
+#[test]
+fn an_early_answer_to_an_upload_reaches_the_client_at_once() {
+    let refusing = early_answering_origin(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope",
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {refusing}\n"
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        .unwrap();
+    c.write_all(&[b'a'; 10_000]).unwrap();
+    let head = read_head(&mut c);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    let mut body = [0u8; 4];
+    c.read_exact(&mut body).unwrap();
+    assert_eq!(&body, b"nope");
+    // The connection ends after the answer.
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+}
+
+/// A server that says `100 Continue` at once, then reads the whole announced body and
+/// answers how much it got.
+fn continuing_origin() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(1) => head.push(b[0]),
+                        _ => return,
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+                let mut body = vec![0u8; len];
+                if s.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let msg = format!("got {len}");
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{msg}",
+                        msg.len()
+                    )
+                    .as_bytes(),
+                );
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_interim_answer_does_not_stop_an_upload() {
+    let origin = continuing_origin();
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {origin}\n"
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 20000\r\n\r\n")
+        .unwrap();
+    c.write_all(&[b'a'; 10_000]).unwrap();
+    // The rest comes later, whether or not the server's 100 has arrived by then.
+    std::thread::sleep(Duration::from_millis(100));
+    c.write_all(&[b'b'; 10_000]).unwrap();
+    let mut head = read_head(&mut c);
+    if head.starts_with("HTTP/1.1 100") {
+        head = read_head(&mut c);
+    }
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut body = [0u8; 9];
+    c.read_exact(&mut body).unwrap();
+    assert_eq!(&body, b"got 20000");
+}

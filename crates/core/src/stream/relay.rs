@@ -187,6 +187,7 @@ impl Txn {
         };
         let close_mode = fe.stream.close_mode.max(be.stream.close_mode);
         let keep_client = !facts.wants_close
+            && !self.upload_cut
             && close_mode != CloseMode::Close
             && client_framing != Framing::UntilClose
             && !w.stopping();
@@ -284,6 +285,7 @@ impl Txn {
         // A connection to an address the server has left is not kept.
         let same_addr = st.addr_gen.load(std::sync::atomic::Ordering::Acquire) == conn.addr_gen;
         let reusable = clean
+            && !self.upload_cut
             && same_addr
             && !rsp.must_close
             && close_mode == CloseMode::KeepAlive

@@ -83,6 +83,54 @@ pub(crate) struct Txn {
     /// without keep-alive) and sent no body with it: once answered, it sends nothing more
     /// than its own close.
     pub last_request: bool,
+    /// The server answered before the request body was all sent: the rest of the upload
+    /// is not relayed, and neither connection carries another request.
+    pub upload_cut: bool,
+}
+
+/// Waits for more of the request body (`false`), or for the server's final answer to
+/// start before the body is all sent (`true`; its bytes are in the server buffer): as
+/// HAProxy, an early answer (a 413 or a 401 to an upload) reaches the client at once
+/// rather than after the whole upload. Interim answers (`100 Continue`) do not stop the
+/// upload. Watched on plain TCP server connections (a TLS one may be readable for a
+/// session ticket alone; an HTTP/2 stream's answer waits, for now, until the body is
+/// sent).
+async fn more_body_or_answer(s: &mut Session, conn: &mut ServerConn) -> Result<bool, Cause> {
+    if conn.conn.is_tls() || conn.conn.is_stream() {
+        return s.read_client().await.map(|()| false);
+    }
+    let w = s.w.clone();
+    loop {
+        tokio::select! {
+            biased;
+            r = s.read_client() => return r.map(|()| false),
+            r = conn.conn.readable() => {
+                if r.is_err() {
+                    return Ok(true);
+                }
+            }
+        }
+        match s.sbuf.fill(&mut conn.conn, &w.bufs).await {
+            // Closed or failed: the upload is over; reading the answer says how.
+            Ok(0) | Err(_) => return Ok(true),
+            Ok(_) if final_answer_started(s.sbuf.bytes()) => return Ok(true),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Whether `bytes` hold the start of a final answer after any whole interim ones.
+fn final_answer_started(mut bytes: &[u8]) -> bool {
+    loop {
+        match parse_response(bytes, false) {
+            Ok(Some(rsp)) if (100..200).contains(&rsp.status) && rsp.status != 101 => {
+                bytes = &bytes[rsp.len..];
+            }
+            // A head not whole yet: interim or final, the status line says.
+            Ok(None) => return bytes.len() >= 12 && !bytes.starts_with(b"HTTP/1.1 1"),
+            _ => return true,
+        }
+    }
 }
 
 /// Why sending a request or reading its response head failed.
@@ -613,7 +661,10 @@ impl Txn {
                     if remaining == 0 {
                         return Ok(());
                     }
-                    s.read_client().await.map_err(from_client)?;
+                    if more_body_or_answer(s, conn).await.map_err(from_client)? {
+                        self.upload_cut = true;
+                        return Ok(());
+                    }
                 }
             }
             Framing::Chunked => {
@@ -634,7 +685,10 @@ impl Txn {
                     if s.cbuf.is_full() {
                         return Err(bad());
                     }
-                    s.read_client().await.map_err(from_client)?;
+                    if more_body_or_answer(s, conn).await.map_err(from_client)? {
+                        self.upload_cut = true;
+                        return Ok(());
+                    }
                 }
             }
         }
