@@ -206,6 +206,36 @@ fn errors_are_haproxys_words() {
         s.shown(&format!("show acl {}", s.ips)),
         "ID 10.0.0.1\nID 192.168.0.0/16\n\n"
     );
+    // Refused rather than read as something else: a version that is no number (clearing
+    // the live list instead would be a typo's cost), a version older than the live one, a
+    // payload where one pattern is expected.
+    assert_eq!(
+        s.cli(&format!("clear acl @x {}", s.ips)),
+        "Malformed version number.\n\n"
+    );
+    assert_eq!(
+        s.shown(&format!("show acl {}", s.ips)),
+        "ID 10.0.0.1\nID 192.168.0.0/16\n\n"
+    );
+    assert_eq!(
+        s.cli(&format!("prepare acl {}", s.ips)),
+        "New version created: 1\n\n"
+    );
+    assert_eq!(s.cli(&format!("commit acl @1 {}", s.ips)), "\n");
+    assert_eq!(
+        s.cli(&format!("add acl @0 {} 10.9.9.9", s.ips)),
+        "Version number out of range.\n\n"
+    );
+    let mut c = std::os::unix::net::UnixStream::connect(&s.sock).unwrap();
+    use std::io::{Read, Write};
+    c.write_all(format!("add acl {} <<\n1.1.1.1\n2.2.2.2\n\n", s.ips).as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    assert_eq!(
+        out,
+        "'add acl' expects two parameters: ACL identifier and pattern.\n\n"
+    );
 }
 
 #[test]
@@ -246,4 +276,21 @@ fn versions_payloads_and_escaped_spaces() {
     // A backslash keeps a space inside a pattern.
     assert_eq!(s.cli("add acl #4 /with\\ space"), "\n");
     assert_eq!(s.shown("show acl #4"), "ID /a\nID /b\nID /with space\n\n");
+}
+
+/// A file is read one way: as a pattern per line or as map lines, not both (HAProxy's
+/// refusal and words).
+#[test]
+fn a_file_used_as_patterns_and_as_a_map_is_refused() {
+    let dir = TempDir::new();
+    let f = dir.0.join("both.lst").display().to_string();
+    std::fs::write(&f, "/a x\n").unwrap();
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    acl a path -f {f}\n    http-request set-header x %[path,map({f})]\n"
+    ));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("is already used as one column file and cannot be used by as two column file"),
+        "{out}"
+    );
 }

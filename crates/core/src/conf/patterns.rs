@@ -141,6 +141,8 @@ pub struct PatternRef {
     pub id: usize,
     /// The file it was loaded from; none for the patterns written on an ACL line.
     pub file: Option<String>,
+    /// Its lines are a key and a value (a map's), not a pattern each.
+    two_columns: bool,
     store: Mutex<Store>,
     live: ArcSwap<Snapshot>,
 }
@@ -164,7 +166,12 @@ pub struct Listing {
 }
 
 impl PatternRef {
-    fn new(id: usize, file: Option<String>, keys: Vec<(String, Option<String>)>) -> Self {
+    fn new(
+        id: usize,
+        file: Option<String>,
+        keys: Vec<(String, Option<String>)>,
+        two_columns: bool,
+    ) -> Self {
         let issued = keys.len() as u64;
         let entries = keys
             .into_iter()
@@ -179,6 +186,7 @@ impl PatternRef {
         PatternRef {
             id,
             file,
+            two_columns,
             store: Mutex::new(Store {
                 entries,
                 curr: 0,
@@ -369,6 +377,16 @@ impl PatternBook {
             book.at.line
         );
         if let Some(r) = book.refs.iter().find(|r| r.file.as_deref() == Some(path)) {
+            // A file is read one way, as HAProxy refuses to read it both ways.
+            match (r.two_columns, with_values) {
+                (false, true) => {
+                    return Err(format!("The file \"{path}\" is already used as one column file and cannot be used by as two column file"));
+                }
+                (true, false) => {
+                    return Err(format!("The file \"{path}\" is already used as two column file and cannot be used by as one column file"));
+                }
+                _ => {}
+            }
             let r = r.clone();
             let mut store = r.lock();
             let _ = std::fmt::Write::write_fmt(&mut store.display, format_args!(", by {user}"));
@@ -392,6 +410,7 @@ impl PatternBook {
             book.refs.len(),
             Some(path.to_string()),
             keys,
+            with_values,
         ));
         {
             let mut store = r.lock();
@@ -406,7 +425,7 @@ impl PatternBook {
     pub fn inline(&self, criterion: &str, patterns: Vec<String>) -> Arc<PatternRef> {
         let mut book = self.lock();
         let keys = patterns.into_iter().map(|p| (p, None)).collect();
-        let r = Arc::new(PatternRef::new(book.refs.len(), None, keys));
+        let r = Arc::new(PatternRef::new(book.refs.len(), None, keys, false));
         {
             let mut store = r.lock();
             store.display = format!(

@@ -9,6 +9,8 @@ use crate::conf::cli::Level;
 use crate::conf::patterns::{Entry, Family, PatternRef};
 use crate::runtime::Process;
 
+const MALFORMED_VERSION: &str = "Malformed version number.\n";
+
 fn noun(family: Family) -> &'static str {
     match family {
         Family::Acl => "ACL",
@@ -59,6 +61,9 @@ fn version<'a, 'w>(args: &'a [&'w str]) -> (Option<Option<u32>>, &'a [&'w str]) 
 
 pub fn show(p: &Process, family: Family, args: &[&str]) -> String {
     let (ver, args) = version(args);
+    if ver == Some(None) {
+        return MALFORMED_VERSION.into();
+    }
     let Some(name) = args.first() else {
         let mut out = String::from("# id (file) description\n");
         for r in &p.config.patterns {
@@ -110,7 +115,9 @@ pub fn add(p: &Process, family: Family, args: &[&str]) -> String {
         (Family::Map, _) => {
             return "'add map' expects three parameters (map identifier, key and value) or one parameter (map identifier) and a payload\n".into()
         }
-        (Family::Acl, [_, pattern, ..]) => vec![(pattern.to_string(), None)],
+        (Family::Acl, [_, pattern, ..]) if payload.is_none() => {
+            vec![(pattern.to_string(), None)]
+        }
         (Family::Acl, _) => {
             return "'add acl' expects two parameters: ACL identifier and pattern.\n".into()
         }
@@ -124,7 +131,8 @@ pub fn add(p: &Process, family: Family, args: &[&str]) -> String {
     let done = list.edit(|e| {
         let v = match ver {
             None => e.curr,
-            Some(Some(v)) if v <= e.next => v,
+            Some(Some(v)) if e.curr <= v && v <= e.next => v,
+            Some(Some(v)) if v < e.curr => return Err("Version number out of range".into()),
             Some(_) => {
                 return Err(format!(
                     "Version number in the future, please use 'prepare {}' before",
@@ -212,6 +220,10 @@ pub fn set_map(p: &Process, args: &[&str], _: Level) -> String {
 
 pub fn clear(p: &Process, family: Family, args: &[&str]) -> String {
     let (ver, args) = version(args);
+    // A version that does not read as one clears nothing (rather than the live one).
+    if ver == Some(None) {
+        return MALFORMED_VERSION.into();
+    }
     let Some(name) = args.first() else {
         return format!("Missing {} identifier.\n", noun(family));
     };

@@ -88,47 +88,84 @@ pub(crate) struct Txn {
     pub upload_cut: bool,
 }
 
-/// Waits for more of the request body (`false`), or for the server's final answer to
-/// start before the body is all sent (`true`; its bytes are in the server buffer): as
-/// HAProxy, an early answer (a 413 or a 401 to an upload) reaches the client at once
-/// rather than after the whole upload. Interim answers (`100 Continue`) do not stop the
-/// upload. Watched on plain TCP server connections (a TLS one may be readable for a
-/// session ticket alone; an HTTP/2 stream's answer waits, for now, until the body is
-/// sent).
-async fn more_body_or_answer(s: &mut Session, conn: &mut ServerConn) -> Result<bool, Cause> {
-    if conn.conn.is_tls() || conn.conn.is_stream() {
+/// Waits for more of the request body (`false`), or for the server to refuse the rest of
+/// it (`true`; the answer's bytes are in the server buffer): an early answer of 300 or more
+/// (a 413 or a 401 to an upload) reaches the client at once rather than after the whole
+/// upload, and the upload stops there (HAProxy keeps relaying the body while the server
+/// reads it; a server that answers this early rarely does). An interim `100 Continue`, a
+/// `101`, or a 2xx sent before the body is all in (some servers stream their answer while
+/// they read) change nothing: the upload goes on, and those are relayed once it is done
+/// (`watching` turns off). Watched on plain TCP server connections (a TLS one may be
+/// readable for a session ticket alone; an HTTP/2 stream's answer waits, for now, until the
+/// body is sent).
+async fn more_body_or_answer(
+    s: &mut Session,
+    conn: &mut ServerConn,
+    watching: &mut bool,
+) -> Result<bool, Cause> {
+    if !*watching || conn.conn.is_tls() || conn.conn.is_stream() {
         return s.read_client().await.map(|()| false);
     }
-    let w = s.w.clone();
     loop {
         tokio::select! {
             biased;
-            r = s.read_client() => return r.map(|()| false),
+            // The server first: a steady upload must not hide its answer.
             r = conn.conn.readable() => {
                 if r.is_err() {
                     return Ok(true);
                 }
             }
+            r = s.read_client() => return r.map(|()| false),
         }
-        match s.sbuf.fill(&mut conn.conn, &w.bufs).await {
-            // Closed or failed: the upload is over; reading the answer says how.
-            Ok(0) | Err(_) => return Ok(true),
-            Ok(_) if final_answer_started(s.sbuf.bytes()) => return Ok(true),
-            Ok(_) => {}
+        match server_refused(s, conn).await {
+            Some(refused) if refused => return Ok(true),
+            Some(_) => {
+                *watching = false;
+                return s.read_client().await.map(|()| false);
+            }
+            None => {}
         }
     }
 }
 
-/// Whether `bytes` hold the start of a final answer after any whole interim ones.
-fn final_answer_started(mut bytes: &[u8]) -> bool {
+/// A write of the request body failed: whether the server had answered first (a server
+/// that refuses an upload often closes at once, and its answer is still to be read).
+async fn answered_before_failing(s: &mut Session, conn: &mut ServerConn) -> bool {
+    !conn.conn.is_stream() && server_refused(s, conn).await.is_some() && !s.sbuf.is_empty()
+}
+
+/// Takes what the server sent without waiting: whether it is the start of an answer that
+/// refuses the rest of the upload (`Some(true)`: 300 or more, or the connection closed),
+/// one that does not (`Some(false)`), or not enough to say (`None`).
+async fn server_refused(s: &mut Session, conn: &mut ServerConn) -> Option<bool> {
+    let w = s.w.clone();
+    // A zero limit: the bytes the socket holds, or nothing (readiness may be stale).
+    let read = within(Some(Duration::ZERO), s.sbuf.fill(&mut conn.conn, &w.bufs)).await;
+    if let Ok(Ok(0) | Err(_)) = read {
+        return Some(true);
+    }
+    early_status(s.sbuf.bytes()).map(|status| status >= 300)
+}
+
+/// The status of the first answer after any whole interim ones (`100`-`199` but `101`),
+/// once its status line is in.
+fn early_status(mut bytes: &[u8]) -> Option<u16> {
     loop {
         match parse_response(bytes, false) {
             Ok(Some(rsp)) if (100..200).contains(&rsp.status) && rsp.status != 101 => {
                 bytes = &bytes[rsp.len..];
             }
-            // A head not whole yet: interim or final, the status line says.
-            Ok(None) => return bytes.len() >= 12 && !bytes.starts_with(b"HTTP/1.1 1"),
-            _ => return true,
+            Ok(Some(rsp)) => return Some(rsp.status),
+            // A head not whole yet: its status line says (`HTTP/1.x NNN`).
+            Ok(None) => {
+                let code = std::str::from_utf8(bytes.get(9..12)?).ok()?.parse().ok()?;
+                return bytes
+                    .starts_with(b"HTTP/1.")
+                    .then_some(code)
+                    .filter(|c: &u16| !(100..200).contains(c) || *c == 101);
+            }
+            // Not HTTP: reading the answer says so.
+            Err(_) => return Some(999),
         }
     }
 }
@@ -636,6 +673,11 @@ impl Txn {
                 c => Fail::drop(c, Phase::Headers),
             })
         };
+        // Whether an early answer from the server is still looked for, and whether the head
+        // has left (a failed first write on a reused connection is retried elsewhere, not
+        // read for an answer: a server may say 408 to an idle connection as it closes it).
+        let mut watching = true;
+        let mut head_sent = false;
         match facts.framing {
             Framing::None | Framing::UntilClose => {
                 to_server(within(tserver, conn.conn.write_all(&s.out)).await)
@@ -654,14 +696,24 @@ impl Txn {
                         Then::Flush
                     };
                     let body = &s.cbuf.bytes()[..take];
-                    to_server(within(tserver, conn.conn.write_pair(&s.out, body, then)).await)?;
+                    let sent =
+                        to_server(within(tserver, conn.conn.write_pair(&s.out, body, then)).await);
+                    if sent.is_err() && head_sent && answered_before_failing(s, conn).await {
+                        self.upload_cut = true;
+                        return Ok(());
+                    }
+                    sent?;
+                    head_sent = true;
                     s.out.clear();
                     s.cbuf.consume(take);
                     remaining -= take as u64;
                     if remaining == 0 {
                         return Ok(());
                     }
-                    if more_body_or_answer(s, conn).await.map_err(from_client)? {
+                    if more_body_or_answer(s, conn, &mut watching)
+                        .await
+                        .map_err(from_client)?
+                    {
                         self.upload_cut = true;
                         return Ok(());
                     }
@@ -676,7 +728,13 @@ impl Txn {
                         .map_err(|_| bad())?;
                     s.cbuf.consume(used);
                     if !s.out.is_empty() {
-                        to_server(within(tserver, conn.conn.write_all(&s.out)).await)?;
+                        let sent = to_server(within(tserver, conn.conn.write_all(&s.out)).await);
+                        if sent.is_err() && head_sent && answered_before_failing(s, conn).await {
+                            self.upload_cut = true;
+                            return Ok(());
+                        }
+                        sent?;
+                        head_sent = true;
                         s.out.clear();
                     }
                     if dec.is_done() {
@@ -685,7 +743,10 @@ impl Txn {
                     if s.cbuf.is_full() {
                         return Err(bad());
                     }
-                    if more_body_or_answer(s, conn).await.map_err(from_client)? {
+                    if more_body_or_answer(s, conn, &mut watching)
+                        .await
+                        .map_err(from_client)?
+                    {
                         self.upload_cut = true;
                         return Ok(());
                     }
