@@ -138,6 +138,14 @@ const EXPRESSIONS: &[&str] = &[
     "bin(20050000029900),mqtt_field_value(CONNACK,reason_code)",
     "bin(101900044D51545404C2003C000363696400047573657200),mqtt_field_value(CONNECT,client_identifier)",
     "bin(30050001746869),mqtt_field_value(PUBLISH,3)",
+    "str(/api/v2/x),map_beg(MAPS/prefix.map,none)",
+    "str(/api/v3),map_beg(MAPS/prefix.map,none)",
+    "str(/other),map_beg(MAPS/prefix.map,none)",
+    "str(/api),map_beg(MAPS/prefix.map,none)",
+    "ipv4(10.1.2.3),map_ip(MAPS/ip.map,none)",
+    "ipv4(10.1.9.9),map_ip(MAPS/ip.map,none)",
+    "ipv4(10.2.0.1),map_ip(MAPS/ip.map,none)",
+    "ipv4(11.0.0.1),map_ip(MAPS/ip.map,none)",
 ];
 
 /// Inputs, sent as the `X-In` header.

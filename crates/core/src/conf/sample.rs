@@ -520,7 +520,7 @@ pub enum Match {
 }
 
 /// A map converter's file: a pattern list (shared by every user of the file, editable
-/// from the CLI) read by `how`; first match wins.
+/// from the CLI) read by `how`: the longest key for `beg` and `ip` (HAProxy's trees), else the first line.
 #[derive(Debug, PartialEq, Eq)]
 pub struct MapFile {
     pub path: String,

@@ -434,10 +434,20 @@ pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<Cow<'m, str
     }
     let int = s.as_int();
     let ip = s.as_ip();
-    entries
+    let mut hits = entries
         .iter()
-        .find(|(key, _)| map_matches(map.how, key, &bytes, int, ip))
-        .map(|(_, v)| Cow::Owned(v.clone()))
+        .filter(|(key, _)| map_matches(map.how, key, &bytes, int, ip));
+    // HAProxy indexes `beg` and `ip` maps in trees, whose lookup gives the longest prefix
+    // (the most specific network), not the first line; the others are lists: first wins.
+    let found = match map.how {
+        Match::Beg | Match::Ip => hits.rev().max_by_key(|(key, _)| match key {
+            MapKey::Text(t) => t.len(),
+            MapKey::Net(_, bits) => usize::from(*bits),
+            _ => 0,
+        }),
+        _ => hits.next(),
+    };
+    found.map(|(_, v)| Cow::Owned(v.clone()))
 }
 
 fn map_matches(how: Match, key: &MapKey, s: &[u8], int: Option<i64>, ip: Option<IpAddr>) -> bool {
