@@ -294,3 +294,30 @@ fn a_file_used_as_patterns_and_as_a_map_is_refused() {
         "{out}"
     );
 }
+
+/// A typed map (`map_*_int`, `map_*_ip`) whose values do not read as the type is refused,
+/// as HAProxy refuses it, and so is an edit that would put such a value in it.
+#[test]
+fn typed_maps_refuse_values_of_another_type() {
+    let dir = TempDir::new();
+    let f = dir.0.join("weights.map").display().to_string();
+    std::fs::write(&f, "/a 10\n").unwrap();
+    let bad = dir.0.join("bad.map").display().to_string();
+    std::fs::write(&bad, "/a ten\n").unwrap();
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request set-header x %[path,map_beg_int({bad},0)]\n"
+    ));
+    assert!(!ok && out.contains("unable to parse 'ten'"), "{out}");
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200 content-type text/plain lf-string \"%[path,map_beg_int({f},0),add(1)]\"\n",
+        sock.display()
+    ));
+    assert_eq!(get(p.addr(), "/a/b").text(), "11");
+    assert_eq!(
+        Sluice::cli(&sock, &format!("set map {f} /a eleven")),
+        "unable to parse 'eleven'.\n\n"
+    );
+    assert_eq!(Sluice::cli(&sock, &format!("set map {f} /a 41")), "\n");
+    assert_eq!(get(p.addr(), "/a/b").text(), "42");
+}

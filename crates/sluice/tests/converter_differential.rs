@@ -146,6 +146,9 @@ const EXPRESSIONS: &[&str] = &[
     "ipv4(10.1.9.9),map_ip(MAPS/ip.map,none)",
     "ipv4(10.2.0.1),map_ip(MAPS/ip.map,none)",
     "ipv4(11.0.0.1),map_ip(MAPS/ip.map,none)",
+    "str(/api/v2/x),map_beg_int(MAPS/prefix-int.map,0),add(1)",
+    "str(/nowhere),map_beg_int(MAPS/prefix-int.map,5),add(1)",
+    "str(/api/x),map_str_int(MAPS/prefix-int.map,7)",
 ];
 
 /// Inputs, sent as the `X-In` header.

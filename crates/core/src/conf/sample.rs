@@ -530,6 +530,17 @@ pub struct MapFile {
     /// `map_regm`: each value is a replacement template (`\N` made `${N}` at load) filled
     /// with the matching key's captures.
     pub substitute: bool,
+    /// What the values are (`map_*_int`, `map_*_ip`): checked when the file is read and
+    /// the answer typed accordingly.
+    pub out: MapOut,
+}
+
+/// The type of a map's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapOut {
+    Str,
+    Int,
+    Ip,
 }
 
 /// A typed value.

@@ -13,8 +13,8 @@ use base64::Engine as _;
 use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse};
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
-    MapFile, MapKey, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource, VarName,
-    VarScope,
+    MapFile, MapKey, MapOut, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource,
+    VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -1222,16 +1222,25 @@ fn parse_map_conv(c: &Call<'_>, rest: &str, book: &PatternBook) -> Result<Conv, 
             ))
         }
     };
-    match parts.next() {
-        None | Some("str" | "int" | "ip") => {}
+    let out = match parts.next() {
+        None | Some("str") => MapOut::Str,
+        Some("int") => MapOut::Int,
+        Some("ip") => MapOut::Ip,
         Some(other) => return err(format!("unknown map output type '{other}' in '{}'", c.name)),
-    }
+    };
     if !rest.is_empty() && !rest.starts_with('_') {
         return err(format!("unknown converter '{}'", c.name));
     }
     arity(c, 1, 2)?;
-    let map = parse_map(&c.args[0], how, substitute, book)?;
-    Ok(Conv::Map(Arc::new(map), opt_str(c, 1)))
+    let map = parse_map(&c.args[0], how, substitute, out, book)?;
+    let default = opt_str(c, 1);
+    if let Some(d) = default.as_deref().filter(|d| !of_type(out, d)) {
+        return err(format!(
+            "'{}': the default value '{d}' is not of the map's type",
+            c.name
+        ));
+    }
+    Ok(Conv::Map(Arc::new(map), default))
 }
 
 /// `jwt_verify`'s key: the public key (or the certificate) in the PEM file at that path,
@@ -1262,27 +1271,42 @@ pub fn parse_map(
     path: &str,
     how: Match,
     substitute: bool,
+    out: MapOut,
     book: &PatternBook,
 ) -> Result<MapFile, ParseError> {
     let list = book.file(path, Family::Map, true).map_err(ParseError)?;
     let form = list
-        .add_form(map_form(how, substitute))
+        .add_form(map_form(how, substitute, out))
         .map_err(|e| ParseError(format!("map file '{path}': {e}")))?;
     Ok(MapFile {
         path: path.to_string(),
         how,
         list: PatternUse { list, form },
         substitute,
+        out,
     })
 }
 
+/// Whether a map value (or a map converter's default) reads as the map's output type.
+fn of_type(out: MapOut, v: &str) -> bool {
+    match out {
+        MapOut::Str => true,
+        MapOut::Int => v.trim().parse::<i64>().is_ok(),
+        MapOut::Ip => v.trim().parse::<IpAddr>().is_ok(),
+    }
+}
+
 /// How a map's keys are compiled for its match method.
-fn map_form(how: Match, substitute: bool) -> Compile {
+fn map_form(how: Match, substitute: bool, out: MapOut) -> Compile {
     Box::new(move |entries: &[&Entry]| {
         entries
             .iter()
             .map(|e| {
                 let value = e.value.as_deref().unwrap_or("");
+                // Values of a typed map must read as their type (HAProxy refuses the file).
+                if !of_type(out, value) {
+                    return Err(format!("unable to parse '{value}'"));
+                }
                 let value = if substitute {
                     substitution(value)
                 } else {

@@ -8,13 +8,15 @@ use base64::Engine as _;
 use super::context::{text_match, Ctx, Kind};
 use super::hash;
 use crate::conf::sample::{
-    Conv, DigestAlg, IntArg, KeyArg, MapFile, MapKey, Match, Sample, StrArg,
+    Conv, DigestAlg, IntArg, KeyArg, MapFile, MapKey, MapOut, Match, Sample, StrArg,
 };
 
 pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
     use Conv::*;
     match c {
         B64Dec => Kind::Bin,
+        Map(m, _) if m.out == MapOut::Int => Kind::Int,
+        Map(m, _) if m.out == MapOut::Ip => Kind::Ip,
         // Bytes of text stay text; of anything else, the binary form's bytes.
         Bytes(..) if matches!(input, Kind::Str) => Kind::Str,
         Bytes(..) => Kind::Bin,
@@ -159,10 +161,16 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             };
             text(out.into_owned())
         }
-        Conv::Map(map, default) => match lookup(map, &s) {
-            Some(v) => Sample::str(v.as_bytes()).into_owned(),
-            None => Sample::string(default.clone()?),
-        },
+        Conv::Map(map, default) => {
+            let v = lookup(map, &s)
+                .map(|v| v.into_owned())
+                .or_else(|| default.clone())?;
+            match map.out {
+                MapOut::Str => Sample::string(v),
+                MapOut::Int => Sample::Int(v.trim().parse().ok()?),
+                MapOut::Ip => Sample::Ip(v.trim().parse().ok()?),
+            }
+        }
         Conv::Add(a) => arith(&|x, y| x.wrapping_add(y), a)?,
         Conv::Sub(a) => arith(&|x, y| x.wrapping_sub(y), a)?,
         Conv::Mul(a) => arith(&|x, y| x.wrapping_mul(y), a)?,
