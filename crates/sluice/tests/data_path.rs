@@ -282,14 +282,15 @@ fn an_early_answer_to_an_upload_reaches_the_client_at_once() {
     assert!(rest.is_empty());
 }
 
-/// A server that says `100 Continue` at once, then reads the whole announced body and
-/// answers how much it got.
-fn continuing_origin() -> std::net::SocketAddr {
+/// A server that says `100 Continue` at once (and tells `said`), then reads the whole
+/// announced body and answers how much it got.
+fn continuing_origin(said: mpsc::Sender<()>) -> std::net::SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
+            let said = said.clone();
             std::thread::spawn(move || {
                 let mut head = Vec::new();
                 let mut b = [0u8; 1];
@@ -306,6 +307,7 @@ fn continuing_origin() -> std::net::SocketAddr {
                     .and_then(|v| v.trim().parse().ok())
                     .unwrap_or(0);
                 let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+                let _ = said.send(());
                 let mut body = vec![0u8; len];
                 if s.read_exact(&mut body).is_err() {
                     return;
@@ -326,7 +328,8 @@ fn continuing_origin() -> std::net::SocketAddr {
 
 #[test]
 fn an_interim_answer_does_not_stop_an_upload() {
-    let origin = continuing_origin();
+    let (said, continued) = mpsc::channel();
+    let origin = continuing_origin(said);
     let p = Sluice::start(&format!(
         "{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {origin}\n"
     ));
@@ -335,8 +338,10 @@ fn an_interim_answer_does_not_stop_an_upload() {
     c.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 20000\r\n\r\n")
         .unwrap();
     c.write_all(&[b'a'; 10_000]).unwrap();
-    // The rest comes later, whether or not the server's 100 has arrived by then.
-    std::thread::sleep(Duration::from_millis(100));
+    // The rest once the server has said 100 (while the upload is under way).
+    continued
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the server's 100");
     c.write_all(&[b'b'; 10_000]).unwrap();
     let mut head = read_head(&mut c);
     if head.starts_with("HTTP/1.1 100") {
