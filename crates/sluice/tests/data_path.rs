@@ -235,13 +235,8 @@ fn early_answering_origin(answer: &'static [u8]) -> std::net::SocketAddr {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(1) => head.push(b[0]),
-                        _ => return,
-                    }
+                if try_read_head(&mut s).is_none() {
+                    return;
                 }
                 let _ = s.write_all(answer);
                 // Held open, unread, until the proxy closes it (bounded by a timeout).
@@ -292,14 +287,9 @@ fn continuing_origin(said: mpsc::Sender<()>) -> std::net::SocketAddr {
             let Ok(mut s) = s else { continue };
             let said = said.clone();
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(1) => head.push(b[0]),
-                        _ => return,
-                    }
-                }
+                let Some(head) = try_read_head(&mut s) else {
+                    return;
+                };
                 let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
                 let len: usize = text
                     .lines()

@@ -40,15 +40,10 @@ fn serve_unix(l: UnixListener) -> Arc<Mutex<Vec<String>>> {
             let Ok(mut s) = s else { continue };
             let seen = seen.clone();
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(1) => head.push(b[0]),
-                        // A health check's connection: closed without a request.
-                        _ => return,
-                    }
-                }
+                // A health check's connection closes without a request.
+                let Some(head) = try_read_head(&mut s) else {
+                    return;
+                };
                 seen.lock()
                     .unwrap()
                     .push(String::from_utf8_lossy(&head).into_owned());

@@ -670,13 +670,22 @@ pub const DEFAULTS: &str = "defaults\n    mode http\n    timeout connect 5s\n   
 
 /// Reads a response head byte by byte, so that nothing after it is consumed.
 pub fn read_head(s: &mut TcpStream) -> String {
+    let head = try_read_head(s).expect("connection closed in the head");
+    String::from_utf8(head).unwrap()
+}
+
+/// Reads a message head (up to its empty line) byte by byte, so that nothing after it is
+/// consumed; `None` when the peer closes (or fails) first.
+pub fn try_read_head(s: &mut impl Read) -> Option<Vec<u8>> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "connection closed in the head");
-        head.push(b[0]);
+        match s.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => return None,
+        }
     }
-    String::from_utf8(head).unwrap()
+    Some(head)
 }
 
 /// Sends each of `msgs` through an open tunnel to an echoing peer and reads it back, then
