@@ -46,6 +46,19 @@ async fn h2_connect_window(addr: SocketAddr, window: u32) -> h2::client::SendReq
     send
 }
 
+/// The response body of a GET of `path` on a new connection whose streams start with a
+/// receive window of `window` bytes.
+async fn body_with_window(addr: SocketAddr, window: u32, path: &str) -> h2::RecvStream {
+    let send = h2_connect_window(addr, window).await;
+    let (res, _) = send
+        .ready()
+        .await
+        .unwrap()
+        .send_request(get(path), true)
+        .unwrap();
+    res.await.unwrap().into_body()
+}
+
 fn get(path: &str) -> http::Request<()> {
     http::Request::get(format!("http://h2.test{path}"))
         .body(())
@@ -296,15 +309,7 @@ fn a_slow_but_steady_http2_reader_is_served_to_the_end() {
         origin.addr
     ));
     runtime().block_on(async {
-        let send = h2_connect_window(p.addr(), 4096).await;
-        let (res, _) = send
-            .clone()
-            .ready()
-            .await
-            .unwrap()
-            .send_request(get("/slow"), true)
-            .unwrap();
-        let mut body = res.await.unwrap().into_body();
+        let mut body = body_with_window(p.addr(), 4096, "/slow").await;
         let mut got = Vec::new();
         let started = std::time::Instant::now();
         while let Some(d) = body.data().await {
@@ -328,15 +333,7 @@ fn a_slow_but_steady_http2_reader_is_served_to_the_end() {
         assert!(started.elapsed() > Duration::from_secs(1));
         // A reader that stops giving credit back: its stream is reset once nothing moved
         // for the timeout.
-        let send = h2_connect_window(p.addr(), 4096).await;
-        let (res, _) = send
-            .clone()
-            .ready()
-            .await
-            .unwrap()
-            .send_request(get("/stuck"), true)
-            .unwrap();
-        let mut body = res.await.unwrap().into_body();
+        let mut body = body_with_window(p.addr(), 4096, "/stuck").await;
         let first = body.data().await.unwrap().unwrap();
         assert!(!first.is_empty());
         let next = tokio::time::timeout(Duration::from_secs(30), async {
