@@ -53,9 +53,15 @@ pub(super) fn convert<'a>(
     table: &NameRef,
     cx: &Ctx<'_>,
 ) -> Option<Sample<'a>> {
+    let (t, key) = keyed(input, table, cx)?;
+    apply(t, Some(&key), op, counter, clock_ms())
+}
+
+/// Table `table` and the input as a key of it.
+fn keyed<'c>(input: &Sample<'_>, table: &NameRef, cx: &Ctx<'c>) -> Option<(&'c Table, Key)> {
     let t = cx.table(Some(table))?;
     let key = Key::from_sample(input, t.conf.key)?;
-    apply(t, Some(&key), op, counter, clock_ms())
+    Some((t, key))
 }
 
 /// `in_table(T)`.
@@ -64,8 +70,7 @@ pub(super) fn contains<'a>(
     table: &NameRef,
     cx: &Ctx<'_>,
 ) -> Option<Sample<'a>> {
-    let t = cx.table(Some(table))?;
-    let key = Key::from_sample(input, t.conf.key)?;
+    let (t, key) = keyed(input, table, cx)?;
     Some(Sample::Bool(t.lookup(&key, clock_ms()).is_some()))
 }
 
@@ -76,8 +81,7 @@ pub(super) fn trackers<'a>(
     table: &NameRef,
     cx: &Ctx<'_>,
 ) -> Option<Sample<'a>> {
-    let t = cx.table(Some(table))?;
-    let key = Key::from_sample(input, t.conf.key)?;
+    let (t, key) = keyed(input, table, cx)?;
     let users = t
         .lookup(&key, clock_ms())
         .map_or(0, |e| std::sync::Arc::strong_count(&e).saturating_sub(2));

@@ -34,7 +34,7 @@ use h2::{Reason, RecvStream};
 use sluice_config::{Keyword, KwError, Scope};
 
 use super::deadline::within;
-use super::h2_frames::{read_preface, Replay, Tallied};
+use super::h2_frames::{read_preface, Tallied};
 use crate::conf::{one_arg, GlobalConf};
 use crate::h2_stream::H2Stream;
 use crate::runtime::counters::Held;
@@ -138,7 +138,6 @@ pub(super) async fn serve(
             _ => return,
         }
     };
-    let client = Replay::new(first, client);
     let handshake = h2::server::Builder::new()
         .header_table_size(tune.header_table_size)
         .initial_window_size(tune.initial_window_size)
@@ -148,7 +147,7 @@ pub(super) async fn serve(
         .max_header_list_size(w.config().global.head_room() as u32)
         // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
         .enable_connect_protocol()
-        .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2));
+        .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2, first));
     let Ok(Ok(mut conn)) = within(first_limit, handshake).await else {
         return;
     };

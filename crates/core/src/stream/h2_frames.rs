@@ -4,14 +4,15 @@
 //!   going each way and counts what `show stat`'s HTTP/2 module reports (HEADERS, DATA,
 //!   SETTINGS, RST_STREAM and GOAWAY received; RST_STREAM and GOAWAY sent, and the protocol
 //!   errors those announce);
-//! - [`read_preface`] and [`Replay`]: a cleartext client's first bytes are checked (the
-//!   preface, then SETTINGS) before the crate, which speaks first, sees the connection.
+//! - [`read_preface`]: a cleartext client's first bytes are checked (the preface, then
+//!   SETTINGS) before the crate, which speaks first, sees the connection; [`Tallied`]
+//!   gives them back to it.
 //!
 //! Invariants:
 //! - [`Tallied`] looks at bytes, never changes, holds or copies them (but for the first 8
 //!   bytes of an RST_STREAM or GOAWAY payload, where the error code is): a wrapped
 //!   connection behaves as the bare one.
-//! - [`Replay`] gives back exactly the bytes the gate read, before anything else.
+//! - [`Tallied`] gives back exactly the bytes the gate read, before anything else.
 //! - The scan keeps its place across any split of the bytes into reads and writes; a
 //!   payload is skipped by its length, never walked.
 
@@ -113,13 +114,20 @@ pub struct Tallied<'a, T> {
     counters: &'a H2Frames,
     read: Scan,
     written: Scan,
+    /// Bytes taken from the connection before it was wrapped ([`read_preface`]), read
+    /// again first.
+    first: Vec<u8>,
+    at: usize,
 }
 
 impl<'a, T> Tallied<'a, T> {
-    pub fn new(io: T, counters: &'a H2Frames) -> Self {
+    /// Wraps `io`, whose first bytes `first` were read already.
+    pub fn new(io: T, counters: &'a H2Frames, first: Vec<u8>) -> Self {
         Tallied {
             io,
             counters,
+            first,
+            at: 0,
             read: Scan {
                 preface: PREFACE_LEN,
                 ..Scan::default()
@@ -171,7 +179,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tallied<'_, T> {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         let before = buf.filled().len();
-        let polled = Pin::new(&mut me.io).poll_read(cx, buf);
+        let polled = if me.at < me.first.len() {
+            let n = (me.first.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.first[me.at..me.at + n]);
+            me.at += n;
+            Poll::Ready(Ok(()))
+        } else {
+            Pin::new(&mut me.io).poll_read(cx, buf)
+        };
         if let Poll::Ready(Ok(())) = polled {
             me.received(&buf.filled()[before..]);
         }
@@ -235,7 +250,7 @@ const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// sends its own SETTINGS before reading anything): `None` when they are not the
 /// connection preface followed by SETTINGS (an HTTP/1 request on a `proto h2` port, a
 /// HEADERS frame first), so the connection is closed without a byte sent, as HAProxy
-/// does. Otherwise the bytes read, to be given back to the crate ([`Replay`]).
+/// does. Otherwise the bytes read, to be given back to the crate ([`Tallied::new`]).
 pub async fn read_preface(conn: &crate::transport::Conn) -> Option<Vec<u8>> {
     let mut got = vec![0u8; GATE_LEN];
     let mut have = 0;
@@ -253,66 +268,6 @@ pub async fn read_preface(conn: &crate::transport::Conn) -> Option<Vec<u8>> {
         }
     }
     (got[PREFACE_LEN + 3] == SETTINGS).then_some(got)
-}
-
-/// A connection whose first bytes were read already: they are read again first.
-pub struct Replay<T> {
-    first: Vec<u8>,
-    at: usize,
-    io: T,
-}
-
-impl<T> Replay<T> {
-    pub fn new(first: Vec<u8>, io: T) -> Self {
-        Replay { first, at: 0, io }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Replay<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let me = self.get_mut();
-        if me.at < me.first.len() {
-            let n = (me.first.len() - me.at).min(buf.remaining());
-            buf.put_slice(&me.first[me.at..me.at + n]);
-            me.at += n;
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut me.io).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Replay<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
