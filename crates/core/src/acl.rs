@@ -452,14 +452,7 @@ pub fn compile_pattern(how: Match, icase: bool, text: &str) -> Result<Pattern, S
             Pattern::Regex(Regex(re))
         }
         Match::Bin => {
-            let bytes = (0..text.len())
-                .step_by(2)
-                .map(|i| {
-                    text.get(i..i + 2)
-                        .and_then(|h| u8::from_str_radix(h, 16).ok())
-                })
-                .collect::<Option<Vec<u8>>>()
-                .filter(|_| text.len().is_multiple_of(2))
+            let bytes = crate::conf::sample_parse::from_hex(text)
                 .ok_or_else(|| format!("'{text}' expects hexadecimal bytes"))?;
             Pattern::Text(bytes)
         }

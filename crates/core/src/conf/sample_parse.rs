@@ -465,11 +465,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "bin" => {
             arity(c, 1, 1)?;
             let h = c.args[0].trim();
-            let bytes = (0..h.len())
-                .step_by(2)
-                .map(|i| h.get(i..i + 2).and_then(|x| u8::from_str_radix(x, 16).ok()))
-                .collect::<Option<Vec<u8>>>()
-                .filter(|_| h.len().is_multiple_of(2))
+            let bytes = from_hex(h)
                 .ok_or_else(|| ParseError(format!("'bin' expects hexadecimal bytes, not '{h}'")))?;
             Fetch::BinConst(bytes)
         }
@@ -1180,6 +1176,17 @@ fn mqtt_field(kind: u8, name: &str) -> Option<MqttField> {
         _ => &[],
     };
     allowed.contains(&field).then_some(field)
+}
+
+/// Bytes written in hexadecimal, two digits each (`bin(HEX)`, ACLs' `-m bin`).
+pub fn from_hex(h: &str) -> Option<Vec<u8>> {
+    if !h.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| h.get(i..i + 2).and_then(|x| u8::from_str_radix(x, 16).ok()))
+        .collect()
 }
 
 /// A FIX tag as `fix_tag_value` takes it: its number, or one of the names HAProxy knows

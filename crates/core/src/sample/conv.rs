@@ -35,6 +35,16 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
     }
 }
 
+/// Bytes in upper-case hexadecimal, as HAProxy's `hex` writes them.
+pub(super) fn hex_upper(b: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(2 * b.len());
+    for x in b {
+        let _ = write!(out, "{x:02X}");
+    }
+    out
+}
+
 /// No sample yet: a payload still arriving may complete the input.
 fn more(cx: &Ctx<'_>) -> Option<Sample<'static>> {
     if let Some(p) = cx.payload {
@@ -121,13 +131,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                 .decode(s.as_bytes())
                 .ok()?,
         )),
-        Conv::Hex => {
-            let mut out = Vec::new();
-            for b in s.as_binary().iter() {
-                out.extend_from_slice(format!("{b:02X}").as_bytes());
-            }
-            text(out)
-        }
+        Conv::Hex => Sample::string(hex_upper(&s.as_binary())),
         Conv::UrlDec => text(url_decode(&s.as_bytes())),
         Conv::Json => text(json_escape(&s.as_bytes())),
         Conv::Length => Sample::Int(s.as_bytes().len() as i64),
@@ -261,7 +265,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
             size,
             truncate,
         } => text(be_chunks(&s.as_binary(), sep, *size, *truncate, |c| {
-            c.iter().map(|b| format!("{b:02X}")).collect()
+            hex_upper(c)
         })),
         Conv::AddItem(delim, var, suffix) => {
             let mut out = s.as_bytes().into_owned();

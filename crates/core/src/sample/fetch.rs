@@ -610,12 +610,7 @@ fn hello(
     };
     Some(match part {
         HelloPart::Ciphers => Sample::Bin(list(&c.ciphers).into()),
-        HelloPart::CiphersHex => Sample::string(
-            list(&c.ciphers)
-                .iter()
-                .map(|b| format!("{b:02X}"))
-                .collect(),
-        ),
+        HelloPart::CiphersHex => Sample::string(super::conv::hex_upper(&list(&c.ciphers))),
         HelloPart::CipherNames => Sample::string(cipher_names(&list(&c.ciphers))),
         HelloPart::CiphersXxh64 => Sample::Int(c.ciphers_xxh64 as i64),
         HelloPart::Version => Sample::Int(i64::from(c.protocol_version)),
