@@ -1217,7 +1217,9 @@ fn hello_lists(rec: &[u8]) -> (u16, Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
     let end = at + 2 + u16::from_be_bytes([m[at], m[at + 1]]) as usize;
     at += 2;
     let (mut exts, mut groups, mut formats) = (Vec::new(), Vec::new(), Vec::new());
-    while at + 4 <= end {
+    // As HAProxy's dissector: it stops once four bytes or fewer are left, so an empty
+    // last extension (rustls's order varies from one hello to the next) is not listed.
+    while at + 4 < end {
         let id = [m[at], m[at + 1]];
         let len = u16::from_be_bytes([m[at + 2], m[at + 3]]) as usize;
         let data = &m[at + 4..at + 4 + len];
