@@ -5,7 +5,7 @@
 use sluice_config::{units, Keyword, KwError, Scope};
 
 pub use crate::conf::backend::*;
-use crate::conf::{one_arg, resolve, time_arg, Backend, ProxyConf, Server};
+use crate::conf::{one_arg, resolve, time_arg, Backend, ProxyConf, Server, Speaks};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -446,6 +446,12 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         Some(d) => std::slice::from_ref(d),
         None => &conf.backend.servers[..],
     };
+    let speaks = Speaks {
+        h1: specs.iter().any(|s| !s.opts.h2),
+        h2: specs
+            .iter()
+            .any(|s| s.opts.h2 || s.opts.tls.alpn.iter().any(|p| p.eq_ignore_ascii_case("h2"))),
+    };
     let mut taken: Vec<u32> = specs.iter().filter_map(|s| s.opts.id).collect();
     let mut next = 1;
     let servers = specs
@@ -498,6 +504,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         })
         .collect();
     Backend {
+        speaks,
         order: 0,
         stats: Default::default(),
         id,

@@ -694,6 +694,14 @@ impl Conn {
         matches!(self.io, Io::Stream(_))
     }
 
+    /// The HTTP/2 stream this connection is, if it is one.
+    pub fn as_stream(&self) -> Option<&H2Stream> {
+        match &self.io {
+            Io::Stream(s) => Some(&s.end),
+            Io::Tcp(_) | Io::Tls(_) => None,
+        }
+    }
+
     /// Whether the connection is TLS (`ssl_fc`).
     pub fn is_tls(&self) -> bool {
         match &self.io {

@@ -7,6 +7,9 @@ use std::ops::{Deref, DerefMut, Range};
 pub enum Version {
     Http10,
     Http11,
+    /// A message an HTTP/2 codec decoded (its head is a [`crate::RequestView::h2`] or
+    /// [`crate::ResponseView::h2`]).
+    Http2,
 }
 
 /// A header as two ranges into the buffer the head was parsed from.

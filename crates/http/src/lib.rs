@@ -28,7 +28,7 @@ pub use request::{
     parse_request, parse_request_relaxed, path_start, split_target, HeadError, RequestHead,
 };
 pub use response::{parse_response, ResponseHead};
-pub use view::{RequestView, ResponseView};
+pub use view::{join_cookies, Headers, RequestView, ResponseView};
 
 /// Headers beyond this count make a request fail with 431 (a response with 502).
 pub const MAX_HEADERS: usize = 100;

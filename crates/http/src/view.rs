@@ -1,10 +1,17 @@
 //! Protocol-neutral views of message heads: what a proxy transaction reads of a request or a
 //! response, whichever protocol carried it. Rules, routing, compression decisions and the
-//! head writers work on these views, never on a protocol's own head type, so an HTTP/2
-//! session can later hand its transactions heads it decoded itself.
+//! head writers work on these views, never on a protocol's own head type.
 //!
-//! HTTP/1 heads (byte ranges into the connection's buffer) are the one kind so far. A view is
-//! `Copy` and borrows the head and its buffer: it lives no longer than the bytes it shows.
+//! Two kinds of head so far: HTTP/1 heads (byte ranges into the connection's buffer) and
+//! HTTP/2 heads as the `h2` crate decodes them (`http::request::Parts` and
+//! `http::response::Parts`, whose values are shared bytes, never copied here). A view is
+//! `Copy` and borrows the head: it lives no longer than the bytes it shows.
+//!
+//! Invariant: both kinds answer alike for the same message. An HTTP/2 request's
+//! `:authority` reads as its `Host` (first, as HTTP/1.1 puts it), its body without a
+//! length reads as chunked (delimited by the codec) and its cookies as one field once the
+//! codec has joined them ([`join_cookies`]); an HTTP/2 response without a body and without
+//! a length reads as `Content-Length: 0`, as a server of HTTP/1.1 would have said.
 
 use crate::head::{Framing, Version};
 use crate::{name_is, RequestHead, ResponseHead};
@@ -21,6 +28,85 @@ enum RequestKind<'a> {
         buf: &'a [u8],
         head: &'a RequestHead,
     },
+    H2 {
+        parts: &'a http::request::Parts,
+        framing: Framing,
+    },
+}
+
+/// Every header of a head as (name, value), in order.
+pub struct Headers<'a> {
+    kind: HeadersKind<'a>,
+}
+
+enum HeadersKind<'a> {
+    H1 {
+        buf: &'a [u8],
+        fields: std::slice::Iter<'a, crate::Header>,
+    },
+    H2 {
+        /// `:authority`, read as `Host` before the other fields (taken once shown).
+        host: Option<&'a [u8]>,
+        /// There is an `:authority`: a `host` field is not shown.
+        authority: bool,
+        fields: http::header::Iter<'a, http::HeaderValue>,
+    },
+}
+
+impl<'a> Iterator for Headers<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.kind {
+            HeadersKind::H1 { buf, fields } => {
+                let h = fields.next()?;
+                Some((&buf[h.name.clone()], &buf[h.value.clone()]))
+            }
+            HeadersKind::H2 {
+                host,
+                authority,
+                fields,
+            } => {
+                if let Some(h) = host.take() {
+                    return Some((b"host", h));
+                }
+                loop {
+                    let (name, value) = fields.next()?;
+                    // `:authority` wins over a `host` field (RFC 9113 §8.3.1).
+                    if *authority && name == http::header::HOST {
+                        continue;
+                    }
+                    return Some((name.as_str().as_bytes(), value.as_bytes()));
+                }
+            }
+        }
+    }
+}
+
+/// Joins an HTTP/2 request's `cookie` fields into one, as HTTP/1.1 wants them (RFC 9113
+/// §8.2.3): what the codec does before it shows the head. Nothing is allocated for a
+/// request with one cookie field or none.
+pub fn join_cookies(headers: &mut http::HeaderMap) {
+    let joined = {
+        let mut all = headers.get_all(http::header::COOKIE).iter();
+        match (all.next(), all.next()) {
+            (Some(first), Some(_)) => {
+                let values = headers.get_all(http::header::COOKIE).iter();
+                let mut out = Vec::with_capacity(first.len() * 2);
+                for (i, v) in values.enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(b"; ");
+                    }
+                    out.extend_from_slice(v.as_bytes());
+                }
+                out
+            }
+            _ => return,
+        }
+    };
+    if let Ok(v) = http::HeaderValue::from_bytes(&joined) {
+        headers.insert(http::header::COOKIE, v);
+    }
 }
 
 impl<'a> RequestView<'a> {
@@ -31,37 +117,73 @@ impl<'a> RequestView<'a> {
         }
     }
 
-    pub fn method(&self) -> &'a [u8] {
-        let RequestKind::H1 { buf, head } = self.kind;
-        &buf[head.method.clone()]
+    /// An HTTP/2 request head; `ended` says its stream carries no body.
+    pub fn h2(parts: &'a http::request::Parts, ended: bool) -> Self {
+        let length = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()?.parse().ok());
+        let framing = match length {
+            Some(n) => Framing::Length(n),
+            None if ended => Framing::None,
+            None => Framing::Chunked,
+        };
+        RequestView {
+            kind: RequestKind::H2 { parts, framing },
+        }
     }
 
-    /// The request target as sent (origin or absolute form).
+    pub fn method(&self) -> &'a [u8] {
+        match self.kind {
+            RequestKind::H1 { buf, head } => &buf[head.method.clone()],
+            RequestKind::H2 { parts, .. } => parts.method.as_str().as_bytes(),
+        }
+    }
+
+    /// The request target as sent (origin or absolute form; a CONNECT's authority).
     pub fn target(&self) -> &'a [u8] {
-        let RequestKind::H1 { buf, head } = self.kind;
-        &buf[head.target.clone()]
+        match self.kind {
+            RequestKind::H1 { buf, head } => &buf[head.target.clone()],
+            RequestKind::H2 { parts, .. } if parts.method == http::Method::CONNECT => {
+                parts.uri.authority().map_or(b"", |a| a.as_str().as_bytes())
+            }
+            RequestKind::H2 { parts, .. } => parts
+                .uri
+                .path_and_query()
+                .map_or(b"/", |p| p.as_str().as_bytes()),
+        }
     }
 
     /// The path part of the target.
     pub fn path(&self) -> &'a [u8] {
-        let RequestKind::H1 { buf, head } = self.kind;
-        &buf[head.path.clone()]
+        match self.kind {
+            RequestKind::H1 { buf, head } => &buf[head.path.clone()],
+            RequestKind::H2 { parts, .. } if parts.method == http::Method::CONNECT => b"",
+            RequestKind::H2 { parts, .. } => parts.uri.path().as_bytes(),
+        }
     }
 
     pub fn version(&self) -> Version {
-        let RequestKind::H1 { head, .. } = self.kind;
-        head.version
+        match self.kind {
+            RequestKind::H1 { head, .. } => head.version,
+            RequestKind::H2 { .. } => Version::Http2,
+        }
     }
 
     /// How the request body is delimited.
     pub fn framing(&self) -> Framing {
-        let RequestKind::H1 { head, .. } = self.kind;
-        head.framing
+        match self.kind {
+            RequestKind::H1 { head, .. } => head.framing,
+            RequestKind::H2 { framing, .. } => framing,
+        }
     }
 
-    /// The part of the body already received with the head (at most its announced length).
+    /// The part of the body already received with the head (at most its announced length;
+    /// an HTTP/2 body is never in the head's bytes).
     pub fn body_so_far(&self) -> &'a [u8] {
-        let RequestKind::H1 { buf, head } = self.kind;
+        let RequestKind::H1 { buf, head } = self.kind else {
+            return &[];
+        };
         let rest = buf.get(head.len..).unwrap_or_default();
         match head.framing {
             Framing::Length(n) => &rest[..rest.len().min(n as usize)],
@@ -69,10 +191,13 @@ impl<'a> RequestView<'a> {
         }
     }
 
-    /// The client asked to close its connection after this exchange.
+    /// The client asked to close its connection after this exchange (an HTTP/2 stream
+    /// never does: its connection is not the message's business).
     pub fn wants_close(&self) -> bool {
-        let RequestKind::H1 { head, .. } = self.kind;
-        head.wants_close
+        match self.kind {
+            RequestKind::H1 { head, .. } => head.wants_close,
+            RequestKind::H2 { .. } => false,
+        }
     }
 
     pub fn is_head(&self) -> bool {
@@ -95,24 +220,39 @@ impl<'a> RequestView<'a> {
     }
 
     /// Every header as (name, value), in order.
-    pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        let RequestKind::H1 { buf, head } = self.kind;
-        head.headers
-            .iter()
-            .map(move |h| (&buf[h.name.clone()], &buf[h.value.clone()]))
+    pub fn headers(&self) -> Headers<'a> {
+        let kind = match self.kind {
+            RequestKind::H1 { buf, head } => HeadersKind::H1 {
+                buf,
+                fields: head.headers.iter(),
+            },
+            RequestKind::H2 { parts, .. } => {
+                let host = parts.uri.authority().map(|a| a.as_str().as_bytes());
+                HeadersKind::H2 {
+                    host,
+                    authority: host.is_some(),
+                    fields: parts.headers.iter(),
+                }
+            }
+        };
+        Headers { kind }
     }
 
     /// Fields that must not be forwarded: hop-by-hop ones, those nominated by `Connection`,
     /// and the framing fields the proxy writes itself.
     pub fn is_hop_by_hop(&self, name: &[u8]) -> bool {
-        let RequestKind::H1 { head, .. } = self.kind;
-        head.is_hop_by_hop(name)
+        match self.kind {
+            RequestKind::H1 { head, .. } => head.is_hop_by_hop(name),
+            RequestKind::H2 { .. } => crate::request::is_hop_by_hop(name, &[]),
+        }
     }
 
-    /// Whether `Connection` nominates `token` (lowercase).
+    /// Whether `Connection` nominates `token` (lowercase; HTTP/2 has no `Connection`).
     pub fn nominates(&self, token: &[u8]) -> bool {
-        let RequestKind::H1 { head, .. } = self.kind;
-        head.nominated.iter().any(|n| n == token)
+        match self.kind {
+            RequestKind::H1 { head, .. } => head.nominated.iter().any(|n| n == token),
+            RequestKind::H2 { .. } => false,
+        }
     }
 }
 
@@ -128,6 +268,10 @@ enum ResponseKind<'a> {
         buf: &'a [u8],
         head: &'a ResponseHead,
     },
+    H2 {
+        parts: &'a http::response::Parts,
+        framing: Framing,
+    },
 }
 
 impl<'a> ResponseView<'a> {
@@ -138,32 +282,63 @@ impl<'a> ResponseView<'a> {
         }
     }
 
-    pub fn status(&self) -> u16 {
-        let ResponseKind::H1 { head, .. } = self.kind;
-        head.status
+    /// An HTTP/2 response head; `ended` says its stream carries no body, `head_request`
+    /// that it answers a HEAD (no body, whatever its fields say).
+    pub fn h2(parts: &'a http::response::Parts, ended: bool, head_request: bool) -> Self {
+        let status = parts.status;
+        let bodiless = head_request || status.is_informational() || status == 204 || status == 304;
+        let length = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()?.parse().ok());
+        let framing = match length {
+            _ if bodiless => Framing::None,
+            Some(n) => Framing::Length(n),
+            None if ended => Framing::Length(0),
+            None => Framing::Chunked,
+        };
+        ResponseView {
+            kind: ResponseKind::H2 { parts, framing },
+        }
     }
 
-    /// The reason phrase the server sent (empty when it sent none).
+    pub fn status(&self) -> u16 {
+        match self.kind {
+            ResponseKind::H1 { head, .. } => head.status,
+            ResponseKind::H2 { parts, .. } => parts.status.as_u16(),
+        }
+    }
+
+    /// The reason phrase the server sent (empty when it sent none, as HTTP/2 never does).
     pub fn reason(&self) -> &'a [u8] {
-        let ResponseKind::H1 { buf, head } = self.kind;
-        &buf[head.reason.clone()]
+        match self.kind {
+            ResponseKind::H1 { buf, head } => &buf[head.reason.clone()],
+            ResponseKind::H2 { .. } => b"",
+        }
     }
 
     pub fn version(&self) -> Version {
-        let ResponseKind::H1 { head, .. } = self.kind;
-        head.version
+        match self.kind {
+            ResponseKind::H1 { head, .. } => head.version,
+            ResponseKind::H2 { .. } => Version::Http2,
+        }
     }
 
     /// How the response body is delimited.
     pub fn framing(&self) -> Framing {
-        let ResponseKind::H1 { head, .. } = self.kind;
-        head.framing
+        match self.kind {
+            ResponseKind::H1 { head, .. } => head.framing,
+            ResponseKind::H2 { framing, .. } => framing,
+        }
     }
 
-    /// The server's connection cannot carry another request after this response.
+    /// The server's connection cannot carry another request after this response (an
+    /// HTTP/2 connection outlives its streams).
     pub fn must_close(&self) -> bool {
-        let ResponseKind::H1 { head, .. } = self.kind;
-        head.must_close
+        match self.kind {
+            ResponseKind::H1 { head, .. } => head.must_close,
+            ResponseKind::H2 { .. } => false,
+        }
     }
 
     /// The first value of header `lower` (a lowercase name).
@@ -174,17 +349,27 @@ impl<'a> ResponseView<'a> {
     }
 
     /// Every header as (name, value), in order.
-    pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        let ResponseKind::H1 { buf, head } = self.kind;
-        head.headers
-            .iter()
-            .map(move |h| (&buf[h.name.clone()], &buf[h.value.clone()]))
+    pub fn headers(&self) -> Headers<'a> {
+        let kind = match self.kind {
+            ResponseKind::H1 { buf, head } => HeadersKind::H1 {
+                buf,
+                fields: head.headers.iter(),
+            },
+            ResponseKind::H2 { parts, .. } => HeadersKind::H2 {
+                host: None,
+                authority: false,
+                fields: parts.headers.iter(),
+            },
+        };
+        Headers { kind }
     }
 
     /// Fields that must not be forwarded (as for requests).
     pub fn is_hop_by_hop(&self, name: &[u8]) -> bool {
-        let ResponseKind::H1 { head, .. } = self.kind;
-        head.is_hop_by_hop(name)
+        match self.kind {
+            ResponseKind::H1 { head, .. } => head.is_hop_by_hop(name),
+            ResponseKind::H2 { .. } => crate::request::is_hop_by_hop(name, &[]),
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::conf::check::{
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
-use crate::h2_stream::H2Stream;
+use crate::h2_stream::{H2Stream, ServerRequest};
 use crate::runtime::CheckResult;
 use crate::transport::{Conn, Origin};
 
@@ -153,8 +153,9 @@ fn chose_h2(conn: &Conn) -> bool {
 }
 
 /// An HTTP check in HTTP/2: the connection's preface, then the check's request as one
-/// stream (the request written as HTTP/1.1 text and its answer read back as such, by the
-/// same stream adapter the data path uses), judged as [`http`] judges. The connection ends
+/// stream (its HTTP/1.1 text, which the configuration made, read once for its head; the
+/// answer read back as HTTP/1.1 by the same stream adapter the data path uses), judged as
+/// [`http`] judges. The connection ends
 /// with the check, with a reset unless the connect rule says `linger`.
 async fn http2(
     conn: Conn,
@@ -178,9 +179,23 @@ async fn http2(
         Ok(Err(e)) => return Outcome::invalid(&io::Error::other(e)),
         Ok(Ok(pair)) => pair,
     };
-    let mut stream = Conn::h2_stream(H2Stream::asking(send, (tls, peer), None), origin, None);
     let exchange = async move {
-        match stream.write_all(req).await {
+        let unfit = || Outcome::invalid(&io::Error::from(io::ErrorKind::InvalidInput));
+        let Ok(Some(head)) = sluice_http::parse_request(req) else {
+            return unfit();
+        };
+        let Some(ask) = ServerRequest::from_view(&sluice_http::RequestView::h1(req, &head)) else {
+            return unfit();
+        };
+        let end = H2Stream::asking(send, (tls, peer), None);
+        let sent = end.send_request(&ask).await;
+        let mut stream = Conn::h2_stream(end, origin, None);
+        let sent = match (sent, &req[head.len..]) {
+            (Ok(()), []) => Ok(()),
+            (Ok(()), body) => stream.write_all(body).await,
+            (Err(e), _) => Err(e),
+        };
+        match sent {
             Ok(()) => http(&stream, check, limit).await,
             Err(e) => Outcome::invalid(&e),
         }

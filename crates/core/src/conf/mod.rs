@@ -295,6 +295,19 @@ pub struct Backend {
     pub log: LogConf,
     /// Where its servers' states at start come from.
     pub load_state: state::LoadState,
+    /// The protocols its servers may be spoken to in.
+    pub speaks: Speaks,
+}
+
+/// The protocols a backend's servers may be spoken to in, known from the configuration:
+/// a transaction prepares its request head for those (a request may move to another
+/// server of the backend before it leaves).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Speaks {
+    /// Some server is not `proto h2`: it may be spoken to in HTTP/1.1.
+    pub h1: bool,
+    /// Some server is `proto h2`, or offers `h2` in its TLS ALPN.
+    pub h2: bool,
 }
 
 /// One validated configuration generation.

@@ -5,7 +5,7 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use sluice_http::{name_is, push_header, Framing, RequestHead, ResponseHead};
+use sluice_http::{push_header, Framing, ResponseHead};
 
 /// The tunnels a stream may carry, each opened by a CONNECT (RFC 9113 §8.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,19 +129,107 @@ pub(super) fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Respo
     Some(res)
 }
 
-/// The tunnel a request to a server opens on its stream: a CONNECT, or an HTTP/1.1
-/// `Upgrade: websocket` when the server allows extended CONNECT (`extended`, RFC 8441).
-/// Without that, the upgrade fields are dropped as connection-specific and the server
-/// answers the plain GET as such.
-pub(super) fn tunnel_asked(head: &RequestHead, buf: &[u8], extended: bool) -> Option<Tunnel> {
-    if head.is_connect(buf) {
+/// A request for an HTTP/2 server as the transaction prepared it from the client's head and
+/// the rules' edits, without text: the connection-specific fields are gone, the proxy's
+/// own are in. What depends on the connection it leaves on (`:scheme`, the authority of a
+/// request that names none, whether a WebSocket may go as an extended CONNECT) is settled
+/// by [`request`].
+#[derive(Debug, Clone)]
+pub struct ServerRequest {
+    pub method: http::Method,
+    /// The target as the client gave it (origin or absolute form), or a CONNECT's
+    /// authority.
+    pub target: Bytes,
+    /// The `Host` field, which becomes `:authority`.
+    pub host: Option<Bytes>,
+    /// The fields but `Host` and the framing ones.
+    pub fields: http::HeaderMap,
+    pub framing: Framing,
+    /// The client asked for a WebSocket (HTTP/1.1 `Upgrade: websocket`).
+    pub websocket: bool,
+}
+
+/// A [`ServerRequest`] under construction: its fields as they are given, `Host` kept
+/// aside for `:authority`, any field HTTP/2 cannot carry making the whole request so.
+#[derive(Debug, Default)]
+pub struct RequestFields {
+    fields: http::HeaderMap,
+    host: Option<Bytes>,
+    invalid: bool,
+}
+
+impl RequestFields {
+    /// Room for about `n` fields.
+    pub fn with_capacity(n: usize) -> RequestFields {
+        RequestFields {
+            fields: http::HeaderMap::with_capacity(n),
+            ..Default::default()
+        }
+    }
+
+    /// Adds a field the server is to get (never a connection-specific one: the caller
+    /// left those out).
+    pub fn push(&mut self, name: &[u8], value: &[u8]) {
+        if name.eq_ignore_ascii_case(b"host") {
+            self.host
+                .get_or_insert_with(|| Bytes::copy_from_slice(value));
+            return;
+        }
+        match (
+            http::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                self.fields.append(n, v);
+            }
+            _ => self.invalid = true,
+        }
+    }
+
+    /// The request with these fields; `None` if HTTP/2 cannot carry it.
+    pub fn finish(
+        self,
+        method: &[u8],
+        target: &[u8],
+        framing: Framing,
+        websocket: bool,
+    ) -> Option<ServerRequest> {
+        if self.invalid {
+            return None;
+        }
+        Some(ServerRequest {
+            method: http::Method::from_bytes(method).ok()?,
+            target: Bytes::copy_from_slice(target),
+            host: self.host,
+            fields: self.fields,
+            framing,
+            websocket,
+        })
+    }
+}
+
+impl ServerRequest {
+    /// The request for an HTTP/2 server that carries `req` as it is, without the fields a
+    /// proxy does not forward (a health check's request, which no rule edits).
+    pub fn from_view(req: &sluice_http::RequestView<'_>) -> Option<ServerRequest> {
+        let mut fields = RequestFields::with_capacity(req.headers().size_hint().0);
+        for (name, value) in req.headers() {
+            if !req.is_hop_by_hop(name) && !name.eq_ignore_ascii_case(b"expect") {
+                fields.push(name, value);
+            }
+        }
+        fields.finish(req.method(), req.target(), req.framing(), false)
+    }
+}
+
+/// The tunnel a request to a server opens on its stream: a CONNECT, or a WebSocket when the
+/// server allows extended CONNECT (`extended`, RFC 8441). Without that, the upgrade is
+/// dropped and the server answers the plain GET as such.
+pub(super) fn tunnel_asked(req: &ServerRequest, extended: bool) -> Option<Tunnel> {
+    if req.method == http::Method::CONNECT {
         return Some(Tunnel::Connect);
     }
-    let websocket = head.nominated.iter().any(|n| n == b"upgrade")
-        && head
-            .header(buf, "upgrade")
-            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"));
-    (websocket && extended).then_some(Tunnel::WebSocket)
+    (req.websocket && extended).then_some(Tunnel::WebSocket)
 }
 
 /// The `Sec-WebSocket-Accept` an HTTP/1.1 client expects for its `Sec-WebSocket-Key`
@@ -154,26 +242,26 @@ pub(super) fn websocket_accept(key: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(ctx.finish())
 }
 
-/// The HTTP/2 request for a parsed HTTP/1.1 head, without the connection-specific fields
-/// HTTP/2 forbids, on a connection to `server` (TLS when `tls`); `None` if it cannot be
-/// carried (a target HTTP/2 cannot name). A WebSocket `tunnel` goes as the extended
-/// CONNECT (RFC 8441), without the key HTTP/2 does not use.
+/// The HTTP/2 request for `req` on a connection to `server` (TLS when `tls`); `None` if it
+/// cannot be carried (a target HTTP/2 cannot name). A WebSocket `tunnel` goes as the
+/// extended CONNECT (RFC 8441), without the key HTTP/2 does not use.
 pub(super) fn request(
-    head: &RequestHead,
-    buf: &[u8],
+    req: &ServerRequest,
     (tls, server): (bool, std::net::SocketAddr),
     tunnel: Option<Tunnel>,
 ) -> Option<http::Request<()>> {
-    let target = std::str::from_utf8(&buf[head.target.clone()]).ok()?;
+    let target = std::str::from_utf8(&req.target).ok()?;
     let uri: http::Uri = if target.starts_with('/') {
         let scheme = if tls { "https" } else { "http" };
-        match head.host.clone().map(|r| std::str::from_utf8(&buf[r])) {
+        match req.host.as_deref().map(std::str::from_utf8) {
             Some(host) => format!("{scheme}://{}{target}", host.ok()?),
             // No `Host` (HTTP/1.0): the server's address names it.
             None => format!("{scheme}://{server}{target}"),
         }
         .parse()
         .ok()?
+    } else if req.method == http::Method::CONNECT {
+        target.parse().ok()?
     } else {
         // Absolute-form names its own scheme and authority; `*` has no HTTP/2 form here.
         target
@@ -181,31 +269,17 @@ pub(super) fn request(
             .ok()
             .filter(|u: &http::Uri| u.authority().is_some())?
     };
-    let mut req = http::Request::new(());
-    *req.method_mut() = http::Method::from_bytes(head.method(buf)).ok()?;
-    *req.uri_mut() = uri;
-    let websocket = tunnel == Some(Tunnel::WebSocket);
-    if websocket {
-        *req.method_mut() = http::Method::CONNECT;
-        req.extensions_mut()
+    let mut out = http::Request::new(());
+    *out.method_mut() = req.method.clone();
+    *out.uri_mut() = uri;
+    let mut fields = req.fields.clone();
+    if tunnel == Some(Tunnel::WebSocket) {
+        *out.method_mut() = http::Method::CONNECT;
+        out.extensions_mut()
             .insert(h2::ext::Protocol::from_static("websocket"));
+        fields.remove(http::header::SEC_WEBSOCKET_KEY);
     }
-    let fields = req.headers_mut();
-    fields.reserve(head.headers.len() + 1);
-    for h in head.headers.iter() {
-        let (name, value) = (&buf[h.name.clone()], &buf[h.value.clone()]);
-        // `Host` became `:authority`; `Expect` is the proxy's business, not the stream's.
-        if head.is_hop_by_hop(name)
-            || name_is(name, "host")
-            || name_is(name, "expect")
-            || (websocket && name_is(name, "sec-websocket-key"))
-        {
-            continue;
-        }
-        let value = http::HeaderValue::from_bytes(value).ok()?;
-        fields.append(http::HeaderName::from_bytes(name).ok()?, value);
-    }
-    if let Framing::Length(n) = head.framing {
+    if let Framing::Length(n) = req.framing {
         fields.insert(http::header::CONTENT_LENGTH, n.into());
     }
     // The proxy passes the trailers of every response it relays (chunked to an HTTP/1.1
@@ -213,7 +287,8 @@ pub(super) fn request(
     if tunnel.is_none() {
         fields.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     }
-    Some(req)
+    *out.headers_mut() = fields;
+    Some(out)
 }
 
 /// Writes the HTTP/1.1 head of an HTTP/2 server's 2xx that opened `tunnel`: a WebSocket's
@@ -281,40 +356,60 @@ mod tests {
     use super::*;
     use sluice_http::parse_request;
 
-    fn translate(raw: &str) -> http::Request<()> {
-        let head = parse_request(raw.as_bytes()).unwrap().unwrap();
-        let to = (false, "127.0.0.1:1".parse().unwrap());
-        request(&head, raw.as_bytes(), to, None).unwrap()
+    /// What the transaction prepares for an HTTP/2 server from an HTTP/1.1 request whose
+    /// `Host` and framing fields it has taken out (as `stream::heads` does).
+    fn prepared(
+        method: &str,
+        target: &str,
+        host: Option<&str>,
+        fields: &[(&str, &str)],
+    ) -> ServerRequest {
+        let mut map = http::HeaderMap::new();
+        for (n, v) in fields {
+            map.append(
+                http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        ServerRequest {
+            method: method.parse().unwrap(),
+            target: Bytes::copy_from_slice(target.as_bytes()),
+            host: host.map(|h| Bytes::copy_from_slice(h.as_bytes())),
+            fields: map,
+            framing: Framing::Length(3),
+            websocket: false,
+        }
+    }
+
+    fn translate(req: &ServerRequest) -> Option<http::Request<()>> {
+        request(req, (false, "127.0.0.1:1".parse().unwrap()), None)
     }
 
     #[test]
-    fn a_request_head_loses_its_connection_fields_and_says_trailers_are_taken() {
-        let req = translate(
-            "POST /a?b=1 HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, x-hop\r\n\
-             X-Hop: 1\r\nTE: trailers, deflate\r\nExpect: 100-continue\r\n\
-             Content-Length: 3\r\nX-Kept: yes\r\n\r\n",
-        );
+    fn a_request_names_its_authority_and_says_trailers_are_taken() {
+        let req = translate(&prepared(
+            "POST",
+            "/a?b=1",
+            Some("app.test"),
+            &[("x-kept", "yes")],
+        ))
+        .unwrap();
         assert_eq!(req.method(), http::Method::POST);
         assert_eq!(req.uri().to_string(), "http://app.test/a?b=1");
         let h = req.headers();
         assert_eq!(h["te"], "trailers");
         assert_eq!(h["content-length"], "3");
         assert_eq!(h["x-kept"], "yes");
-        for gone in ["host", "connection", "x-hop", "expect"] {
-            assert!(!h.contains_key(gone), "{gone} must not be sent");
-        }
+        assert!(!h.contains_key("host"));
     }
 
     #[test]
     fn a_request_without_host_names_the_server() {
-        let req = translate("GET / HTTP/1.0\r\n\r\n");
+        let req = translate(&prepared("GET", "/", None, &[])).unwrap();
         assert_eq!(req.uri().to_string(), "http://127.0.0.1:1/");
-        let head = parse_request(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
-            .unwrap()
-            .unwrap();
-        let raw = b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n";
-        let to = (false, "127.0.0.1:1".parse().unwrap());
-        assert!(request(&head, raw, to, None).is_none());
+        assert!(translate(&prepared("OPTIONS", "*", Some("a"), &[])).is_none());
+        let absolute = translate(&prepared("GET", "https://b.test/x", Some("b.test"), &[]));
+        assert_eq!(absolute.unwrap().uri().to_string(), "https://b.test/x");
     }
 
     fn head_of(status: u16, fields: &[(&str, &str)], ended: bool, head_req: bool) -> String {
@@ -342,5 +437,117 @@ mod tests {
         let head = head_of(200, &[], true, true);
         assert!(!head.contains("content-length") && !head.contains("chunked"));
         assert!(!head_of(304, &[], true, false).contains("content-length"));
+    }
+
+    fn h2_request(method: &str, uri: &str, fields: &[(&str, &str)]) -> http::request::Parts {
+        let mut b = http::Request::builder().method(method).uri(uri);
+        for (n, v) in fields {
+            b = b.header(*n, *v);
+        }
+        let (mut parts, ()) = b.body(()).unwrap().into_parts();
+        sluice_http::join_cookies(&mut parts.headers);
+        parts
+    }
+
+    /// The fields a view shows that a proxy forwards (its framing fields are its own), in
+    /// order within each name (the joined cookie field stands where the first cookie was,
+    /// which HTTP does not tell apart from the end).
+    fn forwarded<'a>(v: &sluice_http::RequestView<'a>) -> Vec<(&'a [u8], &'a [u8])> {
+        let mut fields: Vec<_> = v.headers().filter(|(n, _)| !v.is_hop_by_hop(n)).collect();
+        fields.sort_by_key(|(n, _)| *n);
+        fields
+    }
+
+    #[test]
+    fn an_http2_request_reads_as_its_http1_translation() {
+        use sluice_http::RequestView;
+        let cases = [
+            (
+                "GET",
+                "https://app.test/a/b?x=1",
+                vec![("accept", "*/*")],
+                true,
+            ),
+            (
+                "POST",
+                "http://app.test:8080/up",
+                vec![("content-length", "3"), ("x-a", "1"), ("x-a", "2")],
+                false,
+            ),
+            (
+                "PUT",
+                "http://app.test/chunks",
+                vec![("cookie", "a=1"), ("x-b", "y"), ("cookie", "b=2")],
+                false,
+            ),
+            (
+                "HEAD",
+                "http://app.test/",
+                vec![("host", "other.test")],
+                true,
+            ),
+        ];
+        for (method, uri, fields, ended) in cases {
+            let parts = h2_request(method, uri, &fields);
+            let mut text = Vec::new();
+            request_head(&parts, ended, &mut text);
+            let head = parse_request(&text).unwrap().unwrap();
+            let (one, two) = (
+                RequestView::h1(&text, &head),
+                RequestView::h2(&parts, ended),
+            );
+            assert_eq!(one.method(), two.method());
+            assert_eq!(one.target(), two.target(), "{uri}");
+            assert_eq!(one.path(), two.path(), "{uri}");
+            assert_eq!(one.framing(), two.framing(), "{uri}");
+            assert_eq!(one.header("host"), two.header("host"), "{uri}");
+            assert_eq!(one.header("cookie"), two.header("cookie"), "{uri}");
+            assert_eq!(forwarded(&one), forwarded(&two), "{uri}");
+            assert_eq!(
+                (one.is_head(), one.wants_close()),
+                (two.is_head(), two.wants_close())
+            );
+            assert_eq!(two.version(), sluice_http::Version::Http2);
+        }
+    }
+
+    #[test]
+    fn an_http2_response_reads_as_its_http1_translation() {
+        use sluice_http::{parse_response, ResponseView};
+        let cases: [(u16, Vec<(&str, &str)>, bool, bool); 5] = [
+            (
+                200,
+                vec![("x-a", "1"), ("content-type", "text/plain")],
+                false,
+                false,
+            ),
+            (404, vec![("content-length", "5")], false, false),
+            (200, vec![], true, false),
+            (200, vec![("content-length", "9")], false, true),
+            (304, vec![("etag", "\"e\"")], true, false),
+        ];
+        for (status, fields, ended, head_req) in cases {
+            let mut b = http::Response::builder().status(status);
+            for (n, v) in &fields {
+                b = b.header(*n, *v);
+            }
+            let (parts, ()) = b.body(()).unwrap().into_parts();
+            let mut text = Vec::new();
+            response_head(&parts, ended, head_req, &mut text);
+            let head = parse_response(&text, head_req).unwrap().unwrap();
+            let one = ResponseView::h1(&text, &head);
+            let two = ResponseView::h2(&parts, ended, head_req);
+            assert_eq!(one.status(), two.status());
+            assert_eq!(one.framing(), two.framing(), "{status} {fields:?}");
+            let kept = |v: &ResponseView<'_>| -> Vec<(Vec<u8>, Vec<u8>)> {
+                v.headers()
+                    .filter(|(n, _)| !v.is_hop_by_hop(n))
+                    .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                    .collect()
+            };
+            assert_eq!(kept(&one), kept(&two));
+            assert_eq!(one.header("content-type"), two.header("content-type"));
+            assert!(!two.must_close() && two.reason().is_empty());
+        }
     }
 }

@@ -3,10 +3,11 @@
 //!   the request comes as an HTTP/1.1 head, then its body as it arrives; what the session
 //!   writes back is parsed once for its head, which leaves as HEADERS, and its body leaves
 //!   as DATA;
-//! - a stream to a server ([`H2Stream::asking`]) is written by a transaction: its request
-//!   is parsed once and sent as HEADERS and DATA, and the response reads back as HTTP/1.1
-//!   with `connection: close` (the stream carries one exchange and is never pooled; its
-//!   connection, `pool::h2`'s link, is what lasts).
+//! - a stream to a server ([`H2Stream::asking`]) is given its request head as the
+//!   transaction prepared it ([`ServerRequest`], no text) and sent as HEADERS, then its body
+//!   as DATA; the response reads back as HTTP/1.1 with `connection: close` (the stream
+//!   carries one exchange and is never pooled; its connection, `pool::h2`'s link, is what
+//!   lasts).
 //! - a client's stream that opens a tunnel carries its bytes both ways, raw, once the
 //!   server agreed ([`Tunnel`]): a WebSocket (RFC 8441: CONNECT with `:protocol
 //!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request and the server's 101
@@ -46,10 +47,10 @@ use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use sluice_http::{parse_request, parse_response, push_chunk, push_header, Framing};
+use sluice_http::{parse_response, push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
-pub use self::heads::{tunnel, Tunnel};
+pub use self::heads::{tunnel, RequestFields, ServerRequest, Tunnel};
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
@@ -114,11 +115,10 @@ enum Down {
         respond: SendResponse<Bytes>,
         buf: Vec<u8>,
     },
-    /// A stream to a server, not open yet: the request head, its bytes so far.
+    /// A stream to a server, not open yet: it opens with [`H2Stream::send_request`].
     Request {
         sender: SendRequest<Bytes>,
         to: Server,
-        buf: Vec<u8>,
     },
     /// The head has left; the body goes as its framing says.
     Body {
@@ -261,7 +261,6 @@ impl H2Stream {
                 addr,
                 settings,
             },
-            buf: Vec::new(),
         };
         H2Stream {
             state: Arc::new(Mutex::new(State::new(Vec::new(), None, false, down))),
@@ -321,19 +320,26 @@ impl H2Stream {
         st.gone.is_some() || (st.awaiting.is_none() && st.body.is_none() && st.unread().is_empty())
     }
 
-    /// Writes the next bytes of the message: its head leaves once complete (a stream to a
-    /// server opens then, when the connection takes one more), its body as flow control
-    /// allows. Fails once the stream is gone.
-    pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
-        let settings = {
-            let mut st = self.lock();
-            st.take_in(bytes)?;
-            st.settings_awaited()
-        };
+    /// Opens a stream to a server with the request head `req`, once the connection takes
+    /// one more stream (and, for a WebSocket on a connection so new that whether the server
+    /// allows it is not known, once the server's SETTINGS are). Its body follows with
+    /// [`Self::write_all`], framed as `req.framing` says.
+    pub async fn send_request(&self, req: &ServerRequest) -> io::Result<()> {
+        let settings = self.lock().settings_awaited(req);
         if let Some(settings) = settings {
             settings.known().await;
         }
-        std::future::poll_fn(|cx| self.lock().poll_head(cx)).await?;
+        std::future::poll_fn(|cx| self.lock().poll_request(cx, req)).await
+    }
+
+    /// Writes the next bytes of the message: a response's head leaves once complete, its
+    /// body (or a request's) as flow control allows. Fails once the stream is gone.
+    pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        {
+            let mut st = self.lock();
+            st.take_in(bytes)?;
+            st.send_head()?;
+        }
         let Some(mut out) = self.lock().take_body()? else {
             return Ok(());
         };
@@ -551,7 +557,8 @@ impl State {
             return Err(broken());
         }
         match &mut self.down {
-            Down::Response { buf, .. } | Down::Request { buf, .. } => {
+            Down::Request { .. } => return Err(invalid("a request body before its head")),
+            Down::Response { buf, .. } => {
                 if buf.is_empty() {
                     // Exactly sized: the head becomes shared bytes without a copy.
                     buf.reserve_exact(bytes.len());
@@ -568,19 +575,35 @@ impl State {
 
     /// The server's SETTINGS to wait for before the request head leaves: only for a
     /// WebSocket on a connection so new that whether the server allows it is not known.
-    fn settings_awaited(&self) -> Option<Arc<PeerSettings>> {
-        let Down::Request { to, buf, sender } = &self.down else {
+    fn settings_awaited(&self, req: &ServerRequest) -> Option<Arc<PeerSettings>> {
+        let Down::Request { to, sender } = &self.down else {
             return None;
         };
         let settings = to.settings.as_ref().filter(|s| !s.is_known())?;
-        let head = parse_request(buf).ok().flatten()?;
-        heads::tunnel_asked(&head, buf, true)?;
+        heads::tunnel_asked(req, true)?;
         (!sender.is_extended_connect_protocol_enabled()).then(|| settings.clone())
     }
 
-    /// Sends the head once it is complete: a response at once, a request once the server
-    /// connection takes another stream. Ready at once while the head is not complete.
-    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// Opens the stream with `req` once the server connection takes another stream.
+    fn poll_request(&mut self, cx: &mut Context<'_>, req: &ServerRequest) -> Poll<io::Result<()>> {
+        let Down::Request { sender, .. } = &mut self.down else {
+            return Poll::Ready(Err(invalid("a request head sent twice")));
+        };
+        if std::task::ready!(sender.poll_ready(cx)).is_err() {
+            // The connection takes no more streams: this one never left.
+            self.gone = Some(Gone::Peer);
+            self.refused = true;
+            return Poll::Ready(Err(refused_error()));
+        }
+        let sent = self.request(req);
+        if sent.is_err() && self.gone.is_none() {
+            self.gone = Some(Gone::Local);
+        }
+        Poll::Ready(sent)
+    }
+
+    /// Sends a response head once it is complete in what was written.
+    fn send_head(&mut self) -> io::Result<()> {
         let head_request = self.head_request;
         let tunnel = self.tunnel;
         let sent = match &mut self.down {
@@ -592,30 +615,17 @@ impl State {
                     // Interim answers (100 Continue) stay between the session and the server.
                     Ok(Some(h)) if h.status < 200 => drop(buf.drain(..h.len)),
                     Ok(Some(h)) => break self.respond(h),
-                    Ok(None) => return Poll::Ready(Ok(())),
+                    Ok(None) => return Ok(()),
                     Err(e) => break Err(invalid(e)),
                 }
             },
-            Down::Request { buf, sender, .. } => match parse_request(buf) {
-                Ok(Some(h)) => {
-                    if std::task::ready!(sender.poll_ready(cx)).is_err() {
-                        // The connection takes no more streams: this one never left.
-                        self.gone = Some(Gone::Peer);
-                        self.refused = true;
-                        return Poll::Ready(Err(refused_error()));
-                    }
-                    self.request(h)
-                }
-                Ok(None) => return Poll::Ready(Ok(())),
-                Err(e) => Err(invalid(e.reason)),
-            },
-            Down::Body { .. } | Down::Done => return Poll::Ready(Ok(())),
+            Down::Request { .. } | Down::Body { .. } | Down::Done => return Ok(()),
         };
         if sent.is_err() && self.gone.is_none() {
             self.reset();
             self.gone = Some(Gone::Local);
         }
-        Poll::Ready(sent)
+        sent
     }
 
     /// Sends the response head `head` (complete in the head buffer).
@@ -662,46 +672,39 @@ impl State {
         Ok(())
     }
 
-    /// Opens the stream with the request head `head` (complete in the head buffer); the
-    /// server connection has room for it.
-    fn request(&mut self, head: sluice_http::RequestHead) -> io::Result<()> {
-        let Down::Request {
-            mut sender,
-            to,
-            buf,
-        } = std::mem::replace(&mut self.down, Down::Done)
-        else {
+    /// Opens the stream with the request head `req`; the server connection has room for it.
+    fn request(&mut self, req: &ServerRequest) -> io::Result<()> {
+        let Down::Request { mut sender, to } = std::mem::replace(&mut self.down, Down::Done) else {
             unreachable!("called while the request head is awaited")
         };
-        let tunnel =
-            heads::tunnel_asked(&head, &buf, sender.is_extended_connect_protocol_enabled());
-        let req = heads::request(&head, &buf, (to.tls, to.addr), tunnel)
+        let tunnel = heads::tunnel_asked(req, sender.is_extended_connect_protocol_enabled());
+        let head = heads::request(req, (to.tls, to.addr), tunnel)
             .ok_or_else(|| invalid("a request HTTP/2 cannot carry"))?;
-        self.head_request = head.is_head(&buf);
+        self.head_request = req.method == http::Method::HEAD;
         self.tunnel = tunnel;
         if tunnel == Some(Tunnel::WebSocket) {
-            self.accept = head
-                .header(&buf, "sec-websocket-key")
-                .map(heads::websocket_accept);
+            self.accept = req
+                .fields
+                .get(http::header::SEC_WEBSOCKET_KEY)
+                .map(|k| heads::websocket_accept(k.as_bytes()));
         }
         // A tunnel's bytes go as DATA until this side ends.
         let framing = if tunnel.is_some() {
             Framing::UntilClose
         } else {
-            head.framing
+            req.framing
         };
         let no_body = matches!(framing, Framing::None | Framing::Length(0));
-        let (response, send) = sender.send_request(req, no_body).map_err(|e| {
+        let (response, send) = sender.send_request(head, no_body).map_err(|e| {
             self.gone = Some(Gone::Peer);
             io::Error::other(e)
         })?;
         self.awaiting = Some(response);
         if !no_body {
-            let input = Bytes::from(buf).slice(head.len..);
             self.down = Down::Body {
                 send,
                 reader: BodyReader::new(framing),
-                input,
+                input: Bytes::new(),
             };
         }
         Ok(())

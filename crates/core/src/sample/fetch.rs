@@ -364,7 +364,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Some(c) if c.is_stream() => Sample::str(b"HTTP/2.0"),
             _ => match r.version() {
                 Version::Http10 => Sample::str(b"HTTP/1.0"),
-                _ => Sample::str(b"HTTP/1.1"),
+                Version::Http11 => Sample::str(b"HTTP/1.1"),
+                Version::Http2 => Sample::str(b"HTTP/2.0"),
             },
         }),
         Fetch::FcPpAuthority => cx.client?.proxied()?.authority.as_deref().map(Sample::str),
@@ -485,7 +486,8 @@ fn plain_ip(ip: IpAddr) -> IpAddr {
 fn version(v: Version) -> Sample<'static> {
     Sample::str(match v {
         Version::Http10 => b"1.0",
-        _ => b"1.1",
+        Version::Http11 => b"1.1",
+        Version::Http2 => b"2.0",
     })
 }
 

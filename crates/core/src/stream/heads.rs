@@ -11,6 +11,7 @@ use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie::ResponseCookie;
+use crate::h2_stream::{RequestFields, ServerRequest};
 use crate::rules::{holds, run_shared, Action, Level, Reply, Rule, TargetPart, TimeoutKind};
 use crate::sample::{text_match, Ctx, Match};
 
@@ -373,7 +374,7 @@ pub(crate) fn edited_request(
     out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
     out.extend_from_slice(match req.version() {
         Version::Http10 => b" HTTP/1.0\r\n",
-        Version::Http11 => b" HTTP/1.1\r\n",
+        Version::Http11 | Version::Http2 => b" HTTP/1.1\r\n",
     });
     for (name, value) in req.headers() {
         if edits.deletes(name) {
@@ -392,9 +393,52 @@ pub(crate) fn edited_request(
     Some((out, head))
 }
 
-/// Writes the request head sent to the server: hop-by-hop fields removed first (so a client
-/// cannot nominate the proxy's own headers for removal), then edits, X-Forwarded-For and the
-/// canonical framing header.
+/// Where the fields of a request for a server go: HTTP/1.1 text, or an HTTP/2 head.
+trait FieldOut {
+    fn field(&mut self, name: &[u8], value: &[u8]);
+}
+
+impl FieldOut for Vec<u8> {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        push_header(self, name, value);
+    }
+}
+
+/// The fields of the request a server gets, whatever its protocol: hop-by-hop fields
+/// removed first (so a client cannot nominate the proxy's own headers for removal), then
+/// the edits and X-Forwarded-For. `Expect` is the proxy's business (it answers `100
+/// Continue` itself); the framing fields are the writer's.
+fn request_fields(
+    out: &mut impl FieldOut,
+    req: &RequestView<'_>,
+    edits: &Edits,
+    xff: Option<(&ForwardFor, IpAddr)>,
+) {
+    let mut has_xff = false;
+    for (name, value) in req.headers() {
+        if req.is_hop_by_hop(name) || edits.deletes(name) || name.eq_ignore_ascii_case(b"expect") {
+            continue;
+        }
+        if let Some((f, _)) = xff {
+            has_xff |= name.eq_ignore_ascii_case(f.header.as_bytes());
+        }
+        match edits.replaced(name, value) {
+            Some(v) => out.field(name, &v),
+            None => out.field(name, value),
+        }
+    }
+    for (n, v) in &edits.add {
+        out.field(n.as_bytes(), v);
+    }
+    if let Some((f, ip)) = xff {
+        if !(f.if_none && has_xff) {
+            out.field(f.header.as_bytes(), ip.to_string().as_bytes());
+        }
+    }
+}
+
+/// Writes the request head sent to an HTTP/1.1 server: the request line, the fields
+/// ([`request_fields`]), the canonical framing header and the connection's.
 pub(crate) fn build_request_head(
     out: &mut Vec<u8>,
     req: &RequestView<'_>,
@@ -410,29 +454,9 @@ pub(crate) fn build_request_head(
     // HTTP/1.1 request may not.
     out.extend_from_slice(match req.version() {
         Version::Http10 => b" HTTP/1.0\r\n",
-        Version::Http11 => b" HTTP/1.1\r\n",
+        Version::Http11 | Version::Http2 => b" HTTP/1.1\r\n",
     });
-    let mut has_xff = false;
-    for (name, value) in req.headers() {
-        if req.is_hop_by_hop(name) || edits.deletes(name) || name.eq_ignore_ascii_case(b"expect") {
-            continue;
-        }
-        if let Some((f, _)) = xff {
-            has_xff |= name.eq_ignore_ascii_case(f.header.as_bytes());
-        }
-        match edits.replaced(name, value) {
-            Some(v) => push_header(out, name, &v),
-            None => push_header(out, name, value),
-        }
-    }
-    for (n, v) in &edits.add {
-        push_header(out, n.as_bytes(), v);
-    }
-    if let Some((f, ip)) = xff {
-        if !(f.if_none && has_xff) {
-            push_header(out, f.header.as_bytes(), ip.to_string().as_bytes());
-        }
-    }
+    request_fields(out, req, edits, xff);
     match req.framing() {
         Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
@@ -453,6 +477,31 @@ pub(crate) fn build_request_head(
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+impl FieldOut for RequestFields {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.push(name, value);
+    }
+}
+
+/// The request head for an HTTP/2 server, from the client's head and the rules' edits
+/// (the same fields as [`build_request_head`] writes, without text); `upgrade` is what
+/// the client asked to switch to. `None` if HTTP/2 cannot carry it.
+pub(crate) fn server_request(
+    req: &RequestView<'_>,
+    edits: &Edits,
+    xff: Option<(&ForwardFor, IpAddr)>,
+    upgrade: Option<&[u8]>,
+) -> Option<ServerRequest> {
+    let mut out = RequestFields::with_capacity(req.headers().size_hint().0 + edits.add.len());
+    request_fields(&mut out, req, edits, xff);
+    out.finish(
+        edits.method.as_deref().unwrap_or(req.method()),
+        edits.target.as_deref().unwrap_or(req.target()),
+        req.framing(),
+        upgrade.is_some_and(|u| u.eq_ignore_ascii_case(b"websocket")),
+    )
 }
 
 /// The protocols a request asks to switch to: a bodiless HTTP/1.1 request with `Upgrade`
@@ -631,6 +680,39 @@ mod tests {
             text,
             "POST /p HTTP/1.1\r\nHost: h\r\nX-Keep: z\r\nx-forwarded-for: 10.0.0.9\r\ncontent-length: 3\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn a_request_for_an_http2_server_has_the_fields_an_http1_server_gets() {
+        let raw = b"PUT /p?q HTTP/1.1\r\nHost: h\r\nConnection: X-Secret\r\nX-Secret: 1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\nX-Keep: y\r\nX-Gone: 1\r\n\r\n";
+        let head = parse_request(raw).unwrap().unwrap();
+        let f = ForwardFor {
+            header: "x-forwarded-for".into(),
+            except: None,
+            if_none: false,
+        };
+        let mut edits = Edits::default();
+        edits.remove("x-gone", Match::Str);
+        edits.remove("host", Match::Str);
+        edits.add.push(("Host".into(), b"other.test".to_vec()));
+        edits.add.push(("X-Added".into(), b"a".to_vec()));
+        edits.method = Some(b"POST".to_vec());
+        let view = sluice_http::RequestView::h1(raw, &head);
+        let xff = Some((&f, "10.0.0.9".parse().unwrap()));
+        let req = server_request(&view, &edits, xff, None).unwrap();
+        assert_eq!(req.method, http::Method::POST);
+        assert_eq!(&req.target[..], b"/p?q");
+        assert_eq!(req.host.as_deref(), Some(&b"other.test"[..]));
+        assert_eq!(req.framing, Framing::Chunked);
+        let names: Vec<&str> = req.fields.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-keep", "x-added", "x-forwarded-for"]);
+        assert_eq!(req.fields["x-forwarded-for"], "10.0.0.9");
+        // A field HTTP/2 cannot carry makes the request so.
+        edits.add.push(("bad name".into(), b"v".to_vec()));
+        assert!(server_request(&view, &edits, None, None).is_none());
+        // A WebSocket the client asked for is said so (the stream decides how it goes).
+        let ws = server_request(&view, &Edits::default(), None, Some(b"websocket"));
+        assert!(ws.unwrap().websocket);
     }
 
     #[test]

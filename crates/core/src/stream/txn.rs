@@ -19,8 +19,8 @@ use sluice_http::{
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, originalto, upgrade_request, with_close, write_response_head,
-    Edits,
+    build_request_head, forwardfor, originalto, server_request, upgrade_request, with_close,
+    write_response_head, Edits,
 };
 use super::keywords::CloseMode;
 
@@ -86,6 +86,9 @@ pub(crate) struct Txn {
     /// The server answered before the request body was all sent: the rest of the upload
     /// is not relayed, and neither connection carries another request.
     pub upload_cut: bool,
+    /// The request head for an HTTP/2 server (only when the backend has one; `None` there
+    /// too if HTTP/2 cannot carry it).
+    pub h2_request: Option<crate::h2_stream::ServerRequest>,
 }
 
 /// Waits for more of the request body (`false`), or for the server to refuse the rest of
@@ -409,19 +412,28 @@ impl Txn {
                     }
                 }
                 s.out.clear();
-                // One allocation for a session's first head (an HTTP/2 stream's only one):
-                // the client's head plus room for what the proxy adds.
-                s.out.reserve(head.len + 256);
-                build_request_head(
-                    &mut s.out,
-                    &req,
-                    &edits,
-                    forwardfor(fe, be, s.client.client_addr(s.peer.get()).map(|a| a.ip())),
-                    // A tunnel that opens ends with its connection anyway.
-                    server_close(fe, be) && !facts.connect,
-                    facts.upgrade.as_deref(),
-                );
-                if has_response_rules(fe, be) || Txn::log_reads_response(s) {
+                let xff = forwardfor(fe, be, s.client.client_addr(s.peer.get()).map(|a| a.ip()));
+                self.h2_request = be
+                    .speaks
+                    .h2
+                    .then(|| server_request(&req, &edits, xff, facts.upgrade.as_deref()))
+                    .flatten();
+                let reads_request = has_response_rules(fe, be) || Txn::log_reads_response(s);
+                if be.speaks.h1 || reads_request {
+                    // One allocation for a session's first head (an HTTP/2 stream's only
+                    // one): the client's head plus room for what the proxy adds.
+                    s.out.reserve(head.len + 256);
+                    build_request_head(
+                        &mut s.out,
+                        &req,
+                        &edits,
+                        xff,
+                        // A tunnel that opens ends with its connection anyway.
+                        server_close(fe, be) && !facts.connect,
+                        facts.upgrade.as_deref(),
+                    );
+                }
+                if reads_request {
                     // The response's rules (or log samples) may read the request: keep it
                     // as sent.
                     self.sent_head = sluice_http::parse_request(&s.out)
@@ -650,8 +662,44 @@ impl Txn {
         self.relay_response(s, be, conn, rsp, facts).await
     }
 
-    /// Writes the request head and streams the body to the server.
+    /// Writes the request head and streams the body to the server: an HTTP/2 server's head
+    /// as prepared for it ([`Txn::h2_request`]), an HTTP/1.1 server's as the text in
+    /// `s.out`, which the body's first bytes join.
     async fn send_request(
+        &mut self,
+        s: &mut Session,
+        conn: &mut ServerConn,
+        facts: &ReqFacts,
+    ) -> Result<(), SendFail> {
+        let Some(stream) = conn.conn.as_stream() else {
+            return self.send_request_over(s, conn, facts).await;
+        };
+        let invalid = || {
+            let e = io::Error::new(io::ErrorKind::InvalidData, "a request HTTP/2 cannot carry");
+            SendFail::Fail(Fail::answer(502, Cause::Server(Some(e)), Phase::Headers))
+        };
+        let req = self.h2_request.as_ref().ok_or_else(invalid)?;
+        match within(facts.timeout_server, stream.send_request(req)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(SendFail::Retryable(e)),
+            Err(()) => {
+                return Err(SendFail::Fail(Fail::answer(
+                    504,
+                    Cause::ServerTimeout,
+                    Phase::Headers,
+                )))
+            }
+        }
+        // The head has left: the body follows alone. (The text stays for a retry on a
+        // connection of HTTP/1.1.)
+        let text = std::mem::take(&mut s.out);
+        let sent = self.send_request_over(s, conn, facts).await;
+        s.out = text;
+        sent
+    }
+
+    /// Writes what `s.out` holds (an HTTP/1.1 head, or nothing) and streams the body.
+    async fn send_request_over(
         &mut self,
         s: &mut Session,
         conn: &mut ServerConn,
