@@ -156,7 +156,7 @@ async fn answer(
             .get(n)
             .map_or("-".to_string(), |v| v.to_str().unwrap().to_string())
     };
-    seen.heads.lock().unwrap().push(format!(
+    let mut head = format!(
         "{} {} te={} cl={} host={} connection={}",
         parts.method,
         parts.uri,
@@ -164,7 +164,15 @@ async fn answer(
         field("content-length"),
         field("host"),
         field("connection"),
-    ));
+    );
+    if parts.headers.contains_key("x-edit") {
+        head.push_str(&format!(
+            " x-edit={} x-gone={}",
+            field("x-edit"),
+            field("x-gone")
+        ));
+    }
+    seen.heads.lock().unwrap().push(head);
     let (mut len, mut sum) = (0u64, 0u64);
     while let Some(Ok(d)) = body.data().await {
         len += d.len() as u64;
@@ -420,6 +428,48 @@ fn bodies_trailers_and_head_cross_both_ways() {
         .enumerate()
         .all(|(i, &b)| b == (i % 251) as u8));
     assert_eq!(origin.conns(), 1);
+}
+
+#[test]
+fn rules_read_and_edit_an_exchange_with_an_http2_server() {
+    let origin = H2Origin::start();
+    let server = format!(
+        "http-request set-header x-edit yes\n \
+         http-request del-header x-gone\n \
+         http-request set-method PUT if {{ path /method }}\n \
+         http-request set-header host rewritten.test if {{ path /host }}\n \
+         http-response set-header x-seen \"%[res.hdr(x-conn)] %[res.ver] %[status]\"\n \
+         http-response del-header x-conn\n \
+         server s {} proto h2",
+        origin.addr
+    );
+    let p = Sluice::start(&config(&server, ""));
+    let addr = p.addr();
+    for path in ["/method", "/host"] {
+        let out = exchange_raw(
+            addr,
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: app.test\r\nX-Gone: 1\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        // The response as rules see it: the server's field, HTTP/2, its status.
+        assert!(out.contains("\r\nx-seen: 1 2.0 200\r\n"), "{out}");
+        assert!(!out.contains("x-conn"), "{out}");
+        assert!(out.contains("transfer-encoding: chunked\r\n"), "{out}");
+    }
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    let sent = |h: &str| heads.iter().any(|x| x == h);
+    let tail = "te=trailers cl=- host=- connection=- x-edit=yes x-gone=-";
+    assert!(
+        sent(&format!("PUT http://app.test/method {tail}")),
+        "{heads:?}"
+    );
+    assert!(
+        sent(&format!("GET http://rewritten.test/host {tail}")),
+        "{heads:?}"
+    );
 }
 
 #[test]

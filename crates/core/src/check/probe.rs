@@ -20,7 +20,7 @@ use crate::conf::check::{
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
-use crate::h2_stream::{H2Stream, ServerRequest};
+use crate::h2_stream::{response_head, H2Stream, ServerRequest};
 use crate::runtime::CheckResult;
 use crate::transport::{Conn, Origin};
 
@@ -195,9 +195,21 @@ async fn http2(
             (Ok(()), body) => stream.write_all(body).await,
             (Err(e), _) => Err(e),
         };
-        match sent {
-            Ok(()) => http(&stream, check, limit).await,
-            Err(e) => Outcome::invalid(&e),
+        if let Err(e) = sent {
+            return Outcome::invalid(&e);
+        }
+        let answer = match stream.as_stream().map(|end| end.response()) {
+            Some(answer) => tokio::time::timeout(limit, answer).await,
+            None => return unfit(),
+        };
+        match answer {
+            Err(_) => Outcome::fail("L7TOUT", "Layer7 timeout", None),
+            Ok(Err(e)) => Outcome::invalid(&e),
+            Ok(Ok(a)) => {
+                let mut text = Vec::new();
+                response_head(&a.parts, a.ended, head.is_head(req), &mut text);
+                http_after(&stream, text, check, limit).await
+            }
         }
     };
     let exchange = tokio::time::timeout(limit, exchange);
@@ -407,7 +419,18 @@ async fn read_more(conn: &Conn, buf: &mut Vec<u8>) -> io::Result<usize> {
 /// Reads until `done` says the answer is whole, the peer closes, or [`MAX_READ`] bytes
 /// arrived.
 pub async fn read_until(conn: &Conn, done: impl Fn(&[u8]) -> bool) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
+    read_more_until(conn, Vec::new(), done).await
+}
+
+/// [`read_until`], what was read before being `out`.
+async fn read_more_until(
+    conn: &Conn,
+    mut out: Vec<u8>,
+    done: impl Fn(&[u8]) -> bool,
+) -> io::Result<Vec<u8>> {
+    if done(&out) {
+        return Ok(out);
+    }
     loop {
         match read_more(conn, &mut out).await {
             Ok(0) => break,
@@ -457,8 +480,13 @@ fn whole_response(rsp: &[u8], head_only: bool) -> bool {
 
 /// `option httpchk`: the answer to the request `open` sent, judged by `http-check expect` (2xx and 3xx otherwise).
 async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
+    http_after(conn, Vec::new(), check, limit).await
+}
+
+/// [`http`], the answer starting with `start` (an HTTP/2 answer's head, as HTTP/1.1 text).
+async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Duration) -> Outcome {
     let head_only = check.http.method.eq_ignore_ascii_case("HEAD");
-    let answer = read_until(conn, |b| whole_response(b, head_only));
+    let answer = read_more_until(conn, start, |b| whole_response(b, head_only));
     let rsp = match tokio::time::timeout(limit, answer).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
         Ok(Err(e)) => return Outcome::invalid(&e),

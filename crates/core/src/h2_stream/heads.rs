@@ -291,33 +291,6 @@ pub(super) fn request(
     Some(out)
 }
 
-/// Writes the HTTP/1.1 head of an HTTP/2 server's 2xx that opened `tunnel`: a WebSocket's
-/// as the 101 with the key's answer `accept`, a CONNECT's as it is, without a length: the
-/// tunnel's bytes follow, raw.
-pub(super) fn tunnel_response_head(
-    parts: &http::response::Parts,
-    tunnel: Tunnel,
-    accept: Option<&str>,
-    out: &mut Vec<u8>,
-) {
-    match tunnel {
-        Tunnel::WebSocket => out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n"),
-        Tunnel::Connect => status_line(parts.status, out),
-    }
-    for (name, value) in &parts.headers {
-        if name != http::header::CONTENT_LENGTH {
-            push_header(out, name.as_str().as_bytes(), value.as_bytes());
-        }
-    }
-    if tunnel == Tunnel::WebSocket {
-        out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
-        if let Some(a) = accept {
-            push_header(out, b"sec-websocket-accept", a.as_bytes());
-        }
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 fn status_line(status: http::StatusCode, out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
@@ -327,8 +300,10 @@ fn status_line(status: http::StatusCode, out: &mut Vec<u8>) {
 }
 
 /// Writes the HTTP/1.1 head of a stream's response into `out`; `ended` says the stream
-/// carries no body. Returns whether the body goes chunked (no length was given).
-pub(super) fn response_head(
+/// carries no body. Returns whether the body goes chunked (no length was given). For a
+/// health check, which judges answers as HTTP/1.1 text; the data path reads heads through
+/// `sluice_http::ResponseView`.
+pub fn response_head(
     parts: &http::response::Parts,
     ended: bool,
     head_request: bool,

@@ -5,9 +5,10 @@
 //!   as DATA;
 //! - a stream to a server ([`H2Stream::asking`]) is given its request head as the
 //!   transaction prepared it ([`ServerRequest`], no text) and sent as HEADERS, then its body
-//!   as DATA; the response reads back as HTTP/1.1 with `connection: close` (the stream
-//!   carries one exchange and is never pooled; its connection, `pool::h2`'s link, is what
-//!   lasts).
+//!   as DATA; the response head is taken as the `h2` crate decoded it
+//!   ([`H2Stream::response`]), and its body reads back as HTTP/1.1 would carry it (the
+//!   stream carries one exchange and is never pooled; its connection, `pool::h2`'s link,
+//!   is what lasts).
 //! - a client's stream that opens a tunnel carries its bytes both ways, raw, once the
 //!   server agreed ([`Tunnel`]): a WebSocket (RFC 8441: CONNECT with `:protocol
 //!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request and the server's 101
@@ -50,7 +51,7 @@ use h2::{Reason, RecvStream, SendStream};
 use sluice_http::{parse_response, push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
-pub use self::heads::{tunnel, RequestFields, ServerRequest, Tunnel};
+pub use self::heads::{response_head, tunnel, RequestFields, ServerRequest, Tunnel};
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
@@ -171,6 +172,18 @@ impl PeerSettings {
             learned.await;
         }
     }
+}
+
+/// A server's answer on a stream to it ([`H2Stream::response`]).
+#[derive(Debug)]
+pub struct Answer {
+    pub parts: http::response::Parts,
+    /// The stream carries no body.
+    pub ended: bool,
+    /// The tunnel this answer opened (a 2xx to a CONNECT): the stream now carries its bytes.
+    pub opened: Option<Tunnel>,
+    /// For a WebSocket opened: the `Sec-WebSocket-Accept` its HTTP/1.1 client expects.
+    pub accept: Option<String>,
 }
 
 /// Body bytes taken out of what was written, ready to leave.
@@ -299,6 +312,15 @@ impl H2Stream {
 
     pub fn has_input(&self) -> bool {
         !self.lock().unread().is_empty()
+    }
+
+    /// The server's final answer to the request sent ([`Self::send_request`]): its head as
+    /// the `h2` crate decoded it. What is read afterwards is its body, chunked when the
+    /// server gave no length (so that trailers pass), or the bytes of the tunnel it opened.
+    /// A stream the server refused unprocessed fails with [`Refused`]; one reset or gone
+    /// with `UnexpectedEof`.
+    pub async fn response(&self) -> io::Result<Answer> {
+        std::future::poll_fn(|cx| self.lock().poll_response(cx)).await
     }
 
     /// Resolves once a read may make progress.
@@ -433,7 +455,8 @@ impl State {
         if self.gone.is_some() {
             return Ok(0);
         }
-        let more = self.awaiting.is_some() || self.body.is_some();
+        // (A response's head is taken with `response`: reading before it reads nothing.)
+        let more = self.body.is_some();
         match self.unread().len().min(room) {
             0 if room > 0 && more => Err(io::ErrorKind::WouldBlock.into()),
             n => Ok(n),
@@ -454,43 +477,59 @@ impl State {
         self.owed = 0;
     }
 
+    /// Takes the server's answer once it comes (see [`H2Stream::response`]).
+    fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Answer>> {
+        if self.refused {
+            return Poll::Ready(Err(refused_error()));
+        }
+        let Some(response) = self.awaiting.as_mut().filter(|_| self.gone.is_none()) else {
+            return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+        };
+        let got = std::task::ready!(Pin::new(response).poll(cx));
+        self.awaiting = None;
+        let res = match got {
+            Ok(res) => res,
+            Err(e) => {
+                self.refused = e.reason() == Some(Reason::REFUSED_STREAM);
+                self.gone = Some(Gone::Peer);
+                return Poll::Ready(Err(if self.refused {
+                    refused_error()
+                } else {
+                    io::ErrorKind::UnexpectedEof.into()
+                }));
+            }
+        };
+        let (parts, body) = res.into_parts();
+        let ended = body.is_end_stream();
+        let opened = self.tunnel.filter(|_| parts.status.is_success());
+        let status = parts.status;
+        let bodiless = self.head_request || status == 204 || status == 304;
+        // A tunnel's bytes cross raw; a body without a length crosses chunked.
+        self.chunked = opened.is_none()
+            && !bodiless
+            && !ended
+            && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+        self.body = (!ended).then_some(body);
+        let accept = self
+            .accept
+            .take()
+            .filter(|_| opened == Some(Tunnel::WebSocket));
+        Poll::Ready(Ok(Answer {
+            parts,
+            ended,
+            opened,
+            accept,
+        }))
+    }
+
     /// Puts the next part of the incoming message into `up` once what was there has been
-    /// read: the response head when it comes, then the body, framed. Ready when there is
+    /// read: the body, framed (a response's once its head was taken). Ready when there is
     /// something to read, or the message or the stream is over.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.gone.is_some() || !self.unread().is_empty() {
             return Poll::Ready(());
         }
-        if let Some(response) = self.awaiting.as_mut() {
-            let got = std::task::ready!(Pin::new(response).poll(cx));
-            self.awaiting = None;
-            match got {
-                Ok(res) => {
-                    let (parts, body) = res.into_parts();
-                    let ended = body.is_end_stream();
-                    self.up.reserve(256);
-                    match self.tunnel.filter(|_| parts.status.is_success()) {
-                        Some(tunnel) => {
-                            let accept = self.accept.as_deref();
-                            heads::tunnel_response_head(&parts, tunnel, accept, &mut self.up);
-                            self.chunked = false;
-                        }
-                        None => {
-                            self.chunked = heads::response_head(
-                                &parts,
-                                ended,
-                                self.head_request,
-                                &mut self.up,
-                            );
-                        }
-                    }
-                    self.body = (!ended).then_some(body);
-                }
-                Err(e) => {
-                    self.refused = e.reason() == Some(Reason::REFUSED_STREAM);
-                    self.gone = Some(Gone::Peer);
-                }
-            }
+        if self.awaiting.is_some() {
             return Poll::Ready(());
         }
         let Some(body) = self.body.as_mut() else {

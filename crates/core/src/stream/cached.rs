@@ -209,23 +209,25 @@ impl Capture {
         self.body.extend_from_slice(bytes);
     }
 
-    /// Stores the whole response.
-    pub(super) fn finish(self, s: &Session) {
-        if self.given_up {
+    /// Stores the whole response (once: the capture ends here).
+    pub(super) fn finish(&mut self, w: &crate::runtime::Worker) {
+        if std::mem::replace(&mut self.given_up, true) {
             return;
         }
+        let kept = std::mem::take(&mut self.body);
         let body = if self.chunked {
-            let mut plain = Vec::with_capacity(self.body.len());
+            let mut plain = Vec::with_capacity(kept.len());
             let mut dec = sluice_http::ChunkedDecoder::new();
-            match dec.decode(&self.body, sluice_http::ChunkedOut::Raw, &mut plain) {
+            match dec.decode(&kept, sluice_http::ChunkedOut::Raw, &mut plain) {
                 Ok(_) if dec.is_done() => plain,
                 _ => return,
             }
         } else {
-            self.body
+            kept
         };
         let now = crate::cache::unix_now();
-        let entry = Entry::new(self.lookup.key, self.head, body, self.admission, now);
-        s.w.state().caches[self.cache].insert(entry, now);
+        let head = std::mem::take(&mut self.head);
+        let entry = Entry::new(self.lookup.key, head, body, self.admission.clone(), now);
+        w.state().caches[self.cache].insert(entry, now);
     }
 }

@@ -2,12 +2,14 @@
 //! HTTP/2 link to (`pool::h2`) runs as a stream on that link, and a new connection that
 //! speaks HTTP/2 (`proto h2`, or TLS whose ALPN chose `h2`) becomes the link.
 //!
-//! A transaction still sees an ordinary HTTP/1.1 server connection: the stream itself
-//! (`crate::h2_stream`). The request it writes leaves as HEADERS (`:authority` from
-//! `Host`, no connection-specific fields, `te: trailers` since trailers are always
-//! relayed) and DATA, and the response reads back as HTTP/1.1 with `connection: close`: the
-//! stream carries one exchange and is never pooled; the link is what lasts. Queues,
-//! `maxconn`, timeouts, logs and compression work unchanged.
+//! A transaction speaks to the stream without HTTP/1.1 text for the heads: its request head
+//! leaves as the transaction prepared it from the client's head and the rules' edits
+//! (`h2_stream::ServerRequest`: `:authority` from `Host`, no connection-specific fields,
+//! `te: trailers` since trailers are always relayed), and the response head is read as the
+//! `h2` crate decoded it (`sluice_http::ResponseView::h2`). The bodies still cross as
+//! HTTP/1.1 would frame them (chunked without a length, so that trailers pass). The stream
+//! carries one exchange and is never pooled: the link is what lasts. Queues, `maxconn`,
+//! timeouts, logs and compression work unchanged.
 //!
 //! Invariants:
 //! - A link counts as one used connection of its server while it is open; its streams

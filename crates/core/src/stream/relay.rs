@@ -15,9 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_http::{
-    push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseHead, ResponseView, Version,
-};
+use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseView, Version};
 
 use super::connect::ServerConn;
 use super::deadline::within;
@@ -25,7 +23,7 @@ use super::heads::{push_header, with_close, write_response_head, Edits};
 use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
-use super::txn::{ReqFacts, Txn};
+use super::txn::{ReqFacts, ServerHead, Txn};
 use crate::buffer::{Buf, BufPool};
 use crate::check::Seen;
 use crate::compression::{self, Compressor, GlobalComp};
@@ -43,7 +41,7 @@ impl Txn {
         s: &mut Session,
         be: &Backend,
         mut conn: ServerConn,
-        rsp: ResponseHead,
+        rsp: ServerHead,
         facts: &ReqFacts,
     ) -> Result<bool, Fail> {
         let w = s.w.clone();
@@ -57,12 +55,12 @@ impl Txn {
         // Headers are captured as the server sent them, before the rules (which may read
         // the slots).
         if !fe.log.captures_res.is_empty() {
-            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let view = rsp.view(s.sbuf.bytes());
             self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
             self.share_captures(s);
         }
         if super::txn::has_response_rules(fe, be) {
-            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let view = rsp.view(s.sbuf.bytes());
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
@@ -118,7 +116,7 @@ impl Txn {
             }
         }
         if Txn::log_reads_response(s) {
-            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let view = rsp.view(s.sbuf.bytes());
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
@@ -128,13 +126,13 @@ impl Txn {
         // `cache-store`: the head as the rules left it, before the persistence cookie (which
         // is this client's alone) is added.
         let mut capture = rsp_edits.cache_store.and_then(|cache| {
-            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let view = rsp.view(s.sbuf.bytes());
             let mut head = Vec::new();
             write_response_head(&mut head, &view, &rsp_edits, None, None);
             super::cached::Capture::start(s, cache, facts, &view, head)
         });
         if !be.persist.stick.is_empty() {
-            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+            let view = rsp.view(s.sbuf.bytes());
             let cx = s.response_ctx((conn.backend, conn.server), None, &view);
             let mut keys = crate::persist::keys(be, &cx, true);
             keys.extend(facts.stick.iter().cloned());
@@ -149,10 +147,11 @@ impl Txn {
                 .map(|(_, dates)| dates),
             facts.post,
         );
-        if rsp.status == 101 || (facts.connect && (200..300).contains(&rsp.status)) {
-            return self.upgrade(s, be, conn, &rsp, (&rsp_edits, facts)).await;
+        let status = rsp.status();
+        if status == 101 || (facts.connect && (200..300).contains(&status)) {
+            return self.upgrade(s, be, conn, &rsp, (rsp_edits, facts)).await;
         }
-        let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+        let view = rsp.view(s.sbuf.bytes());
         if let Some((name, len)) = &fe.log.capture_cookie {
             let set = view
                 .headers()
@@ -178,7 +177,8 @@ impl Txn {
             capture = None;
         }
         let client_11 = facts.version == Version::Http11;
-        let (client_framing, mode) = match rsp.framing {
+        let framing = rsp.framing();
+        let (client_framing, mode) = match framing {
             _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),
             Framing::Chunked if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
             Framing::Chunked => (Framing::UntilClose, ChunkedOut::Raw),
@@ -192,9 +192,9 @@ impl Txn {
             && client_framing != Framing::UntilClose
             && !w.stopping();
         s.out.clear();
-        s.out.reserve(rsp.len + 256);
+        s.out.reserve(rsp.len() + 256);
         let expires = keep_alive_deadline(&view);
-        let length_hint = (facts.is_head || rsp.status == 304)
+        let length_hint = (facts.is_head || status == 304)
             .then(|| view.header("content-length"))
             .flatten()
             .map(<[u8]>::to_vec);
@@ -205,7 +205,7 @@ impl Txn {
             Some((client_framing, keep_client, facts.version, length_hint)),
             compressor.as_ref().map(|c| c.algo),
         );
-        s.sbuf.consume(rsp.len);
+        s.sbuf.consume(rsp.len());
         if let Some(c) = &rsp_edits.cookie {
             self.log.cookie_flags[1] = c.outcome();
         } else if be.persist.cookie.is_some() {
@@ -214,7 +214,7 @@ impl Txn {
         if fe.log.asap {
             // `option logasap`: the line goes out now, with what is known so far.
             self.log.bytes = super::report::htx_head_size(&s.out);
-            self.emit_log(s, i64::from(rsp.status), *b"--", true);
+            self.emit_log(s, i64::from(status), *b"--", true);
             self.log.logged = true;
         }
         // What HAProxy counts of the response: its head in HTX form, then the body's data.
@@ -224,6 +224,7 @@ impl Txn {
             out: &mut s.out,
             sbuf: &mut s.sbuf,
             bufs: &w.bufs,
+            worker: &w,
             server: &mut conn.conn,
             tclient: fe.stream.timeout_client,
             tserver: facts.timeout_server,
@@ -243,12 +244,10 @@ impl Txn {
                 for k in counters {
                     k.comp_rsp.bump();
                 }
-                relay
-                    .compressed(rsp.framing, c, &w, &counters, limits)
-                    .await
+                relay.compressed(framing, c, &w, &counters, limits).await
             }
             None => {
-                let outcome = relay.plain(rsp.framing, mode).await;
+                let outcome = relay.plain(framing, mode).await;
                 if conf.enabled() {
                     for k in counters {
                         k.comp_byp.add(relay.relayed);
@@ -260,11 +259,8 @@ impl Txn {
         // Compressed bodies count as written (their chunk framing included); a chunked
         // message has one more byte in HAProxy's count (its end of trailers).
         let body = relay.data.unwrap_or(relay.sent.saturating_sub(head_len));
-        let eot = u64::from(rsp.framing == Framing::Chunked);
+        let eot = u64::from(framing == Framing::Chunked);
         self.log.bytes = self.log.interim_bytes + head_htx + body + eot;
-        if let (Ok(()), Some(c)) = (&outcome, capture) {
-            c.finish(s);
-        }
         if let Err(cause) = outcome {
             if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
                 // The client got a truncated message: never terminate it as if it were whole.
@@ -287,7 +283,7 @@ impl Txn {
         let reusable = clean
             && !self.upload_cut
             && same_addr
-            && !rsp.must_close
+            && !rsp.must_close()
             && close_mode == CloseMode::KeepAlive
             && !w.stopping();
         if reusable {
@@ -322,14 +318,22 @@ impl Txn {
         s: &mut Session,
         be: &Backend,
         mut conn: ServerConn,
-        rsp: &ResponseHead,
-        (edits, facts): (&Edits, &ReqFacts),
+        rsp: &ServerHead,
+        (mut edits, facts): (Edits, &ReqFacts),
     ) -> Result<bool, Fail> {
         let w = s.w.clone();
         let fe = &w.config().frontends[s.fe];
         s.out.clear();
-        let view = ResponseView::h1(s.sbuf.bytes(), rsp);
-        write_response_head(&mut s.out, &view, edits, None, None);
+        if let Some(accept) = rsp.websocket_accept() {
+            // An HTTP/2 server opened the WebSocket with a 2xx: its HTTP/1.1 client
+            // expects the 101 and the key's answer.
+            edits.status.get_or_insert((101, None));
+            edits
+                .add
+                .push(("sec-websocket-accept".into(), accept.as_bytes().to_vec()));
+        }
+        let view = rsp.view(s.sbuf.bytes());
+        write_response_head(&mut s.out, &view, &edits, None, None);
         if !facts.connect {
             s.out.truncate(s.out.len() - 2);
             let proto = view.header("upgrade").unwrap_or(b"websocket").to_vec();
@@ -337,7 +341,7 @@ impl Txn {
             push_header(&mut s.out, b"upgrade", &proto);
             s.out.extend_from_slice(b"\r\n");
         }
-        s.sbuf.consume(rsp.len);
+        s.sbuf.consume(rsp.len());
         let head = std::mem::take(&mut s.out);
         let sent = s.write_client(&head).await;
         s.out = head;
@@ -388,6 +392,7 @@ struct Relay<'a> {
     out: &'a mut Vec<u8>,
     sbuf: &'a mut Buf,
     bufs: &'a BufPool,
+    worker: &'a Worker,
     server: &'a mut Conn,
     tclient: Option<Duration>,
     tserver: Option<Duration>,
@@ -399,7 +404,8 @@ struct Relay<'a> {
     data: Option<u64>,
     /// The client connection is closed once the response is sent.
     closing: bool,
-    /// `cache-store`: the body is kept as it passes.
+    /// `cache-store`: the body is kept as it passes, and stored once whole, before its
+    /// last bytes leave (a client that asks again at once finds it).
     capture: Option<&'a mut super::cached::Capture>,
 }
 
@@ -441,11 +447,21 @@ impl Relay<'_> {
         }
     }
 
+    /// The body has been taken whole from the server: a capture is stored.
+    fn whole(&mut self) {
+        if let Some(c) = self.capture.as_mut() {
+            c.finish(self.worker);
+        }
+    }
+
     /// Relays the body as is (re-framed as `mode` says). `self.out` holds the response head.
     async fn plain(&mut self, framing: Framing, mode: ChunkedOut) -> Result<(), Cause> {
         let truncated = || Cause::Server(None);
         match framing {
-            Framing::None => self.send(0, self.then(false, true)).await,
+            Framing::None => {
+                self.whole();
+                self.send(0, self.then(false, true)).await
+            }
             Framing::Length(total) => {
                 // The head and the body bytes already read leave in one writev; the rest is
                 // written straight from the server buffer, never copied.
@@ -458,6 +474,9 @@ impl Relay<'_> {
                         && self.server.has_input();
                     if let Some(c) = self.capture.as_mut() {
                         c.keep(&self.sbuf.bytes()[..take]);
+                    }
+                    if remaining == take as u64 {
+                        self.whole();
                     }
                     self.send(take, self.then(more, remaining == take as u64))
                         .await?;
@@ -484,6 +503,9 @@ impl Relay<'_> {
                     self.sbuf.consume(used);
                     self.relayed += used as u64;
                     self.data = Some(dec.data_len());
+                    if dec.is_done() {
+                        self.whole();
+                    }
                     if !self.out.is_empty() {
                         self.send(0, self.then(false, dec.is_done())).await?;
                     }
@@ -517,6 +539,7 @@ impl Relay<'_> {
                     self.send(0, Then::Flush).await?;
                 }
                 if !self.read_server().await? {
+                    self.whole();
                     if mode == ChunkedOut::Chunked {
                         self.out.extend_from_slice(b"0\r\n\r\n");
                         self.send(0, self.then(false, true)).await?;

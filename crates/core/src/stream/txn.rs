@@ -35,6 +35,7 @@ use crate::clock;
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie;
+use crate::h2_stream::Tunnel;
 use crate::rules::{holds, Action};
 use crate::stats;
 use crate::transport::Then;
@@ -169,6 +170,73 @@ fn early_status(mut bytes: &[u8]) -> Option<u16> {
             }
             // Not HTTP: reading the answer says so.
             Err(_) => return Some(999),
+        }
+    }
+}
+
+/// A server's final response head: HTTP/1 text at the start of the server buffer, or the
+/// head an HTTP/2 stream's answer decoded (its body follows in the server buffer as
+/// HTTP/1.1 would carry it). Read through [`ServerHead::view`].
+pub(super) enum ServerHead {
+    H1(ResponseHead),
+    H2 {
+        answer: Box<crate::h2_stream::Answer>,
+        head_request: bool,
+    },
+}
+
+impl ServerHead {
+    /// The head; `sbuf` is the server buffer it was parsed from (HTTP/1).
+    pub fn view<'a>(&'a self, sbuf: &'a [u8]) -> ResponseView<'a> {
+        match self {
+            ServerHead::H1(head) => ResponseView::h1(sbuf, head),
+            ServerHead::H2 {
+                answer,
+                head_request,
+            } => ResponseView::h2(&answer.parts, answer.ended, *head_request),
+        }
+    }
+
+    /// The status the client gets: an HTTP/2 server's 2xx that opened a WebSocket is
+    /// HTTP/1.1's 101.
+    pub fn status(&self) -> u16 {
+        match self {
+            ServerHead::H1(head) => head.status,
+            ServerHead::H2 { answer, .. } if answer.opened == Some(Tunnel::WebSocket) => 101,
+            ServerHead::H2 { answer, .. } => answer.parts.status.as_u16(),
+        }
+    }
+
+    /// Bytes of the server buffer the head takes.
+    pub fn len(&self) -> usize {
+        match self {
+            ServerHead::H1(head) => head.len,
+            ServerHead::H2 { .. } => 0,
+        }
+    }
+
+    pub fn framing(&self) -> Framing {
+        match self {
+            ServerHead::H1(head) => head.framing,
+            ServerHead::H2 { .. } => self.view(&[]).framing(),
+        }
+    }
+
+    /// What carried the response cannot carry another request: an HTTP/1.1 connection
+    /// that must close, and always an HTTP/2 stream (its link is what lasts).
+    pub fn must_close(&self) -> bool {
+        match self {
+            ServerHead::H1(head) => head.must_close,
+            ServerHead::H2 { .. } => true,
+        }
+    }
+
+    /// An HTTP/2 server's answer that opened a WebSocket: the `Sec-WebSocket-Accept` its
+    /// HTTP/1.1 client expects (an HTTP/1.1 server's 101 carries its own).
+    pub fn websocket_accept(&self) -> Option<&str> {
+        match self {
+            ServerHead::H2 { answer, .. } => answer.accept.as_deref(),
+            ServerHead::H1(_) => None,
         }
     }
 }
@@ -619,8 +687,8 @@ impl Txn {
             match result {
                 Ok(rsp) => {
                     self.log.t_response = connect::ms(clock::since(sent_at));
-                    self.log.status = i64::from(rsp.status);
-                    check::observe(&w.process, backend, server, Seen::Response(rsp.status));
+                    self.log.status = i64::from(rsp.status());
+                    check::observe(&w.process, backend, server, Seen::Response(rsp.status()));
                     break rsp;
                 }
                 Err(SendFail::Retryable(e))
@@ -810,7 +878,21 @@ impl Txn {
         be: &Backend,
         conn: &mut ServerConn,
         facts: &ReqFacts,
-    ) -> Result<ResponseHead, SendFail> {
+    ) -> Result<ServerHead, SendFail> {
+        if let Some(stream) = conn.conn.as_stream() {
+            return match within(facts.timeout_server, stream.response()).await {
+                Ok(Ok(answer)) => Ok(ServerHead::H2 {
+                    answer: Box::new(answer),
+                    head_request: facts.is_head,
+                }),
+                Ok(Err(e)) => Err(SendFail::Retryable(e)),
+                Err(()) => Err(SendFail::Fail(Fail::answer(
+                    504,
+                    Cause::ServerTimeout,
+                    Phase::Headers,
+                ))),
+            };
+        }
         let w = s.w.clone();
         let invalid = || SendFail::Fail(Fail::answer(502, Cause::InvalidResponse, Phase::Headers));
         let truncated = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
@@ -823,7 +905,7 @@ impl Txn {
                         if rsp.status == 101 {
                             // Only an upgrade the client asked for switches protocols.
                             return if facts.upgrade.is_some() {
-                                Ok(rsp)
+                                Ok(ServerHead::H1(rsp))
                             } else {
                                 Err(invalid())
                             };
@@ -846,7 +928,7 @@ impl Txn {
                         }
                         continue;
                     }
-                    Ok(Some(rsp)) if rsp.len <= head_room => return Ok(rsp),
+                    Ok(Some(rsp)) if rsp.len <= head_room => return Ok(ServerHead::H1(rsp)),
                     Ok(Some(_)) => {
                         self.capture_response(s, be, conn);
                         return Err(invalid());
