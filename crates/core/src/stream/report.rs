@@ -220,18 +220,25 @@ impl Default for ReqLog {
 /// which HAProxy's H1 layer writes itself on output, is not counted. `head` is the head
 /// as sent, `name: value` lines ending in CRLF.
 pub(crate) fn htx_head_size(head: &[u8]) -> u64 {
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let Some(start) = lines.next() else {
+    // Called for every request and response: lines and colons are found with memchr.
+    let line_end =
+        |from: usize| memchr::memchr(b'\n', &head[from..]).map_or(head.len(), |i| from + i);
+    let trim_cr = |l: &[u8]| -> usize { l.len() - usize::from(l.last() == Some(&b'\r')) };
+    if head.is_empty() {
         return 0;
-    };
+    }
+    let end = line_end(0);
+    let start = &head[..trim_cr(&head[..end])];
     // The two spaces between version, code and reason are not stored; any inside the
     // reason are.
-    let separators = start.iter().filter(|&&b| b == b' ').count().min(2);
+    let separators = memchr::memchr_iter(b' ', start).take(2).count();
     let mut size = 20 + (start.len() - separators) as u64;
-    for line in lines.filter(|l| !l.is_empty()) {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
+    let mut at = end + 1;
+    while at < head.len() {
+        let end = line_end(at);
+        let line = &head[at..at + trim_cr(&head[at..end])];
+        at = end + 1;
+        let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
         let name = &line[..colon];
