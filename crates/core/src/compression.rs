@@ -285,7 +285,8 @@ fn parse_q(p: &[u8]) -> Option<u16> {
 
 /// The algorithm to use for this request, if its form allows compressing the response.
 pub fn for_request(conf: &CompConf, req: &RequestView<'_>) -> Option<Algo> {
-    if !conf.enabled() || req.version() != Version::Http11 || req.is_head() {
+    // HTTP/1.0 has no chunked framing to carry a body of unknown length.
+    if !conf.enabled() || req.version() == Version::Http10 || req.is_head() {
         return None;
     }
     if req.header("user-agent").is_some_and(broken_gzip) {
@@ -314,7 +315,7 @@ fn broken_gzip(ua: &[u8]) -> bool {
 
 /// Whether a response may be compressed (HAProxy's rules, see the module docs of `stream`).
 pub fn response_allows(conf: &CompConf, rsp: &ResponseView<'_>) -> bool {
-    if !(200..=203).contains(&rsp.status()) || rsp.version() != Version::Http11 {
+    if !(200..=203).contains(&rsp.status()) || rsp.version() == Version::Http10 {
         return false;
     }
     match rsp.framing() {

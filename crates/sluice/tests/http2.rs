@@ -252,6 +252,78 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
     );
 }
 
+/// A stream's head reaches the rules as the `h2` crate decoded it, never as text: what
+/// HTTP/1.1 would refuse for its size is refused as HTTP/1.1 refuses it (431 past 100
+/// fields), and what rules read of the head (`:authority` as `Host`, the method, the
+/// path, the body's length) is the stream's.
+#[test]
+fn a_stream_head_is_read_as_the_client_sent_it() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            ok_response(&format!(
+                "{} {} host={} len={}",
+                r.method,
+                r.target,
+                r.header("host").unwrap_or("-"),
+                r.body.len()
+            ))
+            .into()
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n\
+         http-request set-var-fmt(txn.seen) \"%[method] %[req.hdr(host)] %[path]\"\n\
+         http-response set-header x-seen %[var(txn.seen)]\n\
+         default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, _conn) = h2_connect(p.addr()).await;
+        let (parts, body) = fetch(&mut send, get("/a/b?c=1")).await.unwrap();
+        assert_eq!(parts.status, 200);
+        assert_eq!(parts.headers["x-seen"], "GET h2.test /a/b");
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "GET /a/b?c=1 host=h2.test len=0"
+        );
+        // A body with a length, sent in two frames.
+        let req = http::Request::post("http://up.test/up")
+            .header("content-length", "10")
+            .body(())
+            .unwrap();
+        let (res, mut up) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(req, false)
+            .unwrap();
+        up.send_data(Bytes::from_static(b"01234"), false).unwrap();
+        up.send_data(Bytes::from_static(b"56789"), true).unwrap();
+        let rsp = res.await.unwrap();
+        assert_eq!(rsp.headers()["x-seen"], "POST up.test /up");
+        let mut body = rsp.into_body();
+        let mut got = Vec::new();
+        while let Some(d) = body.data().await {
+            got.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "POST /up host=up.test len=10"
+        );
+        // 101 fields: refused as an HTTP/1.1 head with that many would be.
+        let mut many = http::Request::get("http://h2.test/many");
+        for i in 0..101 {
+            many = many.header(format!("x-f{i}"), "v");
+        }
+        let (parts, _) = fetch(&mut send, many.body(()).unwrap()).await.unwrap();
+        assert_eq!(parts.status, 431);
+    });
+    assert!(origin.requests().iter().all(|r| r.target != "/many"));
+}
+
 /// A cleartext `proto h2` port reads the client's preface and the header of its SETTINGS
 /// frame before answering anything: an HTTP/1 request, or a HEADERS frame where SETTINGS
 /// must come first, gets the connection closed without a byte (HAProxy closes too; before,

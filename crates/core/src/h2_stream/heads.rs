@@ -28,19 +28,6 @@ impl Tunnel {
     }
 }
 
-/// Writes the HTTP/1.1 head of a stream's request into `out`. Returns whether its body
-/// goes chunked (it follows, and the client gave no length).
-pub(super) fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
-    request_line(parts.method.as_str(), parts, out);
-    request_fields(parts, &[], out);
-    let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    chunked
-}
-
 /// The tunnel a client's stream asks for: a WebSocket (CONNECT with `:protocol
 /// websocket`) or a plain CONNECT (no `:protocol`). `None` for any other request, and for
 /// a CONNECT with another protocol, which sluice does not open.
@@ -412,6 +399,20 @@ mod tests {
         let head = head_of(200, &[], true, true);
         assert!(!head.contains("content-length") && !head.contains("chunked"));
         assert!(!head_of(304, &[], true, false).contains("content-length"));
+    }
+
+    /// The HTTP/1.1 head a stream's request was read as before the views (the reference the
+    /// views are held to): written into `out`. Returns whether its body
+    /// goes chunked (it follows, and the client gave no length).
+    fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
+        request_line(parts.method.as_str(), parts, out);
+        request_fields(parts, &[], out);
+        let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+        if chunked {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        chunked
     }
 
     fn h2_request(method: &str, uri: &str, fields: &[(&str, &str)]) -> http::request::Parts {

@@ -218,16 +218,21 @@ fn invalid(why: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Erro
 }
 
 impl H2Stream {
-    /// A client's stream, its request as the `h2` crate gave it, answered on `respond`.
+    /// A client's stream, its request as the `h2` crate gave it, answered on `respond`. A
+    /// tunnel's request head reads as HTTP/1.1 text ([`Tunnel`]); any other's is not read
+    /// here (the session has it as `parts`), only its body.
     pub fn answering(
         parts: &http::request::Parts,
         body: RecvStream,
         respond: SendResponse<Bytes>,
     ) -> (H2Stream, ResetWatch) {
-        let mut up = Vec::with_capacity(512);
+        let mut up = Vec::new();
         let ended = body.is_end_stream();
         let tunnel = heads::tunnel(parts);
-        // A tunnel's bytes cross raw once the server has opened it.
+        // A tunnel's bytes cross raw once the server has opened it; its head is read as
+        // the HTTP/1.1 request that opens one. Any other request's head is the session's
+        // already (`sluice_http::RequestView::h2`): what is read here is its body,
+        // chunked when the client gave no length.
         let chunked = match tunnel {
             Some(Tunnel::WebSocket) => {
                 heads::websocket_request_head(parts, &mut up);
@@ -237,7 +242,7 @@ impl H2Stream {
                 heads::connect_request_head(parts, &mut up);
                 false
             }
-            None => heads::request_head(parts, ended, &mut up),
+            None => !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH),
         };
         let state = State::new(
             up,

@@ -24,6 +24,8 @@ pub(super) struct Start {
     pub read: Buf,
     /// The backend every request goes to (the TCP frontend's choice).
     pub backend: Option<usize>,
+    /// The request head an HTTP/2 stream carries, decoded already.
+    pub head: Option<super::session::ClientHead>,
 }
 
 /// Serves one HTTP client connection until it closes: one transaction per request, in
@@ -55,6 +57,7 @@ pub(super) async fn serve_http(
         received: 0,
         info,
         vars,
+        given: start.head,
     };
     run(&mut s).await;
     // Buffers go back to the worker's pool; whatever they held goes with the connection.
@@ -85,11 +88,10 @@ async fn run(s: &mut Session) {
         s.w.ctx().counters.requests.bump();
         txn.log.parsed = true;
         s.info.busy.store(true, Ordering::Relaxed);
-        let wire = &s.cbuf.bytes()[..head.len];
-        txn.log.head_in = (head.len as u64, super::report::htx_head_size(wire));
+        let req = head.view(s.cbuf.bytes());
+        txn.log.head_in = super::report::head_size(&req, &s.cbuf.bytes()[..head.len()]);
         if !s.w.process.loggers[s.fe].is_empty() {
-            txn.log
-                .capture_line(s.cbuf.bytes(), &head, s.client.is_stream());
+            txn.log.capture_line(&req, s.client.is_stream());
         }
         // Boxed: a transaction's state exists while a request is handled, not while the
         // connection waits for the next one (or for the rest of a head).

@@ -4,17 +4,19 @@
 //! (`crate::h2_stream`). So every stream goes through the same head checks, rules, routing,
 //! queues, pools, compression and logs as an HTTP/1.1 request.
 //!
-//! A stream's request becomes an HTTP/1.1 head (pseudo-headers to the request line and
-//! `Host`, cookies joined), its body is read as it comes (with `Content-Length` when the
-//! client gave one, else chunked, so trailers pass); the session's response is parsed back
-//! and sent as HEADERS and DATA frames under the client's flow control, without the
-//! connection-specific fields HTTP/2 forbids.
+//! A stream's request head reaches its session as the `h2` crate decoded it
+//! (`sluice_http::RequestView::h2`: `:authority` reads as `Host`, cookies joined), never as
+//! text; its body is read as it comes, as HTTP/1.1 would carry it (with `Content-Length`
+//! when the client gave one, else chunked, so trailers pass). A tunnel's request (CONNECT,
+//! and a WebSocket's extended CONNECT) still reads as the HTTP/1.1 request that opens one.
+//! The session's response is parsed back and sent as HEADERS and DATA frames under the
+//! client's flow control, without the connection-specific fields HTTP/2 forbids.
 //!
 //! Invariants:
 //! - HTTP/2's own rules (pseudo-headers, connection-specific fields, `Content-Length`
-//!   against DATA) are enforced by the `h2` crate before a stream is seen here; the head
-//!   made from a stream is then checked by the HTTP/1.1 parser like any other, so nothing
-//!   malformed reaches a server.
+//!   against DATA, field names and values a server could read otherwise than the proxy) are
+//!   enforced by the `h2` crate (and the `http` types it fills) before a stream is seen
+//!   here; a head with more fields than an HTTP/1.1 one may have is refused with 431.
 //! - A stream the client resets reads as ended and refuses writes, so its session ends as
 //!   soon as it touches it (a request not yet read never reaches a server), and a
 //!   client that resets streams faster than it lets them finish loses its connection
@@ -35,6 +37,7 @@ use sluice_config::{Keyword, KwError, Scope};
 
 use super::deadline::within;
 use super::h2_frames::{read_preface, Tallied};
+use super::session::ClientHead;
 use crate::conf::{one_arg, GlobalConf};
 use crate::h2_stream::H2Stream;
 use crate::runtime::counters::Held;
@@ -254,7 +257,7 @@ async fn exchange(
     mut respond: SendResponse<Bytes>,
     earlier: u32,
 ) {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     if parts.method == http::Method::CONNECT && crate::h2_stream::tunnel(&parts).is_none() {
         // Extended CONNECT opens WebSockets only (RFC 8441); other protocols
         // (`connect-udp`, ...) are not served.
@@ -265,7 +268,16 @@ async fn exchange(
         let _ = respond.send_response(res, true);
         return;
     }
+    let ended = body.is_end_stream();
     let (end, watch) = H2Stream::answering(&parts, body, respond);
+    // A tunnel's head reads as HTTP/1.1 from the stream; any other is the session's now.
+    let head = crate::h2_stream::tunnel(&parts).is_none().then(|| {
+        sluice_http::join_cookies(&mut parts.headers);
+        ClientHead::H2 {
+            parts: Box::new(parts),
+            ended,
+        }
+    });
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),
         ..StreamVars::default()
@@ -279,6 +291,7 @@ async fn exchange(
         vars,
         super::h1::Start {
             earlier,
+            head,
             ..Default::default()
         },
     );

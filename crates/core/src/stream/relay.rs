@@ -176,7 +176,9 @@ impl Txn {
             // Compressed for this client: not stored (hits are served as stored).
             capture = None;
         }
-        let client_11 = facts.version == Version::Http11;
+        // An HTTP/1.1 client, or an HTTP/2 stream (which reads chunked framing as HTTP/1.1
+        // does, trailers included): a body of unknown length goes chunked.
+        let client_11 = facts.version != Version::Http10;
         let framing = rsp.framing();
         let (client_framing, mode) = match framing {
             _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::Instant;
 
-use sluice_http::{RequestHead, Version};
+use sluice_http::{RequestView, Version};
 
 use super::connect::{Attempts, ConnectError};
 use crate::runtime::{clock_ms_at, Peaks, Timings, Traffic, Worker};
@@ -251,6 +251,25 @@ pub(crate) fn htx_head_size(head: &[u8]) -> u64 {
     size + 1
 }
 
+/// A request head's size on the wire and as HAProxy counts it ([`htx_head_size`]): an
+/// HTTP/1 head's from its bytes (`wire`); an HTTP/2 one's as the HTTP/1.1 head it
+/// stands for (`Host` from `:authority` first, as the view shows it) would count.
+pub(crate) fn head_size(req: &RequestView<'_>, wire: &[u8]) -> (u64, u64) {
+    if req.version() != Version::Http2 {
+        return (wire.len() as u64, htx_head_size(wire));
+    }
+    // "METHOD TARGET HTTP/1.1\r\n", then "name: value\r\n" lines, then "\r\n".
+    let line = req.method().len() + 1 + req.target().len() + 11;
+    let (mut wire_len, mut htx) = (line + 2, 20 + line - 4);
+    for (name, value) in req.headers() {
+        wire_len += name.len() + 2 + value.len() + 2;
+        if !name.eq_ignore_ascii_case(b"connection") {
+            htx += name.len() + value.len();
+        }
+    }
+    (wire_len as u64, htx as u64 + 1)
+}
+
 /// [`htx_head_size`] of a whole message (head and body) the proxy answers with itself.
 pub(crate) fn htx_message_size(bytes: &[u8]) -> u64 {
     match memchr::memmem::find(bytes, b"\r\n\r\n") {
@@ -305,13 +324,13 @@ pub(crate) fn capture_cookie<'h>(
 impl ReqLog {
     /// Keeps the request line for the log (the head leaves the buffer soon).
     /// `h2`: the request came on a stream of an HTTP/2 connection.
-    pub fn capture_line(&mut self, b: &[u8], head: &RequestHead, h2: bool) {
+    pub fn capture_line(&mut self, req: &RequestView<'_>, h2: bool) {
         self.line = Some((
-            String::from_utf8_lossy(head.method(b)).into_owned(),
-            String::from_utf8_lossy(&b[head.target.clone()]).into_owned(),
+            String::from_utf8_lossy(req.method()).into_owned(),
+            String::from_utf8_lossy(req.target()).into_owned(),
             if h2 {
                 "HTTP/2.0"
-            } else if head.version == Version::Http10 {
+            } else if req.version() == Version::Http10 {
                 "HTTP/1.0"
             } else {
                 "HTTP/1.1"

@@ -34,6 +34,37 @@ use crate::transport::Conn;
 /// What the output scratch keeps while the connection waits for its next request.
 const OUT_IDLE_CAPACITY: usize = 4096;
 
+/// A request head: HTTP/1 text at the start of the client buffer, or the head of an
+/// HTTP/2 stream as the `h2` crate decoded it (its body follows in the client buffer as
+/// HTTP/1.1 would carry it: chunked when the client gave no length). Read through
+/// [`ClientHead::view`].
+pub(crate) enum ClientHead {
+    H1(RequestHead),
+    H2 {
+        parts: Box<http::request::Parts>,
+        /// The stream carries no body.
+        ended: bool,
+    },
+}
+
+impl ClientHead {
+    /// The head; `cbuf` is the client buffer it was parsed from (HTTP/1).
+    pub fn view<'a>(&'a self, cbuf: &'a [u8]) -> RequestView<'a> {
+        match self {
+            ClientHead::H1(head) => RequestView::h1(cbuf, head),
+            ClientHead::H2 { parts, ended } => RequestView::h2(parts, *ended),
+        }
+    }
+
+    /// Bytes of the client buffer the head takes.
+    pub fn len(&self) -> usize {
+        match self {
+            ClientHead::H1(head) => head.len,
+            ClientHead::H2 { .. } => 0,
+        }
+    }
+}
+
 pub(crate) struct Session {
     pub w: Rc<Worker>,
     /// Index of the frontend in the configuration.
@@ -68,6 +99,9 @@ pub(crate) struct Session {
     pub info: std::sync::Arc<crate::runtime::SessionInfo>,
     /// Its variables (`sess.` for the connection, `txn.` for the current request).
     pub vars: StreamVars,
+    /// The head of the request an HTTP/2 stream carries, decoded already: the first (and
+    /// only) one the session reads.
+    pub given: Option<ClientHead>,
 }
 
 impl Session {
@@ -149,12 +183,22 @@ impl Session {
 
     /// Waits for a complete request head, enforcing `timeout http-request` (total time from
     /// the first wait for this request) and `timeout http-keep-alive` between requests.
-    pub async fn read_head(&mut self, lg: &mut ReqLog) -> Result<RequestHead, Fail> {
+    pub async fn read_head(&mut self, lg: &mut ReqLog) -> Result<ClientHead, Fail> {
         let w = self.w.clone();
         let st = &w.config().frontends[self.fe].stream;
         let started = clock::now();
         lg.started = Some(started);
         lg.date = Some(std::time::SystemTime::now());
+        if let Some(head) = self.given.take() {
+            lg.got_bytes = true;
+            lg.first_byte = lg.started;
+            lg.head_done = lg.started;
+            // As many fields as an HTTP/1.1 head may have (the `h2` crate bounds their size).
+            if head.view(&[]).headers().count() > sluice_http::MAX_HEADERS {
+                return Err(Fail::answer(431, Cause::Proxy, Phase::Request));
+            }
+            return Ok(head);
+        }
         if !self.cbuf.is_empty() {
             lg.first_byte = lg.started;
         }
@@ -167,7 +211,7 @@ impl Session {
                 match parse_request_relaxed(self.cbuf.bytes(), relaxed) {
                     Ok(Some(h)) if h.len <= room => {
                         lg.head_done = Some(clock::now());
-                        return Ok(h);
+                        return Ok(ClientHead::H1(h));
                     }
                     Ok(Some(_)) => {
                         self.capture_error();

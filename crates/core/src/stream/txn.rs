@@ -12,8 +12,8 @@ use std::io;
 use std::time::Duration;
 
 use sluice_http::{
-    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, RequestView, ResponseHead,
-    ResponseView, Version,
+    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, ResponseHead, ResponseView,
+    Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
@@ -28,7 +28,7 @@ use super::report::{Cause, Fail, Local, Phase, ReqLog};
 
 use super::reply::{after_response, status_of};
 use super::route::{route, Route, StickKeys};
-use super::session::Session;
+use super::session::{ClientHead, Session};
 use crate::balance::PickKey;
 use crate::check::{self, Seen};
 use crate::clock;
@@ -251,9 +251,9 @@ enum SendFail {
 impl Txn {
     /// Handles one request whose head is at the start of the client buffer. Returns whether
     /// the client connection stays open.
-    pub async fn handle(&mut self, s: &mut Session, head: RequestHead) -> Result<bool, Fail> {
-        let req = RequestView::h1(s.cbuf.bytes(), &head);
-        let connect = head.is_connect(s.cbuf.bytes());
+    pub async fn handle(&mut self, s: &mut Session, head: ClientHead) -> Result<bool, Fail> {
+        let req = head.view(s.cbuf.bytes());
+        let connect = req.method() == b"CONNECT";
         let mut facts = ReqFacts {
             framing: req.framing(),
             version: req.version(),
@@ -283,7 +283,7 @@ impl Txn {
                 facts.expect_continue = false;
             }
         }
-        let req = RequestView::h1(s.cbuf.bytes(), &head);
+        let req = head.view(s.cbuf.bytes());
         let (route, mut edits) = route(s, &req);
         s.body.set(None);
         s.chunked_body = None;
@@ -302,7 +302,7 @@ impl Txn {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Denied);
                 self.backend = backend;
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 Err(Fail::drop(Cause::Proxy, Phase::Request))
             }
             Route::Tarpit {
@@ -324,7 +324,7 @@ impl Txn {
                 self.log.local = Some(Local::Denied);
                 let page = page.unwrap_or_else(|| s.error_page_for(status, backend, Some(&req)));
                 let bytes = with_close(after_response(s, backend, Some(&req), page));
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 self.backend = backend;
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PT");
@@ -345,7 +345,7 @@ impl Txn {
                 }
                 let page = page.unwrap_or_else(|| s.error_page_for(status, backend, Some(&req)));
                 let bytes = after_response(s, backend, Some(&req), page);
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 self.backend = backend;
                 // (An empty page, `errorfile` of /dev/null, still logs its status.)
                 self.log.status = Some(status_of(&bytes))
@@ -361,7 +361,7 @@ impl Txn {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Intercepted);
                 let bytes = after_response(s, None, Some(&req), bytes);
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 self.log.status = status_of(&bytes);
                 self.log.term = Some(*b"LR");
                 let close = close || facts.wants_close || facts.framing != Framing::None;
@@ -372,7 +372,7 @@ impl Txn {
             }
             Route::Cached { entry, backend } => {
                 let answer = self.cached_answer(s, &entry, &req, backend, &facts)?;
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 self.send_cached(s, answer, &entry).await
             }
             Route::StatsPage(backend) => {
@@ -395,7 +395,7 @@ impl Txn {
                 let method = req.method().to_vec();
                 let target = req.target().to_vec();
                 let authorization = req.header("authorization").map(<[u8]>::to_vec);
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 // A form is small: read it whole when its length is announced.
                 let mut body = Vec::new();
                 let mut consumed = facts.framing == Framing::None;
@@ -448,7 +448,7 @@ impl Txn {
                 let fe = &w.config().frontends[s.fe];
                 let be = &w.config().backends[backend];
                 let conf = compression::conf_for(fe, be);
-                let req = RequestView::h1(s.cbuf.bytes(), &head);
+                let req = head.view(s.cbuf.bytes());
                 let facts = ReqFacts {
                     comp: compression::for_request(conf, &req),
                     cookie_server,
@@ -490,7 +490,7 @@ impl Txn {
                 if be.speaks.h1 || reads_request {
                     // One allocation for a session's first head (an HTTP/2 stream's only
                     // one): the client's head plus room for what the proxy adds.
-                    s.out.reserve(head.len + 256);
+                    s.out.reserve(head.len() + 256);
                     build_request_head(
                         &mut s.out,
                         &req,
@@ -509,7 +509,7 @@ impl Txn {
                         .flatten()
                         .map(|h| (s.out.clone(), h));
                 }
-                s.cbuf.consume(head.len);
+                s.cbuf.consume(head.len());
                 if !edits.early_hints.is_empty() && facts.version == Version::Http11 {
                     let mut hint = b"HTTP/1.1 103 Early Hints\r\n".to_vec();
                     for (n, v) in &edits.early_hints {
@@ -538,7 +538,7 @@ impl Txn {
     async fn wait_for_body(
         &mut self,
         s: &mut Session,
-        head: &RequestHead,
+        head: &ClientHead,
         facts: &ReqFacts,
         wait: BodyWait,
     ) -> Result<bool, Fail> {
@@ -556,7 +556,7 @@ impl Txn {
         }
         let deadline = tokio::time::Instant::now() + wait.time;
         loop {
-            let arrived = &s.cbuf.bytes()[head.len..];
+            let arrived = &s.cbuf.bytes()[head.len()..];
             let enough = if chunked {
                 // A malformed body is the relay's to refuse: no use waiting for more.
                 chunked_data(arrived).is_none_or(|(data, done)| done || data.len() as u64 >= want)
@@ -574,12 +574,12 @@ impl Txn {
                 Err(_) => break,
             }
         }
-        let arrived = &s.cbuf.bytes()[head.len..];
+        let arrived = &s.cbuf.bytes()[head.len()..];
         if chunked {
             s.chunked_body = chunked_data(arrived).map(|(data, _)| data);
         } else {
             let have = arrived.len().min(total as usize);
-            s.body.set(Some((head.len, head.len + have)));
+            s.body.set(Some((head.len(), head.len() + have)));
         }
         Ok(invite)
     }
