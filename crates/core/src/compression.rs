@@ -368,41 +368,30 @@ fn etag_ok(v: &[u8]) -> bool {
     v.len() >= 2 && v[0] == b'"' && v[v.len() - 1] == b'"' && !v[1..v.len() - 1].contains(&b'"')
 }
 
-/// Rewrites a response header for a compressed body. Returns `false` for headers to drop.
-/// Strong ETags become weak; `Vary` gets `Accept-Encoding` appended.
-pub fn rewrite_header(out: &mut Vec<u8>, name: &[u8], value: &[u8], saw_vary: &mut bool) -> bool {
+/// The value a server's header takes in a compressed response (`None`: as it is): a strong
+/// `ETag` becomes weak (the bytes differ now), and `Vary` comes to cover `Accept-Encoding`.
+/// `saw_vary` notes a `Vary`, so that [`added_headers`] adds none.
+pub fn rewritten_value(name: &[u8], value: &[u8], saw_vary: &mut bool) -> Option<Vec<u8>> {
     if name_is(name, "etag") && value.first() == Some(&b'"') {
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": W/");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-        return false;
+        return Some([&b"W/"[..], value].concat());
     }
     if name_is(name, "vary") {
         *saw_vary = true;
         let covered = value
             .split(|&b| b == b',')
             .any(|t| trim_ows(t) == b"*" || trim_ows(t).eq_ignore_ascii_case(b"accept-encoding"));
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        if !covered {
-            out.extend_from_slice(b", Accept-Encoding");
-        }
-        out.extend_from_slice(b"\r\n");
-        return false;
+        return (!covered).then(|| [value, &b", Accept-Encoding"[..]].concat());
     }
-    true
+    None
 }
 
 /// Headers added to a compressed response after the server's.
-pub fn added_headers(out: &mut Vec<u8>, algo: Algo, saw_vary: bool) {
-    out.extend_from_slice(b"content-encoding: ");
-    out.extend_from_slice(algo.token().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if !saw_vary {
-        out.extend_from_slice(b"vary: Accept-Encoding\r\n");
-    }
+pub fn added_headers(
+    algo: Algo,
+    saw_vary: bool,
+) -> impl Iterator<Item = (&'static str, &'static str)> {
+    let vary = (!saw_vary).then_some(("vary", "Accept-Encoding"));
+    std::iter::once(("content-encoding", algo.token())).chain(vary)
 }
 
 /// Whether the process is over one of its compression limits.
@@ -588,15 +577,23 @@ mod tests {
         assert!(etag_ok(b"W/\"abc\""));
         assert!(!etag_ok(b"abc"));
         assert!(!etag_ok(b"\"a\"b\""));
-        let mut out = Vec::new();
         let mut vary = false;
-        assert!(!rewrite_header(&mut out, b"ETag", b"\"x\"", &mut vary));
-        assert!(!rewrite_header(&mut out, b"Vary", b"Origin", &mut vary));
-        assert!(rewrite_header(&mut out, b"X-Other", b"1", &mut vary));
-        added_headers(&mut out, Algo::Gzip, vary);
+        let weak = rewritten_value(b"ETag", b"\"x\"", &mut vary);
+        assert_eq!(weak.as_deref(), Some(&b"W/\"x\""[..]));
+        let extended = rewritten_value(b"Vary", b"Origin", &mut vary);
+        assert_eq!(extended.as_deref(), Some(&b"Origin, Accept-Encoding"[..]));
+        assert_eq!(rewritten_value(b"X-Other", b"1", &mut vary), None);
+        let added: Vec<_> = added_headers(Algo::Gzip, vary).collect();
+        assert_eq!(added, [("content-encoding", "gzip")], "a Vary was seen");
+        let mut covered = false;
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "ETag: W/\"x\"\r\nVary: Origin, Accept-Encoding\r\ncontent-encoding: gzip\r\n"
+            rewritten_value(b"vary", b"accept-encoding", &mut covered),
+            None
+        );
+        let added: Vec<_> = added_headers(Algo::Deflate, false).collect();
+        assert_eq!(
+            added,
+            [("content-encoding", "deflate"), ("vary", "Accept-Encoding")]
         );
     }
 }

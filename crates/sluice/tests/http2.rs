@@ -324,6 +324,65 @@ fn a_stream_head_is_read_as_the_client_sent_it() {
     assert!(origin.requests().iter().all(|r| r.target != "/many"));
 }
 
+/// The response head an HTTP/2 client gets is made for it from the server's and the rules'
+/// edits (no text): rules' fields, a compressed body's fields (`content-encoding`, `vary`,
+/// a weakened `etag`) and the body itself, whole.
+#[test]
+fn a_response_head_is_made_for_the_stream() {
+    let text = "compress me please, ".repeat(200);
+    let body = text.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |_r: &Received| {
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\
+                 ETag: \"v1\"\r\nX-Server: Kept\r\nX-Drop: 1\r\n\r\n{}",
+                body.len(),
+                body
+            )
+            .into_bytes()
+            .into()
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n\
+         http-response del-header x-drop\n\
+         http-response set-status 203 if {{ path /status }}\n\
+         default_backend be\nbackend be\n compression algo gzip\n\
+         compression type text/plain\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, _conn) = h2_connect(p.addr()).await;
+        let req = http::Request::get("http://h2.test/status")
+            .header("accept-encoding", "gzip")
+            .body(())
+            .unwrap();
+        let (parts, body) = fetch(&mut send, req).await.unwrap();
+        assert_eq!(parts.status, 203);
+        let h = &parts.headers;
+        assert_eq!(h["x-server"], "Kept");
+        assert!(!h.contains_key("x-drop"));
+        assert_eq!(h["content-encoding"], "gzip");
+        assert_eq!(h["vary"], "Accept-Encoding");
+        assert_eq!(h["etag"], "W/\"v1\"");
+        assert!(!h.contains_key("content-length"), "the length changed");
+        let mut plain = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            .unwrap();
+        assert_eq!(plain, text);
+        // Without `accept-encoding`: the server's length, the body as it is.
+        let (parts, body) = fetch(&mut send, get("/plain")).await.unwrap();
+        assert_eq!(parts.status, 200);
+        assert_eq!(
+            parts.headers["content-length"],
+            text.len().to_string().as_str()
+        );
+        assert_eq!(body, text.as_bytes());
+    });
+}
+
 /// A cleartext `proto h2` port reads the client's preface and the header of its SETTINGS
 /// frame before answering anything: an HTTP/1 request, or a HEADERS frame where SETTINGS
 /// must come first, gets the connection closed without a byte (HAProxy closes too; before,

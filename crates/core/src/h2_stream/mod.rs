@@ -1,8 +1,9 @@
 //! An HTTP/2 stream as an HTTP/1.1 connection, for the HTTP/1.1 code on either end of it:
-//! - a client's stream ([`H2Stream::answering`]) is read by the session that serves it:
-//!   the request comes as an HTTP/1.1 head, then its body as it arrives; what the session
-//!   writes back is parsed once for its head, which leaves as HEADERS, and its body leaves
-//!   as DATA;
+//! - a client's stream ([`H2Stream::answering`]) is read by the session that serves it: its
+//!   request head is the session's already (as the `h2` crate decoded it), so what reads
+//!   here is its body as it arrives; its response head is given as the transaction made it
+//!   ([`H2Stream::send_response`]) and leaves as HEADERS, or, for the proxy's own answers,
+//!   written as HTTP/1.1 text and parsed once; its body leaves as DATA;
 //! - a stream to a server ([`H2Stream::asking`]) is given its request head as the
 //!   transaction prepared it ([`ServerRequest`], no text) and sent as HEADERS, then its body
 //!   as DATA; the response head is taken as the `h2` crate decoded it
@@ -359,6 +360,26 @@ impl H2Stream {
         std::future::poll_fn(|cx| self.lock().poll_request(cx, req)).await
     }
 
+    /// Sends a client's response head as the transaction made it (no text); its body
+    /// follows with [`Self::write_all`], framed as `framing` says (chunked: its trailers
+    /// leave as trailers). Fails once the stream is gone, or if a head was written already.
+    pub fn send_response(&self, res: http::Response<()>, framing: Framing) -> io::Result<()> {
+        let mut st = self.lock();
+        if st.gone.is_some() {
+            return Err(broken());
+        }
+        let taken = std::mem::replace(&mut st.down, Down::Done);
+        let Down::Response { respond, buf } = taken else {
+            st.down = taken;
+            return Err(invalid("a response head sent twice"));
+        };
+        if !buf.is_empty() {
+            st.down = Down::Response { respond, buf };
+            return Err(invalid("a response head after part of another"));
+        }
+        st.respond_with(respond, res, framing, Bytes::new())
+    }
+
     /// Writes the next bytes of the message: a response's head leaves once complete, its
     /// body (or a request's) as flow control allows. Fails once the stream is gone.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
@@ -699,6 +720,18 @@ impl State {
         } else {
             head.framing
         };
+        self.respond_with(respond, res, framing, bytes.slice(head.len..))
+    }
+
+    /// Sends the response head `res` on `respond`; its body follows as `framing` says,
+    /// starting with the bytes of `input`.
+    fn respond_with(
+        &mut self,
+        mut respond: SendResponse<Bytes>,
+        res: http::Response<()>,
+        framing: Framing,
+        input: Bytes,
+    ) -> io::Result<()> {
         let no_body = matches!(framing, Framing::None | Framing::Length(0));
         let send = respond.send_response(res, no_body).map_err(|_| {
             self.gone = Some(Gone::Peer);
@@ -710,7 +743,7 @@ impl State {
             self.down = Down::Body {
                 send,
                 reader: BodyReader::new(framing),
-                input: bytes.slice(head.len..),
+                input,
             };
         }
         Ok(())

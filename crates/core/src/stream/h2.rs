@@ -9,8 +9,11 @@
 //! text; its body is read as it comes, as HTTP/1.1 would carry it (with `Content-Length`
 //! when the client gave one, else chunked, so trailers pass). A tunnel's request (CONNECT,
 //! and a WebSocket's extended CONNECT) still reads as the HTTP/1.1 request that opens one.
-//! The session's response is parsed back and sent as HEADERS and DATA frames under the
-//! client's flow control, without the connection-specific fields HTTP/2 forbids.
+//! A server's response leaves as HEADERS made for the stream from its head and the rules'
+//! edits (`stream::heads::client_response`, no text), then DATA frames under the client's
+//! flow control; the proxy's own answers (errors, redirects, `return`, the stats page,
+//! cache hits, a tunnel's opening) are still written as HTTP/1.1 text and parsed back by
+//! the stream, without the connection-specific fields HTTP/2 forbids.
 //!
 //! Invariants:
 //! - HTTP/2's own rules (pseudo-headers, connection-specific fields, `Content-Length`

@@ -528,27 +528,17 @@ pub(crate) fn upgrade_request(req: &RequestView<'_>) -> Option<Vec<u8>> {
     (!kept.is_empty()).then(|| kept.join(&b", "[..]))
 }
 
-/// Writes a response head for the client. `client` is `None` for interim (1xx) responses;
-/// otherwise (framing sent to the client, keep-alive, client version, length to repeat for
-/// HEAD/304).
-pub(crate) fn write_response_head(
-    out: &mut Vec<u8>,
+/// The fields of a response a client gets, whatever its protocol: the server's without
+/// hop-by-hop ones and those the rules deleted (names in lower case, as HAProxy relays
+/// them; values replaced as rules say, the persistence cookie's `Set-Cookie` rewritten, a
+/// compressed body's `ETag` and `Vary` adjusted), then the rules' additions, the inserted
+/// cookie and a compressed body's own fields. The framing fields are the writer's.
+fn response_fields(
+    out: &mut impl FieldOut,
     rsp: &ResponseView<'_>,
     edits: &Edits,
-    client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
     compressed: Option<Algo>,
 ) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    let status = edits.status.as_ref().map_or(rsp.status(), |(c, _)| *c);
-    out.extend_from_slice(Digits::new(u64::from(status)).as_bytes());
-    out.push(b' ');
-    match &edits.status {
-        Some((_, Some(text))) => out.extend_from_slice(text.as_bytes()),
-        Some((code, None)) => out.extend_from_slice(reason(*code).as_bytes()),
-        None if rsp.reason().is_empty() => out.extend_from_slice(reason(status).as_bytes()),
-        None => out.extend_from_slice(rsp.reason()),
-    }
-    out.extend_from_slice(b"\r\n");
     let mut saw_vary = false;
     let mut server_cookie = false;
     let mut lowered = [0u8; 64];
@@ -556,10 +546,12 @@ pub(crate) fn write_response_head(
         if rsp.is_hop_by_hop(name) || edits.deletes(name) {
             continue;
         }
-        // Header names go out in lower case, as HAProxy relays them.
         let name = lower_name(name, &mut lowered);
-        if compressed.is_some() && !compression::rewrite_header(out, name, value, &mut saw_vary) {
-            continue;
+        if compressed.is_some() {
+            if let Some(v) = compression::rewritten_value(name, value, &mut saw_vary) {
+                out.field(name, &v);
+                continue;
+            }
         }
         if let Some(c) = edits
             .cookie
@@ -568,27 +560,61 @@ pub(crate) fn write_response_head(
         {
             match c.server_set_cookie(value, &mut server_cookie) {
                 Some(v) if v.is_empty() => {}
-                Some(v) => push_header(out, name, &v),
-                None => push_header(out, name, value),
+                Some(v) => out.field(name, &v),
+                None => out.field(name, value),
             }
             continue;
         }
         match edits.replaced(name, value) {
-            Some(v) => push_header(out, name, &v),
-            None => push_header(out, name, value),
+            Some(v) => out.field(name, &v),
+            None => out.field(name, value),
         }
     }
     for (n, v) in &edits.add {
-        push_header(out, lower_name(n.as_bytes(), &mut lowered), v);
+        out.field(lower_name(n.as_bytes(), &mut lowered), v);
     }
     if let Some(c) = &edits.cookie {
         for (n, v) in c.inserted(server_cookie) {
-            push_header(out, n.as_bytes(), &v);
+            out.field(n.as_bytes(), &v);
         }
     }
     if let Some(algo) = compressed {
-        compression::added_headers(out, algo, saw_vary);
+        for (n, v) in compression::added_headers(algo, saw_vary) {
+            out.field(n.as_bytes(), v.as_bytes());
+        }
     }
+}
+
+/// The status a client gets, and its reason phrase: the rules', else the server's (its
+/// own phrase, or the standard one when it sent none).
+fn response_status<'a>(rsp: &ResponseView<'a>, edits: &'a Edits) -> (u16, &'a [u8]) {
+    let status = edits.status.as_ref().map_or(rsp.status(), |(c, _)| *c);
+    let phrase = match &edits.status {
+        Some((_, Some(text))) => text.as_bytes(),
+        Some((code, None)) => reason(*code).as_bytes(),
+        None if rsp.reason().is_empty() => reason(status).as_bytes(),
+        None => rsp.reason(),
+    };
+    (status, phrase)
+}
+
+/// Writes a response head for an HTTP/1.1 client. `client` is `None` for interim (1xx)
+/// responses; otherwise (framing sent to the client, keep-alive, client version, length
+/// to repeat for HEAD/304).
+pub(crate) fn write_response_head(
+    out: &mut Vec<u8>,
+    rsp: &ResponseView<'_>,
+    edits: &Edits,
+    client: Option<(Framing, bool, Version, Option<Vec<u8>>)>,
+    compressed: Option<Algo>,
+) {
+    let (status, phrase) = response_status(rsp, edits);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(Digits::new(u64::from(status)).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(phrase);
+    out.extend_from_slice(b"\r\n");
+    response_fields(out, rsp, edits, compressed);
     if let Some((framing, keep, version, length_hint)) = client {
         match framing {
             Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
@@ -607,6 +633,77 @@ pub(crate) fn write_response_head(
         }
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// A response head for an HTTP/2 client, with its size as HAProxy counts it (the HTX form
+/// of the HTTP/1.1 head it stands for: see `report::htx_head_size`); `length` is the
+/// `Content-Length` it announces, if any; `wire` the bytes an HTTP/1 head was parsed from
+/// (copied once, its values then shared rather than copied each). `None` if a field
+/// cannot be carried (which the header checks of the rules and of the HTTP/1 parser
+/// prevent).
+pub(crate) fn client_response(
+    rsp: &ResponseView<'_>,
+    edits: &Edits,
+    length: Option<&[u8]>,
+    compressed: Option<Algo>,
+    wire: &[u8],
+) -> Option<(http::Response<()>, u64)> {
+    let (status, phrase) = response_status(rsp, edits);
+    let mut out = ResponseFields {
+        fields: http::HeaderMap::with_capacity(rsp.headers().size_hint().0 + edits.add.len() + 2),
+        shared: (!wire.is_empty()).then(|| (bytes::Bytes::copy_from_slice(wire), wire)),
+        size: 0,
+        invalid: false,
+    };
+    response_fields(&mut out, rsp, edits, compressed);
+    if let Some(n) = length {
+        out.field(b"content-length", n);
+    }
+    if out.invalid {
+        return None;
+    }
+    let mut res = http::Response::new(());
+    *res.status_mut() = http::StatusCode::from_u16(status).ok()?;
+    *res.headers_mut() = out.fields;
+    // "HTTP/1.1", the code and the phrase, then each field and the end of the head.
+    let size = 20 + 8 + 3 + phrase.len() as u64 + out.size + 1;
+    Some((res, size))
+}
+
+/// The fields of a response for an HTTP/2 client as they are given.
+struct ResponseFields<'w> {
+    fields: http::HeaderMap,
+    /// A copy of the head's bytes, and where they were: a value that is a slice of them
+    /// becomes a slice of the copy.
+    shared: Option<(bytes::Bytes, &'w [u8])>,
+    /// Names and values, as HAProxy counts a head.
+    size: u64,
+    invalid: bool,
+}
+
+impl ResponseFields<'_> {
+    fn value(&self, value: &[u8]) -> Result<http::HeaderValue, http::header::InvalidHeaderValue> {
+        if let Some((copy, wire)) = &self.shared {
+            // Compared as addresses: `value` may lie in `wire`, or be another slice.
+            let from = (value.as_ptr() as usize).wrapping_sub(wire.as_ptr() as usize);
+            if from <= wire.len() && value.len() <= wire.len() - from {
+                return http::HeaderValue::from_maybe_shared(copy.slice(from..from + value.len()));
+            }
+        }
+        http::HeaderValue::from_bytes(value)
+    }
+}
+
+impl FieldOut for ResponseFields<'_> {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        match (http::HeaderName::from_bytes(name), self.value(value)) {
+            (Ok(n), Ok(v)) => {
+                self.size += (name.len() + value.len()) as u64;
+                self.fields.append(n, v);
+            }
+            _ => self.invalid = true,
+        }
+    }
 }
 
 /// A decimal number formatted on the stack.
@@ -713,6 +810,48 @@ mod tests {
         // A WebSocket the client asked for is said so (the stream decides how it goes).
         let ws = server_request(&view, &Edits::default(), None, Some(b"websocket"));
         assert!(ws.unwrap().websocket);
+    }
+
+    #[test]
+    fn a_response_for_an_http2_client_has_the_fields_an_http1_client_gets() {
+        let raw = b"HTTP/1.1 200 Fine\r\nContent-Length: 5\r\nConnection: x-hop\r\nX-Hop: 1\r\nETag: \"e\"\r\nX-Server: Kept\r\nX-Gone: 1\r\n\r\nhello";
+        let head = sluice_http::parse_response(raw, false).unwrap().unwrap();
+        let view = ResponseView::h1(raw, &head);
+        let mut edits = Edits::default();
+        edits.remove("x-gone", Match::Str);
+        edits.add.push(("X-Added".into(), b"a".to_vec()));
+        let wire = &raw[..head.len];
+        let (res, htx) = client_response(&view, &edits, Some(b"5"), None, wire).unwrap();
+        assert_eq!(res.status(), 200);
+        let fields: Vec<(&str, &str)> = res
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("etag", "\"e\""),
+                ("x-server", "Kept"),
+                ("x-added", "a"),
+                ("content-length", "5")
+            ]
+        );
+        // Counted as the HTTP/1.1 head written for the same response would be.
+        let mut text = Vec::new();
+        let client = Some((Framing::Length(5), true, Version::Http11, None));
+        write_response_head(&mut text, &view, &edits, client, None);
+        assert_eq!(htx, crate::stream::report::htx_head_size(&text));
+        // Compressed: the fields a compressed body needs, the length left to the caller.
+        let (res, _) = client_response(&view, &edits, None, Some(Algo::Gzip), wire).unwrap();
+        assert_eq!(res.headers()["etag"], "W/\"e\"");
+        assert_eq!(res.headers()["content-encoding"], "gzip");
+        assert_eq!(res.headers()["vary"], "Accept-Encoding");
+        assert!(!res.headers().contains_key("content-length"));
+        // A status the rules set.
+        edits.status = Some((503, None));
+        let (res, _) = client_response(&view, &edits, None, None, &[]).unwrap();
+        assert_eq!(res.status(), 503);
     }
 
     #[test]

@@ -200,13 +200,22 @@ impl Txn {
             .then(|| view.header("content-length"))
             .flatten()
             .map(<[u8]>::to_vec);
-        write_response_head(
-            &mut s.out,
-            &view,
-            &rsp_edits,
-            Some((client_framing, keep_client, facts.version, length_hint)),
-            compressor.as_ref().map(|c| c.algo),
-        );
+        let algo = compressor.as_ref().map(|c| c.algo);
+        // What HAProxy counts of the response: its head in HTX form, then the body's data.
+        let (head_htx, head_len) = match s.client.as_stream() {
+            Some(stream) => {
+                let framed = (client_framing, length_hint);
+                let wire = &s.sbuf.bytes()[..rsp.len()];
+                let htx = send_h2_head(stream, (&view, wire), &rsp_edits, framed, algo)
+                    .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Data))?;
+                (htx, 0)
+            }
+            None => {
+                let client = Some((client_framing, keep_client, facts.version, length_hint));
+                write_response_head(&mut s.out, &view, &rsp_edits, client, algo);
+                (super::report::htx_head_size(&s.out), s.out.len() as u64)
+            }
+        };
         s.sbuf.consume(rsp.len());
         if let Some(c) = &rsp_edits.cookie {
             self.log.cookie_flags[1] = c.outcome();
@@ -215,12 +224,10 @@ impl Txn {
         }
         if fe.log.asap {
             // `option logasap`: the line goes out now, with what is known so far.
-            self.log.bytes = super::report::htx_head_size(&s.out);
+            self.log.bytes = head_htx;
             self.emit_log(s, i64::from(status), *b"--", true);
             self.log.logged = true;
         }
-        // What HAProxy counts of the response: its head in HTX form, then the body's data.
-        let (head_htx, head_len) = (super::report::htx_head_size(&s.out), s.out.len() as u64);
         let mut relay = Relay {
             client: &mut s.client,
             out: &mut s.out,
@@ -372,6 +379,37 @@ impl Txn {
         s.received += moved.to_b.saturating_sub(counted);
         Ok(false)
     }
+}
+
+/// Sends the response head to an HTTP/2 client's stream (no text), its body to follow as
+/// `framing` says; returns its size as HAProxy counts it, the same as the HTTP/1.1 head
+/// written for it would count (a chunked body's `transfer-encoding` included).
+fn send_h2_head(
+    stream: &crate::h2_stream::H2Stream,
+    (view, wire): (&ResponseView<'_>, &[u8]),
+    edits: &Edits,
+    (framing, length_hint): (Framing, Option<Vec<u8>>),
+    algo: Option<compression::Algo>,
+) -> std::io::Result<u64> {
+    let digits;
+    let length = match framing {
+        Framing::Length(n) => {
+            digits = super::heads::Digits::new(n);
+            Some(digits.as_bytes())
+        }
+        Framing::None => length_hint.as_deref(),
+        Framing::Chunked | Framing::UntilClose => None,
+    };
+    let Some((res, htx)) = super::heads::client_response(view, edits, length, algo, wire) else {
+        stream.abort();
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a response field HTTP/2 cannot carry",
+        ));
+    };
+    stream.send_response(res, framing)?;
+    let chunked = if framing == Framing::Chunked { 24 } else { 0 };
+    Ok(htx + chunked)
 }
 
 /// When a server's `Keep-Alive: timeout=N` says it will close an idle connection: the pool
