@@ -56,6 +56,24 @@ enum HeadersKind<'a> {
 impl<'a> Iterator for Headers<'a> {
     type Item = (&'a [u8], &'a [u8]);
 
+    /// Exact for HTTP/1; for HTTP/2, at most the fields and `:authority` (a `host` field
+    /// under an `:authority` is not shown). Writers size their maps with the upper bound.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.kind {
+            HeadersKind::H1 { fields, .. } => fields.size_hint(),
+            HeadersKind::H2 {
+                host,
+                authority,
+                fields,
+            } => {
+                let (low, high) = fields.size_hint();
+                let extra = usize::from(host.is_some());
+                let low = if *authority { extra } else { low };
+                (low, high.map(|h| h + extra))
+            }
+        }
+    }
+
     fn next(&mut self) -> Option<Self::Item> {
         match &mut self.kind {
             HeadersKind::H1 { buf, fields } => {

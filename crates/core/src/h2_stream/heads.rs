@@ -199,7 +199,8 @@ impl ServerRequest {
     /// The request for an HTTP/2 server that carries `req` as it is, without the fields a
     /// proxy does not forward (a health check's request, which no rule edits).
     pub fn from_view(req: &sluice_http::RequestView<'_>) -> Option<ServerRequest> {
-        let mut fields = RequestFields::with_capacity(req.headers().size_hint().0);
+        let (low, high) = req.headers().size_hint();
+        let mut fields = RequestFields::with_capacity(high.unwrap_or(low));
         for (name, value) in req.headers() {
             if !req.is_hop_by_hop(name) && !name.eq_ignore_ascii_case(b"expect") {
                 fields.push(name, value);

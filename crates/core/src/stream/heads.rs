@@ -398,6 +398,12 @@ trait FieldOut {
     fn field(&mut self, name: &[u8], value: &[u8]);
 }
 
+/// How many fields a head's iterator may give (its upper bound): what a map is sized for.
+fn room(fields: sluice_http::Headers<'_>) -> usize {
+    let (low, high) = fields.size_hint();
+    high.unwrap_or(low)
+}
+
 impl FieldOut for Vec<u8> {
     fn field(&mut self, name: &[u8], value: &[u8]) {
         push_header(self, name, value);
@@ -494,7 +500,7 @@ pub(crate) fn server_request(
     xff: Option<(&ForwardFor, IpAddr)>,
     upgrade: Option<&[u8]>,
 ) -> Option<ServerRequest> {
-    let mut out = RequestFields::with_capacity(req.headers().size_hint().0 + edits.add.len());
+    let mut out = RequestFields::with_capacity(room(req.headers()) + edits.add.len());
     request_fields(&mut out, req, edits, xff);
     out.finish(
         edits.method.as_deref().unwrap_or(req.method()),
@@ -650,7 +656,7 @@ pub(crate) fn client_response(
 ) -> Option<(http::Response<()>, u64)> {
     let (status, phrase) = response_status(rsp, edits);
     let mut out = ResponseFields {
-        fields: http::HeaderMap::with_capacity(rsp.headers().size_hint().0 + edits.add.len() + 2),
+        fields: http::HeaderMap::with_capacity(room(rsp.headers()) + edits.add.len() + 2),
         shared: (!wire.is_empty()).then(|| (bytes::Bytes::copy_from_slice(wire), wire)),
         size: 0,
         invalid: false,
