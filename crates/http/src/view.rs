@@ -58,6 +58,7 @@ impl<'a> Iterator for Headers<'a> {
 
     /// Exact for HTTP/1; for HTTP/2, at most the fields and `:authority` (a `host` field
     /// under an `:authority` is not shown). Writers size their maps with the upper bound.
+    #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
         match &self.kind {
             HeadersKind::H1 { fields, .. } => fields.size_hint(),
@@ -74,6 +75,8 @@ impl<'a> Iterator for Headers<'a> {
         }
     }
 
+    // Inlined across crates, as the iterator it replaced was: every header lookup runs it.
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         match &mut self.kind {
             HeadersKind::H1 { buf, fields } => {
@@ -99,6 +102,14 @@ impl<'a> Iterator for Headers<'a> {
             }
         }
     }
+}
+
+/// The first value of field `lower` in an HTTP/1 head parsed from `buf`.
+fn h1_header<'a>(buf: &'a [u8], fields: &'a crate::Fields, lower: &str) -> Option<&'a [u8]> {
+    fields
+        .iter()
+        .find(|h| name_is(&buf[h.name.clone()], lower))
+        .map(|h| &buf[h.value.clone()])
 }
 
 /// Joins an HTTP/2 request's `cookie` fields into one, as HTTP/1.1 wants them (RFC 9113
@@ -232,9 +243,15 @@ impl<'a> RequestView<'a> {
 
     /// The first value of header `lower` (a lowercase name).
     pub fn header(&self, lower: &str) -> Option<&'a [u8]> {
-        self.headers()
-            .find(|(n, _)| name_is(n, lower))
-            .map(|(_, v)| v)
+        match self.kind {
+            // The HTTP/1 head's own fields, searched without the general iterator: every
+            // request looks up several.
+            RequestKind::H1 { buf, head } => h1_header(buf, &head.headers, lower),
+            RequestKind::H2 { .. } => self
+                .headers()
+                .find(|(n, _)| name_is(n, lower))
+                .map(|(_, v)| v),
+        }
     }
 
     /// Every header as (name, value), in order.
@@ -361,9 +378,10 @@ impl<'a> ResponseView<'a> {
 
     /// The first value of header `lower` (a lowercase name).
     pub fn header(&self, lower: &str) -> Option<&'a [u8]> {
-        self.headers()
-            .find(|(n, _)| name_is(n, lower))
-            .map(|(_, v)| v)
+        match self.kind {
+            ResponseKind::H1 { buf, head } => h1_header(buf, &head.headers, lower),
+            ResponseKind::H2 { parts, .. } => parts.headers.get(lower).map(|v| v.as_bytes()),
+        }
     }
 
     /// Every header as (name, value), in order.

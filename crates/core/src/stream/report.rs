@@ -220,25 +220,26 @@ impl Default for ReqLog {
 /// which HAProxy's H1 layer writes itself on output, is not counted. `head` is the head
 /// as sent, `name: value` lines ending in CRLF.
 pub(crate) fn htx_head_size(head: &[u8]) -> u64 {
-    // Called for every request and response: lines and colons are found with memchr.
-    let line_end =
-        |from: usize| memchr::memchr(b'\n', &head[from..]).map_or(head.len(), |i| from + i);
+    // Called for every request and response: one pass over the line ends (memchr), the
+    // colon looked for in the line's first bytes (names are short).
     let trim_cr = |l: &[u8]| -> usize { l.len() - usize::from(l.last() == Some(&b'\r')) };
-    if head.is_empty() {
+    let mut ends = memchr::memchr_iter(b'\n', head).chain(std::iter::once(head.len()));
+    let Some(first) = ends.next() else {
         return 0;
-    }
-    let end = line_end(0);
-    let start = &head[..trim_cr(&head[..end])];
+    };
+    let start = &head[..trim_cr(&head[..first])];
     // The two spaces between version, code and reason are not stored; any inside the
     // reason are.
-    let separators = memchr::memchr_iter(b' ', start).take(2).count();
+    let separators = start.iter().filter(|&&b| b == b' ').take(2).count();
     let mut size = 20 + (start.len() - separators) as u64;
-    let mut at = end + 1;
-    while at < head.len() {
-        let end = line_end(at);
-        let line = &head[at..at + trim_cr(&head[at..end])];
+    let mut at = first + 1;
+    for end in ends {
+        let Some(line) = head.get(at..end) else {
+            break;
+        };
         at = end + 1;
-        let Some(colon) = memchr::memchr(b':', line) else {
+        let line = &line[..trim_cr(line)];
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
         };
         let name = &line[..colon];

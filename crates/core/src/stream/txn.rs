@@ -88,8 +88,9 @@ pub(crate) struct Txn {
     /// is not relayed, and neither connection carries another request.
     pub upload_cut: bool,
     /// The request head for an HTTP/2 server (only when the backend has one; `None` there
-    /// too if HTTP/2 cannot carry it).
-    pub h2_request: Option<crate::h2_stream::ServerRequest>,
+    /// too if HTTP/2 cannot carry it). Boxed: a transaction to HTTP/1.1 servers only does
+    /// not carry its size.
+    pub h2_request: Option<Box<crate::h2_stream::ServerRequest>>,
 }
 
 /// Waits for more of the request body (`false`), or for the server to refuse the rest of
@@ -485,7 +486,8 @@ impl Txn {
                     .speaks
                     .h2
                     .then(|| server_request(&req, &edits, xff, facts.upgrade.as_deref()))
-                    .flatten();
+                    .flatten()
+                    .map(Box::new);
                 let reads_request = has_response_rules(fe, be) || Txn::log_reads_response(s);
                 if be.speaks.h1 || reads_request {
                     // One allocation for a session's first head (an HTTP/2 stream's only
