@@ -4,8 +4,10 @@ sluice and HAProxy, one worker each, to one nginx origin that speaks only HTTP/2
 becomes a stream on the proxy's HTTP/2 connection to the origin. An HTTP/1.1 request to that
 origin fails, so a run without errors is a run in HTTP/2. Medians of RUNS interleaved runs;
 prints requests/s and requests per proxy CPU-second.
+A second load has HTTP/2 clients end to end (h2 -> h2, the gRPC-style path): h2load -c8
+-m100 -t1 in clear with prior knowledge to a `bind ... proto h2`, same origin.
 Usage: python3 bench/h2server.py [seconds] [runs]  (bench/run.sh installs the tools).
-SLUICE_BASELINE=/path/to/sluice adds an earlier build."""
+SLUICE_BASELINE=/path/to/sluice adds an earlier build; BENCH_ONLY=h1|h2 runs one load."""
 import os, re, statistics, subprocess, time
 
 import core
@@ -37,31 +39,55 @@ def wrk(secs):
     return int(re.search(r"(\d+) requests in", out).group(1))
 
 
+def h2load(secs):
+    out = subprocess.run(["h2load", "-c8", "-m100", "-t1", "-D", str(secs), f"http://127.0.0.1:{PROXY}/hello.txt"],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", out)
+    if not m or int(m.group(2)) > 0 or "h2c" not in out:
+        raise SystemExit(f"h2load failed\n{out}")
+    return int(m.group(1))
+
+
+LOADS = {
+    "h1": ("HTTP/1.1 clients (wrk -t2 -c64 keep-alive)", wrk),
+    "h2": ("HTTP/2 clients (h2load -c8 -m100, h2c prior knowledge)", h2load),
+}
+
+
 def main():
     o = h2_origin()
-    cfg = core.write_config("h2server", glob="    nbthread 1\n",
-                            backend=f"    server s1 127.0.0.1:{H2_ORIGIN} proto h2\n")
-    cmds = {"sluice": [core.SLUICE, "-f", cfg], "haproxy": ["haproxy", "-db", "-f", cfg]}
-    if core.BASELINE:
-        cmds["sluice before"] = [core.BASELINE, "-f", cfg]
-    rows = {k: [] for k in cmds}
-    for i in range(RUNS):
-        order = list(cmds)[i % len(cmds):] + list(cmds)[:i % len(cmds)]
-        for k in order:
-            p = start(cmds[k], PROXY)
-            wrk(1)
-            c0, t0 = group_cpu(p.pid), time.time()
-            n = wrk(SECS)
-            c1, t1 = group_cpu(p.pid), time.time()
-            stop(p)
-            wait_closed(PROXY)
-            rows[k].append((n / (t1 - t0), n / max(c1 - c0, 1e-9)))
-    print(f"# HTTP/2 towards servers, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), "
-          "1 proxy worker, wrk -t2 -c64 HTTP/1.1 keep-alive, nginx h2c origin, 13 B\n")
-    print("| proxy | req/s | req per CPU-s |")
-    print("| --- | ---: | ---: |")
-    for k, r in rows.items():
-        print(f"| {k} | {statistics.median(x[0] for x in r):.0f} | {statistics.median(x[1] for x in r):.0f} |")
+    only = os.environ.get("BENCH_ONLY")
+    print(f"# HTTP/2 towards servers, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, "
+          "interleaved), 1 proxy worker, nginx h2c origin, 13 B\n")
+    print("| clients | proxy | req/s | req per CPU-s |")
+    print("| --- | --- | ---: | ---: |")
+    for load, (what, run) in LOADS.items():
+        if only and load != only:
+            continue
+        cfg = core.write_config(f"h2server-{load}", glob="    nbthread 1\n",
+                                backend=f"    server s1 127.0.0.1:{H2_ORIGIN} proto h2\n")
+        if load == "h2":
+            text = open(cfg).read().replace(f"bind 127.0.0.1:{PROXY}", f"bind 127.0.0.1:{PROXY} proto h2")
+            with open(cfg, "w") as f:
+                f.write(text)
+        cmds = {"sluice": [core.SLUICE, "-f", cfg], "haproxy": ["haproxy", "-db", "-f", cfg]}
+        if core.BASELINE:
+            cmds["sluice before"] = [core.BASELINE, "-f", cfg]
+        rows = {k: [] for k in cmds}
+        for i in range(RUNS):
+            order = list(cmds)[i % len(cmds):] + list(cmds)[:i % len(cmds)]
+            for k in order:
+                p = start(cmds[k], PROXY)
+                run(1)
+                c0, t0 = group_cpu(p.pid), time.time()
+                n = run(SECS)
+                c1, t1 = group_cpu(p.pid), time.time()
+                stop(p)
+                wait_closed(PROXY)
+                rows[k].append((n / (t1 - t0), n / max(c1 - c0, 1e-9)))
+        for k, r in rows.items():
+            print(f"| {what} | {k} | {statistics.median(x[0] for x in r):.0f} | "
+                  f"{statistics.median(x[1] for x in r):.0f} |", flush=True)
     stop(o)
 
 

@@ -22,7 +22,9 @@ case "${BENCH:-core}" in
     cache) exec python3 bench/cache.py "${1:-5}" "${2:-3}" ;;
     accept) exec python3 bench/accept.py "${1:-8}" "${2:-3}" ;;
     cpusplit) exec python3 bench/cpusplit.py "${1:-5}" "${2:-3}" ;;
-    h2server) exec python3 bench/h2server.py "${1:-5}" "${2:-3}" ;;
+    h2server)
+        command -v h2load >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
+        exec python3 bench/h2server.py "${1:-5}" "${2:-3}" ;;
     memory) exec python3 bench/memory.py "${2:-3}" ;;
     tls)
         command -v h2load >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
