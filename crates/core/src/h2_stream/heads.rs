@@ -136,59 +136,103 @@ pub struct ServerRequest {
     pub websocket: bool,
 }
 
-/// A [`ServerRequest`] under construction: its fields as they are given, `Host` kept
-/// aside for `:authority`, any field HTTP/2 cannot carry making the whole request so.
+/// The fields of an HTTP/2 head as they are given, their values gathered in one buffer
+/// that becomes shared bytes when the head is made, each value a slice of it: one
+/// allocation for them all, and a copy of the head shares them instead of copying each.
+/// A field HTTP/2 cannot carry makes the whole head so.
+#[derive(Debug, Default)]
+pub struct FieldStore {
+    names: Vec<(http::HeaderName, std::ops::Range<usize>)>,
+    store: Vec<u8>,
+    invalid: bool,
+}
+
+impl FieldStore {
+    /// Room for about `n` fields.
+    pub fn with_capacity(n: usize) -> FieldStore {
+        FieldStore {
+            names: Vec::with_capacity(n),
+            store: Vec::with_capacity(n * 32 + 64),
+            invalid: false,
+        }
+    }
+
+    /// Keeps `bytes` beside the values; where they are once [`Self::finish`]ed.
+    pub fn keep(&mut self, bytes: &[u8]) -> std::ops::Range<usize> {
+        let from = self.store.len();
+        self.store.extend_from_slice(bytes);
+        from..self.store.len()
+    }
+
+    pub fn push(&mut self, name: &[u8], value: &[u8]) {
+        match http::HeaderName::from_bytes(name) {
+            Ok(n) => {
+                let at = self.keep(value);
+                self.names.push((n, at));
+            }
+            Err(_) => self.invalid = true,
+        }
+    }
+
+    /// The fields, and the buffer what was kept lies in; `None` if one cannot be carried.
+    pub fn finish(self) -> Option<(http::HeaderMap, Bytes)> {
+        if self.invalid {
+            return None;
+        }
+        let store = Bytes::from(self.store);
+        let mut fields = http::HeaderMap::with_capacity(self.names.len());
+        for (name, at) in self.names {
+            let value = http::HeaderValue::from_maybe_shared(store.slice(at)).ok()?;
+            fields.append(name, value);
+        }
+        Some((fields, store))
+    }
+}
+
+/// A [`ServerRequest`] under construction: its fields as they are given (a
+/// [`FieldStore`], which the target and `Host` share), `Host` kept aside for
+/// `:authority`.
 #[derive(Debug, Default)]
 pub struct RequestFields {
-    fields: http::HeaderMap,
-    host: Option<Bytes>,
-    invalid: bool,
+    fields: FieldStore,
+    host: Option<std::ops::Range<usize>>,
 }
 
 impl RequestFields {
     /// Room for about `n` fields.
     pub fn with_capacity(n: usize) -> RequestFields {
         RequestFields {
-            fields: http::HeaderMap::with_capacity(n),
-            ..Default::default()
+            fields: FieldStore::with_capacity(n),
+            host: None,
         }
     }
 
     /// Adds a field the server is to get (never a connection-specific one: the caller
     /// left those out).
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
-        if name.eq_ignore_ascii_case(b"host") {
-            self.host
-                .get_or_insert_with(|| Bytes::copy_from_slice(value));
-            return;
-        }
-        match (
-            http::HeaderName::from_bytes(name),
-            http::HeaderValue::from_bytes(value),
-        ) {
-            (Ok(n), Ok(v)) => {
-                self.fields.append(n, v);
-            }
-            _ => self.invalid = true,
+        if !name.eq_ignore_ascii_case(b"host") {
+            self.fields.push(name, value);
+        } else if self.host.is_none() {
+            self.host = Some(self.fields.keep(value));
         }
     }
 
     /// The request with these fields; `None` if HTTP/2 cannot carry it.
     pub fn finish(
-        self,
+        mut self,
         method: &[u8],
         target: &[u8],
         framing: Framing,
         websocket: bool,
     ) -> Option<ServerRequest> {
-        if self.invalid {
-            return None;
-        }
+        let method = http::Method::from_bytes(method).ok()?;
+        let target_at = self.fields.keep(target);
+        let (fields, store) = self.fields.finish()?;
         Some(ServerRequest {
-            method: http::Method::from_bytes(method).ok()?,
-            target: Bytes::copy_from_slice(target),
-            host: self.host,
-            fields: self.fields,
+            method,
+            target: store.slice(target_at),
+            host: self.host.map(|at| store.slice(at)),
+            fields,
             framing,
             websocket,
         })

@@ -52,7 +52,7 @@ use h2::{Reason, RecvStream, SendStream};
 use sluice_http::{parse_response, push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
-pub use self::heads::{response_head, tunnel, RequestFields, ServerRequest, Tunnel};
+pub use self::heads::{response_head, tunnel, FieldStore, RequestFields, ServerRequest, Tunnel};
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]

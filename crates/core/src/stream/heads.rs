@@ -11,7 +11,7 @@ use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie::ResponseCookie;
-use crate::h2_stream::{RequestFields, ServerRequest};
+use crate::h2_stream::{FieldStore, RequestFields, ServerRequest};
 use crate::rules::{holds, run_shared, Action, Level, Reply, Rule, TargetPart, TimeoutKind};
 use crate::sample::{text_match, Ctx, Match};
 
@@ -643,72 +643,43 @@ pub(crate) fn write_response_head(
 
 /// A response head for an HTTP/2 client, with its size as HAProxy counts it (the HTX form
 /// of the HTTP/1.1 head it stands for: see `report::htx_head_size`); `length` is the
-/// `Content-Length` it announces, if any; `wire` the bytes an HTTP/1 head was parsed from
-/// (copied once, its values then shared rather than copied each). `None` if a field
-/// cannot be carried (which the header checks of the rules and of the HTTP/1 parser
-/// prevent).
+/// `Content-Length` it announces, if any. `None` if a field cannot be carried (which the
+/// header checks of the rules and of the HTTP/1 parser prevent).
 pub(crate) fn client_response(
     rsp: &ResponseView<'_>,
     edits: &Edits,
     length: Option<&[u8]>,
     compressed: Option<Algo>,
-    wire: &[u8],
 ) -> Option<(http::Response<()>, u64)> {
     let (status, phrase) = response_status(rsp, edits);
     let mut out = ResponseFields {
-        fields: http::HeaderMap::with_capacity(room(rsp.headers()) + edits.add.len() + 2),
-        shared: (!wire.is_empty()).then(|| (bytes::Bytes::copy_from_slice(wire), wire)),
+        fields: FieldStore::with_capacity(room(rsp.headers()) + edits.add.len() + 2),
         size: 0,
-        invalid: false,
     };
     response_fields(&mut out, rsp, edits, compressed);
     if let Some(n) = length {
         out.field(b"content-length", n);
     }
-    if out.invalid {
-        return None;
-    }
+    let (fields, _) = out.fields.finish()?;
     let mut res = http::Response::new(());
     *res.status_mut() = http::StatusCode::from_u16(status).ok()?;
-    *res.headers_mut() = out.fields;
+    *res.headers_mut() = fields;
     // "HTTP/1.1", the code and the phrase, then each field and the end of the head.
     let size = 20 + 8 + 3 + phrase.len() as u64 + out.size + 1;
     Some((res, size))
 }
 
 /// The fields of a response for an HTTP/2 client as they are given.
-struct ResponseFields<'w> {
-    fields: http::HeaderMap,
-    /// A copy of the head's bytes, and where they were: a value that is a slice of them
-    /// becomes a slice of the copy.
-    shared: Option<(bytes::Bytes, &'w [u8])>,
+struct ResponseFields {
+    fields: FieldStore,
     /// Names and values, as HAProxy counts a head.
     size: u64,
-    invalid: bool,
 }
 
-impl ResponseFields<'_> {
-    fn value(&self, value: &[u8]) -> Result<http::HeaderValue, http::header::InvalidHeaderValue> {
-        if let Some((copy, wire)) = &self.shared {
-            // Compared as addresses: `value` may lie in `wire`, or be another slice.
-            let from = (value.as_ptr() as usize).wrapping_sub(wire.as_ptr() as usize);
-            if from <= wire.len() && value.len() <= wire.len() - from {
-                return http::HeaderValue::from_maybe_shared(copy.slice(from..from + value.len()));
-            }
-        }
-        http::HeaderValue::from_bytes(value)
-    }
-}
-
-impl FieldOut for ResponseFields<'_> {
+impl FieldOut for ResponseFields {
     fn field(&mut self, name: &[u8], value: &[u8]) {
-        match (http::HeaderName::from_bytes(name), self.value(value)) {
-            (Ok(n), Ok(v)) => {
-                self.size += (name.len() + value.len()) as u64;
-                self.fields.append(n, v);
-            }
-            _ => self.invalid = true,
-        }
+        self.size += (name.len() + value.len()) as u64;
+        self.fields.push(name, value);
     }
 }
 
@@ -826,8 +797,7 @@ mod tests {
         let mut edits = Edits::default();
         edits.remove("x-gone", Match::Str);
         edits.add.push(("X-Added".into(), b"a".to_vec()));
-        let wire = &raw[..head.len];
-        let (res, htx) = client_response(&view, &edits, Some(b"5"), None, wire).unwrap();
+        let (res, htx) = client_response(&view, &edits, Some(b"5"), None).unwrap();
         assert_eq!(res.status(), 200);
         let fields: Vec<(&str, &str)> = res
             .headers()
@@ -849,14 +819,14 @@ mod tests {
         write_response_head(&mut text, &view, &edits, client, None);
         assert_eq!(htx, crate::stream::report::htx_head_size(&text));
         // Compressed: the fields a compressed body needs, the length left to the caller.
-        let (res, _) = client_response(&view, &edits, None, Some(Algo::Gzip), wire).unwrap();
+        let (res, _) = client_response(&view, &edits, None, Some(Algo::Gzip)).unwrap();
         assert_eq!(res.headers()["etag"], "W/\"e\"");
         assert_eq!(res.headers()["content-encoding"], "gzip");
         assert_eq!(res.headers()["vary"], "Accept-Encoding");
         assert!(!res.headers().contains_key("content-length"));
         // A status the rules set.
         edits.status = Some((503, None));
-        let (res, _) = client_response(&view, &edits, None, None, &[]).unwrap();
+        let (res, _) = client_response(&view, &edits, None, None).unwrap();
         assert_eq!(res.status(), 503);
     }
 

@@ -205,8 +205,7 @@ impl Txn {
         let (head_htx, head_len) = match s.client.as_stream() {
             Some(stream) => {
                 let framed = (client_framing, length_hint);
-                let wire = &s.sbuf.bytes()[..rsp.len()];
-                let htx = send_h2_head(stream, (&view, wire), &rsp_edits, framed, algo)
+                let htx = send_h2_head(stream, &view, &rsp_edits, framed, algo)
                     .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Data))?;
                 (htx, 0)
             }
@@ -386,7 +385,7 @@ impl Txn {
 /// written for it would count (a chunked body's `transfer-encoding` included).
 fn send_h2_head(
     stream: &crate::h2_stream::H2Stream,
-    (view, wire): (&ResponseView<'_>, &[u8]),
+    view: &ResponseView<'_>,
     edits: &Edits,
     (framing, length_hint): (Framing, Option<Vec<u8>>),
     algo: Option<compression::Algo>,
@@ -400,7 +399,7 @@ fn send_h2_head(
         Framing::None => length_hint.as_deref(),
         Framing::Chunked | Framing::UntilClose => None,
     };
-    let Some((res, htx)) = super::heads::client_response(view, edits, length, algo, wire) else {
+    let Some((res, htx)) = super::heads::client_response(view, edits, length, algo) else {
         stream.abort();
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
