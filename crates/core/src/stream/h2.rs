@@ -88,15 +88,6 @@ fn setting(a: &[String], min: u32, max: u32) -> Result<u32, KwError> {
 const RESETS_PER_STREAM: u32 = 2;
 const RESET_WINDOW: Duration = Duration::from_secs(10);
 
-/// What a stream may have waiting in its connection's send queue: a few buffers. One
-/// buffer, as an HAProxy stream holds, cost 12% of the requests per CPU-second on 76 kB
-/// responses (h2load -m10, the relay and the connection's writer waking each other per
-/// buffer); four cost nothing measurable and bound a connection of 100 streams to 6.4 MB
-/// with the default `tune.bufsize`.
-pub(crate) fn send_buffer(g: &GlobalConf) -> usize {
-    4 * g.bufsize
-}
-
 /// How long a connection that sent GOAWAY on its own (idle) waits for the frame to go out.
 const GOAWAY_LINGER: Duration = Duration::from_secs(5);
 
@@ -163,7 +154,7 @@ pub(super) async fn serve(
         // What a stream's response may have waiting in the connection's send queue (the
         // crate's default, 400 kB a stream, let a client that opens its windows and stops
         // reading hold 40 MB a connection).
-        .max_send_buffer_size(send_buffer(&w.config().global))
+        .max_send_buffer_size(w.config().global.h2_send_buffer())
         // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
         .enable_connect_protocol()
         .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2, first));

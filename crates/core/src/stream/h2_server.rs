@@ -56,7 +56,7 @@ pub(crate) async fn start(
         // As large as a buffer: a response head that big passes in HTTP/1.1 too.
         .max_header_list_size(w.config().global.head_room() as u32)
         // What a request body may have waiting in the connection's send queue.
-        .max_send_buffer_size(super::h2::send_buffer(&w.config().global))
+        .max_send_buffer_size(w.config().global.h2_send_buffer())
         .handshake::<_, Bytes>(conn)
         .await
         .map_err(io::Error::other)?;
