@@ -70,6 +70,20 @@ impl std::ops::Deref for Stream {
     }
 }
 
+/// What the kernel knows of a TCP connection (`TCP_INFO`, HAProxy's `fc_rtt` family).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// The smoothed round-trip time and its variance, in microseconds.
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub lost: u32,
+    pub retrans: u32,
+    pub fackets: u32,
+    pub reordering: u32,
+}
+
 /// What follows a write, so that it can leave in fewer packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Then {
@@ -786,6 +800,46 @@ impl Conn {
         socket2::SockRef::from(self.tcp())
             .recv_with_flags(&mut buf, libc::MSG_PEEK | libc::MSG_DONTWAIT)
             .is_ok_and(|n| n > 0)
+    }
+
+    /// What the kernel knows of the TCP connection (`TCP_INFO`); `None` for a unix
+    /// socket, an HTTP/2 stream (it has no socket of its own) or when the kernel says
+    /// nothing.
+    pub fn tcp_info(&self) -> Option<TcpInfo> {
+        use std::os::fd::AsRawFd;
+        if self.is_stream() || self.unix {
+            return None;
+        }
+        let fd = self.tcp().as_raw_fd();
+        let mut info = MaybeUninit::<libc::tcp_info>::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: `info` has room for `len` bytes, the most the kernel writes; `fd` is
+        // this connection's socket, open while `self` lives.
+        let done = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if done != 0 {
+            return None;
+        }
+        // SAFETY: zeroed, then written by the kernel; every field is an integer, valid
+        // whatever its bits.
+        let i = unsafe { info.assume_init() };
+        Some(TcpInfo {
+            rtt_us: i.tcpi_rtt,
+            rttvar_us: i.tcpi_rttvar,
+            unacked: i.tcpi_unacked,
+            sacked: i.tcpi_sacked,
+            lost: i.tcpi_lost,
+            retrans: i.tcpi_retrans,
+            fackets: i.tcpi_fackets,
+            reordering: i.tcpi_reordering,
+        })
     }
 
     /// Copies what is waiting to be read into `buf` without consuming it (`balance

@@ -21,6 +21,25 @@ pub struct Expr {
 /// first, negative from the last; absent: the last for `req.hdr`, all for matching).
 pub type Occ = Option<i32>;
 
+/// A figure of the kernel's `TCP_INFO` for a connection (HAProxy's `fc_rtt` family).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpInfoField {
+    /// The smoothed round-trip time, and its variance: in microseconds when `us` is
+    /// asked for, else milliseconds.
+    Rtt {
+        us: bool,
+    },
+    RttVar {
+        us: bool,
+    },
+    Unacked,
+    Sacked,
+    Lost,
+    Retrans,
+    Fackets,
+    Reordering,
+}
+
 /// Where a sample comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fetch {
@@ -99,6 +118,9 @@ pub enum Fetch {
     Hostname,
     /// `fc_http_major`: the client connection's HTTP major version (1 or 2).
     FcHttpMajor,
+    /// `fc_rtt`, `fc_rttvar`, `fc_unacked`, ...: what the kernel knows of the client's TCP
+    /// connection (`TCP_INFO`).
+    TcpInfo(TcpInfoField),
     /// `be_server_timeout`, `be_tunnel_timeout`: the backend's, in milliseconds.
     BeServerTimeout,
     BeTunnelTimeout,

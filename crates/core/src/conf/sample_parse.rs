@@ -14,7 +14,7 @@ use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse}
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
     MapFile, MapKey, MapOut, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource,
-    VarName, VarScope,
+    TcpInfoField, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -205,9 +205,6 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
 const PENDING_FETCHES: &[&str] = &[
-    "fc_unacked",
-    "fc_sacked",
-    "fc_retrans",
     "ssl_fc_session_id",
     "ssl_fc_client_random",
     "ssl_fc_server_random",
@@ -375,6 +372,30 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_is_resumed" => none(Fetch::SslFcIsResumed)?,
         "ssl_fc_err" | "ssl_c_err" | "ssl_c_ca_err" => none(Fetch::SslErr)?,
         "fc_err" => none(Fetch::FcErr)?,
+        "fc_rtt" | "fc_rttvar" => {
+            arity(c, 0, 1)?;
+            let us = match opt_str(c, 0).as_deref() {
+                None | Some("ms") => false,
+                Some("us") => true,
+                Some(other) => {
+                    return err(format!(
+                        "fetch '{}': unit '{other}' is not 'ms' or 'us'",
+                        c.name
+                    ))
+                }
+            };
+            Fetch::TcpInfo(if c.name == "fc_rtt" {
+                TcpInfoField::Rtt { us }
+            } else {
+                TcpInfoField::RttVar { us }
+            })
+        }
+        "fc_unacked" => none(Fetch::TcpInfo(TcpInfoField::Unacked))?,
+        "fc_sacked" => none(Fetch::TcpInfo(TcpInfoField::Sacked))?,
+        "fc_lost" => none(Fetch::TcpInfo(TcpInfoField::Lost))?,
+        "fc_retrans" => none(Fetch::TcpInfo(TcpInfoField::Retrans))?,
+        "fc_fackets" => none(Fetch::TcpInfo(TcpInfoField::Fackets))?,
+        "fc_reordering" => none(Fetch::TcpInfo(TcpInfoField::Reordering))?,
         "http_auth" | "http_auth_group" => {
             arity(c, 1, 1)?;
             let list = NameRef::new(c.args[0].clone());
@@ -1502,10 +1523,20 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown converter"));
-        assert!(parse_expr("fc_unacked", &PatternBook::default())
+        assert!(parse_expr("ssl_fc_session_id", &PatternBook::default())
             .unwrap_err()
             .0
             .contains("not supported yet"));
+        assert_eq!(
+            parse_expr("fc_rtt(us)", &PatternBook::default())
+                .unwrap()
+                .fetch,
+            Fetch::TcpInfo(TcpInfoField::Rtt { us: true })
+        );
+        assert!(parse_expr("fc_rttvar(s)", &PatternBook::default())
+            .unwrap_err()
+            .0
+            .contains("not 'ms' or 'us'"));
         assert!(parse_expr("capture.req.hdr(-1)", &PatternBook::default()).is_err());
         assert_eq!(
             parse_expr("sc_http_req_rate(1,t)", &PatternBook::default())

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use sluice_http::{name_is, trim_ows, Version};
 
 use super::context::{Ctx, Kind};
-use crate::conf::sample::{Fetch, HelloPart, NameRef, Occ, Sample};
+use crate::conf::sample::{Fetch, HelloPart, NameRef, Occ, Sample, TcpInfoField};
 use crate::runtime::BackendState;
 
 pub(super) fn kind(f: &Fetch) -> Kind {
@@ -24,9 +24,11 @@ pub(super) fn kind(f: &Fetch) -> Kind {
             HelloPart::CiphersHex => Kind::Bin,
             _ => Kind::Str,
         },
-        FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout | CurTunnelTimeout
-        | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_) | FeSessRate(_)
-        | BeSessRate(_) | SrvConn(..) | SrvSessRate(..) | Thread | SoId => Kind::Int,
+        TcpInfo(_) | FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout
+        | CurTunnelTimeout | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_)
+        | FeSessRate(_) | BeSessRate(_) | SrvConn(..) | SrvSessRate(..) | Thread | SoId => {
+            Kind::Int
+        }
         SrvIsUp(..) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
@@ -319,6 +321,19 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::DstIsLocal => dst(cx).map(|a| Sample::Bool(is_local(a.ip()))),
         Fetch::Stopping => Some(Sample::Bool(p.stopping.load(Ordering::Relaxed))),
         Fetch::Hostname => Some(Sample::string(crate::conf::hostname())),
+        Fetch::TcpInfo(field) => {
+            let info = cx.client?.tcp_info()?;
+            Some(Sample::Int(i64::from(match field {
+                TcpInfoField::Rtt { us } => to_unit(info.rtt_us, *us),
+                TcpInfoField::RttVar { us } => to_unit(info.rttvar_us, *us),
+                TcpInfoField::Unacked => info.unacked,
+                TcpInfoField::Sacked => info.sacked,
+                TcpInfoField::Lost => info.lost,
+                TcpInfoField::Retrans => info.retrans,
+                TcpInfoField::Fackets => info.fackets,
+                TcpInfoField::Reordering => info.reordering,
+            })))
+        }
         Fetch::FcHttpMajor => {
             let two = cx.client.is_some_and(|c| c.is_stream());
             Some(Sample::Int(if two { 2 } else { 1 }))
@@ -480,6 +495,15 @@ fn plain_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
+    }
+}
+
+/// Microseconds as `fc_rtt` gives them: as they are for `us`, else in milliseconds.
+fn to_unit(us: u32, in_us: bool) -> u32 {
+    if in_us {
+        us
+    } else {
+        us / 1000
     }
 }
 
