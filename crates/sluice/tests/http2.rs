@@ -970,6 +970,61 @@ fn others_are_served(p: &Sluice, addr: SocketAddr) {
     let _ = p;
 }
 
+/// PRIORITY frames ask for no work (the `h2` crate ignores them): a client that sends more
+/// than a thousand within ten seconds loses its connection, and nobody else notices. A
+/// handful, as browsers have sent, changes nothing.
+#[test]
+fn a_flood_of_frames_that_ask_for_no_work_costs_its_connection() {
+    const PRIORITY: u8 = 2;
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 60s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    let priority = |out: &mut Vec<u8>, stream: u32| {
+        // Depends on stream 0, weight 16.
+        frame(out, PRIORITY, 0, stream, &[0, 0, 0, 0, 15]);
+    };
+    // A few, then a request: served.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    for i in 0..10 {
+        priority(&mut out, 3 + 2 * i);
+    }
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&request_fields("/few")),
+    );
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| kind == HEADERS && stream == 1);
+    assert!(
+        frames.iter().any(|f| f.0 == HEADERS && f.2 == 1),
+        "{frames:?}"
+    );
+    // A flood: the connection ends (well before `timeout client`).
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    for i in 0..1500 {
+        priority(&mut out, 3 + 2 * i);
+    }
+    let _ = s.write_all(&out);
+    let mut sink = [0u8; 4096];
+    let ended = loop {
+        match s.read(&mut sink) {
+            Ok(0) => break true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the flooding connection is still open");
+    others_are_served(&p, p.addrs[1]);
+}
+
 #[test]
 fn a_rapid_reset_flood_costs_its_connection_and_nothing_else() {
     let origin = Origin::start("o");

@@ -6,7 +6,12 @@
 //!   errors those announce);
 //! - [`read_preface`]: a cleartext client's first bytes are checked (the preface, then
 //!   SETTINGS) before the crate, which speaks first, sees the connection; [`Tallied`]
-//!   gives them back to it.
+//!   gives them back to it;
+//! - frames that ask for no work (PRIORITY, which the crate ignores; empty DATA that does
+//!   not end its stream; empty CONTINUATION that does not end its head) are counted as
+//!   they are read: a client that sends more than [`NO_WORK_LIMIT`] of them within
+//!   [`NO_WORK_WINDOW`] loses its connection, as a flood of them would cost the worker
+//!   for nothing (the crate itself bounds SETTINGS, PING and reset floods).
 //!
 //! Invariants:
 //! - [`Tallied`] looks at bytes, never changes, holds or copies them (but for the first 8
@@ -26,9 +31,39 @@ use crate::runtime::counters::H2Frames;
 
 const DATA: u8 = 0;
 const HEADERS: u8 = 1;
+const PRIORITY: u8 = 2;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
 const GOAWAY: u8 = 7;
+const CONTINUATION: u8 = 9;
+
+/// Flags: END_STREAM (DATA), END_HEADERS (CONTINUATION).
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+
+/// Frames that ask for no work a connection may send within [`NO_WORK_WINDOW`].
+pub const NO_WORK_LIMIT: u32 = 1000;
+pub const NO_WORK_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A frame's header, as the scan found it.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    len: usize,
+}
+
+impl Frame {
+    /// The frame asks for no work: nothing a stream or the connection would do with it.
+    fn does_nothing(&self) -> bool {
+        match self.kind {
+            PRIORITY => true,
+            DATA => self.len == 0 && self.flags & END_STREAM == 0,
+            CONTINUATION => self.len == 0 && self.flags & END_HEADERS == 0,
+            _ => false,
+        }
+    }
+}
 
 /// The client's connection preface, which precedes its first frame.
 const PREFACE_LEN: usize = 24;
@@ -56,9 +91,9 @@ struct Scan {
 }
 
 impl Scan {
-    /// Follows `bytes`, calling `seen(type, error code)` once per frame: at its header,
+    /// Follows `bytes`, calling `seen(frame, error code)` once per frame: at its header,
     /// or for RST_STREAM and GOAWAY once their error code is in.
-    fn feed(&mut self, mut bytes: &[u8], mut seen: impl FnMut(u8, Option<u32>)) {
+    fn feed(&mut self, mut bytes: &[u8], mut seen: impl FnMut(Frame, Option<u32>)) {
         while !bytes.is_empty() {
             if self.preface > 0 {
                 let n = self.preface.min(bytes.len());
@@ -73,7 +108,7 @@ impl Scan {
                 if self.got == self.want {
                     let at = self.want - 4;
                     let code = u32::from_be_bytes(self.code[at..at + 4].try_into().unwrap());
-                    seen(self.head[3], Some(code));
+                    seen(self.frame(), Some(code));
                 }
             } else if self.left > 0 {
                 let n = self.left.min(bytes.len());
@@ -100,10 +135,21 @@ impl Scan {
                     }
                     self.got = 0;
                     if self.want == 0 {
-                        seen(self.head[3], None);
+                        seen(self.frame(), None);
                     }
                 }
             }
+        }
+    }
+}
+
+impl Scan {
+    /// The frame whose header was read last.
+    fn frame(&self) -> Frame {
+        Frame {
+            kind: self.head[3],
+            flags: self.head[4],
+            len: u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]]) as usize,
         }
     }
 }
@@ -114,6 +160,8 @@ pub struct Tallied<'a, T> {
     counters: &'a H2Frames,
     read: Scan,
     written: Scan,
+    /// Frames that asked for no work in the current window, and when it began.
+    no_work: (u32, tokio::time::Instant),
     /// Bytes taken from the connection before it was wrapped ([`read_preface`]), read
     /// again first.
     first: Vec<u8>,
@@ -133,26 +181,44 @@ impl<'a, T> Tallied<'a, T> {
                 ..Scan::default()
             },
             written: Scan::default(),
+            no_work: (0, tokio::time::Instant::now()),
         }
+    }
+
+    /// The client sent too many frames that ask for no work: its connection ends.
+    fn flooded(&self) -> bool {
+        self.no_work.0 > NO_WORK_LIMIT
     }
 
     fn received(&mut self, bytes: &[u8]) {
         let c = self.counters;
-        self.read.feed(bytes, |kind, _| match kind {
-            HEADERS => c.headers_rcvd.bump(),
-            DATA => c.data_rcvd.bump(),
-            SETTINGS => c.settings_rcvd.bump(),
-            RST_STREAM => c.rst_stream_rcvd.bump(),
-            GOAWAY => c.goaway_rcvd.bump(),
-            _ => {}
+        let mut idle = 0;
+        self.read.feed(bytes, |frame, _| {
+            idle += u32::from(frame.does_nothing());
+            match frame.kind {
+                HEADERS => c.headers_rcvd.bump(),
+                DATA => c.data_rcvd.bump(),
+                SETTINGS => c.settings_rcvd.bump(),
+                RST_STREAM => c.rst_stream_rcvd.bump(),
+                GOAWAY => c.goaway_rcvd.bump(),
+                _ => {}
+            }
         });
+        if idle > 0 {
+            let (n, since) = self.no_work;
+            self.no_work = if since.elapsed() > NO_WORK_WINDOW {
+                (idle, tokio::time::Instant::now())
+            } else {
+                (n.saturating_add(idle), since)
+            };
+        }
     }
 
     fn sent(&mut self, bytes: &[u8]) {
         let c = self.counters;
-        self.written.feed(bytes, |kind, code| {
+        self.written.feed(bytes, |frame, code| {
             let bad = code.is_some_and(is_protocol_error);
-            match kind {
+            match frame.kind {
                 RST_STREAM => {
                     c.rst_stream_resp.bump();
                     if bad {
@@ -189,6 +255,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tallied<'_, T> {
         };
         if let Poll::Ready(Ok(())) = polled {
             me.received(&buf.filled()[before..]);
+            if me.flooded() {
+                // The crate ends the connection on a read error.
+                return Poll::Ready(Err(io::Error::other(
+                    "too many HTTP/2 frames that ask for no work",
+                )));
+            }
         }
         polled
     }
@@ -290,7 +362,7 @@ mod tests {
         };
         let mut out = Vec::new();
         for piece in bytes.chunks(step) {
-            scan.feed(piece, |k, c| out.push((k, c)));
+            scan.feed(piece, |f, c| out.push((f.kind, c)));
         }
         out
     }
@@ -330,5 +402,21 @@ mod tests {
             seen(&bytes, 0, 1),
             vec![(RST_STREAM, None), (GOAWAY, None), (HEADERS, None)]
         );
+    }
+
+    #[test]
+    fn frames_that_ask_for_no_work_are_told_apart() {
+        let no_work = |kind, flags, len| Frame { kind, flags, len }.does_nothing();
+        assert!(no_work(PRIORITY, 0, 5));
+        assert!(no_work(DATA, 0, 0));
+        assert!(
+            !no_work(DATA, END_STREAM, 0),
+            "an empty DATA that ends its stream"
+        );
+        assert!(!no_work(DATA, 0, 1));
+        assert!(no_work(CONTINUATION, 0, 0));
+        assert!(!no_work(CONTINUATION, END_HEADERS, 0));
+        assert!(!no_work(HEADERS, 0, 0));
+        assert!(!no_work(SETTINGS, 0, 0));
     }
 }
