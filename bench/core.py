@@ -211,6 +211,17 @@ def wrk(path, secs):
     return reqs, lat.get("50"), lat.get("99"), (errors.group(1) if errors else "0"), (sock_err.group(1) if sock_err else "")
 
 
+def h2load(url, secs, proto="h2"):
+    """Successful requests of h2load -c8 -m100 -t1 for `secs` seconds on `url`; fails the
+    run unless every request succeeded over `proto` (h2 over TLS, h2c in clear)."""
+    out = subprocess.run(["h2load", "-c8", "-m100", "-t1", "-D", str(secs), url],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", out)
+    if not m or int(m.group(2)) > 0 or proto not in out:
+        raise SystemExit(f"h2load failed\n{out}")
+    return int(m.group(1))
+
+
 def runs(cmd, path, n):
     """Starts the proxy, warms it up, and returns one row per run of wrk."""
     p = start(cmd, PROXY)

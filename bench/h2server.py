@@ -40,12 +40,7 @@ def wrk(secs):
 
 
 def h2load(secs):
-    out = subprocess.run(["h2load", "-c8", "-m100", "-t1", "-D", str(secs), f"http://127.0.0.1:{PROXY}/hello.txt"],
-                         capture_output=True, text=True).stdout
-    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", out)
-    if not m or int(m.group(2)) > 0 or "h2c" not in out:
-        raise SystemExit(f"h2load failed\n{out}")
-    return int(m.group(1))
+    return core.h2load(f"http://127.0.0.1:{PROXY}/hello.txt", secs, "h2c")
 
 
 LOADS = {

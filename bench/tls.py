@@ -87,12 +87,7 @@ def wrk(secs, close, path):
 
 
 def h2load(secs, path):
-    out = subprocess.run(["h2load", "-c8", "-m100", "-t1", "-D", str(secs), f"https://127.0.0.1:{PROXY}{path}"],
-                         capture_output=True, text=True).stdout
-    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", out)
-    if not m or int(m.group(2)) > 0 or "h2" not in out:
-        raise SystemExit(f"h2load failed\n{out}")
-    return int(m.group(1))
+    return core.h2load(f"https://127.0.0.1:{PROXY}{path}", secs)
 
 
 def load(kind, secs):

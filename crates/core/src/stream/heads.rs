@@ -369,13 +369,7 @@ pub(crate) fn edited_request(
     edits: &Edits,
 ) -> Option<(Vec<u8>, sluice_http::RequestHead)> {
     let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(edits.method.as_deref().unwrap_or(req.method()));
-    out.push(b' ');
-    out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
-    out.extend_from_slice(match req.version() {
-        Version::Http10 => b" HTTP/1.0\r\n",
-        Version::Http11 | Version::Http2 => b" HTTP/1.1\r\n",
-    });
+    request_line(&mut out, req, edits);
     for (name, value) in req.headers() {
         if edits.deletes(name) {
             continue;
@@ -391,6 +385,19 @@ pub(crate) fn edited_request(
     out.extend_from_slice(b"\r\n");
     let head = sluice_http::parse_request(&out).ok().flatten()?;
     Some((out, head))
+}
+
+/// Writes the HTTP/1.1 request line, the rules' method and target applied. The server sees
+/// the client's version: an HTTP/1.0 request may lack Host, which an HTTP/1.1 request may
+/// not (an HTTP/2 one goes as HTTP/1.1).
+fn request_line(out: &mut Vec<u8>, req: &RequestView<'_>, edits: &Edits) {
+    out.extend_from_slice(edits.method.as_deref().unwrap_or(req.method()));
+    out.push(b' ');
+    out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
+    out.extend_from_slice(match req.version() {
+        Version::Http10 => b" HTTP/1.0\r\n",
+        Version::Http11 | Version::Http2 => b" HTTP/1.1\r\n",
+    });
 }
 
 /// Where the fields of a request for a server go: HTTP/1.1 text, or an HTTP/2 head.
@@ -453,15 +460,7 @@ pub(crate) fn build_request_head(
     server_close: bool,
     upgrade: Option<&[u8]>,
 ) {
-    out.extend_from_slice(edits.method.as_deref().unwrap_or(req.method()));
-    out.push(b' ');
-    out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
-    // The server sees the client's version: an HTTP/1.0 request may lack Host, which an
-    // HTTP/1.1 request may not.
-    out.extend_from_slice(match req.version() {
-        Version::Http10 => b" HTTP/1.0\r\n",
-        Version::Http11 | Version::Http2 => b" HTTP/1.1\r\n",
-    });
+    request_line(out, req, edits);
     request_fields(out, req, edits, xff);
     match req.framing() {
         Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
@@ -728,15 +727,20 @@ mod tests {
     use super::*;
     use sluice_http::parse_request;
 
+    /// `option forwardfor` as it comes by default.
+    fn xff_header() -> ForwardFor {
+        ForwardFor {
+            header: "x-forwarded-for".into(),
+            except: None,
+            if_none: false,
+        }
+    }
+
     #[test]
     fn request_head_strips_hop_by_hop_before_adding_ours() {
         let raw = b"POST /p HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Forwarded-For, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nContent-Length: 003\r\nX-Keep: y\r\n\r\n";
         let head = parse_request(raw).unwrap().unwrap();
-        let f = ForwardFor {
-            header: "x-forwarded-for".into(),
-            except: None,
-            if_none: false,
-        };
+        let f = xff_header();
         let mut edits = Edits::default();
         edits.remove("X-Keep", Match::Str);
         edits.add.push(("X-Keep".into(), b"z".to_vec()));
@@ -760,11 +764,7 @@ mod tests {
     fn a_request_for_an_http2_server_has_the_fields_an_http1_server_gets() {
         let raw = b"PUT /p?q HTTP/1.1\r\nHost: h\r\nConnection: X-Secret\r\nX-Secret: 1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\nX-Keep: y\r\nX-Gone: 1\r\n\r\n";
         let head = parse_request(raw).unwrap().unwrap();
-        let f = ForwardFor {
-            header: "x-forwarded-for".into(),
-            except: None,
-            if_none: false,
-        };
+        let f = xff_header();
         let mut edits = Edits::default();
         edits.remove("x-gone", Match::Str);
         edits.remove("host", Match::Str);

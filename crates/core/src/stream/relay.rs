@@ -24,7 +24,7 @@ use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
 use super::txn::{ReqFacts, ServerHead, Txn};
-use crate::buffer::{Buf, BufPool};
+use crate::buffer::Buf;
 use crate::check::Seen;
 use crate::compression::{self, Compressor, GlobalComp};
 use crate::conf::backend::ReuseMode;
@@ -231,7 +231,6 @@ impl Txn {
             client: &mut s.client,
             out: &mut s.out,
             sbuf: &mut s.sbuf,
-            bufs: &w.bufs,
             worker: &w,
             server: &mut conn.conn,
             tclient: fe.stream.timeout_client,
@@ -430,7 +429,7 @@ struct Relay<'a> {
     client: &'a mut Conn,
     out: &'a mut Vec<u8>,
     sbuf: &'a mut Buf,
-    bufs: &'a BufPool,
+    /// The worker: its buffer pool, its cache (a capture is stored there).
     worker: &'a Worker,
     server: &'a mut Conn,
     tclient: Option<Duration>,
@@ -479,7 +478,7 @@ impl Relay<'_> {
 
     /// Reads more of the body from the server (`Ok(false)` at its end of stream).
     async fn read_server(&mut self) -> Result<bool, Cause> {
-        match within(self.tserver, self.sbuf.fill(self.server, self.bufs)).await {
+        match within(self.tserver, self.sbuf.fill(self.server, &self.worker.bufs)).await {
             Ok(Ok(n)) => Ok(n > 0),
             Ok(Err(e)) => Err(Cause::Server(Some(e))),
             Err(()) => Err(Cause::ServerTimeout),
