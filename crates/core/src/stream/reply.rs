@@ -42,11 +42,17 @@ pub(super) fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec
 /// The path and query of a request target in absolute form (`http://host/p?q` gives
 /// `/p?q`), as HAProxy compares `monitor-uri`; any other form as it is.
 pub(super) fn origin_form(target: &[u8]) -> &[u8] {
-    let lower = target.get(..8).map(|p| p.to_ascii_lowercase());
-    let after_scheme = match lower.as_deref() {
-        Some(p) if p.starts_with(b"http://") => &target[7..],
-        Some(p) if p.starts_with(b"https://") => &target[8..],
-        _ => return target,
+    let has = |scheme: &[u8]| {
+        target
+            .get(..scheme.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(scheme))
+    };
+    let after_scheme = if has(b"http://") {
+        &target[7..]
+    } else if has(b"https://") {
+        &target[8..]
+    } else {
+        return target;
     };
     match after_scheme.iter().position(|&b| b == b'/') {
         Some(i) => &after_scheme[i..],
@@ -161,4 +167,18 @@ pub(super) fn redirect(
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_form;
+
+    #[test]
+    fn an_absolute_target_is_compared_by_its_path() {
+        assert_eq!(origin_form(b"http://h.test/up?x"), b"/up?x");
+        assert_eq!(origin_form(b"HTTPS://h.test:8443/up"), b"/up");
+        assert_eq!(origin_form(b"http://h.test"), b"/");
+        assert_eq!(origin_form(b"/up"), b"/up");
+        assert_eq!(origin_form(b"http:/x"), b"http:/x");
+    }
 }

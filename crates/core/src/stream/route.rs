@@ -62,7 +62,12 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
     let mut edits = Edits::default();
-    if fe.monitor.uri.as_deref().map(str::as_bytes) == Some(origin_form(req.target())) {
+    if fe
+        .monitor
+        .uri
+        .as_deref()
+        .is_some_and(|uri| uri.as_bytes() == origin_form(req.target()))
+    {
         // `monitor-uri`: the proxy answers for itself, before any rule.
         let failing = fe
             .monitor
