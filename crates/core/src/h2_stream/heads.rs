@@ -136,14 +136,14 @@ pub struct ServerRequest {
     pub websocket: bool,
 }
 
-/// The fields of an HTTP/2 head as they are given, their values gathered in one buffer
-/// that becomes shared bytes when the head is made, each value a slice of it: one
-/// allocation for them all, and a copy of the head shares them instead of copying each.
-/// A field HTTP/2 cannot carry makes the whole head so.
+/// The fields of an HTTP/2 head as they are given, their values written one after the
+/// other into one buffer and each taken out of it as a slice of shared bytes: one
+/// allocation for them all (while they fit), and a copy of the head shares them instead
+/// of copying each. A field HTTP/2 cannot carry makes the whole head so.
 #[derive(Debug, Default)]
 pub struct FieldStore {
-    names: Vec<(http::HeaderName, std::ops::Range<usize>)>,
-    store: Vec<u8>,
+    fields: http::HeaderMap,
+    store: bytes::BytesMut,
     invalid: bool,
 }
 
@@ -151,51 +151,45 @@ impl FieldStore {
     /// Room for about `n` fields.
     pub fn with_capacity(n: usize) -> FieldStore {
         FieldStore {
-            names: Vec::with_capacity(n),
-            store: Vec::with_capacity(n * 32 + 64),
+            fields: http::HeaderMap::with_capacity(n),
+            store: bytes::BytesMut::with_capacity(n * 32 + 64),
             invalid: false,
         }
     }
 
-    /// Keeps `bytes` beside the values; where they are once [`Self::finish`]ed.
-    pub fn keep(&mut self, bytes: &[u8]) -> std::ops::Range<usize> {
-        let from = self.store.len();
+    /// `bytes` as a slice of the shared buffer.
+    pub fn keep(&mut self, bytes: &[u8]) -> Bytes {
         self.store.extend_from_slice(bytes);
-        from..self.store.len()
+        self.store.split().freeze()
     }
 
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
-        match http::HeaderName::from_bytes(name) {
-            Ok(n) => {
-                let at = self.keep(value);
-                self.names.push((n, at));
+        let Ok(name) = http::HeaderName::from_bytes(name) else {
+            self.invalid = true;
+            return;
+        };
+        let value = self.keep(value);
+        match http::HeaderValue::from_maybe_shared(value) {
+            Ok(v) => {
+                self.fields.append(name, v);
             }
             Err(_) => self.invalid = true,
         }
     }
 
-    /// The fields, and the buffer what was kept lies in; `None` if one cannot be carried.
-    pub fn finish(self) -> Option<(http::HeaderMap, Bytes)> {
-        if self.invalid {
-            return None;
-        }
-        let store = Bytes::from(self.store);
-        let mut fields = http::HeaderMap::with_capacity(self.names.len());
-        for (name, at) in self.names {
-            let value = http::HeaderValue::from_maybe_shared(store.slice(at)).ok()?;
-            fields.append(name, value);
-        }
-        Some((fields, store))
+    /// The fields; `None` if one cannot be carried.
+    pub fn finish(self) -> Option<http::HeaderMap> {
+        (!self.invalid).then_some(self.fields)
     }
 }
 
 /// A [`ServerRequest`] under construction: its fields as they are given (a
-/// [`FieldStore`], which the target and `Host` share), `Host` kept aside for
+/// [`FieldStore`], whose buffer the target and `Host` share), `Host` kept aside for
 /// `:authority`.
 #[derive(Debug, Default)]
 pub struct RequestFields {
     fields: FieldStore,
-    host: Option<std::ops::Range<usize>>,
+    host: Option<Bytes>,
 }
 
 impl RequestFields {
@@ -226,13 +220,12 @@ impl RequestFields {
         websocket: bool,
     ) -> Option<ServerRequest> {
         let method = http::Method::from_bytes(method).ok()?;
-        let target_at = self.fields.keep(target);
-        let (fields, store) = self.fields.finish()?;
+        let target = self.fields.keep(target);
         Some(ServerRequest {
             method,
-            target: store.slice(target_at),
-            host: self.host.map(|at| store.slice(at)),
-            fields,
+            target,
+            host: self.host,
+            fields: self.fields.finish()?,
             framing,
             websocket,
         })

@@ -659,7 +659,7 @@ pub(crate) fn client_response(
     if let Some(n) = length {
         out.field(b"content-length", n);
     }
-    let (fields, _) = out.fields.finish()?;
+    let fields = out.fields.finish()?;
     let mut res = http::Response::new(());
     *res.status_mut() = http::StatusCode::from_u16(status).ok()?;
     *res.headers_mut() = fields;
