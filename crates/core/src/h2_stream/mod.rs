@@ -77,7 +77,8 @@ enum Gone {
 
 #[derive(Debug)]
 struct State {
-    /// Bytes for the HTTP/1.1 side to read: a head, then the body as framed for it.
+    /// Bytes for the HTTP/1.1 side to read: the body as framed for it (after a tunnel's
+    /// request head, which reads as HTTP/1.1 text).
     up: Vec<u8>,
     read: usize,
     /// The server's response, not here yet.
