@@ -383,6 +383,141 @@ fn a_response_head_is_made_for_the_stream() {
     });
 }
 
+/// The same rules over HTTP/1.1 and HTTP/2, table-driven: every request of the table gets
+/// the same answer and reaches the server the same way over both protocols (rules reading
+/// the method, path, query, `Host`, cookies, repeated fields; deny, redirect, return,
+/// set-path, del-header, routing on a header; response rules reading the server's head).
+#[test]
+fn rules_treat_http1_and_http2_requests_alike() {
+    let echo = |name: &'static str| {
+        Origin::with_handler(
+            name,
+            Arc::new(move |r: &Received| {
+                let body = format!(
+                    "{name} {} seen=[{}] drop={} cookie={}",
+                    r.target,
+                    r.header("x-seen").unwrap_or("-"),
+                    r.header("x-drop").unwrap_or("-"),
+                    r.header("cookie").unwrap_or("-"),
+                );
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Origin: {name}\r\n\
+                     X-Origin-Secret: 1\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+                .into()
+            }),
+        )
+    };
+    let (a, b) = (echo("A"), echo("B"));
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}}\n {{fe}} proto h2\n\
+         http-request set-header x-seen \"%[method] %[path] %[query] %[req.hdr(host)] \
+         %[url_param(a)] %[req.cook(c)] %[req.hdr_cnt(x-multi)] %[req.fhdr(user-agent)]\"\n\
+         http-request deny if {{ path_beg /deny }}\n\
+         http-request redirect location /moved if {{ path /old }}\n\
+         http-request return status 200 content-type text/plain lf-string \"returned %[path]\" if {{ path /ret }}\n\
+         http-request del-header x-drop if {{ path_beg /rw }}\n\
+         http-request set-path /rewritten%[path] if {{ path_beg /rw }}\n\
+         http-response set-header x-resp \"%[status] %[res.hdr(x-origin)]\"\n\
+         http-response del-header x-origin-secret\n\
+         use_backend bb if {{ req.hdr(x-route) -m str two }}\n default_backend ba\n\
+         backend ba\n server a {}\nbackend bb\n server b {}\n",
+        a.addr, b.addr
+    ));
+    type Case = (&'static str, &'static [(&'static str, &'static str)]);
+    let cases: &[Case] = &[
+        (
+            "/a?b=1&a=2",
+            &[
+                ("cookie", "c=3"),
+                ("x-drop", "1"),
+                ("x-multi", "m1"),
+                ("x-multi", "m2"),
+                ("user-agent", "t/1"),
+            ],
+        ),
+        ("/deny/x", &[]),
+        ("/old", &[]),
+        ("/ret", &[]),
+        ("/rw/x?q", &[("x-drop", "1")]),
+        ("/routed", &[("x-route", "two")]),
+    ];
+    // What a client learns of one exchange: the status, the fields rules act on, the body.
+    let summary = |status: u16, field: &dyn Fn(&str) -> Option<String>, body: &[u8]| {
+        let fields: Vec<String> = ["x-resp", "location", "content-type", "x-origin-secret"]
+            .iter()
+            .map(|n| format!("{n}={}", field(n).unwrap_or_else(|| "-".into())))
+            .collect();
+        format!(
+            "{status} {} {}",
+            fields.join(" "),
+            String::from_utf8_lossy(body)
+        )
+    };
+    let over_h1: Vec<String> = cases
+        .iter()
+        .map(|(path, fields)| {
+            let mut req = format!("GET {path} HTTP/1.1\r\nHost: h2.test\r\n");
+            for (n, v) in *fields {
+                req.push_str(&format!("{n}: {v}\r\n"));
+            }
+            req.push_str("Connection: close\r\n\r\n");
+            let (r, _) = raw_exchange(p.addrs[0], req.as_bytes());
+            let r = r.expect("an answer over HTTP/1.1");
+            summary(r.status, &|n| r.header(n).map(str::to_string), &r.body)
+        })
+        .collect();
+    let over_h2: Vec<String> = runtime().block_on(async {
+        let (mut send, _conn) = h2_connect(p.addrs[1]).await;
+        let mut out = Vec::new();
+        for (path, fields) in cases {
+            let mut req = http::Request::get(format!("http://h2.test{path}"));
+            for (n, v) in *fields {
+                req = req.header(*n, *v);
+            }
+            let (parts, body) = fetch(&mut send, req.body(()).unwrap()).await.unwrap();
+            let field = |n: &str| {
+                parts
+                    .headers
+                    .get(n)
+                    .map(|v| v.to_str().unwrap().to_string())
+            };
+            out.push(summary(parts.status.as_u16(), &field, &body));
+        }
+        out
+    });
+    assert_eq!(over_h1, over_h2);
+    // And the table says what it should (not only the same wrong thing twice).
+    assert!(
+        over_h1[0].contains("seen=[GET /a b=1&a=2 h2.test 2 3 2 t/1] drop=1 cookie=c=3"),
+        "{}",
+        over_h1[0]
+    );
+    assert!(
+        over_h1[0].starts_with("200 x-resp=200 A "),
+        "{}",
+        over_h1[0]
+    );
+    assert!(over_h1[0].contains("x-origin-secret=-"), "{}", over_h1[0]);
+    assert!(over_h1[1].starts_with("403 "), "{}", over_h1[1]);
+    assert!(
+        over_h1[2].starts_with("302 x-resp=- location=/moved"),
+        "{}",
+        over_h1[2]
+    );
+    assert!(over_h1[3].ends_with("returned /ret"), "{}", over_h1[3]);
+    assert!(
+        over_h1[4].contains("A /rewritten/rw/x?q "),
+        "{}",
+        over_h1[4]
+    );
+    assert!(over_h1[4].contains("drop=-"), "{}", over_h1[4]);
+    assert!(over_h1[5].contains(" B /routed "), "{}", over_h1[5]);
+}
+
 /// A cleartext `proto h2` port reads the client's preface and the header of its SETTINGS
 /// frame before answering anything: an HTTP/1 request, or a HEADERS frame where SETTINGS
 /// must come first, gets the connection closed without a byte (HAProxy closes too; before,
