@@ -49,7 +49,8 @@ pub struct TlsInfo {
 pub struct Origin {
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    pub tls: Option<TlsInfo>,
+    /// Shared by the connection's streams (each stream's copy of the origin is a count).
+    pub tls: Option<std::sync::Arc<TlsInfo>>,
     /// The connection came over a unix socket: `peer` and `local` stand for addresses it
     /// does not have.
     pub unix: bool,
@@ -578,7 +579,7 @@ impl Conn {
         Origin {
             peer: self.peer_addr().unwrap_or(none),
             local: self.local_addr().unwrap_or(none),
-            tls: self.tls(),
+            tls: self.tls().map(std::sync::Arc::new),
             unix: self.peer_is_unix(),
         }
     }
@@ -729,7 +730,7 @@ impl Conn {
     pub fn tls(&self) -> Option<TlsInfo> {
         match &self.io {
             Io::Tls(t) => t.info(),
-            Io::Stream(p) => p.origin.tls.clone(),
+            Io::Stream(p) => p.origin.tls.as_deref().cloned(),
             Io::Tcp(_) => None,
         }
     }

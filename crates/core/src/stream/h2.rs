@@ -129,7 +129,7 @@ pub(super) async fn serve(
     let origin = Origin {
         peer,
         local: client.local_addr().unwrap_or(peer),
-        tls: client.tls(),
+        tls: client.tls().map(Arc::new),
         unix: client.peer_is_unix(),
     };
     let fe_state = &w.state().frontends[fe];
