@@ -1,5 +1,8 @@
-//! The heads of an exchange, between HTTP/2's fields and HTTP/1.1's text, all four ways:
-//! a client's request and the response to it, a request to a server and its response.
+//! The heads of an HTTP/2 exchange as sluice makes them: a request for a server
+//! ([`ServerRequest`], from the transaction's fields, without text; [`FieldStore`] gathers
+//! the fields of any head sluice writes), and what still crosses as HTTP/1.1 text: a
+//! client's tunnel request (CONNECT, a WebSocket's extended CONNECT), the proxy's own
+//! answers read back for HEADERS, and a health check's answer rendered for its judge.
 //! HTTP/1.1's connection-specific fields never cross into HTTP/2, and what HTTP/2 says in
 //! pseudo-headers (`:authority`, `:scheme`) becomes `Host` or comes from it.
 
