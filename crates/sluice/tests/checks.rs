@@ -1756,30 +1756,21 @@ fn smtp_checks_match_haproxys() {
     /// An SMTP server greeting with `banner` and answering HELO/EHLO with `helo`, QUIT with
     /// 221; it keeps the connection until the client closes.
     fn smtp(banner: &'static [u8], helo: &'static [u8]) -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for c in l.incoming() {
-                let Ok(mut c) = c else { continue };
-                std::thread::spawn(move || {
-                    let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
-                    let _ = c.write_all(banner);
-                    loop {
-                        let line = read_line(&mut c);
-                        let upper = line.to_ascii_uppercase();
-                        if upper.starts_with("HELO") || upper.starts_with("EHLO") {
-                            let _ = c.write_all(helo);
-                        } else if upper.starts_with("QUIT") {
-                            let _ = c.write_all(b"221 2.0.0 Bye\r\n");
-                            return;
-                        } else if line.is_empty() {
-                            return;
-                        }
-                    }
-                });
+        serve_each(move |mut c| {
+            let _ = c.write_all(banner);
+            loop {
+                let line = read_line(&mut c);
+                let upper = line.to_ascii_uppercase();
+                if upper.starts_with("HELO") || upper.starts_with("EHLO") {
+                    let _ = c.write_all(helo);
+                } else if upper.starts_with("QUIT") {
+                    let _ = c.write_all(b"221 2.0.0 Bye\r\n");
+                    return;
+                } else if line.is_empty() {
+                    return;
+                }
             }
-        });
-        addr
+        })
     }
     let servers = [
         (
@@ -1840,22 +1831,31 @@ fn protocol_probes_match_haproxys() {
 /// with `reply` (if any), then closes (`closing`) or keeps the connection until the client
 /// leaves.
 fn probe_server(first: &'static [u8], reply: Option<&'static [u8]>, closing: bool) -> SocketAddr {
+    serve_each(move |mut c| {
+        let _ = c.write_all(first);
+        if let Some(reply) = reply {
+            let _ = c.read(&mut [0u8; 4096]);
+            let _ = c.write_all(reply);
+        }
+        if closing {
+            let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
+        }
+        while let Ok(1..) = c.read(&mut [0u8; 64]) {}
+    })
+}
+
+/// A server on 127.0.0.1 that runs `serve` on each connection it accepts, in a thread of
+/// its own, reads timing out after 10 s.
+fn serve_each(serve: impl Fn(TcpStream) + Clone + Send + 'static) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
+            let Ok(c) = c else { continue };
+            let serve = serve.clone();
             std::thread::spawn(move || {
                 let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
-                let _ = c.write_all(first);
-                if let Some(reply) = reply {
-                    let _ = c.read(&mut [0u8; 4096]);
-                    let _ = c.write_all(reply);
-                }
-                if closing {
-                    let _ = c.set_read_timeout(Some(Duration::from_millis(50)));
-                }
-                while let Ok(1..) = c.read(&mut [0u8; 64]) {}
+                serve(c);
             });
         }
     });

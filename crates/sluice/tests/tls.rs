@@ -1030,6 +1030,23 @@ fn crt_base_and_ca_base_resolve_relative_names() {
     assert!(request(&mut s, "/").ends_with("\r\n\r\n0"));
 }
 
+/// A TLS front for health checks to aim at: it knows only `localhost` and refuses other
+/// names (`strict-sni`), offers h2 and http/1.1, and relays to `origin`; its CLI on `sock`.
+fn strict_sni_front(pem: &str, sock: &std::path::Path, origin: SocketAddr) -> Sluice {
+    Sluice::start(&format!(
+        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {pem} strict-sni alpn h2,http/1.1\n    default_backend be\nbackend be\n    server o {origin}\n",
+        sock.display(),
+    ))
+}
+
+/// HEADERS frames the front of [`strict_sni_front`] received: checks that spoke HTTP/2.
+fn h2_heads_received(sock: &std::path::Path) -> u64 {
+    let csv = Sluice::cli(sock, "show stat");
+    stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd")
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn health_checks_ask_for_check_sni_and_offer_check_alpn() {
     let origin = Origin::start("o");
@@ -1037,12 +1054,7 @@ fn health_checks_ask_for_check_sni_and_offer_check_alpn() {
     let pem = self_signed(&dir);
     let front_sock = dir.0.join("front.sock");
     let sock = dir.0.join("checker.sock");
-    // A TLS front that knows only `localhost` and refuses other names.
-    let front = Sluice::start(&format!(
-        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {pem} strict-sni alpn h2,http/1.1\n    default_backend be\nbackend be\n    server o {}\n",
-        front_sock.display(),
-        origin.addr
-    ));
+    let front = strict_sni_front(&pem, &front_sock, origin.addr);
     let backend = |name: &str, opts: &str| {
         format!(
             "backend {name}\n    option httpchk GET /{name}\n    server s {} ssl verify none check inter 100ms rise 1 fall 1 {opts}\n",
@@ -1071,11 +1083,7 @@ fn health_checks_ask_for_check_sni_and_offer_check_alpn() {
     let seen = |path: &str| origin.requests().iter().any(|r| r.target == path);
     assert!(seen("/named") && seen("/h2") && !seen("/misnamed"));
     // The check that offered only h2 spoke HTTP/2; the others, without ALPN, HTTP/1.1.
-    let csv = Sluice::cli(&front_sock, "show stat");
-    let h2: u64 = stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd")
-        .parse()
-        .unwrap();
-    assert!(h2 > 0);
+    assert!(h2_heads_received(&front_sock) > 0);
     let (ok, out) = check_config(
         "defaults\n mode http\nbackend b\n server s 127.0.0.1:1 ssl verify none check check-sni -bad-\nfrontend f\n bind 127.0.0.1:1\n default_backend b\n",
     );
@@ -1096,11 +1104,7 @@ fn check_connect_rules_choose_tls_name_and_protocols() {
     let pem = self_signed(&dir);
     let front_sock = dir.0.join("front.sock");
     let sock = dir.0.join("checker.sock");
-    let front = Sluice::start(&format!(
-        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} ssl crt {pem} strict-sni alpn h2,http/1.1\n    default_backend be\nbackend be\n    server o {}\n",
-        front_sock.display(),
-        origin.addr
-    ));
+    let front = strict_sni_front(&pem, &front_sock, origin.addr);
     let backend = |name: &str, connect: &str, server: &str| {
         format!(
             "backend {name}\n    option httpchk GET /{name}\n    http-check connect {connect}\n    server s {} {server} check inter 100ms rise 1 fall 1\n",
@@ -1130,11 +1134,7 @@ fn check_connect_rules_choose_tls_name_and_protocols() {
     // The front refused the name it does not have, and the plain request was no handshake.
     assert!(field("misnamed", "check_status").starts_with("L6"));
     // Only the rule that offered h2 alone spoke HTTP/2.
-    let csv = Sluice::cli(&front_sock, "show stat");
-    let h2: u64 = stat_field(&csv, "fe", "FRONTEND", "h2_headers_rcvd")
-        .parse()
-        .unwrap();
-    assert!(h2 > 0);
+    assert!(h2_heads_received(&front_sock) > 0);
 }
 
 /// `set server B/S ssl on|off` switches a server's traffic between TLS and plain text at
