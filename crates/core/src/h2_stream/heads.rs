@@ -531,7 +531,9 @@ mod tests {
     #[test]
     fn an_http2_response_reads_as_its_http1_translation() {
         use sluice_http::{parse_response, ResponseView};
-        let cases: [(u16, Vec<(&str, &str)>, bool, bool); 5] = [
+        /// Status, fields, whether the head ends the stream, whether it answers a HEAD.
+        type Case = (u16, Vec<(&'static str, &'static str)>, bool, bool);
+        let cases: [Case; 5] = [
             (
                 200,
                 vec![("x-a", "1"), ("content-type", "text/plain")],
