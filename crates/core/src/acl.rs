@@ -15,7 +15,7 @@
 use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::acl::*;
-use crate::conf::patterns::{Compile, Compiled, Entry, Family, PatternBook};
+use crate::conf::patterns::{Compile, Compiled, Entry, Family, FormKind, PatternBook};
 use crate::conf::rules::RulesConf;
 use crate::conf::ProxyConf;
 use crate::sample::{self, parse_expr, Ctx, Expr, Kind, Match, Regex, Sample};
@@ -75,41 +75,46 @@ impl Acl {
 
 /// Whether any of `patterns` matches the sample by `how`.
 fn any_matches(how: Match, icase: bool, patterns: &[Pattern], s: &Sample<'_>) -> bool {
-    match how {
-        Match::Int | Match::Len => {
-            let v = if how == Match::Len {
-                Some(s.as_bytes().len() as i64)
-            } else {
-                s.as_int()
-            };
-            v.is_some_and(|v| {
-                patterns.iter().any(|p| match p {
-                    Pattern::Range(lo, hi) => {
-                        lo.is_none_or(|lo| v >= lo) && hi.is_none_or(|hi| v <= hi)
-                    }
-                    _ => false,
-                })
-            })
+    let subject = Subject::of(how, s);
+    patterns.iter().any(|p| subject.matches(how, icase, p))
+}
+
+/// The indices of the patterns that match the sample by `how` (`get acl`).
+pub fn matching(how: Match, icase: bool, patterns: &[Pattern], s: &Sample<'_>) -> Vec<usize> {
+    let subject = Subject::of(how, s);
+    (0..patterns.len())
+        .filter(|&i| subject.matches(how, icase, &patterns[i]))
+        .collect()
+}
+
+/// A sample as a match method reads it, taken once for all the patterns.
+enum Subject<'s> {
+    Int(Option<i64>),
+    Ip(Option<std::net::IpAddr>),
+    Text(std::borrow::Cow<'s, [u8]>),
+}
+
+impl<'s> Subject<'s> {
+    fn of(how: Match, s: &'s Sample<'_>) -> Self {
+        match how {
+            Match::Len => Subject::Int(Some(s.as_bytes().len() as i64)),
+            Match::Int => Subject::Int(s.as_int()),
+            Match::Ip => Subject::Ip(s.as_ip()),
+            _ => Subject::Text(s.as_bytes()),
         }
-        Match::Ip => s.as_ip().is_some_and(|ip| {
-            patterns.iter().any(|p| match p {
-                Pattern::Net(net, bits) => sample::in_net(ip, *net, *bits),
-                _ => false,
-            })
-        }),
-        Match::Reg => {
-            let text = s.as_bytes();
-            patterns.iter().any(|p| match p {
-                Pattern::Regex(re) => re.0.is_match(&text),
-                _ => false,
-            })
-        }
-        how => {
-            let text = s.as_bytes();
-            patterns.iter().any(|p| match p {
-                Pattern::Text(t) => sample::text_match(how, &text, t, icase),
-                _ => false,
-            })
+    }
+
+    fn matches(&self, how: Match, icase: bool, p: &Pattern) -> bool {
+        match (self, p) {
+            (Subject::Int(Some(v)), Pattern::Range(lo, hi)) => {
+                lo.is_none_or(|lo| *v >= lo) && hi.is_none_or(|hi| *v <= hi)
+            }
+            (Subject::Ip(Some(ip)), Pattern::Net(net, bits)) => sample::in_net(*ip, *net, *bits),
+            (Subject::Text(text), Pattern::Regex(re)) if how == Match::Reg => re.0.is_match(text),
+            (Subject::Text(text), Pattern::Text(t)) if how != Match::Reg => {
+                sample::text_match(how, text, t, icase)
+            }
+            _ => false,
         }
     }
 }
@@ -352,14 +357,14 @@ pub(crate) fn parse_acl(
             .file(path, Family::Acl, with_values)
             .map_err(|e| KwError::bad(idx, path, e))?;
         let form = list
-            .add_form(acl_form(how, icase))
+            .add_form(acl_kind(how, icase), acl_form(how, icase))
             .map_err(|e| KwError::bad(idx, path, e))?;
         lists.push(PatternUse { list, form });
     }
     let name = crit.split('(').next().unwrap_or(crit);
     let list = book.inline(name, entries.into_iter().map(|(_, e)| e).collect());
     let form = list
-        .add_form(acl_form(how, icase))
+        .add_form(acl_kind(how, icase), acl_form(how, icase))
         .map_err(KwError::Invalid)?;
     lists.push(PatternUse { list, form });
     Ok(Acl {
@@ -368,6 +373,15 @@ pub(crate) fn parse_acl(
         icase,
         lists,
     })
+}
+
+/// What an ACL's use of a list is.
+fn acl_kind(how: Match, icase: bool) -> FormKind {
+    FormKind {
+        how,
+        icase,
+        values: None,
+    }
 }
 
 /// How an ACL's patterns are compiled, for its lists.

@@ -383,7 +383,7 @@ fn rule_of(
             check_name(name, 2)?;
             Action::EarlyHint(name.clone(), header_value(value, 3, book)?)
         }
-        ("wait-for-body", Side::Request) => {
+        ("wait-for-body", Side::Request | Side::Response) => {
             let (time, at_least) = match params {
                 [t, time] if t == "time" => (time, None),
                 [t, time, a, n] if t == "time" && a == "at-least" => (time, Some(n)),

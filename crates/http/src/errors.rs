@@ -124,6 +124,13 @@ pub fn error_page(status: u16) -> Vec<u8> {
     out
 }
 
+/// Whether HAProxy's built-in page for `status` carries `Connection: close` among its
+/// own fields (400 and 408 only): it then counts in the page's size (`%B`), where the
+/// `Connection` its HTTP/1 layer writes on output for the others does not.
+pub fn page_says_close(status: u16) -> bool {
+    matches!(status, 400 | 408)
+}
+
 /// The built-in page for `status` as HAProxy's connection layer sends it when a request
 /// head is refused before any stream exists: the page's text as HAProxy writes it, its
 /// header names capitalised, `Connection: close` among them for 400 and 408 only (the
@@ -131,7 +138,7 @@ pub fn error_page(status: u16) -> Vec<u8> {
 pub fn raw_error_page(status: u16) -> Vec<u8> {
     let (reason, sentence) = page_text(status);
     let body = format!("<html><body><h1>{status} {reason}</h1>\n{sentence}\n</body></html>\n");
-    let close = if matches!(status, 400 | 408) {
+    let close = if page_says_close(status) {
         "Connection: close\r\n"
     } else {
         ""

@@ -21,7 +21,7 @@ mod response;
 mod view;
 
 pub use chunked::{push_chunk, push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
-pub use errors::{error_page, raw_error_page, reason};
+pub use errors::{error_page, page_says_close, raw_error_page, reason};
 pub use head::{push_header, trim_ows, Fields, Framing, Header, Version};
 pub use locate::error_position;
 pub use request::{

@@ -321,3 +321,56 @@ fn typed_maps_refuse_values_of_another_type() {
     assert_eq!(Sluice::cli(&sock, &format!("set map {f} /a 41")), "\n");
     assert_eq!(get(p.addr(), "/a/b").text(), "42");
 }
+
+/// `get map` and `get acl` answer as HAProxy 2.6.12 answered the same commands on the same
+/// configuration: `testdata/haproxy-2.6/get-map-acl.txt` holds its answers (recorded from
+/// `haproxy -db` with a python client on its stats socket, the files' directory written
+/// `DIR`), a line per use of the list (match method, case, type of values).
+#[test]
+fn lookups_answer_as_haproxy() {
+    let dir = TempDir::new();
+    let files = [
+        ("ips.lst", "10.0.0.1\n# c\n192.168.0.0/16\n"),
+        ("words.lst", "Foo\nbar\n"),
+        ("paths.map", "/api be_api\n/static be_static\n"),
+        ("ints.map", "10 ten\n20 twenty\n"),
+        ("ip.map", "10.0.0.0/8 wide\n10.1.0.0/16 narrow\n"),
+        ("strint.map", "a 10\nb 20\n"),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.0.join(name), text).unwrap();
+    }
+    let d = dir.0.display().to_string();
+    let sock = dir.0.join("cli.sock");
+    // Every map converter but `map_beg` reads `paths.map` once; `map_beg` twice, which
+    // HAProxy counts as one use.
+    let _p = Sluice::start(&format!(
+        "global
+    stats socket {} level admin
+{DEFAULTS}frontend fe
+    {{fe}}
+    acl blocked src -f {d}/ips.lst
+    acl inl path_beg /a /b
+    acl words hdr(x) -i -f {d}/words.lst
+    acl words2 hdr(y) -m sub -f {d}/words.lst
+    http-request deny if blocked
+    http-request return status 200 content-type text/plain lf-string \"%[path,map_beg({d}/paths.map,none)] %[path,map({d}/paths.map,none)] %[hdr(x),map_int({d}/ints.map)] %[src,map_ip({d}/ip.map)] %[path,map_str_int({d}/strint.map,0)] %[path,map_sub({d}/paths.map)] %[path,map_reg({d}/paths.map)] %[path,map_regm({d}/paths.map)] %[path,map_beg({d}/paths.map,none)]\" if words words2 inl
+",
+        sock.display()
+    ));
+    let recorded = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/haproxy-2.6/get-map-acl.txt"),
+    )
+    .unwrap();
+    // Each command is a line `> COMMAND`, its answer the lines up to the next one.
+    let mut checked = 0;
+    for block in ("\n".to_string() + &recorded).split("\n> ").skip(1) {
+        let (cmd, want) = block.split_once('\n').unwrap();
+        let cmd = cmd.replace("DIR", &d);
+        let got = Sluice::cli(&sock, &cmd).replace(&d, "DIR");
+        assert_eq!(got.trim_end(), want.trim_end(), "{cmd}");
+        checked += 1;
+    }
+    assert_eq!(checked, 24);
+}

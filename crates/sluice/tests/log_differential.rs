@@ -21,7 +21,9 @@ fn origin() -> Origin {
     Origin::with_handler(
         "o",
         Arc::new(|r: &Received| {
+            // `/wait/...` is the same answer, for the rules that wait for bodies.
             let path = r.target.as_str();
+            let path = path.strip_prefix("/wait").unwrap_or(path);
             if let Some(code) = path.strip_prefix("/status/") {
                 let code: u16 = code.parse().unwrap_or(500);
                 let body = "status page\n";
@@ -37,6 +39,14 @@ fn origin() -> Origin {
                 // More than the sockets on the way hold: a client that does not read stalls it.
                 "/big" => ok_response(&"x".repeat(16 << 20)).into(),
                 "/chunked" => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n world\n\r\n0\r\n\r\n".to_vec().into(),
+                // A head and part of the body, the rest much later.
+                "/stall" => Reply::Dripped(
+                    vec![
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n0123456789".to_vec(),
+                        b"0123456789".to_vec(),
+                    ],
+                    Duration::from_secs(3),
+                ),
                 "/early" => b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n".to_vec().into(),
                 _ => ok_response("hello world\n").into(),
             }
@@ -424,6 +434,55 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             8,
         ),
         case(
+            "response_edited",
+            RESPONSES,
+            on(|a| drop(exchange(a, &get("/edited")))),
+            1,
+        ),
+        case(
+            "response_compressed",
+            RESPONSES,
+            on(|a| {
+                let req = b"GET /ok HTTP/1.1\r\nHost: a.example\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n";
+                drop(exchange(a, req))
+            }),
+            1,
+        ),
+        case(
+            "response_denied",
+            RESPONSES,
+            on(|a| drop(exchange(a, &get("/denied")))),
+            1,
+        ),
+        case(
+            "response_returned",
+            RESPONSES,
+            on(|a| drop(exchange(a, &get("/returned")))),
+            1,
+        ),
+        case(
+            "response_body_waited",
+            RESPONSES,
+            on(|a| drop(exchange(a, &get("/wait/chunked")))),
+            1,
+        ),
+        case(
+            "response_body_late",
+            RESPONSES,
+            on(|a| drop(exchange(a, &get("/wait/stall")))),
+            1,
+        ),
+        case(
+            "request_body_late",
+            RESPONSES,
+            on(|a| {
+                let req =
+                    b"POST /wait/ok HTTP/1.1\r\nHost: a.example\r\nContent-Length: 20\r\n\r\n0123";
+                drop(exchange(a, req))
+            }),
+            1,
+        ),
+        case(
             "tls_httpslog",
             &TLS.replace("{crt}", crt),
             Box::new(move |p, _| {
@@ -434,6 +493,35 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
         ),
     ]
 }
+
+/// Response rules that edit, deny, replace or wait for the server's answer; HAProxy counts
+/// a response as it received it, whatever the rules then do.
+const RESPONSES: &str = "global
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    option httplog
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+frontend fe
+    {fe}
+    http-request set-var(txn.path) path
+    http-request wait-for-body time 300ms if { path_beg /wait }
+    http-response wait-for-body time 300ms if { var(txn.path) -m beg /wait }
+    http-response set-header x-body %[res.body] if { var(txn.path) -m beg /wait }
+    http-response set-header x-added added-by-a-rule
+    http-response del-header content-type if { var(txn.path) -m str /edited }
+    http-response deny if { var(txn.path) -m str /denied }
+    http-response return status 201 content-type text/plain string hi if { var(txn.path) -m str /returned }
+    compression algo gzip
+    compression type text/plain
+    default_backend be
+backend be
+    cookie SRV insert indirect nocache
+    server s {o} cookie s1
+";
 
 /// Every variable whose value does not change from run to run (ports, dates, timers and
 /// the host name do).

@@ -360,7 +360,10 @@ fn bad_rules_name_the_line() {
         ),
         ("http-request add-acl(/tmp/f) src", "not supported yet"),
         ("http-request disable-l7-retry", "not supported yet"),
-        ("http-response wait-for-body time 1s", "not supported yet"),
+        (
+            "http-after-response wait-for-body time 1s",
+            "not supported yet",
+        ),
         (
             "http-request set-header X %[date(0,min)]",
             "unknown unit 'min'",
@@ -627,6 +630,87 @@ backend be
         chunked(p.addrs[1], ["quiet ", "chunks"]).text(),
         "QUIET CHUNKS"
     );
+}
+
+#[test]
+fn response_rules_wait_for_the_body_when_asked() {
+    use std::time::Duration;
+    let head = |len: usize| format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(move |r: &Received| {
+            let pause = Duration::from_millis(300);
+            match r.target.as_str() {
+                // The body comes in two parts: the rules see both.
+                "/two-parts" => Reply::Dripped(
+                    vec![
+                        format!("{}hello ", head(11)).into_bytes(),
+                        b"world".to_vec(),
+                    ],
+                    pause,
+                ),
+                "/secret" => Reply::Raw(format!("{}a secret", head(8)).into_bytes()),
+                "/chunked" => Reply::Dripped(
+                    vec![
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n"
+                            .to_vec(),
+                        b"5\r\nagain\r\n0\r\n\r\n".to_vec(),
+                    ],
+                    pause,
+                ),
+                // The rest comes long after the rules gave up waiting.
+                "/stalled" => Reply::Dripped(
+                    vec![format!("{}0123", head(10)).into_bytes(), b"456789".to_vec()],
+                    Duration::from_secs(3),
+                ),
+                _ => Reply::Dripped(
+                    vec![format!("{}0123", head(10)).into_bytes(), b"456789".to_vec()],
+                    pause,
+                ),
+            }
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-response wait-for-body time 5s if {{ status 200 }}
+    http-response set-header x-res-body %[res.body]
+    http-response set-header x-res-len %[res.body_len]
+    http-response set-header x-res-size %[res.body_size]
+    http-response deny deny_status 403 if {{ res.body -m sub secret }}
+    default_backend be
+frontend at-least
+    {{fe}}
+    http-response wait-for-body time 5s at-least 4
+    http-response set-header x-res-body %[res.body]
+    default_backend be
+frontend late
+    {{fe}}
+    http-response wait-for-body time 300ms
+    default_backend be
+backend be
+    server s1 {}
+",
+        origin.addr
+    ));
+    let r = get(p.addr(), "/two-parts");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-res-body"), Some("hello world"));
+    assert_eq!(r.header("x-res-len"), Some("11"));
+    assert_eq!(r.header("x-res-size"), Some("11"));
+    // The client gets the body the rules waited for, whole.
+    assert_eq!(r.text(), "hello world");
+    assert_eq!(get(p.addr(), "/secret").status, 403);
+    // A chunked body: the rules see its data, the client gets it as it was framed.
+    let r = get(p.addr(), "/chunked");
+    assert_eq!(r.header("x-res-body"), Some("hello again"));
+    assert_eq!(r.text(), "hello again");
+    // `at-least 4`: the rules run on the first four bytes, the rest follows.
+    let r = get(p.addrs[1], "/first-bytes");
+    assert_eq!(r.header("x-res-body"), Some("0123"));
+    assert_eq!(r.text(), "0123456789");
+    // Out of time: 504, as HAProxy answers.
+    assert_eq!(get(p.addrs[2], "/stalled").status, 504);
 }
 
 #[test]

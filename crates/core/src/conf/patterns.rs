@@ -19,6 +19,81 @@ use arc_swap::ArcSwap;
 
 use super::loc::Loc;
 
+/// How a pattern matches a sample: ACLs' `-m` methods, and map files' (`map_beg`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// Any sample at all.
+    Found,
+    /// The sample is true.
+    Bool,
+    Int,
+    Ip,
+    Str,
+    Beg,
+    End,
+    Sub,
+    Reg,
+    /// A slash-delimited part.
+    Dir,
+    /// A dot- or slash-delimited part.
+    Dom,
+    /// The length, compared as an integer.
+    Len,
+    /// The exact bytes, written in hexadecimal (`-m bin`).
+    Bin,
+}
+
+/// The type of a map's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapOut {
+    Str,
+    Int,
+    Ip,
+}
+
+/// What one use of a list is: how its entries match and, for a map, what its values are.
+/// Uses that are the same share one compiled form, as HAProxy shares one pattern
+/// expression between them; `get map`/`get acl` answer a line per form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FormKind {
+    pub how: Match,
+    pub icase: bool,
+    /// A map's values and whether they are `map_regm` templates; none for an ACL.
+    pub values: Option<(MapOut, bool)>,
+}
+
+impl FormKind {
+    /// HAProxy's name of the match method (`get map` prints it).
+    pub fn method(&self) -> &'static str {
+        match (self.how, self.values) {
+            (_, Some((_, true))) => "regm",
+            (Match::Found, _) => "found",
+            (Match::Bool, _) => "bool",
+            (Match::Int, _) => "int",
+            (Match::Ip, _) => "ip",
+            (Match::Bin, _) => "bin",
+            (Match::Len, _) => "len",
+            (Match::Str, _) => "str",
+            (Match::Beg, _) => "beg",
+            (Match::Sub, _) => "sub",
+            (Match::Dir, _) => "dir",
+            (Match::Dom, _) => "dom",
+            (Match::End, _) => "end",
+            (Match::Reg, _) => "reg",
+        }
+    }
+
+    /// Whether HAProxy finds this form's entries in a tree (exact strings and prefixes when
+    /// case matters, addresses) rather than walking a list.
+    pub fn tree(&self) -> bool {
+        match self.how {
+            Match::Str | Match::Beg => !self.icase,
+            Match::Ip => true,
+            _ => false,
+        }
+    }
+}
+
 /// A pattern, prepared for its match method.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pattern {
@@ -105,6 +180,11 @@ impl Snapshot {
         }
     }
 
+    /// The compiled form `form`.
+    pub fn form(&self, form: usize) -> Option<&Compiled> {
+        self.forms.get(form)
+    }
+
     /// The map entries of use `form`.
     pub fn map(&self, form: usize) -> &[(MapKey, String)] {
         match self.forms.get(form) {
@@ -112,6 +192,13 @@ impl Snapshot {
             _ => &[],
         }
     }
+}
+
+/// A list's forms and entries at one moment (`PatternRef::current`).
+pub struct Current {
+    pub kinds: Vec<FormKind>,
+    pub entries: Vec<Entry>,
+    pub snapshot: Arc<Snapshot>,
 }
 
 /// Who reads a list: the CLI lists ACL lists under `show acl`, map lists under `show map`.
@@ -129,6 +216,8 @@ struct Store {
     /// Entry numbers handed out so far (ids are never reused).
     issued: u64,
     forms: Vec<Compile>,
+    /// What each form is for, in the same order.
+    kinds: Vec<FormKind>,
     /// How `show acl`/`show map` describe the list, and which of them list it.
     display: String,
     acl: bool,
@@ -193,6 +282,7 @@ impl PatternRef {
                 next: 0,
                 issued,
                 forms: Vec::new(),
+                kinds: Vec::new(),
                 display: String::new(),
                 acl: false,
                 map: false,
@@ -212,10 +302,13 @@ impl PatternRef {
         self.live.load()
     }
 
-    /// Adds a use: compiles the current entries with `compile` and returns the form's
-    /// index in snapshots.
-    pub fn add_form(&self, compile: Compile) -> Result<usize, String> {
+    /// Adds a use of `kind`: compiles the current entries with `compile` (unless a use of
+    /// the same kind did) and returns the form's index in snapshots.
+    pub fn add_form(&self, kind: FormKind, compile: Compile) -> Result<usize, String> {
         let mut store = self.lock();
+        if let Some(at) = store.kinds.iter().position(|k| *k == kind) {
+            return Ok(at);
+        }
         store.forms.push(compile);
         let snapshot = match build(&store.forms, &store.entries, store.curr) {
             Ok(s) => s,
@@ -224,8 +317,26 @@ impl PatternRef {
                 return Err(e);
             }
         };
+        store.kinds.push(kind);
         self.live.store(Arc::new(snapshot));
         Ok(store.forms.len() - 1)
+    }
+
+    /// The list as it is now, for a lookup from the CLI: each form with its kind, and the
+    /// entries it was compiled from, in its order.
+    pub fn current(&self) -> Current {
+        let store = self.lock();
+        Current {
+            kinds: store.kinds.clone(),
+            entries: store
+                .entries
+                .iter()
+                .filter(|e| e.version == store.curr)
+                .cloned()
+                .collect(),
+            // Edits swap the snapshot under the lock: it is the one of these entries.
+            snapshot: self.live.load_full(),
+        }
     }
 
     /// Whether `family` lists it, and its line in that listing.

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-pub use super::patterns::{MapKey, Regex};
+pub use super::patterns::{MapKey, MapOut, Match, Regex};
 
 pub use super::stick::{Counter, TableOp, TableSource};
 
@@ -146,6 +146,11 @@ pub enum Fetch {
     ReqBodyLen,
     ReqBodySize,
     ReqBodyParam(String),
+    /// `res.body`, `res.body_len`, `res.body_size`: the response body as far as an
+    /// `http-response wait-for-body` rule buffered it, its length, the length announced.
+    ResBody,
+    ResBodyLen,
+    ResBodySize,
     /// `fe_req_rate([FE])`, `fe_sess_rate([FE])`, `be_sess_rate([BE])`: per second, over
     /// the last second.
     FeReqRate(Option<NameRef>),
@@ -517,30 +522,6 @@ pub enum HelloPart {
     PointFormats,
 }
 
-/// How a pattern matches a sample: ACLs' `-m` methods, and map files' (`map_beg`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Match {
-    /// Any sample at all.
-    Found,
-    /// The sample is true.
-    Bool,
-    Int,
-    Ip,
-    Str,
-    Beg,
-    End,
-    Sub,
-    Reg,
-    /// A slash-delimited part.
-    Dir,
-    /// A dot- or slash-delimited part.
-    Dom,
-    /// The length, compared as an integer.
-    Len,
-    /// The exact bytes, written in hexadecimal (`-m bin`).
-    Bin,
-}
-
 /// A map converter's file: a pattern list (shared by every user of the file, editable
 /// from the CLI) read by `how`: the longest key for `beg` and `ip` (HAProxy's trees), else the first line.
 #[derive(Debug, PartialEq, Eq)]
@@ -555,14 +536,6 @@ pub struct MapFile {
     /// What the values are (`map_*_int`, `map_*_ip`): checked when the file is read and
     /// the answer typed accordingly.
     pub out: MapOut,
-}
-
-/// The type of a map's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MapOut {
-    Str,
-    Int,
-    Ip,
 }
 
 /// A typed value.
@@ -751,6 +724,9 @@ impl Fetch {
                 | ResCookCnt(_)
                 | Status
                 | ResVer
+                | ResBody
+                | ResBodyLen
+                | ResBodySize
                 | Var(_)
         )
     }

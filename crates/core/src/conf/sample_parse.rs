@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 
-use super::patterns::{Compile, Compiled, Entry, Family, PatternBook, PatternUse};
+use super::patterns::{Compile, Compiled, Entry, Family, FormKind, PatternBook, PatternUse};
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
     MapFile, MapKey, MapOut, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource,
@@ -411,6 +411,9 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "src_is_local" => none(Fetch::SrcIsLocal)?,
         "req.body_len" => none(Fetch::ReqBodyLen)?,
         "req.body_size" => none(Fetch::ReqBodySize)?,
+        "res.body" => none(Fetch::ResBody)?,
+        "res.body_len" => none(Fetch::ResBodyLen)?,
+        "res.body_size" => none(Fetch::ResBodySize)?,
         "req.body_param" => {
             arity(c, 1, 2)?;
             Fetch::ReqBodyParam(c.args[0].clone())
@@ -1304,7 +1307,14 @@ pub fn parse_map(
 ) -> Result<MapFile, ParseError> {
     let list = book.file(path, Family::Map, true).map_err(ParseError)?;
     let form = list
-        .add_form(map_form(how, substitute, out))
+        .add_form(
+            FormKind {
+                how,
+                icase: false,
+                values: Some((out, substitute)),
+            },
+            map_form(how, substitute, out),
+        )
         .map_err(|e| ParseError(format!("map file '{path}': {e}")))?;
     Ok(MapFile {
         path: path.to_string(),

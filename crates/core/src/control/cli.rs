@@ -343,6 +343,18 @@ pub const COMMANDS: &[Command] = &[
         run: |p, a, _| patterns::show(p, Family::Map, a),
     },
     Command {
+        words: &["get", "acl"],
+        help: "get acl ACL VALUE: the patterns of the list that VALUE matches, per use",
+        level: Level::User,
+        run: |p, a, _| patterns::get(p, Family::Acl, a),
+    },
+    Command {
+        words: &["get", "map"],
+        help: "get map MAP VALUE: the keys and values of the map that VALUE finds, per use",
+        level: Level::User,
+        run: |p, a, _| patterns::get(p, Family::Map, a),
+    },
+    Command {
         words: &["add", "acl"],
         help: "add acl [@VER] ACL PATTERN: add a pattern to an ACL list",
         level: Level::Operator,

@@ -477,6 +477,7 @@ fn set_proc_vars(process: &Process) {
         req: None,
         body: None,
         res: None,
+        res_body: None,
         vars: &vars,
         unique_id: None,
         payload: None,

@@ -6,8 +6,10 @@
 use std::sync::Arc;
 
 use crate::conf::cli::Level;
-use crate::conf::patterns::{Entry, Family, PatternRef};
+use crate::conf::patterns::PatternRef;
+use crate::conf::patterns::{Compiled, Entry, Family, FormKind, MapOut, Pattern};
 use crate::runtime::Process;
+use crate::sample::Sample;
 
 const MALFORMED_VERSION: &str = "Malformed version number.\n";
 
@@ -56,6 +58,91 @@ fn version<'a, 'w>(args: &'a [&'w str]) -> (Option<Option<u32>>, &'a [&'w str]) 
     match args.split_first() {
         Some((v, rest)) if v.starts_with('@') => (Some(v[1..].parse().ok()), rest),
         _ => (None, args),
+    }
+}
+
+/// `get acl|map LIST VALUE`: for each use of the list (each match method, case and value
+/// type the configuration reads it with), whether VALUE matches and which entry, in
+/// HAProxy's words. The list may be either family's, as in HAProxy.
+pub fn get(p: &Process, family: Family, args: &[&str]) -> String {
+    let (Some(name), Some(value)) = (args.first(), args.get(1)) else {
+        return format!("Missing {} identifier and/or key.\n", noun(family));
+    };
+    let Some(list) = find(p, name, None) else {
+        return unknown(family);
+    };
+    let now = list.current();
+    let sample = Sample::str(value.as_bytes());
+    let mut out = String::new();
+    for (i, kind) in now.kinds.iter().enumerate() {
+        let hit = match now.snapshot.form(i) {
+            Some(Compiled::Acl(patterns)) => acl_hit(kind, patterns, &sample),
+            Some(Compiled::Map(entries)) => {
+                let substitute = matches!(kind.values, Some((_, true)));
+                crate::sample::find_entry(kind.how, substitute, entries, &sample)
+            }
+            None => None,
+        };
+        out.push_str(&lookup_line(
+            family,
+            kind,
+            hit.and_then(|h| now.entries.get(h)),
+        ));
+    }
+    out
+}
+
+/// The pattern of an ACL's form that the sample matches: the most specific one where
+/// HAProxy looks in a tree (prefixes, networks), else the first.
+fn acl_hit(kind: &FormKind, patterns: &[Pattern], sample: &Sample<'_>) -> Option<usize> {
+    let hits = crate::acl::matching(kind.how, kind.icase, patterns, sample);
+    if !kind.tree() {
+        return hits.first().copied();
+    }
+    hits.into_iter().rev().max_by_key(|&i| match &patterns[i] {
+        Pattern::Text(t) => t.len(),
+        Pattern::Net(_, bits) => usize::from(*bits),
+        _ => 0,
+    })
+}
+
+/// One line of `get acl|map`: the use, then what it found.
+fn lookup_line(family: Family, kind: &FormKind, hit: Option<&Entry>) -> String {
+    let case = if kind.icase {
+        "insensitive"
+    } else {
+        "sensitive"
+    };
+    let mut line = format!("type={}, case={case}", kind.method());
+    let (found, key) = match family {
+        Family::Map => ("found", "key"),
+        Family::Acl => ("match", "pattern"),
+    };
+    let Some(e) = hit else {
+        line.push_str(&format!(", {found}=no\n"));
+        return line;
+    };
+    let idx = if kind.tree() { "tree" } else { "list" };
+    line.push_str(&format!(", {found}=yes, idx={idx}, {key}=\"{}\"", e.key));
+    if family == Family::Map {
+        match (kind.values, &e.value) {
+            (Some((out, _)), Some(v)) => {
+                line.push_str(&format!(", value=\"{v}\", type=\"{}\"", value_type(out, v)))
+            }
+            _ => line.push_str(", value=none"),
+        }
+    }
+    line.push('\n');
+    line
+}
+
+/// HAProxy's name for the type of a map's value.
+fn value_type(out: MapOut, value: &str) -> &'static str {
+    match out {
+        MapOut::Str => "str",
+        MapOut::Int => "sint",
+        MapOut::Ip if value.trim().parse::<std::net::Ipv4Addr>().is_ok() => "ipv4",
+        MapOut::Ip => "ipv6",
     }
 }
 

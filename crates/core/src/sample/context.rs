@@ -61,6 +61,7 @@ impl<'a> Ctx<'a> {
             client: Some(client),
             req: None,
             body: None,
+            res_body: None,
             res: None,
             vars,
             unique_id: None,
@@ -213,6 +214,8 @@ pub struct Ctx<'a> {
     /// The request body, when buffered (`option http-buffer-request`).
     pub body: Option<&'a [u8]>,
     pub res: Option<&'a ResponseView<'a>>,
+    /// The response body, when an `http-response wait-for-body` rule buffered it.
+    pub res_body: Option<&'a [u8]>,
     pub vars: &'a StreamVars,
     pub unique_id: Option<std::rc::Rc<str>>,
     /// What a TCP-mode client sent before its content rules decided.

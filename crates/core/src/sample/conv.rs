@@ -431,35 +431,51 @@ fn mask(ip: IpAddr, v4: IpAddr, v6: Option<IpAddr>) -> Option<IpAddr> {
 /// The value of the first entry of `map` whose key matches the sample (from the list as
 /// it is now: the CLI may edit it).
 pub(super) fn lookup<'m>(map: &'m MapFile, s: &Sample<'_>) -> Option<Cow<'m, str>> {
-    let bytes = s.as_bytes();
     let snapshot = map.list.list.load();
     let entries = snapshot.map(map.list.form);
+    let (key, value) = &entries[find_entry(map.how, map.substitute, entries, s)?];
     if map.substitute {
-        // `map_regm`: the first key that matches, its captures put into the value.
-        return entries.iter().find_map(|(key, template)| {
-            let MapKey::Regex(re) = key else { return None };
-            let caps = re.0.captures(&bytes)?;
-            let mut out = Vec::new();
-            caps.expand(template.as_bytes(), &mut out);
-            Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
-        });
+        // `map_regm`: the value with the key's captures put into it.
+        let MapKey::Regex(re) = key else { return None };
+        let bytes = s.as_bytes();
+        let caps = re.0.captures(&bytes)?;
+        let mut out = Vec::new();
+        caps.expand(value.as_bytes(), &mut out);
+        return Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()));
+    }
+    Some(Cow::Owned(value.clone()))
+}
+
+/// Which entry of a map's compiled form the sample finds (`get map` asks too). HAProxy
+/// indexes `beg` and `ip` maps in trees, whose lookup gives the longest prefix (the most
+/// specific network), not the first line; the others are lists: the first wins.
+pub fn find_entry(
+    how: Match,
+    substitute: bool,
+    entries: &[(MapKey, String)],
+    s: &Sample<'_>,
+) -> Option<usize> {
+    let bytes = s.as_bytes();
+    if substitute {
+        return entries
+            .iter()
+            .position(|(key, _)| matches!(key, MapKey::Regex(re) if re.0.is_match(&bytes)));
     }
     let int = s.as_int();
     let ip = s.as_ip();
     let mut hits = entries
         .iter()
-        .filter(|(key, _)| map_matches(map.how, key, &bytes, int, ip));
-    // HAProxy indexes `beg` and `ip` maps in trees, whose lookup gives the longest prefix
-    // (the most specific network), not the first line; the others are lists: first wins.
-    let found = match map.how {
-        Match::Beg | Match::Ip => hits.rev().max_by_key(|(key, _)| match key {
+        .enumerate()
+        .filter(|(_, (key, _))| map_matches(how, key, &bytes, int, ip));
+    let found = match how {
+        Match::Beg | Match::Ip => hits.rev().max_by_key(|(_, (key, _))| match key {
             MapKey::Text(t) => t.len(),
             MapKey::Net(_, bits) => usize::from(*bits),
             _ => 0,
         }),
         _ => hits.next(),
     };
-    found.map(|(_, v)| Cow::Owned(v.clone()))
+    found.map(|(i, _)| i)
 }
 
 fn map_matches(how: Match, key: &MapKey, s: &[u8], int: Option<i64>, ip: Option<IpAddr>) -> bool {

@@ -25,17 +25,16 @@ pub(super) fn kind(f: &Fetch) -> Kind {
             _ => Kind::Str,
         },
         TcpInfo(_) | FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout
-        | CurTunnelTimeout | Base32 | Url32 | ReqBodyLen | ReqBodySize | FeReqRate(_)
-        | FeSessRate(_) | BeSessRate(_) | SrvConn(..) | SrvSessRate(..) | Thread | SoId => {
-            Kind::Int
-        }
+        | CurTunnelTimeout | Base32 | Url32 | ReqBodyLen | ReqBodySize | ResBodyLen
+        | ResBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..)
+        | SrvSessRate(..) | Thread | SoId => Kind::Int,
         SrvIsUp(..) => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
         } => Kind::Bool,
         Table { .. } => Kind::Int,
-        ReqBody | ReqPayload(..) | ReqPayloadLv { .. } => Kind::Bin,
+        ReqBody | ResBody | ReqPayload(..) | ReqPayloadLv { .. } => Kind::Bin,
         ReqSslEcExt => Kind::Bool,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(..) | ReqCookCnt(_) | ResCookCnt(_)
@@ -163,6 +162,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ReqCookCnt(name) => Some(Sample::Int(cookies(cx, name, false).len() as i64)),
         Fetch::ResCookCnt(name) => Some(Sample::Int(cookies(cx, name, true).len() as i64)),
         Fetch::ReqBody => cx.body.map(|b| Sample::Bin(Cow::Borrowed(b))),
+        Fetch::ResBody => cx.res_body.map(|b| Sample::Bin(Cow::Borrowed(b))),
         Fetch::ReqLen => Some(Sample::Int(match cx.payload {
             Some(p) => {
                 p.wants_more();
@@ -239,16 +239,14 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             .and_then(crate::auth::basic_credentials)
             .map(|(_, p)| Sample::string(p)),
         Fetch::ReqBodyLen => cx.body.map(|b| Sample::Int(b.len() as i64)),
+        Fetch::ResBodyLen => cx.res_body.map(|b| Sample::Int(b.len() as i64)),
         Fetch::ReqBodySize => {
             let len = req_values(cx, "content-length", false)?
                 .into_iter()
                 .next()?;
-            let n = std::str::from_utf8(trim_ows(len))
-                .ok()?
-                .parse::<i64>()
-                .ok()?;
-            Some(Sample::Int(n))
+            announced_length(len)
         }
+        Fetch::ResBodySize => announced_length(cx.res?.header("content-length")?),
         Fetch::ReqBodyParam(name) => crate::balance::form_param(cx.body?, name).map(Sample::str),
         Fetch::FeReqRate(name) | Fetch::FeSessRate(name) => {
             let fe = frontend(cx, name)?;
@@ -644,4 +642,13 @@ fn hello(
         HelloPart::Groups => Sample::Bin(list(&c.groups).into()),
         HelloPart::PointFormats => Sample::Bin(c.point_formats.clone().into()),
     })
+}
+
+/// A body's length as its `Content-Length` announces it.
+fn announced_length(field: &[u8]) -> Option<Sample<'static>> {
+    let n = std::str::from_utf8(trim_ows(field))
+        .ok()?
+        .parse::<i64>()
+        .ok()?;
+    Some(Sample::Int(n))
 }

@@ -22,7 +22,7 @@ pub mod payload;
 mod table;
 
 pub use self::context::{text_match, Arrival, Captured, Ctx, Kind, StreamVars, Tracker};
-pub use self::conv::in_net;
+pub use self::conv::{find_entry, in_net};
 pub use crate::conf::sample::*;
 pub use crate::conf::sample_parse::{
     parse_expr, parse_fmt, parse_map, parse_net, parse_var, ParseError,

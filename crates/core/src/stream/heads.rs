@@ -640,45 +640,36 @@ pub(crate) fn write_response_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// A response head for an HTTP/2 client, with its size as HAProxy counts it (the HTX form
-/// of the HTTP/1.1 head it stands for: see `report::htx_head_size`); `length` is the
-/// `Content-Length` it announces, if any. `None` if a field cannot be carried (which the
-/// header checks of the rules and of the HTTP/1 parser prevent).
+/// A response head for an HTTP/2 client; `length` is the `Content-Length` it announces,
+/// if any. `None` if a field cannot be carried (which the header checks of the rules and
+/// of the HTTP/1 parser prevent).
 pub(crate) fn client_response(
     rsp: &ResponseView<'_>,
     edits: &Edits,
     length: Option<&[u8]>,
     compressed: Option<Algo>,
-) -> Option<(http::Response<()>, u64)> {
-    let (status, phrase) = response_status(rsp, edits);
-    let mut out = ResponseFields {
-        fields: FieldStore::with_capacity(room(rsp.headers()) + edits.add.len() + 2),
-        size: 0,
-    };
+) -> Option<http::Response<()>> {
+    let status = edits.status.as_ref().map_or(rsp.status(), |(c, _)| *c);
+    let mut out = ResponseFields(FieldStore::with_capacity(
+        room(rsp.headers()) + edits.add.len() + 2,
+    ));
     response_fields(&mut out, rsp, edits, compressed);
     if let Some(n) = length {
         out.field(b"content-length", n);
     }
-    let fields = out.fields.finish()?;
+    let fields = out.0.finish()?;
     let mut res = http::Response::new(());
     *res.status_mut() = http::StatusCode::from_u16(status).ok()?;
     *res.headers_mut() = fields;
-    // "HTTP/1.1", the code and the phrase, then each field and the end of the head.
-    let size = 20 + 8 + 3 + phrase.len() as u64 + out.size + 1;
-    Some((res, size))
+    Some(res)
 }
 
 /// The fields of a response for an HTTP/2 client as they are given.
-struct ResponseFields {
-    fields: FieldStore,
-    /// Names and values, as HAProxy counts a head.
-    size: u64,
-}
+struct ResponseFields(FieldStore);
 
 impl FieldOut for ResponseFields {
     fn field(&mut self, name: &[u8], value: &[u8]) {
-        self.size += (name.len() + value.len()) as u64;
-        self.fields.push(name, value);
+        self.0.push(name, value);
     }
 }
 
@@ -797,7 +788,7 @@ mod tests {
         let mut edits = Edits::default();
         edits.remove("x-gone", Match::Str);
         edits.add.push(("X-Added".into(), b"a".to_vec()));
-        let (res, htx) = client_response(&view, &edits, Some(b"5"), None).unwrap();
+        let res = client_response(&view, &edits, Some(b"5"), None).unwrap();
         assert_eq!(res.status(), 200);
         let fields: Vec<(&str, &str)> = res
             .headers()
@@ -813,20 +804,15 @@ mod tests {
                 ("content-length", "5")
             ]
         );
-        // Counted as the HTTP/1.1 head written for the same response would be.
-        let mut text = Vec::new();
-        let client = Some((Framing::Length(5), true, Version::Http11, None));
-        write_response_head(&mut text, &view, &edits, client, None);
-        assert_eq!(htx, crate::stream::report::htx_head_size(&text));
         // Compressed: the fields a compressed body needs, the length left to the caller.
-        let (res, _) = client_response(&view, &edits, None, Some(Algo::Gzip)).unwrap();
+        let res = client_response(&view, &edits, None, Some(Algo::Gzip)).unwrap();
         assert_eq!(res.headers()["etag"], "W/\"e\"");
         assert_eq!(res.headers()["content-encoding"], "gzip");
         assert_eq!(res.headers()["vary"], "Accept-Encoding");
         assert!(!res.headers().contains_key("content-length"));
         // A status the rules set.
         edits.status = Some((503, None));
-        let (res, _) = client_response(&view, &edits, None, None).unwrap();
+        let res = client_response(&view, &edits, None, None).unwrap();
         assert_eq!(res.status(), 503);
     }
 

@@ -18,6 +18,7 @@
 //!
 //! The states are documented in `docs/internals/stream-lifecycle.md`.
 
+mod body_wait;
 mod cached;
 mod connect;
 mod deadline;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseView, Version};
 
+use super::body_wait::{self, BodyWait, Buffered, Progress};
 use super::connect::ServerConn;
 use super::deadline::within;
 use super::heads::{push_header, with_close, write_response_head, Edits};
@@ -59,12 +60,35 @@ impl Txn {
             self.log.captures_res = super::report::captures(&fe.log.captures_res, view.headers());
             self.share_captures(s);
         }
-        if super::txn::has_response_rules(fe, be) {
+        // HAProxy counts the response as it receives it, before any rule edits it.
+        let head_in = rsp.htx_size(s.sbuf.bytes());
+        if be.persist.cookie.is_some() {
+            // No persistence cookie set, unless the relay gets to set one.
+            self.log.cookie_flags[1] = b'N';
+        }
+        let wait = {
             let view = rsp.view(s.sbuf.bytes());
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
             let cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
+            body_wait::response_wait(fe, be, &cx)
+        };
+        let res_body = match wait {
+            Some(wait) => {
+                let head = (&rsp, head_in);
+                self.wait_for_response_body(s, &mut conn, head, wait, facts)
+                    .await?
+            }
+            None => None,
+        };
+        if super::txn::has_response_rules(fe, be) {
+            let view = rsp.view(s.sbuf.bytes());
+            let req = sent
+                .as_ref()
+                .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
+            let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
+            cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
             if !tcp_verdict(
                 &b.tcp_response,
                 &cx,
@@ -86,8 +110,10 @@ impl Txn {
                 // response is dropped with its connection.
                 let backend = Some(conn.backend);
                 let bytes = with_close(super::reply::after_response(s, backend, None, page));
+                self.answered_instead(s, &rsp, head_in);
                 self.log.status = i64::from(status);
-                self.log.bytes = super::report::htx_message_size(&bytes);
+                self.log.term = Some(*b"LH");
+                self.log.bytes += super::report::htx_message_size(&bytes);
                 s.write_client(&bytes)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
@@ -99,10 +125,11 @@ impl Txn {
                 let backend = Some(conn.backend);
                 let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
                 let bytes = with_close(super::reply::after_response(s, backend, None, page));
+                self.answered_instead(s, &rsp, head_in);
                 self.log.local = Some(Local::Denied);
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PH");
-                self.log.bytes = super::report::htx_message_size(&bytes);
+                self.log.bytes += super::report::htx_message_size(&bytes);
                 s.write_client(&bytes)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
@@ -120,7 +147,8 @@ impl Txn {
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
-            let cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
+            let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
+            cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
             self.render_log_samples_at_response(s, &cx);
         }
         // `cache-store`: the head as the rules left it, before the persistence cookie (which
@@ -201,29 +229,24 @@ impl Txn {
             .flatten()
             .map(<[u8]>::to_vec);
         let algo = compressor.as_ref().map(|c| c.algo);
-        // What HAProxy counts of the response: its head in HTX form, then the body's data.
-        let (head_htx, head_len) = match s.client.as_stream() {
+        match s.client.as_stream() {
             Some(stream) => {
                 let framed = (client_framing, length_hint);
-                let htx = send_h2_head(stream, &view, &rsp_edits, framed, algo)
+                send_h2_head(stream, &view, &rsp_edits, framed, algo)
                     .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Data))?;
-                (htx, 0)
             }
             None => {
                 let client = Some((client_framing, keep_client, facts.version, length_hint));
                 write_response_head(&mut s.out, &view, &rsp_edits, client, algo);
-                (super::report::htx_head_size(&s.out), s.out.len() as u64)
             }
-        };
+        }
         s.sbuf.consume(rsp.len());
         if let Some(c) = &rsp_edits.cookie {
             self.log.cookie_flags[1] = c.outcome();
-        } else if be.persist.cookie.is_some() {
-            self.log.cookie_flags[1] = b'N';
         }
         if fe.log.asap {
             // `option logasap`: the line goes out now, with what is known so far.
-            self.log.bytes = head_htx;
+            self.log.bytes = self.log.received + head_in;
             self.emit_log(s, i64::from(status), *b"--", true);
             self.log.logged = true;
         }
@@ -263,11 +286,11 @@ impl Txn {
                 outcome
             }
         };
-        // Compressed bodies count as written (their chunk framing included); a chunked
-        // message has one more byte in HAProxy's count (its end of trailers).
-        let body = relay.data.unwrap_or(relay.sent.saturating_sub(head_len));
+        // The body's data as taken from the server (before compression); a chunked message
+        // has one more byte in HAProxy's count (its end of trailers).
+        let body = relay.data.unwrap_or(0);
         let eot = u64::from(framing == Framing::Chunked);
-        self.log.bytes = self.log.interim_bytes + head_htx + body + eot;
+        self.log.bytes = self.log.received + head_in + body + eot;
         if let Err(cause) = outcome {
             if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
                 // The client got a truncated message: never terminate it as if it were whole.
@@ -315,6 +338,55 @@ impl Txn {
             }
         }
         Ok(keep_client)
+    }
+
+    /// The proxy answers in place of the server's response (a rule's `deny` or `return`, a
+    /// body that came too late): HAProxy counts what it had received of it and logs no
+    /// response time.
+    fn answered_instead(&mut self, s: &Session, rsp: &ServerHead, head_in: u64) {
+        let body = body_wait::buffered(s.sbuf.bytes(), rsp.len(), rsp.framing());
+        let body = body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
+        self.log.received += head_in + body.map_or(0, |b| b.len() as u64);
+        self.log.bytes = self.log.received;
+        self.log.t_response = -1;
+    }
+
+    /// `http-response wait-for-body`: reads the response body into the server buffer (as
+    /// much as fits) before the response rules run, and gives them what arrived
+    /// (`res.body`). The relay then sends it on from the buffer.
+    async fn wait_for_response_body(
+        &mut self,
+        s: &mut Session,
+        conn: &mut ServerConn,
+        (rsp, head_in): (&ServerHead, u64),
+        wait: BodyWait,
+        facts: &ReqFacts,
+    ) -> Result<Option<Buffered>, Fail> {
+        let w = s.w.clone();
+        let framing = rsp.framing();
+        let started = tokio::time::Instant::now();
+        let deadline = started + wait.time;
+        while !s.sbuf.is_full() {
+            let arrived = s.sbuf.bytes().get(rsp.len()..).unwrap_or_default();
+            if let Progress::Enough = body_wait::progress(arrived, framing, wait) {
+                break;
+            }
+            let read = within(facts.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs));
+            match tokio::time::timeout_at(deadline, read).await {
+                Ok(Ok(Ok(n))) if n > 0 => {}
+                // The server stopped sending: the rules see what it sent, the relay finds
+                // out whether that was all.
+                Ok(Ok(_)) => break,
+                Ok(Err(())) | Err(_) => {
+                    self.answered_instead(s, rsp, head_in);
+                    // HAProxy 2.6 logs a response that did not come in time as `sR`.
+                    return Err(Fail::answer(504, Cause::ServerTimeout, Phase::Request));
+                }
+            }
+        }
+        // HAProxy's response time ends when the response rules have run.
+        self.log.t_response += super::connect::ms(started.elapsed());
+        Ok(body_wait::buffered(s.sbuf.bytes(), rsp.len(), framing))
     }
 
     /// Answers the client's upgrade with the server's 101 (or its CONNECT with the server's
@@ -380,15 +452,14 @@ impl Txn {
 }
 
 /// Sends the response head to an HTTP/2 client's stream (no text), its body to follow as
-/// `framing` says; returns its size as HAProxy counts it, the same as the HTTP/1.1 head
-/// written for it would count (a chunked body's `transfer-encoding` included).
+/// `framing` says.
 fn send_h2_head(
     stream: &crate::h2_stream::H2Stream,
     view: &ResponseView<'_>,
     edits: &Edits,
     (framing, length_hint): (Framing, Option<Vec<u8>>),
     algo: Option<compression::Algo>,
-) -> std::io::Result<u64> {
+) -> std::io::Result<()> {
     let digits;
     let length = match framing {
         Framing::Length(n) => {
@@ -398,16 +469,14 @@ fn send_h2_head(
         Framing::None => length_hint.as_deref(),
         Framing::Chunked | Framing::UntilClose => None,
     };
-    let Some((res, htx)) = super::heads::client_response(view, edits, length, algo) else {
+    let Some(res) = super::heads::client_response(view, edits, length, algo) else {
         stream.abort();
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "a response field HTTP/2 cannot carry",
         ));
     };
-    stream.send_response(res, framing)?;
-    let chunked = if framing == Framing::Chunked { 24 } else { 0 };
-    Ok(htx + chunked)
+    stream.send_response(res, framing)
 }
 
 /// When a server's `Keep-Alive: timeout=N` says it will close an idle connection: the pool
@@ -438,7 +507,8 @@ struct Relay<'a> {
     sent: u64,
     /// Body bytes taken from the server.
     relayed: u64,
-    /// The body's data bytes sent, without chunk framing (`None` when compressed).
+    /// The body's data bytes taken from the server, without chunk framing, before any
+    /// compression (`None` when there is no body).
     data: Option<u64>,
     /// The client connection is closed once the response is sent.
     closing: bool,
@@ -621,6 +691,7 @@ impl Relay<'_> {
                     },
                     Framing::UntilClose | Framing::None => (avail, avail.len(), eof),
                 };
+                *self.data.get_or_insert(0) += data.len() as u64;
                 if !data.is_empty() || last {
                     let n = comp.chunk(data, last, dec.trailers(), &mut scratch, self.out);
                     for k in counters {

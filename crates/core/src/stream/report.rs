@@ -144,8 +144,11 @@ pub(crate) struct ReqLog {
     pub t_response: i64,
     pub status: i64,
     pub bytes: u64,
-    /// What the interim (1xx) responses relayed count, added to `bytes` (HAProxy's sizes).
-    pub interim_bytes: u64,
+    /// What of the server's answer counts in `bytes` besides the final response relayed:
+    /// HAProxy counts what it receives, so interim (1xx) responses, and a response the
+    /// proxy answered in place of (a rule's `deny`, `return`, a body waited for too long)
+    /// as far as it had arrived.
+    pub received: u64,
     /// The request head's bytes on the wire and as HAProxy counts them (`htx_head_size`):
     /// `bin` and `%U` count the latter.
     pub head_in: (u64, u64),
@@ -195,7 +198,7 @@ impl Default for ReqLog {
             t_response: -1,
             status: -1,
             bytes: 0,
-            interim_bytes: 0,
+            received: 0,
             head_in: (0, 0),
             term: None,
             line: None,

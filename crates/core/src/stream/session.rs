@@ -74,11 +74,9 @@ pub(crate) struct Session {
     pub peer: Cell<SocketAddr>,
     /// The address the client connected to, when `set-dst` changed it.
     pub dst: Cell<Option<SocketAddr>>,
-    /// Where the current request's body sits in the client buffer, when rules waited for
-    /// it (`option http-buffer-request`, `wait-for-body`).
-    pub body: Cell<Option<(usize, usize)>>,
-    /// The data of a chunked body the rules waited for, without its framing.
-    pub chunked_body: Option<Vec<u8>>,
+    /// What of the current request's body the rules see, when they waited for it (`option
+    /// http-buffer-request`, `wait-for-body`).
+    pub body: Option<super::body_wait::Buffered>,
     pub cbuf: Buf,
     pub sbuf: Buf,
     /// Scratch for outgoing bytes (head writers, re-framed chunks).
@@ -171,11 +169,7 @@ impl Session {
         Ctx {
             unique_id: self.vars.unique_id.borrow().clone(),
             dst: self.dst.get(),
-            body: self.chunked_body.as_deref().or_else(|| {
-                self.body
-                    .get()
-                    .and_then(|(from, to)| self.cbuf.bytes().get(from..to))
-            }),
+            body: self.body.as_ref().and_then(|b| b.bytes(self.cbuf.bytes())),
             first_request: self.requests == 0,
             ..conn
         }
@@ -285,6 +279,26 @@ impl Session {
         self.error_page_for(status, backend, None)
     }
 
+    /// The size HAProxy counts for the error page it answers `status` with (`%B`): its
+    /// HTX form, with the `Connection: close` of HAProxy's built-in 400 and 408 pages.
+    pub fn error_page_size(&self, status: u16, backend: Option<usize>) -> u64 {
+        let page = self.error_bytes(status, backend);
+        let builtin = self.custom_page(status, backend).is_none();
+        let close = if builtin && sluice_http::page_says_close(status) {
+            "connection".len() + "close".len()
+        } else {
+            0
+        };
+        super::report::htx_message_size(&page) + close as u64
+    }
+
+    /// The page configured for `status` (`errorfile`, `http-error`), the backend's first.
+    fn custom_page(&self, status: u16, backend: Option<usize>) -> Option<&Page> {
+        backend
+            .and_then(|b| self.w.config().backends[b].errors.get(status))
+            .or_else(|| self.frontend().errors.get(status))
+    }
+
     /// [`Self::error_bytes`] for a request still at hand: a page rendered per request
     /// (`http-error ... lf-string`) sees it.
     pub fn error_page_for(
@@ -293,10 +307,7 @@ impl Session {
         backend: Option<usize>,
         req: Option<&RequestView<'_>>,
     ) -> Vec<u8> {
-        let page = backend
-            .and_then(|b| self.w.config().backends[b].errors.get(status))
-            .or_else(|| self.frontend().errors.get(status));
-        match page {
+        match self.custom_page(status, backend) {
             None => error_page(status),
             Some(Page::Static(bytes)) => bytes.to_vec(),
             Some(Page::Reply(r)) => {

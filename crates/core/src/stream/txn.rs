@@ -26,6 +26,7 @@ use super::keywords::CloseMode;
 
 use super::report::{Cause, Fail, Local, Phase, ReqLog};
 
+use super::body_wait::{self, BodyWait, Progress};
 use super::reply::{after_response, status_of};
 use super::route::{route, Route, StickKeys};
 use super::session::{ClientHead, Session};
@@ -36,7 +37,7 @@ use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie;
 use crate::h2_stream::Tunnel;
-use crate::rules::{holds, Action};
+use crate::rules::holds;
 use crate::stats;
 use crate::transport::Then;
 
@@ -208,6 +209,24 @@ impl ServerHead {
         }
     }
 
+    /// The head's size as HAProxy counts the response it receives (`%B`, `bout`): its HTX
+    /// form as the server sent it, whatever the rules then change. An HTTP/2 head has the
+    /// version `HTTP/2.0` and no reason.
+    pub fn htx_size(&self, sbuf: &[u8]) -> u64 {
+        match self {
+            ServerHead::H1(head) => super::report::htx_head_size(&sbuf[..head.len]),
+            ServerHead::H2 { answer, .. } => {
+                let fields: usize = answer
+                    .parts
+                    .headers
+                    .iter()
+                    .map(|(n, v)| n.as_str().len() + v.len())
+                    .sum();
+                20 + 8 + 3 + fields as u64 + 1
+            }
+        }
+    }
+
     /// Bytes of the server buffer the head takes.
     pub fn len(&self) -> usize {
         match self {
@@ -278,7 +297,8 @@ impl Txn {
         };
         self.last_request = facts.wants_close && facts.framing == Framing::None;
         self.request_log_facts(s, &req);
-        if let Some(wait) = body_wait(s) {
+        let wait = body_wait::request_wait(s.frontend(), &s.sample_ctx(&req, None));
+        if let Some(wait) = wait {
             // The client was invited to send its body already.
             if self.wait_for_body(s, &head, &facts, wait).await? {
                 facts.expect_continue = false;
@@ -286,8 +306,7 @@ impl Txn {
         }
         let req = head.view(s.cbuf.bytes());
         let (route, mut edits) = route(s, &req);
-        s.body.set(None);
-        s.chunked_body = None;
+        s.body = None;
         self.render_log_samples(s, &req, &route);
         if !edits.captures.is_empty() {
             for (slot, value) in edits.captures.drain(..) {
@@ -535,8 +554,8 @@ impl Txn {
     }
 
     /// Reads the request body into the client buffer (as much as fits) before the rules
-    /// run, within the wait's time, and shows it to them (`req.body`). A body sent with
-    /// chunked framing is not waited for. Returns whether it sent `100 Continue`.
+    /// run, within the wait's time, and shows it to them (`req.body`). Returns whether it
+    /// sent `100 Continue`.
     async fn wait_for_body(
         &mut self,
         s: &mut Session,
@@ -544,45 +563,35 @@ impl Txn {
         facts: &ReqFacts,
         wait: BodyWait,
     ) -> Result<bool, Fail> {
-        // A chunked body's length is known once its last chunk arrived.
-        let total = match facts.framing {
-            Framing::Length(total) => total,
-            Framing::Chunked => u64::MAX,
-            _ => return Ok(false),
-        };
-        let chunked = facts.framing == Framing::Chunked;
-        let want = wait.at_least.map_or(total, |n| n.min(total));
-        let invite = facts.expect_continue && facts.version == Version::Http11 && total > 0;
+        if matches!(facts.framing, Framing::None | Framing::UntilClose) {
+            return Ok(false);
+        }
+        let invite = facts.expect_continue
+            && facts.version == Version::Http11
+            && facts.framing != Framing::Length(0);
         if invite {
             self.send_local(s, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         let deadline = tokio::time::Instant::now() + wait.time;
-        loop {
+        while !s.cbuf.is_full() {
             let arrived = &s.cbuf.bytes()[head.len()..];
-            let enough = if chunked {
-                // A malformed body is the relay's to refuse: no use waiting for more.
-                chunked_data(arrived).is_none_or(|(data, done)| done || data.len() as u64 >= want)
-            } else {
-                arrived.len() as u64 >= want
-            };
-            if enough || s.cbuf.is_full() {
+            if let Progress::Enough = body_wait::progress(arrived, facts.framing, wait) {
                 break;
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match tokio::time::timeout(left, s.read_client()).await {
+            match tokio::time::timeout_at(deadline, s.read_client()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(c)) => return Err(Fail::drop(c, Phase::Request)),
-                // Out of time: the rules see what arrived.
-                Err(_) => break,
+                // Out of time: HAProxy answers 408 rather than run the rules on a part, and
+                // logs no request time (its request was never whole).
+                Err(_) => {
+                    self.log.head_done = None;
+                    return Err(Fail::answer(408, Cause::ClientTimeout, Phase::Request));
+                }
             }
         }
-        let arrived = &s.cbuf.bytes()[head.len()..];
-        if chunked {
-            s.chunked_body = chunked_data(arrived).map(|(data, _)| data);
-        } else {
-            let have = arrived.len().min(total as usize);
-            s.body.set(Some((head.len(), head.len() + have)));
-        }
+        // HAProxy's request time ends once the body was waited for.
+        self.log.head_done = Some(clock::now());
+        s.body = body_wait::buffered(s.cbuf.bytes(), head.len(), facts.framing);
         Ok(invite)
     }
 
@@ -920,9 +929,10 @@ impl Txn {
                             None,
                             None,
                         );
-                        s.sbuf.consume(rsp.len);
                         // HAProxy counts interim responses in the bytes of the transaction.
-                        self.log.interim_bytes += super::report::htx_head_size(&interim);
+                        self.log.received +=
+                            super::report::htx_head_size(&s.sbuf.bytes()[..rsp.len]);
+                        s.sbuf.consume(rsp.len);
                         if facts.version == Version::Http11 {
                             s.write_client(&interim)
                                 .await
@@ -1001,41 +1011,4 @@ pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
 /// Whether the server connection closes after this response.
 pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
     fe.stream.close_mode.max(be.stream.close_mode) >= CloseMode::ServerClose
-}
-
-/// How long the rules wait for a request body, and how much of it is enough.
-struct BodyWait {
-    time: Duration,
-    at_least: Option<u64>,
-}
-
-/// Whether the frontend's rules wait for the request body: `option http-buffer-request`
-/// (for `timeout http-request`, else `timeout client`) or a `wait-for-body` rule.
-fn body_wait(s: &Session) -> Option<BodyWait> {
-    let fe = s.frontend();
-    let rule = fe.rules.http_request.iter().find_map(|r| match r.action {
-        Action::WaitForBody { time, at_least } => Some(BodyWait { time, at_least }),
-        _ => None,
-    });
-    rule.or_else(|| {
-        fe.stream.buffer_request.then(|| BodyWait {
-            time: fe
-                .stream
-                .timeout_http_request
-                .or(fe.stream.timeout_client)
-                .unwrap_or(Duration::from_secs(5)),
-            at_least: None,
-        })
-    })
-}
-
-/// The data of the chunked body at the start of `bytes`, as far as it arrived, and whether
-/// it is complete; `None` when it is malformed.
-fn chunked_data(bytes: &[u8]) -> Option<(Vec<u8>, bool)> {
-    let mut decoder = sluice_http::ChunkedDecoder::new();
-    let mut data = Vec::new();
-    decoder
-        .decode(bytes, sluice_http::ChunkedOut::Raw, &mut data)
-        .ok()?;
-    Some((data, decoder.is_done()))
 }

@@ -112,7 +112,7 @@ impl Txn {
     pub fn log_end(&mut self, s: &Session, fail: &Fail) {
         let status = match fail.status {
             Some(st) => {
-                self.log.bytes = super::report::htx_message_size(&s.error_bytes(st, self.backend));
+                self.log.bytes = self.log.received + s.error_page_size(st, self.backend);
                 i64::from(st)
             }
             None => self.log.status,
