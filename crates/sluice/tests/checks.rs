@@ -1573,7 +1573,7 @@ fn server_states_saved_before_a_restart_are_taken_back() {
 }
 
 #[test]
-fn a_backends_own_option_httpchk_drops_the_inherited_http_check_send() {
+fn a_backends_own_option_httpchk_drops_the_inherited_http_check_rules() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let s2 = seen.clone();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1589,20 +1589,30 @@ fn a_backends_own_option_httpchk_drops_the_inherited_http_check_send() {
             let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
         }
     });
-    let _p = Sluice::start(&format!(
-        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n    option httpchk GET /inherited\n    http-check send hdr X-Probe 1\nfrontend f\n    {{fe}}\n    default_backend a\nbackend a\n    server s {addr} check inter 100ms\nbackend b\n    option httpchk GET /own\n    server s {addr} check inter 100ms\n"
+    let p = Sluice::start(&format!(
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n    option httpchk GET /inherited\n    http-check send hdr X-Probe 1\n    http-check expect status 201\nfrontend f\n    {{fe}}\n    default_backend a\nfrontend g\n    {{fe}}\n    default_backend b\nbackend a\n    server s {addr} check inter 100ms fall 1\nbackend b\n    option httpchk GET /own\n    server s {addr} check inter 100ms fall 1\n"
     ));
     let has = |start: &str| {
         let seen = seen.lock().unwrap();
         seen.iter().find(|r| r.starts_with(start)).cloned()
     };
-    wait_until("both backends checked", || {
-        has("GET /inherited ").is_some() && has("GET /own ").is_some()
+    let count = |start: &str| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.starts_with(start))
+            .count()
+    };
+    // `a` inherits the defaults' expect (201), which its server's 200 fails; `b` has been
+    // judged at least once when its second check arrives.
+    wait_until("a down and b checked twice", || {
+        get(p.addrs[0], "/").status == 503 && count("GET /own ") >= 2
     });
     // `a` inherits the defaults' request whole; `b`'s own `option httpchk` starts anew, as
-    // HAProxy's does.
+    // HAProxy's does: without the header, and without the expect (2xx and 3xx pass).
     assert!(has("GET /inherited ").unwrap().contains("X-Probe: 1\r\n"));
     assert!(!has("GET /own ").unwrap().contains("X-Probe"));
+    assert_eq!(get(p.addrs[1], "/").status, 200);
 }
 
 #[test]

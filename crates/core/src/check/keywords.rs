@@ -10,7 +10,7 @@ use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::conf::check::{
     CheckKind, CheckProto, CheckText, ConnectLayer, ConnectRule, Expect, ExpectOpts, HeaderMatch,
-    Observe, OnError, Pattern, Re, TcpRule, TextPart,
+    HttpExpect, Observe, OnError, Pattern, Re, TcpRule, TextPart,
 };
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
@@ -552,10 +552,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
             r.method = method.to_string();
             r.uri = CheckText::literal(uri);
             r.version = version.to_string();
-            // A new HTTP check: what `http-check send` set before (in a defaults section
-            // this proxy inherits) is dropped, as HAProxy starts a new ruleset.
+            // A new HTTP check: the `http-check` rules set before (in a defaults section
+            // this proxy inherits) are dropped, as HAProxy starts a new ruleset.
             r.headers.clear();
             r.body = CheckText::default();
+            c.check.expects.clear();
+            c.check.http_connect = ConnectRule::default();
             // HAProxy 2.6 takes a HOST given this way as the Host header.
             if let Some(h) = host {
                 r.headers.push(("host".into(), CheckText::literal(&h)));
@@ -832,9 +834,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 }
                 [] => return Err(KwError::Missing("status CODE or string TEXT")),
             };
-            c.check.expect = Some((neg, expect));
             let pending = attach_comment(&mut c.check, "expect");
-            c.check.expect_comment = own_comment.or(pending);
+            c.check.expects.push(HttpExpect {
+                negated: neg,
+                expect,
+                comment: own_comment.or(pending),
+            });
             Ok(())
         },
     },

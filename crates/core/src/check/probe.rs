@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectLayer,
-    ConnectRule, Expect, ExpectOpts, HeaderMatch, Pattern, Re, Report, TcpRule,
+    ConnectRule, Expect, ExpectOpts, HeaderMatch, HttpExpect, Pattern, Re, Report, TcpRule,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
@@ -499,28 +499,26 @@ async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Du
             Some("not an HTTP response".into()),
         );
     };
-    let ok = match &check.expect {
-        None => (200..400).contains(&code),
-        Some((neg, Expect::Status(ranges))) => {
-            ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&code)) != *neg
-        }
-        Some((neg, Expect::RStatus(re))) => re.0.is_match(code.to_string().as_bytes()) != *neg,
-        Some((neg, Expect::String(s))) => contains(body, s.as_bytes()) != *neg,
-        Some((neg, Expect::RString(re))) => re.0.is_match(body) != *neg,
-        Some((neg, Expect::Header { name, value, full })) => {
-            has_header(&rsp, name, value.as_ref(), *full) != *neg
-        }
+    // The expects in order: the first that fails makes the report.
+    let failed = check
+        .expects
+        .iter()
+        .find(|e| expectation_holds(&e.expect, code, body, &rsp) == e.negated);
+    let ok = match failed {
+        None => !check.expects.is_empty() || (200..400).contains(&code),
+        Some(_) => false,
     };
+    let body_check = |e: &HttpExpect| matches!(e.expect, Expect::String(_) | Expect::RString(_));
     // A body expectation's failure says so; a status one gives the reason phrase.
-    let info = match &check.expect {
-        Some((neg, Expect::String(_) | Expect::RString(_))) => Some(if *neg {
+    let info = match failed {
+        Some(e) if body_check(e) => Some(if e.negated {
             "HTTP check matched unwanted content".to_string()
         } else {
             "HTTP content check did not match".to_string()
         }),
         _ => (!phrase.is_empty()).then(|| phrase.to_string()),
     };
-    let info = match (&check.expect_comment, info) {
+    let info = match (failed.and_then(|e| e.comment.as_ref()), info) {
         (Some(c), Some(i)) => Some(format!("{i} comment: {c}")),
         (Some(c), None) => Some(format!(" comment: {c}")),
         (None, i) => i,
@@ -532,10 +530,7 @@ async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Du
         o
     } else if ok {
         Outcome::pass("L7OK", "Layer7 check passed")
-    } else if matches!(
-        check.expect,
-        Some((_, Expect::String(_) | Expect::RString(_)))
-    ) {
+    } else if failed.is_some_and(body_check) {
         Outcome::fail("L7RSP", "Layer7 invalid response", None)
     } else {
         Outcome::fail("L7STS", "Layer7 wrong status", None)
@@ -547,6 +542,17 @@ async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Du
         o.info = info;
     }
     o
+}
+
+/// Whether the answer meets one `http-check expect` (before its `!`).
+fn expectation_holds(expect: &Expect, code: u16, body: &[u8], rsp: &[u8]) -> bool {
+    match expect {
+        Expect::Status(ranges) => ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&code)),
+        Expect::RStatus(re) => re.0.is_match(code.to_string().as_bytes()),
+        Expect::String(s) => contains(body, s.as_bytes()),
+        Expect::RString(re) => re.0.is_match(body),
+        Expect::Header { name, value, full } => has_header(rsp, name, value.as_ref(), *full),
+    }
 }
 
 /// Whether a response head has a header whose name matches `name` and, with `value`, one

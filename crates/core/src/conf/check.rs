@@ -418,6 +418,17 @@ pub enum ConnectLayer {
     Plain,
 }
 
+/// One `http-check expect [!] KIND VALUE [comment TEXT]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpExpect {
+    /// `!`: the check passes when the expectation does not hold.
+    pub negated: bool,
+    pub expect: Expect,
+    /// The comment naming it in failure reports (its own `comment`, or an `http-check
+    /// comment` line before it, as HAProxy attaches them).
+    pub comment: Option<String>,
+}
+
 /// How a backend's servers are checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum CheckKind {
@@ -448,11 +459,9 @@ pub struct BackendCheck {
     pub http: HttpRequest,
     /// `http-check connect`: where the HTTP check connects, and how it closes.
     pub http_connect: ConnectRule,
-    /// `http-check expect [!] status|string VALUE`; without it, 2xx and 3xx pass.
-    pub expect: Option<(bool, Expect)>,
-    /// The comment naming the expect in failure reports (its own `comment`, or an
-    /// `http-check comment` line before it, as HAProxy attaches them).
-    pub expect_comment: Option<String>,
+    /// The `http-check expect` lines, judged in order on the answer (the first that fails
+    /// is the report); without any, 2xx and 3xx pass.
+    pub expects: Vec<HttpExpect>,
     /// An `http-check comment` not yet attached, and the kind of the last rule after it
     /// (`send`, `expect`): a comment names the rules of the next kind only.
     pub pending_comment: Option<(String, Option<&'static str>)>,
