@@ -278,29 +278,38 @@ pub(super) fn request(
     (tls, server): (bool, std::net::SocketAddr),
     tunnel: Option<Tunnel>,
 ) -> Option<http::Request<()>> {
-    let target = std::str::from_utf8(&req.target).ok()?;
-    let uri: http::Uri = if target.starts_with('/') {
-        let scheme = if tls { "https" } else { "http" };
-        match req.host.as_deref().map(std::str::from_utf8) {
-            Some(host) => format!("{scheme}://{}{target}", host.ok()?),
+    let uri = if req.target.starts_with(b"/") {
+        // Made of the shared bytes of the target and the host: no text is formatted.
+        let authority = match &req.host {
+            Some(host) => http::uri::Authority::from_maybe_shared(host.clone()).ok()?,
             // No `Host` (HTTP/1.0): the server's address names it.
-            None => format!("{scheme}://{server}{target}"),
-        }
-        .parse()
-        .ok()?
+            None => server.to_string().parse().ok()?,
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(if tls {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        });
+        parts.authority = Some(authority);
+        parts.path_and_query =
+            Some(http::uri::PathAndQuery::from_maybe_shared(req.target.clone()).ok()?);
+        http::Uri::from_parts(parts).ok()?
     } else if req.method == http::Method::CONNECT {
-        target.parse().ok()?
+        http::Uri::from_maybe_shared(req.target.clone()).ok()?
     } else {
         // Absolute-form names its own scheme and authority; `*` has no HTTP/2 form here.
-        target
-            .parse()
+        http::Uri::from_maybe_shared(req.target.clone())
             .ok()
             .filter(|u: &http::Uri| u.authority().is_some())?
     };
     let mut out = http::Request::new(());
     *out.method_mut() = req.method.clone();
     *out.uri_mut() = uri;
-    let mut fields = req.fields.clone();
+    // The request is kept for a replay after REFUSED_STREAM: its fields are copied (their
+    // values are shared bytes), with room for the two the proxy adds.
+    let mut fields = http::HeaderMap::with_capacity(req.fields.len() + 2);
+    fields.extend(req.fields.iter().map(|(n, v)| (n.clone(), v.clone())));
     if tunnel == Some(Tunnel::WebSocket) {
         *out.method_mut() = http::Method::CONNECT;
         out.extensions_mut()
