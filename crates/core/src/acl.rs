@@ -240,18 +240,27 @@ const SUFFIXES: &[(&str, Match)] = &[
 fn criterion(text: &str, book: &PatternBook) -> Result<(Expr, Option<Match>), String> {
     let direct = parse_expr(text, book);
     if let Ok(e) = direct {
-        return Ok((e, None));
+        return Ok((request_hdr(e), None));
     }
     let head_end = text.find(['(', ',']).unwrap_or(text.len());
     let (head, tail) = text.split_at(head_end);
     for (suffix, how) in SUFFIXES {
         if let Some(base) = head.strip_suffix(suffix) {
             if let Ok(e) = parse_expr(&format!("{base}{tail}"), book) {
-                return Ok((e, Some(*how)));
+                return Ok((request_hdr(e), Some(*how)));
             }
         }
     }
     Err(direct.unwrap_err().0)
+}
+
+/// An ACL's `hdr` is the request's header wherever the ACL is used (HAProxy's ACL
+/// keyword), unlike the `hdr` of a sample expression in a response rule.
+fn request_hdr(mut e: Expr) -> Expr {
+    if let crate::sample::Fetch::Hdr(name, occ) = e.fetch {
+        e.fetch = crate::sample::Fetch::ReqHdr(name, occ);
+    }
+    e
 }
 
 fn method(name: &str) -> Option<Match> {
@@ -549,6 +558,7 @@ pub(crate) fn parse_cond(
             neg = true;
             w = rest;
         }
+        let name = (w != "{").then(|| w.to_string());
         let acls = if w == "{" {
             let close = words[i..]
                 .iter()
@@ -582,7 +592,7 @@ pub(crate) fn parse_cond(
         groups
             .last_mut()
             .expect("at least one group")
-            .push(Term { neg, acls });
+            .push(Term { neg, acls, name });
         i += 1;
     }
     if groups.last().is_none_or(Vec::is_empty) {

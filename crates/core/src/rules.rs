@@ -60,6 +60,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 Some("capture") => parse_capture(c, args, Side::Response)?,
                 _ => parse_rule(&c.rules, args, Side::Response, &c.at)?,
             };
+            response_values_only(&rule)?;
             c.rules.sets.http_response.push(rule);
             Ok(())
         },
@@ -70,6 +71,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "http-after-response ACTION [ARGS...] [if|unless COND]: on every response, the proxy's own included",
         parse: |c, args| {
             let rule = parse_rule(&c.rules, args, Side::AfterResponse, &c.at)?;
+            response_values_only(&rule)?;
             c.rules.sets.http_after_response.push(rule);
             Ok(())
         },
@@ -552,6 +554,22 @@ fn rule_of(
         (a, _) => return Err(KwError::bad(1, a, "unknown action")),
     };
     Ok(Rule::new(action, cond))
+}
+
+/// A response rule's values may not read the request's head, which HAProxy no longer has
+/// then: it refuses the line in its words (its conditions are only warned of, at load).
+fn response_values_only(rule: &Rule) -> Result<(), KwError> {
+    match rule
+        .action
+        .exprs()
+        .iter()
+        .find_map(|e| e.fetch.request_head_keyword())
+    {
+        Some(kw) => Err(KwError::Invalid(format!(
+            "sample fetch <{kw}> may not be reliably used here because it needs 'HTTP request headers' which is not available here"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `capture SAMPLE len N` (a new request slot) or `capture SAMPLE id N` (a slot of

@@ -347,8 +347,9 @@ fn a_response_head_is_made_for_the_stream() {
     let p = Sluice::start(&format!(
         "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
          frontend fe\n {{fe}} proto h2\n\
+         http-request set-var(txn.path) path\n\
          http-response del-header x-drop\n\
-         http-response set-status 203 if {{ path /status }}\n\
+         http-response set-status 203 if {{ var(txn.path) /status }}\n\
          default_backend be\nbackend be\n compression algo gzip\n\
          compression type text/plain\n server s {}\n",
         origin.addr

@@ -713,6 +713,58 @@ backend be
     assert_eq!(get(p.addrs[2], "/stalled").status, 504);
 }
 
+/// Response rules as HAProxy 2.6 runs them: the request's head is gone by then, so a
+/// condition that reads it never matches (with HAProxy's warning at load), `hdr` reads the
+/// response's header, and the method and `capture.req.*` stay.
+#[test]
+fn response_rules_do_not_read_the_request_head() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|_: &Received| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nX-Seen: from-server\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+            )
+        }),
+    );
+    let config = format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    acl to_x path /x
+    http-response set-header x-hdr %[hdr(x-seen)]
+    http-response set-header x-method %[method]
+    http-response set-header x-uri %[capture.req.uri]
+    http-response deny if to_x
+    http-response deny if {{ req.hdr(x-deny) yes }}
+    http-response set-status 202 if {{ hdr(x-seen) from-server }}
+    http-response set-status 203 if {{ res.hdr(x-seen) from-server }} !{{ path /never }}
+    default_backend be
+backend be
+    server s1 {}
+",
+        origin.addr
+    );
+    let p = Sluice::start(&config);
+    let mut c = p.connect();
+    c.send(b"GET /x HTTP/1.1\r\nHost: t\r\nX-Seen: from-client\r\nX-Deny: yes\r\n\r\n");
+    let r = c.response();
+    // Neither deny applies (their ACLs read the request); `hdr` in the ACL is the request's
+    // (no 202); a negated request ACL is true (203).
+    assert_eq!(r.status, 203);
+    assert_eq!(r.header("x-hdr"), Some("from-server"));
+    assert_eq!(r.header("x-method"), Some("GET"));
+    assert_eq!(r.header("x-uri"), Some("/x"));
+    // HAProxy's warnings, line by line.
+    let (valid, checked) = check_config(&config.replace("{fe}", "bind 127.0.0.1:1"));
+    assert!(valid, "{checked}");
+    for want in [
+        "acl 'to_x' will never match because it only involves keywords that are incompatible with 'frontend http-response header rule'",
+        "anonymous acl will never match because it uses keyword 'req.hdr' which is incompatible with 'frontend http-response header rule'",
+        "anonymous acl will never match because it uses keyword 'path' which is incompatible with 'frontend http-response header rule'",
+    ] {
+        assert!(checked.contains(want), "{want}\n{checked}");
+    }
+}
+
 #[test]
 fn the_redirect_keyword_follows_the_http_request_rules() {
     let p = Sluice::start(&format!(
@@ -732,7 +784,7 @@ fn the_redirect_keyword_follows_the_http_request_rules() {
 }
 
 #[test]
-fn later_rules_see_the_request_as_rewritten_and_response_rules_see_the_request() {
+fn later_rules_see_the_request_as_rewritten_and_variables_carry_it_to_the_response() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
     let p = Sluice::start(&format!(
         "{DEFAULTS}frontend fe
@@ -740,8 +792,9 @@ fn later_rules_see_the_request_as_rewritten_and_response_rules_see_the_request()
     http-request set-header X-Tier gold if {{ path_beg /vip }}
     http-request set-path /premium%[path] if {{ req.hdr(x-tier) -m str gold }}
     http-request set-header X-Seen %[path]
+    http-request set-var-fmt(txn.asked) %[req.hdr(host)]%[path]
     use_backend gold if {{ path_beg /premium }}
-    http-response set-header X-Asked %[req.hdr(host)]%[path]
+    http-response set-header X-Asked %[var(txn.asked)]
     default_backend plain
 backend gold
     server a {}
@@ -756,7 +809,8 @@ backend plain
     assert_eq!(r.text(), "a /premium/vip/x");
     let got = a.requests().pop().unwrap();
     assert_eq!(got.header("x-seen"), Some("/premium/vip/x"));
-    // Response rules read the request as it was sent.
+    // The request as it was sent reaches the response rules through a variable (they may
+    // not read its head, as in HAProxy).
     assert_eq!(r.header("x-asked"), Some("h.test/premium/vip/x"));
     let r = ask(&p, "GET", "/plain", "Host: h.test\r\n");
     assert_eq!(r.text(), "b /plain");

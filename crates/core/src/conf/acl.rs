@@ -20,6 +20,8 @@ pub struct Acl {
 pub struct Term {
     pub neg: bool,
     pub acls: Vec<Acl>,
+    /// The ACL's name; none for an anonymous one (`{ ... }`).
+    pub name: Option<String>,
 }
 
 /// `if`/`unless` followed by OR'ed groups of AND'ed terms.
@@ -27,6 +29,16 @@ pub struct Term {
 pub struct Cond {
     pub unless: bool,
     pub groups: Vec<Vec<Term>>,
+}
+
+impl Term {
+    /// HAProxy's keyword of a fetch the term reads that needs the request's head, when
+    /// it has one (a response rule's term that does never matches).
+    pub fn request_head_keyword(&self) -> Option<&'static str> {
+        self.acls
+            .iter()
+            .find_map(|a| a.expr.fetch.request_head_keyword())
+    }
 }
 
 impl Cond {

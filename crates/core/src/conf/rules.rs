@@ -233,14 +233,21 @@ impl Rule {
 impl Action {
     /// Whether running it evaluates something from the request head.
     fn reads_request(&self) -> bool {
-        let reply = |r: &Reply| {
-            r.lf.as_ref().is_some_and(Fmt::reads_request)
-                || r.hdrs.iter().any(|(_, v)| v.reads_request())
-        };
+        // A redirect reads the path and the Host header itself.
+        matches!(self, Action::Redirect(_)) || self.exprs().iter().any(|e| e.reads_request())
+    }
+
+    /// The sample expressions it evaluates, in its values and its formats.
+    pub fn exprs(&self) -> Vec<&Expr> {
+        fn reply(r: &Reply) -> Vec<&Expr> {
+            let mut out: Vec<&Expr> = r.lf.iter().flat_map(Fmt::exprs).collect();
+            out.extend(r.hdrs.iter().flat_map(|(_, v)| v.exprs()));
+            out
+        }
         match self {
             Action::Return(r) => reply(r),
             Action::Deny { reply: r, .. } | Action::Tarpit { reply: r, .. } => {
-                r.as_ref().is_some_and(reply)
+                r.as_ref().map(reply).unwrap_or_default()
             }
             Action::SetHeader(_, f)
             | Action::AddHeader(_, f)
@@ -250,9 +257,9 @@ impl Action {
             | Action::SetPathQ(f)
             | Action::SetQuery(f)
             | Action::SetUri(f)
-            | Action::SetVarFmt(_, f) => f.reads_request(),
+            | Action::SetVarFmt(_, f) => f.exprs().collect(),
             Action::ReplaceHeader { with, .. } | Action::ReplaceTarget { with, .. } => {
-                with.reads_request()
+                with.exprs().collect()
             }
             Action::SetVar(_, e)
             | Action::Track { key: e, .. }
@@ -260,10 +267,8 @@ impl Action {
             | Action::SetTimeout(_, e)
             | Action::SetSrc(e)
             | Action::SetDst(e)
-            | Action::Capture { expr: e, .. } => e.reads_request(),
-            // A redirect reads the path and the Host header itself.
-            Action::Redirect(_) => true,
-            _ => false,
+            | Action::Capture { expr: e, .. } => vec![e],
+            _ => Vec::new(),
         }
     }
 }

@@ -69,8 +69,11 @@ pub enum Fetch {
     Url,
     UrlParam(String),
     Base,
-    /// A header's values split at commas (`req.hdr`, `hdr`).
+    /// A header's values split at commas (`req.hdr`).
     ReqHdr(String, Occ),
+    /// `hdr`: the request's header in request rules, the response's in response rules,
+    /// as HAProxy reads it.
+    Hdr(String, Occ),
     /// The header's values (split on commas) or, when false, its lines.
     ReqHdrCnt(String, bool),
     /// A header's whole lines (`req.fhdr`).
@@ -691,6 +694,7 @@ impl Fetch {
                 | UrlParam(_)
                 | Base
                 | ReqHdr(..)
+                | Hdr(..)
                 | ReqHdrCnt(..)
                 | ReqFhdr(..)
                 | ReqCook(_)
@@ -711,6 +715,45 @@ impl Fetch {
         )
     }
 
+    /// Whether it needs the request's head, which HAProxy no longer has once the response
+    /// is in (its `HTTP request headers` fetches): response rules may not use it. The
+    /// method and the captures (`capture.req.*`) stay.
+    pub fn needs_request_head(&self) -> bool {
+        self.request_head_keyword().is_some()
+    }
+
+    /// HAProxy's keyword for a fetch that needs the request's head.
+    pub fn request_head_keyword(&self) -> Option<&'static str> {
+        use Fetch::*;
+        Some(match self {
+            Path => "path",
+            PathQ => "pathq",
+            Query => "query",
+            Url => "url",
+            UrlParam(_) => "url_param",
+            Base => "base",
+            ReqHdr(..) => "req.hdr",
+            ReqHdrCnt(..) => "req.hdr_cnt",
+            ReqFhdr(..) => "req.fhdr",
+            ReqCook(_) => "req.cook",
+            ReqCookCnt(_) => "req.cook_cnt",
+            ReqVer => "req.ver",
+            HttpAuth(_) => "http_auth",
+            HttpAuthGroup(_) => "http_auth_group",
+            HttpAuthType => "http_auth_type",
+            HttpAuthUser => "http_auth_user",
+            HttpAuthPass => "http_auth_pass",
+            Base32 => "base32",
+            Url32 => "url32",
+            Base32Src => "base32+src",
+            ReqBody => "req.body",
+            ReqBodyLen => "req.body_len",
+            ReqBodySize => "req.body_size",
+            ReqBodyParam(_) => "req.body_param",
+            _ => return None,
+        })
+    }
+
     /// Whether the sample may differ once the response is in: the response itself, or a
     /// variable response rules may have set.
     pub fn reads_response(&self) -> bool {
@@ -718,6 +761,7 @@ impl Fetch {
         matches!(
             self,
             ResHdr(..)
+                | Hdr(..)
                 | ResFhdr(..)
                 | ResHdrCnt(..)
                 | ResCook(_)
@@ -747,9 +791,15 @@ impl Expr {
 impl Fmt {
     /// Whether rendering it reads the request head.
     pub fn reads_request(&self) -> bool {
-        self.0
-            .iter()
-            .any(|p| matches!(p, FmtPart::Expr(e) if e.reads_request()))
+        self.exprs().any(Expr::reads_request)
+    }
+
+    /// The expressions it renders.
+    pub fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        self.0.iter().filter_map(|p| match p {
+            FmtPart::Expr(e) => Some(e),
+            FmtPart::Text(_) => None,
+        })
     }
 
     /// The text of a format without any expression.

@@ -242,9 +242,13 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             Fetch::UrlParam(c.args[0].clone())
         }
         "base" => none(Fetch::Base)?,
-        "req.hdr" | "hdr" => {
+        "req.hdr" => {
             arity(c, 0, 2)?;
             Fetch::ReqHdr(header_name(c)?, occ(c)?)
+        }
+        "hdr" => {
+            arity(c, 0, 2)?;
+            Fetch::Hdr(header_name(c)?, occ(c)?)
         }
         "req.fhdr" => {
             arity(c, 1, 2)?;
@@ -1502,7 +1506,7 @@ mod tests {
         assert_eq!(e.fetch, Fetch::ReqHdr("host".into(), None));
         assert_eq!(e.convs.len(), 2);
         let e = parse_expr("hdr(x-forwarded-for,-1)", &PatternBook::default()).unwrap();
-        assert_eq!(e.fetch, Fetch::ReqHdr("x-forwarded-for".into(), Some(-1)));
+        assert_eq!(e.fetch, Fetch::Hdr("x-forwarded-for".into(), Some(-1)));
         let e = parse_expr(r"path,regsub(^/(a|b)/,/x/\1/,g)", &PatternBook::default()).unwrap();
         let Conv::Regsub { re, subst, global } = &e.convs[0] else {
             panic!()

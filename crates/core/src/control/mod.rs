@@ -478,6 +478,7 @@ fn set_proc_vars(process: &Process) {
         body: None,
         res: None,
         res_body: None,
+        on_response: false,
         vars: &vars,
         unique_id: None,
         payload: None,

@@ -348,6 +348,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     }
     for p in &mut proxies {
         mode::strip_http((p.kind, &p.name), &mut p.conf, &mut warnings);
+        warn_request_acls_in_responses(p.kind, &p.conf, &mut warnings);
     }
     check_userlists(&proxies, &userlists, &mut errors);
     resolve_caches(&mut proxies, &caches, &mut errors);
@@ -420,6 +421,32 @@ fn check_userlists(
                     )));
                 }
             }
+        }
+    }
+}
+
+/// HAProxy's warning for an ACL of a response rule that reads the request's head: there,
+/// it never matches (the fetch fails; see `Fetch::needs_request_head`).
+fn warn_request_acls_in_responses(kind: SectionKind, c: &ProxyConf, warnings: &mut Vec<String>) {
+    let whose = format!("{} http-response header rule", mode::kind_str(kind));
+    let sets = &c.rules.sets;
+    for rule in sets.http_response.iter().chain(&sets.http_after_response) {
+        let (Some(cond), Some(at)) = (&rule.cond, &rule.at) else {
+            continue;
+        };
+        for term in cond.groups.iter().flatten() {
+            let Some(kw) = term.request_head_keyword() else {
+                continue;
+            };
+            let what = match &term.name {
+                Some(name) => format!(
+                    "acl '{name}' will never match because it only involves keywords that are incompatible with '{whose}'"
+                ),
+                None => format!(
+                    "anonymous acl will never match because it uses keyword '{kw}' which is incompatible with '{whose}'"
+                ),
+            };
+            warn_once(warnings, at, vec![what]);
         }
     }
 }

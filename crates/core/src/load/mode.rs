@@ -110,7 +110,7 @@ pub(super) fn strip_http(
 }
 
 /// The proxy's kind as HAProxy names it in messages (`proxy` for a `listen` section).
-fn kind_str(kind: SectionKind) -> &'static str {
+pub(super) fn kind_str(kind: SectionKind) -> &'static str {
     match kind {
         SectionKind::Frontend => "frontend",
         SectionKind::Backend => "backend",

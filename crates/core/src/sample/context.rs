@@ -62,6 +62,7 @@ impl<'a> Ctx<'a> {
             req: None,
             body: None,
             res_body: None,
+            on_response: false,
             res: None,
             vars,
             unique_id: None,
@@ -216,6 +217,9 @@ pub struct Ctx<'a> {
     pub res: Option<&'a ResponseView<'a>>,
     /// The response body, when an `http-response wait-for-body` rule buffered it.
     pub res_body: Option<&'a [u8]>,
+    /// Evaluated for a response rule: the request's head is out of reach
+    /// (`Fetch::needs_request_head` fails) and `hdr` reads the response, as in HAProxy.
+    pub on_response: bool,
     pub vars: &'a StreamVars,
     pub unique_id: Option<std::rc::Rc<str>>,
     /// What a TCP-mode client sent before its content rules decided.

@@ -48,6 +48,10 @@ pub(super) fn kind(f: &Fetch) -> Kind {
 pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
     let p = cx.process;
     let config = &p.config;
+    if cx.on_response && f.needs_request_head() {
+        // As in HAProxy, where the request's head is gone by then.
+        return None;
+    }
     match f {
         Fetch::Src => Some(Sample::Ip(plain_ip(cx.client_addr()?.ip()))),
         Fetch::SrcPort => Some(Sample::Int(i64::from(cx.client_addr()?.port()))),
@@ -141,6 +145,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Some(Sample::Str(Cow::Owned(v)))
         }
         Fetch::ReqHdr(name, occ) => pick(req_values(cx, name, true)?, *occ),
+        Fetch::Hdr(name, occ) => pick(chn_values(cx, name)?, *occ),
         Fetch::ReqFhdr(name, occ) => pick(req_values(cx, name, false)?, *occ),
         Fetch::ReqHdrCnt(name, split) => Some(Sample::Int(
             req_values(cx, name, *split).map_or(0, |v| v.len()) as i64,
@@ -411,8 +416,12 @@ pub(super) fn all_values<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Vec<Sample
             Some(_) => v.and_then(|v| pick(v, occ)).into_iter().collect(),
         }
     };
+    if cx.on_response && f.needs_request_head() {
+        return Some(Vec::new());
+    }
     match f {
         Fetch::ReqHdr(name, occ) => Some(all(req_values(cx, name, true), *occ)),
+        Fetch::Hdr(name, occ) => Some(all(chn_values(cx, name), *occ)),
         Fetch::ReqFhdr(name, occ) => Some(all(req_values(cx, name, false), *occ)),
         Fetch::ResHdr(name, occ) => Some(all(res_values(cx, name, true), *occ)),
         Fetch::ResFhdr(name, occ) => Some(all(res_values(cx, name, false), *occ)),
@@ -651,4 +660,13 @@ fn announced_length(field: &[u8]) -> Option<Sample<'static>> {
         .parse::<i64>()
         .ok()?;
     Some(Sample::Int(n))
+}
+
+/// `hdr`'s values: the response's in response rules, else the request's.
+fn chn_values<'a>(cx: &'a Ctx<'a>, name: &str) -> Option<Vec<&'a [u8]>> {
+    if cx.on_response {
+        res_values(cx, name, true)
+    } else {
+        req_values(cx, name, true)
+    }
 }

@@ -121,6 +121,7 @@ fn response_rules(
     let cx = crate::sample::Ctx {
         req: Some(req),
         res: Some(view),
+        on_response: true,
         ..s.sample_ctx(req, backend)
     };
     let lists = [

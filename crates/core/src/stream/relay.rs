@@ -71,7 +71,8 @@ impl Txn {
             let req = sent
                 .as_ref()
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
-            let cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
+            let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
+            cx.on_response = true;
             body_wait::response_wait(fe, be, &cx)
         };
         let res_body = match wait {
@@ -89,6 +90,7 @@ impl Txn {
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
+            cx.on_response = true;
             if !tcp_verdict(
                 &b.tcp_response,
                 &cx,

@@ -92,6 +92,7 @@ pub(super) fn after_response(
         backend,
         req,
         res: Some(&view),
+        on_response: true,
         ..s.sample_ctx_base()
     };
     let mut edits = Edits::default();
