@@ -8,8 +8,57 @@
 //! Invariant: a buffer holding unconsumed bytes is never returned to the pool.
 
 use std::cell::RefCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::transport::Conn;
+
+/// What a worker's buffers hold, readable from any thread (`show pools`, `show info`): the
+/// buffers connections hold, and the free ones the worker keeps for reuse.
+#[derive(Debug, Default)]
+pub struct BufGauge {
+    in_use: AtomicUsize,
+    cached: AtomicUsize,
+}
+
+impl BufGauge {
+    /// Buffers taken by connections and not yet given back.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Free buffers kept by the worker.
+    pub fn cached(&self) -> usize {
+        self.cached.load(Ordering::Relaxed)
+    }
+}
+
+/// A buffer's storage while a connection holds it: counted in use from the pool's `take`
+/// until it is given back or dropped with its connection.
+struct Storage {
+    bytes: Vec<u8>,
+    gauge: Arc<BufGauge>,
+}
+
+impl Deref for Storage {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.bytes
+    }
+}
+
+impl DerefMut for Storage {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        self.gauge.in_use.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// A worker's free buffers, each with room for `tune.bufsize` bytes.
 ///
@@ -19,31 +68,50 @@ use crate::transport::Conn;
 pub struct BufPool {
     size: usize,
     free: RefCell<Vec<Vec<u8>>>,
+    gauge: Arc<BufGauge>,
 }
 
 /// Free buffers kept per worker beyond what is in use (the rest go back to the allocator).
 const MAX_FREE: usize = 64;
 
 impl BufPool {
-    pub fn new(size: usize) -> BufPool {
+    /// A pool of buffers of `size` bytes, counted in `gauge`.
+    pub fn new(size: usize, gauge: Arc<BufGauge>) -> BufPool {
         BufPool {
             size,
             free: RefCell::new(Vec::new()),
+            gauge,
         }
     }
 
-    fn take(&self) -> Vec<u8> {
-        self.free
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(self.size))
+    /// The size of its buffers.
+    pub fn size(&self) -> usize {
+        self.size
     }
 
-    fn give(&self, mut b: Vec<u8>) {
+    fn take(&self) -> Storage {
+        let bytes = match self.free.borrow_mut().pop() {
+            Some(b) => {
+                self.gauge.cached.fetch_sub(1, Ordering::Relaxed);
+                b
+            }
+            None => Vec::with_capacity(self.size),
+        };
+        self.gauge.in_use.fetch_add(1, Ordering::Relaxed);
+        Storage {
+            bytes,
+            gauge: self.gauge.clone(),
+        }
+    }
+
+    fn give(&self, mut s: Storage) {
+        let mut b = std::mem::take(&mut s.bytes);
+        drop(s);
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_FREE {
             b.clear();
             free.push(b);
+            self.gauge.cached.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -59,7 +127,7 @@ const PARK_MAX: usize = 2048;
 /// for more, a few buffered bytes may sit in `parked` instead, the storage given back.
 #[derive(Default)]
 pub struct Buf {
-    data: Option<Vec<u8>>,
+    data: Option<Storage>,
     start: usize,
     parked: Vec<u8>,
 }
@@ -166,7 +234,7 @@ impl Buf {
                 stream.readable().await?;
             }
             self.unpark(pool);
-            let data = self.data.get_or_insert_with(|| pool.take());
+            let data: &mut Vec<u8> = self.data.get_or_insert_with(|| pool.take());
             if data.len() == data.capacity() && self.start > 0 {
                 data.copy_within(self.start.., 0);
                 data.truncate(data.len() - self.start);

@@ -1315,3 +1315,87 @@ fn haproxy_families(file: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// The buffers `show pools` reports (HAProxy's layout) from a `show pools` answer: those
+/// allocated, and those connections hold (allocated but not in the workers' caches).
+fn buffers(sock: &Path) -> (u64, u64, String) {
+    let text = Sluice::cli(sock, "show pools");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  - Pool buffer ("))
+        .unwrap_or_else(|| panic!("no buffer pool in {text:?}"))
+        .to_string();
+    let number_before = |what: &str| -> u64 {
+        let at = line
+            .find(what)
+            .unwrap_or_else(|| panic!("{what} in {line}"));
+        let digits: String = line[..at]
+            .trim_end()
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.chars().rev().collect::<String>().parse().unwrap()
+    };
+    let allocated = number_before(" allocated (");
+    let cached = number_before(" by thread caches)");
+    (allocated, allocated - cached, line)
+}
+
+/// `show pools` and `PoolAlloc_bytes`/`PoolUsed_bytes` count the workers' I/O buffers:
+/// connections idle between requests hold none, a client that stops reading a large
+/// response holds at most its connection's two.
+#[test]
+fn show_pools_counts_the_buffers_connections_hold() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| match r.target.as_str() {
+            // More than the sockets on the way hold.
+            "/big" => ok_response(&"x".repeat(16 << 20)).into(),
+            _ => ok_response("small\n").into(),
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    tune.bufsize 16384\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut idle: Vec<Conn> = (0..10).map(|_| p.connect()).collect();
+    for c in &mut idle {
+        assert_eq!(c.get("/").text(), "small\n");
+    }
+    // Ten keep-alive connections, each between requests: no buffer held.
+    wait_until("no buffer held by idle connections", || {
+        buffers(&sock).1 == 0
+    });
+    let (allocated, _, line) = buffers(&sock);
+    assert!(allocated >= 1, "{line}");
+    assert!(
+        line.starts_with("  - Pool buffer (16384 bytes) : "),
+        "{line}"
+    );
+    let info = Sluice::cli(&sock, "show info");
+    let field = |n: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{n}: ")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("PoolAlloc_bytes"), allocated * 16384);
+    assert_eq!(field("PoolUsed_bytes"), allocated * 16384);
+    // A client that asks for 16 MB and reads nothing: its connection holds a buffer while
+    // the response waits, never more than its two.
+    let mut stalled = p.connect();
+    stalled.send(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+    wait_until("the stalled response holding a buffer", || {
+        buffers(&sock).1 >= 1
+    });
+    for _ in 0..5 {
+        let (_, held, line) = buffers(&sock);
+        assert!(held <= 2, "{line}");
+    }
+    drop(idle);
+}

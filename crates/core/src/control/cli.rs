@@ -235,6 +235,12 @@ pub const COMMANDS: &[Command] = &[
         run: clear_table,
     },
     Command {
+        words: &["show", "pools"],
+        help: "report information about the memory pools usage",
+        level: Level::User,
+        run: |p, _, _| stats::info::pools(p),
+    },
+    Command {
         words: &["show", "sess"],
         help: "one line per client connection: source, proxies, server, age, state",
         level: Level::Operator,

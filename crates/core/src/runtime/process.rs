@@ -46,6 +46,8 @@ pub struct ThreadCtx {
     /// The client connections this worker serves, for `show sess` (locked by the worker at
     /// each connection's start and end, and by the CLI when it lists them).
     pub sessions: std::sync::Mutex<std::collections::HashMap<u64, Arc<SessionInfo>>>,
+    /// What this worker's I/O buffers hold (`show pools`).
+    pub buffers: Arc<crate::buffer::BufGauge>,
 }
 
 /// What `show sess` says about one client connection: fixed at its start, then a few
@@ -273,12 +275,41 @@ impl Process {
             })
     }
 
+    /// The workers' I/O buffers together: their size, how many connections hold, how many
+    /// the workers keep free.
+    pub fn buffer_pool(&self) -> BufferPool {
+        BufferPool {
+            size: self.config.global.bufsize,
+            in_use: self.threads.iter().map(|t| t.buffers.in_use()).sum(),
+            cached: self.threads.iter().map(|t| t.buffers.cached()).sum(),
+        }
+    }
+
     /// Client connections open in the whole process (`%ac`).
     pub fn active_total(&self) -> usize {
         self.threads
             .iter()
             .map(|t| t.active.load(Ordering::Relaxed))
             .sum()
+    }
+}
+
+/// The figures of the workers' buffer pool (`show pools`, `PoolAlloc_bytes`).
+#[derive(Debug, Clone, Copy)]
+pub struct BufferPool {
+    pub size: usize,
+    pub in_use: usize,
+    pub cached: usize,
+}
+
+impl BufferPool {
+    /// Buffers allocated: held by connections or kept free.
+    pub fn allocated(&self) -> usize {
+        self.in_use + self.cached
+    }
+
+    pub fn allocated_bytes(&self) -> u64 {
+        (self.allocated() * self.size) as u64
     }
 }
 
@@ -325,7 +356,10 @@ impl Worker {
         };
         Worker {
             tid,
-            bufs: BufPool::new(process.config.global.bufsize),
+            bufs: BufPool::new(
+                process.config.global.bufsize,
+                process.threads[tid].buffers.clone(),
+            ),
             comp_out: RefCell::default(),
             comp_plain: RefCell::default(),
             lb: LbCache::default(),

@@ -78,6 +78,8 @@ fn lines(p: &Process) -> Vec<Line> {
     let conn_rate = fe_rate(|c| &c.connection_rate);
     let sess_rate = fe_rate(|c| &c.session_rate);
     let zero = String::from("0");
+    // As HAProxy counts its pools: what the workers keep free counts as used too.
+    let pool_bytes = p.buffer_pool().allocated_bytes();
     let rates = &p.config.global.rate_limits;
     let limit = |l: Option<u32>| l.unwrap_or(0).to_string();
     let version = env!("CARGO_PKG_VERSION");
@@ -100,8 +102,20 @@ fn lines(p: &Process) -> Vec<Line> {
         l(7, "Uptime", "MDP", Str, uptime_text(uptime)),
         l(8, "Uptime_sec", "MDP", U32, uptime.to_string()),
         l(9, "Memmax_MB", "CLP", U32, zero.clone()),
-        l(10, "PoolAlloc_MB", "MGP", U32, zero.clone()),
-        l(11, "PoolUsed_MB", "MGP", U32, zero.clone()),
+        l(
+            10,
+            "PoolAlloc_MB",
+            "MGP",
+            U32,
+            (pool_bytes >> 20).to_string(),
+        ),
+        l(
+            11,
+            "PoolUsed_MB",
+            "MGP",
+            U32,
+            (pool_bytes >> 20).to_string(),
+        ),
         l(12, "PoolFailed", "MCP", U32, zero.clone()),
         l(13, "Ulimit-n", "CLP", U32, nofile.to_string()),
         l(14, "Maxsock", "CLP", U32, nofile.to_string()),
@@ -291,8 +305,8 @@ fn lines(p: &Process) -> Vec<Line> {
         l(65, "CumRecvLogs", "MCP", U32, zero.clone()),
         l(66, "Build info", "POS", Str, version.into()),
         l(67, "Memmax_bytes", "CLP", U32, zero.clone()),
-        l(68, "PoolAlloc_bytes", "MGP", U64, zero.clone()),
-        l(69, "PoolUsed_bytes", "MGP", U64, zero),
+        l(68, "PoolAlloc_bytes", "MGP", U64, pool_bytes.to_string()),
+        l(69, "PoolUsed_bytes", "MGP", U64, pool_bytes.to_string()),
         l(70, "Start_time_sec", "MDP", U32, start.to_string()),
         l(71, "Tainted", "SGP", Str, "0".into()),
     ]
@@ -373,4 +387,21 @@ pub fn json(p: &Process) -> String {
         })
         .collect();
     format!("[{}]\n", items.join(","))
+}
+
+/// `show pools` in HAProxy's layout: sluice pools one kind of object, the workers' I/O
+/// buffers (`tune.bufsize` each); the free ones each worker keeps are its thread cache.
+pub fn pools(p: &Process) -> String {
+    let b = p.buffer_pool();
+    let bytes = b.allocated_bytes();
+    let cached_bytes = (b.cached * b.size) as u64;
+    format!(
+        "Dumping pools usage. Use SIGQUIT to flush them.\n  - Pool buffer ({} bytes) : {} allocated ({bytes} bytes), {} used (~{} by thread caches), needed_avg {}, 0 failures, 1 users, @{:p} [SHARED]\nTotal: 1 pools, {bytes} bytes allocated, {bytes} used (~{cached_bytes} by thread caches).\n",
+        b.size,
+        b.allocated(),
+        b.allocated(),
+        b.cached,
+        b.in_use,
+        std::sync::Arc::as_ptr(&p.threads[0].buffers),
+    )
 }
