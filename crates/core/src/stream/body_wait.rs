@@ -54,6 +54,14 @@ fn rule_wait(rules: &[Rule], cx: &Ctx<'_>) -> Option<BodyWait> {
     })
 }
 
+/// Whether a list has a `wait-for-body` rule at all (looked for before a context is made
+/// to evaluate its condition).
+pub(super) fn has_wait(rules: &[Rule]) -> bool {
+    rules
+        .iter()
+        .any(|r| matches!(r.action, Action::WaitForBody { .. }))
+}
+
 /// Whether the frontend waits for this request's body: a `wait-for-body` rule, else
 /// `option http-buffer-request` (for `timeout http-request`, else `timeout client`).
 pub(super) fn request_wait(fe: &Frontend, cx: &Ctx<'_>) -> Option<BodyWait> {

@@ -66,7 +66,11 @@ impl Txn {
             // No persistence cookie set, unless the relay gets to set one.
             self.log.cookie_flags[1] = b'N';
         }
-        let wait = {
+        let waits = body_wait::has_wait(&be.rules.http_response)
+            || body_wait::has_wait(&fe.rules.http_response);
+        let wait = if !waits {
+            None
+        } else {
             let view = rsp.view(s.sbuf.bytes());
             let req = sent
                 .as_ref()

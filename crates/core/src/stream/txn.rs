@@ -214,7 +214,17 @@ impl ServerHead {
     /// version `HTTP/2.0` and no reason.
     pub fn htx_size(&self, sbuf: &[u8]) -> u64 {
         match self {
-            ServerHead::H1(head) => super::report::htx_head_size(&sbuf[..head.len]),
+            // From the parsed fields (the same count as `report::htx_head_size` of the
+            // text, without walking it again).
+            ServerHead::H1(head) => {
+                let fields: usize = head
+                    .headers
+                    .iter()
+                    .filter(|h| !sbuf[h.name.clone()].eq_ignore_ascii_case(b"connection"))
+                    .map(|h| h.name.len() + h.value.len())
+                    .sum();
+                (20 + 8 + 3 + head.reason.len() + fields + 1) as u64
+            }
             ServerHead::H2 { answer, .. } => {
                 let fields: usize = answer
                     .parts
@@ -297,7 +307,10 @@ impl Txn {
         };
         self.last_request = facts.wants_close && facts.framing == Framing::None;
         self.request_log_facts(s, &req);
-        let wait = body_wait::request_wait(s.frontend(), &s.sample_ctx(&req, None));
+        let fe = s.frontend();
+        let wait = (fe.stream.buffer_request || body_wait::has_wait(&fe.rules.http_request))
+            .then(|| body_wait::request_wait(fe, &s.sample_ctx(&req, None)))
+            .flatten();
         if let Some(wait) = wait {
             // The client was invited to send its body already.
             if self.wait_for_body(s, &head, &facts, wait).await? {
@@ -1011,4 +1024,21 @@ pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
 /// Whether the server connection closes after this response.
 pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
     fe.stream.close_mode.max(be.stream.close_mode) >= CloseMode::ServerClose
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_head_counts_as_its_text_would() {
+        let raw = b"HTTP/1.1 200 Fine Thanks\r\nContent-Length: 5\r\nConnection: keep-alive\r\nX-A:  spaced  \r\nETag: \"e\"\r\n\r\nhello";
+        let head = parse_response(raw, false).unwrap().unwrap();
+        let counted = ServerHead::H1(head).htx_size(raw);
+        let text_len = memchr::memmem::find(raw, b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(
+            counted,
+            super::super::report::htx_head_size(&raw[..text_len])
+        );
+    }
 }
