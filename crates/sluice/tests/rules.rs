@@ -704,6 +704,8 @@ backend be
     // A chunked body: the rules see its data, the client gets it as it was framed.
     let r = get(p.addr(), "/chunked");
     assert_eq!(r.header("x-res-body"), Some("hello again"));
+    // Its size is known once it is whole, as HAProxy knows it.
+    assert_eq!(r.header("x-res-size"), Some("11"));
     assert_eq!(r.text(), "hello again");
     // `at-least 4`: the rules run on the first four bytes, the rest follows.
     let r = get(p.addrs[1], "/first-bytes");

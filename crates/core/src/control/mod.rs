@@ -476,6 +476,7 @@ fn set_proc_vars(process: &Process) {
         client: None,
         req: None,
         body: None,
+        whole_lens: (None, None),
         res: None,
         res_body: None,
         on_response: false,

@@ -61,6 +61,7 @@ impl<'a> Ctx<'a> {
             client: Some(client),
             req: None,
             body: None,
+            whole_lens: (None, None),
             res_body: None,
             on_response: false,
             res: None,
@@ -214,6 +215,9 @@ pub struct Ctx<'a> {
     pub req: Option<&'a RequestView<'a>>,
     /// The request body, when buffered (`option http-buffer-request`).
     pub body: Option<&'a [u8]>,
+    /// The lengths of a request and a response body that arrived whole without a
+    /// `Content-Length` (chunked), for `req.body_size` and `res.body_size`.
+    pub whole_lens: (Option<u64>, Option<u64>),
     pub res: Option<&'a ResponseView<'a>>,
     /// The response body, when an `http-response wait-for-body` rule buffered it.
     pub res_body: Option<&'a [u8]>,

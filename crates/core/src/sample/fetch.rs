@@ -246,12 +246,15 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ReqBodyLen => cx.body.map(|b| Sample::Int(b.len() as i64)),
         Fetch::ResBodyLen => cx.res_body.map(|b| Sample::Int(b.len() as i64)),
         Fetch::ReqBodySize => {
-            let len = req_values(cx, "content-length", false)?
-                .into_iter()
-                .next()?;
-            announced_length(len)
+            let len = req_values(cx, "content-length", false).and_then(|v| v.first().copied());
+            len.and_then(announced_length)
+                .or_else(|| Some(Sample::Int(cx.whole_lens.0? as i64)))
         }
-        Fetch::ResBodySize => announced_length(cx.res?.header("content-length")?),
+        Fetch::ResBodySize => cx
+            .res?
+            .header("content-length")
+            .and_then(announced_length)
+            .or_else(|| Some(Sample::Int(cx.whole_lens.1? as i64))),
         Fetch::ReqBodyParam(name) => crate::balance::form_param(cx.body?, name).map(Sample::str),
         Fetch::FeReqRate(name) | Fetch::FeSessRate(name) => {
             let fe = frontend(cx, name)?;

@@ -28,16 +28,25 @@ pub(super) struct BodyWait {
 pub(crate) enum Buffered {
     /// A sized body: the bytes of the buffer from one offset to the other.
     Span(usize, usize),
-    /// A chunked body's data without its framing.
-    Decoded(Vec<u8>),
+    /// A chunked body's data without its framing, and whether it is all there.
+    Decoded(Vec<u8>, bool),
 }
 
 impl Buffered {
+    /// The whole body's length, when known without its `Content-Length`: a chunked body
+    /// that arrived whole (`req.body_size`, `res.body_size`).
+    pub fn whole_len(&self) -> Option<u64> {
+        match self {
+            Buffered::Decoded(data, true) => Some(data.len() as u64),
+            _ => None,
+        }
+    }
+
     /// The body's bytes, given the buffer it arrived in.
     pub fn bytes<'a>(&'a self, buf: &'a [u8]) -> Option<&'a [u8]> {
         match self {
             Buffered::Span(from, to) => buf.get(*from..*to),
-            Buffered::Decoded(data) => Some(data),
+            Buffered::Decoded(data, _) => Some(data),
         }
     }
 }
@@ -118,7 +127,9 @@ pub(super) fn buffered(buf: &[u8], start: usize, framing: Framing) -> Option<Buf
     let arrived = buf.get(start..)?;
     match framing {
         Framing::None => None,
-        Framing::Chunked => chunked_data(arrived).map(|(data, _)| Buffered::Decoded(data)),
+        Framing::Chunked => {
+            chunked_data(arrived).map(|(data, whole)| Buffered::Decoded(data, whole))
+        }
         Framing::Length(total) => {
             let have = arrived
                 .len()
@@ -174,6 +185,12 @@ mod tests {
         let buf = b"HEAD5\r\nhello\r\n0\r\n\r\n";
         let b = buffered(buf, 4, Framing::Chunked).unwrap();
         assert_eq!(b.bytes(buf), Some(&b"hello"[..]));
+        assert_eq!(b.whole_len(), Some(5));
+        let part = b"HEAD5\r\nhello\r\n";
+        assert_eq!(
+            buffered(part, 4, Framing::Chunked).unwrap().whole_len(),
+            None
+        );
         let buf = b"HEADhello world";
         let b = buffered(buf, 4, Framing::Length(5)).unwrap();
         assert_eq!(b.bytes(buf), Some(&b"hello"[..]));

@@ -94,6 +94,7 @@ impl Txn {
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
+            cx.whole_lens.1 = res_body.as_ref().and_then(Buffered::whole_len);
             cx.on_response = true;
             if !tcp_verdict(
                 &b.tcp_response,
@@ -155,6 +156,7 @@ impl Txn {
                 .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
+            cx.whole_lens.1 = res_body.as_ref().and_then(Buffered::whole_len);
             self.render_log_samples_at_response(s, &cx);
         }
         // `cache-store`: the head as the rules left it, before the persistence cookie (which

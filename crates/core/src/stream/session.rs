@@ -170,6 +170,7 @@ impl Session {
             unique_id: self.vars.unique_id.borrow().clone(),
             dst: self.dst.get(),
             body: self.body.as_ref().and_then(|b| b.bytes(self.cbuf.bytes())),
+            whole_lens: (self.body.as_ref().and_then(|b| b.whole_len()), None),
             first_request: self.requests == 0,
             ..conn
         }
