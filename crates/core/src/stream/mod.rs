@@ -1,18 +1,21 @@
 //! The data path: one client connection from accept to close.
 //!
-//! - `session`: an HTTP/1.1 client connection and its buffers; `h1`: its keep-alive loop.
-//! - `txn`: one request/response exchange on it: rules, routing, server choice, sending
-//!   the request, reading the response head, logging.
+//! - `session`: an HTTP/1.1 client connection (or an HTTP/2 stream served as one) and its
+//!   buffers; `h1`: its keep-alive loop.
+//! - `txn`: one request/response exchange on it: the request's facts, sending the request,
+//!   reading the response head; `route`: rules, routing and server choice; `reply`: the
+//!   answers the proxy makes itself; `txn_log`: the access-log line and the counters.
+//! - `body_wait`: waiting for a request or response body before the rules run.
 //! - `connect`: the server connection for a request (queue, pool, retries, redispatch),
-//!   shared by HTTP and TCP.
+//!   shared by HTTP and TCP; `deadline`: the timeouts as inactivity limits.
 //! - `relay`: the response body (plain or compressed) and the connection back to the pool.
 //! - `cached`: answering from a cache (`cache-use`) and keeping a response for it
 //!   (`cache-store`).
-//! - `heads`: the head writers; `report`: how a transaction ended, for logs and counters.
-//! - `h2`: the HTTP/2 front; each stream is served as an HTTP/1.1 session.
+//! - `heads`: the head writers (HTTP/1.1 text and HTTP/2 fields from one field list);
+//!   `report`: how a transaction ended, for logs and counters.
+//! - `h2`: the HTTP/2 front; each stream is served by a session of its own.
 //!   `h2_frames`: its frames, counted on the wire. `h2_server`: HTTP/2 towards servers,
 //!   each request a stream on the worker's connection to its server (`pool::h2`).
-//!   `h2_body`: bodies between HTTP/2 streams and HTTP/1.1 bytes, for both.
 //! - `tcp`, `tunnel`: `mode tcp` and upgraded connections, relayed as bytes.
 //! - `keywords`: the data path's configuration keywords.
 //!
