@@ -1399,3 +1399,61 @@ fn show_pools_counts_the_buffers_connections_hold() {
     }
     drop(idle);
 }
+
+/// `disable frontend` suspends its listening sockets as HAProxy 2.6 does (a new connection
+/// is refused, `show stat` says `PAUSED`), `enable frontend` listens again; the answers are
+/// HAProxy's words. `show version` and `show cli level` answer too.
+#[test]
+fn a_frontend_is_disabled_and_enabled_from_the_cli() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    // A socket of its own (an inherited `fd@` one is not suspended, as in HAProxy).
+    let port = free_port();
+    let fe_addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    bind {fe_addr}\n    default_backend be\n\
+         frontend other\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server a {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    wait_until("the frontend listening", || {
+        std::net::TcpStream::connect(fe_addr).is_ok()
+    });
+    assert_eq!(
+        Sluice::cli(&sock, "enable frontend fe"),
+        "All sockets are already enabled.\n\n"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "disable frontend nope"),
+        "No such frontend.\n\n"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "disable frontend"),
+        "A frontend name is expected.\n\n"
+    );
+    assert_eq!(Sluice::cli(&sock, "disable frontend fe"), "\n");
+    assert_eq!(
+        Sluice::cli(&sock, "disable frontend fe"),
+        "All sockets are already disabled.\n\n"
+    );
+    // Refused at once, while the other frontend serves.
+    let refused = std::net::TcpStream::connect(fe_addr);
+    assert!(
+        refused.is_err(),
+        "a disabled frontend accepted a connection"
+    );
+    assert_eq!(get(p.addr(), "/").status, 200);
+    let (_, rows) = stat(&sock, "show stat");
+    assert_eq!(row(&rows, "fe", "FRONTEND")["status"], "PAUSED");
+    assert_eq!(row(&rows, "other", "FRONTEND")["status"], "OPEN");
+    assert_eq!(Sluice::cli(&sock, "enable frontend fe"), "\n");
+    assert_eq!(get(fe_addr, "/").status, 200);
+    let (_, rows) = stat(&sock, "show stat");
+    assert_eq!(row(&rows, "fe", "FRONTEND")["status"], "OPEN");
+    assert_eq!(
+        Sluice::cli(&sock, "show version"),
+        format!("{}\n\n", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(Sluice::cli(&sock, "show cli level"), "admin\n\n");
+}

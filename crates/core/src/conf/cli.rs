@@ -11,6 +11,17 @@ pub enum Level {
     Admin,
 }
 
+impl Level {
+    /// HAProxy's word for it (`show cli level`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::User => "user",
+            Level::Operator => "operator",
+            Level::Admin => "admin",
+        }
+    }
+}
+
 /// Where a `stats socket` listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CliAddr {

@@ -235,6 +235,30 @@ pub const COMMANDS: &[Command] = &[
         run: clear_table,
     },
     Command {
+        words: &["show", "version"],
+        help: "show the running process's version",
+        level: Level::User,
+        run: |_, _, _| format!("{}\n", env!("CARGO_PKG_VERSION")),
+    },
+    Command {
+        words: &["show", "cli", "level"],
+        help: "display the level of the current CLI session",
+        level: Level::User,
+        run: |_, _, level| format!("{}\n", level.name()),
+    },
+    Command {
+        words: &["disable", "frontend"],
+        help: "disable frontend NAME: suspend its listeners (new connections refused)",
+        level: Level::Admin,
+        run: super::frontends::disable,
+    },
+    Command {
+        words: &["enable", "frontend"],
+        help: "enable frontend NAME: listen again on a disabled frontend's sockets",
+        level: Level::Admin,
+        run: super::frontends::enable,
+    },
+    Command {
         words: &["show", "pools"],
         help: "report information about the memory pools usage",
         level: Level::User,

@@ -15,6 +15,7 @@
 //! stop (SIGTERM).
 
 pub mod cli;
+mod frontends;
 pub mod handover;
 pub mod identity;
 mod patterns;
@@ -204,13 +205,8 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     handed.extend(std::mem::take(&mut opts.inherited));
     let mut listeners = Vec::new();
     for (fi, fe) in config.frontends.iter().enumerate() {
-        let backlog = fe
-            .listen
-            .backlog
-            .or(fe.listen.maxconn)
-            .unwrap_or(global_max);
         for (li, bind) in fe.listen.binds.iter().enumerate() {
-            let backlog = bind.backlog.unwrap_or(backlog);
+            let backlog = listener::backlog_of(fe, bind, global_max);
             let addr = bind.spec.to_string();
             // Each shard is its own socket in the address's SO_REUSEPORT group; consecutive
             // entries go to consecutive workers (see `acceptor` below).

@@ -592,6 +592,9 @@ pub struct FrontendState {
     pub errors: ErrorCapture,
     /// One per listener (`bind` address), in order.
     pub listeners: Box<[ListenerState]>,
+    /// `disable frontend`: its listening sockets are suspended (new connections refused)
+    /// until `enable frontend`.
+    pub paused: std::sync::atomic::AtomicBool,
     /// Lines logged by a format that shows `%lc` (only such formats count).
     pub log_lines: std::sync::atomic::AtomicU64,
 }
@@ -773,6 +776,7 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
         counters: PerWorker::new(workers),
         peaks: Peaks::default(),
         errors: ErrorCapture::default(),
+        paused: Default::default(),
         log_lines: Default::default(),
         listeners: f
             .listen

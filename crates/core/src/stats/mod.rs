@@ -355,6 +355,9 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
         "status",
         if p.stopping.load(Ordering::Relaxed) {
             "STOP"
+        } else if st.paused.load(Ordering::Relaxed) {
+            // `disable frontend`.
+            "PAUSED"
         } else {
             "OPEN"
         },

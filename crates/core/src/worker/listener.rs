@@ -514,6 +514,44 @@ fn open(bind: &Bind, backlog: usize) -> Result<socket2::Socket, OpenError> {
     }
 }
 
+/// The listen backlog of a `bind` line: its own `backlog`, else its frontend's, else the
+/// frontend's `maxconn`, else the process's.
+pub fn backlog_of(fe: &crate::conf::Frontend, bind: &Bind, global_max: usize) -> usize {
+    bind.backlog
+        .or(fe.listen.backlog)
+        .or(fe.listen.maxconn)
+        .unwrap_or(global_max)
+}
+
+/// Suspends a listening TCP socket as HAProxy does for `disable frontend`: it stops
+/// listening (connections waiting and new ones are refused) but stays bound, for
+/// [`resume`].
+pub fn suspend(sock: &socket2::Socket) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let unspec = libc::sockaddr {
+        sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+        sa_data: [0; 14],
+    };
+    // SAFETY: `unspec` is a valid sockaddr of the length given, read by the call only;
+    // the descriptor is the socket's own, open while `sock` is borrowed.
+    let rc = unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            &unspec,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Listens again on a socket [`suspend`] stopped.
+pub fn resume(sock: &socket2::Socket, backlog: usize) -> std::io::Result<()> {
+    sock.listen(backlog.min(65535) as i32)
+}
+
 /// A listening unix socket. A socket file is bound under a temporary name beside its path,
 /// given its mode and owner, listening, then renamed over the path: a process being
 /// replaced keeps its own socket until then, and a client never finds the path missing or
@@ -636,12 +674,19 @@ pub(crate) async fn accept_loop(t: Rc<Thread>, l: Registered) {
     let w = t.w.clone();
     let mut errors = ErrorLog::default();
     loop {
-        // Paused (SIGTTOU): connections wait in the kernel's queue until SIGTTIN.
-        while w.process.paused.load(std::sync::atomic::Ordering::Relaxed) && !t.stopped() {
+        // Paused (SIGTTOU): connections wait in the kernel's queue until SIGTTIN. A
+        // disabled frontend (`disable frontend`) waits likewise, its sockets suspended.
+        let paused = || {
+            w.process.paused.load(std::sync::atomic::Ordering::Relaxed)
+                || w.process.state.frontends[l.frontend]
+                    .paused
+                    .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        while paused() && !t.stopped() {
             let resumed = w.process.resumed.notified();
             tokio::pin!(resumed);
             resumed.as_mut().enable();
-            if !w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            if !paused() {
                 break;
             }
             tokio::select! {
@@ -657,7 +702,7 @@ pub(crate) async fn accept_loop(t: Rc<Thread>, l: Registered) {
         let Ok(mut ready) = ready else {
             return;
         };
-        if w.process.paused.load(std::sync::atomic::Ordering::Relaxed) {
+        if paused() {
             // Paused while waiting: the connection stays queued, readiness kept for later.
             continue;
         }

@@ -1,0 +1,73 @@
+//! The CLI's frontend commands, in HAProxy 2.6's words: `disable frontend NAME` suspends
+//! its listening sockets as HAProxy does (new connections are refused, the sockets stay
+//! bound, `show stat` says `PAUSED`) and `enable frontend NAME` listens again.
+
+use std::sync::atomic::Ordering;
+
+use crate::conf::cli::Level;
+use crate::runtime::Process;
+use crate::worker::listener;
+
+/// The frontend named by the command's first word.
+fn find(p: &Process, args: &[&str]) -> Result<usize, String> {
+    let name = args.first().ok_or("A frontend name is expected.\n")?;
+    p.config
+        .frontends
+        .iter()
+        .position(|f| f.name == *name)
+        .ok_or_else(|| "No such frontend.\n".to_string())
+}
+
+pub fn disable(p: &Process, args: &[&str], _: Level) -> String {
+    let fi = match find(p, args) {
+        Ok(fi) => fi,
+        Err(e) => return e,
+    };
+    if p.stopping.load(Ordering::Relaxed) {
+        return "Frontend was already shut down.\n".into();
+    }
+    let paused = &p.state.frontends[fi].paused;
+    if paused.swap(true, Ordering::Relaxed) {
+        return "All sockets are already disabled.\n".into();
+    }
+    each_socket(p, fi, |sock, _| listener::suspend(sock));
+    String::new()
+}
+
+pub fn enable(p: &Process, args: &[&str], _: Level) -> String {
+    let fi = match find(p, args) {
+        Ok(fi) => fi,
+        Err(e) => return e,
+    };
+    if p.stopping.load(Ordering::Relaxed) {
+        return "Frontend was previously shut down, cannot enable.\n".into();
+    }
+    if !p.state.frontends[fi].paused.load(Ordering::Relaxed) {
+        return "All sockets are already enabled.\n".into();
+    }
+    each_socket(p, fi, listener::resume);
+    p.state.frontends[fi].paused.store(false, Ordering::Relaxed);
+    // The accept loops waiting on a pause wake up.
+    p.resumed.notify_waiters();
+    String::new()
+}
+
+/// Applies `f` to each listening TCP socket of frontend `fi` (its shards included), with
+/// its backlog. A unix socket is not suspended (HAProxy cannot either): its accept loops
+/// just stop taking connections.
+fn each_socket(p: &Process, fi: usize, f: impl Fn(&socket2::Socket, usize) -> std::io::Result<()>) {
+    let fe = &p.config.frontends[fi];
+    let sockets = p.handover.sockets.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, addr, sock) in sockets.iter().filter(|(name, ..)| *name == fe.name) {
+        let Some(bind) = fe.listen.binds.iter().find(|b| b.spec.to_string() == *addr) else {
+            continue;
+        };
+        if !matches!(bind.spec, listener::BindSpec::Addr(_)) {
+            continue;
+        }
+        let backlog = listener::backlog_of(fe, bind, p.admission.global_limit);
+        if let Err(e) = f(sock, backlog) {
+            crate::say!("sluice: frontend {name}: listener {addr}: {e}");
+        }
+    }
+}
