@@ -1457,3 +1457,66 @@ fn a_frontend_is_disabled_and_enabled_from_the_cli() {
     );
     assert_eq!(Sluice::cli(&sock, "show cli level"), "admin\n\n");
 }
+
+/// `shutdown sessions server B/S` ends the requests in progress on that server (logged as
+/// killed, `K`) and `shutdown session 0xID` one connection, as HAProxy 2.6 does; errors in
+/// HAProxy's words.
+#[test]
+fn sessions_are_shut_down_from_the_cli() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| match r.target.as_str() {
+            // Answered long after the test is done with it, unless it is cut.
+            "/slow" => Reply::Delayed(std::time::Duration::from_secs(30), ok_response("late\n")),
+            _ => ok_response("quick\n").into(),
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option httplog\n\
+         frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    assert_eq!(
+        Sluice::cli(&sock, "shutdown session"),
+        "Session pointer expected (use 'show sess').\n\n"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "shutdown session 0x1"),
+        "No such session (use 'show sess').\n\n"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "shutdown sessions server be/nope"),
+        "No such server.\n\n"
+    );
+    // One request waiting on the server, one connection idle after its request.
+    let mut waiting = p.connect();
+    waiting.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut idle = p.connect();
+    assert_eq!(idle.get("/").text(), "quick\n");
+    wait_until("the slow request at the server", || origin.count() >= 2);
+    wait_until("the slow request in progress", || {
+        Sluice::cli(&sock, "show sess").contains("state=active")
+    });
+    assert_eq!(Sluice::cli(&sock, "shutdown sessions server be/s"), "\n");
+    // Cut while it waited for the server's answer: HAProxy answers 502 and logs `KH--`
+    // (the server would answer 200 much later).
+    assert_eq!(waiting.response().status, 502);
+    wait_until("the killed request logged", || {
+        p.stdout().lines().any(|l| {
+            l.contains("\"GET /slow HTTP/1.1\"") && l.contains(" 502 ") && l.contains(" KH-- ")
+        })
+    });
+    // The idle connection is untouched by that; `shutdown session` ends it.
+    let listing = Sluice::cli(&sock, "show sess");
+    let id = listing
+        .lines()
+        .find(|l| l.contains("state=idle"))
+        .and_then(|l| l.split(':').next())
+        .unwrap_or_else(|| panic!("no idle session in {listing}"))
+        .to_string();
+    assert_eq!(Sluice::cli(&sock, &format!("shutdown session {id}")), "\n");
+    assert!(idle.is_closed());
+}

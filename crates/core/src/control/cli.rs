@@ -271,6 +271,18 @@ pub const COMMANDS: &[Command] = &[
         run: show_sess,
     },
     Command {
+        words: &["shutdown", "session"],
+        help: "shutdown session ID: end a client connection (an ID from 'show sess')",
+        level: Level::Admin,
+        run: shutdown_session,
+    },
+    Command {
+        words: &["shutdown", "sessions", "server"],
+        help: "shutdown sessions server BACKEND/SERVER: end the requests in progress on a server",
+        level: Level::Admin,
+        run: super::servers::shutdown_sessions,
+    },
+    Command {
         words: &["show", "errors"],
         help: "the last invalid request or response of each proxy [PROXY|-1] [request|response]",
         level: Level::Operator,
@@ -894,6 +906,30 @@ fn show_sess(s: &Process, _: &[&str], _: Level) -> String {
         );
     }
     out
+}
+
+/// `shutdown session ID`: the connection `show sess` lists as `0xID` ends, as HAProxy
+/// ends a stream (a request in progress is logged as killed, `K`).
+fn shutdown_session(s: &Process, args: &[&str], _: Level) -> String {
+    let Some(word) = args.first() else {
+        return "Session pointer expected (use 'show sess').\n".into();
+    };
+    let id = word
+        .strip_prefix("0x")
+        .and_then(|h| u64::from_str_radix(h, 16).ok());
+    let found = id.and_then(|id| {
+        s.threads.iter().find_map(|t| {
+            let sessions = t.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            sessions.get(&id).cloned()
+        })
+    });
+    match found {
+        Some(info) => {
+            info.kill.notify_waiters();
+            String::new()
+        }
+        None => "No such session (use 'show sess').\n".into(),
+    }
 }
 
 /// `show errors [PROXY|-1] [request|response]`.

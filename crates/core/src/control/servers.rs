@@ -338,3 +338,25 @@ pub fn shown_addr(srv: &crate::conf::Server, live: std::net::SocketAddr) -> (Str
         None => (live.ip().to_string(), live.port()),
     }
 }
+
+/// `shutdown sessions server B/S`: the requests in progress on the server end (logged as
+/// killed, `K`), as HAProxy ends the streams attached to it. An HTTP/2 connection with a
+/// stream on it ends whole (its connection is what the CLI can reach).
+pub fn shutdown_sessions(p: &Process, args: &[&str], _: Level) -> String {
+    let (b, s) = match find(p, args.first()) {
+        Ok(found) => found,
+        Err(e) => return e,
+    };
+    for t in p.threads.iter() {
+        let sessions = t.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        for info in sessions.values() {
+            let on_it = info.busy.load(Ordering::Relaxed)
+                && info.backend.load(Ordering::Relaxed) == b
+                && info.server.load(Ordering::Relaxed) == s;
+            if on_it {
+                info.kill.notify_waiters();
+            }
+        }
+    }
+    String::new()
+}

@@ -67,6 +67,9 @@ pub struct SessionInfo {
     pub requests: AtomicU32,
     /// A request is in progress.
     pub busy: AtomicBool,
+    /// `shutdown session`, `shutdown sessions server`: ends the connection (the request in
+    /// progress, logged as killed, or the wait for the next one).
+    pub kill: tokio::sync::Notify,
 }
 
 impl SessionInfo {
@@ -429,6 +432,7 @@ impl ClientConn {
             server: AtomicUsize::new(usize::MAX),
             requests: AtomicU32::new(0),
             busy: AtomicBool::new(false),
+            kill: tokio::sync::Notify::new(),
         });
         ctx.sessions
             .lock()

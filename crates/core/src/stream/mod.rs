@@ -116,27 +116,36 @@ pub async fn serve(
         return;
     }
     let info = counted.info.clone();
-    match w.config().frontends[fe].stream.mode {
-        // Boxed, as is HTTP/2's: a TCP session's state (3.3 kB) and an HTTP/2
-        // connection's (4.8 kB) would otherwise size every HTTP/1.1 connection's (2.7 kB),
-        // each of them allocated whole as its task starts.
-        Mode::Tcp => {
-            let upgrade = Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await;
-            // The TCP frontend chose an HTTP backend: the connection becomes an HTTP session
-            // bound to that backend, starting from what the client sent so far.
-            if let Some((client, read, backend)) = upgrade {
-                let start = h1::Start {
-                    read,
-                    backend: Some(backend),
-                    ..Default::default()
-                };
-                Box::pin(serve_http(&w, client, peer, fe, info, vars, start)).await
+    let served = async {
+        match w.config().frontends[fe].stream.mode {
+            // Boxed, as is HTTP/2's: a TCP session's state (3.3 kB) and an HTTP/2
+            // connection's (4.8 kB) would otherwise size every HTTP/1.1 connection's (2.7 kB),
+            // each of them allocated whole as its task starts.
+            Mode::Tcp => {
+                let upgrade = Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await;
+                // The TCP frontend chose an HTTP backend: the connection becomes an HTTP session
+                // bound to that backend, starting from what the client sent so far.
+                if let Some((client, read, backend)) = upgrade {
+                    let start = h1::Start {
+                        read,
+                        backend: Some(backend),
+                        ..Default::default()
+                    };
+                    Box::pin(serve_http(&w, client, peer, fe, info, vars, start)).await
+                }
             }
+            Mode::Http if h2::negotiated(&w, fe, listener, &client) => {
+                Box::pin(h2::serve(&w, client, peer, fe, info, vars)).await
+            }
+            Mode::Http => serve_http(&w, client, peer, fe, info, vars, Default::default()).await,
         }
-        Mode::Http if h2::negotiated(&w, fe, listener, &client) => {
-            Box::pin(h2::serve(&w, client, peer, fe, info, vars)).await
-        }
-        Mode::Http => serve_http(&w, client, peer, fe, info, vars, Default::default()).await,
+    };
+    // `shutdown session`: a request in progress ends by its own watch (and is logged);
+    // a connection between requests is dropped here.
+    tokio::select! {
+        biased;
+        () = served => {}
+        () = counted.info.kill.notified() => {}
     }
 }
 

@@ -552,15 +552,23 @@ impl Txn {
                     hint.extend_from_slice(b"\r\n");
                     self.send_local(s, &hint).await?;
                 }
+                // `shutdown session`, `shutdown sessions server` end the exchange wherever
+                // it is (the connection's own notification: no lock shared with others).
+                let info = s.info.clone();
+                let session_kill = info.kill.notified();
                 if !check::killable(be, server) {
-                    return self.forward(s, backend, server, &facts).await;
+                    return tokio::select! {
+                        done = self.forward(s, backend, server, &facts) => done,
+                        () = session_kill => Err(killed(self.phase)),
+                    };
                 }
-                // `on-marked-down shutdown-sessions` ends the exchange wherever it is. (Only
-                // then: waiting on the server's notification takes a lock shared by workers.)
+                // `on-marked-down shutdown-sessions` too. (Only then: waiting on the
+                // server's notification takes a lock shared by workers.)
                 let kill = w.state().backends[backend].servers[server].kill.notified();
                 tokio::select! {
                     done = self.forward(s, backend, server, &facts) => done,
-                    _ = kill => Err(Fail::drop(Cause::Killed, self.phase)),
+                    _ = kill => Err(killed(self.phase)),
+                    () = session_kill => Err(killed(self.phase)),
                 }
             }
         }
@@ -1019,6 +1027,15 @@ pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
     ]
     .iter()
     .any(|l| !l.is_empty())
+}
+
+/// How a killed exchange ends: before the response head left, the client gets a 502, as
+/// HAProxy answers (`KH--`); after it, the connection is cut.
+fn killed(phase: Phase) -> Fail {
+    match phase {
+        Phase::Data | Phase::Tunnel => Fail::drop(Cause::Killed, phase),
+        _ => Fail::answer(502, Cause::Killed, phase),
+    }
 }
 
 /// Whether the server connection closes after this response.
