@@ -925,7 +925,7 @@ fn shutdown_session(s: &Process, args: &[&str], _: Level) -> String {
     });
     match found {
         Some(info) => {
-            info.kill.notify_waiters();
+            info.kill.pull();
             String::new()
         }
         None => "No such session (use 'show sess').\n".into(),

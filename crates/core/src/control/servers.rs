@@ -354,7 +354,7 @@ pub fn shutdown_sessions(p: &Process, args: &[&str], _: Level) -> String {
                 && info.backend.load(Ordering::Relaxed) == b
                 && info.server.load(Ordering::Relaxed) == s;
             if on_it {
-                info.kill.notify_waiters();
+                info.kill.pull();
             }
         }
     }

@@ -69,7 +69,47 @@ pub struct SessionInfo {
     pub busy: AtomicBool,
     /// `shutdown session`, `shutdown sessions server`: ends the connection (the request in
     /// progress, logged as killed, or the wait for the next one).
-    pub kill: tokio::sync::Notify,
+    pub kill: KillSwitch,
+}
+
+/// A connection's kill switch: pulled from the CLI's thread, watched by the connection's
+/// task without a lock (a flag and one waker: the task that watched last is woken, which
+/// for an HTTP/1 connection is its only task).
+#[derive(Debug, Default)]
+pub struct KillSwitch {
+    pulled: AtomicBool,
+    waker: atomic_waker::AtomicWaker,
+}
+
+impl KillSwitch {
+    pub fn pull(&self) {
+        self.pulled.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Resolves once the switch is pulled (at once if it was). The task's waker is stored
+    /// at the first poll only: a task keeps its waker, and later polls (every wake-up of
+    /// the exchange beside it) cost one load.
+    pub async fn pulled(&self) {
+        let mut registered = false;
+        std::future::poll_fn(|cx| {
+            if self.pulled.load(Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            if registered {
+                return std::task::Poll::Pending;
+            }
+            self.waker.register(cx.waker());
+            registered = true;
+            // Pulled between the check and the registration: seen now.
+            if self.pulled.load(Ordering::Acquire) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
 }
 
 impl SessionInfo {
@@ -432,7 +472,7 @@ impl ClientConn {
             server: AtomicUsize::new(usize::MAX),
             requests: AtomicU32::new(0),
             busy: AtomicBool::new(false),
-            kill: tokio::sync::Notify::new(),
+            kill: KillSwitch::default(),
         });
         ctx.sessions
             .lock()

@@ -145,7 +145,7 @@ pub async fn serve(
     tokio::select! {
         biased;
         () = served => {}
-        () = counted.info.kill.notified() => {}
+        () = counted.info.kill.pulled() => {}
     }
 }
 

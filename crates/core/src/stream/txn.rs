@@ -553,11 +553,20 @@ impl Txn {
                     self.send_local(s, &hint).await?;
                 }
                 // `shutdown session`, `shutdown sessions server` end the exchange wherever
-                // it is (the connection's own notification: no lock shared with others).
+                // it is (the connection's own switch: no lock). An HTTP/2 stream runs in a
+                // task of its own, which the switch does not wake: its connection ends.
                 let info = s.info.clone();
-                let session_kill = info.kill.notified();
+                let stream = s.client.is_stream();
+                let session_kill = async {
+                    if stream {
+                        std::future::pending::<()>().await
+                    }
+                    info.kill.pulled().await
+                };
                 if !check::killable(be, server) {
                     return tokio::select! {
+                        // The exchange first: no random draw at every wake-up.
+                        biased;
                         done = self.forward(s, backend, server, &facts) => done,
                         () = session_kill => Err(killed(self.phase)),
                     };
