@@ -1375,6 +1375,24 @@ fn an_idle_connection_gets_goaway_after_its_keep_alive_timeout() {
     });
 }
 
+#[test]
+fn a_connection_without_a_stream_ends_after_the_http_request_timeout() {
+    // As HAProxy: before its first stream, an idle HTTP/2 connection is waiting for a
+    // request (`timeout http-request`), not idle between requests (keep-alive, 30 s here).
+    let p = Sluice::start(
+        "defaults\n mode http\n timeout client 30s\n timeout server 10s\n timeout connect 5s\n\
+         timeout http-keep-alive 30s\n timeout http-request 300ms\n\
+         frontend fe\n {fe} proto h2\n default_backend be\nbackend be\n server s 127.0.0.1:9\n",
+    );
+    runtime().block_on(async {
+        let (_send, conn) = h2_connect(p.addr()).await;
+        let end = tokio::time::timeout(TIMEOUT, conn)
+            .await
+            .expect("the connection ends before the keep-alive or client timeout");
+        assert!(end.unwrap().is_ok(), "a graceful end (GOAWAY)");
+    });
+}
+
 /// Sends each of `words` up a tunnel's stream to an echoing server and reads it back, then
 /// ends the stream; returns what came down after that, up to the stream's end.
 async fn echo_over_stream(

@@ -25,7 +25,8 @@
 //!   client that resets streams faster than it lets them finish loses its connection
 //!   (GOAWAY ENHANCE_YOUR_CALM): the 2023 rapid-reset pattern cannot keep servers busy.
 //! - At a soft stop, or once idle past `timeout http-keep-alive` (else `timeout client`),
-//!   the connection sends GOAWAY and closes when its streams are done.
+//!   the connection sends GOAWAY and closes when its streams are done. Before its first
+//!   stream, idle is `timeout http-request` (else `timeout client`), as HAProxy counts it.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -189,6 +190,11 @@ pub(super) async fn serve(
             loop {
                 match (shared.active.get(), idle_limit, linger) {
                     (_, _, Some(until)) => return tokio::time::sleep_until(until).await,
+                    // No stream yet: the wait for the first request.
+                    (0, _, None) if shared.started.get() == 0 => match first_limit {
+                        Some(d) => return tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    },
                     (0, Some(d), None) => return tokio::time::sleep(d).await,
                     (0, None, None) => std::future::pending().await,
                     _ => shared.went_idle.notified().await,
