@@ -1520,3 +1520,79 @@ fn sessions_are_shut_down_from_the_cli() {
     assert_eq!(Sluice::cli(&sock, &format!("shutdown session {id}")), "\n");
     assert!(idle.is_closed());
 }
+
+/// `set maxconn server B/S N`: a raise lets a queued request in at once, a cut holds new
+/// ones back once those in flight are over the new limit; `slim` follows.
+#[test]
+fn a_servers_maxconn_is_set_from_the_cli() {
+    use std::sync::{Condvar, Mutex};
+    // Requests to `/hold` wait until the gate opens.
+    let gate = std::sync::Arc::new((Mutex::new(false), Condvar::new()));
+    let g = gate.clone();
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(move |r: &Received| {
+            if r.target == "/hold" {
+                let (open, cv) = &*g;
+                let mut o = open.lock().unwrap();
+                while !*o {
+                    o = cv.wait(o).unwrap();
+                }
+            }
+            ok_response("done\n").into()
+        }),
+    );
+    let set_gate = |open: bool| {
+        *gate.0.lock().unwrap() = open;
+        gate.1.notify_all();
+    };
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}    timeout queue 30s\n\
+         frontend fe\n    {{fe}}\n    default_backend be\n\
+         backend be\n    server s {} maxconn 1\n    server free {} disabled\n",
+        sock.display(),
+        origin.addr,
+        origin.addr
+    ));
+    let cli = |c: &str| Sluice::cli(&sock, c);
+    assert_eq!(cli("set maxconn server be/nope 2"), "No such server.\n\n");
+    assert_eq!(
+        cli("set maxconn server be/s x"),
+        "maxconn string empty or preceded by garbage\n"
+    );
+    assert!(cli("set maxconn server be/free 2").contains("no 'maxconn' in the configuration"));
+    let queued = |n: &str| {
+        let (_, rows) = stat(&sock, "show stat");
+        row(&rows, "be", "s")[n].clone()
+    };
+    let hold = || {
+        let mut c = p.connect();
+        c.send(b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n");
+        c
+    };
+    // maxconn 1: one request at the server, the next one queued.
+    let mut a = hold();
+    wait_until("a at the server", || origin.count() >= 1);
+    let mut b = hold();
+    wait_until("b queued", || queued("qcur") == "1");
+    // Raised to 2: b goes at once.
+    assert_eq!(cli("set maxconn server be/s 2"), "\n");
+    wait_until("b at the server", || origin.count() >= 2);
+    assert_eq!(queued("slim"), "2");
+    // Cut to 1 with two in flight; once they end, one at a time again.
+    assert_eq!(cli("set maxconn server be/s 1"), "\n");
+    set_gate(true);
+    assert_eq!(a.response().text(), "done\n");
+    assert_eq!(b.response().text(), "done\n");
+    set_gate(false);
+    let mut c = hold();
+    wait_until("c at the server", || origin.count() >= 3);
+    let mut d = hold();
+    wait_until("d queued", || queued("qcur") == "1");
+    assert_eq!(origin.count(), 3, "d waits while c holds the only slot");
+    assert_eq!(queued("slim"), "1");
+    set_gate(true);
+    assert_eq!(c.response().text(), "done\n");
+    assert_eq!(d.response().text(), "done\n");
+}

@@ -271,6 +271,12 @@ pub const COMMANDS: &[Command] = &[
         run: show_sess,
     },
     Command {
+        words: &["set", "maxconn", "server"],
+        help: "set maxconn server BACKEND/SERVER N: change a server's maxconn (one configured with it)",
+        level: Level::Admin,
+        run: super::servers::set_maxconn,
+    },
+    Command {
         words: &["shutdown", "session"],
         help: "shutdown session ID: end a client connection (an ID from 'show sess')",
         level: Level::Admin,

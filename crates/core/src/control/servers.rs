@@ -360,3 +360,18 @@ pub fn shutdown_sessions(p: &Process, args: &[&str], _: Level) -> String {
     }
     String::new()
 }
+
+/// `set maxconn server B/S N`: the server's limit of requests at once, from now on.
+pub fn set_maxconn(p: &Process, args: &[&str], _: Level) -> String {
+    let (b, s) = match find(p, args.first()) {
+        Ok(found) => found,
+        Err(e) => return e,
+    };
+    let Some(n) = args.get(1).and_then(|v| v.parse::<usize>().ok()) else {
+        return "maxconn string empty or preceded by garbage".into();
+    };
+    if !crate::queue::set_limit(&p.state.backends[b].servers[s], n) {
+        return "sluice: this server has no 'maxconn' in the configuration: its limit cannot be set at runtime.\n".into();
+    }
+    String::new()
+}

@@ -40,6 +40,11 @@ pub struct ServerQueue {
     /// One permit per request served; the semaphore is fair, so waiters are served in
     /// arrival order whichever worker they are on.
     pub slots: Option<Arc<Semaphore>>,
+    /// The limit now (`set maxconn server` changes it; 0 without one).
+    pub limit: AtomicUsize,
+    /// Permits to take out of circulation as requests end, after the limit was lowered
+    /// below what was in use (shared with each slot, which pays it when dropped).
+    pub debt: Arc<AtomicUsize>,
     /// Requests waiting now.
     pub waiting: AtomicUsize,
     /// Wakes the waiting requests when the server goes down or into maintenance, so that
@@ -154,6 +159,8 @@ impl ServerState {
             idle: ServerPools::new(workers, conf.pool),
             queue: ServerQueue {
                 slots: conf.maxconn.map(|n| Arc::new(Semaphore::new(n))),
+                limit: AtomicUsize::new(conf.maxconn.unwrap_or(0)),
+                debt: Arc::default(),
                 waiting: AtomicUsize::new(0),
                 closed: tokio::sync::Notify::new(),
             },

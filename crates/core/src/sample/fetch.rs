@@ -96,9 +96,10 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
                 if !s.usable() {
                     continue;
                 }
-                let Some(max) = conf.maxconn else {
+                let max = s.queue.limit.load(Ordering::Relaxed);
+                if max == 0 {
                     return Sample::Int(-1);
-                };
+                }
                 let busy = s.in_flight.load(Ordering::Relaxed) as i64;
                 let queued = s.queue.waiting.load(Ordering::Relaxed) as i64;
                 free += (max as i64 - busy).max(0)

@@ -479,8 +479,10 @@ fn server_row(
     r.num("qmax", st.peaks.queued.get());
     r.num("scur", st.in_flight.load(Ordering::Relaxed));
     r.num("smax", st.peaks.sessions.get());
-    if let Some(m) = srv.maxconn {
-        r.num("slim", m);
+    // The limit now (`set maxconn server` may have changed it; 0 lifted it).
+    let limit = st.queue.limit.load(Ordering::Relaxed);
+    if limit > 0 {
+        r.num("slim", limit);
     }
     r.num("stot", c.sum(|k| &k.traffic.sessions));
     r.num("bin", c.sum(|k| &k.traffic.bytes_in));
