@@ -4,14 +4,12 @@
 //! Invariant: every count taken here is given back by a drop guard, so a request that ends
 //! in any way (error, client gone, panic, its future dropped) leaves the counts right.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::conf::Server;
 use crate::runtime::counters::Held;
+use crate::runtime::limit::Permit;
 use crate::runtime::ServerState;
 
 /// Why a request could not get a server slot.
@@ -28,53 +26,19 @@ pub enum QueueError {
 }
 
 /// The right to send one request to a server under its `maxconn` (none without one).
-/// Dropped, its permit goes back, unless the limit was lowered meanwhile: then it pays
-/// one of the permits owed.
 #[derive(Debug)]
-pub struct ServerSlot(Option<(OwnedSemaphorePermit, Arc<AtomicUsize>)>);
+pub struct ServerSlot(#[allow(dead_code)] Option<Permit>);
 
-impl Drop for ServerSlot {
-    fn drop(&mut self) {
-        let Some((permit, debt)) = self.0.take() else {
-            return;
-        };
-        let owed = debt.fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| d.checked_sub(1));
-        if owed.is_ok() {
-            permit.forget();
-        }
-    }
-}
-
-/// Sets a server's `maxconn` at runtime (`set maxconn server`): a raise lets waiting
-/// requests in at once; a cut takes free permits away now and the rest as requests in
-/// flight end; 0 lifts the limit. Only a server configured with a limit has the queue to
-/// change (`false` otherwise).
+/// Sets a server's `maxconn` at runtime (`set maxconn server`; 0 lifts it). Only a server
+/// configured with a limit has the queue to change (`false` otherwise).
 pub fn set_limit(st: &ServerState, n: usize) -> bool {
-    let Some(slots) = &st.queue.slots else {
-        return false;
-    };
-    // 0 is no limit, as in HAProxy: as many permits as the semaphore holds.
-    let permits = |l: usize| if l == 0 { Semaphore::MAX_PERMITS } else { l };
-    let old = permits(st.queue.limit.swap(n, Ordering::AcqRel));
-    let n = permits(n);
-    if n > old {
-        // Owed permits are forgiven first, then the semaphore grows.
-        let mut grow = n - old;
-        let _ = st
-            .queue
-            .debt
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
-                let forgiven = d.min(n - old);
-                grow = n - old - forgiven;
-                Some(d - forgiven)
-            });
-        slots.add_permits(grow);
-    } else {
-        let cut = old - n;
-        let taken = slots.forget_permits(cut);
-        st.queue.debt.fetch_add(cut - taken, Ordering::AcqRel);
+    match &st.queue.slots {
+        Some(slots) => {
+            slots.set(n);
+            true
+        }
+        None => false,
     }
-    true
 }
 
 /// Waits for a free slot on a server with `maxconn`, in arrival order, up to `timeout queue`.
@@ -86,9 +50,8 @@ pub async fn wait_turn(
     let Some(slots) = &st.queue.slots else {
         return Ok(ServerSlot(None));
     };
-    let slot = |p| ServerSlot(Some((p, st.queue.debt.clone())));
-    if let Ok(p) = slots.clone().try_acquire_owned() {
-        return Ok(slot(p));
+    if let Ok(p) = slots.try_take() {
+        return Ok(ServerSlot(Some(p)));
     }
     if conf
         .maxqueue
@@ -109,15 +72,15 @@ pub async fn wait_turn(
     }
     let turn = async {
         match limit {
-            Some(d) => tokio::time::timeout(d, slots.clone().acquire_owned())
+            Some(d) => tokio::time::timeout(d, slots.take())
                 .await
                 .map_err(|_| QueueError::Timeout)?,
-            None => slots.clone().acquire_owned().await,
+            None => slots.take().await,
         }
         .map_err(|_| QueueError::Timeout)
     };
     tokio::select! {
-        got = turn => got.map(slot),
+        got = turn => got.map(|p| ServerSlot(Some(p))),
         _ = &mut gone => Err(QueueError::ServerGone),
     }
 }

@@ -1596,3 +1596,49 @@ fn a_servers_maxconn_is_set_from_the_cli() {
     assert_eq!(c.response().text(), "done\n");
     assert_eq!(d.response().text(), "done\n");
 }
+
+/// `set maxconn frontend` and `set maxconn global` change the connection limits: a
+/// connection waiting for a place gets in when the limit rises; answers in HAProxy's words.
+#[test]
+fn connection_limits_are_set_from_the_cli() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    maxconn 100\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    maxconn 1\n    default_backend be\n\
+         backend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let cli = |c: &str| Sluice::cli(&sock, c);
+    assert_eq!(
+        cli("set maxconn frontend fe"),
+        "Integer value expected.\n\n"
+    );
+    assert_eq!(cli("set maxconn frontend fe -1"), "Value out of range.\n\n");
+    assert_eq!(cli("set maxconn frontend nope 2"), "No such frontend.\n\n");
+    // One connection holds the only place; the next one waits for it.
+    let mut a = p.connect();
+    assert_eq!(a.get("/").status, 200);
+    let mut b = p.connect();
+    b.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(cli("set maxconn frontend fe 2"), "\n");
+    assert_eq!(b.response().status, 200);
+    let (_, rows) = stat(&sock, "show stat");
+    assert_eq!(row(&rows, "fe", "FRONTEND")["slim"], "2");
+    let info = |field: &str| -> String {
+        cli("show info")
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}: ")).map(String::from))
+            .unwrap()
+    };
+    assert_eq!(cli("set maxconn global"), "Expects an integer value.\n\n");
+    assert_eq!(cli("set maxconn global 101"), "Value out of range.\n\n");
+    assert_eq!(cli("set maxconn global 50"), "\n");
+    assert_eq!(
+        (info("Maxconn"), info("Hard_maxconn")),
+        ("50".into(), "100".into())
+    );
+    assert_eq!(cli("set maxconn global 0"), "\n");
+    assert_eq!(info("Maxconn"), "100");
+    drop((a, b));
+}

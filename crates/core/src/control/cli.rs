@@ -271,6 +271,18 @@ pub const COMMANDS: &[Command] = &[
         run: show_sess,
     },
     Command {
+        words: &["set", "maxconn", "frontend"],
+        help: "set maxconn frontend NAME N: change a frontend's maxconn (0: none)",
+        level: Level::Admin,
+        run: super::frontends::set_maxconn,
+    },
+    Command {
+        words: &["set", "maxconn", "global"],
+        help: "set maxconn global N: change the process's maxconn (at most its starting one)",
+        level: Level::Admin,
+        run: super::frontends::set_maxconn_global,
+    },
+    Command {
         words: &["set", "maxconn", "server"],
         help: "set maxconn server BACKEND/SERVER N: change a server's maxconn (one configured with it)",
         level: Level::Admin,

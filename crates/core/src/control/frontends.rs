@@ -1,6 +1,8 @@
 //! The CLI's frontend commands, in HAProxy 2.6's words: `disable frontend NAME` suspends
 //! its listening sockets as HAProxy does (new connections are refused, the sockets stay
-//! bound, `show stat` says `PAUSED`) and `enable frontend NAME` listens again.
+//! bound, `show stat` says `PAUSED`) and `enable frontend NAME` listens again; `set maxconn
+//! frontend NAME N` and `set maxconn global N` change the connection limits (connections
+//! waiting for a place get in at once when they rise).
 
 use std::sync::atomic::Ordering;
 
@@ -65,9 +67,45 @@ fn each_socket(p: &Process, fi: usize, f: impl Fn(&socket2::Socket, usize) -> st
         if !matches!(bind.spec, listener::BindSpec::Addr(_)) {
             continue;
         }
-        let backlog = listener::backlog_of(fe, bind, p.admission.global_limit);
+        let backlog = listener::backlog_of(fe, bind, p.admission.global_limit());
         if let Err(e) = f(sock, backlog) {
-            crate::say!("sluice: frontend {name}: listener {addr}: {e}");
+            say!("sluice: frontend {name}: listener {addr}: {e}");
+        }
+    }
+}
+
+/// `set maxconn frontend NAME N` (0: no limit).
+pub fn set_maxconn(p: &Process, args: &[&str], _: Level) -> String {
+    let fi = match find(p, args) {
+        Ok(fi) => fi,
+        Err(e) => return e,
+    };
+    let Some(v) = args.get(1) else {
+        return "Integer value expected.\n".into();
+    };
+    // As HAProxy reads it (`atoi`): a value that is no number is 0.
+    match v.parse::<i64>().unwrap_or(0) {
+        n if n < 0 => "Value out of range.\n".into(),
+        n => {
+            p.admission.set_frontend_limit(fi, n as usize);
+            String::new()
+        }
+    }
+}
+
+/// `set maxconn global N`: at most the limit the process started with; 0 (or less) is
+/// that limit.
+pub fn set_maxconn_global(p: &Process, args: &[&str], _: Level) -> String {
+    let Some(v) = args.first() else {
+        return "Expects an integer value.\n".into();
+    };
+    let hard = p.admission.hard_limit;
+    match v.parse::<i64>().unwrap_or(0) {
+        n if n > hard as i64 => "Value out of range.\n".into(),
+        n => {
+            p.admission
+                .set_global_limit(if n <= 0 { hard } else { n as usize });
+            String::new()
         }
     }
 }

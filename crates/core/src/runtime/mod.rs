@@ -16,6 +16,7 @@
 //! What a new generation keeps and replaces is written in `docs/internals/architecture.md`.
 
 pub mod counters;
+pub mod limit;
 mod process;
 mod rate;
 mod state;

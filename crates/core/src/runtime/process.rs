@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::counters::WorkerCounters;
+use super::limit::{Limit, Permit};
 use super::state::{LbCache, Runtime};
 use crate::buffer::BufPool;
 use crate::conf::Config;
@@ -159,22 +160,21 @@ pub struct ProcessFigures {
 /// `maxconn`. Released when the connection ends.
 #[derive(Debug)]
 pub struct Slot {
-    _global: OwnedSemaphorePermit,
-    _frontend: OwnedSemaphorePermit,
+    _global: Permit,
+    _frontend: Permit,
     _listener: Option<OwnedSemaphorePermit>,
 }
 
 /// Connection-count limits shared by all workers (global, per-frontend and per-listener
-/// `maxconn`).
+/// `maxconn`); the first two may change at runtime (`set maxconn global|frontend`).
 #[derive(Debug)]
 pub struct Admission {
-    global: Arc<Semaphore>,
-    frontends: Vec<Arc<Semaphore>>,
+    global: Limit,
+    frontends: Vec<Limit>,
     /// By frontend, then listener: the `bind ... maxconn N` limits.
     listeners: Vec<Vec<Option<Arc<Semaphore>>>>,
-    /// The limits themselves (`Maxconn` in `show info`, `slim` in `show stat`).
-    pub global_limit: usize,
-    pub frontend_limits: Vec<usize>,
+    /// The process's limit at start (`Hard_maxconn`): `set maxconn global` stays under it.
+    pub hard_limit: usize,
     /// Connections per second (`maxconnrate` and the like).
     pub rates: super::rate::AcceptRates,
 }
@@ -186,25 +186,43 @@ impl Admission {
         frontends: impl Iterator<Item = (usize, Vec<Option<usize>>)>,
         rates: super::rate::RateLimits,
     ) -> Admission {
-        let (frontend_limits, listeners): (Vec<usize>, Vec<_>) = frontends
+        let (frontends, listeners): (Vec<Limit>, Vec<_>) = frontends
             .map(|(limit, binds)| {
                 let sems = binds
                     .into_iter()
                     .map(|b| b.map(|n| Arc::new(Semaphore::new(n))))
                     .collect::<Vec<_>>();
-                (limit, sems)
+                (Limit::new(limit), sems)
             })
             .unzip();
         Admission {
-            global: Arc::new(Semaphore::new(global)),
-            frontends: frontend_limits
-                .iter()
-                .map(|&n| Arc::new(Semaphore::new(n)))
-                .collect(),
+            global: Limit::new(global),
+            frontends,
             listeners,
-            global_limit: global,
-            frontend_limits,
+            hard_limit: global,
             rates: super::rate::AcceptRates::new(rates),
+        }
+    }
+
+    /// The process's `maxconn` now (`Maxconn` in `show info`).
+    pub fn global_limit(&self) -> usize {
+        self.global.get()
+    }
+
+    /// A frontend's `maxconn` now (`slim`; 0: none).
+    pub fn frontend_limit(&self, fe: usize) -> usize {
+        self.frontends.get(fe).map_or(0, Limit::get)
+    }
+
+    /// `set maxconn global N`.
+    pub fn set_global_limit(&self, n: usize) {
+        self.global.set(n);
+    }
+
+    /// `set maxconn frontend NAME N` (0: none).
+    pub fn set_frontend_limit(&self, fe: usize, n: usize) {
+        if let Some(l) = self.frontends.get(fe) {
+            l.set(n);
         }
     }
 
@@ -215,17 +233,8 @@ impl Admission {
             Some(s) => Some(s.acquire_owned().await.expect("never closed")),
             None => None,
         };
-        let frontend = self.frontends[fe]
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
-        let global = self
-            .global
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
+        let frontend = self.frontends[fe].take().await.expect("never closed");
+        let global = self.global.take().await.expect("never closed");
         self.rates.pace(fe, tls).await;
         Slot {
             _global: global,

@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
-
 use super::counters::{Peaks, PerWorker, ProxyCounters, ServerCounters};
 use crate::conf::{Backend, Config, Frontend, Server};
 use crate::pool::ServerPools;
@@ -37,14 +35,9 @@ pub enum OperState {
 /// A server's waiting room under `maxconn`.
 #[derive(Debug)]
 pub struct ServerQueue {
-    /// One permit per request served; the semaphore is fair, so waiters are served in
-    /// arrival order whichever worker they are on.
-    pub slots: Option<Arc<Semaphore>>,
-    /// The limit now (`set maxconn server` changes it; 0 without one).
-    pub limit: AtomicUsize,
-    /// Permits to take out of circulation as requests end, after the limit was lowered
-    /// below what was in use (shared with each slot, which pays it when dropped).
-    pub debt: Arc<AtomicUsize>,
+    /// One permit per request served, for a server with `maxconn` (`set maxconn server`
+    /// changes it); waiters are served in arrival order whichever worker they are on.
+    pub slots: Option<super::limit::Limit>,
     /// Requests waiting now.
     pub waiting: AtomicUsize,
     /// Wakes the waiting requests when the server goes down or into maintenance, so that
@@ -158,9 +151,7 @@ impl ServerState {
             peaks: Peaks::default(),
             idle: ServerPools::new(workers, conf.pool),
             queue: ServerQueue {
-                slots: conf.maxconn.map(|n| Arc::new(Semaphore::new(n))),
-                limit: AtomicUsize::new(conf.maxconn.unwrap_or(0)),
-                debt: Arc::default(),
+                slots: conf.maxconn.map(super::limit::Limit::new),
                 waiting: AtomicUsize::new(0),
                 closed: tokio::sync::Notify::new(),
             },
@@ -265,10 +256,7 @@ impl ServerState {
 
     /// Whether a request would be served now rather than queued.
     pub fn has_room(&self) -> bool {
-        self.queue
-            .slots
-            .as_ref()
-            .is_none_or(|s| s.available_permits() > 0)
+        self.queue.slots.as_ref().is_none_or(|s| s.has_room())
     }
 
     /// HAProxy's status for `show stat`: `MAINT`, `DRAIN`, `no check`, `UP`, `DOWN`, `NOLB`,

@@ -96,7 +96,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
                 if !s.usable() {
                     continue;
                 }
-                let max = s.queue.limit.load(Ordering::Relaxed);
+                let max = s.queue.slots.as_ref().map_or(0, |l| l.get());
                 if max == 0 {
                     return Sample::Int(-1);
                 }

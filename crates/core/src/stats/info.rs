@@ -124,14 +124,14 @@ fn lines(p: &Process) -> Vec<Line> {
             "Maxconn",
             "CLP",
             U32,
-            p.admission.global_limit.to_string(),
+            p.admission.global_limit().to_string(),
         ),
         l(
             16,
             "Hard_maxconn",
             "CLP",
             U32,
-            p.admission.global_limit.to_string(),
+            p.admission.hard_limit.to_string(),
         ),
         l(17, "CurrConns", "MGP", U32, active.to_string()),
         l(

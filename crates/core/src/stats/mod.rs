@@ -345,10 +345,7 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
     r.text("svname", "FRONTEND");
     r.num("scur", st.conns.load(Ordering::Relaxed));
     r.num("smax", st.peaks.sessions.get());
-    r.num(
-        "slim",
-        p.admission.frontend_limits.get(i).copied().unwrap_or(0),
-    );
+    r.num("slim", p.admission.frontend_limit(i));
     proxy_traffic(&mut r, c, http);
     r.num("ereq", c.sum(|k| &k.request_errors));
     r.text(
@@ -480,7 +477,7 @@ fn server_row(
     r.num("scur", st.in_flight.load(Ordering::Relaxed));
     r.num("smax", st.peaks.sessions.get());
     // The limit now (`set maxconn server` may have changed it; 0 lifted it).
-    let limit = st.queue.limit.load(Ordering::Relaxed);
+    let limit = st.queue.slots.as_ref().map_or(0, |l| l.get());
     if limit > 0 {
         r.num("slim", limit);
     }
@@ -614,7 +611,7 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
     // `fullconn`, else HAProxy's default for a backend: a tenth of the process's limit.
     let slim = be
         .fullconn
-        .unwrap_or((p.admission.global_limit / 10).max(1));
+        .unwrap_or((p.admission.global_limit() / 10).max(1));
     r.num("slim", slim);
     proxy_traffic(&mut r, c, http);
     let sum = |f: fn(&ServerCounters) -> &crate::runtime::Counter| -> u64 {

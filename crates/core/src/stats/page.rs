@@ -438,7 +438,7 @@ fn html(
         h,
         "<p id=\"process\">uptime = {}; system limits: maxconn = {}; current conns = {}; threads = {}</p>",
         super::info::uptime_text(p.started.elapsed().as_secs()),
-        p.admission.global_limit,
+        p.admission.global_limit(),
         p.active_total(),
         p.threads.len()
     );
