@@ -563,3 +563,18 @@ fn the_request_counter_is_one_count_for_every_worker() {
     ids.sort_unstable();
     assert_eq!(ids, (0..20).collect::<Vec<u64>>());
 }
+
+#[test]
+fn a_unique_id_renders_its_samples() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    unique-id-format TEST-%[req.hdr(in)]-%[str(x)]-%[path]\n    unique-id-header X-Unique-ID\n    http-response set-header x-id %[unique-id]\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET /p HTTP/1.1\r\nHost: t\r\nin: foo\r\n\r\n");
+    // As HAProxy 2.6.12 renders it (its reg-test stream/unique-id).
+    assert_eq!(c.response().header("x-id"), Some("TEST-foo-x-/p"));
+    let got = origin.requests().pop().unwrap();
+    assert_eq!(got.header("x-unique-id"), Some("TEST-foo-x-/p"));
+}

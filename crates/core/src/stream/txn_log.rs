@@ -61,11 +61,14 @@ impl Txn {
         }
         if let Some(format) = &fe.log.unique_id {
             let date = self.log.date.unwrap_or_else(std::time::SystemTime::now);
+            // Its `%[...]` samples read the request as it arrived.
+            let samples = render_samples(format, &s.sample_ctx(req, None));
             let rec = crate::log::Record {
                 dst: needs_dst(format)
                     .then(|| s.client.local_addr().ok())
                     .flatten(),
                 request_counter: self.log.counter,
+                samples: &samples,
                 ..crate::log::Record::blank(
                     crate::log::Client::of(&s.client, s.peer.get(), s.info.listener),
                     date,
