@@ -578,3 +578,19 @@ fn a_unique_id_renders_its_samples() {
     let got = origin.requests().pop().unwrap();
     assert_eq!(got.header("x-unique-id"), Some("TEST-foo-x-/p"));
 }
+
+#[test]
+fn a_tcp_log_line_shows_where_the_connection_arrived() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\ndefaults\n    log global\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n\
+         listen raw\n    {{fe}}\n    log-format \"dst=%fi:%fp src=%ci\"\n    server s {}\n",
+        origin.addr
+    ));
+    let req = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let (r, _) = raw_exchange(p.addr(), req);
+    assert_eq!(r.expect("an answer").status, 200);
+    // As HAProxy's reg-test log/wrong_ip_port_logging expects: the frontend's address.
+    let want = format!("dst={}:{} src=127.0.0.1", p.addr().ip(), p.addr().port());
+    wait_until("the TCP log line", || p.stdout().lines().any(|l| l == want));
+}

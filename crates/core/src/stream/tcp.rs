@@ -92,7 +92,15 @@ async fn relay_to(
     let Some(mut client) = look.admits(client, &mut cbuf, &be.rules).await else {
         return;
     };
-    let who = crate::log::Client::of(&client, peer, info.listener);
+    // Who it is, and for `%fi`/`%fp` where it arrived (asked of the kernel only then).
+    let format = frontend.log.format.as_ref();
+    let dst = format
+        .and_then(|f| match f {
+            crate::log::Format::Custom(t) => super::txn_log::needs_dst(t).then_some(()),
+            _ => None,
+        })
+        .and_then(|()| client.local_addr().ok());
+    let who = (crate::log::Client::of(&client, peer, info.listener), dst);
     // `balance rdp-cookie`: the cookie of the RDP connection request, once it arrived
     // (within `tcp-request inspect-delay`).
     let mut rdp = None;
@@ -342,7 +350,7 @@ fn log(
     fe: usize,
     backend: usize,
     server: Option<usize>,
-    who: crate::log::Client,
+    (who, dst): (crate::log::Client, Option<std::net::SocketAddr>),
     date: std::time::SystemTime,
     started: Instant,
     at: &Attempts,
@@ -358,6 +366,7 @@ fn log(
     let st = &w.state().backends[backend];
     let rec = crate::log::Record {
         client: who,
+        dst,
         date,
         frontend: &frontend.name,
         backend: &be.name,
