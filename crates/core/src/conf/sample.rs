@@ -315,7 +315,9 @@ pub enum Conv {
     Base64,
     B64Dec,
     Hex,
-    UrlDec,
+    /// `url_dec([in_form])`: with `in_form`, `+` is a space from the start, else only
+    /// after `?`.
+    UrlDec(bool),
     Json,
     Length,
     /// `field(N,DELIMS[,COUNT])`: fields are 1-based; a negative N counts from the end.

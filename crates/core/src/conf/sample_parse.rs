@@ -701,7 +701,10 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         "hex" => none(Conv::Hex)?,
         "url_dec" => {
             arity(c, 0, 1)?;
-            Conv::UrlDec
+            // As HAProxy reads it: any non-zero integer.
+            let in_form =
+                opt_str(c, 0).is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0));
+            Conv::UrlDec(in_form)
         }
         "json" => {
             arity(c, 0, 1)?;

@@ -132,7 +132,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                 .ok()?,
         )),
         Conv::Hex => Sample::string(hex_upper(&s.as_binary())),
-        Conv::UrlDec => text(url_decode(&s.as_bytes())),
+        Conv::UrlDec(in_form) => text(url_decode(&s.as_bytes(), *in_form)),
         Conv::Json => text(json_escape(&s.as_bytes())),
         Conv::Length => Sample::Int(s.as_bytes().len() as i64),
         Conv::Field {
@@ -369,9 +369,9 @@ fn select(parts: &[&[u8]], index: i32, count: u32, delims: &[u8]) -> Option<Vec<
     Some(out)
 }
 
-fn url_decode(s: &[u8]) -> Vec<u8> {
+fn url_decode(s: &[u8], in_form: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
-    let mut in_query = false;
+    let mut in_query = in_form;
     let mut i = 0;
     while i < s.len() {
         let b = s[i];
@@ -530,8 +530,11 @@ mod tests {
 
     #[test]
     fn decoding_and_escaping() {
-        assert_eq!(url_decode(b"/a%20b?x=1+2%41"), b"/a b?x=1 2A");
-        assert_eq!(url_decode(b"100%"), b"100%");
+        assert_eq!(url_decode(b"/a%20b?x=1+2%41", false), b"/a b?x=1 2A");
+        assert_eq!(url_decode(b"100%", false), b"100%");
+        // `url_dec(1)`: a form from the start, as HAProxy's reg-test converter/url_dec.
+        assert_eq!(url_decode(b"/bla+%20?a=b+c", true), b"/bla  ?a=b c");
+        assert_eq!(url_decode(b"/bla+%20?a=b+c", false), b"/bla+ ?a=b c");
         assert_eq!(json_escape(b"a\"b\\/\n\x01"), b"a\\\"b\\\\\\/\\n\\u0001");
     }
 
