@@ -648,10 +648,19 @@ fn monitor_uri_answers_for_the_proxy_and_monitor_fail_turns_it_to_503() {
     let p = Sluice::start(&format!(
         "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    monitor-uri /healthz\n    \
          acl drain hdr(x-drain) yes\n    monitor fail if drain\n    default_backend be\n\
+         frontend abs\n    {{fe}}\n    monitor-uri http://www.example/health\n    default_backend be\n\
          backend be\n    server a {}\n",
         sock.display(),
         origin.addr
     ));
+    // A monitor-uri written in absolute form is compared with the target as sent (HAProxy's
+    // reg-test checks/http-monitor-uri): not by its path.
+    let (r, _) = raw_exchange(
+        p.addrs[1],
+        b"GET http://www.example/health HTTP/1.1\r\nHost: www.example\r\n\r\n",
+    );
+    assert!(r.expect("an answer").text().contains("Service ready."));
+    assert_eq!(get(p.addrs[1], "/health").text(), "o /health");
     let r = get(p.addr(), "/healthz");
     assert_eq!(r.status, 200);
     let mut c = Conn::new(p.addr());
@@ -659,7 +668,7 @@ fn monitor_uri_answers_for_the_proxy_and_monitor_fail_turns_it_to_503() {
     assert_eq!(c.response().status, 503);
     // Only the exact URI is the monitor's; the rest goes to the servers.
     assert_eq!(get(p.addr(), "/healthz/more").status, 200);
-    assert_eq!(origin.count(), 1);
+    assert_eq!(origin.count(), 2);
     // An absolute-form request is compared by its path, as HAProxy compares it.
     let mut c = Conn::new(p.addr());
     c.send(
@@ -679,7 +688,7 @@ Host: t
     );
     assert_eq!(r.header("cache-control"), Some("no-cache"));
     assert!(c.is_closed(), "the monitor answer closes");
-    assert_eq!(origin.count(), 1);
+    assert_eq!(origin.count(), 2);
     let rows = settled(&sock, |r| num(row(r, "fe", "FRONTEND"), "req_tot") == 4);
     assert_eq!(num(row(&rows, "fe", "FRONTEND"), "intercepted"), 2);
     let (ok, err) = check_config(

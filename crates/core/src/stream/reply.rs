@@ -39,6 +39,13 @@ pub(super) fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec
     }
 }
 
+/// Whether a request for `target` asks for `monitor-uri` `uri`, as HAProxy compares
+/// them: a URI written as a path matches the target's path (and query), whatever its form;
+/// any other matches the target as sent.
+pub(super) fn monitor_matches(uri: &[u8], target: &[u8]) -> bool {
+    (uri.first() == Some(&b'/') && uri == origin_form(target)) || uri == target
+}
+
 /// The path and query of a request target in absolute form (`http://host/p?q` gives
 /// `/p?q`), as HAProxy compares `monitor-uri`; any other form as it is.
 pub(super) fn origin_form(target: &[u8]) -> &[u8] {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use sluice_http::{RequestHead, RequestView};
 
 use super::heads::{edited_request, reply_bytes, Edits};
-use super::reply::{origin_form, redirect, serve, with_header};
+use super::reply::{monitor_matches, redirect, serve, with_header};
 use super::session::Session;
 use crate::balance::{self, PickKey};
 use crate::cookie;
@@ -66,7 +66,7 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .monitor
         .uri
         .as_deref()
-        .is_some_and(|uri| uri.as_bytes() == origin_form(req.target()))
+        .is_some_and(|uri| monitor_matches(uri.as_bytes(), req.target()))
     {
         // `monitor-uri`: the proxy answers for itself, before any rule.
         let failing = fe
