@@ -474,6 +474,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 port: s.port,
                 unix: s.unix.clone(),
                 check: s.opts.check.enabled.then(|| s.opts.check.clone()),
+                rise: s.opts.check.rise,
                 agent: s
                     .opts
                     .check

@@ -311,7 +311,7 @@ fn the_cli_steers_the_balancer() {
     let b = Switchable::start("b");
     let (_d, sock) = cli_dir();
     let p = Sluice::start(&format!(
-        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    server a {}\n    server b {}\n",
+        "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    server a {} rise 5\n    server b {}\n",
         sock.display(),
         a.addr,
         b.addr
@@ -350,6 +350,9 @@ fn the_cli_steers_the_balancer() {
         &row[1..9],
         ["be", "1", "a", "127.0.0.1", "2", "0", "1", "1"]
     );
+    // Without `check`: the check initialising, at the server's `rise` (HAProxy's reg-tests
+    // checks/*_odd_health_checks).
+    assert_eq!(&row[10..14], ["1", "0", "5", "0"]);
     assert_eq!(Sluice::cli(&sock, "show backend"), "# name\nbe\n\n");
     // Errors.
     assert!(Sluice::cli(&sock, "set weight be/zz 2").starts_with("No such server."));

@@ -234,6 +234,9 @@ pub struct Server {
     pub maxqueue: Option<usize>,
     /// Health checks, when the server has `check`.
     pub check: Option<CheckOpts>,
+    /// Its `rise`, which `show servers state` shows as the health of a server without
+    /// `check`, as HAProxy does.
+    pub rise: u32,
     /// The agent check, when the server has `agent-check`.
     pub agent: Option<AgentOpts>,
     /// `slowstart`: how long the weight takes to ramp up after the server comes back up.

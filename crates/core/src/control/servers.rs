@@ -310,8 +310,8 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
             });
             (status, result, c.health.load(Ordering::Relaxed), 6)
         }
-        // Unchecked: HAProxy shows its check as initialising (1), at its default rise (2).
-        None => (1, 0, 2, 0),
+        // Unchecked: HAProxy shows its check as initialising (1), at its `rise`.
+        None => (1, 0, srv.rise, 0),
     };
     let check_port = srv.check.as_ref().and_then(|c| c.port).unwrap_or(0);
     let check_addr = srv
