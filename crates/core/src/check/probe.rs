@@ -95,6 +95,9 @@ pub async fn probe(
                         mysql(&mut conn, user.as_deref(), *pre41, limit).await
                     }
                     CheckKind::Ldap => ldap(&mut conn, limit).await,
+                    // A handshake that completed passes at layer 6 (`check-ssl`), as HAProxy
+                    // reports it.
+                    _ if conn.is_tls() => Outcome::pass("L6OK", "Layer6 check passed"),
                     _ => Outcome::pass("L4OK", "Layer4 check passed"),
                 };
                 close(conn, &ConnectRule::default());
