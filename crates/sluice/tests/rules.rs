@@ -461,6 +461,7 @@ frontend fe
     http-request tarpit deny_status 503 if {{ path /trap }}
     http-request reject if {{ path /gone }}
     http-request return status 201 content-type application/json hdr X-A 1 hdr X-Empty %[req.hdr(x-absent)] lf-string {{\\\"src\\\":\\\"%[src]\\\"}} if {{ path /made }}
+    http-request return status 200 content-type text/plain if {{ path /bodiless }}
     default_backend be
 backend be
     server s1 {}
@@ -488,6 +489,9 @@ backend be
     assert_eq!(r.header("x-empty"), None);
     assert_eq!(r.header("x-a"), Some("1"));
     assert_eq!(r.text(), "{\"src\":\"127.0.0.1\"}");
+    // No body, no content-type, as HAProxy writes it (its reg-test http-rules/http_return).
+    let r = get(p.addr(), "/bodiless");
+    assert_eq!((r.status, r.header("content-type")), (200, None));
     assert!(origin.requests().is_empty(), "nothing reached the server");
 }
 

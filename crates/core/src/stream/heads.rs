@@ -302,7 +302,9 @@ pub(crate) fn reply_bytes(r: &Reply, cx: &Ctx<'_>) -> Vec<u8> {
         .map(|(n, v)| (n.as_str(), v.render(cx)))
         .filter(|(_, v)| !v.is_empty())
         .collect();
-    local_response_with(r.status, r.content_type.as_deref(), &headers, body)
+    // `content-type` goes with a body only, as HAProxy writes it.
+    let content_type = r.content_type.as_deref().filter(|_| !body.is_empty());
+    local_response_with(r.status, content_type, &headers, body)
 }
 
 /// Inserts `connection: close` into a locally generated response that lacks it.
