@@ -43,7 +43,7 @@ fn a_200_answer_to_an_upgrade_request_keeps_parsing_http() {
     let p = proxy(tunnel_echo_server(heads.clone()), "");
     let mut c = p.connect();
     // The server declines (/no...): the next, pipelined request is still HTTP.
-    c.send(b"GET /no HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nGET /next HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(b"GET /no HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\nGET /next HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response().text(), "plain");
     assert_eq!(c.response().text(), "plain");
     assert_eq!(heads.lock().unwrap().len(), 2);
@@ -70,7 +70,7 @@ fn timeout_tunnel_closes_idle_tunnels() {
     let mut s = TcpStream::connect(p.addr()).unwrap();
     s.set_read_timeout(Some(TIMEOUT)).unwrap();
     s.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n",
     )
     .unwrap();
     assert!(read_head(&mut s).starts_with("HTTP/1.1 101 "));
@@ -145,4 +145,27 @@ fn a_refused_connect_is_answered_then_the_connection_closes() {
     }
     let heads = heads.lock().unwrap();
     assert_eq!(heads.len(), 1, "{heads:?}");
+}
+
+/// As HAProxy (its reg-test http-messaging/websocket): a WebSocket handshake without its key
+/// is refused with 400, a server's 101 without the key's answer becomes a 502.
+#[test]
+fn websocket_handshakes_are_checked_both_ways() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|_: &Received| {
+            Reply::Raw(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                    .to_vec(),
+            )
+        }),
+    );
+    let p = proxy(origin.addr, "");
+    let mut c = p.connect();
+    c.send(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    assert_eq!(c.response().status, 400);
+    assert_eq!(origin.count(), 0, "refused before any server");
+    let mut c = p.connect();
+    c.send(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    assert_eq!(c.response().status, 502);
 }

@@ -307,6 +307,13 @@ impl Txn {
         };
         self.last_request = facts.wants_close && facts.framing == Framing::None;
         self.request_log_facts(s, &req);
+        // A WebSocket handshake without its key is refused, as HAProxy's HTTP/1 layer
+        // refuses it.
+        if facts.upgrade.as_deref().is_some_and(is_websocket)
+            && req.header("sec-websocket-key").is_none()
+        {
+            return Err(Fail::answer(400, Cause::Proxy, Phase::Request));
+        }
         let fe = s.frontend();
         let wait = (fe.stream.buffer_request || body_wait::has_wait(&fe.rules.http_request))
             .then(|| body_wait::request_wait(fe, &s.sample_ctx(&req, None)))
@@ -944,8 +951,13 @@ impl Txn {
                 match parse_response(s.sbuf.bytes(), facts.is_head) {
                     Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
                         if rsp.status == 101 {
-                            // Only an upgrade the client asked for switches protocols.
-                            return if facts.upgrade.is_some() {
+                            // Only an upgrade the client asked for switches protocols, and
+                            // a WebSocket's with the key's answer (HAProxy answers 502
+                            // without it).
+                            let view = ResponseView::h1(s.sbuf.bytes(), &rsp);
+                            let unanswered = facts.upgrade.as_deref().is_some_and(is_websocket)
+                                && view.header("sec-websocket-accept").is_none();
+                            return if facts.upgrade.is_some() && !unanswered {
                                 Ok(ServerHead::H1(rsp))
                             } else {
                                 Err(invalid())
@@ -1036,6 +1048,11 @@ pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
     ]
     .iter()
     .any(|l| !l.is_empty())
+}
+
+/// Whether an `Upgrade` asks for a WebSocket.
+fn is_websocket(upgrade: &[u8]) -> bool {
+    upgrade.eq_ignore_ascii_case(b"websocket")
 }
 
 /// How a killed exchange ends: before the response head left, the client gets a 502, as
