@@ -276,6 +276,18 @@ fn versions_payloads_and_escaped_spaces() {
     // A backslash keeps a space inside a pattern.
     assert_eq!(s.cli("add acl #4 /with\\ space"), "\n");
     assert_eq!(s.shown("show acl #4"), "ID /a\nID /b\nID /with space\n\n");
+    // And a semicolon, which otherwise ends a command (HAProxy's reg-test
+    // http-rules/acl_cli_spaces); `;` alone separates two commands.
+    assert_eq!(s.cli("add acl #4 /semi\\;colon"), "\n");
+    assert_eq!(
+        s.shown("show acl #4"),
+        "ID /a\nID /b\nID /with space\nID /semi;colon\n\n"
+    );
+    assert_eq!(
+        s.cli("del acl #4 /with\\ space; del acl #4 /semi\\;colon"),
+        "\n\n"
+    );
+    assert_eq!(s.shown("show acl #4"), "ID /a\nID /b\n\n");
 }
 
 /// A file is read one way: as a pattern per line or as map lines, not both (HAProxy's

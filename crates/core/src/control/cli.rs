@@ -490,6 +490,27 @@ fn help() -> String {
     s
 }
 
+/// The commands of a line, at each `;` that no backslash escapes (the backslash stays,
+/// for [`split_words`] to read), as HAProxy splits them.
+fn split_commands(line: &str) -> Vec<&str> {
+    let mut cmds = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ';' => {
+                cmds.push(&line[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    cmds.push(&line[start..]);
+    cmds
+}
+
 /// A command line's words as HAProxy splits them: at spaces and tabs not preceded by a
 /// backslash; then a backslash keeps the character after it (`\\` is one backslash).
 fn split_words(line: &str) -> Vec<String> {
@@ -654,7 +675,7 @@ where
         }
         let mut out = String::new();
         let mut quit = false;
-        for cmd in line.split(';').map(str::trim) {
+        for cmd in split_commands(&line).iter().map(|c| c.trim()) {
             match cmd {
                 "" => {}
                 "prompt" => interactive = !interactive,
