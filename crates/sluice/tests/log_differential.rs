@@ -238,6 +238,9 @@ const ON_PURPOSE: &[(&str, &str, &str)] = &[
     // sluice answers an over-long request line with 414 (docs/h1-strictness.md); HAProxy
     // with 400.
     ("oversized_head", " 400 0 ", " 414 0 "),
+    // HAProxy queues a request any server may take on its backend (`%bq` counts it there);
+    // sluice queues it on the server the balancer picked (fair across workers per server).
+    ("client_gone_while_queued", " 0/1 ", " 0/0 "),
 ];
 
 fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Exchange, usize)> {
@@ -483,6 +486,32 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
             1,
         ),
         case(
+            "client_gone_while_queued",
+            QUEUED,
+            with(|p, o| {
+                // The CLI is the first address, the frontend the second.
+                let mut first = TcpStream::connect(p.addrs[1]).unwrap();
+                first
+                    .write_all(
+                        b"GET /slow HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+                    )
+                    .unwrap();
+                wait_until("the first request at the server", || o.count() >= 1);
+                let mut second = TcpStream::connect(p.addrs[1]).unwrap();
+                second
+                    .write_all(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+                    .unwrap();
+                // (HAProxy queues it on the backend, sluice on the server.)
+                wait_until("the second request queued", || {
+                    queued(p.addrs[0], "be", "s") + queued(p.addrs[0], "be", "BACKEND") >= 1
+                });
+                // Gone while queued; the first one is answered when the server is done.
+                drop(second);
+                Some(first)
+            }),
+            2,
+        ),
+        case(
             "tls_httpslog",
             &TLS.replace("{crt}", crt),
             Box::new(move |p, _| {
@@ -560,6 +589,47 @@ frontend fe
 backend be
     server dead 127.0.0.1:1
 ";
+
+/// A server with `maxconn 1` and `option abortonclose`: a second request waits in its queue.
+const QUEUED: &str = "global
+    log stdout format raw local0
+    stats socket {fd}
+defaults
+    mode http
+    log global
+    option httplog
+    option abortonclose
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+    timeout queue 5s
+frontend fe
+    {fe}
+    default_backend be
+backend be
+    server s {o} maxconn 1
+";
+
+/// A server's `qcur` in `show stat`, asked on the CLI at `addr`.
+fn queued(addr: SocketAddr, backend: &str, server: &str) -> u64 {
+    let csv = String::from_utf8_lossy(&exchange(addr, b"show stat\n")).into_owned();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let col = header
+        .iter()
+        .position(|h| *h == "qcur")
+        .expect("a qcur column");
+    lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&backend) && f.get(1) == Some(&server))
+        .and_then(|f| f.get(col).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
 
 /// A line with what changes from run to run masked: the client's port, the date, and every
 /// timer but -1 (the timers are the first `a/b/...` field after the server).

@@ -197,7 +197,8 @@ impl Txn {
         let now = clock::now();
         let be = self.backend.map(|b| &config.backends[b]);
         let be_state = self.backend.map(|b| &s.w.state().backends[b]);
-        let server = lg.attempts.map(|a| a.server);
+        // A client that left while queued was never given its server: HAProxy logs none.
+        let server = lg.attempts.map(|a| a.server).filter(|_| term != *b"CQ");
         let srv = be.zip(server).map(|(be, i)| &be.servers[i]);
         let srv_state = be_state.zip(server).map(|(st, i)| &st.servers[i]);
         let (method, uri, version) = lg
