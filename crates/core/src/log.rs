@@ -709,14 +709,15 @@ impl Logger {
     }
 }
 
-/// Opens the loggers of a proxy (its own targets, or the global ones with `log global`),
-/// with the tag and host name their lines carry.
+/// Opens the loggers of a proxy (the global ones with `log global`, then its own lines,
+/// as HAProxy adds them up), with the tag and host name their lines carry.
 pub fn open_all(conf: &LogConf, global: &GlobalConf) -> std::io::Result<Vec<Arc<Logger>>> {
-    let targets = if conf.use_global {
+    let inherited = if conf.use_global {
         &global.log[..]
     } else {
-        &conf.targets[..]
+        &[]
     };
+    let targets = inherited.iter().chain(&conf.targets);
     let g = &global.log_settings;
     let tag = conf.tag.as_ref().or(g.tag.as_ref()).cloned();
     let hostname = g.hostname.as_ref().map(|h| {
@@ -727,7 +728,6 @@ pub fn open_all(conf: &LogConf, global: &GlobalConf) -> std::io::Result<Vec<Arc<
         }
     });
     targets
-        .iter()
         .map(|t| {
             Logger::open(t).map(|mut l| {
                 if let Some(tag) = &tag {

@@ -594,3 +594,21 @@ fn a_tcp_log_line_shows_where_the_connection_arrived() {
     let want = format!("dst={}:{} src=127.0.0.1", p.addr().ip(), p.addr().port());
     wait_until("the TCP log line", || p.stdout().lines().any(|l| l == want));
 }
+
+#[test]
+fn a_proxys_own_log_line_adds_to_an_inherited_log_global() {
+    let (global, own) = (Collector::new(), Collector::new());
+    let origin = Origin::start("o");
+    // As in HAProxy (its reg-test http-set-timeout/set_timeout): `log global` from the
+    // defaults and the proxy's own line both get the proxy's lines.
+    let p = Sluice::start(&format!(
+        "global\n    log {} local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    log {} local1\n    default_backend be\nbackend be\n    server s {}\n",
+        global.addr(),
+        own.addr(),
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/seen").status, 200);
+    for c in [&global, &own] {
+        assert!(c.next().contains("\"GET /seen HTTP/1.1\""));
+    }
+}
