@@ -1175,3 +1175,41 @@ fn global_set_var_gives_process_variables_at_start() {
         assert!(!ok && err.contains(says), "{line}: {err}");
     }
 }
+
+/// Each response rule sees the response as the rules before it left it, the frontend's
+/// rules the backend's edits, as HAProxy edits a message in place (its reg-tests
+/// http-rules/h1or2_to_h1c and http_after_response).
+#[test]
+fn response_rules_see_the_edits_before_them() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|_: &Received| {
+            Reply::Raw(b"HTTP/1.1 234 Odd\r\nX-Server: s\r\nContent-Length: 2\r\n\r\nok".to_vec())
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-response set-header x-fe-saw %[res.fhdr(a)]
+    http-after-response set-header x-after-status %[status]
+    default_backend be
+backend be
+    http-response set-header a x
+    http-response set-header a-copy %[res.fhdr(a)]|
+    http-response set-status 200
+    http-response set-header x-status %[status]
+    http-response del-header x-server
+    http-response set-header x-server-seen %[res.hdr(x-server)]-
+    server s {}
+",
+        origin.addr
+    ));
+    let r = get(p.addr(), "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("a-copy"), Some("x|"));
+    assert_eq!(r.header("x-status"), Some("200"));
+    assert_eq!(r.header("x-server-seen"), Some("-"));
+    assert_eq!(r.header("x-fe-saw"), Some("x"));
+    assert_eq!(r.header("x-after-status"), Some("200"));
+    assert_eq!(r.text(), "ok");
+}

@@ -201,6 +201,7 @@ impl StreamVars {
 }
 
 /// Everything a sample may be fetched from, for one evaluation.
+#[derive(Clone)]
 pub struct Ctx<'a> {
     pub process: &'a Process,
     pub frontend: usize,

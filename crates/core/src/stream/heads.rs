@@ -55,7 +55,23 @@ impl Edits {
     /// Runs one list of HTTP response rules (`http-response`, `http-after-response`);
     /// `allow` ends the list.
     pub fn response_rules(&mut self, rules: &[Rule], cx: &Ctx<'_>) {
+        // Each rule sees the response as the rules before it left it (HAProxy edits the
+        // message in place): a copy with the edits so far, made again after each edit.
+        let mut seen = SeenResponse::default();
         for rule in rules {
+            let view;
+            let edited;
+            let cx = match seen.view(cx.res, self) {
+                Some(v) => {
+                    view = v;
+                    edited = Ctx {
+                        res: Some(&view),
+                        ..cx.clone()
+                    };
+                    &edited
+                }
+                None => cx,
+            };
             if !holds(&rule.cond, cx) {
                 continue;
             }
@@ -83,6 +99,16 @@ impl Edits {
                     }
                 }
             }
+        }
+    }
+
+    /// What the response's head edits amount to so far (an edit changes it).
+    fn response_shape(&self) -> ResponseShape {
+        ResponseShape {
+            del: self.del.len() + self.del_re.len(),
+            add: self.add.len(),
+            replace: self.replace.len(),
+            status: self.status.as_ref().map(|(c, r)| (*c, r.clone())),
         }
     }
 
@@ -305,6 +331,44 @@ pub(crate) fn reply_bytes(r: &Reply, cx: &Ctx<'_>) -> Vec<u8> {
     // `content-type` goes with a body only, as HAProxy writes it.
     let content_type = r.content_type.as_deref().filter(|_| !body.is_empty());
     local_response_with(r.status, content_type, &headers, body)
+}
+
+/// How far a response's edits went (compared to know when a copy is stale).
+#[derive(Default, PartialEq)]
+struct ResponseShape {
+    del: usize,
+    add: usize,
+    replace: usize,
+    status: Option<(u16, Option<String>)>,
+}
+
+/// The response as response rules see it after edits: a copy of its head with them
+/// applied, made again when they change.
+#[derive(Default)]
+struct SeenResponse {
+    copy: Option<(Vec<u8>, sluice_http::ResponseHead)>,
+    shape: ResponseShape,
+}
+
+impl SeenResponse {
+    /// The edited response, or `None` while there are no edits (the original is it).
+    fn view(&mut self, orig: Option<&ResponseView<'_>>, edits: &Edits) -> Option<ResponseView<'_>> {
+        let orig = orig?;
+        let shape = edits.response_shape();
+        if shape == ResponseShape::default() {
+            return None;
+        }
+        if self.copy.is_none() || self.shape != shape {
+            let mut text = Vec::new();
+            let framing = Some((orig.framing(), true, Version::Http11, None));
+            write_response_head(&mut text, orig, edits, framing, None);
+            let head = sluice_http::parse_response(&text, false).ok().flatten()?;
+            self.copy = Some((text, head));
+            self.shape = shape;
+        }
+        let (text, head) = self.copy.as_ref()?;
+        Some(ResponseView::h1(text, head))
+    }
 }
 
 /// Inserts `connection: close` into a locally generated response that lacks it.
