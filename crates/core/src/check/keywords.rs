@@ -309,7 +309,12 @@ fn expect_rule(a: &[String]) -> Result<TcpRule, KwError> {
     let (mut min_recv, mut neg, mut pattern) = (None, false, None);
     let mut i = 0;
     while i < a.len() {
-        let word = a[i].as_str();
+        let mut word = a[i].as_str();
+        // `!rstring` written as one word, as HAProxy reads it too.
+        if let Some(kind) = word.strip_prefix('!').filter(|k| !k.is_empty()) {
+            neg = true;
+            word = kind;
+        }
         let value = || {
             a.get(i + 1)
                 .ok_or(KwError::Missing("a value after a tcp-check expect option"))
