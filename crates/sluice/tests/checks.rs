@@ -1928,3 +1928,22 @@ fn check_reports_match(name: &str, subs: &[(&str, String)]) {
     }
     assert_eq!(got.lines().count(), expected.lines().count(), "{got}");
 }
+
+/// A server in maintenance is not checked, as in HAProxy (entering maintenance pauses its
+/// checks): while its twin out of maintenance fails check after check, it fails none.
+#[test]
+fn maintenance_pauses_the_checks() {
+    let refused = free_port();
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server maint 127.0.0.1:{refused} check inter 100ms fall 1 disabled\n    server live 127.0.0.1:{refused} check inter 100ms fall 1\n",
+        sock.display()
+    ));
+    let chkfail = |srv: &str| -> u64 {
+        stat_field(&Sluice::cli(&sock, "show stat"), "be", srv, "chkfail")
+            .parse()
+            .unwrap_or(0)
+    };
+    wait_until("the live server failing checks", || chkfail("live") >= 3);
+    assert_eq!(chkfail("maint"), 0);
+}

@@ -387,8 +387,10 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     let opts = srv.check.as_ref().expect("checked server");
     let st = &w.state().backends[backend].servers[server];
     let check = st.check.as_ref().expect("checked server");
-    if check.paused.load(Ordering::Relaxed) {
+    if check.paused.load(Ordering::Relaxed) || st.admin() == crate::runtime::AdminState::Maint {
         // `disable health`: the state stays as it is until checks are enabled again.
+        // Maintenance pauses the checks too, as in HAProxy: a server in it is not
+        // reported down on top.
         return opts.inter;
     }
     if check.running.swap(true, Ordering::Acquire) {
