@@ -1213,3 +1213,31 @@ backend be
     assert_eq!(r.header("x-after-status"), Some("200"));
     assert_eq!(r.text(), "ok");
 }
+
+/// `req.cook_val`, `req.hdr_ip` (a port after an IPv4 address left out) and
+/// `http_auth_bearer`, as HAProxy 2.6's manual describes them (its reg-tests
+/// sample_fetches/cook and http-rules/converters_ipmask_concat_strcmp_field_word use them).
+#[test]
+fn cookie_values_header_addresses_and_bearer_tokens() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request return status 200 content-type text/plain lf-string \"%[req.cook_val(n),add(1)] %[req.hdr_ip(x-ip)] %[hdr_ip(x-ip,1),ipmask(24)] %[http_auth_bearer] %[http_auth_bearer(x-token)]\"
+"
+    ));
+    let r = ask(
+        &p,
+        "GET",
+        "/",
+        "Host: t\r\nCookie: a=1; n=41\r\nX-IP: 10.1.2.3:8080\r\nX-IP: 192.0.2.9\r\nAuthorization: Bearer abc.def\r\nX-Token: bearer xyz\r\n",
+    );
+    assert_eq!(r.text(), "42 192.0.2.9 10.1.2.0 abc.def xyz");
+    // Not a number, not an address, not a bearer: nothing.
+    let r = ask(
+        &p,
+        "GET",
+        "/",
+        "Host: t\r\nCookie: n=x\r\nX-IP: nowhere\r\nAuthorization: Basic Zm9v\r\n",
+    );
+    assert_eq!(r.text(), "    ");
+}

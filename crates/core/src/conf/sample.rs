@@ -149,6 +149,13 @@ pub enum Fetch {
     ReqBodyLen,
     ReqBodySize,
     ReqBodyParam(String),
+    /// `req.cook_val(NAME)`, `cook_val`: the cookie's value as an integer.
+    ReqCookVal(String),
+    /// `req.hdr_ip(NAME[,OCC])`, `hdr_ip`: the header's value as an address (a port after an
+    /// IPv4 address is left out).
+    ReqHdrIp(String, Occ),
+    /// `http_auth_bearer([HEADER])`: the token of a `Bearer` authorization.
+    HttpAuthBearer(Option<String>),
     /// `res.body`, `res.body_len`, `res.body_size`: the response body as far as an
     /// `http-response wait-for-body` rule buffered it, its length, the length announced.
     ResBody,
@@ -315,6 +322,8 @@ pub enum Conv {
     Base64,
     B64Dec,
     Hex,
+    /// `hex2i`: hexadecimal digits as a signed integer (0 when they are not).
+    Hex2i,
     /// `url_dec([in_form])`: with `in_form`, `+` is a space from the start, else only
     /// after `?`.
     UrlDec(bool),
@@ -752,6 +761,9 @@ impl Fetch {
             ReqBodyLen => "req.body_len",
             ReqBodySize => "req.body_size",
             ReqBodyParam(_) => "req.body_param",
+            ReqCookVal(_) => "req.cook_val",
+            ReqHdrIp(..) => "req.hdr_ip",
+            HttpAuthBearer(_) => "http_auth_bearer",
             _ => return None,
         })
     }

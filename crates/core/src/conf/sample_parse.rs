@@ -263,6 +263,18 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             arity(c, 0, 1)?;
             Fetch::ReqCook(opt_str(c, 0).unwrap_or_default())
         }
+        "req.cook_val" | "cook_val" => {
+            arity(c, 0, 1)?;
+            Fetch::ReqCookVal(opt_str(c, 0).unwrap_or_default())
+        }
+        "req.hdr_ip" | "hdr_ip" => {
+            arity(c, 1, 2)?;
+            Fetch::ReqHdrIp(header_name(c)?, occ(c)?)
+        }
+        "http_auth_bearer" => {
+            arity(c, 0, 1)?;
+            Fetch::HttpAuthBearer(opt_str(c, 0).map(|h| h.to_ascii_lowercase()))
+        }
         "req.cook_cnt" | "cook_cnt" => {
             arity(c, 0, 1)?;
             Fetch::ReqCookCnt(opt_str(c, 0).unwrap_or_default())
@@ -699,6 +711,7 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         "base64" => none(Conv::Base64)?,
         "b64dec" => none(Conv::B64Dec)?,
         "hex" => none(Conv::Hex)?,
+        "hex2i" => none(Conv::Hex2i)?,
         "url_dec" => {
             arity(c, 0, 1)?;
             // As HAProxy reads it: any non-zero integer.

@@ -22,7 +22,7 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         Bytes(..) => Kind::Bin,
         SetVar(_) => input,
         Length | Add(_) | Sub(_) | Mul(_) | Div(_) | Mod(_) | And(_) | Or(_) | Xor(_) | Neg
-        | Crc32(_) | Djb2(_) | Sdbm(_) | Wt6(_) | Xxh3(_) => Kind::Int,
+        | Crc32(_) | Djb2(_) | Sdbm(_) | Wt6(_) | Xxh3(_) | Hex2i => Kind::Int,
         Bool | Not | Odd | Even => Kind::Bool,
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
@@ -132,6 +132,12 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                 .ok()?,
         )),
         Conv::Hex => Sample::string(hex_upper(&s.as_binary())),
+        // As HAProxy 2.6.12 answers: the digits as a 64-bit value read as signed, and
+        // nothing for anything else (its manual says 0).
+        Conv::Hex2i => {
+            let t = std::str::from_utf8(&s.as_bytes()).ok()?.to_string();
+            Sample::Int(u64::from_str_radix(t.trim(), 16).ok()? as i64)
+        }
         Conv::UrlDec(in_form) => text(url_decode(&s.as_bytes(), *in_form)),
         Conv::Json => text(json_escape(&s.as_bytes())),
         Conv::Length => Sample::Int(s.as_bytes().len() as i64),

@@ -24,6 +24,8 @@ pub(super) fn kind(f: &Fetch) -> Kind {
             HelloPart::CiphersHex => Kind::Bin,
             _ => Kind::Str,
         },
+        ReqCookVal(_) => Kind::Int,
+        ReqHdrIp(..) => Kind::Ip,
         TcpInfo(_) | FcHttpMajor | BeServerTimeout | BeTunnelTimeout | CurServerTimeout
         | CurTunnelTimeout | Base32 | Url32 | ReqBodyLen | ReqBodySize | ResBodyLen
         | ResBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..)
@@ -146,6 +148,29 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Some(Sample::Str(Cow::Owned(v)))
         }
         Fetch::ReqHdr(name, occ) => pick(req_values(cx, name, true)?, *occ),
+        Fetch::ReqHdrIp(name, occ) => {
+            let v = pick(req_values(cx, name, true)?, *occ)?;
+            header_ip(&v.as_bytes()).map(|ip| Sample::Ip(plain_ip(ip)))
+        }
+        Fetch::ReqCookVal(name) => {
+            let v = cookies(cx, name, false).pop()?;
+            let n = std::str::from_utf8(&v.as_bytes())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            Some(Sample::Int(n))
+        }
+        Fetch::HttpAuthBearer(header) => {
+            let value = req_values(cx, header.as_deref().unwrap_or("authorization"), false)?
+                .into_iter()
+                .next()?;
+            let text = std::str::from_utf8(value).ok()?.trim();
+            let (scheme, token) = text.split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| Sample::string(token.trim().to_string()))
+        }
         Fetch::Hdr(name, occ) => pick(chn_values(cx, name)?, *occ),
         Fetch::ReqFhdr(name, occ) => pick(req_values(cx, name, false)?, *occ),
         Fetch::ReqHdrCnt(name, split) => Some(Sample::Int(
@@ -673,4 +698,16 @@ fn chn_values<'a>(cx: &'a Ctx<'a>, name: &str) -> Option<Vec<&'a [u8]>> {
     } else {
         req_values(cx, name, true)
     }
+}
+
+/// An address in a header's value; a port after an IPv4 address is left out.
+fn header_ip(v: &[u8]) -> Option<std::net::IpAddr> {
+    let text = std::str::from_utf8(v).ok()?.trim();
+    text.parse().ok().or_else(|| {
+        let (ip, port) = text.rsplit_once(':')?;
+        port.parse::<u16>().ok()?;
+        ip.parse::<std::net::Ipv4Addr>()
+            .ok()
+            .map(std::net::IpAddr::V4)
+    })
 }
