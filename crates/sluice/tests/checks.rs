@@ -1947,3 +1947,53 @@ fn maintenance_pauses_the_checks() {
     wait_until("the live server failing checks", || chkfail("live") >= 3);
     assert_eq!(chkfail("maint"), 0);
 }
+
+/// The HTTP check's rules as HAProxy 2.6 inherits them (its reg-test checks/http-check-send):
+/// a backend without rules of its own takes its defaults' (the request line of `option
+/// httpchk` without what is smuggled after its version, then `http-check send`); a backend
+/// with a rule of its own starts from HAProxy's `OPTIONS / HTTP/1.0`.
+#[test]
+fn http_check_rules_are_inherited_or_replaced_as_haproxys() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut buf = vec![0u8; 4096];
+            let n = c.read(&mut buf).unwrap_or(0);
+            s2.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let _p = Sluice::start(&format!(
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n    option httpchk GET /status HTTP/1.1\\r\\nHdr:\\ must-be-removed\n    http-check send hdr Host my-www-host hdr X-test true body test\n\
+         frontend f\n    {{fe}}\n    default_backend be4\n\
+         backend be4\n    server s {addr} check inter 100ms\n\
+         backend be5\n    http-check send hdr Host other-www-host hdr X-New-Test true body other\n    server s {addr} check inter 100ms\n"
+    ));
+    let has = |start: &str, host: &str| {
+        let seen = seen.lock().unwrap();
+        seen.iter()
+            .find(|r| r.starts_with(start) && r.contains(host))
+            .cloned()
+    };
+    wait_until("both backends checked", || {
+        has("GET /status HTTP/1.1\r\n", "my-www-host").is_some()
+            && has("OPTIONS / HTTP/1.0\r\n", "other-www-host").is_some()
+    });
+    let be4 = has("GET /status", "my-www-host").unwrap();
+    assert!(!be4.contains("Hdr"), "{be4}");
+    assert!(
+        be4.contains("X-test: true\r\n") && be4.ends_with("\r\n\r\ntest"),
+        "{be4}"
+    );
+    let be5 = has("OPTIONS /", "other-www-host").unwrap();
+    assert!(
+        !be5.contains("X-test") && be5.contains("X-New-Test: true\r\n"),
+        "{be5}"
+    );
+}

@@ -553,16 +553,20 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 [_, _, _, _, extra, ..] => return Err(KwError::Extra(extra.clone())),
             };
             c.check.kind = CheckKind::Http;
+            // A new HTTP check: the `http-check` rules set before (in a defaults section
+            // this proxy inherits) are dropped, as HAProxy starts a new ruleset.
+            new_http_rules(&mut c.check);
+            c.check.http_rules_inherited = false;
             let r = &mut c.check.http;
             r.method = method.to_string();
             r.uri = CheckText::literal(uri);
-            r.version = version.to_string();
-            // A new HTTP check: the `http-check` rules set before (in a defaults section
-            // this proxy inherits) are dropped, as HAProxy starts a new ruleset.
-            r.headers.clear();
-            r.body = CheckText::default();
-            c.check.expects.clear();
-            c.check.http_connect = ConnectRule::default();
+            // HAProxy 2.6 keeps the version only: fields smuggled after it (`HTTP/1.1\r\nX: y`,
+            // the old way to add headers) are dropped.
+            r.version = version
+                .split(['\r', '\n'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
             // HAProxy 2.6 takes a HOST given this way as the Host header.
             if let Some(h) = host {
                 r.headers.push(("host".into(), CheckText::literal(&h)));
@@ -575,6 +579,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "http-check send [meth M] [uri U | uri-lf FMT] [ver V] [hdr NAME FMT]... [body S | body-lf FMT]: the HTTP check's request",
         parse: |c, a| {
+            own_http_rules(&mut c.check);
             let r = &mut c.check.http;
             let mut i = 0;
             while i < a.len() {
@@ -621,6 +626,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "http-check comment TEXT: names the following rules in failure reports",
         parse: |c, a| {
+            own_http_rules(&mut c.check);
             let text = one_arg(a, "a comment")?;
             c.check.pending_comment = Some((text.to_string(), None));
             Ok(())
@@ -643,6 +649,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "http-check connect [default] [port N] [addr IP] [ssl] [sni NAME] [alpn LIST] [proto h1|h2] [linger] [comment TEXT]: where the HTTP check connects and how",
         parse: |c, a| {
+            own_http_rules(&mut c.check);
             if c.check.http_connect != ConnectRule::default() {
                 return Err(KwError::Invalid(
                     "a second 'http-check connect': sluice's HTTP check makes one connection"
@@ -798,6 +805,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help:
             "http-check expect [!] status CODES | rstatus RE | string TEXT | rstring RE | hdr|fhdr name [-m M] NAME [value [-m M] VALUE]: what an HTTP check requires",
         parse: |c, a| {
+            own_http_rules(&mut c.check);
             // `comment TEXT` may come first or last.
             let (own_comment, a) = match a {
                 [kw, text, rest @ ..] if kw == "comment" => (Some(text.clone()), rest),
@@ -855,6 +863,22 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| time_arg(a).map(|t| c.check.timeout = Some(t)),
     },
 ];
+
+/// The HTTP check's rules start anew: the request back to HAProxy's `OPTIONS / HTTP/1.0`
+/// without fields or body, no expects, the default connection.
+fn new_http_rules(c: &mut crate::conf::check::BackendCheck) {
+    c.http = Default::default();
+    c.expects.clear();
+    c.http_connect = ConnectRule::default();
+}
+
+/// The first `http-check` rule of a proxy that inherited its defaults' replaces them.
+fn own_http_rules(c: &mut crate::conf::check::BackendCheck) {
+    if c.http_rules_inherited {
+        new_http_rules(c);
+        c.http_rules_inherited = false;
+    }
+}
 
 /// `option log-health-checks` (and its `no` form).
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![

@@ -462,6 +462,9 @@ pub struct BackendCheck {
     /// The `http-check expect` lines, judged in order on the answer (the first that fails
     /// is the report); without any, 2xx and 3xx pass.
     pub expects: Vec<HttpExpect>,
+    /// The HTTP check's rules (its request, expects and connect) came from a defaults
+    /// section: the proxy's first `option httpchk` or `http-check` rule replaces them.
+    pub http_rules_inherited: bool,
     /// An `http-check comment` not yet attached, and the kind of the last rule after it
     /// (`send`, `expect`): a comment names the rules of the next kind only.
     pub pending_comment: Option<(String, Option<&'static str>)>,

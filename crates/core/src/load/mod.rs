@@ -249,6 +249,9 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                     }
                     None => defaults.clone(),
                 };
+                // The HTTP check rules so far are the defaults': the proxy's first own one
+                // starts a new set, as in HAProxy.
+                conf.check.http_rules_inherited = true;
                 // Rules at this point are the defaults' own.
                 let defaults_rules = conf.rules.sets.all().next().is_some();
                 if let Some(n) = from_name.filter(|_| defaults_rules) {
