@@ -183,6 +183,14 @@ impl<'a> RequestView<'a> {
         }
     }
 
+    /// An HTTP/2 request's `:scheme` (HTTP/1 has none in its head).
+    pub fn scheme(&self) -> Option<&'a str> {
+        match self.kind {
+            RequestKind::H1 { .. } => None,
+            RequestKind::H2 { parts, .. } => parts.uri.scheme_str(),
+        }
+    }
+
     /// The path part of the target.
     pub fn path(&self) -> &'a [u8] {
         match self.kind {
@@ -262,7 +270,7 @@ impl<'a> RequestView<'a> {
                 fields: head.headers.iter(),
             },
             RequestKind::H2 { parts, .. } => {
-                let host = parts.uri.authority().map(|a| a.as_str().as_bytes());
+                let host = normalized_authority(parts);
                 HeadersKind::H2 {
                     host,
                     authority: host.is_some(),
@@ -407,6 +415,18 @@ impl<'a> ResponseView<'a> {
             ResponseKind::H2 { .. } => crate::request::is_hop_by_hop(name, &[]),
         }
     }
+}
+
+/// An HTTP/2 request's `:authority` without the port its scheme implies (`http://h:80` is
+/// `h`), as HAProxy 2.6 normalizes it (and the `Host` it makes of it).
+fn normalized_authority(parts: &http::request::Parts) -> Option<&[u8]> {
+    let a = parts.uri.authority()?.as_str();
+    let default = match parts.uri.scheme_str() {
+        Some("http") => ":80",
+        Some("https") => ":443",
+        _ => return Some(a.as_bytes()),
+    };
+    Some(a.strip_suffix(default).unwrap_or(a).as_bytes())
 }
 
 #[cfg(test)]

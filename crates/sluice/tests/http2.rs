@@ -234,9 +234,14 @@ fn streams_of_one_connection_go_through_rules_routing_and_logs() {
         .all(|r| r.header("host") == Some("h2.test")));
     wait_until("every stream logged", || p.stdout().lines().count() >= 52);
     let out = p.stdout();
-    assert!(out.contains("127.0.0.1 GET /b/1 HTTP/2.0 200 bb"), "{out}");
+    // HAProxy's HTTP/2 target is in absolute form (its reg-test
+    // http-messaging/scheme_based_normalize).
     assert!(
-        out.contains("127.0.0.1 GET /forbidden HTTP/2.0 403 fe"),
+        out.contains("127.0.0.1 GET http://h2.test/b/1 HTTP/2.0 200 bb"),
+        "{out}"
+    );
+    assert!(
+        out.contains("127.0.0.1 GET http://h2.test/forbidden HTTP/2.0 403 fe"),
         "{out}"
     );
     // show stat's HTTP/2 module: one connection, 52 streams, no HTTP/1 connection.
@@ -1523,4 +1528,41 @@ fn plain_connect_opens_a_tunnel_over_an_http2_stream() {
         "{heads:?}"
     );
     assert_eq!(heads.len(), 3, "{heads:?}");
+}
+
+/// An HTTP/2 request's authority loses the port its scheme implies, in the `Host` the server
+/// gets, the captured header and the logged target, as HAProxy 2.6 normalizes it (its
+/// reg-test http-messaging/scheme_based_normalize).
+#[test]
+fn the_default_port_of_an_authority_is_left_out() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\ndefaults\n    mode http\n    log global\n    timeout client 10s\n    timeout server 10s\n    timeout connect 5s\n\
+         frontend fe\n    {{fe}} proto h2\n    capture request header host len 32\n    log-format \"uri: %r; host: %hr\"\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, _conn) = h2_connect(p.addr()).await;
+        for uri in ["http://hostname:80/", "http://hostname:8080/"] {
+            let req = http::Request::get(uri).body(()).unwrap();
+            let (parts, _) = fetch(&mut send, req).await.unwrap();
+            assert_eq!(parts.status, 200);
+        }
+    });
+    let hosts: Vec<String> = origin
+        .requests()
+        .iter()
+        .map(|r| r.header("host").unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(hosts, ["hostname", "hostname:8080"]);
+    wait_until("both logged", || p.stdout().lines().count() >= 2);
+    let out = p.stdout();
+    assert!(
+        out.contains("uri: GET http://hostname/ HTTP/2.0; host: {hostname}"),
+        "{out}"
+    );
+    assert!(
+        out.contains("uri: GET http://hostname:8080/ HTTP/2.0; host: {hostname:8080}"),
+        "{out}"
+    );
 }

@@ -329,9 +329,19 @@ impl ReqLog {
     /// Keeps the request line for the log (the head leaves the buffer soon).
     /// `h2`: the request came on a stream of an HTTP/2 connection.
     pub fn capture_line(&mut self, req: &RequestView<'_>, h2: bool) {
+        // HAProxy holds an HTTP/2 request's target in absolute form (its scheme, its
+        // normalized authority, then the path).
+        let target = match (req.scheme(), req.header("host")) {
+            (Some(scheme), Some(host)) if req.method() != b"CONNECT" => format!(
+                "{scheme}://{}{}",
+                String::from_utf8_lossy(host),
+                String::from_utf8_lossy(req.target())
+            ),
+            _ => String::from_utf8_lossy(req.target()).into_owned(),
+        };
         self.line = Some((
             String::from_utf8_lossy(req.method()).into_owned(),
-            String::from_utf8_lossy(req.target()).into_owned(),
+            target,
             if h2 {
                 "HTTP/2.0"
             } else if req.version() == Version::Http10 {
