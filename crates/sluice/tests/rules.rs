@@ -1241,3 +1241,24 @@ fn cookie_values_header_addresses_and_bearer_tokens() {
     );
     assert_eq!(r.text(), "    ");
 }
+
+/// `json_query` paths as HAProxy writes them: member names with a `-`, a dot escaped in a
+/// name, array indexes (its reg-test converter/json_query).
+#[test]
+fn json_query_reads_haproxy_paths() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    option http-buffer-request
+    http-request return status 200 content-type text/plain lf-string \"%[req.body,json_query('\\$.negativ-integer','int')] %[req.body,json_query('\\$.my\\.key')] %[req.body,json_query('\\$.a.b[1]')]\"
+"
+    ));
+    let body = r#"{"negativ-integer":-1234,"my.key":"dotted","a":{"b":["x","y"]}}"#;
+    let r = ask(
+        &p,
+        "POST",
+        "/",
+        &format!("Host: t\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+    );
+    assert_eq!(r.text(), "-1234 dotted y");
+}

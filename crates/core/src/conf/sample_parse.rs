@@ -860,7 +860,7 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         }
         "json_query" => {
             arity(c, 1, 2)?;
-            let path = serde_json_path::JsonPath::parse(&c.args[0])
+            let path = json_path(&c.args[0])
                 .map_err(|e| ParseError(format!("'json_query': bad JSON path: {e}")))?;
             let int = match c.args.get(1).map(|t| t.trim()) {
                 None => false,
@@ -878,7 +878,7 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
             let path = match c.args.first().map(|a| a.trim()).filter(|a| !a.is_empty()) {
                 None => None,
                 Some(p) => Some(
-                    serde_json_path::JsonPath::parse(p)
+                    json_path(p)
                         .map_err(|e| ParseError(format!("'{}': bad JSON path: {e}", c.name)))?,
                 ),
             };
@@ -1292,6 +1292,51 @@ fn parse_map_conv(c: &Call<'_>, rest: &str, book: &PatternBook) -> Result<Conv, 
         ));
     }
     Ok(Conv::Map(Arc::new(map), default))
+}
+
+/// A JSON path as HAProxy writes it (`$.name.other[0]`: a member name is anything up to
+/// the next unescaped `.` or `[`, `\.` a dot within it), in the RFC 9535 form the path
+/// library reads (`$['name']['other'][0]`).
+fn json_path(text: &str) -> Result<serde_json_path::JsonPath, String> {
+    let rest = text
+        .strip_prefix('$')
+        .ok_or_else(|| "a path starts with '$'".to_string())?;
+    let mut out = String::from("$");
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' => {
+                let mut name = String::new();
+                while let Some(&n) = chars.peek() {
+                    match n {
+                        '.' | '[' => break,
+                        '\\' => {
+                            chars.next();
+                            name.extend(chars.next());
+                        }
+                        _ => {
+                            name.push(n);
+                            chars.next();
+                        }
+                    }
+                }
+                let quoted = name.replace('\\', "\\\\").replace('\'', "\\'");
+                out.push_str(&format!("['{quoted}']"));
+            }
+            // A bracket selector is RFC 9535's already.
+            '[' => {
+                out.push('[');
+                for n in chars.by_ref() {
+                    out.push(n);
+                    if n == ']' {
+                        break;
+                    }
+                }
+            }
+            other => return Err(format!("unexpected '{other}' in the path")),
+        }
+    }
+    serde_json_path::JsonPath::parse(&out).map_err(|e| e.to_string())
 }
 
 /// `jwt_verify`'s key: the public key (or the certificate) in the PEM file at that path,
