@@ -189,6 +189,23 @@ backend be
     server t {o} check inter 5s
 ";
 
+/// One server and the CLI: the backend's last server goes to maintenance.
+const ADMIN_ONE: &str = "global
+    log stdout format raw local0
+    stats socket {fd} level admin
+defaults
+    mode http
+    log global
+    timeout connect 1s
+    timeout client 2s
+    timeout server 2s
+frontend fe
+    {fe}
+    default_backend be
+backend be
+    server s {o}
+";
+
 /// Sends one CLI command on its own connection and reads the answer.
 fn cli(addr: SocketAddr, cmd: &str) {
     drop(exchange(addr, format!("{cmd}\n").as_bytes()));
@@ -508,6 +525,14 @@ fn cases(ca: &std::sync::Arc<Ca>, crt: &str) -> Vec<(&'static str, String, Excha
                 // Gone while queued; the first one is answered when the server is done.
                 drop(second);
                 Some(first)
+            }),
+            2,
+        ),
+        case(
+            "last_server_to_maintenance",
+            ADMIN_ONE,
+            on(|a| {
+                cli(a, "disable server be/s");
             }),
             2,
         ),

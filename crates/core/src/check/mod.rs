@@ -839,12 +839,25 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
     let name = format!("{}/{}", be.name, be.servers[server].name);
     let (active, backup) = usable_counts(be, st);
     let sst = &st.servers[server];
+    // As HAProxy: a server that leaves service for maintenance is an alert (a notice when
+    // it was draining or already down), and a backend left without servers an emergency.
+    let mut severity = Severity::Notice;
     let msg = match (was, to) {
-        (_, AdminState::Maint) => format!(
-            "Server {name} is going DOWN for maintenance. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+        (_, AdminState::Maint) if sst.oper() == OperState::Down => format!(
+            "Server {name} was DOWN and now enters maintenance. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
             sst.in_flight.load(Ordering::Relaxed),
             sst.queue.waiting.load(Ordering::Relaxed)
         ),
+        (was, AdminState::Maint) => {
+            if was != AdminState::Drain {
+                severity = Severity::Alert;
+            }
+            format!(
+                "Server {name} is going DOWN for maintenance. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+                sst.in_flight.load(Ordering::Relaxed),
+                sst.queue.waiting.load(Ordering::Relaxed)
+            )
+        }
         (_, AdminState::Drain) => format!(
             "Server {name} enters drain state. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
         ),
@@ -854,7 +867,15 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
         (_, AdminState::Ready) => format!("Server {name} is UP (leaving forced drain)."),
     };
     for l in &p.backend_loggers[backend] {
-        l.send_at(Severity::Notice, &msg);
+        l.send_at(severity, &msg);
+    }
+    if to == AdminState::Maint && severity == Severity::Alert && active + backup == 0 {
+        for l in &p.backend_loggers[backend] {
+            l.send_at(
+                Severity::Emerg,
+                &format!("backend {} has no server available!", be.name),
+            );
+        }
     }
 }
 
