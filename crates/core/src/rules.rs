@@ -250,12 +250,17 @@ fn var_of(action: &str) -> Option<Result<VarName, String>> {
         .or_else(|| action.strip_prefix("set-var-fmt("))
         .or_else(|| action.strip_prefix("unset-var("))?
         .strip_suffix(')')?;
-    if let Some((_, conds)) = inner.split_once(',') {
-        return Some(Err(format!(
-            "set-var conditions ('{conds}') are not supported yet"
-        )));
-    }
-    Some(crate::sample::parse_var(inner).map_err(|e| e.0))
+    let mut words = inner.split(',');
+    let name = words.next().unwrap_or_default();
+    let conds: Vec<&str> = words.collect();
+    Some(
+        crate::sample::parse_var(name)
+            .map_err(|e| e.0)
+            .and_then(|mut v| {
+                v.conds = crate::conf::sample::VarConds::parse(&conds)?;
+                Ok(v)
+            }),
+    )
 }
 
 /// A rule line, with where it was written.

@@ -355,8 +355,8 @@ fn bad_rules_name_the_line() {
         ("http-request set-var(user) src", "needs a scope"),
         ("http-request set-header X %Tt", "'%Tt' is not supported"),
         (
-            "http-request set-var(txn.a,ifexists) src",
-            "set-var conditions ('ifexists') are not supported yet",
+            "http-request set-var(txn.a,ifbogus) src",
+            "unknown set-var condition 'ifbogus'",
         ),
         ("http-request add-acl(/tmp/f) src", "not supported yet"),
         ("http-request disable-l7-retry", "not supported yet"),
@@ -1261,4 +1261,35 @@ fn json_query_reads_haproxy_paths() {
         &format!("Host: t\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
     );
     assert_eq!(r.text(), "-1234 dotted y");
+}
+
+/// `set-var` conditions, the action's and the converter's: the answer is HAProxy 2.6.12's
+/// for the same rules (its reg-test sample_fetches/cond_set_var covers them too).
+#[test]
+fn set_var_conditions_decide_as_haproxys() {
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-request set-var(txn.a,ifnotexists) str(first)
+    http-request set-var(txn.a,ifnotexists) str(second)
+    http-request set-var(txn.b,ifexists) str(x)
+    http-request set-var(txn.n) int(5)
+    http-request set-var(txn.n,ifgt) int(3)
+    http-request set-var(txn.n,ifgt) int(4)
+    http-request set-var(txn.m) int(5)
+    http-request set-var(txn.m,iflt) int(7)
+    http-request set-var(txn.f,ifnotempty) str()
+    http-request set-var(txn.g,ifset) str(x)
+    http-request set-var(txn.h,ifnotset) str(y)
+    http-request set-var(txn.k,ifnotset,ifnotempty) str(k1)
+    http-request set-var(txn.k,ifnotset) str(k2)
+    http-request set-var(txn.z) str(q),set-var(txn.c,ifnotexists)
+    http-request set-var(txn.z) str(r),set-var(txn.c,ifnotexists)
+    http-request return status 200 content-type text/plain lf-string \"a=%[var(txn.a)] b=%[var(txn.b)] n=%[var(txn.n)] m=%[var(txn.m)] f=%[var(txn.f)] g=%[var(txn.g)] h=%[var(txn.h)] k=%[var(txn.k)] c=%[var(txn.c)]\"
+"
+    ));
+    assert_eq!(
+        get(p.addr(), "/").text(),
+        "a=first b= n=3 m=7 f= g= h=y k=k1 c=q"
+    );
 }

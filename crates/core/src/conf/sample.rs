@@ -287,11 +287,75 @@ impl std::fmt::Display for NameRef {
     }
 }
 
-/// A variable's name with its scope (`txn.user`).
+/// A variable's name with its scope (`txn.user`), and for a `set-var` the conditions it
+/// is set under (`set-var(txn.user,ifnotexists)`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct VarName {
     pub scope: VarScope,
     pub name: String,
+    pub conds: VarConds,
+}
+
+/// `set-var` conditions, as HAProxy 2.6 has them (each true, or the variable is not set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct VarConds {
+    /// `ifexists` / `ifnotexists`: the variable existed before (`proc.` ones always do).
+    pub exists: Option<bool>,
+    /// `ifempty` / `ifnotempty`: the value is an empty string (a scalar never is).
+    pub empty: Option<bool>,
+    /// `ifset` / `ifnotset`: the variable holds a value.
+    pub set: Option<bool>,
+    /// `ifgt` / `iflt`: the variable's integer is greater / less than the value's (when
+    /// both are integers; true otherwise).
+    pub greater: bool,
+    pub less: bool,
+}
+
+impl VarConds {
+    /// The conditions of `set-var(NAME,COND,...)` after the name.
+    pub fn parse(words: &[&str]) -> Result<VarConds, String> {
+        let mut c = VarConds::default();
+        for w in words {
+            match w.trim() {
+                "ifexists" => c.exists = Some(true),
+                "ifnotexists" => c.exists = Some(false),
+                "ifempty" => c.empty = Some(true),
+                "ifnotempty" => c.empty = Some(false),
+                "ifset" => c.set = Some(true),
+                "ifnotset" => c.set = Some(false),
+                "ifgt" => c.greater = true,
+                "iflt" => c.less = true,
+                other => return Err(format!("unknown set-var condition '{other}'")),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Whether `value` may replace `current` (`existed`: the variable was there).
+    pub fn allow(&self, existed: bool, current: Option<&Sample<'_>>, value: &Sample<'_>) -> bool {
+        if self.exists.is_some_and(|want| want != existed)
+            || self.set.is_some_and(|want| want != current.is_some())
+        {
+            return false;
+        }
+        let text_len = match value {
+            Sample::Str(s) | Sample::Bin(s) => Some(s.len()),
+            _ => None,
+        };
+        match (self.empty, text_len) {
+            (Some(true), Some(n)) if n > 0 => return false,
+            // A scalar is never empty.
+            (Some(true), None) => return false,
+            (Some(false), Some(0)) => return false,
+            _ => {}
+        }
+        if let (Some(Sample::Int(cur)), Sample::Int(new)) = (current, value) {
+            if (self.greater && cur <= new) || (self.less && cur >= new) {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// How long a variable lives.
@@ -662,6 +726,21 @@ pub struct Vars(Vec<(String, Sample<'static>)>);
 impl Vars {
     pub fn get(&self, name: &str) -> Option<&Sample<'static>> {
         self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Sets `name` if `conds` allow it (`always_exists`: a `proc.` variable, which HAProxy
+    /// creates with the configuration).
+    pub fn set_if(
+        &mut self,
+        name: &str,
+        value: Sample<'static>,
+        conds: &VarConds,
+        always_exists: bool,
+    ) {
+        let current = self.get(name);
+        if conds.allow(always_exists || current.is_some(), current, &value) {
+            self.set(name, value);
+        }
     }
 
     pub fn set(&mut self, name: &str, value: Sample<'static>) {

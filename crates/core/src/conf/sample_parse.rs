@@ -14,7 +14,7 @@ use super::patterns::{Compile, Compiled, Entry, Family, FormKind, PatternBook, P
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
     MapFile, MapKey, MapOut, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource,
-    TcpInfoField, VarName, VarScope,
+    TcpInfoField, VarConds, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -200,6 +200,7 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
     Ok(VarName {
         scope,
         name: rest.to_string(),
+        conds: VarConds::default(),
     })
 }
 
@@ -811,8 +812,11 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
             )
         }
         "set-var" => {
-            arity(c, 1, 1)?;
-            Conv::SetVar(parse_var(&c.args[0])?)
+            arity(c, 1, 5)?;
+            let mut var = parse_var(&c.args[0])?;
+            let conds: Vec<&str> = c.args[1..].iter().map(String::as_str).collect();
+            var.conds = VarConds::parse(&conds).map_err(ParseError)?;
+            Conv::SetVar(var)
         }
         "in_table" | "table_trackers" => {
             arity(c, 1, 1)?;
@@ -1587,7 +1591,8 @@ mod tests {
                 .convs[0],
             Conv::Add(IntArg::Var(VarName {
                 scope: VarScope::Txn,
-                name: "n".into()
+                name: "n".into(),
+                conds: VarConds::default(),
             }))
         );
         assert!(parse_expr("nosuch", &PatternBook::default())

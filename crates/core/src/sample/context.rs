@@ -173,16 +173,18 @@ impl StreamVars {
         }
     }
 
+    /// Sets `v` to `value`, under its `set-var` conditions.
     pub fn set(&self, process: &Process, v: &VarName, value: Sample<'static>) {
+        let c = &v.conds;
         match v.scope {
             VarScope::Proc => process
                 .vars
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .set(&v.name, value),
-            VarScope::Sess => self.sess.borrow_mut().set(&v.name, value),
+                .set_if(&v.name, value, c, true),
+            VarScope::Sess => self.sess.borrow_mut().set_if(&v.name, value, c, false),
             VarScope::Txn | VarScope::Req | VarScope::Res => {
-                self.txn.borrow_mut().set(&v.name, value)
+                self.txn.borrow_mut().set_if(&v.name, value, c, false)
             }
         }
     }
