@@ -518,6 +518,18 @@ fn rule_of(
             }
         }
         ("redirect", Side::Request) => Action::Redirect(parse_redirect(params, book)?),
+        // On the response path only a location is possible, as HAProxy says.
+        ("redirect", Side::Response) => {
+            let r = parse_redirect(params, book)?;
+            if r.kind != RedirectKind::Location {
+                return Err(KwError::bad(
+                    2,
+                    &params[0],
+                    "only 'location' redirects on the response path",
+                ));
+            }
+            Action::Redirect(r)
+        }
         ("set-status", side) if side.response() => {
             let (code, reason) = match params {
                 [n] => (n, None),

@@ -1293,3 +1293,29 @@ fn set_var_conditions_decide_as_haproxys() {
         "a=first b= n=3 m=7 f= g= h=y k=k1 c=q"
     );
 }
+
+/// `http-response redirect location ...` replaces the server's answer (only `location` on the
+/// response path, as HAProxy allows; its reg-test log/last_rule uses one).
+#[test]
+fn a_response_rule_redirects() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe
+    {{fe}}
+    http-response redirect location /elsewhere code 302 if {{ status 200 }}
+    default_backend be
+backend be
+    server s {}
+",
+        origin.addr
+    ));
+    let r = get(p.addr(), "/x");
+    assert_eq!((r.status, r.header("location")), (302, Some("/elsewhere")));
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-response redirect prefix /p\n"
+    ));
+    assert!(
+        !ok && err.contains("only 'location' redirects on the response path"),
+        "{err}"
+    );
+}

@@ -12,7 +12,9 @@ use crate::compression::{self, Algo};
 use crate::conf::{Backend, Frontend};
 use crate::cookie::ResponseCookie;
 use crate::h2_stream::{FieldStore, RequestFields, ServerRequest};
-use crate::rules::{holds, run_shared, Action, Level, Reply, Rule, TargetPart, TimeoutKind};
+use crate::rules::{
+    holds, run_shared, Action, Level, Redirect, RedirectKind, Reply, Rule, TargetPart, TimeoutKind,
+};
 use crate::sample::{text_match, Ctx, Match};
 
 /// Edits accumulated by rules: headers (`set-header`, `add-header`, `del-header`), the
@@ -87,6 +89,13 @@ impl Edits {
                 Action::Return(reply) => {
                     self.returned = Some((reply.status, reply_bytes(reply, cx)));
                     cx.vars.note_rule(rule);
+                    break;
+                }
+                // `http-response redirect location ...`: the redirect replaces the answer.
+                Action::Redirect(r) => {
+                    if let Some(req) = cx.req {
+                        self.returned = Some((r.code, redirect(r, req, &Edits::default(), cx)));
+                    }
                     break;
                 }
                 other => {
@@ -369,6 +378,70 @@ impl SeenResponse {
         let (text, head) = self.copy.as_ref()?;
         Some(ResponseView::h1(text, head))
     }
+}
+
+/// The response of a `redirect` (`http-request`, or `http-response` with `location`).
+pub(super) fn redirect(
+    r: &Redirect,
+    req: &RequestView<'_>,
+    edits: &Edits,
+    cx: &Ctx<'_>,
+) -> Vec<u8> {
+    let target = edits.target.as_deref().unwrap_or(req.target());
+    let (_, path, query) = split_target(target);
+    let mut path = path.to_vec();
+    if r.append_slash && !path.ends_with(b"/") {
+        path.push(b'/');
+    }
+    let tail = |mut out: Vec<u8>| {
+        out.extend_from_slice(&path);
+        if let (Some(q), false) = (query, r.drop_query) {
+            out.push(b'?');
+            out.extend_from_slice(q);
+        }
+        out
+    };
+    let value = r.value.render(cx);
+    let location = match r.kind {
+        RedirectKind::Location => value,
+        RedirectKind::Prefix => {
+            // A prefix of "/" adds nothing before the path.
+            let prefix = if value == b"/" { Vec::new() } else { value };
+            tail(prefix)
+        }
+        RedirectKind::Scheme => {
+            let mut out = value;
+            out.extend_from_slice(b"://");
+            out.extend_from_slice(req.header("host").unwrap_or_default());
+            tail(out)
+        }
+    };
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: ",
+        r.code,
+        reason(r.code)
+    )
+    .into_bytes();
+    out.extend_from_slice(&location);
+    out.extend_from_slice(b"\r\n");
+    if let Some(c) = &r.set_cookie {
+        let c = if c.contains('=') {
+            c.clone()
+        } else {
+            format!("{c}=")
+        };
+        out.extend_from_slice(format!("set-cookie: {c}; path=/\r\n").as_bytes());
+    }
+    if let Some(c) = &r.clear_cookie {
+        out.extend_from_slice(
+            format!(
+                "set-cookie: {c}=; Max-Age=0; Expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// Inserts `connection: close` into a locally generated response that lacks it.

@@ -2,11 +2,11 @@
 //! response after the `http-after-response` rules), as HTTP/1.1 bytes for now (issue 36
 //! makes them protocol-neutral replies).
 
-use sluice_http::{reason, split_target, RequestView, ResponseView, Version};
+use sluice_http::{RequestView, ResponseView, Version};
 
 use super::heads::{local_response, write_response_head, Edits};
 use super::session::Session;
-use crate::rules::{Redirect, RedirectKind, Service};
+use crate::rules::Service;
 use crate::sample::Ctx;
 use crate::stats;
 
@@ -110,70 +110,6 @@ pub(super) fn after_response(
     let client = (rsp.framing, !rsp.must_close, Version::Http11, None);
     write_response_head(&mut out, &view, &edits, Some(client), None);
     out.extend_from_slice(&bytes[rsp.len..]);
-    out
-}
-
-/// The response of `http-request redirect`.
-pub(super) fn redirect(
-    r: &Redirect,
-    req: &RequestView<'_>,
-    edits: &Edits,
-    cx: &Ctx<'_>,
-) -> Vec<u8> {
-    let target = edits.target.as_deref().unwrap_or(req.target());
-    let (_, path, query) = split_target(target);
-    let mut path = path.to_vec();
-    if r.append_slash && !path.ends_with(b"/") {
-        path.push(b'/');
-    }
-    let tail = |mut out: Vec<u8>| {
-        out.extend_from_slice(&path);
-        if let (Some(q), false) = (query, r.drop_query) {
-            out.push(b'?');
-            out.extend_from_slice(q);
-        }
-        out
-    };
-    let value = r.value.render(cx);
-    let location = match r.kind {
-        RedirectKind::Location => value,
-        RedirectKind::Prefix => {
-            // A prefix of "/" adds nothing before the path.
-            let prefix = if value == b"/" { Vec::new() } else { value };
-            tail(prefix)
-        }
-        RedirectKind::Scheme => {
-            let mut out = value;
-            out.extend_from_slice(b"://");
-            out.extend_from_slice(req.header("host").unwrap_or_default());
-            tail(out)
-        }
-    };
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: ",
-        r.code,
-        reason(r.code)
-    )
-    .into_bytes();
-    out.extend_from_slice(&location);
-    out.extend_from_slice(b"\r\n");
-    if let Some(c) = &r.set_cookie {
-        let c = if c.contains('=') {
-            c.clone()
-        } else {
-            format!("{c}=")
-        };
-        out.extend_from_slice(format!("set-cookie: {c}; path=/\r\n").as_bytes());
-    }
-    if let Some(c) = &r.clear_cookie {
-        out.extend_from_slice(
-            format!(
-                "set-cookie: {c}=; Max-Age=0; Expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/\r\n"
-            )
-            .as_bytes(),
-        );
-    }
-    out.extend_from_slice(b"\r\n");
     out
 }
 

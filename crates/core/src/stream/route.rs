@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 
 use sluice_http::{RequestHead, RequestView};
 
+use super::heads::redirect;
 use super::heads::{edited_request, reply_bytes, Edits};
-use super::reply::{monitor_matches, redirect, serve, with_header};
+use super::reply::{monitor_matches, serve, with_header};
 use super::session::Session;
 use crate::balance::{self, PickKey};
 use crate::cookie;
