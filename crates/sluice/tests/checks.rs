@@ -1809,7 +1809,8 @@ fn smtp_checks_match_haproxys() {
 /// the reply's first line), `pgsql-check` (an error's severity, the authentication requests
 /// HAProxy accepts, "PostgreSQL unknown error"), `mysql-check` (with and without a user, an
 /// error packet's code and text, the server's version), `ldap-check` (result codes, long
-/// lengths, what is not LDAP, a truncated answer); recorded as above.
+/// lengths, what is not LDAP, a truncated answer), `ssl-hello-chk` (an alert or a
+/// handshake record passes, anything else or too little does not); recorded as above.
 #[test]
 fn protocol_probes_match_haproxys() {
     let servers = [
@@ -1830,6 +1831,10 @@ fn protocol_probes_match_haproxys() {
         probe_server(b"", Some(b"HTTP/1.1 400 Bad Request\x0d\x0a\x0d\x0a"), true),
         probe_server(b"", Some(b"0\x0c\x02\x01\x01a\x07\x0a"), true),
         probe_server(b"", Some(b"0\x84\x00\x00\x00\x0c\x02\x01\x01a\x84\x00\x00\x00\x07\x0a\x01\x00\x04\x00\x04\x00"), false),
+        probe_server(b"", Some(b"\x15\x03\x00\x00\x02\x02\x28"), true),
+        probe_server(b"", Some(b"\x16\x03\x01\x00\x04\x0e\x00\x00\x00"), false),
+        probe_server(b"", Some(b"HTTP/1.1 400 Bad Request\x0d\x0a\x0d\x0a"), true),
+        probe_server(b"", Some(b"\x16\x03"), false),
     ];
     let keys: Vec<String> = (1..=servers.len()).map(|i| format!("{{S{i}}}")).collect();
     let subs: Vec<(&str, String)> = keys

@@ -1112,14 +1112,16 @@ fn check_connect_rules_choose_tls_name_and_protocols() {
         )
     };
     let _checker = Sluice::start(&format!(
-        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend rule\n{}{}{}{}backend tcp\n    option tcp-check\n    tcp-check connect ssl sni localhost alpn http/1.1\n    tcp-check send \"GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n\"\n    tcp-check expect rstring ^HTTP/1.1\\ 200\n    server s {} verify none check inter 100ms rise 1 fall 1\nbackend hs\n    server s {} check-ssl check-sni localhost verify none check inter 100ms rise 1 fall 1\n",
+        "global\n stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend rule\n{}{}{}{}backend tcp\n    option tcp-check\n    tcp-check connect ssl sni localhost alpn http/1.1\n    tcp-check send \"GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n\"\n    tcp-check expect rstring ^HTTP/1.1\\ 200\n    server s {} verify none check inter 100ms rise 1 fall 1\nbackend hs\n    server s {} check-ssl check-sni localhost verify none check inter 100ms rise 1 fall 1\nbackend hello\n    option ssl-hello-chk\n    server s {} check inter 100ms rise 1 fall 1\nbackend hello_plain\n    option ssl-hello-chk\n    server s {} check inter 100ms rise 1 fall 1\n",
         sock.display(),
         backend("rule", "ssl sni localhost alpn h2", "verify none"),
         backend("misnamed", "ssl sni other.test", "verify none"),
         backend("plain", "linger", "ssl verify none"),
         backend("dflt", "default sni localhost proto h1", "check-ssl verify none"),
         front.addr(),
-        front.addr()
+        front.addr(),
+        front.addr(),
+        origin.addr
     ));
     let field = |be: &str, f: &str| stat_field(&Sluice::cli(&sock, "show stat"), be, "s", f);
     wait_until("every check judged", || {
@@ -1129,7 +1131,14 @@ fn check_connect_rules_choose_tls_name_and_protocols() {
             && field("misnamed", "status") == "DOWN"
             && field("plain", "status") == "DOWN"
             && field("hs", "check_status").starts_with('L')
+            && field("hello", "check_status").starts_with('L')
+            && field("hello_plain", "check_status").starts_with('L')
     });
+    // `option ssl-hello-chk`: a TLS server answers the SSLv3 hello (with an alert: rustls
+    // speaks no SSLv3), an HTTP server does not.
+    assert_eq!(field("hello", "check_status"), "L6OK");
+    assert_eq!(field("hello", "status"), "UP");
+    assert_eq!(field("hello_plain", "status"), "DOWN");
     // A connection check over TLS passes at layer 6, as HAProxy reports it (its reg-test
     // checks/tcp-check-ssl).
     assert_eq!(field("hs", "check_status"), "L6OK");

@@ -785,6 +785,14 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "option ssl-hello-chk",
+        scope: Scope::BE,
+        help: "option ssl-hello-chk: check servers with an SSLv3 client hello",
+        parse: |c, a| {
+            no_args(a).map(|_| c.check.kind = CheckKind::Probe(probe::ssl_hello_rules()))
+        },
+    },
+    Keyword {
         name: "option ldap-check",
         scope: Scope::BE,
         help: "option ldap-check: check servers with an anonymous LDAPv3 bind",

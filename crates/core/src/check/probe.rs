@@ -684,14 +684,18 @@ impl RuleRun<'_> {
                     }
                     buf.clear();
                 }
-                TcpRule::Send(..) | TcpRule::SendText(..) => {
-                    let text;
+                TcpRule::Send(..) | TcpRule::SendText(..) | TcpRule::SslHello => {
+                    let made;
                     let bytes = match rule {
                         TcpRule::SendText(t, _) => {
                             let mut s = String::new();
                             t.render(self.vars, &mut s);
-                            text = s;
-                            text.as_bytes()
+                            made = s.into_bytes();
+                            made.as_slice()
+                        }
+                        TcpRule::SslHello => {
+                            made = ssl_hello(std::time::SystemTime::now());
+                            made.as_slice()
                         }
                         TcpRule::Send(b, _) => b.as_slice(),
                         _ => unreachable!("only sends here"),
@@ -819,6 +823,10 @@ impl RuleRun<'_> {
                 };
                 format!("{verdict}{what} at step {}", step.number)
             }
+            // HAProxy's own rule sets say nothing more than their status.
+            None if opts.error_status.is_some() => {
+                return Outcome::fail(status, reason_of(status), None);
+            }
             None => return self.probe_mismatch(step, pattern),
         };
         if let Some(c) = step.comment {
@@ -852,7 +860,11 @@ impl RuleRun<'_> {
             .rev()
             .find(|r| !matches!(r, TcpRule::Comment(_)));
         if !self.generic {
-            let mut o = Outcome::pass("L7OK", "Layer7 check passed");
+            let status = match last {
+                Some(TcpRule::Expect { opts, .. }) => opts.ok_status.unwrap_or("L7OK"),
+                _ => "L7OK",
+            };
+            let mut o = Outcome::pass(status, reason_of(status));
             // A probe that reports from the reply (`option smtpchk`): its code and text.
             if let Some(TcpRule::Expect { opts, .. }) = last {
                 let info = match &opts.on_success {
@@ -948,7 +960,7 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
         let kind = match rule {
             TcpRule::Comment(_) => Kind::Comment,
             TcpRule::Connect(_) => Kind::Connect,
-            TcpRule::Send(..) | TcpRule::SendText(..) => Kind::Send,
+            TcpRule::Send(..) | TcpRule::SendText(..) | TcpRule::SslHello => Kind::Send,
             TcpRule::Expect { .. } => Kind::Expect,
         };
         if kind != prev && prev != Kind::Comment {
@@ -962,6 +974,7 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
             }
             TcpRule::Connect(how) => how.comment.as_deref().or(pending.take()),
             TcpRule::Send(_, c) | TcpRule::SendText(_, c) => c.as_deref().or(pending),
+            TcpRule::SslHello => pending,
             TcpRule::Expect { opts, .. } => opts.comment.as_deref().or(pending),
         });
     }
@@ -1106,6 +1119,50 @@ pub fn smtp_rules(verb: &str, domain: &str) -> Vec<TcpRule> {
         TcpRule::Send(b"QUIT\r\n".to_vec(), None),
         expect("^2[0-9]{2}[- \\r]", Some(4), "L7STS", Report::Text, true),
     ]
+}
+
+/// The rules of `option ssl-hello-chk`, as HAProxy 2.6's rule set: an SSLv3 client hello,
+/// then a record that is a handshake or an alert (0x16 or 0x15) is a server speaking SSL.
+pub fn ssl_hello_rules() -> Vec<TcpRule> {
+    vec![
+        TcpRule::SslHello,
+        TcpRule::Expect {
+            neg: false,
+            pattern: Pattern::RegexHex(Re(regex::bytes::Regex::new("^1[56]").expect("valid"))),
+            min_recv: Some(5),
+            opts: ExpectOpts {
+                ok_status: Some("L6OK"),
+                error_status: Some("L6RSP"),
+                tout_status: Some("L6TOUT"),
+                ..ExpectOpts::default()
+            },
+        },
+    ]
+}
+
+/// An SSLv3 CLIENT HELLO (RFC 2246, A.3 and A.4) offering the 39 most common suites of its
+/// time, its random starting with the time, as HAProxy sends it: enough for any SSL or
+/// TLS server to answer with a handshake record or an alert.
+fn ssl_hello(now: std::time::SystemTime) -> Vec<u8> {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32);
+    let suites: Vec<u16> = (0x01..=0x1b).chain(0x2f..=0x3a).collect();
+    let mut hello = vec![0x03, 0x00]; // client version SSLv3
+    hello.extend_from_slice(&secs.to_be_bytes());
+    hello.extend_from_slice(b"HAPROXYSSLCHK\nHAPROXYSSLCHK\n"); // the random's other 28 bytes
+    hello.push(0); // no session id
+    hello.extend_from_slice(&((suites.len() * 2) as u16).to_be_bytes());
+    for s in suites {
+        hello.extend_from_slice(&s.to_be_bytes());
+    }
+    hello.extend_from_slice(&[1, 0]); // one compression method: none
+    let mut handshake = vec![0x01, 0, 0, hello.len() as u8]; // CLIENT HELLO, 24-bit length
+    handshake.extend_from_slice(&hello);
+    let mut record = vec![0x16, 0x03, 0x00]; // handshake record, SSLv3
+    record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
+    record.extend_from_slice(&handshake);
+    record
 }
 
 /// The rules of `option pgsql-check user USER`: a startup message (protocol 3.0), then an
@@ -1360,6 +1417,19 @@ fn ldap_bind_result(b: &[u8]) -> LdapAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ssl_hello_is_haproxys() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(0x0102_0304);
+        let h = ssl_hello(t);
+        // Record, handshake and hello headers with their lengths, as HAProxy's template.
+        assert_eq!(h[..11], [0x16, 3, 0, 0, 0x79, 1, 0, 0, 0x75, 3, 0]);
+        assert_eq!(h.len(), 5 + 0x79);
+        assert_eq!(h[11..15], [1, 2, 3, 4]);
+        assert_eq!(&h[15..43], b"HAPROXYSSLCHK\nHAPROXYSSLCHK\n");
+        assert_eq!(h[43..46], [0, 0, 0x4e]);
+        assert_eq!(h[h.len() - 4..], [0, 0x3a, 1, 0]);
+    }
 
     #[test]
     fn status_lines() {

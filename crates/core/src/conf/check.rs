@@ -323,6 +323,8 @@ pub enum TcpRule {
     Send(Vec<u8>, Option<String>),
     /// `send-lf`: text with variables.
     SendText(CheckText, Option<String>),
+    /// `option ssl-hello-chk`'s SSLv3 client hello, stamped with the time it is sent.
+    SslHello,
     /// Read until `pattern` is found (or, negated, until the peer is done without it), after
     /// at least `min_recv` bytes.
     Expect {
