@@ -177,7 +177,7 @@ fn parse_data(d: &str) -> Result<Vec<DataType>, String> {
     let period = arg.map(units::parse_time).transpose()?;
     let Some(counter) = Counter::from_name(name) else {
         return Err(match name {
-            "http_fail_cnt" | "http_fail_rate" | "server_key" => {
+            "server_key" => {
                 format!("data type '{name}' is not supported yet")
             }
             _ => format!("unknown data type '{name}'"),

@@ -344,6 +344,62 @@ fn http_response_rules_track_on_the_answer() {
     assert_eq!(entry_value(&sock, "fe", "http_req_cnt"), Some(2));
 }
 
+/// `http_fail_cnt`/`http_fail_rate` count what HAProxy calls failures: a server's 5xx but
+/// 501 and 505 (not the proxy's own 5xx answers); `kbytes_out` reads the byte count in
+/// kilobytes, through a fetch and a converter.
+#[test]
+fn server_failures_and_kilobytes_are_counted() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            let status = match r.target.as_str() {
+                "/boom" => "500 Internal Server Error",
+                "/nimpl" => "501 Not Implemented",
+                "/busy" => "503 Service Unavailable",
+                _ => {
+                    let body = "x".repeat(3000);
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                    return Reply::Raw((head + &body).into_bytes());
+                }
+            };
+            Reply::Raw(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").into_bytes())
+        }),
+    );
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stick-table type ip size 100 expire 1m store http_req_cnt,http_fail_cnt,http_fail_rate(10s),bytes_out_cnt\n    http-request track-sc0 src\n    http-request return status 502 content-type text/plain string mine if {{ path /mine }}\n    http-request return status 200 content-type text/plain lf-string \"%[sc0_kbytes_out] %[src,table_kbytes_out(fe)] %[sc_http_fail_cnt(0)] %[src,table_http_fail_rate(fe)]\" if {{ path /counts }}\n    default_backend be\nbackend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    for (path, want) in [
+        ("/boom", 500),
+        ("/nimpl", 501),
+        ("/busy", 503),
+        ("/mine", 502),
+    ] {
+        assert_eq!(status(&p, path), want, "{path}");
+    }
+    for _ in 0..6 {
+        assert_eq!(status(&p, "/big"), 200);
+    }
+    // (18 kB and more sent: a count in kilobytes that is not 0.)
+    wait_until("every request counted", || {
+        entry_value(&sock, "fe", "http_req_cnt") == Some(10)
+    });
+    assert_eq!(entry_value(&sock, "fe", "http_fail_cnt"), Some(2));
+    assert_eq!(entry_value(&sock, "fe", "http_fail_rate"), Some(2));
+    let bytes = entry_value(&sock, "fe", "bytes_out_cnt").unwrap();
+    assert!(bytes > 18_000, "{bytes}");
+    let kb = bytes >> 10;
+    assert_eq!(get(p.addr(), "/counts").text(), format!("{kb} {kb} 2 2"));
+    let show = Sluice::cli(&sock, "show table fe");
+    assert!(
+        show.contains(" http_fail_cnt=2 http_fail_rate(10000)=2\n"),
+        "{show}"
+    );
+}
+
 /// `name=value` (or `name(period)=value`) from the `show table` line holding `key=KEY`.
 fn value_for(show: &str, key: &str, name: &str) -> Option<u64> {
     line_value(

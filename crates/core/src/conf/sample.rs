@@ -430,6 +430,17 @@ pub enum Conv {
     Sdbm(bool),
     Wt6(bool),
     Xxh3(u64),
+    /// `crc32c([avalanche])`: the Castagnoli CRC.
+    Crc32c(bool),
+    /// `xxh32([seed])`, an unsigned 32-bit hash.
+    Xxh32(u32),
+    /// `xxh64([seed])`, given as a signed integer as HAProxy does.
+    Xxh64(u64),
+    /// `http_date([offset[,unit]])`: the offset and how many input units make a second.
+    HttpDate(i64, i64),
+    /// `language(TAGS[,DEFAULT])`: the `;`-separated tags and the answer when none is
+    /// accepted.
+    Language(Vec<u8>, Option<Vec<u8>>),
     Bytes(usize, Option<usize>),
     Ltime(String, i64),
     Utime(String, i64),

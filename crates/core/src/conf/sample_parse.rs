@@ -356,13 +356,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "date" => {
             arity(c, 0, 2)?;
-            let per_sec = match c.args.get(1).map(|a| a.trim()) {
-                None | Some("") | Some("s") => 1,
-                Some("ms") => 1000,
-                Some("us") => 1_000_000,
-                Some(other) => return err(format!("date: unknown unit '{other}' (s, ms or us)")),
-            };
-            Fetch::Date(int(c, 0)?.unwrap_or(0), per_sec)
+            Fetch::Date(int(c, 0)?.unwrap_or(0), time_unit(c, 1)?)
         }
         "rand" => {
             arity(c, 0, 1)?;
@@ -578,6 +572,11 @@ fn table_op(word: &str) -> Option<(TableOp, Named)> {
     if let Some((op, element)) = array {
         return Some((op, Named::Array(element)));
     }
+    match word {
+        "kbytes_in" => return Some((TableOp::ReadKilo, Named::Legacy(Counter::BytesInCnt))),
+        "kbytes_out" => return Some((TableOp::ReadKilo, Named::Legacy(Counter::BytesOutCnt))),
+        _ => {}
+    }
     let (op, name) = if let Some(n) = word.strip_prefix("get_") {
         (TableOp::Read, n)
     } else if let Some(n) = word.strip_prefix("inc_") {
@@ -598,14 +597,17 @@ fn table_op(word: &str) -> Option<(TableOp, Named)> {
     }
 }
 
-/// The counter a table converter reads (`table_http_req_rate`, `table_gpc0`, and the
-/// arrays' `table_gpt`, `table_gpc`, `table_gpc_rate`).
-fn table_conv(word: &str) -> Option<Named> {
+/// The counter a table converter reads and how (`table_http_req_rate`, `table_gpc0`,
+/// `table_kbytes_in` in kilobytes, and the arrays' `table_gpt`, `table_gpc`,
+/// `table_gpc_rate`).
+fn table_conv(word: &str) -> Option<(TableOp, Named)> {
     Some(match word {
-        "gpt" => Named::Array(Counter::Gpt),
-        "gpc" => Named::Array(Counter::Gpc),
-        "gpc_rate" => Named::Array(Counter::GpcRate),
-        _ => Named::Legacy(Counter::from_name(word)?),
+        "gpt" => (TableOp::Read, Named::Array(Counter::Gpt)),
+        "gpc" => (TableOp::Read, Named::Array(Counter::Gpc)),
+        "gpc_rate" => (TableOp::Read, Named::Array(Counter::GpcRate)),
+        "kbytes_in" => (TableOp::ReadKilo, Named::Legacy(Counter::BytesInCnt)),
+        "kbytes_out" => (TableOp::ReadKilo, Named::Legacy(Counter::BytesOutCnt)),
+        _ => (TableOp::Read, Named::Legacy(Counter::from_name(word)?)),
     })
 }
 
@@ -660,6 +662,16 @@ fn int_arg(c: &Call<'_>) -> Result<IntArg, ParseError> {
                 c.name
             ))
         })?)),
+    }
+}
+
+/// A time unit argument (`s`, `ms`, `us`; seconds when absent) as units per second.
+fn time_unit(c: &Call<'_>, at: usize) -> Result<i64, ParseError> {
+    match c.args.get(at).map(|a| a.trim()) {
+        None | Some("") | Some("s") => Ok(1),
+        Some("ms") => Ok(1000),
+        Some("us") => Ok(1_000_000),
+        Some(other) => err(format!("{}: unknown unit '{other}' (s, ms or us)", c.name)),
     }
 }
 
@@ -783,6 +795,25 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         "xxh3" => {
             arity(c, 0, 1)?;
             Conv::Xxh3(int(c, 0)?.unwrap_or(0) as u64)
+        }
+        "crc32c" => Conv::Crc32c(avalanche(c)?),
+        "xxh32" | "xxh64" => {
+            arity(c, 0, 1)?;
+            let seed = int(c, 0)?.unwrap_or(0);
+            if c.name == "xxh32" {
+                Conv::Xxh32(seed as u32)
+            } else {
+                Conv::Xxh64(seed as u64)
+            }
+        }
+        "http_date" => {
+            arity(c, 0, 2)?;
+            Conv::HttpDate(int(c, 0)?.unwrap_or(0), time_unit(c, 1)?)
+        }
+        "language" => {
+            arity(c, 1, 2)?;
+            let default = opt_str(c, 1).map(String::into_bytes);
+            Conv::Language(c.args[0].clone().into_bytes(), default)
         }
         "bytes" => {
             arity(c, 1, 2)?;
@@ -1012,13 +1043,14 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         }
         other if other.starts_with("table_") && table_conv(&other[6..]).is_some() => {
             // An array's converter takes the element's index first (`table_gpt(IDX,T)`).
-            let (counter, at) = match table_conv(&other[6..]).expect("checked") {
+            let (op, named) = table_conv(&other[6..]).expect("checked");
+            let (counter, at) = match named {
                 Named::Legacy(c) => (c, 0),
                 Named::Array(element) => (element(array_index(c, 0)?), 1),
             };
             arity(c, 1 + at, 1 + at)?;
             Conv::Table {
-                op: TableOp::Read,
+                op,
                 counter,
                 table: NameRef::new(c.args[at].clone()),
             }

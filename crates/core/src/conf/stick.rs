@@ -68,6 +68,10 @@ pub enum Counter {
     BytesInRate,
     BytesOutCnt,
     BytesOutRate,
+    /// Failures the servers caused (a 5xx answer but 501 and 505, a server that timed
+    /// out, broke off or answered nonsense).
+    HttpFailCnt,
+    HttpFailRate,
     /// Element N of the `gpt(N)` array of tags.
     Gpt(u8),
     /// Element N of the `gpc(N)` array of counters.
@@ -81,7 +85,7 @@ pub enum Counter {
 pub const ARRAY_MAX: usize = 100;
 
 /// Every counter with HAProxy's name for it (`http_req_rate`).
-const NAMES: [(Counter, &str); 19] = {
+const NAMES: [(Counter, &str); 21] = {
     use Counter::*;
     [
         (ServerId, "server_id"),
@@ -103,6 +107,8 @@ const NAMES: [(Counter, &str); 19] = {
         (BytesInRate, "bytes_in_rate"),
         (BytesOutCnt, "bytes_out_cnt"),
         (BytesOutRate, "bytes_out_rate"),
+        (HttpFailCnt, "http_fail_cnt"),
+        (HttpFailRate, "http_fail_rate"),
     ]
 };
 
@@ -186,6 +192,8 @@ impl Counter {
                     BytesOutRate,
                     Gpc1,
                     Gpc1Rate,
+                    HttpFailCnt,
+                    HttpFailRate,
                 ]
                 .iter()
                 .position(|&x| x == c)
@@ -243,4 +251,6 @@ pub enum TableOp {
     Clr,
     /// Whether the slot tracks an entry (`sc0_tracked`); the counter is unused.
     Tracked,
+    /// Reads a byte count in kilobytes (`sc0_kbytes_in`, `table_kbytes_out`).
+    ReadKilo,
 }

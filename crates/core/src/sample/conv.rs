@@ -23,6 +23,7 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
         SetVar(_) => input,
         Length | Add(_) | Sub(_) | Mul(_) | Div(_) | Mod(_) | And(_) | Or(_) | Xor(_) | Neg
         | Crc32(_) | Djb2(_) | Sdbm(_) | Wt6(_) | Xxh3(_) | Hex2i => Kind::Int,
+        Crc32c(_) | Xxh32(_) | Xxh64(_) => Kind::Int,
         Bool | Not | Odd | Even => Kind::Bool,
         IpMask(..) => Kind::Ip,
         Table { .. } => Kind::Int,
@@ -202,6 +203,16 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         Conv::Wt6(a) => hashed(hash::wt6(&s.as_binary()), *a),
         // HAProxy gives the 64-bit hash as a signed integer.
         Conv::Xxh3(seed) => Sample::Int(hash::xxh3(&s.as_binary(), *seed) as i64),
+        Conv::Crc32c(a) => hashed(crc32c::crc32c(&s.as_binary()), *a),
+        Conv::Xxh32(seed) => Sample::Int(i64::from(hash::xxh32(&s.as_binary(), *seed))),
+        Conv::Xxh64(seed) => Sample::Int(hash::xxh64(&s.as_binary(), *seed) as i64),
+        Conv::HttpDate(offset, per_sec) => {
+            Sample::string(http_date(s.as_int()?.wrapping_add(*offset), *per_sec)?)
+        }
+        Conv::Language(tags, default) => {
+            let best = super::language::preferred(&s.as_bytes(), tags);
+            text(best.or(default.as_deref())?.to_vec())
+        }
         Conv::Bytes(offset, len) => {
             let slice = |b: &[u8]| -> Option<Vec<u8>> {
                 let start = (*offset).min(b.len());
@@ -519,6 +530,19 @@ pub fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
         }
         _ => false,
     }
+}
+
+/// `http_date`: an IMF-fixdate, with the fraction of a second HAProxy appends (unpadded)
+/// when the input counts milliseconds or microseconds.
+fn http_date(t: i64, per_sec: i64) -> Option<String> {
+    // HAProxy keeps 55 bits of the seconds so that huge values stay positive.
+    let secs = (t / per_sec) & 0x007f_ffff_ffff_ffff;
+    let date = crate::log::strftime(secs, "%a, %d %b %Y %H:%M:%S", false)?;
+    Some(if per_sec == 1 {
+        format!("{date} GMT")
+    } else {
+        format!("{date}.{} GMT", t % per_sec)
+    })
 }
 
 #[cfg(test)]

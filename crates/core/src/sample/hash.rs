@@ -54,6 +54,16 @@ pub fn avalanche(mut a: u32) -> u32 {
     a.wrapping_mul(3_221_225_473)
 }
 
+/// XXH32, with a seed.
+pub fn xxh32(data: &[u8], seed: u32) -> u32 {
+    xxhash_rust::xxh32::xxh32(data, seed)
+}
+
+/// XXH64, with a seed.
+pub fn xxh64(data: &[u8], seed: u64) -> u64 {
+    xxhash_rust::xxh64::xxh64(data, seed)
+}
+
 /// XXH3, 64 bits, with a seed.
 pub fn xxh3(data: &[u8], seed: u64) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(data, seed)

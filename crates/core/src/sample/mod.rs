@@ -17,6 +17,7 @@ mod fix;
 pub mod hash;
 mod json;
 mod jwt;
+mod language;
 mod mqtt;
 pub mod payload;
 mod table;

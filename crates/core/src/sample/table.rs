@@ -132,6 +132,7 @@ fn apply_entry<'a>(
             before
         }
         TableOp::Read | TableOp::Tracked => e.get(counter, now)?,
+        TableOp::ReadKilo => e.get(counter, now)? >> 10,
     };
     Some(Sample::Int(value as i64))
 }

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::report::Cause;
 use super::session::Session;
 use super::txn::Txn;
 use crate::buffer::Buf;
@@ -101,7 +102,21 @@ async fn run(s: &mut Session) {
             Err(fail) => fail.status.map_or(-1, i64::from),
             Ok(_) => txn.log.status,
         };
-        s.end_tracking(status, txn.bytes_in(s), txn.log.bytes);
+        // HAProxy's failures: the server's 5xx but 501 and 505, or its timeout, break or
+        // nonsense; not the proxy's own answers.
+        let server_failed = match &done {
+            Err(fail) => matches!(
+                fail.cause,
+                Cause::ServerTimeout | Cause::Server(_) | Cause::InvalidResponse
+            ),
+            Ok(_) => {
+                txn.log.local.is_none()
+                    && (500..600).contains(&status)
+                    && status != 501
+                    && status != 505
+            }
+        };
+        s.end_tracking(status, server_failed, txn.bytes_in(s), txn.log.bytes);
         match done {
             Ok(keep) => {
                 txn.log_done(s);

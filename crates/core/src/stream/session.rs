@@ -133,9 +133,10 @@ impl Session {
         }
     }
 
-    /// The transaction is over: the entries tracking it count its error (a 4xx answer) and
-    /// its bytes, and those it tracked itself are released.
-    pub fn end_tracking(&self, status: i64, bytes_in: u64, bytes_out: u64) {
+    /// The transaction is over: the entries tracking it count its error (a 4xx answer), a
+    /// failure its server caused (`server_failed`) and its bytes, and those it tracked
+    /// itself are released.
+    pub fn end_tracking(&self, status: i64, server_failed: bool, bytes_in: u64, bytes_out: u64) {
         let v = &self.vars;
         if v.trackers.borrow().is_empty() && v.sess_trackers.borrow().is_empty() {
             return;
@@ -148,6 +149,9 @@ impl Session {
         ];
         if (400..500).contains(&status) {
             counts.extend([(Counter::HttpErrCnt, 1), (Counter::HttpErrRate, 1)]);
+        }
+        if server_failed {
+            counts.extend([(Counter::HttpFailCnt, 1), (Counter::HttpFailRate, 1)]);
         }
         v.count(&counts, crate::runtime::clock_ms());
         v.trackers.borrow_mut().clear();
