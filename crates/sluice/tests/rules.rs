@@ -1319,3 +1319,49 @@ backend be
         "{err}"
     );
 }
+
+/// A HEAD a rule sends as a GET (HAProxy's reg-test http_bodyless_response): the server's
+/// body, sized, large or chunked, is read and dropped; the client gets the head alone and
+/// both connections carry on.
+#[test]
+fn a_head_sent_as_a_get_gets_no_body() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| {
+            let raw = match r.target.as_str() {
+                "/small" => "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nskipped data".to_string(),
+                "/big" => format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: 20000\r\n\r\n{}",
+                    "x".repeat(20000)
+                ),
+                "/chunked" => format!(
+                    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n{}\r\n400\r\n{}\r\n0\r\n\r\n",
+                    "a".repeat(15),
+                    "b".repeat(1024)
+                ),
+                _ => return ok_response("last response").into(),
+            };
+            Reply::Raw(raw.into_bytes())
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\nfrontend fe\n    {{fe}}\n    http-request set-method GET\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let mut c = Conn::new(p.addr());
+    for (path, length) in [
+        ("/small", Some("12")),
+        ("/big", Some("20000")),
+        ("/chunked", None),
+    ] {
+        c.send(format!("HEAD {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response_for(true).expect("an answer");
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-length"), length, "{path}");
+    }
+    // Nothing of the bodies reached the client: the next answer is read whole.
+    assert_eq!(c.get("/last").text(), "last response");
+    let seen = origin.requests();
+    assert!(seen.iter().all(|r| r.method == "GET"), "{seen:?}");
+    assert_eq!(origin.conns(), 1, "the server connection was kept");
+}

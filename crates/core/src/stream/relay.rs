@@ -212,11 +212,18 @@ impl Txn {
             // Compressed for this client: not stored (hits are served as stored).
             capture = None;
         }
+        // A HEAD a rule turned into another method: the server sends a body the client
+        // must not get. It is read and dropped, and the server connection stays usable.
+        let dropped = facts.is_head && !facts.server_head;
+        if dropped {
+            capture = None;
+        }
         // An HTTP/1.1 client, or an HTTP/2 stream (which reads chunked framing as HTTP/1.1
         // does, trailers included): a body of unknown length goes chunked.
         let client_11 = facts.version != Version::Http10;
         let framing = rsp.framing();
-        let (client_framing, mode) = match framing {
+        let to_client = if dropped { Framing::None } else { framing };
+        let (client_framing, mode) = match to_client {
             _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),
             Framing::Chunked if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
             Framing::Chunked => (Framing::UntilClose, ChunkedOut::Raw),
@@ -278,6 +285,10 @@ impl Txn {
             w.state().backends[backend].counters.at(w.tid),
         ];
         let outcome = match compressor.as_mut() {
+            _ if dropped => match relay.plain(Framing::None, mode).await {
+                Ok(()) => relay.drop_body(framing).await,
+                Err(e) => Err(e),
+            },
             Some(c) => {
                 for k in counters {
                     k.comp_rsp.bump();
@@ -663,6 +674,52 @@ impl Relay<'_> {
                     return Ok(());
                 }
             },
+        }
+    }
+
+    /// Reads the body to its end and drops it (a HEAD the server got as another method).
+    async fn drop_body(&mut self, framing: Framing) -> Result<(), Cause> {
+        let truncated = || Cause::Server(None);
+        let mut dec = ChunkedDecoder::new();
+        let mut remaining = match framing {
+            Framing::None => return Ok(()),
+            Framing::Length(n) => n,
+            Framing::Chunked | Framing::UntilClose => u64::MAX,
+        };
+        let mut sink = Vec::new();
+        loop {
+            let avail = self.sbuf.bytes();
+            let (used, done) = match framing {
+                Framing::Chunked => {
+                    let used = dec
+                        .decode(avail, ChunkedOut::Raw, &mut sink)
+                        .map_err(|_| truncated())?;
+                    sink.clear();
+                    self.data = Some(dec.data_len());
+                    (used, dec.is_done())
+                }
+                _ => {
+                    let used = (remaining.min(avail.len() as u64)) as usize;
+                    remaining -= used as u64;
+                    *self.data.get_or_insert(0) += used as u64;
+                    (used, remaining == 0)
+                }
+            };
+            self.sbuf.consume(used);
+            self.relayed += used as u64;
+            if done {
+                return Ok(());
+            }
+            if self.sbuf.is_full() {
+                return Err(truncated());
+            }
+            if !self.read_server().await? {
+                // Only a body that lasts until the close ends this way.
+                return match framing {
+                    Framing::UntilClose => Ok(()),
+                    _ => Err(truncated()),
+                };
+            }
         }
     }
 

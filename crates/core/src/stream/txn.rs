@@ -45,7 +45,11 @@ use crate::transport::Then;
 pub(crate) struct ReqFacts {
     pub framing: Framing,
     pub version: Version,
+    /// The client asked for a HEAD: its answer carries no body.
     pub is_head: bool,
+    /// The request goes to the server as a HEAD (a rule may have changed the method
+    /// either way): the server's answer has no body.
+    pub server_head: bool,
     pub idempotent: bool,
     pub wants_close: bool,
     pub expect_continue: bool,
@@ -288,6 +292,7 @@ impl Txn {
             framing: req.framing(),
             version: req.version(),
             is_head: req.is_head(),
+            server_head: req.is_head(),
             idempotent: req.is_idempotent(),
             // A CONNECT refused leaves the connection: what the client sent after it was
             // meant for a tunnel, not the next request.
@@ -496,6 +501,10 @@ impl Txn {
                     timeout_server: edits.timeout_server.or(be.timeout_server),
                     timeout_tunnel: edits.timeout_tunnel,
                     cache: edits.cache_lookup.take(),
+                    server_head: edits
+                        .method
+                        .as_deref()
+                        .map_or(facts.server_head, |m| m == b"HEAD"),
                     ..facts
                 };
                 if fe.stream.originalto.is_some() || be.stream.originalto.is_some() {
@@ -931,7 +940,7 @@ impl Txn {
             return match within(facts.timeout_server, stream.response()).await {
                 Ok(Ok(answer)) => Ok(ServerHead::H2 {
                     answer: Box::new(answer),
-                    head_request: facts.is_head,
+                    head_request: facts.server_head,
                 }),
                 Ok(Err(e)) => Err(SendFail::Retryable(e)),
                 Err(()) => Err(SendFail::Fail(Fail::answer(
@@ -948,7 +957,7 @@ impl Txn {
         let mut got_any = false;
         loop {
             if !s.sbuf.is_empty() {
-                match parse_response(s.sbuf.bytes(), facts.is_head) {
+                match parse_response(s.sbuf.bytes(), facts.server_head) {
                     Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
                         if rsp.status == 101 {
                             // Only an upgrade the client asked for switches protocols, and
