@@ -380,6 +380,41 @@ fn close_delimited_response_is_rechunked_for_http11_and_closed_for_http10() {
     assert!(c10.is_closed());
 }
 
+/// An HTTP/1.0 server's answers reach an HTTP/1.1 client as HTTP/1.0, as HAProxy writes
+/// them (reg-test compression/basic): kept alive with `Connection: keep-alive` when sized,
+/// never chunked, closed with the connection when not sized.
+#[test]
+fn http10_servers_are_answered_as_http10() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| match r.target.as_str() {
+            "/sized" => Reply::Raw(
+                b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello"
+                    .to_vec(),
+            ),
+            _ => Reply::RawThenClose(
+                b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close".to_vec(),
+            ),
+        }),
+    );
+    let p = Sluice::start(&one_backend(&origin, "", ""));
+    let mut c = p.connect();
+    let r = c.get("/sized");
+    assert_eq!(
+        (r.version.as_str(), r.text().as_str()),
+        ("HTTP/1.0", "hello")
+    );
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    let r = c.get("/close");
+    assert_eq!(
+        (r.version.as_str(), r.text().as_str()),
+        ("HTTP/1.0", "until close")
+    );
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(r.header("connection"), None);
+    assert!(c.is_closed());
+}
+
 #[test]
 fn pipelined_requests_are_answered_in_order() {
     let origin = Origin::start("o");

@@ -742,7 +742,7 @@ fn response_status<'a>(rsp: &ResponseView<'a>, edits: &'a Edits) -> (u16, &'a [u
     (status, phrase)
 }
 
-/// Writes a response head for an HTTP/1.1 client. `client` is `None` for interim (1xx)
+/// Writes a response head for an HTTP/1 client. `client` is `None` for interim (1xx)
 /// responses; otherwise (framing sent to the client, keep-alive, client version, length
 /// to repeat for HEAD/304).
 pub(crate) fn write_response_head(
@@ -753,7 +753,10 @@ pub(crate) fn write_response_head(
     compressed: Option<Algo>,
 ) {
     let (status, phrase) = response_status(rsp, edits);
-    out.extend_from_slice(b"HTTP/1.1 ");
+    // An HTTP/1.0 server's answer keeps its version, as HAProxy writes it (an HTTP/2
+    // server's is 1.1).
+    let rsp_10 = rsp.version() == Version::Http10;
+    out.extend_from_slice(if rsp_10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
     out.extend_from_slice(Digits::new(u64::from(status)).as_bytes());
     out.push(b' ');
     out.extend_from_slice(phrase);
@@ -770,9 +773,10 @@ pub(crate) fn write_response_head(
             }
             Framing::UntilClose => {}
         }
-        if !keep {
+        // HTTP/1.0 closes unless told otherwise, HTTP/1.1 keeps alive unless told.
+        if !keep && !rsp_10 {
             out.extend_from_slice(b"connection: close\r\n");
-        } else if version == Version::Http10 {
+        } else if keep && (version == Version::Http10 || rsp_10) {
             out.extend_from_slice(b"connection: keep-alive\r\n");
         }
     }

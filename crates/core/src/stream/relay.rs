@@ -219,8 +219,11 @@ impl Txn {
             capture = None;
         }
         // An HTTP/1.1 client, or an HTTP/2 stream (which reads chunked framing as HTTP/1.1
-        // does, trailers included): a body of unknown length goes chunked.
-        let client_11 = facts.version != Version::Http10;
+        // does, trailers included): a body of unknown length goes chunked, unless the
+        // answer is an HTTP/1.0 server's, which HTTP/1 clients get as HTTP/1.0 (as HAProxy
+        // sends it: never chunked).
+        let client_11 = facts.version != Version::Http10
+            && (view.version() != Version::Http10 || s.client.as_stream().is_some());
         let framing = rsp.framing();
         let to_client = if dropped { Framing::None } else { framing };
         let (client_framing, mode) = match to_client {

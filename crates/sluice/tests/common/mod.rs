@@ -484,6 +484,8 @@ impl Drop for Sluice {
 /// A parsed response as a client received it.
 #[derive(Debug, Clone)]
 pub struct Response {
+    /// The status line's version (`HTTP/1.1`).
+    pub version: String,
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -561,6 +563,11 @@ impl Conn {
             b
         };
         Some(Response {
+            version: status_line
+                .split(' ')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
             status,
             headers,
             body,
