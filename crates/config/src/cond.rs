@@ -1,16 +1,22 @@
 //! HAProxy's condition expressions, for `.if` / `.elif` blocks and `-cc`: predicates
 //! (`defined(VAR)`, `feature(NAME)`, `streq(A,B)`, `strneq(A,B)`, `version_atleast(V)`,
-//! `version_before(V)`, `openssl_version_atleast(V)`, `openssl_version_before(V)`), bare
+//! `version_before(V)`, `openssl_version_atleast(V)`, `openssl_version_before(V)`,
+//! `ssllib_name_startswith(S)`), bare
 //! words (true unless empty or `0`), `!`, `&&`, `||` and parentheses.
 //!
 //! sluice follows HAProxy 2.6's behaviour and says so: the version compared is
 //! [`HAPROXY_VERSION`], and [`FEATURES`] are the build features it reports. `OPENSSL` is
 //! among them because sluice reads HAProxy's TLS keywords (with rustls underneath), so
 //! that a configuration guarding its `ssl` lines with `.if feature(OPENSSL)` keeps them;
-//! `openssl_version_atleast`/`_before` are always false: there is no OpenSSL version.
+//! `openssl_version_atleast`/`_before` are always false: there is no OpenSSL version, and
+//! the TLS library's name is [`SSLLIB_NAME`].
 
 /// The HAProxy release whose behaviour sluice follows, for `version_atleast`/`_before`.
 pub const HAPROXY_VERSION: &str = "2.6.12";
+
+/// The TLS library's name, as `ssllib_name_startswith` compares it (HAProxy's is the
+/// OpenSSL build's, `OpenSSL 3.0.11 ...`).
+pub const SSLLIB_NAME: &str = "rustls";
 
 /// What `feature(NAME)` is true for.
 pub const FEATURES: &[&str] = &["EPOLL", "THREAD", "PROMEX", "SLZ", "OPENSSL"];
@@ -152,6 +158,7 @@ fn predicate(
             one()?;
             false
         }
+        "ssllib_name_startswith" => SSLLIB_NAME.starts_with(one()?),
         other => return Err(format!("unknown predicate '{other}' in condition")),
     })
 }
@@ -193,6 +200,8 @@ mod tests {
             ("feature(PROMEX)", true),
             ("feature(OPENSSL)", true),
             ("feature(QUIC)", false),
+            ("ssllib_name_startswith(OpenSSL)", false),
+            ("ssllib_name_startswith(rust)", true),
             ("streq(a,a)", true),
             ("streq(a,b)", false),
             ("strneq(a,b)", true),
