@@ -83,6 +83,28 @@ fn start(origin: &Origin, dir: &TempDir, cache: &str) -> Sluice {
     ))
 }
 
+/// `res.cache_hit` and `res.cache_name` say whether and where from a response was served,
+/// to the response rules and the log.
+#[test]
+fn cache_hits_are_seen_by_rules_and_logs() {
+    let origin = cacheable_origin();
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    log-format \"%HU hit=%[res.cache_hit] name=%[res.cache_name]\"\n    http-after-response set-header x-hit %[res.cache_hit]\n    http-after-response set-header x-name %[res.cache_name] if {{ res.cache_hit }}\n    default_backend be\nbackend be\n    http-request cache-use pages\n    http-response cache-store pages\n    server s1 {}\ncache pages\n    total-max-size 4\n",
+        origin.addr
+    ));
+    let miss = get_with(&p, "/a", "");
+    assert_eq!(miss.header("x-hit"), Some("0"));
+    assert_eq!(miss.header("x-name"), None);
+    let hit = get_with(&p, "/a", "");
+    assert_eq!(hit.text(), "/a #1");
+    assert_eq!(hit.header("x-hit"), Some("1"));
+    assert_eq!(hit.header("x-name"), Some("pages"));
+    wait_until("both logged", || p.stdout().lines().count() >= 2);
+    let log = p.stdout();
+    assert!(log.contains("/a hit=0 name=-\n"), "{log}");
+    assert!(log.contains("/a hit=1 name=pages\n"), "{log}");
+}
+
 #[test]
 fn objects_are_served_from_memory_until_they_expire_or_change() {
     let origin = cacheable_origin();

@@ -118,6 +118,10 @@ pub enum Fetch {
     DstIsLocal,
     /// `stopping`: the process is stopping softly; `hostname`: the host's name.
     Stopping,
+    /// `res.cache_hit`: the response was served from a cache.
+    ResCacheHit,
+    /// `res.cache_name`: the cache that served the response.
+    ResCacheName,
     Hostname,
     /// `fc_http_major`: the client connection's HTTP major version (1 or 2).
     FcHttpMajor,
@@ -875,6 +879,8 @@ impl Fetch {
                 | ResBody
                 | ResBodyLen
                 | ResBodySize
+                | ResCacheHit
+                | ResCacheName
                 | Var(_)
         )
     }

@@ -445,6 +445,8 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         }
         "dst_is_local" => none(Fetch::DstIsLocal)?,
         "stopping" => none(Fetch::Stopping)?,
+        "res.cache_hit" => none(Fetch::ResCacheHit)?,
+        "res.cache_name" => none(Fetch::ResCacheName)?,
         "http_first_req" => none(Fetch::HttpFirstReq)?,
         "last_rule_file" => none(Fetch::LastRuleFile)?,
         "last_rule_line" => none(Fetch::LastRuleLine)?,

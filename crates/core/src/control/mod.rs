@@ -482,6 +482,7 @@ fn set_proc_vars(process: &Process) {
         arrival: None,
         first_request: false,
         set_timeouts: (None, None),
+        cache: None,
     };
     for (name, value) in &process.config.global.proc_vars {
         let sample = match value {

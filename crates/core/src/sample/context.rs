@@ -71,6 +71,7 @@ impl<'a> Ctx<'a> {
             arrival: Some(arrival),
             first_request: false,
             set_timeouts: (None, None),
+            cache: None,
         }
     }
 
@@ -238,6 +239,8 @@ pub struct Ctx<'a> {
     pub first_request: bool,
     /// What `set-timeout server` and `set-timeout tunnel` rules set so far.
     pub set_timeouts: (Option<std::time::Duration>, Option<std::time::Duration>),
+    /// The cache the response was served from (`res.cache_hit`), if it was.
+    pub cache: Option<usize>,
 }
 
 /// Where a client connection arrived: the worker thread serving it (from 0) and the

@@ -30,7 +30,7 @@ pub(super) fn kind(f: &Fetch) -> Kind {
         | CurTunnelTimeout | Base32 | Url32 | ReqBodyLen | ReqBodySize | ResBodyLen
         | ResBodySize | FeReqRate(_) | FeSessRate(_) | BeSessRate(_) | SrvConn(..)
         | SrvSessRate(..) | Thread | SoId => Kind::Int,
-        SrvIsUp(..) => Kind::Bool,
+        SrvIsUp(..) | ResCacheHit => Kind::Bool,
         Table {
             op: crate::conf::sample::TableOp::Tracked,
             ..
@@ -352,6 +352,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SrcIsLocal => Some(Sample::Bool(is_local(cx.client_addr()?.ip()))),
         Fetch::DstIsLocal => dst(cx).map(|a| Sample::Bool(is_local(a.ip()))),
         Fetch::Stopping => Some(Sample::Bool(p.stopping.load(Ordering::Relaxed))),
+        Fetch::ResCacheHit => Some(Sample::Bool(cx.cache.is_some())),
+        Fetch::ResCacheName => Some(Sample::str(config.caches[cx.cache?].name.as_bytes())),
         Fetch::Hostname => Some(Sample::string(crate::conf::hostname())),
         Fetch::TcpInfo(field) => {
             let info = cx.client?.tcp_info()?;

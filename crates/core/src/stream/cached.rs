@@ -24,11 +24,12 @@ pub(super) struct CachedAnswer {
 }
 
 impl Txn {
-    /// Makes the answer to `req` from `entry` (and logs it as a cache hit).
+    /// Makes the answer to `req` from `entry`, found in cache number `cache` (and logs it
+    /// as a cache hit).
     pub(super) fn cached_answer(
         &mut self,
         s: &Session,
-        entry: &Entry,
+        (entry, cache): (&Entry, usize),
         req: &RequestView<'_>,
         backend: Option<usize>,
         facts: &ReqFacts,
@@ -44,7 +45,17 @@ impl Txn {
         let mut edits = Edits::default();
         let age = entry.age_at(crate::cache::unix_now());
         edits.add.push(("age".into(), age.to_string().into_bytes()));
-        response_rules(s, backend, req, &view, &mut edits);
+        let cx = crate::sample::Ctx {
+            req: Some(req),
+            res: Some(&view),
+            on_response: true,
+            cache: Some(cache),
+            ..s.sample_ctx(req, backend)
+        };
+        response_rules(s, backend, &cx, &mut edits);
+        if Txn::log_reads_response(s) {
+            self.render_log_samples_at_response(s, &cx);
+        }
         let not_modified = entry.not_modified(req);
         if not_modified {
             edits.status = Some((304, None));
@@ -111,19 +122,12 @@ impl Txn {
 fn response_rules(
     s: &Session,
     backend: Option<usize>,
-    req: &RequestView<'_>,
-    view: &ResponseView<'_>,
+    cx: &crate::sample::Ctx<'_>,
     edits: &mut Edits,
 ) {
     let config = s.w.config();
     let fe = &config.frontends[s.fe];
     let be = backend.map(|b| &config.backends[b].rules);
-    let cx = crate::sample::Ctx {
-        req: Some(req),
-        res: Some(view),
-        on_response: true,
-        ..s.sample_ctx(req, backend)
-    };
     let lists = [
         be.map(|r| &r.http_response[..]),
         Some(&fe.rules.http_response[..]),
@@ -131,7 +135,7 @@ fn response_rules(
         Some(&fe.rules.http_after_response[..]),
     ];
     for rules in lists.into_iter().flatten() {
-        edits.response_rules(rules, &cx);
+        edits.response_rules(rules, cx);
     }
     // A stored response is answered as stored: rules cannot refuse or replace it here.
     edits.denied = None;

@@ -56,6 +56,7 @@ pub(super) enum Route {
     Cached {
         entry: std::sync::Arc<crate::cache::Entry>,
         backend: Option<usize>,
+        cache: usize,
     },
 }
 
@@ -357,7 +358,11 @@ pub(super) fn apply_rules(
             Action::WaitForBody { .. } => false,
             Action::CacheUse(c) => {
                 if let Some(entry) = cache_use(s, c.index, &now, backend, edits) {
-                    return Some(Route::Cached { entry, backend });
+                    return Some(Route::Cached {
+                        entry,
+                        backend,
+                        cache: c.index,
+                    });
                 }
                 false
             }

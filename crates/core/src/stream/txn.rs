@@ -415,8 +415,12 @@ impl Txn {
                 self.send_local(s, &bytes).await?;
                 Ok(!close)
             }
-            Route::Cached { entry, backend } => {
-                let answer = self.cached_answer(s, &entry, &req, backend, &facts)?;
+            Route::Cached {
+                entry,
+                backend,
+                cache,
+            } => {
+                let answer = self.cached_answer(s, (&entry, cache), &req, backend, &facts)?;
                 s.cbuf.consume(head.len());
                 self.send_cached(s, answer, &entry).await
             }
