@@ -273,12 +273,15 @@ pub(crate) fn parse_reply(
         hdrs: Vec::new(),
         raw: None,
         errorfiles: None,
+        default_page: false,
     };
     let mut custom = false;
     let mut i = 0;
     while i < params.len() {
         let idx = i + 2;
         if params[i] == "default-errorfiles" {
+            r.default_page = true;
+            custom = true;
             i += 1;
             continue;
         }

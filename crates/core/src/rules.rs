@@ -1199,6 +1199,7 @@ mod tests {
                 hdrs: Vec::new(),
                 raw: None,
                 errorfiles: None,
+                default_page: false,
             })
         );
         assert_eq!(

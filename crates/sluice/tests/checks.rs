@@ -2002,3 +2002,22 @@ fn http_check_rules_are_inherited_or_replaced_as_haproxys() {
         "{be5}"
     );
 }
+
+/// `addr IP:PORT` checks that address and port (HAProxy reads both); a `port` option, before
+/// or after it, wins.
+#[test]
+fn a_check_address_may_carry_its_port() {
+    let live = TcpListener::bind("127.0.0.1:0").unwrap();
+    let live_addr = live.local_addr().unwrap();
+    std::thread::spawn(move || for _c in live.incoming() {});
+    let dead = free_port();
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend a\nbackend a\n    server s 127.0.0.1:{dead} check inter 100ms rise 1 fall 1 addr {live_addr}\nbackend b\n    server s 127.0.0.1:{dead} check inter 100ms rise 1 fall 1 addr {live_addr} port {dead}\nbackend c\n    server s 127.0.0.1:{dead} check inter 100ms rise 1 fall 1 port {dead} addr {live_addr}\n",
+        sock.display()
+    ));
+    let v = verdicts(&sock, &["a", "b", "c"]);
+    assert_eq!((v[0].0.as_str(), v[0].1.as_str()), ("UP", "L4OK"), "{v:?}");
+    assert_eq!(v[1].0, "DOWN", "{v:?}");
+    assert_eq!(v[2].0, "DOWN", "{v:?}");
+}

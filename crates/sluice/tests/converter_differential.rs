@@ -178,6 +178,8 @@ const EXPRESSIONS: &[&str] = &[
     "str('en;q=0, fr;q=0.001'),language(fr;en)",
     "str('en x, fr;q=0.5'),language(en;fr)",
     "IN,language(abc;hello)",
+    "IN,sha2(224),hex",
+    "IN,digest(sha224),hex",
 ];
 
 /// Inputs, sent as the `X-In` header.

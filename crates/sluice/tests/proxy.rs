@@ -654,6 +654,25 @@ fn frontend_maxconn_pauses_accepting() {
     assert_eq!(b.get("/b2").status, 200);
 }
 
+/// `return ... default-errorfiles` answers with the proxy's own page for the status (its
+/// `http-error`, `errorfile`, or the built-in one), in request and response rules.
+#[test]
+fn a_return_may_answer_with_the_proxys_error_page() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    http-error status 503 content-type text/plain string \"nothing here\"\n    http-request return status 503 default-errorfiles if {{ path /mine }}\n    http-request return status 404 default-errorfiles if {{ path /builtin }}\n    default_backend be\nbackend be\n    http-error status 502 content-type text/plain string \"backend page\"\n    http-request set-var(txn.late) bool(1) if {{ path /late }}\n    http-response return status 502 default-errorfiles if {{ var(txn.late) -m bool }}\n    server s {}\n",
+        origin.addr
+    ));
+    let r = get(p.addr(), "/mine");
+    assert_eq!((r.status, r.text().as_str()), (503, "nothing here"));
+    let r = get(p.addr(), "/builtin");
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("404 Not Found"), "{}", r.text());
+    let r = get(p.addr(), "/late");
+    assert_eq!((r.status, r.text().as_str()), (502, "backend page"));
+    assert_eq!(get(p.addr(), "/other").text(), "o /other");
+}
+
 #[test]
 fn errorfile_and_http_error_replace_built_in_pages() {
     let dir = TempDir::new();

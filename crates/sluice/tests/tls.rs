@@ -1635,3 +1635,22 @@ fn sigalgs_restrict_the_handshake_and_client_certificates() {
     assert!(!served(p.addrs[2]));
     assert!(served(p.addrs[3]));
 }
+
+/// `no-ssl` undoes an `ssl` a server inherits from `default-server`.
+#[test]
+fn no_ssl_undoes_an_inherited_ssl() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let tls_front = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}} ssl crt {pem}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend plain if {{ path_beg /plain }}\n    default_backend tls\nbackend tls\n    default-server ssl verify none\n    server s {}\nbackend plain\n    default-server ssl verify none\n    server s {} no-ssl\n",
+        tls_front.addr(),
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/tls").text(), "o /tls");
+    assert_eq!(get(p.addr(), "/plain").text(), "o /plain");
+}

@@ -69,10 +69,20 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
         name: "addr",
         args: 1,
         parse: |o, a| {
-            let ip = a[0]
-                .parse()
-                .map_err(|_| "expects an IP address".to_string())?;
+            // An address, or an address and port (HAProxy takes both; a `port` option,
+            // before or after, wins).
+            let (ip, port) = match a[0].parse::<std::net::SocketAddr>() {
+                Ok(sa) => (sa.ip(), Some(sa.port())),
+                Err(_) => (
+                    a[0].parse()
+                        .map_err(|_| "expects an IP address (or IP:PORT)".to_string())?,
+                    None,
+                ),
+            };
             o.check.addr = Some(ip);
+            if o.check.port.is_none() {
+                o.check.port = port;
+            }
             Ok(())
         },
     },

@@ -133,6 +133,9 @@ pub struct Reply {
     /// `errorfiles NAME`: the page of this status in that `http-errors` section, and the
     /// rule's line; made `raw` (or the reply the section has) once every section is known.
     pub errorfiles: Option<(String, super::loc::Loc)>,
+    /// `default-errorfiles`: the proxy's own page for the status (its `errorfile`,
+    /// `http-error` or the built-in one), found when answering.
+    pub default_page: bool,
 }
 
 /// The part of the request target a `replace-*` rule rewrites.

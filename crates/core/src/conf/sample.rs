@@ -523,6 +523,8 @@ pub enum Conv {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DigestAlg {
     Sha1,
+    /// (From the `sha2` crate: ring has no SHA-224.)
+    Sha224,
     Sha256,
     Sha384,
     Sha512,

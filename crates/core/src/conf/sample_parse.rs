@@ -862,15 +862,10 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
         "sha2" => {
             arity(c, 0, 1)?;
             Conv::Digest(match int(c, 0)?.unwrap_or(256) {
+                224 => DigestAlg::Sha224,
                 256 => DigestAlg::Sha256,
                 384 => DigestAlg::Sha384,
                 512 => DigestAlg::Sha512,
-                224 => {
-                    return err(
-                        "'sha2(224)' is not supported (no SHA-224 here; 256, 384, 512 are)"
-                            .to_string(),
-                    )
-                }
                 n => return err(format!("'sha2' expects 224, 256, 384 or 512, not {n}")),
             })
         }
@@ -963,14 +958,20 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
             )?;
             let alg = match c.args[0].trim().to_ascii_lowercase().as_str() {
                 "sha1" => DigestAlg::Sha1,
+                "sha224" if c.name == "digest" => DigestAlg::Sha224,
                 "sha256" => DigestAlg::Sha256,
                 "sha384" => DigestAlg::Sha384,
                 "sha512" => DigestAlg::Sha512,
                 other => {
+                    let known = if c.name == "digest" {
+                        "sha1, sha224, sha256, sha384, sha512"
+                    } else {
+                        "sha1, sha256, sha384, sha512"
+                    };
                     return err(format!(
-                        "'{}': digest '{other}' is not supported (sha1, sha256, sha384, sha512)",
+                        "'{}': digest '{other}' is not supported ({known})",
                         c.name
-                    ))
+                    ));
                 }
             };
             if c.name == "digest" {

@@ -58,22 +58,28 @@ fn text(s: Vec<u8>) -> Sample<'static> {
     Sample::Str(Cow::Owned(s))
 }
 
-fn digest_alg(a: DigestAlg) -> &'static ring::digest::Algorithm {
-    match a {
+/// The digest of `data` (ring's, or the `sha2` crate's SHA-224, which ring lacks).
+fn digest(a: DigestAlg, data: &[u8]) -> Vec<u8> {
+    use sha2::Digest as _;
+    let alg = match a {
+        DigestAlg::Sha224 => return sha2::Sha224::digest(data).to_vec(),
         DigestAlg::Sha1 => &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
         DigestAlg::Sha256 => &ring::digest::SHA256,
         DigestAlg::Sha384 => &ring::digest::SHA384,
         DigestAlg::Sha512 => &ring::digest::SHA512,
-    }
+    };
+    ring::digest::digest(alg, data).as_ref().to_vec()
 }
 
-fn hmac_alg(a: DigestAlg) -> ring::hmac::Algorithm {
-    match a {
+/// ring's HMAC of a digest; none for SHA-224, which `hmac` refuses at load.
+fn hmac_alg(a: DigestAlg) -> Option<ring::hmac::Algorithm> {
+    Some(match a {
         DigestAlg::Sha1 => ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+        DigestAlg::Sha224 => return None,
         DigestAlg::Sha256 => ring::hmac::HMAC_SHA256,
         DigestAlg::Sha384 => ring::hmac::HMAC_SHA384,
         DigestAlg::Sha512 => ring::hmac::HMAC_SHA512,
-    }
+    })
 }
 
 /// Percent-encodes every byte but the unreserved ones (RFC 3986: letters, digits,
@@ -242,10 +248,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
         Conv::Table { op, counter, table } => super::table::convert(&s, *op, *counter, table, cx)?,
         Conv::InTable(table) => super::table::contains(&s, table, cx)?,
         Conv::TableTrackers(table) => super::table::trackers(&s, table, cx)?,
-        Conv::Digest(alg) => {
-            let d = ring::digest::digest(digest_alg(*alg), &s.as_binary());
-            Sample::Bin(Cow::Owned(d.as_ref().to_vec()))
-        }
+        Conv::Digest(alg) => Sample::Bin(Cow::Owned(digest(*alg, &s.as_binary()))),
         Conv::Hmac(alg, key) => {
             let key = match key {
                 KeyArg::Const(k) => k.clone(),
@@ -253,7 +256,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                     .decode(cx.vars.get(cx.process, v)?.as_bytes())
                     .ok()?,
             };
-            let key = ring::hmac::Key::new(hmac_alg(*alg), &key);
+            let key = ring::hmac::Key::new(hmac_alg(*alg)?, &key);
             let tag = ring::hmac::sign(&key, &s.as_binary());
             Sample::Bin(Cow::Owned(tag.as_ref().to_vec()))
         }

@@ -45,8 +45,9 @@ pub(crate) struct Edits {
     pub early_hints: Vec<(String, Vec<u8>)>,
     /// `http-response deny`: the status, and the rule's own answer if it gave one.
     pub denied: Option<(u16, Option<Vec<u8>>)>,
-    /// `http-response return`: the answer that replaces the server's, and its status.
-    pub returned: Option<(u16, Vec<u8>)>,
+    /// `http-response return`: the answer that replaces the server's, and its status
+    /// (`None`: the proxy's error page of that status).
+    pub returned: Option<(u16, Option<Vec<u8>>)>,
     /// `http-request cache-use`: the request's key and what it allows of the cache.
     pub cache_lookup: Option<crate::cache::Lookup>,
     /// `http-response cache-store`: the cache (by index) the response goes to.
@@ -87,14 +88,17 @@ impl Edits {
                     break;
                 }
                 Action::Return(reply) => {
-                    self.returned = Some((reply.status, reply_bytes(reply, cx)));
+                    // (`default-errorfiles`: the proxy's page, which the relay has.)
+                    let page = (!reply.default_page).then(|| reply_bytes(reply, cx));
+                    self.returned = Some((reply.status, page));
                     cx.vars.note_rule(rule);
                     break;
                 }
                 // `http-response redirect location ...`: the redirect replaces the answer.
                 Action::Redirect(r) => {
                     if let Some(req) = cx.req {
-                        self.returned = Some((r.code, redirect(r, req, &Edits::default(), cx)));
+                        let page = redirect(r, req, &Edits::default(), cx);
+                        self.returned = Some((r.code, Some(page)));
                     }
                     break;
                 }

@@ -116,6 +116,7 @@ impl Txn {
                 // `http-response return`: the proxy's answer instead of the server's, whose
                 // response is dropped with its connection.
                 let backend = Some(conn.backend);
+                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
                 let bytes = with_close(super::reply::after_response(s, backend, None, page));
                 self.answered_instead(s, &rsp, head_in);
                 self.log.status = i64::from(status);

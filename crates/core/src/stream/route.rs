@@ -293,7 +293,11 @@ pub(super) fn apply_rules(
         }
         let edited = match &rule.action {
             Action::Return(reply) => {
-                let bytes = reply_bytes(reply, &cx);
+                let bytes = if reply.default_page {
+                    s.error_page_for(reply.status, backend, Some(&now))
+                } else {
+                    reply_bytes(reply, &cx)
+                };
                 cx.vars.note_rule(rule);
                 return Some(Route::Respond {
                     bytes,

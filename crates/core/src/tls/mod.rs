@@ -449,6 +449,15 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         },
     },
     crate::conf::backend::ServerOption {
+        // Undoes an `ssl` inherited from `default-server`.
+        name: "no-ssl",
+        args: 0,
+        parse: |o, _| {
+            o.tls.ssl = false;
+            Ok(())
+        },
+    },
+    crate::conf::backend::ServerOption {
         name: "check-ssl",
         args: 0,
         parse: |o, _| {
