@@ -91,8 +91,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
 ];
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
-    "http-check" => Scope::BE,
-    "tcp-check" => Scope::BE,
     "option idle-close-on-response" => Scope::FE,
     "stats" => Scope::PROXY,
     "description" => Scope::PROXY,

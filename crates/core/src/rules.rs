@@ -675,7 +675,11 @@ fn parse_tcp_action(
 }
 
 /// `set-var(NAME) EXPR`, `set-var-fmt(NAME) FMT` and `unset-var(NAME)`.
-fn var_action(a: &str, params: &[String], book: &PatternBook) -> Result<Action, KwError> {
+pub(crate) fn var_action(
+    a: &str,
+    params: &[String],
+    book: &PatternBook,
+) -> Result<Action, KwError> {
     let var = var_of(a)
         .expect("a variable action")
         .map_err(|e| KwError::bad(1, a, e))?;

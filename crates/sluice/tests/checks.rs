@@ -2021,3 +2021,34 @@ fn a_check_address_may_carry_its_port() {
     assert_eq!(v[1].0, "DOWN", "{v:?}");
     assert_eq!(v[2].0, "DOWN", "{v:?}");
 }
+
+/// `http-check set-var|set-var-fmt|unset-var` and `tcp-check set-var`: check-scoped
+/// variables a check's texts read (`%[var(check.x)]`), set in order at each check, as
+/// HAProxy 2.6 sends them (the same configuration gave the same request there).
+#[test]
+fn check_variables_fill_the_checks_texts() {
+    let origin = Origin::start("o");
+    let pinged = scripted(|c| {
+        if read_line(c) == "PING 7\r\n" {
+            let _ = c.write_all(b"PONG\r\n");
+        }
+    });
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend web\nbackend web\n    option httpchk\n    http-check set-var(check.path) str(/health)\n    http-check set-var(check.n) int(41),add(1)\n    http-check set-var-fmt(check.tag) \"n=%[var(check.n)]\"\n    http-check set-var(check.gone) str(x)\n    http-check unset-var(check.gone)\n    http-check send meth GET uri-lf \"%[var(check.path)]\" hdr x-tag \"%[var(check.tag)]\" hdr x-gone \"[%[var(check.gone)]]\"\n    server s {} check inter 100ms rise 1 fall 1\nbackend raw\n    option tcp-check\n    tcp-check set-var(check.word) str(PING)\n    tcp-check set-var(check.n) int(7)\n    tcp-check send-lf \"%[var(check.word)] %[var(check.n)]\\r\\n\"\n    tcp-check expect string PONG\n    server s {pinged} check inter 100ms rise 1 fall 1\n",
+        sock.display(),
+        origin.addr
+    ));
+    let v = verdicts(&sock, &["web", "raw"]);
+    assert_eq!(v[1].0, "UP", "{v:?}");
+    let seen = origin.requests();
+    let r = seen.first().expect("a check request");
+    assert_eq!((r.method.as_str(), r.target.as_str()), ("GET", "/health"));
+    assert_eq!(r.header("x-tag"), Some("n=42"));
+    assert_eq!(r.header("x-gone"), Some("[]"));
+    // A transaction's scope is not a check's.
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}backend b\n    option httpchk\n    http-check set-var(txn.x) str(a)\n    server s 127.0.0.1:80 check\n"
+    ));
+    assert!(!ok && out.contains("check., sess. or proc."), "{out}");
+}

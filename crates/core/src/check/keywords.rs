@@ -10,8 +10,10 @@ use super::probe;
 use crate::conf::backend::{ServerOption, ServerOpts};
 use crate::conf::check::{
     CheckKind, CheckProto, CheckText, ConnectLayer, ConnectRule, Expect, ExpectOpts, HeaderMatch,
-    HttpExpect, Observe, OnError, Pattern, Re, TcpRule, TextPart,
+    HttpExpect, Observe, OnError, Pattern, Re, TcpRule, TextPart, VarStep,
 };
+use crate::conf::rules::Action;
+use crate::conf::sample::VarScope;
 use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
 /// Server options of the checks (`server` and `default-server`).
@@ -514,13 +516,18 @@ pub fn parse_text(s: &str) -> Result<CheckText, String> {
             rest = after;
             continue;
         }
-        let part = if let Some(name) = rest
-            .strip_prefix("%[env(")
-            .and_then(|r| r.split_once(")]"))
-            .map(|(n, _)| n)
-        {
+        let inner = |call: &str| {
+            rest.strip_prefix(call)
+                .and_then(|r| r.split_once(")]"))
+                .map(|(n, _)| n)
+        };
+        let part = if let Some(name) = inner("%[env(") {
             let n = name.len() + "%[env()]".len();
             (n, TextPart::Env(name.to_string()))
+        } else if let Some(name) = inner("%[var(") {
+            let n = name.len() + "%[var()]".len();
+            let var = crate::sample::parse_var(name).map_err(|e| e.0)?;
+            (n, TextPart::Var(var))
         } else {
             // The longest known name here (`%pid` before `%p...`).
             let (name, part) = TEXT_VARS
@@ -530,7 +537,7 @@ pub fn parse_text(s: &str) -> Result<CheckText, String> {
                 .ok_or_else(|| {
                     let shown: String = rest.chars().take(16).collect();
                     format!(
-                        "unknown variable at '{shown}' (a check knows %b, %s, %H, %pid, %[be_name], %[be_id], %[srv_name], %[srv_id], %[date], %[env(NAME)] and %%)"
+                        "unknown variable at '{shown}' (a check knows %b, %s, %H, %pid, %[be_name], %[be_id], %[srv_name], %[srv_id], %[date], %[env(NAME)], %[var(NAME)] and %%)"
                     )
                 })?;
             (name.len(), part.clone())
@@ -548,7 +555,58 @@ pub fn parse_text(s: &str) -> Result<CheckText, String> {
     Ok(CheckText(parts))
 }
 
+/// `set-var(NAME) EXPR`, `set-var-fmt(NAME) FMT` or `unset-var(NAME)` after `http-check` or
+/// `tcp-check` (the keyword tables match whole words, and these carry their variable); a
+/// check's variables are `check.`, `sess.` or `proc.` ones, as in HAProxy.
+fn var_step(c: &ProxyConf, a: &[String]) -> Result<VarStep, KwError> {
+    let action = a.first().map_or("", String::as_str);
+    let is_var = ["set-var(", "set-var-fmt(", "unset-var("]
+        .iter()
+        .any(|p| action.starts_with(p));
+    if !is_var {
+        return Err(KwError::NotYet(
+            "recognised HAProxy keyword, not implemented by sluice",
+        ));
+    }
+    let step = match crate::rules::var_action(action, &a[1..], &c.rules.book)? {
+        Action::SetVar(v, e) => VarStep::Set(v, e),
+        Action::SetVarFmt(v, f) => VarStep::SetFmt(v, f),
+        Action::UnsetVar(v) => VarStep::Unset(v),
+        _ => unreachable!("a variable action"),
+    };
+    let (VarStep::Set(v, _) | VarStep::SetFmt(v, _) | VarStep::Unset(v)) = &step;
+    if !matches!(v.scope, VarScope::Check | VarScope::Sess | VarScope::Proc) {
+        return Err(KwError::bad(
+            1,
+            action,
+            "a check's variables are check., sess. or proc. ones",
+        ));
+    }
+    Ok(step)
+}
+
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "http-check",
+        scope: Scope::BE,
+        help: "http-check set-var(NAME) EXPR | set-var-fmt(NAME) FMT | unset-var(NAME): a variable the check's request may use (%[var(NAME)])",
+        parse: |c, a| {
+            let step = var_step(c, a)?;
+            own_http_rules(&mut c.check);
+            c.check.http.vars.push(step);
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tcp-check",
+        scope: Scope::BE,
+        help: "tcp-check set-var(NAME) EXPR | set-var-fmt(NAME) FMT | unset-var(NAME): a variable set when the rules reach it",
+        parse: |c, a| {
+            let step = var_step(c, a)?;
+            c.check.tcp_rules.push(TcpRule::Var(step));
+            Ok(())
+        },
+    },
     Keyword {
         name: "option httpchk",
         scope: Scope::BE,

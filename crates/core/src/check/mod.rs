@@ -401,7 +401,7 @@ async fn run_once(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
         .check
         .send_state
         .then(|| server_state_header(w, backend, server));
-    let result = probe(be, srv, st.addr(), state).await;
+    let result = probe(&w.process, be, srv, st.addr(), state).await;
     check.running.store(false, Ordering::Release);
     w.ctx().counters.checks_run.bump();
     if !result.passed {

@@ -16,21 +16,54 @@ use bytes::Bytes;
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectLayer,
     ConnectRule, Expect, ExpectOpts, HeaderMatch, HttpExpect, Pattern, Re, Report, TcpRule,
+    VarStep, VarValues,
 };
 use crate::conf::listen::UnixAddr;
 use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
 use crate::h2_stream::{response_head, H2Stream, ServerRequest};
-use crate::runtime::CheckResult;
+use crate::runtime::{CheckResult, Process};
+use crate::sample::{Ctx, Sample, StreamVars, VarName};
 use crate::transport::{Conn, Origin};
 
 /// Longest response kept for judging (status line, headers, the start of a body).
 const MAX_READ: usize = 16384;
 
+/// The variables of one check run (`check.` and `sess.`; `proc.` are the process's), which
+/// its `set-var` steps fill and its texts read.
+struct CheckScope<'a> {
+    process: &'a Process,
+    vars: StreamVars,
+}
+
+impl CheckScope<'_> {
+    fn apply(&self, step: &VarStep) {
+        let cx = Ctx::detached(self.process, &self.vars);
+        match step {
+            VarStep::Set(name, e) => {
+                if let Some(v) = e.eval(&cx).map(Sample::into_owned) {
+                    self.vars.set(self.process, name, v);
+                }
+            }
+            VarStep::SetFmt(name, f) => {
+                let v = Sample::Str(std::borrow::Cow::Owned(f.render(&cx)));
+                self.vars.set(self.process, name, v);
+            }
+            VarStep::Unset(name) => self.vars.unset(self.process, name),
+        }
+    }
+
+    fn value(&self, name: &VarName) -> Option<String> {
+        let v = self.vars.get(self.process, name)?;
+        Some(String::from_utf8_lossy(&v.as_bytes()).into_owned())
+    }
+}
+
 /// Runs one check of `srv` (now at `addr`) as its backend says.
 /// `state`: the `X-Haproxy-Server-State` value an HTTP check sends (`http-check
 /// send-state`).
 pub async fn probe(
+    process: &Process,
     be: &Backend,
     srv: &Server,
     addr: SocketAddr,
@@ -40,24 +73,35 @@ pub async fn probe(
     let opts = srv.check.as_ref().expect("checked server");
     let connect_limit = be.timeout_connect.map_or(opts.inter, |t| t.min(opts.inter));
     let limit = be.check.timeout.unwrap_or(opts.inter);
+    let scope = CheckScope {
+        process,
+        vars: StreamVars::default(),
+    };
+    let lookup = |name: &VarName| scope.value(name);
     let vars = CheckVars {
         backend: &be.name,
         backend_id: be.id,
         server: &srv.name,
         server_id: srv.id,
+        values: VarValues(&lookup),
     };
     let at = Target::of(srv, addr, opts);
     let tls = srv.check_tls.as_ref();
     let outcome = match &be.check.kind {
         CheckKind::TcpCheck => {
             let limits = (connect_limit, limit);
-            rules((at, addr), &be.check.tcp_rules, &vars, limits, tls, true).await
+            let on = (&vars, &scope);
+            rules((at, addr), &be.check.tcp_rules, on, limits, tls, true).await
         }
         CheckKind::Probe(r) => {
-            rules((at, addr), r, &vars, (connect_limit, limit), tls, false).await
+            let on = (&vars, &scope);
+            rules((at, addr), r, on, (connect_limit, limit), tls, false).await
         }
         CheckKind::Http => {
             let how = &be.check.http_connect;
+            for step in &be.check.http.vars {
+                scope.apply(step);
+            }
             let mut req = be.check.http.render(&vars);
             if let Some(state) = state {
                 // After the request line.
@@ -613,7 +657,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 async fn rules(
     (at, addr): (Target<'_>, SocketAddr),
     rules: &[TcpRule],
-    vars: &CheckVars<'_>,
+    (vars, scope): (&CheckVars<'_>, &CheckScope<'_>),
     (connect_limit, limit): (Duration, Duration),
     tls: Option<&Connector>,
     generic: bool,
@@ -633,6 +677,7 @@ async fn rules(
         to: at,
         addr,
         vars,
+        scope,
         connect_limit,
         tls,
         generic,
@@ -649,6 +694,7 @@ struct RuleRun<'a> {
     to: Target<'a>,
     addr: SocketAddr,
     vars: &'a CheckVars<'a>,
+    scope: &'a CheckScope<'a>,
     connect_limit: Duration,
     tls: Option<&'a Connector>,
     generic: bool,
@@ -672,6 +718,7 @@ impl RuleRun<'_> {
             };
             match rule {
                 TcpRule::Comment(_) => {}
+                TcpRule::Var(step) => self.scope.apply(step),
                 TcpRule::Connect(how) => {
                     if let Some((old, old_how)) = conn.take() {
                         close(old, old_how);
@@ -953,6 +1000,7 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
         Connect,
         Send,
         Expect,
+        Var,
     }
     let mut out = Vec::with_capacity(rules.len());
     let (mut prev, mut pending) = (Kind::Comment, None);
@@ -962,6 +1010,7 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
             TcpRule::Connect(_) => Kind::Connect,
             TcpRule::Send(..) | TcpRule::SendText(..) | TcpRule::SslHello => Kind::Send,
             TcpRule::Expect { .. } => Kind::Expect,
+            TcpRule::Var(_) => Kind::Var,
         };
         if kind != prev && prev != Kind::Comment {
             pending = None;
@@ -976,6 +1025,7 @@ fn step_comments(rules: &[TcpRule]) -> Vec<Option<&str>> {
             TcpRule::Send(_, c) | TcpRule::SendText(_, c) => c.as_deref().or(pending),
             TcpRule::SslHello => pending,
             TcpRule::Expect { opts, .. } => opts.comment.as_deref().or(pending),
+            TcpRule::Var(_) => None,
         });
     }
     out

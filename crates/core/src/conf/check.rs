@@ -5,6 +5,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use super::sample::{Expr, Fmt, VarName};
+
 /// A server's check options as written (`server` or `default-server`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckOpts {
@@ -185,6 +187,18 @@ pub struct HttpRequest {
     pub headers: Vec<(String, CheckText)>,
     /// `body` (plain) or `body-lf` (with variables).
     pub body: CheckText,
+    /// `http-check set-var|set-var-fmt|unset-var`, in order: run before the request is
+    /// made, which their variables may fill.
+    pub vars: Vec<VarStep>,
+}
+
+/// `set-var(NAME) EXPR`, `set-var-fmt(NAME) FMT` or `unset-var(NAME)` of `http-check` and
+/// `tcp-check`: a variable (`check.`, `sess.` or `proc.`) set when the check reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VarStep {
+    Set(VarName, Expr),
+    SetFmt(VarName, Fmt),
+    Unset(VarName),
 }
 
 /// Text a check sends, with variables filled in at each check (`tcp-check send-lf`,
@@ -212,6 +226,18 @@ pub enum TextPart {
     Env(String),
     /// `%[date]`: seconds since the epoch.
     Date,
+    /// `%[var(NAME)]`: a variable's value when the text is sent.
+    Var(VarName),
+}
+
+/// How a check's texts read variables (`%[var(check.x)]`): given by the check that runs.
+#[derive(Clone, Copy)]
+pub struct VarValues<'a>(pub &'a dyn Fn(&VarName) -> Option<String>);
+
+impl std::fmt::Debug for VarValues<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VarValues")
+    }
 }
 
 /// What a check's variables stand for.
@@ -221,6 +247,7 @@ pub struct CheckVars<'a> {
     pub backend_id: u32,
     pub server: &'a str,
     pub server_id: u32,
+    pub values: VarValues<'a>,
 }
 
 impl CheckText {
@@ -257,6 +284,10 @@ impl CheckText {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs())
                 ),
+                TextPart::Var(name) => {
+                    out.push_str(&(vars.values.0)(name).unwrap_or_default());
+                    Ok(())
+                }
             };
         }
     }
@@ -295,6 +326,7 @@ impl Default for HttpRequest {
             version: "HTTP/1.0".into(),
             headers: Vec::new(),
             body: CheckText::default(),
+            vars: Vec::new(),
         }
     }
 }
@@ -338,6 +370,8 @@ pub enum TcpRule {
     /// Names the steps that follow in failure reports (those of the next kind of step, as
     /// HAProxy attaches it).
     Comment(String),
+    /// `set-var`, `set-var-fmt`, `unset-var`.
+    Var(VarStep),
 }
 
 /// What a `tcp-check expect` reports besides its pattern.

@@ -373,6 +373,9 @@ pub enum VarScope {
     Txn,
     Req,
     Res,
+    /// One run of a health check (`http-check|tcp-check set-var(check.x)`); elsewhere it
+    /// lives as long as the transaction.
+    Check,
 }
 
 /// An integer argument of an arithmetic converter: a constant or a variable.

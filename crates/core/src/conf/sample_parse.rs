@@ -173,7 +173,7 @@ fn occ(c: &Call<'_>) -> Result<Option<i32>, ParseError> {
     Ok(int(c, 1)?.map(|n| n as i32))
 }
 
-/// `proc.`, `sess.`, `txn.`, `req.` or `res.` and a name.
+/// `proc.`, `sess.`, `txn.`, `req.`, `res.` or `check.` and a name.
 pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
     let (scope, rest) = name.split_once('.').unwrap_or(("", name));
     let scope = match scope {
@@ -182,9 +182,10 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
         "txn" => VarScope::Txn,
         "req" => VarScope::Req,
         "res" => VarScope::Res,
+        "check" => VarScope::Check,
         _ => {
             return err(format!(
-                "variable '{name}' needs a scope: proc., sess., txn., req. or res."
+                "variable '{name}' needs a scope: proc., sess., txn., req., res. or check."
             ))
         }
     };

@@ -462,28 +462,7 @@ fn dump_server_states(process: &Process) {
 /// `set-var proc.NAME ...` of `global`: evaluated once, in order, before any connection.
 fn set_proc_vars(process: &Process) {
     let vars = crate::sample::StreamVars::default();
-    let cx = crate::sample::Ctx {
-        process,
-        frontend: 0,
-        backend: None,
-        server: None,
-        src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-        dst: None,
-        client: None,
-        req: None,
-        body: None,
-        whole_lens: (None, None),
-        res: None,
-        res_body: None,
-        on_response: false,
-        vars: &vars,
-        unique_id: None,
-        payload: None,
-        arrival: None,
-        first_request: false,
-        set_timeouts: (None, None),
-        cache: None,
-    };
+    let cx = crate::sample::Ctx::detached(process, &vars);
     for (name, value) in &process.config.global.proc_vars {
         let sample = match value {
             crate::conf::ProcValue::Expr(e) => e.eval(&cx).map(|s| s.into_owned()),

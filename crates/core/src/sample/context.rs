@@ -42,6 +42,34 @@ pub struct Captured {
 }
 
 impl<'a> Ctx<'a> {
+    /// What samples see outside any connection (`global set-var`, health checks'
+    /// `set-var`): the process and the variables given; no frontend of their own (the first
+    /// one's index stands in).
+    pub fn detached(process: &'a Process, vars: &'a StreamVars) -> Ctx<'a> {
+        Ctx {
+            process,
+            frontend: 0,
+            backend: None,
+            server: None,
+            src: SocketAddr::from(([0, 0, 0, 0], 0)),
+            dst: None,
+            client: None,
+            req: None,
+            body: None,
+            whole_lens: (None, None),
+            res: None,
+            res_body: None,
+            on_response: false,
+            vars,
+            unique_id: None,
+            payload: None,
+            arrival: None,
+            first_request: false,
+            set_timeouts: (None, None),
+            cache: None,
+        }
+    }
+
     /// What samples see of a client connection before any request.
     pub fn of_connection(
         process: &'a Process,
@@ -168,7 +196,7 @@ impl StreamVars {
                 .get(&v.name)
                 .cloned(),
             VarScope::Sess => self.sess.borrow().get(&v.name).cloned(),
-            VarScope::Txn | VarScope::Req | VarScope::Res => {
+            VarScope::Txn | VarScope::Req | VarScope::Res | VarScope::Check => {
                 self.txn.borrow().get(&v.name).cloned()
             }
         }
@@ -184,7 +212,7 @@ impl StreamVars {
                 .unwrap_or_else(|e| e.into_inner())
                 .set_if(&v.name, value, c, true),
             VarScope::Sess => self.sess.borrow_mut().set_if(&v.name, value, c, false),
-            VarScope::Txn | VarScope::Req | VarScope::Res => {
+            VarScope::Txn | VarScope::Req | VarScope::Res | VarScope::Check => {
                 self.txn.borrow_mut().set_if(&v.name, value, c, false)
             }
         }
@@ -198,7 +226,9 @@ impl StreamVars {
                 .unwrap_or_else(|e| e.into_inner())
                 .unset(&v.name),
             VarScope::Sess => self.sess.borrow_mut().unset(&v.name),
-            VarScope::Txn | VarScope::Req | VarScope::Res => self.txn.borrow_mut().unset(&v.name),
+            VarScope::Txn | VarScope::Req | VarScope::Res | VarScope::Check => {
+                self.txn.borrow_mut().unset(&v.name)
+            }
         }
     }
 }
