@@ -1566,3 +1566,67 @@ fn the_default_port_of_an_authority_is_left_out() {
         "{out}"
     );
 }
+
+/// The proxy's own answers reach an HTTP/2 client as heads and DATA, whatever the page:
+/// an `errorfile` without a length (its body until its end), the built-in 503, a cache
+/// hit (and a HEAD of it), a `return` with its fields.
+#[test]
+fn local_answers_reach_http2_clients() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            let body = format!("stored {}", r.target);
+            format!(
+                "HTTP/1.1 200 OK\r\ncache-control: max-age=30\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+            .into()
+        }),
+    );
+    let dir = TempDir::new();
+    let page = dir.write(
+        "502.http",
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nX-Page: mine\r\n\r\nno length here\n",
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n\
+         http-request return status 202 content-type text/plain hdr x-made here string made if {{ path /made }}\n\
+         use_backend gone if {{ path_beg /gone }}\n use_backend paged if {{ path_beg /paged }}\n\
+         default_backend cached\n\
+         backend cached\n http-request cache-use c\n http-response cache-store c\n server s {}\n\
+         backend gone\n server s 127.0.0.1:9 disabled\n\
+         backend paged\n errorfile 503 {page}\n http-request deny deny_status 503\n\
+         cache c\n total-max-size 4\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut send, _conn) = h2_connect(p.addr()).await;
+        let (head, body) = fetch(&mut send, get("/made")).await.unwrap();
+        assert_eq!(head.status, 202);
+        assert_eq!(head.headers["x-made"], "here");
+        assert_eq!(body, b"made");
+        let (head, body) = fetch(&mut send, get("/paged")).await.unwrap();
+        assert_eq!(
+            (head.status.as_u16(), &body[..]),
+            (502, &b"no length here\n"[..])
+        );
+        assert_eq!(head.headers["x-page"], "mine");
+        let (head, body) = fetch(&mut send, get("/gone")).await.unwrap();
+        assert_eq!(head.status, 503);
+        assert!(String::from_utf8_lossy(&body).contains("503"), "{body:?}");
+        let (_, first) = fetch(&mut send, get("/obj")).await.unwrap();
+        let (head, hit) = fetch(&mut send, get("/obj")).await.unwrap();
+        assert_eq!(
+            (&first[..], &hit[..]),
+            (&b"stored /obj"[..], &b"stored /obj"[..])
+        );
+        assert!(head.headers.contains_key("age"), "a hit: {head:?}");
+        let req = http::Request::head("http://h2.test/obj").body(()).unwrap();
+        let (head, body) = fetch(&mut send, req).await.unwrap();
+        assert_eq!((head.status.as_u16(), body.len()), (200, 0));
+        assert_eq!(head.headers["content-length"], "11");
+    });
+    assert_eq!(origin.count(), 1, "one miss, then hits");
+}

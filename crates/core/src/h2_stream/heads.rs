@@ -8,7 +8,7 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use sluice_http::{push_header, Framing, ResponseHead};
+use sluice_http::{push_header, Framing};
 
 /// The tunnels a stream may carry, each opened by a CONNECT (RFC 9113 §8.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,24 +99,6 @@ fn request_fields(parts: &http::request::Parts, skip: &[&str], out: &mut Vec<u8>
     if !cookies.is_empty() {
         push_header(out, b"cookie", &cookies.join(&b"; "[..]));
     }
-}
-
-/// The HTTP/2 response for a parsed HTTP/1.1 head, without the fields HTTP/2 forbids; its
-/// field values are slices of `bytes`, not copies. `None` if a field cannot be carried.
-pub(super) fn response(head: &ResponseHead, bytes: &Bytes) -> Option<http::Response<()>> {
-    let mut fields = http::HeaderMap::with_capacity(head.headers.len());
-    for h in head.headers.iter() {
-        let name = &bytes[h.name.clone()];
-        if head.is_hop_by_hop(name) && !sluice_http::name_is(name, "content-length") {
-            continue;
-        }
-        let value = http::HeaderValue::from_maybe_shared(bytes.slice(h.value.clone())).ok()?;
-        fields.append(http::HeaderName::from_bytes(name).ok()?, value);
-    }
-    let mut res = http::Response::new(());
-    *res.status_mut() = http::StatusCode::from_u16(head.status).ok()?;
-    *res.headers_mut() = fields;
-    Some(res)
 }
 
 /// A request for an HTTP/2 server as the transaction prepared it from the client's head and

@@ -2,8 +2,8 @@
 //! - a client's stream ([`H2Stream::answering`]) is read by the session that serves it: its
 //!   request head is the session's already (as the `h2` crate decoded it), so what reads
 //!   here is its body as it arrives; its response head is given as the transaction made it
-//!   ([`H2Stream::send_response`]) and leaves as HEADERS, or, for the proxy's own answers,
-//!   written as HTTP/1.1 text and parsed once; its body leaves as DATA;
+//!   ([`H2Stream::send_response`], the proxy's own answers included: the stream never
+//!   reads a head from text) and leaves as HEADERS; its body leaves as DATA;
 //! - a stream to a server ([`H2Stream::asking`]) is given its request head as the
 //!   transaction prepared it ([`ServerRequest`], no text) and sent as HEADERS, then its body
 //!   as DATA; the response head is taken as the `h2` crate decoded it
@@ -14,7 +14,7 @@
 //!   server agreed ([`Tunnel`]): a WebSocket (RFC 8441: CONNECT with `:protocol
 //!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request and the server's 101
 //!   leaves as a 200; a plain CONNECT reads as the HTTP/1.1 CONNECT and its 2xx leaves
-//!   as it is.
+//!   as it is (the request side of a tunnel is the one head still read as text).
 //!
 //! No task and no buffer stand between the two: each call of the `transport::Conn` that
 //! holds the stream works on the stream itself. `heads` translates the heads, `body` takes
@@ -49,7 +49,7 @@ use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use sluice_http::{parse_response, push_chunk, push_header, Framing};
+use sluice_http::{push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
 pub use self::heads::{response_head, tunnel, FieldStore, RequestFields, ServerRequest, Tunnel};
@@ -113,11 +113,8 @@ struct State {
 
 #[derive(Debug)]
 enum Down {
-    /// A client's stream: the response head, its bytes so far.
-    Response {
-        respond: SendResponse<Bytes>,
-        buf: Vec<u8>,
-    },
+    /// A client's stream: its response head is awaited ([`H2Stream::send_response`]).
+    Response { respond: SendResponse<Bytes> },
     /// A stream to a server, not open yet: it opens with [`H2Stream::send_request`].
     Request {
         sender: SendRequest<Bytes>,
@@ -250,10 +247,7 @@ impl H2Stream {
             up,
             (!ended).then_some(body),
             chunked,
-            Down::Response {
-                respond,
-                buf: Vec::new(),
-            },
+            Down::Response { respond },
         );
         let state = Arc::new(Mutex::new(State {
             head_request: parts.method == http::Method::HEAD,
@@ -363,32 +357,45 @@ impl H2Stream {
 
     /// Sends a client's response head as the transaction made it (no text); its body
     /// follows with [`Self::write_all`], framed as `framing` says (chunked: its trailers
-    /// leave as trailers). Fails once the stream is gone, or if a head was written already.
-    pub fn send_response(&self, res: http::Response<()>, framing: Framing) -> io::Result<()> {
+    /// leave as trailers). Fails once the stream is gone, or if a head was sent already.
+    ///
+    /// The answer that opens the stream's tunnel leaves as a 2xx without a length, and the
+    /// tunnel's bytes follow as DATA until either side ends (its end is no reset to count
+    /// against the client): a WebSocket's 101 is a 200 over HTTP/2, without the key's
+    /// answer (RFC 8441 §5); a CONNECT's 2xx has no content (RFC 9110 §9.3.6).
+    pub fn send_response(&self, mut res: http::Response<()>, framing: Framing) -> io::Result<()> {
         let mut st = self.lock();
         if st.gone.is_some() {
             return Err(broken());
         }
         let taken = std::mem::replace(&mut st.down, Down::Done);
-        let Down::Response { respond, buf } = taken else {
+        let Down::Response { respond } = taken else {
             st.down = taken;
             return Err(invalid("a response head sent twice"));
         };
-        if !buf.is_empty() {
-            st.down = Down::Response { respond, buf };
-            return Err(invalid("a response head after part of another"));
+        let status = res.status().as_u16();
+        let framing = if st.tunnel.is_some_and(|t| t.opened_by(status)) {
+            if status == 101 {
+                *res.status_mut() = http::StatusCode::OK;
+                res.headers_mut().remove("sec-websocket-accept");
+            }
+            res.headers_mut().remove(http::header::CONTENT_LENGTH);
+            st.answered = true;
+            Framing::UntilClose
+        } else {
+            framing
+        };
+        let sent = st.respond_with(respond, res, framing, Bytes::new());
+        if sent.is_err() && st.gone.is_none() {
+            st.gone = Some(Gone::Local);
         }
-        st.respond_with(respond, res, framing, Bytes::new())
+        sent
     }
 
-    /// Writes the next bytes of the message: a response's head leaves once complete, its
-    /// body (or a request's) as flow control allows. Fails once the stream is gone.
+    /// Writes the next bytes of the message's body (a response's once its head was sent,
+    /// a request's), as flow control allows. Fails once the stream is gone.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
-        {
-            let mut st = self.lock();
-            st.take_in(bytes)?;
-            st.send_head()?;
-        }
+        self.lock().take_in(bytes)?;
         let Some(mut out) = self.lock().take_body()? else {
             return Ok(());
         };
@@ -617,20 +624,14 @@ impl State {
         Poll::Ready(())
     }
 
-    /// Takes in written bytes: into the head so far, or behind the body not sent yet.
+    /// Takes in written bytes, behind the body not sent yet.
     fn take_in(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.gone.is_some() {
             return Err(broken());
         }
         match &mut self.down {
             Down::Request { .. } => return Err(invalid("a request body before its head")),
-            Down::Response { buf, .. } => {
-                if buf.is_empty() {
-                    // Exactly sized: the head becomes shared bytes without a copy.
-                    buf.reserve_exact(bytes.len());
-                }
-                buf.extend_from_slice(bytes);
-            }
+            Down::Response { .. } => return Err(invalid("a response body before its head")),
             Down::Body { input, .. } if input.is_empty() => *input = Bytes::copy_from_slice(bytes),
             Down::Body { input, .. } => *input = [&input[..], bytes].concat().into(),
             // Bytes after the message's end go nowhere, as on a connection that closed.
@@ -666,62 +667,6 @@ impl State {
             self.gone = Some(Gone::Local);
         }
         Poll::Ready(sent)
-    }
-
-    /// Sends a response head once it is complete in what was written.
-    fn send_head(&mut self) -> io::Result<()> {
-        let head_request = self.head_request;
-        let tunnel = self.tunnel;
-        let sent = match &mut self.down {
-            Down::Response { buf, .. } => loop {
-                match parse_response(buf, head_request) {
-                    Ok(Some(h)) if h.status == 101 && tunnel == Some(Tunnel::WebSocket) => {
-                        break self.respond(h)
-                    }
-                    // Interim answers (100 Continue) stay between the session and the server.
-                    Ok(Some(h)) if h.status < 200 => drop(buf.drain(..h.len)),
-                    Ok(Some(h)) => break self.respond(h),
-                    Ok(None) => return Ok(()),
-                    Err(e) => break Err(invalid(e)),
-                }
-            },
-            Down::Request { .. } | Down::Body { .. } | Down::Done => return Ok(()),
-        };
-        if sent.is_err() && self.gone.is_none() {
-            self.reset();
-            self.gone = Some(Gone::Local);
-        }
-        sent
-    }
-
-    /// Sends the response head `head` (complete in the head buffer).
-    fn respond(&mut self, head: sluice_http::ResponseHead) -> io::Result<()> {
-        let Down::Response { mut respond, buf } = std::mem::replace(&mut self.down, Down::Done)
-        else {
-            unreachable!("called while the response head is awaited")
-        };
-        let bytes = Bytes::from(buf);
-        let Some(mut res) = heads::response(&head, &bytes) else {
-            respond.send_reset(Reason::INTERNAL_ERROR);
-            return Err(invalid("a response field HTTP/2 cannot carry"));
-        };
-        // The server opened the tunnel: the tunnel's bytes follow as DATA until either side
-        // ends, and its end is no reset to count against the client. A WebSocket's 101
-        // is a 200 over HTTP/2, without the key's answer (RFC 8441 §5); a CONNECT's 2xx
-        // has no content, so no length either (RFC 9110 §9.3.6).
-        let opened = self.tunnel.is_some_and(|t| t.opened_by(head.status));
-        let framing = if opened {
-            if head.status == 101 {
-                *res.status_mut() = http::StatusCode::OK;
-                res.headers_mut().remove("sec-websocket-accept");
-            }
-            res.headers_mut().remove(http::header::CONTENT_LENGTH);
-            self.answered = true;
-            Framing::UntilClose
-        } else {
-            head.framing
-        };
-        self.respond_with(respond, res, framing, bytes.slice(head.len..))
     }
 
     /// Sends the response head `res` on `respond`; its body follows as `framing` says,

@@ -8,17 +8,18 @@
 
 use sluice_http::{Framing, RequestView, ResponseView};
 
-use super::heads::{write_response_head, Edits};
+use super::heads::{client_response, write_response_head, Digits, Edits};
 use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
 use super::txn::{ReqFacts, Txn};
 use crate::cache::{Admission, Entry, Lookup};
 use crate::transport::Then;
 
-/// The answer to a request from a stored object: its head as the client gets it, and
-/// whether the body follows.
+/// The answer to a request from a stored object: its head as the client gets it (HTTP/1
+/// text, or an HTTP/2 head and the body's framing), and whether the body follows.
 pub(super) struct CachedAnswer {
     head: Vec<u8>,
+    h2: Option<(http::Response<()>, Framing)>,
     with_body: bool,
     keep: bool,
 }
@@ -69,6 +70,16 @@ impl Txn {
             ),
             true => (Framing::Length(entry.body.len() as u64), None),
         };
+        let h2 = match s.client.as_stream() {
+            Some(_) => {
+                let digits = Digits::new(entry.body.len() as u64);
+                let res = client_response(&view, &edits, Some(digits.as_bytes()), None)
+                    .ok_or_else(|| Fail::drop(Cause::Proxy, Phase::Local))?;
+                Some((res, framing))
+            }
+            None => None,
+        };
+        // (Also what the log counts, for either protocol.)
         let mut out = Vec::with_capacity(entry.head.len() + 64);
         write_response_head(
             &mut out,
@@ -87,6 +98,7 @@ impl Txn {
         self.log.bytes = super::report::htx_head_size(&out) + body;
         Ok(CachedAnswer {
             head: out,
+            h2,
             with_body,
             keep,
         })
@@ -107,8 +119,16 @@ impl Txn {
             Then::Close
         };
         let limit = s.frontend().stream.timeout_client;
-        let sent =
-            super::deadline::within(limit, s.client.write_pair(&answer.head, body, then)).await;
+        let head: &[u8] = match (answer.h2, s.client.as_stream()) {
+            (Some((res, framing)), Some(stream)) => {
+                stream
+                    .send_response(res, framing)
+                    .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Local))?;
+                &[]
+            }
+            _ => &answer.head,
+        };
+        let sent = super::deadline::within(limit, s.client.write_pair(head, body, then)).await;
         match sent {
             Ok(Ok(())) => Ok(answer.keep),
             Ok(Err(e)) => Err(Fail::drop(Cause::ClientClosed(Some(e)), Phase::Local)),

@@ -860,6 +860,34 @@ fn lower_name<'a>(name: &'a [u8], buf: &'a mut [u8; 64]) -> &'a [u8] {
 
 pub(crate) use sluice_http::push_header;
 
+/// Sends the response head to an HTTP/2 client's stream (no text), its body to follow as
+/// `framing` says.
+pub(super) fn send_h2_head(
+    stream: &crate::h2_stream::H2Stream,
+    view: &ResponseView<'_>,
+    edits: &Edits,
+    (framing, length_hint): (Framing, Option<Vec<u8>>),
+    algo: Option<Algo>,
+) -> std::io::Result<()> {
+    let digits;
+    let length = match framing {
+        Framing::Length(n) => {
+            digits = Digits::new(n);
+            Some(digits.as_bytes())
+        }
+        Framing::None => length_hint.as_deref(),
+        Framing::Chunked | Framing::UntilClose => None,
+    };
+    let Some(res) = client_response(view, edits, length, algo) else {
+        stream.abort();
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a response field HTTP/2 cannot carry",
+        ));
+    };
+    stream.send_response(res, framing)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, Respon
 use super::body_wait::{self, BodyWait, Buffered, Progress};
 use super::connect::ServerConn;
 use super::deadline::within;
-use super::heads::{push_header, with_close, write_response_head, Edits};
+use super::heads::{push_header, send_h2_head, with_close, write_response_head, Edits};
 use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
@@ -122,7 +122,7 @@ impl Txn {
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"LH");
                 self.log.bytes += super::report::htx_message_size(&bytes);
-                s.write_client(&bytes)
+                s.write_page(&bytes)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
                 return Ok(false);
@@ -138,7 +138,7 @@ impl Txn {
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PH");
                 self.log.bytes += super::report::htx_message_size(&bytes);
-                s.write_client(&bytes)
+                s.write_page(&bytes)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
                 return Ok(false);
@@ -435,19 +435,28 @@ impl Txn {
                 .push(("sec-websocket-accept".into(), accept.as_bytes().to_vec()));
         }
         let view = rsp.view(s.sbuf.bytes());
-        write_response_head(&mut s.out, &view, &edits, None, None);
-        if !facts.connect {
-            s.out.truncate(s.out.len() - 2);
-            let proto = view.header("upgrade").unwrap_or(b"websocket").to_vec();
-            s.out.extend_from_slice(b"connection: upgrade\r\n");
-            push_header(&mut s.out, b"upgrade", &proto);
-            s.out.extend_from_slice(b"\r\n");
+        if let Some(stream) = s.client.as_stream() {
+            // The stream makes the answer that opens its tunnel a 2xx (RFC 8441).
+            let framed = (Framing::UntilClose, None);
+            send_h2_head(stream, &view, &edits, framed, None)
+                .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Data))?;
+        } else {
+            write_response_head(&mut s.out, &view, &edits, None, None);
+            if !facts.connect {
+                s.out.truncate(s.out.len() - 2);
+                let proto = view.header("upgrade").unwrap_or(b"websocket").to_vec();
+                s.out.extend_from_slice(b"connection: upgrade\r\n");
+                push_header(&mut s.out, b"upgrade", &proto);
+                s.out.extend_from_slice(b"\r\n");
+            }
         }
         s.sbuf.consume(rsp.len());
-        let head = std::mem::take(&mut s.out);
-        let sent = s.write_client(&head).await;
-        s.out = head;
-        sent.map_err(|c| Fail::drop(c, Phase::Data))?;
+        if !s.out.is_empty() {
+            let head = std::mem::take(&mut s.out);
+            let sent = s.write_client(&head).await;
+            s.out = head;
+            sent.map_err(|c| Fail::drop(c, Phase::Data))?;
+        }
         self.phase = Phase::Tunnel;
         let limits = super::tunnel::Limits {
             idle: facts
@@ -472,34 +481,6 @@ impl Txn {
         s.received += moved.to_b.saturating_sub(counted);
         Ok(false)
     }
-}
-
-/// Sends the response head to an HTTP/2 client's stream (no text), its body to follow as
-/// `framing` says.
-fn send_h2_head(
-    stream: &crate::h2_stream::H2Stream,
-    view: &ResponseView<'_>,
-    edits: &Edits,
-    (framing, length_hint): (Framing, Option<Vec<u8>>),
-    algo: Option<compression::Algo>,
-) -> std::io::Result<()> {
-    let digits;
-    let length = match framing {
-        Framing::Length(n) => {
-            digits = super::heads::Digits::new(n);
-            Some(digits.as_bytes())
-        }
-        Framing::None => length_hint.as_deref(),
-        Framing::Chunked | Framing::UntilClose => None,
-    };
-    let Some(res) = super::heads::client_response(view, edits, length, algo) else {
-        stream.abort();
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "a response field HTTP/2 cannot carry",
-        ));
-    };
-    stream.send_response(res, framing)
 }
 
 /// When a server's `Keep-Alive: timeout=N` says it will close an idle connection: the pool

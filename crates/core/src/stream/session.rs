@@ -339,7 +339,7 @@ impl Session {
             None => sluice_http::raw_error_page(status),
             Some(_) => self.error_bytes(status, None),
         };
-        let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
+        let _ = within(Some(Duration::from_secs(5)), self.write_page(&page)).await;
         self.close_gracefully().await;
     }
 
@@ -348,7 +348,7 @@ impl Session {
             return;
         };
         let page = self.error_bytes(status, backend);
-        let _ = within(Some(Duration::from_secs(5)), self.client.write_all(&page)).await;
+        let _ = within(Some(Duration::from_secs(5)), self.write_page(&page)).await;
         self.close_gracefully().await;
     }
 
@@ -392,6 +392,31 @@ impl Session {
     }
 
     /// Writes to the client within `timeout client`.
+    /// Writes an answer the proxy made itself, `page` (a whole HTTP/1.1 response: an error
+    /// page, an `errorfile`, a `return`, a redirect), in the client's protocol: as it is to
+    /// an HTTP/1 client; to an HTTP/2 stream, its head as HEADERS made from the page's
+    /// fields (read once here: the stream takes heads, never text) and its body as DATA.
+    /// An empty page (`errorfile CODE /dev/null`) sends nothing.
+    pub async fn write_page(&mut self, page: &[u8]) -> Result<(), Cause> {
+        let Some(stream) = self.client.as_stream() else {
+            return self.write_client(page).await;
+        };
+        if page.is_empty() {
+            return Ok(());
+        }
+        let closed = |e| Cause::ClientClosed(Some(e));
+        let Ok(Some(head)) = sluice_http::parse_response(page, false) else {
+            stream.abort();
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, "a malformed page");
+            return Err(closed(e));
+        };
+        let view = sluice_http::ResponseView::h1(page, &head);
+        let framed = (head.framing, None);
+        super::heads::send_h2_head(stream, &view, &Default::default(), framed, None)
+            .map_err(closed)?;
+        self.write_client(&page[head.len..]).await
+    }
+
     pub async fn write_client(&mut self, bytes: &[u8]) -> Result<(), Cause> {
         let limit = self.frontend().stream.timeout_client;
         match within(limit, self.client.write_all(bytes)).await {

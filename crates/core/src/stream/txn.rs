@@ -646,7 +646,7 @@ impl Txn {
     }
 
     async fn send_local(&mut self, s: &mut Session, bytes: &[u8]) -> Result<(), Fail> {
-        s.write_client(bytes)
+        s.write_page(bytes)
             .await
             .map_err(|c| Fail::drop(c, self.phase))
     }
