@@ -378,6 +378,16 @@ impl Entry {
         }
     }
 
+    /// Stores `n` in counter `c` (`set table`): a count takes it, a rate reads it for the
+    /// period starting `now` (then fades), as HAProxy sets one.
+    pub fn store(&mut self, c: Counter, n: u64, now: u64) {
+        match self.value_mut(c) {
+            Some(Value::Count(x)) => *x = n,
+            Some(Value::Rate(r, _)) => *r = Window::from_parts(now, n, 0),
+            None => {}
+        }
+    }
+
     pub fn set(&mut self, c: Counter, n: u64) {
         if let Some(Value::Count(x)) = self.value_mut(c) {
             *x = n;

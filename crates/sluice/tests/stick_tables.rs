@@ -480,3 +480,101 @@ fn table_trackers_counts_the_connections_tracking_a_key() {
         b.get("/").text() == "1 0"
     });
 }
+
+/// The commands of `testdata/haproxy-2.6/table-cli.txt`, each with what HAProxy 2.6.12
+/// answered (pointers and times written as `0xP` and `exp=N`); with
+/// `SLUICE_TABLE_RECORD=haproxy`, HAProxy answers and the file is written again.
+const TABLE_COMMANDS: &[&str] = &[
+    "show table nosuch",
+    "clear table nosuch",
+    "set table nosuch key 1.2.3.4",
+    "set table",
+    "clear table",
+    "set table f",
+    "set table f key",
+    "show table f key",
+    "clear table f key",
+    "set table f key 1.2.3.4 data.gpc0 5 data.http_req_rate 7 data.conn_cnt 3",
+    "show table f",
+    "set table f key 1.2.3.4 data.gpc1 5",
+    "set table f key 1.2.3.4 data.foo 5",
+    "set table f key 1.2.3.4 gpc0 5",
+    "set table f key 1.2.3.4 data.gpc0 x",
+    "set table f key 1.2.3.4 data.gpc0",
+    "set table f key 1.2.3.4 data.gpc0 -1",
+    "set table f key 1.2.3.4 data.bytes_out_cnt -1",
+    "set table f data.gpc0 eq 1",
+    "set table f foo",
+    "set table ints key abc data.gpc0 1",
+    "set table ints key 42 data.gpc0 1",
+    "set table ints key 43 data.gpc0 2",
+    "set table f key 5.6.7.8",
+    "show table f",
+    "show table f data.gpc0 gt 10",
+    "show table f data.gpc0 eq 0 data.conn_cnt eq 0",
+    "show table ints key abc",
+    "clear table ints key abc",
+    "show table f data.foo eq 1",
+    "show table f data.gpc1 eq 1",
+    "show table f data.gpc0 xx 1",
+    "show table f data.gpc0 eq x",
+    "show table f foo",
+    "clear table f foo",
+    "clear table ints data.gpc0 eq 1",
+    "show table ints",
+    "clear table f key 5.6.7.8",
+    "show table f",
+    "clear table f",
+    "show table f",
+];
+
+#[test]
+fn table_commands_answer_as_haproxy() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let config = format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    stick-table type ip size 100 expire 1m store gpc0,http_req_rate(10s),conn_cnt,bytes_out_cnt\nbackend ints\n    stick-table type integer size 10 store gpc0\n",
+        sock.display()
+    );
+    let record = std::env::var("SLUICE_TABLE_RECORD").is_ok_and(|v| v == "haproxy");
+    let _p = if record {
+        Sluice::start_program("haproxy", &["-db"], &config)
+    } else {
+        Sluice::start(&config)
+    };
+    if record {
+        wait_until("the socket", || sock.exists());
+    }
+    // An entry's address and the time left are the process's own.
+    let steady = |word: &str| -> String {
+        if word.starts_with("0x") && word.ends_with(':') {
+            "0xP:".into()
+        } else if word.starts_with("exp=") {
+            "exp=N".into()
+        } else {
+            word.into()
+        }
+    };
+    let answers: Vec<String> = TABLE_COMMANDS
+        .iter()
+        .map(|cmd| {
+            let got: Vec<String> = Sluice::cli(&sock, cmd)
+                .lines()
+                .map(|l| l.split(' ').map(steady).collect::<Vec<_>>().join(" "))
+                .collect();
+            format!("> {cmd}\n{}", got.join("\n").trim_end())
+        })
+        .collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/haproxy-2.6/table-cli.txt");
+    if record {
+        std::fs::write(&path, answers.join("\n") + "\n").unwrap();
+        return;
+    }
+    let recorded = "\n".to_string() + &std::fs::read_to_string(&path).unwrap();
+    let want: Vec<&str> = recorded.split("\n> ").skip(1).map(str::trim_end).collect();
+    assert_eq!(want.len(), answers.len());
+    for (w, g) in want.iter().zip(&answers) {
+        assert_eq!(g.trim_start_matches("> ").trim_end(), *w);
+    }
+}

@@ -203,6 +203,15 @@ impl Counter {
         }
     }
 
+    /// `v` as HAProxy's type for the data keeps it: the byte counts on 64 bits, the others
+    /// on 32 (a negative value wraps, as there).
+    pub fn stored_width(self, v: i64) -> u64 {
+        match self {
+            Counter::BytesInCnt | Counter::BytesOutCnt => v as u64,
+            _ => u64::from(v as u32),
+        }
+    }
+
     /// The rate a general purpose counter's increments also count in (`gpc0_rate` for
     /// `gpc0`, `gpc3_rate` for `gpc3`).
     pub fn rate(self) -> Option<Counter> {

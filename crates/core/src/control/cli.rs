@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-use super::{patterns, servers};
+use super::{patterns, servers, tables};
 use crate::conf::patterns::Family;
 
 pub use crate::conf::cli::{CliAddr, Level, SocketConf};
@@ -226,13 +226,19 @@ pub const COMMANDS: &[Command] = &[
         words: &["show", "table"],
         help: "show table [NAME [key K] [data.TYPE eq|ne|lt|le|gt|ge V]]: stick tables and their entries",
         level: Level::Operator,
-        run: show_table,
+        run: |s, a, _| tables::show(s, a),
     },
     Command {
         words: &["clear", "table"],
-        help: "clear table NAME [key K]: drop a stick table's entries (or one)",
+        help: "clear table NAME [key K | data.TYPE OP V...]: drop a stick table's entries (all, one, or those matching)",
         level: Level::Admin,
-        run: clear_table,
+        run: |s, a, _| tables::clear(s, a),
+    },
+    Command {
+        words: &["set", "table"],
+        help: "set table NAME key K [data.TYPE V]...: create or update an entry",
+        level: Level::Operator,
+        run: |s, a, _| tables::set(s, a),
     },
     Command {
         words: &["show", "version"],
@@ -758,143 +764,6 @@ pub fn bind(conf: &SocketConf) -> std::io::Result<CliListener> {
             Ok(CliListener::Tcp(l))
         }
     }
-}
-
-fn table_header(t: &crate::stick::Table) -> String {
-    let kind = match t.conf.key {
-        crate::stick::KeyType::Ip => "ip",
-        crate::stick::KeyType::Ipv6 => "ipv6",
-        crate::stick::KeyType::Integer => "integer",
-        crate::stick::KeyType::String(_) => "string",
-        crate::stick::KeyType::Binary(_) => "binary",
-    };
-    format!(
-        "# table: {}, type: {kind}, size:{}, used:{}\n",
-        t.conf.name,
-        t.conf.size,
-        t.used()
-    )
-}
-
-/// The key a CLI argument names in table `t`.
-/// A key typed on the CLI (binary keys in hexadecimal, as HAProxy takes them).
-fn table_key(t: &crate::stick::Table, k: &str) -> Option<crate::stick::Key> {
-    use crate::conf::sample::Sample;
-    let sample = match t.conf.key {
-        crate::stick::KeyType::Binary(_) => {
-            let hex = k.as_bytes();
-            if !hex.len().is_multiple_of(2) {
-                return None;
-            }
-            let bytes = hex
-                .chunks(2)
-                .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
-                .collect::<Option<Vec<u8>>>()?;
-            Sample::Bin(std::borrow::Cow::Owned(bytes))
-        }
-        _ => Sample::str(k.as_bytes()),
-    };
-    crate::stick::Key::from_sample(&sample, t.conf.key)
-}
-
-/// A key as `show table` prints it (binary keys in hexadecimal).
-fn key_text(t: &crate::stick::Table, k: &crate::stick::Key) -> String {
-    match (t.conf.key, k) {
-        (crate::stick::KeyType::Binary(_), crate::stick::Key::Bytes(b)) => {
-            b.iter().map(|x| format!("{x:02x}")).collect()
-        }
-        _ => k.to_string(),
-    }
-}
-
-/// `show table [NAME [key K] [data.TYPE OP V]]`, in HAProxy's layout.
-fn show_table(s: &Process, args: &[&str], _: Level) -> String {
-    let tables = &s.state.tables;
-    let Some(name) = args.first() else {
-        return tables.iter().map(|t| table_header(t)).collect();
-    };
-    let Some(t) = s.state.table(name) else {
-        return "Unknown table name.\n".into();
-    };
-    let now = crate::runtime::clock_ms();
-    let mut key = None;
-    let mut filter = None;
-    let mut rest = &args[1..];
-    while let [word, tail @ ..] = rest {
-        match (*word, tail) {
-            ("key", [k, more @ ..]) => {
-                let Some(k) = table_key(t, k) else {
-                    return "Invalid key for this table.\n".into();
-                };
-                key = Some(k);
-                rest = more;
-            }
-            (d, [op, v, more @ ..]) if d.starts_with("data.") => {
-                let Some(c) = crate::stick::Counter::from_name(&d[5..]) else {
-                    return "Unknown data type.\n".into();
-                };
-                let Ok(v) = v.parse::<u64>() else {
-                    return "Require a valid integer value to compare against\n".into();
-                };
-                let cmp: fn(u64, u64) -> bool = match *op {
-                    "eq" => |a, b| a == b,
-                    "ne" => |a, b| a != b,
-                    "lt" => |a, b| a < b,
-                    "le" => |a, b| a <= b,
-                    "gt" => |a, b| a > b,
-                    "ge" => |a, b| a >= b,
-                    _ => return "Require an operator among \"eq\", \"ne\", \"le\", \"ge\", \"lt\", \"gt\".\n".into(),
-                };
-                filter = Some((c, cmp, v));
-                rest = more;
-            }
-            _ => return "Optional argument only supports \"data.<store_data_type>\" <operator> <value> and key <key>\n".into(),
-        }
-    }
-    let mut entries: Vec<_> = t
-        .entries(now)
-        .into_iter()
-        .map(|(k, e)| (key_text(t, &k), k, e))
-        .collect();
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out = table_header(t);
-    for (shown, k, e) in entries {
-        if key.as_ref().is_some_and(|want| *want != k) {
-            continue;
-        }
-        let g = e.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((c, cmp, v)) = filter {
-            if !g.get(c, now).is_some_and(|x| cmp(x, v)) {
-                continue;
-            }
-        }
-        let exp = g.expires.map_or(0, |x| x.saturating_sub(now));
-        // Held by the table and by each transaction tracking it.
-        let users = std::sync::Arc::strong_count(&e).saturating_sub(2);
-        let _ = writeln!(
-            out,
-            "{:p}: key={shown} use={users} exp={exp} {}",
-            std::sync::Arc::as_ptr(&e),
-            g.describe(now)
-        );
-    }
-    out
-}
-
-/// `clear table NAME [key K]`.
-fn clear_table(s: &Process, args: &[&str], _: Level) -> String {
-    let Some(t) = args.first().and_then(|n| s.state.table(n)) else {
-        return "Unknown table name.\n".into();
-    };
-    match args.get(1..) {
-        Some(["key", k]) => match table_key(t, k) {
-            Some(k) => t.clear(Some(&k)),
-            None => return "Invalid key for this table.\n".into(),
-        },
-        Some([]) | None => t.clear(None),
-        _ => return "Optional argument only supports key <key>\n".into(),
-    }
-    String::new()
 }
 
 /// `show info [typed|json]`.

@@ -21,6 +21,7 @@ pub mod identity;
 mod patterns;
 mod servers;
 pub mod state_file;
+mod tables;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
