@@ -394,9 +394,10 @@ pub fn added_headers(
     std::iter::once(("content-encoding", algo.token())).chain(vary)
 }
 
-/// Whether the process is over one of its compression limits.
-pub fn over_limit(limits: &GlobalComp, input_rate: u64, busy_pct: u32) -> bool {
-    (limits.max_rate > 0 && input_rate > limits.max_rate) || busy_pct > u32::from(limits.max_cpu)
+/// Whether the process is over one of its compression limits: `max_rate` bytes of input
+/// per second (`maxcomprate` as the CLI left it; 0: none), `max_cpu` percent busy.
+pub fn over_limit(max_rate: u64, max_cpu: u8, input_rate: u64, busy_pct: u32) -> bool {
+    (max_rate > 0 && input_rate > max_rate) || busy_pct > u32::from(max_cpu)
 }
 
 /// The level for the next piece of a running response: one step down under pressure (to 0,
@@ -547,10 +548,10 @@ mod tests {
             max_cpu: 85,
             max_level: 2,
         };
-        assert!(!over_limit(&limits, 500_000, 50));
-        assert!(over_limit(&limits, 1_000_001, 50));
-        assert!(over_limit(&limits, 0, 86));
-        assert!(!over_limit(&GlobalComp::default(), u64::MAX, 100));
+        assert!(!over_limit(limits.max_rate, limits.max_cpu, 500_000, 50));
+        assert!(over_limit(limits.max_rate, limits.max_cpu, 1_000_001, 50));
+        assert!(over_limit(limits.max_rate, limits.max_cpu, 0, 86));
+        assert!(!over_limit(0, GlobalComp::default().max_cpu, u64::MAX, 100));
         assert_eq!(next_level(2, 2, true), 1);
         assert_eq!(next_level(1, 2, true), 0);
         assert_eq!(next_level(0, 2, true), 0);

@@ -13,6 +13,7 @@ fn process() -> Arc<Process> {
     )
     .unwrap();
     Arc::new(Process {
+        compress_limit: 0.into(),
         state: Runtime::new(&config),
         threads: (0..2)
             .map(|id| ThreadCtx {

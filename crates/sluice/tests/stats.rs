@@ -1651,3 +1651,56 @@ fn connection_limits_are_set_from_the_cli() {
     assert_eq!(info("Maxconn"), "100");
     drop((a, b));
 }
+
+/// `set rate-limit connections|sessions|ssl-sessions|http-compression global N` changes the
+/// process's rate limits, as `show info` then reports them; the answers are HAProxy
+/// 2.6.12's for the same commands (recorded by hand with socat).
+#[test]
+fn rate_limits_are_set_from_the_cli() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    maxconnrate 1000\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let cli = |c: &str| Sluice::cli(&sock, c);
+    let usage = "'set rate-limit' only supports :\n   - 'connections global' to set the per-process maximum connection rate\n   - 'sessions global' to set the per-process maximum session rate\n   - 'ssl-sessions global' to set the per-process maximum SSL session rate\n   - 'http-compression global' to set the per-process maximum compression speed in kB/s\n";
+    for bad in [
+        "set rate-limit",
+        "set rate-limit connections",
+        "set rate-limit connections local 5",
+        "set rate-limit bogus global 5",
+    ] {
+        assert_eq!(cli(bad).trim_end(), usage.trim_end(), "{bad}");
+    }
+    assert_eq!(
+        cli("set rate-limit connections global").trim_end(),
+        "Expects an integer value."
+    );
+    assert_eq!(
+        cli("set rate-limit connections global -1").trim_end(),
+        "Value out of range."
+    );
+    for ok in [
+        "set rate-limit connections global 10",
+        "set rate-limit sessions global 20x",
+        "set rate-limit ssl-sessions global 30",
+        "set rate-limit http-compression global 5",
+    ] {
+        assert_eq!(cli(ok).trim_end(), "", "{ok}");
+    }
+    let info = cli("show info");
+    for line in [
+        "ConnRateLimit: 10",
+        "SessRateLimit: 20",
+        "SslRateLimit: 30",
+        "CompressBpsRateLim: 5120",
+    ] {
+        assert!(info.lines().any(|l| l == line), "{line}: {info}");
+    }
+    // Lifted again, and the proxy still serves.
+    assert_eq!(cli("set rate-limit connections global 0").trim_end(), "");
+    assert!(cli("show info").lines().any(|l| l == "ConnRateLimit: 0"));
+    assert_eq!(get(p.addr(), "/x").status, 200);
+}

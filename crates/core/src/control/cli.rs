@@ -289,6 +289,12 @@ pub const COMMANDS: &[Command] = &[
         run: super::frontends::set_maxconn_global,
     },
     Command {
+        words: &["set", "rate-limit"],
+        help: "set rate-limit connections|sessions|ssl-sessions|http-compression global N: change a process-wide rate limit (0: none; kB/s for compression)",
+        level: Level::Admin,
+        run: super::frontends::set_rate_limit,
+    },
+    Command {
         words: &["set", "maxconn", "server"],
         help: "set maxconn server BACKEND/SERVER N: change a server's maxconn (one configured with it)",
         level: Level::Admin,

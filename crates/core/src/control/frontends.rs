@@ -109,3 +109,52 @@ pub fn set_maxconn_global(p: &Process, args: &[&str], _: Level) -> String {
         }
     }
 }
+
+/// `set rate-limit connections|sessions|ssl-sessions|http-compression global N`: the
+/// process's `maxconnrate`, `maxsessrate`, `maxsslrate` or `maxcomprate` (in kB/s); 0 lifts
+/// it. The value is read as HAProxy's `atoi` reads it (leading digits, else 0).
+pub fn set_rate_limit(p: &Process, args: &[&str], _: Level) -> String {
+    use crate::runtime::GlobalRate;
+    let which = match args {
+        [kind, "global", ..] => match *kind {
+            "connections" => Some(GlobalRate::Conn),
+            "sessions" => Some(GlobalRate::Sess),
+            "ssl-sessions" => Some(GlobalRate::Ssl),
+            "http-compression" => None,
+            _ => return RATE_LIMIT_USAGE.into(),
+        },
+        _ => return RATE_LIMIT_USAGE.into(),
+    };
+    let Some(v) = args.get(2) else {
+        return "Expects an integer value.\n".into();
+    };
+    let n = atoi(v);
+    let Ok(n) = u32::try_from(n) else {
+        return "Value out of range.\n".into();
+    };
+    match which {
+        Some(rate) => p.admission.rates.set_global(rate, n),
+        None => p
+            .compress_limit
+            .store(u64::from(n) * 1024, Ordering::Relaxed),
+    }
+    String::new()
+}
+
+const RATE_LIMIT_USAGE: &str = "'set rate-limit' only supports :\n   - 'connections global' to set the per-process maximum connection rate\n   - 'sessions global' to set the per-process maximum session rate\n   - 'ssl-sessions global' to set the per-process maximum SSL session rate\n   - 'http-compression global' to set the per-process maximum compression speed in kB/s\n";
+
+/// C's `atoi`: an optional sign and the leading digits; 0 when there are none.
+fn atoi(s: &str) -> i64 {
+    let s = s.trim_start();
+    let (sign, digits) = match s.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    sign * digits[..end]
+        .parse::<i64>()
+        .unwrap_or(0)
+        .min(i64::from(i32::MAX))
+}

@@ -284,6 +284,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     );
     let (inboxes, receivers) = worker::inboxes(nbthread);
     let process = Arc::new(Process {
+        compress_limit: config.global.compression.max_rate.into(),
         state: Runtime::new(&config),
         config: Arc::new(config),
         threads: (0..nbthread)

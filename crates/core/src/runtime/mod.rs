@@ -29,7 +29,7 @@ pub use self::process::{
     Admission, ClientConn, Handover, MemoryRelease, Process, ProcessFigures, SessionInfo, Slot,
     ThreadCtx, Worker, WorkerChecks,
 };
-pub use self::rate::{AcceptRates, RateLimits};
+pub use self::rate::{AcceptRates, GlobalRate, RateLimits};
 pub use self::state::{
     clock_ms, clock_ms_at, clock_ns, AdminState, AgentState, BackendState, CapturedError,
     CheckResult, CheckState, ErrorCapture, FrontendState, LbCache, LbState, LbTable, ListenerState,

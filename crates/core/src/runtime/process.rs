@@ -258,6 +258,9 @@ pub struct Handover {
 #[derive(Debug)]
 pub struct Process {
     pub config: Arc<Config>,
+    /// `maxcomprate`: bytes per second of compressor input (0: none), which `set
+    /// rate-limit http-compression global` changes.
+    pub compress_limit: AtomicU64,
     pub state: Runtime,
     pub threads: Box<[ThreadCtx]>,
     pub admission: Admission,

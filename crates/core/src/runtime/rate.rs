@@ -1,7 +1,8 @@
-//! Accept-rate limits: global `maxconnrate`, `maxsessrate` and `maxsslrate`, and a
-//! frontend's `rate-limit sessions`. A listener over a limit stops accepting until the rate
-//! falls under it again; new connections wait in the kernel's accept queue meanwhile, as
-//! HAProxy's paused listeners leave them.
+//! Accept-rate limits: global `maxconnrate`, `maxsessrate` and `maxsslrate` (which `set
+//! rate-limit ... global` changes at run time), and a frontend's `rate-limit sessions`. A
+//! listener over a limit stops accepting until the rate falls under it again; new
+//! connections wait in the kernel's accept queue meanwhile, as HAProxy's paused listeners
+//! leave them.
 //!
 //! Invariants:
 //! - A rate is HAProxy's: a sliding one-second window ([`crate::freq::Window`]).
@@ -10,6 +11,7 @@
 //!   overshoot a limit.
 //! - With no limit configured nothing is counted here and accepting never waits.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,10 +19,24 @@ use crate::freq::Window;
 
 pub use crate::conf::listen::RateLimits;
 
-/// The windows of every configured limit, shared by the workers.
+/// A process-wide accept rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobalRate {
+    /// `maxconnrate`.
+    Conn,
+    /// `maxsessrate`.
+    Sess,
+    /// `maxsslrate`.
+    Ssl,
+}
+
+/// The limits and the windows of every limit, shared by the workers.
 #[derive(Debug)]
 pub struct AcceptRates {
-    pub limits: RateLimits,
+    /// The process-wide limits, by [`GlobalRate`] (0: none).
+    global: [AtomicU32; 3],
+    /// `rate-limit sessions`, by frontend.
+    frontends: Vec<Option<u32>>,
     /// conn, sess, ssl, then one per frontend.
     windows: Mutex<Vec<Window>>,
 }
@@ -28,19 +44,30 @@ pub struct AcceptRates {
 impl AcceptRates {
     pub fn new(limits: RateLimits) -> AcceptRates {
         let n = 3 + limits.frontends.len();
+        let at = |l: Option<u32>| AtomicU32::new(l.unwrap_or(0));
         AcceptRates {
-            limits,
+            global: [at(limits.conn), at(limits.sess), at(limits.ssl)],
+            frontends: limits.frontends,
             windows: Mutex::new(vec![Window::default(); n]),
         }
     }
 
+    /// A process-wide limit, if set.
+    pub fn global(&self, which: GlobalRate) -> Option<u32> {
+        Some(self.global[which as usize].load(Ordering::Relaxed)).filter(|&n| n > 0)
+    }
+
+    /// Changes a process-wide limit (0: none); it applies from the next connection.
+    pub fn set_global(&self, which: GlobalRate, n: u32) {
+        self.global[which as usize].store(n, Ordering::Relaxed);
+    }
+
     /// Whether any limit applies to frontend `fe`'s connections.
     fn applies(&self, fe: usize) -> bool {
-        let l = &self.limits;
-        l.conn.is_some()
-            || l.sess.is_some()
-            || l.ssl.is_some()
-            || l.frontends.get(fe).copied().flatten().is_some()
+        [GlobalRate::Conn, GlobalRate::Sess, GlobalRate::Ssl]
+            .iter()
+            .any(|&g| self.global(g).is_some())
+            || self.frontends.get(fe).copied().flatten().is_some()
     }
 
     /// Waits until one more connection of frontend `fe` (on an `ssl` bind if `tls`) fits
@@ -61,12 +88,11 @@ impl AcceptRates {
 
     /// Counts the connection if it fits at `now` (ms; zero), else how long until it may.
     fn try_take(&self, fe: usize, tls: bool, now: u64) -> Duration {
-        let l = &self.limits;
         let applicable = [
-            (0, l.conn),
-            (1, l.sess),
-            (2, l.ssl.filter(|_| tls)),
-            (3 + fe, l.frontends.get(fe).copied().flatten()),
+            (0, self.global(GlobalRate::Conn)),
+            (1, self.global(GlobalRate::Sess)),
+            (2, self.global(GlobalRate::Ssl).filter(|_| tls)),
+            (3 + fe, self.frontends.get(fe).copied().flatten()),
         ];
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let mut wait = 0;

@@ -80,8 +80,8 @@ fn lines(p: &Process) -> Vec<Line> {
     let zero = String::from("0");
     // As HAProxy counts its pools: what the workers keep free counts as used too.
     let pool_bytes = p.buffer_pool().allocated_bytes();
-    let rates = &p.config.global.rate_limits;
-    let limit = |l: Option<u32>| l.unwrap_or(0).to_string();
+    let rates = &p.admission.rates;
+    let limit = |g| rates.global(g).unwrap_or(0).to_string();
     let version = env!("CARGO_PKG_VERSION");
     let l = |pos, name, tags, ty, value: String| Line {
         pos,
@@ -155,7 +155,13 @@ fn lines(p: &Process) -> Vec<Line> {
         l(24, "PipesUsed", "MGP", U32, zero.clone()),
         l(25, "PipesFree", "MGP", U32, zero.clone()),
         l(26, "ConnRate", "MRP", U32, conn_rate.to_string()),
-        l(27, "ConnRateLimit", "CLP", U32, limit(rates.conn)),
+        l(
+            27,
+            "ConnRateLimit",
+            "CLP",
+            U32,
+            limit(crate::runtime::GlobalRate::Conn),
+        ),
         l(
             28,
             "MaxConnRate",
@@ -169,7 +175,13 @@ fn lines(p: &Process) -> Vec<Line> {
                 .to_string(),
         ),
         l(29, "SessRate", "MRP", U32, sess_rate.to_string()),
-        l(30, "SessRateLimit", "CLP", U32, limit(rates.sess)),
+        l(
+            30,
+            "SessRateLimit",
+            "CLP",
+            U32,
+            limit(crate::runtime::GlobalRate::Sess),
+        ),
         l(
             31,
             "MaxSessRate",
@@ -189,7 +201,13 @@ fn lines(p: &Process) -> Vec<Line> {
             U32,
             worker_rate(|c| &c.tls_rate).to_string(),
         ),
-        l(33, "SslRateLimit", "CLP", U32, limit(rates.ssl)),
+        l(
+            33,
+            "SslRateLimit",
+            "CLP",
+            U32,
+            limit(crate::runtime::GlobalRate::Ssl),
+        ),
         l(34, "MaxSslRate", "MMP", U32, zero.clone()),
         l(
             35,
@@ -241,7 +259,7 @@ fn lines(p: &Process) -> Vec<Line> {
             "CompressBpsRateLim",
             "CLP",
             U32,
-            p.config.global.compression.max_rate.to_string(),
+            p.compress_limit.load(Ordering::Relaxed).to_string(),
         ),
         l(
             47,

@@ -207,7 +207,7 @@ impl Txn {
         let mut compressor = facts
             .comp
             .filter(|_| compression::response_allows(conf, &view))
-            .filter(|_| !compression::over_limit(limits, compress_rate(&w), w.busy_pct()))
+            .filter(|_| !over_compression_limit(&w, limits))
             .map(|algo| Compressor::new(algo, limits.max_level));
         if compressor.is_some() {
             // Compressed for this client: not stored (hits are served as stored).
@@ -752,7 +752,7 @@ impl Relay<'_> {
                     let now = crate::clock::clock_ms();
                     figures.compress_in.add(now, data.len() as u64);
                     figures.compress_out.add(now, n as u64);
-                    let over = compression::over_limit(limits, compress_rate(w), w.busy_pct());
+                    let over = over_compression_limit(w, limits);
                     comp.set_level(compression::next_level(
                         comp.level(),
                         limits.max_level,
@@ -786,9 +786,17 @@ impl Relay<'_> {
 }
 
 /// The compressors' input rate, every worker's, in bytes per second.
-fn compress_rate(w: &crate::runtime::Worker) -> u64 {
-    w.process
+/// Whether compressing more would go over the process's limits (its input rate against
+/// `maxcomprate` as the CLI left it, the worker's load against `maxcompcpuusage`).
+fn over_compression_limit(w: &crate::runtime::Worker, limits: &GlobalComp) -> bool {
+    let rate = w
+        .process
         .figures
         .compress_in
-        .per_sec(crate::clock::clock_ms())
+        .per_sec(crate::clock::clock_ms());
+    let max_rate = w
+        .process
+        .compress_limit
+        .load(std::sync::atomic::Ordering::Relaxed);
+    compression::over_limit(max_rate, limits.max_cpu, rate, w.busy_pct())
 }
