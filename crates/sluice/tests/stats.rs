@@ -1704,3 +1704,64 @@ fn rate_limits_are_set_from_the_cli() {
     assert!(cli("show info").lines().any(|l| l == "ConnRateLimit: 0"));
     assert_eq!(get(p.addr(), "/x").status, 200);
 }
+
+/// `show sess all` gives each connection HAProxy's block (source, frontend and listener,
+/// backend and server of the request in progress, age); `show sess 0xID` one of them.
+#[test]
+fn sessions_are_shown_in_full() {
+    let origin = Origin::with_handler(
+        "o",
+        std::sync::Arc::new(|r: &Received| match r.target.as_str() {
+            "/slow" => Reply::Delayed(std::time::Duration::from_secs(30), ok_response("late\n")),
+            _ => ok_response("quick\n").into(),
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let port = free_port();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:{port} name public\n    default_backend be\nbackend be\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut idle = Conn::new(addr);
+    assert_eq!(idle.get("/quick").status, 200);
+    let mut waiting = Conn::new(addr);
+    waiting.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut all = String::new();
+    wait_until("the waiting request routed", || {
+        all = Sluice::cli(&sock, "show sess all");
+        all.contains("  backend=be (id=")
+    });
+    let blocks: Vec<&str> = all.split("\n0x").collect();
+    assert_eq!(blocks.len(), 2, "{all}");
+    let busy = blocks.iter().find(|b| b.contains("backend=be")).unwrap();
+    assert!(busy.contains("] id="), "{busy}");
+    assert!(busy.contains(" proto=tcpv4 source=127.0.0.1:"), "{busy}");
+    assert!(
+        busy.contains("\n  frontend=fe (id=2 mode=http), listener=public (id=1)\n"),
+        "{busy}"
+    );
+    assert!(busy.contains("\n  server=s (id=1)\n"), "{busy}");
+    assert!(busy.contains(" state=active"), "{busy}");
+    let other = blocks.iter().find(|b| !b.contains("backend=be")).unwrap();
+    assert!(
+        other.contains("  backend=<NONE> (id=-1 mode=-)\n  server=<NONE> (id=-1)\n"),
+        "{other}"
+    );
+    assert!(other.contains(" requests=1 state=idle"), "{other}");
+    // One of them by its id.
+    let id = all.split(':').next().unwrap().trim_start_matches("0x");
+    let one = Sluice::cli(&sock, &format!("show sess 0x{id}"));
+    assert_eq!(one.matches("  frontend=fe").count(), 1, "{one}");
+    // What is no session pointer lists them all, one line each, as HAProxy reads it.
+    assert_eq!(
+        Sluice::cli(&sock, "show sess nope")
+            .lines()
+            .filter(|l| l.starts_with("0x"))
+            .count(),
+        2
+    );
+    assert_eq!(Sluice::cli(&sock, "show sess 0x7fffffff").trim(), "");
+    drop(waiting);
+}

@@ -272,7 +272,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         words: &["show", "sess"],
-        help: "one line per client connection: source, proxies, server, age, state",
+        help: "show sess [all|0xID]: one line per client connection (source, proxies, server, age, state), or a block each",
         level: Level::Operator,
         run: show_sess,
     },
@@ -785,41 +785,128 @@ fn show_info(s: &Process, args: &[&str], _: Level) -> String {
 
 /// `show sess`: one line per client connection, HAProxy's leading fields (`proto`, `src`,
 /// `fe`, `be`, `srv`, `age`), then the worker, the requests served and whether one is in
-/// progress.
-fn show_sess(s: &Process, _: &[&str], _: Level) -> String {
+/// progress. `show sess all` (and `show sess 0xID`, one of them) gives each its block, in
+/// the layout of HAProxy's, with what sluice knows of a connection (HAProxy's internal
+/// flags, timers and buffer states have no equivalent here).
+fn show_sess(s: &Process, args: &[&str], _: Level) -> String {
     let mut all: Vec<(usize, std::sync::Arc<crate::runtime::SessionInfo>)> = Vec::new();
     for t in s.threads.iter() {
         let sessions = t.sessions.lock().unwrap_or_else(|e| e.into_inner());
         all.extend(sessions.values().map(|i| (t.id, i.clone())));
     }
     all.sort_by_key(|(_, i)| i.id);
+    // As HAProxy reads the argument (`strtoul`): what is no number lists them all, one line
+    // each.
+    let one = match args.first() {
+        Some(&"all") => Some(None),
+        Some(id) => id
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .map(Some),
+        None => None,
+    };
     let mut out = String::new();
     for (tid, i) in all {
-        let fe = &s.config.frontends[i.frontend];
-        let be_i = i.backend.load(Ordering::Relaxed);
-        let srv_i = i.server.load(Ordering::Relaxed);
-        let be = s.config.backends.get(be_i);
-        let srv = be.and_then(|b| b.servers.get(srv_i));
-        let _ = writeln!(
-            out,
-            "0x{:x}: proto=tcp{} src={} fe={} be={} srv={} age={}s thread={} reqs={} state={}",
-            i.id,
-            if i.peer.is_ipv4() { "v4" } else { "v6" },
-            i.peer,
-            fe.name,
-            be.map_or("<NONE>", |b| b.name.as_str()),
-            srv.map_or("<NONE>", |v| v.name.as_str()),
-            i.started.elapsed().as_secs(),
-            tid + 1,
-            i.requests.load(Ordering::Relaxed),
-            if i.busy.load(Ordering::Relaxed) {
-                "active"
-            } else {
-                "idle"
-            }
-        );
+        match one {
+            None => session_line(s, &mut out, tid, &i),
+            Some(Some(id)) if id != i.id => {}
+            Some(_) => session_block(s, &mut out, tid, &i),
+        }
     }
     out
+}
+
+fn session_line(s: &Process, out: &mut String, tid: usize, i: &crate::runtime::SessionInfo) {
+    let (be, srv) = session_route(s, i);
+    let _ = writeln!(
+        out,
+        "0x{:x}: proto=tcp{} src={} fe={} be={} srv={} age={}s thread={} reqs={} state={}",
+        i.id,
+        if i.peer.is_ipv4() { "v4" } else { "v6" },
+        i.peer,
+        s.config.frontends[i.frontend].name,
+        be.map_or("<NONE>", |b| b.name.as_str()),
+        srv.map_or("<NONE>", |v| v.name.as_str()),
+        i.started.elapsed().as_secs(),
+        tid + 1,
+        i.requests.load(Ordering::Relaxed),
+        session_state(i)
+    );
+}
+
+/// HAProxy's block for one stream, the lines sluice can fill.
+fn session_block(s: &Process, out: &mut String, tid: usize, i: &crate::runtime::SessionInfo) {
+    let fe = &s.config.frontends[i.frontend];
+    let age = i.started.elapsed();
+    let accepted = std::time::SystemTime::now() - age;
+    let since = accepted
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let date =
+        crate::log::strftime(since.as_secs() as i64, "%d/%b/%Y:%H:%M:%S", true).unwrap_or_default();
+    let bind = fe.listen.binds.get(i.listener);
+    let (be, srv) = session_route(s, i);
+    let _ = writeln!(
+        out,
+        "0x{:x}: [{date}.{:06}] id={} proto=tcpv{} source={}",
+        i.id,
+        since.subsec_micros(),
+        i.id,
+        if i.peer.is_ipv4() { 4 } else { 6 },
+        i.peer
+    );
+    let _ = writeln!(
+        out,
+        "  frontend={} (id={} mode={}), listener={} (id={})",
+        fe.name,
+        fe.id,
+        crate::stats::mode_name(fe.stream.mode),
+        bind.and_then(|b| b.name.as_deref()).unwrap_or("?"),
+        i.listener + 1
+    );
+    let _ = match be {
+        Some(b) => writeln!(
+            out,
+            "  backend={} (id={} mode={})",
+            b.name,
+            b.id,
+            crate::stats::mode_name(b.stream.mode)
+        ),
+        None => writeln!(out, "  backend=<NONE> (id=-1 mode=-)"),
+    };
+    let _ = match srv {
+        Some(v) => writeln!(out, "  server={} (id={})", v.name, v.id),
+        None => writeln!(out, "  server=<NONE> (id=-1)"),
+    };
+    let _ = writeln!(
+        out,
+        "  thread={} age={}s requests={} state={}",
+        tid + 1,
+        age.as_secs(),
+        i.requests.load(Ordering::Relaxed),
+        session_state(i)
+    );
+}
+
+/// The backend and server of the request in progress.
+fn session_route<'p>(
+    s: &'p Process,
+    i: &crate::runtime::SessionInfo,
+) -> (
+    Option<&'p crate::conf::Backend>,
+    Option<&'p crate::conf::Server>,
+) {
+    let be = s.config.backends.get(i.backend.load(Ordering::Relaxed));
+    let srv = be.and_then(|b| b.servers.get(i.server.load(Ordering::Relaxed)));
+    (be, srv)
+}
+
+fn session_state(i: &crate::runtime::SessionInfo) -> &'static str {
+    if i.busy.load(Ordering::Relaxed) {
+        "active"
+    } else {
+        "idle"
+    }
 }
 
 /// `shutdown session ID`: the connection `show sess` lists as `0xID` ends, as HAProxy

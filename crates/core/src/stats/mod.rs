@@ -197,7 +197,8 @@ fn queued(st: &BackendState) -> usize {
         .sum()
 }
 
-fn mode(m: Mode) -> &'static str {
+/// A proxy mode as HAProxy names it.
+pub fn mode_name(m: Mode) -> &'static str {
     match m {
         Mode::Http => "http",
         Mode::Tcp => "tcp",
@@ -369,7 +370,7 @@ fn frontend_row(p: &Process, i: usize, fe: &Frontend, st: &FrontendState, now: u
     r.num("req_rate", req_rate);
     r.num("req_rate_max", st.peaks.request_rate.get().max(req_rate));
     r.num("req_tot", c.sum(|k| &k.requests));
-    r.text("mode", mode(fe.stream.mode));
+    r.text("mode", mode_name(fe.stream.mode));
     r.num("conn_rate", conn_rate);
     r.num(
         "conn_rate_max",
@@ -419,7 +420,7 @@ fn listener_row(
     r.text("status", "OPEN");
     ids(&mut r);
     r.text("addr", bind.spec.to_string());
-    r.text("mode", mode(fe.stream.mode));
+    r.text("mode", mode_name(fe.stream.mode));
     zeros(&mut r, &["dcon", "dses", "wrew"]);
     r.num("eint", c.sum(|k| &k.traffic.internal_errors));
     module_counters(&mut r, Modules::of(c, None));
@@ -529,7 +530,7 @@ fn server_row(
             None => st.addr().to_string(),
         },
     );
-    r.text("mode", mode(be.stream.mode));
+    r.text("mode", mode_name(be.stream.mode));
     r.num("wrew", 0);
     r.num("connect", c.sum(|k| &k.connect));
     r.num("reuse", c.sum(|k| &k.reuse));
@@ -656,7 +657,7 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
         r.num("req_tot", c.sum(|k| &k.requests));
     }
     transactions(&mut r, c, |k| &k.traffic, &st.peaks, now);
-    r.text("mode", mode(be.stream.mode));
+    r.text("mode", mode_name(be.stream.mode));
     r.text("algo", be.algo.name());
     // HAProxy's aggregated states: 0 while at least one server is up.
     for n in [
