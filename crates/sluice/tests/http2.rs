@@ -985,6 +985,35 @@ fn malformed_streams_are_refused_and_never_reach_a_server() {
             "{what}: PROTOCOL_ERROR; frames: {frames:?}"
         );
     }
+    // An empty `:scheme` is answered 400, as HAProxy answers it.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    let mut fields = request_fields("/noscheme");
+    for f in fields.iter_mut().filter(|(n, _)| *n == ":scheme") {
+        f.1 = "";
+    }
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&fields),
+    );
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| {
+        (kind == DATA && stream == 1) || kind == RST_STREAM
+    });
+    // `:status: 400` is HPACK's static entry 12 (0x8c, indexed).
+    assert!(
+        frames
+            .iter()
+            .any(|(k, _, st, p)| *k == HEADERS && *st == 1 && p.first() == Some(&0x8c)),
+        "a 400: {frames:?}"
+    );
+    assert!(
+        !frames.iter().any(|(k, _, _, _)| *k == RST_STREAM),
+        "{frames:?}"
+    );
     // A good request on a connection whose other stream was refused is served.
     let mut s = raw_h2(p.addr());
     let mut out = Vec::new();

@@ -196,6 +196,12 @@ impl Session {
             if head.view(&[]).headers().count() > sluice_http::MAX_HEADERS {
                 return Err(Fail::answer(431, Cause::Proxy, Phase::Request));
             }
+            // An empty `:scheme` is no scheme: HAProxy answers 400.
+            if let ClientHead::H2 { parts, .. } = &head {
+                if parts.uri.scheme_str() == Some("") {
+                    return Err(Fail::answer(400, Cause::Proxy, Phase::Request));
+                }
+            }
             return Ok(head);
         }
         if !self.cbuf.is_empty() {
