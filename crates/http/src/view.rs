@@ -294,7 +294,14 @@ impl<'a> RequestView<'a> {
     pub fn nominates(&self, token: &[u8]) -> bool {
         match self.kind {
             RequestKind::H1 { head, .. } => head.nominated.iter().any(|n| n == token),
-            RequestKind::H2 { .. } => false,
+            // HTTP/2 has no `Connection` field; the proxy's own WebSocket translation is
+            // the one HTTP/2 head that carries one.
+            RequestKind::H2 { parts, .. } => parts
+                .headers
+                .get_all(http::header::CONNECTION)
+                .iter()
+                .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token)),
         }
     }
 }

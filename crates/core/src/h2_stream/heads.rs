@@ -45,59 +45,25 @@ pub fn tunnel(parts: &http::request::Parts) -> Option<Tunnel> {
     }
 }
 
-/// Writes the HTTP/1.1 head of a WebSocket opened over HTTP/2 ([`tunnel`]): the GET
-/// with `Upgrade: websocket` an HTTP/1.1 server expects (RFC 6455 §4.1), with a key of its
-/// own, as HTTP/2 clients send none. What follows on the stream is the tunnel's bytes.
-pub(super) fn websocket_request_head(parts: &http::request::Parts, out: &mut Vec<u8>) {
-    request_line("GET", parts, out);
-    request_fields(parts, &["sec-websocket-key"], out);
+/// Makes a WebSocket opened over HTTP/2 ([`tunnel`]) the request HTTP/1.1 opens one with,
+/// as HAProxy's HTX has it: a GET with `Upgrade: websocket` (RFC 6455 §4.1) and a key of
+/// its own, as HTTP/2 clients send none. What follows on the stream is the tunnel's bytes.
+pub fn as_websocket_upgrade(parts: &mut http::request::Parts) {
+    parts.method = http::Method::GET;
+    parts.extensions.remove::<h2::ext::Protocol>();
     let nonce: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
     let key = base64::engine::general_purpose::STANDARD.encode(nonce);
-    push_header(out, b"connection", b"upgrade");
-    push_header(out, b"upgrade", b"websocket");
-    push_header(out, b"sec-websocket-key", key.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Writes the HTTP/1.1 head of a plain CONNECT over HTTP/2: `:authority` is its target
-/// and its `Host`. What follows on the stream is the tunnel's bytes.
-pub(super) fn connect_request_head(parts: &http::request::Parts, out: &mut Vec<u8>) {
-    let authority = parts.uri.authority().map_or("", |a| a.as_str());
-    out.extend_from_slice(b"CONNECT ");
-    out.extend_from_slice(authority.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    request_fields(parts, &[], out);
-    out.extend_from_slice(b"\r\n");
-}
-
-fn request_line(method: &str, parts: &http::request::Parts, out: &mut Vec<u8>) {
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-}
-
-/// The request's fields but those named in `skip`, `:authority` as `Host` and the
-/// cookies in one field.
-fn request_fields(parts: &http::request::Parts, skip: &[&str], out: &mut Vec<u8>) {
-    let authority = parts.uri.authority();
-    if let Some(a) = authority {
-        push_header(out, b"host", a.as_str().as_bytes());
-    }
-    let mut cookies: Vec<&[u8]> = Vec::new();
-    for (name, value) in &parts.headers {
-        match name.as_str() {
-            // `:authority` wins over a `host` field, as HTTP/2 says it must.
-            "host" if authority.is_some() => {}
-            // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one.
-            "cookie" => cookies.push(value.as_bytes()),
-            n if skip.contains(&n) => {}
-            n => push_header(out, n.as_bytes(), value.as_bytes()),
-        }
-    }
-    if !cookies.is_empty() {
-        push_header(out, b"cookie", &cookies.join(&b"; "[..]));
+    let h = &mut parts.headers;
+    h.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("upgrade"),
+    );
+    h.insert(
+        http::header::UPGRADE,
+        http::HeaderValue::from_static("websocket"),
+    );
+    if let Ok(key) = http::HeaderValue::from_str(&key) {
+        h.insert(http::header::SEC_WEBSOCKET_KEY, key);
     }
 }
 

@@ -12,9 +12,10 @@
 //!   is what lasts).
 //! - a client's stream that opens a tunnel carries its bytes both ways, raw, once the
 //!   server agreed ([`Tunnel`]): a WebSocket (RFC 8441: CONNECT with `:protocol
-//!   websocket`) reads as the HTTP/1.1 `Upgrade: websocket` request and the server's 101
-//!   leaves as a 200; a plain CONNECT reads as the HTTP/1.1 CONNECT and its 2xx leaves
-//!   as it is (the request side of a tunnel is the one head still read as text).
+//!   websocket`) reaches the session as the GET with `Upgrade: websocket` it stands for in
+//!   HTTP/1.1 (decoded, as HAProxy's HTX has it: [`as_websocket_upgrade`]) and the
+//!   server's 101 leaves as a 200; a plain CONNECT reaches it as the CONNECT it is and its
+//!   2xx leaves as it is.
 //!
 //! No task and no buffer stand between the two: each call of the `transport::Conn` that
 //! holds the stream works on the stream itself. `heads` translates the heads, `body` takes
@@ -52,7 +53,9 @@ use h2::{Reason, RecvStream, SendStream};
 use sluice_http::{push_chunk, push_header, Framing};
 
 use self::body::BodyReader;
-pub use self::heads::{response_head, tunnel, FieldStore, RequestFields, ServerRequest, Tunnel};
+pub use self::heads::{
+    as_websocket_upgrade, response_head, tunnel, FieldStore, RequestFields, ServerRequest, Tunnel,
+};
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
@@ -77,8 +80,8 @@ enum Gone {
 
 #[derive(Debug)]
 struct State {
-    /// Bytes for the HTTP/1.1 side to read: the body as framed for it (after a tunnel's
-    /// request head, which reads as HTTP/1.1 text).
+    /// Bytes for the HTTP/1.1 side to read: the body as framed for it (a tunnel's bytes
+    /// as they come).
     up: Vec<u8>,
     read: usize,
     /// The server's response, not here yet.
@@ -217,34 +220,23 @@ fn invalid(why: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Erro
 }
 
 impl H2Stream {
-    /// A client's stream, its request as the `h2` crate gave it, answered on `respond`. A
-    /// tunnel's request head reads as HTTP/1.1 text ([`Tunnel`]); any other's is not read
-    /// here (the session has it as `parts`), only its body.
+    /// A client's stream, its request as the `h2` crate gave it, answered on `respond`. Its
+    /// head is not read here (the session has it as `parts`), only its body, or a
+    /// tunnel's bytes ([`Tunnel`]).
     pub fn answering(
         parts: &http::request::Parts,
         body: RecvStream,
         respond: SendResponse<Bytes>,
     ) -> (H2Stream, ResetWatch) {
-        let mut up = Vec::new();
         let ended = body.is_end_stream();
         let tunnel = heads::tunnel(parts);
-        // A tunnel's bytes cross raw once the server has opened it; its head is read as
-        // the HTTP/1.1 request that opens one. Any other request's head is the session's
-        // already (`sluice_http::RequestView::h2`): what is read here is its body,
-        // chunked when the client gave no length.
-        let chunked = match tunnel {
-            Some(Tunnel::WebSocket) => {
-                heads::websocket_request_head(parts, &mut up);
-                false
-            }
-            Some(Tunnel::Connect) => {
-                heads::connect_request_head(parts, &mut up);
-                false
-            }
-            None => !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH),
-        };
+        // The request's head is the session's already (`sluice_http::RequestView::h2`):
+        // what is read here is its body, chunked when the client gave no length, or a
+        // tunnel's bytes, raw, once the server has opened it.
+        let chunked =
+            tunnel.is_none() && !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
         let state = State::new(
-            up,
+            Vec::new(),
             (!ended).then_some(body),
             chunked,
             Down::Response { respond },

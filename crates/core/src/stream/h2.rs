@@ -282,14 +282,17 @@ async fn exchange(
         return;
     }
     let ended = body.is_end_stream();
+    let tunnel = crate::h2_stream::tunnel(&parts);
     let (end, watch) = H2Stream::answering(&parts, body, respond);
-    // A tunnel's head reads as HTTP/1.1 from the stream; any other is the session's now.
-    let head = crate::h2_stream::tunnel(&parts).is_none().then(|| {
-        sluice_http::join_cookies(&mut parts.headers);
-        ClientHead::H2 {
-            parts: Box::new(parts),
-            ended,
-        }
+    // The head is the session's, as decoded: a WebSocket's made the GET that opens one
+    // over HTTP/1.1; a tunnel has no body to frame (its bytes cross raw once it opens).
+    if tunnel == Some(crate::h2_stream::Tunnel::WebSocket) {
+        crate::h2_stream::as_websocket_upgrade(&mut parts);
+    }
+    sluice_http::join_cookies(&mut parts.headers);
+    let head = Some(ClientHead::H2 {
+        parts: Box::new(parts),
+        ended: ended || tunnel.is_some(),
     });
     let vars = StreamVars {
         sess: shared.sess_vars.clone().into(),

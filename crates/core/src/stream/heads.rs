@@ -656,7 +656,9 @@ pub(crate) fn server_request(
 /// nominated by `Connection`. `h2c`/`h2` are removed (a proxy must not tunnel cleartext HTTP/2
 /// it does not speak); nothing left means no upgrade.
 pub(crate) fn upgrade_request(req: &RequestView<'_>) -> Option<Vec<u8>> {
-    if req.version() != Version::Http11
+    // (An HTTP/2 head nominates no field: a WebSocket opened over HTTP/2 is the one that
+    // does, made the HTTP/1.1 upgrade it stands for; `h2_stream::as_websocket_upgrade`.)
+    if !matches!(req.version(), Version::Http11 | Version::Http2)
         || req.framing() != Framing::None
         || !req.nominates(b"upgrade")
     {
