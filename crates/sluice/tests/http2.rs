@@ -1659,3 +1659,82 @@ fn local_answers_reach_http2_clients() {
     });
     assert_eq!(origin.count(), 1, "one miss, then hits");
 }
+
+/// `h2_queued` of `show activity`: what the HTTP/2 client connections hold for their
+/// clients, all workers together.
+fn h2_queued(sock: &std::path::Path) -> u64 {
+    Sluice::cli(sock, "show activity")
+        .lines()
+        .find_map(|l| l.strip_prefix("h2_queued: "))
+        .and_then(|v| v.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .expect("an h2_queued row")
+}
+
+/// A client that opens its windows wide and stops reading its socket holds at most the
+/// connection's send budget (`tune.h2.fe.send-budget`) in the proxy, however many streams
+/// it has open, as `show activity`'s `h2_queued` counts it; when it reads again, every
+/// stream's body arrives whole and nothing stays counted.
+#[test]
+fn a_client_that_stops_reading_holds_at_most_the_send_budget() {
+    const BODY: usize = 1 << 20;
+    const STREAMS: u32 = 40;
+    const BUDGET: u64 = 256 * 1024;
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_: &Received| {
+            let mut raw = format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").into_bytes();
+            raw.resize(raw.len() + BODY, b'x');
+            Reply::Raw(raw)
+        }),
+    );
+    let dir = TempDir::new();
+    let sock = dir.0.join("s.sock");
+    let p = Sluice::start(&format!(
+        "global\n stats socket {}\n tune.h2.fe.send-budget 256k\n\
+         defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut s = TcpStream::connect(p.addr()).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut out = PREFACE.to_vec();
+    // INITIAL_WINDOW_SIZE (4) at its largest, and the connection's window as wide.
+    frame(&mut out, SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]);
+    frame(&mut out, 8, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes());
+    for i in 0..STREAMS {
+        let id = 1 + 2 * i;
+        frame(
+            &mut out,
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            id,
+            &hpack(&request_fields("/big")),
+        );
+    }
+    s.write_all(&out).unwrap();
+    // Nothing is read: the kernel's buffers fill, then the proxy's queue, up to its budget.
+    wait_until("the send budget filled", || {
+        h2_queued(&sock) >= BUDGET - 16 * 1024
+    });
+    for _ in 0..20 {
+        let held = h2_queued(&sock);
+        assert!(held <= BUDGET, "{held} held, over the budget");
+    }
+    // Reading again: every stream's body arrives whole.
+    let mut got = std::collections::HashMap::new();
+    let mut ended = 0;
+    read_frames(&mut s, |kind, stream, payload| {
+        if kind == DATA {
+            *got.entry(stream).or_insert(0usize) += payload.len();
+            if got[&stream] == BODY {
+                ended += 1;
+            }
+        }
+        ended == STREAMS as usize
+    });
+    assert_eq!(got.len(), STREAMS as usize);
+    assert!(got.values().all(|&n| n == BODY), "{got:?}");
+    wait_until("nothing left queued", || h2_queued(&sock) == 0);
+}

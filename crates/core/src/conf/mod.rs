@@ -160,6 +160,14 @@ impl GlobalConf {
         4 * self.bufsize
     }
 
+    /// What a client connection's HTTP/2 streams may have queued for the client together
+    /// (0: no limit): `tune.h2.fe.send-budget`, else 32 buffers, so that a connection of
+    /// 100 streams whose client stops reading holds 512 kB, not 6.4 MB, with the default
+    /// `tune.bufsize`.
+    pub fn h2_send_budget(&self) -> usize {
+        self.h2.send_budget.unwrap_or(32 * self.bufsize)
+    }
+
     /// Worker threads: `nbthread`, else the CPUs available to the process.
     pub fn nbthread(&self) -> usize {
         self.nbthread

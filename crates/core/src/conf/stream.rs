@@ -34,6 +34,10 @@ pub struct H2Tune {
     pub max_concurrent_streams: u32,
     /// `tune.h2.max-frame-size`: the largest frame we send.
     pub max_frame_size: u32,
+    /// `tune.h2.fe.send-budget` (sluice's own): what a client connection's streams may
+    /// have queued for the client together, in bytes (`None`: 32 x `tune.bufsize`; 0: no
+    /// limit).
+    pub send_budget: Option<usize>,
 }
 
 impl Default for H2Tune {
@@ -43,6 +47,7 @@ impl Default for H2Tune {
             initial_window_size: 65535,
             max_concurrent_streams: 100,
             max_frame_size: 16384,
+            send_budget: None,
         }
     }
 }

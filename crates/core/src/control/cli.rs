@@ -1010,6 +1010,9 @@ fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
         ("checks_run", |t| t.counters.checks_run.get()),
         ("checks_moved", |t| t.counters.checks_moved.get()),
         ("checks_queued", |t| t.counters.checks_queued.get()),
+        ("h2_queued", |t| {
+            t.counters.h2_queued.load(Ordering::Relaxed)
+        }),
     ];
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());

@@ -403,14 +403,37 @@ mod tests {
     /// views are held to): written into `out`. Returns whether its body
     /// goes chunked (it follows, and the client gave no length).
     fn request_head(parts: &http::request::Parts, ended: bool, out: &mut Vec<u8>) -> bool {
-        request_line(parts.method.as_str(), parts, out);
-        request_fields(parts, &[], out);
+        out.extend_from_slice(parts.method.as_str().as_bytes());
+        out.push(b' ');
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        request_fields(parts, out);
         let chunked = !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
         if chunked {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
         out.extend_from_slice(b"\r\n");
         chunked
+    }
+
+    /// The request's fields, `:authority` as `Host` and the cookies in one field.
+    fn request_fields(parts: &http::request::Parts, out: &mut Vec<u8>) {
+        let authority = parts.uri.authority();
+        if let Some(a) = authority {
+            push_header(out, b"host", a.as_str().as_bytes());
+        }
+        let mut cookies: Vec<&[u8]> = Vec::new();
+        for (name, value) in &parts.headers {
+            match name.as_str() {
+                "host" if authority.is_some() => {}
+                "cookie" => cookies.push(value.as_bytes()),
+                n => push_header(out, n.as_bytes(), value.as_bytes()),
+            }
+        }
+        if !cookies.is_empty() {
+            push_header(out, b"cookie", &cookies.join(&b"; "[..]));
+        }
     }
 
     fn h2_request(method: &str, uri: &str, fields: &[(&str, &str)]) -> http::request::Parts {

@@ -38,6 +38,7 @@
 
 mod body;
 mod heads;
+mod queued;
 
 use std::future::Future;
 use std::io;
@@ -56,6 +57,7 @@ use self::body::BodyReader;
 pub use self::heads::{
     as_websocket_upgrade, response_head, tunnel, FieldStore, RequestFields, ServerRequest, Tunnel,
 };
+pub use self::queued::Queued;
 
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
@@ -112,6 +114,8 @@ struct State {
     /// DATA bytes sent so far: a write that keeps sending is not idle, however long the
     /// peer's flow control makes it.
     sent: u64,
+    /// A client's stream: its connection's queued DATA and budget, and its own id there.
+    queued: Option<(Arc<Queued>, u32)>,
 }
 
 #[derive(Debug)]
@@ -227,7 +231,9 @@ impl H2Stream {
         parts: &http::request::Parts,
         body: RecvStream,
         respond: SendResponse<Bytes>,
+        queued: Arc<Queued>,
     ) -> (H2Stream, ResetWatch) {
+        let id = respond.stream_id().as_u32();
         let ended = body.is_end_stream();
         let tunnel = heads::tunnel(parts);
         // The request's head is the session's already (`sluice_http::RequestView::h2`):
@@ -244,6 +250,7 @@ impl H2Stream {
         let state = Arc::new(Mutex::new(State {
             head_request: parts.method == http::Method::HEAD,
             tunnel,
+            queued: Some((queued, id)),
             ..state
         }));
         let watch = ResetWatch {
@@ -423,7 +430,12 @@ impl H2Stream {
 
 impl Drop for H2Stream {
     fn drop(&mut self) {
-        self.lock().end();
+        let mut st = self.lock();
+        st.end();
+        if let Some((q, id)) = st.queued.take() {
+            // A reset stream's queued DATA is dropped by the crate; a whole one's leaves.
+            q.ended(id, st.gone.is_some());
+        }
     }
 }
 
@@ -466,6 +478,7 @@ impl State {
             tunnel: None,
             accept: None,
             sent: 0,
+            queued: None,
         }
     }
 
@@ -757,10 +770,18 @@ impl State {
         if self.gone.is_some() {
             return Poll::Ready(Err(broken()));
         }
-        send.reserve_capacity(out.data.len());
+        // A client's stream hands no more than its connection's budget has room for.
+        let want = match &self.queued {
+            Some((q, _)) => std::task::ready!(q.poll_room(cx, out.data.len())),
+            None => out.data.len(),
+        };
+        send.reserve_capacity(want);
         let sent = match std::task::ready!(send.poll_capacity(cx)) {
             Some(Ok(n)) => {
-                let part = out.data.split_to(n.min(out.data.len()));
+                let part = out.data.split_to(n.min(want));
+                if let Some((q, id)) = &self.queued {
+                    q.handed(*id, part.len());
+                }
                 self.sent += part.len() as u64;
                 let end = out.last && out.trailers.is_none() && out.data.is_empty();
                 send.send_data(part, end).is_ok().then_some(end)

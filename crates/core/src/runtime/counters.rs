@@ -413,6 +413,9 @@ pub struct WorkerCounters {
     pub checks_moved: Counter,
     /// Health checks that had to wait for a slot (`tune.max-checks-per-thread`).
     pub checks_queued: Counter,
+    /// DATA the HTTP/2 client connections of this worker have queued for their clients and
+    /// not written yet (a gauge: `h2_stream::Queued` moves it).
+    pub h2_queued: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// TLS client connections accepted here, and those that ended (`CumSslConns`,
     /// `CurrSslConns`), with their rate (`SslRate`).
     pub tls_sessions: Counter,

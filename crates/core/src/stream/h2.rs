@@ -43,7 +43,7 @@ use super::deadline::within;
 use super::h2_frames::{read_preface, Tallied};
 use super::session::ClientHead;
 use crate::conf::{one_arg, GlobalConf};
-use crate::h2_stream::H2Stream;
+use crate::h2_stream::{H2Stream, Queued};
 use crate::runtime::counters::Held;
 use crate::runtime::{SessionInfo, Worker};
 use crate::sample::StreamVars;
@@ -67,6 +67,17 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "tune.h2.max-concurrent-streams N: streams a client may have open at once on a connection (default 100)",
         parse: |g, a| setting(a, 1, u32::MAX).map(|n| g.h2.max_concurrent_streams = n),
+    },
+    Keyword {
+        name: "tune.h2.fe.send-budget",
+        scope: Scope::GLOBAL,
+        help: "tune.h2.fe.send-budget SIZE: bytes a client connection's HTTP/2 streams may have queued for it together (sluice's own; default 32 x tune.bufsize, 0: no limit)",
+        parse: |g, a| {
+            let v = one_arg(a, "a size")?;
+            let n = sluice_config::units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;
+            g.h2.send_budget = Some(n as usize);
+            Ok(())
+        },
     },
     Keyword {
         name: "tune.h2.max-frame-size",
@@ -114,6 +125,8 @@ struct ConnShared {
     went_idle: tokio::sync::Notify,
     /// Streams the client reset before their answer, in the current window.
     resets: Cell<(u32, tokio::time::Instant)>,
+    /// The DATA the streams have queued for the client, and its budget.
+    queued: Arc<Queued>,
 }
 
 /// Serves an HTTP/2 client connection until it closes.
@@ -145,6 +158,10 @@ pub(super) async fn serve(
             _ => return,
         }
     };
+    let queued = Queued::new(
+        w.config().global.h2_send_budget(),
+        w.ctx().counters.h2_queued.clone(),
+    );
     let handshake = h2::server::Builder::new()
         .header_table_size(tune.header_table_size)
         .initial_window_size(tune.initial_window_size)
@@ -158,7 +175,11 @@ pub(super) async fn serve(
         .max_send_buffer_size(w.config().global.h2_send_buffer())
         // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
         .enable_connect_protocol()
-        .handshake::<_, Bytes>(Tallied::new(client, &fe_state.counters.at(w.tid).h2, first));
+        .handshake::<_, Bytes>(Tallied::new(
+            client,
+            (&fe_state.counters.at(w.tid).h2, queued.clone()),
+            first,
+        ));
     let Ok(Ok(mut conn)) = within(first_limit, handshake).await else {
         return;
     };
@@ -174,6 +195,7 @@ pub(super) async fn serve(
         started: Cell::new(0),
         went_idle: tokio::sync::Notify::new(),
         resets: Cell::new((0, tokio::time::Instant::now())),
+        queued,
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
     let reset_budget = RESETS_PER_STREAM.saturating_mul(tune.max_concurrent_streams);
@@ -283,7 +305,7 @@ async fn exchange(
     }
     let ended = body.is_end_stream();
     let tunnel = crate::h2_stream::tunnel(&parts);
-    let (end, watch) = H2Stream::answering(&parts, body, respond);
+    let (end, watch) = H2Stream::answering(&parts, body, respond, shared.queued.clone());
     // The head is the session's, as decoded: a WebSocket's made the GET that opens one
     // over HTTP/1.1; a tunnel has no body to frame (its bytes cross raw once it opens).
     if tunnel == Some(crate::h2_stream::Tunnel::WebSocket) {

@@ -3,7 +3,8 @@
 //!   connection it drives is wrapped in it, which follows the frame headers in the bytes
 //!   going each way and counts what `show stat`'s HTTP/2 module reports (HEADERS, DATA,
 //!   SETTINGS, RST_STREAM and GOAWAY received; RST_STREAM and GOAWAY sent, and the protocol
-//!   errors those announce);
+//!   errors those announce) and tells the connection's [`Queued`] each DATA frame that
+//!   leaves;
 //! - [`read_preface`]: a cleartext client's first bytes are checked (the preface, then
 //!   SETTINGS) before the crate, which speaks first, sees the connection; [`Tallied`]
 //!   gives them back to it;
@@ -27,6 +28,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::h2_stream::Queued;
 use crate::runtime::counters::H2Frames;
 
 const DATA: u8 = 0;
@@ -51,6 +53,7 @@ struct Frame {
     kind: u8,
     flags: u8,
     len: usize,
+    stream: u32,
 }
 
 impl Frame {
@@ -150,6 +153,8 @@ impl Scan {
             kind: self.head[3],
             flags: self.head[4],
             len: u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]]) as usize,
+            stream: u32::from_be_bytes([self.head[5], self.head[6], self.head[7], self.head[8]])
+                & 0x7fff_ffff,
         }
     }
 }
@@ -158,6 +163,7 @@ impl Scan {
 pub struct Tallied<'a, T> {
     io: T,
     counters: &'a H2Frames,
+    queued: std::sync::Arc<Queued>,
     read: Scan,
     written: Scan,
     /// Frames that asked for no work in the current window, and when it began.
@@ -169,11 +175,17 @@ pub struct Tallied<'a, T> {
 }
 
 impl<'a, T> Tallied<'a, T> {
-    /// Wraps `io`, whose first bytes `first` were read already.
-    pub fn new(io: T, counters: &'a H2Frames, first: Vec<u8>) -> Self {
+    /// Wraps `io`, whose first bytes `first` were read already; the DATA written is
+    /// reported to `queued`.
+    pub fn new(
+        io: T,
+        (counters, queued): (&'a H2Frames, std::sync::Arc<Queued>),
+        first: Vec<u8>,
+    ) -> Self {
         Tallied {
             io,
             counters,
+            queued,
             first,
             at: 0,
             read: Scan {
@@ -216,9 +228,11 @@ impl<'a, T> Tallied<'a, T> {
 
     fn sent(&mut self, bytes: &[u8]) {
         let c = self.counters;
+        let queued = &self.queued;
         self.written.feed(bytes, |frame, code| {
             let bad = code.is_some_and(is_protocol_error);
             match frame.kind {
+                DATA => queued.written(frame.stream, frame.len),
                 RST_STREAM => {
                     c.rst_stream_resp.bump();
                     if bad {
@@ -406,7 +420,15 @@ mod tests {
 
     #[test]
     fn frames_that_ask_for_no_work_are_told_apart() {
-        let no_work = |kind, flags, len| Frame { kind, flags, len }.does_nothing();
+        let no_work = |kind, flags, len| {
+            Frame {
+                kind,
+                flags,
+                len,
+                stream: 1,
+            }
+            .does_nothing()
+        };
         assert!(no_work(PRIORITY, 0, 5));
         assert!(no_work(DATA, 0, 0));
         assert!(
