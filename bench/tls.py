@@ -19,6 +19,7 @@ every first request of a client connection, which is every request of this load.
                 so that a connection reaches the proxy with its ClientHello; not in the
                 issue's setup, a second figure beside it (the baseline build is left out)
   h2          - h2load over TLS with HTTP/2 (ALPN h2): 8 connections, 100 streams each
+  h2 76 kB    - the same for the 76 kB page (what the per-connection send budget may slow)
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
 SLUICE_BASELINE=/path/to/sluice adds an earlier build; BENCH_ONLY=<load> runs one load.
@@ -93,6 +94,8 @@ def h2load(secs, path):
 def load(kind, secs):
     if kind == "h2":
         return h2load(secs, "/hello.txt")
+    if kind == "h2 76 kB":
+        return h2load(secs, "/page.html")
     path = "/page.html" if kind == "keep-alive 76 kB" else "/hello.txt"
     return wrk(secs, kind.startswith("handshakes"), path)
 
@@ -141,7 +144,7 @@ def main():
             cmds["sluice before"] = [core.BASELINE] + cmds["sluice"][1:]
         return cmds
     only = os.environ.get("BENCH_ONLY")
-    kinds = [k for k in ("handshakes", DEFERRED, "keep-alive 13 B", "keep-alive 76 kB", "h2")
+    kinds = [k for k in ("handshakes", DEFERRED, "keep-alive 13 B", "keep-alive 76 kB", "h2", "h2 76 kB")
              if not only or k == only]
     print(f"# TLS benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians, interleaved), "
           f"1 proxy worker, ECDSA P-256, TLS 1.3 {SUITE}, no resumption, nginx origin; wrk -t2 -c64, "
