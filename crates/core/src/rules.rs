@@ -117,7 +117,16 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
                 }
                 None => return Err(KwError::Missing("connection, session, content or inspect-delay")),
             };
-            let rule = parse_rule(&c.rules, &args[1..], side, &c.at).map_err(|e| e.shifted(1))?;
+            let rule = match args.get(1).map(String::as_str) {
+                // `capture SAMPLE len N`: a new request capture slot, as HAProxy's.
+                Some("capture") if side == Side::TcpContent => {
+                    if args.get(3).is_some_and(|kw| kw != "len") {
+                        return Err(KwError::bad(4, &args[3], "expects 'len N'"));
+                    }
+                    parse_capture(c, &args[1..], Side::Request).map_err(|e| e.shifted(1))?
+                }
+                _ => parse_rule(&c.rules, &args[1..], side, &c.at).map_err(|e| e.shifted(1))?,
+            };
             let sets = &mut c.rules.sets;
             [&mut sets.tcp_connection, &mut sets.tcp_session, &mut sets.tcp_content][list]
                 .push(rule);
@@ -180,7 +189,6 @@ impl Side {
 /// Actions of `tcp-request` / `tcp-response` HAProxy has that sluice does not implement yet.
 const PENDING_TCP_ACTIONS: &[&str] = &[
     "expect-netscaler-cip",
-    "capture",
     "set-src",
     "set-dst",
     "set-log-level",
@@ -589,6 +597,25 @@ fn response_values_only(rule: &Rule) -> Result<(), KwError> {
     }
 }
 
+/// `tcp-request content capture`: into the session's slot, which the log and the rules
+/// after it read (HTTP rules keep their captures with their edits).
+fn capture_in_session(action: &Action, cx: &Ctx<'_>) {
+    if let Action::Capture { expr, len, slot } = action {
+        if let Some(text) = captured(expr, *len, cx) {
+            if let Some(s) = cx.vars.captured.borrow_mut().req.get_mut(*slot) {
+                *s = Some(text);
+            }
+        }
+    }
+}
+
+/// What a `capture` rule keeps of its sample: its text, cut to `len` bytes.
+pub(crate) fn captured(expr: &crate::sample::Expr, len: usize, cx: &Ctx<'_>) -> Option<String> {
+    let v = expr.eval(cx)?;
+    let b = v.as_bytes();
+    Some(String::from_utf8_lossy(&b[..b.len().min(len)]).into_owned())
+}
+
 /// `capture SAMPLE len N` (a new request slot) or `capture SAMPLE id N` (a slot of
 /// `declare capture` or `capture ... header`, on the rule's side).
 fn parse_capture(c: &mut ProxyConf, args: &[String], side: Side) -> Result<Rule, KwError> {
@@ -948,6 +975,7 @@ pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
         match &rule.action {
             Action::Allow => return true,
             Action::Reject => return false,
+            capture @ Action::Capture { .. } => capture_in_session(capture, cx),
             other => {
                 run_shared(other, cx, level);
             }
@@ -1046,28 +1074,31 @@ fn global_var(g: &mut crate::conf::GlobalConf, a: &[String], fmt: bool) -> Resul
 pub enum Inspected {
     Accept,
     Reject,
-    /// The condition of this rule needs more bytes: resume here once they came.
-    Wait(usize),
+    /// A condition needs more bytes: the list runs again, from the top, once they came.
+    Wait,
 }
 
-/// Runs `tcp-request content` rules from rule `from` on `cx.payload`: the first `accept`
-/// or `reject` whose condition holds decides (none: accepted), the other actions run as they
-/// come, and a condition that more bytes may change stops the list there, as HAProxy's
-/// rules wait for data until `tcp-request inspect-delay` ends.
-pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level, from: usize) -> Inspected {
-    for (i, rule) in rules.iter().enumerate().skip(from) {
+/// Runs `tcp-request content` rules on `cx.payload`: the first `accept` or `reject` whose
+/// condition holds decides (none: accepted), the other actions run as they come, and a
+/// condition that more bytes may change stops the list there. As in HAProxy, the list is
+/// evaluated again from its first rule each time more of the request arrived, until a
+/// verdict or the end of `tcp-request inspect-delay` (so an action before the waiting rule,
+/// a `capture` say, runs again on the fuller payload).
+pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> Inspected {
+    for rule in rules {
         let outcome = rule
             .cond
             .as_ref()
             .map_or(crate::acl::Partial::Pass, |c| c.eval_partial(cx));
         match outcome {
-            crate::acl::Partial::Miss => return Inspected::Wait(i),
+            crate::acl::Partial::Miss => return Inspected::Wait,
             crate::acl::Partial::Fail => continue,
             crate::acl::Partial::Pass => {}
         }
         match &rule.action {
             Action::Allow => return Inspected::Accept,
             Action::Reject => return Inspected::Reject,
+            capture @ Action::Capture { .. } => capture_in_session(capture, cx),
             other => {
                 run_shared(other, cx, level);
             }

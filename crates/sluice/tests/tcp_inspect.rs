@@ -228,3 +228,28 @@ fn fix_messages_are_validated_and_routed_once_whole() {
     assert_eq!(seen_alpha.lock().unwrap().len(), 1);
     assert_eq!(seen_alpha.lock().unwrap()[0], alpha_msg);
 }
+
+/// `tcp-request content capture SAMPLE len N` keeps the SNI of a ClientHello in a request
+/// capture slot, which a TCP log line shows (`%hr`, `%[capture.req.hdr(0)]`), with the
+/// format's other samples (HAProxy 2.6.12 writes the same line for this configuration).
+#[test]
+fn a_tcp_session_logs_its_captures_and_samples() {
+    let (server, _seen) = recorder();
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{TCP_DEFAULTS}    log global\nfrontend f\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content capture req.ssl_sni len 9\n    tcp-request content accept if {{ req_ssl_hello_type 1 }}\n    log-format \"%ft %b/%s sni=%[capture.req.hdr(0)] caps=%hr be=%[be_name] srv=%[srv_name]\"\n    default_backend b\nbackend b\n    server s {server}\n"
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.write_all(&client_hello("sni.example.test", &[])).unwrap();
+    drop(c);
+    wait_until("the session logged", || p.stdout().contains("sni="));
+    let line = p.stdout();
+    assert!(
+        line.contains("f b/s sni=sni.examp caps={sni.examp} be=b srv=s"),
+        "{line}"
+    );
+    // A header capture needs HTTP; the sample's slot stays.
+    let (ok, out) = check_config(&format!(
+        "{TCP_DEFAULTS}frontend f\n    bind :1\n    capture request header host len 5\n    tcp-request content capture req.ssl_sni len 9\n    default_backend b\nbackend b\n    server s 127.0.0.1:2\n"
+    ));
+    assert!(ok && out.contains("'capture' statement ignored"), "{out}");
+}

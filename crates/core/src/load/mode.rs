@@ -32,12 +32,13 @@ pub(super) fn strip_http(
         c.stats = Default::default();
     }
     let log = &mut c.log;
-    if !log.captures_req.is_empty() || !log.captures_res.is_empty() || log.capture_cookie.is_some()
-    {
+    // Header captures need HTTP; a sample's slot (`tcp-request content capture`) does not.
+    let headers = log.captures_req.iter().any(|(name, _)| !name.is_empty());
+    if headers || !log.captures_res.is_empty() || log.capture_cookie.is_some() {
         warn(format!(
             "'capture' statement ignored for {who} as it requires HTTP mode."
         ));
-        log.captures_req.clear();
+        log.captures_req.retain(|(name, _)| name.is_empty());
         log.captures_res.clear();
         log.capture_cookie = None;
     }

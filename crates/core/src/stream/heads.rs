@@ -215,9 +215,7 @@ impl Edits {
                 }
             }
             Action::Capture { expr, len, slot } => {
-                if let Some(v) = expr.eval(cx) {
-                    let b = v.as_bytes();
-                    let text = String::from_utf8_lossy(&b[..b.len().min(*len)]).into_owned();
+                if let Some(text) = crate::rules::captured(expr, *len, cx) {
                     // The next rules read the slot at once (`capture.req.hdr(N)`).
                     let mut captured = cx.vars.captured.borrow_mut();
                     let side = if cx.res.is_some() {

@@ -36,6 +36,8 @@ pub(crate) async fn serve(
     let frontend = &config.frontends[fe];
     let started = Instant::now();
     let date = std::time::SystemTime::now();
+    // The request capture slots `tcp-request content capture` fills.
+    vars.captured.borrow_mut().req = vec![None; frontend.log.captures_req.len()];
     // What the client sends while the content rules decide is kept here and relayed first.
     let mut cbuf = Buf::default();
     let look = Inspecting {
@@ -124,7 +126,10 @@ async fn relay_to(
             Some(backend),
             None,
         );
-        return log(w, fe, backend, None, who, date, started, &at, 0, *b"SC");
+        let extras = look.log_extras(&client, None);
+        return log(
+            w, fe, backend, None, who, &extras, date, started, &at, 0, *b"SC",
+        );
     };
     let mut at = Attempts::new(server);
     let abort_on = be.abortonclose.then_some(&client);
@@ -144,7 +149,20 @@ async fn relay_to(
                 Some(backend),
                 None,
             );
-            return log(w, fe, backend, server, who, date, started, &at, 0, e.term());
+            let extras = look.log_extras(&client, server);
+            return log(
+                w,
+                fe,
+                backend,
+                server,
+                who,
+                &extras,
+                date,
+                started,
+                &at,
+                0,
+                e.term(),
+            );
         }
     };
     let cx = Ctx {
@@ -211,12 +229,14 @@ async fn relay_to(
     // The session is over: as in HAProxy's line, it no longer counts on its server.
     drop(occupancy);
     if !(null && frontend.log.dont_log_null) {
+        let extras = look.log_extras(&client, Some(at.server));
         log(
             w,
             fe,
             backend,
             Some(at.server),
             who,
+            &extras,
             date,
             started,
             &at,
@@ -224,6 +244,14 @@ async fn relay_to(
             term,
         );
     }
+}
+
+/// What a TCP log line takes from the session when it ends: its format's `%[...]` samples
+/// (the connection, its backend and server) and its capture slots
+/// (`tcp-request content capture`).
+struct LogExtras {
+    samples: Vec<String>,
+    captures: Vec<Option<String>>,
 }
 
 /// Where a TCP session stands while its content rules and switching rules read what the
@@ -236,6 +264,35 @@ struct Inspecting<'a> {
     arrival: crate::sample::Arrival,
     backend: Option<usize>,
     vars: &'a StreamVars,
+}
+
+impl Inspecting<'_> {
+    /// The samples and captures of the session's log line, now.
+    fn log_extras(&self, client: &Conn, server: Option<usize>) -> LogExtras {
+        let config = self.w.config();
+        let tokens = match &config.frontends[self.fe].log.format {
+            Some(crate::log::Format::Custom(t)) if !self.w.process.loggers[self.fe].is_empty() => {
+                t.as_slice()
+            }
+            _ => &[],
+        };
+        let cx = Ctx {
+            backend: self.backend,
+            server,
+            ..Ctx::of_connection(
+                &self.w.process,
+                self.fe,
+                self.arrival,
+                self.peer,
+                client,
+                self.vars,
+            )
+        };
+        LogExtras {
+            samples: super::txn_log::render_samples(tokens, &cx),
+            captures: self.vars.captured.borrow().req.clone(),
+        }
+    }
 }
 
 impl Inspecting<'_> {
@@ -271,7 +328,7 @@ impl Inspecting<'_> {
         let until = delay
             .filter(|d| !d.is_zero())
             .map(|d| tokio::time::Instant::now() + d);
-        let (mut from, mut done) = (0, false);
+        let mut done = false;
         loop {
             let last =
                 done || buf.is_full() || until.is_none_or(|u| tokio::time::Instant::now() >= u);
@@ -281,10 +338,10 @@ impl Inspecting<'_> {
                 payload: Some(&payload),
                 ..self.ctx(client)
             };
-            match tcp_inspect(rules, &cx, Level::Session, from) {
+            match tcp_inspect(rules, &cx, Level::Session) {
                 Inspected::Accept => return true,
                 Inspected::Reject => return false,
-                Inspected::Wait(rule) => from = rule,
+                Inspected::Wait => {}
             }
             let Some(until) = until else {
                 return true;
@@ -351,6 +408,7 @@ fn log(
     backend: usize,
     server: Option<usize>,
     (who, dst): (crate::log::Client, Option<std::net::SocketAddr>),
+    extras: &LogExtras,
     date: std::time::SystemTime,
     started: Instant,
     at: &Attempts,
@@ -394,6 +452,8 @@ fn log(
                 .unwrap_or(&crate::log::Format::Tcp),
             &w.state().frontends[fe],
         ),
+        samples: &extras.samples,
+        captures_req: &extras.captures,
         ..crate::log::Record::blank(who, date, &frontend.name)
     };
     crate::log::emit(
