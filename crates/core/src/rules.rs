@@ -194,10 +194,7 @@ const PENDING_TCP_ACTIONS: &[&str] = &[
     "set-log-level",
     "set-src-port",
     "set-dst-port",
-    "set-mark",
-    "set-tos",
     "set-nice",
-    "silent-drop",
     "do-resolve",
     "send-spoe-group",
     "use-service",
@@ -214,9 +211,6 @@ const PENDING_ACTIONS: &[&str] = &[
     "set-src-port",
     "set-dst-port",
     "set-nice",
-    "set-mark",
-    "set-tos",
-    "silent-drop",
     "wait-for-handshake",
     "normalize-uri",
     "strict-mode",
@@ -318,6 +312,11 @@ fn rule_of(
             sluice_config::no_args(params)?;
             Action::Reject
         }
+        ("silent-drop", Side::Request | Side::Response) => {
+            sluice_config::no_args(params)?;
+            Action::SilentDrop
+        }
+        ("set-tos" | "set-mark", Side::Request | Side::Response) => socket_action(action, params)?,
         (kind @ ("replace-path" | "replace-pathq" | "replace-uri"), Side::Request) => {
             let [re, with] = params else {
                 return Err(KwError::Missing("a regular expression and a format"));
@@ -597,6 +596,13 @@ fn response_values_only(rule: &Rule) -> Result<(), KwError> {
     }
 }
 
+/// `silent-drop`: the client's connection is closed without telling it.
+pub(crate) fn silence(cx: &Ctx<'_>) {
+    if let Some(c) = cx.client {
+        c.silence();
+    }
+}
+
 /// `tcp-request content capture`: into the session's slot, which the log and the rules
 /// after it read (HTTP rules keep their captures with their edits).
 fn capture_in_session(action: &Action, cx: &Ctx<'_>) {
@@ -681,6 +687,11 @@ fn parse_tcp_action(
             sluice_config::no_args(params)?;
             Action::Reject
         }
+        "silent-drop" if side.request() => {
+            sluice_config::no_args(params)?;
+            Action::SilentDrop
+        }
+        "set-tos" | "set-mark" if side.request() => socket_action(action, params)?,
         "expect-proxy" => match (side, params) {
             (Side::TcpConnection, [l4]) if l4 == "layer4" => Action::ExpectProxy,
             (Side::TcpConnection, _) => return Err(KwError::Missing("layer4 after expect-proxy")),
@@ -698,6 +709,23 @@ fn parse_tcp_action(
             return Err(KwError::Invalid(format!("action '{a}': not supported yet")))
         }
         a => return Err(KwError::bad(1, a, "unknown action")),
+    })
+}
+
+/// `set-tos V` / `set-mark V`: a number, decimal or hexadecimal (`0x..`).
+fn socket_action(action: &str, params: &[String]) -> Result<Action, KwError> {
+    let [v] = params else {
+        return Err(KwError::Missing("a value"));
+    };
+    let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => v.parse(),
+    }
+    .map_err(|_| KwError::bad(2, v, "expects a number"))?;
+    Ok(if action == "set-tos" {
+        Action::SetTos(n)
+    } else {
+        Action::SetMark(n)
     })
 }
 
@@ -890,6 +918,16 @@ pub enum Level {
 /// variables). Returns `false` for any other action, which is the caller's to run.
 pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
     match action {
+        Action::SetTos(v) => {
+            if let Some(c) = cx.client {
+                c.set_tos(*v);
+            }
+        }
+        Action::SetMark(v) => {
+            if let Some(c) = cx.client {
+                c.set_mark(*v);
+            }
+        }
         Action::Track { slot, key, table } => track(cx, *slot, key, table.as_ref(), level),
         Action::ScIncGpc { slot, counter } => {
             let now = crate::runtime::clock_ms();
@@ -975,6 +1013,10 @@ pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
         match &rule.action {
             Action::Allow => return true,
             Action::Reject => return false,
+            Action::SilentDrop => {
+                silence(cx);
+                return false;
+            }
             capture @ Action::Capture { .. } => capture_in_session(capture, cx),
             other => {
                 run_shared(other, cx, level);
@@ -1098,6 +1140,10 @@ pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> Inspected {
         match &rule.action {
             Action::Allow => return Inspected::Accept,
             Action::Reject => return Inspected::Reject,
+            Action::SilentDrop => {
+                silence(cx);
+                return Inspected::Reject;
+            }
             capture @ Action::Capture { .. } => capture_in_session(capture, cx),
             other => {
                 run_shared(other, cx, level);

@@ -625,6 +625,59 @@ impl Conn {
         }
     }
 
+    /// `set-tos`: the IP TOS (IPv6: the traffic class) of what the peer is sent (a stream
+    /// of a multiplexed connection has no socket of its own: nothing to do).
+    pub fn set_tos(&self, tos: u32) {
+        if let Io::Stream(_) = self.io {
+            return;
+        }
+        let s = socket2::SockRef::from(self.tcp());
+        let _ = match self.tcp().peer_addr() {
+            Ok(a) if a.is_ipv6() => s.set_tclass_v6(tos),
+            _ => s.set_tos_v4(tos),
+        };
+    }
+
+    /// `set-mark`: the netfilter mark of what the peer is sent (`SO_MARK`, which needs
+    /// `CAP_NET_ADMIN`; without it nothing changes, as with HAProxy).
+    pub fn set_mark(&self, mark: u32) {
+        if let Io::Stream(_) = self.io {
+            return;
+        }
+        let _ = socket2::SockRef::from(self.tcp()).set_mark(mark);
+    }
+
+    /// `silent-drop`, HAProxy's way: the socket goes into repair mode, so that closing it
+    /// sends nothing (`TCP_REPAIR`, which needs `CAP_NET_ADMIN`); failing that, what is
+    /// sent dies one hop away (a TTL of 1: no effect on a local network). The close is a
+    /// reset either way. A multiplexed stream is only reset.
+    pub fn silence(&self) {
+        if let Io::Stream(p) = &self.io {
+            return p.abort();
+        }
+        let tcp = self.tcp();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(tcp);
+        let one: libc::c_int = 1;
+        // SAFETY: a valid descriptor this connection owns, an int option and its size.
+        let repaired = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_REPAIR,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        } == 0;
+        let s = socket2::SockRef::from(tcp);
+        if !repaired {
+            let _ = match tcp.peer_addr() {
+                Ok(a) if a.is_ipv6() => s.set_unicast_hops_v6(1),
+                _ => s.set_ttl_v4(1),
+            };
+        }
+        let _ = s.set_linger(Some(std::time::Duration::ZERO));
+    }
+
     /// Turns TCP keepalive on with these figures (a stream of a multiplexed connection
     /// has no socket of its own: nothing to do).
     pub fn set_keepalive(&self, ka: &socket2::TcpKeepalive) {

@@ -847,3 +847,63 @@ fn a_head_response_leaves_its_server_connection_reusable() {
     assert_eq!(origin.count(), 4);
     assert_eq!(origin.conns(), 1);
 }
+
+/// The proxy-side socket of a client connection, as `ss` shows it (with its TOS and
+/// netfilter mark).
+fn proxy_socket(proxy: std::net::SocketAddr, client: std::net::SocketAddr) -> String {
+    let out = std::process::Command::new("ss")
+        .args(["-tnie", "--tos", "state", "established"])
+        .args(["sport", "=", &format!(":{}", proxy.port())])
+        .args(["dport", "=", &format!(":{}", client.port())])
+        .output()
+        .expect("ss runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `set-tos` and `set-mark` mark what the client is sent (`ss` shows them on the proxy's
+/// socket; a mark needs CAP_NET_ADMIN, which the test checks it has); `silent-drop` ends
+/// the connection unanswered, counted as denied and logged `PR--`, the request never
+/// reaching a server.
+#[test]
+fn socket_actions_mark_or_silence_the_client() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let sock_path = dir.0.join("s.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    http-request set-tos 0x10 if {{ path /marked }}\n    http-request set-mark 42 if {{ path /marked }}\n    http-request silent-drop if {{ path /drop }}\n    default_backend be\nbackend be\n    server s {}\n",
+        sock_path.display(),
+        origin.addr
+    ));
+    let mut c = p.connect();
+    assert_eq!(c.get("/marked").status, 200);
+    let local = c.reader.get_ref().local_addr().unwrap();
+    let line = proxy_socket(p.addr(), local);
+    assert!(line.contains("tos:0x10"), "{line}");
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if root {
+        assert!(line.contains("fwmark:0x2a"), "{line}");
+    }
+    let mut d = p.connect();
+    d.send(b"GET /drop HTTP/1.1\r\nHost: t\r\n\r\n");
+    wait_until("the drop logged", || p.stdout().contains("GET /drop"));
+    let log = p.stdout();
+    let dropped = log.lines().find(|l| l.contains("GET /drop")).unwrap();
+    // As HAProxy 2.6.12 logs it for the same configuration.
+    assert!(
+        dropped.contains(" fe fe/<NOSRV> -1/-1/-1/-1/0 -1 0 - - PR-- "),
+        "{dropped}"
+    );
+    assert_eq!(
+        stat_field(
+            &Sluice::cli(&sock_path, "show stat"),
+            "fe",
+            "FRONTEND",
+            "dreq"
+        ),
+        "1"
+    );
+    assert!(origin.requests().iter().all(|r| r.target != "/drop"));
+}

@@ -29,6 +29,13 @@ pub enum Action {
     Allow,
     /// Close the connection without an answer (`tcp-request ... reject`).
     Reject,
+    /// `silent-drop`: close it so that the client is not told (no FIN, no reset reaching
+    /// it, as far as the system allows).
+    SilentDrop,
+    /// `set-tos V`: the IP TOS (IPv6: traffic class) of what the client is sent.
+    SetTos(u32),
+    /// `set-mark V`: the netfilter mark of what the client is sent.
+    SetMark(u32),
     /// `tcp-request connection expect-proxy layer4`: the connection starts with a PROXY
     /// protocol header.
     ExpectProxy,

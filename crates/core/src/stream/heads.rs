@@ -48,6 +48,8 @@ pub(crate) struct Edits {
     /// `http-response return`: the answer that replaces the server's, and its status
     /// (`None`: the proxy's error page of that status).
     pub returned: Option<(u16, Option<Vec<u8>>)>,
+    /// `http-response silent-drop`: the client's connection was silenced, to be closed.
+    pub dropped: bool,
     /// `http-request cache-use`: the request's key and what it allows of the cache.
     pub cache_lookup: Option<crate::cache::Lookup>,
     /// `http-response cache-store`: the cache (by index) the response goes to.
@@ -92,6 +94,11 @@ impl Edits {
                     let page = (!reply.default_page).then(|| reply_bytes(reply, cx));
                     self.returned = Some((reply.status, page));
                     cx.vars.note_rule(rule);
+                    break;
+                }
+                Action::SilentDrop => {
+                    crate::rules::silence(cx);
+                    self.dropped = true;
                     break;
                 }
                 // `http-response redirect location ...`: the redirect replaces the answer.

@@ -108,9 +108,16 @@ impl Txn {
                 return Err(Fail::drop(Cause::Proxy, Phase::Headers));
             }
             for rules in [&b.http_response, &f.http_response] {
-                if rsp_edits.denied.is_none() && rsp_edits.returned.is_none() {
+                if rsp_edits.denied.is_none() && rsp_edits.returned.is_none() && !rsp_edits.dropped
+                {
                     rsp_edits.response_rules(rules, &cx);
                 }
+            }
+            if rsp_edits.dropped {
+                // `http-response silent-drop`: both connections end, the client told nothing.
+                self.answered_instead(s, &rsp, head_in);
+                self.log.local = Some(Local::Denied);
+                return Err(Fail::drop(Cause::Proxy, Phase::Headers));
             }
             if let Some((status, page)) = rsp_edits.returned.take() {
                 // `http-response return`: the proxy's answer instead of the server's, whose

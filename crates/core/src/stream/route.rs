@@ -338,6 +338,10 @@ pub(super) fn apply_rules(
                 })
             }
             Action::Reject => return Some(Route::Reject { backend }),
+            Action::SilentDrop => {
+                crate::rules::silence(&cx);
+                return Some(Route::Reject { backend });
+            }
             Action::SetSrc(e) => {
                 if let Some(ip) = e.eval(&cx).and_then(|v| v.as_ip()) {
                     let addr = SocketAddr::new(ip, s.peer.get().port());

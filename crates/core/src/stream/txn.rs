@@ -346,6 +346,9 @@ impl Txn {
             Route::Reject { backend } => {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Denied);
+                // An aborted request (`reject`, `silent-drop`) logs no request time, as
+                // HAProxy's (`-1/-1/-1/-1/0`).
+                self.log.head_done = None;
                 self.backend = backend;
                 s.cbuf.consume(head.len());
                 Err(Fail::drop(Cause::Proxy, Phase::Request))
