@@ -208,8 +208,6 @@ const PENDING_TCP_ACTIONS: &[&str] = &[
 
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
-    "set-src-port",
-    "set-dst-port",
     "set-nice",
     "wait-for-handshake",
     "normalize-uri",
@@ -377,14 +375,15 @@ fn rule_of(
             .map_err(|e| KwError::bad(3, value, e.0))?;
             Action::SetTimeout(kind, expr)
         }
-        (kind @ ("set-src" | "set-dst"), Side::Request) => {
+        (kind @ ("set-src" | "set-dst" | "set-src-port" | "set-dst-port"), Side::Request) => {
             let value = crate::conf::one_arg(params, "a sample expression")?;
             let e =
                 crate::sample::parse_expr(value, book).map_err(|e| KwError::bad(2, value, e.0))?;
-            if kind == "set-src" {
-                Action::SetSrc(e)
-            } else {
-                Action::SetDst(e)
+            match kind {
+                "set-src" => Action::SetSrc(e),
+                "set-dst" => Action::SetDst(e),
+                "set-src-port" => Action::SetSrcPort(e),
+                _ => Action::SetDstPort(e),
             }
         }
         ("early-hint", Side::Request) => {

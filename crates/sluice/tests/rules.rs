@@ -1365,3 +1365,13 @@ fn a_head_sent_as_a_get_gets_no_body() {
     assert!(seen.iter().all(|r| r.method == "GET"), "{seen:?}");
     assert_eq!(origin.conns(), 1, "the server connection was kept");
 }
+
+/// `set-src-port` and `set-dst-port` change the ports the rules after them (and the logs)
+/// see, the addresses kept.
+#[test]
+fn ports_are_set_by_rules() {
+    let p = Sluice::start(
+        "defaults\n    mode http\n    timeout client 5s\nfrontend fe\n    {fe}\n    http-request set-src-port int(4242)\n    http-request set-dst-port str(8080)\n    http-request return status 200 content-type text/plain lf-string \"%[src]:%[src_port] %[dst]:%[dst_port]\"\n",
+    );
+    assert_eq!(get(p.addr(), "/").text(), "127.0.0.1:4242 127.0.0.1:8080");
+}

@@ -161,11 +161,13 @@ impl GlobalConf {
     }
 
     /// What a client connection's HTTP/2 streams may have queued for the client together
-    /// (0: no limit): `tune.h2.fe.send-budget`, else 32 buffers, so that a connection of
-    /// 100 streams whose client stops reading holds 512 kB, not 6.4 MB, with the default
-    /// `tune.bufsize`.
+    /// (0: no limit): `tune.h2.fe.send-budget`, else 128 buffers, so that a connection of
+    /// 100 streams whose client stops reading holds 2 MB, not 6.4 MB, with the default
+    /// `tune.bufsize`. Tighter costs throughput: h2load over TLS on 76 kB responses (8
+    /// connections x 100 streams) lost 24 % of its requests per CPU-second with 32 buffers,
+    /// 14 % with 64, 4 % (within the runs' spread) with 128 (bench/RESULTS.md).
     pub fn h2_send_budget(&self) -> usize {
-        self.h2.send_budget.unwrap_or(32 * self.bufsize)
+        self.h2.send_budget.unwrap_or(128 * self.bufsize)
     }
 
     /// Worker threads: `nbthread`, else the CPUs available to the process.

@@ -55,6 +55,9 @@ pub enum Action {
     /// `set-src EXPR` / `set-dst EXPR`: the address the rest of the stream sees.
     SetSrc(Expr),
     SetDst(Expr),
+    /// `set-src-port EXPR` / `set-dst-port EXPR`: the port alone.
+    SetSrcPort(Expr),
+    SetDstPort(Expr),
     /// `capture SAMPLE len N`: the sample, cut to `len`, in request capture slot `slot`.
     Capture {
         expr: Expr,
@@ -277,6 +280,8 @@ impl Action {
             | Action::SetTimeout(_, e)
             | Action::SetSrc(e)
             | Action::SetDst(e)
+            | Action::SetSrcPort(e)
+            | Action::SetDstPort(e)
             | Action::Capture { expr: e, .. } => vec![e],
             _ => Vec::new(),
         }

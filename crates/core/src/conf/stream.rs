@@ -35,7 +35,7 @@ pub struct H2Tune {
     /// `tune.h2.max-frame-size`: the largest frame we send.
     pub max_frame_size: u32,
     /// `tune.h2.fe.send-budget` (sluice's own): what a client connection's streams may
-    /// have queued for the client together, in bytes (`None`: 32 x `tune.bufsize`; 0: no
+    /// have queued for the client together, in bytes (`None`: 128 x `tune.bufsize`; 0: no
     /// limit).
     pub send_budget: Option<usize>,
 }

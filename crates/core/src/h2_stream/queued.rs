@@ -12,10 +12,12 @@
 //! - A stream reset gives back what it still had counted (the crate drops what a reset
 //!   stream had queued); one that ended whole keeps it until its last frames are written.
 //!   DATA written for a stream no longer counted changes nothing.
-//! - A stream waiting for room is woken by the next DATA written or stream ended.
+//! - Streams waiting for room are woken in the order they came, as many as the room made
+//!   (one per [`ROOM_PER_WAKE`] bytes, at least one), all of them once nothing is held: a
+//!   frame written wakes a stream or a few, not the hundred a connection may have waiting.
 //! - Only the connection's worker uses it (the mutex satisfies `Send` bounds).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -30,13 +32,16 @@ pub struct Queued {
     gauge: Arc<AtomicU64>,
 }
 
+/// The room one woken stream is expected to take: a buffer's worth.
+const ROOM_PER_WAKE: u64 = 16 * 1024;
+
 #[derive(Debug, Default)]
 struct State {
     held: u64,
     /// What each stream has queued, and whether it has ended (its entry then goes once
     /// nothing is left).
     by_stream: HashMap<u32, (u64, bool)>,
-    waiting: Vec<Waker>,
+    waiting: VecDeque<Waker>,
 }
 
 impl Queued {
@@ -65,7 +70,7 @@ impl Queued {
         }
         let mut st = self.lock();
         if st.held >= self.budget {
-            st.waiting.push(cx.waker().clone());
+            st.waiting.push_back(cx.waker().clone());
             return Poll::Pending;
         }
         Poll::Ready(want.min((self.budget - st.held) as usize))
@@ -93,7 +98,7 @@ impl Queued {
         }
         st.held -= n;
         self.gauge.fetch_sub(n, Ordering::Relaxed);
-        wake_all(&mut st);
+        wake(&mut st, n);
     }
 
     /// Stream `stream` is done with: `dropped`, it was reset and what it still had counted
@@ -108,15 +113,21 @@ impl Queued {
             st.by_stream.remove(&stream);
             st.held -= n;
             self.gauge.fetch_sub(n, Ordering::Relaxed);
-            wake_all(&mut st);
+            wake(&mut st, n);
         } else {
             *ended = true;
         }
     }
 }
 
-fn wake_all(st: &mut State) {
-    for w in st.waiting.drain(..) {
+/// Wakes the streams the `freed` bytes make room for (all once nothing is held).
+fn wake(st: &mut State, freed: u64) {
+    let n = if st.held == 0 {
+        st.waiting.len()
+    } else {
+        freed.div_ceil(ROOM_PER_WAKE).max(1) as usize
+    };
+    for w in st.waiting.drain(..n.min(st.waiting.len())) {
         w.wake();
     }
 }

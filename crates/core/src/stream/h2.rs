@@ -71,7 +71,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
         name: "tune.h2.fe.send-budget",
         scope: Scope::GLOBAL,
-        help: "tune.h2.fe.send-budget SIZE: bytes a client connection's HTTP/2 streams may have queued for it together (sluice's own; default 32 x tune.bufsize, 0: no limit)",
+        help: "tune.h2.fe.send-budget SIZE: bytes a client connection's HTTP/2 streams may have queued for it together (sluice's own; default 128 x tune.bufsize, 0: no limit)",
         parse: |g, a| {
             let v = one_arg(a, "a size")?;
             let n = sluice_config::units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;

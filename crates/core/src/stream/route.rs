@@ -362,6 +362,26 @@ pub(super) fn apply_rules(
                 }
                 false
             }
+            Action::SetSrcPort(e) => {
+                if let Some(port) = e.eval(&cx).and_then(|v| v.as_int()) {
+                    let addr = SocketAddr::new(s.peer.get().ip(), port as u16);
+                    s.peer.set(addr);
+                    cx.src = addr;
+                }
+                false
+            }
+            Action::SetDstPort(e) => {
+                let now_dst = s
+                    .dst
+                    .get()
+                    .or_else(|| cx.client.and_then(|c| c.local_addr().ok()));
+                if let (Some(port), Some(dst)) = (e.eval(&cx).and_then(|v| v.as_int()), now_dst) {
+                    let addr = SocketAddr::new(dst.ip(), port as u16);
+                    s.dst.set(Some(addr));
+                    cx.dst = Some(addr);
+                }
+                false
+            }
             // The body was waited for before the rules ran (`wait_for_body`).
             Action::WaitForBody { .. } => false,
             Action::CacheUse(c) => {
