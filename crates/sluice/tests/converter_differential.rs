@@ -42,7 +42,7 @@ const EXPRESSIONS: &[&str] = &[
     "fc_lost",
     "fc_retrans",
     "fc_fackets",
-    "fc_reordering",
+    "fc_reordering,bool",
     "fc_rtt(us),bool",
     "fc_rtt,add(1),bool",
     "stopping",

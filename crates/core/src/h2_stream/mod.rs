@@ -24,7 +24,8 @@
 //! Invariants:
 //! - DATA is sent only as the peer's flow control allows, and credit for received DATA is
 //!   given back only once the HTTP/1.1 side has taken the bytes: a slow side slows the
-//!   other, nothing piles up.
+//!   other, nothing piles up. A client's streams hand the crate DATA only within their
+//!   connection's send budget ([`Queued`]), so a client that does not read holds little.
 //! - A body without a length crosses chunked into HTTP/1.1, so trailers pass both ways.
 //! - A stream the peer reset (or whose connection went away) reads as ended and refuses
 //!   writes: a client's request not read yet is never read, so it never reaches a server.

@@ -279,14 +279,7 @@ impl Inspecting<'_> {
         let cx = Ctx {
             backend: self.backend,
             server,
-            ..Ctx::of_connection(
-                &self.w.process,
-                self.fe,
-                self.arrival,
-                self.peer,
-                client,
-                self.vars,
-            )
+            ..self.ctx(client)
         };
         LogExtras {
             samples: super::txn_log::render_samples(tokens, &cx),
