@@ -215,10 +215,6 @@ const PENDING_ACTIONS: &[&str] = &[
     "do-resolve",
     "send-spoe-group",
     "lua",
-    "add-acl",
-    "del-acl",
-    "set-map",
-    "del-map",
     "disable-l7-retry",
     "set-priority-class",
     "set-priority-offset",
@@ -309,6 +305,21 @@ fn rule_of(
         ("reject", Side::Request) => {
             sluice_config::no_args(params)?;
             Action::Reject
+        }
+        (a, Side::Request | Side::Response) if list_edit(a).is_some() => {
+            let (edit, file) = list_edit(a).expect("checked");
+            let (key, value) = match (edit, params) {
+                (ListEdit::Set, [key, value]) => (key, Some(fmt_arg(value, 3, book)?)),
+                (ListEdit::Set, _) => return Err(KwError::Missing("a key and a value")),
+                (_, [key]) => (key, None),
+                _ => return Err(KwError::Missing("a key")),
+            };
+            Action::EditList {
+                list: crate::sample::NameRef::new(file),
+                edit,
+                key: fmt_arg(key, 2, book)?,
+                value,
+            }
         }
         ("silent-drop", Side::Request | Side::Response) => {
             sluice_config::no_args(params)?;
@@ -595,6 +606,49 @@ fn response_values_only(rule: &Rule) -> Result<(), KwError> {
     }
 }
 
+/// `add-acl`, `set-map`, `del-acl`, `del-map`: the list loaded from the rule's file (none:
+/// nothing to do, as in HAProxy) changes only when the entry is not already as asked, each
+/// change rebuilding the list (meant for occasional updates, such as a ban).
+fn edit_list(
+    cx: &Ctx<'_>,
+    list: &crate::sample::NameRef,
+    edit: ListEdit,
+    (key, value): (&crate::sample::Fmt, Option<&crate::sample::Fmt>),
+) {
+    let lists = &cx.process.config.patterns;
+    let Some(i) = list.index(lists, |l| l.file.as_deref().unwrap_or_default()) else {
+        return;
+    };
+    let l = &lists[i];
+    let key = String::from_utf8_lossy(&key.render(cx)).into_owned();
+    let value = value.map(|v| String::from_utf8_lossy(&v.render(cx)).into_owned());
+    let now = l.lookup_key(&key);
+    let _ = match edit {
+        ListEdit::Add if now.is_none() => l.edit(|e| {
+            e.push(key, None, e.curr);
+            Ok(())
+        }),
+        ListEdit::Set if now.as_ref() != Some(&value) => l.edit(|e| {
+            let curr = e.curr;
+            match e
+                .entries
+                .iter_mut()
+                .find(|x| x.version == curr && x.key == key)
+            {
+                Some(entry) => entry.value = value,
+                None => e.push(key, value, curr),
+            }
+            Ok(())
+        }),
+        ListEdit::Del if now.is_some() => l.edit(|e| {
+            let curr = e.curr;
+            e.entries.retain(|x| x.version != curr || x.key != key);
+            Ok(())
+        }),
+        _ => Ok(()),
+    };
+}
+
 /// `silent-drop`: the client's connection is closed without telling it.
 pub(crate) fn silence(cx: &Ctx<'_>) {
     if let Some(c) = cx.client {
@@ -709,6 +763,20 @@ fn parse_tcp_action(
         }
         a => return Err(KwError::bad(1, a, "unknown action")),
     })
+}
+
+/// `add-acl(FILE)`, `del-acl(FILE)`, `set-map(FILE)`, `del-map(FILE)`: what it does, to
+/// which file's list.
+fn list_edit(action: &str) -> Option<(ListEdit, &str)> {
+    let (kind, rest) = action.split_once('(')?;
+    let file = rest.strip_suffix(')').filter(|f| !f.is_empty())?;
+    let edit = match kind {
+        "add-acl" => ListEdit::Add,
+        "set-map" => ListEdit::Set,
+        "del-acl" | "del-map" => ListEdit::Del,
+        _ => return None,
+    };
+    Some((edit, file))
 }
 
 /// `set-tos V` / `set-mark V`: a number, decimal or hexadecimal (`0x..`).
@@ -922,6 +990,12 @@ pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
                 c.set_tos(*v);
             }
         }
+        Action::EditList {
+            list,
+            edit,
+            key,
+            value,
+        } => edit_list(cx, list, *edit, (key, value.as_ref())),
         Action::SetMark(v) => {
             if let Some(c) = cx.client {
                 c.set_mark(*v);

@@ -386,3 +386,52 @@ fn lookups_answer_as_haproxy() {
     }
     assert_eq!(checked, 24);
 }
+
+/// `add-acl`, `del-acl`, `set-map` and `del-map` rules change the lists loaded from their
+/// files, as the CLI's commands do: a client bans itself, is refused, unbans itself; a map
+/// entry is set, changed and deleted by requests.
+#[test]
+fn rules_edit_acls_and_maps() {
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("banned.lst"), "").unwrap();
+    std::fs::write(dir.0.join("colors.map"), "").unwrap();
+    let d = dir.0.display().to_string();
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global
+    stats socket {} level admin
+{DEFAULTS}frontend fe
+    {{fe}}
+    acl banned src -f {d}/banned.lst
+    http-request del-acl({d}/banned.lst) %[src] if {{ path /unban }}
+    http-request deny if banned
+    http-request add-acl({d}/banned.lst) %[src] if {{ path /ban }}
+    http-request set-map({d}/colors.map) %[url_param(k)] %[url_param(v)] if {{ path /set }}
+    http-request del-map({d}/colors.map) %[url_param(k)] if {{ path /del }}
+    http-request return status 200 content-type text/plain lf-string \"%[url_param(k),map({d}/colors.map,none)]\"
+",
+        sock.display()
+    ));
+    let text = |path: &str| {
+        let r = get(p.addr(), path);
+        (r.status, r.text())
+    };
+    assert_eq!(text("/q?k=a"), (200, "none".into()));
+    assert_eq!(text("/set?k=a&v=red"), (200, "red".into()));
+    assert_eq!(text("/set?k=a&v=blue"), (200, "blue".into()));
+    assert_eq!(text("/q?k=a"), (200, "blue".into()));
+    assert!(Sluice::cli(&sock, &format!("show map {d}/colors.map")).contains(" a blue\n"));
+    assert_eq!(text("/del?k=a"), (200, "none".into()));
+    assert_eq!(text("/ban"), (200, String::new()));
+    assert_eq!(text("/q").0, 403);
+    assert!(Sluice::cli(&sock, &format!("show acl {d}/banned.lst")).contains(" 127.0.0.1\n"));
+    // Banning again adds nothing; unbanning lets the client in.
+    assert_eq!(
+        Sluice::cli(&sock, &format!("show acl {d}/banned.lst"))
+            .matches("127.0.0.1")
+            .count(),
+        1
+    );
+    assert_eq!(text("/unban").0, 200);
+    assert_eq!(text("/q").0, 200);
+}

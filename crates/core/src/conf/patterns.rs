@@ -354,6 +354,16 @@ impl PatternRef {
         })
     }
 
+    /// What the current version says of `key`: absent (`None`), or present with its value.
+    pub fn lookup_key(&self, key: &str) -> Option<Option<String>> {
+        let store = self.lock();
+        store
+            .entries
+            .iter()
+            .find(|e| e.version == store.curr && e.key == key)
+            .map(|e| e.value.clone())
+    }
+
     /// The entries of `version` (the current one when `None`).
     pub fn entries(&self, version: Option<u32>) -> Vec<Entry> {
         let store = self.lock();

@@ -55,6 +55,15 @@ pub enum Action {
     /// `set-src EXPR` / `set-dst EXPR`: the address the rest of the stream sees.
     SetSrc(Expr),
     SetDst(Expr),
+    /// `add-acl(FILE) KEY`, `del-acl(FILE) KEY`, `set-map(FILE) KEY VALUE`, `del-map(FILE)
+    /// KEY`: an entry of the list loaded from FILE added (when absent), set (or added) or
+    /// deleted, as the CLI's `add acl`, `set map` and `del map` do.
+    EditList {
+        list: super::sample::NameRef,
+        edit: ListEdit,
+        key: Fmt,
+        value: Option<Fmt>,
+    },
     /// `set-src-port EXPR` / `set-dst-port EXPR`: the port alone.
     SetSrcPort(Expr),
     SetDstPort(Expr),
@@ -286,6 +295,14 @@ impl Action {
             _ => Vec::new(),
         }
     }
+}
+
+/// What a list-editing action does to its entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListEdit {
+    Add,
+    Set,
+    Del,
 }
 
 /// The rule lists a proxy may have beside its switching rules, in HAProxy's order of
