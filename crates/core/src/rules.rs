@@ -209,13 +209,11 @@ const PENDING_TCP_ACTIONS: &[&str] = &[
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
     "set-nice",
-    "wait-for-handshake",
     "normalize-uri",
     "strict-mode",
     "do-resolve",
     "send-spoe-group",
     "lua",
-    "disable-l7-retry",
     "set-priority-class",
     "set-priority-offset",
     "set-bandwidth-limit",
@@ -320,6 +318,10 @@ fn rule_of(
                 key: fmt_arg(key, 2, book)?,
                 value,
             }
+        }
+        ("wait-for-handshake" | "disable-l7-retry", Side::Request) => {
+            sluice_config::no_args(params)?;
+            Action::AlwaysSo
         }
         ("silent-drop", Side::Request | Side::Response) => {
             sluice_config::no_args(params)?;
@@ -985,6 +987,7 @@ pub enum Level {
 /// variables). Returns `false` for any other action, which is the caller's to run.
 pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
     match action {
+        Action::AlwaysSo => {}
         Action::SetTos(v) => {
             if let Some(c) = cx.client {
                 c.set_tos(*v);

@@ -1375,3 +1375,14 @@ fn ports_are_set_by_rules() {
     );
     assert_eq!(get(p.addr(), "/").text(), "127.0.0.1:4242 127.0.0.1:8080");
 }
+
+/// `wait-for-handshake` and `disable-l7-retry` ask for what is always so with sluice (it
+/// takes no TLS early data and retries no request once sent): accepted, and the rules
+/// after them run.
+#[test]
+fn rules_that_ask_for_what_is_always_so_pass() {
+    let p = Sluice::start(
+        "defaults\n    mode http\n    timeout client 5s\nfrontend fe\n    {fe}\n    http-request wait-for-handshake\n    http-request disable-l7-retry\n    http-request return status 200 content-type text/plain string after\n",
+    );
+    assert_eq!(get(p.addr(), "/").text(), "after");
+}
