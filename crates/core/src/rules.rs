@@ -2,6 +2,8 @@
 //! `http-request` and `http-response`. Request conditions see the request as the client
 //! sent it.
 
+use std::net::SocketAddr;
+
 use sluice_config::{ConfigError, Keyword, KwError, Scope};
 
 pub use crate::acl::holds;
@@ -189,11 +191,7 @@ impl Side {
 /// Actions of `tcp-request` / `tcp-response` HAProxy has that sluice does not implement yet.
 const PENDING_TCP_ACTIONS: &[&str] = &[
     "expect-netscaler-cip",
-    "set-src",
-    "set-dst",
     "set-log-level",
-    "set-src-port",
-    "set-dst-port",
     "set-nice",
     "do-resolve",
     "send-spoe-group",
@@ -651,6 +649,44 @@ fn edit_list(
     };
 }
 
+/// `set-src`, `set-dst`, `set-src-port`, `set-dst-port` of a `tcp-request` rule: the
+/// address (or port) the rest of the connection sees; a value of the wrong type changes
+/// nothing.
+fn set_address(action: &Action, cx: &Ctx<'_>) {
+    let src = cx.client_addr();
+    let dst = cx
+        .vars
+        .set_dst
+        .get()
+        .or(cx.dst)
+        .or_else(|| cx.client.and_then(|c| c.local_addr().ok()));
+    let ip = |e: &crate::sample::Expr| e.eval(cx).and_then(|v| v.as_ip());
+    let port = |e: &crate::sample::Expr| e.eval(cx).and_then(|v| v.as_int()).map(|p| p as u16);
+    match action {
+        Action::SetSrc(e) => {
+            if let (Some(ip), Some(src)) = (ip(e), src) {
+                cx.vars.set_src.set(Some(SocketAddr::new(ip, src.port())));
+            }
+        }
+        Action::SetSrcPort(e) => {
+            if let (Some(p), Some(src)) = (port(e), src) {
+                cx.vars.set_src.set(Some(SocketAddr::new(src.ip(), p)));
+            }
+        }
+        Action::SetDst(e) => {
+            if let (Some(ip), Some(dst)) = (ip(e), dst) {
+                cx.vars.set_dst.set(Some(SocketAddr::new(ip, dst.port())));
+            }
+        }
+        Action::SetDstPort(e) => {
+            if let (Some(p), Some(dst)) = (port(e), dst) {
+                cx.vars.set_dst.set(Some(SocketAddr::new(dst.ip(), p)));
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `silent-drop`: the client's connection is closed without telling it.
 pub(crate) fn silence(cx: &Ctx<'_>) {
     if let Some(c) = cx.client {
@@ -747,6 +783,17 @@ fn parse_tcp_action(
             Action::SilentDrop
         }
         "set-tos" | "set-mark" if side.request() => socket_action(action, params)?,
+        a @ ("set-src" | "set-dst" | "set-src-port" | "set-dst-port") if side.request() => {
+            let value = crate::conf::one_arg(params, "a sample expression")?;
+            let e =
+                crate::sample::parse_expr(value, book).map_err(|e| KwError::bad(2, value, e.0))?;
+            match a {
+                "set-src" => Action::SetSrc(e),
+                "set-dst" => Action::SetDst(e),
+                "set-src-port" => Action::SetSrcPort(e),
+                _ => Action::SetDstPort(e),
+            }
+        }
         "expect-proxy" => match (side, params) {
             (Side::TcpConnection, [l4]) if l4 == "layer4" => Action::ExpectProxy,
             (Side::TcpConnection, _) => return Err(KwError::Missing("layer4 after expect-proxy")),
@@ -988,6 +1035,10 @@ pub enum Level {
 pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
     match action {
         Action::AlwaysSo => {}
+        // In `tcp-request` rules (HTTP rules change the session's addresses themselves).
+        Action::SetSrc(_) | Action::SetDst(_) | Action::SetSrcPort(_) | Action::SetDstPort(_) => {
+            set_address(action, cx)
+        }
         Action::SetTos(v) => {
             if let Some(c) = cx.client {
                 c.set_tos(*v);

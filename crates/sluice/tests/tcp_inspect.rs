@@ -253,3 +253,26 @@ fn a_tcp_session_logs_its_captures_and_samples() {
     ));
     assert!(ok && out.contains("'capture' statement ignored"), "{out}");
 }
+
+/// `tcp-request ... set-src`, `set-dst` and their ports change the addresses the rest of
+/// the connection sees: the TCP log line, and an HTTP session's rules.
+#[test]
+fn tcp_rules_set_the_connections_addresses() {
+    let (server, _seen) = recorder();
+    let p = Sluice::start(&format!(
+        "global\n    log stdout format raw local0\n{TCP_DEFAULTS}    log global\nfrontend f\n    {{fe}}\n    tcp-request connection set-src-port int(4242)\n    tcp-request content set-dst ipv4(127.0.0.9)\n    tcp-request content set-dst-port int(99)\n    log-format \"%ci:%cp src=%[src]:%[src_port] dst=%[dst]:%[dst_port]\"\n    default_backend b\nbackend b\n    server s {server}\n"
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.write_all(b"hello").unwrap();
+    drop(c);
+    wait_until("the session logged", || p.stdout().contains("src="));
+    let line = p.stdout();
+    assert!(
+        line.contains("127.0.0.1:4242 src=127.0.0.1:4242 dst=127.0.0.9:99"),
+        "{line}"
+    );
+    let h = Sluice::start(
+        "defaults\n    mode http\n    timeout client 5s\nfrontend fe\n    {fe}\n    tcp-request connection set-src ipv4(10.1.2.3)\n    tcp-request session set-dst-port int(8080)\n    http-request return status 200 content-type text/plain lf-string \"%[src] %[dst_port]\"\n",
+    );
+    assert_eq!(get(h.addr(), "/").text(), "10.1.2.3 8080");
+}

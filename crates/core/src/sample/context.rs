@@ -32,6 +32,10 @@ pub struct StreamVars {
     /// Where the last final rule that applied was written (`last_rule_file`,
     /// `last_rule_line`).
     pub last_rule: RefCell<Option<crate::conf::Loc>>,
+    /// The addresses `tcp-request` rules set (`set-src`, `set-dst` and their ports), which
+    /// the rest of the connection sees (HTTP rules change the session's own).
+    pub set_src: std::cell::Cell<Option<SocketAddr>>,
+    pub set_dst: std::cell::Cell<Option<SocketAddr>>,
 }
 
 /// The values of a transaction's capture slots, request side and response side.
@@ -105,6 +109,9 @@ impl<'a> Ctx<'a> {
 
     /// The client's address, if it has one (see [`crate::transport::Conn::client_addr`]).
     pub fn client_addr(&self) -> Option<SocketAddr> {
+        if let Some(set) = self.vars.set_src.get() {
+            return Some(set);
+        }
         match self.client {
             Some(c) => c.client_addr(self.src),
             None => Some(self.src),

@@ -525,7 +525,9 @@ fn auth_user<'a>(cx: &'a Ctx<'a>, list: &NameRef) -> Option<&'a crate::auth::Use
 }
 
 fn dst(cx: &Ctx<'_>) -> Option<std::net::SocketAddr> {
-    cx.dst.or_else(|| cx.client?.local_addr().ok())
+    cx.dst
+        .or(cx.vars.set_dst.get())
+        .or_else(|| cx.client?.local_addr().ok())
 }
 
 /// An IPv4 address mapped into IPv6 is shown as IPv4, as HAProxy does.

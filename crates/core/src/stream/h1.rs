@@ -45,7 +45,8 @@ pub(super) async fn serve_http(
         fe,
         client,
         peer: peer.into(),
-        dst: None.into(),
+        // `tcp-request ... set-dst`: the destination the HTTP rules start from.
+        dst: vars.set_dst.get().into(),
         body: None,
         cbuf: start.read,
         sbuf: Buf::default(),

@@ -111,6 +111,8 @@ pub async fn serve(
         client.abort();
         return;
     }
+    // `tcp-request connection|session set-src`: the client the rest of it sees.
+    let peer = vars.set_src.get().unwrap_or(peer);
     // After the connection rules: a connection they refuse costs no handshake.
     if client.is_tls() && !handshake(&w, (fe, listener), &client).await {
         return;

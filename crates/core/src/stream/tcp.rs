@@ -94,6 +94,8 @@ async fn relay_to(
     let Some(mut client) = look.admits(client, &mut cbuf, &be.rules).await else {
         return;
     };
+    // `tcp-request content set-src`: the client the logs and the server see.
+    let peer = vars.set_src.get().unwrap_or(peer);
     // Who it is, and for `%fi`/`%fp` where it arrived (asked of the kernel only then).
     let format = frontend.log.format.as_ref();
     let dst = format
