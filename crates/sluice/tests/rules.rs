@@ -358,8 +358,15 @@ fn bad_rules_name_the_line() {
             "http-request set-var(txn.a,ifbogus) src",
             "unknown set-var condition 'ifbogus'",
         ),
-        ("http-request add-acl(/tmp/f) src", "not supported yet"),
-        ("http-request disable-l7-retry", "not supported yet"),
+        (
+            "http-request set-priority-class int(1)",
+            "not supported yet",
+        ),
+        (
+            "http-request normalize-uri path-merge-slashes",
+            "not supported yet",
+        ),
+        ("http-request set-map(/tmp/f) src", "a key and a value"),
         (
             "http-after-response wait-for-body time 1s",
             "not supported yet",
