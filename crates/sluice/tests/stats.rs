@@ -1518,11 +1518,13 @@ fn sessions_are_shut_down_from_the_cli() {
             l.contains("\"GET /slow HTTP/1.1\"") && l.contains(" 502 ") && l.contains(" KH-- ")
         })
     });
-    // The idle connection is untouched by that; `shutdown session` ends it.
+    // The idle connection is untouched by that; `shutdown session` ends it (found by its
+    // port: the cut one may still be listed while it closes).
     let listing = Sluice::cli(&sock, "show sess");
+    let port = idle.reader.get_ref().local_addr().unwrap().port();
     let id = listing
         .lines()
-        .find(|l| l.contains("state=idle"))
+        .find(|l| l.contains(&format!("src=127.0.0.1:{port} ")) && l.contains("state=idle"))
         .and_then(|l| l.split(':').next())
         .unwrap_or_else(|| panic!("no idle session in {listing}"))
         .to_string();

@@ -70,7 +70,10 @@ impl Queued {
         }
         let mut st = self.lock();
         if st.held >= self.budget {
-            st.waiting.push_back(cx.waker().clone());
+            // Once per stream, however often it is polled while it waits.
+            if !st.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                st.waiting.push_back(cx.waker().clone());
+            }
             return Poll::Pending;
         }
         Poll::Ready(want.min((self.budget - st.held) as usize))
