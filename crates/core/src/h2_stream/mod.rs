@@ -395,6 +395,10 @@ impl H2Stream {
     /// Writes the next bytes of the message's body (a response's once its head was sent,
     /// a request's), as flow control allows. Fails once the stream is gone.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        // A client's stream waits for room in its connection's send budget before it takes
+        // the bytes in (a copy): while the client does not read, they stay in the caller's
+        // buffer alone.
+        std::future::poll_fn(|cx| self.lock().poll_room(cx)).await?;
         self.lock().take_in(bytes)?;
         let Some(mut out) = self.lock().take_body()? else {
             return Ok(());
@@ -611,6 +615,25 @@ impl State {
         }
         self.body = None;
         Poll::Ready(())
+    }
+
+    /// Ready once the connection's send budget has room (at once for a stream to a
+    /// server, or one whose head has not left); an error once the peer is gone.
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.gone.is_some() {
+            return Poll::Ready(Err(broken()));
+        }
+        let (Some((q, _)), Down::Body { .. }) = (&self.queued, &self.down) else {
+            return Poll::Ready(Ok(()));
+        };
+        if q.poll_room(cx, 1).is_ready() {
+            return Poll::Ready(Ok(()));
+        }
+        // Waiting: a reset of the stream ends the wait.
+        match self.poll_peer_gone(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(broken())),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn poll_peer_gone(&mut self, cx: &mut Context<'_>) -> Poll<()> {
