@@ -20,7 +20,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "cpu-map" => Scope::GLOBAL,
     "default-path" => Scope::GLOBAL,
     "description" => Scope::GLOBAL,
-    "expose-experimental-directives" => Scope::GLOBAL,
     "fd-hard-limit" => Scope::GLOBAL,
     "h1-case-adjust" => Scope::GLOBAL,
     "h1-case-adjust-file" => Scope::GLOBAL,

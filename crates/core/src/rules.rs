@@ -207,7 +207,6 @@ const PENDING_TCP_ACTIONS: &[&str] = &[
 /// Actions HAProxy has that sluice does not implement yet.
 const PENDING_ACTIONS: &[&str] = &[
     "set-nice",
-    "normalize-uri",
     "strict-mode",
     "do-resolve",
     "send-spoe-group",
@@ -561,6 +560,12 @@ fn rule_of(
                 .ok_or_else(|| KwError::bad(2, code, "expects a status code from 100 to 999"))?;
             Action::SetStatus(code, reason)
         }
+        ("normalize-uri", Side::Request) => {
+            let words: Vec<&str> = params.iter().map(String::as_str).collect();
+            Action::NormalizeUri(
+                sluice_http::UriNormalizer::parse(&words).map_err(KwError::Invalid)?,
+            )
+        }
         (a, _) if var_of(a).is_some() => var_action(a, params, book)?,
         (a, _)
             if is_pending(PENDING_ACTIONS, a)
@@ -569,6 +574,7 @@ fn rule_of(
                 || matches!(
                     a,
                     "return"
+                        | "normalize-uri"
                         | "deny"
                         | "redirect"
                         | "use-service"
@@ -1190,7 +1196,19 @@ pub const GLOBAL_KEYWORDS: &[sluice_config::Keyword<crate::conf::GlobalConf>] = 
         help: "set-var-fmt proc.NAME FMT: a process variable set at start from a log-format string",
         parse: |g, a| global_var(g, a, true),
     },
+    sluice_config::Keyword {
+        name: "expose-experimental-directives",
+        scope: Scope::GLOBAL,
+        help: "expose-experimental-directives: allow the actions HAProxy 2.6 calls experimental (http-request normalize-uri)",
+        parse: |g, a| sluice_config::no_args(a).map(|_| g.experimental = true),
+    },
 ];
+
+/// Whether `rule` uses a keyword HAProxy 2.6 calls experimental, which needs
+/// `expose-experimental-directives` in `global`: the keyword, if so.
+pub fn experimental(rule: &Rule) -> Option<&'static str> {
+    matches!(rule.action, Action::NormalizeUri(_)).then_some("http-request normalize-uri")
+}
 
 fn global_var(g: &mut crate::conf::GlobalConf, a: &[String], fmt: bool) -> Result<(), KwError> {
     use crate::conf::sample::{Fetch, VarScope};

@@ -16,6 +16,7 @@ mod chunked;
 mod errors;
 mod head;
 mod locate;
+mod normalize;
 mod request;
 mod response;
 mod view;
@@ -24,6 +25,7 @@ pub use chunked::{push_chunk, push_chunk_header, ChunkError, ChunkedDecoder, Chu
 pub use errors::{error_page, page_says_close, raw_error_page, reason};
 pub use head::{push_header, trim_ows, Fields, Framing, Header, Version};
 pub use locate::error_position;
+pub use normalize::{BadPercent, UriNormalizer};
 pub use request::{
     parse_request, parse_request_relaxed, path_start, split_target, HeadError, RequestHead,
 };

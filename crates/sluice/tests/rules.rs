@@ -1393,3 +1393,75 @@ fn rules_that_ask_for_what_is_always_so_pass() {
     );
     assert_eq!(get(p.addr(), "/").text(), "after");
 }
+
+/// `http-request normalize-uri`: each normalizer rewrites the target the server gets (in
+/// the order written, later rules seeing the result), a `strict` one answers 400 to a bad
+/// `%` without asking the server, and, as in HAProxy 2.6, the action is refused without
+/// `expose-experimental-directives`.
+#[test]
+fn normalize_uri_rewrites_the_target_as_haproxy_does() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global
+    expose-experimental-directives
+{DEFAULTS}frontend fe
+    {{fe}}
+    http-request normalize-uri fragment-strip
+    http-request normalize-uri path-merge-slashes
+    http-request normalize-uri percent-decode-unreserved strict
+    http-request normalize-uri percent-to-uppercase
+    http-request normalize-uri path-strip-dot
+    http-request normalize-uri path-strip-dotdot full if {{ path_beg /full }}
+    http-request normalize-uri path-strip-dotdot
+    http-request normalize-uri query-sort-by-name
+    http-request set-header X-Seen %[pathq]
+    default_backend be
+backend be
+    server s1 {}
+",
+        origin.addr
+    ));
+    let cases = [
+        ("//a//b/./c/../d?z=1&a=2&z=0", "/a/b/d?a=2&z=1&z=0"),
+        ("/%61dmin/%2fx/%7e?q=%3f", "/admin/%2Fx/~?q=%3F"),
+        ("/../x/./", "/../x/"),
+        ("/full/../../x", "/x"),
+        ("http://h.example/a//b", "http://h.example/a/b"),
+    ];
+    for (sent, want) in cases {
+        let host = "Host: h.example\r\n";
+        let r = ask(&p, "GET", sent, host);
+        assert_eq!(r.status, 200, "{sent}");
+        let seen = origin.requests().pop().unwrap();
+        assert_eq!(seen.target, want, "{sent}");
+        // Later rules read the normalized request.
+        let path_q = want.strip_prefix("http://h.example").unwrap_or(want);
+        assert_eq!(seen.header("x-seen"), Some(path_q), "{sent}");
+    }
+    let before = origin.count();
+    let r = ask(&p, "GET", "/%zz/a", "Host: h\r\n");
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        origin.count(),
+        before,
+        "a refused request reached the server"
+    );
+
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    http-request normalize-uri path-merge-slashes\n"
+    ));
+    assert!(
+        !ok && out.contains(":8: 'http-request normalize-uri' is experimental"),
+        "{out}"
+    );
+    for bad in [
+        "path-strip-dotdot strict",
+        "percent-to-uppercase full",
+        "nonsense",
+    ] {
+        let (ok, out) = check_config(&format!(
+            "global\n    expose-experimental-directives\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    http-request normalize-uri {bad}\n"
+        ));
+        assert!(!ok && out.contains(":10: 'http-request'"), "{bad}: {out}");
+    }
+}

@@ -102,6 +102,9 @@ pub struct GlobalConf {
     /// `set-var proc.NAME EXPR` / `set-var-fmt proc.NAME FMT`: process variables set once
     /// at start.
     pub proc_vars: Vec<(sample::VarName, ProcValue)>,
+    /// `expose-experimental-directives`: the keywords HAProxy 2.6 calls experimental may
+    /// be used (`http-request normalize-uri`).
+    pub experimental: bool,
 }
 
 /// What a global `set-var` gives a process variable.
@@ -140,6 +143,7 @@ impl Default for GlobalConf {
             h2: stream::H2Tune::default(),
             server_state: Default::default(),
             proc_vars: Vec::new(),
+            experimental: false,
         }
     }
 }

@@ -104,6 +104,9 @@ pub enum Action {
     SetPathQ(Fmt),
     SetQuery(Fmt),
     SetUri(Fmt),
+    /// `normalize-uri NORMALIZER [full|strict]` (experimental in HAProxy 2.6: it needs
+    /// `expose-experimental-directives`).
+    NormalizeUri(sluice_http::UriNormalizer),
     Redirect(Redirect),
     SetVar(VarName, Expr),
     /// `set-var-fmt(NAME) FMT`: the variable takes the rendered format as a string.

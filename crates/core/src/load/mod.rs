@@ -322,6 +322,17 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
             errors.push(at.error(e));
         }
     }
+    // HAProxy 2.6's experimental actions need `expose-experimental-directives` first.
+    if !global.experimental {
+        let rules = proxies.iter().flat_map(|p| p.conf.rules.sets.all());
+        for rule in rules {
+            if let (Some(kw), Some(at)) = (crate::rules::experimental(rule), &rule.at) {
+                errors.push(at.error(format!(
+                    "'{kw}' is experimental: it needs 'expose-experimental-directives' in the global section"
+                )));
+            }
+        }
+    }
     let local = peers::local_name(&global);
     let mut peer_sets = (Vec::new(), Vec::new());
     let mut warnings = Vec::new();

@@ -395,6 +395,26 @@ pub(super) fn apply_rules(
                 false
             }
             Action::Allow => return None,
+            Action::NormalizeUri(n) => {
+                let target = edits.target.clone();
+                let target = target.as_deref().unwrap_or(now.target());
+                match n.apply(target) {
+                    Ok(Some(t)) if t != target => {
+                        edits.target = Some(t);
+                        true
+                    }
+                    Ok(_) => false,
+                    // A `strict` normalizer's bad `%`: HAProxy's invalid request.
+                    Err(sluice_http::BadPercent) => {
+                        return Some(Route::Error {
+                            status: 400,
+                            backend,
+                            denied: false,
+                            page: None,
+                        })
+                    }
+                }
+            }
             Action::UseService(service) => {
                 return Some(Route::Respond {
                     bytes: serve(s, *service, req),
