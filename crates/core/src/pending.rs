@@ -17,7 +17,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "master-worker" => Scope::GLOBAL,
     "busy-polling" => Scope::GLOBAL,
     "cluster-secret" => Scope::GLOBAL,
-    "cpu-map" => Scope::GLOBAL,
     "default-path" => Scope::GLOBAL,
     "description" => Scope::GLOBAL,
     "fd-hard-limit" => Scope::GLOBAL,

@@ -311,3 +311,57 @@ fn rate_limits_hold_new_connections_in_the_queue_and_serve_them_all() {
         "{out}"
     );
 }
+
+/// The CPUs a `Cpus_allowed_list` line names (`0-3,6`).
+fn cpu_list(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<usize>().unwrap()..=b.parse().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+/// The CPUs a thread (`/proc/PID/task/TID`) may run on.
+fn allowed_cpus(status_path: &std::path::Path) -> Vec<usize> {
+    let status = std::fs::read_to_string(status_path).unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap();
+    cpu_list(line)
+}
+
+/// `cpu-map`: each worker thread runs on the CPUs its line gives it, a later line winning
+/// for the threads it names (HAProxy numbers threads from 1).
+#[test]
+fn cpu_map_binds_each_worker_thread() {
+    let mine = allowed_cpus(std::path::Path::new("/proc/self/status"));
+    let (a, b) = (mine[0], *mine.get(1).unwrap_or(&mine[0]));
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    cpu-map 1/all {a}\n    cpu-map 1/2 {b}\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200\n"
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", p.pid())).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if let Some(tid) = comm.trim().strip_prefix("sluice-w") {
+            seen.push((tid.to_string(), allowed_cpus(&dir.join("status"))));
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![("0".to_string(), vec![a]), ("1".to_string(), vec![b])]
+    );
+    let (ok, out) = check_config(&format!(
+        "global\n    cpu-map auto:1/1-3 0-1\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n"
+    ));
+    assert!(
+        !ok && out.contains(":2:") && out.contains("as many CPUs as threads"),
+        "{out}"
+    );
+}

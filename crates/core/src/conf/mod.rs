@@ -105,6 +105,8 @@ pub struct GlobalConf {
     /// `expose-experimental-directives`: the keywords HAProxy 2.6 calls experimental may
     /// be used (`http-request normalize-uri`).
     pub experimental: bool,
+    /// `cpu-map`: the CPUs of each worker thread.
+    pub cpu_map: crate::worker::cpu_map::CpuMap,
 }
 
 /// What a global `set-var` gives a process variable.
@@ -144,6 +146,7 @@ impl Default for GlobalConf {
             server_state: Default::default(),
             proc_vars: Vec::new(),
             experimental: false,
+            cpu_map: Default::default(),
         }
     }
 }

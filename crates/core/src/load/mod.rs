@@ -40,6 +40,7 @@ const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
 
 const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::GLOBAL_KEYWORDS,
+    worker::cpu_map::GLOBAL_KEYWORDS,
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
     control::state_file::GLOBAL_KEYWORDS,

@@ -10,6 +10,7 @@
 //!   sides (`accq_pushed`, `adopted`).
 //! - `ThreadCtx` fields are written by their owner and read by anyone.
 
+pub mod cpu_map;
 mod inbox;
 pub mod listener;
 mod thread;
@@ -68,6 +69,11 @@ fn worker_main(
     checks: Vec<CheckTask>,
     mut inbox: mpsc::UnboundedReceiver<InboxMsg>,
 ) {
+    if let Some(cpus) = process.config.global.cpu_map.cpus_for(tid + 1) {
+        if let Err(e) = cpu_map::bind_current_thread(&cpus) {
+            say!("sluice: worker {tid}: 'cpu-map' to CPUs {cpus:?} refused ({e}); it runs unbound");
+        }
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .on_thread_unpark(|| {
