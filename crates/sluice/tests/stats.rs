@@ -1767,3 +1767,43 @@ fn sessions_are_shown_in_full() {
     assert_eq!(Sluice::cli(&sock, "show sess 0x7fffffff").trim(), "");
     drop(waiting);
 }
+
+/// `node` and `description` name and describe the process (`show info`, the page's title
+/// and description, checks' `send-state`), a proxy's `description` stands beside its name
+/// on the page; without a global description `show info` has no such line, as HAProxy's.
+#[test]
+fn node_and_descriptions_name_the_process_and_its_proxies() {
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    node lb-7\n    description Edge tier, west\n{DEFAULTS}\
+         frontend fe\n    {{fe}}\n    description Public entry\n    stats enable\n    stats uri /st\n    \
+         stats show-node\n    stats show-desc\n    default_backend be\n\
+         backend be\n    description The app servers\n    server s 127.0.0.1:9\n",
+        sock.display()
+    ));
+    let info = Sluice::cli(&sock, "show info");
+    assert!(info.contains("\nnode: lb-7\n"), "{info}");
+    assert!(info.contains("\ndescription: Edge tier, west\n"), "{info}");
+    let html = raw(
+        p.addr(),
+        "GET /st HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(html.contains(" on lb-7</h2>"), "{html}");
+    assert!(
+        html.contains("<p class=\"desc\">Edge tier, west</p>"),
+        "{html}"
+    );
+    assert!(html.contains("<caption>fe <span class=\"desc\">Public entry</span></caption>"));
+    assert!(html.contains("<caption>be <span class=\"desc\">The app servers</span></caption>"));
+
+    let (_d2, sock2) = cli_dir();
+    let _q = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200\n",
+        sock2.display()
+    ));
+    let info = Sluice::cli(&sock2, "show info");
+    assert!(
+        info.contains("\nnode: ") && !info.contains("\ndescription:"),
+        "{info}"
+    );
+}

@@ -370,7 +370,7 @@ fn server_state_header(w: &Worker, backend: usize, server: usize) -> String {
         "{state}; address={address}; port={port}; name={}/{}; node={}; weight={}/{}; scur={}/{}; qcur={}{throttle}",
         be.name,
         srv.name,
-        crate::conf::hostname(),
+        w.config().global.node_name(),
         st.reported_weight(),
         bst.usable_weight(be),
         st.in_flight.load(Ordering::Relaxed),

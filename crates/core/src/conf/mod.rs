@@ -107,6 +107,11 @@ pub struct GlobalConf {
     pub experimental: bool,
     /// `cpu-map`: the CPUs of each worker thread.
     pub cpu_map: crate::worker::cpu_map::CpuMap,
+    /// `node NAME`: this node's name in `show info`, the statistics page and checks'
+    /// `send-state` (else the host name).
+    pub node: Option<String>,
+    /// `description TEXT`: this node's description (`show info`, the statistics page).
+    pub description: Option<String>,
 }
 
 /// What a global `set-var` gives a process variable.
@@ -147,6 +152,8 @@ impl Default for GlobalConf {
             proc_vars: Vec::new(),
             experimental: false,
             cpu_map: Default::default(),
+            node: None,
+            description: None,
         }
     }
 }
@@ -175,6 +182,11 @@ impl GlobalConf {
     /// 14 % with 64, 4 % (within the runs' spread) with 128 (bench/RESULTS.md).
     pub fn h2_send_budget(&self) -> usize {
         self.h2.send_budget.unwrap_or(128 * self.bufsize)
+    }
+
+    /// This node's name: `node`, else the host name.
+    pub fn node_name(&self) -> String {
+        self.node.clone().unwrap_or_else(hostname)
     }
 
     /// Worker threads: `nbthread`, else the CPUs available to the process.

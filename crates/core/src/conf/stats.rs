@@ -28,8 +28,10 @@ pub struct StatsPage {
     pub show_legends: bool,
     /// `stats show-node [NAME]`: the node name shown (the host name without NAME).
     pub show_node: Option<Option<String>>,
-    /// `stats show-desc [DESC]`.
+    /// `stats show-desc [DESC]` (the global `description` without DESC).
     pub show_desc: Option<Option<String>>,
+    /// `description TEXT`: this proxy's, shown beside its name on the page.
+    pub description: Option<String>,
     /// `stats scope NAME`: only these proxies are shown (all without any).
     pub scope: Vec<String>,
     /// `stats admin if|unless COND`: when it holds, the page offers server actions.

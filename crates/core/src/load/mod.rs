@@ -58,6 +58,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     tls::CHAIN_KEYWORDS,
     tls::OPENSSL_ONLY_KEYWORDS,
     peers::GLOBAL_KEYWORDS,
+    stats::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 

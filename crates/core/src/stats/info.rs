@@ -91,7 +91,7 @@ fn lines(p: &Process) -> Vec<Line> {
         value,
     };
     use Ty::{Str, U32, U64};
-    vec![
+    let mut all = vec![
         l(0, "Name", "POS", Str, "sluice".into()),
         l(1, "Version", "POS", Str, version.into()),
         l(2, "Release_date", "POS", Str, RELEASE_DATE.into()),
@@ -282,7 +282,14 @@ fn lines(p: &Process) -> Vec<Line> {
             U32,
             (100 - (busy / n.max(1)).min(100)).to_string(),
         ),
-        l(50, "node", "COS", Str, crate::conf::hostname()),
+        l(50, "node", "COS", Str, p.config.global.node_name()),
+        l(
+            51,
+            "description",
+            "COS",
+            Str,
+            p.config.global.description.clone().unwrap_or_default(),
+        ),
         l(
             52,
             "Stopping",
@@ -327,7 +334,10 @@ fn lines(p: &Process) -> Vec<Line> {
         l(69, "PoolUsed_bytes", "MGP", U64, pool_bytes.to_string()),
         l(70, "Start_time_sec", "MDP", U32, start.to_string()),
         l(71, "Tainted", "SGP", Str, "0".into()),
-    ]
+    ];
+    // The description is printed only when set, as HAProxy prints it.
+    all.retain(|l| !(l.pos == 51 && l.value.is_empty()));
+    all
 }
 
 /// `0d 0h00m00s`.

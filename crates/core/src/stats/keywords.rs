@@ -22,7 +22,46 @@ macro_rules! page_keyword {
     };
 }
 
+/// `node` and `description`: how this process is named and described where it reports.
+pub const GLOBAL_KEYWORDS: &[Keyword<crate::conf::GlobalConf>] = &[
+    Keyword {
+        name: "node",
+        scope: Scope::GLOBAL,
+        help: "node NAME: this node's name in show info, the statistics page and checks' send-state (default: the host name)",
+        parse: |g, a| {
+            g.node = Some(one_arg(a, "a name")?.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "description",
+        scope: Scope::GLOBAL,
+        help: "description TEXT: this node's description in show info and the statistics page",
+        parse: |g, a| {
+            g.description = Some(text(a)?);
+            Ok(())
+        },
+    },
+];
+
+/// A description's words, joined by spaces.
+fn text(a: &[String]) -> Result<String, KwError> {
+    if a.is_empty() {
+        return Err(KwError::Missing("a description"));
+    }
+    Ok(a.join(" "))
+}
+
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "description",
+        scope: Scope::PROXY,
+        help: "description TEXT: the proxy's description, beside its name on the statistics page",
+        parse: |c, a| {
+            c.stats.description = Some(text(a)?);
+            Ok(())
+        },
+    },
     Keyword {
         name: "monitor-uri",
         scope: Scope::FE,

@@ -21,7 +21,7 @@ mod row;
 use std::sync::atomic::Ordering;
 
 pub use self::fields::{Field, Ty, FIELDS};
-pub use self::keywords::KEYWORDS;
+pub use self::keywords::{GLOBAL_KEYWORDS, KEYWORDS};
 pub use self::render::{csv, json, typed};
 pub use self::row::{Cell, Kind, Row};
 use crate::conf::stream::Mode;

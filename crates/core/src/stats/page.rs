@@ -427,11 +427,16 @@ fn html(
     }
     let _ = write!(h, "<h2>Statistics Report for pid {}", std::process::id());
     if let Some(node) = &page.show_node {
-        let name = node.clone().unwrap_or_else(crate::conf::hostname);
+        let name = node.clone().unwrap_or_else(|| p.config.global.node_name());
         let _ = write!(h, " on {}", esc(&name));
     }
     h.push_str("</h2>");
-    if let Some(Some(desc)) = &page.show_desc {
+    let desc = page.show_desc.as_ref().map(|d| {
+        d.as_deref()
+            .or(p.config.global.description.as_deref())
+            .unwrap_or_default()
+    });
+    if let Some(desc) = desc.filter(|d| !d.is_empty()) {
         let _ = write!(h, "<p class=\"desc\">{}</p>", esc(desc));
     }
     let _ = write!(
@@ -477,14 +482,24 @@ fn html(
         while j < rows.len() && rows[j].name("pxname") == name {
             j += 1;
         }
-        proxy_table(&mut h, req, &rows[i..j]);
+        let desc = proxy_description(p, &rows[i]);
+        proxy_table(&mut h, req, &rows[i..j], desc);
         i = j;
     }
     h.push_str("</body></html>\n");
     h
 }
 
-fn proxy_table(h: &mut String, req: &PageRequest<'_>, rows: &[Row]) {
+/// The `description` of the proxy a row belongs to, if it has one.
+fn proxy_description<'p>(p: &'p Process, row: &Row) -> Option<&'p str> {
+    let name = row.name("pxname");
+    let fe = p.config.frontends.iter().find(|f| f.name == name);
+    let be = p.config.backends.iter().find(|b| b.name == name);
+    fe.and_then(|f| f.stats.description.as_deref())
+        .or_else(|| be.and_then(|b| b.stats.description.as_deref()))
+}
+
+fn proxy_table(h: &mut String, req: &PageRequest<'_>, rows: &[Row], desc: Option<&str>) {
     let name = rows[0].name("pxname");
     let iid = rows[0].iid;
     let admin = req.admin && rows.iter().any(|r| r.kind == Kind::Server);
@@ -497,10 +512,12 @@ fn proxy_table(h: &mut String, req: &PageRequest<'_>, rows: &[Row]) {
     }
     let _ = write!(
         h,
-        "<table class=\"tbl\" id=\"px-{}\" data-proxy=\"{}\"><caption>{}</caption><tr><th rowspan=\"2\">{}</th>",
+        "<table class=\"tbl\" id=\"px-{}\" data-proxy=\"{}\"><caption>{}{}</caption><tr><th rowspan=\"2\">{}</th>",
         esc(name),
         esc(name),
         esc(name),
+        desc.map(|d| format!(" <span class=\"desc\">{}</span>", esc(d)))
+            .unwrap_or_default(),
         if admin { "" } else { "&nbsp;" }
     );
     for (group, cols) in GROUPS {
