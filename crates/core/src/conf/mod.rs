@@ -20,6 +20,7 @@ pub mod check;
 pub mod cli;
 pub mod compression;
 pub mod cookie;
+pub mod cpu_map;
 pub mod errorpages;
 mod host;
 pub mod listen;
@@ -106,7 +107,7 @@ pub struct GlobalConf {
     /// be used (`http-request normalize-uri`).
     pub experimental: bool,
     /// `cpu-map`: the CPUs of each worker thread.
-    pub cpu_map: crate::worker::cpu_map::CpuMap,
+    pub cpu_map: cpu_map::CpuMap,
     /// `node NAME`: this node's name in `show info`, the statistics page and checks'
     /// `send-state` (else the host name).
     pub node: Option<String>,
