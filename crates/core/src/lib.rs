@@ -47,6 +47,7 @@ pub mod h2_stream;
 pub mod keepalive;
 pub mod padded;
 pub mod proxy_proto;
+pub mod sockbuf;
 pub mod tls;
 pub mod transport;
 pub mod wire;

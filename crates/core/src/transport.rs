@@ -401,9 +401,9 @@ impl Detached {
 }
 
 impl Conn {
-    /// Opens a connection to a server.
-    pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
-        let conn = Conn::dial(addr)?;
+    /// Opens a connection to a server, its socket buffers sized as `bufs` says.
+    pub async fn connect(addr: SocketAddr, bufs: crate::conf::BufSizes) -> io::Result<Conn> {
+        let conn = Conn::dial_with(addr, bufs)?;
         conn.connected().await?;
         let _ = conn.tcp().set_nodelay(true);
         Ok(conn)
@@ -414,6 +414,11 @@ impl Conn {
     /// On loopback and nearby servers the handshake is usually over before `connect`
     /// returns, so a request written at once saves a trip through the event loop.
     pub fn dial(addr: SocketAddr) -> io::Result<Conn> {
+        Conn::dial_with(addr, crate::conf::BufSizes::default())
+    }
+
+    /// [`Conn::dial`], the socket's buffers sized as `bufs` says before it connects.
+    pub fn dial_with(addr: SocketAddr, bufs: crate::conf::BufSizes) -> io::Result<Conn> {
         // Counted before the socket exists, so the figure never lags the descriptors.
         let fd = Counted::new();
         let sock = socket2::Socket::new(
@@ -421,6 +426,7 @@ impl Conn {
             socket2::Type::STREAM.nonblocking(),
             None,
         )?;
+        crate::sockbuf::apply((&sock).into(), bufs)?;
         match sock.connect(&addr.into()) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -685,6 +691,14 @@ impl Conn {
             return;
         }
         let _ = socket2::SockRef::from(self.tcp()).set_tcp_keepalive(ka);
+    }
+
+    /// Sizes the socket's buffers (`tune.rcvbuf|sndbuf.*`); a refusal leaves the system's.
+    pub fn set_buffers(&self, bufs: crate::conf::BufSizes) {
+        if let Io::Stream(_) = self.io {
+            return;
+        }
+        let _ = crate::sockbuf::apply(socket2::SockRef::from(self.tcp()), bufs);
     }
 
     /// What the connection's PROXY header said, if it had one.

@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "proxy_proto",
         "auth",
         "keepalive",
+        "sockbuf",
         "h2_stream",
         "padded",
         "tls",

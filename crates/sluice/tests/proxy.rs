@@ -907,3 +907,44 @@ fn socket_actions_mark_or_silence_the_client() {
     );
     assert!(origin.requests().iter().all(|r| r.target != "/drop"));
 }
+
+/// `rb` and `tb` of the `skmem` of the established TCP sockets `filter` selects (`ss`).
+fn socket_buffers(filter: &str) -> Vec<(u64, u64)> {
+    let out = std::process::Command::new("ss")
+        .args(["-Htmn", "state", "established", filter])
+        .output()
+        .expect("ss (Debian's iproute2; .ci/run installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let field = |mem: &str, key: &str| -> u64 {
+        mem.split(',')
+            .find_map(|f| f.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {text}"))
+    };
+    text.split("skmem:(")
+        .skip(1)
+        .map(|rest| {
+            let mem = rest.split(')').next().unwrap_or_default();
+            (field(mem, "rb"), field(mem, "tb"))
+        })
+        .collect()
+}
+
+/// `tune.rcvbuf|sndbuf.client|server` size the sockets as asked (the kernel shows twice the
+/// size set: its bookkeeping's share), on both sides of a proxied exchange.
+#[test]
+fn tune_socket_buffers_size_client_and_server_sockets() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "global\n    tune.rcvbuf.client 65536\n    tune.sndbuf.client 32768\n    tune.rcvbuf.server 49152\n    tune.sndbuf.server 24576\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s {}\n",
+        origin.addr
+    ));
+    // A keep-alive exchange: the client's connection stays open, the server's stays pooled.
+    let mut c = p.connect();
+    c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response_for(false).unwrap().status, 200);
+    let client_side = socket_buffers(&format!("( sport = :{} )", p.addr().port()));
+    assert_eq!(client_side, vec![(131072, 65536)]);
+    let server_side = socket_buffers(&format!("( dport = :{} )", origin.addr.port()));
+    assert_eq!(server_side, vec![(98304, 49152)]);
+}

@@ -113,6 +113,17 @@ pub struct GlobalConf {
     pub node: Option<String>,
     /// `description TEXT`: this node's description (`show info`, the statistics page).
     pub description: Option<String>,
+    /// `tune.rcvbuf.client`, `tune.sndbuf.client`.
+    pub client_bufs: BufSizes,
+    /// `tune.rcvbuf.server`, `tune.sndbuf.server`.
+    pub server_bufs: BufSizes,
+}
+
+/// One side's socket buffer sizes (unset: the system's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufSizes {
+    pub rcv: Option<usize>,
+    pub snd: Option<usize>,
 }
 
 /// What a global `set-var` gives a process variable.
@@ -155,6 +166,8 @@ impl Default for GlobalConf {
             cpu_map: Default::default(),
             node: None,
             description: None,
+            client_bufs: BufSizes::default(),
+            server_bufs: BufSizes::default(),
         }
     }
 }

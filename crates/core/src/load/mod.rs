@@ -15,7 +15,7 @@ use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf
 use crate::stick::TableConf;
 use crate::{
     acl, backend, balance, check, compression, control, cookie, errorpages, log, peers, pending,
-    persist, pool, rules, stats, stick, tls,
+    persist, pool, rules, sockbuf, stats, stick, tls,
 };
 use crate::{stream, worker};
 
@@ -41,6 +41,7 @@ const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
 const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::GLOBAL_KEYWORDS,
     worker::cpu_map::GLOBAL_KEYWORDS,
+    sockbuf::GLOBAL_KEYWORDS,
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
     control::state_file::GLOBAL_KEYWORDS,
