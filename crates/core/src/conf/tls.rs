@@ -1,4 +1,103 @@
-//! TLS settings of `global` as written: the defaults of `ssl` binds and servers.
+//! TLS settings: the defaults of `ssl` binds and servers (`global`), and each bind's and
+//! server's own. Words with a fixed set of values (versions, `verify`, the default
+//! options) are read into the types below when the line is; file paths, cipher and group
+//! lists stay as written until the acceptor or connector is built, when the configuration
+//! is loaded. Nothing here is read per connection.
+
+/// A protocol version as HAProxy names it (`TLSv1.2`), oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Ssl3,
+    Tls10,
+    Tls11,
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    const NAMES: [(TlsVersion, &'static str, &'static str); 5] = [
+        (TlsVersion::Ssl3, "SSLv3", "sslv3"),
+        (TlsVersion::Tls10, "TLSv1.0", "tlsv10"),
+        (TlsVersion::Tls11, "TLSv1.1", "tlsv11"),
+        (TlsVersion::Tls12, "TLSv1.2", "tlsv12"),
+        (TlsVersion::Tls13, "TLSv1.3", "tlsv13"),
+    ];
+
+    /// `TLSv1.2` and the like (`ssl-min-ver`, `ssl-max-ver`).
+    pub fn parse(word: &str) -> Option<TlsVersion> {
+        Self::NAMES.iter().find(|n| n.1 == word).map(|n| n.0)
+    }
+
+    /// HAProxy's name (`TLSv1.2`).
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize].1
+    }
+
+    /// The version an option names after `no-` or `force-` (`tlsv12`).
+    fn of_option(word: &str) -> Option<TlsVersion> {
+        Self::NAMES.iter().find(|n| n.2 == word).map(|n| n.0)
+    }
+}
+
+/// The versions a bind, a server or a side's defaults allow, as written: `ssl-min-ver`,
+/// `ssl-max-ver`, `no-tlsv1x` (any number), `force-tlsv1x`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Versions {
+    pub min: Option<TlsVersion>,
+    pub max: Option<TlsVersion>,
+    pub off: Vec<TlsVersion>,
+    pub force: Option<TlsVersion>,
+}
+
+impl Versions {
+    /// Takes a `no-tlsv1x` or `force-tlsv1x` word; false if it is neither.
+    pub fn take_option(&mut self, word: &str) -> bool {
+        if let Some(v) = word.strip_prefix("no-").and_then(TlsVersion::of_option) {
+            self.off.push(v);
+        } else if let Some(v) = word.strip_prefix("force-").and_then(TlsVersion::of_option) {
+            self.force = Some(v);
+        } else {
+            return false;
+        }
+        true
+    }
+}
+
+/// `verify none|optional|required`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    None,
+    Optional,
+    Required,
+}
+
+impl Verify {
+    pub fn parse(word: &str) -> Option<Verify> {
+        match word {
+            "none" => Some(Verify::None),
+            "optional" => Some(Verify::Optional),
+            "required" => Some(Verify::Required),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verify::None => "none",
+            Verify::Optional => "optional",
+            Verify::Required => "required",
+        }
+    }
+}
+
+/// The `ssl-default-bind-options` / `ssl-default-server-options` words, read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SideOptions {
+    pub versions: Versions,
+    pub no_tickets: bool,
+    pub prefer_client: bool,
+    pub strict_sni: bool,
+}
 
 /// `ca-base`, `crt-base` and the `ssl-default-*` keywords.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,7 +115,7 @@ pub struct TlsDefaults {
     /// the `ssl_fc_*list*` fetches (0: none captured).
     pub capture_buffer: usize,
     /// `ssl-server-verify none|required`: servers' `verify` when their line has none.
-    pub server_verify: Option<String>,
+    pub server_verify: Option<Verify>,
     /// `issuers-chain-path DIR`: chains that complete certificates loaded alone.
     pub issuers_chain_path: Option<String>,
     /// `ssl-skip-self-issued-ca`: roots are not sent with a certificate's chain.
@@ -33,8 +132,8 @@ pub struct TlsSide {
     pub ciphers: Option<String>,
     /// TLS 1.3 cipher suites (as written).
     pub ciphersuites: Option<String>,
-    /// Options such as `ssl-min-ver TLSv1.2` and `no-tls-tickets`, as words.
-    pub options: Vec<String>,
+    /// `ssl-default-*-options`: `ssl-min-ver TLSv1.2`, `no-tls-tickets`, ...
+    pub options: SideOptions,
     /// Key exchange groups (`ssl-default-*-curves`, colon-separated as written).
     pub curves: Option<String>,
     /// Signature algorithms (`ssl-default-bind-sigalgs`, `-client-sigalgs`), as written.
@@ -54,12 +153,8 @@ pub struct BindTls {
     pub crt_lists: Vec<String>,
     /// `alpn LIST`, in order of preference.
     pub alpn: Vec<String>,
-    pub min_ver: Option<String>,
-    pub max_ver: Option<String>,
-    /// `no-sslv3`, `no-tlsv10`, ... and `force-tlsv12`, ...: versions as HAProxy names them
-    /// (`TLSv1.2`).
-    pub no_versions: Vec<String>,
-    pub force_version: Option<String>,
+    /// `ssl-min-ver`, `ssl-max-ver`, `no-sslv3`, `no-tlsv10`, ..., `force-tlsv12`, ...
+    pub versions: Versions,
     pub ciphers: Option<String>,
     pub ciphersuites: Option<String>,
     pub curves: Option<String>,
@@ -77,7 +172,7 @@ pub struct BindTls {
     /// `ca-verify-file FILE`: more of them, not named to clients.
     pub ca_verify_file: Option<String>,
     /// `verify none|optional|required` (client certificates).
-    pub verify: Option<String>,
+    pub verify: Option<Verify>,
     /// The acceptor built from the options (when the configuration is loaded).
     pub acceptor: Option<Acceptor>,
 }
@@ -141,7 +236,7 @@ pub struct ServerTlsOpts {
     /// `check-ssl` / `no-check-ssl`: health checks over TLS (default: as `ssl`).
     pub check_ssl: Option<bool>,
     /// `verify none|required` (default: required, as HAProxy's `ssl-server-verify`).
-    pub verify: Option<String>,
+    pub verify: Option<Verify>,
     pub ca_file: Option<String>,
     /// `crt FILE`: the client certificate presented to the server.
     pub crt: Option<String>,
@@ -153,10 +248,7 @@ pub struct ServerTlsOpts {
     /// `check-alpn LIST`: the protocols health checks offer (default: as `alpn`).
     pub check_alpn: Option<Vec<String>>,
     /// `ssl-min-ver`, `ssl-max-ver`, `no-tlsv1x`, `force-tlsv1x`, as on binds.
-    pub min_ver: Option<String>,
-    pub max_ver: Option<String>,
-    pub no_versions: Vec<String>,
-    pub force_version: Option<String>,
+    pub versions: Versions,
 }
 
 /// How connections to a server start TLS: a rustls client configuration and the name

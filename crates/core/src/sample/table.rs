@@ -1,6 +1,8 @@
 //! Sample fetches and converters over stick tables (`sc0_http_req_rate`, `src_get_gpc0`,
 //! `table_http_req_rate(T)`, `in_table(T)`).
 
+use std::sync::Arc;
+
 use super::context::Ctx;
 use crate::conf::sample::{Counter, NameRef, Sample, TableOp, TableSource};
 use crate::runtime::clock_ms;
@@ -17,15 +19,18 @@ pub(super) fn fetch<'a>(
     let now = clock_ms();
     match source {
         TableSource::Slot(n) => cx.vars.with_tracked(n, |tracked| {
+            // Tables are told apart by identity (a name is looked up once, then cached).
+            let named = |n: &NameRef| cx.table(Some(n));
+            let is = |t: &Arc<Table>, n: &NameRef| named(n).is_some_and(|x| Arc::ptr_eq(x, t));
             if op == TableOp::Tracked {
-                let in_table = |t: &Table| table.is_none_or(|n| t.conf.name == n.name);
+                let in_table = |t: &Arc<Table>| table.is_none_or(|n| is(t, n));
                 return Some(Sample::Bool(tracked.is_some_and(|t| in_table(&t.table))));
             }
             let tracked = tracked?;
             match table {
                 // The tracked key, looked up in another table.
-                Some(n) if n.name != tracked.table.conf.name => {
-                    let t = cx.table(Some(n))?;
+                Some(n) if !is(&tracked.table, n) => {
+                    let t = named(n)?;
                     apply(t, Some(&tracked.key), op, counter, now)
                 }
                 _ => apply_entry(

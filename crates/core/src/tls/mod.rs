@@ -42,7 +42,8 @@ use rustls::sign::CertifiedKey;
 use sluice_config::{Keyword, KwError, Scope};
 
 pub use crate::conf::tls::{
-    Acceptor, BindTls, CertSlot, CertStore, Connector, ServerTlsOpts, TlsDefaults, TlsSide,
+    Acceptor, BindTls, CertSlot, CertStore, Connector, ServerTlsOpts, SideOptions, TlsDefaults,
+    TlsSide, TlsVersion, Verify, Versions,
 };
 use crate::conf::{one_arg, GlobalConf};
 
@@ -53,51 +54,45 @@ pub const PROVIDER: &str = if cfg!(feature = "aws-lc") {
     "ring"
 };
 
-/// The `ssl-default-*-options` words HAProxy knows; `ssl-min-ver`/`ssl-max-ver` take a
-/// version.
-const OPTIONS: &[&str] = &[
-    "no-sslv3",
-    "no-tlsv10",
-    "no-tlsv11",
-    "no-tlsv12",
-    "no-tlsv13",
-    "force-sslv3",
-    "force-tlsv10",
-    "force-tlsv11",
-    "force-tlsv12",
-    "force-tlsv13",
-    "no-tls-tickets",
-    "prefer-client-ciphers",
-    "strict-sni",
-    "allow-0rtt",
-];
-const VERSIONS: &[&str] = &["SSLv3", "TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3"];
+const VERSION_WORDS: &str = "expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3";
 
-fn options(args: &[String]) -> Result<Vec<String>, KwError> {
+/// A version word (`TLSv1.2`), at argument `at` of the line.
+fn version_at(word: &str, at: usize) -> Result<TlsVersion, KwError> {
+    TlsVersion::parse(word).ok_or_else(|| KwError::bad(at, word, VERSION_WORDS))
+}
+
+/// The `ssl-default-*-options` words, read: `ssl-min-ver`/`ssl-max-ver` take a version;
+/// `allow-0rtt` changes nothing (sluice takes no early data).
+fn options(args: &[String]) -> Result<SideOptions, KwError> {
     if args.is_empty() {
         return Err(KwError::Missing("at least one option"));
     }
+    let mut o = SideOptions::default();
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "ssl-min-ver" | "ssl-max-ver" => {
+            w @ ("ssl-min-ver" | "ssl-max-ver") => {
                 let v = args.get(i + 1).ok_or(KwError::Missing(
                     "a TLS version after ssl-min-ver/ssl-max-ver",
                 ))?;
-                if !VERSIONS.contains(&v.as_str()) {
-                    return Err(KwError::bad(
-                        i + 2,
-                        v,
-                        "expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3",
-                    ));
+                let v = version_at(v, i + 2)?;
+                if w == "ssl-min-ver" {
+                    o.versions.min = Some(v);
+                } else {
+                    o.versions.max = Some(v);
                 }
-                i += 2;
+                i += 1;
             }
-            o if OPTIONS.contains(&o) => i += 1,
-            o => return Err(KwError::bad(i + 1, o, "unknown TLS option")),
+            "no-tls-tickets" => o.no_tickets = true,
+            "prefer-client-ciphers" => o.prefer_client = true,
+            "strict-sni" => o.strict_sni = true,
+            "allow-0rtt" => {}
+            w if o.versions.take_option(w) => {}
+            w => return Err(KwError::bad(i + 1, w, "unknown TLS option")),
         }
+        i += 1;
     }
-    Ok(args.to_vec())
+    Ok(o)
 }
 
 fn side(g: &mut GlobalConf, server: bool) -> &mut TlsSide {
@@ -189,12 +184,12 @@ pub const CHAIN_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "ssl-server-verify",
         scope: Scope::GLOBAL,
         help: "ssl-server-verify none|required: whether servers' certificates are verified when their line says nothing (default required)",
-        parse: |g, a| match one_arg(a, "none or required")? {
-            v @ ("none" | "required") => {
-                g.tls.server_verify = Some(v.to_string());
+        parse: |g, a| match Verify::parse(one_arg(a, "none or required")?) {
+            Some(v @ (Verify::None | Verify::Required)) => {
+                g.tls.server_verify = Some(v);
                 Ok(())
             }
-            v => Err(KwError::bad(1, v, "expects none or required")),
+            _ => Err(KwError::bad(1, &a[0], "expects none or required")),
         },
     },
     Keyword {
@@ -342,7 +337,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "no-sslv3",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "no-sslv3");
+            o.tls.versions.take_option("no-sslv3");
             Ok(())
         },
     },
@@ -350,7 +345,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "no-tlsv10",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "no-tlsv10");
+            o.tls.versions.take_option("no-tlsv10");
             Ok(())
         },
     },
@@ -358,7 +353,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "no-tlsv11",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "no-tlsv11");
+            o.tls.versions.take_option("no-tlsv11");
             Ok(())
         },
     },
@@ -366,7 +361,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "no-tlsv12",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "no-tlsv12");
+            o.tls.versions.take_option("no-tlsv12");
             Ok(())
         },
     },
@@ -374,7 +369,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "no-tlsv13",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "no-tlsv13");
+            o.tls.versions.take_option("no-tlsv13");
             Ok(())
         },
     },
@@ -382,7 +377,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "force-sslv3",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "force-sslv3");
+            o.tls.versions.take_option("force-sslv3");
             Ok(())
         },
     },
@@ -390,7 +385,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "force-tlsv10",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "force-tlsv10");
+            o.tls.versions.take_option("force-tlsv10");
             Ok(())
         },
     },
@@ -398,7 +393,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "force-tlsv11",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "force-tlsv11");
+            o.tls.versions.take_option("force-tlsv11");
             Ok(())
         },
     },
@@ -406,7 +401,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "force-tlsv12",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "force-tlsv12");
+            o.tls.versions.take_option("force-tlsv12");
             Ok(())
         },
     },
@@ -414,7 +409,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "force-tlsv13",
         args: 0,
         parse: |o, _| {
-            server_version_option(&mut o.tls, "force-tlsv13");
+            o.tls.versions.take_option("force-tlsv13");
             Ok(())
         },
     },
@@ -422,10 +417,8 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "ssl-min-ver",
         args: 1,
         parse: |o, a| {
-            if !VERSIONS.contains(&a[0].as_str()) {
-                return Err("expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3".into());
-            }
-            o.tls.min_ver = Some(a[0].clone());
+            let v = TlsVersion::parse(&a[0]).ok_or(VERSION_WORDS)?;
+            o.tls.versions.min = Some(v);
             Ok(())
         },
     },
@@ -433,10 +426,8 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
         name: "ssl-max-ver",
         args: 1,
         parse: |o, a| {
-            if !VERSIONS.contains(&a[0].as_str()) {
-                return Err("expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3".into());
-            }
-            o.tls.max_ver = Some(a[0].clone());
+            let v = TlsVersion::parse(&a[0]).ok_or(VERSION_WORDS)?;
+            o.tls.versions.max = Some(v);
             Ok(())
         },
     },
@@ -476,9 +467,9 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     crate::conf::backend::ServerOption {
         name: "verify",
         args: 1,
-        parse: |o, a| match a[0].as_str() {
-            v @ ("none" | "required") => {
-                o.tls.verify = Some(v.to_string());
+        parse: |o, a| match Verify::parse(&a[0]) {
+            Some(v @ (Verify::None | Verify::Required)) => {
+                o.tls.verify = Some(v);
                 Ok(())
             }
             _ => Err("expects none or required".into()),
@@ -595,23 +586,20 @@ pub fn connector(
     if let Some(c) = &side.curves {
         p.kx_groups = read_list(lists::groups(c), "curves", skipped)?;
     }
-    let versions = side_versions(
-        (&o.min_ver, &o.max_ver),
-        (&o.no_versions, &o.force_version),
-        side,
-    )?;
+    let versions = side_versions(&o.versions, &side.options.versions)?;
     let p = Arc::new(p);
     let builder = rustls::ClientConfig::builder_with_provider(p.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| format!("TLS settings: {e}"))?;
-    let verify = (o.verify.as_ref())
-        .or(defaults.server_verify.as_ref())
-        .map_or("required", String::as_str);
+    let verify = o
+        .verify
+        .or(defaults.server_verify)
+        .unwrap_or(Verify::Required);
     let name: ServerName<'static> = match &o.sni {
         Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
         None => ServerName::IpAddress(addr.ip().into()),
     };
-    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if verify == "none" {
+    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if verify == Verify::None {
         Arc::new(AnyServer(p))
     } else {
         let Some(ca) = &o.ca_file else {
@@ -821,29 +809,15 @@ pub fn bind_option(
             2
         }
         "ssl-min-ver" | "ssl-max-ver" => {
-            let v = value()?;
-            if !VERSIONS.contains(&v.as_str()) {
-                return Err(KwError::bad(
-                    i + 3,
-                    &v,
-                    "expects SSLv3, TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3",
-                ));
-            }
+            let v = version_at(&value()?, i + 3)?;
             if o == "ssl-min-ver" {
-                t.min_ver = Some(v);
+                t.versions.min = Some(v);
             } else {
-                t.max_ver = Some(v);
+                t.versions.max = Some(v);
             }
             2
         }
-        o if version_option(o).is_some() => {
-            match version_option(o) {
-                Some((true, v)) => t.force_version = Some(v.to_string()),
-                Some((false, v)) => t.no_versions.push(v.to_string()),
-                None => {}
-            }
-            1
-        }
+        o if t.versions.take_option(o) => 1,
         "ciphers" => {
             t.ciphers = Some(value()?);
             2
@@ -892,13 +866,8 @@ pub fn bind_option(
         }
         "verify" => {
             let v = value()?;
-            if !matches!(v.as_str(), "none" | "optional" | "required") {
-                return Err(KwError::bad(
-                    i + 3,
-                    &v,
-                    "expects none, optional or required",
-                ));
-            }
+            let v = Verify::parse(&v)
+                .ok_or_else(|| KwError::bad(i + 3, &v, "expects none, optional or required"))?;
             t.verify = Some(v);
             2
         }
@@ -947,58 +916,19 @@ pub fn version_name(v: rustls::ProtocolVersion) -> &'static str {
     }
 }
 
-/// Records `no-tlsv1x` / `force-tlsv1x` on a server.
-fn server_version_option(o: &mut ServerTlsOpts, word: &str) {
-    match version_option(word) {
-        Some((true, v)) => o.force_version = Some(v.to_string()),
-        Some((false, v)) => o.no_versions.push(v.to_string()),
-        None => {}
-    }
-}
-
-/// What a version option says: `force-tlsv12` (true, `TLSv1.2`) or `no-tlsv12` (false).
-fn version_option(o: &str) -> Option<(bool, &'static str)> {
-    let (force, v) = match o.strip_prefix("no-") {
-        Some(v) => (false, v),
-        None => (true, o.strip_prefix("force-")?),
-    };
-    let version = match v {
-        "sslv3" => "SSLv3",
-        "tlsv10" => "TLSv1.0",
-        "tlsv11" => "TLSv1.1",
-        "tlsv12" => "TLSv1.2",
-        "tlsv13" => "TLSv1.3",
-        _ => return None,
-    };
-    Some((force, version))
-}
-
 /// The versions a bind or server allows: its own `ssl-min-ver`/`ssl-max-ver` (else its
 /// side's `ssl-default-*-options`), less the versions its options and the defaults turn
-/// off, or the one they force.
+/// off, or the one they force (its own first).
 fn side_versions(
-    (min, max): (&Option<String>, &Option<String>),
-    (no, force): (&[String], &Option<String>),
-    side: &TlsSide,
+    own: &Versions,
+    side: &Versions,
 ) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, String> {
-    let opt = |name: &str| {
-        let mut w = side.options.iter();
-        w.find(|x| *x == name).and(w.next()).cloned()
-    };
-    let mut off: Vec<&str> = no.iter().map(String::as_str).collect();
-    let mut forced = force.as_deref();
-    for w in &side.options {
-        match version_option(w) {
-            Some((false, v)) => off.push(v),
-            Some((true, v)) => forced = forced.or(Some(v)),
-            None => {}
-        }
-    }
+    let off: Vec<TlsVersion> = own.off.iter().chain(&side.off).copied().collect();
     allowed_versions(
-        min.clone().or_else(|| opt("ssl-min-ver")).as_deref(),
-        max.clone().or_else(|| opt("ssl-max-ver")).as_deref(),
+        own.min.or(side.min),
+        own.max.or(side.max),
         &off,
-        forced,
+        own.force.or(side.force),
     )
 }
 
@@ -1006,37 +936,34 @@ fn side_versions(
 /// less those turned off, or only the one forced. Turning off a version rustls does not
 /// have (SSLv3 to TLSv1.1) changes nothing; forcing one, or leaving none, is an error.
 fn allowed_versions(
-    min: Option<&str>,
-    max: Option<&str>,
-    no: &[&str],
-    force: Option<&str>,
+    min: Option<TlsVersion>,
+    max: Option<TlsVersion>,
+    off: &[TlsVersion],
+    force: Option<TlsVersion>,
 ) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, String> {
-    let rank = |v: &str| VERSIONS.iter().position(|x| *x == v).unwrap_or(0);
-    let (lo, hi) = match force {
-        Some(v) => (rank(v), rank(v)),
-        None => (
-            rank(min.unwrap_or("TLSv1.2")),
-            rank(max.unwrap_or("TLSv1.3")),
-        ),
-    };
+    let (min, max) = (
+        min.unwrap_or(TlsVersion::Tls12),
+        max.unwrap_or(TlsVersion::Tls13),
+    );
+    let (lo, hi) = force.map_or((min, max), |v| (v, v));
     let versions: Vec<_> = [
-        (3, "TLSv1.2", &rustls::version::TLS12),
-        (4, "TLSv1.3", &rustls::version::TLS13),
+        (TlsVersion::Tls12, &rustls::version::TLS12),
+        (TlsVersion::Tls13, &rustls::version::TLS13),
     ]
     .into_iter()
-    .filter(|(r, name, _)| (lo..=hi).contains(r) && !no.contains(name))
-    .map(|(_, _, v)| v)
+    .filter(|(v, _)| (lo..=hi).contains(v) && !off.contains(v))
+    .map(|(_, r)| r)
     .collect();
     if versions.is_empty() {
         return Err(match force {
             Some(v) => format!(
                 "force-{}: rustls has only TLSv1.2 and TLSv1.3",
-                v.to_lowercase().replace('.', "")
+                v.name().to_lowercase().replace('.', "")
             ),
             None => format!(
                 "no TLS version left between {} and {} (rustls has TLSv1.2 and TLSv1.3)",
-                min.unwrap_or("TLSv1.2"),
-                max.unwrap_or("TLSv1.3")
+                min.name(),
+                max.name()
             ),
         });
     }
@@ -1120,11 +1047,7 @@ pub fn acceptor(
         return Err("no certificate found".into());
     }
     let side = &defaults.bind;
-    let versions = side_versions(
-        (&t.min_ver, &t.max_ver),
-        (&t.no_versions, &t.force_version),
-        side,
-    )?;
+    let versions = side_versions(&t.versions, &side.options.versions)?;
     let mut p = crypto();
     let tls12 = match t.ciphers.as_ref().or(side.ciphers.as_ref()) {
         Some(list) => read_list(lists::suites(list, false), "ciphers", skipped)?,
@@ -1166,17 +1089,16 @@ pub fn acceptor(
         .map_err(|e| format!("TLS settings: {e}"))?;
     // Client certificates: `verify optional|required` against `ca-file` (default
     // `required` once a ca-file is given, as HAProxy).
-    let verify =
-        t.verify
-            .as_deref()
-            .unwrap_or(if t.ca_file.is_some() || t.ca_verify_file.is_some() {
-                "required"
-            } else {
-                "none"
-            });
+    let verify = t
+        .verify
+        .unwrap_or(if t.ca_file.is_some() || t.ca_verify_file.is_some() {
+            Verify::Required
+        } else {
+            Verify::None
+        });
     let builder = match (verify, t.ca_file.as_ref().or(t.ca_verify_file.as_ref())) {
-        ("none", _) => builder.with_no_client_auth(),
-        (_, None) => return Err(format!("'verify {verify}' needs a 'ca-file'")),
+        (Verify::None, _) => builder.with_no_client_auth(),
+        (_, None) => return Err(format!("'verify {}' needs a 'ca-file'", verify.name())),
         (v, Some(ca)) => {
             // `ca-verify-file`: authorities that verify but are not named to clients (the
             // CA names a client chooses its certificate by are `ca-file`'s).
@@ -1193,7 +1115,7 @@ pub fn acceptor(
                 rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), p)
                     .clear_root_hint_subjects()
                     .add_root_hint_subjects(hints);
-            if v == "optional" {
+            if v == Verify::Optional {
                 verifier = verifier.allow_unauthenticated();
             }
             let verifier = verifier
@@ -1213,7 +1135,7 @@ pub fn acceptor(
         .collect();
     let mut config = builder.with_cert_resolver(Arc::new(SniResolver {
         keys,
-        strict: t.strict_sni || side.options.iter().any(|o| o == "strict-sni"),
+        strict: t.strict_sni || side.options.strict_sni,
         signing,
         restricted: Default::default(),
     }));
@@ -1221,8 +1143,7 @@ pub fn acceptor(
     config.max_fragment_size = max_fragment_size(defaults);
     // The server's order of suites, as HAProxy's default (`prefer-client-ciphers` gives
     // the client's).
-    config.ignore_client_order =
-        !(t.prefer_client || side.options.iter().any(|o| o == "prefer-client-ciphers"));
+    config.ignore_client_order = !(t.prefer_client || side.options.prefer_client);
     // Resumption: by session id from a per-bind cache, and by tickets whose keys rotate
     // every 6 hours (rustls's ticketer), unless `no-tls-tickets`.
     let cache = defaults.cachesize.unwrap_or(20_000);
@@ -1231,7 +1152,7 @@ pub fn acceptor(
     } else {
         Arc::new(rustls::server::NoServerSessionStorage {})
     };
-    let no_tickets = t.no_tickets || side.options.iter().any(|o| o == "no-tls-tickets");
+    let no_tickets = t.no_tickets || side.options.no_tickets;
     if !no_tickets {
         config.ticketer = provider::Ticketer::new().map_err(|e| format!("TLS tickets: {e}"))?;
     } else if cache == 0 {
@@ -1611,5 +1532,37 @@ mod tests {
         assert!(options(&w("ssl-min-ver TLSv9")).is_err());
         assert!(options(&w("no-such-option")).is_err());
         assert!(options(&w("ssl-min-ver")).is_err());
+    }
+
+    /// The default options are read into their types when the line is, and the versions
+    /// a bind allows come from its own words first, then its side's.
+    #[test]
+    fn options_are_read_once_into_types() {
+        let o = options(&w(
+            "no-tlsv13 ssl-max-ver TLSv1.3 no-tls-tickets strict-sni",
+        ))
+        .unwrap();
+        assert_eq!(o.versions.off, [TlsVersion::Tls13]);
+        assert_eq!(o.versions.max, Some(TlsVersion::Tls13));
+        assert!(o.no_tickets && o.strict_sni && !o.prefer_client);
+        let only12 = side_versions(&Versions::default(), &o.versions).unwrap();
+        assert_eq!(only12.len(), 1);
+        assert_eq!(only12[0].version, rustls::ProtocolVersion::TLSv1_2);
+        let own = Versions {
+            force: Some(TlsVersion::Tls13),
+            ..Versions::default()
+        };
+        // Forcing the version the side turned off leaves none.
+        assert!(side_versions(&own, &o.versions).is_err());
+        let own = Versions {
+            force: Some(TlsVersion::Tls11),
+            ..Versions::default()
+        };
+        let e = side_versions(&own, &Versions::default()).unwrap_err();
+        assert!(e.starts_with("force-tlsv11:"), "{e}");
+        assert_eq!(
+            TlsVersion::parse("TLSv1.2").map(TlsVersion::name),
+            Some("TLSv1.2")
+        );
     }
 }
