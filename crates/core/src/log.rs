@@ -336,6 +336,22 @@ fn parse_sample(v: &str) -> Result<LogSample, String> {
 
 pub const GLOBAL_SETTINGS_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "tune.http.logurilen",
+        scope: Scope::GLOBAL,
+        help:
+            "tune.http.logurilen N: the request line in log lines is cut to N bytes (default 1024)",
+        parse: |g, a| {
+            let v = one_arg(a, "a length")?;
+            let n = v
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| KwError::bad(1, v, "expects a positive number"))?;
+            g.log_settings.uri_len = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "log-tag",
         scope: Scope::GLOBAL,
         help: "log-tag TAG: the syslog tag of log lines (default sluice)",
@@ -1110,9 +1126,17 @@ impl<'a> Record<'a> {
             Var::RequestLine if self.uri.is_empty() && self.version.is_empty() => {
                 write!(out, "{}", self.method)
             }
+            // A line cut within its target (`tune.http.logurilen`) has no version.
+            Var::RequestLine if self.version.is_empty() => {
+                write!(out, "{} {}", self.method, self.uri)
+            }
             Var::RequestLine => write!(out, "{} {} {}", self.method, self.uri, self.version),
             Var::Method => write!(out, "{}", self.method),
             Var::Uri => write!(out, "{}", self.uri),
+            // (As HAProxy reads a line cut within its target: no version is HTTP/0.9.)
+            Var::Version if self.version.is_empty() && !self.uri.is_empty() => {
+                write!(out, "HTTP/0.9")
+            }
             Var::Version => write!(out, "{}", self.version),
             Var::CookieReq => write!(out, "{}", self.cookie_req.unwrap_or("-")),
             Var::CookieRes => write!(out, "{}", self.cookie_res.unwrap_or("-")),

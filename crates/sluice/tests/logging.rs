@@ -612,3 +612,33 @@ fn a_proxys_own_log_line_adds_to_an_inherited_log_global() {
         assert!(c.next().contains("\"GET /seen HTTP/1.1\""));
     }
 }
+
+/// `tune.http.logurilen`: the request line a log line holds is cut to that many bytes, and
+/// the fields read from it follow (`%HV` is HTTP/0.9 when the cut falls within the target).
+/// The expected lines are what HAProxy 2.6.12 logged for the same configuration and
+/// requests.
+#[test]
+fn the_logged_request_line_is_cut_at_tune_http_logurilen() {
+    let p = Sluice::start(&format!(
+        "global\n    tune.http.logurilen 40\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    log-format \"%r|%HU|%HV|%HP|%HQ|%HM\"\n    http-request return status 200\n"
+    ));
+    let paths = [
+        "/aaaaaaaaaabbbbbbbbbbcccccccccc?q=dddddddd",
+        "/aaaaaaaaaabbbbbbbbbbccccccc",
+        "/aaaaaaaaaabbbbbbbbbbcccccc",
+        "/short",
+    ];
+    for (i, path) in paths.iter().enumerate() {
+        assert_eq!(get(p.addr(), path).status, 200);
+        stdout_lines(&p, i + 1);
+    }
+    assert_eq!(
+        stdout_lines(&p, 4),
+        [
+            "GET /aaaaaaaaaabbbbbbbbbbcccccccccc?q=dd|/aaaaaaaaaabbbbbbbbbbcccccccccc?q=dd|HTTP/0.9|/aaaaaaaaaabbbbbbbbbbcccccccccc|?q=dd|GET",
+            "GET /aaaaaaaaaabbbbbbbbbbccccccc HTTP/1.|/aaaaaaaaaabbbbbbbbbbccccccc|HTTP/1.|/aaaaaaaaaabbbbbbbbbbccccccc||GET",
+            "GET /aaaaaaaaaabbbbbbbbbbcccccc HTTP/1.1|/aaaaaaaaaabbbbbbbbbbcccccc|HTTP/1.1|/aaaaaaaaaabbbbbbbbbbcccccc||GET",
+            "GET /short HTTP/1.1|/short|HTTP/1.1|/short||GET",
+        ]
+    );
+}

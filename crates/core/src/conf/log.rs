@@ -87,14 +87,24 @@ pub struct LogConf {
     pub capture_cookie: Option<(String, usize)>,
 }
 
-/// The `global` settings of syslog framing.
+/// The `global` settings of syslog framing and of what lines hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GlobalLog {
     /// `log-tag`.
     pub tag: Option<String>,
+    /// `tune.http.logurilen`: the request line logged is cut to this many bytes (1024 when
+    /// unset, as HAProxy's).
+    pub uri_len: Option<usize>,
     /// `log-send-hostname [NAME]`: the host name in syslog headers (`Some("")`: the
     /// system's).
     pub hostname: Option<String>,
+}
+
+impl GlobalLog {
+    /// The longest request line a log line holds (`tune.http.logurilen`).
+    pub fn request_line_max(&self) -> usize {
+        self.uri_len.unwrap_or(1024)
+    }
 }
 
 /// The line format of a proxy.

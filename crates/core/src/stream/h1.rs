@@ -92,7 +92,8 @@ async fn run(s: &mut Session) {
         let req = head.view(s.cbuf.bytes());
         txn.log.head_in = super::report::head_size(&req, &s.cbuf.bytes()[..head.len()]);
         if !s.w.process.loggers[s.fe].is_empty() {
-            txn.log.capture_line(&req, s.client.is_stream());
+            let max = s.w.config().global.log_settings.request_line_max();
+            txn.log.capture_line(&req, s.client.is_stream(), max);
         }
         // Boxed: a transaction's state exists while a request is handled, not while the
         // connection waits for the next one (or for the rest of a head).

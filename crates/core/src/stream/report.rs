@@ -328,7 +328,10 @@ pub(crate) fn capture_cookie<'h>(
 impl ReqLog {
     /// Keeps the request line for the log (the head leaves the buffer soon).
     /// `h2`: the request came on a stream of an HTTP/2 connection.
-    pub fn capture_line(&mut self, req: &RequestView<'_>, h2: bool) {
+    /// Keeps the request line for the log, cut to `max` bytes as HAProxy cuts it
+    /// (`tune.http.logurilen`): a line cut within its target has no version (`%HV` then
+    /// says `HTTP/0.9`, as HAProxy's reading of the cut line does).
+    pub fn capture_line(&mut self, req: &RequestView<'_>, h2: bool, max: usize) {
         // HAProxy holds an HTTP/2 request's target in absolute form (its scheme, its
         // normalized authority, then the path).
         let target = match (req.scheme(), req.header("host")) {
@@ -339,17 +342,38 @@ impl ReqLog {
             ),
             _ => String::from_utf8_lossy(req.target()).into_owned(),
         };
-        self.line = Some((
-            String::from_utf8_lossy(req.method()).into_owned(),
-            target,
-            if h2 {
-                "HTTP/2.0"
-            } else if req.version() == Version::Http10 {
-                "HTTP/1.0"
+        let mut method = String::from_utf8_lossy(req.method()).into_owned();
+        let mut target = target;
+        let mut version = if h2 {
+            "HTTP/2.0"
+        } else if req.version() == Version::Http10 {
+            "HTTP/1.0"
+        } else {
+            "HTTP/1.1"
+        };
+        let whole = method.len() + 1 + target.len() + 1 + version.len();
+        if whole > max {
+            let room_target = max.saturating_sub(method.len() + 1);
+            if room_target <= target.len() {
+                truncate_at_char(&mut target, room_target);
+                version = "";
+                truncate_at_char(&mut method, max);
             } else {
-                "HTTP/1.1"
-            },
-        ));
+                version = &version[..max - method.len() - 1 - target.len() - 1];
+            }
+        }
+        self.line = Some((method, target, version));
+    }
+}
+
+/// Cuts `s` to at most `n` bytes, at a character boundary.
+fn truncate_at_char(s: &mut String, n: usize) {
+    if s.len() > n {
+        let mut at = n;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
     }
 }
 
