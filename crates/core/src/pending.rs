@@ -41,9 +41,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "pp2-never-send-local" => Scope::GLOBAL,
     "presetenv" => Scope::GLOBAL,
     "profiling.tasks" => Scope::GLOBAL,
-    "quiet" => Scope::GLOBAL,
     "resetenv" => Scope::GLOBAL,
-    "set-dumpable" => Scope::GLOBAL,
     "setenv" => Scope::GLOBAL,
     "strict-limits" => Scope::GLOBAL,
     "tune.buffers.limit" => Scope::GLOBAL,
@@ -77,7 +75,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "tune.vars.sess-max-size" => Scope::GLOBAL,
     "tune.vars.txn-max-size" => Scope::GLOBAL,
     "unsetenv" => Scope::GLOBAL,
-    "zero-warning" => Scope::GLOBAL,
     "external-check" => Scope::GLOBAL,
 ];
 

@@ -47,7 +47,9 @@ Usage: sluice -f FILE [-f FILE ...] [-c] [-p FILE] [-x PATH] [-sf|-st PID...] [-
   -C DIR    change to DIR before reading the configuration
   -m MB     limit the process's memory to MB megabytes
   -L NAME   the local peer name (accepted; no peers yet)
-  -q, -V, -d*  accepted for HAProxy compatibility
+  -q        no message at start but warnings and errors (as 'quiet')
+  -dW       refuse a configuration with warnings (as 'zero-warning'; -c fails on it)
+  -V, -d*   accepted for HAProxy compatibility
   -x PATH   take the listening sockets of the process whose stats socket is PATH
             (declared with 'expose-fd listeners'), so that no queued connection is lost
   -sf PID.. once listening, ask these processes to finish softly (SIGUSR1)
@@ -62,7 +64,8 @@ enum Action {
     /// `-cc EXPR`: evaluate a condition (exit 0 true, 1 false, 2 error).
     Condition(String),
     Run(Vec<String>, sluice_core::RunOptions),
-    Check(Vec<String>),
+    /// `-c`, and whether `-dW` was given.
+    Check(Vec<String>, bool),
     /// `-v`, or `-vv` with the build's features.
     Version(bool),
     Help,
@@ -71,6 +74,7 @@ enum Action {
 fn parse_args(args: &[String]) -> Result<Action, String> {
     let mut files = Vec::new();
     let mut check = false;
+    let mut zero_warning = false;
     let mut opts = sluice_core::RunOptions {
         #[cfg(feature = "mimalloc")]
         release_thread_memory: Some(allocator::release_thread_memory),
@@ -170,7 +174,12 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
                 i += 1;
                 args.get(i).ok_or("-L expects a name")?;
             }
-            "-q" | "-V" => {}
+            "-q" => opts.quiet = true,
+            "-V" => {}
+            "-dW" => {
+                zero_warning = true;
+                opts.zero_warning = true;
+            }
             d if d.starts_with("-d") => {}
             "-v" | "--version" => return Ok(Action::Version(false)),
             "-vv" => return Ok(Action::Version(true)),
@@ -186,7 +195,7 @@ fn parse_args(args: &[String]) -> Result<Action, String> {
         return Err("no configuration file given (-f FILE)".into());
     }
     Ok(if check {
-        Action::Check(files)
+        Action::Check(files, zero_warning)
     } else if let Some(systemd) = master {
         Action::Master(master::Options {
             files,
@@ -274,7 +283,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let (files, check, mut opts) = match action {
+    let (files, check, zero_warning, mut opts) = match action {
         Action::Master(options) => return master::run(options),
         Action::Condition(expr) => {
             // Read as a configuration line would be: quotes and `${VAR}` are resolved first.
@@ -321,8 +330,11 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        Action::Check(f) => (f, true, Default::default()),
-        Action::Run(f, o) => (f, false, o),
+        Action::Check(f, dw) => (f, true, dw, Default::default()),
+        Action::Run(f, o) => {
+            let dw = o.zero_warning;
+            (f, false, dw, o)
+        }
     };
     let config = match sluice_core::load(&files) {
         Ok(c) => c,
@@ -339,6 +351,12 @@ fn main() -> ExitCode {
     };
     for w in &config.warnings {
         sluice_core::say!("sluice: [WARNING] config : {w}");
+    }
+    if (zero_warning || config.global.zero_warning) && !config.warnings.is_empty() {
+        sluice_core::say!(
+            "sluice: [ALERT] config : Some warnings were found and 'zero-warning' is set. Aborting."
+        );
+        return ExitCode::from(1);
     }
     // Nothing to listen on (a process with only a CLI socket still starts, as HAProxy's
     // does): `-c` says so with HAProxy's words and status, a start refuses.

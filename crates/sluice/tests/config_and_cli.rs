@@ -725,3 +725,105 @@ fn port_ranges_and_ipv6_dual_stack_binds() {
         assert!(std::net::TcpStream::connect(at(v6_only)).is_err());
     }
 }
+
+/// A configuration whose only flaw is a warning (an ACL reading the request in a response
+/// rule never matches), as HAProxy 2.6.12 warns of it.
+const WARNED: &str = "defaults\n    mode http\n    timeout client 1s\n    timeout server 1s\n    timeout connect 1s\nfrontend fe\n    bind 127.0.0.1:8080\n    http-response set-header X 1 if { path /x }\n    http-request return status 200\n";
+
+/// `zero-warning` and `-dW`: a warning fails `-c` (and a start) with HAProxy's words and
+/// status; without them it is only said.
+#[test]
+fn zero_warning_refuses_a_configuration_with_warnings() {
+    let (ok, out) = check_config(WARNED);
+    assert!(ok && out.contains("[WARNING] config : parsing ["), "{out}");
+    let (ok, out) = check_config(&format!("global\n    zero-warning\n{WARNED}"));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(
+            "[ALERT] config : Some warnings were found and 'zero-warning' is set. Aborting."
+        ),
+        "{out}"
+    );
+    let dir = TempDir::new();
+    let path = dir.write("w.cfg", WARNED);
+    let out = Command::new(sluice_bin())
+        .args(["-c", "-dW", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'zero-warning' is set"));
+}
+
+/// `quiet` and `-q`: no message at start. The process says it listens before it signals
+/// the processes it replaces (`-sf`), so once a stand-in for one has been told to go, the
+/// message would be there.
+#[test]
+fn quiet_and_q_start_without_a_message() {
+    for (global, args) in [
+        ("", vec![]),
+        ("global\n    quiet\n", vec![]),
+        ("", vec!["-q".to_string()]),
+    ] {
+        let mut old = Command::new("sleep").arg("60").spawn().unwrap();
+        let mut args = args.clone();
+        args.extend(["-sf".to_string(), old.id().to_string()]);
+        // (Not `Sluice::start`: it waits for the very message.)
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = Sluice::start_program(
+            sluice_bin(),
+            &args,
+            &format!(
+                "{global}{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200\n"
+            ),
+        );
+        wait_until("the replaced process told to go", || {
+            old.try_wait().unwrap().is_some()
+        });
+        let said = p.stderr().contains("listening on");
+        assert_eq!(
+            said,
+            global.is_empty() && args.len() == 2,
+            "{global:?} {args:?}"
+        );
+    }
+}
+
+/// `set-dumpable`: the core size limit is raised again (here from a soft limit of 0 the
+/// process inherits).
+#[test]
+fn set_dumpable_raises_the_core_size_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read or write the struct given; lowering the soft limit
+    // of core dumps only changes how this test process and its children may dump.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_CORE, &mut lim), 0);
+        let zero = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: lim.rlim_max,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_CORE, &zero), 0);
+    }
+    let p = Sluice::start(&format!(
+        "global\n    set-dumpable\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200\n"
+    ));
+    // SAFETY: as above, the limit as it was.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) };
+    let core_limit = || {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", p.pid())).unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max core file size"))
+            .unwrap()
+            .to_string();
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        (cols[4].to_string(), cols[5].to_string())
+    };
+    wait_until("a raised core size limit", || {
+        let (soft, hard) = core_limit();
+        soft != "0" && soft == hard
+    });
+}

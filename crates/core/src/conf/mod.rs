@@ -113,6 +113,12 @@ pub struct GlobalConf {
     pub node: Option<String>,
     /// `description TEXT`: this node's description (`show info`, the statistics page).
     pub description: Option<String>,
+    /// `quiet` (or `-q`): no message at start but warnings and errors.
+    pub quiet: bool,
+    /// `zero-warning` (or `-dW`): a configuration with warnings does not start.
+    pub zero_warning: bool,
+    /// `set-dumpable`: core dumps allowed again once the process changed its identity.
+    pub dumpable: bool,
     /// `tune.rcvbuf.client`, `tune.sndbuf.client`.
     pub client_bufs: BufSizes,
     /// `tune.rcvbuf.server`, `tune.sndbuf.server`.
@@ -166,6 +172,9 @@ impl Default for GlobalConf {
             cpu_map: Default::default(),
             node: None,
             description: None,
+            quiet: false,
+            zero_warning: false,
+            dumpable: false,
             client_bufs: BufSizes::default(),
             server_bufs: BufSizes::default(),
         }

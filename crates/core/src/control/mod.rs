@@ -56,6 +56,24 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         parse: |g, a| time_arg(a).map(|t| g.hard_stop_after = Some(t)),
     },
     Keyword {
+        name: "quiet",
+        scope: Scope::GLOBAL,
+        help: "quiet: no message at start but warnings and errors (as -q)",
+        parse: |g, a| sluice_config::no_args(a).map(|_| g.quiet = true),
+    },
+    Keyword {
+        name: "zero-warning",
+        scope: Scope::GLOBAL,
+        help: "zero-warning: a configuration with a warning does not start, and -c fails on it (as -dW)",
+        parse: |g, a| sluice_config::no_args(a).map(|_| g.zero_warning = true),
+    },
+    Keyword {
+        name: "set-dumpable",
+        scope: Scope::GLOBAL,
+        help: "set-dumpable: core dumps allowed (core size limit raised, dumpable after the user change)",
+        parse: |g, a| sluice_config::no_args(a).map(|_| g.dumpable = true),
+    },
+    Keyword {
         name: "daemon",
         scope: Scope::GLOBAL,
         help: "daemon: detach from the terminal once listening (as -D)",
@@ -144,6 +162,10 @@ pub struct RunOptions {
     pub ready: Option<std::os::fd::OwnedFd>,
     /// Once `ready` is written, leave the terminal (the master is a daemon).
     pub detach_when_ready: bool,
+    /// `-q`: no message at start but warnings and errors (as `quiet`).
+    pub quiet: bool,
+    /// `-dW`: a configuration with warnings does not start (as `zero-warning`).
+    pub zero_warning: bool,
     /// The binary's allocator's way to give a thread's free memory back, if it keeps
     /// freed pages per thread ([`crate::runtime::MemoryRelease::per_thread`]).
     pub release_thread_memory: Option<fn()>,
@@ -386,10 +408,15 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     let g = &process.config.global;
     identity::assume(g.user.as_deref(), g.group.as_deref(), g.chroot.as_deref())
         .map_err(RunError::Identity)?;
-    say!(
-        "sluice: {nbthread} worker(s) listening on {}",
-        addrs.join(", ")
-    );
+    if g.dumpable {
+        allow_core_dumps();
+    }
+    if !(g.quiet || opts.quiet) {
+        say!(
+            "sluice: {nbthread} worker(s) listening on {}",
+            addrs.join(", ")
+        );
+    }
     // Listening now: the processes this one replaces may go.
     for (pids, sig) in [
         (&opts.finish, libc::SIGUSR1),
@@ -587,4 +614,28 @@ fn wait_for_stop_signal(
             }
         }
     })
+}
+
+/// `set-dumpable`: the core size limit raised as far as allowed (unlimited, else the hard
+/// limit) and the process made dumpable again after a change of user, as HAProxy does.
+fn allow_core_dumps() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit/getrlimit read or write only the struct given; prctl with
+    // PR_SET_DUMPABLE takes plain integers.
+    unsafe {
+        if libc::setrlimit(libc::RLIMIT_CORE, &unlimited) != 0 {
+            let mut now = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_CORE, &mut now) == 0 {
+                now.rlim_cur = now.rlim_max;
+                libc::setrlimit(libc::RLIMIT_CORE, &now);
+            }
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
 }
