@@ -364,7 +364,7 @@ fn bad_rules_name_the_line() {
         ),
         (
             "http-request normalize-uri path-merge-slashes",
-            "not supported yet",
+            "is experimental: it needs 'expose-experimental-directives'",
         ),
         ("http-request set-map(/tmp/f) src", "a key and a value"),
         (

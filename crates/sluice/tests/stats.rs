@@ -1807,3 +1807,43 @@ fn node_and_descriptions_name_the_process_and_its_proxies() {
         "{info}"
     );
 }
+
+/// `show fd [N]`: every descriptor of the process, one line each as HAProxy lists them;
+/// the listener, a client connection and a pooled server connection are named after their
+/// proxies and server, the CLI's socket as such.
+#[test]
+fn show_fd_says_what_each_descriptor_is() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let mut c = p.connect();
+    c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(c.response_for(false).unwrap().status, 200);
+    let out = Sluice::cli(&sock, "show fd");
+    let find = |needle: &str| out.lines().find(|l| l.contains(needle)).map(str::to_string);
+    let listener = find("kind=listener fe=fe proto=tcp").unwrap_or_else(|| panic!("{out}"));
+    assert!(listener.ends_with("st=LISTEN"), "{listener}");
+    assert!(
+        find("kind=client fe=fe sess=0x").is_some_and(|l| l.contains("st=ESTABLISHED")),
+        "{out}"
+    );
+    let server = "kind=server be=be srv=s1 proto=tcp";
+    assert!(
+        find(server).is_some_and(|l| l.contains(&format!("raddr={}", origin.addr))),
+        "{out}"
+    );
+    assert!(
+        find(&format!("kind=cli proto=unix path={}", sock.display())).is_some(),
+        "{out}"
+    );
+    assert!(find("kind=poller").is_some(), "{out}");
+    // One descriptor, by its number (HAProxy's `show fd N`).
+    let fd = listener.split(':').next().unwrap().trim();
+    let one = Sluice::cli(&sock, &format!("show fd {fd}"));
+    assert_eq!(one.trim_end(), listener);
+    assert!(Sluice::cli(&sock, "show fd x").contains("Expects"));
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use sluice_config::{Keyword, KwError, Scope};
 
-use super::{patterns, servers, tables};
+use super::{fd_list, patterns, servers, tables};
 use crate::conf::patterns::Family;
 
 pub use crate::conf::cli::{CliAddr, Level, SocketConf};
@@ -263,6 +263,12 @@ pub const COMMANDS: &[Command] = &[
         help: "enable frontend NAME: listen again on a disabled frontend's sockets",
         level: Level::Admin,
         run: super::frontends::enable,
+    },
+    Command {
+        words: &["show", "fd"],
+        help: "show fd [N]: the process's file descriptors, one line each (kind, proxy or server, addresses, TCP state)",
+        level: Level::Operator,
+        run: fd_list::show_fd,
     },
     Command {
         words: &["show", "pools"],

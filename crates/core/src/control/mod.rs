@@ -15,6 +15,7 @@
 //! stop (SIGTERM).
 
 pub mod cli;
+mod fd_list;
 mod frontends;
 pub mod handover;
 pub mod identity;
