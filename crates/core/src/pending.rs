@@ -49,7 +49,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "tune.fail-alloc" => Scope::GLOBAL,
     "tune.fd.edge-triggered" => Scope::GLOBAL,
     "tune.http.cookielen" => Scope::GLOBAL,
-    "tune.http.maxhdr" => Scope::GLOBAL,
     "tune.idletimer" => Scope::GLOBAL,
     "tune.lua.forced-yield" => Scope::GLOBAL,
     "tune.lua.maxmem" => Scope::GLOBAL,

@@ -27,9 +27,10 @@ pub use head::{push_header, trim_ows, Fields, Framing, Header, Version};
 pub use locate::error_position;
 pub use normalize::{BadPercent, UriNormalizer};
 pub use request::{
-    parse_request, parse_request_relaxed, path_start, split_target, HeadError, RequestHead,
+    parse_request, parse_request_limited, parse_request_relaxed, path_start, split_target,
+    HeadError, RequestHead,
 };
-pub use response::{parse_response, ResponseHead};
+pub use response::{parse_response, parse_response_limited, ResponseHead};
 pub use view::{join_cookies, Headers, RequestView, ResponseView};
 
 /// Headers beyond this count make a request fail with 431 (a response with 502).

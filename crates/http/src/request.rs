@@ -102,18 +102,44 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
 /// HAProxy drops it), an HTTP/1.1 request may omit `Host`, and an absolute-form target may
 /// carry userinfo (`http://user@host/`, compared with `Host` without it).
 pub fn parse_request_relaxed(buf: &[u8], relaxed: bool) -> Result<Option<RequestHead>, HeadError> {
-    // Left uninitialized: the parser writes the fields it finds, and a typical head has
-    // a handful of the 101 slots (3 kB not cleared per request).
-    let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
+    parse_request_limited(buf, relaxed, MAX_HEADERS)
+}
+
+/// [`parse_request_relaxed`] with at most `max_fields` fields (`tune.http.maxhdr` less the
+/// request line); more is refused with 431.
+pub fn parse_request_limited(
+    buf: &[u8],
+    relaxed: bool,
+    max_fields: usize,
+) -> Result<Option<RequestHead>, HeadError> {
+    if max_fields <= MAX_HEADERS {
+        // Left uninitialized: the parser writes the fields it finds, and a typical head
+        // has a handful of the 101 slots (3 kB not cleared per request).
+        let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
+        parse_request_in(buf, relaxed, max_fields, &mut storage)
+    } else {
+        // A limit raised past the default: the slots are the request's own.
+        let mut storage = Vec::new();
+        storage.resize_with(max_fields + 1, std::mem::MaybeUninit::uninit);
+        parse_request_in(buf, relaxed, max_fields, &mut storage)
+    }
+}
+
+fn parse_request_in<'b>(
+    buf: &'b [u8],
+    relaxed: bool,
+    max_fields: usize,
+    storage: &mut [std::mem::MaybeUninit<httparse::Header<'b>>],
+) -> Result<Option<RequestHead>, HeadError> {
     let mut req = httparse::Request::new(&mut []);
-    let len = match req.parse_with_uninit_headers(buf, &mut storage) {
+    let len = match req.parse_with_uninit_headers(buf, storage) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => return reject(431, "too many header fields"),
         Err(httparse::Error::Version) => return reject(version_status(buf), "bad HTTP version"),
         Err(_) => return reject(400, "malformed request head"),
     };
-    if req.headers.len() > MAX_HEADERS {
+    if req.headers.len() > max_fields {
         return reject(431, "too many header fields");
     }
     let method = req.method.unwrap_or_default().as_bytes();

@@ -41,19 +41,42 @@ pub fn parse_response(
     buf: &[u8],
     head_request: bool,
 ) -> Result<Option<ResponseHead>, &'static str> {
-    // Uninitialized, as for requests.
-    let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
+    parse_response_limited(buf, head_request, MAX_HEADERS)
+}
+
+/// [`parse_response`] with at most `max_fields` fields (`tune.http.maxhdr` less the status
+/// line).
+pub fn parse_response_limited(
+    buf: &[u8],
+    head_request: bool,
+    max_fields: usize,
+) -> Result<Option<ResponseHead>, &'static str> {
+    if max_fields <= MAX_HEADERS {
+        // Uninitialized, as for requests.
+        let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
+        parse_response_in(buf, head_request, max_fields, &mut storage)
+    } else {
+        let mut storage = Vec::new();
+        storage.resize_with(max_fields + 1, std::mem::MaybeUninit::uninit);
+        parse_response_in(buf, head_request, max_fields, &mut storage)
+    }
+}
+
+fn parse_response_in<'b>(
+    buf: &'b [u8],
+    head_request: bool,
+    max_fields: usize,
+    storage: &mut [std::mem::MaybeUninit<httparse::Header<'b>>],
+) -> Result<Option<ResponseHead>, &'static str> {
     let mut rsp = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut rsp,
-        buf,
-        &mut storage,
-    ) {
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut rsp, buf, storage)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(_) => return Err("malformed response head"),
     };
-    if rsp.headers.len() > MAX_HEADERS {
+    if rsp.headers.len() > max_fields {
         return Err("too many header fields in response");
     }
     let status = rsp.code.unwrap_or(0);

@@ -388,3 +388,60 @@ fn accept_invalid_http_request_relaxes_three_strictnesses_only() {
     );
     assert_eq!(r.map(|r| r.status), Some(400));
 }
+
+/// `tune.http.maxhdr`: the lines a head may have, its first line included. Lowered, a
+/// request past it gets 431 (sluice's status for too many fields, B10) without reaching
+/// the server, and a server's answer past it is a 502; raised, a request with more fields
+/// than the default allows passes whole.
+#[test]
+fn tune_http_maxhdr_sets_how_many_fields_a_head_may_have() {
+    let fields = |n: usize| -> String { (0..n).map(|i| format!("X-F{i}: v\r\n")).collect() };
+    let many = fields(150);
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n{}\r\nok",
+        fields(5)
+    );
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            if r.target == "/many-fields" {
+                Reply::Raw(answer.clone().into_bytes())
+            } else {
+                Reply::Raw(ok_response(&r.headers.len().to_string()))
+            }
+        }),
+    );
+    let config = |maxhdr: usize| {
+        format!(
+            "global\n    tune.http.maxhdr {maxhdr}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            origin.addr
+        )
+    };
+    let ask = |p: &Sluice, path: &str, extra: &str| -> Response {
+        let mut c = p.connect();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").as_bytes());
+        c.response_for(false).expect("a response")
+    };
+    // 5 lines: the request line, Host and 3 more.
+    let p = Sluice::start(&config(5));
+    let r = ask(&p, "/", &fields(3));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "4");
+    let before = origin.count();
+    assert_eq!(ask(&p, "/", &fields(4)).status, 431);
+    assert_eq!(
+        origin.count(),
+        before,
+        "a refused request reached the server"
+    );
+    assert_eq!(ask(&p, "/many-fields", "").status, 502);
+    // 200 lines: Host and 150 fields pass, which the default refuses.
+    let p = Sluice::start(&config(200));
+    let r = ask(&p, "/", &many);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "151");
+    let default = proxy_for(&origin);
+    assert_eq!(ask(&default, "/", &many).status, 431);
+    let (ok, out) = check_config("global\n    tune.http.maxhdr 0\n");
+    assert!(!ok && out.contains("from 1 to 32767"), "{out}");
+}

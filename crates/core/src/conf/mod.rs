@@ -113,6 +113,8 @@ pub struct GlobalConf {
     pub node: Option<String>,
     /// `description TEXT`: this node's description (`show info`, the statistics page).
     pub description: Option<String>,
+    /// `tune.http.maxhdr`: the lines a head may have, its first line included (101).
+    pub maxhdr: Option<usize>,
     /// `quiet` (or `-q`): no message at start but warnings and errors.
     pub quiet: bool,
     /// `zero-warning` (or `-dW`): a configuration with warnings does not start.
@@ -172,6 +174,7 @@ impl Default for GlobalConf {
             cpu_map: Default::default(),
             node: None,
             description: None,
+            maxhdr: None,
             quiet: false,
             zero_warning: false,
             dumpable: false,
@@ -182,6 +185,12 @@ impl Default for GlobalConf {
 }
 
 impl GlobalConf {
+    /// The most fields a request or response head may have (`tune.http.maxhdr` less the
+    /// first line; 100 by default).
+    pub fn max_fields(&self) -> usize {
+        self.maxhdr.map_or(sluice_http::MAX_HEADERS, |n| n - 1)
+    }
+
     /// The largest request or response head accepted: a buffer less `tune.maxrewrite`
     /// (capped at half the buffer, as HAProxy caps it).
     pub fn head_room(&self) -> usize {

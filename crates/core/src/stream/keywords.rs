@@ -11,6 +11,21 @@ use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "tune.http.maxhdr",
+        scope: Scope::GLOBAL,
+        help: "tune.http.maxhdr N: the lines a head may have, its first line included (default 101; more: 431 for a request, 502 for a response)",
+        parse: |g, a| {
+            let v = one_arg(a, "a number")?;
+            let n = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=32767).contains(n))
+                .ok_or_else(|| KwError::bad(1, v, "expects a number from 1 to 32767"))?;
+            g.maxhdr = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "tune.bufsize",
         scope: Scope::GLOBAL,
         help: "tune.bufsize SIZE: per-direction buffer size of a connection (default 16384)",

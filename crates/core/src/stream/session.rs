@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use sluice_http::{error_page, parse_request_relaxed, HeadError, RequestHead, RequestView};
+use sluice_http::{error_page, parse_request_limited, HeadError, RequestHead, RequestView};
 
 use super::connect::ServerConn;
 use super::deadline::within;
@@ -193,7 +193,7 @@ impl Session {
             lg.first_byte = lg.started;
             lg.head_done = lg.started;
             // As many fields as an HTTP/1.1 head may have (the `h2` crate bounds their size).
-            if head.view(&[]).headers().count() > sluice_http::MAX_HEADERS {
+            if head.view(&[]).headers().count() > w.config().global.max_fields() {
                 return Err(Fail::answer(431, Cause::Proxy, Phase::Request));
             }
             // An empty `:scheme` is no scheme: HAProxy answers 400.
@@ -211,9 +211,10 @@ impl Session {
         // A head must leave `tune.maxrewrite` of the buffer free, complete or not.
         let room = w.config().global.head_room();
         let relaxed = w.config().frontends[self.fe].stream.accept_invalid_request;
+        let max_fields = w.config().global.max_fields();
         loop {
             if !self.cbuf.is_empty() {
-                match parse_request_relaxed(self.cbuf.bytes(), relaxed) {
+                match parse_request_limited(self.cbuf.bytes(), relaxed, max_fields) {
                     Ok(Some(h)) if h.len <= room => {
                         lg.head_done = Some(clock::now());
                         return Ok(ClientHead::H1(h));

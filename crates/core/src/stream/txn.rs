@@ -12,8 +12,8 @@ use std::io;
 use std::time::Duration;
 
 use sluice_http::{
-    parse_response, ChunkedDecoder, ChunkedOut, Framing, RequestHead, ResponseHead, ResponseView,
-    Version,
+    parse_response, parse_response_limited, ChunkedDecoder, ChunkedOut, Framing, RequestHead,
+    ResponseHead, ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
@@ -961,10 +961,11 @@ impl Txn {
         let invalid = || SendFail::Fail(Fail::answer(502, Cause::InvalidResponse, Phase::Headers));
         let truncated = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
         let head_room = w.config().global.head_room();
+        let max_fields = w.config().global.max_fields();
         let mut got_any = false;
         loop {
             if !s.sbuf.is_empty() {
-                match parse_response(s.sbuf.bytes(), facts.server_head) {
+                match parse_response_limited(s.sbuf.bytes(), facts.server_head, max_fields) {
                     Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
                         if rsp.status == 101 {
                             // Only an upgrade the client asked for switches protocols, and
