@@ -191,7 +191,6 @@ impl Side {
 /// Actions of `tcp-request` / `tcp-response` HAProxy has that sluice does not implement yet.
 const PENDING_TCP_ACTIONS: &[&str] = &[
     "expect-netscaler-cip",
-    "set-log-level",
     "set-nice",
     "do-resolve",
     "send-spoe-group",
@@ -356,19 +355,7 @@ fn rule_of(
                 Action::Tarpit { status, reply }
             }
         }
-        ("set-log-level", _) => {
-            let level = crate::conf::one_arg(params, "a log level")?;
-            Action::SetLogLevel(match level {
-                "silent" => None,
-                l => Some(crate::log::severity_of(l).ok_or_else(|| {
-                    KwError::bad(
-                        2,
-                        l,
-                        "expects silent, emerg, alert, crit, err, warning, notice, info or debug",
-                    )
-                })?),
-            })
-        }
+        ("set-log-level", _) => Action::SetLogLevel(log_level(params)?),
         ("set-timeout", Side::Request) => {
             let [which, value] = params else {
                 return Err(KwError::Missing("server or tunnel and a time"));
@@ -768,6 +755,20 @@ fn parse_capture(c: &mut ProxyConf, args: &[String], side: Side) -> Result<Rule,
     Ok(Rule::new(Action::Capture { expr, len, slot }, cond))
 }
 
+/// `set-log-level LEVEL`: a severity, or `None` for `silent`.
+fn log_level(params: &[String]) -> Result<Option<u8>, KwError> {
+    match crate::conf::one_arg(params, "a log level")? {
+        "silent" => Ok(None),
+        l => crate::log::severity_of(l).map(Some).ok_or_else(|| {
+            KwError::bad(
+                2,
+                l,
+                "expects silent, emerg, alert, crit, err, warning, notice, info or debug",
+            )
+        }),
+    }
+}
+
 /// The action of a `tcp-request` / `tcp-response` rule.
 fn parse_tcp_action(
     action: &str,
@@ -789,6 +790,9 @@ fn parse_tcp_action(
             Action::SilentDrop
         }
         "set-tos" | "set-mark" if side.request() => socket_action(action, params)?,
+        "set-log-level" if matches!(side, Side::TcpContent | Side::TcpResponse) => {
+            Action::SetLogLevel(log_level(params)?)
+        }
         a @ ("set-src" | "set-dst" | "set-src-port" | "set-dst-port") if side.request() => {
             let value = crate::conf::one_arg(params, "a sample expression")?;
             let e =
@@ -1151,6 +1155,7 @@ pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
                 return false;
             }
             capture @ Action::Capture { .. } => capture_in_session(capture, cx),
+            Action::SetLogLevel(l) => cx.vars.log_level.set(Some(*l)),
             other => {
                 run_shared(other, cx, level);
             }
@@ -1290,6 +1295,7 @@ pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> Inspected {
                 return Inspected::Reject;
             }
             capture @ Action::Capture { .. } => capture_in_session(capture, cx),
+            Action::SetLogLevel(l) => cx.vars.log_level.set(Some(*l)),
             other => {
                 run_shared(other, cx, level);
             }

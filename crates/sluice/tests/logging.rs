@@ -642,3 +642,52 @@ fn the_logged_request_line_is_cut_at_tune_http_logurilen() {
         ]
     );
 }
+
+/// `tcp-request content set-log-level` in TCP mode: the session's line goes out at that
+/// severity, or not at all with `silent` (the line of the session after a silenced one is
+/// the next the collector gets).
+#[test]
+fn tcp_content_rules_set_the_log_level() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let mut b = [0u8; 64];
+            let n = s.read(&mut b).unwrap_or(0);
+            let _ = s.write_all(&b[..n]);
+        }
+    });
+    let collector = Collector::new();
+    let p = Sluice::start(&format!(
+        "global\n    log {} local1\ndefaults\n    mode tcp\n    log global\n    option tcplog\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content set-log-level err if {{ req.payload(0,3) -m str bad }}\n    tcp-request content set-log-level silent if {{ req.payload(0,4) -m str quie }}\n    tcp-request content accept if {{ req.len gt 0 }}\n    server echo {addr}\n",
+        collector.addr()
+    ));
+    let session = |sent: &[u8]| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(p.addr()).unwrap();
+        s.write_all(sent).unwrap();
+        let mut b = vec![0u8; sent.len()];
+        s.read_exact(&mut b).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+    };
+    session(b"quiet");
+    session(b"1234567");
+    // local1 is 17: info 17*8+6 = 142, err 17*8+3 = 139. The silenced session sent 5
+    // bytes, this one 7.
+    let line = collector.next();
+    assert!(
+        line.starts_with("<142>") && line.contains(" 7 -- "),
+        "{line}"
+    );
+    session(b"bad!!");
+    let line = collector.next();
+    assert!(line.starts_with("<139>"), "{line}");
+    let (ok, out) = check_config(
+        "defaults\n    mode tcp\nfrontend f\n    bind 127.0.0.1:8080\n    tcp-request connection set-log-level err\n",
+    );
+    assert!(!ok && out.contains(":5:"), "{out}");
+}

@@ -73,6 +73,8 @@ async fn run(s: &mut Session) {
         s.vars.unique_id.take();
         s.vars.captured.take();
         s.vars.last_rule.take();
+        // (`tcp-request content` rules run again for each request in HTTP mode.)
+        s.vars.log_level.set(None);
         txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,

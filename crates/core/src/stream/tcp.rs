@@ -254,6 +254,8 @@ async fn relay_to(
 struct LogExtras {
     samples: Vec<String>,
     captures: Vec<Option<String>>,
+    /// `set-log-level` (`Some(None)`: no line).
+    level: Option<Option<u8>>,
 }
 
 /// Where a TCP session stands while its content rules and switching rules read what the
@@ -286,6 +288,7 @@ impl Inspecting<'_> {
         LogExtras {
             samples: super::txn_log::render_samples(tokens, &cx),
             captures: self.vars.captured.borrow().req.clone(),
+            level: self.vars.log_level.get(),
         }
     }
 }
@@ -411,7 +414,7 @@ fn log(
     term: [u8; 2],
 ) {
     let loggers = &w.process.loggers[fe];
-    if loggers.is_empty() {
+    if loggers.is_empty() || extras.level == Some(None) {
         return;
     }
     let config = w.config();
@@ -451,7 +454,7 @@ fn log(
         captures_req: &extras.captures,
         ..crate::log::Record::blank(who, date, &frontend.name)
     };
-    crate::log::emit(
+    crate::log::emit_at(
         loggers,
         frontend
             .log
@@ -459,5 +462,6 @@ fn log(
             .as_ref()
             .unwrap_or(&crate::log::Format::Tcp),
         &rec,
+        extras.level.flatten(),
     );
 }
