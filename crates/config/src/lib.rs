@@ -10,12 +10,14 @@
 //! of the offending line.
 
 pub mod cond;
+mod env;
 mod error;
 mod keyword;
 mod lexer;
 mod section;
 pub mod units;
 
+pub use env::{Env, ENV_KEYWORDS};
 pub use error::{shorten, ConfigError, KwError};
 pub use keyword::{dispatch, no_args, not_yet, Keyword, Scope};
 pub use lexer::{lex_bytes, lex_line, LexError};

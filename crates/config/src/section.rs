@@ -1,7 +1,9 @@
 //! Groups lexed lines into sections (`global`, `defaults`, `frontend`, `backend`, `listen`).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
+use crate::env::{Env, ENV_KEYWORDS};
 use crate::error::shorten;
 use crate::{lexer::lex_bytes, ConfigError};
 
@@ -179,9 +181,12 @@ impl Blocks {
 pub fn parse_files(paths: &[String]) -> Result<Vec<Section>, Vec<ConfigError>> {
     let mut sections = Vec::new();
     let mut errors = Vec::new();
+    // One environment for all the files: a `setenv` in one holds in the next.
+    let env = RefCell::new(Env::default());
+    let base = |k: &str| std::env::var(k).ok();
     for path in paths {
         match std::fs::read(path) {
-            Ok(text) => match parse_bytes(path, &text, &|k| std::env::var(k).ok()) {
+            Ok(text) => match parse_in(path, &text, &base, &env) {
                 Ok(mut s) => sections.append(&mut s),
                 Err(mut e) => errors.append(&mut e),
             },
@@ -211,6 +216,18 @@ pub fn parse_bytes(
     text: &[u8],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Section>, Vec<ConfigError>> {
+    parse_in(file, text, env, &RefCell::new(Env::default()))
+}
+
+/// [`parse_bytes`] over the starting environment `base` and the changes `global` lines
+/// made to it so far (`setenv` and its kin, applied as they are read: see [`Env`]).
+fn parse_in(
+    file: &str,
+    text: &[u8],
+    base: &dyn Fn(&str) -> Option<String>,
+    changes: &RefCell<Env>,
+) -> Result<Vec<Section>, Vec<ConfigError>> {
+    let env = &|k: &str| changes.borrow().lookup(k, base);
     let file: Arc<str> = Arc::from(file);
     let mut sections: Vec<Section> = Vec::new();
     let mut errors = Vec::new();
@@ -271,6 +288,10 @@ pub fn parse_bytes(
             });
         } else if let Some(cur) = sections.last_mut() {
             if cur.name.as_deref() != Some("\0ignored") {
+                if cur.kind == SectionKind::Global && ENV_KEYWORDS.contains(&first) {
+                    // (A line that is wrong is reported by its keyword, with its line.)
+                    let _ = changes.borrow_mut().apply(&line.words, base);
+                }
                 cur.lines.push(line);
             }
         } else {

@@ -39,10 +39,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "nosplice" => Scope::GLOBAL,
     "numa-cpu-mapping" => Scope::GLOBAL,
     "pp2-never-send-local" => Scope::GLOBAL,
-    "presetenv" => Scope::GLOBAL,
     "profiling.tasks" => Scope::GLOBAL,
-    "resetenv" => Scope::GLOBAL,
-    "setenv" => Scope::GLOBAL,
     "strict-limits" => Scope::GLOBAL,
     "tune.buffers.limit" => Scope::GLOBAL,
     "tune.buffers.reserve" => Scope::GLOBAL,
@@ -73,7 +70,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "tune.vars.reqres-max-size" => Scope::GLOBAL,
     "tune.vars.sess-max-size" => Scope::GLOBAL,
     "tune.vars.txn-max-size" => Scope::GLOBAL,
-    "unsetenv" => Scope::GLOBAL,
     "external-check" => Scope::GLOBAL,
 ];
 

@@ -827,3 +827,42 @@ fn set_dumpable_raises_the_core_size_limit() {
         soft != "0" && soft == hard
     });
 }
+
+/// `setenv`, `presetenv`, `unsetenv` and `resetenv` change the environment the
+/// configuration reads as its lines are read (a `${VAR}` or `.if defined(VAR)` below sees them),
+/// and what reads it later (`env()`, `show env`) sees the same; the process's own
+/// environment (`PATH` here) is left as it was unless a line says otherwise.
+#[test]
+fn setenv_and_its_kin_change_what_the_configuration_reads() {
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    setenv GREETING hello\n    presetenv GREETING ignored\n    presetenv OTHER kept\n    setenv DOOMED 1\n    unsetenv DOOMED\n    setenv STATUS 203\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status \"${{STATUS}}\" content-type text/plain lf-string \"${{GREETING}} %[env(OTHER)] %[env(DOOMED)]-\"\n",
+        sock.display()
+    ));
+    let r = get(p.addr(), "/");
+    assert_eq!(r.status, 203);
+    assert_eq!(r.text(), "hello kept -");
+    assert_eq!(
+        Sluice::cli(&sock, "show env GREETING").trim_end(),
+        "GREETING=hello"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "show env DOOMED").trim_end(),
+        "Variable not found"
+    );
+    assert!(Sluice::cli(&sock, "show env PATH").starts_with("PATH="));
+    // `resetenv` keeps only what it names.
+    let (ok, out) = check_config(&format!(
+        "global\n    setenv A 1\n    resetenv A\n.if defined(PATH)\n.alert PATH is still there\n.endif\n.if !defined(A)\n.alert A is gone\n.endif\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n"
+    ));
+    assert!(ok, "{out}");
+    let (ok, out) =
+        check_config("global\n    resetenv\n.if !defined(PATH)\n.alert PATH is gone\n.endif\n");
+    assert!(!ok && out.contains("PATH is gone"), "{out}");
+    let (ok, out) = check_config("global\n    setenv ONLYNAME\n");
+    assert!(
+        !ok && out.contains(":2:") && out.contains("a name and a value"),
+        "{out}"
+    );
+}

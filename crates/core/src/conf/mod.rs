@@ -113,6 +113,9 @@ pub struct GlobalConf {
     pub node: Option<String>,
     /// `description TEXT`: this node's description (`show info`, the statistics page).
     pub description: Option<String>,
+    /// `setenv`, `presetenv`, `unsetenv`, `resetenv`: the environment as the configuration
+    /// changed it (the process's own is left alone), which `env()` and `show env` read.
+    pub env: sluice_config::Env,
     /// `tune.http.maxhdr`: the lines a head may have, its first line included (101).
     pub maxhdr: Option<usize>,
     /// `quiet` (or `-q`): no message at start but warnings and errors.
@@ -174,6 +177,7 @@ impl Default for GlobalConf {
             cpu_map: Default::default(),
             node: None,
             description: None,
+            env: Default::default(),
             maxhdr: None,
             quiet: false,
             zero_warning: false,

@@ -958,17 +958,19 @@ fn show_errors(s: &Process, args: &[&str], _: Level) -> String {
 }
 
 /// `show env [NAME]`: the process's environment, `NAME=value` per line.
-fn show_env(_: &Process, args: &[&str], _: Level) -> String {
+fn show_env(p: &Process, args: &[&str], _: Level) -> String {
+    // The environment as the configuration left it (`setenv` and its kin).
+    let env = &p.config.global.env;
     let mut out = String::new();
     match args {
         [] => {
-            for (k, v) in std::env::vars_os() {
-                let _ = writeln!(out, "{}={}", k.to_string_lossy(), v.to_string_lossy());
+            for (k, v) in env.vars() {
+                let _ = writeln!(out, "{k}={v}");
             }
         }
-        [name] => match std::env::var_os(name) {
+        [name] => match env.get(name) {
             Some(v) => {
-                let _ = writeln!(out, "{name}={}", v.to_string_lossy());
+                let _ = writeln!(out, "{name}={v}");
             }
             None => out.push_str("Variable not found\n"),
         },

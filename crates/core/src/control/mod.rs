@@ -36,6 +36,27 @@ use crate::runtime::{Admission, MemoryRelease, Process, Runtime, ThreadCtx};
 use crate::worker::listener::{self, ListenError, Listening};
 use crate::worker::{self, Inboxes};
 
+/// A keyword that changes the environment the configuration reads: the reader of the
+/// files applied it already, line by line (`sluice_config::Env`); here it is checked and
+/// kept for what reads the environment once the configuration is loaded.
+macro_rules! env_keyword {
+    ($name:literal, $help:literal) => {
+        Keyword {
+            name: $name,
+            scope: Scope::GLOBAL,
+            help: $help,
+            parse: |g, a| {
+                let words: Vec<String> = std::iter::once($name.to_string())
+                    .chain(a.iter().cloned())
+                    .collect();
+                g.env
+                    .apply(&words, &|k| std::env::var(k).ok())
+                    .map_err(sluice_config::KwError::Invalid)
+            },
+        }
+    };
+}
+
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
         name: "ulimit-n",
@@ -56,6 +77,10 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         help: "hard-stop-after TIME: longest a soft stop (SIGUSR1) may wait for active connections",
         parse: |g, a| time_arg(a).map(|t| g.hard_stop_after = Some(t)),
     },
+    env_keyword!("setenv", "setenv NAME VALUE: set a variable of the environment the configuration reads (${NAME}, env(), show env)"),
+    env_keyword!("presetenv", "presetenv NAME VALUE: as setenv, unless NAME is set already"),
+    env_keyword!("unsetenv", "unsetenv NAME...: remove variables from the environment the configuration reads"),
+    env_keyword!("resetenv", "resetenv [NAME...]: keep only these variables of the environment the configuration reads"),
     Keyword {
         name: "quiet",
         scope: Scope::GLOBAL,

@@ -227,7 +227,8 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::Status => cx.res.map(|r| Sample::Int(i64::from(r.status()))),
         Fetch::ResVer => cx.res.map(|r| version(r.version())),
         Fetch::Var(v) => cx.vars.get(p, v),
-        Fetch::Env(name) => std::env::var(name).ok().map(Sample::string),
+        // The environment as the configuration left it (`setenv` and its kin).
+        Fetch::Env(name) => p.config.global.env.get(name).map(Sample::string),
         Fetch::Date(offset, per_sec) => {
             let now_us = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
