@@ -336,6 +336,20 @@ fn parse_sample(v: &str) -> Result<LogSample, String> {
 
 pub const GLOBAL_SETTINGS_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "tune.http.cookielen",
+        scope: Scope::GLOBAL,
+        help: "tune.http.cookielen N: the longest cookie 'capture cookie' keeps (default 63; longer captures are cut to it)",
+        parse: |g, a| {
+            let v = one_arg(a, "a length")?;
+            let n = v
+                .parse::<usize>()
+                .ok()
+                .ok_or_else(|| KwError::bad(1, v, "expects a number"))?;
+            g.log_settings.cookie_len = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "tune.http.logurilen",
         scope: Scope::GLOBAL,
         help:
@@ -767,6 +781,25 @@ pub enum Severity {
     Notice = 5,
     Info = 6,
     Debug = 7,
+}
+
+/// A `capture cookie ... len N` longer than `tune.http.cookielen` (63 by default) is cut
+/// to it, with HAProxy's warning.
+pub(crate) fn clamp_cookie_capture(
+    (kind, name): (sluice_config::SectionKind, &str),
+    c: &mut crate::conf::ProxyConf,
+    max: usize,
+    warnings: &mut Vec<String>,
+) {
+    if let Some((_, len)) = c.log.capture_cookie.as_mut() {
+        if *len > max {
+            warnings.push(format!(
+                "truncating capture length to {max} bytes for {} '{name}'.",
+                kind.name()
+            ));
+            *len = max;
+        }
+    }
 }
 
 /// The severity of a level name (`set-log-level`, log targets' levels), as its number.

@@ -45,7 +45,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "tune.buffers.reserve" => Scope::GLOBAL,
     "tune.fail-alloc" => Scope::GLOBAL,
     "tune.fd.edge-triggered" => Scope::GLOBAL,
-    "tune.http.cookielen" => Scope::GLOBAL,
     "tune.idletimer" => Scope::GLOBAL,
     "tune.lua.forced-yield" => Scope::GLOBAL,
     "tune.lua.maxmem" => Scope::GLOBAL,

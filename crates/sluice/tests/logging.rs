@@ -691,3 +691,31 @@ fn tcp_content_rules_set_the_log_level() {
     );
     assert!(!ok && out.contains(":5:"), "{out}");
 }
+
+/// `capture cookie ... len N` is cut to `tune.http.cookielen` (63 by default) with
+/// HAProxy's warning: HAProxy 2.6.12 logs the same 63 bytes (`SID=` and 59 of the value)
+/// for this configuration and request.
+#[test]
+fn a_cookie_capture_is_cut_to_tune_http_cookielen() {
+    let origin = Origin::start("o");
+    let value = "x".repeat(90);
+    for (global, kept) in [("", 63), ("    tune.http.cookielen 10\n", 10)] {
+        let config = format!(
+            "global\n    log stdout format raw local0\n{global}{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    capture cookie SID len 100\n    log-format \"%CC\"\n    default_backend be\nbackend be\n    server s1 {}\n",
+            origin.addr
+        );
+        let p = Sluice::start(&config);
+        assert!(
+            p.stderr().contains(&format!(
+                "truncating capture length to {kept} bytes for frontend 'fe'."
+            )),
+            "{}",
+            p.stderr()
+        );
+        let mut c = p.connect();
+        c.send(format!("GET / HTTP/1.1\r\nHost: a\r\nCookie: SID={value}\r\n\r\n").as_bytes());
+        assert_eq!(c.response_for(false).unwrap().status, 200);
+        let want: String = format!("SID={value}").chars().take(kept).collect();
+        assert_eq!(stdout_lines(&p, 1)[0], want);
+    }
+}

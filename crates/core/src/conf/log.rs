@@ -95,12 +95,19 @@ pub struct GlobalLog {
     /// `tune.http.logurilen`: the request line logged is cut to this many bytes (1024 when
     /// unset, as HAProxy's).
     pub uri_len: Option<usize>,
+    /// `tune.http.cookielen`: the longest `capture cookie ... len` (63 when unset).
+    pub cookie_len: Option<usize>,
     /// `log-send-hostname [NAME]`: the host name in syslog headers (`Some("")`: the
     /// system's).
     pub hostname: Option<String>,
 }
 
 impl GlobalLog {
+    /// The longest cookie capture (`tune.http.cookielen`, 63 by default).
+    pub fn cookie_capture_max(&self) -> usize {
+        self.cookie_len.unwrap_or(63)
+    }
+
     /// The longest request line a log line holds (`tune.http.logurilen`).
     pub fn request_line_max(&self) -> usize {
         self.uri_len.unwrap_or(1024)

@@ -366,6 +366,8 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     for p in &mut proxies {
         mode::strip_http((p.kind, &p.name), &mut p.conf, &mut warnings);
         warn_request_acls_in_responses(p.kind, &p.conf, &mut warnings);
+        let max = global.log_settings.cookie_capture_max();
+        log::clamp_cookie_capture((p.kind, &p.name), &mut p.conf, max, &mut warnings);
     }
     check_userlists(&proxies, &userlists, &mut errors);
     resolve_caches(&mut proxies, &caches, &mut errors);
