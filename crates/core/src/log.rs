@@ -557,6 +557,8 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
     "option dontlognull", Scope::PROXY, "do not log connections on which the client sent nothing",
         |c: &mut ProxyConf, on| c.log.dont_log_null = on;
+    "option http-ignore-probes", Scope::FE, "a connection closed or timed out before sending anything is not logged, counted or answered 408 (browsers' pre-connects)",
+        |c: &mut ProxyConf, on| c.log.ignore_probes = on;
     "option logasap", Scope::PROXY, "log when the response head is sent, before its body ('+' on %Ta and %B)",
         |c: &mut ProxyConf, on| c.log.asap = on;
     "option dontlog-normal", Scope::PROXY, "log only transactions that ended badly (5xx or a termination code)",

@@ -95,7 +95,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option external-check" => Scope::PROXY,
     "option h1-case-adjust-bogus-client" => Scope::PROXY,
     "option h1-case-adjust-bogus-server" => Scope::PROXY,
-    "option http-ignore-probes" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,
     "option http-pretend-keepalive" => Scope::PROXY,
     "option http-restrict-req-hdr-names" => Scope::PROXY,

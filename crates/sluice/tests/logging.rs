@@ -719,3 +719,44 @@ fn a_cookie_capture_is_cut_to_tune_http_cookielen() {
         assert_eq!(stdout_lines(&p, 1)[0], want);
     }
 }
+
+/// `option http-ignore-probes`: a connection that sends nothing until `timeout
+/// http-request` is closed without a 408, a log line or a request error counted
+/// (browsers' pre-connects); without the option it gets all three.
+#[test]
+fn http_ignore_probes_leaves_no_trace_of_an_empty_connection() {
+    use std::io::Read;
+    let dir = TempDir::new();
+    for ignore in [false, true] {
+        let sock = dir.0.join(format!("s{ignore}.sock"));
+        let option = if ignore {
+            "    option http-ignore-probes\n"
+        } else {
+            ""
+        };
+        let p = Sluice::start(&format!(
+            "global\n    log stdout format raw local0\n    stats socket {}\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    timeout http-request 300ms\n    log-format \"%ST %r\"\n{option}    http-request return status 200\n",
+            sock.display()
+        ));
+        let mut probe = std::net::TcpStream::connect(p.addr()).unwrap();
+        let mut got = Vec::new();
+        probe.read_to_end(&mut got).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got).starts_with("HTTP/1.1 408"),
+            !ignore,
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        assert_eq!(get(p.addr(), "/after").status, 200);
+        let lines = stdout_lines(&p, 1);
+        let want_first = if ignore {
+            "200 GET /after HTTP/1.1"
+        } else {
+            "408 <BADREQ>"
+        };
+        assert_eq!(lines[0], want_first, "{lines:?}");
+        let csv = Sluice::cli(&sock, "show stat");
+        let ereq = stat_field(&csv, "fe", "FRONTEND", "ereq");
+        assert_eq!(ereq, if ignore { "0" } else { "1" });
+    }
+}

@@ -73,6 +73,9 @@ pub struct LogConf {
     pub unique_id_header: Option<String>,
     /// `option dontlognull`: connections on which the client sent nothing are not logged.
     pub dont_log_null: bool,
+    /// `option http-ignore-probes`: a connection that sent nothing before it closed or
+    /// timed out leaves no trace (no log, no error counted, no 408).
+    pub ignore_probes: bool,
     /// `log-tag`: the syslog tag of this proxy's lines (else the global one, else `sluice`).
     pub tag: Option<String>,
     /// `option logasap`: the line goes out when the response head is sent, before the body.

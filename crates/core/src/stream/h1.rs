@@ -82,6 +82,9 @@ async fn run(s: &mut Session) {
                 // A connection that sent nothing is logged only if it got an answer, and
                 // not at all with `option dontlognull`.
                 let null = !txn.log.got_bytes;
+                if null && s.frontend().log.ignore_probes {
+                    return;
+                }
                 if !null || (fail.status.is_some() && !s.frontend().log.dont_log_null) {
                     txn.log_head_failure(s, &fail);
                 }
