@@ -85,7 +85,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "error-log-format" => Scope::PROXY,
     "external-check command" => Scope::PROXY,
     "external-check path" => Scope::PROXY,
-    "http-send-name-header" => Scope::PROXY,
     "log-format-sd" => Scope::PROXY,
     "max-keep-alive-queue" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,

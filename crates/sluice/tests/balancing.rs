@@ -589,3 +589,33 @@ fn dispatch_serves_a_backend_without_servers() {
     ));
     assert!(!ok && out.contains("dispatch"), "{out}");
 }
+
+/// `http-send-name-header`: each request names the server it went to in that field (one
+/// field, the client's own removed), also when a redispatch moved it off a dead server.
+#[test]
+fn http_send_name_header_names_the_server_a_request_reached() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    retries 1\n    option redispatch\n    http-send-name-header X-Served-By\n    server dead {dead}\n    server a {}\n    server b {}\n",
+        a.addr, b.addr
+    ));
+    for _ in 0..6 {
+        let mut c = p.connect();
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Served-By: spoofed\r\n\r\n");
+        assert_eq!(c.response_for(false).unwrap().status, 200);
+    }
+    assert_eq!(a.count() + b.count(), 6);
+    for (origin, name) in [(&a, "a"), (&b, "b")] {
+        for r in origin.requests() {
+            assert_eq!(r.header_count("x-served-by"), 1, "{:?}", r.headers);
+            assert_eq!(r.header("x-served-by"), Some(name));
+        }
+    }
+    // Requests the balancer meant for the dead server were redispatched, and say so.
+    assert!(a.count() >= 1 && b.count() >= 1);
+}

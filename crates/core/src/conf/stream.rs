@@ -96,4 +96,7 @@ pub struct StreamConf {
     /// TCP keepalive towards clients (frontends) and servers (backends).
     pub cli_ka: TcpKeepalive,
     pub srv_ka: TcpKeepalive,
+    /// `http-send-name-header NAME`: the server's name in this field of each request
+    /// (the client's own removed), lower case.
+    pub send_name_header: Option<String>,
 }

@@ -124,6 +124,16 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| no_args(a).map(|_| c.stream.originalto = None),
     },
     Keyword {
+        name: "http-send-name-header",
+        scope: Scope::BE,
+        help: "http-send-name-header NAME: the server a request goes to named in this header (any the client sent removed)",
+        parse: |c, a| {
+            let name = one_arg(a, "a header name")?;
+            c.stream.send_name_header = Some(name.to_ascii_lowercase());
+            Ok(())
+        },
+    },
+    Keyword {
         name: "timeout tarpit",
         scope: Scope::PROXY,
         help: "timeout tarpit TIME: how long 'http-request tarpit' holds a request (default: timeout connect)",

@@ -524,6 +524,10 @@ impl Txn {
                 if conf.offload {
                     edits.remove("accept-encoding", crate::sample::Match::Str);
                 }
+                if let Some(name) = &be.stream.send_name_header {
+                    // The server's name is added once it is known (`forward`).
+                    edits.remove(name, crate::sample::Match::Str);
+                }
                 if let (Some(name), Some(id)) = (&fe.log.unique_id_header, &self.log.unique_id) {
                     edits.remove(name, crate::sample::Match::Str);
                     edits.add.push((name.clone(), id.as_bytes().to_vec()));
@@ -649,6 +653,24 @@ impl Txn {
         Ok(invite)
     }
 
+    /// `http-send-name-header`: the server the request goes to (after a redispatch, the
+    /// one it went to), named in the request's head for either protocol.
+    fn name_server(&mut self, s: &mut Session, name: &str, server: &str) {
+        if s.out.ends_with(b"\r\n\r\n") {
+            let at = s.out.len() - 2;
+            let mut line = Vec::with_capacity(name.len() + server.len() + 4);
+            super::heads::push_header(&mut line, name.as_bytes(), server.as_bytes());
+            s.out.splice(at..at, line);
+        }
+        if let Some(req) = self.h2_request.as_mut() {
+            let field = http::HeaderName::from_bytes(name.as_bytes()).ok();
+            let value = http::HeaderValue::from_str(server).ok();
+            if let (Some(n), Some(v)) = (field, value) {
+                req.fields.insert(n, v);
+            }
+        }
+    }
+
     async fn send_local(&mut self, s: &mut Session, bytes: &[u8]) -> Result<(), Fail> {
         s.write_page(bytes)
             .await
@@ -718,6 +740,9 @@ impl Txn {
         })?;
         let server = at.server;
         s.info.route(Some(backend), Some(server));
+        if let Some(name) = &be.stream.send_name_header {
+            self.name_server(s, name, &be.servers[server].name);
+        }
         self.phase = Phase::Headers;
         if Txn::logs_backend_src(s.frontend()) {
             self.backend_src = conn.conn.local_addr().ok();
