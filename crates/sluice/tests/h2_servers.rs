@@ -948,3 +948,25 @@ fn an_http2_clients_websocket_reaches_an_http2_server() {
         ["CONNECT http://ws.test/chat protocol=websocket key=-"]
     );
 }
+
+/// `http-send-name-header` towards an HTTP/2 server: the field names the server (one field,
+/// the client's own removed), as towards an HTTP/1.1 one.
+#[test]
+fn http_send_name_header_reaches_an_http2_server() {
+    let origin = H2Origin::start();
+    let server = format!(
+        "http-send-name-header X-Edit\n server s2 {} proto h2",
+        origin.addr
+    );
+    let p = Sluice::start(&config(&server, ""));
+    let out = exchange_raw(
+        p.addr(),
+        b"GET /named HTTP/1.1\r\nHost: app.test\r\nX-Edit: spoofed\r\nConnection: close\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let heads = origin.seen.heads.lock().unwrap().clone();
+    assert!(
+        heads.iter().any(|h| h.ends_with(" x-edit=s2 x-gone=-")),
+        "{heads:?}"
+    );
+}
