@@ -15,6 +15,21 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: parse_server,
     },
     Keyword {
+        name: "source",
+        scope: Scope::BE,
+        help: "source ADDR[:PORT]: the address connections to the servers leave from",
+        parse: |c, args| match args {
+            [addr] => {
+                c.backend.source = Some(source_addr(addr).map_err(|e| KwError::bad(1, addr, e))?);
+                Ok(())
+            }
+            [_, extra, ..] => Err(KwError::Invalid(format!(
+                "source option '{extra}': not supported yet (usesrc, interface: no transparent proxying or device binding)"
+            ))),
+            [] => Err(KwError::Missing("an address (ADDR[:PORT])")),
+        },
+    },
+    Keyword {
         name: "dispatch",
         scope: Scope::BACKEND,
         help: "dispatch ADDR:PORT: the one destination of a backend without servers (shown as server 'dispatch')",
@@ -166,6 +181,14 @@ const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
 
 const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
+        name: "source",
+        args: 1,
+        parse: |o, a| {
+            o.source = Some(source_addr(&a[0])?);
+            Ok(())
+        },
+    },
+    ServerOption {
         name: "id",
         args: 1,
         parse: |o, a| {
@@ -296,6 +319,17 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
 ];
 
+/// `source`'s address: `IP` or `IP:PORT` (port 0 or none: the system picks one).
+fn source_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(a) = s.parse::<std::net::SocketAddr>() {
+        return Ok(a);
+    }
+    let ip = s.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<std::net::IpAddr>()
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .map_err(|_| "expects an IP address or IP:PORT (no port range, no name)".to_string())
+}
+
 /// Server options HAProxy has that belong to features not built yet.
 const PENDING_SERVER_OPTIONS: &[&str] = &[
     "minconn",
@@ -307,7 +341,8 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "check-send-proxy",
     "check-via-socks4",
     "init-addr",
-    "source",
+    "usesrc",
+    "interface",
     "redir",
 ];
 
@@ -501,6 +536,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
                 check_tls: None,
                 h2: s.opts.h2,
                 send_proxy: s.opts.send_proxy,
+                source: s.opts.source.or(conf.backend.source),
             }
         })
         .collect();
@@ -609,6 +645,7 @@ mod tests {
                 tls: Default::default(),
                 h2: false,
                 send_proxy: None,
+                source: None,
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

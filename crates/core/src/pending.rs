@@ -111,7 +111,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "persist rdp-cookie" => Scope::PROXY,
     "retry-on" => Scope::PROXY,
     "server-template" => Scope::PROXY,
-    "source" => Scope::PROXY,
     "transparent" => Scope::PROXY,
     "use-fcgi-app" => Scope::PROXY,
 ];

@@ -401,9 +401,14 @@ impl Detached {
 }
 
 impl Conn {
-    /// Opens a connection to a server, its socket buffers sized as `bufs` says.
-    pub async fn connect(addr: SocketAddr, bufs: crate::conf::BufSizes) -> io::Result<Conn> {
-        let conn = Conn::dial_with(addr, bufs)?;
+    /// Opens a connection to a server, its socket buffers sized as `bufs` says, from
+    /// `source` if given (`source`).
+    pub async fn connect(
+        addr: SocketAddr,
+        bufs: crate::conf::BufSizes,
+        source: Option<SocketAddr>,
+    ) -> io::Result<Conn> {
+        let conn = Conn::dial_with(addr, bufs, source)?;
         conn.connected().await?;
         let _ = conn.tcp().set_nodelay(true);
         Ok(conn)
@@ -414,11 +419,16 @@ impl Conn {
     /// On loopback and nearby servers the handshake is usually over before `connect`
     /// returns, so a request written at once saves a trip through the event loop.
     pub fn dial(addr: SocketAddr) -> io::Result<Conn> {
-        Conn::dial_with(addr, crate::conf::BufSizes::default())
+        Conn::dial_with(addr, crate::conf::BufSizes::default(), None)
     }
 
-    /// [`Conn::dial`], the socket's buffers sized as `bufs` says before it connects.
-    pub fn dial_with(addr: SocketAddr, bufs: crate::conf::BufSizes) -> io::Result<Conn> {
+    /// [`Conn::dial`], the socket's buffers sized as `bufs` says and bound to `source`
+    /// (if given) before it connects.
+    pub fn dial_with(
+        addr: SocketAddr,
+        bufs: crate::conf::BufSizes,
+        source: Option<SocketAddr>,
+    ) -> io::Result<Conn> {
         // Counted before the socket exists, so the figure never lags the descriptors.
         let fd = Counted::new();
         let sock = socket2::Socket::new(
@@ -427,6 +437,13 @@ impl Conn {
             None,
         )?;
         crate::sockbuf::apply((&sock).into(), bufs)?;
+        if let Some(from) = source {
+            if from.port() != 0 {
+                // A fixed port may still be in TIME_WAIT from the last connection.
+                sock.set_reuse_address(true)?;
+            }
+            sock.bind(&from.into())?;
+        }
         match sock.connect(&addr.into()) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -948,3 +948,45 @@ fn tune_socket_buffers_size_client_and_server_sockets() {
     let server_side = socket_buffers(&format!("( dport = :{} )", origin.addr.port()));
     assert_eq!(server_side, vec![(98304, 49152)]);
 }
+
+/// `source ADDR` (backend) and the server option `source ADDR`: the address connections to
+/// the servers leave from, a server's own winning (the origin answers with the address it
+/// sees; all of 127.0.0.0/8 is local on Linux).
+#[test]
+fn source_sets_the_address_server_connections_leave_from() {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                let ip = s.peer_addr().unwrap().ip().to_string();
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{ip}",
+                        ip.len()
+                    )
+                    .as_bytes(),
+                );
+            });
+        }
+    });
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    use_backend two if {{ path /two }}\n    default_backend one\nbackend one\n    source 127.0.0.2\n    server s {addr}\nbackend two\n    source 127.0.0.2\n    server s {addr} source 127.0.0.3\n"
+    ));
+    assert_eq!(get(p.addr(), "/one").text(), "127.0.0.2");
+    assert_eq!(get(p.addr(), "/two").text(), "127.0.0.3");
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}backend b\n    source 127.0.0.2 usesrc clientip\n    server s {addr}\n"
+    ));
+    assert!(!ok && out.contains("not supported yet"), "{out}");
+}

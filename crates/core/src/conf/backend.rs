@@ -47,6 +47,8 @@ pub struct ServerOpts {
     pub h2: bool,
     /// `send-proxy`, `send-proxy-v2[-ssl[-cn]]`, `proxy-v2-options`.
     pub send_proxy: Option<SendProxy>,
+    /// `source ADDR[:PORT]`: the address connections to the server leave from.
+    pub source: Option<std::net::SocketAddr>,
 }
 
 /// The PROXY protocol header sluice puts before each connection to a server: version 1
@@ -122,6 +124,9 @@ pub struct BackendConf {
     pub abortonclose: bool,
     /// `fullconn N`.
     pub fullconn: Option<usize>,
+    /// `source ADDR[:PORT]`: the address connections to the servers leave from (a
+    /// server's own `source` wins).
+    pub source: Option<std::net::SocketAddr>,
 }
 
 /// One row of a server option table, as HAProxy's `srv_kws`: the option's name, its number

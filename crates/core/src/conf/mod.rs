@@ -321,6 +321,9 @@ pub struct Server {
     pub h2: bool,
     /// `send-proxy*`: the PROXY protocol header each connection starts with.
     pub send_proxy: Option<backend::SendProxy>,
+    /// `source`: the address connections to the server leave from (the server's, else the
+    /// backend's; unset: the system's choice).
+    pub source: Option<SocketAddr>,
 }
 
 impl Server {

@@ -375,7 +375,7 @@ async fn connect_new(
     let connect = async {
         let mut conn = match &srv.unix {
             Some(u) => Conn::connect_unix(u)?,
-            None => Conn::connect(addr, w.config().global.server_bufs).await?,
+            None => Conn::connect(addr, w.config().global.server_bufs, srv.source).await?,
         };
         crate::keepalive::apply(&conn, &be.stream.srv_ka);
         if let Some(pp) = &be.servers[server].send_proxy {
