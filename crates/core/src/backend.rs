@@ -478,6 +478,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
             opts: conf.backend.default_server.clone(),
         });
     let specs = match &dispatch {
+        _ if conf.disabled => &[][..],
         Some(d) => std::slice::from_ref(d),
         None => &conf.backend.servers[..],
     };
@@ -543,6 +544,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
     Backend {
         speaks,
         order: 0,
+        disabled: conf.disabled,
         stats: Default::default(),
         id,
         name: name.to_string(),

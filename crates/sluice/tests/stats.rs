@@ -1847,3 +1847,34 @@ fn show_fd_says_what_each_descriptor_is() {
     assert_eq!(one.trim_end(), listener);
     assert!(Sluice::cli(&sock, "show fd x").contains("Expects"));
 }
+
+/// `disabled` (and `enabled`, which undoes an inherited one): a disabled frontend listens
+/// on nothing, a disabled backend has no server (503), and neither is in `show stat`, as
+/// HAProxy 2.6.12 does with the same configuration.
+#[test]
+fn disabled_proxies_are_checked_but_not_started() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let off = free_port();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend off\n    bind 127.0.0.1:{off}\n    disabled\n    default_backend up\nfrontend fe\n    {{fe}}\n    use_backend down if {{ path /down }}\n    default_backend up\nbackend down\n    disabled\n    server s {}\nbackend up\n    disabled\n    enabled\n    server s {}\n",
+        sock.display(),
+        origin.addr,
+        origin.addr
+    ));
+    assert_eq!(get(p.addr(), "/").status, 200);
+    assert_eq!(get(p.addr(), "/down").status, 503);
+    assert_eq!(origin.count(), 1);
+    let refused = std::net::TcpStream::connect(("127.0.0.1", off));
+    assert!(
+        refused.is_err(),
+        "the disabled frontend accepted a connection"
+    );
+    let csv = Sluice::cli(&sock, "show stat");
+    let proxies: Vec<&str> = csv
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(proxies, ["fe", "up", "up"], "{csv}");
+}

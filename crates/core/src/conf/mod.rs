@@ -240,6 +240,8 @@ pub struct ProxyConf {
     pub at: Loc,
     /// `id`: the proxy's stable identifier.
     pub id: Option<u32>,
+    /// `disabled` (`enabled` undoes it): the proxy is checked but not started.
+    pub disabled: bool,
     pub listen: ListenConf,
     pub stream: StreamConf,
     pub backend: BackendConf,
@@ -263,6 +265,8 @@ pub struct ProxyConf {
 pub struct Frontend {
     /// The section's place among the proxy sections (statistics list proxies this way).
     pub order: usize,
+    /// `disabled`: the frontend listens on nothing and the statistics do not show it.
+    pub disabled: bool,
     pub id: u32,
     pub name: String,
     pub listen: ListenConf,
@@ -340,6 +344,9 @@ pub struct Backend {
     /// The section's place among the proxy sections (a `listen` shares it with its
     /// frontend side).
     pub order: usize,
+    /// `disabled`: the backend has no server (requests routed to it get 503) and the
+    /// statistics do not show it, as HAProxy's stopped proxies.
+    pub disabled: bool,
     pub id: u32,
     pub name: String,
     pub servers: Vec<Server>,

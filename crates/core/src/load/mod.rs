@@ -22,7 +22,20 @@ use crate::{stream, worker};
 mod mode;
 
 /// Keywords about the proxy section itself.
-const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
+const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[
+    Keyword {
+        name: "disabled",
+        scope: Scope::PROXY,
+        help: "disabled: the proxy is checked but not started (a frontend listens on nothing, a backend has no server)",
+        parse: |c, a| sluice_config::no_args(a).map(|_| c.disabled = true),
+    },
+    Keyword {
+        name: "enabled",
+        scope: Scope::PROXY,
+        help: "enabled: undo an inherited 'disabled'",
+        parse: |c, a| sluice_config::no_args(a).map(|_| c.disabled = false),
+    },
+    Keyword {
     name: "id",
     scope: Scope::FE_BE,
     help: "id N: the proxy's stable numeric identifier (default: the next free one from 2, as HAProxy)",
@@ -36,7 +49,8 @@ const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[Keyword {
         c.id = Some(id);
         Ok(())
     },
-}];
+}
+];
 
 const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::GLOBAL_KEYWORDS,
@@ -702,11 +716,16 @@ fn lower(
         match rules::lower_frontend(&p.conf.rules, &backend_names, own) {
             Ok(rules) => {
                 fe_locs.push((p.kind, p.header.clone()));
+                let mut listen = listen.clone();
+                if p.conf.disabled {
+                    listen.binds.clear();
+                }
                 frontends.push(Frontend {
                     order,
+                    disabled: p.conf.disabled,
                     id,
                     name: p.name.clone(),
-                    listen: listen.clone(),
+                    listen,
                     stream: p.conf.stream.clone(),
                     rules,
                     monitor: p.conf.monitor.clone(),

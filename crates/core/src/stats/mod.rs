@@ -66,12 +66,14 @@ pub fn collect(p: &Process, filter: &Filter) -> Vec<Row> {
         .frontends
         .iter()
         .enumerate()
+        .filter(|(_, f)| !f.disabled)
         .map(|(i, f)| (f.order, 0, i))
         .chain(
             p.config
                 .backends
                 .iter()
                 .enumerate()
+                .filter(|(_, b)| !b.disabled)
                 .map(|(i, b)| (b.order, 1, i)),
         )
         .collect();
