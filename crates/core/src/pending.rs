@@ -88,7 +88,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option accept-invalid-http-response" => Scope::PROXY,
     "option checkcache" => Scope::PROXY,
     "option contstats" => Scope::PROXY,
-    "option disable-h2-upgrade" => Scope::PROXY,
     "option external-check" => Scope::PROXY,
     "option h1-case-adjust-bogus-client" => Scope::PROXY,
     "option h1-case-adjust-bogus-server" => Scope::PROXY,

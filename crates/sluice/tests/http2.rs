@@ -1738,3 +1738,32 @@ fn a_client_that_stops_reading_holds_at_most_the_send_budget() {
     assert!(got.values().all(|&n| n == BODY), "{got:?}");
     wait_until("nothing left queued", || h2_queued(&sock) == 0);
 }
+
+/// A client with HTTP/2 prior knowledge on an HTTP/1 bind (no `proto h2`) is served as
+/// HTTP/2 once its preface is seen, as HAProxy's HTTP/1 side hands such a connection over;
+/// HTTP/1.1 clients of the same bind are served as before, and `option
+/// disable-h2-upgrade` answers the preface 400 (HAProxy 2.6.12's answer).
+#[test]
+fn prior_knowledge_on_an_http1_bind_is_served_as_http2() {
+    let origin = Origin::start("o");
+    let config = |extra: &str| {
+        format!(
+            "{DEFAULTS}frontend fe\n    {{fe}}\n{extra}    default_backend be\nbackend be\n    server s1 {}\n",
+            origin.addr
+        )
+    };
+    let p = Sluice::start(&config(""));
+    let rt = runtime();
+    rt.block_on(async {
+        let (mut send, _conn) = h2_connect(p.addr()).await;
+        for path in ["/a", "/b"] {
+            let (parts, body) = fetch(&mut send, get(path)).await.unwrap();
+            assert_eq!(parts.status, 200);
+            assert_eq!(body, format!("o {path}").as_bytes());
+        }
+    });
+    assert_eq!(common::get(p.addr(), "/c").text(), "o /c");
+    let p = Sluice::start(&config("    option disable-h2-upgrade\n"));
+    let (r, _) = raw_exchange(p.addr(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    assert_eq!(r.map(|r| r.status), Some(400));
+}

@@ -99,4 +99,7 @@ pub struct StreamConf {
     /// `http-send-name-header NAME`: the server's name in this field of each request
     /// (the client's own removed), lower case.
     pub send_name_header: Option<String>,
+    /// `option disable-h2-upgrade`: a client opening an HTTP/1 connection with HTTP/2's
+    /// preface is refused rather than served as HTTP/2.
+    pub disable_h2_upgrade: bool,
 }

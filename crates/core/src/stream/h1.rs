@@ -29,8 +29,13 @@ pub(super) struct Start {
     pub head: Option<super::session::ClientHead>,
 }
 
+/// A client connection that turned out to speak HTTP/2 (its preface came where a request
+/// was expected): the connection, what was read of it, and its variables.
+pub(super) type SpeaksH2 = (Conn, Vec<u8>, StreamVars);
+
 /// Serves one HTTP client connection until it closes: one transaction per request, in
-/// order, while the connection stays open.
+/// order, while the connection stays open. A client that opens with HTTP/2's preface is
+/// given back ([`SpeaksH2`]) for the HTTP/2 side to serve.
 pub(super) async fn serve_http(
     w: &Rc<Worker>,
     client: Conn,
@@ -39,7 +44,7 @@ pub(super) async fn serve_http(
     info: Arc<SessionInfo>,
     vars: StreamVars,
     start: Start,
-) {
+) -> Option<SpeaksH2> {
     let mut s = Session {
         w: w.clone(),
         fe,
@@ -59,11 +64,14 @@ pub(super) async fn serve_http(
         info,
         vars,
         given: start.head,
+        speaks_h2: false,
     };
     run(&mut s).await;
+    let upgrade = s.speaks_h2.then(|| s.cbuf.bytes().to_vec());
     // Buffers go back to the worker's pool; whatever they held goes with the connection.
     s.cbuf.clear(&w.bufs);
     s.sbuf.clear(&w.bufs);
+    upgrade.map(|read| (s.client, read, s.vars))
 }
 
 async fn run(s: &mut Session) {
@@ -78,6 +86,8 @@ async fn run(s: &mut Session) {
         txn.log.received_before = s.received;
         let head = match s.read_head(&mut txn.log).await {
             Ok(h) => h,
+            // Not HTTP/1: the caller serves the connection as HTTP/2.
+            Err(_) if s.speaks_h2 => return,
             Err(fail) => {
                 // A connection that sent nothing is logged only if it got an answer, and
                 // not at all with `option dontlognull`.

@@ -137,6 +137,7 @@ pub(super) async fn serve(
     fe: usize,
     info: Arc<SessionInfo>,
     vars: StreamVars,
+    read: Vec<u8>,
 ) {
     let tune = w.config().global.h2;
     let st = &w.config().frontends[fe].stream;
@@ -149,11 +150,12 @@ pub(super) async fn serve(
     let fe_state = &w.state().frontends[fe];
     let first_limit = st.timeout_http_request.or(st.timeout_client);
     // In cleartext the client's preface is checked before the crate answers with its
-    // SETTINGS (over TLS, ALPN chose HTTP/2 already).
-    let first = if client.is_tls() {
+    // SETTINGS (over TLS, ALPN chose HTTP/2 already); `read` is what an HTTP/1 session
+    // read of it before it knew (prior knowledge on an HTTP/1 bind).
+    let first = if client.is_tls() && read.is_empty() {
         Vec::new()
     } else {
-        match within(first_limit, read_preface(&client)).await {
+        match within(first_limit, read_preface(&client, read)).await {
             Ok(Some(bytes)) => bytes,
             _ => return,
         }
@@ -335,7 +337,8 @@ async fn exchange(
     );
     let mut session = std::pin::pin!(session);
     tokio::select! {
-        () = &mut session => {}
+        // (A stream's session never hands its connection over: it has none of its own.)
+        _ = &mut session => {}
         () = watch.reset() => {
             let (n, since) = shared.resets.get();
             shared.resets.set((n + 1, since));

@@ -134,13 +134,23 @@ pub async fn serve(
                         backend: Some(backend),
                         ..Default::default()
                     };
-                    Box::pin(serve_http(&w, client, peer, fe, info, vars, start)).await
+                    let served = serve_http(&w, client, peer, fe, info.clone(), vars, start);
+                    if let Some((client, read, vars)) = Box::pin(served).await {
+                        Box::pin(h2::serve(&w, client, peer, fe, info, vars, read)).await
+                    }
                 }
             }
             Mode::Http if h2::negotiated(&w, fe, listener, &client) => {
-                Box::pin(h2::serve(&w, client, peer, fe, info, vars)).await
+                Box::pin(h2::serve(&w, client, peer, fe, info, vars, Vec::new())).await
             }
-            Mode::Http => serve_http(&w, client, peer, fe, info, vars, Default::default()).await,
+            Mode::Http => {
+                let served =
+                    serve_http(&w, client, peer, fe, info.clone(), vars, Default::default());
+                // A client with HTTP/2 prior knowledge, found by its preface.
+                if let Some((client, read, vars)) = served.await {
+                    Box::pin(h2::serve(&w, client, peer, fe, info, vars, read)).await
+                }
+            }
         }
     };
     // `shutdown session`: a request in progress ends by its own watch (and is logged);

@@ -97,6 +97,9 @@ pub(crate) struct Session {
     pub info: std::sync::Arc<crate::runtime::SessionInfo>,
     /// Its variables (`sess.` for the connection, `txn.` for the current request).
     pub vars: StreamVars,
+    /// The client opened with HTTP/2's preface (prior knowledge): the connection is to
+    /// be served as HTTP/2 (`option disable-h2-upgrade` prevents it).
+    pub speaks_h2: bool,
     /// The head of the request an HTTP/2 stream carries, decoded already: the first (and
     /// only) one the session reads.
     pub given: Option<ClientHead>,
@@ -212,8 +215,25 @@ impl Session {
         let room = w.config().global.head_room();
         let relaxed = w.config().frontends[self.fe].stream.accept_invalid_request;
         let max_fields = w.config().global.max_fields();
+        let first = self.requests == 0 && self.earlier == 0 && !self.client.is_stream();
         loop {
-            if !self.cbuf.is_empty() {
+            // An HTTP/2 client with prior knowledge opens with the preface, which an
+            // HTTP/1.1 head cannot start with: the connection goes to the HTTP/2 side
+            // (what was read with it), as HAProxy's HTTP/1 side hands it over.
+            let preface = match first && !self.cbuf.is_empty() {
+                true => h2_preface(self.cbuf.bytes()),
+                false => Some(false),
+            };
+            if preface == Some(true) {
+                if st.disable_h2_upgrade {
+                    // (HAProxy's answer to it then.)
+                    self.capture_error();
+                    return Err(Fail::answer(400, Cause::Proxy, Phase::Request));
+                }
+                self.speaks_h2 = true;
+                return Err(Fail::drop(Cause::Proxy, Phase::Request));
+            }
+            if !self.cbuf.is_empty() && preface == Some(false) {
                 match parse_request_limited(self.cbuf.bytes(), relaxed, max_fields) {
                     Ok(Some(h)) if h.len <= room => {
                         lg.head_done = Some(clock::now());
@@ -447,4 +467,15 @@ impl Session {
             Err(()) => Err(Cause::ClientTimeout),
         }
     }
+}
+
+/// Whether `bytes` open with HTTP/2's connection preface: `Some(true)` if its request line
+/// is there whole, `None` while what came so far is the start of it.
+fn h2_preface(bytes: &[u8]) -> Option<bool> {
+    const LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
+    let n = bytes.len().min(LINE.len());
+    if bytes[..n] != LINE[..n] {
+        return Some(false);
+    }
+    (n == LINE.len()).then_some(true)
 }
