@@ -1767,3 +1767,57 @@ fn prior_knowledge_on_an_http1_bind_is_served_as_http2() {
     let (r, _) = raw_exchange(p.addr(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
     assert_eq!(r.map(|r| r.status), Some(400));
 }
+
+/// WINDOW_UPDATE frames the client was sent no DATA for (on the connection, or on streams
+/// long closed) do no work: a flood of them costs its
+/// connection as other such frames do, while a client that reads a large body, opening
+/// its windows as it goes, is served to the end (`large_bodies_cross_under_flow_control_
+/// with_a_slow_reader` and the rest of this file).
+#[test]
+fn a_flood_of_window_updates_costs_its_connection() {
+    const WINDOW_UPDATE: u8 = 8;
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 60s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    // A few, then a request: served.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        frame(&mut out, WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
+    }
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&request_fields("/few")),
+    );
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| kind == HEADERS && stream == 1);
+    assert!(
+        frames.iter().any(|f| f.0 == HEADERS && f.2 == 1),
+        "{frames:?}"
+    );
+    // A flood on the connection (on a stream never opened the crate would end it
+    // itself): the connection ends.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    for _ in 0..1500 {
+        frame(&mut out, WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
+    }
+    let _ = s.write_all(&out);
+    let mut sink = [0u8; 4096];
+    let ended = loop {
+        match s.read(&mut sink) {
+            Ok(0) => break true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the flooding connection is still open");
+    others_are_served(&p, p.addrs[1]);
+}

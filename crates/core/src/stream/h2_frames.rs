@@ -9,8 +9,9 @@
 //!   SETTINGS) before the crate, which speaks first, sees the connection; [`Tallied`]
 //!   gives them back to it;
 //! - frames that ask for no work (PRIORITY, which the crate ignores; empty DATA that does
-//!   not end its stream; empty CONTINUATION that does not end its head) are counted as
-//!   they are read: a client that sends more than [`NO_WORK_LIMIT`] of them within
+//!   not end its stream; empty CONTINUATION that does not end its head; WINDOW_UPDATE
+//!   beyond what the DATA sent to the client earns, see [`UPDATES_PER_DATA`]) are counted
+//!   as they are read: a client that sends more than [`NO_WORK_LIMIT`] of them within
 //!   [`NO_WORK_WINDOW`] loses its connection, as a flood of them would cost the worker
 //!   for nothing (the crate itself bounds SETTINGS, PING and reset floods).
 //!
@@ -37,6 +38,7 @@ const PRIORITY: u8 = 2;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
 const GOAWAY: u8 = 7;
+const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
 
 /// Flags: END_STREAM (DATA), END_HEADERS (CONTINUATION).
@@ -45,6 +47,14 @@ const END_HEADERS: u8 = 0x4;
 
 /// Frames that ask for no work a connection may send within [`NO_WORK_WINDOW`].
 pub const NO_WORK_LIMIT: u32 = 1000;
+
+/// WINDOW_UPDATE frames each DATA frame sent to the client earns: a client opens windows
+/// as it reads what it was sent (on the stream and on the connection, twice as often as
+/// the usual clients when it reads in small pieces), so updates past
+/// that, on a connection that was sent nothing or on streams long closed, do no work (the
+/// crate still walks its streams for each). At most [`UPDATE_CREDIT_MAX`] are banked.
+pub const UPDATES_PER_DATA: u32 = 4;
+const UPDATE_CREDIT_MAX: u32 = 100_000;
 pub const NO_WORK_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A frame's header, as the scan found it.
@@ -168,6 +178,8 @@ pub struct Tallied<'a, T> {
     written: Scan,
     /// Frames that asked for no work in the current window, and when it began.
     no_work: (u32, tokio::time::Instant),
+    /// WINDOW_UPDATE frames the DATA sent has earned and the client has not used yet.
+    update_credit: u32,
     /// Bytes taken from the connection before it was wrapped ([`read_preface`]), read
     /// again first.
     first: Vec<u8>,
@@ -194,6 +206,7 @@ impl<'a, T> Tallied<'a, T> {
             },
             written: Scan::default(),
             no_work: (0, tokio::time::Instant::now()),
+            update_credit: 0,
         }
     }
 
@@ -205,8 +218,15 @@ impl<'a, T> Tallied<'a, T> {
     fn received(&mut self, bytes: &[u8]) {
         let c = self.counters;
         let mut idle = 0;
+        let credit = &mut self.update_credit;
         self.read.feed(bytes, |frame, _| {
             idle += u32::from(frame.does_nothing());
+            if frame.kind == WINDOW_UPDATE {
+                match credit.checked_sub(1) {
+                    Some(left) => *credit = left,
+                    None => idle += 1,
+                }
+            }
             match frame.kind {
                 HEADERS => c.headers_rcvd.bump(),
                 DATA => c.data_rcvd.bump(),
@@ -229,10 +249,14 @@ impl<'a, T> Tallied<'a, T> {
     fn sent(&mut self, bytes: &[u8]) {
         let c = self.counters;
         let queued = &self.queued;
+        let credit = &mut self.update_credit;
         self.written.feed(bytes, |frame, code| {
             let bad = code.is_some_and(is_protocol_error);
             match frame.kind {
-                DATA => queued.written(frame.stream, frame.len),
+                DATA => {
+                    queued.written(frame.stream, frame.len);
+                    *credit = (*credit + UPDATES_PER_DATA).min(UPDATE_CREDIT_MAX);
+                }
                 RST_STREAM => {
                     c.rst_stream_resp.bump();
                     if bad {
