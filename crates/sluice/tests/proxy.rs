@@ -990,3 +990,70 @@ fn source_sets_the_address_server_connections_leave_from() {
     ));
     assert!(!ok && out.contains("not supported yet"), "{out}");
 }
+
+/// `option nolinger`: in a frontend, a client connection the proxy ends ends with a reset;
+/// in a backend, a server connection it closes does too; without
+/// it both end with a FIN.
+#[test]
+fn option_nolinger_ends_connections_with_a_reset() {
+    use std::io::{Read, Write};
+    // An origin that answers one request, then reports how its connection ended.
+    let (ends_tx, ends_rx) = std::sync::mpsc::channel::<bool>();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let tx = ends_tx.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                let reset = loop {
+                    match s.read(&mut b) {
+                        Ok(0) => break false,
+                        Ok(_) => {}
+                        Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
+                    }
+                };
+                let _ = tx.send(reset);
+            });
+        }
+    });
+    for nolinger in [false, true] {
+        let option = if nolinger {
+            "    option nolinger\n"
+        } else {
+            ""
+        };
+        let p = Sluice::start(&format!(
+            "{DEFAULTS}frontend fe\n    {{fe}}\n{option}    default_backend be\nbackend be\n    option http-server-close\n{option}    server s {origin}\n"
+        ));
+        let mut c = std::net::TcpStream::connect(p.addr()).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        let ended = c.read_to_end(&mut got);
+        // (With a reset, what the client had not read yet may be lost, as HAProxy's
+        // manual warns.)
+        if !nolinger {
+            assert!(
+                String::from_utf8_lossy(&got).ends_with("\r\n\r\nok"),
+                "{got:?}"
+            );
+        }
+        let client_reset =
+            matches!(&ended, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset);
+        assert_eq!(client_reset, nolinger, "{ended:?}");
+        let server_reset = ends_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(server_reset, nolinger);
+    }
+}

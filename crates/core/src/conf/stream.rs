@@ -102,4 +102,7 @@ pub struct StreamConf {
     /// `option disable-h2-upgrade`: a client opening an HTTP/1 connection with HTTP/2's
     /// preface is refused rather than served as HTTP/2.
     pub disable_h2_upgrade: bool,
+    /// `option nolinger`: connections (the frontend's to clients, the backend's to
+    /// servers) end with a reset rather than a FIN, nothing left lingering in the kernel.
+    pub nolinger: bool,
 }

@@ -378,6 +378,9 @@ async fn connect_new(
             None => Conn::connect(addr, w.config().global.server_bufs, srv.source).await?,
         };
         crate::keepalive::apply(&conn, &be.stream.srv_ka);
+        if be.stream.nolinger {
+            conn.reset_on_close();
+        }
         if let Some(pp) = &be.servers[server].send_proxy {
             // Before anything else, TLS included.
             conn.write_all(&proxy_proto::header_for(pp, &client.facts()))

@@ -84,6 +84,9 @@ pub async fn serve(
     }
     crate::keepalive::apply(&client, &w.config().frontends[fe].stream.cli_ka);
     client.set_buffers(w.config().global.client_bufs);
+    if w.config().frontends[fe].stream.nolinger {
+        client.reset_on_close();
+    }
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;
     // A TLS bind: the handshake is completed once the connection rules let it in.
