@@ -180,6 +180,7 @@ const EXPRESSIONS: &[&str] = &[
     "IN,language(abc;hello)",
     "IN,sha2(224),hex",
     "IN,digest(sha224),hex",
+    "IN,hmac(sha224,c2VjcmV0),hex",
 ];
 
 /// Inputs, sent as the `X-In` header.

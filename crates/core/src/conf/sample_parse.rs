@@ -959,16 +959,12 @@ fn parse_conv(c: &Call<'_>, book: &PatternBook) -> Result<Conv, ParseError> {
             )?;
             let alg = match c.args[0].trim().to_ascii_lowercase().as_str() {
                 "sha1" => DigestAlg::Sha1,
-                "sha224" if c.name == "digest" => DigestAlg::Sha224,
+                "sha224" => DigestAlg::Sha224,
                 "sha256" => DigestAlg::Sha256,
                 "sha384" => DigestAlg::Sha384,
                 "sha512" => DigestAlg::Sha512,
                 other => {
-                    let known = if c.name == "digest" {
-                        "sha1, sha224, sha256, sha384, sha512"
-                    } else {
-                        "sha1, sha256, sha384, sha512"
-                    };
+                    let known = "sha1, sha224, sha256, sha384, sha512";
                     return err(format!(
                         "'{}': digest '{other}' is not supported ({known})",
                         c.name

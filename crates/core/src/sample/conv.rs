@@ -71,15 +71,29 @@ fn digest(a: DigestAlg, data: &[u8]) -> Vec<u8> {
     ring::digest::digest(alg, data).as_ref().to_vec()
 }
 
-/// ring's HMAC of a digest; none for SHA-224, which `hmac` refuses at load.
-fn hmac_alg(a: DigestAlg) -> Option<ring::hmac::Algorithm> {
-    Some(match a {
+/// The HMAC of `data` under `key` (ring's, or the `hmac` and `sha2` crates' for SHA-224,
+/// which ring lacks).
+fn hmac(a: DigestAlg, key: &[u8], data: &[u8]) -> Vec<u8> {
+    use hmac::Mac as _;
+    let alg = match a {
+        DigestAlg::Sha224 => {
+            return match hmac::Hmac::<sha2::Sha224>::new_from_slice(key) {
+                Ok(mut m) => {
+                    m.update(data);
+                    m.finalize().into_bytes().to_vec()
+                }
+                // (Any key length is taken: no error can come.)
+                Err(_) => Vec::new(),
+            };
+        }
         DigestAlg::Sha1 => ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
-        DigestAlg::Sha224 => return None,
         DigestAlg::Sha256 => ring::hmac::HMAC_SHA256,
         DigestAlg::Sha384 => ring::hmac::HMAC_SHA384,
         DigestAlg::Sha512 => ring::hmac::HMAC_SHA512,
-    })
+    };
+    ring::hmac::sign(&ring::hmac::Key::new(alg, key), data)
+        .as_ref()
+        .to_vec()
 }
 
 /// Percent-encodes every byte but the unreserved ones (RFC 3986: letters, digits,
@@ -256,9 +270,7 @@ pub(super) fn apply<'a>(c: &Conv, s: Sample<'a>, cx: &Ctx<'_>) -> Option<Sample<
                     .decode(cx.vars.get(cx.process, v)?.as_bytes())
                     .ok()?,
             };
-            let key = ring::hmac::Key::new(hmac_alg(*alg)?, &key);
-            let tag = ring::hmac::sign(&key, &s.as_binary());
-            Sample::Bin(Cow::Owned(tag.as_ref().to_vec()))
+            Sample::Bin(Cow::Owned(hmac(*alg, &key, &s.as_binary())))
         }
         Conv::Ub64Enc => text(
             base64::engine::general_purpose::URL_SAFE_NO_PAD
