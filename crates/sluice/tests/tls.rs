@@ -1654,3 +1654,28 @@ fn no_ssl_undoes_an_inherited_ssl() {
     assert_eq!(get(p.addr(), "/tls").text(), "o /tls");
     assert_eq!(get(p.addr(), "/plain").text(), "o /plain");
 }
+
+/// `ssl_bc`, `ssl_bc_protocol`, `ssl_bc_cipher`, `ssl_bc_alpn`: the connection to the
+/// server that answered, as response rules and logs see it (a TLS origin, here a sluice of
+/// its own; a plain one says `ssl_bc` is false and has no session facts).
+#[test]
+fn ssl_bc_fetches_describe_the_server_connection() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "origin.pem", &["origin.test"]);
+    let origin = Sluice::start(&format!(
+        "{DEFAULTS}frontend o\n    {{fe}} ssl crt {crt} alpn http/1.1\n    http-request return status 200 content-type text/plain string ok\n"
+    ));
+    let plain = Origin::start("plain");
+    let front = Sluice::start(&format!(
+        "{DEFAULTS}frontend f\n    {{fe}}\n    use_backend clear if {{ path /clear }}\n    default_backend tls\nbackend tls\n    server s {} ssl verify none alpn http/1.1\n    http-response set-header X-BC \"%[ssl_bc] %[ssl_bc_protocol] %[ssl_bc_alpn] %[ssl_bc_cipher]\"\nbackend clear\n    server s {}\n    http-response set-header X-BC \"%[ssl_bc] %[ssl_bc_protocol]-\"\n",
+        origin.addr(),
+        plain.addr
+    ));
+    let r = get(front.addr(), "/");
+    assert_eq!(r.status, 200);
+    let bc = r.header("x-bc").unwrap_or_default().to_string();
+    assert!(bc.starts_with("1 TLSv1.3 http/1.1 TLS_"), "{bc}");
+    let r = get(front.addr(), "/clear");
+    assert_eq!(r.header("x-bc"), Some("0 -"));
+}

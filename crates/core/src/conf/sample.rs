@@ -217,6 +217,12 @@ pub enum Fetch {
     SslFcProtocol,
     SslFcCipher,
     SslFcAlpn,
+    /// `ssl_bc`: the connection to the server is TLS; `ssl_bc_protocol`, `ssl_bc_cipher`,
+    /// `ssl_bc_alpn`: its session's facts (once a server answered).
+    SslBc,
+    SslBcProtocol,
+    SslBcCipher,
+    SslBcAlpn,
     /// `ssl_fc_cipherlist_*`, `ssl_fc_extlist_bin`, `ssl_fc_eclist_bin`,
     /// `ssl_fc_ecformats_bin`, `ssl_fc_protocol_hello_id`: what the client's ClientHello
     /// offered (`tune.ssl.capture-buffer-size`); `true`: GREASE values left out.
@@ -886,6 +892,10 @@ impl Fetch {
                 | ResBodySize
                 | ResCacheHit
                 | ResCacheName
+                | SslBc
+                | SslBcProtocol
+                | SslBcCipher
+                | SslBcAlpn
                 | Var(_)
         )
     }

@@ -62,6 +62,7 @@ impl<'a> Ctx<'a> {
             src: SocketAddr::from(([0, 0, 0, 0], 0)),
             dst: None,
             client: None,
+            server_conn: None,
             req: None,
             body: None,
             whole_lens: (None, None),
@@ -95,6 +96,7 @@ impl<'a> Ctx<'a> {
             src,
             dst: None,
             client: Some(client),
+            server_conn: None,
             req: None,
             body: None,
             whole_lens: (None, None),
@@ -257,6 +259,8 @@ pub struct Ctx<'a> {
     /// The client connection (its local address is asked of the kernel only when a rule
     /// needs it).
     pub client: Option<&'a crate::transport::Conn>,
+    /// The connection to the server that answered (response rules): `ssl_bc*`.
+    pub server_conn: Option<&'a crate::transport::Conn>,
     pub req: Option<&'a RequestView<'a>>,
     /// The request body, when buffered (`option http-buffer-request`).
     pub body: Option<&'a [u8]>,

@@ -426,6 +426,14 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             .tls()?
             .alpn
             .map(|a| Sample::string(String::from_utf8_lossy(&a).into_owned())),
+        Fetch::SslBc => cx.server_conn.map(|c| Sample::Bool(c.is_tls())),
+        Fetch::SslBcProtocol => Some(Sample::str(cx.server_conn?.tls()?.version.as_bytes())),
+        Fetch::SslBcCipher => Some(Sample::str(cx.server_conn?.tls()?.cipher.as_bytes())),
+        Fetch::SslBcAlpn => cx
+            .server_conn?
+            .tls()?
+            .alpn
+            .map(|a| Sample::string(String::from_utf8_lossy(&a).into_owned())),
         Fetch::Bool(b) => Some(Sample::Bool(*b)),
         Fetch::Int(n) => Some(Sample::Int(*n)),
         Fetch::Str(s) => Some(Sample::str(s.as_bytes())),

@@ -96,6 +96,7 @@ impl Txn {
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
             cx.whole_lens.1 = res_body.as_ref().and_then(Buffered::whole_len);
             cx.on_response = true;
+            cx.server_conn = Some(&conn.conn);
             if !tcp_verdict(
                 &b.tcp_response,
                 &cx,
@@ -165,6 +166,7 @@ impl Txn {
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
             cx.whole_lens.1 = res_body.as_ref().and_then(Buffered::whole_len);
+            cx.server_conn = Some(&conn.conn);
             self.render_log_samples_at_response(s, &cx);
         }
         // `cache-store`: the head as the rules left it, before the persistence cookie (which
