@@ -153,7 +153,9 @@ impl Cond {
     /// match because bytes were missing is a miss, and a miss decides nothing (negated, it
     /// stays a miss). Without a payload this is [`Cond::eval`].
     pub fn eval_partial(&self, cx: &Ctx<'_>) -> Partial {
-        let Some(payload) = cx.payload else {
+        // The payload being inspected: the server's for `tcp-response` rules, else the
+        // client's.
+        let Some(payload) = cx.res_payload.or(cx.payload) else {
             return if self.eval(cx) {
                 Partial::Pass
             } else {

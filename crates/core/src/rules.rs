@@ -140,8 +140,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "tcp-response content accept|reject|... [if|unless COND] | tcp-response inspect-delay TIME",
         parse: |c, args| match args.first().map(String::as_str) {
-            // Response rules are decided on the response head or the first data received.
-            Some("inspect-delay") => crate::conf::time_arg(&args[1..]).map(|_| ()),
+            // In TCP mode, how long the rules may wait for the server's payload; in HTTP
+            // mode they are decided on the response head.
+            Some("inspect-delay") => {
+                c.rules.sets.response_inspect_delay = Some(crate::conf::time_arg(&args[1..])?);
+                Ok(())
+            }
             Some("content") => {
                 let rule =
                     parse_rule(&c.rules, &args[1..], Side::TcpResponse, &c.at).map_err(|e| e.shifted(1))?;

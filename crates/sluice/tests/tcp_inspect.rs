@@ -276,3 +276,54 @@ fn tcp_rules_set_the_connections_addresses() {
     );
     assert_eq!(get(h.addr(), "/").text(), "10.1.2.3 8080");
 }
+
+/// A server that speaks first: sends `first`, pauses, sends `rest`, then keeps the
+/// connection until the peer closes.
+fn banner_server(first: &'static [u8], rest: &'static [u8]) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let _ = s.write_all(first);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                let _ = s.write_all(rest);
+                let mut sink = [0u8; 64];
+                while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+/// `tcp-response inspect-delay` and `tcp-response content` rules on the server's payload
+/// (`res.len`, `res.payload`): the rules wait for the bytes they need, a banner they
+/// accept reaches the client whole, one they reject closes the session with nothing
+/// relayed.
+#[test]
+fn tcp_response_rules_read_the_servers_payload() {
+    let good = banner_server(b"SS", b"H-2.0-test\r\n");
+    let bad = banner_server(b"BA", b"D-banner\r\n");
+    let rules = "    tcp-response inspect-delay 5s\n    tcp-response content reject if { res.payload(0,4) -m str BAD- }\n    tcp-response content accept if { res.len gt 3 }\n";
+    let p = Sluice::start(&format!(
+        "{TCP_DEFAULTS}listen good\n    {{fe}}\n{rules}    server s {good}\nlisten bad\n    {{fe}}\n{rules}    server s {bad}\n"
+    ));
+    let mut c = TcpStream::connect(p.addrs[0]).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while !got.ends_with(b"\r\n") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"SSH-2.0-test\r\n");
+    let mut c = TcpStream::connect(p.addrs[1]).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(got.is_empty(), "{got:?}");
+}

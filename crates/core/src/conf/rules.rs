@@ -330,11 +330,24 @@ pub struct RuleSets {
     pub tcp_response: Vec<Rule>,
     /// `tcp-request inspect-delay`: how long TCP content rules wait for data.
     pub inspect_delay: Option<std::time::Duration>,
+    /// `tcp-response inspect-delay`: how long `tcp-response content` rules may wait for
+    /// the server's payload (TCP mode).
+    pub response_inspect_delay: Option<std::time::Duration>,
     /// `redirect ...`: after the `http-request` rules of the same proxy.
     pub redirects: Vec<Rule>,
 }
 
 impl RuleSets {
+    /// The sets that hold a transaction's `tcp-response` rules: its backend's, or, for a
+    /// `listen` section (whose rules all run on its frontend side), its frontend's.
+    pub fn tcp_response_of<'a>(backend: &'a RuleSets, frontend: &'a RuleSets) -> &'a RuleSets {
+        if backend.tcp_response.is_empty() {
+            frontend
+        } else {
+            backend
+        }
+    }
+
     /// Every rule of every list.
     pub fn all(&self) -> impl Iterator<Item = &Rule> {
         self.http_request

@@ -40,6 +40,14 @@ pub enum TcpInfoField {
     Reordering,
 }
 
+/// Whose TCP-mode payload a fetch reads: the client's (`req.*`, `tcp-request content`
+/// rules) or the server's (`res.*`, `tcp-response content` rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadSide {
+    Req,
+    Res,
+}
+
 /// Where a sample comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fetch {
@@ -84,14 +92,16 @@ pub enum Fetch {
     ResCook(String),
     ResCookCnt(String),
     ReqBody,
-    /// `req.len`: the request body's length; in TCP mode, the bytes inspected so far.
-    ReqLen,
-    /// `req.payload(OFFSET,LENGTH)`: bytes of a TCP-mode client's payload.
-    ReqPayload(usize, usize),
-    /// `req.payload_lv(OFFSET1,LENGTH[,OFFSET2])`: a block whose size is the big-endian
-    /// number of LENGTH bytes at OFFSET1, starting at OFFSET2 (absolute, or relative to
-    /// the end of the size with a sign) or right after the size.
-    ReqPayloadLv {
+    /// `req.len`: the request body's length; in TCP mode, the bytes inspected so far;
+    /// `res.len`: the bytes of the server's payload inspected so far (TCP mode).
+    PayloadLen(PayloadSide),
+    /// `req.payload(OFFSET,LENGTH)`, `res.payload(...)`: bytes of a TCP-mode payload.
+    Payload(PayloadSide, usize, usize),
+    /// `req.payload_lv(OFFSET1,LENGTH[,OFFSET2])`, `res.payload_lv(...)`: a block whose size
+    /// is the big-endian number of LENGTH bytes at OFFSET1, starting at OFFSET2 (absolute,
+    /// or relative to the end of the size with a sign) or right after the size.
+    PayloadLv {
+        side: PayloadSide,
         size_at: usize,
         size_len: usize,
         start: Option<(bool, i64)>,
@@ -815,7 +825,7 @@ impl Fetch {
                 | ReqFhdr(..)
                 | ReqCook(_)
                 | ReqCookCnt(_)
-                | ReqLen
+                | PayloadLen(PayloadSide::Req)
                 | ReqVer
                 | HttpAuth(_)
                 | HttpAuthGroup(_)

@@ -13,8 +13,8 @@ use base64::Engine as _;
 use super::patterns::{Compile, Compiled, Entry, Family, FormKind, PatternBook, PatternUse};
 use super::sample::{
     Conv, Counter, DigestAlg, Expr, Fetch, Fmt, FmtPart, HelloPart, IntArg, JwtKey, KeyArg,
-    MapFile, MapKey, MapOut, Match, MqttField, NameRef, Regex, StrArg, TableOp, TableSource,
-    TcpInfoField, VarConds, VarName, VarScope,
+    MapFile, MapKey, MapOut, Match, MqttField, NameRef, PayloadSide, Regex, StrArg, TableOp,
+    TableSource, TcpInfoField, VarConds, VarName, VarScope,
 };
 
 /// Why an expression could not be read.
@@ -290,8 +290,9 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
             Fetch::ResCookCnt(opt_str(c, 0).unwrap_or_default())
         }
         "req.body" => none(Fetch::ReqBody)?,
-        "req.len" | "req_len" => none(Fetch::ReqLen)?,
-        "req.payload" | "payload" => {
+        "req.len" | "req_len" => none(Fetch::PayloadLen(PayloadSide::Req))?,
+        "res.len" => none(Fetch::PayloadLen(PayloadSide::Res))?,
+        name @ ("req.payload" | "payload" | "res.payload") => {
             arity(c, 2, 2)?;
             let at = |i: usize| {
                 c.args[i]
@@ -299,9 +300,9 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
                     .parse::<usize>()
                     .or_else(|_| err(format!("'{}' expects an offset and a length", c.name)))
             };
-            Fetch::ReqPayload(at(0)?, at(1)?)
+            Fetch::Payload(payload_side(name), at(0)?, at(1)?)
         }
-        "req.payload_lv" | "payload_lv" => {
+        name @ ("req.payload_lv" | "payload_lv" | "res.payload_lv") => {
             arity(c, 2, 3)?;
             let bad = || ParseError(format!("'{}' expects OFFSET1,LENGTH[,OFFSET2]", c.name));
             let size_at = c.args[0].trim().parse::<usize>().map_err(|_| bad())?;
@@ -320,7 +321,8 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
                     Some((relative, o.parse::<i64>().map_err(|_| bad())?))
                 }
             };
-            Fetch::ReqPayloadLv {
+            Fetch::PayloadLv {
+                side: payload_side(name),
                 size_at,
                 size_len,
                 start,
@@ -1595,6 +1597,15 @@ pub fn parse_net(s: &str) -> Option<(IpAddr, u8)> {
         },
     };
     Some((ip, bits))
+}
+
+/// The side a payload fetch's name reads (`res.*`: the server's).
+fn payload_side(name: &str) -> PayloadSide {
+    if name.starts_with("res.") {
+        PayloadSide::Res
+    } else {
+        PayloadSide::Req
+    }
 }
 
 #[cfg(test)]

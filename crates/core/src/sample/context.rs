@@ -72,6 +72,7 @@ impl<'a> Ctx<'a> {
             vars,
             unique_id: None,
             payload: None,
+            res_payload: None,
             arrival: None,
             first_request: false,
             set_timeouts: (None, None),
@@ -106,10 +107,22 @@ impl<'a> Ctx<'a> {
             vars,
             unique_id: None,
             payload: None,
+            res_payload: None,
             arrival: Some(arrival),
             first_request: false,
             set_timeouts: (None, None),
             cache: None,
+        }
+    }
+
+    /// The TCP-mode payload a fetch of `side` reads.
+    pub fn payload_of(
+        &self,
+        side: crate::conf::sample::PayloadSide,
+    ) -> Option<&'a super::payload::Payload<'a>> {
+        match side {
+            crate::conf::sample::PayloadSide::Req => self.payload,
+            crate::conf::sample::PayloadSide::Res => self.res_payload,
         }
     }
 
@@ -277,6 +290,9 @@ pub struct Ctx<'a> {
     pub unique_id: Option<std::rc::Rc<str>>,
     /// What a TCP-mode client sent before its content rules decided.
     pub payload: Option<&'a super::payload::Payload<'a>>,
+    /// What a TCP-mode server sent before its response rules decided (`res.len`,
+    /// `res.payload`).
+    pub res_payload: Option<&'a super::payload::Payload<'a>>,
     /// Where the client connection arrived (none outside a connection: `global` rules).
     pub arrival: Option<Arrival>,
     /// The request is the first of its client connection (`http_first_req`): always so

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use sluice_http::{name_is, trim_ows, Version};
 
 use super::context::{Ctx, Kind};
-use crate::conf::sample::{Fetch, HelloPart, NameRef, Occ, Sample, TcpInfoField};
+use crate::conf::sample::{Fetch, HelloPart, NameRef, Occ, PayloadSide, Sample, TcpInfoField};
 use crate::runtime::BackendState;
 
 pub(super) fn kind(f: &Fetch) -> Kind {
@@ -36,12 +36,12 @@ pub(super) fn kind(f: &Fetch) -> Kind {
             ..
         } => Kind::Bool,
         Table { .. } => Kind::Int,
-        ReqBody | ResBody | ReqPayload(..) | ReqPayloadLv { .. } => Kind::Bin,
+        ReqBody | ResBody | Payload(..) | PayloadLv { .. } => Kind::Bin,
         ReqSslEcExt => Kind::Bool,
         SrcPort | DstPort | FeId | BeId | SrvId | FeConn(_) | BeConn(_) | NbSrv(_)
         | Connslots(_) | Queue(_) | AvgQueue(_) | ReqHdrCnt(..) | ReqCookCnt(_) | ResCookCnt(_)
-        | ReqLen | ResHdrCnt(..) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify | SslErr
-        | FcErr | ReqSslHelloType | ReqSslVer | ReqSslStExt => Kind::Int,
+        | PayloadLen(_) | ResHdrCnt(..) | Status | Date(..) | Rand(_) | Int(_) | SslCVerify
+        | SslErr | FcErr | ReqSslHelloType | ReqSslVer | ReqSslStExt => Kind::Int,
         _ => Kind::Str,
     }
 }
@@ -194,20 +194,23 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::ResCookCnt(name) => Some(Sample::Int(cookies(cx, name, true).len() as i64)),
         Fetch::ReqBody => cx.body.map(|b| Sample::Bin(Cow::Borrowed(b))),
         Fetch::ResBody => cx.res_body.map(|b| Sample::Bin(Cow::Borrowed(b))),
-        Fetch::ReqLen => Some(Sample::Int(match cx.payload {
+        Fetch::PayloadLen(side) => Some(Sample::Int(match cx.payload_of(*side) {
             Some(p) => {
                 p.wants_more();
                 p.bytes.len()
             }
-            None => cx.body.map_or(0, |b| b.len()),
+            // (An HTTP request's: its buffered body.)
+            None if *side == PayloadSide::Req => cx.body.map_or(0, |b| b.len()),
+            None => 0,
         } as i64)),
-        Fetch::ReqPayload(at, len) => cx.payload?.slice(*at, *len).map(Sample::str),
-        Fetch::ReqPayloadLv {
+        Fetch::Payload(side, at, len) => cx.payload_of(*side)?.slice(*at, *len).map(Sample::str),
+        Fetch::PayloadLv {
+            side,
             size_at,
             size_len,
             start,
         } => cx
-            .payload?
+            .payload_of(*side)?
             .length_value(*size_at, *size_len, *start)
             .map(|b| Sample::Bin(std::borrow::Cow::Borrowed(b))),
         Fetch::ReqSslHelloType => cx.payload?.hello_type().map(|t| Sample::Int(t.into())),

@@ -98,7 +98,7 @@ impl Txn {
             cx.on_response = true;
             cx.server_conn = Some(&conn.conn);
             if !tcp_verdict(
-                &b.tcp_response,
+                &crate::conf::rules::RuleSets::tcp_response_of(b, f).tcp_response,
                 &cx,
                 Level::Txn {
                     count_request: false,

@@ -14,7 +14,7 @@ use super::tunnel::Moved;
 use crate::balance::{self, PickKey};
 use crate::buffer::Buf;
 use crate::conf::rules::RuleSets;
-use crate::rules::{tcp_inspect, tcp_verdict, Inspected, Level};
+use crate::rules::{tcp_inspect, Inspected, Level};
 use crate::runtime::Worker;
 use crate::sample::payload::Payload;
 use crate::sample::{Ctx, StreamVars};
@@ -172,8 +172,20 @@ async fn relay_to(
         server: Some(at.server),
         ..Ctx::of_connection(&w.process, fe, arrival, peer, &client, vars)
     };
-    if !tcp_verdict(&be.rules.tcp_response, &cx, Level::Session) {
+    let rules = crate::conf::rules::RuleSets::tcp_response_of(&be.rules, &frontend.rules);
+    let delay = rules.response_inspect_delay;
+    if !inspect_response(
+        &cx,
+        &mut conn.conn,
+        &mut sbuf,
+        &rules.tcp_response,
+        delay,
+        w,
+    )
+    .await
+    {
         // `tcp-response content reject`: both sides are closed.
+        sbuf.clear(&w.bufs);
         conn.conn.abort();
         client.abort();
         return;
@@ -378,6 +390,50 @@ impl Inspecting<'_> {
             ..self.ctx(client)
         };
         crate::rules::switch(&rules.switching, &cx, &config.backends).or(rules.default_backend)
+    }
+}
+
+/// Whether `tcp-response content` rules let the session go on, on what the server sent:
+/// bytes are read into `buf` while a rule's condition needs more of them (`res.len`,
+/// `res.payload`), until `delay` (`tcp-response inspect-delay`) ends, the buffer is full or
+/// the server has finished, as the request side's rules wait; without a delay they decide
+/// at once. What was read is relayed to the client first.
+async fn inspect_response(
+    cx: &Ctx<'_>,
+    server: &mut Conn,
+    buf: &mut Buf,
+    rules: &[crate::conf::rules::Rule],
+    delay: Option<std::time::Duration>,
+    w: &Worker,
+) -> bool {
+    if rules.is_empty() {
+        return true;
+    }
+    let until = delay
+        .filter(|d| !d.is_zero())
+        .map(|d| tokio::time::Instant::now() + d);
+    let mut done = false;
+    loop {
+        let last = done || buf.is_full() || until.is_none_or(|u| tokio::time::Instant::now() >= u);
+        let payload = Payload::new(buf.bytes(), last);
+        let cx = Ctx {
+            res_payload: Some(&payload),
+            ..cx.clone()
+        };
+        match tcp_inspect(rules, &cx, Level::Session) {
+            Inspected::Accept => return true,
+            Inspected::Reject => return false,
+            Inspected::Wait if last => return true,
+            Inspected::Wait => {}
+        }
+        let Some(until) = until else {
+            return true;
+        };
+        match tokio::time::timeout_at(until, buf.fill(server, &w.bufs)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => done = true,
+            Err(_) => {}
+        }
     }
 }
 

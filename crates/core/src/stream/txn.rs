@@ -1084,6 +1084,7 @@ pub(super) fn has_response_rules(fe: &Frontend, be: &Backend) -> bool {
     let (f, b) = (&fe.rules, &be.rules);
     [
         &b.tcp_response,
+        &f.tcp_response,
         &b.http_response,
         &f.http_response,
         &b.http_after_response,
