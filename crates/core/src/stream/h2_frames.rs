@@ -47,15 +47,15 @@ const END_HEADERS: u8 = 0x4;
 
 /// Frames that ask for no work a connection may send within [`NO_WORK_WINDOW`].
 pub const NO_WORK_LIMIT: u32 = 1000;
+pub const NO_WORK_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// WINDOW_UPDATE frames each DATA frame sent to the client earns: a client opens windows
-/// as it reads what it was sent (on the stream and on the connection, twice as often as
-/// the usual clients when it reads in small pieces), so updates past
-/// that, on a connection that was sent nothing or on streams long closed, do no work (the
-/// crate still walks its streams for each). At most [`UPDATE_CREDIT_MAX`] are banked.
+/// as it reads what it was sent, on the stream and on the connection (twice that here, for
+/// clients that read in small pieces). Updates past it, on a connection that was sent
+/// nothing or on streams long closed, do no work (the crate still walks its streams for
+/// each). At most [`UPDATE_CREDIT_MAX`] are banked.
 pub const UPDATES_PER_DATA: u32 = 4;
 const UPDATE_CREDIT_MAX: u32 = 100_000;
-pub const NO_WORK_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A frame's header, as the scan found it.
 #[derive(Debug, Clone, Copy)]

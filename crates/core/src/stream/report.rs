@@ -326,11 +326,10 @@ pub(crate) fn capture_cookie<'h>(
 }
 
 impl ReqLog {
-    /// Keeps the request line for the log (the head leaves the buffer soon).
+    /// Keeps the request line for the log (the head leaves the buffer soon), cut to `max`
+    /// bytes as HAProxy cuts it (`tune.http.logurilen`): a line cut within its target has
+    /// no version (`%HV` then says `HTTP/0.9`, as HAProxy's reading of the cut line does).
     /// `h2`: the request came on a stream of an HTTP/2 connection.
-    /// Keeps the request line for the log, cut to `max` bytes as HAProxy cuts it
-    /// (`tune.http.logurilen`): a line cut within its target has no version (`%HV` then
-    /// says `HTTP/0.9`, as HAProxy's reading of the cut line does).
     pub fn capture_line(&mut self, req: &RequestView<'_>, h2: bool, max: usize) {
         // HAProxy holds an HTTP/2 request's target in absolute form (its scheme, its
         // normalized authority, then the path).

@@ -335,33 +335,15 @@ impl Inspecting<'_> {
         if rules.is_empty() {
             return true;
         }
-        let until = delay
-            .filter(|d| !d.is_zero())
-            .map(|d| tokio::time::Instant::now() + d);
-        let mut done = false;
-        loop {
-            let last =
-                done || buf.is_full() || until.is_none_or(|u| tokio::time::Instant::now() >= u);
-            let payload = Payload::new(buf.bytes(), last);
+        let decide = |client: &Conn, payload: &Payload<'_>| {
             let cx = Ctx {
                 backend: self.backend,
-                payload: Some(&payload),
+                payload: Some(payload),
                 ..self.ctx(client)
             };
-            match tcp_inspect(rules, &cx, Level::Session) {
-                Inspected::Accept => return true,
-                Inspected::Reject => return false,
-                Inspected::Wait => {}
-            }
-            let Some(until) = until else {
-                return true;
-            };
-            match tokio::time::timeout_at(until, buf.fill(client, &self.w.bufs)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                Ok(_) => done = true,
-                Err(_) => {}
-            }
-        }
+            tcp_inspect(rules, &cx, Level::Session)
+        };
+        inspect_payload((client, buf, &self.w.bufs), delay, decide).await
     }
 
     /// What the rules see of the connection before its content.
@@ -393,11 +375,10 @@ impl Inspecting<'_> {
     }
 }
 
-/// Whether `tcp-response content` rules let the session go on, on what the server sent:
-/// bytes are read into `buf` while a rule's condition needs more of them (`res.len`,
-/// `res.payload`), until `delay` (`tcp-response inspect-delay`) ends, the buffer is full or
-/// the server has finished, as the request side's rules wait; without a delay they decide
-/// at once. What was read is relayed to the client first.
+/// Whether `tcp-response content` rules let the session go on, on what the server sent
+/// (`res.len`, `res.payload`), read as the request side's rules read the client's
+/// ([`inspect_payload`], within `tcp-response inspect-delay`). What was read is relayed to
+/// the client first.
 async fn inspect_response(
     cx: &Ctx<'_>,
     server: &mut Conn,
@@ -409,27 +390,39 @@ async fn inspect_response(
     if rules.is_empty() {
         return true;
     }
+    let decide = |_: &Conn, payload: &Payload<'_>| {
+        let cx = Ctx {
+            res_payload: Some(payload),
+            ..cx.clone()
+        };
+        tcp_inspect(rules, &cx, Level::Session)
+    };
+    inspect_payload((server, buf, &w.bufs), delay, decide).await
+}
+
+/// Reads `conn` into `buf` while `decide` (content rules on the payload so far) waits for
+/// more bytes, until `delay` ends, the buffer is full or the peer has finished; without a
+/// delay the rules decide at once on what is there. Whether they let the session go on.
+async fn inspect_payload(
+    (conn, buf, bufs): (&mut Conn, &mut Buf, &crate::buffer::BufPool),
+    delay: Option<std::time::Duration>,
+    decide: impl Fn(&Conn, &Payload<'_>) -> Inspected,
+) -> bool {
     let until = delay
         .filter(|d| !d.is_zero())
         .map(|d| tokio::time::Instant::now() + d);
     let mut done = false;
     loop {
         let last = done || buf.is_full() || until.is_none_or(|u| tokio::time::Instant::now() >= u);
-        let payload = Payload::new(buf.bytes(), last);
-        let cx = Ctx {
-            res_payload: Some(&payload),
-            ..cx.clone()
-        };
-        match tcp_inspect(rules, &cx, Level::Session) {
+        match decide(conn, &Payload::new(buf.bytes(), last)) {
             Inspected::Accept => return true,
             Inspected::Reject => return false,
-            Inspected::Wait if last => return true,
             Inspected::Wait => {}
         }
         let Some(until) = until else {
             return true;
         };
-        match tokio::time::timeout_at(until, buf.fill(server, &w.bufs)).await {
+        match tokio::time::timeout_at(until, buf.fill(conn, bufs)).await {
             Ok(Ok(n)) if n > 0 => {}
             Ok(_) => done = true,
             Err(_) => {}
