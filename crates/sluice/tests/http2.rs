@@ -1140,27 +1140,23 @@ fn others_are_served(p: &Sluice, addr: SocketAddr) {
     let _ = p;
 }
 
-/// PRIORITY frames ask for no work (the `h2` crate ignores them): a client that sends more
-/// than a thousand within ten seconds loses its connection, and nobody else notices. A
-/// handful, as browsers have sent, changes nothing.
-#[test]
-fn a_flood_of_frames_that_ask_for_no_work_costs_its_connection() {
-    const PRIORITY: u8 = 2;
-    let origin = Origin::start("o");
-    let p = Sluice::start(&format!(
+/// A proxy for the flood tests: `proto h2` on its first address, HTTP/1 on its second.
+fn flood_proxy(origin: &Origin) -> Sluice {
+    Sluice::start(&format!(
         "defaults\n mode http\n timeout client 60s\n timeout server 10s\n timeout connect 5s\n\
          frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
         origin.addr
-    ));
-    let priority = |out: &mut Vec<u8>, stream: u32| {
-        // Depends on stream 0, weight 16.
-        frame(out, PRIORITY, 0, stream, &[0, 0, 0, 0, 15]);
-    };
-    // A few, then a request: served.
+    ))
+}
+
+/// Frames that ask for no work, made by `one(out, i)` for the i-th: a few, then a
+/// request, are served; a flood of 1,500 ends its connection (well before `timeout
+/// client`) and other clients are served.
+fn a_flood_costs_its_connection(p: &Sluice, one: impl Fn(&mut Vec<u8>, u32)) {
     let mut s = raw_h2(p.addr());
     let mut out = Vec::new();
     for i in 0..10 {
-        priority(&mut out, 3 + 2 * i);
+        one(&mut out, i);
     }
     frame(
         &mut out,
@@ -1175,11 +1171,10 @@ fn a_flood_of_frames_that_ask_for_no_work_costs_its_connection() {
         frames.iter().any(|f| f.0 == HEADERS && f.2 == 1),
         "{frames:?}"
     );
-    // A flood: the connection ends (well before `timeout client`).
     let mut s = raw_h2(p.addr());
     let mut out = Vec::new();
     for i in 0..1500 {
-        priority(&mut out, 3 + 2 * i);
+        one(&mut out, i);
     }
     let _ = s.write_all(&out);
     let mut sink = [0u8; 4096];
@@ -1192,7 +1187,21 @@ fn a_flood_of_frames_that_ask_for_no_work_costs_its_connection() {
         }
     };
     assert!(ended, "the flooding connection is still open");
-    others_are_served(&p, p.addrs[1]);
+    others_are_served(p, p.addrs[1]);
+}
+
+/// PRIORITY frames ask for no work (the `h2` crate ignores them): a client that sends more
+/// than a thousand within ten seconds loses its connection, and nobody else notices. A
+/// handful, as browsers have sent, changes nothing.
+#[test]
+fn a_flood_of_frames_that_ask_for_no_work_costs_its_connection() {
+    const PRIORITY: u8 = 2;
+    let origin = Origin::start("o");
+    let p = flood_proxy(&origin);
+    // Each on a stream of its own, depending on stream 0, weight 16.
+    a_flood_costs_its_connection(&p, |out, i| {
+        frame(out, PRIORITY, 0, 3 + 2 * i, &[0, 0, 0, 0, 15]);
+    });
 }
 
 #[test]
@@ -1769,55 +1778,17 @@ fn prior_knowledge_on_an_http1_bind_is_served_as_http2() {
 }
 
 /// WINDOW_UPDATE frames the client was sent no DATA for (on the connection, or on streams
-/// long closed) do no work: a flood of them costs its
-/// connection as other such frames do, while a client that reads a large body, opening
-/// its windows as it goes, is served to the end (`large_bodies_cross_under_flow_control_
-/// with_a_slow_reader` and the rest of this file).
+/// long closed) do no work: a flood of them costs its connection as other such frames do,
+/// while a client that reads a large body, opening its windows as it goes, is served to
+/// the end (`large_bodies_cross_under_flow_control_with_a_slow_reader` and the rest of
+/// this file).
 #[test]
 fn a_flood_of_window_updates_costs_its_connection() {
     const WINDOW_UPDATE: u8 = 8;
     let origin = Origin::start("o");
-    let p = Sluice::start(&format!(
-        "defaults\n mode http\n timeout client 60s\n timeout server 10s\n timeout connect 5s\n\
-         frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
-        origin.addr
-    ));
-    // A few, then a request: served.
-    let mut s = raw_h2(p.addr());
-    let mut out = Vec::new();
-    for _ in 0..10 {
-        frame(&mut out, WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
-    }
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &hpack(&request_fields("/few")),
-    );
-    s.write_all(&out).unwrap();
-    let frames = read_frames(&mut s, |kind, stream, _| kind == HEADERS && stream == 1);
-    assert!(
-        frames.iter().any(|f| f.0 == HEADERS && f.2 == 1),
-        "{frames:?}"
-    );
-    // A flood on the connection (on a stream never opened the crate would end it
-    // itself): the connection ends.
-    let mut s = raw_h2(p.addr());
-    let mut out = Vec::new();
-    for _ in 0..1500 {
-        frame(&mut out, WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
-    }
-    let _ = s.write_all(&out);
-    let mut sink = [0u8; 4096];
-    let ended = loop {
-        match s.read(&mut sink) {
-            Ok(0) => break true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
-            Err(_) => break false,
-        }
-    };
-    assert!(ended, "the flooding connection is still open");
-    others_are_served(&p, p.addrs[1]);
+    let p = flood_proxy(&origin);
+    // On the connection (on a stream never opened the crate would end it itself).
+    a_flood_costs_its_connection(&p, |out, _| {
+        frame(out, WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
+    });
 }

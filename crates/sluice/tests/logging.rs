@@ -199,8 +199,8 @@ fn stdout_raw_logs_and_log_format() {
     assert_eq!(lines[1], "127.0.0.1 fe be/s1 200 \"GET /b HTTP/1.1\" ----");
 }
 
-#[test]
-fn tcplog_in_tcp_mode() {
+/// A TCP server that echoes the first bytes each connection sends (up to 64), once.
+fn echo_once_server() -> std::net::SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -212,6 +212,12 @@ fn tcplog_in_tcp_mode() {
             let _ = s.write_all(&b[..n]);
         }
     });
+    addr
+}
+
+#[test]
+fn tcplog_in_tcp_mode() {
+    let addr = echo_once_server();
     let collector = Collector::new();
     let p = Sluice::start(&format!(
         "global\n    log {} format rfc5424 local1\ndefaults\n    mode tcp\n    log global\n    option tcplog\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    server echo {addr}\n",
@@ -648,17 +654,7 @@ fn the_logged_request_line_is_cut_at_tune_http_logurilen() {
 /// the next the collector gets).
 #[test]
 fn tcp_content_rules_set_the_log_level() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        for s in l.incoming().flatten() {
-            let mut s = s;
-            let mut b = [0u8; 64];
-            let n = s.read(&mut b).unwrap_or(0);
-            let _ = s.write_all(&b[..n]);
-        }
-    });
+    let addr = echo_once_server();
     let collector = Collector::new();
     let p = Sluice::start(&format!(
         "global\n    log {} local1\ndefaults\n    mode tcp\n    log global\n    option tcplog\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n    tcp-request inspect-delay 5s\n    tcp-request content set-log-level err if {{ req.payload(0,3) -m str bad }}\n    tcp-request content set-log-level silent if {{ req.payload(0,4) -m str quie }}\n    tcp-request content accept if {{ req.len gt 0 }}\n    server echo {addr}\n",

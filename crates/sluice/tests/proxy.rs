@@ -954,20 +954,15 @@ fn tune_socket_buffers_size_client_and_server_sockets() {
 /// sees; all of 127.0.0.0/8 is local on Linux).
 #[test]
 fn source_sets_the_address_server_connections_leave_from() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut s = s;
-                let mut buf = Vec::new();
-                let mut b = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&b[..n]),
-                    }
+                if try_read_head(&mut s).is_none() {
+                    return;
                 }
                 let ip = s.peer_addr().unwrap().ip().to_string();
                 let _ = s.write_all(
@@ -1006,15 +1001,11 @@ fn option_nolinger_ends_connections_with_a_reset() {
             let tx = ends_tx.clone();
             std::thread::spawn(move || {
                 let mut s = s;
-                let mut buf = Vec::new();
-                let mut b = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&b[..n]),
-                    }
+                if try_read_head(&mut s).is_none() {
+                    return;
                 }
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                let mut b = [0u8; 64];
                 let reset = loop {
                     match s.read(&mut b) {
                         Ok(0) => break false,
