@@ -121,24 +121,6 @@ impl ConnInfo {
     }
 }
 
-/// Runs `parse` with room for one more field than `max_fields` (so that one too many is
-/// seen): the default's slots on the stack, left uninitialized (the parser writes the
-/// fields it finds, and a typical head has a handful of the 101: 3 kB not cleared per
-/// message); a limit raised past it (`tune.http.maxhdr`) gets slots of its own.
-pub(crate) fn with_field_slots<'b, R>(
-    max_fields: usize,
-    parse: impl FnOnce(&mut [std::mem::MaybeUninit<httparse::Header<'b>>]) -> R,
-) -> R {
-    if max_fields <= crate::MAX_HEADERS {
-        let mut slots = [const { std::mem::MaybeUninit::uninit() }; crate::MAX_HEADERS + 1];
-        parse(&mut slots)
-    } else {
-        let mut slots = Vec::new();
-        slots.resize_with(max_fields + 1, std::mem::MaybeUninit::uninit);
-        parse(&mut slots)
-    }
-}
-
 /// Appends one field line, `name: value\r\n`.
 pub fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);

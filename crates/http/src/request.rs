@@ -112,9 +112,17 @@ pub fn parse_request_limited(
     relaxed: bool,
     max_fields: usize,
 ) -> Result<Option<RequestHead>, HeadError> {
-    crate::head::with_field_slots(max_fields, |slots| {
-        parse_request_in(buf, relaxed, max_fields, slots)
-    })
+    if max_fields <= MAX_HEADERS {
+        // Left uninitialized: the parser writes the fields it finds, and a typical head
+        // has a handful of the 101 slots (3 kB not cleared per request).
+        let mut storage = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS + 1];
+        parse_request_in(buf, relaxed, max_fields, &mut storage)
+    } else {
+        // A limit raised past the default: the slots are the request's own.
+        let mut storage = Vec::new();
+        storage.resize_with(max_fields + 1, std::mem::MaybeUninit::uninit);
+        parse_request_in(buf, relaxed, max_fields, &mut storage)
+    }
 }
 
 fn parse_request_in<'b>(
