@@ -2052,3 +2052,35 @@ fn check_variables_fill_the_checks_texts() {
     ));
     assert!(!ok && out.contains("check., sess. or proc."), "{out}");
 }
+
+/// `http-check expect hdr name-lf ... value-lf ...`: the patterns are texts with variables
+/// (`check.` variables set by `http-check set-var`, the server's name), filled in at each
+/// check: a server whose answer carries its own name passes, one named otherwise fails.
+#[test]
+fn header_expectations_fill_in_their_lf_patterns() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_: &Received| {
+            Reply::Raw(
+                b"HTTP/1.1 200 OK\r\nX-Ready: alpha-ok\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            )
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    option httpchk GET /health\n    http-check set-var(check.want) str(x-ready)\n    http-check expect hdr name-lf \"%[var(check.want)]\" value-lf -m beg \"%[srv_name]-\"\n    server alpha {} check inter 100ms rise 1 fall 1\n    server beta {} check inter 100ms rise 1 fall 1\n",
+        sock.display(),
+        origin.addr,
+        origin.addr
+    ));
+    wait_until("alpha up and beta down", || {
+        status(&sock, "be", "alpha") == "UP" && status(&sock, "be", "beta").starts_with("DOWN")
+    });
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}backend be\n    option httpchk\n    http-check expect hdr name-lf -m reg x value y\n    server s 127.0.0.1:1 check\n"
+    ));
+    assert!(
+        !ok && out.contains("cannot be a regular expression"),
+        "{out}"
+    );
+}

@@ -242,20 +242,26 @@ fn attach_comment(
     }
 }
 
-/// `hdr|fhdr name [-m METH] NAME [value [-m METH] VALUE]` of `http-check expect`.
+/// `hdr|fhdr name|name-lf [-m METH] NAME [value|value-lf [-m METH] VALUE]` of
+/// `http-check expect` (`-lf`: the pattern has variables, filled in at each check).
 fn header_expect(full: bool, a: &[String]) -> Result<Expect, KwError> {
     let kind = if full { "fhdr" } else { "hdr" };
-    if a.first().is_none_or(|w| w != "name") {
-        return Err(KwError::Invalid(format!(
-            "'{kind}' expects at the name keyword as first argument followed by a pattern"
-        )));
-    }
+    let name_lf = match a.first().map(String::as_str) {
+        Some("name") => false,
+        Some("name-lf") => true,
+        _ => {
+            return Err(KwError::Invalid(format!(
+                "'{kind}' expects at the name keyword as first argument followed by a pattern"
+            )))
+        }
+    };
     let mut i = 1;
-    let name = header_pattern(a, &mut i, kind, "name")?;
+    let name = lf_pattern(header_pattern(a, &mut i, kind, "name")?, name_lf, kind)?;
     let value = match a.get(i).map(String::as_str) {
-        Some("value") => {
+        Some(w @ ("value" | "value-lf")) => {
             i += 1;
-            Some(header_pattern(a, &mut i, kind, "value")?)
+            let p = header_pattern(a, &mut i, kind, "value")?;
+            Some(lf_pattern(p, w == "value-lf", kind)?)
         }
         Some(other) => return Err(KwError::bad(i + 2, other, "expects 'value'")),
         None => None,
@@ -264,6 +270,25 @@ fn header_expect(full: bool, a: &[String]) -> Result<Expect, KwError> {
         return Err(KwError::Extra(extra.clone()));
     }
     Ok(Expect::Header { name, value, full })
+}
+
+/// A `name-lf`/`value-lf` pattern (when `lf`): its text read for variables, matched as its
+/// method says; a regular expression cannot be one.
+fn lf_pattern(p: HeaderMatch, lf: bool, kind: &str) -> Result<HeaderMatch, KwError> {
+    if !lf {
+        return Ok(p);
+    }
+    let text = match &p {
+        HeaderMatch::Str(t) | HeaderMatch::Beg(t) | HeaderMatch::End(t) | HeaderMatch::Sub(t) => {
+            parse_text(t).map_err(KwError::Invalid)?
+        }
+        _ => {
+            return Err(KwError::Invalid(format!(
+                "'{kind}': a '-lf' pattern cannot be a regular expression ('-m reg')"
+            )))
+        }
+    };
+    Ok(HeaderMatch::Lf(Box::new(p), text))
 }
 
 /// `[-m METH] PATTERN` at `a[*i]`, moving `i` past it.

@@ -84,6 +84,7 @@ pub async fn probe(
         server: &srv.name,
         server_id: srv.id,
         values: VarValues(&lookup),
+        env: &process.config.global.env,
     };
     let at = Target::of(srv, addr, opts);
     let tls = srv.check_tls.as_ref();
@@ -115,16 +116,16 @@ pub async fn probe(
             let tls = tls_for(how, tls);
             match open(at.aimed(how, addr), connect_limit, early, tls.as_ref()).await {
                 Ok(conn) if h2.unwrap_or_else(|| chose_h2(&conn)) => {
-                    http2(conn, &req, &be.check, limit, how).await
+                    http2(conn, &req, (&be.check, &vars), limit, how).await
                 }
                 Ok(mut conn) => {
                     let o = if early.is_empty() {
                         match conn.write_all(&req).await {
-                            Ok(()) => http(&conn, &be.check, limit).await,
+                            Ok(()) => http(&conn, (&be.check, &vars), limit).await,
                             Err(e) => Outcome::invalid(&e),
                         }
                     } else {
-                        http(&conn, &be.check, limit).await
+                        http(&conn, (&be.check, &vars), limit).await
                     };
                     close(conn, how);
                     o
@@ -207,7 +208,7 @@ fn chose_h2(conn: &Conn) -> bool {
 async fn http2(
     conn: Conn,
     req: &[u8],
-    check: &BackendCheck,
+    (check, vars): (&BackendCheck, &CheckVars<'_>),
     limit: Duration,
     how: &ConnectRule,
 ) -> Outcome {
@@ -255,7 +256,7 @@ async fn http2(
             Ok(Ok(a)) => {
                 let mut text = Vec::new();
                 response_head(&a.parts, a.ended, head.is_head(req), &mut text);
-                http_after(&stream, text, check, limit).await
+                http_after(&stream, text, (check, vars), limit).await
             }
         }
     };
@@ -526,12 +527,17 @@ fn whole_response(rsp: &[u8], head_only: bool) -> bool {
 }
 
 /// `option httpchk`: the answer to the request `open` sent, judged by `http-check expect` (2xx and 3xx otherwise).
-async fn http(conn: &Conn, check: &BackendCheck, limit: Duration) -> Outcome {
-    http_after(conn, Vec::new(), check, limit).await
+async fn http(conn: &Conn, on: (&BackendCheck, &CheckVars<'_>), limit: Duration) -> Outcome {
+    http_after(conn, Vec::new(), on, limit).await
 }
 
 /// [`http`], the answer starting with `start` (an HTTP/2 answer's head, as HTTP/1.1 text).
-async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Duration) -> Outcome {
+async fn http_after(
+    conn: &Conn,
+    start: Vec<u8>,
+    (check, vars): (&BackendCheck, &CheckVars<'_>),
+    limit: Duration,
+) -> Outcome {
     let head_only = check.http.method.eq_ignore_ascii_case("HEAD");
     let answer = read_more_until(conn, start, |b| whole_response(b, head_only));
     let rsp = match tokio::time::timeout(limit, answer).await {
@@ -550,7 +556,7 @@ async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Du
     let failed = check
         .expects
         .iter()
-        .find(|e| expectation_holds(&e.expect, code, body, &rsp) == e.negated);
+        .find(|e| expectation_holds(&e.expect, (code, body, &rsp), vars) == e.negated);
     let ok = match failed {
         None => !check.expects.is_empty() || (200..400).contains(&code),
         Some(_) => false,
@@ -592,20 +598,31 @@ async fn http_after(conn: &Conn, start: Vec<u8>, check: &BackendCheck, limit: Du
 }
 
 /// Whether the answer meets one `http-check expect` (before its `!`).
-fn expectation_holds(expect: &Expect, code: u16, body: &[u8], rsp: &[u8]) -> bool {
+fn expectation_holds(
+    expect: &Expect,
+    (code, body, rsp): (u16, &[u8], &[u8]),
+    vars: &CheckVars<'_>,
+) -> bool {
     match expect {
         Expect::Status(ranges) => ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&code)),
         Expect::RStatus(re) => re.0.is_match(code.to_string().as_bytes()),
         Expect::String(s) => contains(body, s.as_bytes()),
         Expect::RString(re) => re.0.is_match(body),
-        Expect::Header { name, value, full } => has_header(rsp, name, value.as_ref(), *full),
+        Expect::Header { name, value, full } => {
+            has_header(rsp, (name, value.as_ref()), *full, vars)
+        }
     }
 }
 
 /// Whether a response head has a header whose name matches `name` and, with `value`, one
 /// of its values matching (each comma-separated value, or with `full` the whole value), as
 /// HAProxy's `http-check expect hdr|fhdr` looks.
-fn has_header(rsp: &[u8], name: &HeaderMatch, value: Option<&HeaderMatch>, full: bool) -> bool {
+fn has_header(
+    rsp: &[u8],
+    (name, value): (&HeaderMatch, Option<&HeaderMatch>),
+    full: bool,
+    vars: &CheckVars<'_>,
+) -> bool {
     let head_end = memchr::memmem::find(rsp, b"\r\n\r\n").unwrap_or(rsp.len());
     let icase = !matches!(name, HeaderMatch::Reg(_));
     rsp[..head_end]
@@ -616,13 +633,13 @@ fn has_header(rsp: &[u8], name: &HeaderMatch, value: Option<&HeaderMatch>, full:
             let colon = line.iter().position(|&b| b == b':')?;
             Some((&line[..colon], line[colon + 1..].trim_ascii()))
         })
-        .filter(|(n, _)| name.matches(n, icase))
+        .filter(|(n, _)| name.matches_at(n, icase, vars))
         .any(|(_, v)| match value {
             None => true,
-            Some(m) if full => m.matches(v, false),
+            Some(m) if full => m.matches_at(v, false, vars),
             Some(m) => v
                 .split(|&b| b == b',')
-                .any(|part| m.matches(part.trim_ascii(), false)),
+                .any(|part| m.matches_at(part.trim_ascii(), false, vars)),
         })
 }
 

@@ -153,10 +153,31 @@ pub enum HeaderMatch {
     End(String),
     Sub(String),
     Reg(Re),
+    /// `name-lf` / `value-lf`: a text with variables, filled in at each check, then
+    /// matched as `-m str|beg|end|sub` says (`Str`, `Beg`, `End` or `Sub` of its text).
+    Lf(Box<HeaderMatch>, CheckText),
 }
 
 impl HeaderMatch {
-    /// Whether `v` matches, ignoring ASCII case when `icase`.
+    /// Whether `v` matches, ignoring ASCII case when `icase`; a `-lf` pattern is filled in
+    /// with `vars` first.
+    pub fn matches_at(&self, v: &[u8], icase: bool, vars: &CheckVars<'_>) -> bool {
+        let HeaderMatch::Lf(how, text) = self else {
+            return self.matches(v, icase);
+        };
+        let mut p = String::new();
+        text.render(vars, &mut p);
+        let filled = match **how {
+            HeaderMatch::Beg(_) => HeaderMatch::Beg(p),
+            HeaderMatch::End(_) => HeaderMatch::End(p),
+            HeaderMatch::Sub(_) => HeaderMatch::Sub(p),
+            _ => HeaderMatch::Str(p),
+        };
+        filled.matches(v, icase)
+    }
+
+    /// Whether `v` matches, ignoring ASCII case when `icase` (a `-lf` pattern: never, see
+    /// [`HeaderMatch::matches_at`]).
     pub fn matches(&self, v: &[u8], icase: bool) -> bool {
         let eq = |a: &[u8], b: &[u8]| {
             if icase {
@@ -171,6 +192,7 @@ impl HeaderMatch {
             HeaderMatch::End(p) => v.len() >= p.len() && eq(&v[v.len() - p.len()..], p.as_bytes()),
             HeaderMatch::Sub(p) => p.is_empty() || v.windows(p.len()).any(|w| eq(w, p.as_bytes())),
             HeaderMatch::Reg(re) => re.0.is_match(v),
+            HeaderMatch::Lf(..) => false,
         }
     }
 }
@@ -248,6 +270,8 @@ pub struct CheckVars<'a> {
     pub server: &'a str,
     pub server_id: u32,
     pub values: VarValues<'a>,
+    /// The environment as the configuration left it (`setenv`), for `%[env(NAME)]`.
+    pub env: &'a sluice_config::Env,
 }
 
 impl CheckText {
@@ -276,7 +300,7 @@ impl CheckText {
                 TextPart::ServerId => write!(out, "{}", vars.server_id),
                 TextPart::Hostname => write!(out, "{}", super::host::hostname()),
                 TextPart::Pid => write!(out, "{}", std::process::id()),
-                TextPart::Env(name) => write!(out, "{}", std::env::var(name).unwrap_or_default()),
+                TextPart::Env(name) => write!(out, "{}", vars.env.get(name).unwrap_or_default()),
                 TextPart::Date => write!(
                     out,
                     "{}",
