@@ -35,7 +35,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "nogetaddrinfo" => Scope::GLOBAL,
     "nokqueue" => Scope::GLOBAL,
     "nopoll" => Scope::GLOBAL,
-    "noreuseport" => Scope::GLOBAL,
     "nosplice" => Scope::GLOBAL,
     "numa-cpu-mapping" => Scope::GLOBAL,
     "pp2-never-send-local" => Scope::GLOBAL,

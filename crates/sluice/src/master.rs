@@ -102,7 +102,8 @@ fn bind_all(config: &sluice_core::Config, sockets: &mut Sockets) -> Result<(), S
                 Some(s) => s,
                 None => {
                     let backlog = fe.listen.maxconn.or(config.global.maxconn).unwrap_or(4096);
-                    sluice_core::worker::listener::open_bind(bind, backlog)
+                    let reuse_port = !config.global.noreuseport;
+                    sluice_core::worker::listener::open_bind(bind, backlog, reuse_port)
                         .map_err(|e| e.to_string())?
                 }
             };

@@ -365,3 +365,27 @@ fn cpu_map_binds_each_worker_thread() {
         "{out}"
     );
 }
+
+/// `noreuseport`: a listening socket without SO_REUSEPORT, alone on its address whatever
+/// its `shards` (another socket asking for SO_REUSEPORT cannot bind beside it, as it can by
+/// default).
+#[test]
+fn noreuseport_leaves_an_address_one_socket() {
+    for noreuse in [false, true] {
+        let port = free_port();
+        let option = if noreuse { "    noreuseport\n" } else { "" };
+        let _p = Sluice::start(&format!(
+            "global\n    nbthread 2\n{option}{DEFAULTS}frontend a\n    bind 127.0.0.1:{port} shards by-thread\n    http-request return status 200\nfrontend ready\n    {{fe}}\n    http-request return status 200\n"
+        ));
+        assert_eq!(listening_sockets(port), if noreuse { 1 } else { 2 });
+        let beside =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        beside.set_reuse_port(true).unwrap();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert_eq!(
+            beside.bind(&addr.into()).is_ok(),
+            !noreuse,
+            "noreuseport {noreuse}"
+        );
+    }
+}

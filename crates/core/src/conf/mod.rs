@@ -118,6 +118,8 @@ pub struct GlobalConf {
     pub env: sluice_config::Env,
     /// `tune.http.maxhdr`: the lines a head may have, its first line included (101).
     pub maxhdr: Option<usize>,
+    /// `noreuseport`: listening sockets without SO_REUSEPORT.
+    pub noreuseport: bool,
     /// `quiet` (or `-q`): no message at start but warnings and errors.
     pub quiet: bool,
     /// `zero-warning` (or `-dW`): a configuration with warnings does not start.
@@ -179,6 +181,7 @@ impl Default for GlobalConf {
             description: None,
             env: Default::default(),
             maxhdr: None,
+            noreuseport: false,
             quiet: false,
             zero_warning: false,
             dumpable: false,

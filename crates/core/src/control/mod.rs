@@ -259,7 +259,12 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
             let addr = bind.spec.to_string();
             // Each shard is its own socket in the address's SO_REUSEPORT group; consecutive
             // entries go to consecutive workers (see `acceptor` below).
-            for _ in 0..bind.shard_count(config.global.default_shards, nbthread) {
+            // Without SO_REUSEPORT an address has one socket.
+            let shards = match config.global.noreuseport {
+                true => 1,
+                false => bind.shard_count(config.global.default_shards, nbthread),
+            };
+            for _ in 0..shards {
                 // The same frontend's socket for the same address, from the process replaced.
                 let (socket, owned) = match handed
                     .iter()
@@ -267,7 +272,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
                 {
                     Some(i) => (socket2::Socket::from(handed.swap_remove(i).fd), false),
                     None => (
-                        listener::open_bind(bind, backlog)?,
+                        listener::open_bind(bind, backlog, !config.global.noreuseport)?,
                         matches!(bind.spec, listener::BindSpec::Addr(_)),
                     ),
                 };

@@ -35,6 +35,12 @@ use crate::transport::Detached;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "noreuseport",
+        scope: Scope::GLOBAL,
+        help: "noreuseport: listening sockets without SO_REUSEPORT (one socket per address; a reload then needs -x to take them over)",
+        parse: |g, a| sluice_config::no_args(a).map(|_| g.noreuseport = true),
+    },
+    Keyword {
         name: "maxconn",
         scope: Scope::GLOBAL,
         help: "maxconn N: maximum concurrent client connections for the whole process",
@@ -421,9 +427,13 @@ pub enum ListenError {
 }
 
 /// Opens (or adopts) the listening socket of a `bind` line.
-pub fn open_bind(bind: &Bind, backlog: usize) -> Result<socket2::Socket, ListenError> {
+pub fn open_bind(
+    bind: &Bind,
+    backlog: usize,
+    reuse_port: bool,
+) -> Result<socket2::Socket, ListenError> {
     let (file, line) = (bind.at.file.clone(), bind.at.line);
-    open(bind, backlog).map_err(|e| match e {
+    open(bind, backlog, reuse_port).map_err(|e| match e {
         OpenError::Bind(addr, source) => ListenError::Bind {
             file,
             line,
@@ -463,7 +473,7 @@ impl std::fmt::Display for OpenError {
 }
 
 /// Opens (or adopts) the listening socket of `bind`.
-fn open(bind: &Bind, backlog: usize) -> Result<socket2::Socket, OpenError> {
+fn open(bind: &Bind, backlog: usize, reuse_port: bool) -> Result<socket2::Socket, OpenError> {
     let backlog = backlog.min(65535) as i32;
     match bind.spec {
         BindSpec::Addr(addr) => {
@@ -474,8 +484,9 @@ fn open(bind: &Bind, backlog: usize) -> Result<socket2::Socket, OpenError> {
                     None,
                 )?;
                 sock.set_reuse_address(true)?;
-                // As HAProxy does: a new process (`-sf`, `-st`) binds beside the old one.
-                sock.set_reuse_port(true)?;
+                // As HAProxy does: a new process (`-sf`, `-st`) binds beside the old one
+                // (unless `noreuseport`).
+                sock.set_reuse_port(reuse_port)?;
                 // `v6only`/`v4v6`, else the system's default, as HAProxy.
                 if let (true, Some(only)) = (addr.is_ipv6(), bind.v6only) {
                     sock.set_only_v6(only)?;
@@ -952,12 +963,12 @@ mod tests {
         let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let sfd = std::os::fd::AsRawFd::as_raw_fd(&s);
         let bind = |fd: i32| bind_of(&format!("fd@{fd}"));
-        assert!(open(&bind(sfd), 10)
+        assert!(open(&bind(sfd), 10, true)
             .unwrap_err()
             .to_string()
             .contains("not a listening socket"));
-        assert!(open(&bind(9999), 10).is_err());
-        let adopted = open(&bind(fd), 10).unwrap();
+        assert!(open(&bind(9999), 10, true).is_err());
+        let adopted = open(&bind(fd), 10, true).unwrap();
         std::mem::forget(l); // ownership moved to `adopted`
         let local = adopted.local_addr().unwrap().as_socket().unwrap();
         assert_eq!(local.ip().to_string(), "127.0.0.1");
@@ -968,7 +979,7 @@ mod tests {
         let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = a.local_addr().unwrap();
         assert_eq!(listening_sockets(addr).unwrap(), 1);
-        let b = open(&bind_of(&addr.to_string()), 10);
+        let b = open(&bind_of(&addr.to_string()), 10, true);
         assert!(b.is_err(), "the first socket has no SO_REUSEPORT");
         let v6 = std::net::TcpListener::bind("[::1]:0");
         if let Ok(v6) = v6 {
