@@ -14,7 +14,6 @@ macro_rules! pending {
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "stats" => Scope::GLOBAL,
-    "master-worker" => Scope::GLOBAL,
     "busy-polling" => Scope::GLOBAL,
     "cluster-secret" => Scope::GLOBAL,
     "default-path" => Scope::GLOBAL,

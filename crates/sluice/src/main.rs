@@ -381,6 +381,17 @@ fn main() -> ExitCode {
         sluice_core::say!("sluice: [ALERT] {}", sluice_core::conf::NO_LISTENER);
         return ExitCode::from(1);
     }
+    // `master-worker` in `global` asks for what `-W` does: this process becomes the master
+    // (its worker, started by it, is told so by the master's environment).
+    if config.global.master_worker && std::env::var_os(master::READY_ENV).is_none() {
+        use std::os::unix::process::CommandExt as _;
+        let err = std::process::Command::new(std::env::current_exe().unwrap_or_default())
+            .arg("-W")
+            .args(&args)
+            .exec();
+        sluice_core::say!("sluice: fatal: master-worker: cannot become the master: {err}");
+        return ExitCode::from(1);
+    }
     inherit_from_master(&mut opts);
     let mut config = config;
     if let Ok(path) = std::env::var(master::CLI_ENV) {

@@ -818,3 +818,22 @@ fn a_master_stopped_by_sigint_exits_130_and_by_sigterm_0() {
         wait_until("its worker gone", || !alive(worker));
     }
 }
+
+/// `master-worker` in `global` does what `-W` does: the process started is the master,
+/// and a worker of its own serves.
+#[test]
+fn master_worker_in_global_makes_a_master() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let cfg = format!(
+        "global\n    master-worker\n{DEFAULTS}frontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    let master = Sluice::start_args(&cfg, &[]);
+    wait_until("the worker", || workers(&master).len() == 1);
+    let worker = workers(&master)[0];
+    assert_ne!(worker, master.pid() as i32);
+    assert_eq!(get(addr, "/").text(), "o /");
+    let (ok, out) = check_config("global\n    master-worker no-exit-on-failure\n");
+    assert!(!ok && out.contains("not supported yet"), "{out}");
+}

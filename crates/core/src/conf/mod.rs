@@ -118,6 +118,8 @@ pub struct GlobalConf {
     pub env: sluice_config::Env,
     /// `tune.http.maxhdr`: the lines a head may have, its first line included (101).
     pub maxhdr: Option<usize>,
+    /// `master-worker`: the process runs as a master with a worker, as with `-W`.
+    pub master_worker: bool,
     /// `noreuseport`: listening sockets without SO_REUSEPORT.
     pub noreuseport: bool,
     /// `quiet` (or `-q`): no message at start but warnings and errors.
@@ -181,6 +183,7 @@ impl Default for GlobalConf {
             description: None,
             env: Default::default(),
             maxhdr: None,
+            master_worker: false,
             noreuseport: false,
             quiet: false,
             zero_warning: false,

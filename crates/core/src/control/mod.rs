@@ -82,6 +82,21 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     env_keyword!("unsetenv", "unsetenv NAME...: remove variables from the environment the configuration reads"),
     env_keyword!("resetenv", "resetenv [NAME...]: keep only these variables of the environment the configuration reads"),
     Keyword {
+        name: "master-worker",
+        scope: Scope::GLOBAL,
+        help: "master-worker: run as a master process with a worker, as -W",
+        parse: |g, a| match a {
+            [] => {
+                g.master_worker = true;
+                Ok(())
+            }
+            [w, ..] if w == "no-exit-on-failure" => Err(sluice_config::KwError::Invalid(
+                "master-worker no-exit-on-failure: not supported yet".into(),
+            )),
+            [w, ..] => Err(sluice_config::KwError::bad(1, w, "expects nothing")),
+        },
+    },
+    Keyword {
         name: "quiet",
         scope: Scope::GLOBAL,
         help: "quiet: no message at start but warnings and errors (as -q)",
