@@ -123,6 +123,11 @@ pub fn ensure(maxconn: Option<usize>, ulimit: Option<u64>) -> Result<usize, Stri
     Ok(effective)
 }
 
+/// The `maxconn` the descriptor limit in force allows.
+pub fn maxconn_for_limit() -> usize {
+    (get_limit().0 as usize).saturating_sub(2 * MARGIN).max(2) / 2
+}
+
 static LIMIT: AtomicUsize = AtomicUsize::new(0);
 
 /// The descriptor limit in force (after `ensure`).

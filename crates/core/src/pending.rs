@@ -38,7 +38,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "numa-cpu-mapping" => Scope::GLOBAL,
     "pp2-never-send-local" => Scope::GLOBAL,
     "profiling.tasks" => Scope::GLOBAL,
-    "strict-limits" => Scope::GLOBAL,
     "tune.buffers.limit" => Scope::GLOBAL,
     "tune.buffers.reserve" => Scope::GLOBAL,
     "tune.fail-alloc" => Scope::GLOBAL,

@@ -347,6 +347,26 @@ fn a_maxconn_the_descriptor_limit_cannot_hold_is_refused() {
     );
 }
 
+/// `no strict-limits`: the same shortfall is a warning and the process starts (and serves);
+/// `strict-limits`, the default, is accepted as it is.
+#[test]
+fn no_strict_limits_starts_despite_the_descriptor_limit() {
+    let p = Sluice::start_limited(
+        &format!(
+            "global\n    maxconn 1000\n    strict-limits\n    no strict-limits\n{DEFAULTS}frontend fe\n    {{fe}}\n    http-request return status 200\n"
+        ),
+        Some(100),
+    );
+    assert_eq!(get(p.addr(), "/").status, 200);
+    assert!(
+        p.stderr().contains(
+            "[WARNING] maxconn 1000 needs 2064 file descriptors but the hard limit is 100"
+        ),
+        "{}",
+        p.stderr()
+    );
+}
+
 #[test]
 fn a_low_descriptor_limit_pauses_accepting_without_spinning() {
     let origin = Origin::start("o");

@@ -118,6 +118,9 @@ pub struct GlobalConf {
     pub env: sluice_config::Env,
     /// `tune.http.maxhdr`: the lines a head may have, its first line included (101).
     pub maxhdr: Option<usize>,
+    /// `no strict-limits`: a descriptor limit that cannot be raised for `maxconn` or
+    /// `ulimit-n` is warned of rather than refused (`strict-limits`, the default).
+    pub loose_limits: bool,
     /// `master-worker`: the process runs as a master with a worker, as with `-W`.
     pub master_worker: bool,
     /// `noreuseport`: listening sockets without SO_REUSEPORT.
@@ -183,6 +186,7 @@ impl Default for GlobalConf {
             description: None,
             env: Default::default(),
             maxhdr: None,
+            loose_limits: false,
             master_worker: false,
             noreuseport: false,
             quiet: false,

@@ -57,6 +57,12 @@ macro_rules! env_keyword {
     };
 }
 
+/// `strict-limits` (the default) and `no strict-limits`.
+pub const FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_keywords![
+    "strict-limits", Scope::GLOBAL, "refuse to start when the descriptor limit cannot be raised for maxconn or ulimit-n (the default; 'no strict-limits': warn and start)",
+        |g: &mut GlobalConf, on: bool| g.loose_limits = !on;
+];
+
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
         name: "ulimit-n",
@@ -254,11 +260,17 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     let nbthread = config.global.nbthread();
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
-    let global_max = crate::fds::ensure(
-        opts.maxconn.or(config.global.maxconn),
-        config.global.ulimit_n,
-    )
-    .map_err(RunError::Fds)?;
+    let wanted = opts.maxconn.or(config.global.maxconn);
+    let global_max = match crate::fds::ensure(wanted, config.global.ulimit_n) {
+        Ok(n) => n,
+        // `no strict-limits`: said, and the start goes on with what was asked (or what the
+        // limit in force allows).
+        Err(e) if config.global.loose_limits => {
+            say!("sluice: [WARNING] {e} (no strict-limits: starting anyway)");
+            wanted.unwrap_or_else(crate::fds::maxconn_for_limit)
+        }
+        Err(e) => return Err(RunError::Fds(e)),
+    };
     let mut handed = match &opts.take_from {
         Some(path) => handover::receive(path).map_err(|source| RunError::Handover {
             path: path.clone(),

@@ -58,6 +58,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     sockbuf::GLOBAL_KEYWORDS,
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
+    control::FLAG_KEYWORDS,
     control::state_file::GLOBAL_KEYWORDS,
     rules::GLOBAL_KEYWORDS,
     check::GLOBAL_KEYWORDS,
