@@ -1140,6 +1140,18 @@ fn others_are_served(p: &Sluice, addr: SocketAddr) {
     let _ = p;
 }
 
+/// Whether the proxy ends the connection (a close or a reset) before the read timeout.
+fn closes(s: &mut TcpStream) -> bool {
+    let mut sink = [0u8; 4096];
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}
+
 /// A proxy for the flood tests: `proto h2` on its first address, HTTP/1 on its second.
 fn flood_proxy(origin: &Origin) -> Sluice {
     Sluice::start(&format!(
@@ -1177,16 +1189,7 @@ fn a_flood_costs_its_connection(p: &Sluice, one: impl Fn(&mut Vec<u8>, u32)) {
         one(&mut out, i);
     }
     let _ = s.write_all(&out);
-    let mut sink = [0u8; 4096];
-    let ended = loop {
-        match s.read(&mut sink) {
-            Ok(0) => break true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
-            Err(_) => break false,
-        }
-    };
-    assert!(ended, "the flooding connection is still open");
+    assert!(closes(&mut s), "the flooding connection is still open");
     others_are_served(p, p.addrs[1]);
 }
 
@@ -1791,4 +1794,34 @@ fn a_flood_of_window_updates_costs_its_connection() {
     a_flood_costs_its_connection(&p, |out, _| {
         frame(out, WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes());
     });
+}
+
+/// RST_STREAM frames on a stream already reset or ended do no work (a stream is reset once):
+/// past one per HEADERS the client sent, a flood of them costs the connection as other
+/// such frames do, while a client that resets each stream it opened once is served
+/// (`a_client_that_stops_an_upload_it_was_answered_for_is_not_resetting`).
+#[test]
+fn a_flood_of_resets_on_an_ended_stream_costs_its_connection() {
+    const RST_STREAM: u8 = 3;
+    let origin = Origin::start("o");
+    let p = flood_proxy(&origin);
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&request_fields("/ended")),
+    );
+    s.write_all(&out).unwrap();
+    // The whole answer: its stream has ended.
+    read_frames(&mut s, |kind, stream, _| kind == 0 && stream == 1);
+    let mut out = Vec::new();
+    for _ in 0..1500 {
+        frame(&mut out, RST_STREAM, 0, 1, &8u32.to_be_bytes());
+    }
+    let _ = s.write_all(&out);
+    assert!(closes(&mut s), "the flooding connection is still open");
+    others_are_served(&p, p.addrs[1]);
 }

@@ -10,7 +10,8 @@
 //!   gives them back to it;
 //! - frames that ask for no work (PRIORITY, which the crate ignores; empty DATA that does
 //!   not end its stream; empty CONTINUATION that does not end its head; WINDOW_UPDATE
-//!   beyond what the DATA sent to the client earns, see [`UPDATES_PER_DATA`]) are counted
+//!   beyond what the DATA sent to the client earns, see [`UPDATES_PER_DATA`]; RST_STREAM
+//!   beyond one per HEADERS the client sent, as a stream is reset once) are counted
 //!   as they are read: a client that sends more than [`NO_WORK_LIMIT`] of them within
 //!   [`NO_WORK_WINDOW`] loses its connection, as a flood of them would cost the worker
 //!   for nothing (the crate itself bounds SETTINGS, PING and reset floods).
@@ -180,6 +181,8 @@ pub struct Tallied<'a, T> {
     no_work: (u32, tokio::time::Instant),
     /// WINDOW_UPDATE frames the DATA sent has earned and the client has not used yet.
     update_credit: u32,
+    /// RST_STREAM frames the client's HEADERS (one per stream, or per trailers) allow.
+    reset_credit: u32,
     /// Bytes taken from the connection before it was wrapped ([`read_preface`]), read
     /// again first.
     first: Vec<u8>,
@@ -207,6 +210,7 @@ impl<'a, T> Tallied<'a, T> {
             written: Scan::default(),
             no_work: (0, tokio::time::Instant::now()),
             update_credit: 0,
+            reset_credit: 0,
         }
     }
 
@@ -218,14 +222,23 @@ impl<'a, T> Tallied<'a, T> {
     fn received(&mut self, bytes: &[u8]) {
         let c = self.counters;
         let mut idle = 0;
-        let credit = &mut self.update_credit;
-        self.read.feed(bytes, |frame, _| {
+        let (credit, resets) = (&mut self.update_credit, &mut self.reset_credit);
+        self.read.feed(bytes, |frame, code| {
             idle += u32::from(frame.does_nothing());
-            if frame.kind == WINDOW_UPDATE {
-                match credit.checked_sub(1) {
-                    Some(left) => *credit = left,
+            // (RST_STREAM is seen once its error code is in.)
+            let spent = match (frame.kind, code) {
+                (WINDOW_UPDATE, _) => Some(&mut *credit),
+                (RST_STREAM, Some(_)) => Some(&mut *resets),
+                _ => None,
+            };
+            if let Some(c) = spent {
+                match c.checked_sub(1) {
+                    Some(left) => *c = left,
                     None => idle += 1,
                 }
+            }
+            if frame.kind == HEADERS {
+                *resets = resets.saturating_add(1);
             }
             match frame.kind {
                 HEADERS => c.headers_rcvd.bump(),
