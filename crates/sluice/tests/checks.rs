@@ -1575,8 +1575,8 @@ fn server_states_saved_before_a_restart_are_taken_back() {
     }
 }
 
-#[test]
-fn a_backends_own_option_httpchk_drops_the_inherited_http_check_rules() {
+/// A server that answers every check 200 and keeps what each sent (its first read).
+fn recording_check_server() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let s2 = seen.clone();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1592,6 +1592,12 @@ fn a_backends_own_option_httpchk_drops_the_inherited_http_check_rules() {
             let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
         }
     });
+    (addr, seen)
+}
+
+#[test]
+fn a_backends_own_option_httpchk_drops_the_inherited_http_check_rules() {
+    let (addr, seen) = recording_check_server();
     let p = Sluice::start(&format!(
         "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n    option httpchk GET /inherited\n    http-check send hdr X-Probe 1\n    http-check expect status 201\nfrontend f\n    {{fe}}\n    default_backend a\nfrontend g\n    {{fe}}\n    default_backend b\nbackend a\n    server s {addr} check inter 100ms fall 1\nbackend b\n    option httpchk GET /own\n    server s {addr} check inter 100ms fall 1\n"
     ));
@@ -1959,21 +1965,7 @@ fn maintenance_pauses_the_checks() {
 /// with a rule of its own starts from HAProxy's `OPTIONS / HTTP/1.0`.
 #[test]
 fn http_check_rules_are_inherited_or_replaced_as_haproxys() {
-    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let s2 = seen.clone();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let mut buf = vec![0u8; 4096];
-            let n = c.read(&mut buf).unwrap_or(0);
-            s2.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
-            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
-        }
-    });
+    let (addr, seen) = recording_check_server();
     let _p = Sluice::start(&format!(
         "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n    option httpchk GET /status HTTP/1.1\\r\\nHdr:\\ must-be-removed\n    http-check send hdr Host my-www-host hdr X-test true body test\n\
          frontend f\n    {{fe}}\n    default_backend be4\n\

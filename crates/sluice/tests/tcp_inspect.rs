@@ -277,8 +277,9 @@ fn tcp_rules_set_the_connections_addresses() {
     assert_eq!(get(h.addr(), "/").text(), "10.1.2.3 8080");
 }
 
-/// A server that speaks first: sends `first`, pauses, sends `rest`, then keeps the
-/// connection until the peer closes.
+/// A server that speaks first: sends `first`, then `rest` in a segment of its own (the
+/// proxy may read them apart or together: the outcome is the same either way), then keeps
+/// the connection until the peer closes.
 fn banner_server(first: &'static [u8], rest: &'static [u8]) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -286,8 +287,8 @@ fn banner_server(first: &'static [u8], rest: &'static [u8]) -> SocketAddr {
         for s in l.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut s = s;
+                let _ = s.set_nodelay(true);
                 let _ = s.write_all(first);
-                std::thread::sleep(std::time::Duration::from_millis(100));
                 let _ = s.write_all(rest);
                 let mut sink = [0u8; 64];
                 while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
@@ -298,9 +299,10 @@ fn banner_server(first: &'static [u8], rest: &'static [u8]) -> SocketAddr {
 }
 
 /// `tcp-response inspect-delay` and `tcp-response content` rules on the server's payload
-/// (`res.len`, `res.payload`): the rules wait for the bytes they need, a banner they
-/// accept reaches the client whole, one they reject closes the session with nothing
-/// relayed.
+/// (`res.len`, `res.payload`): the rules wait for the bytes they need (the waiting itself is
+/// the request side's, `inspect_payload`, tested with a ClientHello in pieces above), a
+/// banner they accept reaches the client whole, one they reject closes the session with
+/// nothing relayed.
 #[test]
 fn tcp_response_rules_read_the_servers_payload() {
     let good = banner_server(b"SS", b"H-2.0-test\r\n");
