@@ -1101,6 +1101,8 @@ pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
             cx.vars.set(cx.process, v, value);
         }
         Action::UnsetVar(v) => cx.vars.unset(cx.process, v),
+        // Every rule list's level lands in one place: the last to run wins.
+        Action::SetLogLevel(l) => cx.vars.log_level.set(Some(*l)),
         _ => return false,
     }
     true
@@ -1159,7 +1161,6 @@ pub fn tcp_verdict(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> bool {
                 return false;
             }
             capture @ Action::Capture { .. } => capture_in_session(capture, cx),
-            Action::SetLogLevel(l) => cx.vars.log_level.set(Some(*l)),
             other => {
                 run_shared(other, cx, level);
             }
@@ -1299,7 +1300,6 @@ pub fn tcp_inspect(rules: &[Rule], cx: &Ctx<'_>, level: Level) -> Inspected {
                 return Inspected::Reject;
             }
             capture @ Action::Capture { .. } => capture_in_session(capture, cx),
-            Action::SetLogLevel(l) => cx.vars.log_level.set(Some(*l)),
             other => {
                 run_shared(other, cx, level);
             }

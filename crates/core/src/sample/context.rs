@@ -36,9 +36,9 @@ pub struct StreamVars {
     /// the rest of the connection sees (HTTP rules change the session's own).
     pub set_src: std::cell::Cell<Option<SocketAddr>>,
     pub set_dst: std::cell::Cell<Option<SocketAddr>>,
-    /// `tcp-request content|tcp-response content set-log-level`: the log line's severity
-    /// (`Some(None)`: no line), for the session in TCP mode, the transaction in HTTP mode
-    /// (where `http-request|http-response set-log-level` win).
+    /// `set-log-level` of any rule list: the log line's severity (`Some(None)`: no line),
+    /// for the session in TCP mode, the transaction in HTTP mode, the last rule to set it
+    /// winning (`tcp-request content`, then `http-request`, then the response's lists).
     pub log_level: std::cell::Cell<Option<Option<u8>>>,
 }
 

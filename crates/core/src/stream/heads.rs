@@ -19,7 +19,7 @@ use crate::sample::{text_match, Ctx, Match};
 
 /// Edits accumulated by rules: headers (`set-header`, `add-header`, `del-header`), the
 /// request line (`set-method`, `set-path`, ...), the response status (`set-status`), and
-/// what rules set for the rest of the transaction (captures, log level, timeouts, early
+/// what rules set for the rest of the transaction (captures, timeouts, early
 /// hints). Values are rendered when the rule runs.
 #[derive(Default)]
 pub(crate) struct Edits {
@@ -36,8 +36,6 @@ pub(crate) struct Edits {
     pub replace: Vec<(String, regex::bytes::Regex, Vec<u8>, bool)>,
     /// `capture`: (slot, value) on the rule's side.
     pub captures: Vec<(usize, String)>,
-    /// `set-log-level` (`Some(None)`: silent).
-    pub log_level: Option<Option<u8>>,
     /// `set-timeout server|tunnel`.
     pub timeout_server: Option<Duration>,
     pub timeout_tunnel: Option<Duration>,
@@ -209,7 +207,6 @@ impl Edits {
             }
             Action::DelHeaderRe(re) => self.del_re.push(re.0.clone()),
             Action::EarlyHint(n, v) => self.early_hints.push((n.clone(), v.render(cx))),
-            Action::SetLogLevel(l) => self.log_level = Some(*l),
             Action::CacheStore(c) => self.cache_store = Some(c.index),
             Action::SetTimeout(kind, e) => {
                 let ms = e.eval(cx).and_then(|v| v.as_int()).filter(|&ms| ms > 0);

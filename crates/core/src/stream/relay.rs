@@ -154,9 +154,6 @@ impl Txn {
             for rules in [&b.http_after_response, &f.http_after_response] {
                 rsp_edits.response_rules(rules, &cx);
             }
-            if let Some(level) = rsp_edits.log_level {
-                self.log.level = Some(level);
-            }
         }
         if Txn::log_reads_response(s) {
             let view = rsp.view(s.sbuf.bytes());

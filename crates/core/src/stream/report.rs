@@ -169,8 +169,6 @@ pub(crate) struct ReqLog {
     pub samples: Vec<String>,
     /// The request's number on its worker (`%rt`).
     pub counter: u64,
-    /// `set-log-level`: the line's severity (`Some(None)`: no line).
-    pub level: Option<Option<u8>>,
 }
 
 /// How the proxy answered a request itself.
@@ -210,7 +208,6 @@ impl Default for ReqLog {
             unique_id: None,
             samples: Vec::new(),
             counter: 0,
-            level: None,
         }
     }
 }

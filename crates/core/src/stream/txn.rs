@@ -341,8 +341,6 @@ impl Txn {
             }
             self.share_captures(s);
         }
-        // (`tcp-request content set-log-level` first, the HTTP rules' over it.)
-        self.log.level = edits.log_level.take().or(s.vars.log_level.get());
         match route {
             Route::Reject { backend } => {
                 self.phase = Phase::Local;

@@ -177,7 +177,9 @@ impl Txn {
     pub(super) fn emit_log(&self, s: &Session, status: i64, term: [u8; 2], asap: bool) {
         let process = &s.w.process;
         let loggers = &process.loggers[s.fe];
-        if loggers.is_empty() || self.log.level == Some(None) {
+        // `set-log-level` of whichever rule list set it last.
+        let set_level = s.vars.log_level.get();
+        if loggers.is_empty() || set_level == Some(None) {
             return;
         }
         let config = s.w.config();
@@ -189,7 +191,7 @@ impl Txn {
         if fe.log.dont_log_normal && !error {
             return;
         }
-        let level = match self.log.level.flatten() {
+        let level = match set_level.flatten() {
             None if error && fe.log.separate_errors => Some(3),
             other => other,
         };
