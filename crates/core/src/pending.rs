@@ -97,7 +97,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option splice-auto" => Scope::PROXY,
     "option splice-request" => Scope::PROXY,
     "option splice-response" => Scope::PROXY,
-    "option spop-check" => Scope::PROXY,
     "option tcp-smart-accept" => Scope::PROXY,
     "option tcp-smart-connect" => Scope::PROXY,
     "option transparent" => Scope::PROXY,

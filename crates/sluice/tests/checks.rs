@@ -2076,3 +2076,68 @@ fn header_expectations_fill_in_their_lf_patterns() {
         "{out}"
     );
 }
+
+/// `option spop-check` sends HAProxy's SPOP health-check hello and judges the agent's
+/// answer as HAProxy 2.6.12 does (recorded as above): a valid AGENT-HELLO passes ("SPOA
+/// server is ok") only when the hello received is byte for byte HAProxy's; a wrong
+/// version, a missing or out-of-range frame size, a fragmented hello, a disconnect (its
+/// status code's reason), something not SPOP and a silent close each fail with their
+/// reason.
+#[test]
+fn spop_check_matches_haproxys() {
+    // HAProxy's hello with 16 kB buffers, captured from HAProxy 2.6.12.
+    const HELLO: &[u8] = b"\x00\x00\x00\x4e\x01\x00\x00\x00\x01\x00\x00\x12supported-versions\x08\x032.0\x0emax-frame-size\x03\xfc\xf0\x06\x0ccapabilities\x08\x00\x0bhealthcheck\x11";
+    /// An agent frame of `kind` with FIN set and `items`, length-prefixed.
+    fn frame(kind: u8, flags: u8, items: &[u8]) -> Vec<u8> {
+        let mut f = vec![kind, 0, 0, 0, flags, 0, 0];
+        f.extend_from_slice(items);
+        let mut out = (f.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&f);
+        out
+    }
+    let version = |v: &str| {
+        let mut i = b"\x07version\x08".to_vec();
+        i.push(v.len() as u8);
+        i.extend_from_slice(v.as_bytes());
+        i
+    };
+    let size = |s: &[u8]| [b"\x0emax-frame-size\x03".as_slice(), s].concat();
+    let caps = b"\x0ccapabilities\x08\x10pipelining,async".to_vec();
+    let good = [version("2.0"), size(b"\xfc\xf0\x06"), caps.clone()].concat();
+    // An agent answering `reply` only to HAProxy's exact hello (else garbage).
+    let agent = |reply: Vec<u8>| {
+        serve_each(move |mut c| {
+            let mut got = vec![0u8; HELLO.len()];
+            let exact = c.read_exact(&mut got).is_ok() && got == HELLO;
+            let _ = c.write_all(if exact { &reply } else { b"not the hello\n" });
+            while let Ok(1..) = c.read(&mut [0u8; 64]) {}
+        })
+    };
+    let extra = b"\x05other\x06\x7f\x00\x00\x01\x04bin!\x09\x02hi\x03nul\x00".to_vec();
+    let servers = [
+        agent(frame(101, 1, &good)),
+        agent(frame(
+            101,
+            1,
+            &[version("1.0"), size(b"\xfc\xf0\x06")].concat(),
+        )),
+        agent(frame(101, 1, &[version("2.0"), caps.clone()].concat())),
+        agent(frame(101, 1, &[version("2.0"), size(b"\x64")].concat())),
+        agent(frame(
+            102,
+            1,
+            b"\x0bstatus-code\x03\x02\x07message\x08\x03bye",
+        )),
+        agent(frame(101, 0, &good)),
+        probe_server(b"", Some(b"HTTP/1.1 400 Bad Request\x0d\x0a\x0d\x0a"), true),
+        probe_server(b"", None, true),
+        agent(frame(101, 1, &[extra, good].concat())),
+    ];
+    let keys: Vec<String> = (1..=servers.len()).map(|i| format!("{{S{i}}}")).collect();
+    let subs: Vec<(&str, String)> = keys
+        .iter()
+        .zip(&servers)
+        .map(|(k, a)| (k.as_str(), a.to_string()))
+        .collect();
+    check_reports_match("spop", &subs);
+}

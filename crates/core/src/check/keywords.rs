@@ -892,6 +892,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::Ldap),
     },
     Keyword {
+        name: "option spop-check",
+        scope: Scope::BE,
+        help: "option spop-check: check SPOE agents with an SPOP hello",
+        parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::Spop),
+    },
+    Keyword {
         name: "no option httpchk",
         scope: Scope::BE,
         help: "no option httpchk: check servers with a plain connection again",

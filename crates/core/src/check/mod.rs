@@ -25,6 +25,7 @@
 
 mod keywords;
 mod probe;
+mod spop;
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;

@@ -5,7 +5,8 @@
 //! the body), in HTTP/2 when the server is spoken to in HTTP/2 (or `check-proto h2`).
 //! `option tcp-check` runs the backend's `tcp-check` rules; the protocol probes
 //! (`redis-check`, `smtpchk`, `pgsql-check`) are rule sets too, while `mysql-check` and
-//! `ldap-check` speak a little of their protocols here.
+//! `ldap-check` speak a little of their protocols here, and `spop-check` the hello of
+//! [`super::spop`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::spop;
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectLayer,
     ConnectRule, Expect, ExpectOpts, HeaderMatch, HttpExpect, Pattern, Re, Report, TcpRule,
@@ -140,6 +142,7 @@ pub async fn probe(
                         mysql(&mut conn, user.as_deref(), *pre41, limit).await
                     }
                     CheckKind::Ldap => ldap(&mut conn, limit).await,
+                    CheckKind::Spop => spop(&mut conn, process.config.global.bufsize, limit).await,
                     // A handshake that completed passes at layer 6 (`check-ssl`), as HAProxy
                     // reports it.
                     _ if conn.is_tls() => Outcome::pass("L6OK", "Layer6 check passed"),
@@ -1428,6 +1431,43 @@ async fn ldap(conn: &mut Conn, limit: Duration) -> Outcome {
             );
             o.code = Some(u16::from(code));
             o
+        }
+    }
+}
+
+/// `option spop-check`: a HAPROXY-HELLO asking for a health check, judged on the agent's
+/// hello; frames are at most a buffer less the length prefix, as HAProxy's.
+async fn spop(conn: &mut Conn, bufsize: usize, limit: Duration) -> Outcome {
+    let max_frame = u32::try_from(bufsize.saturating_sub(4)).unwrap_or(u32::MAX);
+    let exchange = async {
+        conn.write_all(&spop::health_hello(max_frame)).await?;
+        let whole = |b: &[u8]| spop::frame_len(b).is_some_and(|n| b.len() >= n);
+        read_until(conn, whole).await
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Err(_) => Outcome::fail("L7TOUT", "Layer7 timeout", None),
+        // HAProxy's probe is a rule set whose second step (after the connect) reads.
+        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Outcome::fail(
+            "L7RSP",
+            "Layer7 invalid response",
+            Some("TCPCHK got an empty response at step 2".into()),
+        ),
+        Ok(Err(e)) => Outcome::invalid(&e),
+        Ok(Ok(answer)) => {
+            let end = spop::frame_len(&answer).map_or(answer.len(), |n| n.min(answer.len()));
+            match spop::judge(answer.get(4..end).unwrap_or_default(), max_frame) {
+                Ok(()) => {
+                    let mut o = Outcome::pass("L7OK", "Layer7 check passed");
+                    o.code = Some(0);
+                    o.info = Some("SPOA server is ok".into());
+                    o
+                }
+                Err(refusal) => Outcome::fail(
+                    "L7RSP",
+                    "Layer7 invalid response",
+                    Some(refusal.reason().into()),
+                ),
+            }
         }
     }
 }

@@ -510,6 +510,8 @@ pub enum CheckKind {
     },
     /// `option ldap-check`: an anonymous bind.
     Ldap,
+    /// `option spop-check`: an SPOP hello asking for a health check.
+    Spop,
 }
 
 /// A backend's check settings.
