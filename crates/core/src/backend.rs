@@ -567,6 +567,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         stream: conf.stream.clone(),
         rules: conf.rules.sets.clone(),
         compression: conf.compression.clone(),
+        traces: Vec::new(),
         errors: conf.errors.clone(),
         check: conf.check.clone(),
         log: conf.log.clone(),

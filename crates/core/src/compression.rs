@@ -41,17 +41,6 @@ pub fn conf_for<'a>(fe: &'a Frontend, be: &'a Backend) -> &'a CompConf {
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
-        name: "filter",
-        scope: Scope::PROXY,
-        help: "filter compression: the filter form of compression (the compression keywords enable it)",
-        parse: |_, a| match a {
-            [f] if f == "compression" => Ok(()),
-            [f, ..] if f == "compression" => Err(KwError::Extra(a[1].clone())),
-            [f, ..] => Err(KwError::Invalid(format!("filter '{f}': not supported yet"))),
-            [] => Err(KwError::Missing("a filter name")),
-        },
-    },
-    Keyword {
         name: "compression algo",
         scope: Scope::PROXY,
         help:

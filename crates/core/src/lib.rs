@@ -66,6 +66,7 @@ pub mod check;
 pub mod compression;
 pub mod cookie;
 pub mod errorpages;
+pub mod filters;
 pub mod peers;
 pub mod pending;
 pub mod persist;

@@ -42,6 +42,7 @@ const LAYERS: &[&[&str]] = &[
         "persist",
         "peers",
         "errorpages",
+        "filters",
         "backend",
         "pending",
         "stats",

@@ -543,3 +543,103 @@ fn filter_compression_and_option_http_keep_alive_at_run_time() {
     }
     assert_eq!(origin.conns(), 1, "the server connection was kept");
 }
+
+/// `filter trace` (HAProxy's debugging filter) writes a line per stream event to the
+/// standard error, labelled `NAME/PROXY`: the frontend's trace hears the stream start, its
+/// backend chosen, the request's and the response's heads (names in lower case), their
+/// ends and the stream stop; the backend's hears the stream from its backend on; a `quiet`
+/// one says nothing; `random-forwarding` is read with a warning. Compression goes on as
+/// before with `filter compression` declared, which another filter makes mandatory (as in
+/// HAProxy); a TCP stream is traced from start to stop.
+#[test]
+fn filter_trace_tells_each_stream_event() {
+    let origin = corpus_origin();
+    let tcp_port = free_port();
+    let cfg = format!(
+        "{DEFAULTS}frontend fe\n    {{fe}}\n    filter trace name FE random-forwarding\n    filter compression\n    compression algo gzip\n    default_backend be\nbackend be\n    filter trace\n    filter trace name Q quiet\n    server s1 {}\nfrontend tcpfe\n    mode tcp\n    bind 127.0.0.1:{tcp_port}\n    filter trace name T\n    default_backend tcpbe\nbackend tcpbe\n    mode tcp\n    server s1 {}\n",
+        origin.addr, origin.addr
+    );
+    let p = Sluice::start(&cfg);
+    let mut c = p.connect();
+    let rsp = request(&mut c, "/plain/access.log", "gzip");
+    assert_eq!(rsp.status, 200);
+    assert_eq!(rsp.header("content-encoding"), Some("gzip"));
+    let events = |label: &str| -> Vec<String> {
+        p.stderr()
+            .lines()
+            .filter_map(|l| l.split_once(&format!("[{label:<20}] ")).map(|x| x.1))
+            .map(|l| l.split_once("] ").map_or(l, |x| x.1).trim_end().to_string())
+            .collect()
+    };
+    wait_until("the stream's stop traced", || {
+        events("TRACE/be").iter().any(|e| e == "trace_stream_stop")
+    });
+    let fe = events("FE/fe");
+    assert_eq!(
+        fe[0],
+        "filter initialized [quiet=false - fwd random=true - hexdump=false]"
+    );
+    let expected_start = [
+        "trace_stream_start",
+        "trace_stream_set_backend : backend=be",
+        "trace_http_headers       : channel=REQUEST    - mode=HTTP  (backend)\tGET /plain/access.log HTTP/1.1",
+        "\thost: t",
+        "\taccept-encoding: gzip",
+        "trace_http_headers       : channel=RESPONSE   - mode=HTTP  (backend)\tHTTP/1.1 200 OK",
+    ];
+    assert_eq!(&fe[1..7], &expected_start[..], "{fe:#?}");
+    let tail = [
+        "trace_http_end           : channel=REQUEST    - mode=HTTP  (backend)",
+        "trace_http_end           : channel=RESPONSE   - mode=HTTP  (backend)",
+        "trace_stream_stop",
+    ];
+    assert_eq!(&fe[fe.len() - 3..], &tail[..], "{fe:#?}");
+    let be = events("TRACE/be");
+    assert_eq!(be[1], "trace_stream_set_backend : backend=be", "{be:#?}");
+    assert!(!be.iter().any(|e| e == "trace_stream_start"), "{be:#?}");
+    assert_eq!(&be[be.len() - 3..], &tail[..], "{be:#?}");
+    assert!(events("Q/be").is_empty());
+    assert!(p
+        .stderr()
+        .contains("'random-forwarding' is accepted but has no effect"));
+    // A TCP stream: start, backend, stop once the client leaves.
+    let mut t = std::net::TcpStream::connect(("127.0.0.1", tcp_port)).unwrap();
+    t.write_all(b"GET /plain/hello.txt HTTP/1.0\r\n\r\n")
+        .unwrap();
+    assert!(read_head(&mut t).starts_with("HTTP/1.1 200"));
+    drop(t);
+    wait_until("the TCP stream's stop traced", || {
+        events("T/tcpfe").iter().any(|e| e == "trace_stream_stop")
+    });
+    let tcp = events("T/tcpfe");
+    assert_eq!(
+        &tcp[1..],
+        [
+            "trace_stream_start",
+            "trace_stream_set_backend : backend=tcpbe",
+            "trace_stream_stop"
+        ]
+    );
+}
+
+/// Compression beside another filter needs its own `filter compression` line, as in
+/// HAProxy; a trace filter's unknown option is refused with its line.
+#[test]
+fn filter_lines_are_checked() {
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    filter trace\n    compression algo gzip\n    default_backend be\nbackend be\n    server s1 127.0.0.1:1\n"
+    ));
+    assert!(!ok);
+    assert!(
+        err.contains("c.cfg:8")
+            && err.contains(
+                "frontend 'fe': require an explicit filter declaration to use HTTP compression"
+            ),
+        "{err}"
+    );
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    filter trace bogus\n    default_backend be\nbackend be\n    server s1 127.0.0.1:1\n"
+    ));
+    assert!(!ok);
+    assert!(err.contains("c.cfg:8") && err.contains("'bogus'"), "{err}");
+}

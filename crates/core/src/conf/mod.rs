@@ -22,6 +22,7 @@ pub mod compression;
 pub mod cookie;
 pub mod cpu_map;
 pub mod errorpages;
+pub mod filter;
 mod host;
 pub mod listen;
 mod loc;
@@ -258,6 +259,8 @@ pub struct ProxyConf {
     pub balance: BalanceConf,
     pub rules: RulesConf,
     pub compression: CompConf,
+    /// `filter` lines.
+    pub filters: filter::Filters,
     pub errors: ErrorPages,
     pub log: LogConf,
     pub check: BackendCheck,
@@ -285,6 +288,8 @@ pub struct Frontend {
     pub monitor: stats::MonitorConf,
     pub stats: stats::StatsPage,
     pub compression: CompConf,
+    /// `filter trace` lines that speak.
+    pub traces: Vec<filter::Trace>,
     pub errors: ErrorPages,
     pub log: LogConf,
 }
@@ -383,6 +388,8 @@ pub struct Backend {
     pub stream: StreamConf,
     pub rules: RuleSets,
     pub compression: CompConf,
+    /// `filter trace` lines that speak (a `listen` section's are its frontend side's).
+    pub traces: Vec<filter::Trace>,
     pub errors: ErrorPages,
     pub check: BackendCheck,
     pub persist: cookie::PersistConf,

@@ -469,6 +469,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     if g.dumpable {
         allow_core_dumps();
     }
+    crate::filters::announce(&process.config);
     if !(g.quiet || opts.quiet) {
         say!(
             "sluice: {nbthread} worker(s) listening on {}",

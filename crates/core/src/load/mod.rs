@@ -14,8 +14,8 @@ use crate::conf::stream::Mode;
 use crate::conf::{one_arg, Backend, Config, Frontend, GlobalConf, Loc, ProxyConf};
 use crate::stick::TableConf;
 use crate::{
-    acl, backend, balance, check, compression, control, cookie, errorpages, log, peers, pending,
-    persist, pool, rules, sockbuf, stats, stick, tls,
+    acl, backend, balance, check, compression, control, cookie, errorpages, filters, log, peers,
+    pending, persist, pool, rules, sockbuf, stats, stick, tls,
 };
 use crate::{stream, worker};
 
@@ -94,6 +94,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     acl::KEYWORDS,
     rules::KEYWORDS,
     compression::KEYWORDS,
+    filters::KEYWORDS,
     cookie::KEYWORDS,
     cookie::OPTION_KEYWORDS,
     persist::KEYWORDS,
@@ -564,9 +565,18 @@ fn lower(
             conf.rules = Default::default();
             conf.stream.forwardfor = None;
         }
+        // A listen section's traces follow its streams from its frontend side.
+        let traces = if p.kind == SectionKind::Listen {
+            Vec::new()
+        } else {
+            let compresses = !conf.compression.algos.is_empty();
+            let found = (&mut errors, &mut warnings);
+            filters::lower(("backend", &p.name), &conf.filters, compresses, found)
+        };
         backends.push(Backend {
             order,
             stats: conf.stats.clone(),
+            traces,
             ..backend::lower(&p.name, id, &conf)
         });
     }
@@ -721,6 +731,10 @@ fn lower(
                 if p.conf.disabled {
                     listen.binds.clear();
                 }
+                let compresses = !p.conf.compression.algos.is_empty();
+                let found = (&mut errors, &mut warnings);
+                let traces =
+                    filters::lower((p.kind.name(), &p.name), &p.conf.filters, compresses, found);
                 frontends.push(Frontend {
                     order,
                     disabled: p.conf.disabled,
@@ -732,6 +746,7 @@ fn lower(
                     monitor: p.conf.monitor.clone(),
                     stats: p.conf.stats.clone(),
                     compression: p.conf.compression.clone(),
+                    traces,
                     errors: p.conf.errors.clone(),
                     log: p.conf.log.clone(),
                 });

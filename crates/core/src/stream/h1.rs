@@ -106,6 +106,10 @@ async fn run(s: &mut Session) {
         s.info.busy.store(true, Ordering::Relaxed);
         let req = head.view(s.cbuf.bytes());
         txn.log.head_in = super::report::head_size(&req, &s.cbuf.bytes()[..head.len()]);
+        if !s.frontend().traces.is_empty() {
+            txn.traced = crate::filters::next_stream(&s.w.process);
+            txn.trace(s).start();
+        }
         if !s.w.process.loggers[s.fe].is_empty() {
             let max = s.w.config().global.log_settings.request_line_max();
             txn.log.capture_line(&req, s.client.is_stream(), max);
@@ -134,6 +138,14 @@ async fn run(s: &mut Session) {
             }
         };
         s.end_tracking(status, server_failed, txn.bytes_in(s), txn.log.bytes);
+        if txn.traced != 0 {
+            let trace = txn.trace(s);
+            if done.is_ok() {
+                trace.end(crate::filters::Channel::Request);
+                trace.end(crate::filters::Channel::Response);
+            }
+            trace.stop();
+        }
         match done {
             Ok(keep) => {
                 txn.log_done(s);

@@ -62,6 +62,9 @@ impl Txn {
         }
         // HAProxy counts the response as it receives it, before any rule edits it.
         let head_in = rsp.htx_size(s.sbuf.bytes());
+        if self.traced != 0 {
+            self.trace(s).response(&rsp.view(s.sbuf.bytes()));
+        }
         if be.persist.cookie.is_some() {
             // No persistence cookie set, unless the relay gets to set one.
             self.log.cookie_flags[1] = b'N';

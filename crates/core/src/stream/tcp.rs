@@ -64,6 +64,18 @@ pub(crate) async fn serve(
         backend: Some(backend),
         ..look
     };
+    let _trace = (!frontend.traces.is_empty() || !be.traces.is_empty()).then(|| {
+        let trace = crate::filters::StreamTrace {
+            frontend: &frontend.traces,
+            backend: &be.traces,
+            stream: crate::filters::next_stream(&w.process),
+            mode: "TCP",
+            routed: true,
+        };
+        trace.start();
+        trace.set_backend(&be.name);
+        crate::filters::Stopping(trace)
+    });
     relay_to(w, client, cbuf, look, info, (started, date)).await;
     None
 }

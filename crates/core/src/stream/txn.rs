@@ -96,6 +96,45 @@ pub(crate) struct Txn {
     /// too if HTTP/2 cannot carry it). Boxed: a transaction to HTTP/1.1 servers only does
     /// not carry its size.
     pub h2_request: Option<Box<crate::h2_stream::ServerRequest>>,
+    /// The stream's number in `filter trace` lines (0: no trace filter speaks).
+    pub traced: u64,
+}
+
+impl Txn {
+    /// The trace filters that hear of this transaction: its frontend's, and its backend's
+    /// once routed.
+    pub(super) fn trace<'a>(&self, s: &'a Session) -> crate::filters::StreamTrace<'a> {
+        let config = s.w.config();
+        let backend = self.backend.map(|b| &config.backends[b].traces[..]);
+        crate::filters::StreamTrace {
+            frontend: if self.traced == 0 {
+                &[]
+            } else {
+                &config.frontends[s.fe].traces
+            },
+            backend: if self.traced == 0 {
+                &[]
+            } else {
+                backend.unwrap_or_default()
+            },
+            stream: self.traced,
+            mode: "HTTP",
+            routed: self.backend.is_some(),
+        }
+    }
+
+    /// Tells the trace filters that the request goes to `be`, and its head (as it
+    /// arrived: HAProxy's filters see it once the backend is known).
+    fn trace_forward(&mut self, s: &Session, be: &Backend, req: &sluice_http::RequestView<'_>) {
+        if self.traced == 0 && !be.traces.is_empty() {
+            self.traced = crate::filters::next_stream(&s.w.process);
+        }
+        if self.traced != 0 {
+            let trace = self.trace(s);
+            trace.set_backend(&be.name);
+            trace.request(req);
+        }
+    }
 }
 
 /// Waits for more of the request body (`false`), or for the server to refuse the rest of
@@ -500,6 +539,7 @@ impl Txn {
                 let be = &w.config().backends[backend];
                 let conf = compression::conf_for(fe, be);
                 let req = head.view(s.cbuf.bytes());
+                self.trace_forward(s, be, &req);
                 let facts = ReqFacts {
                     comp: compression::for_request(conf, &req),
                     cookie_server,
