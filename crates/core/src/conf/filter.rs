@@ -1,6 +1,6 @@
 //! A proxy's `filter` lines, as read.
 
-use super::Loc;
+use super::loc::Loc;
 
 /// The `filter` lines of one proxy, in order of declaration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
