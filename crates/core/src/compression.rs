@@ -422,15 +422,16 @@ impl Compressor {
         self.stream.set_level(level);
     }
 
-    /// Compresses `data` and appends it to `out` as one HTTP chunk, flushed so the client can
-    /// decode it now; `last` also writes the end of the compressed stream and the last chunk
-    /// with `trailers` (complete `name: value\r\n` lines). `scratch` is per-worker space.
-    /// Returns the compressed size.
+    /// Compresses `data` and appends it to `out`, flushed so the client can decode it now:
+    /// as one HTTP chunk when `chunked` gives the trailers (complete `name: value\r\n`
+    /// lines) of its last chunk, else as it is (an HTTP/2 stream delimits it). `last` also
+    /// writes the end of the compressed stream (and the last chunk). `scratch` is
+    /// per-worker space. Returns the compressed size.
     pub fn chunk(
         &mut self,
         data: &[u8],
         last: bool,
-        trailers: &[u8],
+        chunked: Option<&[u8]>,
         scratch: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> usize {
@@ -455,6 +456,10 @@ impl Compressor {
             self.stream
                 .flush(&mut scratch[n..])
                 .expect("room for a flush")
+        };
+        let Some(trailers) = chunked else {
+            out.extend_from_slice(&scratch[..n]);
+            return n;
         };
         if n > 0 {
             push_chunk_header(out, n);

@@ -90,6 +90,10 @@ pub enum Framing {
     Chunked,
     /// Until the connection closes (responses only).
     UntilClose,
+    /// Delimited by the codec that carried it (HTTP/2's DATA frames up to END_STREAM):
+    /// what is read of it is its data alone, its trailers come aside, and its end is the
+    /// message's, not the connection's.
+    Delimited,
 }
 
 /// Connection-level facts gathered from `Connection` and related headers.

@@ -9,7 +9,7 @@
 //!
 //! Invariant: both kinds answer alike for the same message. An HTTP/2 request's
 //! `:authority` reads as its `Host` (first, as HTTP/1.1 puts it), its body without a
-//! length reads as chunked (delimited by the codec) and its cookies as one field once the
+//! length reads as [`Framing::Delimited`] (its data alone, its end the stream's) and its cookies as one field once the
 //! codec has joined them ([`join_cookies`]); an HTTP/2 response without a body and without
 //! a length reads as `Content-Length: 0`, as a server of HTTP/1.1 would have said.
 
@@ -155,7 +155,7 @@ impl<'a> RequestView<'a> {
         let framing = match length {
             Some(n) => Framing::Length(n),
             None if ended => Framing::None,
-            None => Framing::Chunked,
+            None => Framing::Delimited,
         };
         RequestView {
             kind: RequestKind::H2 { parts, framing },
@@ -345,7 +345,7 @@ impl<'a> ResponseView<'a> {
             _ if bodiless => Framing::None,
             Some(n) => Framing::Length(n),
             None if ended => Framing::Length(0),
-            None => Framing::Chunked,
+            None => Framing::Delimited,
         };
         ResponseView {
             kind: ResponseKind::H2 { parts, framing },

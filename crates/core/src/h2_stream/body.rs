@@ -42,29 +42,45 @@ impl BodyReader {
                 buf.advance(used);
                 Ok((out.into(), self.chunks.is_done()))
             }
-            Framing::UntilClose => Ok((std::mem::take(buf), false)),
+            // Its end is told apart ([`super::H2Stream::end_body`]), or is the close.
+            Framing::UntilClose | Framing::Delimited => Ok((std::mem::take(buf), false)),
             Framing::None => Ok((Bytes::new(), true)),
         }
     }
 
     /// The trailers of a chunked body, if it had any.
     pub(crate) fn trailers(&self) -> Option<http::HeaderMap> {
-        let lines = self.chunks.trailers();
-        if lines.is_empty() {
-            return None;
-        }
-        let mut map = http::HeaderMap::new();
-        for line in lines.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = memchr::memchr(b':', line) else {
-                continue;
-            };
-            let name = http::HeaderName::from_bytes(&line[..colon]);
-            let value = http::HeaderValue::from_bytes(sluice_http::trim_ows(&line[colon + 1..]));
-            if let (Ok(n), Ok(v)) = (name, value) {
-                map.append(n, v);
-            }
-        }
-        (!map.is_empty()).then_some(map)
+        trailers_of_lines(self.chunks.trailers())
     }
+}
+
+/// The trailer fields of a chunked body's trailer section (`name: value` lines, as
+/// [`sluice_http::ChunkedDecoder::trailers`] keeps them), as HTTP/2 carries them; `None`
+/// when there are none (or none HTTP/2 can carry).
+pub fn trailers_of_lines(lines: &[u8]) -> Option<http::HeaderMap> {
+    if lines.is_empty() {
+        return None;
+    }
+    let mut map = http::HeaderMap::new();
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = memchr::memchr(b':', line) else {
+            continue;
+        };
+        let name = http::HeaderName::from_bytes(&line[..colon]);
+        let value = http::HeaderValue::from_bytes(sluice_http::trim_ows(&line[colon + 1..]));
+        if let (Ok(n), Ok(v)) = (name, value) {
+            map.append(n, v);
+        }
+    }
+    (!map.is_empty()).then_some(map)
+}
+
+/// Appends the last chunk of a chunked body and its trailer section made of `trailers`.
+pub fn push_last_chunk(out: &mut Vec<u8>, trailers: Option<&http::HeaderMap>) {
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        sluice_http::push_header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
 }

@@ -285,15 +285,16 @@ fn status_line(status: http::StatusCode, out: &mut Vec<u8>) {
 }
 
 /// Writes the HTTP/1.1 head of a stream's response into `out`; `ended` says the stream
-/// carries no body. Returns whether the body goes chunked (no length was given). For a
-/// health check, which judges answers as HTTP/1.1 text; the data path reads heads through
+/// carries no body. A body without a length is read to the stream's end (the head says
+/// `connection: close`, as a body delimited by the close). For a health check, which
+/// judges answers as HTTP/1.1 text; the data path reads heads through
 /// `sluice_http::ResponseView`.
 pub fn response_head(
     parts: &http::response::Parts,
     ended: bool,
     head_request: bool,
     out: &mut Vec<u8>,
-) -> bool {
+) {
     let status = parts.status;
     status_line(status, out);
     for (name, value) in &parts.headers {
@@ -301,14 +302,10 @@ pub fn response_head(
     }
     let bodiless = head_request || status.is_informational() || status == 204 || status == 304;
     let sized = parts.headers.contains_key(http::header::CONTENT_LENGTH);
-    let chunked = !bodiless && !sized && !ended;
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    } else if !bodiless && !sized {
+    if !bodiless && !sized && ended {
         out.extend_from_slice(b"content-length: 0\r\n");
     }
     out.extend_from_slice(b"connection: close\r\n\r\n");
-    chunked
 }
 
 #[cfg(test)]
@@ -385,10 +382,10 @@ mod tests {
 
     #[test]
     fn a_response_head_is_framed_for_http1_and_closes_its_pipe() {
-        let chunked = head_of(200, &[("x-a", "1")], false, false);
+        let delimited = head_of(200, &[("x-a", "1")], false, false);
         assert_eq!(
-            chunked,
-            "HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+            delimited,
+            "HTTP/1.1 200 OK\r\nx-a: 1\r\nconnection: close\r\n\r\n"
         );
         let sized = head_of(404, &[("content-length", "5")], false, false);
         assert!(sized.starts_with("HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\n"));
@@ -496,7 +493,12 @@ mod tests {
             assert_eq!(one.method(), two.method());
             assert_eq!(one.target(), two.target(), "{uri}");
             assert_eq!(one.path(), two.path(), "{uri}");
-            assert_eq!(one.framing(), two.framing(), "{uri}");
+            // A body the stream delimits was read chunked before.
+            let framing = match two.framing() {
+                Framing::Delimited => Framing::Chunked,
+                f => f,
+            };
+            assert_eq!(one.framing(), framing, "{uri}");
             assert_eq!(one.header("host"), two.header("host"), "{uri}");
             assert_eq!(one.header("cookie"), two.header("cookie"), "{uri}");
             assert_eq!(forwarded(&one), forwarded(&two), "{uri}");
@@ -537,7 +539,12 @@ mod tests {
             let one = ResponseView::h1(&text, &head);
             let two = ResponseView::h2(&parts, ended, head_req);
             assert_eq!(one.status(), two.status());
-            assert_eq!(one.framing(), two.framing(), "{status} {fields:?}");
+            // A body the stream delimits reads to its end, as one the close delimits.
+            let framing = match two.framing() {
+                Framing::Delimited => Framing::UntilClose,
+                f => f,
+            };
+            assert_eq!(one.framing(), framing, "{status} {fields:?}");
             let kept = |v: &ResponseView<'_>| -> Vec<(Vec<u8>, Vec<u8>)> {
                 v.headers()
                     .filter(|(n, _)| !v.is_hop_by_hop(n))

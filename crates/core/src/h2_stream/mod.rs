@@ -7,9 +7,8 @@
 //! - a stream to a server ([`H2Stream::asking`]) is given its request head as the
 //!   transaction prepared it ([`ServerRequest`], no text) and sent as HEADERS, then its body
 //!   as DATA; the response head is taken as the `h2` crate decoded it
-//!   ([`H2Stream::response`]), and its body reads back as HTTP/1.1 would carry it (the
-//!   stream carries one exchange and is never pooled; its connection, `pool::h2`'s link,
-//!   is what lasts).
+//!   ([`H2Stream::response`]), then its body's data (the stream carries one exchange and
+//!   is never pooled; its connection, `pool::h2`'s link, is what lasts).
 //! - a client's stream that opens a tunnel carries its bytes both ways, raw, once the
 //!   server agreed ([`Tunnel`]): a WebSocket (RFC 8441: CONNECT with `:protocol
 //!   websocket`) reaches the session as the GET with `Upgrade: websocket` it stands for in
@@ -18,15 +17,23 @@
 //!   2xx leaves as it is.
 //!
 //! No task and no buffer stand between the two: each call of the `transport::Conn` that
-//! holds the stream works on the stream itself. `heads` translates the heads, `body` takes
-//! HTTP/1.1 bodies apart.
+//! holds the stream works on the stream itself. `heads` translates the heads; `body`
+//! delimits what is written (by a length, the stream's end, or, for the proxy's own pages
+//! read from text, chunks).
+//!
+//! Bodies cross as their data alone: what is read of a stream is the DATA's bytes, and a
+//! body without a length ([`Framing::Delimited`]) ends with the stream, its trailers kept
+//! aside ([`H2Stream::take_trailers`], [`H2Stream::message_ended`]); what is written is
+//! data, ended by [`H2Stream::end_body`] with the trailers to send. The HTTP/1 side frames
+//! (or unframes) bodies itself; no chunked framing is made up for a stream to undo.
 //!
 //! Invariants:
 //! - DATA is sent only as the peer's flow control allows, and credit for received DATA is
 //!   given back only once the HTTP/1.1 side has taken the bytes: a slow side slows the
 //!   other, nothing piles up. A client's streams hand the crate DATA only within their
 //!   connection's send budget ([`Queued`]), so a client that does not read holds little.
-//! - A body without a length crosses chunked into HTTP/1.1, so trailers pass both ways.
+//! - A body without a length crosses as data and its end, its trailers aside, so trailers
+//!   pass both ways (chunked on the HTTP/1.1 side).
 //! - A stream the peer reset (or whose connection went away) reads as ended and refuses
 //!   writes: a client's request not read yet is never read, so it never reaches a server.
 //!   A server's stream that the server refused unprocessed (REFUSED_STREAM, RFC 9113
@@ -52,9 +59,10 @@ use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use sluice_http::{push_chunk, push_header, Framing};
+use sluice_http::Framing;
 
 use self::body::BodyReader;
+pub use self::body::{push_last_chunk, trailers_of_lines};
 pub use self::heads::{
     as_websocket_upgrade, response_head, tunnel, FieldStore, RequestFields, ServerRequest, Tunnel,
 };
@@ -91,8 +99,11 @@ struct State {
     awaiting: Option<ResponseFuture>,
     /// The body still arriving; `None` once its end was framed into `up`.
     body: Option<RecvStream>,
-    /// The body reads chunked (its sender gave no length), with its trailers.
-    chunked: bool,
+    /// The body is delimited by the stream (its sender gave no length): its trailers are
+    /// read too, and kept aside ([`H2Stream::take_trailers`]).
+    delimited: bool,
+    /// The trailers that ended the body, until the other side takes them.
+    trailers_in: Option<http::HeaderMap>,
     /// DATA bytes in `up` whose flow-control credit is still owed to the peer.
     owed: usize,
     down: Down,
@@ -238,14 +249,14 @@ impl H2Stream {
         let ended = body.is_end_stream();
         let tunnel = heads::tunnel(parts);
         // The request's head is the session's already (`sluice_http::RequestView::h2`):
-        // what is read here is its body, chunked when the client gave no length, or a
-        // tunnel's bytes, raw, once the server has opened it.
-        let chunked =
+        // what is read here is its body's data (its trailers aside when the client gave no
+        // length), or a tunnel's bytes once the server has opened it.
+        let delimited =
             tunnel.is_none() && !ended && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
         let state = State::new(
             Vec::new(),
             (!ended).then_some(body),
-            chunked,
+            delimited,
             Down::Response { respond },
         );
         let state = Arc::new(Mutex::new(State {
@@ -316,8 +327,8 @@ impl H2Stream {
     }
 
     /// The server's final answer to the request sent ([`Self::send_request`]): its head as
-    /// the `h2` crate decoded it. What is read afterwards is its body, chunked when the
-    /// server gave no length (so that trailers pass), or the bytes of the tunnel it opened.
+    /// the `h2` crate decoded it. What is read afterwards is its body's data (its trailers
+    /// aside), or the bytes of the tunnel it opened.
     /// A stream the server refused unprocessed fails with [`Refused`]; one reset or gone
     /// with `UnexpectedEof`.
     pub async fn response(&self) -> io::Result<Answer> {
@@ -335,6 +346,18 @@ impl H2Stream {
     /// is watched and no waker registered: await it beside something that registers one.
     pub async fn closed(&self) {
         std::future::poll_fn(|cx| self.lock().poll_peer_gone(cx)).await
+    }
+
+    /// The trailers that ended a body delimited by the stream, once it was read whole
+    /// (taken once).
+    pub fn take_trailers(&self) -> Option<http::HeaderMap> {
+        self.lock().trailers_in.take()
+    }
+
+    /// The incoming message was read to its end, whole (not cut by a reset).
+    pub fn message_ended(&self) -> bool {
+        let st = self.lock();
+        st.gone.is_none() && st.awaiting.is_none() && st.body.is_none() && st.unread().is_empty()
     }
 
     /// Nothing more will be read: the stream is gone, or its message was read to the end.
@@ -356,8 +379,8 @@ impl H2Stream {
     }
 
     /// Sends a client's response head as the transaction made it (no text); its body
-    /// follows with [`Self::write_all`], framed as `framing` says (chunked: its trailers
-    /// leave as trailers). Fails once the stream is gone, or if a head was sent already.
+    /// follows with [`Self::write_all`], delimited as `framing` says (a body the stream
+    /// delimits ends with [`Self::end_body`], which sends its trailers). Fails once the stream is gone, or if a head was sent already.
     ///
     /// The answer that opens the stream's tunnel leaves as a 2xx without a length, and the
     /// tunnel's bytes follow as DATA until either side ends (its end is no reset to count
@@ -410,6 +433,12 @@ impl H2Stream {
             self.lock().finish(out.trailers.take());
         }
         Ok(())
+    }
+
+    /// Ends a body delimited by the stream ([`Framing::Delimited`]) once its data was
+    /// written: with `trailers`, or an empty last DATA frame.
+    pub fn end_body(&self, trailers: Option<http::HeaderMap>) {
+        self.lock().finish(trailers);
     }
 
     /// A reading of the DATA bytes sent so far on the stream, usable while the stream is
@@ -466,14 +495,15 @@ fn lock(s: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl State {
-    fn new(up: Vec<u8>, body: Option<RecvStream>, chunked: bool, down: Down) -> State {
+    fn new(up: Vec<u8>, body: Option<RecvStream>, delimited: bool, down: Down) -> State {
         State {
             asking: matches!(down, Down::Request { .. }),
             up,
             read: 0,
             awaiting: None,
             body,
-            chunked,
+            delimited,
+            trailers_in: None,
             owed: 0,
             down,
             head_request: false,
@@ -548,8 +578,9 @@ impl State {
         let opened = self.tunnel.filter(|_| parts.status.is_success());
         let status = parts.status;
         let bodiless = self.head_request || status == 204 || status == 304;
-        // A tunnel's bytes cross raw; a body without a length crosses chunked.
-        self.chunked = opened.is_none()
+        // A tunnel's bytes cross raw; so does a body's data, its trailers aside when it has
+        // no length.
+        self.delimited = opened.is_none()
             && !bodiless
             && !ended
             && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
@@ -567,7 +598,7 @@ impl State {
     }
 
     /// Puts the next part of the incoming message into `up` once what was there has been
-    /// read: the body, framed (a response's once its head was taken). Ready when there is
+    /// read: the body's data (a response's once its head was taken), its trailers aside. Ready when there is
     /// something to read, or the message or the stream is over.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.gone.is_some() || !self.unread().is_empty() {
@@ -583,11 +614,7 @@ impl State {
             match std::task::ready!(body.poll_data(cx)) {
                 Some(Ok(data)) if data.is_empty() => {}
                 Some(Ok(data)) => {
-                    if self.chunked {
-                        push_chunk(&mut self.up, &data);
-                    } else {
-                        self.up.extend_from_slice(&data);
-                    }
+                    self.up.extend_from_slice(&data);
                     self.owed = data.len();
                     return Poll::Ready(());
                 }
@@ -598,15 +625,9 @@ impl State {
                 None => break,
             }
         }
-        if self.chunked {
+        if self.delimited {
             match std::task::ready!(body.poll_trailers(cx)) {
-                Ok(trailers) => {
-                    self.up.extend_from_slice(b"0\r\n");
-                    for (name, value) in trailers.iter().flatten() {
-                        push_header(&mut self.up, name.as_str().as_bytes(), value.as_bytes());
-                    }
-                    self.up.extend_from_slice(b"\r\n");
-                }
+                Ok(trailers) => self.trailers_in = trailers.filter(|t| !t.is_empty()),
                 Err(_) => {
                     self.gone = Some(Gone::Peer);
                     return Poll::Ready(());

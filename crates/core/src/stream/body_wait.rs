@@ -30,14 +30,18 @@ pub(crate) enum Buffered {
     Span(usize, usize),
     /// A chunked body's data without its framing, and whether it is all there.
     Decoded(Vec<u8>, bool),
+    /// A body its codec delimits: its data, from one offset of the buffer to the other,
+    /// and whether it is all there.
+    Delimited(usize, usize, bool),
 }
 
 impl Buffered {
-    /// The whole body's length, when known without its `Content-Length`: a chunked body
-    /// that arrived whole (`req.body_size`, `res.body_size`).
+    /// The whole body's length, when known without its `Content-Length`: a chunked (or
+    /// codec-delimited) body that arrived whole (`req.body_size`, `res.body_size`).
     pub fn whole_len(&self) -> Option<u64> {
         match self {
             Buffered::Decoded(data, true) => Some(data.len() as u64),
+            Buffered::Delimited(from, to, true) => Some((to - from) as u64),
             _ => None,
         }
     }
@@ -45,7 +49,7 @@ impl Buffered {
     /// The body's bytes, given the buffer it arrived in.
     pub fn bytes<'a>(&'a self, buf: &'a [u8]) -> Option<&'a [u8]> {
         match self {
-            Buffered::Span(from, to) => buf.get(*from..*to),
+            Buffered::Span(from, to) | Buffered::Delimited(from, to, _) => buf.get(*from..*to),
             Buffered::Decoded(data, _) => Some(data),
         }
     }
@@ -105,7 +109,7 @@ pub(super) enum Progress {
 pub(super) fn progress(arrived: &[u8], framing: Framing, wait: BodyWait) -> Progress {
     let total = match framing {
         Framing::Length(total) => total,
-        Framing::Chunked | Framing::UntilClose => u64::MAX,
+        Framing::Chunked | Framing::UntilClose | Framing::Delimited => u64::MAX,
         Framing::None => return Progress::Enough,
     };
     let want = wait.at_least.filter(|n| *n > 0).unwrap_or(total).min(total);
@@ -122,8 +126,14 @@ pub(super) fn progress(arrived: &[u8], framing: Framing, wait: BodyWait) -> Prog
     }
 }
 
-/// What the rules see of a body that starts at `start` of `buf`.
-pub(super) fn buffered(buf: &[u8], start: usize, framing: Framing) -> Option<Buffered> {
+/// What the rules see of a body that starts at `start` of `buf`; `ended`: a body its
+/// codec delimits has been read to its end.
+pub(super) fn buffered(
+    buf: &[u8],
+    start: usize,
+    framing: Framing,
+    ended: bool,
+) -> Option<Buffered> {
     let arrived = buf.get(start..)?;
     match framing {
         Framing::None => None,
@@ -137,6 +147,7 @@ pub(super) fn buffered(buf: &[u8], start: usize, framing: Framing) -> Option<Buf
             Some(Buffered::Span(start, start + have))
         }
         Framing::UntilClose => Some(Buffered::Span(start, buf.len())),
+        Framing::Delimited => Some(Buffered::Delimited(start, buf.len(), ended)),
     }
 }
 
@@ -183,17 +194,25 @@ mod tests {
     #[test]
     fn the_rules_see_the_data_without_framing() {
         let buf = b"HEAD5\r\nhello\r\n0\r\n\r\n";
-        let b = buffered(buf, 4, Framing::Chunked).unwrap();
+        let b = buffered(buf, 4, Framing::Chunked, false).unwrap();
         assert_eq!(b.bytes(buf), Some(&b"hello"[..]));
         assert_eq!(b.whole_len(), Some(5));
         let part = b"HEAD5\r\nhello\r\n";
         assert_eq!(
-            buffered(part, 4, Framing::Chunked).unwrap().whole_len(),
+            buffered(part, 4, Framing::Chunked, false)
+                .unwrap()
+                .whole_len(),
             None
         );
         let buf = b"HEADhello world";
-        let b = buffered(buf, 4, Framing::Length(5)).unwrap();
+        let b = buffered(buf, 4, Framing::Length(5), false).unwrap();
         assert_eq!(b.bytes(buf), Some(&b"hello"[..]));
-        assert!(buffered(buf, 4, Framing::None).is_none());
+        assert!(buffered(buf, 4, Framing::None, false).is_none());
+        // An HTTP/2 body: its data alone, whole once its stream said so.
+        let buf = b"HEADhello";
+        let b = buffered(buf, 4, Framing::Delimited, false).unwrap();
+        assert_eq!((b.bytes(buf), b.whole_len()), (Some(&b"hello"[..]), None));
+        let b = buffered(buf, 4, Framing::Delimited, true).unwrap();
+        assert_eq!(b.whole_len(), Some(5));
     }
 }

@@ -6,8 +6,8 @@
 //!
 //! A stream's request head reaches its session as the `h2` crate decoded it
 //! (`sluice_http::RequestView::h2`: `:authority` reads as `Host`, cookies joined), never as
-//! text; its body is read as it comes, as HTTP/1.1 would carry it (with `Content-Length`
-//! when the client gave one, else chunked, so trailers pass). A tunnel's request (CONNECT,
+//! text; its body is read as it comes, as data (with `Content-Length` when the client gave
+//! one, else delimited by the stream, its trailers aside). A tunnel's request (CONNECT,
 //! and a WebSocket's extended CONNECT) still reads as the HTTP/1.1 request that opens one.
 //! A server's response leaves as HEADERS made for the stream from its head and the rules'
 //! edits (`stream::heads::client_response`, no text), then DATA frames under the client's

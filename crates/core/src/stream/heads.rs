@@ -609,7 +609,10 @@ pub(crate) fn build_request_head(
     request_fields(out, req, edits, xff);
     match req.framing() {
         Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
-        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        // An HTTP/2 client's body without a length goes chunked.
+        Framing::Chunked | Framing::Delimited => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+        }
         Framing::None | Framing::UntilClose => {
             // A body-less POST/PUT still states its length so the server does not wait.
             if matches!(req.method(), b"POST" | b"PUT" | b"PATCH") {
@@ -646,10 +649,15 @@ pub(crate) fn server_request(
 ) -> Option<ServerRequest> {
     let mut out = RequestFields::with_capacity(room(req.headers()) + edits.add.len());
     request_fields(&mut out, req, edits, xff);
+    // A chunked body reaches the stream as its data, its trailers aside.
+    let framing = match req.framing() {
+        Framing::Chunked => Framing::Delimited,
+        other => other,
+    };
     out.finish(
         edits.method.as_deref().unwrap_or(req.method()),
         edits.target.as_deref().unwrap_or(req.target()),
-        req.framing(),
+        framing,
         upgrade.is_some_and(|u| u.eq_ignore_ascii_case(b"websocket")),
     )
 }
@@ -779,7 +787,8 @@ pub(crate) fn write_response_head(
                     push_header(out, b"content-length", &v);
                 }
             }
-            Framing::UntilClose => {}
+            // (The relay never asks an HTTP/1 client for a codec's delimiting.)
+            Framing::UntilClose | Framing::Delimited => {}
         }
         // HTTP/1.0 closes unless told otherwise, HTTP/1.1 keeps alive unless told.
         if !keep && !rsp_10 {
@@ -880,7 +889,7 @@ pub(super) fn send_h2_head(
             Some(digits.as_bytes())
         }
         Framing::None => length_hint.as_deref(),
-        Framing::Chunked | Framing::UntilClose => None,
+        Framing::Chunked | Framing::UntilClose | Framing::Delimited => None,
     };
     let Some(res) = client_response(view, edits, length, algo) else {
         stream.abort();
@@ -947,7 +956,7 @@ mod tests {
         assert_eq!(req.method, http::Method::POST);
         assert_eq!(&req.target[..], b"/p?q");
         assert_eq!(req.host.as_deref(), Some(&b"other.test"[..]));
-        assert_eq!(req.framing, Framing::Chunked);
+        assert_eq!(req.framing, Framing::Delimited);
         let names: Vec<&str> = req.fields.keys().map(|n| n.as_str()).collect();
         assert_eq!(names, ["x-keep", "x-added", "x-forwarded-for"]);
         assert_eq!(req.fields["x-forwarded-for"], "10.0.0.9");

@@ -30,6 +30,7 @@ use crate::check::Seen;
 use crate::compression::{self, Compressor, GlobalComp};
 use crate::conf::backend::ReuseMode;
 use crate::conf::Backend;
+use crate::h2_stream::{push_last_chunk, trailers_of_lines};
 use crate::rules::{tcp_verdict, Level};
 use crate::runtime::{ProxyCounters, Worker};
 use crate::transport::{Conn, Then};
@@ -228,19 +229,25 @@ impl Txn {
         if dropped {
             capture = None;
         }
-        // An HTTP/1.1 client, or an HTTP/2 stream (which reads chunked framing as HTTP/1.1
-        // does, trailers included): a body of unknown length goes chunked, unless the
+        // A body of unknown length goes to an HTTP/2 client as its data alone, its stream
+        // delimiting it (trailers aside), and to an HTTP/1.1 client chunked, unless the
         // answer is an HTTP/1.0 server's, which HTTP/1 clients get as HTTP/1.0 (as HAProxy
         // sends it: never chunked).
-        let client_11 = facts.version != Version::Http10
-            && (view.version() != Version::Http10 || s.client.as_stream().is_some());
+        let client_h2 = s.client.as_stream().is_some();
+        let client_11 = facts.version != Version::Http10 && view.version() != Version::Http10;
         let framing = rsp.framing();
         let to_client = if dropped { Framing::None } else { framing };
+        let no_length = matches!(
+            to_client,
+            Framing::Chunked | Framing::UntilClose | Framing::Delimited
+        );
         let (client_framing, mode) = match to_client {
+            _ if client_h2 && (no_length || compressor.is_some()) => {
+                (Framing::Delimited, ChunkedOut::Raw)
+            }
             _ if compressor.is_some() => (Framing::Chunked, ChunkedOut::Raw),
-            Framing::Chunked if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
-            Framing::Chunked => (Framing::UntilClose, ChunkedOut::Raw),
-            Framing::UntilClose if client_11 => (Framing::Chunked, ChunkedOut::Chunked),
+            _ if no_length && client_11 => (Framing::Chunked, ChunkedOut::Chunked),
+            _ if no_length => (Framing::UntilClose, ChunkedOut::Raw),
             other => (other, ChunkedOut::Raw),
         };
         let close_mode = fe.stream.close_mode.max(be.stream.close_mode);
@@ -321,7 +328,7 @@ impl Txn {
         // The body's data as taken from the server (before compression); a chunked message
         // has one more byte in HAProxy's count (its end of trailers).
         let body = relay.data.unwrap_or(0);
-        let eot = u64::from(framing == Framing::Chunked);
+        let eot = u64::from(matches!(framing, Framing::Chunked | Framing::Delimited));
         self.log.bytes = self.log.received + head_in + body + eot;
         if let Err(cause) = outcome {
             if matches!(cause, Cause::Server(_) | Cause::ServerTimeout) {
@@ -376,7 +383,7 @@ impl Txn {
     /// body that came too late): HAProxy counts what it had received of it and logs no
     /// response time.
     fn answered_instead(&mut self, s: &Session, rsp: &ServerHead, head_in: u64) {
-        let body = body_wait::buffered(s.sbuf.bytes(), rsp.len(), rsp.framing());
+        let body = body_wait::buffered(s.sbuf.bytes(), rsp.len(), rsp.framing(), false);
         let body = body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
         self.log.received += head_in + body.map_or(0, |b| b.len() as u64);
         self.log.bytes = self.log.received;
@@ -418,7 +425,13 @@ impl Txn {
         }
         // HAProxy's response time ends when the response rules have run.
         self.log.t_response += super::connect::ms(started.elapsed());
-        Ok(body_wait::buffered(s.sbuf.bytes(), rsp.len(), framing))
+        let ended = conn.conn.as_stream().is_some_and(|st| st.message_ended());
+        Ok(body_wait::buffered(
+            s.sbuf.bytes(),
+            rsp.len(),
+            framing,
+            ended,
+        ))
     }
 
     /// Answers the client's upgrade with the server's 101 (or its CONNECT with the server's
@@ -568,6 +581,21 @@ impl Relay<'_> {
         }
     }
 
+    /// The trailers of a body the server's stream delimited, once it ended whole (`None`
+    /// if the stream was cut).
+    fn server_trailers(&self) -> Option<Option<http::HeaderMap>> {
+        let stream = self.server.as_stream()?;
+        stream.message_ended().then(|| stream.take_trailers())
+    }
+
+    /// An HTTP/2 client's body is complete: its stream ends, with `trailers` if any. (An
+    /// HTTP/1 client's body carries its own end.)
+    fn end_stream_body(&self, trailers: impl FnOnce() -> Option<http::HeaderMap>) {
+        if let Some(stream) = self.client.as_stream() {
+            stream.end_body(trailers());
+        }
+    }
+
     /// The body has been taken whole from the server: a capture is stored.
     fn whole(&mut self) {
         if let Some(c) = self.capture.as_mut() {
@@ -631,6 +659,7 @@ impl Relay<'_> {
                         self.send(0, self.then(false, dec.is_done())).await?;
                     }
                     if dec.is_done() {
+                        self.end_stream_body(|| trailers_of_lines(dec.trailers()));
                         return Ok(());
                     }
                     if self.sbuf.is_full() || !self.read_server().await? {
@@ -638,7 +667,7 @@ impl Relay<'_> {
                     }
                 }
             }
-            Framing::UntilClose => loop {
+            Framing::UntilClose | Framing::Delimited => loop {
                 let data = self.sbuf.bytes();
                 if let Some(c) = self.capture.as_mut() {
                     c.keep(data);
@@ -660,11 +689,17 @@ impl Relay<'_> {
                     self.send(0, Then::Flush).await?;
                 }
                 if !self.read_server().await? {
+                    // A body its stream delimits ends whole or not at all.
+                    let trailers = match framing {
+                        Framing::Delimited => Some(self.server_trailers().ok_or_else(truncated)?),
+                        _ => None,
+                    };
                     self.whole();
                     if mode == ChunkedOut::Chunked {
-                        self.out.extend_from_slice(b"0\r\n\r\n");
+                        push_last_chunk(self.out, trailers.as_ref().and_then(Option::as_ref));
                         self.send(0, self.then(false, true)).await?;
                     }
+                    self.end_stream_body(|| trailers.flatten());
                     return Ok(());
                 }
             },
@@ -678,7 +713,7 @@ impl Relay<'_> {
         let mut remaining = match framing {
             Framing::None => return Ok(()),
             Framing::Length(n) => n,
-            Framing::Chunked | Framing::UntilClose => u64::MAX,
+            Framing::Chunked | Framing::UntilClose | Framing::Delimited => u64::MAX,
         };
         let mut sink = Vec::new();
         loop {
@@ -708,9 +743,10 @@ impl Relay<'_> {
                 return Err(truncated());
             }
             if !self.read_server().await? {
-                // Only a body that lasts until the close ends this way.
+                // Only a body that lasts until the close (or its stream's end) ends this way.
                 return match framing {
                     Framing::UntilClose => Ok(()),
+                    Framing::Delimited if self.server_trailers().is_some() => Ok(()),
                     _ => Err(truncated()),
                 };
             }
@@ -733,6 +769,9 @@ impl Relay<'_> {
             _ => u64::MAX,
         };
         let mut eof = false;
+        // The trailers of a body its server's stream delimited, once it ended.
+        let mut stream_trailers: Option<http::HeaderMap> = None;
+        let to_stream = self.client.as_stream().is_some();
         loop {
             let (used, last) = {
                 let mut plain = w.comp_plain.borrow_mut();
@@ -748,11 +787,21 @@ impl Relay<'_> {
                         Ok(used) => (&plain[..], used, dec.is_done()),
                         Err(_) => return Err(Cause::Server(None)),
                     },
-                    Framing::UntilClose | Framing::None => (avail, avail.len(), eof),
+                    Framing::UntilClose | Framing::Delimited | Framing::None => {
+                        (avail, avail.len(), eof)
+                    }
                 };
                 *self.data.get_or_insert(0) += data.len() as u64;
                 if !data.is_empty() || last {
-                    let n = comp.chunk(data, last, dec.trailers(), &mut scratch, self.out);
+                    let mut lines = Vec::new();
+                    let chunked = (!to_stream).then(|| match &stream_trailers {
+                        Some(t) => {
+                            push_last_fields(&mut lines, t);
+                            &lines[..]
+                        }
+                        None => dec.trailers(),
+                    });
+                    let n = comp.chunk(data, last, chunked, &mut scratch, self.out);
                     for k in counters {
                         k.comp_in.add(data.len() as u64);
                         k.comp_out.add(n as u64);
@@ -780,6 +829,8 @@ impl Relay<'_> {
                 self.send(0, self.then(more, last)).await?;
             }
             if last {
+                let trailers = stream_trailers.take();
+                self.end_stream_body(|| trailers.or_else(|| trailers_of_lines(dec.trailers())));
                 return Ok(());
             }
             if self.sbuf.is_full() {
@@ -788,6 +839,10 @@ impl Relay<'_> {
             match self.read_server().await? {
                 true => {}
                 false if framing == Framing::UntilClose => eof = true,
+                false if framing == Framing::Delimited => {
+                    stream_trailers = self.server_trailers().ok_or(Cause::Server(None))?;
+                    eof = true;
+                }
                 false => return Err(Cause::Server(None)),
             }
         }
@@ -808,4 +863,11 @@ fn over_compression_limit(w: &crate::runtime::Worker, limits: &GlobalComp) -> bo
         .compress_limit
         .load(std::sync::atomic::Ordering::Relaxed);
     compression::over_limit(max_rate, limits.max_cpu, rate, w.busy_pct())
+}
+
+/// Appends `trailers` as the `name: value` lines of a trailer section.
+fn push_last_fields(out: &mut Vec<u8>, trailers: &http::HeaderMap) {
+    for (name, value) in trailers {
+        push_header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
 }

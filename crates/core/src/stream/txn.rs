@@ -676,6 +676,8 @@ impl Txn {
             }
             match tokio::time::timeout_at(deadline, s.read_client()).await {
                 Ok(Ok(())) => {}
+                // An HTTP/2 body ends with its stream.
+                Ok(Err(Cause::ClientClosed(None))) if s.client_body_ended() => break,
                 Ok(Err(c)) => return Err(Fail::drop(c, Phase::Request)),
                 // Out of time: HAProxy answers 408 rather than run the rules on a part, and
                 // logs no request time (its request was never whole).
@@ -687,7 +689,8 @@ impl Txn {
         }
         // HAProxy's request time ends once the body was waited for.
         self.log.head_done = Some(clock::now());
-        s.body = body_wait::buffered(s.cbuf.bytes(), head.len(), facts.framing);
+        let ended = s.client_body_ended();
+        s.body = body_wait::buffered(s.cbuf.bytes(), head.len(), facts.framing, ended);
         Ok(invite)
     }
 
@@ -966,9 +969,15 @@ impl Txn {
             Framing::Chunked => {
                 let mut dec = ChunkedDecoder::new();
                 let bad = || SendFail::Fail(Fail::answer(400, Cause::Proxy, Phase::Headers));
+                // An HTTP/2 server's stream takes the data alone, its trailers aside.
+                let mode = if conn.conn.is_stream() {
+                    ChunkedOut::Raw
+                } else {
+                    ChunkedOut::Chunked
+                };
                 loop {
                     let used = dec
-                        .decode(s.cbuf.bytes(), ChunkedOut::Chunked, &mut s.out)
+                        .decode(s.cbuf.bytes(), mode, &mut s.out)
                         .map_err(|_| bad())?;
                     s.cbuf.consume(used);
                     if !s.out.is_empty() {
@@ -982,6 +991,9 @@ impl Txn {
                         s.out.clear();
                     }
                     if dec.is_done() {
+                        if let Some(stream) = conn.conn.as_stream() {
+                            stream.end_body(crate::h2_stream::trailers_of_lines(dec.trailers()));
+                        }
                         return Ok(());
                     }
                     if s.cbuf.is_full() {
@@ -996,6 +1008,55 @@ impl Txn {
                     }
                 }
             }
+            Framing::Delimited => loop {
+                // An HTTP/2 client's body, as its stream gives it: data, then the end.
+                let ended = s.client_body_ended();
+                let to_stream = conn.conn.is_stream();
+                let data = s.cbuf.bytes();
+                if !data.is_empty() {
+                    if to_stream {
+                        s.out.extend_from_slice(data);
+                    } else {
+                        sluice_http::push_chunk(&mut s.out, data);
+                    }
+                    let n = data.len();
+                    s.cbuf.consume(n);
+                }
+                let trailers = if ended {
+                    s.client.as_stream().and_then(|st| st.take_trailers())
+                } else {
+                    None
+                };
+                if ended && !to_stream {
+                    crate::h2_stream::push_last_chunk(&mut s.out, trailers.as_ref());
+                }
+                if !s.out.is_empty() {
+                    let sent = to_server(within(tserver, conn.conn.write_all(&s.out)).await);
+                    if sent.is_err() && head_sent && answered_before_failing(s, conn).await {
+                        self.upload_cut = true;
+                        return Ok(());
+                    }
+                    sent?;
+                    head_sent = true;
+                    s.out.clear();
+                }
+                if ended {
+                    if let Some(stream) = conn.conn.as_stream() {
+                        stream.end_body(trailers);
+                    }
+                    return Ok(());
+                }
+                match more_body_or_answer(s, conn, &mut watching).await {
+                    Ok(true) => {
+                        self.upload_cut = true;
+                        return Ok(());
+                    }
+                    Ok(false) => {}
+                    // The stream ended: the loop sends what is left and the end.
+                    Err(Cause::ClientClosed(None)) if s.client_body_ended() => {}
+                    Err(c) => return Err(from_client(c)),
+                }
+            },
         }
     }
 
