@@ -453,13 +453,13 @@ impl Session {
         }
     }
 
-    /// Reads more of the request body within `timeout client`.
     /// The client's request body, delimited by its HTTP/2 stream, was read to its end
     /// (what made the last read come back empty).
     pub fn client_body_ended(&self) -> bool {
         self.client.as_stream().is_some_and(|st| st.message_ended())
     }
 
+    /// Reads more of the request body within `timeout client`.
     pub async fn read_client(&mut self) -> Result<(), Cause> {
         let w = self.w.clone();
         let limit = w.config().frontends[self.fe].stream.timeout_client;
