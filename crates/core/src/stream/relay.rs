@@ -196,7 +196,9 @@ impl Txn {
         );
         let status = rsp.status();
         if status == 101 || (facts.connect && (200..300).contains(&status)) {
-            return self.upgrade(s, be, conn, &rsp, (rsp_edits, facts)).await;
+            // Boxed: a tunnel's state (2.6 kB) would otherwise size every transaction's
+            // future, each moved into its box as a request starts.
+            return Box::pin(self.upgrade(s, be, conn, &rsp, (rsp_edits, facts))).await;
         }
         let view = rsp.view(s.sbuf.bytes());
         if let Some((name, len)) = &fe.log.capture_cookie {
