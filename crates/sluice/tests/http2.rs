@@ -1825,3 +1825,97 @@ fn a_flood_of_resets_on_an_ended_stream_costs_its_connection() {
     assert!(closes(&mut s), "the flooding connection is still open");
     others_are_served(&p, p.addrs[1]);
 }
+
+/// Errors are named as RFC 9113 names them: a frame larger than the SETTINGS allow is a
+/// FRAME_SIZE_ERROR, DATA beyond the window a FLOW_CONTROL_ERROR (both end the
+/// connection), and a zero WINDOW_UPDATE on a stream is that stream's PROTOCOL_ERROR: the
+/// stream is reset and the connection serves its other streams (HAProxy does the same).
+#[test]
+fn protocol_errors_are_named_as_the_rfc_names_them() {
+    const WINDOW_UPDATE: u8 = 8;
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    let goaway_code = |frames: &[(u8, u8, u32, Vec<u8>)]| {
+        frames
+            .iter()
+            .find(|(k, ..)| *k == GOAWAY)
+            .map(|(_, _, _, payload)| error_code(payload, 4))
+    };
+    // A HEADERS frame of 20,000 bytes, past the 16,384 allowed.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    frame(&mut out, HEADERS, END_HEADERS, 1, &vec![0; 20_000]);
+    let _ = s.write_all(&out);
+    let frames = read_frames(&mut s, |kind, _, _| kind == GOAWAY);
+    assert_eq!(
+        goaway_code(&frames),
+        Some(0x6),
+        "FRAME_SIZE_ERROR: {frames:?}"
+    );
+    // 80,000 bytes of DATA where the windows allow 65,535.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    let mut fields = request_fields("/upload");
+    fields[0] = (":method", "POST");
+    frame(&mut out, HEADERS, END_HEADERS, 1, &hpack(&fields));
+    for _ in 0..5 {
+        frame(&mut out, DATA, 0, 1, &[b'x'; 16_000]);
+    }
+    let _ = s.write_all(&out);
+    let frames = read_frames(&mut s, |kind, _, _| kind == GOAWAY || kind == RST_STREAM);
+    let code = frames.iter().find_map(|(k, _, _, payload)| match *k {
+        GOAWAY => Some(error_code(payload, 4)),
+        RST_STREAM => Some(error_code(payload, 0)),
+        _ => None,
+    });
+    assert_eq!(code, Some(0x3), "FLOW_CONTROL_ERROR: {frames:?}");
+    // A zero WINDOW_UPDATE on stream 1 (whose answer waits), then a request on stream 3.
+    let slow = Origin::with_handler(
+        "slow",
+        Arc::new(|_: &Received| Reply::Delayed(Duration::from_millis(300), ok_response("late"))),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        slow.addr
+    ));
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&request_fields("/one")),
+    );
+    frame(&mut out, WINDOW_UPDATE, 0, 1, &0u32.to_be_bytes());
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &hpack(&request_fields("/three")),
+    );
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| {
+        (kind == DATA && stream == 3) || kind == GOAWAY
+    });
+    let reset = frames
+        .iter()
+        .find(|(k, _, st, _)| *k == RST_STREAM && *st == 1)
+        .map(|(.., payload)| error_code(payload, 0));
+    assert_eq!(reset, Some(0x1), "stream 1's PROTOCOL_ERROR: {frames:?}");
+    assert_eq!(
+        goaway_code(&frames),
+        None,
+        "the connection stays: {frames:?}"
+    );
+    assert!(
+        frames.iter().any(|(k, _, st, _)| *k == DATA && *st == 3),
+        "stream 3 is answered: {frames:?}"
+    );
+}

@@ -663,6 +663,15 @@ impl State {
             Some(Gone::Local) => return Poll::Pending,
             None => {}
         }
+        // A client's stream its connection's scan found broken is reset here, its error the
+        // client's.
+        if let Some((q, id)) = &self.queued {
+            if q.poll_broken(*id, cx).is_ready() {
+                self.reset_with(Reason::PROTOCOL_ERROR);
+                self.gone = Some(Gone::Peer);
+                return Poll::Ready(());
+            }
+        }
         let reset = match &mut self.down {
             Down::Response { respond, .. } => respond.poll_reset(cx),
             Down::Body { send, .. } => send.poll_reset(cx),
@@ -889,6 +898,11 @@ impl State {
         } else {
             Reason::INTERNAL_ERROR
         };
+        self.reset_with(reason);
+    }
+
+    /// Resets the stream with `reason` if it is open.
+    fn reset_with(&mut self, reason: Reason) {
         match &mut self.down {
             Down::Response { respond, .. } => respond.send_reset(reason),
             Down::Body { send, .. } => send.send_reset(reason),

@@ -15,6 +15,10 @@
 //! - Streams waiting for room are woken in the order they came, as many as the room made
 //!   (one per [`ROOM_PER_WAKE`] bytes, at least one), all of them once nothing is held: a
 //!   frame written wakes a stream or a few, not the hundred a connection may have waiting.
+//! - It also carries the streams the frame scan found broken (a zero WINDOW_UPDATE): each
+//!   is reset by its own task once woken ([`Queued::broke`], [`Queued::poll_broken`]); at
+//!   most [`BROKEN_KEPT`] marks wait at once (a mark for a stream that has no task, long
+//!   closed, would otherwise stay).
 //! - Only the connection's worker uses it (the mutex satisfies `Send` bounds).
 
 use std::collections::{HashMap, VecDeque};
@@ -42,7 +46,14 @@ struct State {
     /// nothing is left).
     by_stream: HashMap<u32, (u64, bool)>,
     waiting: VecDeque<Waker>,
+    /// Streams to reset for a protocol error, and the task waiting on each, if known.
+    broken: VecDeque<(u32, Option<Waker>)>,
+    /// The task of each open stream, to wake if it breaks.
+    watching: HashMap<u32, Waker>,
 }
+
+/// Broken-stream marks kept at once.
+const BROKEN_KEPT: usize = 64;
 
 impl Queued {
     pub fn new(budget: usize, gauge: Arc<AtomicU64>) -> Arc<Queued> {
@@ -104,10 +115,37 @@ impl Queued {
         wake(&mut st, n);
     }
 
+    /// Stream `stream` broke the protocol (the scan saw a zero WINDOW_UPDATE for it): its
+    /// task resets it ([`Queued::poll_broken`]).
+    pub fn broke(&self, stream: u32) {
+        let mut st = self.lock();
+        if st.broken.len() >= BROKEN_KEPT {
+            st.broken.pop_front();
+        }
+        let waker = st.watching.remove(&stream);
+        if let Some(w) = &waker {
+            w.wake_by_ref();
+        }
+        st.broken.push_back((stream, waker));
+    }
+
+    /// Ready once `stream` is marked broken (the mark is taken); else the task is woken
+    /// when it is.
+    pub(super) fn poll_broken(&self, stream: u32, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if let Some(i) = st.broken.iter().position(|(id, _)| *id == stream) {
+            st.broken.remove(i);
+            return Poll::Ready(());
+        }
+        st.watching.insert(stream, cx.waker().clone());
+        Poll::Pending
+    }
+
     /// Stream `stream` is done with: `dropped`, it was reset and what it still had counted
     /// is given back; else that goes as it is written.
     pub(super) fn ended(&self, stream: u32, dropped: bool) {
         let mut st = self.lock();
+        st.watching.remove(&stream);
         let Some((count, ended)) = st.by_stream.get_mut(&stream) else {
             return;
         };

@@ -17,9 +17,12 @@
 //!   for nothing (the crate itself bounds SETTINGS, PING and reset floods).
 //!
 //! Invariants:
-//! - [`Tallied`] looks at bytes, never changes, holds or copies them (but for the first 8
-//!   bytes of an RST_STREAM or GOAWAY payload, where the error code is): a wrapped
-//!   connection behaves as the bare one.
+//! - [`Tallied`] looks at bytes, never holds or copies them (but for the first 8 bytes of
+//!   an RST_STREAM, GOAWAY or WINDOW_UPDATE payload, where the error code or increment
+//!   is), and changes one byte only: the increment of a zero WINDOW_UPDATE on a stream
+//!   becomes 1, the stream being reset with PROTOCOL_ERROR instead ([`Queued::broke`]),
+//!   as RFC 9113 wants, where the crate would end the whole connection. Otherwise a
+//!   wrapped connection behaves as the bare one.
 //! - [`Tallied`] gives back exactly the bytes the gate read, before anything else.
 //! - The scan keeps its place across any split of the bytes into reads and writes; a
 //!   payload is skipped by its length, never walked.
@@ -105,9 +108,11 @@ struct Scan {
 }
 
 impl Scan {
-    /// Follows `bytes`, calling `seen(frame, error code)` once per frame: at its header,
-    /// or for RST_STREAM and GOAWAY once their error code is in.
-    fn feed(&mut self, mut bytes: &[u8], mut seen: impl FnMut(Frame, Option<u32>)) {
+    /// Follows `bytes`, calling `seen(frame, code, at)` once per frame: at its header, or
+    /// for RST_STREAM, GOAWAY and WINDOW_UPDATE once their error code (the increment for a
+    /// WINDOW_UPDATE) is in, `at` being the offset in `bytes` of its last byte.
+    fn feed(&mut self, whole: &[u8], mut seen: impl FnMut(Frame, Option<u32>, usize)) {
+        let mut bytes = whole;
         while !bytes.is_empty() {
             if self.preface > 0 {
                 let n = self.preface.min(bytes.len());
@@ -122,7 +127,7 @@ impl Scan {
                 if self.got == self.want {
                     let at = self.want - 4;
                     let code = u32::from_be_bytes(self.code[at..at + 4].try_into().unwrap());
-                    seen(self.frame(), Some(code));
+                    seen(self.frame(), Some(code), whole.len() - bytes.len() - 1);
                 }
             } else if self.left > 0 {
                 let n = self.left.min(bytes.len());
@@ -137,10 +142,11 @@ impl Scan {
                     self.have = 0;
                     self.left =
                         u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]]) as usize;
-                    // RST_STREAM's code is its payload; GOAWAY's follows the last stream id.
-                    // A payload too short to hold it has none.
+                    // RST_STREAM's code is its payload, as is WINDOW_UPDATE's increment;
+                    // GOAWAY's follows the last stream id. A payload too short to hold it
+                    // has none.
                     self.want = match self.head[3] {
-                        RST_STREAM => 4,
+                        RST_STREAM | WINDOW_UPDATE => 4,
                         GOAWAY => 8,
                         _ => 0,
                     };
@@ -149,7 +155,7 @@ impl Scan {
                     }
                     self.got = 0;
                     if self.want == 0 {
-                        seen(self.frame(), None);
+                        seen(self.frame(), None, 0);
                     }
                 }
             }
@@ -219,13 +225,21 @@ impl<'a, T> Tallied<'a, T> {
         self.no_work.0 > NO_WORK_LIMIT
     }
 
-    fn received(&mut self, bytes: &[u8]) {
+    /// Follows what was read. A zero WINDOW_UPDATE on a stream is that stream's error
+    /// (RFC 9113 §6.9), where the crate would end the connection: its increment becomes 1
+    /// (the byte it grants is never used) and the stream is marked for its reset.
+    fn received(&mut self, bytes: &mut [u8]) {
         let c = self.counters;
         let mut idle = 0;
         let (credit, resets) = (&mut self.update_credit, &mut self.reset_credit);
-        self.read.feed(bytes, |frame, code| {
+        let mut zeroed = Vec::new();
+        self.read.feed(bytes, |frame, code, at| {
             idle += u32::from(frame.does_nothing());
-            // (RST_STREAM is seen once its error code is in.)
+            let zero = code.is_some_and(|inc| inc & 0x7fff_ffff == 0);
+            if frame.kind == WINDOW_UPDATE && frame.stream != 0 && zero {
+                zeroed.push((frame.stream, at));
+            }
+            // (RST_STREAM and WINDOW_UPDATE are seen once their payload is in.)
             let spent = match (frame.kind, code) {
                 (WINDOW_UPDATE, _) => Some(&mut *credit),
                 (RST_STREAM, Some(_)) => Some(&mut *resets),
@@ -249,6 +263,10 @@ impl<'a, T> Tallied<'a, T> {
                 _ => {}
             }
         });
+        for (stream, at) in zeroed {
+            bytes[at] = 1;
+            self.queued.broke(stream);
+        }
         if idle > 0 {
             let (n, since) = self.no_work;
             self.no_work = if since.elapsed() > NO_WORK_WINDOW {
@@ -263,7 +281,7 @@ impl<'a, T> Tallied<'a, T> {
         let c = self.counters;
         let queued = &self.queued;
         let credit = &mut self.update_credit;
-        self.written.feed(bytes, |frame, code| {
+        self.written.feed(bytes, |frame, code, _| {
             let bad = code.is_some_and(is_protocol_error);
             match frame.kind {
                 DATA => {
@@ -305,7 +323,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tallied<'_, T> {
             Pin::new(&mut me.io).poll_read(cx, buf)
         };
         if let Poll::Ready(Ok(())) = polled {
-            me.received(&buf.filled()[before..]);
+            me.received(&mut buf.filled_mut()[before..]);
             if me.flooded() {
                 // The crate ends the connection on a read error.
                 return Poll::Ready(Err(io::Error::other(
@@ -420,7 +438,7 @@ mod tests {
         };
         let mut out = Vec::new();
         for piece in bytes.chunks(step) {
-            scan.feed(piece, |f, c| out.push((f.kind, c)));
+            scan.feed(piece, |f, c, _| out.push((f.kind, c)));
         }
         out
     }
