@@ -137,7 +137,13 @@ impl Queued {
             st.broken.remove(i);
             return Poll::Ready(());
         }
-        st.watching.insert(stream, cx.waker().clone());
+        match st.watching.get(&stream) {
+            // (Polled at every wake of its task: the waker is cloned once.)
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => {
+                st.watching.insert(stream, cx.waker().clone());
+            }
+        }
         Poll::Pending
     }
 
