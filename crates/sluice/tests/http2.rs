@@ -1919,3 +1919,157 @@ fn protocol_errors_are_named_as_the_rfc_names_them() {
         "stream 3 is answered: {frames:?}"
     );
 }
+
+/// A stream whose reader has stopped (its window closed, never reopened) does not stall
+/// the other streams of its connection: they are answered while it waits, however large
+/// its response. (The client's connection window is wider than a stream's, as browsers
+/// make it: a client that lets one stream take its whole connection window stalls itself.)
+#[test]
+fn a_stalled_stream_does_not_hold_up_the_others() {
+    const BIG: usize = 4 << 20;
+    let big = {
+        let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG}\r\n\r\n").into_bytes();
+        r.extend(std::iter::repeat_n(b'b', BIG));
+        r
+    };
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            if r.target == "/big" {
+                big.clone().into()
+            } else {
+                ok_response("small").into()
+            }
+        }),
+    );
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 20s\n timeout server 20s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(p.addr()).await.unwrap();
+        let (send, conn) = h2::client::Builder::new()
+            .initial_connection_window_size(16 << 20)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let (res, _) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(get("/big"), true)
+            .unwrap();
+        // The big response starts; its reader takes a first piece and never releases it.
+        let mut stalled = res.await.unwrap().into_body();
+        let first = stalled.data().await.unwrap().unwrap();
+        assert!(!first.is_empty());
+        for i in 0..20 {
+            let (res, _) = send
+                .clone()
+                .ready()
+                .await
+                .unwrap()
+                .send_request(get(&format!("/small{i}")), true)
+                .unwrap();
+            let res = tokio::time::timeout(Duration::from_secs(10), res)
+                .await
+                .expect("another stream is answered while one is stalled")
+                .unwrap();
+            let mut body = res.into_body();
+            let mut text = Vec::new();
+            while let Some(d) = body.data().await {
+                let d = d.unwrap();
+                body.flow_control().release_capacity(d.len()).unwrap();
+                text.extend_from_slice(&d);
+            }
+            assert_eq!(text, b"small");
+        }
+        drop(stalled);
+    });
+}
+
+/// Frames that ask for no work, besides PRIORITY: empty DATA frames that do not end their
+/// stream, and empty CONTINUATION frames that do not end their head. A flood of either
+/// costs its connection; other clients are served.
+#[test]
+fn floods_of_empty_data_and_continuation_cost_their_connection() {
+    const CONTINUATION: u8 = 9;
+    let origin = Origin::start("o");
+    let p = flood_proxy(&origin);
+    // Empty DATA on an upload that never ends.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    let mut fields = request_fields("/up");
+    fields[0] = (":method", "POST");
+    frame(&mut out, HEADERS, END_HEADERS, 1, &hpack(&fields));
+    for _ in 0..1500 {
+        frame(&mut out, DATA, 0, 1, &[]);
+    }
+    let _ = s.write_all(&out);
+    assert!(
+        closes(&mut s),
+        "the empty-DATA flood's connection is still open"
+    );
+    others_are_served(&p, p.addrs[1]);
+    // A head that never ends: HEADERS without END_HEADERS, then empty CONTINUATION frames.
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    frame(&mut out, HEADERS, 0, 1, &hpack(&request_fields("/head")));
+    for _ in 0..1500 {
+        frame(&mut out, CONTINUATION, 0, 1, &[]);
+    }
+    let _ = s.write_all(&out);
+    assert!(
+        closes(&mut s),
+        "the CONTINUATION flood's connection is still open"
+    );
+    others_are_served(&p, p.addrs[1]);
+    assert!(
+        origin.requests().iter().all(|r| r.target == "/other"),
+        "neither flood's request reached the server"
+    );
+}
+
+/// An HPACK bomb: one 4 kB value put in the dynamic table, then referenced a thousand
+/// times (4 MB of fields from a few kilobytes on the wire). It is refused before it
+/// reaches a server, and others are served.
+#[test]
+fn an_hpack_bomb_is_refused() {
+    let origin = Origin::start("o");
+    let p = flood_proxy(&origin);
+    let mut s = raw_h2(p.addr());
+    let mut block = hpack(&request_fields("/bomb"));
+    // Literal with incremental indexing, new name (0x40), a 4,000-byte value: entry 62.
+    block.push(0x40);
+    block.push(6);
+    block.extend_from_slice(b"x-bomb");
+    // 4,000 as an HPACK integer with a 7-bit prefix: 127, then 3,873 in 7-bit groups.
+    block.extend_from_slice(&[0x7f, 0xa1, 0x1e]);
+    block.extend(std::iter::repeat_n(b'v', 4000));
+    // Then the entry again and again: indexed field 62 (0xbe), one byte each.
+    block.extend(std::iter::repeat_n(0xbe, 1000));
+    let mut out = Vec::new();
+    frame(&mut out, HEADERS, END_HEADERS | END_STREAM, 1, &block);
+    s.write_all(&out).unwrap();
+    let frames = read_frames(&mut s, |kind, stream, _| {
+        kind == GOAWAY || kind == RST_STREAM || (kind == HEADERS && stream == 1)
+    });
+    let refused = frames.iter().any(|(k, _, st, payload)| match *k {
+        GOAWAY | RST_STREAM => true,
+        // An answer (431) rather than a reset is a refusal too; `:status: 200` would not be.
+        HEADERS => *st == 1 && payload.first() != Some(&0x88),
+        _ => false,
+    });
+    assert!(
+        refused || frames.is_empty(),
+        "the bomb was refused: {frames:?}"
+    );
+    others_are_served(&p, p.addrs[1]);
+    assert!(
+        origin.requests().iter().all(|r| r.target != "/bomb"),
+        "the bomb never reached the server"
+    );
+}

@@ -128,6 +128,8 @@ struct State {
     sent: u64,
     /// A client's stream: its connection's queued DATA and budget, and its own id there.
     queued: Option<(Arc<Queued>, u32)>,
+    /// The task its connection wakes should the stream break ([`Queued::poll_broken`]).
+    watched: Option<std::task::Waker>,
 }
 
 #[derive(Debug)]
@@ -514,6 +516,7 @@ impl State {
             accept: None,
             sent: 0,
             queued: None,
+            watched: None,
         }
     }
 
@@ -664,12 +667,20 @@ impl State {
             None => {}
         }
         // A client's stream its connection's scan found broken is reset here, its error the
-        // client's.
+        // client's. (Its connection is asked only when its task is not known to it yet, or
+        // some stream broke: this is polled at every wake of the task.)
         if let Some((q, id)) = &self.queued {
-            if q.poll_broken(*id, cx).is_ready() {
-                self.reset_with(Reason::PROTOCOL_ERROR);
-                self.gone = Some(Gone::Peer);
-                return Poll::Ready(());
+            let known = self
+                .watched
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()));
+            if !known || q.any_broken() {
+                if q.poll_broken(*id, cx).is_ready() {
+                    self.reset_with(Reason::PROTOCOL_ERROR);
+                    self.gone = Some(Gone::Peer);
+                    return Poll::Ready(());
+                }
+                self.watched = Some(cx.waker().clone());
             }
         }
         let reset = match &mut self.down {

@@ -34,6 +34,8 @@ pub struct Queued {
     state: Mutex<State>,
     /// The worker's gauge of what all its connections hold.
     gauge: Arc<AtomicU64>,
+    /// Some stream is marked broken: a stream whose task is known need not look otherwise.
+    any_broken: std::sync::atomic::AtomicBool,
 }
 
 /// The room one woken stream is expected to take: a buffer's worth.
@@ -61,6 +63,7 @@ impl Queued {
             budget: budget as u64,
             state: Mutex::new(State::default()),
             gauge,
+            any_broken: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -127,6 +130,12 @@ impl Queued {
             w.wake_by_ref();
         }
         st.broken.push_back((stream, waker));
+        self.any_broken.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether some stream is marked broken now.
+    pub(super) fn any_broken(&self) -> bool {
+        self.any_broken.load(Ordering::Relaxed)
     }
 
     /// Ready once `stream` is marked broken (the mark is taken); else the task is woken
@@ -135,6 +144,9 @@ impl Queued {
         let mut st = self.lock();
         if let Some(i) = st.broken.iter().position(|(id, _)| *id == stream) {
             st.broken.remove(i);
+            if st.broken.is_empty() {
+                self.any_broken.store(false, Ordering::Relaxed);
+            }
             return Poll::Ready(());
         }
         match st.watching.get(&stream) {
@@ -152,6 +164,12 @@ impl Queued {
     pub(super) fn ended(&self, stream: u32, dropped: bool) {
         let mut st = self.lock();
         st.watching.remove(&stream);
+        if let Some(i) = st.broken.iter().position(|(id, _)| *id == stream) {
+            st.broken.remove(i);
+            if st.broken.is_empty() {
+                self.any_broken.store(false, Ordering::Relaxed);
+            }
+        }
         let Some((count, ended)) = st.by_stream.get_mut(&stream) else {
             return;
         };
