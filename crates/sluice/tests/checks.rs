@@ -1272,6 +1272,16 @@ fn a_server_moves_to_another_address_at_run_time() {
     assert_eq!(get(p.addr(), "/3").text(), "new");
     let csv = Sluice::cli(&sock, "show stat");
     assert_eq!(stat_field(&csv, "be", "a", "addr"), new.addr.to_string());
+    // A new name needs run-time resolution, which a server without `resolvers` has not:
+    // HAProxy 2.6's answers.
+    assert_eq!(
+        Sluice::cli(&sock, "set server be/a fqdn app.test"),
+        "set server <b>/<s> fqdn failed because no resolution is configured.\n\n"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "set server be/a fqdn"),
+        "set server <b>/<s> fqdn requires a FQDN.\n\n"
+    );
 }
 
 #[test]

@@ -162,7 +162,19 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                 p.state.backends[b].servers[s].set_ssl(on);
                 Ok("server ssl setting updated.\n".into())
             }
-            (Some(kw @ ("check-port" | "fqdn")), _) => {
+            // A server's name is resolved once, at load: no server has run-time resolution
+            // (a `resolvers` section), and HAProxy answers this for such servers.
+            (Some("fqdn"), name) => {
+                needs(level, Level::Admin)?;
+                Err(match name {
+                    None => "set server <b>/<s> fqdn requires a FQDN.\n",
+                    Some(_) => {
+                        "set server <b>/<s> fqdn failed because no resolution is configured.\n"
+                    }
+                }
+                .into())
+            }
+            (Some(kw @ "check-port"), _) => {
                 Err(format!("'set server <srv> {kw}' is not supported yet.\n"))
             }
             _ => Err(
