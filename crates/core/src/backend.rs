@@ -115,6 +115,15 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "retry-on",
+        scope: Scope::BE,
+        help: "retry-on none|conn-failure|empty-response|junk-response|response-timeout|0rtt-rejected|all-retryable-errors|STATUS...: the failures retried (default conn-failure; others only for requests without a body)",
+        parse: |c, a| {
+            c.backend.retry_on = parse_retry_on(a)?;
+            Ok(())
+        },
+    },
+    Keyword {
         name: "option redispatch",
         scope: Scope::BE,
         help: "option redispatch: the last connection retry goes to another server",
@@ -561,6 +570,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         timeout_server_fin: conf.backend.timeout_server_fin,
         reuse: conf.backend.reuse,
         retries: conf.backend.retries.unwrap_or(3),
+        retry_on: conf.backend.retry_on,
         fullconn: conf.backend.fullconn,
         redispatch: conf.backend.redispatch,
         abortonclose: conf.backend.abortonclose,
@@ -583,6 +593,55 @@ fn dynamic_cookie(conf: &ProxyConf, addr: std::net::SocketAddr) -> Option<String
         .as_ref()
         .filter(|c| c.dynamic)
         .map(|_| crate::cookie::dynamic_value(key, addr))
+}
+
+/// `retry-on`'s words (they replace any earlier line's). `0rtt-rejected` is accepted and
+/// never happens: sluice sends no early data to servers.
+fn parse_retry_on(a: &[String]) -> Result<RetryOn, KwError> {
+    if a.is_empty() {
+        return Err(KwError::Missing("a list of failure types or statuses"));
+    }
+    let mut r = RetryOn {
+        conn_failure: false,
+        ..RetryOn::default()
+    };
+    for (i, w) in a.iter().enumerate() {
+        match w.as_str() {
+            "none" if a.len() == 1 => {}
+            "none" => {
+                return Err(KwError::bad(i + 1, w, "'none' must be the only keyword"));
+            }
+            "conn-failure" => r.conn_failure = true,
+            "empty-response" => r.empty_response = true,
+            "junk-response" => r.junk_response = true,
+            "response-timeout" => r.response_timeout = true,
+            "0rtt-rejected" => {}
+            "all-retryable-errors" => {
+                r.conn_failure = true;
+                r.empty_response = true;
+                r.junk_response = true;
+                r.response_timeout = true;
+                for st in [500, 502, 503, 504] {
+                    r.statuses |= RetryOn::status_bit(st).unwrap_or(0);
+                }
+            }
+            other => {
+                let bit = other
+                    .parse::<u16>()
+                    .ok()
+                    .and_then(RetryOn::status_bit)
+                    .ok_or_else(|| {
+                        KwError::bad(
+                            i + 1,
+                            other,
+                            "expects none, conn-failure, empty-response, junk-response, response-timeout, 0rtt-rejected, all-retryable-errors or a status among 401, 403, 404, 408, 425, 500, 501, 502, 503, 504",
+                        )
+                    })?;
+                r.statuses |= bit;
+            }
+        }
+    }
+    Ok(r)
 }
 
 #[cfg(test)]

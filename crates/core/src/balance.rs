@@ -270,6 +270,13 @@ pub fn pick_other(
     (0..be.servers.len() * 2)
         .filter_map(|_| pick(be, st, key, lb))
         .find(|&s| s != not)
+        .or_else(|| {
+            // An algorithm that picks the same server every time (`first`, a hash) avoids
+            // the one that failed as HAProxy's does: the next usable one after it.
+            let n = be.servers.len();
+            let usable = |i: usize| !be.servers[i].backup && st.servers[i].usable();
+            (1..n).map(|d| (not + d) % n).find(|&i| usable(i))
+        })
 }
 
 fn pick_any(be: &Backend, st: &BackendState, key: &PickKey<'_>, lb: &LbCache) -> Option<usize> {

@@ -101,7 +101,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option tcp-smart-connect" => Scope::PROXY,
     "option transparent" => Scope::PROXY,
     "persist rdp-cookie" => Scope::PROXY,
-    "retry-on" => Scope::PROXY,
     "server-template" => Scope::PROXY,
     "transparent" => Scope::PROXY,
     "use-fcgi-app" => Scope::PROXY,

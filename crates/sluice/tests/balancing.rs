@@ -619,3 +619,97 @@ fn http_send_name_header_names_the_server_a_request_reached() {
     // Requests the balancer meant for the dead server were redispatched, and say so.
     assert!(a.count() >= 1 && b.count() >= 1);
 }
+
+/// `retry-on`: a request without a body answered with a listed status (or not answered:
+/// `empty-response`) is sent again, `retries N` times at most; with `option redispatch` a
+/// retry goes to another server at once when
+/// the balancing is no hash (HAProxy's choice), else it stays. The client gets the retried
+/// answer. `retry-on none` retries nothing, not even a failed connection (the default,
+/// `conn-failure`, retries those only). The counts are HAProxy 2.6.12's on the same
+/// configurations: `first` 1 request and 1 session (`stot`), `wretr` 1, `wredis` 1, `good`
+/// 1; without redispatch, `retries 3`: 4 requests and sessions, `wretr` 6 (HAProxy counts
+/// a retry that stays on its server twice).
+#[test]
+fn retry_on_sends_a_failed_request_again() {
+    let busy = Origin::with_handler(
+        "busy",
+        Arc::new(|_: &Received| {
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+                .to_vec()
+                .into()
+        }),
+    );
+    let good = Origin::start("good");
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let cfg = |opts: &str, first: std::net::SocketAddr| {
+        format!(
+            "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}\n    timeout connect 200ms\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance first\n{opts}\n    server first {first}\n    server good {}\n",
+            sock.display(),
+            good.addr
+        )
+    };
+    let p = Sluice::start(&cfg(
+        "    retries 2\n    option redispatch\n    retry-on 503",
+        busy.addr,
+    ));
+    let r = get(p.addr(), "/again");
+    assert_eq!((r.status, r.text()), (200, "good /again".to_string()));
+    assert_eq!(busy.count(), 1, "the retry went elsewhere at once");
+    assert_eq!(good.count(), 1);
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "first", "wretr"), "1", "{csv}");
+    assert_eq!(stat_field(&csv, "be", "first", "wredis"), "1", "{csv}");
+    assert_eq!(stat_field(&csv, "be", "first", "stot"), "1", "{csv}");
+    drop(p);
+    // Without redispatch the retries stay on the server: `retries 3`, three more tries.
+    let p = Sluice::start(&cfg("    retries 3\n    retry-on 503", busy.addr));
+    assert_eq!(get(p.addr(), "/stay").status, 503);
+    assert_eq!(busy.count(), 5, "four tries on the busy server");
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "first", "wretr"), "6", "{csv}");
+    assert_eq!(stat_field(&csv, "be", "first", "stot"), "4", "{csv}");
+    // A POST has a body: it is not sent again, and its 503 reaches the client.
+    let mut c = p.connect();
+    c.send(b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!(c.response().status, 503);
+    drop(p);
+    // Without 503 in the list, the busy answer is the client's.
+    let p = Sluice::start(&cfg(
+        "    retries 2\n    option redispatch\n    retry-on empty-response",
+        busy.addr,
+    ));
+    assert_eq!(get(p.addr(), "/once").status, 503);
+    drop(p);
+    // An answer that never comes (the server closes): `empty-response` sends it again.
+    let closing = Origin::with_handler("closing", Arc::new(|_: &Received| Reply::Close));
+    let p = Sluice::start(&cfg(
+        "    retries 1\n    option redispatch\n    retry-on empty-response",
+        closing.addr,
+    ));
+    assert_eq!(get(p.addr(), "/e").text(), "good /e");
+    drop(p);
+    // A server that refuses connections: retried by default, not with `retry-on none`.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for (opts, retries) in [
+        ("    retries 2", "2"),
+        ("    retries 2\n    retry-on none", "0"),
+    ] {
+        let p = Sluice::start(&cfg(opts, dead));
+        assert_eq!(get(p.addr(), "/d").status, 503);
+        let csv = Sluice::cli(&sock, "show stat");
+        assert_eq!(
+            stat_field(&csv, "be", "first", "wretr"),
+            retries,
+            "{opts}: {csv}"
+        );
+        drop(p);
+    }
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    default_backend be\nbackend be\n    retry-on 418\n    server s 127.0.0.1:1\n"
+    ));
+    assert!(!ok && err.contains("'418'"), "{err}");
+}

@@ -120,6 +120,8 @@ pub struct BackendConf {
     pub reuse: ReuseMode,
     /// `retries`: connection attempts after the first one fails (`None`: HAProxy's 3).
     pub retries: Option<usize>,
+    /// `retry-on`: the failures worth another attempt.
+    pub retry_on: RetryOn,
     pub redispatch: bool,
     pub abortonclose: bool,
     /// `fullconn N`.
@@ -127,6 +129,61 @@ pub struct BackendConf {
     /// `source ADDR[:PORT]`: the address connections to the servers leave from (a
     /// server's own `source` wins).
     pub source: Option<std::net::SocketAddr>,
+}
+
+/// `retry-on`: the failures after which a request is tried again (within `retries`
+/// attempts). The default, `conn-failure`, retries connections only; the others are
+/// HAProxy's layer-7 retries, which sluice makes for requests without a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryOn {
+    /// The connection (or its TLS handshake) failed and nothing was sent.
+    pub conn_failure: bool,
+    /// The server closed after the request was sent, having answered nothing.
+    pub empty_response: bool,
+    /// The server answered something that is not an HTTP response.
+    pub junk_response: bool,
+    /// `timeout server` struck before the response's head.
+    pub response_timeout: bool,
+    /// Statuses retried, as a mask over [`RetryOn::STATUSES`].
+    pub statuses: u16,
+}
+
+impl RetryOn {
+    /// The statuses HAProxy 2.6 allows in `retry-on`.
+    pub const STATUSES: [u16; 10] = [401, 403, 404, 408, 425, 500, 501, 502, 503, 504];
+
+    /// Whether a response of `status` is retried.
+    pub fn status(&self, status: u16) -> bool {
+        Self::STATUSES
+            .iter()
+            .position(|&s| s == status)
+            .is_some_and(|i| self.statuses & (1 << i) != 0)
+    }
+
+    /// Whether anything beyond a failed connection is retried.
+    pub fn after_sending(&self) -> bool {
+        self.empty_response || self.junk_response || self.response_timeout || self.statuses != 0
+    }
+
+    /// The mask bit of `status`, if `retry-on` takes it.
+    pub fn status_bit(status: u16) -> Option<u16> {
+        Self::STATUSES
+            .iter()
+            .position(|&s| s == status)
+            .map(|i| 1 << i)
+    }
+}
+
+impl Default for RetryOn {
+    fn default() -> RetryOn {
+        RetryOn {
+            conn_failure: true,
+            empty_response: false,
+            junk_response: false,
+            response_timeout: false,
+            statuses: 0,
+        }
+    }
 }
 
 /// One row of a server option table, as HAProxy's `srv_kws`: the option's name, its number

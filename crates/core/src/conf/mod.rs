@@ -378,6 +378,8 @@ pub struct Backend {
     pub reuse: ReuseMode,
     /// Connection attempts after the first one fails.
     pub retries: usize,
+    /// `retry-on`: what is worth another attempt.
+    pub retry_on: backend::RetryOn,
     /// `fullconn`: what statistics show as the backend's session limit (else a tenth of
     /// the process's `maxconn`, HAProxy's default); servers' dynamic limits (`minconn`)
     /// are not built.

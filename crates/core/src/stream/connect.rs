@@ -205,7 +205,10 @@ pub(crate) async fn establish<'w>(
                 };
                 return Ok((c, occ));
             }
-            Err(e) if attempt >= be.retries => return Err(ConnectError::Connect(e)),
+            // (`retry-on` without `conn-failure`: a failed connection is not retried.)
+            Err(e) if attempt >= be.retries || !be.retry_on.conn_failure => {
+                return Err(ConnectError::Connect(e))
+            }
             Err(_) => {}
         }
         attempt += 1;

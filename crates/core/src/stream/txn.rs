@@ -123,6 +123,22 @@ impl Txn {
         }
     }
 
+    /// Whether a layer-7 retry goes to another server, as HAProxy 2.6 chooses
+    /// (`stream_choose_redispatch`): with `option redispatch`, when the server is not up,
+    /// or when the balancing is not a hash, the request did not come with a persistence
+    /// cookie, and the backend has another active server.
+    fn redispatches(s: &Session, backend: usize, server: usize, facts: &ReqFacts) -> bool {
+        let be = &s.w.config().backends[backend];
+        if !be.redispatch {
+            return false;
+        }
+        let st = &s.w.state().backends[backend].servers;
+        let active = (0..be.servers.len())
+            .filter(|&i| !be.servers[i].backup && st[i].usable())
+            .count();
+        !st[server].usable() || (!be.algo.hashes() && facts.cookie_server.is_none() && active > 1)
+    }
+
     /// Tells the trace filters that the request goes to `be`, and its head (as it
     /// arrived: HAProxy's filters see it once the backend is known).
     fn trace_forward(&mut self, s: &Session, be: &Backend, req: &sluice_http::RequestView<'_>) {
@@ -767,7 +783,7 @@ impl Txn {
         );
         let got = got.await;
         self.log.attempts = Some(at);
-        let (mut conn, _occupancy) = got.map_err(|e| {
+        let (mut conn, mut _occupancy) = got.map_err(|e| {
             let phase = match e {
                 ConnectError::Connect(_) | ConnectError::ClientGoneConnecting => Phase::Connect,
                 _ => Phase::Queue,
@@ -779,8 +795,12 @@ impl Txn {
                 e => Fail::answer(503, Cause::Connect(e), phase),
             }
         })?;
-        let server = at.server;
+        let mut server = at.server;
         s.info.route(Some(backend), Some(server));
+        // `retry-on`'s layer-7 failures: a request without a body may be sent again.
+        let l7_retries = be.retry_on.after_sending() && facts.framing == Framing::None;
+        // The head before it names its server, to name another on a retry.
+        let unnamed = (l7_retries && be.stream.send_name_header.is_some()).then(|| s.out.clone());
         if let Some(name) = &be.stream.send_name_header {
             self.name_server(s, name, &be.servers[server].name);
         }
@@ -788,9 +808,9 @@ impl Txn {
         if Txn::logs_backend_src(s.frontend()) {
             self.backend_src = conn.conn.local_addr().ok();
         }
-        let head_len = s.out.len();
-        let sent_at = clock::now();
-        let counters = w.state().backends[backend].servers[server]
+        let mut head_len = s.out.len();
+        let mut sent_at = clock::now();
+        let mut counters = w.state().backends[backend].servers[server]
             .counters
             .at(w.tid);
         // One retry on a fresh connection when a reused one turns out dead before any
@@ -815,6 +835,82 @@ impl Txn {
                 }
                 Err(e) => Err(e),
             };
+            let retried = match &result {
+                Ok(rsp) => be.retry_on.status(rsp.status()),
+                Err(SendFail::Retryable(_)) => be.retry_on.empty_response,
+                Err(SendFail::Fail(f)) => match f.cause {
+                    Cause::ServerTimeout => be.retry_on.response_timeout,
+                    Cause::InvalidResponse => be.retry_on.junk_response,
+                    _ => false,
+                },
+            };
+            if let (true, Ok(rsp)) = (retried, &result) {
+                check::observe(&w.process, backend, server, Seen::Response(rsp.status()));
+            }
+            // `retries N` allows N of these, the connection retries of this request
+            // included.
+            if retried && l7_retries && at.retries < be.retries as u32 {
+                // Another attempt, on a new connection (this one carries what was answered,
+                // dropped with what was read of it). The server left counts the attempt as
+                // a session and a retry, as HAProxy 2.6 counts them (two retries when the
+                // next attempt stays on it: the retry's and its new connection's).
+                s.sbuf.clear(&w.bufs);
+                at.retries += 1;
+                counters.retries.bump();
+                counters.traffic.sessions.bump();
+                counters.rate.hit(crate::runtime::clock_ms());
+                let left = server;
+                if Txn::redispatches(s, backend, server, facts) {
+                    let st = &w.state().backends[backend];
+                    if let Some(other) = crate::balance::pick_other(be, st, &key, &w.lb, server) {
+                        counters.redispatches.bump();
+                        server = other;
+                    }
+                }
+                if server == left {
+                    counters.retries.bump();
+                }
+                let client = connect::Client {
+                    conn: &s.client,
+                    peer: s.peer.get(),
+                    unique_id: s.vars.unique_id.borrow().clone(),
+                };
+                let reuse = Reuse {
+                    private: &mut s.private,
+                    first_request: false,
+                };
+                let mut again = Attempts::new(server);
+                let got = connect::establish(
+                    &w,
+                    backend,
+                    server,
+                    &key,
+                    Some(reuse),
+                    None,
+                    &client,
+                    &mut again,
+                )
+                .await;
+                let (c, occupancy) =
+                    got.map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
+                (conn, _occupancy) = (c, occupancy);
+                at.server = again.server;
+                at.retries += again.retries;
+                self.log.attempts = Some(at);
+                server = at.server;
+                s.info.route(Some(backend), Some(server));
+                counters = w.state().backends[backend].servers[server]
+                    .counters
+                    .at(w.tid);
+                if let (Some(text), Some(name)) = (&unnamed, &be.stream.send_name_header) {
+                    s.out.clone_from(text);
+                    self.name_server(s, name, &be.servers[server].name);
+                    head_len = s.out.len();
+                }
+                sent_at = clock::now();
+                attempt = 0;
+                continue;
+            }
             match result {
                 Ok(rsp) => {
                     self.log.t_response = connect::ms(clock::since(sent_at));
