@@ -175,6 +175,8 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
     "option abortonclose", Scope::BE, "drop a queued request whose client has gone",
         |c: &mut ProxyConf, on| c.backend.abortonclose = on;
+    "option prefer-last-server", Scope::BE, "a client connection's requests go to the server of its last one while it is usable (unless the balancing is a hash)",
+        |c: &mut ProxyConf, on| c.backend.prefer_last_server = on;
 ];
 
 /// One row of the server option table, as HAProxy's `srv_kws`.
@@ -574,6 +576,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         fullconn: conf.backend.fullconn,
         redispatch: conf.backend.redispatch,
         abortonclose: conf.backend.abortonclose,
+        prefer_last_server: conf.backend.prefer_last_server,
         stream: conf.stream.clone(),
         rules: conf.rules.sets.clone(),
         compression: conf.compression.clone(),

@@ -93,7 +93,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option http-restrict-req-hdr-names" => Scope::PROXY,
     "option http-use-proxy-header" => Scope::PROXY,
     "option independent-streams" => Scope::PROXY,
-    "option prefer-last-server" => Scope::PROXY,
     "option splice-auto" => Scope::PROXY,
     "option splice-request" => Scope::PROXY,
     "option splice-response" => Scope::PROXY,

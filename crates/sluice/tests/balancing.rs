@@ -713,3 +713,97 @@ fn retry_on_sends_a_failed_request_again() {
     ));
     assert!(!ok && err.contains("'418'"), "{err}");
 }
+
+/// `option prefer-last-server`: a client connection's requests stay on the server of its
+/// last one while it is usable (round robin would alternate); the balancing goes on for
+/// the other clients, and the preference ends when the server goes into maintenance.
+#[test]
+fn prefer_last_server_keeps_a_connection_on_its_server() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let cfg = |opts: &str| {
+        format!(
+            "global\n    nbthread 1\n    stats socket {} level admin\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n{opts}\n    server a {}\n    server b {}\n",
+            sock.display(),
+            a.addr,
+            b.addr
+        )
+    };
+    let names = |p: &Sluice, n: usize| -> Vec<String> {
+        let mut c = p.connect();
+        (0..n)
+            .map(|i| {
+                c.get(&format!("/{i}"))
+                    .text()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let p = Sluice::start(&cfg(""));
+    let seen = names(&p, 4);
+    assert_ne!(seen[0], seen[1], "round robin alternates: {seen:?}");
+    drop(p);
+    let p = Sluice::start(&cfg("    option prefer-last-server"));
+    let seen = names(&p, 4);
+    assert!(seen.iter().all(|n| *n == seen[0]), "{seen:?}");
+    // Its server in maintenance: the next request goes to the other one.
+    let mut c = p.connect();
+    let first = c.get("/x").text().split(' ').next().unwrap().to_string();
+    Sluice::cli(&sock, &format!("disable server be/{first}"));
+    let next = c.get("/y").text().split(' ').next().unwrap().to_string();
+    assert_ne!(first, next);
+}
+
+/// A 401 asking for NTLM (or Negotiate) authentication binds the exchange to its server
+/// connection, as HAProxy does: the client connection's next request goes to that server
+/// on that very connection, which no other client gets (`http-reuse always` would share
+/// an idle connection otherwise).
+#[test]
+fn an_ntlm_challenge_keeps_the_server_connection_for_its_client() {
+    let handler = |name: &'static str| -> Handler {
+        Arc::new(move |r: &Received| {
+            if r.header("authorization")
+                .is_some_and(|v| v.starts_with("NTLM"))
+            {
+                ok_response(&format!("{name} conn {}", r.conn)).into()
+            } else {
+                format!(
+                    "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM\r\nContent-Length: {}\r\n\r\n{name} conn {}",
+                    format!("{name} conn {}", r.conn).len(),
+                    r.conn
+                )
+                .into_bytes()
+                .into()
+            }
+        })
+    };
+    let a = Origin::with_handler("a", handler("a"));
+    let b = Origin::with_handler("b", handler("b"));
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    http-reuse always\n    server a {}\n    server b {}\n",
+        a.addr, b.addr
+    ));
+    let mut alice = p.connect();
+    let challenge = alice.get("/login");
+    assert_eq!(challenge.status, 401);
+    let bound = challenge.text();
+    // Another client meanwhile: never on Alice's server connection.
+    for i in 0..4 {
+        let other = get(p.addr(), &format!("/other{i}")).text();
+        assert_ne!(other, bound, "another client got the bound connection");
+    }
+    alice.send(b"GET /login HTTP/1.1\r\nHost: t\r\nAuthorization: NTLM TlRMTVNTUAAB\r\n\r\n");
+    let answer = alice.response();
+    assert_eq!((answer.status, answer.text()), (200, bound.clone()));
+    alice.send(b"GET /next HTTP/1.1\r\nHost: t\r\nAuthorization: NTLM TlRMTVNTUAAD\r\n\r\n");
+    assert_eq!(
+        alice.response().text(),
+        bound,
+        "the connection stays Alice's"
+    );
+}

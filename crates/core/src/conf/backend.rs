@@ -124,6 +124,8 @@ pub struct BackendConf {
     pub retry_on: RetryOn,
     pub redispatch: bool,
     pub abortonclose: bool,
+    /// `option prefer-last-server`.
+    pub prefer_last_server: bool,
     /// `fullconn N`.
     pub fullconn: Option<usize>,
     /// `source ADDR[:PORT]`: the address connections to the servers leave from (a

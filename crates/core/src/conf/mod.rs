@@ -386,6 +386,9 @@ pub struct Backend {
     pub fullconn: Option<usize>,
     pub redispatch: bool,
     pub abortonclose: bool,
+    /// `option prefer-last-server`: a client connection's next request goes to the server
+    /// of its last one while that is usable (unless the balancing is a hash).
+    pub prefer_last_server: bool,
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
     pub rules: RuleSets,

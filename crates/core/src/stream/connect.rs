@@ -37,6 +37,9 @@ pub(crate) struct ServerConn {
     pub reused: bool,
     /// The server's address generation when the connection was opened or taken.
     pub addr_gen: u64,
+    /// An authentication is bound to it (NTLM, Negotiate): it stays its client
+    /// connection's own for good.
+    pub owned: bool,
     used: Used,
 }
 
@@ -303,6 +306,7 @@ async fn connect_reusing(
                     // fails failed at the server, and is not replayed elsewhere.
                     reused: false,
                     addr_gen,
+                    owned: false,
                     used: used(w, backend, server, false),
                 });
             }
@@ -338,6 +342,7 @@ async fn connect_reusing(
                 served: c.served,
                 reused: true,
                 addr_gen: st.addr_gen.load(Ordering::Acquire),
+                owned: false,
                 used: used(w, backend, server, true),
             })
         }
@@ -445,6 +450,7 @@ async fn connect_new(
                 served: 0,
                 reused: false,
                 addr_gen,
+                owned: false,
                 used: used(w, backend, server, armed),
             })
         }

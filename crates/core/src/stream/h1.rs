@@ -57,6 +57,7 @@ pub(super) async fn serve_http(
         sbuf: Buf::default(),
         out: Vec::new(),
         private: None,
+        last_server: None,
         requests: 0,
         earlier: start.earlier,
         pinned: start.backend,

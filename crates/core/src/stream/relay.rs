@@ -201,6 +201,7 @@ impl Txn {
             return Box::pin(self.upgrade(s, be, conn, &rsp, (rsp_edits, facts))).await;
         }
         let view = rsp.view(s.sbuf.bytes());
+        let owned = asks_connection_auth(&view);
         if let Some((name, len)) = &fe.log.capture_cookie {
             let set = view
                 .headers()
@@ -357,10 +358,14 @@ impl Txn {
             && !rsp.must_close()
             && close_mode == CloseMode::KeepAlive
             && !w.stopping();
+        s.last_server = Some((conn.backend, conn.server));
         if reusable {
             conn.served += 1;
-            // A connection whose PROXY header spoke for this client stays its own.
-            if be.reuse == ReuseMode::Never || be.servers[conn.server].private_conns() {
+            // A connection whose PROXY header spoke for this client stays its own, as does
+            // one an NTLM or Negotiate authentication is bound to.
+            conn.owned |= owned;
+            if be.reuse == ReuseMode::Never || be.servers[conn.server].private_conns() || conn.owned
+            {
                 s.private = Some(conn);
             } else {
                 let (c, served) = conn.into_pooled();
@@ -865,6 +870,23 @@ fn over_compression_limit(w: &crate::runtime::Worker, limits: &GlobalComp) -> bo
         .compress_limit
         .load(std::sync::atomic::Ordering::Relaxed);
     compression::over_limit(max_rate, limits.max_cpu, rate, w.busy_pct())
+}
+
+/// A 401 (or 407) asking for NTLM or Negotiate authentication (`WWW-Authenticate`, or
+/// `Proxy-Authenticate`, starting with `NTLM` or `Nego`): such an authentication is bound
+/// to its connection, which HAProxy then keeps for the client connection alone.
+fn asks_connection_auth(rsp: &ResponseView<'_>) -> bool {
+    let field = match rsp.status() {
+        401 => "www-authenticate",
+        407 => "proxy-authenticate",
+        _ => return false,
+    };
+    rsp.headers()
+        .filter(|(n, _)| sluice_http::name_is(n, field))
+        .any(|(_, v)| {
+            let v = v.get(..4).unwrap_or_default();
+            v.eq_ignore_ascii_case(b"NTLM") || v.eq_ignore_ascii_case(b"Nego")
+        })
 }
 
 /// Appends `trailers` as the `name: value` lines of a trailer section.

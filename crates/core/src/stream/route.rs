@@ -199,11 +199,19 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         extra,
     };
     let persisted = persist::decide(be, st, &s.sample_ctx(req, Some(backend)), req);
-    // A private connection (http-reuse never) keeps its server while it is usable.
+    // A private connection (http-reuse never, an NTLM exchange) keeps its server while
+    // it is usable; `option prefer-last-server` keeps the last one likewise, unless the
+    // balancing is a hash (which chooses again as it would).
+    let last = s
+        .last_server
+        .filter(|&(b, _)| b == backend && be.prefer_last_server && !be.algo.hashes())
+        .map(|(_, srv)| srv)
+        .filter(|&srv| st.servers[srv].usable() && st.servers[srv].has_room());
     let server = match &s.private {
         Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
         _ => persisted
             .server
+            .or(last)
             .or_else(|| balance::pick(be, st, &key, &s.w.lb)),
     };
     match server {

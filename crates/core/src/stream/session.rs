@@ -83,6 +83,8 @@ pub(crate) struct Session {
     pub out: Vec<u8>,
     /// With `http-reuse never`, the server connection this client connection owns.
     pub private: Option<ServerConn>,
+    /// The backend and server the last response came from (`option prefer-last-server`).
+    pub last_server: Option<(usize, usize)>,
     /// Requests completed on this connection.
     pub requests: u32,
     /// Requests its client connection carried before this session began: the earlier
