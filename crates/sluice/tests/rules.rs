@@ -1465,3 +1465,45 @@ backend be
         assert!(!ok && out.contains(":10: 'http-request'"), "{bad}: {out}");
     }
 }
+
+/// `option http-restrict-req-hdr-names`: after a proxy's `http-request` rules, fields
+/// whose names hold other characters than letters, digits and `-` are kept (`preserve`,
+/// the default), removed (`delete`: those the rules added too) or get the request denied
+/// with 403 (`reject`), never reaching the server; each proxy applies its own.
+#[test]
+fn restricted_header_names_are_kept_removed_or_refused() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend keep\n    {{fe}}\n    default_backend plain\nfrontend del\n    {{fe}}\n    option http-restrict-req-hdr-names delete\n    http-request add-header X_Added 1\n    default_backend plain\nfrontend rej\n    {{fe}}\n    default_backend strict\nbackend plain\n    server s {}\nbackend strict\n    option http-restrict-req-hdr-names reject\n    server s {}\n",
+        origin.addr, origin.addr
+    ));
+    let ask = |i: usize, target: &str| {
+        let mut c = Conn::new(p.addrs[i]);
+        c.send(
+            format!("GET {target} HTTP/1.1\r\nHost: t\r\nX_Forwarded-For: 6.6.6.6\r\nX.Dot: 1\r\nX-Ok: 1\r\n\r\n")
+                .as_bytes(),
+        );
+        c.response()
+    };
+    assert_eq!(ask(0, "/keep").status, 200);
+    assert_eq!(ask(1, "/del").status, 200);
+    let r = ask(2, "/rej");
+    assert_eq!(r.status, 403);
+    let seen = origin.requests();
+    let kept = seen.iter().find(|r| r.target == "/keep").unwrap();
+    assert_eq!(kept.header("x_forwarded-for"), Some("6.6.6.6"));
+    assert_eq!(kept.header("x.dot"), Some("1"));
+    let deleted = seen.iter().find(|r| r.target == "/del").unwrap();
+    assert_eq!(deleted.header("x_forwarded-for"), None);
+    assert_eq!(deleted.header("x.dot"), None);
+    assert_eq!(
+        deleted.header("x_added"),
+        None,
+        "added by a rule, then removed"
+    );
+    assert_eq!(deleted.header("x-ok"), Some("1"));
+    assert!(
+        seen.iter().all(|r| r.target != "/rej"),
+        "the refused request never left"
+    );
+}

@@ -72,6 +72,20 @@ pub enum Mode {
     Tcp,
 }
 
+/// `option http-restrict-req-hdr-names`: request fields whose names hold other characters
+/// than `[A-Za-z0-9-]` (which FastCGI and some servers would confuse with others, `X_A`
+/// with `X-A`), after the proxy's `http-request` rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RestrictNames {
+    /// Kept (HAProxy's default without a FastCGI application).
+    #[default]
+    Preserve,
+    /// Removed.
+    Delete,
+    /// The request is denied with 403.
+    Reject,
+}
+
 /// Per-proxy settings of the stream layer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamConf {
@@ -85,6 +99,9 @@ pub struct StreamConf {
     /// matches that address; `if_none` is unused).
     pub originalto: Option<ForwardFor>,
     pub close_mode: CloseMode,
+    /// `option http-restrict-req-hdr-names`: what becomes of request fields whose names
+    /// hold other characters than letters, digits and `-`.
+    pub restrict_names: RestrictNames,
     /// `option http-buffer-request`: rules wait for the request body (`req.body`).
     pub buffer_request: bool,
     /// `option accept-invalid-http-request`: the three HTTP/1 strictnesses of sluice's

@@ -96,6 +96,21 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| parse_forwardfor(a).map(|f| c.stream.forwardfor = Some(f)),
     },
     Keyword {
+        name: "option http-restrict-req-hdr-names",
+        scope: Scope::PROXY,
+        help: "option http-restrict-req-hdr-names preserve|delete|reject: request fields whose names hold other characters than letters, digits and '-' are kept, removed, or get the request denied (403), after the proxy's http-request rules",
+        parse: |c, a| {
+            use crate::conf::stream::RestrictNames;
+            c.stream.restrict_names = match one_arg(a, "preserve, delete or reject")? {
+                "preserve" => RestrictNames::Preserve,
+                "delete" => RestrictNames::Delete,
+                "reject" => RestrictNames::Reject,
+                other => return Err(KwError::bad(1, other, "expects preserve, delete or reject")),
+            };
+            Ok(())
+        },
+    },
+    Keyword {
         name: "no option forwardfor",
         scope: Scope::PROXY,
         help: "no option forwardfor: cancel an inherited option forwardfor",

@@ -3,6 +3,7 @@
 //! proxy gives itself (deny, return, redirect, a service, a cache hit). The rules' edits
 //! come back with it, applied by the head writers.
 
+use crate::conf::stream::RestrictNames;
 use std::net::SocketAddr;
 
 use sluice_http::{RequestHead, RequestView};
@@ -60,6 +61,42 @@ pub(super) enum Route {
     },
 }
 
+/// `option http-restrict-req-hdr-names` of a proxy whose `http-request` rules have run:
+/// the request's fields whose names hold other characters than `[A-Za-z0-9-]` are removed
+/// (`delete`), or the request is denied with 403 (`reject`), as HAProxy does.
+fn restrict_names(
+    mode: RestrictNames,
+    view: &mut RuleView<'_>,
+    edits: &mut Edits,
+    backend: Option<usize>,
+) -> Option<Route> {
+    if mode == RestrictNames::Preserve {
+        return None;
+    }
+    let now = view.get(edits);
+    let odd = |n: &[u8]| n.iter().any(|&c| !(c.is_ascii_alphanumeric() || c == b'-'));
+    let names: Vec<String> = now
+        .headers()
+        .filter(|(n, _)| odd(n))
+        .map(|(n, _)| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    if mode == RestrictNames::Reject {
+        return Some(Route::Error {
+            status: 403,
+            backend,
+            denied: true,
+            page: None,
+        });
+    }
+    for n in names {
+        edits.remove(&n, crate::sample::Match::Str);
+    }
+    None
+}
+
 pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
     let config = s.w.config();
     let fe = s.frontend();
@@ -100,6 +137,9 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .count(&crate::rules::REQUEST, crate::runtime::clock_ms());
     let mut view = RuleView::new(req);
     if let Some(r) = apply_rules(s, &fe.rules.http_request, &mut view, &mut edits, None) {
+        return (r, edits);
+    }
+    if let Some(r) = restrict_names(fe.stream.restrict_names, &mut view, &mut edits, None) {
         return (r, edits);
     }
     if let Some(r) = apply_rules(s, &fe.rules.redirects, &mut view, &mut edits, None) {
@@ -158,6 +198,10 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         &mut edits,
         Some(backend),
     ) {
+        return (r, edits);
+    }
+    let restrict = be.stream.restrict_names;
+    if let Some(r) = restrict_names(restrict, &mut view, &mut edits, Some(backend)) {
         return (r, edits);
     }
     if let Some(r) = apply_rules(s, &be.rules.redirects, &mut view, &mut edits, Some(backend)) {
