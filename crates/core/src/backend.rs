@@ -115,6 +115,20 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "max-keep-alive-queue",
+        scope: Scope::BE,
+        help: "max-keep-alive-queue N: a request stays on the server of its client connection's last one (option prefer-last-server) only while at most N requests wait in that server's queue (0: only while it has room; -1: whatever its queue, the default)",
+        parse: |c, a| {
+            let v = one_arg(a, "a queue length, or -1")?;
+            c.backend.max_keep_alive_queue = match v.parse::<i64>() {
+                Ok(-1) => None,
+                Ok(n) if n >= 0 => Some(n as usize),
+                _ => return Err(KwError::bad(1, v, "expects a queue length, or -1 for no limit")),
+            };
+            Ok(())
+        },
+    },
+    Keyword {
         name: "retry-on",
         scope: Scope::BE,
         help: "retry-on none|conn-failure|empty-response|junk-response|response-timeout|0rtt-rejected|all-retryable-errors|STATUS...: the failures retried (default conn-failure; others only for requests without a body)",
@@ -577,6 +591,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         redispatch: conf.backend.redispatch,
         abortonclose: conf.backend.abortonclose,
         prefer_last_server: conf.backend.prefer_last_server,
+        max_keep_alive_queue: conf.backend.max_keep_alive_queue,
         stream: conf.stream.clone(),
         rules: conf.rules.sets.clone(),
         compression: conf.compression.clone(),

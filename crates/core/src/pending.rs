@@ -81,7 +81,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "external-check command" => Scope::PROXY,
     "external-check path" => Scope::PROXY,
     "log-format-sd" => Scope::PROXY,
-    "max-keep-alive-queue" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,
     "option checkcache" => Scope::PROXY,
     "option contstats" => Scope::PROXY,

@@ -807,3 +807,41 @@ fn an_ntlm_challenge_keeps_the_server_connection_for_its_client() {
         "the connection stays Alice's"
     );
 }
+
+/// `max-keep-alive-queue`: with `option prefer-last-server`, a request stays on its
+/// connection's last server even when that server is full (it waits in its queue, where
+/// `balance first` alone would take the next server), unless the queue would pass the
+/// limit (`0`: only while the server has room), as HAProxy's rule says.
+#[test]
+fn max_keep_alive_queue_bounds_the_preference_for_the_last_server() {
+    for (limit, expected) in [("", "gated /y"), ("    max-keep-alive-queue 0\n", "b /y")] {
+        let (a, release) = gated();
+        let b = Origin::start("b");
+        let dir = TempDir::new();
+        let sock = dir.0.join("cli.sock");
+        let p = Sluice::start(&format!(
+            "global\n    nbthread 1\n    stats socket {}\n{DEFAULTS}\n    timeout queue 20s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance first\n    option prefer-last-server\n{limit}    server a {} maxconn 1\n    server b {} maxconn 1\n",
+            sock.display(),
+            a.addr,
+            b.addr
+        ));
+        let mut alice = p.connect();
+        assert_eq!(alice.get("/x").text(), "gated /x");
+        // Another client takes the first server's only slot.
+        let addr = p.addr();
+        let held = std::thread::spawn(move || get(addr, "/hold").text());
+        wait_until("the first server busy", || {
+            a.requests().iter().any(|r| r.target == "/hold")
+        });
+        let asked = std::thread::spawn(move || alice.get("/y").text());
+        if limit.is_empty() {
+            // Queued behind the held request on its last server.
+            wait_until("Alice queued", || {
+                stat_field(&Sluice::cli(&sock, "show stat"), "be", "a", "qcur") == "1"
+            });
+        }
+        release.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(asked.join().unwrap(), expected, "limit {limit:?}");
+        assert_eq!(held.join().unwrap(), "gated /hold");
+    }
+}

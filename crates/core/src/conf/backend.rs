@@ -126,6 +126,8 @@ pub struct BackendConf {
     pub abortonclose: bool,
     /// `option prefer-last-server`.
     pub prefer_last_server: bool,
+    /// `max-keep-alive-queue N`.
+    pub max_keep_alive_queue: Option<usize>,
     /// `fullconn N`.
     pub fullconn: Option<usize>,
     /// `source ADDR[:PORT]`: the address connections to the servers leave from (a

@@ -389,6 +389,9 @@ pub struct Backend {
     /// `option prefer-last-server`: a client connection's next request goes to the server
     /// of its last one while that is usable (unless the balancing is a hash).
     pub prefer_last_server: bool,
+    /// `max-keep-alive-queue N`: the last server is kept only while at most N requests
+    /// wait in its queue (0: only while it has room; `None`: whatever its queue).
+    pub max_keep_alive_queue: Option<usize>,
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
     pub rules: RuleSets,

@@ -250,7 +250,15 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         .last_server
         .filter(|&(b, _)| b == backend && be.prefer_last_server && !be.algo.hashes())
         .map(|(_, srv)| srv)
-        .filter(|&srv| st.servers[srv].usable() && st.servers[srv].has_room());
+        .filter(|&srv| {
+            let sv = &st.servers[srv];
+            // `max-keep-alive-queue`: not into a queue longer than that.
+            let waiting = || sv.queue.waiting.load(std::sync::atomic::Ordering::Relaxed);
+            sv.usable()
+                && be
+                    .max_keep_alive_queue
+                    .is_none_or(|m| sv.has_room() || waiting() < m)
+        });
     let server = match &s.private {
         Some(p) if p.backend == backend && st.servers[p.server].usable() => Some(p.server),
         _ => persisted
