@@ -153,6 +153,20 @@ impl Txn {
     }
 }
 
+/// What a write of the request to the server came to: a failure may be retried elsewhere;
+/// `timeout server` striking is a 504.
+fn sent_to_server(r: Result<io::Result<()>, ()>) -> Result<(), SendFail> {
+    match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(SendFail::Retryable(e)),
+        Err(()) => Err(SendFail::Fail(Fail::answer(
+            504,
+            Cause::ServerTimeout,
+            Phase::Headers,
+        ))),
+    }
+}
+
 /// Waits for more of the request body (`false`), or for the server to refuse the rest of
 /// it (`true`; the answer's bytes are in the server buffer): an early answer of 300 or more
 /// (a 413 or a 401 to an upload) reaches the client at once rather than after the whole
@@ -1001,15 +1015,7 @@ impl Txn {
         facts: &ReqFacts,
     ) -> Result<(), SendFail> {
         let tserver = facts.timeout_server;
-        let to_server = |r: Result<io::Result<()>, ()>| match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(SendFail::Retryable(e)),
-            Err(()) => Err(SendFail::Fail(Fail::answer(
-                504,
-                Cause::ServerTimeout,
-                Phase::Headers,
-            ))),
-        };
+        let to_server = sent_to_server;
         let from_client = |c: Cause| {
             SendFail::Fail(match c {
                 Cause::ClientTimeout => Fail::answer(408, c, Phase::Headers),
@@ -1076,15 +1082,8 @@ impl Txn {
                         .decode(s.cbuf.bytes(), mode, &mut s.out)
                         .map_err(|_| bad())?;
                     s.cbuf.consume(used);
-                    if !s.out.is_empty() {
-                        let sent = to_server(within(tserver, conn.conn.write_all(&s.out)).await);
-                        if sent.is_err() && head_sent && answered_before_failing(s, conn).await {
-                            self.upload_cut = true;
-                            return Ok(());
-                        }
-                        sent?;
-                        head_sent = true;
-                        s.out.clear();
+                    if self.flush_out(s, conn, tserver, &mut head_sent).await? {
+                        return Ok(());
                     }
                     if dec.is_done() {
                         if let Some(stream) = conn.conn.as_stream() {
@@ -1126,15 +1125,8 @@ impl Txn {
                 if ended && !to_stream {
                     crate::h2_stream::push_last_chunk(&mut s.out, trailers.as_ref());
                 }
-                if !s.out.is_empty() {
-                    let sent = to_server(within(tserver, conn.conn.write_all(&s.out)).await);
-                    if sent.is_err() && head_sent && answered_before_failing(s, conn).await {
-                        self.upload_cut = true;
-                        return Ok(());
-                    }
-                    sent?;
-                    head_sent = true;
-                    s.out.clear();
+                if self.flush_out(s, conn, tserver, &mut head_sent).await? {
+                    return Ok(());
                 }
                 if ended {
                     if let Some(stream) = conn.conn.as_stream() {
@@ -1154,6 +1146,29 @@ impl Txn {
                 }
             },
         }
+    }
+
+    /// Writes what `s.out` holds of the request (nothing to do when it is empty); `Ok(true)`
+    /// when the write failed after the server had answered, which ends the upload there.
+    async fn flush_out(
+        &mut self,
+        s: &mut Session,
+        conn: &mut ServerConn,
+        tserver: Option<std::time::Duration>,
+        head_sent: &mut bool,
+    ) -> Result<bool, SendFail> {
+        if s.out.is_empty() {
+            return Ok(false);
+        }
+        let sent = sent_to_server(within(tserver, conn.conn.write_all(&s.out)).await);
+        if sent.is_err() && *head_sent && answered_before_failing(s, conn).await {
+            self.upload_cut = true;
+            return Ok(true);
+        }
+        sent?;
+        *head_sent = true;
+        s.out.clear();
+        Ok(false)
     }
 
     /// Reads the final response head, relaying interim (1xx) responses to the client.
