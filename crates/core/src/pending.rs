@@ -83,7 +83,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "log-format-sd" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,
     "option checkcache" => Scope::PROXY,
-    "option contstats" => Scope::PROXY,
     "option external-check" => Scope::PROXY,
     "option h1-case-adjust-bogus-client" => Scope::PROXY,
     "option h1-case-adjust-bogus-server" => Scope::PROXY,

@@ -279,3 +279,48 @@ fn a_tcp_frontend_hands_http_clients_to_an_http_backend() {
     assert_eq!(seen.len(), 2);
     assert!(seen.iter().all(|r| r.header("x-via") == Some("upgraded")));
 }
+
+/// `option contstats`: a TCP stream's bytes reach the statistics as they move (a
+/// long-lived connection shows its traffic while it lasts), counted once in all; without
+/// it they are counted when the stream ends, as HAProxy counts them.
+#[test]
+fn contstats_counts_a_streams_bytes_while_it_lasts() {
+    let server = echo("e");
+    for contstats in [true, false] {
+        let dir = TempDir::new();
+        let sock = dir.0.join("cli.sock");
+        let option = if contstats {
+            "    option contstats\n"
+        } else {
+            ""
+        };
+        let p = Sluice::start(&format!(
+            "global\n    stats socket {}\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten raw\n    {{fe}}\n{option}    server e {server}\n",
+            sock.display()
+        ));
+        let bytes =
+            |field: &str| stat_field(&Sluice::cli(&sock, "show stat"), "raw", "FRONTEND", field);
+        let mut c = TcpStream::connect(p.addr()).unwrap();
+        c.set_read_timeout(Some(TIMEOUT)).unwrap();
+        c.write_all(&[b'x'; 1000]).unwrap();
+        let mut back = vec![0u8; 1000];
+        c.read_exact(&mut back).unwrap();
+        if contstats {
+            wait_until("the bytes counted while the stream is open", || {
+                bytes("bin") == "1000" && bytes("bout") == "1000"
+            });
+        } else {
+            // The echo came back: both ways have moved, and nothing is counted yet.
+            assert_eq!((bytes("bin"), bytes("bout")), ("0".into(), "0".into()));
+        }
+        drop(c);
+        wait_until("the stream ended", || {
+            stat_field(&Sluice::cli(&sock, "show stat"), "raw", "e", "stot") == "1"
+                && bytes("bin") == "1000"
+        });
+        // (The server says goodbye as the client leaves: 5 more bytes.)
+        wait_until("the goodbye counted", || bytes("bout") == "1005");
+        let server_in = stat_field(&Sluice::cli(&sock, "show stat"), "raw", "e", "bin");
+        assert_eq!(server_in, "1000");
+    }
+}

@@ -99,6 +99,9 @@ pub struct StreamConf {
     /// matches that address; `if_none` is unused).
     pub originalto: Option<ForwardFor>,
     pub close_mode: CloseMode,
+    /// `option contstats`: a stream's bytes are counted as they move rather than when it
+    /// ends (TCP streams; an HTTP transaction counts when it ends).
+    pub contstats: bool,
     /// `option http-restrict-req-hdr-names`: what becomes of request fields whose names
     /// hold other characters than letters, digits and `-`.
     pub restrict_names: RestrictNames,

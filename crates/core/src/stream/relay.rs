@@ -500,10 +500,10 @@ impl Txn {
         let moved = super::tunnel::relay(
             &mut s.client,
             &mut conn.conn,
-            &mut s.cbuf,
-            &mut s.sbuf,
+            (&mut s.cbuf, &mut s.sbuf),
             &w.bufs,
             limits,
+            None,
         )
         .await;
         self.log.bytes += moved.to_a;

@@ -459,6 +459,38 @@ impl Tally {
         self.transaction(&sc.traffic, &ss.peaks, now);
     }
 
+    /// Bytes a stream moved, counted before it ends (`option contstats`): `(in, out)` on
+    /// the frontend and listener, the backend and the server, as [`Tally::count`] counts
+    /// them.
+    pub(crate) fn add_bytes(
+        w: &Worker,
+        (fe, listener): (usize, usize),
+        backend: usize,
+        server: usize,
+        (bytes_in, bytes_out): (u64, u64),
+    ) {
+        let state = w.state();
+        let frontend = &state.frontends[fe];
+        let f = frontend.counters.at(w.tid);
+        let l = frontend
+            .listeners
+            .get(listener)
+            .map(|l| &l.counters.at(w.tid).traffic);
+        let bs = &state.backends[backend];
+        let traffic = [
+            Some(&f.traffic),
+            l,
+            Some(&bs.counters.at(w.tid).traffic),
+            bs.servers
+                .get(server)
+                .map(|s| &s.counters.at(w.tid).traffic),
+        ];
+        for t in traffic.into_iter().flatten() {
+            t.bytes_in.add(bytes_in);
+            t.bytes_out.add(bytes_out);
+        }
+    }
+
     /// What the transaction adds to a backend or server it went through.
     fn transaction(&self, t: &Traffic, peaks: &Peaks, now: u64) {
         t.sessions.bump();

@@ -218,13 +218,22 @@ async fn relay_to(
             false => std::future::pending().await,
         }
     };
+    // `option contstats`: the statistics count the bytes as they move, not at the end.
+    let reported = std::cell::Cell::new((0u64, 0u64));
+    let report = |to_b: u64, to_a: u64| {
+        let (i, o) = reported.get();
+        reported.set((i + to_b, o + to_a));
+        let traffic = (to_b, to_a);
+        Tally::add_bytes(w, (fe, info.listener), backend, at.server, traffic);
+    };
+    let progress: super::tunnel::Progress = frontend.stream.contstats.then_some(&report);
     let relay = super::tunnel::relay(
         &mut client,
         &mut conn.conn,
-        &mut cbuf,
-        &mut sbuf,
+        (&mut cbuf, &mut sbuf),
         &w.bufs,
         limits,
+        progress,
     );
     // An idle session ends on the side whose timeout is the shorter, the client's when
     // they are equal (HAProxy's `cD` / `sD`).
@@ -249,7 +258,19 @@ async fn relay_to(
         (Counter::BytesOutRate, moved.to_a),
     ];
     vars.count(&traffic, crate::runtime::clock_ms());
-    tally(&at, started, moved, term).count(w, (fe, info.listener), Some(backend), Some(at.server));
+    // (What `contstats` counted already is not counted again.)
+    let (counted_in, counted_out) = reported.get();
+    let unreported = Moved {
+        to_b: moved.to_b - counted_in,
+        to_a: moved.to_a - counted_out,
+        ..moved
+    };
+    tally(&at, started, unreported, term).count(
+        w,
+        (fe, info.listener),
+        Some(backend),
+        Some(at.server),
+    );
     cbuf.clear(&w.bufs);
     sbuf.clear(&w.bufs);
     // The session is over: as in HAProxy's line, it no longer counts on its server.

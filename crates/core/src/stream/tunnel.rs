@@ -29,23 +29,32 @@ pub(crate) struct Moved {
     pub idle: bool,
 }
 
+/// Told the bytes delivered each way as they go (`option contstats`): (to `b`, to `a`).
+pub(crate) type Progress<'p> = Option<&'p dyn Fn(u64, u64)>;
+
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
 /// `b_buf` (read from `b`) are delivered first.
 pub(crate) async fn relay(
     a: &mut Conn,
     b: &mut Conn,
-    a_buf: &mut Buf,
-    b_buf: &mut Buf,
+    (a_buf, b_buf): (&mut Buf, &mut Buf),
     bufs: &BufPool,
     limits: Limits,
+    progress: Progress<'_>,
 ) -> Moved {
     let mut moved = Moved::default();
+    let told = |to_b: u64, to_a: u64| {
+        if let Some(p) = progress {
+            p(to_b, to_a);
+        }
+    };
     if !a_buf.is_empty() {
         let n = a_buf.bytes().len();
         if !deliver(b, a_buf, limits.idle).await {
             return moved;
         }
         moved.to_b += n as u64;
+        told(n as u64, 0);
     }
     if !b_buf.is_empty() {
         let n = b_buf.bytes().len();
@@ -53,6 +62,7 @@ pub(crate) async fn relay(
             return moved;
         }
         moved.to_a += n as u64;
+        told(0, n as u64);
     }
     let (mut a_done, mut b_done) = (false, false);
     while !(a_done && b_done) {
@@ -74,6 +84,7 @@ pub(crate) async fn relay(
                         return moved;
                     }
                     moved.to_b += n as u64;
+                    told(n as u64, 0);
                 }
                 _ => {
                     a_done = true;
@@ -86,6 +97,7 @@ pub(crate) async fn relay(
                         return moved;
                     }
                     moved.to_a += n as u64;
+                    told(0, n as u64);
                 }
                 _ => {
                     b_done = true;
