@@ -466,6 +466,20 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "log-format-sd",
+        scope: Scope::FE,
+        help: "log-format-sd STRING: the RFC 5424 structured data of the lines sent to 'format rfc5424' targets, with %-variables (sample fetches %[...] are not supported there yet)",
+        parse: |c, a| {
+            let v = one_arg(a, "a format string (quote it)")?;
+            let tokens = parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?;
+            if tokens.iter().any(|t| matches!(t, Token::Sample(..))) {
+                return Err(KwError::NotYet("sample fetches in log-format-sd"));
+            }
+            c.log.format_sd = Some(tokens);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "declare capture",
         scope: Scope::FRONTEND,
         help: "declare capture request|response len N: a capture slot for rules' 'capture ... id N'",
@@ -709,6 +723,12 @@ impl Logger {
 
     /// Frames `msg` with a severity and sends it, or drops it if the target is busy.
     pub fn send_at(&self, severity: Severity, msg: &str) {
+        self.send_sd(severity, None, msg);
+    }
+
+    /// [`Logger::send_at`] with the structured data an RFC 5424 line carries
+    /// (`log-format-sd`; `None`: `-`).
+    pub fn send_sd(&self, severity: Severity, sd: Option<&str>, msg: &str) {
         let t = &self.target;
         if severity as u8 > t.max_level {
             return;
@@ -719,13 +739,8 @@ impl Logger {
             }
         }
         let severity = Severity::from_number((severity as u8).max(t.min_level));
-        let mut line = frame(
-            &self.target,
-            severity,
-            &self.tag,
-            self.hostname.as_deref(),
-            msg,
-        );
+        let head = (severity, self.tag.as_str(), self.hostname.as_deref(), sd);
+        let mut line = frame(&self.target, head, msg);
         line.truncate(self.target.max_len);
         let ok = match &self.sink {
             Sink::Stream(tx) => {
@@ -819,7 +834,13 @@ impl Severity {
     }
 }
 
-fn frame(t: &LogTarget, severity: Severity, tag: &str, host: Option<&str>, msg: &str) -> Vec<u8> {
+/// A line as its target frames it; `head`: its severity, tag, host name and (RFC 5424)
+/// structured data.
+fn frame(
+    t: &LogTarget,
+    (severity, tag, host, sd): (Severity, &str, Option<&str>, Option<&str>),
+    msg: &str,
+) -> Vec<u8> {
     let pri = u32::from(t.facility) * 8 + severity as u32;
     let pid = pid();
     match t.framing {
@@ -835,9 +856,15 @@ fn frame(t: &LogTarget, severity: Severity, tag: &str, host: Option<&str>, msg: 
             .into_bytes()
         }
         Framing::Rfc5424 => {
-            let (y, mon, day, h, m, s, ms) = civil(SystemTime::now());
+            // Microseconds and a numeric offset, as HAProxy writes the time (in UTC here).
+            let now = SystemTime::now();
+            let (y, mon, day, h, m, s, _) = civil(now);
+            let us = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_micros());
             let host = host.unwrap_or("-");
-            format!("<{pri}>1 {y:04}-{mon:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z {host} {tag} {pid} - - {msg}").into_bytes()
+            let sd = sd.filter(|sd| !sd.is_empty()).unwrap_or("-");
+            format!("<{pri}>1 {y:04}-{mon:02}-{day:02}T{h:02}:{m:02}:{s:02}.{us:06}+00:00 {host} {tag} {pid} - {sd} {msg}").into_bytes()
         }
     }
 }
@@ -1330,15 +1357,24 @@ fn tcplog() -> &'static [Token] {
 
 /// Sends `rec` to every logger, as `format` says.
 pub fn emit(loggers: &[Arc<Logger>], format: &Format, rec: &Record<'_>) {
-    emit_at(loggers, format, rec, None);
+    emit_at(loggers, (format, None), rec, None);
 }
 
-/// [`emit`] at a severity set by a rule (`set-log-level`; `None`: the usual `info`).
-pub fn emit_at(loggers: &[Arc<Logger>], format: &Format, rec: &Record<'_>, level: Option<u8>) {
+/// [`emit`] at a severity set by a rule (`set-log-level`; `None`: the usual `info`), with
+/// the structured data of `log-format-sd` for the RFC 5424 targets.
+pub fn emit_at(
+    loggers: &[Arc<Logger>],
+    (format, sd): (&Format, Option<&[Token]>),
+    rec: &Record<'_>,
+    level: Option<u8>,
+) {
     let line = rec.render(format);
     let severity = level.map_or(Severity::Info, Severity::from_number);
+    let sd = sd
+        .filter(|_| loggers.iter().any(|l| l.target.framing == Framing::Rfc5424))
+        .map(|tokens| rec.render_tokens(tokens));
     for l in loggers {
-        l.send_at(severity, &line);
+        l.send_sd(severity, sd.as_deref(), &line);
     }
 }
 

@@ -80,7 +80,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "error-log-format" => Scope::PROXY,
     "external-check command" => Scope::PROXY,
     "external-check path" => Scope::PROXY,
-    "log-format-sd" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,
     "option checkcache" => Scope::PROXY,
     "option external-check" => Scope::PROXY,

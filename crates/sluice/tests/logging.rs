@@ -756,3 +756,48 @@ fn http_ignore_probes_leaves_no_trace_of_an_empty_connection() {
         assert_eq!(ereq, if ignore { "0" } else { "1" });
     }
 }
+
+/// `log-format-sd`: the lines sent to an `rfc5424` target carry its structured data where
+/// the format has `-` otherwise, with the time written as HAProxy 2.6 writes it
+/// (microseconds, a numeric offset); checked against HAProxy 2.6.12's line for the same
+/// configuration: `<134>1 TIME - haproxy PID - [exampleSDID@1234 bytes="900"
+/// status="200"] 127.0.0.1:... fe be/s ...`. Sample fetches there are refused (not built).
+#[test]
+fn log_format_sd_fills_the_rfc5424_structured_data() {
+    let origin = Origin::start("o");
+    let collector = Collector::new();
+    let p = Sluice::start(&format!(
+        "global\n    log {} format rfc5424 local0\n{DEFAULTS}    log global\n    option httplog\nfrontend fe\n    {{fe}}\n    log-format-sd [exampleSDID@1234\\ bytes=\\\"%B\\\"\\ status=\\\"%ST\\\"]\n    default_backend be\nbackend be\n    server s {}\n",
+        collector.addr(),
+        origin.addr
+    ));
+    let r = get(p.addr(), "/sd");
+    assert_eq!(r.status, 200);
+    let line = collector.next();
+    let f: Vec<&str> = line.splitn(7, ' ').collect();
+    assert_eq!(
+        (f[0], f[2], f[3], f[5]),
+        ("<134>1", "-", "sluice", "-"),
+        "{line}"
+    );
+    // 2026-11-27T00:22:10.300123+00:00
+    assert!(f[1].len() == 32 && f[1].ends_with("+00:00"), "{line}");
+    let (sd, msg) = f[6].split_once("] ").expect("structured data");
+    let bytes = sd
+        .strip_prefix("[exampleSDID@1234 bytes=\"")
+        .and_then(|rest| rest.strip_suffix("\" status=\"200\""))
+        .expect("the structured data's shape");
+    assert!(bytes.parse::<u64>().unwrap() > 0, "{line}");
+    // The message follows, with the same byte count.
+    assert!(
+        msg.contains(" fe be/s ") && msg.contains(&format!(" 200 {bytes} ")),
+        "{line}"
+    );
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    log-format-sd [x@1\\ a=\\\"%[src]\\\"]\n"
+    ));
+    assert!(
+        !ok && err.contains("sample fetches in log-format-sd"),
+        "{err}"
+    );
+}

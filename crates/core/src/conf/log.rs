@@ -63,6 +63,8 @@ pub struct LogConf {
     /// `log global` was given: use the global section's targets.
     pub use_global: bool,
     pub format: Option<Format>,
+    /// `log-format-sd`: the structured data of the lines sent to `rfc5424` targets.
+    pub format_sd: Option<Vec<Token>>,
     /// `capture request header NAME len N`, in order.
     pub captures_req: Vec<(String, usize)>,
     /// `capture response header NAME len N`, in order.

@@ -536,14 +536,11 @@ fn log(
         captures_req: &extras.captures,
         ..crate::log::Record::blank(who, date, &frontend.name)
     };
-    crate::log::emit_at(
-        loggers,
-        frontend
-            .log
-            .format
-            .as_ref()
-            .unwrap_or(&crate::log::Format::Tcp),
-        &rec,
-        extras.level.flatten(),
-    );
+    let format = frontend
+        .log
+        .format
+        .as_ref()
+        .unwrap_or(&crate::log::Format::Tcp);
+    let sd = frontend.log.format_sd.as_deref();
+    crate::log::emit_at(loggers, (format, sd), &rec, extras.level.flatten());
 }

@@ -273,7 +273,8 @@ impl Txn {
             log_counter: count_line(format, &process.state.frontends[s.fe]),
             tls: s.client.tls().map(|t| (t.cipher, t.version)),
         };
-        crate::log::emit_at(loggers, format, &rec, level);
+        let sd = fe.log.format_sd.as_deref();
+        crate::log::emit_at(loggers, (format, sd), &rec, level);
     }
 
     /// Whether the frontend's log shows the proxy's end of server connections (a system call
