@@ -86,7 +86,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option h1-case-adjust-bogus-client" => Scope::PROXY,
     "option h1-case-adjust-bogus-server" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,
-    "option http-pretend-keepalive" => Scope::PROXY,
     "option http-use-proxy-header" => Scope::PROXY,
     "option independent-streams" => Scope::PROXY,
     "option splice-auto" => Scope::PROXY,

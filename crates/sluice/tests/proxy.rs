@@ -221,6 +221,23 @@ fn http_server_close_and_httpclose() {
         .iter()
         .all(|r| r.header("connection") == Some("close")));
 
+    // `option http-pretend-keepalive`: the server is not told, the connection still ends.
+    let origin3 = Origin::start("o");
+    let p3 = Sluice::start(&one_backend(
+        &origin3,
+        "",
+        "    option http-server-close\n    option http-pretend-keepalive",
+    ));
+    let mut c3 = p3.connect();
+    for _ in 0..3 {
+        assert_eq!(c3.get("/").status, 200);
+    }
+    assert_eq!(origin3.conns(), 3, "a server connection per request still");
+    assert!(origin3
+        .requests()
+        .iter()
+        .all(|r| r.header("connection").is_none()));
+
     let origin2 = Origin::start("o");
     let p2 = Sluice::start(&one_backend(&origin2, "    option httpclose", ""));
     let mut c2 = p2.connect();

@@ -99,6 +99,10 @@ pub struct StreamConf {
     /// matches that address; `if_none` is unused).
     pub originalto: Option<ForwardFor>,
     pub close_mode: CloseMode,
+    /// `option http-pretend-keepalive`: a request to a server the proxy will close the
+    /// connection to after the response does not say so (some servers stop chunking
+    /// responses of unknown length when told).
+    pub pretend_keepalive: bool,
     /// `option contstats`: a stream's bytes are counted as they move rather than when it
     /// ends (TCP streams; an HTTP transaction counts when it ends).
     pub contstats: bool,

@@ -166,6 +166,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| if on { c.stream.close_mode = CloseMode::KeepAlive };
     "option http-buffer-request", Scope::PROXY, "wait for the request body before the rules run (req.body)",
         |c: &mut ProxyConf, on| c.stream.buffer_request = on;
+    "option http-pretend-keepalive", Scope::BE, "with http-server-close or httpclose, requests do not tell the server the connection closes after the response (it still does)",
+        |c: &mut ProxyConf, on| c.stream.pretend_keepalive = on;
     "option contstats", Scope::FE, "count a TCP stream's bytes in the statistics as they move, not when it ends",
         |c: &mut ProxyConf, on| c.stream.contstats = on;
     "option accept-invalid-http-request", Scope::FE, "accept the requests HAProxy accepts and sluice refuses: both Content-Length and Transfer-Encoding (read as chunked), HTTP/1.1 without Host, userinfo in an absolute URI",

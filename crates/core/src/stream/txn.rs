@@ -626,8 +626,9 @@ impl Txn {
                         &req,
                         &edits,
                         xff,
-                        // A tunnel that opens ends with its connection anyway.
-                        server_close(fe, be) && !facts.connect,
+                        // A tunnel that opens ends with its connection anyway;
+                        // `option http-pretend-keepalive` does not say it will close.
+                        server_close(fe, be) && !facts.connect && !be.stream.pretend_keepalive,
                         facts.upgrade.as_deref(),
                     );
                 }
