@@ -2151,3 +2151,66 @@ fn spop_check_matches_haproxys() {
         .collect();
     check_reports_match("spop", &subs);
 }
+
+/// `option external-check`: the program gets `NOT_USED NOT_USED ADDR PORT` (a backend has
+/// no listener) and the `HAPROXY_*` variables with nothing else of the environment but
+/// `PATH`, and its exit status is the verdict: 0 passes (`PROCOK`), another fails with its
+/// code (`PROCERR`), one still running at `timeout check` is terminated (`PROCTOUT`); a
+/// command without `/` is looked for in `external-check path`. Reports compared line by
+/// line with HAProxy 2.6.12's (recorded as above). Configurations that cannot run one are
+/// refused with HAProxy's words.
+#[test]
+fn external_checks_match_haproxys() {
+    let dir = TempDir::new();
+    let script = |name: &str, body: &str| {
+        let path = dir.0.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&path, perms).unwrap();
+        path.display().to_string()
+    };
+    let server = serve_each(|_| {});
+    let ok = script(
+        "ok.sh",
+        &format!(
+            "[ \"$1 $2 $3 $4\" = \"NOT_USED NOT_USED 127.0.0.1 {}\" ] && [ \"$HAPROXY_PROXY_NAME/$HAPROXY_SERVER_NAME $HAPROXY_SERVER_PORT $HAPROXY_SERVER_SSL $PATH\" = \"x1/s {} 0 \" ] && [ -z \"$HOME\" ] && exit 0\nexit 9",
+            server.port(),
+            server.port()
+        ),
+    );
+    let fail = script("fail.sh", "exit 3");
+    let slow = script("slow.sh", "/bin/sleep 5");
+    let subs = [
+        ("{S1}", server.to_string()),
+        ("{OK}", ok),
+        ("{FAIL}", fail),
+        ("{SLOW}", slow),
+    ];
+    check_reports_match("external", &subs);
+    // Without the global `external-check`, without a command, with a relative command and
+    // no path: refused.
+    let base = |global: &str, be: &str| {
+        check_config(&format!(
+            "global\n{global}{DEFAULTS}frontend fe\n    bind 127.0.0.1:8080\n    default_backend b\nbackend b\n{be}    server s 127.0.0.1:1 check\n"
+        ))
+    };
+    let (ok, err) = base(
+        "",
+        "    option external-check\n    external-check command /bin/true\n",
+    );
+    assert!(
+        !ok && err.contains("unable to find required 'global.external-check'"),
+        "{err}"
+    );
+    let (ok, err) = base("    external-check\n", "    option external-check\n");
+    assert!(
+        !ok && err.contains("unable to find required 'external-check command'"),
+        "{err}"
+    );
+    let (ok, err) = base(
+        "    external-check\n",
+        "    option external-check\n    external-check command true\n",
+    );
+    assert!(!ok && err.contains("does not have a leading '/'"), "{err}");
+}

@@ -898,6 +898,32 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::Spop),
     },
     Keyword {
+        name: "option external-check",
+        scope: Scope::BE,
+        help: "option external-check: check servers by running 'external-check command' (needs the global 'external-check')",
+        parse: |c, a| no_args(a).map(|_| c.check.kind = CheckKind::External),
+    },
+    Keyword {
+        name: "external-check command",
+        scope: Scope::BE,
+        help: "external-check command CMD: the program an external check runs, with the proxy's and the server's addresses and ports as arguments; exit status 0 passes",
+        parse: |c, a| {
+            let v = one_arg(a, "a command")?;
+            c.check.external.command = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "external-check path",
+        scope: Scope::BE,
+        help: "external-check path PATH: the PATH an external check's program runs with (default empty)",
+        parse: |c, a| {
+            let v = one_arg(a, "a PATH value")?;
+            c.check.external.path = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
         name: "no option httpchk",
         scope: Scope::BE,
         help: "no option httpchk: check servers with a plain connection again",
@@ -995,6 +1021,26 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "external-check",
+        scope: Scope::GLOBAL,
+        help: "external-check: backends may check their servers with external programs (option external-check)",
+        parse: |g, a| no_args(a).map(|_| g.check.external = true),
+    },
+    Keyword {
+        // sluice never forbids its process to fork (HAProxy does unless this is set), so
+        // the line changes nothing: external checks run either way.
+        name: "insecure-fork-wanted",
+        scope: Scope::GLOBAL,
+        help: "insecure-fork-wanted: allow the process to start programs (external checks); sluice does not forbid it, so this changes nothing",
+        parse: |_, a| no_args(a),
+    },
+    Keyword {
+        name: "insecure-setuid-wanted",
+        scope: Scope::GLOBAL,
+        help: "insecure-setuid-wanted: allow programs started by the process to gain privileges through setuid; sluice does not forbid it, so this changes nothing",
+        parse: |_, a| no_args(a),
+    },
+    Keyword {
         name: "spread-checks",
         scope: Scope::GLOBAL,
         help: "spread-checks PCT: random +/- percent added to check intervals (0 to 50)",
@@ -1047,4 +1093,45 @@ fn hex(v: &str) -> Result<Vec<u8>, String> {
                 .map_err(|_| "expects hexadecimal digits".to_string())
         })
         .collect()
+}
+
+/// What HAProxy says of a proxy's external-check lines (`kind` section `name`): the errors
+/// of an `option external-check` that cannot run, the warnings of lines it makes useless.
+pub fn external_lines(
+    kind: &str,
+    name: &str,
+    check: &crate::conf::check::BackendCheck,
+    global: &GlobalConf,
+) -> (Vec<String>, Vec<String>) {
+    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+    let ext = &check.external;
+    if check.kind == CheckKind::External {
+        if !global.check.external {
+            errors.push(format!(
+                "Proxy '{name}' : 'option external-check' unable to find required 'global.external-check'."
+            ));
+        }
+        if ext.command.is_none() {
+            errors.push(format!(
+                "Proxy '{name}' : 'option external-check' unable to find required 'external-check command'."
+            ));
+        }
+    } else {
+        for (line, set) in [
+            ("command", ext.command.is_some()),
+            ("path", ext.path.is_some()),
+        ] {
+            if set {
+                warnings.push(format!(
+                    "'external-check {line}' will be ignored for {kind} '{name}' (requires 'option external-check')."
+                ));
+            }
+        }
+    }
+    if ext.command.as_ref().is_some_and(|c| !c.starts_with('/')) && ext.path.is_none() {
+        errors.push(format!(
+            "Proxy '{name}': 'external-check command' does not have a leading '/' and 'external-check path' is not set."
+        ));
+    }
+    (errors, warnings)
 }

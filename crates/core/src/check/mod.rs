@@ -23,6 +23,7 @@
 //! `rise`, so the first failed check takes it down. The interval is `inter` at the top,
 //! `downinter` at 0, `fastinter` in between.
 
+mod external;
 mod keywords;
 mod probe;
 mod spop;
@@ -31,7 +32,9 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub use self::keywords::{GLOBAL_KEYWORDS, KEYWORDS, OPTION_KEYWORDS, SERVER_OPTIONS};
+pub use self::keywords::{
+    external_lines, GLOBAL_KEYWORDS, KEYWORDS, OPTION_KEYWORDS, SERVER_OPTIONS,
+};
 use self::probe::{describe, probe, read_until};
 pub use crate::conf::check::*;
 use crate::conf::{Backend, Config};

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::spop;
+use super::{external, spop};
 use crate::conf::check::{
     BackendCheck, CheckKind, CheckOpts, CheckProto, CheckText, CheckVars, ConnectLayer,
     ConnectRule, Expect, ExpectOpts, HeaderMatch, HttpExpect, Pattern, Re, Report, TcpRule,
     VarStep, VarValues,
 };
-use crate::conf::listen::UnixAddr;
+use crate::conf::listen::{BindSpec, UnixAddr};
 use crate::conf::tls::Connector;
 use crate::conf::{Backend, Server};
 use crate::h2_stream::{response_head, H2Stream, ServerRequest};
@@ -135,6 +135,7 @@ pub async fn probe(
                 Err(o) => o,
             }
         }
+        CheckKind::External => external(process, be, srv, addr, limit).await,
         kind => match open(at, connect_limit, &[], tls).await {
             Ok(mut conn) => {
                 let o = match kind {
@@ -1432,6 +1433,86 @@ async fn ldap(conn: &mut Conn, limit: Duration) -> Outcome {
             o.code = Some(u16::from(code));
             o
         }
+    }
+}
+
+/// `option external-check`: the backend's program run for `srv` at `addr`, judged by its
+/// exit status (HAProxy's `PROCOK`, `PROCERR` with the status as its code, `PROCTOUT`).
+async fn external(
+    process: &Process,
+    be: &Backend,
+    srv: &Server,
+    addr: SocketAddr,
+    limit: Duration,
+) -> Outcome {
+    let Some(command) = be.check.external.command.as_deref() else {
+        return Outcome::fail("PROCERR", "External check error", None);
+    };
+    // A `listen` section's first address; a backend has none.
+    let unused = || ("NOT_USED".to_string(), "NOT_USED".to_string());
+    let proxy = process
+        .config
+        .frontends
+        .iter()
+        .find(|f| f.order == be.order)
+        .and_then(|f| f.listen.binds.first())
+        .map_or_else(unused, |b| match &b.spec {
+            BindSpec::Addr(a) => (a.ip().to_string(), a.port().to_string()),
+            BindSpec::Unix(u) => (u.to_string(), "NOT_USED".to_string()),
+            BindSpec::Fd(_) => unused(),
+        });
+    // The server's requests in flight (`HAPROXY_SERVER_CURCONN`).
+    let config = &process.config;
+    let b = config.backends.iter().position(|x| std::ptr::eq(x, be));
+    let s = b.and_then(|b| {
+        config.backends[b]
+            .servers
+            .iter()
+            .position(|x| std::ptr::eq(x, srv))
+    });
+    let curconn = b.zip(s).map_or(0, |(b, s)| {
+        process.state.backends[b].servers[s]
+            .in_flight
+            .load(std::sync::atomic::Ordering::Relaxed)
+    });
+    let run = external::Run {
+        command,
+        path: be.check.external.path.as_deref().unwrap_or(""),
+        proxy,
+        proxy_name: &be.name,
+        proxy_id: be.id,
+        server_name: &srv.name,
+        server_id: srv.id,
+        server: addr,
+        maxconn: srv.maxconn.unwrap_or(0),
+        curconn,
+        ssl: srv.tls.is_some(),
+        proto: if be.stream.mode == crate::conf::stream::Mode::Tcp {
+            "tcp"
+        } else if srv.h2 {
+            "h2"
+        } else {
+            "h1"
+        },
+    };
+    match external::run(&run, limit).await {
+        external::Ended::Exited(0) => {
+            let mut o = Outcome::pass("PROCOK", "External check passed");
+            o.code = Some(0);
+            o
+        }
+        external::Ended::Exited(code) => {
+            let mut o = Outcome::fail("PROCERR", "External check error", None);
+            o.code = u16::try_from(code).ok();
+            o
+        }
+        external::Ended::TimedOut => {
+            // (HAProxy reports the code it had then: none yet, 0.)
+            let mut o = Outcome::fail("PROCTOUT", "External check timeout", None);
+            o.code = Some(0);
+            o
+        }
+        external::Ended::NotStarted => Outcome::fail("PROCERR", "External check error", None),
     }
 }
 

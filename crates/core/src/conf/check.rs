@@ -510,6 +510,9 @@ pub enum CheckKind {
     },
     /// `option ldap-check`: an anonymous bind.
     Ldap,
+    /// `option external-check`: the backend's `external-check command`, whose exit status
+    /// is the verdict.
+    External,
     /// `option spop-check`: an SPOP hello asking for a health check.
     Spop,
 }
@@ -538,10 +541,19 @@ pub struct BackendCheck {
     pub send_state: bool,
     /// The `tcp-check` lines, in order.
     pub tcp_rules: Vec<TcpRule>,
+    /// `external-check command` and `external-check path` (`PATH` for the command).
+    pub external: ExternalCheck,
     /// `timeout check`: the time a check may take once connected (default: `inter`).
     pub timeout: Option<Duration>,
     /// `option log-health-checks`: every check result is logged, not only state changes.
     pub log_all: bool,
+}
+
+/// `external-check command CMD` and `external-check path PATH`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExternalCheck {
+    pub command: Option<String>,
+    pub path: Option<String>,
 }
 
 /// Process-wide check settings.
@@ -553,4 +565,6 @@ pub struct GlobalCheck {
     pub max_spread: Option<Duration>,
     /// `tune.max-checks-per-thread`: checks running at once per worker (0: no limit).
     pub max_per_thread: usize,
+    /// `external-check`: backends may run `option external-check`.
+    pub external: bool,
 }

@@ -282,6 +282,9 @@ fn check_status_number(status: &str) -> u8 {
         "L7OK" => 15,
         "L7OKC" => 16,
         "L7STS" => 17,
+        "PROCERR" => 18,
+        "PROCTOUT" => 19,
+        "PROCOK" => 20,
         _ => 1,
     }
 }

@@ -581,6 +581,11 @@ fn lower(
         });
     }
     resolve_tracks(&proxies, &mut backends, &mut errors);
+    for p in proxies.iter().filter(|p| is_backend(p.kind)) {
+        let (found, said) = check::external_lines(p.kind.name(), &p.name, &p.conf.check, &global);
+        errors.extend(found.into_iter().map(|e| p.header.error(e)));
+        warnings.extend(said);
+    }
     // A server without a port can only be checked on a port given for checks.
     for be in &mut backends {
         for srv in &mut be.servers {
