@@ -139,6 +139,74 @@ impl Txn {
         !st[server].usable() || (!be.algo.hashes() && facts.cookie_server.is_none() && active > 1)
     }
 
+    /// `retry-on`: the request goes again (its connection, which carries what was
+    /// answered, dropped with what was read of it), to another server when HAProxy would
+    /// redispatch it. The server left counts the attempt as a session and a retry, as
+    /// HAProxy 2.6 counts them (two retries when the next attempt stays on it: the retry's
+    /// and its new connection's). Returns the new connection; `at` says where it goes.
+    async fn retry<'w>(
+        &mut self,
+        s: &mut Session,
+        w: &'w std::rc::Rc<crate::runtime::Worker>,
+        retry: L7Retry<'_>,
+        facts: &ReqFacts,
+        at: &mut Attempts,
+    ) -> Result<(ServerConn, connect::Occupancy<'w>), Fail> {
+        let (backend, left) = retry.route;
+        let be = &w.config().backends[backend];
+        let counters = w.state().backends[backend].servers[left].counters.at(w.tid);
+        s.sbuf.clear(&w.bufs);
+        at.retries += 1;
+        counters.retries.bump();
+        counters.traffic.sessions.bump();
+        counters.rate.hit(crate::runtime::clock_ms());
+        let mut server = left;
+        if Txn::redispatches(s, backend, server, facts) {
+            let st = &w.state().backends[backend];
+            if let Some(other) = crate::balance::pick_other(be, st, retry.key, &w.lb, server) {
+                counters.redispatches.bump();
+                server = other;
+            }
+        }
+        if server == left {
+            counters.retries.bump();
+        }
+        let client = connect::Client {
+            conn: &s.client,
+            peer: s.peer.get(),
+            unique_id: s.vars.unique_id.borrow().clone(),
+        };
+        let reuse = Reuse {
+            private: &mut s.private,
+            first_request: false,
+        };
+        let mut again = Attempts::new(server);
+        let key = retry.key;
+        let got = connect::establish(
+            w,
+            backend,
+            server,
+            key,
+            Some(reuse),
+            None,
+            &client,
+            &mut again,
+        )
+        .await
+        .map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
+        at.server = again.server;
+        at.retries += again.retries;
+        self.log.attempts = Some(*at);
+        s.info.route(Some(backend), Some(at.server));
+        // `http-send-name-header`: the head names the server it now goes to.
+        if let (Some(text), Some(name)) = (retry.unnamed, &be.stream.send_name_header) {
+            s.out.clear();
+            s.out.extend_from_slice(text);
+            self.name_server(s, name, &be.servers[at.server].name);
+        }
+        Ok(got)
+    }
+
     /// Tells the trace filters that the request goes to `be`, and its head (as it
     /// arrived: HAProxy's filters see it once the backend is known).
     fn trace_forward(&mut self, s: &Session, be: &Backend, req: &sluice_http::RequestView<'_>) {
@@ -151,6 +219,14 @@ impl Txn {
             trace.request(req);
         }
     }
+}
+
+/// Where a layer-7 retry starts from: the backend and server that failed, the request's
+/// balancing key, and its head before it named a server (`http-send-name-header`).
+struct L7Retry<'a> {
+    route: (usize, usize),
+    key: &'a PickKey<'a>,
+    unnamed: Option<&'a [u8]>,
 }
 
 /// What a write of the request to the server came to: a failure may be retried elsewhere;
@@ -865,63 +941,17 @@ impl Txn {
             // `retries N` allows N of these, the connection retries of this request
             // included.
             if retried && l7_retries && at.retries < be.retries as u32 {
-                // Another attempt, on a new connection (this one carries what was answered,
-                // dropped with what was read of it). The server left counts the attempt as
-                // a session and a retry, as HAProxy 2.6 counts them (two retries when the
-                // next attempt stays on it: the retry's and its new connection's).
-                s.sbuf.clear(&w.bufs);
-                at.retries += 1;
-                counters.retries.bump();
-                counters.traffic.sessions.bump();
-                counters.rate.hit(crate::runtime::clock_ms());
-                let left = server;
-                if Txn::redispatches(s, backend, server, facts) {
-                    let st = &w.state().backends[backend];
-                    if let Some(other) = crate::balance::pick_other(be, st, &key, &w.lb, server) {
-                        counters.redispatches.bump();
-                        server = other;
-                    }
-                }
-                if server == left {
-                    counters.retries.bump();
-                }
-                let client = connect::Client {
-                    conn: &s.client,
-                    peer: s.peer.get(),
-                    unique_id: s.vars.unique_id.borrow().clone(),
+                let retry = L7Retry {
+                    route: (backend, server),
+                    key: &key,
+                    unnamed: unnamed.as_deref(),
                 };
-                let reuse = Reuse {
-                    private: &mut s.private,
-                    first_request: false,
-                };
-                let mut again = Attempts::new(server);
-                let got = connect::establish(
-                    &w,
-                    backend,
-                    server,
-                    &key,
-                    Some(reuse),
-                    None,
-                    &client,
-                    &mut again,
-                )
-                .await;
-                let (c, occupancy) =
-                    got.map_err(|e| Fail::answer(503, Cause::Connect(e), Phase::Connect))?;
-                (conn, _occupancy) = (c, occupancy);
-                at.server = again.server;
-                at.retries += again.retries;
-                self.log.attempts = Some(at);
+                (conn, _occupancy) = self.retry(s, &w, retry, facts, &mut at).await?;
                 server = at.server;
-                s.info.route(Some(backend), Some(server));
                 counters = w.state().backends[backend].servers[server]
                     .counters
                     .at(w.tid);
-                if let (Some(text), Some(name)) = (&unnamed, &be.stream.send_name_header) {
-                    s.out.clone_from(text);
-                    self.name_server(s, name, &be.servers[server].name);
-                    head_len = s.out.len();
-                }
+                head_len = s.out.len();
                 sent_at = clock::now();
                 attempt = 0;
                 continue;
