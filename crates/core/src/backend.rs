@@ -189,6 +189,8 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
     "option abortonclose", Scope::BE, "drop a queued request whose client has gone",
         |c: &mut ProxyConf, on| c.backend.abortonclose = on;
+    "option checkcache", Scope::BE, "refuse a response that a shared cache could keep with its Set-Cookie (HAProxy's rules), answering the page of its status instead",
+        |c: &mut ProxyConf, on| c.backend.checkcache = on;
     "option prefer-last-server", Scope::BE, "a client connection's requests go to the server of its last one while it is usable (unless the balancing is a hash)",
         |c: &mut ProxyConf, on| c.backend.prefer_last_server = on;
 ];
@@ -592,6 +594,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         abortonclose: conf.backend.abortonclose,
         prefer_last_server: conf.backend.prefer_last_server,
         max_keep_alive_queue: conf.backend.max_keep_alive_queue,
+        checkcache: conf.backend.checkcache,
         stream: conf.stream.clone(),
         rules: conf.rules.sets.clone(),
         compression: conf.compression.clone(),

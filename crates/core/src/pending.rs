@@ -76,7 +76,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "email-alert to" => Scope::PROXY,
     "error-log-format" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,
-    "option checkcache" => Scope::PROXY,
     "option h1-case-adjust-bogus-client" => Scope::PROXY,
     "option h1-case-adjust-bogus-server" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,

@@ -406,3 +406,66 @@ fn stick_store_request_keeps_a_key_on_the_server_first_chosen() {
         assert_eq!(as_user("bob"), bob);
     }
 }
+
+/// `option checkcache`: a response that sets a cookie and that a shared cache would keep
+/// (a cacheable status to a GET, HEAD, OPTIONS or TRACE, an age, `Expires`, `ETag` or
+/// `Last-Modified`, nothing keeping it private) is refused, with an alert, and the client
+/// gets the proxy's page for its status, counted as a denied response; the rest pass. What
+/// passes and what is refused is what HAProxy 2.6.12 did with the same server: `ETag` and
+/// `max-age=60` refused (HAProxy's "200 OK / Service ready." page), no age or validator,
+/// `public` alone, `private` and a POST passed.
+#[test]
+fn checkcache_refuses_cacheable_cookies() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            let extra = match r.target.as_str() {
+                "/private" => "Cache-Control: private\r\n",
+                "/public" => "Cache-Control: public\r\n",
+                "/etag" => "ETag: \"x\"\r\n",
+                "/maxage" => "Cache-Control: max-age=60\r\n",
+                _ => "",
+            };
+            format!("HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\n{extra}Content-Length: 2\r\n\r\nok")
+                .into_bytes()
+                .into()
+        }),
+    );
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    option checkcache\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    for (path, passes) in [
+        ("/x", true),
+        ("/public", true),
+        ("/etag", false),
+        ("/maxage", false),
+        ("/private", true),
+    ] {
+        let r = get(p.addr(), path);
+        assert_eq!(r.status, 200, "{path}");
+        if passes {
+            assert_eq!(
+                (r.text(), r.header("set-cookie")),
+                ("ok".into(), Some("a=1")),
+                "{path}"
+            );
+        } else {
+            assert!(r.text().contains("Service ready."), "{path}: {}", r.text());
+            assert_eq!(r.header("set-cookie"), None, "{path}");
+        }
+    }
+    let mut c = p.connect();
+    c.send(b"POST /etag HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(c.response().text(), "ok", "a POST is not cached");
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "BACKEND", "dresp"), "2", "{csv}");
+    assert_eq!(stat_field(&csv, "be", "s", "dresp"), "2", "{csv}");
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "dresp"), "2", "{csv}");
+    assert!(p
+        .stderr()
+        .contains("Blocking cacheable cookie in response from instance be, server s."));
+}

@@ -128,6 +128,8 @@ pub struct BackendConf {
     pub prefer_last_server: bool,
     /// `max-keep-alive-queue N`.
     pub max_keep_alive_queue: Option<usize>,
+    /// `option checkcache`.
+    pub checkcache: bool,
     /// `fullconn N`.
     pub fullconn: Option<usize>,
     /// `source ADDR[:PORT]`: the address connections to the servers leave from (a

@@ -392,6 +392,9 @@ pub struct Backend {
     /// `max-keep-alive-queue N`: the last server is kept only while at most N requests
     /// wait in its queue (0: only while it has room; `None`: whatever its queue).
     pub max_keep_alive_queue: Option<usize>,
+    /// `option checkcache`: a response a shared cache could keep with its `Set-Cookie` is
+    /// refused (HAProxy's rule: [`crate::cookie::cacheable_cookie`]).
+    pub checkcache: bool,
     /// Connection-handling options set on the backend side.
     pub stream: StreamConf,
     pub rules: RuleSets,

@@ -229,6 +229,8 @@ pub struct ServerCounters {
     pub retries: Counter,
     /// Requests moved to another server after failed connections (`wredis`).
     pub redispatches: Counter,
+    /// Responses refused (`dresp`: `http-response deny`, `option checkcache`).
+    pub denied_responses: Counter,
     /// Transactions per second (`rate`).
     pub rate: PerSecond,
     pub traffic: Traffic,
@@ -244,6 +246,7 @@ impl CounterSet for ServerCounters {
             &self.response_errors,
             &self.retries,
             &self.redispatches,
+            &self.denied_responses,
         ]
         .into_iter()
         .chain(self.traffic.counters())

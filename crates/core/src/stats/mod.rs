@@ -487,7 +487,7 @@ fn server_row(
     r.num("stot", c.sum(|k| &k.traffic.sessions));
     r.num("bin", c.sum(|k| &k.traffic.bytes_in));
     r.num("bout", c.sum(|k| &k.traffic.bytes_out));
-    r.num("dresp", 0);
+    r.num("dresp", c.sum(|k| &k.denied_responses));
     r.num("econ", c.sum(|k| &k.connect_errors));
     r.num("eresp", c.sum(|k| &k.response_errors));
     r.num("wretr", c.sum(|k| &k.retries));

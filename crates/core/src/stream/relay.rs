@@ -139,25 +139,29 @@ impl Txn {
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
                 return Ok(false);
             }
-            if let Some((status, page)) = rsp_edits.denied.take() {
-                // `http-response deny`: the server's response is dropped with its connection
-                // and the client gets the error instead.
-                let backend = Some(conn.backend);
-                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
-                let bytes = with_close(super::reply::after_response(s, backend, None, page));
-                self.answered_instead(s, &rsp, head_in);
-                self.log.local = Some(Local::Denied);
-                self.log.status = i64::from(status);
-                self.log.term = Some(*b"PH");
-                self.log.bytes += super::report::htx_message_size(&bytes);
-                s.write_page(&bytes)
-                    .await
-                    .map_err(|c| Fail::drop(c, Phase::Headers))?;
-                return Ok(false);
+            if let Some(denied) = rsp_edits.denied.take() {
+                return self
+                    .deny_response(s, (&rsp, head_in), conn.backend, denied)
+                    .await;
             }
             for rules in [&b.http_after_response, &f.http_after_response] {
                 rsp_edits.response_rules(rules, &cx);
             }
+        }
+        if be.checkcache && crate::cookie::cacheable_cookie(&rsp.view(s.sbuf.bytes()), facts.safe) {
+            // As HAProxy alerts and denies it, answering the page of the response's status.
+            let what = format!(
+                "Blocking cacheable cookie in response from instance {}, server {}.",
+                be.name, be.servers[conn.server].name
+            );
+            say!("sluice: [ALERT] {what}");
+            for l in &w.process.backend_loggers[conn.backend] {
+                l.send_at(crate::log::Severity::Alert, &what);
+            }
+            let status = rsp.status();
+            return self
+                .deny_response(s, (&rsp, head_in), conn.backend, (status, None))
+                .await;
         }
         if Txn::log_reads_response(s) {
             let view = rsp.view(s.sbuf.bytes());
@@ -384,6 +388,30 @@ impl Txn {
             }
         }
         Ok(keep_client)
+    }
+
+    /// The server's response is refused (`http-response deny`, `option checkcache`): it
+    /// is dropped with its connection, and the client gets `page` (else the error page of
+    /// `status`) instead, counted as a denied response.
+    async fn deny_response(
+        &mut self,
+        s: &mut Session,
+        (rsp, head_in): (&ServerHead, u64),
+        backend: usize,
+        (status, page): (u16, Option<Vec<u8>>),
+    ) -> Result<bool, Fail> {
+        let backend = Some(backend);
+        let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
+        let bytes = with_close(super::reply::after_response(s, backend, None, page));
+        self.answered_instead(s, rsp, head_in);
+        self.log.local = Some(Local::DeniedResponse);
+        self.log.status = i64::from(status);
+        self.log.term = Some(*b"PH");
+        self.log.bytes += super::report::htx_message_size(&bytes);
+        s.write_page(&bytes)
+            .await
+            .map_err(|c| Fail::drop(c, Phase::Headers))?;
+        Ok(false)
     }
 
     /// The proxy answers in place of the server's response (a rule's `deny` or `return`, a

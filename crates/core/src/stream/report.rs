@@ -175,6 +175,9 @@ pub(crate) struct ReqLog {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Local {
     Denied,
+    /// The server's response was refused (`http-response deny`, `option checkcache`):
+    /// counted as a denied response (`dresp`), where a denied request counts in `dreq`.
+    DeniedResponse,
     Intercepted,
     /// Answered from a cache (`cache-use`): logged with the server `<CACHE>`.
     Cached,
@@ -427,8 +430,10 @@ impl Tally {
             && self.term[1] == b'R'
             && matches!(self.term[0], b'P' | b'c' | b'C');
         for c in std::iter::once(f).chain(l) {
-            if self.local == Some(Local::Denied) {
-                c.denied_requests.bump();
+            match self.local {
+                Some(Local::Denied) => c.denied_requests.bump(),
+                Some(Local::DeniedResponse) => c.denied_responses.bump(),
+                _ => {}
             }
             if invalid {
                 c.request_errors.bump();
@@ -445,6 +450,10 @@ impl Tally {
         };
         let bs = &state.backends[b];
         let bc = bs.counters.at(w.tid);
+        let denied_response = self.local == Some(Local::DeniedResponse);
+        if denied_response {
+            bc.denied_responses.bump();
+        }
         bc.session_rate.hit(now);
         if self.request {
             bc.requests.bump();
@@ -455,6 +464,9 @@ impl Tally {
         };
         let ss = &bs.servers[s];
         let sc = ss.counters.at(w.tid);
+        if denied_response {
+            sc.denied_responses.bump();
+        }
         sc.rate.hit(now);
         self.transaction(&sc.traffic, &ss.peaks, now);
     }

@@ -51,6 +51,8 @@ pub(crate) struct ReqFacts {
     /// either way): the server's answer has no body.
     pub server_head: bool,
     pub idempotent: bool,
+    /// GET, HEAD, OPTIONS or TRACE: what a shared cache may answer (`option checkcache`).
+    pub safe: bool,
     pub wants_close: bool,
     pub expect_continue: bool,
     /// The algorithm to compress the response with, if the request allows it.
@@ -439,6 +441,7 @@ impl Txn {
             is_head: req.is_head(),
             server_head: req.is_head(),
             idempotent: req.is_idempotent(),
+            safe: matches!(req.method(), b"GET" | b"HEAD" | b"OPTIONS" | b"TRACE"),
             // A CONNECT refused leaves the connection: what the client sent after it was
             // meant for a tunnel, not the next request.
             wants_close: req.wants_close() || connect,
