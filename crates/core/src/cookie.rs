@@ -450,6 +450,62 @@ impl ResponseCookie {
     }
 }
 
+/// `option checkcache`'s rule, as HAProxy 2.6 applies it: a response to a GET, HEAD,
+/// OPTIONS or TRACE (`safe_method`) that carries `Set-Cookie` (or `Set-Cookie2`), whose
+/// status is cacheable by default (200, 203, 204, 206, 300, 301, 404, 405, 410, 414,
+/// 501), which neither `Pragma: no-cache` nor its `Cache-Control` (`private`, `no-cache`,
+/// `no-store`, `max-age=0`, `s-maxage=0`, `no-cache="set-cookie..."`; `public` allows again)
+/// keeps out of shared caches, and which a cache would store (an age, `Expires`, `ETag` or
+/// `Last-Modified`).
+pub fn cacheable_cookie(rsp: &sluice_http::ResponseView<'_>, safe_method: bool) -> bool {
+    use sluice_http::{name_is, trim_ows};
+    let cacheable_status = matches!(
+        rsp.status(),
+        200 | 203 | 204 | 206 | 300 | 301 | 404 | 405 | 410 | 414 | 501
+    );
+    let cookie = rsp
+        .headers()
+        .any(|(n, _)| name_is(n, "set-cookie") || name_is(n, "set-cookie2"));
+    if !(safe_method && cacheable_status && cookie) {
+        return false;
+    }
+    if rsp
+        .header("pragma")
+        .is_some_and(|v| trim_ows(v).eq_ignore_ascii_case(b"no-cache"))
+    {
+        return false;
+    }
+    let starts = |v: &[u8], p: &[u8]| v.len() >= p.len() && v[..p.len()].eq_ignore_ascii_case(p);
+    let (mut cacheable, mut with_cookie, mut fresh) = (true, true, false);
+    let values = rsp
+        .headers()
+        .filter(|(n, _)| name_is(n, "cache-control"))
+        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .map(trim_ows);
+    for v in values {
+        let is = |word: &[u8]| v.eq_ignore_ascii_case(word);
+        if is(b"public") {
+            (cacheable, with_cookie) = (true, true);
+        } else if is(b"private")
+            || is(b"no-cache")
+            || is(b"no-store")
+            || is(b"max-age=0")
+            || is(b"s-maxage=0")
+        {
+            (cacheable, with_cookie) = (false, false);
+        } else if starts(v, b"no-cache=\"set-cookie") {
+            with_cookie = false;
+        } else if starts(v, b"s-maxage") || starts(v, b"max-age") {
+            fresh = true;
+        }
+    }
+    let kept = fresh
+        || rsp.header("expires").is_some()
+        || rsp.header("etag").is_some()
+        || rsp.header("last-modified").is_some();
+    cacheable && with_cookie && kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,60 +579,4 @@ mod tests {
         assert_eq!(v.len(), 16);
         assert_ne!(v, dynamic_value("secret", "192.0.2.1:81".parse().unwrap()));
     }
-}
-
-/// `option checkcache`'s rule, as HAProxy 2.6 applies it: a response to a GET, HEAD,
-/// OPTIONS or TRACE (`safe_method`) that carries `Set-Cookie` (or `Set-Cookie2`), whose
-/// status is cacheable by default (200, 203, 204, 206, 300, 301, 404, 405, 410, 414,
-/// 501), which neither `Pragma: no-cache` nor its `Cache-Control` (`private`, `no-cache`,
-/// `no-store`, `max-age=0`, `s-maxage=0`, `no-cache="set-cookie..."`; `public` allows again)
-/// keeps out of shared caches, and which a cache would store (an age, `Expires`, `ETag` or
-/// `Last-Modified`).
-pub fn cacheable_cookie(rsp: &sluice_http::ResponseView<'_>, safe_method: bool) -> bool {
-    use sluice_http::{name_is, trim_ows};
-    let cacheable_status = matches!(
-        rsp.status(),
-        200 | 203 | 204 | 206 | 300 | 301 | 404 | 405 | 410 | 414 | 501
-    );
-    let cookie = rsp
-        .headers()
-        .any(|(n, _)| name_is(n, "set-cookie") || name_is(n, "set-cookie2"));
-    if !(safe_method && cacheable_status && cookie) {
-        return false;
-    }
-    if rsp
-        .header("pragma")
-        .is_some_and(|v| trim_ows(v).eq_ignore_ascii_case(b"no-cache"))
-    {
-        return false;
-    }
-    let starts = |v: &[u8], p: &[u8]| v.len() >= p.len() && v[..p.len()].eq_ignore_ascii_case(p);
-    let (mut cacheable, mut with_cookie, mut fresh) = (true, true, false);
-    let values = rsp
-        .headers()
-        .filter(|(n, _)| name_is(n, "cache-control"))
-        .flat_map(|(_, v)| v.split(|&b| b == b','))
-        .map(trim_ows);
-    for v in values {
-        let is = |word: &[u8]| v.eq_ignore_ascii_case(word);
-        if is(b"public") {
-            (cacheable, with_cookie) = (true, true);
-        } else if is(b"private")
-            || is(b"no-cache")
-            || is(b"no-store")
-            || is(b"max-age=0")
-            || is(b"s-maxage=0")
-        {
-            (cacheable, with_cookie) = (false, false);
-        } else if starts(v, b"no-cache=\"set-cookie") {
-            with_cookie = false;
-        } else if starts(v, b"s-maxage") || starts(v, b"max-age") {
-            fresh = true;
-        }
-    }
-    let kept = fresh
-        || rsp.header("expires").is_some()
-        || rsp.header("etag").is_some()
-        || rsp.header("last-modified").is_some();
-    cacheable && with_cookie && kept
 }
