@@ -1065,3 +1065,59 @@ fn option_nolinger_ends_connections_with_a_reset() {
         assert_eq!(server_reset, nolinger);
     }
 }
+
+/// `h1-case-adjust` (and `-file`): with `option h1-case-adjust-bogus-client` the field
+/// names of responses to HTTP/1 clients (the proxy's own pages too) are spelled as listed,
+/// with `option h1-case-adjust-bogus-server` those of requests to servers; without them,
+/// nothing changes. Pairs that are not a lower-case name and a case-variant of it, or
+/// repeated, are refused.
+#[test]
+fn h1_case_adjust_respells_header_names() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let file = dir.write("case.txt", "# names\n  x-custom   X-CUSTOM  \n\n");
+    let p = Sluice::start(&format!(
+        "global\n    h1-case-adjust content-type Content-Type\n    h1-case-adjust-file {file}\n{DEFAULTS}frontend fe\n    {{fe}}\n    option h1-case-adjust-bogus-client\n    default_backend be\nfrontend plain\n    {{fe}}\n    default_backend be\nfrontend nowhere\n    {{fe}}\n    option h1-case-adjust-bogus-client\nbackend be\n    option h1-case-adjust-bogus-server\n    server s {}\n",
+        origin.addr
+    ));
+    let raw = |i: usize, path: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(p.addrs[i]).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nx-custom: 1\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let adjusted = raw(0, "/a");
+    assert!(adjusted.contains("\r\nContent-Type: "), "{adjusted}");
+    let plain = raw(1, "/b");
+    assert!(plain.contains("\r\ncontent-type: "), "{plain}");
+    // The proxy's own page (no backend: 503) is adjusted too.
+    let page = raw(2, "/c");
+    assert!(
+        page.starts_with("HTTP/1.1 503") && page.contains("\r\nContent-Type: "),
+        "{page}"
+    );
+    for r in origin.requests() {
+        assert!(r.raw_head.contains("\r\nX-CUSTOM: 1\r\n"), "{}", r.raw_head);
+    }
+    for (line, why) in [
+        ("h1-case-adjust Content-Type Content-Type", "lower case"),
+        (
+            "h1-case-adjust content-type Content-Length",
+            "only by its case",
+        ),
+        (
+            "h1-case-adjust x-a X-A\n    h1-case-adjust x-a X-a",
+            "duplicate",
+        ),
+    ] {
+        let (ok, err) = check_config(&format!("global\n    {line}\n"));
+        assert!(!ok && err.contains(why), "{line}: {err}");
+    }
+}

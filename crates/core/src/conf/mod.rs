@@ -97,6 +97,9 @@ pub struct GlobalConf {
     pub dispatch: listen::Dispatch,
     /// `tune.listener.default-shards`: the sockets per `bind` without `shards`.
     pub default_shards: listen::Shards,
+    /// `h1-case-adjust` and `h1-case-adjust-file`: header names spelled otherwise on
+    /// HTTP/1 output where a proxy asks for it.
+    pub case_adjust: stream::CaseAdjust,
     /// `tune.h2.*`.
     pub h2: stream::H2Tune,
     /// `server-state-file`, `server-state-base`.
@@ -179,6 +182,7 @@ impl Default for GlobalConf {
             dispatch: listen::Dispatch::default(),
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),
+            case_adjust: Default::default(),
             server_state: Default::default(),
             proc_vars: Vec::new(),
             experimental: false,

@@ -103,6 +103,11 @@ pub struct StreamConf {
     /// connection to after the response does not say so (some servers stop chunking
     /// responses of unknown length when told).
     pub pretend_keepalive: bool,
+    /// `option h1-case-adjust-bogus-client`: responses to HTTP/1 clients get the
+    /// `h1-case-adjust` spellings.
+    pub case_adjust_client: bool,
+    /// `option h1-case-adjust-bogus-server`: requests to HTTP/1 servers get them.
+    pub case_adjust_server: bool,
     /// `option contstats`: a stream's bytes are counted as they move rather than when it
     /// ends (TCP streams; an HTTP transaction counts when it ends).
     pub contstats: bool,
@@ -129,4 +134,60 @@ pub struct StreamConf {
     /// `option nolinger`: connections (the frontend's to clients, the backend's to
     /// servers) end with a reset rather than a FIN, nothing left lingering in the kernel.
     pub nolinger: bool,
+}
+
+/// `h1-case-adjust FROM TO` (and the lines of `h1-case-adjust-file`): header names
+/// written otherwise to HTTP/1 clients (`option h1-case-adjust-bogus-client`) or servers
+/// (`option h1-case-adjust-bogus-server`), by their lower-case spelling. A spelling
+/// differs from its name only by case, so a head is adjusted in place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaseAdjust {
+    pub names: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The last `h1-case-adjust-file`'s pairs (a later file replaces them).
+    pub file: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl CaseAdjust {
+    /// Adds `from` (lower case) spelled `to`; an error names what is wrong with the pair.
+    pub fn add(&mut self, from: &str, to: &str) -> Result<(), String> {
+        if from.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(format!("header name '{from}' must be in lower case"));
+        }
+        if !from.eq_ignore_ascii_case(to) {
+            return Err(format!("'{to}' must differ from '{from}' only by its case"));
+        }
+        if self.names.insert(from.into(), to.into()).is_some() {
+            return Err(format!("duplicate entry for '{from}'"));
+        }
+        Ok(())
+    }
+
+    /// Respells the field names of the HTTP/1 head at the start of `head` (its first line
+    /// left alone) that have an adjustment.
+    pub fn apply(&self, head: &mut [u8]) {
+        if self.names.is_empty() && self.file.is_empty() {
+            return;
+        }
+        let mut at = head
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(head.len(), |i| i + 1);
+        while at < head.len() {
+            let end = head[at..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(head.len(), |i| at + i + 1);
+            let line = &head[at..end];
+            if line == b"\r\n" || line == b"\n" {
+                return;
+            }
+            if let Some(colon) = line.iter().position(|&b| b == b':') {
+                let lower = line[..colon].to_ascii_lowercase();
+                if let Some(to) = self.names.get(&lower).or_else(|| self.file.get(&lower)) {
+                    head[at..at + colon].copy_from_slice(to);
+                }
+            }
+            at = end;
+        }
+    }
 }

@@ -11,6 +11,45 @@ use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "h1-case-adjust",
+        scope: Scope::GLOBAL,
+        help: "h1-case-adjust FROM TO: header name FROM (lower case) written TO to HTTP/1 peers where 'option h1-case-adjust-bogus-client|server' asks for it",
+        parse: |g, a| match a {
+            [from, to] => g
+                .case_adjust
+                .add(from, to)
+                .map_err(|e| KwError::bad(2, to, e)),
+            [_] | [] => Err(KwError::Missing("a lower-case header name and its spelling")),
+            [_, _, extra, ..] => Err(KwError::Extra(extra.clone())),
+        },
+    },
+    Keyword {
+        name: "h1-case-adjust-file",
+        scope: Scope::GLOBAL,
+        help: "h1-case-adjust-file FILE: h1-case-adjust pairs, one per line ('#' comments); the last such line counts",
+        parse: |g, a| {
+            let path = one_arg(a, "a file")?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| KwError::bad(1, path, format!("cannot read it: {e}")))?;
+            let mut adjust = crate::conf::stream::CaseAdjust::default();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let pair: Vec<&str> = line.split_whitespace().collect();
+                let [from, to] = pair[..] else {
+                    return Err(KwError::bad(1, path, format!("line {}: expects two header names", n + 1)));
+                };
+                adjust
+                    .add(from, to)
+                    .map_err(|e| KwError::bad(1, path, format!("line {}: {e}", n + 1)))?;
+            }
+            g.case_adjust.file = adjust.names;
+            Ok(())
+        },
+    },
+    Keyword {
         name: "tune.http.maxhdr",
         scope: Scope::GLOBAL,
         help: "tune.http.maxhdr N: the lines a head may have, its first line included (default 101; more: 431 for a request, 502 for a response)",
@@ -168,6 +207,10 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.buffer_request = on;
     "option http-pretend-keepalive", Scope::BE, "with http-server-close or httpclose, requests do not tell the server the connection closes after the response (it still does)",
         |c: &mut ProxyConf, on| c.stream.pretend_keepalive = on;
+    "option h1-case-adjust-bogus-client", Scope::FE, "responses to HTTP/1 clients spell header names as h1-case-adjust says",
+        |c: &mut ProxyConf, on| c.stream.case_adjust_client = on;
+    "option h1-case-adjust-bogus-server", Scope::BE, "requests to HTTP/1 servers spell header names as h1-case-adjust says",
+        |c: &mut ProxyConf, on| c.stream.case_adjust_server = on;
     "option contstats", Scope::FE, "count a TCP stream's bytes in the statistics as they move, not when it ends",
         |c: &mut ProxyConf, on| c.stream.contstats = on;
     "option accept-invalid-http-request", Scope::FE, "accept the requests HAProxy accepts and sluice refuses: both Content-Length and Transfer-Encoding (read as chunked), HTTP/1.1 without Host, userinfo in an absolute URI",

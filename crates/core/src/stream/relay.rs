@@ -280,6 +280,9 @@ impl Txn {
             None => {
                 let client = Some((client_framing, keep_client, facts.version, length_hint));
                 write_response_head(&mut s.out, &view, &rsp_edits, client, algo);
+                if fe.stream.case_adjust_client {
+                    w.config().global.case_adjust.apply(&mut s.out);
+                }
             }
         }
         s.sbuf.consume(rsp.len());

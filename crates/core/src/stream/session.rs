@@ -428,6 +428,11 @@ impl Session {
     /// An empty page (`errorfile CODE /dev/null`) sends nothing.
     pub async fn write_page(&mut self, page: &[u8]) -> Result<(), Cause> {
         let Some(stream) = self.client.as_stream() else {
+            if self.frontend().stream.case_adjust_client {
+                let mut page = page.to_vec();
+                self.w.config().global.case_adjust.apply(&mut page);
+                return self.write_client(&page).await;
+            }
             return self.write_client(page).await;
         };
         if page.is_empty() {

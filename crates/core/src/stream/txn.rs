@@ -710,6 +710,9 @@ impl Txn {
                         server_close(fe, be) && !facts.connect && !be.stream.pretend_keepalive,
                         facts.upgrade.as_deref(),
                     );
+                    if be.stream.case_adjust_server {
+                        w.config().global.case_adjust.apply(&mut s.out);
+                    }
                 }
                 if reads_request {
                     // The response's rules (or log samples) may read the request: keep it
