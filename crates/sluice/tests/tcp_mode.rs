@@ -324,3 +324,33 @@ fn contstats_counts_a_streams_bytes_while_it_lasts() {
         assert_eq!(server_in, "1000");
     }
 }
+
+/// An idle TCP session ends at the first of `timeout client` and `timeout server` to run
+/// out (HAProxy 2.6.12 closed one with `timeout client 1s`, `timeout server 3s` after 1 s,
+/// `cD`), and at `timeout tunnel` when it is set, which supersedes both once the session
+/// relays; each is checked here against a 60 s other one, which the test would not wait.
+#[test]
+fn an_idle_tcp_session_ends_at_its_first_timeout() {
+    let server = echo("e");
+    for timeouts in [
+        "    timeout client 200ms\n    timeout server 60s\n",
+        "    timeout client 60s\n    timeout server 200ms\n",
+        "    timeout client 60s\n    timeout server 60s\n    timeout tunnel 200ms\n",
+    ] {
+        let p = Sluice::start(&format!(
+            "defaults\n    mode tcp\n    timeout connect 5s\n{timeouts}listen raw\n    {{fe}}\n    server e {server}\n"
+        ));
+        let mut c = TcpStream::connect(p.addr()).unwrap();
+        c.set_read_timeout(Some(TIMEOUT)).unwrap();
+        c.write_all(b"hi").unwrap();
+        let mut back = [0u8; 2];
+        c.read_exact(&mut back).unwrap();
+        // Idle from here: the proxy closes (the echo server's goodbye may come first).
+        let mut rest = Vec::new();
+        let closed = c.read_to_end(&mut rest);
+        assert!(
+            closed.is_ok(),
+            "{timeouts}: still open after {TIMEOUT:?}: {closed:?}"
+        );
+    }
+}

@@ -519,10 +519,9 @@ impl Txn {
         }
         self.phase = Phase::Tunnel;
         let limits = super::tunnel::Limits {
-            idle: facts
-                .timeout_tunnel
-                .or(be.timeout_tunnel)
-                .or_else(|| fe.stream.timeout_client.max(facts.timeout_server)),
+            idle: facts.timeout_tunnel.or(be.timeout_tunnel).or_else(|| {
+                super::tunnel::first_limit(fe.stream.timeout_client, facts.timeout_server)
+            }),
             a_fin: fe.stream.timeout_client_fin,
             b_fin: be.timeout_server_fin,
         };

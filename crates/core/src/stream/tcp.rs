@@ -205,7 +205,11 @@ async fn relay_to(
     info.route(Some(backend), Some(at.server));
     info.busy.store(true, std::sync::atomic::Ordering::Relaxed);
     let limits = super::tunnel::Limits {
-        idle: frontend.stream.timeout_client.max(be.timeout_server),
+        // `timeout tunnel` once the session relays (HAProxy's rule in TCP), else the first
+        // of the two sides' timeouts to run out.
+        idle: be.timeout_tunnel.or_else(|| {
+            super::tunnel::first_limit(frontend.stream.timeout_client, be.timeout_server)
+        }),
         a_fin: frontend.stream.timeout_client_fin,
         b_fin: be.timeout_server_fin,
     };

@@ -20,6 +20,15 @@ pub(crate) struct Limits {
     pub b_fin: Option<Duration>,
 }
 
+/// The inactivity limit of a relay with these client and server timeouts (`None`: none):
+/// the first to run out, as HAProxy's (bytes moving either way refresh both sides).
+pub(crate) fn first_limit(client: Option<Duration>, server: Option<Duration>) -> Option<Duration> {
+    match (client, server) {
+        (Some(c), Some(s)) => Some(c.min(s)),
+        (one, None) | (None, one) => one,
+    }
+}
+
 /// Bytes a relay delivered each way.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Moved {
