@@ -354,3 +354,50 @@ fn an_idle_tcp_session_ends_at_its_first_timeout() {
         );
     }
 }
+
+/// `option independent-streams` on the backend: bytes written to the server no longer
+/// count as its activity, so a server that reads and never answers is idle past `timeout
+/// server` while the client keeps sending, and the session ends on its side (`sD`), as
+/// HAProxy's manual describes; without it, the client's bytes keep both sides active.
+#[test]
+fn independent_streams_time_out_a_silent_server() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sink = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 1024];
+                while let Ok(1..) = s.read(&mut buf) {}
+            });
+        }
+    });
+    let p = Sluice::start(&format!(
+        "defaults\n    mode tcp\n    log stdout format raw local0\n    option tcplog\n    timeout connect 5s\n    timeout client 60s\n    timeout server 300ms\nlisten raw\n    {{fe}}\n    option independent-streams\n    server sink {sink}\n"
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+        .unwrap();
+    // Keep sending until the proxy closes (the test's own limit is far above 300 ms).
+    let started = std::time::Instant::now();
+    let closed = loop {
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the silent server's side never timed out"
+        );
+        if c.write_all(b"x").is_err() {
+            break true;
+        }
+        match c.read(&mut [0u8; 16]) {
+            Ok(0) => break true,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            _ => {}
+        }
+    };
+    assert!(closed);
+    wait_until("the session logged", || {
+        p.stdout().contains(" raw raw/sink ")
+    });
+    let line = p.stdout();
+    assert!(line.contains(" sD "), "{line}");
+}

@@ -108,6 +108,9 @@ pub struct StreamConf {
     pub case_adjust_client: bool,
     /// `option h1-case-adjust-bogus-server`: requests to HTTP/1 servers get them.
     pub case_adjust_server: bool,
+    /// `option independent-streams`: bytes written to this proxy's side of a tunnel do
+    /// not count as its activity (only what it sends does).
+    pub independent: bool,
     /// `option contstats`: a stream's bytes are counted as they move rather than when it
     /// ends (TCP streams; an HTTP transaction counts when it ends).
     pub contstats: bool,

@@ -211,6 +211,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.case_adjust_client = on;
     "option h1-case-adjust-bogus-server", Scope::BE, "requests to HTTP/1 servers spell header names as h1-case-adjust says",
         |c: &mut ProxyConf, on| c.stream.case_adjust_server = on;
+    "option independent-streams", Scope::PROXY, "a tunnel's side is inactive while it sends nothing, whatever is written to it (its timeout no longer refreshed by writes)",
+        |c: &mut ProxyConf, on| c.stream.independent = on;
     "option contstats", Scope::FE, "count a TCP stream's bytes in the statistics as they move, not when it ends",
         |c: &mut ProxyConf, on| c.stream.contstats = on;
     "option accept-invalid-http-request", Scope::FE, "accept the requests HAProxy accepts and sluice refuses: both Content-Length and Transfer-Encoding (read as chunked), HTTP/1.1 without Host, userinfo in an absolute URI",

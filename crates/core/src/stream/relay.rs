@@ -518,13 +518,12 @@ impl Txn {
             sent.map_err(|c| Fail::drop(c, Phase::Data))?;
         }
         self.phase = Phase::Tunnel;
-        let limits = super::tunnel::Limits {
-            idle: facts.timeout_tunnel.or(be.timeout_tunnel).or_else(|| {
-                super::tunnel::first_limit(fe.stream.timeout_client, facts.timeout_server)
-            }),
-            a_fin: fe.stream.timeout_client_fin,
-            b_fin: be.timeout_server_fin,
-        };
+        let limits = super::tunnel::Limits::new(
+            facts.timeout_tunnel.or(be.timeout_tunnel),
+            (fe.stream.timeout_client, facts.timeout_server),
+            (fe.stream.independent, be.stream.independent),
+            (fe.stream.timeout_client_fin, be.timeout_server_fin),
+        );
         // What the client sent before the switch was counted as it arrived.
         let counted = s.cbuf.bytes().len() as u64;
         let moved = super::tunnel::relay(

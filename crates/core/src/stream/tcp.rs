@@ -204,15 +204,13 @@ async fn relay_to(
     }
     info.route(Some(backend), Some(at.server));
     info.busy.store(true, std::sync::atomic::Ordering::Relaxed);
-    let limits = super::tunnel::Limits {
-        // `timeout tunnel` once the session relays (HAProxy's rule in TCP), else the first
-        // of the two sides' timeouts to run out.
-        idle: be.timeout_tunnel.or_else(|| {
-            super::tunnel::first_limit(frontend.stream.timeout_client, be.timeout_server)
-        }),
-        a_fin: frontend.stream.timeout_client_fin,
-        b_fin: be.timeout_server_fin,
-    };
+    // `timeout tunnel` once the session relays (HAProxy's rule in TCP), else each side's.
+    let limits = super::tunnel::Limits::new(
+        be.timeout_tunnel,
+        (frontend.stream.timeout_client, be.timeout_server),
+        (frontend.stream.independent, be.stream.independent),
+        (frontend.stream.timeout_client_fin, be.timeout_server_fin),
+    );
     // `on-marked-down shutdown-sessions` ends the relay.
     let state = &w.state().backends[backend].servers[at.server];
     let killable = crate::check::killable(be, at.server);
@@ -239,16 +237,15 @@ async fn relay_to(
         limits,
         progress,
     );
-    // An idle session ends on the side whose timeout is the shorter, the client's when
-    // they are equal (HAProxy's `cD` / `sD`).
-    let idle_term = match (frontend.stream.timeout_client, be.timeout_server) {
-        (Some(c), Some(s)) if s < c => *b"sD",
-        (None, Some(_)) => *b"sD",
-        _ => *b"cD",
-    };
+    // An idle session ends on the side that was inactive for its limit (HAProxy's `cD`,
+    // `sD`).
     let (moved, term) = tokio::select! {
         moved = relay => {
-            let term = if moved.idle { idle_term } else { *b"--" };
+            let term = match moved.idle {
+                Some(super::tunnel::Side::A) => *b"cD",
+                Some(super::tunnel::Side::B) => *b"sD",
+                None => *b"--",
+            };
             (moved, term)
         }
         _ = kill => (Default::default(), *b"KD"),

@@ -4,42 +4,113 @@
 //! moved for the inactivity limit, reading or writing: a peer that stops reading cannot pin
 //! the tunnel.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::deadline::within;
 use crate::buffer::{Buf, BufPool};
 use crate::transport::Conn;
 
-/// Inactivity limits of a relay: `idle` while both directions are open; once `a` (the
-/// client) has finished, `b_fin` (`timeout server-fin`) while waiting on `b`, and once `b`
-/// has finished, `a_fin` (`timeout client-fin`) while waiting on `a`.
+/// Inactivity limits of a relay. Each side has its own: `a_idle` (the client's, `timeout
+/// client`) and `b_idle` (the server's, `timeout server`); a tunnel's `timeout tunnel` is
+/// both. Bytes read from a side are its activity, and so are bytes written to it unless
+/// that side is `independent` (`option independent-streams`): the relay ends when a side
+/// has been inactive for its limit. Once `a` (the client) has finished, `b_fin` (`timeout
+/// server-fin`) limits the wait on `b`, and once `b` has finished, `a_fin` (`timeout
+/// client-fin`) the wait on `a`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Limits {
-    pub idle: Option<Duration>,
+    pub a_idle: Option<Duration>,
+    pub b_idle: Option<Duration>,
+    /// Bytes written to that side do not count as its activity.
+    pub independent: (bool, bool),
     pub a_fin: Option<Duration>,
     pub b_fin: Option<Duration>,
 }
 
-/// The inactivity limit of a relay with these client and server timeouts (`None`: none):
-/// the first to run out, as HAProxy's (bytes moving either way refresh both sides).
-pub(crate) fn first_limit(client: Option<Duration>, server: Option<Duration>) -> Option<Duration> {
-    match (client, server) {
-        (Some(c), Some(s)) => Some(c.min(s)),
-        (one, None) | (None, one) => one,
+impl Limits {
+    /// Limits with `timeout tunnel` (else the client's and server's timeouts).
+    pub fn new(
+        tunnel: Option<Duration>,
+        (client, server): (Option<Duration>, Option<Duration>),
+        independent: (bool, bool),
+        (a_fin, b_fin): (Option<Duration>, Option<Duration>),
+    ) -> Limits {
+        Limits {
+            a_idle: tunnel.or(client),
+            b_idle: tunnel.or(server),
+            independent,
+            a_fin,
+            b_fin,
+        }
     }
 }
+
+/// The side of a relay that stayed inactive past its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// `a`, the client (HAProxy's `cD`).
+    A,
+    /// `b`, the server (`sD`).
+    B,
+}
+
+/// Told the bytes delivered each way as they go (`option contstats`): (to `b`, to `a`).
+pub(crate) type Progress<'p> = Option<&'p dyn Fn(u64, u64)>;
 
 /// Bytes a relay delivered each way.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Moved {
     pub to_a: u64,
     pub to_b: u64,
-    /// The relay ended because nothing moved for its inactivity limit.
-    pub idle: bool,
+    /// The relay ended because this side was inactive for its limit.
+    pub idle: Option<Side>,
 }
 
-/// Told the bytes delivered each way as they go (`option contstats`): (to `b`, to `a`).
-pub(crate) type Progress<'p> = Option<&'p dyn Fn(u64, u64)>;
+/// When each side was last active, and what follows from it.
+struct Activity {
+    limits: Limits,
+    a: Instant,
+    b: Instant,
+}
+
+impl Activity {
+    /// Bytes moved from `from`: activity of the side read, and of the side written unless
+    /// it is independent.
+    fn moved(&mut self, from: Side) {
+        let now = Instant::now();
+        let (ind_a, ind_b) = self.limits.independent;
+        match from {
+            Side::A => {
+                self.a = now;
+                if !ind_b {
+                    self.b = now;
+                }
+            }
+            Side::B => {
+                self.b = now;
+                if !ind_a {
+                    self.a = now;
+                }
+            }
+        }
+    }
+
+    /// The side that runs out first and when, given which sides have finished.
+    fn next_out(&self, (a_done, b_done): (bool, bool)) -> Option<(Instant, Side)> {
+        let l = &self.limits;
+        let a = || l.a_idle.map(|d| (self.a + d, Side::A));
+        let b = || l.b_idle.map(|d| (self.b + d, Side::B));
+        match (a_done, b_done) {
+            // Waiting on the server only, or on the client only.
+            (true, false) => l.b_fin.map(|d| (self.b + d, Side::B)).or_else(b),
+            (false, true) => l.a_fin.map(|d| (self.a + d, Side::A)).or_else(a),
+            _ => match (a(), b()) {
+                (Some(x), Some(y)) => Some(if y.0 < x.0 { y } else { x }),
+                (one, None) | (None, one) => one,
+            },
+        }
+    }
+}
 
 /// Relays until both directions are done. Bytes already in `a_buf` (read from `a`) and
 /// `b_buf` (read from `b`) are delivered first.
@@ -57,9 +128,15 @@ pub(crate) async fn relay(
             p(to_b, to_a);
         }
     };
+    let now = Instant::now();
+    let mut active = Activity {
+        limits,
+        a: now,
+        b: now,
+    };
     if !a_buf.is_empty() {
         let n = a_buf.bytes().len();
-        if !deliver(b, a_buf, limits.idle).await {
+        if !deliver(b, a_buf, limits.b_idle).await {
             return moved;
         }
         moved.to_b += n as u64;
@@ -67,7 +144,7 @@ pub(crate) async fn relay(
     }
     if !b_buf.is_empty() {
         let n = b_buf.bytes().len();
-        if !deliver(a, b_buf, limits.idle).await {
+        if !deliver(a, b_buf, limits.a_idle).await {
             return moved;
         }
         moved.to_a += n as u64;
@@ -75,45 +152,48 @@ pub(crate) async fn relay(
     }
     let (mut a_done, mut b_done) = (false, false);
     while !(a_done && b_done) {
-        let limit = match (a_done, b_done) {
-            (true, false) => limits.b_fin.or(limits.idle),
-            (false, true) => limits.a_fin.or(limits.idle),
-            _ => limits.idle,
-        };
+        let out = active.next_out((a_done, b_done));
         let quiet = async {
-            match limit {
-                Some(d) => tokio::time::sleep(d).await,
+            match out {
+                Some((at, _)) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             r = a_buf.fill(a, bufs), if !a_done => match r {
                 Ok(n) if n > 0 => {
-                    if !deliver(b, a_buf, limit).await {
+                    if !deliver(b, a_buf, limits.b_idle).await {
                         return moved;
                     }
                     moved.to_b += n as u64;
+                    active.moved(Side::A);
                     told(n as u64, 0);
                 }
                 _ => {
                     a_done = true;
-                    let _ = within(limit, b.shutdown()).await;
+                    let _ = within(limits.b_idle, b.shutdown()).await;
                 }
             },
             r = b_buf.fill(b, bufs), if !b_done => match r {
                 Ok(n) if n > 0 => {
-                    if !deliver(a, b_buf, limit).await {
+                    if !deliver(a, b_buf, limits.a_idle).await {
                         return moved;
                     }
                     moved.to_a += n as u64;
+                    active.moved(Side::B);
                     told(0, n as u64);
                 }
                 _ => {
                     b_done = true;
-                    let _ = within(limit, a.shutdown()).await;
+                    let _ = within(limits.a_idle, a.shutdown()).await;
                 }
             },
-            _ = quiet => return Moved { idle: true, ..moved },
+            _ = quiet => {
+                return Moved {
+                    idle: out.map(|(_, side)| side),
+                    ..moved
+                };
+            }
         }
     }
     moved
