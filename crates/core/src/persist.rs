@@ -26,6 +26,25 @@ use crate::stick::{Counter, Key, Table};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
+        name: "persist",
+        scope: Scope::BE,
+        help: "persist rdp-cookie[(NAME)]: a TCP connection goes to the server its RDP cookie (msts by default) names, while it is up",
+        parse: |c, a| {
+            let v = crate::conf::one_arg(a, "rdp-cookie or rdp-cookie(NAME)")?;
+            let name = match v.strip_prefix("rdp-cookie") {
+                Some("") => "msts",
+                Some(rest) => rest
+                    .strip_prefix('(')
+                    .and_then(|r| r.strip_suffix(')'))
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| KwError::bad(1, v, "expects rdp-cookie or rdp-cookie(NAME)"))?,
+                None => return Err(KwError::bad(1, v, "expects rdp-cookie or rdp-cookie(NAME)")),
+            };
+            c.persist.rdp_cookie = Some(name.to_string());
+            Ok(())
+        },
+    },
+    Keyword {
         name: "stick",
         scope: Scope::BACKEND,
         help: "stick on|match|store-request|store-response EXPR [table T] [if|unless COND]: stick-table persistence",
@@ -262,4 +281,26 @@ pub fn store(keys: &[(Arc<Table>, Key)], id: u32) {
                 .set(Counter::ServerId, u64::from(id));
         }
     }
+}
+
+/// `persist rdp-cookie`: the server a TCP connection's RDP cookie names, as HAProxy
+/// decodes it (`IP.PORT.REST`: the IPv4 address and the port as their network-order
+/// bytes read as little-endian integers, in decimal), when that server is up (or `option
+/// persist`).
+pub fn rdp_server(be: &Backend, st: &BackendState, data: &[u8]) -> Option<usize> {
+    let name = be.persist.rdp_cookie.as_deref()?;
+    let value = crate::balance::rdp_cookie(data, name)?;
+    let text = std::str::from_utf8(value).ok()?;
+    let mut parts = text.splitn(3, '.');
+    let addr: u32 = parts.next()?.parse().ok()?;
+    let port = parts.next()?.parse::<u32>().ok()?;
+    parts.next()?;
+    let ip = std::net::Ipv4Addr::from(addr.to_le_bytes());
+    // (`ntohs` of the number as HAProxy reads it: its low 16 bits, bytes swapped.)
+    let port = (port as u16).swap_bytes();
+    let target = std::net::SocketAddr::from((ip, port));
+    be.servers
+        .iter()
+        .position(|s| s.addr == target)
+        .filter(|&i| st.servers[i].usable() || be.persist.persist)
 }

@@ -845,3 +845,42 @@ fn max_keep_alive_queue_bounds_the_preference_for_the_last_server() {
         assert_eq!(held.join().unwrap(), "gated /hold");
     }
 }
+
+/// `persist rdp-cookie`: a TCP connection whose RDP cookie (`msts=IP.PORT.0000`, HAProxy's
+/// encoding: the address and the port as their network-order bytes read as little-endian
+/// numbers) names a server that is up goes to it, whatever the balancing says; one naming
+/// no server is balanced.
+#[test]
+fn persist_rdp_cookie_sends_a_connection_to_the_server_it_names() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let p = Sluice::start(&format!(
+        "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nlisten rdp\n    {{fe}}\n    tcp-request inspect-delay 5s\n    persist rdp-cookie\n    balance roundrobin\n    server a {}\n    server b {}\n",
+        a.addr, b.addr
+    ));
+    let msts = |addr: std::net::SocketAddr| {
+        let std::net::IpAddr::V4(ip) = addr.ip() else {
+            unreachable!()
+        };
+        format!(
+            "{}.{}.0000",
+            u32::from_le_bytes(ip.octets()),
+            addr.port().swap_bytes()
+        )
+    };
+    let ask = |cookie: &str| {
+        let mut c = p.connect();
+        c.send(format!("GET / HTTP/1.1\r\nCookie: msts={cookie}\r\nHost: h\r\n\r\n").as_bytes());
+        c.response().text()[..1].to_string()
+    };
+    for _ in 0..4 {
+        assert_eq!(ask(&msts(b.addr)), "b");
+    }
+    for _ in 0..4 {
+        assert_eq!(ask(&msts(a.addr)), "a");
+    }
+    let unknown: Vec<String> = (0..4).map(|_| ask("16777343.1.0000")).collect();
+    assert!(
+        unknown.contains(&"a".into()) && unknown.contains(&"b".into()),
+        "{unknown:?}"
+    );
+}

@@ -61,6 +61,9 @@ pub struct PersistConf {
     pub ignore: Vec<Cond>,
     /// `option persist`: a cookie naming a server that is down still leads to it.
     pub persist: bool,
+    /// `persist rdp-cookie[(NAME)]`: the RDP cookie (`msts` by default) that names the
+    /// server of a TCP connection.
+    pub rdp_cookie: Option<String>,
 }
 
 /// What a `stick` rule does with its key.

@@ -120,11 +120,12 @@ async fn relay_to(
     // `balance rdp-cookie`: the cookie of the RDP connection request, once it arrived
     // (within `tcp-request inspect-delay`).
     let mut rdp = None;
+    let rdp_algo = matches!(be.algo, crate::balance::Algo::RdpCookie(_));
+    if (rdp_algo || be.persist.rdp_cookie.is_some()) && cbuf.is_empty() {
+        let wait = frontend.rules.inspect_delay.unwrap_or_default();
+        let _ = tokio::time::timeout(wait, cbuf.fill(&mut client, &w.bufs)).await;
+    }
     if let crate::balance::Algo::RdpCookie(name) = &be.algo {
-        if cbuf.is_empty() {
-            let wait = frontend.rules.inspect_delay.unwrap_or_default();
-            let _ = tokio::time::timeout(wait, cbuf.fill(&mut client, &w.bufs)).await;
-        }
         rdp = balance::rdp_cookie(cbuf.bytes(), name);
     }
     let key = PickKey {
@@ -132,7 +133,10 @@ async fn relay_to(
         target: b"",
         extra: rdp,
     };
-    let Some(server) = balance::pick(be, &w.state().backends[backend], &key, &w.lb) else {
+    // `persist rdp-cookie`: the server the cookie names, before any balancing.
+    let st = &w.state().backends[backend];
+    let persisted = crate::persist::rdp_server(be, st, cbuf.bytes());
+    let Some(server) = persisted.or_else(|| balance::pick(be, st, &key, &w.lb)) else {
         let at = Attempts::new(0);
         tally(&at, started, Moved::default(), *b"SC").count(
             w,
