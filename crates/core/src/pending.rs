@@ -75,7 +75,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "error-log-format" => Scope::PROXY,
     "option accept-invalid-http-response" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,
-    "option http-use-proxy-header" => Scope::PROXY,
     "option splice-auto" => Scope::PROXY,
     "option splice-request" => Scope::PROXY,
     "option splice-response" => Scope::PROXY,

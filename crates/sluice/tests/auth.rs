@@ -133,3 +133,47 @@ fn userlist_errors_name_their_line() {
     ));
     assert!(!ok && err.contains("no userlist named 'missing'"), "{err}");
 }
+
+/// `option http-use-proxy-header`: a request for a proxy (an absolute URI) is asked for
+/// credentials with 407 and `Proxy-Authenticate`, and gives them in `Proxy-Authorization`;
+/// a request for a path keeps the origin's fields, and without the option so does every
+/// request (HAProxy 2.6's `TX_USE_PX_CONN`).
+#[test]
+fn proxy_requests_authenticate_with_the_proxy_fields() {
+    let p = Sluice::start(&format!(
+        "userlist people\n    user frank insecure-password plain\n{DEFAULTS}frontend px\n    {{fe}}\n    option http-use-proxy-header\n    http-request auth realm gate unless {{ http_auth(people) }}\n    http-request return status 200 content-type text/plain lf-string \"%[http_auth_type] %[http_auth_user]\"\nfrontend origin\n    {{fe}}\n    http-request auth realm gate unless {{ http_auth(people) }}\n    http-request return status 200\n"
+    ));
+    let b64 = base64::engine::general_purpose::STANDARD.encode("frank:plain");
+    let send = |addr, target: &str, field: &str| {
+        let creds = if field.is_empty() {
+            String::new()
+        } else {
+            format!("{field}: Basic {b64}\r\n")
+        };
+        let mut c = Conn::new(addr);
+        let req = format!("GET {target} HTTP/1.1\r\nHost: origin.example\r\n{creds}\r\n");
+        c.send(req.as_bytes());
+        c.response()
+    };
+    let absolute = "http://origin.example/a";
+    let r = send(p.addrs[0], absolute, "");
+    assert_eq!(r.status, 407, "{}", r.text());
+    assert_eq!(r.header("proxy-authenticate"), Some("Basic realm=\"gate\""));
+    assert_eq!(r.header("www-authenticate"), None);
+    assert!(r.text().contains("407"), "{}", r.text());
+    // The origin's field does not authenticate a proxy request; the proxy's does.
+    assert_eq!(send(p.addrs[0], absolute, "Authorization").status, 407);
+    let r = send(p.addrs[0], absolute, "Proxy-Authorization");
+    assert_eq!((r.status, r.text()), (200, "Basic frank".to_string()));
+    // A path is a request for the origin, option or not.
+    let r = send(p.addrs[0], "/a", "");
+    assert_eq!(
+        (r.status, r.header("www-authenticate")),
+        (401, Some("Basic realm=\"gate\""))
+    );
+    assert_eq!(send(p.addrs[0], "/a", "Authorization").status, 200);
+    assert_eq!(send(p.addrs[0], "/a", "Proxy-Authorization").status, 401);
+    // Without the option an absolute URI is the origin's too.
+    assert_eq!(send(p.addrs[1], absolute, "").status, 401);
+    assert_eq!(send(p.addrs[1], absolute, "Authorization").status, 200);
+}

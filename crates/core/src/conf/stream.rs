@@ -137,6 +137,43 @@ pub struct StreamConf {
     /// `option nolinger`: connections (the frontend's to clients, the backend's to
     /// servers) end with a reset rather than a FIN, nothing left lingering in the kernel.
     pub nolinger: bool,
+    /// `option http-use-proxy-header`: a request whose target is not a path (`/...` or
+    /// `*`: an absolute URI or a CONNECT authority) is one for a proxy; see
+    /// [`StreamConf::auth_fields`].
+    pub use_proxy_header: bool,
+}
+
+/// The fields credentials travel in: `Authorization`, answered by `WWW-Authenticate` and
+/// 401, or, for a proxy, `Proxy-Authorization`, `Proxy-Authenticate` and 407.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthFields {
+    /// The request field read (lower case).
+    pub credentials: &'static str,
+    /// The response field asking for them.
+    pub challenge: &'static str,
+    pub status: u16,
+}
+
+impl StreamConf {
+    /// Where a frontend's request with this target carries credentials: HAProxy's
+    /// proxy fields when `option http-use-proxy-header` is set and the target is not a
+    /// path.
+    pub fn auth_fields(&self, target: &[u8]) -> AuthFields {
+        let for_proxy = self.use_proxy_header && !matches!(target.first(), Some(b'/' | b'*'));
+        if for_proxy {
+            AuthFields {
+                credentials: "proxy-authorization",
+                challenge: "Proxy-Authenticate",
+                status: 407,
+            }
+        } else {
+            AuthFields {
+                credentials: "authorization",
+                challenge: "WWW-Authenticate",
+                status: 401,
+            }
+        }
+    }
 }
 
 /// `h1-case-adjust FROM TO` (and the lines of `h1-case-adjust-file`): header names

@@ -162,9 +162,10 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             Some(Sample::Int(n))
         }
         Fetch::HttpAuthBearer(header) => {
-            let value = req_values(cx, header.as_deref().unwrap_or("authorization"), false)?
-                .into_iter()
-                .next()?;
+            let value = match header {
+                Some(name) => req_values(cx, name, false)?.into_iter().next()?,
+                None => authorization(cx)?,
+            };
             let text = std::str::from_utf8(value).ok()?.trim();
             let (scheme, token) = text.split_once(' ')?;
             scheme
@@ -523,9 +524,16 @@ fn host_hash(r: &sluice_http::RequestView<'_>, tail: &[u8]) -> u32 {
     super::hash::avalanche(super::hash::sdbm(&bytes))
 }
 
-/// The request's `Authorization` header.
+/// The request's credentials: its `Authorization` field, or `Proxy-Authorization` for a
+/// proxy request (`option http-use-proxy-header`).
 fn authorization<'a>(cx: &'a Ctx<'a>) -> Option<&'a [u8]> {
-    req_values(cx, "authorization", false)?.into_iter().next()
+    let target = cx.req?.target();
+    let fields = cx.process.config.frontends[cx.frontend]
+        .stream
+        .auth_fields(target);
+    req_values(cx, fields.credentials, false)?
+        .into_iter()
+        .next()
 }
 
 /// The user of userlist `list` the request authenticates as (checked against its hash).

@@ -221,6 +221,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.nolinger = on;
     "option disable-h2-upgrade", Scope::FE, "refuse a client that opens an HTTP/1 connection with HTTP/2's preface (by default it is served as HTTP/2, as HAProxy does)",
         |c: &mut ProxyConf, on| c.stream.disable_h2_upgrade = on;
+    "option http-use-proxy-header", Scope::FE, "a request for a proxy (its target an absolute URI or a CONNECT authority) carries credentials in Proxy-Authorization, and 'http-request auth' answers 407 with Proxy-Authenticate",
+        |c: &mut ProxyConf, on| c.stream.use_proxy_header = on;
 ];
 
 fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {

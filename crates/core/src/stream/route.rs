@@ -378,14 +378,15 @@ pub(super) fn apply_rules(
                     Some(b) => &config.backends[b].name,
                     None => &s.frontend().name,
                 });
-                let page = s.error_page_for(401, backend, Some(&now));
+                let ask = s.frontend().stream.auth_fields(now.target());
+                let page = s.error_page_for(ask.status, backend, Some(&now));
                 return Some(Route::Error {
-                    status: 401,
+                    status: ask.status,
                     backend,
                     denied: false,
                     page: Some(with_header(
                         page,
-                        "WWW-Authenticate",
+                        ask.challenge,
                         &format!("Basic realm=\"{realm}\""),
                     )),
                 });
