@@ -65,7 +65,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
 ];
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
-    "option idle-close-on-response" => Scope::FE,
     "stats" => Scope::PROXY,
     "email-alert from" => Scope::PROXY,
     "email-alert level" => Scope::PROXY,

@@ -141,6 +141,9 @@ pub struct StreamConf {
     /// `*`: an absolute URI or a CONNECT authority) is one for a proxy; see
     /// [`StreamConf::auth_fields`].
     pub use_proxy_header: bool,
+    /// `option idle-close-on-response`: at a soft stop, an HTTP/1 connection idle between
+    /// requests is not closed; its next request is answered with `Connection: close`.
+    pub idle_close_on_response: bool,
 }
 
 /// The fields credentials travel in: `Authorization`, answered by `WWW-Authenticate` and

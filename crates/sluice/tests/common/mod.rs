@@ -586,7 +586,14 @@ impl Conn {
     /// True when the server has closed the connection (EOF with nothing more to read).
     pub fn is_closed(&mut self) -> bool {
         let mut b = [0u8; 1];
-        matches!(self.reader.read(&mut b), Ok(0) | Err(_))
+        match self.reader.read(&mut b) {
+            Ok(n) => n == 0,
+            // Still open when nothing came within `TIMEOUT`; a reset is a close.
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
     }
 }
 
