@@ -18,7 +18,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "cluster-secret" => Scope::GLOBAL,
     "default-path" => Scope::GLOBAL,
     "fd-hard-limit" => Scope::GLOBAL,
-    "h2-workaround-bogus-websocket-clients" => Scope::GLOBAL,
     "lua-load" => Scope::GLOBAL,
     "lua-load-per-thread" => Scope::GLOBAL,
     "lua-prepend-path" => Scope::GLOBAL,

@@ -1518,6 +1518,37 @@ fn websockets_open_over_http2_streams() {
     assert_eq!(heads.len(), 2, "{heads:?}");
 }
 
+/// `h2-workaround-bogus-websocket-clients`: the server's SETTINGS do not offer extended
+/// CONNECT, so a client opens its WebSockets over HTTP/1.1; `no ...` takes it back.
+#[test]
+fn the_websocket_workaround_withholds_extended_connect() {
+    let server = tunnel_echo_server(Arc::new(std::sync::Mutex::new(Vec::new())));
+    for (global, offered) in [
+        ("h2-workaround-bogus-websocket-clients", false),
+        (
+            "h2-workaround-bogus-websocket-clients\n no h2-workaround-bogus-websocket-clients",
+            true,
+        ),
+    ] {
+        let p = Sluice::start(&format!(
+            "global\n {global}\ndefaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
+             frontend fe\n {{fe}} proto h2\n default_backend be\nbackend be\n server s {server}\n"
+        ));
+        runtime().block_on(async {
+            let (send, _conn) = h2_connect(p.addr()).await;
+            let mut send = send.ready().await.unwrap();
+            // An answer comes after the server's SETTINGS, its first frame.
+            let (parts, _) = fetch(&mut send, get("/plain")).await.unwrap();
+            assert_eq!(parts.status.as_u16(), 200);
+            assert_eq!(
+                send.is_extended_connect_protocol_enabled(),
+                offered,
+                "{global}"
+            );
+        });
+    }
+}
+
 #[test]
 fn plain_connect_opens_a_tunnel_over_an_http2_stream() {
     let heads = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -38,6 +38,9 @@ pub struct H2Tune {
     /// have queued for the client together, in bytes (`None`: 128 x `tune.bufsize`; 0: no
     /// limit).
     pub send_budget: Option<usize>,
+    /// `h2-workaround-bogus-websocket-clients`: SETTINGS_ENABLE_CONNECT_PROTOCOL is not
+    /// sent, so clients open WebSockets over HTTP/1.1.
+    pub no_extended_connect: bool,
 }
 
 impl Default for H2Tune {
@@ -48,6 +51,7 @@ impl Default for H2Tune {
             max_concurrent_streams: 100,
             max_frame_size: 16384,
             send_budget: None,
+            no_extended_connect: false,
         }
     }
 }

@@ -64,6 +64,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     check::GLOBAL_KEYWORDS,
     stream::keywords::GLOBAL_KEYWORDS,
     stream::h2::GLOBAL_KEYWORDS,
+    stream::h2::GLOBAL_FLAG_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
     control::cli::GLOBAL_KEYWORDS,
     pool::GLOBAL_KEYWORDS,

@@ -87,6 +87,11 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     },
 ];
 
+pub const GLOBAL_FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_keywords![
+    "h2-workaround-bogus-websocket-clients", Scope::GLOBAL, "HTTP/2 clients are not told that WebSockets may open over HTTP/2 streams (RFC 8441), so that they open them over HTTP/1.1",
+        |g: &mut GlobalConf, on| g.h2.no_extended_connect = on;
+];
+
 fn setting(a: &[String], min: u32, max: u32) -> Result<u32, KwError> {
     let v = one_arg(a, "a number")?;
     v.parse::<u32>()
@@ -164,7 +169,13 @@ pub(super) async fn serve(
         w.config().global.h2_send_budget(),
         w.ctx().counters.h2_queued.clone(),
     );
-    let handshake = h2::server::Builder::new()
+    let mut builder = h2::server::Builder::new();
+    // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL, unless
+    // `h2-workaround-bogus-websocket-clients`.
+    if !tune.no_extended_connect {
+        builder.enable_connect_protocol();
+    }
+    let handshake = builder
         .header_table_size(tune.header_table_size)
         .initial_window_size(tune.initial_window_size)
         .max_concurrent_streams(tune.max_concurrent_streams)
@@ -175,8 +186,6 @@ pub(super) async fn serve(
         // crate's default, 400 kB a stream, let a client that opens its windows and stops
         // reading hold 40 MB a connection).
         .max_send_buffer_size(w.config().global.h2_send_buffer())
-        // WebSockets over HTTP/2 (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL.
-        .enable_connect_protocol()
         .handshake::<_, Bytes>(Tallied::new(
             client,
             (&fe_state.counters.at(w.tid).h2, queued.clone()),
