@@ -1368,7 +1368,7 @@ fn data_records(mut raw: &[u8]) -> Vec<usize> {
 }
 
 #[test]
-fn tune_ssl_maxrecord_limits_the_data_each_record_carries() {
+fn tune_ssl_maxrecord_and_hard_maxrecord_limit_the_data_each_record_carries() {
     let body = "x".repeat(40_000);
     let origin = Origin::with_handler(
         "big",
@@ -1393,13 +1393,22 @@ fn tune_ssl_maxrecord_limits_the_data_each_record_carries() {
     assert!((1000..=1400 + 17).contains(&limited), "{limited}");
     let unlimited = fetch("    tune.ssl.maxrecord 0\n");
     assert!(unlimited > 16_000, "{unlimited}");
-    let (ok, out) = check_config(&format!(
-        "global\n    tune.ssl.maxrecord 10\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"
-    ));
-    assert!(
-        !ok && out.contains(":2:") && out.contains("smallest record"),
-        "{out}"
-    );
+    // `tune.ssl.hard-maxrecord` limits records alike, and the smaller of the two wins.
+    let hard = fetch("    tune.ssl.hard-maxrecord 1400\n");
+    assert!((1000..=1400 + 17).contains(&hard), "{hard}");
+    let both = fetch("    tune.ssl.maxrecord 4000\n    tune.ssl.hard-maxrecord 1400\n");
+    assert!((1000..=1400 + 17).contains(&both), "{both}");
+    let both = fetch("    tune.ssl.maxrecord 1400\n    tune.ssl.hard-maxrecord 4000\n");
+    assert!((1000..=1400 + 17).contains(&both), "{both}");
+    for kw in ["maxrecord", "hard-maxrecord"] {
+        let (ok, out) = check_config(&format!(
+            "global\n    tune.ssl.{kw} 10\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    http-request return status 200\n"
+        ));
+        assert!(
+            !ok && out.contains(":2:") && out.contains("smallest record"),
+            "{out}"
+        );
+    }
 }
 
 #[test]

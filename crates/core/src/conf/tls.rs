@@ -111,6 +111,8 @@ pub struct TlsDefaults {
     pub cachesize: Option<usize>,
     /// `tune.ssl.maxrecord`: the most plaintext bytes per TLS record (0 or unset: 16 kB).
     pub maxrecord: Option<usize>,
+    /// `tune.ssl.hard-maxrecord`: the same limit, never relaxed (the smaller wins).
+    pub hard_maxrecord: Option<usize>,
     /// `tune.ssl.capture-buffer-size`: the bytes of a client's ClientHello lists kept for
     /// the `ssl_fc_*list*` fetches (0: none captured).
     pub capture_buffer: usize,

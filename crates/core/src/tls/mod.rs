@@ -256,6 +256,22 @@ const MAX_RECORD: usize = 16_384;
 const MIN_RECORD: usize = 27;
 const RECORD_HEADER: usize = 5;
 
+/// A record size setting: `None` for 0 (no limit) or a full record.
+fn record_limit(a: &[String]) -> Result<Option<usize>, KwError> {
+    let v = one_arg(a, "a number of bytes")?;
+    let n: usize = v
+        .parse()
+        .map_err(|_| KwError::bad(1, v, "expects a number"))?;
+    if n != 0 && n < MIN_RECORD {
+        return Err(KwError::bad(
+            1,
+            v,
+            "rustls's smallest record carries 27 bytes (0: no limit)",
+        ));
+    }
+    Ok((n != 0 && n < MAX_RECORD).then_some(n))
+}
+
 /// `tune.ssl.capture-buffer-size N` (and its former name): once only, as in HAProxy.
 fn capture_buffer(g: &mut GlobalConf, a: &[String]) -> Result<(), KwError> {
     let v = one_arg(a, "a number of bytes")?;
@@ -309,15 +325,13 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "tune.ssl.maxrecord",
         scope: Scope::GLOBAL,
         help: "tune.ssl.maxrecord N: at most N bytes of data per TLS record (0: no limit, 16384)",
-        parse: |g, a| {
-            let v = one_arg(a, "a number of bytes")?;
-            let n: usize = v.parse().map_err(|_| KwError::bad(1, v, "expects a number"))?;
-            if n != 0 && n < MIN_RECORD {
-                return Err(KwError::bad(1, v, "rustls's smallest record carries 27 bytes (0: no limit)"));
-            }
-            g.tls.maxrecord = (n != 0 && n < MAX_RECORD).then_some(n);
-            Ok(())
-        },
+        parse: |g, a| record_limit(a).map(|n| g.tls.maxrecord = n),
+    },
+    Keyword {
+        name: "tune.ssl.hard-maxrecord",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.hard-maxrecord N: never more than N bytes of data per TLS record, whatever tune.ssl.maxrecord says (0: no limit)",
+        parse: |g, a| record_limit(a).map(|n| g.tls.hard_maxrecord = n),
     },
     Keyword {
         name: "tune.ssl.default-dh-param",
@@ -1166,9 +1180,16 @@ pub fn acceptor(
     })
 }
 
-/// `tune.ssl.maxrecord` as rustls counts it (with the record's header).
+/// The smaller of `tune.ssl.maxrecord` and `tune.ssl.hard-maxrecord`, as rustls counts it
+/// (with the record's header). sluice's `maxrecord` is not relaxed for long transfers as
+/// HAProxy's is, so both are hard limits.
 fn max_fragment_size(defaults: &TlsDefaults) -> Option<usize> {
-    defaults.maxrecord.map(|n| n + RECORD_HEADER)
+    let limits = [defaults.maxrecord, defaults.hard_maxrecord];
+    limits
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|n| n + RECORD_HEADER)
 }
 
 /// How the certificates of the configuration being loaded get their chains, kept in its
