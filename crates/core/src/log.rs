@@ -466,6 +466,16 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         },
     },
     Keyword {
+        name: "error-log-format",
+        scope: Scope::FE,
+        help: "error-log-format STRING: the line logged for a connection that fails before its session starts (a TLS handshake), with %-variables and %[...] samples of the connection",
+        parse: |c, a| {
+            let v = one_arg(a, "a format string (quote it)")?;
+            c.log.error_format = Some(parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "log-format-sd",
         scope: Scope::FE,
         help: "log-format-sd STRING: the RFC 5424 structured data of the lines sent to 'format rfc5424' targets, with %-variables (sample fetches %[...] are not supported there yet)",

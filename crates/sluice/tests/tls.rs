@@ -1688,3 +1688,71 @@ fn ssl_bc_fetches_describe_the_server_connection() {
     let r = get(front.addr(), "/clear");
     assert_eq!(r.header("x-bc"), Some("0 -"));
 }
+
+/// A connection whose TLS handshake fails leaves HAProxy's line, `IP:PORT [DATE]
+/// FRONTEND/BIND: REASON`, or its `error-log-format`; with `option dontlognull` a client
+/// that closed during the handshake is not logged.
+#[test]
+fn failed_handshakes_are_logged_as_haproxy_logs_them() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}} ssl crt {crt} name secure\n    http-request return status 200\nfrontend quiet\n    {{fe}} ssl crt {crt}\n    option dontlognull\n    error-log-format \"%ci %ft failed\"\n    http-request return status 200\n",
+        sock.display()
+    ));
+    let failed = |fe: &str| {
+        stat_field(
+            &Sluice::cli(&sock, "show stat"),
+            fe,
+            "FRONTEND",
+            "ssl_failed_handshake",
+        )
+    };
+    // Something that is not TLS, and a client that closes before its hello.
+    let junk = |addr| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
+        s.local_addr().unwrap().port()
+    };
+    let empty = |addr| {
+        let s = TcpStream::connect(addr).unwrap();
+        let port = s.local_addr().unwrap().port();
+        drop(s);
+        port
+    };
+    let junk_port = junk(p.addrs[0]);
+    wait_until("the junk to be counted", || failed("fe") == "1");
+    let empty_port = empty(p.addrs[0]);
+    wait_until("the close to be counted", || failed("fe") == "2");
+    wait_until("two lines", || p.stdout().lines().count() >= 2);
+    let out = p.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    let shape = |line: &str, port: u16, reason: &str| {
+        let (head, tail) = line.split_once(" [").unwrap_or_default();
+        let (date, tail) = tail.split_once("] ").unwrap_or_default();
+        assert_eq!(head, format!("127.0.0.1:{port}"), "{line}");
+        assert_eq!(date.len(), "26/Nov/2026:01:02:03.456".len(), "{line}");
+        assert_eq!(tail, format!("fe/secure: {reason}"), "{line}");
+    };
+    shape(lines[0], junk_port, "SSL handshake failure");
+    shape(
+        lines[1],
+        empty_port,
+        "Connection closed during SSL handshake",
+    );
+    // The quiet frontend: the close is counted but not logged, the junk is, in its format.
+    empty(p.addrs[1]);
+    wait_until("the close to be counted", || failed("quiet") == "1");
+    junk(p.addrs[1]);
+    wait_until("the junk to be counted", || failed("quiet") == "2");
+    wait_until("its line", || p.stdout().lines().count() >= 3);
+    let out = p.stdout();
+    assert_eq!(
+        out.lines().skip(2).collect::<Vec<_>>(),
+        ["127.0.0.1 quiet failed"],
+        "{out}"
+    );
+}

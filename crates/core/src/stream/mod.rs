@@ -17,12 +17,14 @@
 //!   `h2_frames`: its frames, counted on the wire. `h2_server`: HTTP/2 towards servers,
 //!   each request a stream on the worker's connection to its server (`pool::h2`).
 //! - `tcp`, `tunnel`: `mode tcp` and upgraded connections, relayed as bytes.
+//! - `conn_error`: a connection that fails before its session starts, and its log line.
 //! - `keywords`: the data path's configuration keywords.
 //!
 //! The states are documented in `docs/internals/stream-lifecycle.md`.
 
 mod body_wait;
 mod cached;
+mod conn_error;
 mod connect;
 mod deadline;
 mod h1;
@@ -63,6 +65,7 @@ pub async fn serve(
     (fe, listener): (usize, usize),
     slot: Slot,
 ) {
+    let accepted = std::time::SystemTime::now();
     // `accept-proxy`, `expect-proxy layer4`: who the client is comes first, from the proxy
     // in front; a header that is bad or does not come closes the connection.
     if expects_proxy(&w, &client, peer, (fe, listener)) {
@@ -118,8 +121,20 @@ pub async fn serve(
     // `tcp-request connection|session set-src`: the client the rest of it sees.
     let peer = vars.set_src.get().unwrap_or(peer);
     // After the connection rules: a connection they refuse costs no handshake.
-    if client.is_tls() && !handshake(&w, (fe, listener), &client).await {
-        return;
+    if client.is_tls() {
+        if let Err(e) = handshake(&w, (fe, listener), &client).await {
+            let failed = conn_error::Failed {
+                client: &client,
+                peer,
+                arrival: Arrival {
+                    thread: w.tid,
+                    listener,
+                },
+                date: accepted,
+            };
+            conn_error::log(&w, fe, &failed, e);
+            return;
+        }
     }
     let info = counted.info.clone();
     let served = async {
@@ -176,15 +191,17 @@ impl Drop for TlsEnd {
 
 /// Completes a TLS client's handshake, within `timeout http-request` (else `timeout
 /// client`), before anything else is read: what it negotiated (ALPN) may choose the
-/// protocol. Counted on the worker, the frontend and the listener; false when it failed.
-async fn handshake(w: &Worker, (fe, listener): (usize, usize), client: &Conn) -> bool {
+/// protocol. Counted on the worker, the frontend and the listener.
+async fn handshake(
+    w: &Worker,
+    (fe, listener): (usize, usize),
+    client: &Conn,
+) -> Result<(), conn_error::ConnError> {
     let st = &w.config().frontends[fe].stream;
     let limit = st.timeout_http_request.or(st.timeout_client);
     let in_handshake = Held::take(&w.ctx().handshaking);
-    let done = matches!(
-        deadline::within(limit, client.handshake()).await,
-        Ok(Ok(()))
-    );
+    let outcome = deadline::within(limit, client.handshake()).await;
+    let done = matches!(outcome, Ok(Ok(())));
     drop(in_handshake);
     let resumed = client.tls_resumed() == Some(true);
     let fe_state = &w.state().frontends[fe];
@@ -213,7 +230,11 @@ async fn handshake(w: &Worker, (fe, listener): (usize, usize), client: &Conn) ->
             c.tls_full_rate.hit(crate::runtime::clock_ms());
         }
     }
-    done
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(conn_error::ConnError::of_handshake(Some(&e))),
+        Err(()) => Err(conn_error::ConnError::of_handshake(None)),
+    }
 }
 
 /// Whether the connection starts with a PROXY protocol header: its bind says so
