@@ -1,6 +1,6 @@
-//! Stopping: SIGUSR1 soft stop finishes in-flight requests, closes idle connections (or,
-//! with `option idle-close-on-response`, answers their next request with
-//! `Connection: close`), stops accepting and exits; `hard-stop-after`
+//! Stopping: SIGUSR1 soft stop finishes in-flight requests, answers an idle connection's
+//! next request with `Connection: close` (or, with `no option idle-close-on-response`,
+//! closes it at once), stops accepting and exits; `hard-stop-after`
 //! bounds it; SIGTERM stops at once.
 
 mod common;
@@ -53,15 +53,15 @@ fn gated_origin() -> (Origin, Arc<AtomicBool>) {
 fn soft_stop_finishes_in_flight_requests_then_exits() {
     let (origin, release) = gated_origin();
     let mut p = Sluice::start(&format!(
-        "global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nfrontend kept\n    {{fe}}\n    option idle-close-on-response\n    default_backend be\nbackend be\n    server s {}\n",
+        "global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nfrontend closing\n    {{fe}}\n    no option idle-close-on-response\n    default_backend be\nbackend be\n    server s {}\n",
         origin.addr
     ));
     let addr = p.addr();
     // Idle keep-alive clients and several requests in flight.
     let mut idle = p.connect();
     assert_eq!(idle.get("/quick").text(), "done /quick");
-    let mut kept = Conn::new(p.addrs[1]);
-    assert_eq!(kept.get("/quick").text(), "done /quick");
+    let mut closing = Conn::new(p.addrs[1]);
+    assert_eq!(closing.get("/quick").text(), "done /quick");
     let in_flight: Vec<_> = (0..4)
         .map(|_| {
             std::thread::spawn(move || {
@@ -83,20 +83,23 @@ fn soft_stop_finishes_in_flight_requests_then_exits() {
         std::thread::sleep(Duration::from_millis(10));
     }
     signal(&p, libc::SIGUSR1);
-    // The idle connection is closed, as HAProxy 2.6 closes it.
-    assert!(idle.is_closed(), "an idle connection closes at a soft stop");
-    // With `option idle-close-on-response` it is not closed under a request its client
-    // may be sending: its next request is answered, with `Connection: close`, and then it
-    // closes.
+    // With `no option idle-close-on-response` the idle connection is closed at once, as
+    // HAProxy 2.6 closes it by default.
+    assert!(
+        closing.is_closed(),
+        "an idle connection closes at a soft stop"
+    );
+    // By default it is not closed under a request its client may be sending: its next
+    // request is answered, with `Connection: close`, and then it closes.
     let deadline = Instant::now() + TIMEOUT;
     while !p.stderr().contains("soft stop") {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(10));
     }
-    let r = kept.get("/after");
+    let r = idle.get("/after");
     assert_eq!((r.status, r.text().as_str()), (200, "done /after"));
     assert_eq!(r.header("connection"), Some("close"));
-    assert!(kept.is_closed(), "closed after its answer");
+    assert!(idle.is_closed(), "closed after its answer");
     // New connections are refused once the listeners are closed.
     let deadline = Instant::now() + TIMEOUT;
     while std::net::TcpStream::connect(addr).is_ok() {

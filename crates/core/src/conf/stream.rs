@@ -145,9 +145,11 @@ pub struct StreamConf {
     /// `*`: an absolute URI or a CONNECT authority) is one for a proxy; see
     /// [`StreamConf::auth_fields`].
     pub use_proxy_header: bool,
-    /// `option idle-close-on-response`: at a soft stop, an HTTP/1 connection idle between
-    /// requests is not closed; its next request is answered with `Connection: close`.
-    pub idle_close_on_response: bool,
+    /// `no option idle-close-on-response`: at a soft stop, an HTTP/1 connection idle
+    /// between requests is closed at once (HAProxy 2.6's default). sluice's default, the
+    /// option, answers its next request with `Connection: close` instead, so that a
+    /// client sending one as the stop begins loses nothing.
+    pub close_idle_at_stop: bool,
 }
 
 /// The fields credentials travel in: `Authorization`, answered by `WWW-Authenticate` and

@@ -223,8 +223,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.disable_h2_upgrade = on;
     "option http-use-proxy-header", Scope::FE, "a request for a proxy (its target an absolute URI or a CONNECT authority) carries credentials in Proxy-Authorization, and 'http-request auth' answers 407 with Proxy-Authenticate",
         |c: &mut ProxyConf, on| c.stream.use_proxy_header = on;
-    "option idle-close-on-response", Scope::FE, "at a soft stop, an HTTP/1 connection idle between requests is kept until its next request, answered with 'Connection: close' (by default it is closed at once, as HAProxy 2.4 and later do)",
-        |c: &mut ProxyConf, on| c.stream.idle_close_on_response = on;
+    "option idle-close-on-response", Scope::FE, "at a soft stop, an HTTP/1 connection idle between requests is kept until its next request, answered with 'Connection: close' (sluice's default, so a reload loses no request; 'no option idle-close-on-response' closes it at once, HAProxy 2.6's default)",
+        |c: &mut ProxyConf, on: bool| c.stream.close_idle_at_stop = !on;
 ];
 
 fn parse_forwardfor(args: &[String]) -> Result<ForwardFor, KwError> {

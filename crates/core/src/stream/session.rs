@@ -8,9 +8,9 @@
 //!   server connection never carries two requests at once.
 //! - A connection with nothing of a request buffered is idle: it holds no buffer storage
 //!   (both buffers go back to the worker's pool) and at most `OUT_IDLE_CAPACITY` bytes of
-//!   output scratch. A soft stop closes it, as HAProxy 2.6 does, unless
-//!   `option idle-close-on-response` has its next request answered with
-//!   `Connection: close` (a client may be sending one at that moment).
+//!   output scratch. A soft stop does not close it under a request the client may be
+//!   sending: its next request is answered with `Connection: close` (unless `no option
+//!   idle-close-on-response` asks for HAProxy 2.6's default, closing it at once).
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -275,13 +275,14 @@ impl Session {
                     None => st.timeout_client,
                 }
             };
-            // At a soft stop a connection idle between requests closes, as HAProxy 2.6's;
-            // with `option idle-close-on-response` it waits for its next request instead
-            // (its client may be sending it at that moment), which is answered and then
-            // closes the connection (or for its timeouts, or `hard-stop-after`).
+            // At a soft stop an idle connection is not closed under a request the client may
+            // be sending at that moment: it waits for its next request, which is answered
+            // and then closes the connection (or for its timeouts, or `hard-stop-after`).
+            // `no option idle-close-on-response` closes it at once, as HAProxy 2.6 does by
+            // default (a request on its way is then lost unless the client retries it).
             let stop = w.soft_stop.notified();
             let close_at_stop = async {
-                match idle_wait && !st.idle_close_on_response {
+                match idle_wait && st.close_idle_at_stop {
                     true if w.stopping() => {}
                     true => stop.await,
                     false => std::future::pending().await,
