@@ -221,7 +221,39 @@ pub fn parse(b: &[u8]) -> Parsed {
     if b.starts_with(b"PROXY ") {
         return v1(b);
     }
-    Parsed::Invalid("not a PROXY protocol header")
+    Parsed::Invalid(NOT_A_HEADER)
+}
+
+const NOT_A_HEADER: &str = "not a PROXY protocol header";
+const OTHER_VERSION: &str = "v2 header of another version";
+const UNKNOWN_PROTOCOL: &str = "v1 header with an unknown protocol or missing fields";
+
+/// Why a client's PROXY header was not read, in HAProxy's terms (`CO_ER_PRX_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// The connection closed before any byte.
+    Closed,
+    /// It closed within the header.
+    Truncated,
+    /// It broke (a reset).
+    Broken,
+    /// What came is not a PROXY header (nor its version 2).
+    NotHeader,
+    /// A version 1 header names a protocol other than TCP4, TCP6 or UNKNOWN.
+    BadProtocol,
+    /// Any other flaw in the header.
+    Bad,
+}
+
+impl HeaderError {
+    /// The kind of `Parsed::Invalid(why)`.
+    pub fn of_invalid(why: &str) -> HeaderError {
+        match why {
+            NOT_A_HEADER | OTHER_VERSION => HeaderError::NotHeader,
+            UNKNOWN_PROTOCOL => HeaderError::BadProtocol,
+            _ => HeaderError::Bad,
+        }
+    }
 }
 
 fn v1(b: &[u8]) -> Parsed {
@@ -262,7 +294,7 @@ fn v1(b: &[u8]) -> Parsed {
                 _ => return Parsed::Invalid("v1 header with a bad address or port"),
             }
         }
-        _ => return Parsed::Invalid("v1 header with an unknown protocol or missing fields"),
+        _ => return Parsed::Invalid(UNKNOWN_PROTOCOL),
     };
     Parsed::Header {
         len: end + 2,
@@ -276,7 +308,7 @@ fn v2(b: &[u8]) -> Parsed {
     };
     let (ver_cmd, fam) = (head[12], head[13]);
     if ver_cmd >> 4 != 2 {
-        return Parsed::Invalid("v2 header of another version");
+        return Parsed::Invalid(OTHER_VERSION);
     }
     let len = 16 + usize::from(u16::from_be_bytes([head[14], head[15]]));
     if len > MAX_HEADER {

@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 
 use crate::fds::Counted;
 use crate::h2_stream::H2Stream;
+use crate::proxy_proto::HeaderError;
 
 /// What is known about a connection's TLS session once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -726,10 +727,10 @@ impl Conn {
     /// Reads the PROXY protocol header (v1 or v2) a connection starts with, consuming its
     /// bytes and nothing after them; its addresses then stand for the socket's. The
     /// connection must be plain TCP, not yet read.
-    pub async fn read_proxy_header(&mut self) -> Result<(), &'static str> {
+    pub async fn read_proxy_header(&mut self) -> Result<(), HeaderError> {
         use crate::proxy_proto::{parse, Parsed, MAX_HEADER};
         let Io::Tcp(tcp) = &self.io else {
-            return Err("PROXY header on a connection already in TLS");
+            return Err(HeaderError::Bad);
         };
         let mut got = Vec::new();
         let mut peeked = vec![0u8; MAX_HEADER];
@@ -739,14 +740,17 @@ impl Conn {
             let n = tcp
                 .peek(&mut peeked[..room])
                 .await
-                .map_err(|_| "connection failed before its PROXY header")?;
+                .map_err(|_| HeaderError::Broken)?;
+            if n == 0 && got.is_empty() {
+                return Err(HeaderError::Closed);
+            }
             if n == 0 {
-                return Err("connection closed within its PROXY header");
+                return Err(HeaderError::Truncated);
             }
             let mut seen = got.clone();
             seen.extend_from_slice(&peeked[..n]);
             let take = match parse(&seen) {
-                Parsed::Invalid(why) => return Err(why),
+                Parsed::Invalid(why) => return Err(HeaderError::of_invalid(why)),
                 Parsed::Header { len, proxied } => {
                     self.proxied = Some(Box::new(proxied));
                     len - got.len()
@@ -754,18 +758,18 @@ impl Conn {
                 // Every byte seen belongs to the header: taken, so that the next peek
                 // waits for more.
                 Parsed::Incomplete if seen.len() < MAX_HEADER => n,
-                Parsed::Incomplete => return Err("PROXY header too long"),
+                Parsed::Incomplete => return Err(HeaderError::Bad),
             };
             let mut buf = vec![0u8; take];
             let mut filled = 0;
             while filled < take {
                 match tcp.try_read(&mut buf[filled..]) {
-                    Ok(0) => return Err("connection closed within its PROXY header"),
+                    Ok(0) => return Err(HeaderError::Truncated),
                     Ok(k) => filled += k,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         let _ = tcp.readable().await;
                     }
-                    Err(_) => return Err("connection failed within its PROXY header"),
+                    Err(_) => return Err(HeaderError::Broken),
                 }
             }
             if self.proxied.is_some() {

@@ -77,7 +77,7 @@ fn bad_headers_are_refused_before_anything_reaches_a_server() {
     let dir = TempDir::new();
     let sock = dir.0.join("cli.sock");
     let p = Sluice::start(&format!(
-        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}} accept-proxy\n    default_backend be\nbackend be\n    server s {}\n",
+        "global\n    stats socket {}\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}} accept-proxy\n    default_backend be\nbackend be\n    server s {}\n",
         sock.display(),
         origin.addr
     ));
@@ -94,6 +94,7 @@ fn bad_headers_are_refused_before_anything_reaches_a_server() {
         request(&bad_crc),
         // v2 announcing more than sluice accepts.
         request(&[&good[..14], &[0xff, 0xff]].concat()),
+        request(b"PROXY UDP4 192.0.2.1 192.0.2.2 1 2\r\n"),
     ];
     for case in &cases {
         let answer = exchange(p.addr(), case);
@@ -113,6 +114,32 @@ fn bad_headers_are_refused_before_anything_reaches_a_server() {
         stat_field(&csv, "fe", "FRONTEND", "ereq") == refused.to_string()
     });
     assert_eq!(origin.count(), 0);
+    // Each is logged as HAProxy logs it: `IP:PORT [DATE] FRONTEND/BIND: REASON`.
+    wait_until("a line each", || p.stdout().lines().count() >= refused);
+    let out = p.stdout();
+    let mut reasons: Vec<&str> = out
+        .lines()
+        .map(|l| {
+            assert!(l.starts_with("127.0.0.1:") && l.contains("] fe/1: "), "{l}");
+            l.split_once("] fe/1: ").map_or("", |(_, r)| r)
+        })
+        .collect();
+    reasons.sort_unstable();
+    let bad = "Received an invalid PROXY protocol header";
+    assert_eq!(
+        reasons,
+        [
+            bad,
+            bad,
+            bad,
+            bad,
+            bad,
+            "Received an unhandled protocol in the PROXY protocol header",
+            "Received something which does not look like a PROXY protocol header",
+            "Truncated PROXY protocol header received",
+        ],
+        "{out}"
+    );
     // The listener still serves well-formed clients.
     let answer = exchange(p.addr(), &request(&good));
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");

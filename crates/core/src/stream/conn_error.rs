@@ -1,5 +1,5 @@
-//! A client connection that fails before it carries anything (its TLS handshake) and the
-//! log line it leaves, as HAProxy 2.6 logs an embryonic session's error: by default
+//! A client connection that fails before it carries anything (its PROXY header, its TLS
+//! handshake) and the log line it leaves, as HAProxy 2.6 logs an embryonic session's error: by default
 //! `IP:PORT [DATE] FRONTEND/BIND: REASON`, or the frontend's `error-log-format`.
 //!
 //! Invariants: a line goes out only from a frontend that logs; with `option dontlognull`
@@ -10,14 +10,16 @@ use std::net::SocketAddr;
 use std::time::SystemTime;
 
 use crate::log::{Client, Record, Severity};
+use crate::proxy_proto::HeaderError;
 use crate::runtime::Worker;
 use crate::sample::{Arrival, Ctx, StreamVars};
 use crate::transport::Conn;
 
-/// Why a client connection's TLS handshake failed, as HAProxy's `CO_ER_SSL_*` errors
-/// name it.
+/// Why a client connection failed before its session started, as HAProxy's `CO_ER_*`
+/// errors name it: its PROXY header (`None`: not in time) or its TLS handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnError {
+    Proxy(Option<HeaderError>),
     /// The client closed the connection during the TLS handshake.
     Closed,
     /// The connection broke (reset) during the TLS handshake.
@@ -32,6 +34,23 @@ impl ConnError {
     /// HAProxy's text for it.
     pub fn text(self) -> &'static str {
         match self {
+            ConnError::Proxy(e) => match e {
+                None => "Timeout while waiting for PROXY protocol header",
+                Some(HeaderError::Closed) => {
+                    "Connection closed while waiting for PROXY protocol header"
+                }
+                Some(HeaderError::Broken) => {
+                    "Connection error while waiting for PROXY protocol header"
+                }
+                Some(HeaderError::Truncated) => "Truncated PROXY protocol header received",
+                Some(HeaderError::NotHeader) => {
+                    "Received something which does not look like a PROXY protocol header"
+                }
+                Some(HeaderError::BadProtocol) => {
+                    "Received an unhandled protocol in the PROXY protocol header"
+                }
+                Some(HeaderError::Bad) => "Received an invalid PROXY protocol header",
+            },
             ConnError::Closed => "Connection closed during SSL handshake",
             ConnError::Aborted => "Connection error during SSL handshake",
             ConnError::TimedOut => "Timeout during SSL handshake",
@@ -51,7 +70,12 @@ impl ConnError {
 
     /// Nothing was completed: what `option dontlognull` leaves out.
     fn is_null(self) -> bool {
-        matches!(self, ConnError::Closed | ConnError::Aborted)
+        matches!(
+            self,
+            ConnError::Closed
+                | ConnError::Aborted
+                | ConnError::Proxy(Some(HeaderError::Closed | HeaderError::Broken))
+        )
     }
 }
 

@@ -71,15 +71,30 @@ pub async fn serve(
     if expects_proxy(&w, &client, peer, (fe, listener)) {
         let st = &w.config().frontends[fe].stream;
         let limit = st.timeout_http_request.or(st.timeout_client);
-        match deadline::within(limit, client.read_proxy_header()).await {
-            Ok(Ok(())) => peer = client.peer_addr().unwrap_or(peer),
-            _ => {
+        let failure = match deadline::within(limit, client.read_proxy_header()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(conn_error::ConnError::Proxy(Some(e))),
+            Err(()) => Some(conn_error::ConnError::Proxy(None)),
+        };
+        match failure {
+            None => peer = client.peer_addr().unwrap_or(peer),
+            Some(e) => {
                 // As HAProxy counts a connection that dies before its session starts.
                 w.state().frontends[fe]
                     .counters
                     .at(w.tid)
                     .request_errors
                     .bump();
+                let failed = conn_error::Failed {
+                    client: &client,
+                    peer,
+                    arrival: Arrival {
+                        thread: w.tid,
+                        listener,
+                    },
+                    date: accepted,
+                };
+                conn_error::log(&w, fe, &failed, e);
                 client.abort();
                 return;
             }
