@@ -1690,8 +1690,9 @@ fn ssl_bc_fetches_describe_the_server_connection() {
 }
 
 /// A connection whose TLS handshake fails leaves HAProxy's line, `IP:PORT [DATE]
-/// FRONTEND/BIND: REASON`, or its `error-log-format`; with `option dontlognull` a client
-/// that closed during the handshake is not logged.
+/// FRONTEND/BIND: REASON`, or its `error-log-format` (where `fc_err` and `fc_err_str` are
+/// HAProxy's number and text); with `option dontlognull` a client that closed during the
+/// handshake is not logged.
 #[test]
 fn failed_handshakes_are_logged_as_haproxy_logs_them() {
     let ca = Ca::new();
@@ -1699,7 +1700,7 @@ fn failed_handshakes_are_logged_as_haproxy_logs_them() {
     let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
     let sock = dir.0.join("admin.sock");
     let p = Sluice::start(&format!(
-        "global\n    stats socket {}\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}} ssl crt {crt} name secure\n    http-request return status 200\nfrontend quiet\n    {{fe}} ssl crt {crt}\n    option dontlognull\n    error-log-format \"%ci %ft failed\"\n    http-request return status 200\n",
+        "global\n    stats socket {}\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}} ssl crt {crt} name secure\n    http-request return status 200\nfrontend quiet\n    {{fe}} ssl crt {crt}\n    option dontlognull\n    error-log-format \"%ci %ft %[fc_err] %[fc_err_str]\"\n    http-request return status 200\n",
         sock.display()
     ));
     let failed = |fe: &str| {
@@ -1752,7 +1753,7 @@ fn failed_handshakes_are_logged_as_haproxy_logs_them() {
     let out = p.stdout();
     assert_eq!(
         out.lines().skip(2).collect::<Vec<_>>(),
-        ["127.0.0.1 quiet failed"],
+        ["127.0.0.1 quiet 34 SSL handshake failure"],
         "{out}"
     );
 }

@@ -250,8 +250,10 @@ pub enum Fetch {
     /// rustls ends every handshake that has one.
     SslErr,
     /// `fc_err`: the error of the client connection: none (0) on one that carries a
-    /// request.
+    /// request; HAProxy's number in an `error-log-format` line.
     FcErr,
+    /// `fc_err_str`: its text (none without an error).
+    FcErrStr,
     Bool(bool),
     Int(i64),
     Str(String),

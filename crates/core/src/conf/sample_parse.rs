@@ -390,6 +390,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_is_resumed" => none(Fetch::SslFcIsResumed)?,
         "ssl_fc_err" | "ssl_c_err" | "ssl_c_ca_err" => none(Fetch::SslErr)?,
         "fc_err" => none(Fetch::FcErr)?,
+        "fc_err_str" => none(Fetch::FcErrStr)?,
         "fc_rtt" | "fc_rttvar" => {
             arity(c, 0, 1)?;
             let us = match opt_str(c, 0).as_deref() {

@@ -77,6 +77,7 @@ impl<'a> Ctx<'a> {
             first_request: false,
             set_timeouts: (None, None),
             cache: None,
+            fault: None,
         }
     }
 
@@ -90,28 +91,11 @@ impl<'a> Ctx<'a> {
         vars: &'a StreamVars,
     ) -> Ctx<'a> {
         Ctx {
-            process,
             frontend,
-            backend: None,
-            server: None,
             src,
-            dst: None,
             client: Some(client),
-            server_conn: None,
-            req: None,
-            body: None,
-            whole_lens: (None, None),
-            res_body: None,
-            on_response: false,
-            res: None,
-            vars,
-            unique_id: None,
-            payload: None,
-            res_payload: None,
             arrival: Some(arrival),
-            first_request: false,
-            set_timeouts: (None, None),
-            cache: None,
+            ..Ctx::detached(process, vars)
         }
     }
 
@@ -302,6 +286,9 @@ pub struct Ctx<'a> {
     pub set_timeouts: (Option<std::time::Duration>, Option<std::time::Duration>),
     /// The cache the response was served from (`res.cache_hit`), if it was.
     pub cache: Option<usize>,
+    /// `fc_err`, `fc_err_str`: why the client connection failed before its session
+    /// started, HAProxy's `CO_ER_*` number and text (only for `error-log-format`).
+    pub fault: Option<(u8, &'static str)>,
 }
 
 /// Where a client connection arrived: the worker thread serving it (from 0) and the

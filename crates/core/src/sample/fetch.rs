@@ -260,8 +260,9 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslFcIsResumed => Some(Sample::Bool(cx.client?.tls()?.resumed)),
         // A session with an error never completes its handshake (no `crt-ignore-err`).
         Fetch::SslErr => cx.client?.tls().map(|_| Sample::Int(0)),
-        // A connection that failed carries no request to evaluate this for.
-        Fetch::FcErr => Some(Sample::Int(0)),
+        // A connection that failed carries no request: only its error log line has one.
+        Fetch::FcErr => Some(Sample::Int(cx.fault.map_or(0, |f| i64::from(f.0)))),
+        Fetch::FcErrStr => cx.fault.map(|f| Sample::str(f.1.as_bytes())),
         Fetch::HttpAuth(list) => Some(Sample::Bool(auth_user(cx, list).is_some())),
         Fetch::HttpAuthGroup(list) => auth_user(cx, list).map(|u| Sample::str(u.name.as_bytes())),
         Fetch::HttpAuthType => authorization(cx)

@@ -31,6 +31,25 @@ pub enum ConnError {
 }
 
 impl ConnError {
+    /// HAProxy 2.6's `CO_ER_*` number for it (what `fc_err` says).
+    pub fn code(self) -> u8 {
+        match self {
+            ConnError::Proxy(e) => match e {
+                Some(HeaderError::Closed) => 11,
+                Some(HeaderError::Broken) => 12,
+                None => 13,
+                Some(HeaderError::Truncated) => 14,
+                Some(HeaderError::NotHeader) => 15,
+                Some(HeaderError::Bad) => 16,
+                Some(HeaderError::BadProtocol) => 17,
+            },
+            ConnError::Closed => 24,
+            ConnError::Aborted => 25,
+            ConnError::TimedOut => 26,
+            ConnError::Refused => 34,
+        }
+    }
+
     /// HAProxy's text for it.
     pub fn text(self) -> &'static str {
         match self {
@@ -103,14 +122,17 @@ pub fn log(w: &Worker, fe: usize, failed: &Failed<'_>, err: ConnError) {
     let line = match &frontend.log.error_format {
         Some(tokens) => {
             let vars = StreamVars::default();
-            let cx = Ctx::of_connection(
-                &w.process,
-                fe,
-                failed.arrival,
-                failed.peer,
-                failed.client,
-                &vars,
-            );
+            let cx = Ctx {
+                fault: Some((err.code(), err.text())),
+                ..Ctx::of_connection(
+                    &w.process,
+                    fe,
+                    failed.arrival,
+                    failed.peer,
+                    failed.client,
+                    &vars,
+                )
+            };
             let samples = super::txn_log::render_samples(tokens, &cx);
             let rec = Record {
                 samples: &samples,
