@@ -22,7 +22,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "lua-load-per-thread" => Scope::GLOBAL,
     "lua-prepend-path" => Scope::GLOBAL,
     "maxpipes" => Scope::GLOBAL,
-    "maxsslconn" => Scope::GLOBAL,
     "mworker-max-reloads" => Scope::GLOBAL,
     "noepoll" => Scope::GLOBAL,
     "noevports" => Scope::GLOBAL,

@@ -1757,3 +1757,36 @@ fn failed_handshakes_are_logged_as_haproxy_logs_them() {
         "{out}"
     );
 }
+
+/// `maxsslconn`: past that many client TLS connections open, a new one is closed before
+/// its handshake and logged with HAProxy's reason; once one ends, a new one is served.
+#[test]
+fn maxsslconn_bounds_the_tls_connections_open() {
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n    maxsslconn 1\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option dontlognull\nfrontend fe\n    {{fe}} ssl crt {crt}\n    error-log-format \"%ci %[fc_err] %[fc_err_str]\"\n    http-request return status 200 content-type text/plain string ok\n",
+        sock.display()
+    ));
+    let info = |field: &str| {
+        Sluice::cli(&sock, "show info")
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}: ")).map(str::to_string))
+            .unwrap_or_default()
+    };
+    assert_eq!(info("MaxSslConns"), "1");
+    let client = || ca.client(&[], &[&rustls::version::TLS13]);
+    let mut first = connect(p.addr(), client(), "site.test").unwrap();
+    assert!(request(&mut first, "/").ends_with("ok"));
+    assert_eq!(info("CurrSslConns"), "1");
+    // The second is closed before its handshake.
+    assert!(connect(p.addr(), client(), "site.test").is_err());
+    let line = "127.0.0.1 27 Too many SSL connections";
+    wait_until("its line", || p.stdout().lines().any(|l| l == line));
+    drop(first);
+    wait_until("the first to end", || info("CurrSslConns") == "0");
+    let mut third = connect(p.addr(), client(), "site.test").unwrap();
+    assert!(request(&mut third, "/").ends_with("ok"));
+}

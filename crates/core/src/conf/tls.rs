@@ -113,6 +113,8 @@ pub struct TlsDefaults {
     pub maxrecord: Option<usize>,
     /// `tune.ssl.hard-maxrecord`: the same limit, never relaxed (the smaller wins).
     pub hard_maxrecord: Option<usize>,
+    /// `maxsslconn`: client TLS connections open at once (none: no limit).
+    pub max_conns: Option<u64>,
     /// `tune.ssl.capture-buffer-size`: the bytes of a client's ClientHello lists kept for
     /// the `ssl_fc_*list*` fetches (0: none captured).
     pub capture_buffer: usize,

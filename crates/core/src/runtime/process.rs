@@ -297,6 +297,12 @@ pub struct MemoryRelease {
 }
 
 impl Process {
+    /// Client TLS connections open now, over all workers (`CurrSslConns`).
+    pub fn tls_open(&self) -> u64 {
+        let sum = |get: fn(&ThreadCtx) -> u64| self.threads.iter().map(get).sum::<u64>();
+        sum(|t| t.counters.tls_sessions.get()).saturating_sub(sum(|t| t.counters.tls_closed.get()))
+    }
+
     /// Gives the allocator's free memory back to the system once the client connections
     /// have fallen to half their peak (and by at least 256), or to none: the memory of
     /// connections that are gone would otherwise stay with the workers' allocator arenas.

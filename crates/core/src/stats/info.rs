@@ -69,7 +69,7 @@ fn lines(p: &Process) -> Vec<Line> {
             .sum()
     };
     let tls_cum = sum(|t| t.counters.tls_sessions.get());
-    let tls_cur = tls_cum.saturating_sub(sum(|t| t.counters.tls_closed.get()));
+    let tls_cur = p.tls_open();
     let (full, resumed) = (
         sum(|t| t.counters.tls_full.get()),
         sum(|t| t.counters.tls_resumed.get()),
@@ -148,7 +148,13 @@ fn lines(p: &Process) -> Vec<Line> {
             U32,
             sum(|t| t.counters.requests.get()).to_string(),
         ),
-        l(20, "MaxSslConns", "MMP", U32, zero.clone()),
+        l(
+            20,
+            "MaxSslConns",
+            "MMP",
+            U32,
+            p.config.global.tls.max_conns.unwrap_or(0).to_string(),
+        ),
         l(21, "CurrSslConns", "MGP", U32, tls_cur.to_string()),
         l(22, "CumSslConns", "MCP", U32, tls_cum.to_string()),
         l(23, "Maxpipes", "CLP", U32, zero.clone()),

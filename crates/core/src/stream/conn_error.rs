@@ -20,6 +20,8 @@ use crate::transport::Conn;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnError {
     Proxy(Option<HeaderError>),
+    /// `maxsslconn` client TLS connections were open already.
+    TooMany,
     /// The client closed the connection during the TLS handshake.
     Closed,
     /// The connection broke (reset) during the TLS handshake.
@@ -43,6 +45,7 @@ impl ConnError {
                 Some(HeaderError::Bad) => 16,
                 Some(HeaderError::BadProtocol) => 17,
             },
+            ConnError::TooMany => 27,
             ConnError::Closed => 24,
             ConnError::Aborted => 25,
             ConnError::TimedOut => 26,
@@ -70,6 +73,7 @@ impl ConnError {
                 }
                 Some(HeaderError::Bad) => "Received an invalid PROXY protocol header",
             },
+            ConnError::TooMany => "Too many SSL connections",
             ConnError::Closed => "Connection closed during SSL handshake",
             ConnError::Aborted => "Connection error during SSL handshake",
             ConnError::TimedOut => "Timeout during SSL handshake",

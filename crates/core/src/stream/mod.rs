@@ -66,6 +66,20 @@ pub async fn serve(
     slot: Slot,
 ) {
     let accepted = std::time::SystemTime::now();
+    // A connection that fails before its session starts, logged as HAProxy logs it.
+    let log_failure = |client: &Conn, peer: SocketAddr, e: conn_error::ConnError| {
+        let arrival = Arrival {
+            thread: w.tid,
+            listener,
+        };
+        let failed = conn_error::Failed {
+            client,
+            peer,
+            arrival,
+            date: accepted,
+        };
+        conn_error::log(&w, fe, &failed, e);
+    };
     // `accept-proxy`, `expect-proxy layer4`: who the client is comes first, from the proxy
     // in front; a header that is bad or does not come closes the connection.
     if expects_proxy(&w, &client, peer, (fe, listener)) {
@@ -85,16 +99,7 @@ pub async fn serve(
                     .at(w.tid)
                     .request_errors
                     .bump();
-                let failed = conn_error::Failed {
-                    client: &client,
-                    peer,
-                    arrival: Arrival {
-                        thread: w.tid,
-                        listener,
-                    },
-                    date: accepted,
-                };
-                conn_error::log(&w, fe, &failed, e);
+                log_failure(&client, peer, e);
                 client.abort();
                 return;
             }
@@ -113,6 +118,18 @@ pub async fn serve(
         .as_ref()
         .and_then(|t| t.acceptor.clone());
     let client = match acceptor {
+        // `maxsslconn`: refused before its handshake.
+        Some(_)
+            if w.config()
+                .global
+                .tls
+                .max_conns
+                .is_some_and(|m| w.process.tls_open() >= m) =>
+        {
+            log_failure(&client, peer, conn_error::ConnError::TooMany);
+            client.abort();
+            return;
+        }
         Some(a) => match client.into_tls(a.config, w.config().global.tls.capture_buffer) {
             Ok(c) => {
                 let ctx = w.ctx();
@@ -138,16 +155,7 @@ pub async fn serve(
     // After the connection rules: a connection they refuse costs no handshake.
     if client.is_tls() {
         if let Err(e) = handshake(&w, (fe, listener), &client).await {
-            let failed = conn_error::Failed {
-                client: &client,
-                peer,
-                arrival: Arrival {
-                    thread: w.tid,
-                    listener,
-                },
-                date: accepted,
-            };
-            conn_error::log(&w, fe, &failed, e);
+            log_failure(&client, peer, e);
             return;
         }
     }

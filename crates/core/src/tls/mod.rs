@@ -328,6 +328,17 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
         parse: |g, a| record_limit(a).map(|n| g.tls.maxrecord = n),
     },
     Keyword {
+        name: "maxsslconn",
+        scope: Scope::GLOBAL,
+        help: "maxsslconn N: client TLS connections open at once; past it a new one is closed before its handshake, logged 'Too many SSL connections' (0: no limit)",
+        parse: |g, a| {
+            let v = one_arg(a, "a number")?;
+            let n: u64 = v.parse().map_err(|_| KwError::bad(1, v, "expects a number"))?;
+            g.tls.max_conns = (n > 0).then_some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "tune.ssl.hard-maxrecord",
         scope: Scope::GLOBAL,
         help: "tune.ssl.hard-maxrecord N: never more than N bytes of data per TLS record, whatever tune.ssl.maxrecord says (0: no limit)",
