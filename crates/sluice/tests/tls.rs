@@ -401,12 +401,7 @@ fn sessions_resume_by_ticket_and_by_id() {
         );
     }
     // show info counts them: eight TLS connections, half of them resumed, none open now.
-    let info = |field: &str| {
-        Sluice::cli(&sock, "show info")
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}: ")).map(str::to_string))
-            .unwrap_or_default()
-    };
+    let info = |field: &str| show_info(&sock, field);
     wait_until("the connections to end", || info("CurrSslConns") == "0");
     assert_eq!(info("CumSslConns"), "8");
     assert_eq!(info("SslFrontendSessionReuse_pct"), "50");
@@ -425,6 +420,14 @@ fn sessions_resume_by_ticket_and_by_id() {
     let csv = Sluice::cli(&sock, "show stat");
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "ssl_sess"), "8");
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "ssl_reused_sess"), "4");
+}
+
+/// The value of one `show info` field, from the CLI socket at `sock`.
+fn show_info(sock: &std::path::Path, field: &str) -> String {
+    Sluice::cli(sock, "show info")
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}: ")).map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// A client session store that counts the TLS 1.3 tickets it is given.
@@ -1770,12 +1773,7 @@ fn maxsslconn_bounds_the_tls_connections_open() {
         "global\n    stats socket {}\n    maxsslconn 1\n    log stdout format raw local0\n{DEFAULTS}    log global\n    option dontlognull\nfrontend fe\n    {{fe}} ssl crt {crt}\n    error-log-format \"%ci %[fc_err] %[fc_err_str]\"\n    http-request return status 200 content-type text/plain string ok\n",
         sock.display()
     ));
-    let info = |field: &str| {
-        Sluice::cli(&sock, "show info")
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}: ")).map(str::to_string))
-            .unwrap_or_default()
-    };
+    let info = |field: &str| show_info(&sock, field);
     assert_eq!(info("MaxSslConns"), "1");
     let client = || ca.client(&[], &[&rustls::version::TLS13]);
     let mut first = connect(p.addr(), client(), "site.test").unwrap();
