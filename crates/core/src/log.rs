@@ -396,6 +396,12 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
     parse: |g, a| parse_target(a).map(|t| g.log.push(t)),
 }];
 
+/// A keyword's one argument, a log-format string, parsed with the proxy's patterns.
+fn format_arg(c: &ProxyConf, a: &[String]) -> Result<Vec<Token>, KwError> {
+    let v = one_arg(a, "a format string (quote it)")?;
+    parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))
+}
+
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "log",
@@ -460,8 +466,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::PROXY,
         help: "log-format STRING: a custom line with %-variables (%ci %cp %tr %ft %b %s %TR %Tw %Tc %Tr %Ta %ST %B %tsc %r ...)",
         parse: |c, a| {
-            let v = one_arg(a, "a format string (quote it)")?;
-            c.log.format = Some(Format::Custom(parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?));
+            c.log.format = Some(Format::Custom(format_arg(c, a)?));
             Ok(())
         },
     },
@@ -470,8 +475,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::FE,
         help: "error-log-format STRING: the line logged for a connection that fails before its session starts (a TLS handshake), with %-variables and %[...] samples of the connection",
         parse: |c, a| {
-            let v = one_arg(a, "a format string (quote it)")?;
-            c.log.error_format = Some(parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?);
+            c.log.error_format = Some(format_arg(c, a)?);
             Ok(())
         },
     },
@@ -480,8 +484,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::FE,
         help: "log-format-sd STRING: the RFC 5424 structured data of the lines sent to 'format rfc5424' targets, with %-variables (sample fetches %[...] are not supported there yet)",
         parse: |c, a| {
-            let v = one_arg(a, "a format string (quote it)")?;
-            let tokens = parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?;
+            let tokens = format_arg(c, a)?;
             if tokens.iter().any(|t| matches!(t, Token::Sample(..))) {
                 return Err(KwError::NotYet("sample fetches in log-format-sd"));
             }
@@ -552,8 +555,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::FE,
         help: "unique-id-format FORMAT: a unique id for each request (log-format syntax; %ID, unique-id)",
         parse: |c, a| {
-            let v = one_arg(a, "a format string (quote it)")?;
-            c.log.unique_id = Some(parse_format(v, &c.rules.book).map_err(|e| KwError::bad(1, v, e))?);
+            c.log.unique_id = Some(format_arg(c, a)?);
             Ok(())
         },
     },
