@@ -473,7 +473,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
         name: "error-log-format",
         scope: Scope::FE,
-        help: "error-log-format STRING: the line logged for a connection that fails before its session starts (a TLS handshake), with %-variables and %[...] samples of the connection",
+        help: "error-log-format STRING: the line logged for a connection that fails before its session starts (its PROXY header, its TLS handshake), with %-variables and %[...] samples of the connection",
         parse: |c, a| {
             c.log.error_format = Some(format_arg(c, a)?);
             Ok(())

@@ -66,7 +66,7 @@ pub struct LogConf {
     /// `log-format-sd`: the structured data of the lines sent to `rfc5424` targets.
     pub format_sd: Option<Vec<Token>>,
     /// `error-log-format`: the line of a connection that failed before its session
-    /// started (a TLS handshake), instead of HAProxy's `IP:PORT [DATE] FE/BIND: REASON`.
+    /// started (its PROXY header, its TLS handshake), instead of HAProxy's `IP:PORT [DATE] FE/BIND: REASON`.
     pub error_format: Option<Vec<Token>>,
     /// `capture request header NAME len N`, in order.
     pub captures_req: Vec<(String, usize)>,

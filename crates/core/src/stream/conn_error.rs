@@ -1,6 +1,7 @@
-//! A client connection that fails before it carries anything (its PROXY header, its TLS
-//! handshake) and the log line it leaves, as HAProxy 2.6 logs an embryonic session's error: by default
-//! `IP:PORT [DATE] FRONTEND/BIND: REASON`, or the frontend's `error-log-format`.
+//! A client connection that fails before it carries anything (`maxsslconn`, its PROXY
+//! header, its TLS handshake) and the log line it leaves, as HAProxy 2.6 logs an embryonic
+//! session's error: by default `IP:PORT [DATE] FRONTEND/BIND: REASON`, or the frontend's
+//! `error-log-format`.
 //!
 //! Invariants: a line goes out only from a frontend that logs; with `option dontlognull`
 //! a connection that closed or broke without completing anything is not logged (HAProxy
@@ -16,9 +17,10 @@ use crate::sample::{Arrival, Ctx, StreamVars};
 use crate::transport::Conn;
 
 /// Why a client connection failed before its session started, as HAProxy's `CO_ER_*`
-/// errors name it: its PROXY header (`None`: not in time) or its TLS handshake.
+/// errors name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnError {
+    /// Its PROXY header was refused, or did not come in time (`None`).
     Proxy(Option<HeaderError>),
     /// `maxsslconn` client TLS connections were open already.
     TooMany,
@@ -45,10 +47,10 @@ impl ConnError {
                 Some(HeaderError::Bad) => 16,
                 Some(HeaderError::BadProtocol) => 17,
             },
-            ConnError::TooMany => 27,
             ConnError::Closed => 24,
             ConnError::Aborted => 25,
             ConnError::TimedOut => 26,
+            ConnError::TooMany => 27,
             ConnError::Refused => 34,
         }
     }
