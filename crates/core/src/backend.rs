@@ -5,7 +5,7 @@
 use sluice_config::{units, Keyword, KwError, Scope};
 
 pub use crate::conf::backend::*;
-use crate::conf::{one_arg, resolve, time_arg, Backend, ProxyConf, Server, Speaks};
+use crate::conf::{one_arg, one_of, resolve, time_arg, Backend, ProxyConf, Server, Speaks};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
     Keyword {
@@ -167,19 +167,13 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "http-reuse never|safe|aggressive|always: sharing of idle server connections",
         parse: |c, a| {
-            c.backend.reuse = match one_arg(a, "never, safe, aggressive or always")? {
-                "never" => ReuseMode::Never,
-                "safe" => ReuseMode::Safe,
-                "aggressive" => ReuseMode::Aggressive,
-                "always" => ReuseMode::Always,
-                other => {
-                    return Err(KwError::bad(
-                        1,
-                        other,
-                        "expects never, safe, aggressive or always",
-                    ))
-                }
-            };
+            let choices = [
+                ("never", ReuseMode::Never),
+                ("safe", ReuseMode::Safe),
+                ("aggressive", ReuseMode::Aggressive),
+                ("always", ReuseMode::Always),
+            ];
+            c.backend.reuse = one_of(a, "never, safe, aggressive or always", &choices)?;
             Ok(())
         },
     },

@@ -474,6 +474,21 @@ pub fn one_arg<'a>(args: &'a [String], expects: &'static str) -> Result<&'a str,
     }
 }
 
+/// The value named by the only argument, one of `choices`' words; `expects` lists them
+/// for the errors ("a, b or c").
+pub fn one_of<T: Copy>(
+    args: &[String],
+    expects: &'static str,
+    choices: &[(&str, T)],
+) -> Result<T, KwError> {
+    let word = one_arg(args, expects)?;
+    choices
+        .iter()
+        .find(|(w, _)| *w == word)
+        .map(|&(_, v)| v)
+        .ok_or_else(|| KwError::bad(1, word, format!("expects {expects}")))
+}
+
 /// Parses the single time argument of a `timeout` keyword.
 pub fn time_arg(args: &[String]) -> Result<Duration, KwError> {
     let v = one_arg(args, "a time (e.g. 5s)")?;

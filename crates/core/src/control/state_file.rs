@@ -11,7 +11,7 @@
 use sluice_config::{Keyword, KwError, Scope};
 
 use crate::conf::state::LoadFrom;
-use crate::conf::{one_arg, GlobalConf, ProxyConf};
+use crate::conf::{one_arg, one_of, GlobalConf, ProxyConf};
 use crate::runtime::{AdminState, OperState, Process};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -35,12 +35,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::BE,
         help: "load-server-state-from-file global|local|none: start the servers from a saved state",
         parse: |c, a| {
-            c.load_state.from = match one_arg(a, "global, local or none")? {
-                "global" => LoadFrom::Global,
-                "local" => LoadFrom::Local,
-                "none" => LoadFrom::None,
-                other => return Err(KwError::bad(1, other, "expects global, local or none")),
-            };
+            let choices = [
+                ("global", LoadFrom::Global),
+                ("local", LoadFrom::Local),
+                ("none", LoadFrom::None),
+            ];
+            c.load_state.from = one_of(a, "global, local or none", &choices)?;
             Ok(())
         },
     },

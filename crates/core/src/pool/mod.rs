@@ -36,7 +36,7 @@ use sluice_config::{Keyword, KwError, Scope};
 
 use crate::conf::backend::ReuseMode;
 use crate::conf::pool::{PoolConf, PoolGlobal};
-use crate::conf::{one_arg, GlobalConf};
+use crate::conf::{one_arg, one_of, GlobalConf};
 use crate::padded::Padded;
 use crate::transport::Conn;
 
@@ -91,11 +91,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "tune.idle-pool.shared on|off: whether workers may take over each other's idle connections",
         parse: |g, a| {
-            g.pool.shared = match one_arg(a, "on or off")? {
-                "on" | "full" => true,
-                "off" => false,
-                other => return Err(KwError::bad(1, other, "expects on or off")),
-            };
+            g.pool.shared = one_of(a, "on or off", &[("on", true), ("full", true), ("off", false)])?;
             Ok(())
         },
     },

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use sluice_config::{no_args, units, Keyword, KwError, Scope};
 
 pub use crate::conf::stream::*;
-use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
+use crate::conf::{one_arg, one_of, time_arg, GlobalConf, ProxyConf};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
@@ -96,11 +96,7 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         scope: Scope::PROXY,
         help: "mode http|tcp: the proxy's protocol",
         parse: |c, a| {
-            c.stream.mode = match one_arg(a, "http or tcp")? {
-                "http" => Mode::Http,
-                "tcp" => Mode::Tcp,
-                other => return Err(KwError::bad(1, other, "expects http or tcp")),
-            };
+            c.stream.mode = one_of(a, "http or tcp", &[("http", Mode::Http), ("tcp", Mode::Tcp)])?;
             Ok(())
         },
     },
@@ -140,12 +136,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         help: "option http-restrict-req-hdr-names preserve|delete|reject: request fields whose names hold other characters than letters, digits and '-' are kept, removed, or get the request denied (403), after the proxy's http-request rules",
         parse: |c, a| {
             use crate::conf::stream::RestrictNames;
-            c.stream.restrict_names = match one_arg(a, "preserve, delete or reject")? {
-                "preserve" => RestrictNames::Preserve,
-                "delete" => RestrictNames::Delete,
-                "reject" => RestrictNames::Reject,
-                other => return Err(KwError::bad(1, other, "expects preserve, delete or reject")),
-            };
+            let choices = [
+                ("preserve", RestrictNames::Preserve),
+                ("delete", RestrictNames::Delete),
+                ("reject", RestrictNames::Reject),
+            ];
+            c.stream.restrict_names = one_of(a, "preserve, delete or reject", &choices)?;
             Ok(())
         },
     },

@@ -8,7 +8,7 @@ use std::time::Instant;
 use sluice_http::{RequestView, Version};
 
 use super::connect::{Attempts, ConnectError};
-use crate::runtime::{clock_ms_at, Peaks, Timings, Traffic, Worker};
+use crate::runtime::{clock_ms_at, Peaks, ProxyCounters, Timings, Traffic, Worker};
 
 /// Where the transaction was when it ended (the second letter of the termination code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -397,6 +397,19 @@ pub(crate) struct Tally {
     pub at: Instant,
 }
 
+/// The counters of frontend `fe` and of its listener on this worker.
+fn front_counters(
+    w: &Worker,
+    (fe, listener): (usize, usize),
+) -> (&ProxyCounters, Option<&ProxyCounters>) {
+    let frontend = &w.state().frontends[fe];
+    let l = frontend
+        .listeners
+        .get(listener)
+        .map(|l| l.counters.at(w.tid));
+    (frontend.counters.at(w.tid), l)
+}
+
 impl Tally {
     pub fn count(
         &self,
@@ -407,12 +420,7 @@ impl Tally {
     ) {
         let now = clock_ms_at(self.at);
         let state = w.state();
-        let frontend = &state.frontends[fe];
-        let f = frontend.counters.at(w.tid);
-        let l = frontend
-            .listeners
-            .get(listener)
-            .map(|l| l.counters.at(w.tid));
+        let (f, l) = front_counters(w, (fe, listener));
         // A frontend's (and listener's) sessions are its connections, counted at accept.
         for t in std::iter::once(&f.traffic).chain(l.map(|l| &l.traffic)) {
             t.bytes_in.add(self.bytes_in);
@@ -481,17 +489,11 @@ impl Tally {
         server: usize,
         (bytes_in, bytes_out): (u64, u64),
     ) {
-        let state = w.state();
-        let frontend = &state.frontends[fe];
-        let f = frontend.counters.at(w.tid);
-        let l = frontend
-            .listeners
-            .get(listener)
-            .map(|l| &l.counters.at(w.tid).traffic);
-        let bs = &state.backends[backend];
+        let (f, l) = front_counters(w, (fe, listener));
+        let bs = &w.state().backends[backend];
         let traffic = [
             Some(&f.traffic),
-            l,
+            l.map(|l| &l.traffic),
             Some(&bs.counters.at(w.tid).traffic),
             bs.servers
                 .get(server)

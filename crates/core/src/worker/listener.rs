@@ -30,7 +30,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::thread::Thread;
 pub use crate::conf::listen::*;
-use crate::conf::{one_arg, GlobalConf, ProxyConf};
+use crate::conf::{one_arg, one_of, GlobalConf, ProxyConf};
 use crate::transport::Detached;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -90,13 +90,12 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "tune.listener.multi-queue on|fair|off: new connections go to the least loaded worker (on), to each in turn (fair) or stay where accepted (off)",
         parse: |g, a| {
-            let v = one_arg(a, "on, fair or off")?;
-            g.dispatch = match v {
-                "on" => Dispatch::LeastLoaded,
-                "fair" => Dispatch::RoundRobin,
-                "off" => Dispatch::Local,
-                other => return Err(KwError::bad(1, other, "expects on, fair or off")),
-            };
+            let choices = [
+                ("on", Dispatch::LeastLoaded),
+                ("fair", Dispatch::RoundRobin),
+                ("off", Dispatch::Local),
+            ];
+            g.dispatch = one_of(a, "on, fair or off", &choices)?;
             Ok(())
         },
     },
