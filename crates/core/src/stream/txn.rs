@@ -1052,7 +1052,6 @@ impl Txn {
         facts: &ReqFacts,
     ) -> Result<(), SendFail> {
         let tserver = facts.timeout_server;
-        let to_server = sent_to_server;
         let from_client = |c: Cause| {
             SendFail::Fail(match c {
                 Cause::ClientTimeout => Fail::answer(408, c, Phase::Headers),
@@ -1066,7 +1065,7 @@ impl Txn {
         let mut head_sent = false;
         match facts.framing {
             Framing::None | Framing::UntilClose => {
-                to_server(within(tserver, conn.conn.write_all(&s.out)).await)
+                sent_to_server(within(tserver, conn.conn.write_all(&s.out)).await)
             }
             Framing::Length(total) => {
                 let mut remaining = total;
@@ -1082,8 +1081,9 @@ impl Txn {
                         Then::Flush
                     };
                     let body = &s.cbuf.bytes()[..take];
-                    let sent =
-                        to_server(within(tserver, conn.conn.write_pair(&s.out, body, then)).await);
+                    let sent = sent_to_server(
+                        within(tserver, conn.conn.write_pair(&s.out, body, then)).await,
+                    );
                     if sent.is_err() && head_sent && answered_before_failing(s, conn).await {
                         self.upload_cut = true;
                         return Ok(());
