@@ -68,7 +68,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "email-alert mailers" => Scope::PROXY,
     "email-alert myhostname" => Scope::PROXY,
     "email-alert to" => Scope::PROXY,
-    "option accept-invalid-http-response" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,
     "option splice-auto" => Scope::PROXY,
     "option splice-request" => Scope::PROXY,

@@ -130,12 +130,6 @@ fn shares(p: &Sluice, n: usize) -> std::collections::BTreeMap<String, usize> {
     out
 }
 
-fn cli_dir() -> (TempDir, PathBuf) {
-    let dir = TempDir::new();
-    let sock = dir.0.join("cli.sock");
-    (dir, sock)
-}
-
 /// A syslog collector on 127.0.0.1 keeping every line it receives.
 struct Collector(UdpSocket);
 

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 
@@ -62,12 +62,6 @@ fn settled(
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     rows
-}
-
-fn cli_dir() -> (TempDir, PathBuf) {
-    let d = TempDir::new();
-    let sock = d.0.join("stats.sock");
-    (d, sock)
 }
 
 #[test]

@@ -445,3 +445,50 @@ fn tune_http_maxhdr_sets_how_many_fields_a_head_may_have() {
     let (ok, out) = check_config("global\n    tune.http.maxhdr 0\n");
     assert!(!ok && out.contains("from 1 to 32767"), "{out}");
 }
+
+/// `option accept-invalid-http-response` passes on what HAProxy passes with it (a field
+/// name outside the token characters, a version of several digits) and keeps each such
+/// response for `show errors`; without it they are 502s. Framing stays strict either way.
+#[test]
+fn accept_invalid_http_response_passes_odd_names_and_keeps_them_for_show_errors() {
+    let origin = Origin::with_handler(
+        "odd",
+        Arc::new(|r: &Received| {
+            let raw: &[u8] = match r.target.as_str() {
+                "/name" => b"HTTP/1.1 200 OK\r\nX(odd)@: 1\r\nContent-Length: 4\r\n\r\nname",
+                "/version" => b"HTTP/1.10 200 OK\r\nContent-Length: 7\r\n\r\nversion",
+                _ => b"HTTP/1.1 200 OK\r\nX@: 1\r\nContent-Length : 2\r\n\r\nab",
+            };
+            Reply::Raw(raw.to_vec())
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let relaxed = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    option accept-invalid-http-response\n    server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let strict = proxy_for(&origin);
+    let errors = Sluice::cli(&sock, "show errors");
+    assert!(!errors.contains("invalid response"), "{errors}");
+    for (path, body, at) in [("/name", "name", 18), ("/version", "version", 7)] {
+        assert_eq!(get(strict.addr(), path).status, 502, "{path}");
+        let r = get(relaxed.addr(), path);
+        assert_eq!((r.status, r.text().as_str()), (200, body), "{path}");
+        let errors = Sluice::cli(&sock, "show errors -1 response");
+        assert!(
+            errors.contains("backend be (#3): invalid response"),
+            "{errors}"
+        );
+        assert!(
+            errors.contains(&format!("error at position {at}\n")),
+            "{errors}"
+        );
+        // The whole response is kept, its body included.
+        assert!(errors.contains(&format!("  {body}\n")), "{path}: {errors}");
+    }
+    let r = get(relaxed.addr(), "/name");
+    assert_eq!(r.header("x(odd)@"), Some("1"), "{r:?}");
+    // White space before the colon would let a client frame what the proxy did not.
+    assert_eq!(get(relaxed.addr(), "/spaced").status, 502);
+}

@@ -127,6 +127,9 @@ pub struct StreamConf {
     /// that HAProxy does not have are relaxed to HAProxy's behaviour (docs/h1-strictness.md:
     /// A1, D1, userinfo in D3).
     pub accept_invalid_request: bool,
+    /// `option accept-invalid-http-response`: server responses are read as HAProxy reads
+    /// them with the option (`sluice_http::parse_response_limited`'s `relaxed`).
+    pub accept_invalid_response: bool,
     /// `timeout tarpit`: how long `tarpit` holds a request (default: `timeout connect`).
     pub timeout_tarpit: Option<Duration>,
     /// TCP keepalive towards clients (frontends) and servers (backends).

@@ -213,6 +213,8 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.stream.contstats = on;
     "option accept-invalid-http-request", Scope::FE, "accept the requests HAProxy accepts and sluice refuses: both Content-Length and Transfer-Encoding (read as chunked), HTTP/1.1 without Host, userinfo in an absolute URI",
         |c: &mut ProxyConf, on| c.stream.accept_invalid_request = on;
+    "option accept-invalid-http-response", Scope::BE, "accept server responses whose field names hold characters outside RFC 9110's tokens, or whose version has several digits (HTTP/1.10), as HAProxy does; each is kept for 'show errors'",
+        |c: &mut ProxyConf, on| c.stream.accept_invalid_response = on;
     "option nolinger", Scope::PROXY, "end connections with a reset rather than a FIN (client ones in a frontend, server ones in a backend), nothing left lingering",
         |c: &mut ProxyConf, on| c.stream.nolinger = on;
     "option disable-h2-upgrade", Scope::FE, "refuse a client that opens an HTTP/1 connection with HTTP/2's preface (by default it is served as HTTP/2, as HAProxy does)",

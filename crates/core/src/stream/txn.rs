@@ -1235,10 +1235,13 @@ impl Txn {
         let truncated = || SendFail::Fail(Fail::answer(502, Cause::Server(None), Phase::Headers));
         let head_room = w.config().global.head_room();
         let max_fields = w.config().global.max_fields();
+        let relaxed = be.stream.accept_invalid_response;
         let mut got_any = false;
         loop {
             if !s.sbuf.is_empty() {
-                match parse_response_limited(s.sbuf.bytes(), facts.server_head, max_fields) {
+                let parsed =
+                    parse_response_limited(s.sbuf.bytes(), facts.server_head, max_fields, relaxed);
+                match parsed {
                     Ok(Some(rsp)) if (100..200).contains(&rsp.status) => {
                         if rsp.status == 101 {
                             // Only an upgrade the client asked for switches protocols, and
@@ -1272,7 +1275,13 @@ impl Txn {
                         }
                         continue;
                     }
-                    Ok(Some(rsp)) if rsp.len <= head_room => return Ok(ServerHead::H1(rsp)),
+                    Ok(Some(rsp)) if rsp.len <= head_room => {
+                        if rsp.irregular {
+                            // Passed on, and kept for `show errors` as HAProxy does.
+                            self.capture_response(s, be, conn);
+                        }
+                        return Ok(ServerHead::H1(rsp));
+                    }
                     Ok(Some(_)) => {
                         self.capture_response(s, be, conn);
                         return Err(invalid());

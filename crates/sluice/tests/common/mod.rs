@@ -289,6 +289,13 @@ impl TempDir {
     }
 }
 
+/// A directory for a test's CLI socket, and the socket's path in it.
+pub fn cli_dir() -> (TempDir, std::path::PathBuf) {
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    (dir, sock)
+}
+
 /// A self-signed certificate for `localhost` and its key, as one PEM file in `dir`.
 pub fn self_signed(dir: &TempDir) -> String {
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
