@@ -4,6 +4,7 @@
 //! its frontend's once a request has been routed to it.
 
 use sluice_config::{Keyword, KwError, Scope};
+use sluice_http::Answer;
 
 pub use crate::conf::errorpages::{ErrorPages, Page};
 use crate::conf::patterns::PatternBook;
@@ -32,42 +33,29 @@ fn status_arg(v: &str, index: usize) -> Result<u16, KwError> {
         })
 }
 
-/// The response must end the connection cleanly: it is sent before closing. A file without
-/// Content-Length (Debian's stock errorfiles have none: their body runs to the close) gets
-/// one for its body, so that the client knows where the page ends either way. An empty file
-/// (`/dev/null`) is an empty response: the connection closes without an answer.
-fn with_close_and_length(head_and_body: &[u8]) -> Result<Vec<u8>, String> {
-    if head_and_body.is_empty() {
-        return Ok(Vec::new());
+/// The answer an error file stands for, which ends its connection cleanly: it is sent
+/// before closing. A file without Content-Length (Debian's stock errorfiles have none: their
+/// body runs to the close) gets one for its body, so that the client knows where the page
+/// ends either way. An empty file (`/dev/null`) is the silent answer of `status`: the
+/// connection closes without an answer.
+fn errorfile_answer(text: &[u8], status: u16) -> Result<Answer, String> {
+    let mut page =
+        Answer::parse(text, status).map_err(|e| format!("not a valid HTTP response: {e}"))?;
+    if page.silent || page.header("content-length").is_some() {
+        return Ok(page);
     }
-    let head = sluice_http::parse_response(head_and_body, false)
-        .map_err(|e| format!("not a valid HTTP response: {e}"))?
-        .ok_or("incomplete HTTP response (missing the empty line after the headers)")?;
-    let v = head_and_body;
-    if head.header(v, "content-length").is_some() {
-        return Ok(v.to_vec());
-    }
-    if head.header(v, "transfer-encoding").is_some() {
+    if page.header("transfer-encoding").is_some() {
         return Err("a chunked error response is not supported (give it a Content-Length)".into());
     }
-    // Inserted before the empty line that ends the head (CRLF or bare LF line ends).
-    let eol: &[u8] = if v[..head.len].ends_with(b"\r\n\r\n") {
-        b"\r\n"
-    } else {
-        b"\n"
-    };
-    let mut out = v[..head.len - eol.len()].to_vec();
-    out.extend_from_slice(format!("content-length: {}", v.len() - head.len).as_bytes());
-    out.extend_from_slice(eol);
-    out.extend_from_slice(eol);
-    out.extend_from_slice(&v[head.len..]);
-    Ok(out)
+    let length = page.body.len().to_string();
+    page.push(b"content-length", length.as_bytes());
+    Ok(page)
 }
 
-/// An error file as it is sent (`errorfile` of a rule's answer).
-pub(crate) fn load_errorfile(path: &str) -> Result<Vec<u8>, String> {
+/// An error file as it is sent (`errorfile` of a rule's answer, whose status is `status`).
+pub(crate) fn load_errorfile(path: &str, status: u16) -> Result<Answer, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read file: {e}"))?;
-    with_close_and_length(&bytes)
+    errorfile_answer(&bytes, status)
 }
 
 /// `errorloc CODE URL`: the error's page is a redirect (`redirect` status 302 or 303) to
@@ -84,24 +72,24 @@ fn errorloc(c: &mut ProxyConf, a: &[String], redirect: u16) -> Result<(), KwErro
             "a URL has no spaces or control characters",
         ));
     }
-    let page = format!(
-        "HTTP/1.1 {redirect} {}\r\ncontent-length: 0\r\nlocation: {url}\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
-        sluice_http::reason(redirect)
-    );
-    c.errors.set(status, Page::Static(page.into_bytes().into()));
+    let mut page = Answer::with_body(redirect, Vec::new());
+    page.push(b"location", url.as_bytes());
+    page.push(b"cache-control", b"no-cache");
+    page.push(b"connection", b"close");
+    c.errors.set(status, Page::Static(page.into()));
     Ok(())
 }
 
 /// `errorfile CODE FILE` (in a proxy or an `http-errors` section): the page to send.
-pub fn parse_errorfile(a: &[String]) -> Result<(u16, Vec<u8>), KwError> {
+pub fn parse_errorfile(a: &[String]) -> Result<(u16, Answer), KwError> {
     let [code, file] = a else {
         return Err(KwError::Missing("a status code and a file"));
     };
     let status = status_arg(code, 1)?;
     let bytes =
         std::fs::read(file).map_err(|e| KwError::bad(2, file, format!("cannot read file: {e}")))?;
-    let bytes = with_close_and_length(&bytes).map_err(|e| KwError::bad(2, file, e))?;
-    Ok((status, bytes))
+    let page = errorfile_answer(&bytes, status).map_err(|e| KwError::bad(2, file, e))?;
+    Ok((status, page))
 }
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
@@ -242,7 +230,7 @@ pub fn resolve_rule_pages(
         };
         let page = pages.iter().rev().find(|(s, _)| *s == reply.status);
         match page.map(|(_, p)| p) {
-            Some(Page::Static(bytes)) => reply.raw = Some(bytes.to_vec()),
+            Some(Page::Static(page)) => reply.raw = Some(Answer::clone(page)),
             Some(Page::Reply(r)) => {
                 *reply = Reply {
                     status: reply.status,
@@ -304,7 +292,7 @@ pub(crate) fn parse_reply(
                 r.lf = Some(fmt_arg(&text, idx + 1, book)?);
             }
             "errorfile" => {
-                let page = crate::errorpages::load_errorfile(arg)
+                let page = crate::errorpages::load_errorfile(arg, r.status)
                     .map_err(|e| KwError::bad(idx + 1, arg, e))?;
                 r.raw = Some(page);
             }

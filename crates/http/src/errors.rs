@@ -1,5 +1,7 @@
 //! The proxy's own error responses: a status line, a few headers and a small HTML body.
 
+use crate::Answer;
+
 /// The standard reason phrase for the statuses the proxy produces or commonly relays.
 pub fn reason(status: u16) -> &'static str {
     match status {
@@ -111,17 +113,16 @@ fn page_text(status: u16) -> (&'static str, &'static str) {
     }
 }
 
-/// A complete `Connection: close` error response for `status`.
-pub fn error_page(status: u16) -> Vec<u8> {
+/// The built-in error page for `status`, ending its connection (`Connection: close`).
+pub fn error_page(status: u16) -> Answer {
     let (reason, sentence) = page_text(status);
     let body = format!("<html><body><h1>{status} {reason}</h1>\n{sentence}\n</body></html>\n");
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\ncache-control: no-cache\r\ncontent-type: text/html\r\nconnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
+    let mut page = Answer::with_body(status, body.into_bytes());
+    page.reason = reason.as_bytes().to_vec();
+    page.push(b"cache-control", b"no-cache");
+    page.push(b"content-type", b"text/html");
+    page.push(b"connection", b"close");
+    page
 }
 
 /// Whether HAProxy's built-in page for `status` carries `Connection: close` among its
@@ -135,28 +136,26 @@ pub fn page_says_close(status: u16) -> bool {
 /// head is refused before any stream exists: the page's text as HAProxy writes it, its
 /// header names capitalised, `Connection: close` among them for 400 and 408 only (the
 /// connection closes after it in any case).
-pub fn raw_error_page(status: u16) -> Vec<u8> {
+pub fn raw_error_page(status: u16) -> Answer {
     let (reason, sentence) = page_text(status);
     let body = format!("<html><body><h1>{status} {reason}</h1>\n{sentence}\n</body></html>\n");
-    let close = if page_says_close(status) {
-        "Connection: close\r\n"
-    } else {
-        ""
-    };
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-length: {}\r\nCache-Control: no-cache\r\n{close}Content-Type: text/html\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
+    let mut page = Answer::new(status);
+    page.reason = reason.as_bytes().to_vec();
+    page.push(b"Content-length", body.len().to_string().as_bytes());
+    page.push(b"Cache-Control", b"no-cache");
+    if page_says_close(status) {
+        page.push(b"Connection", b"close");
+    }
+    page.push(b"Content-Type", b"text/html");
+    page.body = body.into_bytes();
+    page
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn error_page_is_a_valid_response() {
-        let page = super::error_page(503);
+        let page = super::error_page(503).to_h1();
         let r = crate::parse_response(&page, false).unwrap().unwrap();
         assert_eq!(r.status, 503);
         assert!(r.must_close);
@@ -168,13 +167,13 @@ mod tests {
 
     #[test]
     fn pages_carry_haproxy_texts() {
-        let page = String::from_utf8(super::error_page(400)).unwrap();
+        let page = String::from_utf8(super::error_page(400).to_h1()).unwrap();
         assert!(page.starts_with("HTTP/1.1 400 Bad request\r\n"), "{page}");
         assert!(page.ends_with(
             "\r\n\r\n<html><body><h1>400 Bad request</h1>\nYour browser sent an invalid request.\n</body></html>\n"
         ));
         // HAProxy's content-length for its 504 page is 92.
-        assert!(String::from_utf8(super::error_page(504))
+        assert!(String::from_utf8(super::error_page(504).to_h1())
             .unwrap()
             .contains("content-length: 92\r\n"));
     }

@@ -12,6 +12,7 @@
 //! Invariant: a request head that parses successfully has exactly one framing
 //! ([`Framing`]) and, for HTTP/1.1, exactly one valid Host.
 
+mod answer;
 mod chunked;
 mod errors;
 mod head;
@@ -21,6 +22,7 @@ mod request;
 mod response;
 mod view;
 
+pub use answer::Answer;
 pub use chunked::{push_chunk, push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
 pub use errors::{error_page, page_says_close, raw_error_page, reason};
 pub use head::{push_header, trim_ows, Fields, Framing, Header, Version};

@@ -2,10 +2,11 @@
 //! response, whichever protocol carried it. Rules, routing, compression decisions and the
 //! head writers work on these views, never on a protocol's own head type.
 //!
-//! Two kinds of head so far: HTTP/1 heads (byte ranges into the connection's buffer) and
-//! HTTP/2 heads as the `h2` crate decodes them (`http::request::Parts` and
-//! `http::response::Parts`, whose values are shared bytes, never copied here). A view is
-//! `Copy` and borrows the head: it lives no longer than the bytes it shows.
+//! Three kinds of head: HTTP/1 heads (byte ranges into the connection's buffer), HTTP/2
+//! heads as the `h2` crate decodes them (`http::request::Parts` and `http::response::Parts`,
+//! whose values are shared bytes, never copied here), and the proxy's own answers
+//! ([`crate::Answer`], responses only). A view is `Copy` and borrows the head: it lives no
+//! longer than the bytes it shows.
 //!
 //! Invariant: both kinds answer alike for the same message. An HTTP/2 request's
 //! `:authority` reads as its `Host` (first, as HTTP/1.1 puts it), its body without a
@@ -14,7 +15,7 @@
 //! a length reads as `Content-Length: 0`, as a server of HTTP/1.1 would have said.
 
 use crate::head::{Framing, Version};
-use crate::{name_is, RequestHead, ResponseHead};
+use crate::{name_is, Answer, RequestHead, ResponseHead};
 
 /// A request head.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +52,7 @@ enum HeadersKind<'a> {
         authority: bool,
         fields: http::header::Iter<'a, http::HeaderValue>,
     },
+    Answer(std::slice::Iter<'a, (Vec<u8>, Vec<u8>)>),
 }
 
 impl<'a> Iterator for Headers<'a> {
@@ -72,6 +74,7 @@ impl<'a> Iterator for Headers<'a> {
                 let low = if *authority { extra } else { low };
                 (low, high.map(|h| h + extra))
             }
+            HeadersKind::Answer(fields) => fields.size_hint(),
         }
     }
 
@@ -100,6 +103,7 @@ impl<'a> Iterator for Headers<'a> {
                     return Some((name.as_str().as_bytes(), value.as_bytes()));
                 }
             }
+            HeadersKind::Answer(fields) => fields.next().map(|(n, v)| (&n[..], &v[..])),
         }
     }
 }
@@ -322,6 +326,7 @@ enum ResponseKind<'a> {
         parts: &'a http::response::Parts,
         framing: Framing,
     },
+    Answer(&'a Answer),
 }
 
 impl<'a> ResponseView<'a> {
@@ -329,6 +334,13 @@ impl<'a> ResponseView<'a> {
     pub fn h1(buf: &'a [u8], head: &'a ResponseHead) -> Self {
         ResponseView {
             kind: ResponseKind::H1 { buf, head },
+        }
+    }
+
+    /// The head of one of the proxy's own answers.
+    pub fn answer(answer: &'a Answer) -> Self {
+        ResponseView {
+            kind: ResponseKind::Answer(answer),
         }
     }
 
@@ -356,6 +368,7 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { head, .. } => head.status,
             ResponseKind::H2 { parts, .. } => parts.status.as_u16(),
+            ResponseKind::Answer(a) => a.status,
         }
     }
 
@@ -364,6 +377,7 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { buf, head } => &buf[head.reason.clone()],
             ResponseKind::H2 { .. } => b"",
+            ResponseKind::Answer(a) => &a.reason,
         }
     }
 
@@ -371,6 +385,7 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { head, .. } => head.version,
             ResponseKind::H2 { .. } => Version::Http2,
+            ResponseKind::Answer(a) => a.version,
         }
     }
 
@@ -379,6 +394,12 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { head, .. } => head.framing,
             ResponseKind::H2 { framing, .. } => framing,
+            // The length it announces (an `errorfile` may say one), else its body's.
+            ResponseKind::Answer(a) => Framing::Length(
+                a.header("content-length")
+                    .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok())
+                    .unwrap_or(a.body.len() as u64),
+            ),
         }
     }
 
@@ -388,6 +409,7 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { head, .. } => head.must_close,
             ResponseKind::H2 { .. } => false,
+            ResponseKind::Answer(a) => a.says_close(),
         }
     }
 
@@ -396,6 +418,7 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { buf, head } => h1_header(buf, &head.headers, lower),
             ResponseKind::H2 { parts, .. } => parts.headers.get(lower).map(|v| v.as_bytes()),
+            ResponseKind::Answer(a) => a.header(lower),
         }
     }
 
@@ -411,6 +434,7 @@ impl<'a> ResponseView<'a> {
                 authority: false,
                 fields: parts.headers.iter(),
             },
+            ResponseKind::Answer(a) => HeadersKind::Answer(a.fields.iter()),
         };
         Headers { kind }
     }
@@ -419,7 +443,9 @@ impl<'a> ResponseView<'a> {
     pub fn is_hop_by_hop(&self, name: &[u8]) -> bool {
         match self.kind {
             ResponseKind::H1 { head, .. } => head.is_hop_by_hop(name),
-            ResponseKind::H2 { .. } => crate::request::is_hop_by_hop(name, &[]),
+            ResponseKind::H2 { .. } | ResponseKind::Answer(_) => {
+                crate::request::is_hop_by_hop(name, &[])
+            }
         }
     }
 }

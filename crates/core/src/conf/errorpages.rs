@@ -10,7 +10,7 @@ use super::rules::Reply;
 /// (`http-error ... lf-string|lf-file|hdr`).
 #[derive(Debug, Clone)]
 pub enum Page {
-    Static(Arc<[u8]>),
+    Static(Arc<sluice_http::Answer>),
     Reply(Arc<Reply>),
 }
 

@@ -155,7 +155,7 @@ pub struct Reply {
     pub hdrs: Vec<(String, Fmt)>,
     /// `errorfile FILE`: the whole response as the file has it (status line and headers
     /// included); the other fields are unused.
-    pub raw: Option<Vec<u8>>,
+    pub raw: Option<sluice_http::Answer>,
     /// `errorfiles NAME`: the page of this status in that `http-errors` section, and the
     /// rule's line; made `raw` (or the reply the section has) once every section is known.
     pub errorfiles: Option<(String, super::loc::Loc)>,

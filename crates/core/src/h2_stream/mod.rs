@@ -196,7 +196,7 @@ impl PeerSettings {
 
 /// A server's answer on a stream to it ([`H2Stream::response`]).
 #[derive(Debug)]
-pub struct Answer {
+pub struct ServerAnswer {
     pub parts: http::response::Parts,
     /// The stream carries no body.
     pub ended: bool,
@@ -333,7 +333,7 @@ impl H2Stream {
     /// aside), or the bytes of the tunnel it opened.
     /// A stream the server refused unprocessed fails with [`Refused`]; one reset or gone
     /// with `UnexpectedEof`.
-    pub async fn response(&self) -> io::Result<Answer> {
+    pub async fn response(&self) -> io::Result<ServerAnswer> {
         std::future::poll_fn(|cx| self.lock().poll_response(cx)).await
     }
 
@@ -555,7 +555,7 @@ impl State {
     }
 
     /// Takes the server's answer once it comes (see [`H2Stream::response`]).
-    fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Answer>> {
+    fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ServerAnswer>> {
         if self.refused {
             return Poll::Ready(Err(refused_error()));
         }
@@ -592,7 +592,7 @@ impl State {
             .accept
             .take()
             .filter(|_| opened == Some(Tunnel::WebSocket));
-        Poll::Ready(Ok(Answer {
+        Poll::Ready(Ok(ServerAnswer {
             parts,
             ended,
             opened,

@@ -6,6 +6,8 @@
 
 use std::fmt::Write as _;
 
+use sluice_http::Answer;
+
 use super::render::{csv, json};
 use super::row::{Cell, Kind, Row};
 use super::{collect, Filter};
@@ -29,10 +31,10 @@ pub struct PageRequest<'a> {
 }
 
 /// The whole response (head and body) for a request on the page.
-pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
+pub fn answer(p: &Process, req: &PageRequest<'_>) -> Answer {
     if req.rule == Some(&StatsRule::Deny) {
         return response(
-            "403 Forbidden",
+            403,
             &[("content-type", "text/plain")],
             b"403 Forbidden: this page is not available to this request.\n",
         );
@@ -49,7 +51,7 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
             .unwrap_or("sluice statistics");
         let body = "401 Unauthorized: this page needs a user name and a password.\n";
         return response(
-            "401 Unauthorized",
+            401,
             &[
                 ("content-type", "text/plain"),
                 ("www-authenticate", &format!("Basic realm=\"{realm}\"")),
@@ -63,14 +65,14 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
     if req.method.eq_ignore_ascii_case(b"POST") {
         if !req.admin {
             return response(
-                "403 Forbidden",
+                403,
                 &[("content-type", "text/plain")],
                 b"403 Forbidden: server actions are not allowed here.\n",
             );
         }
         let status = act(p, req.body);
         let location = format!("{};st={status}", req.page.uri());
-        return response("303 See Other", &[("location", &location)], b"");
+        return response(303, &[("location", &location)], b"");
     }
     // `;scope=TEXT`: only the proxies whose name contains it (case ignored), as HAProxy.
     let scope = opts
@@ -84,7 +86,7 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
     }
     let data = |content_type: &str, body: String| {
         response(
-            "200 OK",
+            200,
             &[
                 ("content-type", content_type),
                 ("cache-control", "no-cache"),
@@ -101,7 +103,7 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
     let done = opts.iter().find_map(|o| o.strip_prefix("st="));
     let html = html(p, req, &rows, !opts.contains(&"norefresh"), done);
     response(
-        "200 OK",
+        200,
         &[
             ("content-type", "text/html; charset=utf-8"),
             ("cache-control", "no-cache"),
@@ -110,14 +112,11 @@ pub fn answer(p: &Process, req: &PageRequest<'_>) -> Vec<u8> {
     )
 }
 
-fn response(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut out = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n", body.len());
+fn response(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut out = Answer::with_body(status, body.to_vec());
     for (n, v) in headers {
-        let _ = write!(out, "{n}: {v}\r\n");
+        out.push(n.as_bytes(), v.as_bytes());
     }
-    out.push_str("\r\n");
-    let mut out = out.into_bytes();
-    out.extend_from_slice(body);
     out
 }
 

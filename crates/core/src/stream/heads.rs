@@ -5,7 +5,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use sluice_http::{name_is, reason, split_target, Framing, RequestView, ResponseView, Version};
+use sluice_http::{
+    name_is, reason, split_target, Answer, Framing, RequestView, ResponseView, Version,
+};
 
 use super::keywords::{in_net, ForwardFor};
 use crate::compression::{self, Algo};
@@ -42,10 +44,10 @@ pub(crate) struct Edits {
     /// `early-hint`: the headers of a 103 answer.
     pub early_hints: Vec<(String, Vec<u8>)>,
     /// `http-response deny`: the status, and the rule's own answer if it gave one.
-    pub denied: Option<(u16, Option<Vec<u8>>)>,
+    pub denied: Option<(u16, Option<Answer>)>,
     /// `http-response return`: the answer that replaces the server's, and its status
     /// (`None`: the proxy's error page of that status).
-    pub returned: Option<(u16, Option<Vec<u8>>)>,
+    pub returned: Option<(u16, Option<Answer>)>,
     /// `http-response silent-drop`: the client's connection was silenced, to be closed.
     pub dropped: bool,
     /// `http-request cache-use`: the request's key and what it allows of the cache.
@@ -84,12 +86,12 @@ impl Edits {
             match &rule.action {
                 Action::Allow => break,
                 Action::Deny { status, reply } => {
-                    self.denied = Some((*status, reply.as_ref().map(|r| reply_bytes(r, cx))));
+                    self.denied = Some((*status, reply.as_ref().map(|r| reply_answer(r, cx))));
                     break;
                 }
                 Action::Return(reply) => {
                     // (`default-errorfiles`: the proxy's page, which the relay has.)
-                    let page = (!reply.default_page).then(|| reply_bytes(reply, cx));
+                    let page = (!reply.default_page).then(|| reply_answer(reply, cx));
                     self.returned = Some((reply.status, page));
                     cx.vars.note_rule(rule);
                     break;
@@ -301,7 +303,7 @@ impl Edits {
     }
 }
 
-pub(crate) fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Vec<u8> {
+pub(crate) fn local_response(status: u16, content_type: Option<&str>, body: &[u8]) -> Answer {
     local_response_with(status, content_type, &[], body)
 }
 
@@ -311,28 +313,21 @@ pub(crate) fn local_response_with(
     content_type: Option<&str>,
     headers: &[(&str, Vec<u8>)],
     body: &[u8],
-) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
-        reason(status),
-        body.len()
-    )
-    .into_bytes();
+) -> Answer {
+    let mut page = Answer::with_body(status, body.to_vec());
     if let Some(ct) = content_type {
-        out.extend_from_slice(format!("content-type: {ct}\r\n").as_bytes());
+        page.push(b"content-type", ct.as_bytes());
     }
     for (n, v) in headers {
-        push_header(&mut out, n.as_bytes(), v);
+        page.push(n.as_bytes(), v);
     }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
-    out
+    page
 }
 
 /// The answer of a `return`, or of a `deny`/`tarpit` with a payload.
-pub(crate) fn reply_bytes(r: &Reply, cx: &Ctx<'_>) -> Vec<u8> {
+pub(crate) fn reply_answer(r: &Reply, cx: &Ctx<'_>) -> Answer {
     if let Some(raw) = &r.raw {
-        return raw.clone();
+        return Answer::clone(raw);
     }
     let rendered = r.lf.as_ref().map(|f| f.render(cx));
     let body = rendered.as_deref().unwrap_or(&r.body);
@@ -387,12 +382,7 @@ impl SeenResponse {
 }
 
 /// The response of a `redirect` (`http-request`, or `http-response` with `location`).
-pub(super) fn redirect(
-    r: &Redirect,
-    req: &RequestView<'_>,
-    edits: &Edits,
-    cx: &Ctx<'_>,
-) -> Vec<u8> {
+pub(super) fn redirect(r: &Redirect, req: &RequestView<'_>, edits: &Edits, cx: &Ctx<'_>) -> Answer {
     let target = edits.target.as_deref().unwrap_or(req.target());
     let (_, path, query) = split_target(target);
     let mut path = path.to_vec();
@@ -422,54 +412,21 @@ pub(super) fn redirect(
             tail(out)
         }
     };
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\ncontent-length: 0\r\nlocation: ",
-        r.code,
-        reason(r.code)
-    )
-    .into_bytes();
-    out.extend_from_slice(&location);
-    out.extend_from_slice(b"\r\n");
+    let mut page = Answer::with_body(r.code, Vec::new());
+    page.push(b"location", &location);
     if let Some(c) = &r.set_cookie {
         let c = if c.contains('=') {
             c.clone()
         } else {
             format!("{c}=")
         };
-        out.extend_from_slice(format!("set-cookie: {c}; path=/\r\n").as_bytes());
+        page.push(b"set-cookie", format!("{c}; path=/").as_bytes());
     }
     if let Some(c) = &r.clear_cookie {
-        out.extend_from_slice(
-            format!(
-                "set-cookie: {c}=; Max-Age=0; Expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/\r\n"
-            )
-            .as_bytes(),
-        );
+        let expired = format!("{c}=; Max-Age=0; Expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/");
+        page.push(b"set-cookie", expired.as_bytes());
     }
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
-/// Inserts `connection: close` into a locally generated response that lacks it.
-pub(crate) fn with_close(bytes: Vec<u8>) -> Vec<u8> {
-    if bytes.is_empty() {
-        // An empty error page (`errorfile CODE /dev/null`): nothing is sent.
-        return bytes;
-    }
-    let head_end = memchr::memmem::find(&bytes, b"\r\n\r\n").unwrap_or(bytes.len());
-    if memchr::memmem::find(
-        &bytes[..head_end].to_ascii_lowercase(),
-        b"connection: close",
-    )
-    .is_some()
-    {
-        return bytes;
-    }
-    let mut out = Vec::with_capacity(bytes.len() + 19);
-    out.extend_from_slice(&bytes[..head_end + 2]);
-    out.extend_from_slice(b"connection: close\r\n");
-    out.extend_from_slice(&bytes[head_end + 2..]);
-    out
+    page
 }
 
 /// The forwardfor setting that applies: the backend's, else the frontend's.
@@ -758,6 +715,31 @@ fn response_status<'a>(rsp: &ResponseView<'a>, edits: &'a Edits) -> (u16, &'a [u
     (status, phrase)
 }
 
+impl FieldOut for Answer {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.push(name, value);
+    }
+}
+
+/// One of the proxy's answers (`rsp`, a view of it) after the rules' `edits`, its fields as
+/// [`write_response_head`] writes them, without its body.
+pub(crate) fn answer_fields(rsp: &ResponseView<'_>, edits: &Edits) -> Answer {
+    let (status, phrase) = response_status(rsp, edits);
+    let mut out = Answer::new(status);
+    out.reason = phrase.to_vec();
+    out.version = rsp.version();
+    response_fields(&mut out, rsp, edits, None);
+    if let Framing::Length(n) = rsp.framing() {
+        out.push(b"content-length", Digits::new(n).as_bytes());
+    }
+    match (rsp.must_close(), rsp.version() == Version::Http10) {
+        (true, false) => out.push(b"connection", b"close"),
+        (false, true) => out.push(b"connection", b"keep-alive"),
+        _ => {}
+    }
+    out
+}
+
 /// Writes a response head for an HTTP/1 client. `client` is `None` for interim (1xx)
 /// responses; otherwise (framing sent to the client, keep-alive, client version, length
 /// to repeat for HEAD/304).
@@ -1002,21 +984,5 @@ mod tests {
         edits.status = Some((503, None));
         let res = client_response(&view, &edits, None, None).unwrap();
         assert_eq!(res.status(), 503);
-    }
-
-    #[test]
-    fn close_is_inserted_once() {
-        let r = with_close(local_response(200, Some("text/plain"), b"hi"));
-        let text = String::from_utf8(r).unwrap();
-        assert!(text.contains("connection: close\r\n"));
-        assert!(text.ends_with("\r\n\r\nhi"));
-        let again = with_close(text.into_bytes());
-        assert_eq!(
-            String::from_utf8(again)
-                .unwrap()
-                .matches("connection: close")
-                .count(),
-            1
-        );
     }
 }

@@ -15,12 +15,14 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_http::{push_chunk_header, ChunkedDecoder, ChunkedOut, Framing, ResponseView, Version};
+use sluice_http::{
+    push_chunk_header, Answer, ChunkedDecoder, ChunkedOut, Framing, ResponseView, Version,
+};
 
 use super::body_wait::{self, BodyWait, Buffered, Progress};
 use super::connect::ServerConn;
 use super::deadline::within;
-use super::heads::{push_header, send_h2_head, with_close, write_response_head, Edits};
+use super::heads::{push_header, send_h2_head, write_response_head, Edits};
 use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
@@ -128,13 +130,14 @@ impl Txn {
                 // `http-response return`: the proxy's answer instead of the server's, whose
                 // response is dropped with its connection.
                 let backend = Some(conn.backend);
-                let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
-                let bytes = with_close(super::reply::after_response(s, backend, None, page));
+                let page = page.unwrap_or_else(|| s.error_answer(status, backend));
+                let mut page = super::reply::after_response(s, backend, None, page);
+                page.close();
                 self.answered_instead(s, &rsp, head_in);
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"LH");
-                self.log.bytes += super::report::htx_message_size(&bytes);
-                s.write_page(&bytes)
+                self.log.bytes += super::report::htx_answer_size(&page);
+                s.write_page(&page)
                     .await
                     .map_err(|c| Fail::drop(c, Phase::Headers))?;
                 return Ok(false);
@@ -401,17 +404,18 @@ impl Txn {
         s: &mut Session,
         (rsp, head_in): (&ServerHead, u64),
         backend: usize,
-        (status, page): (u16, Option<Vec<u8>>),
+        (status, page): (u16, Option<Answer>),
     ) -> Result<bool, Fail> {
         let backend = Some(backend);
-        let page = page.unwrap_or_else(|| s.error_bytes(status, backend));
-        let bytes = with_close(super::reply::after_response(s, backend, None, page));
+        let page = page.unwrap_or_else(|| s.error_answer(status, backend));
+        let mut page = super::reply::after_response(s, backend, None, page);
+        page.close();
         self.answered_instead(s, rsp, head_in);
         self.log.local = Some(Local::DeniedResponse);
         self.log.status = i64::from(status);
         self.log.term = Some(*b"PH");
-        self.log.bytes += super::report::htx_message_size(&bytes);
-        s.write_page(&bytes)
+        self.log.bytes += super::report::htx_answer_size(&page);
+        s.write_page(&page)
             .await
             .map_err(|c| Fail::drop(c, Phase::Headers))?;
         Ok(false)

@@ -1,26 +1,17 @@
-//! The answers the proxy makes itself (redirects, `use-service` pages, the head of a local
-//! response after the `http-after-response` rules), as HTTP/1.1 bytes for now (issue 36
-//! makes them protocol-neutral replies).
+//! The answers the proxy makes itself (`use-service` pages, `monitor-uri`, the
+//! `http-after-response` rules over a local answer) as [`Answer`]s, which the client's codec
+//! writes (`Session::write_page`).
 
-use sluice_http::{RequestView, ResponseView, Version};
+use sluice_http::{Answer, RequestView, ResponseView};
 
-use super::heads::{local_response, write_response_head, Edits};
+use super::heads::{answer_fields, local_response, Edits};
 use super::session::Session;
 use crate::rules::Service;
 use crate::sample::Ctx;
 use crate::stats;
 
-/// Applies frontend rules, routing, then backend rules, and picks a server.
-/// The status code of a response the proxy wrote itself.
-pub(super) fn status_of(bytes: &[u8]) -> i64 {
-    std::str::from_utf8(bytes.get(9..12).unwrap_or_default())
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(-1)
-}
-
 /// The response of a built-in service.
-pub(super) fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Vec<u8> {
+pub(super) fn serve(s: &Session, service: Service, req: &RequestView<'_>) -> Answer {
     match service {
         Service::PrometheusExporter => {
             let target = req.target();
@@ -67,34 +58,21 @@ pub(super) fn origin_form(target: &[u8]) -> &[u8] {
     }
 }
 
-/// `page` (a whole response) with one more header, after its status line.
-pub(super) fn with_header(mut page: Vec<u8>, name: &str, value: &str) -> Vec<u8> {
-    let Some(eol) = page.windows(2).position(|w| w == b"\r\n") else {
-        return page;
-    };
-    let line = format!("{name}: {value}\r\n");
-    page.splice(eol + 2..eol + 2, line.into_bytes());
-    page
-}
-
 /// A response the proxy wrote itself, through the `http-after-response` rules of the
 /// backend (if any) then the frontend. `req`: the request, when still buffered.
 pub(super) fn after_response(
     s: &Session,
     backend: Option<usize>,
     req: Option<&RequestView<'_>>,
-    bytes: Vec<u8>,
-) -> Vec<u8> {
+    page: Answer,
+) -> Answer {
     let config = s.w.config();
     let be_rules = backend.map_or(&[][..], |b| &config.backends[b].rules.http_after_response);
     let fe_rules = &s.frontend().rules.http_after_response;
-    if be_rules.is_empty() && fe_rules.is_empty() {
-        return bytes;
+    if page.silent || (be_rules.is_empty() && fe_rules.is_empty()) {
+        return page;
     }
-    let Ok(Some(rsp)) = sluice_http::parse_response(&bytes, false) else {
-        return bytes;
-    };
-    let view = ResponseView::h1(&bytes, &rsp);
+    let view = ResponseView::answer(&page);
     let cx = Ctx {
         backend,
         req,
@@ -106,11 +84,9 @@ pub(super) fn after_response(
     for rules in [be_rules, fe_rules] {
         edits.response_rules(rules, &cx);
     }
-    let mut out = Vec::with_capacity(bytes.len() + 64);
-    let client = (rsp.framing, !rsp.must_close, Version::Http11, None);
-    write_response_head(&mut out, &view, &edits, Some(client), None);
-    out.extend_from_slice(&bytes[rsp.len..]);
-    out
+    let mut edited = answer_fields(&view, &edits);
+    edited.body = page.body;
+    edited
 }
 
 #[cfg(test)]

@@ -274,12 +274,22 @@ pub(crate) fn head_size(req: &RequestView<'_>, wire: &[u8]) -> (u64, u64) {
     (wire_len as u64, htx as u64 + 1)
 }
 
-/// [`htx_head_size`] of a whole message (head and body) the proxy answers with itself.
-pub(crate) fn htx_message_size(bytes: &[u8]) -> u64 {
-    match memchr::memmem::find(bytes, b"\r\n\r\n") {
-        Some(at) => htx_head_size(&bytes[..at + 4]) + (bytes.len() - at - 4) as u64,
-        None => bytes.len() as u64,
+/// What HAProxy counts for one of the proxy's own answers (head as [`htx_head_size`]
+/// counts it, and body): nothing for a silent one.
+pub(crate) fn htx_answer_size(page: &sluice_http::Answer) -> u64 {
+    if page.silent {
+        return 0;
     }
+    // The start line without its two separators: version, status digits, reason.
+    let digits = super::heads::Digits::new(u64::from(page.status));
+    let start = "HTTP/1.1".len() + digits.as_bytes().len();
+    let fields: usize = page
+        .fields
+        .iter()
+        .filter(|(n, _)| !n.eq_ignore_ascii_case(b"connection"))
+        .map(|(n, v)| n.len() + v.len())
+        .sum();
+    (20 + start + page.reason.len() + fields + 1 + page.body.len()) as u64
 }
 
 pub(crate) fn captures<'h>(
@@ -548,7 +558,9 @@ mod tests {
         let ok = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\n";
         assert_eq!(super::htx_head_size(ok) + 12, 84);
         let page = sluice_http::error_page(503);
-        let head = &page[..page.len() - 107];
-        assert_eq!(super::htx_head_size(head) + 107, 217);
+        assert_eq!(page.body.len(), 107);
+        assert_eq!(super::htx_answer_size(&page), 217);
+        let text = page.to_h1();
+        assert_eq!(super::htx_head_size(&text[..text.len() - 107]) + 107, 217);
     }
 }

@@ -6,11 +6,11 @@
 use crate::conf::stream::RestrictNames;
 use std::net::SocketAddr;
 
-use sluice_http::{RequestHead, RequestView};
+use sluice_http::{Answer, RequestHead, RequestView};
 
 use super::heads::redirect;
-use super::heads::{edited_request, reply_bytes, Edits};
-use super::reply::{monitor_matches, serve, with_header};
+use super::heads::{edited_request, reply_answer, Edits};
+use super::reply::{monitor_matches, serve};
 use super::session::Session;
 use crate::balance::{self, PickKey};
 use crate::cookie;
@@ -22,8 +22,8 @@ pub(crate) type StickKeys = Vec<(std::sync::Arc<crate::stick::Table>, crate::sti
 
 /// The routing decision for a request, computed from its head.
 pub(super) enum Route {
-    /// Answer locally with these bytes; `close` when the connection cannot continue.
-    Respond { bytes: Vec<u8>, close: bool },
+    /// Answer locally with this page; `close` when the connection cannot continue.
+    Respond { page: Answer, close: bool },
     /// Answer with the error page for this status (the backend's pages win when known);
     /// `denied` when a rule refused the request.
     Error {
@@ -31,13 +31,13 @@ pub(super) enum Route {
         backend: Option<usize>,
         denied: bool,
         /// The rule's own answer (`deny ... string ...`), instead of the error page.
-        page: Option<Vec<u8>>,
+        page: Option<Answer>,
     },
     /// Hold the connection for `timeout tarpit`, then answer as `Error` does (denied).
     Tarpit {
         status: u16,
         backend: Option<usize>,
-        page: Option<Vec<u8>>,
+        page: Option<Answer>,
     },
     Forward {
         backend: usize,
@@ -123,7 +123,7 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
         } else {
             // HAProxy's 200 page (or the `errorfile 200` in its place), then close.
             Route::Respond {
-                bytes: s.error_page_for(200, None, Some(req)),
+                page: s.error_page_for(200, None, Some(req)),
                 close: true,
             }
         };
@@ -353,23 +353,20 @@ pub(super) fn apply_rules(
         }
         let edited = match &rule.action {
             Action::Return(reply) => {
-                let bytes = if reply.default_page {
+                let page = if reply.default_page {
                     s.error_page_for(reply.status, backend, Some(&now))
                 } else {
-                    reply_bytes(reply, &cx)
+                    reply_answer(reply, &cx)
                 };
                 cx.vars.note_rule(rule);
-                return Some(Route::Respond {
-                    bytes,
-                    close: false,
-                });
+                return Some(Route::Respond { page, close: false });
             }
             Action::Deny { status, reply } => {
                 return Some(Route::Error {
                     status: *status,
                     backend,
                     denied: true,
-                    page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
+                    page: reply.as_ref().map(|r| reply_answer(r, &cx)),
                 })
             }
             Action::Auth(realm) => {
@@ -379,23 +376,23 @@ pub(super) fn apply_rules(
                     None => &s.frontend().name,
                 });
                 let ask = s.frontend().stream.auth_fields(now.target());
-                let page = s.error_page_for(ask.status, backend, Some(&now));
+                let mut page = s.error_page_for(ask.status, backend, Some(&now));
+                let challenge = format!("Basic realm=\"{realm}\"");
+                // Right after the status line, as HAProxy writes it.
+                let field = (ask.challenge.as_bytes().to_vec(), challenge.into_bytes());
+                page.fields.insert(0, field);
                 return Some(Route::Error {
                     status: ask.status,
                     backend,
                     denied: false,
-                    page: Some(with_header(
-                        page,
-                        ask.challenge,
-                        &format!("Basic realm=\"{realm}\""),
-                    )),
+                    page: Some(page),
                 });
             }
             Action::Tarpit { status, reply } => {
                 return Some(Route::Tarpit {
                     status: *status,
                     backend,
-                    page: reply.as_ref().map(|r| reply_bytes(r, &cx)),
+                    page: reply.as_ref().map(|r| reply_answer(r, &cx)),
                 })
             }
             Action::Reject => return Some(Route::Reject { backend }),
@@ -478,13 +475,13 @@ pub(super) fn apply_rules(
             }
             Action::UseService(service) => {
                 return Some(Route::Respond {
-                    bytes: serve(s, *service, req),
+                    page: serve(s, *service, req),
                     close: false,
                 })
             }
             Action::Redirect(r) => {
                 return Some(Route::Respond {
-                    bytes: redirect(r, req, edits, &cx),
+                    page: redirect(r, req, edits, &cx),
                     close: false,
                 })
             }

@@ -17,11 +17,11 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use sluice_http::{error_page, parse_request_limited, HeadError, RequestHead, RequestView};
+use sluice_http::{error_page, parse_request_limited, Answer, HeadError, RequestHead, RequestView};
 
 use super::connect::ServerConn;
 use super::deadline::within;
-use super::heads::{reply_bytes, with_close};
+use super::heads::reply_answer;
 use super::report::{Cause, Fail, Phase, ReqLog};
 use crate::buffer::Buf;
 use crate::clock;
@@ -325,21 +325,21 @@ impl Session {
 
     /// The error response for `status`: a backend's `errorfile`/`http-error` page, else the
     /// frontend's, else the built-in one.
-    pub fn error_bytes(&self, status: u16, backend: Option<usize>) -> Vec<u8> {
+    pub fn error_answer(&self, status: u16, backend: Option<usize>) -> Answer {
         self.error_page_for(status, backend, None)
     }
 
     /// The size HAProxy counts for the error page it answers `status` with (`%B`): its
     /// HTX form, with the `Connection: close` of HAProxy's built-in 400 and 408 pages.
     pub fn error_page_size(&self, status: u16, backend: Option<usize>) -> u64 {
-        let page = self.error_bytes(status, backend);
+        let page = self.error_answer(status, backend);
         let builtin = self.custom_page(status, backend).is_none();
         let close = if builtin && sluice_http::page_says_close(status) {
             "connection".len() + "close".len()
         } else {
             0
         };
-        super::report::htx_message_size(&page) + close as u64
+        super::report::htx_answer_size(&page) + close as u64
     }
 
     /// The page configured for `status` (`errorfile`, `http-error`), the backend's first.
@@ -349,24 +349,26 @@ impl Session {
             .or_else(|| self.frontend().errors.get(status))
     }
 
-    /// [`Self::error_bytes`] for a request still at hand: a page rendered per request
+    /// [`Self::error_answer`] for a request still at hand: a page rendered per request
     /// (`http-error ... lf-string`) sees it.
     pub fn error_page_for(
         &self,
         status: u16,
         backend: Option<usize>,
         req: Option<&RequestView<'_>>,
-    ) -> Vec<u8> {
+    ) -> Answer {
         match self.custom_page(status, backend) {
             None => error_page(status),
-            Some(Page::Static(bytes)) => bytes.to_vec(),
+            Some(Page::Static(page)) => Answer::clone(page),
             Some(Page::Reply(r)) => {
                 let cx = Ctx {
                     backend,
                     req,
                     ..self.sample_ctx_base()
                 };
-                with_close(reply_bytes(r, &cx))
+                let mut page = reply_answer(r, &cx);
+                page.close();
+                page
             }
         }
     }
@@ -382,7 +384,7 @@ impl Session {
         };
         let page = match self.frontend().errors.get(status) {
             None => sluice_http::raw_error_page(status),
-            Some(_) => self.error_bytes(status, None),
+            Some(_) => self.error_answer(status, None),
         };
         let _ = within(Some(Duration::from_secs(5)), self.write_page(&page)).await;
         self.close_gracefully().await;
@@ -392,7 +394,7 @@ impl Session {
         let Some(status) = status else {
             return;
         };
-        let page = self.error_bytes(status, backend);
+        let page = self.error_answer(status, backend);
         let _ = within(Some(Duration::from_secs(5)), self.write_page(&page)).await;
         self.close_gracefully().await;
     }
@@ -442,29 +444,26 @@ impl Session {
     /// an HTTP/1 client; to an HTTP/2 stream, its head as HEADERS made from the page's
     /// fields (read once here: the stream takes heads, never text) and its body as DATA.
     /// An empty page (`errorfile CODE /dev/null`) sends nothing.
-    pub async fn write_page(&mut self, page: &[u8]) -> Result<(), Cause> {
-        let Some(stream) = self.client.as_stream() else {
-            if self.frontend().stream.case_adjust_client {
-                let mut page = page.to_vec();
-                self.w.config().global.case_adjust.apply(&mut page);
-                return self.write_client(&page).await;
-            }
-            return self.write_client(page).await;
-        };
-        if page.is_empty() {
+    /// Sends one of the proxy's own answers in the client's protocol: as HTTP/1 text, or
+    /// as HEADERS (made from its fields, `heads::send_h2_head`, the relay's writer) and
+    /// DATA to an HTTP/2 stream. A silent answer sends nothing.
+    pub async fn write_page(&mut self, page: &Answer) -> Result<(), Cause> {
+        if page.silent {
             return Ok(());
         }
-        let closed = |e| Cause::ClientClosed(Some(e));
-        let Ok(Some(head)) = sluice_http::parse_response(page, false) else {
-            stream.abort();
-            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, "a malformed page");
-            return Err(closed(e));
+        let Some(stream) = self.client.as_stream() else {
+            let mut text = page.to_h1();
+            if self.frontend().stream.case_adjust_client {
+                self.w.config().global.case_adjust.apply(&mut text);
+            }
+            return self.write_client(&text).await;
         };
-        let view = sluice_http::ResponseView::h1(page, &head);
-        let framed = (head.framing, None);
+        let closed = |e| Cause::ClientClosed(Some(e));
+        let view = sluice_http::ResponseView::answer(page);
+        let framed = (view.framing(), None);
         super::heads::send_h2_head(stream, &view, &Default::default(), framed, None)
             .map_err(closed)?;
-        self.write_client(&page[head.len..]).await
+        self.write_client(&page.body).await
     }
 
     pub async fn write_client(&mut self, bytes: &[u8]) -> Result<(), Cause> {

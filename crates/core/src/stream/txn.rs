@@ -12,14 +12,14 @@ use std::io;
 use std::time::Duration;
 
 use sluice_http::{
-    parse_response, parse_response_limited, ChunkedDecoder, ChunkedOut, Framing, RequestHead,
-    ResponseHead, ResponseView, Version,
+    parse_response, parse_response_limited, Answer, ChunkedDecoder, ChunkedOut, Framing,
+    RequestHead, ResponseHead, ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, originalto, server_request, upgrade_request, with_close,
+    build_request_head, forwardfor, originalto, server_request, upgrade_request,
     write_response_head, Edits,
 };
 use super::keywords::CloseMode;
@@ -27,7 +27,7 @@ use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase, ReqLog};
 
 use super::body_wait::{self, BodyWait, Progress};
-use super::reply::{after_response, status_of};
+use super::reply::after_response;
 use super::route::{route, Route, StickKeys};
 use super::session::{ClientHead, Session};
 use crate::balance::PickKey;
@@ -333,7 +333,7 @@ fn early_status(mut bytes: &[u8]) -> Option<u16> {
 pub(super) enum ServerHead {
     H1(ResponseHead),
     H2 {
-        answer: Box<crate::h2_stream::Answer>,
+        answer: Box<crate::h2_stream::ServerAnswer>,
         head_request: bool,
     },
 }
@@ -518,14 +518,14 @@ impl Txn {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Denied);
                 let page = page.unwrap_or_else(|| s.error_page_for(status, backend, Some(&req)));
-                let bytes = with_close(after_response(s, backend, Some(&req), page));
+                let mut page = after_response(s, backend, Some(&req), page);
+                page.close();
                 s.cbuf.consume(head.len());
                 self.backend = backend;
                 self.log.status = i64::from(status);
                 self.log.term = Some(*b"PT");
                 tokio::time::sleep(hold).await;
-                self.log.bytes = super::report::htx_message_size(&bytes);
-                self.send_local(s, &bytes).await?;
+                self.send_local(s, &page).await?;
                 Ok(false)
             }
             Route::Error {
@@ -539,30 +539,28 @@ impl Txn {
                     self.log.local = Some(Local::Denied);
                 }
                 let page = page.unwrap_or_else(|| s.error_page_for(status, backend, Some(&req)));
-                let bytes = after_response(s, backend, Some(&req), page);
+                let mut page = after_response(s, backend, Some(&req), page);
                 s.cbuf.consume(head.len());
                 self.backend = backend;
                 // (An empty page, `errorfile` of /dev/null, still logs its status.)
-                self.log.status = Some(status_of(&bytes))
-                    .filter(|&n| n > 0)
-                    .unwrap_or(i64::from(status));
+                self.log.status = i64::from(if page.silent { status } else { page.status });
                 self.log.term = Some(if status == 503 { *b"SC" } else { *b"PR" });
-                let bytes = with_close(bytes);
-                self.log.bytes = super::report::htx_message_size(&bytes);
-                self.send_local(s, &bytes).await?;
+                page.close();
+                self.send_local(s, &page).await?;
                 Ok(false)
             }
-            Route::Respond { bytes, close } => {
+            Route::Respond { page, close } => {
                 self.phase = Phase::Local;
                 self.log.local = Some(Local::Intercepted);
-                let bytes = after_response(s, None, Some(&req), bytes);
+                let mut page = after_response(s, None, Some(&req), page);
                 s.cbuf.consume(head.len());
-                self.log.status = status_of(&bytes);
+                self.log.status = i64::from(page.status);
                 self.log.term = Some(*b"LR");
                 let close = close || facts.wants_close || facts.framing != Framing::None;
-                let bytes = if close { with_close(bytes) } else { bytes };
-                self.log.bytes = super::report::htx_message_size(&bytes);
-                self.send_local(s, &bytes).await?;
+                if close {
+                    page.close();
+                }
+                self.send_local(s, &page).await?;
                 Ok(!close)
             }
             Route::Cached {
@@ -610,7 +608,7 @@ impl Txn {
                         consumed = true;
                     }
                 }
-                let bytes = stats::page::answer(
+                let page = stats::page::answer(
                     &w.process,
                     &stats::page::PageRequest {
                         page,
@@ -622,13 +620,14 @@ impl Txn {
                         body: &body,
                     },
                 );
-                let bytes = after_response(s, backend, None, bytes);
-                self.log.status = status_of(&bytes);
+                let mut page = after_response(s, backend, None, page);
+                self.log.status = i64::from(page.status);
                 self.log.term = Some(*b"LR");
                 let close = facts.wants_close || !consumed;
-                let bytes = if close { with_close(bytes) } else { bytes };
-                self.log.bytes = super::report::htx_message_size(&bytes);
-                self.send_local(s, &bytes).await?;
+                if close {
+                    page.close();
+                }
+                self.send_local(s, &page).await?;
                 Ok(!close)
             }
             Route::Forward {
@@ -724,12 +723,11 @@ impl Txn {
                 }
                 s.cbuf.consume(head.len());
                 if !edits.early_hints.is_empty() && facts.version == Version::Http11 {
-                    let mut hint = b"HTTP/1.1 103 Early Hints\r\n".to_vec();
+                    let mut hint = Answer::new(103);
                     for (n, v) in &edits.early_hints {
-                        super::heads::push_header(&mut hint, n.as_bytes(), v);
+                        hint.push(n.as_bytes(), v);
                     }
-                    hint.extend_from_slice(b"\r\n");
-                    self.send_local(s, &hint).await?;
+                    self.send_interim(s, &hint).await?;
                 }
                 // `shutdown session`, `shutdown sessions server` end the exchange wherever
                 // it is (the connection's own switch: no lock). An HTTP/2 stream runs in a
@@ -779,7 +777,7 @@ impl Txn {
             && facts.version == Version::Http11
             && facts.framing != Framing::Length(0);
         if invite {
-            self.send_local(s, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            self.send_interim(s, &Answer::new(100)).await?;
         }
         let deadline = tokio::time::Instant::now() + wait.time;
         while !s.cbuf.is_full() {
@@ -825,8 +823,17 @@ impl Txn {
         }
     }
 
-    async fn send_local(&mut self, s: &mut Session, bytes: &[u8]) -> Result<(), Fail> {
-        s.write_page(bytes)
+    /// Sends an interim answer of the proxy's (`100 Continue`, `103 Early Hints`).
+    async fn send_interim(&mut self, s: &mut Session, page: &Answer) -> Result<(), Fail> {
+        s.write_page(page)
+            .await
+            .map_err(|c| Fail::drop(c, self.phase))
+    }
+
+    /// Sends one of the proxy's own answers, logged with its size as HAProxy counts it.
+    async fn send_local(&mut self, s: &mut Session, page: &Answer) -> Result<(), Fail> {
+        self.log.bytes = super::report::htx_answer_size(page);
+        s.write_page(page)
             .await
             .map_err(|c| Fail::drop(c, self.phase))
     }
@@ -848,7 +855,7 @@ impl Txn {
         {
             // The proxy streams the body itself, so it invites the client to send it now
             // rather than relaying the server's interim answer (which could deadlock).
-            self.send_local(s, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            self.send_interim(s, &Answer::new(100)).await?;
         }
         // What a redispatch hashes: the request has left the buffer by now.
         let key = PickKey {
