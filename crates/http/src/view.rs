@@ -394,12 +394,16 @@ impl<'a> ResponseView<'a> {
         match self.kind {
             ResponseKind::H1 { head, .. } => head.framing,
             ResponseKind::H2 { framing, .. } => framing,
-            // The length it announces (an `errorfile` may say one), else its body's.
-            ResponseKind::Answer(a) => Framing::Length(
-                a.header("content-length")
-                    .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok())
-                    .unwrap_or(a.body.len() as u64),
-            ),
+            // The length it announces (an `errorfile` may say one; a rules' copy of a
+            // chunked response says chunked), else its body's.
+            ResponseKind::Answer(a) => {
+                let length = a.header("content-length");
+                match length.and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok()) {
+                    Some(n) => Framing::Length(n),
+                    None if a.header("transfer-encoding").is_some() => Framing::Chunked,
+                    None => Framing::Length(a.body.len() as u64),
+                }
+            }
         }
     }
 

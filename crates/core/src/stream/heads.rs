@@ -353,10 +353,10 @@ struct ResponseShape {
 }
 
 /// The response as response rules see it after edits: a copy of its head with them
-/// applied, made again when they change.
+/// applied (fields, not text), made again when they change.
 #[derive(Default)]
 struct SeenResponse {
-    copy: Option<(Vec<u8>, sluice_http::ResponseHead)>,
+    copy: Option<Answer>,
     shape: ResponseShape,
 }
 
@@ -369,15 +369,10 @@ impl SeenResponse {
             return None;
         }
         if self.copy.is_none() || self.shape != shape {
-            let mut text = Vec::new();
-            let framing = Some((orig.framing(), true, Version::Http11, None));
-            write_response_head(&mut text, orig, edits, framing, None);
-            let head = sluice_http::parse_response(&text, false).ok().flatten()?;
-            self.copy = Some((text, head));
+            self.copy = Some(answer_fields(orig, edits, (orig.framing(), true)));
             self.shape = shape;
         }
-        let (text, head) = self.copy.as_ref()?;
-        Some(ResponseView::h1(text, head))
+        self.copy.as_ref().map(ResponseView::answer)
     }
 }
 
@@ -721,20 +716,28 @@ impl FieldOut for Answer {
     }
 }
 
-/// One of the proxy's answers (`rsp`, a view of it) after the rules' `edits`, its fields as
-/// [`write_response_head`] writes them, without its body.
-pub(crate) fn answer_fields(rsp: &ResponseView<'_>, edits: &Edits) -> Answer {
+/// The head of `rsp` after the rules' `edits`, as fields (its body left out): what
+/// [`write_response_head`] would write for an HTTP/1.1 client given `framing` and whether
+/// the connection is kept. The edited head of one of the proxy's own answers, and the
+/// response as the rules after an edit see it.
+pub(crate) fn answer_fields(
+    rsp: &ResponseView<'_>,
+    edits: &Edits,
+    (framing, keep): (Framing, bool),
+) -> Answer {
     let (status, phrase) = response_status(rsp, edits);
     let mut out = Answer::new(status);
     out.reason = phrase.to_vec();
     out.version = rsp.version();
     response_fields(&mut out, rsp, edits, None);
-    if let Framing::Length(n) = rsp.framing() {
-        out.push(b"content-length", Digits::new(n).as_bytes());
+    match framing {
+        Framing::Length(n) => out.push(b"content-length", Digits::new(n).as_bytes()),
+        Framing::Chunked => out.push(b"transfer-encoding", b"chunked"),
+        Framing::None | Framing::UntilClose | Framing::Delimited => {}
     }
-    match (rsp.must_close(), rsp.version() == Version::Http10) {
-        (true, false) => out.push(b"connection", b"close"),
-        (false, true) => out.push(b"connection", b"keep-alive"),
+    match (keep, rsp.version() == Version::Http10) {
+        (false, false) => out.push(b"connection", b"close"),
+        (true, true) => out.push(b"connection", b"keep-alive"),
         _ => {}
     }
     out

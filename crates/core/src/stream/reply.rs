@@ -84,7 +84,7 @@ pub(super) fn after_response(
     for rules in [be_rules, fe_rules] {
         edits.response_rules(rules, &cx);
     }
-    let mut edited = answer_fields(&view, &edits);
+    let mut edited = answer_fields(&view, &edits, (view.framing(), !view.must_close()));
     edited.body = page.body;
     edited
 }
