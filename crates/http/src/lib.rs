@@ -14,6 +14,7 @@
 
 mod answer;
 mod chunked;
+mod copy;
 mod errors;
 mod head;
 mod locate;
@@ -24,6 +25,7 @@ mod view;
 
 pub use answer::Answer;
 pub use chunked::{push_chunk, push_chunk_header, ChunkError, ChunkedDecoder, ChunkedOut};
+pub use copy::RequestCopy;
 pub use errors::{error_page, page_says_close, raw_error_page, reason};
 pub use head::{push_header, trim_ows, Fields, Framing, Header, Version};
 pub use locate::error_position;

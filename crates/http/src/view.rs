@@ -2,10 +2,10 @@
 //! response, whichever protocol carried it. Rules, routing, compression decisions and the
 //! head writers work on these views, never on a protocol's own head type.
 //!
-//! Three kinds of head: HTTP/1 heads (byte ranges into the connection's buffer), HTTP/2
+//! Four kinds of head: HTTP/1 heads (byte ranges into the connection's buffer), HTTP/2
 //! heads as the `h2` crate decodes them (`http::request::Parts` and `http::response::Parts`,
-//! whose values are shared bytes, never copied here), and the proxy's own answers
-//! ([`crate::Answer`], responses only). A view is `Copy` and borrows the head: it lives no
+//! whose values are shared bytes, never copied here), the proxy's own answers
+//! ([`crate::Answer`]) and requests held by value ([`crate::RequestCopy`]). A view is `Copy` and borrows the head: it lives no
 //! longer than the bytes it shows.
 //!
 //! Invariant: both kinds answer alike for the same message. An HTTP/2 request's
@@ -15,7 +15,7 @@
 //! a length reads as `Content-Length: 0`, as a server of HTTP/1.1 would have said.
 
 use crate::head::{Framing, Version};
-use crate::{name_is, Answer, RequestHead, ResponseHead};
+use crate::{name_is, Answer, RequestCopy, RequestHead, ResponseHead};
 
 /// A request head.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +33,7 @@ enum RequestKind<'a> {
         parts: &'a http::request::Parts,
         framing: Framing,
     },
+    Copy(&'a RequestCopy),
 }
 
 /// Every header of a head as (name, value), in order.
@@ -52,7 +53,8 @@ enum HeadersKind<'a> {
         authority: bool,
         fields: http::header::Iter<'a, http::HeaderValue>,
     },
-    Answer(std::slice::Iter<'a, (Vec<u8>, Vec<u8>)>),
+    /// Fields held by value (an [`Answer`], a [`RequestCopy`]).
+    Owned(std::slice::Iter<'a, (Vec<u8>, Vec<u8>)>),
 }
 
 impl<'a> Iterator for Headers<'a> {
@@ -74,7 +76,7 @@ impl<'a> Iterator for Headers<'a> {
                 let low = if *authority { extra } else { low };
                 (low, high.map(|h| h + extra))
             }
-            HeadersKind::Answer(fields) => fields.size_hint(),
+            HeadersKind::Owned(fields) => fields.size_hint(),
         }
     }
 
@@ -103,7 +105,7 @@ impl<'a> Iterator for Headers<'a> {
                     return Some((name.as_str().as_bytes(), value.as_bytes()));
                 }
             }
-            HeadersKind::Answer(fields) => fields.next().map(|(n, v)| (&n[..], &v[..])),
+            HeadersKind::Owned(fields) => fields.next().map(|(n, v)| (&n[..], &v[..])),
         }
     }
 }
@@ -150,6 +152,13 @@ impl<'a> RequestView<'a> {
         }
     }
 
+    /// A request head held by value.
+    pub fn copy(copy: &'a RequestCopy) -> Self {
+        RequestView {
+            kind: RequestKind::Copy(copy),
+        }
+    }
+
     /// An HTTP/2 request head; `ended` says its stream carries no body.
     pub fn h2(parts: &'a http::request::Parts, ended: bool) -> Self {
         let length = parts
@@ -170,6 +179,7 @@ impl<'a> RequestView<'a> {
         match self.kind {
             RequestKind::H1 { buf, head } => &buf[head.method.clone()],
             RequestKind::H2 { parts, .. } => parts.method.as_str().as_bytes(),
+            RequestKind::Copy(c) => &c.method,
         }
     }
 
@@ -184,6 +194,7 @@ impl<'a> RequestView<'a> {
                 .uri
                 .path_and_query()
                 .map_or(b"/", |p| p.as_str().as_bytes()),
+            RequestKind::Copy(c) => &c.target,
         }
     }
 
@@ -192,6 +203,7 @@ impl<'a> RequestView<'a> {
         match self.kind {
             RequestKind::H1 { .. } => None,
             RequestKind::H2 { parts, .. } => parts.uri.scheme_str(),
+            RequestKind::Copy(c) => c.scheme.as_deref(),
         }
     }
 
@@ -201,6 +213,7 @@ impl<'a> RequestView<'a> {
             RequestKind::H1 { buf, head } => &buf[head.path.clone()],
             RequestKind::H2 { parts, .. } if parts.method == http::Method::CONNECT => b"",
             RequestKind::H2 { parts, .. } => parts.uri.path().as_bytes(),
+            RequestKind::Copy(c) => crate::split_target(&c.target).1,
         }
     }
 
@@ -208,6 +221,7 @@ impl<'a> RequestView<'a> {
         match self.kind {
             RequestKind::H1 { head, .. } => head.version,
             RequestKind::H2 { .. } => Version::Http2,
+            RequestKind::Copy(c) => c.version,
         }
     }
 
@@ -216,6 +230,7 @@ impl<'a> RequestView<'a> {
         match self.kind {
             RequestKind::H1 { head, .. } => head.framing,
             RequestKind::H2 { framing, .. } => framing,
+            RequestKind::Copy(c) => c.framing,
         }
     }
 
@@ -238,6 +253,7 @@ impl<'a> RequestView<'a> {
         match self.kind {
             RequestKind::H1 { head, .. } => head.wants_close,
             RequestKind::H2 { .. } => false,
+            RequestKind::Copy(c) => c.wants_close,
         }
     }
 
@@ -263,6 +279,7 @@ impl<'a> RequestView<'a> {
                 .headers()
                 .find(|(n, _)| name_is(n, lower))
                 .map(|(_, v)| v),
+            RequestKind::Copy(c) => c.header(lower),
         }
     }
 
@@ -281,6 +298,7 @@ impl<'a> RequestView<'a> {
                     fields: parts.headers.iter(),
                 }
             }
+            RequestKind::Copy(c) => HeadersKind::Owned(c.fields.iter()),
         };
         Headers { kind }
     }
@@ -291,6 +309,9 @@ impl<'a> RequestView<'a> {
         match self.kind {
             RequestKind::H1 { head, .. } => head.is_hop_by_hop(name),
             RequestKind::H2 { .. } => crate::request::is_hop_by_hop(name, &[]),
+            RequestKind::Copy(c) => {
+                crate::request::is_hop_by_hop(name, &[]) || c.nominates(&name.to_ascii_lowercase())
+            }
         }
     }
 
@@ -306,6 +327,7 @@ impl<'a> RequestView<'a> {
                 .iter()
                 .flat_map(|v| v.as_bytes().split(|&b| b == b','))
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(token)),
+            RequestKind::Copy(c) => c.nominates(token),
         }
     }
 }
@@ -438,7 +460,7 @@ impl<'a> ResponseView<'a> {
                 authority: false,
                 fields: parts.headers.iter(),
             },
-            ResponseKind::Answer(a) => HeadersKind::Answer(a.fields.iter()),
+            ResponseKind::Answer(a) => HeadersKind::Owned(a.fields.iter()),
         };
         Headers { kind }
     }

@@ -392,7 +392,9 @@ fn a_response_head_is_made_for_the_stream() {
 /// The same rules over HTTP/1.1 and HTTP/2, table-driven: every request of the table gets
 /// the same answer and reaches the server the same way over both protocols (rules reading
 /// the method, path, query, `Host`, cookies, repeated fields; deny, redirect, return,
-/// set-path, del-header, routing on a header; response rules reading the server's head).
+/// set-path, del-header, routing on a header; response rules reading the server's head,
+/// the request as it was sent, and the response as the rules before them edited it;
+/// `http-after-response` rules over the server's and the proxy's own answers).
 #[test]
 fn rules_treat_http1_and_http2_requests_alike() {
     let echo = |name: &'static str| {
@@ -427,8 +429,12 @@ fn rules_treat_http1_and_http2_requests_alike() {
          http-request return status 200 content-type text/plain lf-string \"returned %[path]\" if {{ path /ret }}\n\
          http-request del-header x-drop if {{ path_beg /rw }}\n\
          http-request set-path /rewritten%[path] if {{ path_beg /rw }}\n\
+         http-request set-method PUT if {{ path_beg /rewritten }}\n\
          http-response set-header x-resp \"%[status] %[res.hdr(x-origin)]\"\n\
          http-response del-header x-origin-secret\n\
+         http-response set-header x-req %[method]\n\
+         http-response set-header x-resp2 \"%[res.hdr(x-resp)]\"\n\
+         http-after-response set-header x-after \"%[status]\"\n\
          use_backend bb if {{ req.hdr(x-route) -m str two }}\n default_backend ba\n\
          backend ba\n server a {}\nbackend bb\n server b {}\n",
         a.addr, b.addr
@@ -453,7 +459,16 @@ fn rules_treat_http1_and_http2_requests_alike() {
     ];
     // What a client learns of one exchange: the status, the fields rules act on, the body.
     let summary = |status: u16, field: &dyn Fn(&str) -> Option<String>, body: &[u8]| {
-        let fields: Vec<String> = ["x-resp", "location", "content-type", "x-origin-secret"]
+        let names = [
+            "x-resp",
+            "location",
+            "content-type",
+            "x-origin-secret",
+            "x-req",
+            "x-resp2",
+            "x-after",
+        ];
+        let fields: Vec<String> = names
             .iter()
             .map(|n| format!("{n}={}", field(n).unwrap_or_else(|| "-".into())))
             .collect();
@@ -522,6 +537,16 @@ fn rules_treat_http1_and_http2_requests_alike() {
     );
     assert!(over_h1[4].contains("drop=-"), "{}", over_h1[4]);
     assert!(over_h1[5].contains(" B /routed "), "{}", over_h1[5]);
+    // Response rules read the request as sent (its method rewritten) and the response as
+    // the rule before them left it; after-response rules see every answer.
+    for (i, method, origin) in [(0, "GET", "A"), (4, "PUT", "A"), (5, "GET", "B")] {
+        let want = format!("x-req={method} x-resp2=200 {origin} x-after=200 ");
+        assert!(over_h1[i].contains(&want), "{want}: {}", over_h1[i]);
+    }
+    for (i, status) in [(1, "403"), (2, "302"), (3, "200")] {
+        let want = format!("x-req=- x-resp2=- x-after={status} ");
+        assert!(over_h1[i].contains(&want), "{want}: {}", over_h1[i]);
+    }
 }
 
 /// A cleartext `proto h2` port reads the client's preface and the header of its SETTINGS

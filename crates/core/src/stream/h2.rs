@@ -11,9 +11,9 @@
 //! and a WebSocket's extended CONNECT) still reads as the HTTP/1.1 request that opens one.
 //! A server's response leaves as HEADERS made for the stream from its head and the rules'
 //! edits (`stream::heads::client_response`, no text), then DATA frames under the client's
-//! flow control; the proxy's own answers (errors, redirects, `return`, the stats page,
-//! cache hits, a tunnel's opening) are still written as HTTP/1.1 text and parsed back by
-//! the stream, without the connection-specific fields HTTP/2 forbids.
+//! flow control; the proxy's own answers (errors, redirects, `return`, the stats page: a
+//! `sluice_http::Answer`, cache hits, a tunnel's opening) leave the same way from their
+//! fields, without the connection-specific ones HTTP/2 forbids.
 //!
 //! Invariants:
 //! - HTTP/2's own rules (pseudo-headers, connection-specific fields, `Content-Length`

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use sluice_http::{
-    name_is, reason, split_target, Answer, Framing, RequestView, ResponseView, Version,
+    name_is, reason, split_target, Answer, Framing, RequestCopy, RequestView, ResponseView, Version,
 };
 
 use super::keywords::{in_net, ForwardFor};
@@ -459,29 +459,50 @@ fn address_header<'a>(
 }
 
 /// The request as rules after an editing rule see it: the client's head with the edits
-/// applied (`None` if it would not parse again, which the header checks of the actions
-/// prevent).
-pub(crate) fn edited_request(
-    req: &RequestView<'_>,
-    edits: &Edits,
-) -> Option<(Vec<u8>, sluice_http::RequestHead)> {
-    let mut out = Vec::with_capacity(512);
-    request_line(&mut out, req, edits);
+/// applied, held by value.
+pub(crate) fn edited_request(req: &RequestView<'_>, edits: &Edits) -> RequestCopy {
+    let mut out = request_copy(req, edits);
     for (name, value) in req.headers() {
         if edits.deletes(name) {
             continue;
         }
         match edits.replaced(name, value) {
-            Some(v) => push_header(&mut out, name, &v),
-            None => push_header(&mut out, name, value),
+            Some(v) => out.push(name, &v),
+            None => out.push(name, value),
         }
     }
     for (n, v) in &edits.add {
-        push_header(&mut out, n.as_bytes(), v);
+        out.push(n.as_bytes(), v);
     }
-    out.extend_from_slice(b"\r\n");
-    let head = sluice_http::parse_request(&out).ok().flatten()?;
-    Some((out, head))
+    out
+}
+
+/// A copy of `req`'s request line and framing, the rules' method and target applied, and
+/// no field yet.
+fn request_copy(req: &RequestView<'_>, edits: &Edits) -> RequestCopy {
+    RequestCopy {
+        method: edits.method.as_deref().unwrap_or(req.method()).to_vec(),
+        target: edits.target.as_deref().unwrap_or(req.target()).to_vec(),
+        scheme: req.scheme().map(str::to_owned),
+        version: req.version(),
+        framing: req.framing(),
+        wants_close: req.wants_close(),
+        fields: Vec::new(),
+    }
+}
+
+/// The request as it leaves for a server, held by value (the fields
+/// [`build_request_head`] writes): what the response's rules read of it.
+pub(crate) fn sent_request(
+    req: &RequestView<'_>,
+    edits: &Edits,
+    xff: Option<(&ForwardFor, IpAddr)>,
+    server_close: bool,
+    upgrade: Option<&[u8]>,
+) -> RequestCopy {
+    let mut out = request_copy(req, edits);
+    sent_fields(&mut out, req, edits, xff, (server_close, upgrade));
+    out
 }
 
 /// Writes the HTTP/1.1 request line, the rules' method and target applied. The server sees
@@ -547,8 +568,8 @@ fn request_fields(
     }
 }
 
-/// Writes the request head sent to an HTTP/1.1 server: the request line, the fields
-/// ([`request_fields`]), the canonical framing header and the connection's.
+/// Writes the request head sent to an HTTP/1.1 server: the request line and
+/// [`sent_fields`].
 pub(crate) fn build_request_head(
     out: &mut Vec<u8>,
     req: &RequestView<'_>,
@@ -558,30 +579,46 @@ pub(crate) fn build_request_head(
     upgrade: Option<&[u8]>,
 ) {
     request_line(out, req, edits);
+    sent_fields(out, req, edits, xff, (server_close, upgrade));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The fields of a request for an HTTP/1.1 server: [`request_fields`], the canonical
+/// framing field and the connection's (`server_close`, or the protocol `upgrade` asks for).
+fn sent_fields(
+    out: &mut impl FieldOut,
+    req: &RequestView<'_>,
+    edits: &Edits,
+    xff: Option<(&ForwardFor, IpAddr)>,
+    (server_close, upgrade): (bool, Option<&[u8]>),
+) {
     request_fields(out, req, edits, xff);
     match req.framing() {
-        Framing::Length(n) => push_header(out, b"content-length", Digits::new(n).as_bytes()),
+        Framing::Length(n) => out.field(b"content-length", Digits::new(n).as_bytes()),
         // An HTTP/2 client's body without a length goes chunked.
-        Framing::Chunked | Framing::Delimited => {
-            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
-        }
+        Framing::Chunked | Framing::Delimited => out.field(b"transfer-encoding", b"chunked"),
         Framing::None | Framing::UntilClose => {
             // A body-less POST/PUT still states its length so the server does not wait.
             if matches!(req.method(), b"POST" | b"PUT" | b"PATCH") {
-                out.extend_from_slice(b"content-length: 0\r\n");
+                out.field(b"content-length", b"0");
             }
         }
     }
     if let Some(up) = upgrade {
-        out.extend_from_slice(b"connection: upgrade\r\n");
-        push_header(out, b"upgrade", up);
+        out.field(b"connection", b"upgrade");
+        out.field(b"upgrade", up);
     } else if server_close {
-        out.extend_from_slice(b"connection: close\r\n");
+        out.field(b"connection", b"close");
     } else if req.version() == Version::Http10 {
         // HTTP/1.0 closes by default: ask to keep the server connection for the pool.
-        out.extend_from_slice(b"connection: keep-alive\r\n");
+        out.field(b"connection", b"keep-alive");
     }
-    out.extend_from_slice(b"\r\n");
+}
+
+impl FieldOut for RequestCopy {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.push(name, value);
+    }
 }
 
 impl FieldOut for RequestFields {

@@ -78,9 +78,7 @@ impl Txn {
             None
         } else {
             let view = rsp.view(s.sbuf.bytes());
-            let req = sent
-                .as_ref()
-                .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
+            let req = sent.as_ref().map(sluice_http::RequestView::copy);
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.on_response = true;
             body_wait::response_wait(fe, be, &cx)
@@ -95,9 +93,7 @@ impl Txn {
         };
         if super::txn::has_response_rules(fe, be) {
             let view = rsp.view(s.sbuf.bytes());
-            let req = sent
-                .as_ref()
-                .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
+            let req = sent.as_ref().map(sluice_http::RequestView::copy);
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
             cx.whole_lens.1 = res_body.as_ref().and_then(Buffered::whole_len);
@@ -168,9 +164,7 @@ impl Txn {
         }
         if Txn::log_reads_response(s) {
             let view = rsp.view(s.sbuf.bytes());
-            let req = sent
-                .as_ref()
-                .map(|(bytes, head)| sluice_http::RequestView::h1(bytes, head));
+            let req = sent.as_ref().map(sluice_http::RequestView::copy);
             let mut cx = s.response_ctx((conn.backend, conn.server), req.as_ref(), &view);
             cx.res_body = res_body.as_ref().and_then(|b| b.bytes(s.sbuf.bytes()));
             cx.whole_lens.1 = res_body.as_ref().and_then(Buffered::whole_len);

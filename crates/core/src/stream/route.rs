@@ -6,7 +6,7 @@
 use crate::conf::stream::RestrictNames;
 use std::net::SocketAddr;
 
-use sluice_http::{Answer, RequestHead, RequestView};
+use sluice_http::{Answer, RequestCopy, RequestView};
 
 use super::heads::redirect;
 use super::heads::{edited_request, reply_answer, Edits};
@@ -294,7 +294,7 @@ pub(super) fn route(s: &Session, req: &RequestView<'_>) -> (Route, Edits) {
 /// conditions, routing and balancing see what the server will get.
 pub(super) struct RuleView<'r> {
     orig: &'r RequestView<'r>,
-    copy: Option<(Vec<u8>, RequestHead)>,
+    copy: Option<RequestCopy>,
     stale: bool,
 }
 
@@ -310,7 +310,7 @@ impl<'r> RuleView<'r> {
     /// The request with `edits` applied.
     fn get(&mut self, edits: &Edits) -> RequestView<'_> {
         if self.stale {
-            self.copy = edited_request(self.orig, edits);
+            self.copy = Some(edited_request(self.orig, edits));
             self.stale = false;
         }
         self.last()
@@ -321,7 +321,7 @@ impl<'r> RuleView<'r> {
     /// looked at).
     fn last(&self) -> RequestView<'_> {
         match &self.copy {
-            Some((bytes, head)) => RequestView::h1(bytes, head),
+            Some(copy) => RequestView::copy(copy),
             None => *self.orig,
         }
     }

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use sluice_http::{
     parse_response, parse_response_limited, Answer, ChunkedDecoder, ChunkedOut, Framing,
-    RequestHead, ResponseHead, ResponseView, Version,
+    RequestCopy, ResponseHead, ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
 use super::deadline::within;
 use super::heads::{
-    build_request_head, forwardfor, originalto, server_request, upgrade_request,
+    build_request_head, forwardfor, originalto, sent_request, server_request, upgrade_request,
     write_response_head, Edits,
 };
 use super::keywords::CloseMode;
@@ -86,7 +86,7 @@ pub(crate) struct Txn {
     pub backend_src: Option<std::net::SocketAddr>,
     /// The request head as sent to the server, kept for response rules that read it
     /// (only when the proxies have response rules).
-    pub sent_head: Option<(Vec<u8>, RequestHead)>,
+    pub sent_head: Option<RequestCopy>,
     /// The client announced this request as its last (`Connection: close`, or HTTP/1.0
     /// without keep-alive) and sent no body with it: once answered, it sends nothing more
     /// than its own close.
@@ -694,32 +694,23 @@ impl Txn {
                     .then(|| server_request(&req, &edits, xff, facts.upgrade.as_deref()))
                     .flatten()
                     .map(Box::new);
-                let reads_request = has_response_rules(fe, be) || Txn::log_reads_response(s);
-                if be.speaks.h1 || reads_request {
+                // A tunnel that opens ends with its connection anyway; `option
+                // http-pretend-keepalive` does not say it will close.
+                let close = server_close(fe, be) && !facts.connect && !be.stream.pretend_keepalive;
+                let upgrade = facts.upgrade.as_deref();
+                if be.speaks.h1 {
                     // One allocation for a session's first head (an HTTP/2 stream's only
                     // one): the client's head plus room for what the proxy adds.
                     s.out.reserve(head.len() + 256);
-                    build_request_head(
-                        &mut s.out,
-                        &req,
-                        &edits,
-                        xff,
-                        // A tunnel that opens ends with its connection anyway;
-                        // `option http-pretend-keepalive` does not say it will close.
-                        server_close(fe, be) && !facts.connect && !be.stream.pretend_keepalive,
-                        facts.upgrade.as_deref(),
-                    );
+                    build_request_head(&mut s.out, &req, &edits, xff, close, upgrade);
                     if be.stream.case_adjust_server {
                         w.config().global.case_adjust.apply(&mut s.out);
                     }
                 }
-                if reads_request {
+                if has_response_rules(fe, be) || Txn::log_reads_response(s) {
                     // The response's rules (or log samples) may read the request: keep it
                     // as sent.
-                    self.sent_head = sluice_http::parse_request(&s.out)
-                        .ok()
-                        .flatten()
-                        .map(|h| (s.out.clone(), h));
+                    self.sent_head = Some(sent_request(&req, &edits, xff, close, upgrade));
                 }
                 s.cbuf.consume(head.len());
                 if !edits.early_hints.is_empty() && facts.version == Version::Http11 {
