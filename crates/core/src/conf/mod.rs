@@ -32,6 +32,7 @@ pub mod pool;
 pub mod rules;
 pub mod sample;
 pub mod sample_parse;
+pub mod server_list;
 pub mod state;
 pub mod stats;
 pub mod stick;
@@ -368,7 +369,7 @@ pub struct Backend {
     pub disabled: bool,
     pub id: u32,
     pub name: String,
-    pub servers: Vec<Server>,
+    pub servers: server_list::ServerList<Server>,
     pub algo: Algo,
     pub hash: balance::HashType,
     pub allbackups: bool,

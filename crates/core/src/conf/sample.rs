@@ -288,10 +288,14 @@ impl NameRef {
     }
 
     /// Its index among `items`, which `name_of` names (looked up once).
-    pub fn index<T>(&self, items: &[T], name_of: impl Fn(&T) -> &str) -> Option<usize> {
+    pub fn index<'a, T: 'a>(
+        &self,
+        items: impl IntoIterator<Item = &'a T>,
+        name_of: impl Fn(&T) -> &str,
+    ) -> Option<usize> {
         *self
             .found
-            .get_or_init(|| items.iter().position(|i| name_of(i) == self.name))
+            .get_or_init(|| items.into_iter().position(|i| name_of(i) == self.name))
     }
 }
 

@@ -589,7 +589,8 @@ fn lower(
     }
     // A server without a port can only be checked on a port given for checks.
     for be in &mut backends {
-        for srv in &mut be.servers {
+        for i in 0..be.servers.len() {
+            let srv = &mut be.servers[i];
             let portless = srv.port != crate::conf::backend::PortMap::Fixed;
             if portless && srv.check.as_ref().is_some_and(|c| c.port.is_none()) {
                 warnings.push(format!(
@@ -609,7 +610,10 @@ fn lower(
         // A check rule that connects with `ssl` needs the servers' TLS settings, as
         // `check-ssl` would.
         let ssl_rule = p.conf.check.uses_ssl();
-        for (spec, srv) in p.conf.backend.servers.iter().zip(be.servers.iter_mut()) {
+        // (A disabled backend has none of its servers.)
+        let count = be.servers.len();
+        for (i, spec) in p.conf.backend.servers.iter().enumerate().take(count) {
+            let srv = &mut be.servers[i];
             if spec.opts.h2 && p.conf.stream.mode == Mode::Tcp {
                 errors.push(p.header.error(format!(
                     "{} '{}', server '{}': 'proto h2' needs mode http",

@@ -436,8 +436,8 @@ pub struct BackendState {
     pub id: u32,
     /// Position in the generation's `backends` (the key of per-worker caches).
     pub index: usize,
-    /// Aligned with the configuration's `servers`.
-    pub servers: Box<[Arc<ServerState>]>,
+    /// Aligned with the configuration's `servers` (appended to before them).
+    pub servers: crate::conf::server_list::ServerList<Arc<ServerState>>,
     pub lb: LbState,
     pub counters: PerWorker<ProxyCounters>,
     pub peaks: Peaks,
@@ -707,7 +707,7 @@ impl Runtime {
                 let mut state = BackendState::new(b, index, workers);
                 for (j, s) in b.servers.iter().enumerate() {
                     let kept = match_index(
-                        &old_be.servers,
+                        old_be.servers.iter(),
                         |o| o.id == s.id && o.name == s.name,
                         |o| o.name == s.name,
                     )
@@ -787,13 +787,14 @@ fn new_frontend(f: &Frontend, workers: usize) -> FrontendState {
 }
 
 /// The index of the first item matching by id, else the first matching by name.
-fn match_index<T>(
-    items: &[T],
+fn match_index<'a, T: 'a, I: IntoIterator<Item = &'a T> + Clone>(
+    items: I,
     by_id: impl Fn(&T) -> bool,
     by_name: impl Fn(&T) -> bool,
 ) -> Option<usize> {
     items
-        .iter()
+        .clone()
+        .into_iter()
         .position(by_id)
-        .or_else(|| items.iter().position(by_name))
+        .or_else(|| items.into_iter().position(by_name))
 }
