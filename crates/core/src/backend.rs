@@ -482,6 +482,47 @@ fn server_addr(a: &str) -> Result<(std::net::SocketAddr, PortMap), String> {
     Ok((addr, map))
 }
 
+/// A server as a backend of source address `source` serves it; `cookie` its persistence
+/// cookie's value. Its TLS connectors and `track` are the loader's to fill.
+pub fn lower_server(
+    s: &ServerSpec,
+    id: u32,
+    cookie: Option<String>,
+    source: Option<std::net::SocketAddr>,
+) -> Server {
+    Server {
+        id,
+        name: s.name.clone(),
+        addr: s.addr,
+        port: s.port,
+        unix: s.unix.clone(),
+        check: s.opts.check.enabled.then(|| s.opts.check.clone()),
+        rise: s.opts.check.rise,
+        agent: s
+            .opts
+            .check
+            .agent
+            .enabled
+            .then(|| s.opts.check.agent.clone()),
+        slowstart: s.opts.slowstart,
+        track: None,
+        shutdown_on_down: s.opts.check.shutdown_on_down,
+        cookie,
+        weight: s.opts.weight.unwrap_or(1),
+        backup: s.opts.backup,
+        disabled: s.opts.disabled,
+        pool: s.opts.pool,
+        maxconn: s.opts.maxconn,
+        maxqueue: s.opts.maxqueue,
+        tls: None,
+        check_tls: None,
+        h2: s.opts.h2,
+        send_proxy: s.opts.send_proxy,
+        source: s.opts.source.or(source),
+        dynamic: false,
+    }
+}
+
 /// Lowers a backend section (or the backend side of a `listen`) into its validated form.
 /// Server ids not set with `id` are assigned as HAProxy does: the n-th server gets the first
 /// free id from n on.
@@ -524,42 +565,12 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
             // As HAProxy: the candidate moves on past every server, numbered or not
             // (`a`, `b`, `c id 7`, `d` gives d the id 4); consistent hashing depends on it.
             next += 1;
-            Server {
-                id,
-                name: s.name.clone(),
-                addr: s.addr,
-                port: s.port,
-                unix: s.unix.clone(),
-                check: s.opts.check.enabled.then(|| s.opts.check.clone()),
-                rise: s.opts.check.rise,
-                agent: s
-                    .opts
-                    .check
-                    .agent
-                    .enabled
-                    .then(|| s.opts.check.agent.clone()),
-                slowstart: s.opts.slowstart,
-                // Resolved by the loader, once every backend is known.
-                track: None,
-                shutdown_on_down: s.opts.check.shutdown_on_down,
-                cookie: s
-                    .opts
-                    .cookie
-                    .clone()
-                    .or_else(|| dynamic_cookie(conf, s.addr)),
-                weight: s.opts.weight.unwrap_or(1),
-                backup: s.opts.backup,
-                disabled: s.opts.disabled,
-                pool: s.opts.pool,
-                maxconn: s.opts.maxconn,
-                maxqueue: s.opts.maxqueue,
-                // Built by the loader, which knows `ca-base` and the server defaults.
-                tls: None,
-                check_tls: None,
-                h2: s.opts.h2,
-                send_proxy: s.opts.send_proxy,
-                source: s.opts.source.or(conf.backend.source),
-            }
+            let cookie = s
+                .opts
+                .cookie
+                .clone()
+                .or_else(|| dynamic_cookie(conf, s.addr));
+            lower_server(s, id, cookie, conf.backend.source)
         })
         .collect();
     Backend {
@@ -570,6 +581,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         id,
         name: name.to_string(),
         servers,
+        source: conf.backend.source,
         algo: conf.balance.algo.clone(),
         hash: conf.balance.hash,
         persist: conf.persist.clone(),
@@ -657,6 +669,40 @@ fn parse_retry_on(a: &[String]) -> Result<RetryOn, KwError> {
         }
     }
     Ok(r)
+}
+
+/// `server` options HAProxy 2.6 refuses for a server added at run time (`add server`).
+const NOT_DYNAMIC: &[&str] = &[
+    "cookie",
+    "redir",
+    "init-addr",
+    "resolvers",
+    "resolve-prefer",
+    "resolve-net",
+    "resolve-opts",
+    "namespace",
+    "non-stick",
+    "socks4",
+];
+
+/// The server an `add server` command describes (`NAME ADDR[:PORT] [options]`), read as a
+/// `server` line without any `default-server` (HAProxy applies none to a server added at
+/// run time). The error is HAProxy's wording where it has one.
+pub fn parse_added(args: &[String]) -> Result<ServerSpec, String> {
+    if args.len() < 2 {
+        return Err("'server' expects <name> and <addr>[:<port>] as arguments.".into());
+    }
+    if let Some(word) = args[2..].iter().find(|w| NOT_DYNAMIC.contains(&w.as_str())) {
+        return Err(format!(
+            "'{word}' option is not accepted for dynamic server"
+        ));
+    }
+    let mut c = ProxyConf::default();
+    parse_server(&mut c, args).map_err(|e| e.to_string())?;
+    c.backend
+        .servers
+        .pop()
+        .ok_or_else(|| "no server was described".into())
 }
 
 #[cfg(test)]

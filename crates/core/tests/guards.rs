@@ -34,6 +34,8 @@ fn process() -> Arc<Process> {
         started: std::time::Instant::now(),
         figures: Default::default(),
         memory: Default::default(),
+        server_edits: Default::default(),
+        added_checks: Default::default(),
     })
 }
 

@@ -884,3 +884,173 @@ fn persist_rdp_cookie_sends_a_connection_to_the_server_it_names() {
         "{unknown:?}"
     );
 }
+
+/// `add server` and `del server` as HAProxy 2.6 does them (its answers word for word): a
+/// server added at run time starts in maintenance, takes traffic once enabled, shows in
+/// the statistics and `show servers state`, and is deleted once in maintenance, its name
+/// free again; requests keep flowing throughout with none failed.
+#[test]
+fn servers_are_added_and_deleted_at_run_time() {
+    let (a, b) = (Origin::start("A"), Origin::start("B"));
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    nbthread 2\n    stats socket {} level admin\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend test\n\
+         backend test\n    balance roundrobin\n    server s0 {}\n\
+         backend other\n    balance static-rr\n\
+         backend bytes\n    mode tcp\n    balance random\n",
+        sock.display(),
+        a.addr
+    ));
+    let cli = |cmd: &str| Sluice::cli(&sock, cmd).trim_end().to_string();
+    let add = |rest: &str| cli(&format!("add server {rest}"));
+    assert_eq!(add(&format!("foo/s1 {}", b.addr)), "No such backend.");
+    assert_eq!(
+        add("test/s1"),
+        "'server' expects <name> and <addr>[:<port>] as arguments."
+    );
+    assert_eq!(
+        add(&format!("other/s1 {}", b.addr)),
+        "Backend must use a dynamic load balancing to support dynamic servers."
+    );
+    assert_eq!(
+        add(&format!("bytes/s1 {} proto h2", b.addr)),
+        "MUX protocol is not usable for server."
+    );
+    assert_eq!(
+        add(&format!("test/s1 {} cookie c1", b.addr)),
+        "'cookie' option is not accepted for dynamic server"
+    );
+    // Requests flow all along, on two connections kept alive and new ones.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = p.addr();
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut answered, mut failed) = (0, Vec::new());
+            let mut c = Conn::new(addr);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && answered < 20_000 {
+                let r = c.get("/flow");
+                if r.status == 200 {
+                    answered += 1;
+                } else {
+                    failed.push(r.status);
+                }
+            }
+            (answered, failed)
+        })
+    };
+    assert_eq!(
+        add(&format!("test/s1 {}", b.addr)),
+        "New server registered."
+    );
+    assert_eq!(
+        add(&format!("test/s1 {}", b.addr)),
+        "Already exists a server with the same name in backend."
+    );
+    let state = cli("show servers state test");
+    let row = state
+        .lines()
+        .find(|l| l.contains(" s1 "))
+        .expect("s1 listed");
+    // Backend id 3 (HAProxy numbers proxies from 2: fe, then test), srv_id 2,
+    // operational state 2 (running), administrative state 1 (maintenance).
+    assert!(row.starts_with("3 test 2 s1 "), "{row}");
+    let fields: Vec<&str> = row.split(' ').collect();
+    assert_eq!((fields[5], fields[6]), ("2", "1"), "{row}");
+    // In maintenance: nothing reaches it.
+    for _ in 0..4 {
+        assert_eq!(get(p.addr(), "/m").text().split(' ').next(), Some("A"));
+    }
+    assert_eq!(cli("enable server test/s1"), "");
+    let served: Vec<String> = (0..6)
+        .map(|_| {
+            get(p.addr(), "/rr")
+                .text()
+                .split(' ')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert!(served.iter().any(|s| s == "B"), "{served:?}");
+    assert!(served.iter().any(|s| s == "A"), "{served:?}");
+    assert!(cli("show stat").contains("\ntest,s1,"));
+    assert_eq!(
+        cli("del server test/s1"),
+        "Only servers in maintenance mode can be deleted."
+    );
+    assert_eq!(cli("disable server test/s1"), "");
+    // Its requests in flight finish; it is deleted once nothing is left on it.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        match cli("del server test/s1").as_str() {
+            "Server deleted." => break,
+            "Server still has connections attached to it, cannot remove it." => {
+                assert!(std::time::Instant::now() < deadline, "never deleted");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(cli("del server test/s1"), "No such server.");
+    assert!(!cli("show servers state test").contains(" s1 "));
+    assert!(!cli("show stat").contains("\ntest,s1,"));
+    let before = b.count();
+    for _ in 0..4 {
+        assert_eq!(get(p.addr(), "/gone").text().split(' ').next(), Some("A"));
+    }
+    assert_eq!(b.count(), before, "a deleted server got a request");
+    // Its name is free again; the new server takes the first free id.
+    assert_eq!(
+        add(&format!("test/s1 {}", b.addr)),
+        "New server registered."
+    );
+    assert!(cli("show servers state test").contains("\n3 test 2 s1 "));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (answered, failed) = load.join().unwrap();
+    assert!(answered > 0);
+    assert!(failed.is_empty(), "failed requests: {failed:?}");
+}
+
+/// A server added with `check` is checked once `enable health` asks for it (HAProxy adds
+/// it with its check paused): one that does not answer goes down and gets no traffic.
+#[test]
+fn an_added_server_is_checked_once_its_health_check_is_enabled() {
+    let a = Origin::start("A");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend test\n\
+         backend test\n    server s0 {}\n",
+        sock.display(),
+        a.addr
+    ));
+    let cli = |cmd: &str| Sluice::cli(&sock, cmd).trim_end().to_string();
+    let status = || stat_field(&cli("show stat"), "test", "s1", "status");
+    assert_eq!(
+        cli(&format!(
+            "add server test/s1 {closed} check inter 100 fall 1"
+        )),
+        "New server registered."
+    );
+    assert_eq!(cli("enable server test/s1"), "");
+    // Paused: the server counts as up without a check.
+    assert_eq!(status(), "no check");
+    assert_eq!(cli("enable health test/s1"), "");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !status().starts_with("DOWN") {
+        assert!(std::time::Instant::now() < deadline, "{}", status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let check = stat_field(&cli("show stat"), "test", "s1", "check_status");
+    assert_eq!(check, "L4CON");
+    for _ in 0..4 {
+        assert_eq!(get(p.addr(), "/").status, 200);
+    }
+    // Deleted, its check ends with it.
+    assert_eq!(cli("disable server test/s1"), "");
+    assert_eq!(cli("del server test/s1"), "Server deleted.");
+}

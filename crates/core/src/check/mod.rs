@@ -266,6 +266,10 @@ pub async fn run(w: Rc<Worker>, mut task: CheckTask) -> (usize, CheckTask) {
     let _homed = Homed::new(&w);
     loop {
         let checked = &w.state().backends[task.backend].servers[task.server];
+        if checked.gone() {
+            // `del server`: the check ends with its server (its task is dropped).
+            return (w.tid, task);
+        }
         let wake = checked
             .check
             .as_ref()

@@ -348,6 +348,8 @@ pub struct Server {
     /// `source`: the address connections to the server leave from (the server's, else the
     /// backend's; unset: the system's choice).
     pub source: Option<SocketAddr>,
+    /// Added at run time (`add server`): another server's `track` may not name it.
+    pub dynamic: bool,
 }
 
 impl Server {
@@ -370,6 +372,8 @@ pub struct Backend {
     pub id: u32,
     pub name: String,
     pub servers: server_list::ServerList<Server>,
+    /// `source`: where its connections leave from (a server's own wins).
+    pub source: Option<SocketAddr>,
     pub algo: Algo,
     pub hash: balance::HashType,
     pub allbackups: bool,

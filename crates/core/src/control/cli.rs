@@ -373,6 +373,18 @@ pub const COMMANDS: &[Command] = &[
         run: servers::set_server,
     },
     Command {
+        words: &["add", "server"],
+        help: "add server BACKEND/SERVER ADDR [options]: a new server, in maintenance",
+        level: Level::Admin,
+        run: servers::add_server,
+    },
+    Command {
+        words: &["del", "server"],
+        help: "del server BACKEND/SERVER: delete a server in maintenance",
+        level: Level::Admin,
+        run: servers::del_server,
+    },
+    Command {
         words: &["disable", "health"],
         help: "stop running a server's health check (BACKEND/SERVER)",
         level: Level::Admin,
@@ -1056,7 +1068,7 @@ fn show_servers_conn(s: &Process, args: &[&str], _: Level) -> String {
         if args.first().is_some_and(|name| *name != be.name) {
             continue;
         }
-        for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
+        for (_, srv, sst) in st.live(be) {
             let p = &sst.idle.stats;
             let (addr, port) = super::servers::shown_addr(srv, sst.addr());
             let get = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);

@@ -388,6 +388,8 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
             per_thread: opts.release_thread_memory,
             ..MemoryRelease::default()
         },
+        server_edits: Default::default(),
+        added_checks: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);
@@ -532,7 +534,7 @@ fn dump_server_states(process: &Process) {
             "sluice: SIGHUP received, dumping servers states for proxy {}.",
             be.name
         );
-        for (srv, s) in be.servers.iter().zip(st.servers.iter()) {
+        for (_, srv, s) in st.live(be) {
             let status = s.status(srv.check.as_ref().map(|c| (c.rise, c.fall)));
             say!(
                 "sluice: SIGHUP: Server {}/{} is {}. Conn: {} act, {} pend, {} tot.",

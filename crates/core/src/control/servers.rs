@@ -22,10 +22,9 @@ fn find(p: &Process, spec: Option<&&str>) -> Result<(usize, usize), String> {
         .iter()
         .position(|be| be.name == b)
         .ok_or("No such backend.\n")?;
-    let si = p.config.backends[bi]
-        .servers
-        .iter()
-        .position(|srv| srv.name == s)
+    let (si, _, _) = p.state.backends[bi]
+        .live(&p.config.backends[bi])
+        .find(|(_, srv, _)| srv.name == s)
         .ok_or("No such server.\n")?;
     Ok((bi, si))
 }
@@ -296,7 +295,7 @@ pub fn show_servers_state(p: &Process, args: &[&str], _: Level) -> String {
         if args.first().is_some_and(|name| *name != be.name) {
             continue;
         }
-        for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
+        for (_, srv, sst) in st.live(be) {
             let _ = writeln!(out, "{} {} {}", be.id, be.name, server_state_row(srv, sst));
         }
     }
@@ -389,4 +388,140 @@ pub fn set_maxconn(p: &Process, args: &[&str], _: Level) -> String {
         return "sluice: this server has no 'maxconn' in the configuration: its limit cannot be set at runtime.\n".into();
     }
     String::new()
+}
+
+/// `add server B/S ADDR [options]`: a server added at run time, as HAProxy 2.6 adds one.
+/// It starts in maintenance (`enable server` puts it in service) with its checks paused
+/// (`enable health`, `enable agent`), takes no `default-server` setting, and is lost at the
+/// next reload unless the configuration names it too. Only a backend whose balancing takes
+/// servers as they come (not `static-rr`, not a map-based hash) accepts one.
+pub fn add_server(p: &Process, args: &[&str], level: Level) -> String {
+    answer((|| {
+        needs(level, Level::Admin)?;
+        let spec = args.first().ok_or("Require 'backend/server'.\n")?;
+        let (b, name) = spec.split_once('/').ok_or("Require 'backend/server'.\n")?;
+        let bi = p
+            .config
+            .backends
+            .iter()
+            .position(|be| be.name == b)
+            .ok_or("No such backend.\n")?;
+        let be = &p.config.backends[bi];
+        if !takes_added_servers(be) {
+            return Err(
+                "Backend must use a dynamic load balancing to support dynamic servers.\n".into(),
+            );
+        }
+        let mut words: Vec<String> = vec![name.to_string()];
+        words.extend(args[1..].iter().map(|w| w.to_string()));
+        let spec = crate::backend::parse_added(&words).map_err(|e| format!("{e}\n"))?;
+        if spec.opts.h2 && be.stream.mode == crate::conf::stream::Mode::Tcp {
+            return Err("MUX protocol is not usable for server.\n".into());
+        }
+        let _one_at_a_time = p.server_edits.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &p.state.backends[bi];
+        if st.live(be).any(|(_, srv, _)| srv.name == name) {
+            return Err("Already exists a server with the same name in backend.\n".into());
+        }
+        let used = |id: u32| st.live(be).any(|(_, srv, _)| srv.id == id);
+        let id = match spec.opts.id {
+            Some(id) if used(id) => return Err(format!("Server id {id} is already used.\n")),
+            Some(id) => id,
+            // As HAProxy: the first id no server of the backend has.
+            None => (1..).find(|&id| !used(id)).unwrap_or(u32::MAX),
+        };
+        let mut server = crate::backend::lower_server(&spec, id, None, be.source);
+        server.disabled = true;
+        server.dynamic = true;
+        server.track = match &spec.opts.track {
+            Some(t) => Some(tracked(p, bi, t)?),
+            None => None,
+        };
+        let mut skipped = Vec::new();
+        let tls = &p.config.global.tls;
+        let ssl_rule = be.check.uses_ssl();
+        let (traffic, checks) =
+            crate::tls::server_connectors(&spec.opts.tls, tls, spec.addr, ssl_rule, &mut skipped)?;
+        server.tls = traffic;
+        server.check_tls = checks;
+        let workers = p.config.global.nbthread();
+        let at = st.add_server(&server, workers);
+        let sst = &st.servers[at];
+        // A tracking server starts in its target's state.
+        if let Some((tb, ts)) = server.track {
+            st.set_oper(at, p.state.backends[tb].servers[ts].oper());
+        }
+        for (paused, agent) in [
+            (sst.check.as_ref().map(|c| &c.paused), false),
+            (sst.agent.as_ref().map(|a| &a.paused), true),
+        ] {
+            if let Some(paused) = paused {
+                paused.store(true, Ordering::Relaxed);
+                p.added_checks.push(bi, at, agent);
+            }
+        }
+        be.servers.push(server);
+        Ok("New server registered.\n".into())
+    })())
+}
+
+/// Whether a backend's balancing takes servers added at run time (HAProxy's dynamic
+/// algorithms): not `static-rr`, and a hash only when it is consistent.
+fn takes_added_servers(be: &crate::conf::Backend) -> bool {
+    use crate::conf::balance::Algo;
+    match be.algo {
+        Algo::RoundRobin | Algo::LeastConn | Algo::First | Algo::Random(_) => true,
+        Algo::StaticRr => false,
+        _ => be.hash.consistent,
+    }
+}
+
+/// The server `track` names (`S` of backend `b`, or `B/S`), which must be one of the
+/// configuration's (a server added at run time cannot be tracked).
+fn tracked(p: &Process, b: usize, spec: &str) -> Result<(usize, usize), String> {
+    let own = &p.config.backends[b].name;
+    let (bname, sname) = spec.split_once('/').unwrap_or((own, spec));
+    let tb = p.config.backends.iter().position(|be| be.name == bname);
+    let found = tb.and_then(|tb| {
+        let be = &p.config.backends[tb];
+        p.state.backends[tb]
+            .live(be)
+            .find(|(_, srv, _)| srv.name == sname && !srv.dynamic)
+            .map(|(ts, _, _)| (tb, ts))
+    });
+    found.ok_or_else(|| format!("unable to find required server '{spec}' to track.\n"))
+}
+
+/// `del server B/S`: deletes a server in maintenance with nothing left on it, as HAProxy
+/// 2.6 does. Its idle pooled connections are closed first (HAProxy refuses while there are
+/// any); one that another setting names (`track`, `use-server`) stays.
+pub fn del_server(p: &Process, args: &[&str], level: Level) -> String {
+    answer((|| {
+        needs(level, Level::Admin)?;
+        let _one_at_a_time = p.server_edits.lock().unwrap_or_else(|e| e.into_inner());
+        let (b, s) = find(p, args.first())?;
+        let (be, st) = (&p.config.backends[b], &p.state.backends[b]);
+        let name = &be.servers[s].name;
+        let tracked_by_one = p.config.backends.iter().enumerate().any(|(ob, obe)| {
+            p.state.backends[ob]
+                .live(obe)
+                .any(|(_, srv, _)| srv.track == Some((b, s)))
+        });
+        let used = be.persist.use_server.iter().any(|(n, _)| &n.name == name);
+        if tracked_by_one || used {
+            return Err("This server cannot be removed at runtime due to other configuration elements pointing to it.\n".into());
+        }
+        let sst = &st.servers[s];
+        if sst.admin() != AdminState::Maint {
+            return Err("Only servers in maintenance mode can be deleted.\n".into());
+        }
+        drop(sst.idle.take_all());
+        let busy = sst.in_flight.load(Ordering::Relaxed) > 0
+            || sst.queue.waiting.load(Ordering::Relaxed) > 0;
+        if busy {
+            return Err("Server still has connections attached to it, cannot remove it.\n".into());
+        }
+        st.delete_server(s);
+        Ok("Server deleted.\n".into())
+    })())
 }

@@ -630,18 +630,14 @@ fn lower(
                     spec.name
                 )));
             }
-            let t = &spec.opts.tls;
-            let checks = t.check_ssl.unwrap_or(t.ssl) || ssl_rule;
-            if !t.ssl && !checks {
-                continue;
-            }
             let mut skipped = Vec::new();
-            let built = tls::connector(t, &global.tls, spec.addr, &mut skipped);
+            let t = &spec.opts.tls;
+            let built = tls::server_connectors(t, &global.tls, spec.addr, ssl_rule, &mut skipped);
             warn_once(&mut warnings, &p.header, skipped);
             match built {
-                Ok(c) => {
-                    srv.check_tls = checks.then(|| tls::check_connector(t, &c));
-                    srv.tls = t.ssl.then_some(c);
+                Ok((traffic, checks)) => {
+                    srv.tls = traffic;
+                    srv.check_tls = checks;
                 }
                 Err(e) => errors.push(p.header.error(format!(
                     "{} '{}', server '{}': {e}",

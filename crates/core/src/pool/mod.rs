@@ -544,6 +544,21 @@ impl<C: Resource> ServerPools<C> {
         out
     }
 
+    /// Takes every idle connection of every worker (a server being deleted); the caller
+    /// closes them.
+    pub fn take_all(&self) -> Vec<C> {
+        let mut out = Vec::new();
+        for tid in 0..self.per_thread.len() {
+            let mut guard = self.lock(tid);
+            let l = &mut *guard;
+            let (idle, safe) = (l.len(), l.safe.len());
+            out.extend(l.idle.drain(..).chain(l.safe.drain(..)).map(|c| c.conn));
+            drop(guard);
+            self.note_removed(tid, idle, safe);
+        }
+        out
+    }
+
     /// Removes one idle connection to make room for a new one under descriptor pressure:
     /// this worker's oldest, else one from a sibling that is not busy.
     pub fn evict_one(&self, tid: usize) -> Option<C> {

@@ -283,6 +283,32 @@ pub struct Process {
     pub figures: ProcessFigures,
     /// How the workers give free memory back once connections are gone.
     pub memory: MemoryRelease,
+    /// Held while the CLI adds or deletes a server: one change at a time, so that a
+    /// backend's server lists grow one server at a time (`conf::server_list`).
+    pub server_edits: std::sync::Mutex<()>,
+    /// Checks of servers added at run time, for the first worker to start.
+    pub added_checks: AddedChecks,
+}
+
+/// Health and agent checks of servers the CLI added (`add server ... check`), handed to
+/// the first worker, which starts them as it starts the configuration's.
+#[derive(Debug, Default)]
+pub struct AddedChecks {
+    /// (backend, server, agent check) of each check to start.
+    pub queue: std::sync::Mutex<Vec<(usize, usize, bool)>>,
+    pub wake: Notify,
+}
+
+impl AddedChecks {
+    pub fn push(&self, backend: usize, server: usize, agent: bool) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push((backend, server, agent));
+        self.wake.notify_one();
+    }
+
+    pub fn take(&self) -> Vec<(usize, usize, bool)> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// How free memory goes back to the system once connections are gone ([`Process::trim_memory`]).

@@ -81,6 +81,9 @@ pub struct ServerState {
     slowstart: Option<Duration>,
     /// When the current ramp started ([`clock_ns`]), 0 when none.
     ramp_from: AtomicU64,
+    /// `del server`: the server is gone. Its index stays (indices never move), in
+    /// maintenance for good; whatever lists or names servers passes it by.
+    gone: AtomicBool,
 }
 
 pub use crate::clock::{clock_ms, clock_ms_at, clock_ns};
@@ -183,7 +186,13 @@ impl ServerState {
             shutdown_on_down: conf.shutdown_on_down,
             slowstart: conf.slowstart,
             ramp_from: AtomicU64::new(0),
+            gone: AtomicBool::new(false),
         }
+    }
+
+    /// The server was deleted (`del server`).
+    pub fn gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
     }
 
     pub fn admin(&self) -> AdminState {
@@ -279,8 +288,11 @@ impl ServerState {
             };
         };
         let health = c.health.load(Ordering::Relaxed);
+        let paused = c.paused.load(Ordering::Relaxed);
         match self.oper() {
             OperState::Stopping => "NOLB".into(),
+            // As HAProxy: an up server whose check is disabled (`disable health`).
+            OperState::Up if paused => "no check".into(),
             OperState::Up if health < rise + fall - 1 => {
                 format!("UP {}/{}", health + 1 - rise, fall)
             }
@@ -547,6 +559,37 @@ impl BackendState {
             .fetch_max(now + ss.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    /// Appends the live state of a server added at run time (`add server`), before its
+    /// configuration is (`conf::server_list`'s invariant); its index.
+    pub fn add_server(&self, conf: &Server, workers: usize) -> usize {
+        let at = self.servers.push(Arc::new(ServerState::new(conf, workers)));
+        self.lb.generation.fetch_add(1, Ordering::Release);
+        at
+    }
+
+    /// Deletes a server (`del server`, once it is in maintenance with nothing in flight):
+    /// it stays at its index, gone.
+    pub fn delete_server(&self, server: usize) {
+        let s = &self.servers[server];
+        s.gone.store(true, Ordering::Release);
+        s.queue.closed.notify_waiters();
+        self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The servers that are not gone, with their configuration (`conf`, this backend's):
+    /// (index, configuration, state). What the statistics and the CLI list.
+    pub fn live<'a>(
+        &'a self,
+        conf: &'a Backend,
+    ) -> impl Iterator<Item = (usize, &'a Server, &'a Arc<ServerState>)> + 'a {
+        conf.servers
+            .iter()
+            .zip(self.servers.iter())
+            .enumerate()
+            .filter(|(_, (_, s))| !s.gone())
+            .map(|(i, (c, s))| (i, c, s))
+    }
+
     /// Requests in flight on all servers.
     pub fn in_flight(&self) -> usize {
         self.servers
@@ -561,7 +604,7 @@ impl BackendState {
         let weight = |backup: bool| -> u64 {
             conf.servers
                 .iter()
-                .zip(&self.servers)
+                .zip(self.servers.iter())
                 .filter(|(c, s)| c.backup == backup && s.usable())
                 .map(|(_, s)| u64::from(s.effective_weight()))
                 .sum()

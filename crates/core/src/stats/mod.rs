@@ -97,7 +97,7 @@ pub fn collect(p: &Process, filter: &Filter) -> Vec<Row> {
             if !filter.proxy_matches(&be.name, be.id) {
                 continue;
             }
-            for (srv, sst) in be.servers.iter().zip(st.servers.iter()) {
+            for (_, srv, sst) in st.live(be) {
                 rows.push(server_row(p, be, srv, sst, now));
             }
             rows.push(backend_row(p, be, st, now));

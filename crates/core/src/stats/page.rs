@@ -166,7 +166,7 @@ fn act(p: &Process, form: &[u8]) -> &'static str {
     let st = &p.state.backends[b];
     let mut done = 0;
     for name in &servers {
-        let Some(s) = be.servers.iter().position(|srv| &srv.name == name) else {
+        let Some((s, _, _)) = st.live(be).find(|(_, srv, _)| &srv.name == name) else {
             continue;
         };
         let ok = match action.as_str() {

@@ -566,6 +566,25 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
 /// How a server's health checks start TLS: as its traffic does (`base`), but asking for
 /// `check-sni` and offering `check-alpn` where given. The certificate is verified as for
 /// the traffic.
+/// A server's connectors: for its traffic (`ssl`) and for its checks (`check-ssl`, `ssl`
+/// without `no-check-ssl`, or `check_rule`: a check rule of its backend connects with
+/// `ssl`). `(None, None)` when it speaks TLS for neither.
+pub fn server_connectors(
+    o: &ServerTlsOpts,
+    defaults: &TlsDefaults,
+    addr: std::net::SocketAddr,
+    check_rule: bool,
+    skipped: &mut Vec<String>,
+) -> Result<(Option<Connector>, Option<Connector>), String> {
+    let checks = o.check_ssl.unwrap_or(o.ssl) || check_rule;
+    if !o.ssl && !checks {
+        return Ok((None, None));
+    }
+    let c = connector(o, defaults, addr, skipped)?;
+    let check = checks.then(|| check_connector(o, &c));
+    Ok((o.ssl.then_some(c), check))
+}
+
 pub fn check_connector(o: &ServerTlsOpts, base: &Connector) -> Connector {
     asking(base, o.check_sni.as_deref(), o.check_alpn.as_deref())
 }

@@ -131,6 +131,9 @@ fn worker_main(
         for task in checks {
             t.start_check(task);
         }
+        if tid == 0 {
+            tokio::task::spawn_local(t.clone().start_added_checks());
+        }
         tokio::task::spawn_local(purge_idle(t.w.clone()));
         tokio::task::spawn_local(measure_busy(t.w.clone()));
         while let Some(msg) = inbox.recv().await {

@@ -136,8 +136,28 @@ impl Thread {
         let inboxes = self.inboxes.clone();
         tokio::task::spawn_local(async move {
             let (to, task) = crate::check::run(w.clone(), task).await;
-            inboxes.send(&w.process, to, InboxMsg::Check(task));
+            if !w.state().backends[task.backend].servers[task.server].gone() {
+                inboxes.send(&w.process, to, InboxMsg::Check(task));
+            }
         });
+    }
+
+    /// Starts the checks of the servers the CLI adds, as they come (the first worker's
+    /// duty; `runtime::AddedChecks`).
+    pub async fn start_added_checks(self: Rc<Self>) {
+        let process = self.w.process.clone();
+        loop {
+            process.added_checks.wake.notified().await;
+            for (backend, server, agent) in process.added_checks.take() {
+                self.start_check(CheckTask {
+                    backend,
+                    server,
+                    agent,
+                    due: std::time::Instant::now(),
+                    moved: false,
+                });
+            }
+        }
     }
 }
 
