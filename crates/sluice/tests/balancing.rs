@@ -1013,7 +1013,8 @@ fn servers_are_added_and_deleted_at_run_time() {
 }
 
 /// A server added with `check` is checked once `enable health` asks for it (HAProxy adds
-/// it with its check paused): one that does not answer goes down and gets no traffic.
+/// it with its check paused): one that does not answer goes down and gets no traffic. One
+/// added with `track` follows the server it tracks.
 #[test]
 fn an_added_server_is_checked_once_its_health_check_is_enabled() {
     let a = Origin::start("A");
@@ -1024,12 +1025,32 @@ fn an_added_server_is_checked_once_its_health_check_is_enabled() {
     let (_d, sock) = cli_dir();
     let p = Sluice::start(&format!(
         "global\n    stats socket {} level admin\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend test\n\
-         backend test\n    server s0 {}\n",
+         backend test\n    server s0 {}\n    server sc {closed} check inter 100 fall 1 rise 1\n",
         sock.display(),
         a.addr
     ));
     let cli = |cmd: &str| Sluice::cli(&sock, cmd).trim_end().to_string();
     let status = || stat_field(&cli("show stat"), "test", "s1", "status");
+    // `track` names a server of the configuration with a check, as HAProxy wants.
+    for (target, answer) in [
+        (
+            "nope",
+            "unable to find required server 'nope' for tracking.",
+        ),
+        (
+            "other/s0",
+            "unable to find required proxy 'other' for tracking.",
+        ),
+        (
+            "s0",
+            "unable to use test/s0 for tracking as it does not have any check nor agent enabled.",
+        ),
+    ] {
+        assert_eq!(
+            cli(&format!("add server test/t {} track {target}", a.addr)),
+            answer
+        );
+    }
     assert_eq!(
         cli(&format!(
             "add server test/s1 {closed} check inter 100 fall 1"
@@ -1050,6 +1071,21 @@ fn an_added_server_is_checked_once_its_health_check_is_enabled() {
     for _ in 0..4 {
         assert_eq!(get(p.addr(), "/").status, 200);
     }
+    // A tracker follows sc, down for good.
+    assert_eq!(
+        cli(&format!("add server test/t {} track sc", a.addr)),
+        "New server registered."
+    );
+    assert_eq!(cli("enable server test/t"), "");
+    let tracked = || stat_field(&cli("show stat"), "test", "t", "status");
+    while !tracked().starts_with("DOWN") {
+        assert!(std::time::Instant::now() < deadline, "{}", tracked());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        cli("del server test/sc"),
+        "This server cannot be removed at runtime due to other configuration elements pointing to it."
+    );
     // Deleted, its check ends with it.
     assert_eq!(cli("disable server test/s1"), "");
     assert_eq!(cli("del server test/s1"), "Server deleted.");

@@ -476,20 +476,36 @@ fn takes_added_servers(be: &crate::conf::Backend) -> bool {
     }
 }
 
-/// The server `track` names (`S` of backend `b`, or `B/S`), which must be one of the
-/// configuration's (a server added at run time cannot be tracked).
+/// The server `track` names (`S` of backend `b`, or `B/S`): one of the configuration's
+/// with a check or an agent (HAProxy's conditions and words).
 fn tracked(p: &Process, b: usize, spec: &str) -> Result<(usize, usize), String> {
-    let own = &p.config.backends[b].name;
-    let (bname, sname) = spec.split_once('/').unwrap_or((own, spec));
-    let tb = p.config.backends.iter().position(|be| be.name == bname);
-    let found = tb.and_then(|tb| {
-        let be = &p.config.backends[tb];
-        p.state.backends[tb]
-            .live(be)
-            .find(|(_, srv, _)| srv.name == sname && !srv.dynamic)
-            .map(|(ts, _, _)| (tb, ts))
-    });
-    found.ok_or_else(|| format!("unable to find required server '{spec}' to track.\n"))
+    let (tb, sname) = match spec.rsplit_once('/') {
+        Some((bname, sname)) => {
+            let tb = p.config.backends.iter().position(|be| be.name == bname);
+            let tb = tb.ok_or_else(|| {
+                format!("unable to find required proxy '{bname}' for tracking.\n")
+            })?;
+            (tb, sname)
+        }
+        None => (b, spec),
+    };
+    let be = &p.config.backends[tb];
+    let (ts, srv, _) = p.state.backends[tb]
+        .live(be)
+        .find(|(_, srv, _)| srv.name == sname)
+        .ok_or_else(|| format!("unable to find required server '{sname}' for tracking.\n"))?;
+    let whose = format!("{}/{}", be.name, srv.name);
+    if srv.dynamic {
+        return Err(format!(
+            "unable to use {whose} for tracking as it is a dynamic server.\n"
+        ));
+    }
+    if srv.check.is_none() && srv.agent.is_none() && srv.track.is_none() {
+        return Err(format!(
+            "unable to use {whose} for tracking as it does not have any check nor agent enabled.\n"
+        ));
+    }
+    Ok((tb, ts))
 }
 
 /// `del server B/S`: deletes a server in maintenance with nothing left on it, as HAProxy
