@@ -952,11 +952,16 @@ fn servers_are_added_and_deleted_at_run_time() {
         .lines()
         .find(|l| l.contains(" s1 "))
         .expect("s1 listed");
-    // Backend id 3 (HAProxy numbers proxies from 2: fe, then test), srv_id 2,
-    // operational state 2 (running), administrative state 1 (maintenance).
+    // As HAProxy 2.6.12 shows it: backend id 3 (proxies are numbered from 2: fe, then
+    // test), srv_id 2, stopped (0) and in maintenance (1), its check initialising (1) at
+    // health 0.
     assert!(row.starts_with("3 test 2 s1 "), "{row}");
     let fields: Vec<&str> = row.split(' ').collect();
-    assert_eq!((fields[5], fields[6]), ("2", "1"), "{row}");
+    assert_eq!(
+        (fields[5], fields[6], fields[10], fields[12]),
+        ("0", "1", "1", "0"),
+        "{row}"
+    );
     // In maintenance: nothing reaches it.
     for _ in 0..4 {
         assert_eq!(get(p.addr(), "/m").text().split(' ').next(), Some("A"));

@@ -843,6 +843,9 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
     if was == to {
         return;
     }
+    if was == AdminState::Maint {
+        leave_maintenance(p, backend, server);
+    }
     let be = &p.config.backends[backend];
     let name = format!("{}/{}", be.name, be.servers[server].name);
     let (active, backup) = usable_counts(be, st);
@@ -869,6 +872,9 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
         (_, AdminState::Drain) => format!(
             "Server {name} enters drain state. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
         ),
+        (AdminState::Maint, AdminState::Ready) if sst.oper() == OperState::Down => {
+            format!("Server {name} is DOWN/READY (leaving forced maintenance).")
+        }
         (AdminState::Maint, AdminState::Ready) => {
             format!("Server {name} is UP/READY (leaving forced maintenance).")
         }
@@ -885,6 +891,30 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
             );
         }
     }
+}
+
+/// A server leaving maintenance comes up as HAProxy's does when nothing says otherwise: a
+/// tracking server takes its target's state; one neither tracked nor checked (or whose
+/// check and agent are disabled) turns up. A running check keeps its say.
+fn leave_maintenance(p: &Process, backend: usize, server: usize) {
+    let st = &p.state.backends[backend];
+    let (conf, sst) = (
+        &p.config.backends[backend].servers[server],
+        &st.servers[server],
+    );
+    let idle = |paused: Option<&std::sync::atomic::AtomicBool>| {
+        paused.is_none_or(|p| p.load(Ordering::Relaxed))
+    };
+    let state = match conf.track {
+        Some((tb, ts)) => p.state.backends[tb].servers[ts].oper(),
+        None if idle(sst.check.as_ref().map(|c| &c.paused))
+            && idle(sst.agent.as_ref().map(|a| &a.paused)) =>
+        {
+            OperState::Up
+        }
+        None => return,
+    };
+    st.set_oper(server, state);
 }
 
 /// `set server B/S health up|stopping|down` from the CLI: applied as [`force_health`]

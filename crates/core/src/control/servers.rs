@@ -322,9 +322,17 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
             let (status, result) = last.map_or((1, 0), |l| {
                 (check_status_number(l.status), if l.passed { 3 } else { 2 })
             });
-            (status, result, c.health.load(Ordering::Relaxed), 6)
+            // A disabled check (`disable health`) is configured (2), not enabled.
+            let state = if c.paused.load(Ordering::Relaxed) {
+                2
+            } else {
+                6
+            };
+            (status, result, c.health.load(Ordering::Relaxed), state)
         }
-        // Unchecked: HAProxy shows its check as initialising (1), at its `rise`.
+        // Unchecked: HAProxy shows its check as initialising (1), at its `rise` (0 for a
+        // server added at run time, which starts stopped).
+        None if srv.dynamic => (1, 0, 0, 0),
         None => (1, 0, srv.rise, 0),
     };
     let check_port = srv.check.as_ref().and_then(|c| c.port).unwrap_or(0);

@@ -147,7 +147,13 @@ impl ServerState {
             } else {
                 AdminState::Ready
             } as u8),
-            oper: AtomicU8::new(OperState::Up as u8),
+            // A server added at run time starts stopped, as HAProxy's (leaving maintenance
+            // brings it up, `check::set_admin`).
+            oper: AtomicU8::new(if conf.dynamic {
+                OperState::Down
+            } else {
+                OperState::Up
+            } as u8),
             weight: AtomicU32::new(conf.weight),
             in_flight: AtomicUsize::new(0),
             counters: PerWorker::new(workers),
