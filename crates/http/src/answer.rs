@@ -8,7 +8,7 @@
 //! HTTP/1 output, and the sizes logs count from it, are the page as HAProxy sends it.
 
 use crate::head::{push_header, Version};
-use crate::{name_is, parse_response};
+use crate::{parse_response, FieldList};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -16,7 +16,7 @@ pub struct Answer {
     pub reason: Vec<u8>,
     /// HTTP/1.0 for an `errorfile` written so; the proxy's own pages are HTTP/1.1.
     pub version: Version,
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub fields: FieldList,
     pub body: Vec<u8>,
     /// Nothing is sent (an `errorfile` of an empty file): the connection closes without an
     /// answer, the status still logged.
@@ -30,7 +30,7 @@ impl Answer {
             status,
             reason: crate::reason(status).as_bytes().to_vec(),
             version: Version::Http11,
-            fields: Vec::new(),
+            fields: FieldList::default(),
             body: Vec::new(),
             silent: false,
         }
@@ -54,24 +54,17 @@ impl Answer {
     }
 
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
-        self.fields.push((name.to_vec(), value.to_vec()));
+        self.fields.push(name, value);
     }
 
     /// The first value of field `lower` (a lowercase name).
     pub fn header(&self, lower: &str) -> Option<&[u8]> {
-        self.fields
-            .iter()
-            .find(|(n, _)| name_is(n, lower))
-            .map(|(_, v)| v.as_slice())
+        self.fields.header(lower)
     }
 
     /// A `Connection` field says `close`.
     pub fn says_close(&self) -> bool {
-        self.fields
-            .iter()
-            .filter(|(n, _)| name_is(n, "connection"))
-            .flat_map(|(_, v)| v.split(|&b| b == b','))
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+        self.fields.nominates(b"close")
     }
 
     /// The connection ends after this answer: `Connection: close` is added unless a field
@@ -97,7 +90,7 @@ impl Answer {
             out.extend_from_slice(&self.reason);
         }
         out.extend_from_slice(b"\r\n");
-        for (n, v) in &self.fields {
+        for (n, v) in self.fields.iter() {
             push_header(out, n, v);
         }
         out.extend_from_slice(b"\r\n");
@@ -122,16 +115,17 @@ impl Answer {
             status: head.status,
             reason: text[head.reason.clone()].to_vec(),
             version: head.version,
-            fields: head
-                .headers
-                .iter()
-                .map(|h| {
-                    (
-                        text[h.name.clone()].to_vec(),
-                        text[h.value.clone()].to_vec(),
-                    )
-                })
-                .collect(),
+            fields: FieldList(
+                head.headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            text[h.name.clone()].to_vec(),
+                            text[h.value.clone()].to_vec(),
+                        )
+                    })
+                    .collect(),
+            ),
             body: text[head.len..].to_vec(),
             silent: false,
         })

@@ -4,7 +4,7 @@
 //! [`crate::RequestView::copy`] like any other head.
 
 use crate::head::{Framing, Version};
-use crate::name_is;
+use crate::FieldList;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestCopy {
@@ -16,28 +16,11 @@ pub struct RequestCopy {
     pub version: Version,
     pub framing: Framing,
     pub wants_close: bool,
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub fields: FieldList,
 }
 
 impl RequestCopy {
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
-        self.fields.push((name.to_vec(), value.to_vec()));
-    }
-
-    /// The first value of field `lower` (a lowercase name).
-    pub fn header(&self, lower: &str) -> Option<&[u8]> {
-        self.fields
-            .iter()
-            .find(|(n, _)| name_is(n, lower))
-            .map(|(_, v)| v.as_slice())
-    }
-
-    /// Whether a `Connection` field nominates `token` (lowercase).
-    pub fn nominates(&self, token: &[u8]) -> bool {
-        self.fields
-            .iter()
-            .filter(|(n, _)| name_is(n, "connection"))
-            .flat_map(|(_, v)| v.split(|&b| b == b','))
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        self.fields.push(name, value);
     }
 }

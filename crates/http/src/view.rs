@@ -279,7 +279,7 @@ impl<'a> RequestView<'a> {
                 .headers()
                 .find(|(n, _)| name_is(n, lower))
                 .map(|(_, v)| v),
-            RequestKind::Copy(c) => c.header(lower),
+            RequestKind::Copy(c) => c.fields.header(lower),
         }
     }
 
@@ -310,7 +310,8 @@ impl<'a> RequestView<'a> {
             RequestKind::H1 { head, .. } => head.is_hop_by_hop(name),
             RequestKind::H2 { .. } => crate::request::is_hop_by_hop(name, &[]),
             RequestKind::Copy(c) => {
-                crate::request::is_hop_by_hop(name, &[]) || c.nominates(&name.to_ascii_lowercase())
+                crate::request::is_hop_by_hop(name, &[])
+                    || c.fields.nominates(&name.to_ascii_lowercase())
             }
         }
     }
@@ -327,7 +328,7 @@ impl<'a> RequestView<'a> {
                 .iter()
                 .flat_map(|v| v.as_bytes().split(|&b| b == b','))
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(token)),
-            RequestKind::Copy(c) => c.nominates(token),
+            RequestKind::Copy(c) => c.fields.nominates(token),
         }
     }
 }

@@ -12,8 +12,8 @@ use crate::conf::cli::Level;
 use crate::conf::Server;
 use crate::runtime::{AdminState, OperState, Process, ServerState};
 
-/// Finds `BACKEND/SERVER`: (backend index, server index).
-fn find(p: &Process, spec: Option<&&str>) -> Result<(usize, usize), String> {
+/// Reads `BACKEND/SERVER`: (backend index, the server's name).
+fn backend_of<'a>(p: &Process, spec: Option<&&'a str>) -> Result<(usize, &'a str), String> {
     let spec = spec.ok_or("Require 'backend/server'.\n")?;
     let (b, s) = spec.split_once('/').ok_or("Require 'backend/server'.\n")?;
     let bi = p
@@ -22,6 +22,12 @@ fn find(p: &Process, spec: Option<&&str>) -> Result<(usize, usize), String> {
         .iter()
         .position(|be| be.name == b)
         .ok_or("No such backend.\n")?;
+    Ok((bi, s))
+}
+
+/// Finds `BACKEND/SERVER`: (backend index, server index).
+fn find(p: &Process, spec: Option<&&str>) -> Result<(usize, usize), String> {
+    let (bi, s) = backend_of(p, spec)?;
     let (si, _, _) = p.state.backends[bi]
         .live(&p.config.backends[bi])
         .find(|(_, srv, _)| srv.name == s)
@@ -406,14 +412,7 @@ pub fn set_maxconn(p: &Process, args: &[&str], _: Level) -> String {
 pub fn add_server(p: &Process, args: &[&str], level: Level) -> String {
     answer((|| {
         needs(level, Level::Admin)?;
-        let spec = args.first().ok_or("Require 'backend/server'.\n")?;
-        let (b, name) = spec.split_once('/').ok_or("Require 'backend/server'.\n")?;
-        let bi = p
-            .config
-            .backends
-            .iter()
-            .position(|be| be.name == b)
-            .ok_or("No such backend.\n")?;
+        let (bi, name) = backend_of(p, args.first())?;
         let be = &p.config.backends[bi];
         if !takes_added_servers(be) {
             return Err(

@@ -487,7 +487,7 @@ fn request_copy(req: &RequestView<'_>, edits: &Edits) -> RequestCopy {
         version: req.version(),
         framing: req.framing(),
         wants_close: req.wants_close(),
-        fields: Vec::new(),
+        fields: Default::default(),
     }
 }
 
