@@ -544,12 +544,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         Some(d) => std::slice::from_ref(d),
         None => &conf.backend.servers[..],
     };
-    let speaks = Speaks {
-        h1: specs.iter().any(|s| !s.opts.h2),
-        h2: specs
-            .iter()
-            .any(|s| s.opts.h2 || s.opts.tls.alpn.iter().any(|p| p.eq_ignore_ascii_case("h2"))),
-    };
+    let speaks = Speaks::of(specs);
     let mut taken: Vec<u32> = specs.iter().filter_map(|s| s.opts.id).collect();
     let mut next = 1;
     let servers = specs

@@ -1082,3 +1082,40 @@ fn grpc_calls_cross_http2_end_to_end() {
         })
     );
 }
+
+/// A server added at run time may speak another protocol than the configuration's
+/// servers: `proto h2` into a backend of HTTP/1.1 servers, HTTP/1.1 into one of `proto h2`
+/// servers. Requests reach each in its protocol once it is enabled.
+#[test]
+fn an_added_server_is_spoken_to_in_its_own_protocol() {
+    let h2 = H2Origin::start();
+    let h1 = Origin::start("h1");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n nbthread 1\n stats socket {} level admin\n\
+         defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 3s\n\
+         frontend fe\n {{fe}}\n use_backend b2 if {{ path_beg /two }}\n default_backend b1\n\
+         backend b1\n server old {}\n\
+         backend b2\n server old {} proto h2\n",
+        sock.display(),
+        h1.addr,
+        h2.addr
+    ));
+    let cli = |cmd: &str| Sluice::cli(&sock, cmd).trim_end().to_string();
+    assert_eq!(cli("disable server b1/old"), "");
+    assert_eq!(cli("disable server b2/old"), "");
+    let added = format!("add server b1/new {} proto h2", h2.addr);
+    assert_eq!(cli(&added), "New server registered.");
+    assert_eq!(
+        cli(&format!("add server b2/new {}", h1.addr)),
+        "New server registered."
+    );
+    assert_eq!(cli("enable server b1/new"), "");
+    assert_eq!(cli("enable server b2/new"), "");
+    let before = h2.seen.streams.load(Ordering::SeqCst);
+    let r = get(p.addr(), "/one");
+    assert_eq!(r.status, 200);
+    assert_eq!(h2.seen.streams.load(Ordering::SeqCst), before + 1, "{r:?}");
+    let r = get(p.addr(), "/two");
+    assert_eq!((r.status, r.text().split(' ').next()), (200, Some("h1")));
+}

@@ -423,15 +423,48 @@ pub struct Backend {
     pub speaks: Speaks,
 }
 
-/// The protocols a backend's servers may be spoken to in, known from the configuration:
-/// a transaction prepares its request head for those (a request may move to another
-/// server of the backend before it leaves).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The protocols a backend's servers may be spoken to in, known from the configuration
+/// and from the servers added since (`add server` only ever adds one): a transaction
+/// prepares its request head for those (a request may move to another server of the
+/// backend before it leaves). An added server starts in maintenance, so the flag it sets
+/// is seen before any request can go to it.
+#[derive(Debug, Default)]
 pub struct Speaks {
     /// Some server is not `proto h2`: it may be spoken to in HTTP/1.1.
-    pub h1: bool,
+    h1: std::sync::atomic::AtomicBool,
     /// Some server is `proto h2`, or offers `h2` in its TLS ALPN.
-    pub h2: bool,
+    h2: std::sync::atomic::AtomicBool,
+}
+
+impl Speaks {
+    /// The protocols `servers` may be spoken to in.
+    pub fn of<'a>(servers: impl IntoIterator<Item = &'a backend::ServerSpec>) -> Speaks {
+        let speaks = Speaks::default();
+        for s in servers {
+            speaks.add(s);
+        }
+        speaks
+    }
+
+    /// Learns the protocols of one more server.
+    pub fn add(&self, s: &backend::ServerSpec) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let alpn_h2 = s.opts.tls.alpn.iter().any(|p| p.eq_ignore_ascii_case("h2"));
+        if !s.opts.h2 {
+            self.h1.store(true, Relaxed);
+        }
+        if s.opts.h2 || alpn_h2 {
+            self.h2.store(true, Relaxed);
+        }
+    }
+
+    pub fn h1(&self) -> bool {
+        self.h1.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn h2(&self) -> bool {
+        self.h2.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// One validated configuration generation.

@@ -467,6 +467,7 @@ pub fn add_server(p: &Process, args: &[&str], level: Level) -> String {
                 p.added_checks.push(bi, at, agent);
             }
         }
+        be.speaks.add(&spec);
         be.servers.push(server);
         Ok("New server registered.\n".into())
     })())

@@ -690,7 +690,7 @@ impl Txn {
                 let xff = forwardfor(fe, be, s.client.client_addr(s.peer.get()).map(|a| a.ip()));
                 self.h2_request = be
                     .speaks
-                    .h2
+                    .h2()
                     .then(|| server_request(&req, &edits, xff, facts.upgrade.as_deref()))
                     .flatten()
                     .map(Box::new);
@@ -698,7 +698,7 @@ impl Txn {
                 // http-pretend-keepalive` does not say it will close.
                 let close = server_close(fe, be) && !facts.connect && !be.stream.pretend_keepalive;
                 let upgrade = facts.upgrade.as_deref();
-                if be.speaks.h1 {
+                if be.speaks.h1() {
                     // One allocation for a session's first head (an HTTP/2 stream's only
                     // one): the client's head plus room for what the proxy adds.
                     s.out.reserve(head.len() + 256);
