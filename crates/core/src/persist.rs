@@ -245,8 +245,9 @@ fn matched_server(be: &Backend, st: &BackendState, cx: &Ctx<'_>, down_ok: bool) 
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(Counter::ServerId, now)?;
-            let i = be.servers.iter().position(|s| u64::from(s.id) == id)?;
-            (down_ok || st.servers[i].usable()).then_some(i)
+            // (A deleted server's id may have been given to a server added since.)
+            let (i, _, sst) = st.live(be).find(|(_, s, _)| u64::from(s.id) == id)?;
+            (down_ok || sst.usable()).then_some(i)
         })
 }
 
