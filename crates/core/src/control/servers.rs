@@ -430,47 +430,70 @@ pub fn add_server(p: &Process, args: &[&str], level: Level) -> String {
         if st.live(be).any(|(_, srv, _)| srv.name == name) {
             return Err("Already exists a server with the same name in backend.\n".into());
         }
-        let used = |id: u32| st.live(be).any(|(_, srv, _)| srv.id == id);
-        let id = match spec.opts.id {
-            Some(id) if used(id) => return Err(format!("Server id {id} is already used.\n")),
-            Some(id) => id,
-            // As HAProxy: the first id no server of the backend has.
-            None => (1..).find(|&id| !used(id)).unwrap_or(u32::MAX),
-        };
-        let mut server = crate::backend::lower_server(&spec, id, None, be.source);
-        server.disabled = true;
-        server.dynamic = true;
-        server.track = match &spec.opts.track {
-            Some(t) => Some(tracked(p, bi, t)?),
-            None => None,
-        };
-        let mut skipped = Vec::new();
-        let tls = &p.config.global.tls;
-        let ssl_rule = be.check.uses_ssl();
-        let (traffic, checks) =
-            crate::tls::server_connectors(&spec.opts.tls, tls, spec.addr, ssl_rule, &mut skipped)?;
-        server.tls = traffic;
-        server.check_tls = checks;
-        let workers = p.config.global.nbthread();
-        let at = st.add_server(&server, workers);
-        let sst = &st.servers[at];
-        // A tracking server starts in its target's state.
-        if let Some((tb, ts)) = server.track {
-            st.set_oper(at, p.state.backends[tb].servers[ts].oper());
-        }
-        for (paused, agent) in [
-            (sst.check.as_ref().map(|c| &c.paused), false),
-            (sst.agent.as_ref().map(|a| &a.paused), true),
-        ] {
-            if let Some(paused) = paused {
-                paused.store(true, Ordering::Relaxed);
-                p.added_checks.push(bi, at, agent);
-            }
-        }
-        be.speaks.add(&spec);
-        be.servers.push(server);
-        Ok("New server registered.\n".into())
+        let (server, said) = added_server(p, bi, &spec)?;
+        register(p, bi, &spec, server);
+        Ok(format!("{said}New server registered.\n"))
     })())
+}
+
+/// The server `spec` describes, lowered for backend `bi` as the loader lowers the
+/// configuration's (id, TLS connectors, `track`), in maintenance; and what the TLS
+/// settings had that rustls does not do, one line each.
+fn added_server(
+    p: &Process,
+    bi: usize,
+    spec: &crate::conf::backend::ServerSpec,
+) -> Result<(Server, String), String> {
+    let (be, st) = (&p.config.backends[bi], &p.state.backends[bi]);
+    let used = |id: u32| st.live(be).any(|(_, srv, _)| srv.id == id);
+    let id = match spec.opts.id {
+        Some(id) if used(id) => return Err(format!("Server id {id} is already used.\n")),
+        Some(id) => id,
+        // As HAProxy: the first id no server of the backend has.
+        None => (1..).find(|&id| !used(id)).unwrap_or(u32::MAX),
+    };
+    let mut server = crate::backend::lower_server(spec, id, None, be.source);
+    server.disabled = true;
+    server.dynamic = true;
+    server.track = match &spec.opts.track {
+        Some(t) => Some(tracked(p, bi, t)?),
+        None => None,
+    };
+    let mut skipped = Vec::new();
+    let (tls, rule) = (&p.config.global.tls, be.check.uses_ssl());
+    (server.tls, server.check_tls) =
+        crate::tls::server_connectors(&spec.opts.tls, tls, spec.addr, rule, &mut skipped)
+            .map_err(|e| format!("{e}\n"))?;
+    let said = skipped.iter().map(|w| format!("{w}\n")).collect();
+    Ok((server, said))
+}
+
+/// Appends `server` to backend `bi`: its state first (`conf::server_list`), in its
+/// target's state if it tracks one and with its checks paused, then its configuration;
+/// only then are its checks handed to a worker (which reads both).
+fn register(p: &Process, bi: usize, spec: &crate::conf::backend::ServerSpec, server: Server) {
+    let (be, st) = (&p.config.backends[bi], &p.state.backends[bi]);
+    let at = st.add_server(&server, p.config.global.nbthread());
+    let sst = &st.servers[at];
+    if let Some((tb, ts)) = server.track {
+        st.set_oper(at, p.state.backends[tb].servers[ts].oper());
+    }
+    let checks = [
+        (sst.check.as_ref().map(|c| &c.paused), false),
+        (sst.agent.as_ref().map(|a| &a.paused), true),
+    ];
+    for (paused, _) in &checks {
+        if let Some(paused) = paused {
+            paused.store(true, Ordering::Relaxed);
+        }
+    }
+    be.speaks.add(spec);
+    be.servers.push(server);
+    for (paused, agent) in checks {
+        if paused.is_some() {
+            p.added_checks.push(bi, at, agent);
+        }
+    }
 }
 
 /// Whether a backend's balancing takes servers added at run time (HAProxy's dynamic
