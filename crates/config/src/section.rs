@@ -36,6 +36,8 @@ pub enum SectionKind {
     Userlist,
     /// `cache NAME`: a small object cache (`http-request cache-use NAME`).
     Cache,
+    /// `mailers NAME`: the SMTP servers email alerts go to (`email-alert mailers NAME`).
+    Mailers,
 }
 
 impl SectionKind {
@@ -50,6 +52,7 @@ impl SectionKind {
             SectionKind::Peers => "peers",
             SectionKind::Userlist => "userlist",
             SectionKind::Cache => "cache",
+            SectionKind::Mailers => "mailers",
         }
     }
 
@@ -64,6 +67,7 @@ impl SectionKind {
             "peers" => SectionKind::Peers,
             "userlist" => SectionKind::Userlist,
             "cache" => SectionKind::Cache,
+            "mailers" => SectionKind::Mailers,
             _ => return None,
         })
     }
@@ -73,7 +77,6 @@ impl SectionKind {
 /// misread as a keyword of the previous section.
 const FOREIGN_SECTIONS: &[&str] = &[
     "resolvers",
-    "mailers",
     "program",
     "ring",
     "log-forward",

@@ -604,6 +604,7 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
         check: conf.check.clone(),
         log: conf.log.clone(),
         load_state: conf.load_state.clone(),
+        email: None,
     }
 }
 

@@ -67,6 +67,7 @@ pub mod compression;
 pub mod cookie;
 pub mod errorpages;
 pub mod filters;
+pub mod mail;
 pub mod peers;
 pub mod pending;
 pub mod persist;

@@ -63,11 +63,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "stats" => Scope::PROXY,
-    "email-alert from" => Scope::PROXY,
-    "email-alert level" => Scope::PROXY,
-    "email-alert mailers" => Scope::PROXY,
-    "email-alert myhostname" => Scope::PROXY,
-    "email-alert to" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,
     "option splice-auto" => Scope::PROXY,
     "option splice-request" => Scope::PROXY,

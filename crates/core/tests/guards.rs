@@ -36,6 +36,7 @@ fn process() -> Arc<Process> {
         memory: Default::default(),
         server_edits: Default::default(),
         added_checks: Default::default(),
+        mail: Default::default(),
     })
 }
 

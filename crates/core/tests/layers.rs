@@ -43,6 +43,7 @@ const LAYERS: &[&[&str]] = &[
         "peers",
         "errorpages",
         "filters",
+        "mail",
         "backend",
         "pending",
         "stats",

@@ -2210,3 +2210,169 @@ fn external_checks_match_haproxys() {
     );
     assert!(!ok && err.contains("does not have a leading '/'"), "{err}");
 }
+
+/// A scripted SMTP server on 127.0.0.1: answers each step of an exchange as a mailer
+/// does (a two-line reply to HELO), one connection at a time, and keeps what each
+/// connection said.
+struct Mta {
+    addr: SocketAddr,
+    mails: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Mta {
+    fn start() -> Mta {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mails = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = mails.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let said = Mta::converse(conn);
+                kept.lock().unwrap().push(said);
+            }
+        });
+        Mta { addr, mails }
+    }
+
+    fn converse(mut conn: TcpStream) -> String {
+        use std::io::BufRead;
+        conn.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+        let mut said = String::new();
+        let _ = conn.write_all(b"220 mta.test ESMTP\r\n");
+        let mut in_data = false;
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+            said.push_str(&line);
+            let reply: &[u8] = if in_data {
+                if line == ".\r\n" {
+                    in_data = false;
+                    b"250 queued\r\n"
+                } else {
+                    b""
+                }
+            } else if line.starts_with("HELO ") {
+                b"250-mta.test\r\n250 pleased\r\n"
+            } else if line.starts_with("DATA") {
+                in_data = true;
+                b"354 go on\r\n"
+            } else if line.starts_with("QUIT") {
+                let _ = conn.write_all(b"221 bye\r\n");
+                break;
+            } else {
+                b"250 ok\r\n"
+            };
+            let _ = conn.write_all(reply);
+            line.clear();
+        }
+        said
+    }
+
+    fn mails(&self) -> Vec<String> {
+        self.mails.lock().unwrap().clone()
+    }
+}
+
+/// `email-alert`: a server's state changes are mailed over SMTP as HAProxy 2.6 mails them
+/// (HELO with `myhostname`, the envelope, `From`/`To`/`Date`/`Subject: [HAProxy Alert]`
+/// headers, the log line's text as subject and body; compared with HAProxy 2.6.12's mails
+/// for the same commands), down at `alert` (the default level), up and drain at `notice`,
+/// to every mailer of the `mailers` section (one refusing: counted as failed);
+/// configurations missing a part are warned about, an unknown section refused.
+#[test]
+fn email_alerts_mail_state_changes_as_haproxy_does() {
+    let mta = Mta::start();
+    let origin = Origin::start("o");
+    // A second mailer that refuses every connection: each mail fails there, counted.
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (_d, sock) = cli_dir();
+    let _p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}\
+         mailers mta\n    mailer smtp1 {}\n    mailer dead {dead}\n    timeout mail 5s\n\
+         frontend fe\n    {{fe}}\n    default_backend quiet\n\
+         backend quiet\n    email-alert from lb@example.com\n    email-alert to ops@example.com\n    email-alert mailers mta\n    email-alert myhostname lb1\n    server s1 {}\n\
+         backend chatty\n    email-alert from lb@example.com\n    email-alert to ops@example.com\n    email-alert mailers mta\n    email-alert level notice\n    server s2 {}\n",
+        sock.display(),
+        mta.addr,
+        origin.addr,
+        origin.addr
+    ));
+    let cli = |cmd: &str| Sluice::cli(&sock, cmd);
+    // `quiet` mails at alert: its server going down, not coming back up.
+    assert_eq!(cli("set server quiet/s1 health down"), "\n");
+    wait_until("the first mail", || mta.mails().len() == 1);
+    assert_eq!(cli("set server quiet/s1 health up"), "\n");
+    assert_eq!(cli("set server quiet/s1 health down"), "\n");
+    // `chatty` mails at notice: up too.
+    assert_eq!(cli("set server chatty/s2 health down"), "\n");
+    assert_eq!(cli("set server chatty/s2 health up"), "\n");
+    assert_eq!(cli("set server chatty/s2 state drain"), "\n");
+    wait_until("five mails", || mta.mails().len() == 5);
+    let mails = mta.mails();
+    let subject = |m: &str| -> String {
+        m.lines()
+            .find_map(|l| l.strip_prefix("Subject: [HAProxy Alert] "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    // The up of `quiet` was not mailed: its second mail is the second down.
+    let down = "Server quiet/s1 is DOWN, changed from CLI. 0 active and 0 backup servers left. 0 sessions active, 0 requeued, 0 remaining in queue";
+    assert_eq!(subject(&mails[0]), down);
+    assert_eq!(subject(&mails[1]), down);
+    assert!(
+        subject(&mails[2]).starts_with("Server chatty/s2 is DOWN"),
+        "{}",
+        mails[2]
+    );
+    assert!(
+        subject(&mails[3]).starts_with("Server chatty/s2 is UP, changed from CLI."),
+        "{}",
+        mails[3]
+    );
+    // Word for word as HAProxy 2.6.12 mailed it for the same commands.
+    assert_eq!(
+        subject(&mails[4]),
+        "Server chatty/s2 enters drain state. 0 active and 0 backup servers online. 0 sessions requeued, 0 total in queue"
+    );
+    let first = &mails[0];
+    for part in [
+        "HELO lb1\r\n",
+        "MAIL FROM:<lb@example.com>\r\n",
+        "RCPT TO:<ops@example.com>\r\n",
+        "DATA\r\n",
+        "From: lb@example.com\r\nTo: ops@example.com\r\nDate: ",
+        &format!("\r\n\r\n{down}\r\n\r\n.\r\nQUIT\r\n"),
+    ] {
+        assert!(first.contains(part), "{part:?} in {first}");
+    }
+    // Without a host name, HELO says the machine's.
+    assert!(mails[2].starts_with("HELO ") && !mails[2].starts_with("HELO lb1"));
+    let count = |name: &str| activity(&sock, name).iter().sum::<u64>();
+    wait_until("the mails counted", || {
+        count("mails_sent") == 5 && count("mails_failed") == 5
+    });
+
+    // A part missing: ignored with HAProxy's warning; an unknown mailers section: refused.
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}listen b\n    bind 127.0.0.1:8\n    email-alert from lb@example.com\n    server s {}\n",
+        origin.addr
+    ));
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("'email-alert' will be ignored for listen 'b'"),
+        "{err}"
+    );
+    let (ok, err) = check_config(&format!(
+        "{DEFAULTS}listen b\n    bind 127.0.0.1:8\n    email-alert from a@x\n    email-alert to b@x\n    email-alert mailers nope\n    server s {}\n",
+        origin.addr
+    ));
+    assert!(!ok);
+    assert!(
+        err.contains("Proxy 'b': unable to find mailers 'nope'."),
+        "{err}"
+    );
+}

@@ -784,7 +784,7 @@ fn report(
 ) {
     let be = &p.config.backends[backend];
     let loggers = &p.backend_loggers[backend];
-    if loggers.is_empty() {
+    if loggers.is_empty() && be.email.is_none() {
         return;
     }
     let srv = &be.servers[server];
@@ -883,6 +883,10 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
     for l in &p.backend_loggers[backend] {
         l.send_at(severity, &msg);
     }
+    if to == AdminState::Drain {
+        // HAProxy mails a server entering drain (not one entering maintenance).
+        crate::mail::alert(p, backend, Severity::Notice, &msg);
+    }
     if to == AdminState::Maint && severity == Severity::Alert && active + backup == 0 {
         for l in &p.backend_loggers[backend] {
             l.send_at(
@@ -949,23 +953,22 @@ fn log_state_change(
         }
     };
     if up {
-        send(
-            up_severity,
-            &format!(
-                "Server {name} is UP{because}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
-            ),
+        let msg = format!(
+            "Server {name} is UP{because}. {active} active and {backup} backup servers online. 0 sessions requeued, 0 total in queue."
         );
+        send(up_severity, &msg);
+        // HAProxy mails a server coming up as a notice.
+        crate::mail::alert(p, backend, Severity::Notice, &msg);
         return;
     }
     let sst = &st.servers[server];
-    send(
-        Severity::Alert,
-        &format!(
-            "Server {name} is DOWN{because}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
-            sst.in_flight.load(Ordering::Relaxed),
-            sst.queue.waiting.load(Ordering::Relaxed)
-        ),
+    let msg = format!(
+        "Server {name} is DOWN{because}. {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+        sst.in_flight.load(Ordering::Relaxed),
+        sst.queue.waiting.load(Ordering::Relaxed)
     );
+    send(Severity::Alert, &msg);
+    crate::mail::alert(p, backend, Severity::Alert, &msg);
     if active + backup == 0 {
         send(
             Severity::Emerg,

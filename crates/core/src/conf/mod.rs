@@ -27,6 +27,7 @@ mod host;
 pub mod listen;
 mod loc;
 pub mod log;
+pub mod mail;
 pub mod patterns;
 pub mod pool;
 pub mod rules;
@@ -276,6 +277,8 @@ pub struct ProxyConf {
     pub stats: stats::StatsPage,
     /// `load-server-state-from-file`, `server-state-file-name`.
     pub load_state: state::LoadState,
+    /// `email-alert ...`.
+    pub email: mail::EmailAlertConf,
 }
 
 /// A validated frontend: what a listener needs to serve its connections.
@@ -421,6 +424,8 @@ pub struct Backend {
     pub load_state: state::LoadState,
     /// The protocols its servers may be spoken to in.
     pub speaks: Speaks,
+    /// What its servers' state changes mail (`email-alert`), filled by the loader.
+    pub email: Option<mail::EmailAlert>,
 }
 
 /// The protocols a backend's servers may be spoken to in, known from the configuration

@@ -1030,6 +1030,8 @@ fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
         ("checks_run", |t| t.counters.checks_run.get()),
         ("checks_moved", |t| t.counters.checks_moved.get()),
         ("checks_queued", |t| t.counters.checks_queued.get()),
+        ("mails_sent", |t| t.counters.mails_sent.get()),
+        ("mails_failed", |t| t.counters.mails_failed.get()),
         ("h2_queued", |t| {
             t.counters.h2_queued.load(Ordering::Relaxed)
         }),

@@ -390,6 +390,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         },
         server_edits: Default::default(),
         added_checks: Default::default(),
+        mail: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

@@ -491,7 +491,7 @@ fn register(p: &Process, bi: usize, spec: &crate::conf::backend::ServerSpec, ser
     be.servers.push(server);
     for (paused, agent) in checks {
         if paused.is_some() {
-            p.added_checks.push(bi, at, agent);
+            p.added_checks.push((bi, at, agent));
         }
     }
 }

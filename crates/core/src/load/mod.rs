@@ -104,6 +104,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     log::KEYWORDS,
     log::OPTION_KEYWORDS,
     stats::KEYWORDS,
+    crate::mail::KEYWORDS,
     pending::PROXY_KEYWORDS,
     control::state_file::KEYWORDS,
 ];
@@ -135,6 +136,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut peer_sections = Vec::new();
     let mut userlists = Vec::new();
     let mut caches = Vec::new();
+    let mut mailers: Vec<crate::conf::mail::Mailers> = Vec::new();
     // The defaults section each proxy takes its settings from (`None`: an anonymous one),
     // to check how defaults with rules are shared.
     let mut defaults_name: Option<String> = None;
@@ -176,6 +178,14 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                         errors.push(header.error(format!("Duplicate cache name '{}'", c.name)));
                     }
                     caches.push(c);
+                }
+            }
+            SectionKind::Mailers => {
+                if let Some(m) = crate::mail::parse_section(section, &mut errors) {
+                    if mailers.iter().any(|x| x.name == m.name) {
+                        errors.push(header.error(format!("mailers '{}' is defined twice", m.name)));
+                    }
+                    mailers.push(m);
                 }
             }
             SectionKind::HttpErrors => {
@@ -391,7 +401,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut config = lower(global, proxies, peer_sets)?;
+    let mut config = lower(global, proxies, peer_sets, &mailers)?;
     config.warnings.splice(0..0, warnings);
     config.userlists = userlists;
     config.caches = caches;
@@ -537,6 +547,7 @@ fn lower(
     global: GlobalConf,
     proxies: Vec<Proxy>,
     (peers_confs, peer_tables): (Vec<stick::PeersConf>, Vec<TableConf>),
+    mailers: &[crate::conf::mail::Mailers],
 ) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
@@ -574,10 +585,19 @@ fn lower(
             let found = (&mut errors, &mut warnings);
             filters::lower(("backend", &p.name), &conf.filters, compresses, found)
         };
+        let who = (p.kind.name(), p.name.as_str());
+        let email = match crate::mail::lower(who, &conf.email, mailers, &mut warnings) {
+            Ok(email) => email,
+            Err(e) => {
+                errors.push(p.header.error(e));
+                None
+            }
+        };
         backends.push(Backend {
             order,
             stats: conf.stats.clone(),
             traces,
+            email,
             ..backend::lower(&p.name, id, &conf)
         });
     }

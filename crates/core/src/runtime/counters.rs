@@ -416,6 +416,9 @@ pub struct WorkerCounters {
     pub checks_moved: Counter,
     /// Health checks that had to wait for a slot (`tune.max-checks-per-thread`).
     pub checks_queued: Counter,
+    /// Email alerts this worker sent to a mailer, and those a mailer did not take.
+    pub mails_sent: Counter,
+    pub mails_failed: Counter,
     /// DATA the HTTP/2 client connections of this worker have queued for their clients and
     /// not written yet (a gauge: `h2_stream::Queued` moves it).
     pub h2_queued: std::sync::Arc<std::sync::atomic::AtomicU64>,

@@ -26,8 +26,8 @@ pub use self::counters::{
     Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
-    Admission, ClientConn, Handover, MemoryRelease, Process, ProcessFigures, SessionInfo, Slot,
-    ThreadCtx, Worker, WorkerChecks,
+    Admission, ClientConn, Handoff, Handover, Mail, MemoryRelease, Process, ProcessFigures,
+    SessionInfo, Slot, ThreadCtx, Worker, WorkerChecks,
 };
 pub use self::rate::{AcceptRates, GlobalRate, RateLimits};
 pub use self::state::{

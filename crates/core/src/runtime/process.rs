@@ -286,29 +286,48 @@ pub struct Process {
     /// Held while the CLI adds or deletes a server: one change at a time, so that a
     /// backend's server lists grow one server at a time (`conf::server_list`).
     pub server_edits: std::sync::Mutex<()>,
-    /// Checks of servers added at run time, for the first worker to start.
-    pub added_checks: AddedChecks,
+    /// Checks of servers added at run time (`add server ... check`), as (backend, server,
+    /// agent check), for the first worker to start as it starts the configuration's.
+    pub added_checks: Handoff<(usize, usize, bool)>,
+    /// Email alerts to send (`email-alert`), for the first worker to send.
+    pub mail: Handoff<Mail>,
 }
 
-/// Health and agent checks of servers the CLI added (`add server ... check`), handed to
-/// the first worker, which starts them as it starts the configuration's.
-#[derive(Debug, Default)]
-pub struct AddedChecks {
-    /// (backend, server, agent check) of each check to start.
-    pub queue: std::sync::Mutex<Vec<(usize, usize, bool)>>,
+/// Work any thread (the CLI's, a worker's) hands to the first worker, which does it as it
+/// comes: pushed under a short lock, taken all at once.
+#[derive(Debug)]
+pub struct Handoff<T> {
+    queue: std::sync::Mutex<Vec<T>>,
     pub wake: Notify,
 }
 
-impl AddedChecks {
-    pub fn push(&self, backend: usize, server: usize, agent: bool) {
+impl<T> Default for Handoff<T> {
+    fn default() -> Self {
+        Handoff {
+            queue: std::sync::Mutex::new(Vec::new()),
+            wake: Notify::new(),
+        }
+    }
+}
+
+impl<T> Handoff<T> {
+    pub fn push(&self, item: T) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.push((backend, server, agent));
+        q.push(item);
         self.wake.notify_one();
     }
 
-    pub fn take(&self) -> Vec<(usize, usize, bool)> {
+    pub fn take(&self) -> Vec<T> {
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// An email alert: the backend whose `email-alert` settings send it, and its text (a
+/// state change as the log says it, without its final period).
+#[derive(Debug, Clone)]
+pub struct Mail {
+    pub backend: usize,
+    pub text: String,
 }
 
 /// How free memory goes back to the system once connections are gone ([`Process::trim_memory`]).
