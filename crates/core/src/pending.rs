@@ -52,7 +52,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "tune.runqueue-depth" => Scope::GLOBAL,
     "tune.sched.low-latency" => Scope::GLOBAL,
     "tune.ssl.force-private-cache" => Scope::GLOBAL,
-    "tune.ssl.keylog" => Scope::GLOBAL,
     "tune.ssl.ssl-ctx-cache-size" => Scope::GLOBAL,
     "tune.vars.global-max-size" => Scope::GLOBAL,
     "tune.vars.proc-max-size" => Scope::GLOBAL,

@@ -43,6 +43,8 @@ pub struct TlsInfo {
     pub resumed: bool,
     /// What the client's ClientHello offered, when captured.
     pub hello: Option<std::sync::Arc<crate::tls::hello::Capture>>,
+    /// The session's secrets, with `tune.ssl.keylog on`.
+    pub keys: Option<std::sync::Arc<crate::tls::keylog::Secrets>>,
 }
 
 /// What a stream of a multiplexed client connection knows of that connection.
@@ -139,6 +141,8 @@ struct Tls {
     /// The client's ClientHello while it arrives (`tune.ssl.capture-buffer-size`), then
     /// what it offered.
     hello: std::cell::RefCell<Hello>,
+    /// The session's secrets (`tune.ssl.keylog on`).
+    keys: std::cell::RefCell<Option<crate::tls::keylog::Secrets>>,
 }
 
 /// Where capturing a client's ClientHello stands.
@@ -198,6 +202,16 @@ impl io::Write for Nonblocking<'_> {
 }
 
 impl Tls {
+    /// rustls's processing of the records read; during the handshake, the secrets it
+    /// logs are kept (`tls::keylog`).
+    fn process(&self, st: &mut rustls::Connection) -> Result<rustls::IoState, rustls::Error> {
+        if st.is_handshaking() {
+            crate::tls::keylog::collecting(&self.keys, || st.process_new_packets())
+        } else {
+            st.process_new_packets()
+        }
+    }
+
     /// Reads records from the socket into rustls (copying a ClientHello being captured).
     fn read_records(&self, st: &mut rustls::Connection) -> io::Result<usize> {
         if matches!(*self.hello.borrow(), Hello::Collecting(_)) {
@@ -236,7 +250,7 @@ impl Tls {
     /// Decrypted bytes are waiting, or the peer closed its side.
     fn has_plaintext(&self) -> bool {
         let mut st = self.state.borrow_mut();
-        st.process_new_packets()
+        self.process(&mut st)
             .map(|s| s.plaintext_bytes_to_read() > 0 || s.peer_has_closed())
             .unwrap_or(true)
     }
@@ -257,7 +271,7 @@ impl Tls {
                     Ok(_) => {}
                     Err(e) => return Err(e),
                 }
-                if let Err(e) = st.process_new_packets() {
+                if let Err(e) = self.process(&mut st) {
                     // The alert goes out before the error ends the connection.
                     drop(st);
                     let _ = self.push();
@@ -276,7 +290,7 @@ impl Tls {
         loop {
             let (ready, closed) = {
                 let mut st = self.state.borrow_mut();
-                match st.process_new_packets() {
+                match self.process(&mut st) {
                     Ok(io) => (io.plaintext_bytes_to_read(), io.peer_has_closed()),
                     Err(e) => {
                         drop(st);
@@ -363,6 +377,7 @@ impl Tls {
                 Hello::Done(c) => c.clone(),
                 _ => None,
             },
+            keys: self.keys.borrow().clone().map(std::sync::Arc::new),
         })
     }
 }
@@ -507,6 +522,7 @@ impl Conn {
                 tcp,
                 state: std::cell::RefCell::new(state.into()),
                 hello: hello.into(),
+                keys: Default::default(),
             })),
             _fd: self._fd,
             proxied: self.proxied,
@@ -530,6 +546,7 @@ impl Conn {
                 tcp,
                 state: std::cell::RefCell::new(state.into()),
                 hello: Hello::Off.into(),
+                keys: Default::default(),
             })),
             _fd: self._fd,
             proxied: self.proxied,
@@ -559,7 +576,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),
             }
-            if let Err(e) = st.process_new_packets() {
+            if let Err(e) = t.process(&mut st) {
                 drop(st);
                 let _ = t.push();
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
@@ -1152,6 +1169,7 @@ impl Conn {
                 tcp,
                 state: std::cell::RefCell::new(*state),
                 hello: Hello::Off.into(),
+                keys: Default::default(),
             })),
         };
         Ok(Conn {

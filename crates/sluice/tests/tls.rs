@@ -1793,3 +1793,86 @@ fn maxsslconn_bounds_the_tls_connections_open() {
     let mut third = connect(p.addr(), client(), "site.test").unwrap();
     assert!(request(&mut third, "/").ends_with("ok"));
 }
+
+/// One line of a key log: label, client random, secret.
+type KeyLine = (String, Vec<u8>, Vec<u8>);
+
+/// The secrets a client's side of a session logged, as NSS key log labels.
+#[derive(Debug, Default)]
+struct ClientKeys(std::sync::Mutex<Vec<KeyLine>>);
+
+impl rustls::KeyLog for ClientKeys {
+    fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
+        let entry = (label.to_string(), client_random.to_vec(), secret.to_vec());
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
+impl ClientKeys {
+    fn secret(&self, label: &str) -> String {
+        let keys = self.0.lock().unwrap();
+        let (_, _, s) = keys.iter().find(|(l, _, _)| l == label).expect(label);
+        s.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn client_random(&self) -> String {
+        let keys = self.0.lock().unwrap();
+        keys[0].1.iter().map(|b| format!("{b:02X}")).collect()
+    }
+}
+
+/// `tune.ssl.keylog on`: the fetches give the session's secrets as the client derived
+/// them (its own key log, through rustls's), TLS 1.3's traffic secrets as hexadecimal text
+/// and TLS 1.2's master secret (`ssl_fc_session_key`) and the client random as binary;
+/// without the setting they give nothing.
+#[test]
+fn tune_ssl_keylog_gives_the_session_secrets_to_fetches() {
+    let origin = Origin::start("o");
+    let ca = Ca::new();
+    let dir = TempDir::new();
+    let (crt, _) = ca.leaf(&dir, "site.pem", &["site.test"]);
+    let headers = "    http-request set-header X-CR %[ssl_fc_client_random,hex]\n    \
+        http-request set-header X-CHTS %[ssl_fc_client_handshake_traffic_secret]\n    \
+        http-request set-header X-SHTS %[ssl_fc_server_handshake_traffic_secret]\n    \
+        http-request set-header X-CTS %[ssl_fc_client_traffic_secret_0]\n    \
+        http-request set-header X-STS %[ssl_fc_server_traffic_secret_0]\n    \
+        http-request set-header X-EXP %[ssl_fc_exporter_secret]\n    \
+        http-request set-header X-SK %[ssl_fc_session_key,hex]\n";
+    let config = |keylog: &str| {
+        format!(
+            "global\n{keylog}{DEFAULTS}frontend fe\n    {{fe}} ssl crt {crt}\n{headers}    default_backend be\nbackend be\n    server s {}\n",
+            origin.addr
+        )
+    };
+    let on = Sluice::start(&config("    tune.ssl.keylog on\n"));
+    let off = Sluice::start(&config(""));
+    let ask = |p: &Sluice, version: &'static rustls::SupportedProtocolVersion| {
+        let keys = Arc::new(ClientKeys::default());
+        let mut client = (*ca.client(&["http/1.1"], &[version])).clone();
+        client.key_log = keys.clone();
+        let mut s = connect(p.addr(), Arc::new(client), "site.test").unwrap();
+        request(&mut s, "/k");
+        (origin.requests().pop().unwrap(), keys)
+    };
+    let (seen, keys) = ask(&on, &rustls::version::TLS13);
+    let h = |n: &str| seen.header(n).unwrap_or_default().to_string();
+    assert_eq!(h("x-cr"), keys.client_random());
+    assert_eq!(h("x-chts"), keys.secret("CLIENT_HANDSHAKE_TRAFFIC_SECRET"));
+    assert_eq!(h("x-shts"), keys.secret("SERVER_HANDSHAKE_TRAFFIC_SECRET"));
+    assert_eq!(h("x-cts"), keys.secret("CLIENT_TRAFFIC_SECRET_0"));
+    assert_eq!(h("x-sts"), keys.secret("SERVER_TRAFFIC_SECRET_0"));
+    assert_eq!(h("x-exp"), keys.secret("EXPORTER_SECRET"));
+    assert_eq!(h("x-sk"), "", "no master secret in TLS 1.3");
+    assert_eq!(h("x-cts").len(), 64, "SHA-256 suites: 32 bytes");
+    // TLS 1.2: the master secret.
+    let (seen, keys) = ask(&on, &rustls::version::TLS12);
+    let master = keys.secret("CLIENT_RANDOM").to_ascii_uppercase();
+    assert_eq!(seen.header("x-sk"), Some(master.as_str()));
+    assert_eq!(seen.header("x-cr"), Some(keys.client_random().as_str()));
+    assert_eq!(seen.header("x-cts"), Some(""));
+    // Without the setting: nothing.
+    let (seen, _) = ask(&off, &rustls::version::TLS13);
+    for n in ["x-cr", "x-cts", "x-sk"] {
+        assert_eq!(seen.header(n), Some(""), "{n}: {seen:?}");
+    }
+}

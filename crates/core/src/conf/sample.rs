@@ -227,6 +227,13 @@ pub enum Fetch {
     SslFcProtocol,
     SslFcCipher,
     SslFcAlpn,
+    /// `ssl_fc_*_secret`: a TLS 1.3 secret of the client's session, by its NSS key log
+    /// label, as hexadecimal text (`tune.ssl.keylog on`).
+    SslFcSecret(&'static str),
+    /// `ssl_fc_client_random`, `ssl_fc_session_key` (TLS 1.2's master secret): binary
+    /// (`tune.ssl.keylog on`).
+    SslFcClientRandom,
+    SslFcSessionKey,
     /// `ssl_bc`: the connection to the server is TLS; `ssl_bc_protocol`, `ssl_bc_cipher`,
     /// `ssl_bc_alpn`: its session's facts (once a server answered).
     SslBc,

@@ -206,11 +206,21 @@ pub fn parse_var(name: &str) -> Result<VarName, ParseError> {
 }
 
 /// HAProxy fetches that sluice does not have yet (named as such rather than unknown).
-const PENDING_FETCHES: &[&str] = &[
-    "ssl_fc_session_id",
-    "ssl_fc_client_random",
-    "ssl_fc_server_random",
-];
+const PENDING_FETCHES: &[&str] = &["ssl_fc_session_id", "ssl_fc_server_random"];
+
+/// The NSS key log label of an `ssl_fc_*_secret` fetch.
+fn secret_label(fetch: &str) -> Option<&'static str> {
+    Some(match fetch {
+        "ssl_fc_client_early_traffic_secret" => "CLIENT_EARLY_TRAFFIC_SECRET",
+        "ssl_fc_client_handshake_traffic_secret" => "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
+        "ssl_fc_server_handshake_traffic_secret" => "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+        "ssl_fc_client_traffic_secret_0" => "CLIENT_TRAFFIC_SECRET_0",
+        "ssl_fc_server_traffic_secret_0" => "SERVER_TRAFFIC_SECRET_0",
+        "ssl_fc_exporter_secret" => "EXPORTER_SECRET",
+        "ssl_fc_early_exporter_secret" => "EARLY_EXPORTER_SECRET",
+        _ => return None,
+    })
+}
 
 fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
     let none = |f: Fetch| arity(c, 0, 0).map(|()| f);
@@ -370,6 +380,11 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_fc_sni" => none(Fetch::SslFcSni)?,
         "ssl_fc_protocol" => none(Fetch::SslFcProtocol)?,
         "ssl_fc_cipher" => none(Fetch::SslFcCipher)?,
+        "ssl_fc_client_random" => none(Fetch::SslFcClientRandom)?,
+        "ssl_fc_session_key" => none(Fetch::SslFcSessionKey)?,
+        name if secret_label(name).is_some() => {
+            none(Fetch::SslFcSecret(secret_label(name).unwrap_or_default()))?
+        }
         "ssl_fc_cipherlist_bin" => hello(c, HelloPart::Ciphers)?,
         "ssl_fc_cipherlist_hex" => hello(c, HelloPart::CiphersHex)?,
         "ssl_fc_cipherlist_str" => hello(c, HelloPart::CipherNames)?,

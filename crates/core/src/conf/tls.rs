@@ -118,6 +118,8 @@ pub struct TlsDefaults {
     /// `tune.ssl.capture-buffer-size`: the bytes of a client's ClientHello lists kept for
     /// the `ssl_fc_*list*` fetches (0: none captured).
     pub capture_buffer: usize,
+    /// `tune.ssl.keylog on`: each client session's secrets are kept (`tls::keylog`).
+    pub keylog: bool,
     /// `ssl-server-verify none|required`: servers' `verify` when their line has none.
     pub server_verify: Option<Verify>,
     /// `issuers-chain-path DIR`: chains that complete certificates loaded alone.

@@ -38,10 +38,19 @@ pub(super) fn kind(c: &Conv, input: Kind) -> Kind {
 
 /// Bytes in upper-case hexadecimal, as HAProxy's `hex` writes them.
 pub(super) fn hex_upper(b: &[u8]) -> String {
+    hex(b, true)
+}
+
+/// `b` as hexadecimal digits, upper or lower case.
+pub(super) fn hex(b: &[u8], upper: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::with_capacity(2 * b.len());
     for x in b {
-        let _ = write!(out, "{x:02X}");
+        let _ = if upper {
+            write!(out, "{x:02X}")
+        } else {
+            write!(out, "{x:02x}")
+        };
     }
     out
 }

@@ -248,6 +248,19 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslFcSni => cx.client?.tls()?.sni.map(Sample::string),
         Fetch::SslFcProtocol => Some(Sample::str(cx.client?.tls()?.version.as_bytes())),
         Fetch::SslFcCipher => Some(Sample::str(cx.client?.tls()?.cipher.as_bytes())),
+        Fetch::SslFcSecret(label) => {
+            let keys = cx.client?.tls()?.keys?;
+            // As OpenSSL writes them in the key log (HAProxy keeps its text).
+            Some(Sample::string(super::conv::hex(keys.get(label)?, false)))
+        }
+        Fetch::SslFcClientRandom => {
+            let keys = cx.client?.tls()?.keys?;
+            Some(Sample::Bin(keys.client_random.clone().into()))
+        }
+        Fetch::SslFcSessionKey => {
+            let keys = cx.client?.tls()?.keys?;
+            Some(Sample::Bin(keys.get("CLIENT_RANDOM")?.to_vec().into()))
+        }
         Fetch::Hello(part, no_grease) => hello(*part, *no_grease, &*cx.client?.tls()?.hello?),
         Fetch::SslCUsed => Some(Sample::Bool(
             cx.client

@@ -20,6 +20,7 @@
 //!   for the same name, the first whose key the client can verify (ECDSA or RSA).
 
 pub mod hello;
+pub mod keylog;
 mod lists;
 mod sigalgs;
 use lists::SUITES;
@@ -289,6 +290,15 @@ fn capture_buffer(g: &mut GlobalConf, a: &[String]) -> Result<(), KwError> {
 
 /// `tune.ssl.*` keywords.
 pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "tune.ssl.keylog",
+        scope: Scope::GLOBAL,
+        help: "tune.ssl.keylog on|off: keep each client session's TLS secrets for the ssl_fc_*_secret, ssl_fc_client_random and ssl_fc_session_key fetches (default off)",
+        parse: |g, a| {
+            g.tls.keylog = crate::conf::one_of(a, "on or off", &[("on", true), ("off", false)])?;
+            Ok(())
+        },
+    },
     Keyword {
         name: "tune.ssl.cachesize",
         scope: Scope::GLOBAL,
@@ -1190,6 +1200,9 @@ pub fn acceptor(
     config.ignore_client_order = !(t.prefer_client || side.options.prefer_client);
     // Resumption: by session id from a per-bind cache, and by tickets whose keys rotate
     // every 6 hours (rustls's ticketer), unless `no-tls-tickets`.
+    if defaults.keylog {
+        config.key_log = Arc::new(keylog::ToConnection);
+    }
     let cache = defaults.cachesize.unwrap_or(20_000);
     config.session_storage = if cache > 0 {
         rustls::server::ServerSessionMemoryCache::new(cache)
