@@ -75,7 +75,14 @@ pub fn needed(maxconn: usize) -> usize {
 /// low: running out of descriptors under load is worse than not starting.
 /// With `ulimit` (`ulimit-n`), the limit is set to that figure first (the hard one too when
 /// it is lower and the process may raise it), and `maxconn` defaults to what it allows.
-pub fn ensure(maxconn: Option<usize>, ulimit: Option<u64>) -> Result<usize, String> {
+/// Otherwise `cap` (`fd-hard-limit`) stands for the hard limit when it is lower: the limit
+/// in force is brought down to it and never raised past it (the system's hard limit itself
+/// is left as it is).
+pub fn ensure(
+    maxconn: Option<usize>,
+    ulimit: Option<u64>,
+    cap: Option<u64>,
+) -> Result<usize, String> {
     if let Some(n) = ulimit {
         let (_, hard) = get_limit();
         if !set_soft_limit(n, hard.max(n)) && !set_soft_limit(n, hard) {
@@ -95,16 +102,26 @@ pub fn ensure(maxconn: Option<usize>, ulimit: Option<u64>) -> Result<usize, Stri
         LIMIT.store(get_limit().0 as usize, Ordering::Relaxed);
         return Ok(effective);
     }
-    let (soft, hard) = get_limit();
+    let (soft, system_hard) = get_limit();
+    let hard = system_hard.min(cap.unwrap_or(u64::MAX));
+    if soft > hard {
+        set_soft_limit(hard, system_hard);
+    }
+    let soft = soft.min(hard);
     let effective = match maxconn {
         Some(m) => {
             let need = needed(m) as u64;
             if need > hard {
+                let which = if hard < system_hard {
+                    "fd-hard-limit"
+                } else {
+                    "ulimit -Hn"
+                };
                 return Err(format!(
-                    "maxconn {m} needs {need} file descriptors but the hard limit is {hard} (ulimit -Hn): lower maxconn or raise the limit"
+                    "maxconn {m} needs {need} file descriptors but the hard limit is {hard} ({which}): lower maxconn or raise the limit"
                 ));
             }
-            if need > soft && !set_soft_limit(need, hard) {
+            if need > soft && !set_soft_limit(need, system_hard) {
                 return Err(format!(
                     "cannot raise the file descriptor limit from {soft} to {need}"
                 ));
@@ -113,7 +130,7 @@ pub fn ensure(maxconn: Option<usize>, ulimit: Option<u64>) -> Result<usize, Stri
         }
         None => {
             if hard > soft {
-                set_soft_limit(hard, hard);
+                set_soft_limit(hard, system_hard);
             }
             let now = get_limit().0 as usize;
             (now.saturating_sub(2 * MARGIN) / 2).clamp(16, 1_000_000)

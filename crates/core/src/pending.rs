@@ -17,7 +17,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "busy-polling" => Scope::GLOBAL,
     "cluster-secret" => Scope::GLOBAL,
     "default-path" => Scope::GLOBAL,
-    "fd-hard-limit" => Scope::GLOBAL,
     "lua-load" => Scope::GLOBAL,
     "lua-load-per-thread" => Scope::GLOBAL,
     "lua-prepend-path" => Scope::GLOBAL,

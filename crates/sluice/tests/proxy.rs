@@ -1121,3 +1121,33 @@ fn h1_case_adjust_respells_header_names() {
         assert!(!ok && err.contains(why), "{line}: {err}");
     }
 }
+
+/// `fd-hard-limit N`: without `ulimit-n` or `maxconn`, the descriptor limit is the lower of
+/// N and the system's hard limit, and `maxconn` follows it.
+#[test]
+fn fd_hard_limit_caps_the_descriptor_limit_and_maxconn() {
+    // The system's hard limit, as this process sees it (the proxy's is the same).
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let hard: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    let dir = TempDir::new();
+    let sock = dir.0.join("cli.sock");
+    let _p = Sluice::start(&format!(
+        "global\n    fd-hard-limit 1500\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s 127.0.0.1:9\n",
+        sock.display()
+    ));
+    let info = Sluice::cli(&sock, "show info");
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+    };
+    let limit = hard.min(1500);
+    assert_eq!(field("Ulimit-n"), limit);
+    assert!(field("Maxconn") * 2 <= limit, "{info}");
+}

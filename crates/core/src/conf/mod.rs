@@ -95,6 +95,8 @@ pub struct GlobalConf {
     pub localpeer: Option<String>,
     /// `ulimit-n N`: the file descriptor limit to set (else derived from `maxconn`).
     pub ulimit_n: Option<u64>,
+    /// `fd-hard-limit N`: the system's hard limit as the process sees it, when lower.
+    pub fd_hard_limit: Option<u64>,
     /// `tune.listener.multi-queue on|fair|off`.
     pub dispatch: listen::Dispatch,
     /// `tune.listener.default-shards`: the sockets per `bind` without `shards`.
@@ -181,6 +183,7 @@ impl Default for GlobalConf {
             check: GlobalCheck::default(),
             localpeer: None,
             ulimit_n: None,
+            fd_hard_limit: None,
             dispatch: listen::Dispatch::default(),
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),

@@ -65,6 +65,19 @@ pub const FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_keywords![
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
+        name: "fd-hard-limit",
+        scope: Scope::GLOBAL,
+        help: "fd-hard-limit N: the most file descriptors the process uses, whatever higher limit the system allows",
+        parse: |g, a| {
+            let v = crate::conf::one_arg(a, "a number of file descriptors")?;
+            let n: u64 = v.parse().ok().filter(|&n| n >= 64).ok_or_else(|| {
+                sluice_config::KwError::bad(1, v, "expects a number, at least 64")
+            })?;
+            g.fd_hard_limit = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "ulimit-n",
         scope: Scope::GLOBAL,
         help: "ulimit-n N: the file descriptor limit to set (default: what maxconn needs)",
@@ -261,7 +274,8 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
     // Without a global maxconn, HAProxy derives one from the descriptor limit; with one, the
     // limit is raised to match or the start is refused.
     let wanted = opts.maxconn.or(config.global.maxconn);
-    let global_max = match crate::fds::ensure(wanted, config.global.ulimit_n) {
+    let limits = (config.global.ulimit_n, config.global.fd_hard_limit);
+    let global_max = match crate::fds::ensure(wanted, limits.0, limits.1) {
         Ok(n) => n,
         // `no strict-limits`: said, and the start goes on with what was asked (or what the
         // limit in force allows).
