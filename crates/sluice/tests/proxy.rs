@@ -1123,7 +1123,9 @@ fn h1_case_adjust_respells_header_names() {
 }
 
 /// `fd-hard-limit N`: without `ulimit-n` or `maxconn`, the descriptor limit is the lower of
-/// N and the system's hard limit, and `maxconn` follows it.
+/// N and the system's hard limit, and `maxconn` follows it. The splicing and poller
+/// settings that ask for what sluice never does are taken (`maxpipes` shows in `show
+/// info`).
 #[test]
 fn fd_hard_limit_caps_the_descriptor_limit_and_maxconn() {
     // The system's hard limit, as this process sees it (the proxy's is the same).
@@ -1137,7 +1139,7 @@ fn fd_hard_limit_caps_the_descriptor_limit_and_maxconn() {
     let dir = TempDir::new();
     let sock = dir.0.join("cli.sock");
     let _p = Sluice::start(&format!(
-        "global\n    fd-hard-limit 1500\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s 127.0.0.1:9\n",
+        "global\n    fd-hard-limit 1500\n    maxpipes 64\n    nosplice\n    nopoll\n    nokqueue\n    noevports\n    tune.pipesize 64k\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s 127.0.0.1:9\n",
         sock.display()
     ));
     let info = Sluice::cli(&sock, "show info");
@@ -1150,4 +1152,5 @@ fn fd_hard_limit_caps_the_descriptor_limit_and_maxconn() {
     let limit = hard.min(1500);
     assert_eq!(field("Ulimit-n"), limit);
     assert!(field("Maxconn") * 2 <= limit, "{info}");
+    assert_eq!((field("Maxpipes"), field("PipesUsed")), (64, 0));
 }

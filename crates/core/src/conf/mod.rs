@@ -97,6 +97,9 @@ pub struct GlobalConf {
     pub ulimit_n: Option<u64>,
     /// `fd-hard-limit N`: the system's hard limit as the process sees it, when lower.
     pub fd_hard_limit: Option<u64>,
+    /// `maxpipes N`: the most kernel pipes splicing may use (sluice does not splice yet:
+    /// it uses none, which any limit allows; `show info` shows the figure).
+    pub maxpipes: Option<u64>,
     /// `tune.listener.multi-queue on|fair|off`.
     pub dispatch: listen::Dispatch,
     /// `tune.listener.default-shards`: the sockets per `bind` without `shards`.
@@ -184,6 +187,7 @@ impl Default for GlobalConf {
             localpeer: None,
             ulimit_n: None,
             fd_hard_limit: None,
+            maxpipes: None,
             dispatch: listen::Dispatch::default(),
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),

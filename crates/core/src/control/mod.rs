@@ -58,12 +58,71 @@ macro_rules! env_keyword {
 }
 
 /// `strict-limits` (the default) and `no strict-limits`.
+/// Requests for what sluice never does, satisfied as they are: `nosplice` (sluice does
+/// not splice), `nopoll`, `nokqueue`, `noevports` (pollers it does not use; it polls with
+/// epoll). `tune.pipesize` sizes pipes it never makes.
+pub const SATISFIED_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "nosplice",
+        scope: Scope::GLOBAL,
+        help: "nosplice: no kernel splicing (sluice does not splice)",
+        parse: no_args,
+    },
+    Keyword {
+        name: "nopoll",
+        scope: Scope::GLOBAL,
+        help: "nopoll: not the poll() poller (sluice polls with epoll)",
+        parse: no_args,
+    },
+    Keyword {
+        name: "nokqueue",
+        scope: Scope::GLOBAL,
+        help: "nokqueue: not the kqueue poller (sluice polls with epoll)",
+        parse: no_args,
+    },
+    Keyword {
+        name: "noevports",
+        scope: Scope::GLOBAL,
+        help: "noevports: not the event ports poller (sluice polls with epoll)",
+        parse: no_args,
+    },
+    Keyword {
+        name: "tune.pipesize",
+        scope: Scope::GLOBAL,
+        help: "tune.pipesize SIZE: the size of splicing pipes (sluice makes none)",
+        parse: |_, a| {
+            let v = crate::conf::one_arg(a, "a size")?;
+            sluice_config::units::parse_size(v)
+                .map_err(|e| sluice_config::KwError::bad(1, v, e))?;
+            Ok(())
+        },
+    },
+];
+
+fn no_args(_: &mut GlobalConf, a: &[String]) -> Result<(), sluice_config::KwError> {
+    match a.first() {
+        Some(extra) => Err(sluice_config::KwError::Extra(extra.clone())),
+        None => Ok(()),
+    }
+}
+
 pub const FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_keywords![
     "strict-limits", Scope::GLOBAL, "refuse to start when the descriptor limit cannot be raised for maxconn or ulimit-n (the default; 'no strict-limits': warn and start)",
         |g: &mut GlobalConf, on: bool| g.loose_limits = !on;
 ];
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "maxpipes",
+        scope: Scope::GLOBAL,
+        help: "maxpipes N: the most kernel pipes splicing may use (sluice does not splice: it uses none)",
+        parse: |g, a| {
+            let v = crate::conf::one_arg(a, "a number of pipes")?;
+            let n = v.parse().map_err(|_| sluice_config::KwError::bad(1, v, "expects a number"))?;
+            g.maxpipes = Some(n);
+            Ok(())
+        },
+    },
     Keyword {
         name: "fd-hard-limit",
         scope: Scope::GLOBAL,

@@ -59,6 +59,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     worker::listener::GLOBAL_KEYWORDS,
     control::GLOBAL_KEYWORDS,
     control::FLAG_KEYWORDS,
+    control::SATISFIED_KEYWORDS,
     control::state_file::GLOBAL_KEYWORDS,
     rules::GLOBAL_KEYWORDS,
     check::GLOBAL_KEYWORDS,
