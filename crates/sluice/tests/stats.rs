@@ -1029,7 +1029,12 @@ fn show_errors_keeps_the_last_invalid_request_and_response() {
         out.contains("] backend be (#3): invalid response\n"),
         "{out}"
     );
-    assert!(out.contains("server broken (#1)"), "{out}");
+    // As HAProxy 2.6.12 shows it: the frontend at the other end, the client's address.
+    assert!(
+        out.contains("  frontend fe (#2), server broken (#1), event #0, src 127.0.0.1:"),
+        "{out}"
+    );
+    assert!(!out.contains(&format!("src {}", bad.addr)), "{out}");
     assert!(out.contains("error at position 10\n"), "{out}");
     assert!(out.contains("  00000  HTTP/1.1 2OO OK\\r\\n\n"), "{out}");
     let only = Sluice::cli(&sock, "show errors fe request");

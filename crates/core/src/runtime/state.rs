@@ -354,10 +354,12 @@ impl ServerState {
 #[derive(Debug, Clone)]
 pub struct CapturedError {
     pub when: std::time::SystemTime,
-    /// The client (requests) or the server (responses).
+    /// The client whose request or response it was (HAProxy's `src`).
     pub peer: SocketAddr,
     /// The server that sent an invalid response.
     pub server: Option<(u32, String)>,
+    /// The proxy at the other end: a response's frontend (id, name).
+    pub other: Option<(u32, String)>,
     /// Where the head stops following HTTP/1.x's grammar.
     pub at: usize,
     /// The head as received (up to one buffer).

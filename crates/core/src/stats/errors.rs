@@ -47,9 +47,13 @@ pub fn render(p: &Process, which: &Which) -> String {
             total += st.errors.events();
             if let (true, Some(e)) = (matches(&be.name, be.id), st.errors.last()) {
                 let (sid, sname) = e.server.clone().unwrap_or((0, "<NONE>".into()));
+                let (fid, fname) = match e.other.clone() {
+                    Some((id, name)) => (i64::from(id), name),
+                    None => (-1, "<NONE>".into()),
+                };
                 let _ = writeln!(
                     body,
-                    "[{}] backend {} (#{}): invalid response\n  frontend <NONE> (#-1), server {} (#{}), event #{}, src {}",
+                    "[{}] backend {} (#{}): invalid response\n  frontend {fname} (#{fid}), server {} (#{}), event #{}, src {}",
                     log_date(e.when),
                     be.name,
                     be.id,

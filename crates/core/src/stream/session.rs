@@ -317,6 +317,7 @@ impl Session {
                 when: std::time::SystemTime::now(),
                 peer: self.peer.get(),
                 server: None,
+                other: None,
                 at: sluice_http::error_position(bytes, true),
                 bytes: bytes.to_vec(),
                 event: 0,

@@ -1276,21 +1276,21 @@ impl Txn {
                     Ok(Some(rsp)) if rsp.len <= head_room => {
                         if rsp.irregular {
                             // Passed on, and kept for `show errors` as HAProxy does.
-                            self.capture_response(s, be, conn);
+                            self.capture_response(s, be);
                         }
                         return Ok(ServerHead::H1(rsp));
                     }
                     Ok(Some(_)) => {
-                        self.capture_response(s, be, conn);
+                        self.capture_response(s, be);
                         return Err(invalid());
                     }
                     Ok(None) if s.sbuf.is_full() || s.sbuf.bytes().len() >= head_room => {
-                        self.capture_response(s, be, conn);
+                        self.capture_response(s, be);
                         return Err(invalid());
                     }
                     Ok(None) => {}
                     Err(_) => {
-                        self.capture_response(s, be, conn);
+                        self.capture_response(s, be);
                         return Err(invalid());
                     }
                 }
@@ -1315,16 +1315,18 @@ impl Txn {
     }
 
     /// Keeps the invalid response head for `show errors`.
-    fn capture_response(&self, s: &Session, be: &Backend, conn: &ServerConn) {
+    fn capture_response(&self, s: &Session, be: &Backend) {
         let bytes = s.sbuf.bytes();
         let server = self.log.attempts.map(|a| &be.servers[a.server]);
         let backend = self.backend.expect("a response comes from a backend");
+        let fe = s.frontend();
         s.w.state().backends[backend]
             .errors
             .keep(crate::runtime::CapturedError {
                 when: std::time::SystemTime::now(),
-                peer: conn.conn.peer_addr().unwrap_or(s.peer.get()),
+                peer: s.peer.get(),
                 server: server.map(|srv| (srv.id, srv.name.clone())),
+                other: Some((fe.id, fe.name.clone())),
                 at: sluice_http::error_position(bytes, false),
                 bytes: bytes.to_vec(),
                 event: 0,
