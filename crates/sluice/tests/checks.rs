@@ -119,6 +119,11 @@ fn status(sock: &Path, be: &str, sv: &str) -> String {
     stat_field(&Sluice::cli(sock, "show stat"), be, sv, "status")
 }
 
+/// How many of the answers `shares` counted came from `origin`.
+fn count(m: &std::collections::BTreeMap<String, usize>, origin: &str) -> usize {
+    *m.get(origin).unwrap_or(&0)
+}
+
 /// Sends `n` requests on new connections and counts the answers by body.
 fn shares(p: &Sluice, n: usize) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
@@ -310,7 +315,6 @@ fn the_cli_steers_the_balancer() {
         a.addr,
         b.addr
     ));
-    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
     assert_eq!(status(&sock, "be", "a"), "no check");
     let m = shares(&p, 20);
     assert_eq!((count(&m, "a"), count(&m, "b")), (10, 10));
@@ -478,7 +482,6 @@ fn an_agent_steers_state_and_weight() {
         agent_addr.port(),
         b.addr
     ));
-    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
     *say.lock().unwrap() = "down #maintenance window".into();
     wait_until("a down", || status(&sock, "be", "a") == "DOWN");
     let line = logs.wait_for("Server be/a is DOWN");
@@ -519,7 +522,6 @@ fn backups_take_over_when_no_active_server_is_left() {
             b2.addr
         )
     };
-    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
     {
         let p = Sluice::start(&conf(""));
         assert_eq!(
@@ -549,7 +551,6 @@ fn slowstart_ramps_a_returning_server_up() {
         a.addr,
         b.addr
     ));
-    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| *m.get(k).unwrap_or(&0);
     a.down();
     wait_until("a down", || status(&sock, "be", "a") == "DOWN");
     a.up();
@@ -2375,4 +2376,37 @@ fn email_alerts_mail_state_changes_as_haproxy_does() {
         err.contains("Proxy 'b': unable to find mailers 'nope'."),
         "{err}"
     );
+}
+
+/// A server the configuration puts in maintenance (`disabled`) shows in `show servers
+/// state` as HAProxy 2.6.12 shows it: stopped, in configured and forced maintenance (5),
+/// its check paused (8) at health 0; enabled, it runs, keeps the configured bit (4) and
+/// takes traffic.
+#[test]
+fn a_disabled_server_shows_and_comes_back_as_haproxys() {
+    let a = Switchable::start("a");
+    let b = Switchable::start("b");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {} level admin\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend be\nbackend be\n    server a {}\n    server b {} disabled\n",
+        sock.display(),
+        a.addr,
+        b.addr
+    ));
+    let row = || -> Vec<String> {
+        let state = Sluice::cli(&sock, "show servers state be");
+        let line = state
+            .lines()
+            .find(|l| l.contains(" b 127.0.0.1 "))
+            .expect("b listed");
+        line.split(' ').map(str::to_string).collect()
+    };
+    // op, admin, then check status, result, health, state.
+    let fields = |r: &[String]| [5, 6, 10, 11, 12, 13].map(|i| r[i].clone());
+    assert_eq!(fields(&row()), ["0", "5", "1", "0", "0", "8"]);
+    assert_eq!(count(&shares(&p, 4), "a"), 4);
+    assert_eq!(Sluice::cli(&sock, "enable server be/b"), "\n");
+    assert_eq!(fields(&row()), ["2", "4", "1", "0", "0", "8"]);
+    assert_eq!(status(&sock, "be", "b"), "no check");
+    assert_eq!(shares(&p, 10).len(), 2);
 }

@@ -897,28 +897,32 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
     }
 }
 
-/// A server leaving maintenance comes up as HAProxy's does when nothing says otherwise: a
-/// tracking server takes its target's state; one neither tracked nor checked (or whose
-/// check and agent are disabled) turns up. A running check keeps its say.
+/// A server leaving maintenance comes up as HAProxy's does: a tracking server takes its
+/// target's state; any other turns up unless its agent (if asked) says down, its health
+/// check (if running) restarting at the lowest up health, "start OK but check at once".
 fn leave_maintenance(p: &Process, backend: usize, server: usize) {
     let st = &p.state.backends[backend];
     let (conf, sst) = (
         &p.config.backends[backend].servers[server],
         &st.servers[server],
     );
-    let idle = |paused: Option<&std::sync::atomic::AtomicBool>| {
-        paused.is_none_or(|p| p.load(Ordering::Relaxed))
-    };
-    let state = match conf.track {
-        Some((tb, ts)) => p.state.backends[tb].servers[ts].oper(),
-        None if idle(sst.check.as_ref().map(|c| &c.paused))
-            && idle(sst.agent.as_ref().map(|a| &a.paused)) =>
-        {
-            OperState::Up
+    if let Some((tb, ts)) = conf.track {
+        st.set_oper(server, p.state.backends[tb].servers[ts].oper());
+        return;
+    }
+    if let (Some(c), Some(opts)) = (&sst.check, &conf.check) {
+        if !c.paused.load(Ordering::Relaxed) {
+            c.health.store(opts.rise, Ordering::Relaxed);
+            c.wake.notify_one();
         }
-        None => return,
-    };
-    st.set_oper(server, state);
+    }
+    let agent_down = sst
+        .agent
+        .as_ref()
+        .is_some_and(|a| !a.paused.load(Ordering::Relaxed) && !a.up.load(Ordering::Relaxed));
+    if !agent_down {
+        st.set_oper(server, OperState::Up);
+    }
 }
 
 /// `set server B/S health up|stopping|down` from the CLI: applied as [`force_health`]

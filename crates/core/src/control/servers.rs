@@ -315,11 +315,19 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         OperState::Up => 2,
         OperState::Stopping => 3,
     };
-    let admin = match sst.admin() {
-        AdminState::Ready => 0,
-        AdminState::Maint => 0x01,
-        AdminState::Drain => 0x08,
+    // A `disabled` server keeps CMAINT (0x04) beside its live state, as HAProxy 2.6.12
+    // shows it, enabled or not.
+    let configured = if srv.disabled && !srv.dynamic {
+        0x04
+    } else {
+        0
     };
+    let admin = configured
+        | match sst.admin() {
+            AdminState::Ready => 0,
+            AdminState::Maint => 0x01,
+            AdminState::Drain => 0x08,
+        };
     let since = sst.last_change.lock().map_or(0, |t| t.elapsed().as_secs());
     let (status, result, health, state) = match &sst.check {
         Some(c) => {
@@ -337,10 +345,17 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
             (status, result, c.health.load(Ordering::Relaxed), state)
         }
         // Unchecked: HAProxy shows its check as initialising (1), at its `rise` (0 for a
-        // server added at run time, which starts stopped).
-        None if srv.dynamic => (1, 0, 0, 0),
+        // server that starts in maintenance, and so stopped).
+        None if srv.disabled => (1, 0, 0, 0),
         None => (1, 0, srv.rise, 0),
     };
+    // A `disabled` server's check is paused (CHK_ST_PAUSED, 0x08): for good without a
+    // check, until it first leaves maintenance with one.
+    let paused = match sst.check {
+        None => configured != 0,
+        Some(_) => sst.configured_maint(),
+    };
+    let state = if paused { state | 0x08 } else { state };
     let check_port = srv.check.as_ref().and_then(|c| c.port).unwrap_or(0);
     let check_addr = srv
         .check

@@ -84,6 +84,9 @@ pub struct ServerState {
     /// `del server`: the server is gone. Its index stays (indices never move), in
     /// maintenance for good; whatever lists or names servers passes it by.
     gone: AtomicBool,
+    /// Still in the maintenance its configuration put it in (`disabled`), which HAProxy
+    /// tells apart (`show servers state`), until its administrative state first changes.
+    configured_maint: AtomicBool,
 }
 
 pub use crate::clock::{clock_ms, clock_ms_at, clock_ns};
@@ -147,9 +150,9 @@ impl ServerState {
             } else {
                 AdminState::Ready
             } as u8),
-            // A server added at run time starts stopped, as HAProxy's (leaving maintenance
-            // brings it up, `check::set_admin`).
-            oper: AtomicU8::new(if conf.dynamic {
+            // A server starting in maintenance (`disabled`, or added at run time) starts
+            // stopped, as HAProxy's (leaving maintenance brings it up, `check::set_admin`).
+            oper: AtomicU8::new(if conf.disabled {
                 OperState::Down
             } else {
                 OperState::Up
@@ -193,7 +196,13 @@ impl ServerState {
             slowstart: conf.slowstart,
             ramp_from: AtomicU64::new(0),
             gone: AtomicBool::new(false),
+            configured_maint: AtomicBool::new(conf.disabled && !conf.dynamic),
         }
+    }
+
+    /// Still in the maintenance its configuration put it in (`disabled`).
+    pub fn configured_maint(&self) -> bool {
+        self.configured_maint.load(Ordering::Relaxed)
     }
 
     /// The server was deleted (`del server`).
@@ -499,6 +508,7 @@ impl BackendState {
         let s = &self.servers[server];
         let was = s.admin.swap(state as u8, Ordering::Relaxed);
         if was != state as u8 {
+            s.configured_maint.store(false, Ordering::Relaxed);
             s.changed();
             if was == AdminState::Maint as u8 && state == AdminState::Ready {
                 self.start_ramp(server);
