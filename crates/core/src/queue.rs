@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::conf::Server;
 use crate::runtime::counters::Held;
 use crate::runtime::limit::Permit;
-use crate::runtime::ServerState;
+use crate::runtime::{BackendState, ServerState};
 
 /// Why a request could not get a server slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -85,20 +85,24 @@ pub async fn wait_turn(
     }
 }
 
-/// Counts a request in flight on a server for its lifetime.
+/// Counts a request in flight on a server, and on its backend, for its lifetime (each
+/// count's peak noted as it rises: `smax`).
 #[derive(Debug)]
-pub struct InFlight<'a>(&'a ServerState);
+pub struct InFlight<'a>(&'a BackendState, &'a ServerState);
 
 impl<'a> InFlight<'a> {
-    pub fn new(s: &'a ServerState) -> Self {
+    pub fn new(b: &'a BackendState, s: &'a ServerState) -> Self {
         let now = s.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         s.peaks.sessions.note(now as u64);
-        InFlight(s)
+        let now = b.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        b.peaks.sessions.note(now as u64);
+        InFlight(b, s)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
+        self.1.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

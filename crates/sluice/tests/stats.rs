@@ -1877,3 +1877,27 @@ fn disabled_proxies_are_checked_but_not_started() {
         .collect();
     assert_eq!(proxies, ["fe", "up", "up"], "{csv}");
 }
+
+/// A backend's row as HAProxy 2.6.12 shows it for the same configuration and traffic: its
+/// sessions at once (`smax`) counted as requests take a server, whatever their length; its
+/// user weight (`uweight`) that of its usable active servers (not a backup, not one in
+/// maintenance).
+#[test]
+fn a_backend_row_counts_its_sessions_and_usable_weight_as_haproxy() {
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {} weight 10\n    server s2 {} weight 20 backup\n    server s3 {} disabled\n",
+        sock.display(),
+        origin.addr,
+        origin.addr,
+        origin.addr
+    ));
+    for _ in 0..3 {
+        assert_eq!(get(p.addr(), "/").status, 200);
+    }
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "be", "BACKEND", "smax"), "1");
+    assert_eq!(stat_field(&csv, "be", "BACKEND", "uweight"), "10");
+    assert_eq!(stat_field(&csv, "be", "BACKEND", "weight"), "10");
+}

@@ -468,6 +468,8 @@ pub struct BackendState {
     /// Aligned with the configuration's `servers` (appended to before them).
     pub servers: crate::conf::server_list::ServerList<Arc<ServerState>>,
     pub lb: LbState,
+    /// Requests in flight on its servers (`queue::InFlight` counts both).
+    pub in_flight: AtomicUsize,
     pub counters: PerWorker<ProxyCounters>,
     pub peaks: Peaks,
     /// Times the backend lost its last server (`chkdown`), and when it last changed state.
@@ -493,6 +495,7 @@ impl BackendState {
                 generation: AtomicU64::new(1),
                 ..LbState::default()
             },
+            in_flight: AtomicUsize::new(0),
             counters: PerWorker::new(workers),
             peaks: Peaks::default(),
             downs: AtomicU64::new(0),
@@ -610,10 +613,7 @@ impl BackendState {
 
     /// Requests in flight on all servers.
     pub fn in_flight(&self) -> usize {
-        self.servers
-            .iter()
-            .map(|s| s.in_flight.load(Ordering::Relaxed))
-            .sum()
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// The weight the balancer shares out: the usable active servers' effective weights,
@@ -780,6 +780,14 @@ impl Runtime {
                         state.servers[j] = old_state.servers[k].clone();
                     }
                 }
+                // What the servers kept have in flight is the backend's too.
+                let kept_in_flight = state
+                    .servers
+                    .iter()
+                    .map(|s| s.in_flight.load(Ordering::Relaxed));
+                state
+                    .in_flight
+                    .store(kept_in_flight.sum(), Ordering::Relaxed);
                 Arc::new(state)
             })
             .collect();

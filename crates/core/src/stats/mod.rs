@@ -636,11 +636,13 @@ fn backend_row(p: &Process, be: &Backend, st: &BackendState, now: u64) -> Row {
     let down = usable.is_empty();
     r.text("status", if down { "DOWN" } else { "UP" });
     r.num("weight", st.usable_weight(be));
+    // As HAProxy's `tot_uweight`: the user weights of the usable active servers.
     r.num(
         "uweight",
-        st.servers
+        usable
             .iter()
-            .map(|s| u64::from(s.weight()))
+            .filter(|(c, _)| !c.backup)
+            .map(|(_, s)| u64::from(s.weight()))
             .sum::<u64>(),
     );
     r.num("act", usable.iter().filter(|(c, _)| !c.backup).count());

@@ -255,8 +255,9 @@ async fn occupy<'w>(
     abort_on: Option<&Conn>,
 ) -> Result<Occupancy<'w>, ConnectError> {
     let be = &w.config().backends[backend];
-    let st = &w.state().backends[backend].servers[server];
-    let in_flight = InFlight::new(st);
+    let bst = &w.state().backends[backend];
+    let st = &bst.servers[server];
+    let in_flight = InFlight::new(bst, st);
     let turn = queue::wait_turn(&be.servers[server], st, be.timeout_queue);
     let slot = match abort_on {
         Some(client) => tokio::select! {
