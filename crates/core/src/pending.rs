@@ -20,7 +20,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "lua-load" => Scope::GLOBAL,
     "lua-load-per-thread" => Scope::GLOBAL,
     "lua-prepend-path" => Scope::GLOBAL,
-    "mworker-max-reloads" => Scope::GLOBAL,
     "noepoll" => Scope::GLOBAL,
     "nogetaddrinfo" => Scope::GLOBAL,
     "numa-cpu-mapping" => Scope::GLOBAL,

@@ -247,7 +247,12 @@ pub fn run(opts: Options) -> ExitCode {
         }
     };
     let mut sockets = Sockets::new();
-    let started = load().and_then(|c| bind_all(&c, &mut sockets));
+    // `mworker-max-reloads` of the configuration last loaded.
+    let mut max_reloads = None;
+    let started = load().and_then(|c| {
+        max_reloads = c.global.mworker_max_reloads;
+        bind_all(&c, &mut sockets)
+    });
     if let Err(e) = started {
         sluice_core::say!("sluice: master: fatal: {e}");
         return ExitCode::from(1);
@@ -318,6 +323,8 @@ pub fn run(opts: Options) -> ExitCode {
         sluice_core::control::identity::ready(pipe);
     }
     let mut old: Vec<Child> = Vec::new();
+    // The old workers sent SIGTERM for having outlived `mworker-max-reloads`.
+    let mut terminated: Vec<u32> = Vec::new();
     let code = rt.block_on(async {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
@@ -329,7 +336,10 @@ pub fn run(opts: Options) -> ExitCode {
                     sluice_core::say!("sluice: master: reloading");
                     reloads += 1;
                     let next = load()
-                        .and_then(|c| bind_all(&c, &mut sockets))
+                        .and_then(|c| {
+                            max_reloads = c.global.mworker_max_reloads;
+                            bind_all(&c, &mut sockets)
+                        })
                         .and_then(|()| launch(&[current.id()], reloads, &sockets));
                     match next {
                         Ok(child) => old.push(std::mem::replace(&mut current, child)),
@@ -354,6 +364,9 @@ pub fn run(opts: Options) -> ExitCode {
                 }
                 _ = tick.tick() => {
                     old.retain_mut(|c| c.try_wait().ok().flatten().is_none());
+                    if let Some(max) = max_reloads {
+                        too_old(&roster, &mut terminated, reloads, max);
+                    }
                     let running: Vec<u32> = old.iter().map(Child::id).chain([current.id()]).collect();
                     roster
                         .lock()
@@ -371,6 +384,24 @@ pub fn run(opts: Options) -> ExitCode {
     // The workers' private CLI sockets.
     let _ = std::fs::remove_dir_all(&private);
     code
+}
+
+/// `mworker-max-reloads`: SIGTERM, once, to each worker that has outlived more than `max`
+/// reloads (`now` made so far), as HAProxy's master sends it.
+fn too_old(roster: &Roster, terminated: &mut Vec<u32>, now: u32, max: u32) {
+    let roster = roster.lock().unwrap_or_else(|e| e.into_inner());
+    for w in roster.iter() {
+        if now - w.reloads > max && !terminated.contains(&w.pid) {
+            sluice_core::say!(
+                "sluice: master: worker {} has outlived {max} reloads: terminated",
+                w.pid
+            );
+            // SAFETY: a signal to a child this master started.
+            unsafe { libc::kill(w.pid as i32, libc::SIGTERM) };
+            terminated.push(w.pid);
+        }
+    }
+    terminated.retain(|pid| roster.iter().any(|w| w.pid == *pid));
 }
 
 /// Sends `sig` to every worker and waits for them (a soft stop may take its time).

@@ -837,3 +837,35 @@ fn master_worker_in_global_makes_a_master() {
     let (ok, out) = check_config("global\n    master-worker no-exit-on-failure\n");
     assert!(!ok && out.contains("not supported yet"), "{out}");
 }
+
+/// `mworker-max-reloads N`: a worker still serving after more than N reloads (here held by
+/// an idle keep-alive connection, which a soft stop lets finish) gets SIGTERM from the
+/// master; one that has outlived N reloads or fewer is left to finish.
+#[test]
+fn a_worker_outliving_mworker_max_reloads_is_terminated() {
+    let origin = Origin::start("o");
+    let (_port, addr) = reserved_port();
+    let cfg = format!(
+        "global\n    mworker-max-reloads 1\ndefaults\n    mode http\n    timeout client 60s\n    timeout server 60s\n    timeout connect 5s\n    timeout http-keep-alive 60s\nfrontend fe\n    bind {addr}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        origin.addr
+    );
+    let master = Sluice::start_args(&cfg, &["-W".into()]);
+    wait_until("the first worker", || workers(&master).len() == 1);
+    let first = workers(&master)[0];
+    // A kept-alive connection holds the first worker past its soft stop.
+    let mut held = Conn::new(addr);
+    assert_eq!(held.get("/hold").status, 200);
+    signal(master.pid(), libc::SIGUSR2);
+    wait_until("the second worker", || workers(&master).len() == 2);
+    // One reload outlived: it still runs, its connection open.
+    assert!(alive(first));
+    signal(master.pid(), libc::SIGUSR2);
+    wait_until("the third worker", || workers(&master).len() == 3);
+    // Two outlived: terminated, its connection with it.
+    wait_until("the first worker terminated", || !alive(first));
+    assert!(master.stderr().contains(&format!(
+        "worker {first} has outlived 1 reloads: terminated"
+    )));
+    assert!(alive(workers(&master)[2]));
+    stop_master(master);
+}

@@ -134,6 +134,9 @@ pub struct GlobalConf {
     pub loose_limits: bool,
     /// `master-worker`: the process runs as a master with a worker, as with `-W`.
     pub master_worker: bool,
+    /// `mworker-max-reloads N`: a worker still running after more reloads than this gets
+    /// SIGTERM from the master.
+    pub mworker_max_reloads: Option<u32>,
     /// `noreuseport`: listening sockets without SO_REUSEPORT.
     pub noreuseport: bool,
     /// `quiet` (or `-q`): no message at start but warnings and errors.
@@ -202,6 +205,7 @@ impl Default for GlobalConf {
             maxhdr: None,
             loose_limits: false,
             master_worker: false,
+            mworker_max_reloads: None,
             noreuseport: false,
             quiet: false,
             zero_warning: false,

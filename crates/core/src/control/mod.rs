@@ -160,6 +160,17 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     env_keyword!("unsetenv", "unsetenv NAME...: remove variables from the environment the configuration reads"),
     env_keyword!("resetenv", "resetenv [NAME...]: keep only these variables of the environment the configuration reads"),
     Keyword {
+        name: "mworker-max-reloads",
+        scope: Scope::GLOBAL,
+        help: "mworker-max-reloads N: a worker still running after more than N reloads gets SIGTERM from the master",
+        parse: |g, a| {
+            let v = crate::conf::one_arg(a, "a number of reloads")?;
+            let n = v.parse().map_err(|_| sluice_config::KwError::bad(1, v, "expects a number"))?;
+            g.mworker_max_reloads = Some(n);
+            Ok(())
+        },
+    },
+    Keyword {
         name: "master-worker",
         scope: Scope::GLOBAL,
         help: "master-worker: run as a master process with a worker, as -W",
