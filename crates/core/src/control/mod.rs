@@ -100,10 +100,23 @@ pub const SATISFIED_KEYWORDS: &[Keyword<GlobalConf>] = &[
 ];
 
 fn no_args(_: &mut GlobalConf, a: &[String]) -> Result<(), sluice_config::KwError> {
-    match a.first() {
-        Some(extra) => Err(sluice_config::KwError::Extra(extra.clone())),
-        None => Ok(()),
-    }
+    sluice_config::no_args(a)
+}
+
+/// The only argument, a whole number of at least `min` (`expects` names it for errors).
+fn number_arg(
+    a: &[String],
+    expects: &'static str,
+    min: u64,
+) -> Result<u64, sluice_config::KwError> {
+    let v = crate::conf::one_arg(a, expects)?;
+    v.parse()
+        .ok()
+        .filter(|&n| n >= min)
+        .ok_or_else(|| match min {
+            0 => sluice_config::KwError::bad(1, v, "expects a number"),
+            _ => sluice_config::KwError::bad(1, v, format!("expects a number, at least {min}")),
+        })
 }
 
 pub const FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_keywords![
@@ -116,24 +129,14 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "maxpipes",
         scope: Scope::GLOBAL,
         help: "maxpipes N: the most kernel pipes splicing may use (sluice does not splice: it uses none)",
-        parse: |g, a| {
-            let v = crate::conf::one_arg(a, "a number of pipes")?;
-            let n = v.parse().map_err(|_| sluice_config::KwError::bad(1, v, "expects a number"))?;
-            g.maxpipes = Some(n);
-            Ok(())
-        },
+        parse: |g, a| number_arg(a, "a number of pipes", 0).map(|n| g.maxpipes = Some(n)),
     },
     Keyword {
         name: "fd-hard-limit",
         scope: Scope::GLOBAL,
         help: "fd-hard-limit N: the most file descriptors the process uses, whatever higher limit the system allows",
         parse: |g, a| {
-            let v = crate::conf::one_arg(a, "a number of file descriptors")?;
-            let n: u64 = v.parse().ok().filter(|&n| n >= 64).ok_or_else(|| {
-                sluice_config::KwError::bad(1, v, "expects a number, at least 64")
-            })?;
-            g.fd_hard_limit = Some(n);
-            Ok(())
+            number_arg(a, "a number of file descriptors", 64).map(|n| g.fd_hard_limit = Some(n))
         },
     },
     Keyword {
@@ -141,12 +144,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "ulimit-n N: the file descriptor limit to set (default: what maxconn needs)",
         parse: |g, a| {
-            let v = crate::conf::one_arg(a, "a number of file descriptors")?;
-            let n: u64 = v.parse().ok().filter(|&n| n >= 64).ok_or_else(|| {
-                sluice_config::KwError::bad(1, v, "expects a number, at least 64")
-            })?;
-            g.ulimit_n = Some(n);
-            Ok(())
+            number_arg(a, "a number of file descriptors", 64).map(|n| g.ulimit_n = Some(n))
         },
     },
     Keyword {
@@ -164,9 +162,8 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "mworker-max-reloads N: a worker still running after more than N reloads gets SIGTERM from the master",
         parse: |g, a| {
-            let v = crate::conf::one_arg(a, "a number of reloads")?;
-            let n = v.parse().map_err(|_| sluice_config::KwError::bad(1, v, "expects a number"))?;
-            g.mworker_max_reloads = Some(n);
+            let n = number_arg(a, "a number of reloads", 0)?;
+            g.mworker_max_reloads = Some(u32::try_from(n).unwrap_or(u32::MAX));
             Ok(())
         },
     },
