@@ -234,6 +234,9 @@ async fn expect(
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
+        if !line.ends_with('\n') {
+            return Err(std::io::Error::other("an SMTP reply line too long"));
+        }
         let last = line.as_bytes().get(3) != Some(&b'-');
         if !last {
             continue;

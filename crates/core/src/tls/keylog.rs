@@ -4,7 +4,7 @@
 //!
 //! rustls hands each secret to the configuration's [`rustls::KeyLog`], shared by all the
 //! connections of a bind. Secrets are derived while a connection's handshake records are
-//! processed, synchronously, on the worker that owns the connection: [`Collecting`] sets
+//! processed, synchronously, on the worker that owns the connection: [`collecting`] sets
 //! that worker's collection aside for the length of one such call, and what the call
 //! logged is the connection's own ([`Secrets`]).
 
