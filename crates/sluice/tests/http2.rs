@@ -2129,3 +2129,40 @@ fn an_hpack_bomb_is_refused() {
         "the bomb never reached the server"
     );
 }
+
+/// `sess.` variables belong to the session, which for HAProxy is the connection: a later
+/// stream of the same HTTP/2 connection reads what an earlier one set, another connection
+/// does not.
+#[test]
+fn the_streams_of_a_connection_share_its_session_variables() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n\
+         http-request set-var(sess.user) str(alice) if {{ path /login }}\n\
+         http-request set-header x-user %[var(sess.user)]\n default_backend be\n\
+         backend be\n server s {}\n",
+        origin.addr
+    ));
+    let user = |path: &str| -> Option<String> {
+        origin
+            .requests()
+            .into_iter()
+            .rev()
+            .find(|r| r.target == path)
+            .and_then(|r| r.header("x-user").map(str::to_string))
+    };
+    runtime().block_on(async {
+        let (mut one, _c1) = h2_connect(p.addr()).await;
+        assert_eq!(fetch(&mut one, get("/login")).await.unwrap().0.status, 200);
+        assert_eq!(fetch(&mut one, get("/later")).await.unwrap().0.status, 200);
+        let (mut other, _c2) = h2_connect(p.addr()).await;
+        assert_eq!(
+            fetch(&mut other, get("/elsewhere")).await.unwrap().0.status,
+            200
+        );
+    });
+    assert_eq!(user("/login").as_deref(), Some("alice"));
+    assert_eq!(user("/later").as_deref(), Some("alice"));
+    assert_eq!(user("/elsewhere").as_deref(), Some(""));
+}

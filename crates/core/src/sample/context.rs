@@ -16,7 +16,9 @@ use crate::stick::{Counter, Table};
 /// in `Process`), and the stick-table entries it tracks.
 #[derive(Debug, Default)]
 pub struct StreamVars {
-    pub sess: RefCell<Vars>,
+    /// The session's variables: one connection's, shared by the streams of an HTTP/2 one
+    /// (HAProxy's session is the connection).
+    pub sess: std::rc::Rc<RefCell<Vars>>,
     pub txn: RefCell<Vars>,
     /// `track-sc0`, `track-sc1`, `track-sc2` of the transaction (`http-request`,
     /// `tcp-request content` in HTTP mode), released when it ends.

@@ -121,8 +121,8 @@ struct ConnShared {
     fe: usize,
     origin: Origin,
     info: Arc<SessionInfo>,
-    /// The connection's `sess.` variables when it started speaking HTTP/2.
-    sess_vars: crate::conf::sample::Vars,
+    /// The connection's `sess.` variables, which every stream shares.
+    sess_vars: std::rc::Rc<std::cell::RefCell<crate::conf::sample::Vars>>,
     /// Streams being served now, and started so far.
     active: Cell<usize>,
     started: Cell<u32>,
@@ -201,7 +201,7 @@ pub(super) async fn serve(
         fe,
         origin,
         info,
-        sess_vars: vars.sess.borrow().clone(),
+        sess_vars: vars.sess.clone(),
         active: Cell::new(0),
         started: Cell::new(0),
         went_idle: tokio::sync::Notify::new(),
@@ -328,7 +328,7 @@ async fn exchange(
         ended: ended || tunnel.is_some(),
     });
     let vars = StreamVars {
-        sess: shared.sess_vars.clone().into(),
+        sess: shared.sess_vars.clone(),
         ..StreamVars::default()
     };
     let session = super::h1::serve_http(
