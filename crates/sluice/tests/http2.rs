@@ -2166,3 +2166,38 @@ fn the_streams_of_a_connection_share_its_session_variables() {
     assert_eq!(user("/later").as_deref(), Some("alice"));
     assert_eq!(user("/elsewhere").as_deref(), Some(""));
 }
+
+/// What a connection tracks (`tcp-request connection track-sc0`) is tracked for each of
+/// its HTTP/2 streams too: their requests count in the entry and rules read its counters,
+/// as over HTTP/1.1 (the usual rate limit; HAProxy 2.6.12 answers the same four requests
+/// over HTTP/1.1 with 200, 200, 429, 429: a request counts before its rules run). Each
+/// stream used to start with no entry tracked, so HTTP/2 clients escaped the limit.
+#[test]
+fn streams_count_in_what_their_connection_tracks() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n\
+         stick-table type ip size 10 expire 1m store http_req_cnt\n\
+         tcp-request connection track-sc0 src\n\
+         http-request deny deny_status 429 if {{ sc0_http_req_cnt gt 2 }}\n default_backend be\n\
+         backend be\n server s {}\n",
+        origin.addr
+    ));
+    let statuses = runtime().block_on(async {
+        let (mut c, _d) = h2_connect(p.addr()).await;
+        let mut out = Vec::new();
+        for i in 0..4 {
+            out.push(
+                fetch(&mut c, get(&format!("/r{i}")))
+                    .await
+                    .unwrap()
+                    .0
+                    .status
+                    .as_u16(),
+            );
+        }
+        out
+    });
+    assert_eq!(statuses, [200, 200, 429, 429]);
+}

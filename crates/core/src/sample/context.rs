@@ -25,7 +25,7 @@ pub struct StreamVars {
     pub trackers: RefCell<Slots>,
     /// The slots the connection tracks (`tcp-request connection|session`, and `tcp-request
     /// content` in TCP mode), released when it closes.
-    pub sess_trackers: RefCell<Slots>,
+    pub sess_trackers: std::rc::Rc<RefCell<Slots>>,
     /// The current request's unique id (`unique-id-format`).
     pub unique_id: RefCell<Option<std::rc::Rc<str>>>,
     /// What the transaction's capture slots hold so far (`capture.req.hdr(N)`,

@@ -22,7 +22,7 @@ mod mqtt;
 pub mod payload;
 mod table;
 
-pub use self::context::{text_match, Arrival, Captured, Ctx, Kind, StreamVars, Tracker};
+pub use self::context::{text_match, Arrival, Captured, Ctx, Kind, Slots, StreamVars, Tracker};
 pub use self::conv::{find_entry, in_net};
 pub use crate::conf::sample::*;
 pub use crate::conf::sample_parse::{

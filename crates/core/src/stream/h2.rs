@@ -121,8 +121,10 @@ struct ConnShared {
     fe: usize,
     origin: Origin,
     info: Arc<SessionInfo>,
-    /// The connection's `sess.` variables, which every stream shares.
+    /// The connection's `sess.` variables and the entries it tracks (`tcp-request
+    /// connection|session track-sc*`), which every stream shares.
     sess_vars: std::rc::Rc<std::cell::RefCell<crate::conf::sample::Vars>>,
+    sess_trackers: std::rc::Rc<std::cell::RefCell<crate::sample::Slots>>,
     /// Streams being served now, and started so far.
     active: Cell<usize>,
     started: Cell<u32>,
@@ -202,6 +204,7 @@ pub(super) async fn serve(
         origin,
         info,
         sess_vars: vars.sess.clone(),
+        sess_trackers: vars.sess_trackers.clone(),
         active: Cell::new(0),
         started: Cell::new(0),
         went_idle: tokio::sync::Notify::new(),
@@ -329,6 +332,7 @@ async fn exchange(
     });
     let vars = StreamVars {
         sess: shared.sess_vars.clone(),
+        sess_trackers: shared.sess_trackers.clone(),
         ..StreamVars::default()
     };
     let session = super::h1::serve_http(
