@@ -2201,3 +2201,31 @@ fn streams_count_in_what_their_connection_tracks() {
     });
     assert_eq!(statuses, [200, 200, 429, 429]);
 }
+
+/// The connection's `tcp-request connection set-dst` is what its HTTP/2 streams' rules
+/// see as `dst`, as over HTTP/1.1.
+#[test]
+fn streams_see_the_destination_their_connection_set() {
+    let origin = Origin::start("o");
+    let p = Sluice::start(&format!(
+        "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n {{fe}}\n\
+         tcp-request connection set-dst ipv4(10.1.2.3)\n\
+         http-request set-header x-dst %[dst]\n default_backend be\n\
+         backend be\n server s {}\n",
+        origin.addr
+    ));
+    runtime().block_on(async {
+        let (mut c, _d) = h2_connect(p.addrs[0]).await;
+        assert_eq!(fetch(&mut c, get("/h2")).await.unwrap().0.status, 200);
+    });
+    assert_eq!(common::get(p.addrs[1], "/h1").status, 200);
+    for path in ["/h2", "/h1"] {
+        let seen = origin
+            .requests()
+            .into_iter()
+            .find(|r| r.target == path)
+            .unwrap();
+        assert_eq!(seen.header("x-dst"), Some("10.1.2.3"), "{path}");
+    }
+}

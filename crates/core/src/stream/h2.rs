@@ -125,6 +125,8 @@ struct ConnShared {
     /// connection|session track-sc*`), which every stream shares.
     sess_vars: std::rc::Rc<std::cell::RefCell<crate::conf::sample::Vars>>,
     sess_trackers: std::rc::Rc<std::cell::RefCell<crate::sample::Slots>>,
+    /// The address `tcp-request connection|session set-dst` gave the connection.
+    set_dst: Option<SocketAddr>,
     /// Streams being served now, and started so far.
     active: Cell<usize>,
     started: Cell<u32>,
@@ -205,6 +207,7 @@ pub(super) async fn serve(
         info,
         sess_vars: vars.sess.clone(),
         sess_trackers: vars.sess_trackers.clone(),
+        set_dst: vars.set_dst.get(),
         active: Cell::new(0),
         started: Cell::new(0),
         went_idle: tokio::sync::Notify::new(),
@@ -333,6 +336,7 @@ async fn exchange(
     let vars = StreamVars {
         sess: shared.sess_vars.clone(),
         sess_trackers: shared.sess_trackers.clone(),
+        set_dst: Cell::new(shared.set_dst),
         ..StreamVars::default()
     };
     let session = super::h1::serve_http(
