@@ -540,6 +540,18 @@ fn the_prometheus_exporter_publishes_haproxy_26_metrics() {
         .to_string(),
         "NaN"
     );
+    // A server without a check: its check counters are NaN, as HAProxy 2.6.12 writes
+    // them; the checked one's are numbers.
+    for m in [
+        "check_failures_total",
+        "check_up_down_total",
+        "downtime_seconds_total",
+    ] {
+        let up = format!("haproxy_server_{m}{{proxy=\"be\",server=\"up\"}}");
+        assert_eq!(sample(&text, &up).to_string(), "NaN", "{m}");
+        let gone = format!("haproxy_server_{m}{{proxy=\"be\",server=\"gone\"}}");
+        assert!(!sample(&text, &gone).is_nan(), "{m}");
+    }
     // Only what the scope asks for.
     let be_only = get(p.addr(), "/metrics?scope=backend").text();
     let names = families(&be_only);

@@ -20,8 +20,9 @@ enum Source {
     Col(&'static str),
     /// A column in milliseconds, published in seconds.
     Ms(&'static str),
-    /// A limit: `NaN` when there is none.
-    Limit(&'static str),
+    /// A column, `NaN` when it is empty (a limit there is none of, a check counter of a
+    /// server without a check), as HAProxy's exporter writes them.
+    OrNan(&'static str),
     /// One sample per state, 1 for the current one.
     State(&'static [&'static str]),
     /// One sample per check status.
@@ -34,7 +35,7 @@ enum Source {
     CheckCode,
 }
 
-use Source::{Col, Limit, Ms, Responses, State};
+use Source::{Col, Ms, OrNan, Responses, State};
 
 const GAUGE: &str = "gauge";
 const COUNTER: &str = "counter";
@@ -377,7 +378,7 @@ const MAX_SESSIONS: Metric = (
     Col("smax"),
     "Most sessions open at once.",
 );
-const LIMIT_SESSIONS: Metric = ("limit_sessions", GAUGE, Limit("slim"), "Session limit.");
+const LIMIT_SESSIONS: Metric = ("limit_sessions", GAUGE, OrNan("slim"), "Session limit.");
 const SESSIONS_TOTAL: Metric = ("sessions_total", COUNTER, Col("stot"), "Sessions.");
 const BYTES_IN_TOTAL: Metric = ("bytes_in_total", COUNTER, Col("bin"), "Bytes received.");
 const BYTES_OUT_TOTAL: Metric = ("bytes_out_total", COUNTER, Col("bout"), "Bytes sent.");
@@ -704,7 +705,7 @@ const BACKEND: &[Metric] = &[
     (
         "check_up_down_total",
         COUNTER,
-        Col("chkdown"),
+        OrNan("chkdown"),
         "Times the backend lost its last server.",
     ),
     CHECK_LAST_CHANGE_SECONDS,
@@ -790,7 +791,7 @@ const SERVER: &[Metric] = &[
         Col("smax"),
         "Most requests in flight at once.",
     ),
-    ("limit_sessions", GAUGE, Limit("slim"), "maxconn."),
+    ("limit_sessions", GAUGE, OrNan("slim"), "maxconn."),
     SESSIONS_TOTAL,
     BYTES_IN_TOTAL,
     BYTES_OUT_TOTAL,
@@ -814,27 +815,27 @@ const SERVER: &[Metric] = &[
     (
         "check_failures_total",
         COUNTER,
-        Col("chkfail"),
+        OrNan("chkfail"),
         "Failed health checks.",
     ),
     (
         "check_up_down_total",
         COUNTER,
-        Col("chkdown"),
+        OrNan("chkdown"),
         "Times marked down.",
     ),
     CHECK_LAST_CHANGE_SECONDS,
     (
         "downtime_seconds_total",
         COUNTER,
-        Col("downtime"),
+        OrNan("downtime"),
         "Seconds spent down.",
     ),
-    ("queue_limit", GAUGE, Limit("qlimit"), "maxqueue."),
+    ("queue_limit", GAUGE, OrNan("qlimit"), "maxqueue."),
     (
         "current_throttle",
         GAUGE,
-        Limit("throttle"),
+        OrNan("throttle"),
         "slowstart throttle, percent.",
     ),
     ("loadbalanced_total", COUNTER, Col("lbtot"), "Times picked."),
@@ -882,7 +883,7 @@ const SERVER: &[Metric] = &[
     (
         "idle_connections_limit",
         GAUGE,
-        Limit("src_ilim"),
+        OrNan("src_ilim"),
         "pool-max-conn.",
     ),
     MAX_QUEUE_TIME_SECONDS,
@@ -1078,7 +1079,7 @@ fn escape(s: &str) -> String {
 enum Resolved {
     Col(usize),
     Ms(usize),
-    Limit(usize),
+    OrNan(usize),
     State(&'static [&'static str], usize),
     CheckStatus(usize),
     CheckCode(usize, usize),
@@ -1092,7 +1093,7 @@ impl Resolved {
         match from {
             Col(c) => Resolved::Col(pos(c)),
             Ms(c) => Resolved::Ms(pos(c)),
-            Limit(c) => Resolved::Limit(pos(c)),
+            OrNan(c) => Resolved::OrNan(pos(c)),
             State(states) => Resolved::State(states, pos("status")),
             Source::CheckStatus => Resolved::CheckStatus(pos("check_status")),
             Source::CheckCode => Resolved::CheckCode(pos("check_code"), pos("check_status")),
@@ -1125,7 +1126,7 @@ fn sample(out: &mut String, metric: &str, l: &str, from: Resolved, r: &Row) {
                 let _ = writeln!(out, "{metric}{{{l}}} {:.6}", *v as f64 / 1000.0);
             }
         }
-        Resolved::Limit(i) => match cell(i) {
+        Resolved::OrNan(i) => match cell(i) {
             Some(Cell::Num(v)) => {
                 let _ = writeln!(out, "{metric}{{{l}}} {v}");
             }
