@@ -1383,6 +1383,23 @@ fn ports_are_set_by_rules() {
     assert_eq!(get(p.addr(), "/").text(), "127.0.0.1:4242 127.0.0.1:8080");
 }
 
+/// What `http-request set-src`/`set-dst` (and their ports) change is the current request's:
+/// the next request on the same keep-alive connection starts again from the connection's
+/// addresses, as with HAProxy 2.6.
+#[test]
+fn address_rules_change_one_request_of_a_connection() {
+    let p = Sluice::start(
+        "defaults\n    mode http\n    timeout client 5s\nfrontend fe\n    {fe}\n    http-request set-src ipv4(10.0.0.9) if { path /r0 }\n    http-request set-dst ipv4(10.0.0.8) if { path /r0 }\n    http-request set-src-port int(4242) if { path /r0 }\n    http-request return status 200 content-type text/plain lf-string \"%[src]:%[src_port] %[dst]\"\n",
+    );
+    let mut c = p.connect();
+    assert_eq!(c.get("/r0").text(), "10.0.0.9:4242 10.0.0.8");
+    let again = c.get("/r1").text();
+    let (src, dst) = again.split_once(' ').unwrap();
+    assert!(src.starts_with("127.0.0.1:"), "{again}");
+    assert_ne!(src, "127.0.0.1:4242", "{again}");
+    assert_eq!(dst, "127.0.0.1");
+}
+
 /// `wait-for-handshake` and `disable-l7-retry` ask for what is always so with sluice (it
 /// takes no TLS early data and retries no request once sent): accepted, and the rules
 /// after them run.

@@ -35,7 +35,7 @@ pub struct StreamVars {
     /// `last_rule_line`).
     pub last_rule: RefCell<Option<crate::conf::Loc>>,
     /// The addresses `tcp-request` rules set (`set-src`, `set-dst` and their ports), which
-    /// the rest of the connection sees (HTTP rules change the session's own).
+    /// the rest of the connection sees (an HTTP rule changes only its own request's).
     pub set_src: std::cell::Cell<Option<SocketAddr>>,
     pub set_dst: std::cell::Cell<Option<SocketAddr>>,
     /// `set-log-level` of any rule list: the log line's severity (`Some(None)`: no line),

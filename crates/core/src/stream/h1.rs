@@ -52,6 +52,7 @@ pub(super) async fn serve_http(
         peer: peer.into(),
         // `tcp-request ... set-dst`: the destination the HTTP rules start from.
         dst: vars.set_dst.get().into(),
+        connection_addrs: (peer, vars.set_dst.get()),
         body: None,
         cbuf: start.read,
         sbuf: Buf::default(),
@@ -78,6 +79,9 @@ pub(super) async fn serve_http(
 async fn run(s: &mut Session) {
     loop {
         let mut txn = Txn::default();
+        // An earlier request's `set-src`/`set-dst` were its own.
+        s.peer.set(s.connection_addrs.0);
+        s.dst.set(s.connection_addrs.1);
         s.vars.txn.borrow_mut().clear();
         s.vars.unique_id.take();
         s.vars.captured.take();

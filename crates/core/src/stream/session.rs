@@ -71,10 +71,14 @@ pub(crate) struct Session {
     /// Index of the frontend in the configuration.
     pub fe: usize,
     pub client: Conn,
-    /// The client's address (`set-src` may change it for the rest of the connection).
+    /// The client's address as the current request sees it (an `http-request set-src`
+    /// changes it for that request alone, as HAProxy 2.6's does).
     pub peer: Cell<SocketAddr>,
-    /// The address the client connected to, when `set-dst` changed it.
+    /// The address the client connected to, when `set-dst` changed it (likewise).
     pub dst: Cell<Option<SocketAddr>>,
+    /// What each request starts from: the connection's addresses as its `tcp-request
+    /// connection|session` rules left them.
+    pub connection_addrs: (SocketAddr, Option<SocketAddr>),
     /// What of the current request's body the rules see, when they waited for it (`option
     /// http-buffer-request`, `wait-for-body`).
     pub body: Option<super::body_wait::Buffered>,
