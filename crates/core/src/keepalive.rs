@@ -7,7 +7,7 @@ use sluice_config::{flag_keywords, Keyword, KwError, Scope};
 
 use crate::conf::stream::TcpKeepalive;
 use crate::conf::{one_arg, time_arg, ProxyConf};
-use crate::transport::Conn;
+use crate::transport::Socket;
 
 pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = flag_keywords![
     "option clitcpka", Scope::FE, "TCP keepalive on client connections",
@@ -69,7 +69,7 @@ fn count(a: &[String]) -> Result<u32, KwError> {
 
 /// Turns keepalive on for `conn` as `ka` says (nothing when it is off). A socket that
 /// refuses is left as it is: keepalive is a hint, not a condition of service.
-pub fn apply(conn: &Conn, ka: &TcpKeepalive) {
+pub fn apply(conn: &Socket, ka: &TcpKeepalive) {
     if !ka.on {
         return;
     }

@@ -398,7 +398,14 @@ fn counters_summed_over_workers_are_exact() {
     for c in clients {
         c.join().unwrap();
     }
-    let rows = settled(&sock, |r| num(row(r, "be", "a"), "hrsp_2xx") == 400);
+    // Each figure is counted as its request ends, after the client got the response:
+    // they are read once all are in.
+    let rows = settled(&sock, |r| {
+        num(row(r, "be", "a"), "hrsp_2xx") == 400
+            && num(row(r, "fe", "FRONTEND"), "req_tot") == 400
+            && num(row(r, "fe", "FRONTEND"), "hrsp_2xx") == 400
+            && num(row(r, "be", "BACKEND"), "stot") == 400
+    });
     assert_eq!(num(row(&rows, "fe", "FRONTEND"), "req_tot"), 400);
     assert_eq!(num(row(&rows, "fe", "FRONTEND"), "hrsp_2xx"), 400);
     assert_eq!(num(row(&rows, "fe", "FRONTEND"), "stot"), 8);

@@ -40,7 +40,7 @@ pub use crate::conf::check::*;
 use crate::conf::{Backend, Config};
 use crate::log::Severity;
 use crate::runtime::{AdminState, CheckResult, OperState, Process, Worker};
-use crate::transport::Conn;
+use crate::transport::{Conn, Socket};
 
 /// A check between two runs: which server, when it is due, and whether it has just moved.
 /// Plain data, so that it can cross to another worker.
@@ -667,11 +667,12 @@ async fn run_agent(w: &Rc<Worker>, backend: usize, server: usize) -> Duration {
     }
     let started = Instant::now();
     let exchange = async {
-        let mut conn = Conn::dial(addr)?;
+        let mut socket = Socket::dial(addr)?;
         match &opts.send {
-            Some(send) => conn.write_all(send.as_bytes()).await?,
-            None => conn.connected().await?,
+            Some(send) => socket.write_all(send.as_bytes()).await?,
+            None => socket.connected().await?,
         }
+        let conn = Conn::from(socket);
         // The agent's answer is one line; then the connection ends with a reset, as
         // every check's does.
         let reply = read_until(&conn, |b| b.contains(&b'\n')).await;

@@ -26,7 +26,7 @@ use crate::conf::{Backend, Server};
 use crate::h2_stream::{response_head, H2Stream, ServerRequest};
 use crate::runtime::{CheckResult, Process};
 use crate::sample::{Ctx, Sample, StreamVars, VarName};
-use crate::transport::{Conn, Origin};
+use crate::transport::{Conn, Origin, Socket};
 
 /// Longest response kept for judging (status line, headers, the start of a body).
 const MAX_READ: usize = 16384;
@@ -225,7 +225,11 @@ async fn http2(
     };
     let peer = origin.peer;
     let tls = conn.is_tls();
-    let preface = h2::client::Builder::new().handshake::<_, Bytes>(conn);
+    // `open` made a socket: the HTTP/2 connection runs over it.
+    let Ok(socket) = conn.into_socket() else {
+        return Outcome::invalid(&io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    let preface = h2::client::Builder::new().handshake::<_, Bytes>(socket);
     let (send, connection) = match tokio::time::timeout(limit, preface).await {
         Err(_) => return Outcome::fail("L7TOUT", "Layer7 timeout", None),
         Ok(Err(e)) => return Outcome::invalid(&io::Error::other(e)),
@@ -395,8 +399,8 @@ async fn open(
 ) -> Result<Conn, Outcome> {
     let opening = async {
         let mut conn = match to {
-            Target::Inet(addr) => Conn::dial(addr)?,
-            Target::Unix(u) => Conn::connect_unix(u)?,
+            Target::Inet(addr) => Socket::dial(addr)?,
+            Target::Unix(u) => Socket::connect_unix(u)?,
         };
         if first.is_empty() || tls.is_some() {
             conn.connected().await?;
@@ -418,7 +422,7 @@ async fn open(
         Ok(Ok(c)) => c,
     };
     let Some(c) = tls else {
-        return Ok(conn);
+        return Ok(Conn::from(conn));
     };
     // `check-ssl` (or a server with `ssl`): the handshake is layer 6.
     let handshake = async {
@@ -437,7 +441,7 @@ async fn open(
             "Layer6 invalid response",
             Some(describe(&e)),
         )),
-        Ok(Ok(c)) => Ok(c),
+        Ok(Ok(c)) => Ok(Conn::from(c)),
     }
 }
 

@@ -41,18 +41,21 @@
 //!   [`Refused`] error instead, so that the transaction may send the request again.
 //! - Every stream ends on the wire: one left unfinished is reset (a body delimited by the
 //!   close ends normally).
-//! - All calls come from one task, on the worker that owns the connection; the mutex only
-//!   satisfies `Send` bounds and is never contended.
+//! - All calls come from one task, on the worker that owns the connection: the state is
+//!   shared with the stream's watch by `Rc<RefCell>`, no lock; no borrow is held across an
+//!   await or a call out of this module.
 
 mod body;
 mod heads;
 mod queued;
 
+use std::cell::{RefCell, RefMut};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -71,13 +74,13 @@ pub use self::queued::Queued;
 /// One stream, inside the `Conn` of the HTTP/1.1 side.
 #[derive(Debug)]
 pub struct H2Stream {
-    state: Arc<Mutex<State>>,
+    state: Rc<RefCell<State>>,
 }
 
 /// The task serving a client's stream: tells when the client reset it before its answer.
 #[derive(Debug)]
 pub struct ResetWatch {
-    state: Arc<Mutex<State>>,
+    state: Rc<RefCell<State>>,
 }
 
 /// Who ended the stream early.
@@ -261,7 +264,7 @@ impl H2Stream {
             delimited,
             Down::Response { respond },
         );
-        let state = Arc::new(Mutex::new(State {
+        let state = Rc::new(RefCell::new(State {
             head_request: parts.method == http::Method::HEAD,
             tunnel,
             queued: Some((queued, id)),
@@ -290,11 +293,11 @@ impl H2Stream {
             },
         };
         H2Stream {
-            state: Arc::new(Mutex::new(State::new(Vec::new(), None, false, down))),
+            state: Rc::new(RefCell::new(State::new(Vec::new(), None, false, down))),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> RefMut<'_, State> {
         lock(&self.state)
     }
 
@@ -314,14 +317,6 @@ impl H2Stream {
         buf.extend_from_slice(&st.unread()[..n]);
         st.consume(n);
         Ok(n)
-    }
-
-    /// Copies what is waiting without consuming it.
-    pub fn peek(&self, buf: &mut [u8]) -> usize {
-        let st = self.lock();
-        let n = buf.len().min(st.unread().len());
-        buf[..n].copy_from_slice(&st.unread()[..n]);
-        n
     }
 
     pub fn has_input(&self) -> bool {
@@ -447,7 +442,7 @@ impl H2Stream {
     /// written to (see [`crate::transport::Conn::progress`]).
     pub fn sent_counter(&self) -> impl Fn() -> u64 + 'static {
         let state = self.state.clone();
-        move || state.lock().map_or(0, |s| s.sent)
+        move || state.try_borrow().map_or(0, |s| s.sent)
     }
 
     /// Nothing more will be written: a body delimited by the close ends here; a message
@@ -492,8 +487,8 @@ impl ResetWatch {
     }
 }
 
-fn lock(s: &Mutex<State>) -> MutexGuard<'_, State> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(s: &RefCell<State>) -> RefMut<'_, State> {
+    s.borrow_mut()
 }
 
 impl State {

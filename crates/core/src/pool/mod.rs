@@ -23,7 +23,7 @@
 //! used by two workers. The per-server counters are atomics updated next to the list
 //! operations; they may lag a concurrent operation by one (they steer decisions, they do not
 //! protect memory). A taker on another thread moves the socket into its own event loop
-//! (`transport::Conn::adopt`) before use; see `docs/internals/threading.md`.
+//! (`transport::Socket::adopt`) before use; see `docs/internals/threading.md`.
 
 pub mod h2;
 
@@ -38,7 +38,7 @@ use crate::conf::backend::ReuseMode;
 use crate::conf::pool::{PoolConf, PoolGlobal};
 use crate::conf::{one_arg, one_of, GlobalConf};
 use crate::padded::Padded;
-use crate::transport::Conn;
+use crate::transport::Socket;
 
 /// What the pool needs to know about a connection it holds.
 pub trait Resource {
@@ -46,9 +46,9 @@ pub trait Resource {
     fn alive(&self) -> bool;
 }
 
-impl Resource for Conn {
+impl Resource for Socket {
     fn alive(&self) -> bool {
-        Conn::alive(self)
+        Socket::alive(self)
     }
 }
 

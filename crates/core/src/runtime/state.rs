@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::counters::{Peaks, PerWorker, ProxyCounters, ServerCounters};
 use crate::conf::{Backend, Config, Frontend, Server};
 use crate::pool::ServerPools;
-use crate::transport::Conn;
+use crate::transport::Socket;
 
 /// What an operator decided about a server (`set server ... state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub struct ServerState {
     pub in_flight: AtomicUsize,
     pub counters: PerWorker<ServerCounters>,
     pub peaks: Peaks,
-    pub idle: ServerPools<Conn>,
+    pub idle: ServerPools<Socket>,
     pub queue: ServerQueue,
     /// Health-check state; `None` for a server without `check`.
     pub check: Option<CheckState>,

@@ -24,7 +24,7 @@ use crate::pool::{Got, Want};
 use crate::proxy_proto::{self, ClientFacts, TlsFacts};
 use crate::queue::{self, InFlight, QueueError, ServerSlot};
 use crate::runtime::Worker;
-use crate::transport::Conn;
+use crate::transport::{Conn, Socket};
 
 /// A server connection attached to the current request.
 pub(crate) struct ServerConn {
@@ -44,10 +44,12 @@ pub(crate) struct ServerConn {
 }
 
 impl ServerConn {
-    /// Hands the connection to the pool, which accounts for it from here on (kept or not).
-    pub fn into_pooled(mut self) -> (Conn, u32) {
+    /// Hands the connection to the pool, which accounts for it from here on (kept or not);
+    /// a stream is not pooled (its HTTP/2 link is what lasts) and ends here.
+    pub fn into_pooled(mut self) -> Option<(Socket, u32)> {
         self.used.armed = false;
-        (self.conn, self.served)
+        let served = self.served;
+        self.conn.into_socket().ok().map(|s| (s, served))
     }
 }
 
@@ -337,7 +339,7 @@ async fn connect_reusing(
         Some(Ok(c)) => {
             st.counters.at(w.tid).reuse.bump();
             Ok(ServerConn {
-                conn: c.conn,
+                conn: Conn::from(c.conn),
                 backend,
                 server,
                 served: c.served,
@@ -383,8 +385,8 @@ async fn connect_new(
         .flatten();
     let connect = async {
         let mut conn = match &srv.unix {
-            Some(u) => Conn::connect_unix(u)?,
-            None => Conn::connect(addr, w.config().global.server_bufs, srv.source).await?,
+            Some(u) => Socket::connect_unix(u)?,
+            None => Socket::connect(addr, w.config().global.server_bufs, srv.source).await?,
         };
         crate::keepalive::apply(&conn, &be.stream.srv_ka);
         if be.stream.nolinger {
@@ -423,7 +425,7 @@ async fn connect_new(
             // The HTTP/2 handshake is part of connecting; the request gets the first stream.
             return super::h2_server::start(w, backend, server, conn, addr_gen).await;
         }
-        Ok(conn)
+        Ok(Conn::from(conn))
     };
     let attempt = match be.timeout_connect {
         Some(t) => tokio::time::timeout(t, connect)

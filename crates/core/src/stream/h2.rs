@@ -148,6 +148,10 @@ pub(super) async fn serve(
     vars: StreamVars,
     read: Vec<u8>,
 ) {
+    // The connection is a socket (only a socket is served as HTTP/2).
+    let Ok(client) = client.into_socket() else {
+        return;
+    };
     let tune = w.config().global.h2;
     let st = &w.config().frontends[fe].stream;
     let origin = Origin {

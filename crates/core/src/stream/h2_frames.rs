@@ -392,7 +392,7 @@ const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// connection preface followed by SETTINGS (an HTTP/1 request on a `proto h2` port, a
 /// HEADERS frame first), so the connection is closed without a byte sent, as HAProxy
 /// does. Otherwise the bytes read, to be given back to the crate ([`Tallied::new`]).
-pub async fn read_preface(conn: &crate::transport::Conn, read: Vec<u8>) -> Option<Vec<u8>> {
+pub async fn read_preface(conn: &crate::transport::Socket, read: Vec<u8>) -> Option<Vec<u8>> {
     let mut got = read;
     let mut have = got.len();
     if got.len() < GATE_LEN {

@@ -28,11 +28,11 @@ use bytes::Bytes;
 use crate::h2_stream::H2Stream;
 use crate::pool::h2::Link;
 use crate::runtime::Worker;
-use crate::transport::{Conn, Origin};
+use crate::transport::{Conn, Origin, Socket};
 
 /// Whether a new connection to server `server` of `backend` speaks HTTP/2: `proto h2`, or
 /// TLS whose ALPN chose `h2`. Only HTTP backends ever do.
-pub(crate) fn speaks_h2(w: &Worker, backend: usize, server: usize, conn: &Conn) -> bool {
+pub(crate) fn speaks_h2(w: &Worker, backend: usize, server: usize, conn: &Socket) -> bool {
     let be = &w.config().backends[backend];
     be.stream.mode == crate::conf::stream::Mode::Http
         && (be.servers[server].h2 || conn.tls().and_then(|t| t.alpn).as_deref() == Some(b"h2"))
@@ -44,7 +44,7 @@ pub(crate) async fn start(
     w: &Rc<Worker>,
     backend: usize,
     server: usize,
-    conn: Conn,
+    conn: Socket,
     addr_gen: u64,
 ) -> io::Result<Conn> {
     let origin = Origin {

@@ -53,19 +53,25 @@ use crate::runtime::counters::Held;
 use crate::runtime::{ClientConn, Slot, Worker};
 use crate::sample::{Arrival, Ctx, StreamVars};
 use crate::stick::Counter;
-use crate::transport::Conn;
+use crate::transport::{Conn, Socket};
 
 /// Serves one accepted client connection of frontend `fe` until it closes. `slot` is its
 /// place under `maxconn`; both it and the connection counts are given back however the
 /// stream ends.
 pub async fn serve(
     w: Rc<Worker>,
-    mut client: Conn,
+    socket: Socket,
     mut peer: SocketAddr,
     (fe, listener): (usize, usize),
     slot: Slot,
 ) {
     let accepted = std::time::SystemTime::now();
+    crate::keepalive::apply(&socket, &w.config().frontends[fe].stream.cli_ka);
+    socket.set_buffers(w.config().global.client_bufs);
+    if w.config().frontends[fe].stream.nolinger {
+        socket.reset_on_close();
+    }
+    let mut client = Conn::from(socket);
     // A connection that fails before its session starts, logged as HAProxy logs it.
     let log_failure = |client: &Conn, peer: SocketAddr, e: conn_error::ConnError| {
         let arrival = Arrival {
@@ -104,11 +110,6 @@ pub async fn serve(
                 return;
             }
         }
-    }
-    crate::keepalive::apply(&client, &w.config().frontends[fe].stream.cli_ka);
-    client.set_buffers(w.config().global.client_bufs);
-    if w.config().frontends[fe].stream.nolinger {
-        client.reset_on_close();
     }
     let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
     let _slot = slot;

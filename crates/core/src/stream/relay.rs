@@ -371,8 +371,7 @@ impl Txn {
             if be.reuse == ReuseMode::Never || be.servers[conn.server].private_conns() || conn.owned
             {
                 s.private = Some(conn);
-            } else {
-                let (c, served) = conn.into_pooled();
+            } else if let Some((c, served)) = conn.into_pooled() {
                 let pressure = w.config().global.pool.pressure();
                 let kept = st.idle.release(
                     w.tid,

@@ -10,7 +10,7 @@ use super::inbox::{InboxMsg, Inboxes};
 use crate::check::CheckTask;
 use crate::conf::listen::Dispatch;
 use crate::runtime::{Slot, Worker};
-use crate::transport::{Conn, Detached};
+use crate::transport::{Detached, Socket};
 
 /// Up to this many workers, dispatch compares every worker's load (join the shortest
 /// queue); beyond, two drawn at random and the accepting one (power of two choices), so
@@ -75,7 +75,7 @@ impl Thread {
     /// Registers a connection with this worker's event loop and serves it.
     fn start_serving(&self, conn: Detached, peer: SocketAddr, entry: (usize, usize), slot: Slot) {
         let w = &self.w;
-        match Conn::attach(conn) {
+        match Socket::attach(conn) {
             Ok(conn) => {
                 // Counted in the load until its task starts (`ClientConn::open`).
                 w.ctx().starting.fetch_add(1, Ordering::Relaxed);

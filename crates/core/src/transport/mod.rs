@@ -1,13 +1,14 @@
 //! The transport seam: every client and server connection reaches the data path as a
-//! [`Conn`], whatever carries its bytes: plain TCP, or TLS over it (rustls, driven here
-//! by the same readiness and non-blocking reads and writes, so the HTTP and relay code is
-//! unchanged).
+//! [`Conn`], whatever carries its bytes: a [`Socket`] (plain TCP or unix, or TLS over it:
+//! rustls, driven here by the same readiness and non-blocking reads and writes, so the
+//! HTTP and relay code is unchanged), or one stream of a multiplexed HTTP/2 connection
+//! (`conn`).
 //!
 //! Invariants:
-//! - A `Conn` is registered with the event loop of the worker that created or attached it,
-//!   and is used only there. Moving it to another worker goes through [`Conn::detach`] (on
-//!   the sender) and [`Conn::attach`] (on the receiver).
-//! - Every `Conn` holds one slot of the open-descriptor count (`fds`) for its whole life,
+//! - A `Socket` is registered with the event loop of the worker that created or attached it,
+//!   and is used only there. Moving it to another worker goes through [`Socket::detach`] (on
+//!   the sender) and [`Socket::attach`] (on the receiver).
+//! - Every `Socket` holds one slot of the open-descriptor count (`fds`) for its whole life,
 //!   so no socket can be forgotten by the pools' descriptor rules.
 //! - `MSG_MORE` is only ever set by the caller's [`Then`] hint, which must mean "the next
 //!   bytes of this message are already in hand" or "the connection is shut down at once":
@@ -24,8 +25,11 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::fds::Counted;
-use crate::h2_stream::H2Stream;
 use crate::proxy_proto::HeaderError;
+
+mod conn;
+
+pub use self::conn::Conn;
 
 /// What is known about a connection's TLS session once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,21 +63,6 @@ pub struct Origin {
     pub unix: bool,
 }
 
-/// A stream served as a connection: the stream, where it came from, and what it keeps
-/// while it lives (a server stream: its link's count of streams in use).
-struct Stream {
-    end: H2Stream,
-    origin: Origin,
-    _hold: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl std::ops::Deref for Stream {
-    type Target = H2Stream;
-    fn deref(&self) -> &H2Stream {
-        &self.end
-    }
-}
-
 /// What the kernel knows of a TCP connection (`TCP_INFO`, HAProxy's `fc_rtt` family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpInfo {
@@ -103,12 +92,12 @@ pub enum Then {
     Close,
 }
 
-/// One connection, client or server side.
+/// One socket, client or server side: TCP (or unix), plain or TLS.
 #[derive(Debug)]
-pub struct Conn {
+pub struct Socket {
     io: Io,
-    /// The descriptor's place in the open count (none for an in-memory stream).
-    _fd: Option<Counted>,
+    /// The descriptor's place in the open count.
+    _fd: Counted,
     /// What a PROXY protocol header said of the client (its addresses replace the
     /// socket's); not carried when the connection moves to another worker.
     proxied: Option<Box<crate::proxy_proto::Proxied>>,
@@ -119,8 +108,6 @@ pub struct Conn {
 enum Io {
     Tcp(TcpStream),
     Tls(Box<Tls>),
-    /// One stream of a multiplexed connection (HTTP/2), served as a connection.
-    Stream(Box<Stream>),
 }
 
 impl std::fmt::Debug for Io {
@@ -128,12 +115,11 @@ impl std::fmt::Debug for Io {
         match self {
             Io::Tcp(s) => s.fmt(f),
             Io::Tls(t) => t.tcp.fmt(f),
-            Io::Stream(p) => write!(f, "stream of {}", p.origin.peer),
         }
     }
 }
 
-/// A TLS connection: the socket and rustls's state, driven by [`Conn`]'s calls (a handshake
+/// A TLS connection: the socket and rustls's state, driven by [`Socket`]'s calls (a handshake
 /// advances as the connection is read).
 struct Tls {
     tcp: TcpStream,
@@ -283,7 +269,7 @@ impl Tls {
         }
     }
 
-    /// Reads once into the room left in `buf`, as [`Conn::try_read_into`]. Only as much of
+    /// Reads once into the room left in `buf`, as [`Socket::try_read_into`]. Only as much of
     /// the room as there are decrypted bytes for is initialized: a request of a few hundred
     /// bytes does not cost a memset of the whole buffer.
     fn try_read_into(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
@@ -416,35 +402,35 @@ impl Detached {
     }
 }
 
-impl Conn {
+impl Socket {
     /// Opens a connection to a server, its socket buffers sized as `bufs` says, from
     /// `source` if given (`source`).
     pub async fn connect(
         addr: SocketAddr,
         bufs: crate::conf::BufSizes,
         source: Option<SocketAddr>,
-    ) -> io::Result<Conn> {
-        let conn = Conn::dial_with(addr, bufs, source)?;
+    ) -> io::Result<Socket> {
+        let conn = Socket::dial_with(addr, bufs, source)?;
         conn.connected().await?;
         let _ = conn.tcp().set_nodelay(true);
         Ok(conn)
     }
 
     /// Starts a connection to a server and returns at once, the handshake possibly still in
-    /// flight: the first write reports how it went (or [`Conn::connected`] waits for it).
+    /// flight: the first write reports how it went (or [`Socket::connected`] waits for it).
     /// On loopback and nearby servers the handshake is usually over before `connect`
     /// returns, so a request written at once saves a trip through the event loop.
-    pub fn dial(addr: SocketAddr) -> io::Result<Conn> {
-        Conn::dial_with(addr, crate::conf::BufSizes::default(), None)
+    pub fn dial(addr: SocketAddr) -> io::Result<Socket> {
+        Socket::dial_with(addr, crate::conf::BufSizes::default(), None)
     }
 
-    /// [`Conn::dial`], the socket's buffers sized as `bufs` says and bound to `source`
+    /// [`Socket::dial`], the socket's buffers sized as `bufs` says and bound to `source`
     /// (if given) before it connects.
     pub fn dial_with(
         addr: SocketAddr,
         bufs: crate::conf::BufSizes,
         source: Option<SocketAddr>,
-    ) -> io::Result<Conn> {
+    ) -> io::Result<Socket> {
         // Counted before the socket exists, so the figure never lags the descriptors.
         let fd = Counted::new();
         let sock = socket2::Socket::new(
@@ -465,9 +451,9 @@ impl Conn {
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
             Err(e) => return Err(e),
         }
-        Ok(Conn {
+        Ok(Socket {
             io: Io::Tcp(TcpStream::from_std(sock.into())?),
-            _fd: Some(fd),
+            _fd: fd,
             proxied: None,
             unix: false,
         })
@@ -475,7 +461,7 @@ impl Conn {
 
     /// Opens a connection to a server listening on a unix socket (carried as a TCP one is:
     /// see [`Detached::accepted`]).
-    pub fn connect_unix(addr: &crate::conf::listen::UnixAddr) -> io::Result<Conn> {
+    pub fn connect_unix(addr: &crate::conf::listen::UnixAddr) -> io::Result<Socket> {
         let fd = Counted::new();
         let sock = socket2::Socket::new(
             socket2::Domain::UNIX,
@@ -484,15 +470,15 @@ impl Conn {
         )?;
         // A unix socket connects at once, or fails (EAGAIN: the server's queue is full).
         sock.connect(&addr.sockaddr()?)?;
-        Ok(Conn {
+        Ok(Socket {
             io: Io::Tcp(TcpStream::from_std(sock.into())?),
-            _fd: Some(fd),
+            _fd: fd,
             proxied: None,
             unix: true,
         })
     }
 
-    /// Waits until a connection from [`Conn::dial`] is established, or says why it failed.
+    /// Waits until a connection from [`Socket::dial`] is established, or says why it failed.
     pub async fn connected(&self) -> io::Result<()> {
         let stream = self.tcp();
         stream.writable().await?;
@@ -508,7 +494,7 @@ impl Conn {
         self,
         config: std::sync::Arc<rustls::ServerConfig>,
         capture: usize,
-    ) -> io::Result<Conn> {
+    ) -> io::Result<Socket> {
         let Io::Tcp(tcp) = self.io else {
             return Err(io::Error::other("TLS over TLS"));
         };
@@ -517,7 +503,7 @@ impl Conn {
             0 => Hello::Off,
             n => Hello::Collecting(crate::tls::hello::Collector::new(n)),
         };
-        Ok(Conn {
+        Ok(Socket {
             io: Io::Tls(Box::new(Tls {
                 tcp,
                 state: std::cell::RefCell::new(state.into()),
@@ -536,12 +522,12 @@ impl Conn {
         self,
         config: std::sync::Arc<rustls::ClientConfig>,
         name: rustls::pki_types::ServerName<'static>,
-    ) -> io::Result<Conn> {
+    ) -> io::Result<Socket> {
         let Io::Tcp(tcp) = self.io else {
             return Err(io::Error::other("TLS over TLS"));
         };
         let state = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
-        let conn = Conn {
+        let conn = Socket {
             io: Io::Tls(Box::new(Tls {
                 tcp,
                 state: std::cell::RefCell::new(state.into()),
@@ -584,32 +570,11 @@ impl Conn {
         }
     }
 
-    /// An HTTP/2 stream (a client's, or one to a server) from `origin`, served as a
-    /// connection of its own; `hold` is dropped with it, after the stream.
-    pub fn h2_stream(
-        end: H2Stream,
-        origin: Origin,
-        hold: Option<Box<dyn std::any::Any + Send>>,
-    ) -> Conn {
-        Conn {
-            io: Io::Stream(Box::new(Stream {
-                end,
-                origin,
-                _hold: hold,
-            })),
-            _fd: None,
-            proxied: None,
-            unix: false,
-        }
-    }
-
-    /// The socket under the connection, for the calls only sockets get (every call a
-    /// stream of a multiplexed connection can receive handles it before).
+    /// The TCP (or unix) socket under the connection.
     fn tcp(&self) -> &TcpStream {
         match &self.io {
             Io::Tcp(s) => s,
             Io::Tls(t) => &t.tcp,
-            Io::Stream(_) => unreachable!("a socket call on a multiplexed stream"),
         }
     }
 
@@ -628,20 +593,7 @@ impl Conn {
     /// The peer came over a unix socket and has no address (a PROXY header that gave one
     /// stands for it).
     pub fn peer_is_unix(&self) -> bool {
-        let unix = match &self.io {
-            Io::Stream(p) => p.origin.unix,
-            _ => self.unix,
-        };
-        unix && self.proxied.as_ref().and_then(|p| p.src).is_none()
-    }
-
-    /// `peer`, the client's address as its stream knows it, unless the client has none: it
-    /// came over a unix socket and neither a PROXY header nor `set-src` gave it one (the
-    /// unspecified address then stands for it, and is never shown as an address, as
-    /// HAProxy's `src` has no value there).
-    pub fn client_addr(&self, peer: SocketAddr) -> Option<SocketAddr> {
-        let placeholder = SocketAddr::from(([0, 0, 0, 0], 0));
-        (!self.peer_is_unix() || peer != placeholder).then_some(peer)
+        self.unix && self.proxied.as_ref().and_then(|p| p.src).is_none()
     }
 
     /// The client's address: a PROXY header's, else the socket's peer.
@@ -649,10 +601,7 @@ impl Conn {
         if let Some(src) = self.proxied.as_ref().and_then(|p| p.src) {
             return Ok(src);
         }
-        match &self.io {
-            Io::Stream(p) => Ok(p.origin.peer),
-            _ => self.tcp().peer_addr(),
-        }
+        self.tcp().peer_addr()
     }
 
     /// The address the client connected to: a PROXY header's, else the socket's.
@@ -660,18 +609,11 @@ impl Conn {
         if let Some(dst) = self.proxied.as_ref().and_then(|p| p.dst) {
             return Ok(dst);
         }
-        match &self.io {
-            Io::Stream(p) => Ok(p.origin.local),
-            _ => self.tcp().local_addr(),
-        }
+        self.tcp().local_addr()
     }
 
-    /// `set-tos`: the IP TOS (IPv6: the traffic class) of what the peer is sent (a stream
-    /// of a multiplexed connection has no socket of its own: nothing to do).
+    /// `set-tos`: the IP TOS (IPv6: the traffic class) of what the peer is sent.
     pub fn set_tos(&self, tos: u32) {
-        if let Io::Stream(_) = self.io {
-            return;
-        }
         let s = socket2::SockRef::from(self.tcp());
         let _ = match self.tcp().peer_addr() {
             Ok(a) if a.is_ipv6() => s.set_tclass_v6(tos),
@@ -682,20 +624,14 @@ impl Conn {
     /// `set-mark`: the netfilter mark of what the peer is sent (`SO_MARK`, which needs
     /// `CAP_NET_ADMIN`; without it nothing changes, as with HAProxy).
     pub fn set_mark(&self, mark: u32) {
-        if let Io::Stream(_) = self.io {
-            return;
-        }
         let _ = socket2::SockRef::from(self.tcp()).set_mark(mark);
     }
 
     /// `silent-drop`, HAProxy's way: the socket goes into repair mode, so that closing it
     /// sends nothing (`TCP_REPAIR`, which needs `CAP_NET_ADMIN`); failing that, what is
     /// sent dies one hop away (a TTL of 1: no effect on a local network). The close is a
-    /// reset either way. A multiplexed stream is only reset.
+    /// reset either way.
     pub fn silence(&self) {
-        if let Io::Stream(p) = &self.io {
-            return p.abort();
-        }
         let tcp = self.tcp();
         let fd = std::os::fd::AsRawFd::as_raw_fd(tcp);
         let one: libc::c_int = 1;
@@ -719,20 +655,13 @@ impl Conn {
         let _ = s.set_linger(Some(std::time::Duration::ZERO));
     }
 
-    /// Turns TCP keepalive on with these figures (a stream of a multiplexed connection
-    /// has no socket of its own: nothing to do).
+    /// Turns TCP keepalive on with these figures.
     pub fn set_keepalive(&self, ka: &socket2::TcpKeepalive) {
-        if let Io::Stream(_) = self.io {
-            return;
-        }
         let _ = socket2::SockRef::from(self.tcp()).set_tcp_keepalive(ka);
     }
 
     /// Sizes the socket's buffers (`tune.rcvbuf|sndbuf.*`); a refusal leaves the system's.
     pub fn set_buffers(&self, bufs: crate::conf::BufSizes) {
-        if let Io::Stream(_) = self.io {
-            return;
-        }
         let _ = crate::sockbuf::apply(socket2::SockRef::from(self.tcp()), bufs);
     }
 
@@ -805,20 +734,7 @@ impl Conn {
                 .handshake_kind()
                 .filter(|_| !t.state.borrow().is_handshaking())
                 .map(|k| k == rustls::HandshakeKind::Resumed),
-            Io::Tcp(_) | Io::Stream(_) => None,
-        }
-    }
-
-    /// Whether this is one stream of a multiplexed (HTTP/2) client connection.
-    pub fn is_stream(&self) -> bool {
-        matches!(self.io, Io::Stream(_))
-    }
-
-    /// The HTTP/2 stream this connection is, if it is one.
-    pub fn as_stream(&self) -> Option<&H2Stream> {
-        match &self.io {
-            Io::Stream(s) => Some(&s.end),
-            Io::Tcp(_) | Io::Tls(_) => None,
+            Io::Tcp(_) => None,
         }
     }
 
@@ -826,7 +742,6 @@ impl Conn {
     pub fn is_tls(&self) -> bool {
         match &self.io {
             Io::Tls(_) => true,
-            Io::Stream(p) => p.origin.tls.is_some(),
             Io::Tcp(_) => false,
         }
     }
@@ -835,7 +750,6 @@ impl Conn {
     pub fn tls(&self) -> Option<TlsInfo> {
         match &self.io {
             Io::Tls(t) => t.info(),
-            Io::Stream(p) => p.origin.tls.as_deref().cloned(),
             Io::Tcp(_) => None,
         }
     }
@@ -851,10 +765,6 @@ impl Conn {
                 }
                 t.tcp.readable().await
             }
-            Io::Stream(p) => {
-                p.readable().await;
-                Ok(())
-            }
         }
     }
 
@@ -867,7 +777,6 @@ impl Conn {
                 got
             }
             Io::Tls(t) => t.try_read(buf),
-            Io::Stream(p) => p.try_read(buf),
         }
     }
 
@@ -884,7 +793,6 @@ impl Conn {
                 got
             }
             Io::Tls(t) => t.try_read_into(buf),
-            Io::Stream(p) => p.try_read_into(buf),
         }
     }
 
@@ -893,7 +801,6 @@ impl Conn {
     pub fn has_input(&self) -> bool {
         match &self.io {
             Io::Tls(t) if t.has_plaintext() => return true,
-            Io::Stream(p) => return p.has_input(),
             _ => {}
         }
         // Not readable since a read drained it (see `drained_if_short`): nothing has come
@@ -909,11 +816,10 @@ impl Conn {
     }
 
     /// What the kernel knows of the TCP connection (`TCP_INFO`); `None` for a unix
-    /// socket, an HTTP/2 stream (it has no socket of its own) or when the kernel says
-    /// nothing.
+    /// socket or when the kernel says nothing.
     pub fn tcp_info(&self) -> Option<TcpInfo> {
         use std::os::fd::AsRawFd;
-        if self.is_stream() || self.unix {
+        if self.unix {
             return None;
         }
         let fd = self.tcp().as_raw_fd();
@@ -948,35 +854,6 @@ impl Conn {
         })
     }
 
-    /// Copies what is waiting to be read into `buf` without consuming it (`balance
-    /// rdp-cookie` looks at a connection's first bytes before they are relayed).
-    pub fn peek_now(&self, buf: &mut [u8]) -> usize {
-        if let Io::Stream(p) = &self.io {
-            return p.peek(buf);
-        }
-        let mut tmp = vec![MaybeUninit::<u8>::uninit(); buf.len()];
-        let n = socket2::SockRef::from(self.tcp())
-            .recv_with_flags(&mut tmp, libc::MSG_PEEK | libc::MSG_DONTWAIT)
-            .unwrap_or(0);
-        for (d, s) in buf.iter_mut().zip(&tmp[..n]) {
-            // SAFETY: the kernel wrote the first `n` bytes.
-            *d = unsafe { s.assume_init() };
-        }
-        n
-    }
-
-    /// A reading of what has been written so far, a count that grows while a write makes
-    /// progress: an HTTP/2 stream's DATA bytes sent (a write can last as long as the
-    /// peer's flow control makes it); constant for a socket, whose kernel buffer takes a
-    /// response's writes at once.
-    pub fn progress(&self) -> impl Fn() -> u64 + 'static {
-        let stream = match &self.io {
-            Io::Stream(p) => Some(p.end.sent_counter()),
-            Io::Tcp(_) | Io::Tls(_) => None,
-        };
-        move || stream.as_ref().map_or(0, |sent| sent())
-    }
-
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.write_pair(bytes, &[], Then::Flush).await
     }
@@ -986,10 +863,6 @@ impl Conn {
     pub async fn write_pair(&mut self, mut a: &[u8], mut b: &[u8], then: Then) -> io::Result<()> {
         match &self.io {
             Io::Tls(t) => return t.write(a, b, then == Then::Close).await,
-            Io::Stream(p) => {
-                p.write_all(a).await?;
-                return p.write_all(b).await;
-            }
             Io::Tcp(_) => {}
         }
         let flags = if then == Then::Flush {
@@ -1031,19 +904,12 @@ impl Conn {
     /// Closes with a reset rather than a FIN: nothing unsent is delivered and neither side
     /// keeps the connection in TIME_WAIT.
     pub fn abort(self) {
-        if let Io::Stream(p) = &self.io {
-            return p.abort();
-        }
         self.reset_on_close();
     }
 
-    /// Makes the close, whenever the connection is dropped, a reset (as [`Conn::abort`]):
-    /// for a socket handed to a protocol layer that will drop it. A multiplexed stream has
-    /// no socket of its own and is left as it is.
+    /// Makes the close, whenever the connection is dropped, a reset (as [`Socket::abort`]):
+    /// for a socket handed to a protocol layer that will drop it.
     pub fn reset_on_close(&self) {
-        if let Io::Stream(_) = &self.io {
-            return;
-        }
         let _ = socket2::SockRef::from(self.tcp()).set_linger(Some(std::time::Duration::ZERO));
     }
 
@@ -1057,7 +923,6 @@ impl Conn {
                 t.state.borrow_mut().send_close_notify();
                 let _ = t.flush().await;
             }
-            Io::Stream(p) => p.shutdown(),
         }
     }
 
@@ -1070,19 +935,12 @@ impl Conn {
                 let _ = t.flush().await;
                 t.tcp.shutdown().await
             }
-            Io::Stream(p) => {
-                p.shutdown();
-                Ok(())
-            }
         }
     }
 
     /// Whether an idle connection can still carry a request: false once the peer closed
     /// it, it failed, or it holds bytes nobody asked for.
     pub fn alive(&self) -> bool {
-        if let Io::Stream(p) = &self.io {
-            return !p.ended();
-        }
         if let Io::Tls(t) = &self.io {
             // TLS records may arrive unasked (a TLS 1.3 server's session tickets): they are
             // taken in, and only data or a close makes the connection unusable.
@@ -1122,9 +980,6 @@ impl Conn {
     /// Resolves when the peer has closed its side (end of stream or reset). Pipelined data
     /// is not a close: it is left unread and this never resolves.
     pub async fn closed(&self) {
-        if let Io::Stream(p) = &self.io {
-            return p.closed().await;
-        }
         let stream = self.tcp();
         let mut probe = [MaybeUninit::<u8>::uninit(); 1];
         loop {
@@ -1149,18 +1004,17 @@ impl Conn {
         let (s, tls) = match self.io {
             Io::Tcp(s) => (s, None),
             Io::Tls(t) => (t.tcp, Some(Box::new(t.state.into_inner()))),
-            Io::Stream(_) => return Err(io::Error::other("a multiplexed stream cannot move")),
         };
         Ok(Detached {
             io: s.into_std()?,
             tls,
-            fd: self._fd.unwrap_or_default(),
+            fd: self._fd,
             unix: self.unix,
         })
     }
 
     /// Registers a detached connection with the current worker's event loop.
-    pub fn attach(d: Detached) -> io::Result<Conn> {
+    pub fn attach(d: Detached) -> io::Result<Socket> {
         let tcp = TcpStream::from_std(d.io)?;
         let io = match d.tls {
             None => Io::Tcp(tcp),
@@ -1172,23 +1026,23 @@ impl Conn {
                 keys: Default::default(),
             })),
         };
-        Ok(Conn {
+        Ok(Socket {
             io,
-            _fd: Some(d.fd),
+            _fd: d.fd,
             proxied: None,
             unix: d.unix,
         })
     }
 
     /// Moves a connection registered with another worker's event loop into this one's.
-    pub fn adopt(self) -> io::Result<Conn> {
-        Conn::attach(self.detach()?)
+    pub fn adopt(self) -> io::Result<Socket> {
+        Socket::attach(self.detach()?)
     }
 }
 
 /// A client connection as a byte stream for a protocol crate (the HTTP/2 front), over
-/// plain TCP or TLS. A multiplexed stream is not one: its reads and writes fail.
-impl AsyncRead for Conn {
+/// plain TCP or TLS.
+impl AsyncRead for Socket {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -1197,7 +1051,6 @@ impl AsyncRead for Conn {
         let t = match &mut self.get_mut().io {
             Io::Tcp(s) => return Pin::new(s).poll_read(cx, buf),
             Io::Tls(t) => t,
-            Io::Stream(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         };
         loop {
             match t.try_read(buf.initialize_unfilled()) {
@@ -1214,7 +1067,7 @@ impl AsyncRead for Conn {
     }
 }
 
-impl AsyncWrite for Conn {
+impl AsyncWrite for Socket {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -1223,7 +1076,6 @@ impl AsyncWrite for Conn {
         let t = match &mut self.get_mut().io {
             Io::Tcp(s) => return Pin::new(s).poll_write(cx, buf),
             Io::Tls(t) => t,
-            Io::Stream(_) => return Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
         };
         loop {
             let n = io::Write::write(&mut t.state.borrow_mut().writer(), buf)?;
@@ -1256,7 +1108,6 @@ impl AsyncWrite for Conn {
         let t = match &mut self.get_mut().io {
             Io::Tcp(s) => return Pin::new(s).poll_flush(cx),
             Io::Tls(t) => t,
-            Io::Stream(_) => return Poll::Ready(Ok(())),
         };
         loop {
             t.push()?;
@@ -1276,7 +1127,6 @@ impl AsyncWrite for Conn {
         match &mut me.io {
             Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Io::Tls(t) => Pin::new(&mut t.tcp).poll_shutdown(cx),
-            Io::Stream(_) => Poll::Ready(Ok(())),
         }
     }
 }
