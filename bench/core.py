@@ -140,6 +140,13 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 60s; sendf
     return start(["nginx", "-c", conf, "-p", work], ORIGIN)
 
 
+def sluice_global():
+    """Global lines for the current build only (SLUICE_GLOBAL, `;`-separated), to try a
+    setting side by side with a baseline that may be the same binary."""
+    lines = [l.strip() for l in os.environ.get("SLUICE_GLOBAL", "").split(";") if l.strip()]
+    return "".join(f"    {l}\n" for l in lines)
+
+
 def write_config(name, glob="", defaults="", frontend="", backend=None, extra=""):
     """Writes work/NAME.cfg in HAProxy syntax (both proxies read it): `global` with the lines
     `glob`, the timeouts every benchmark uses plus `defaults`, frontend `fe` on PROXY with the

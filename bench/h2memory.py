@@ -52,7 +52,7 @@ def config(name):
     nbthread 1
     maxconn 5000
     stats socket {sock}
-defaults
+{core.sluice_global() if name == "sluice" else ""}defaults
     mode http
     timeout connect 5s
     timeout client 60s

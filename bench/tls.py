@@ -22,7 +22,9 @@ every first request of a client connection, which is every request of this load.
   h2 76 kB    - the same for the 76 kB page (what the per-connection send budget may slow)
 Prints requests/s and requests per proxy CPU-second.
 Usage: python3 bench/tls.py [seconds] [runs]  (bench/run.sh installs the tools).
-SLUICE_BASELINE=/path/to/sluice adds an earlier build; BENCH_ONLY=<load> runs one load.
+SLUICE_BASELINE=/path/to/sluice adds an earlier build; BENCH_ONLY=<load> runs one load;
+SLUICE_GLOBAL="line; line" adds global lines to the current build's configuration only
+(a setting tried against the baseline, which may be the same binary).
 """
 import os, re, statistics, subprocess, time
 
@@ -50,6 +52,8 @@ DEFERRED = "handshakes, deferred accept"
 
 def hap_sluice(kind, pem, load):
     glob = f"    nbthread 1\n    maxconn 5000\n    tune.ssl.cachesize 0\n    stats socket {sock(kind)}\n"
+    if kind == "sluice":
+        glob += core.sluice_global()
     reuse = "    http-reuse always\n" if load.startswith("handshakes") else ""
     deferred = " defer-accept" if load == DEFERRED else ""
     path = core.write_config(f"{kind}-tls-{load.replace(' ', '-')}", glob=glob, defaults=reuse)
@@ -102,7 +106,8 @@ def load(kind, secs):
 
 def reused_sessions(proxy):
     """TLS sessions the frontend resumed, from `show stat` (sluice, its baseline, HAProxy)."""
-    lines = core.cli(sock("haproxy" if proxy == "haproxy" else "sluice"), "show stat").splitlines()
+    kind = {"haproxy": "haproxy", "sluice before": "before"}.get(proxy, "sluice")
+    lines = core.cli(sock(kind), "show stat").splitlines()
     header = lines[0].lstrip("# ").split(",")
     for line in lines[1:]:
         row = dict(zip(header, line.split(",")))
@@ -141,7 +146,7 @@ def main():
         cmds = {"sluice": hap_sluice("sluice", pem, load), "haproxy": hap_sluice("haproxy", pem, load),
                 "nginx": nginx_cmd(key, crt, load)}
         if core.BASELINE and load != DEFERRED:
-            cmds["sluice before"] = [core.BASELINE] + cmds["sluice"][1:]
+            cmds["sluice before"] = [core.BASELINE] + hap_sluice("before", pem, load)[1:]
         return cmds
     only = os.environ.get("BENCH_ONLY")
     kinds = [k for k in ("handshakes", DEFERRED, "keep-alive 13 B", "keep-alive 76 kB", "h2", "h2 76 kB")
