@@ -1073,35 +1073,38 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let t = match &mut self.get_mut().io {
-            Io::Tcp(s) => return Pin::new(s).poll_write(cx, buf),
-            Io::Tls(t) => t,
-        };
-        loop {
-            let n = io::Write::write(&mut t.state.borrow_mut().writer(), buf)?;
-            t.push()?;
-            if n > 0 || buf.is_empty() {
-                return Poll::Ready(Ok(n));
-            }
-            // rustls holds as much as it will: the socket must take some first.
-            std::task::ready!(t.tcp.poll_write_ready(cx))?;
-        }
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
+    /// Over TLS, the slices given together are sealed together (a frame's head and its
+    /// payload share a record), and the records leave at the flush the protocol crate
+    /// makes after its writes, or once rustls holds all it will: one system call for many
+    /// frames rather than one per write. What waits is bounded by rustls's buffer limit.
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if let Io::Tcp(s) = &mut self.as_mut().get_mut().io {
-            return Pin::new(s).poll_write_vectored(cx, bufs);
+        let t = match &mut self.get_mut().io {
+            Io::Tcp(s) => return Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(t) => t,
+        };
+        let empty = bufs.iter().all(|b| b.is_empty());
+        loop {
+            let n = io::Write::write_vectored(&mut t.state.borrow_mut().writer(), bufs)?;
+            if n > 0 || empty {
+                return Poll::Ready(Ok(n));
+            }
+            // rustls holds as much as it will: the socket must take some first.
+            t.push()?;
+            if t.state.borrow().wants_write() {
+                std::task::ready!(t.tcp.poll_write_ready(cx))?;
+            }
         }
-        let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
-        self.poll_write(cx, first)
     }
 
     fn is_write_vectored(&self) -> bool {
-        matches!(self.io, Io::Tcp(_))
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
