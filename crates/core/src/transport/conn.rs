@@ -14,7 +14,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use super::{Origin, Socket, TcpInfo, Then, TlsInfo};
+use super::socket::{Origin, Socket, TcpInfo, Then, TlsInfo};
 use crate::h2_stream::H2Stream;
 
 /// One connection, client or server side.
