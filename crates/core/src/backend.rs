@@ -5,6 +5,7 @@
 use sluice_config::{units, Keyword, KwError, Scope};
 
 pub use crate::conf::backend::*;
+use crate::conf::resolvers::InitAddr;
 use crate::conf::{one_arg, one_of, resolve, time_arg, Backend, ProxyConf, Server, Speaks};
 
 pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
@@ -198,6 +199,7 @@ const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
     crate::tls::SERVER_OPTIONS,
     crate::pool::h2::SERVER_OPTIONS,
     crate::proxy_proto::SERVER_OPTIONS,
+    crate::dns::SERVER_OPTIONS,
 ];
 
 const SERVER_OPTIONS: &[ServerOption] = &[
@@ -358,10 +360,8 @@ const PENDING_SERVER_OPTIONS: &[&str] = &[
     "pool-conn-name",
     "strict-maxconn",
     "idle-ping",
-    "resolvers",
     "check-send-proxy",
     "check-via-socks4",
-    "init-addr",
     "usesrc",
     "interface",
     "redir",
@@ -409,18 +409,25 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             "a server with this name already exists in this backend",
         ));
     }
-    let (addr, port, unix) = match crate::conf::listen::UnixAddr::parse(addr) {
-        Some(unix) => {
-            let unix = unix.map_err(|e| KwError::bad(2, addr, e))?;
-            (([0, 0, 0, 0], 0).into(), PortMap::Fixed, Some(unix))
-        }
-        None => {
-            let (a, p) = server_addr(addr).map_err(|e| KwError::bad(2, addr, e))?;
-            (a, p, None)
-        }
-    };
     let mut opts = c.backend.default_server.clone();
     parse_opts(&mut opts, rest, 2)?;
+    let (start, unix) = match crate::conf::listen::UnixAddr::parse(addr) {
+        Some(unix) => {
+            let unix = unix.map_err(|e| KwError::bad(2, addr, e))?;
+            let start = StartAddr {
+                addr: ([0, 0, 0, 0], 0).into(),
+                map: PortMap::Fixed,
+                fqdn: None,
+                unresolved: false,
+            };
+            (start, Some(unix))
+        }
+        None => {
+            let init = opts.resolve.init_addr.as_deref();
+            let start = server_addr(addr, init).map_err(|e| KwError::bad(2, addr, e))?;
+            (start, None)
+        }
+    };
     if let Some(id) = opts.id {
         if let Some(other) = c.backend.servers.iter().find(|s| s.opts.id == Some(id)) {
             return Err(KwError::Invalid(format!(
@@ -431,55 +438,105 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     }
     c.backend.servers.push(ServerSpec {
         name: name.clone(),
-        addr,
-        port,
+        addr: start.addr,
+        port: start.map,
         unix,
+        fqdn: start.fqdn,
+        unresolved: start.unresolved,
         opts,
     });
     Ok(())
 }
 
-/// A server's address: `ADDR:PORT`, or without a port (the client's is kept), or with
-/// `+N`/`-N` (the client's, moved), as HAProxy reads it.
-fn server_addr(a: &str) -> Result<(std::net::SocketAddr, PortMap), String> {
-    let offset = a
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.starts_with(['+', '-']));
-    if !offset {
-        if let Ok(addr) = resolve(a) {
-            // Port 0 is no port: nothing can be reached there.
-            let map = if addr.port() == 0 {
-                PortMap::Client
-            } else {
-                PortMap::Fixed
-            };
-            return Ok((addr, map));
-        }
+/// A server's address as written: its host (an IP address or a name), its port, and how
+/// the port is chosen.
+struct WrittenAddr<'a> {
+    host: &'a str,
+    port: u16,
+    map: PortMap,
+}
+
+/// Splits `ADDR:PORT`, `ADDR` (the client's port is kept), `ADDR:+N`/`ADDR:-N` (the
+/// client's, moved), IPv6 bare or in brackets, as HAProxy reads them.
+fn split_addr(a: &str) -> Result<WrittenAddr<'_>, String> {
+    let client = |host| WrittenAddr {
+        host,
+        port: 0,
+        map: PortMap::Client,
+    };
+    if a.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Ok(client(a));
     }
-    let (host, map) = match a.rsplit_once(':') {
-        Some((h, p)) if p.starts_with(['+', '-']) => {
-            let n: i32 = p
-                .parse()
-                .ok()
-                .filter(|n: &i32| n.abs() < 65536)
-                .ok_or_else(|| format!("invalid port offset '{p}'"))?;
-            (h, PortMap::Offset(n))
-        }
-        // A bare IPv6 address, or one in brackets without a port.
-        _ if a.parse::<std::net::Ipv6Addr>().is_ok() => (a, PortMap::Client),
-        _ if a.starts_with('[') && a.ends_with(']') => (a, PortMap::Client),
-        Some((h, "")) => (h, PortMap::Client),
-        Some(_) => return Err(resolve(a).unwrap_err()),
-        None => (a, PortMap::Client),
+    if let Some(inner) = a.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        return Ok(client(inner));
+    }
+    let Some((host, port)) = a.rsplit_once(':') else {
+        return Ok(client(a));
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let bracketed = match host.parse::<std::net::Ipv6Addr>() {
-        Ok(_) => format!("[{host}]:1"),
-        Err(_) => format!("{host}:1"),
+    if port.is_empty() {
+        return Ok(client(host));
+    }
+    if port.starts_with(['+', '-']) {
+        let n: i32 = port
+            .parse()
+            .ok()
+            .filter(|n: &i32| n.abs() < 65536)
+            .ok_or_else(|| format!("invalid port offset '{port}'"))?;
+        return Ok(WrittenAddr {
+            host,
+            port: 0,
+            map: PortMap::Offset(n),
+        });
+    }
+    let port: u16 = port.parse().map_err(|_| format!("invalid port '{port}'"))?;
+    // Port 0 is no port: nothing can be reached there.
+    let map = if port == 0 {
+        PortMap::Client
+    } else {
+        PortMap::Fixed
     };
-    let mut addr = resolve(&bracketed)?;
-    addr.set_port(0);
-    Ok((addr, map))
+    Ok(WrittenAddr { host, port, map })
+}
+
+/// Where a server is at start.
+struct StartAddr {
+    addr: std::net::SocketAddr,
+    map: PortMap,
+    /// The name written, when it is not an IP address.
+    fqdn: Option<String>,
+    /// `init-addr none` left it without an address.
+    unresolved: bool,
+}
+
+/// A server's address at start: an IP address as written, or its name resolved by the
+/// first of the `init-addr` methods that gives one (HAProxy's default: `last,libc`; no
+/// server-state file is read at parse time, so `last` gives nothing here).
+fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<StartAddr, String> {
+    let w = split_addr(a)?;
+    let start = |ip, fqdn, unresolved| StartAddr {
+        addr: std::net::SocketAddr::new(ip, w.port),
+        map: w.map,
+        fqdn,
+        unresolved,
+    };
+    if let Ok(ip) = w.host.parse::<std::net::IpAddr>() {
+        return Ok(start(ip, None, false));
+    }
+    let fqdn = Some(w.host.to_string());
+    let mut failed = format!("cannot resolve '{}'", w.host);
+    for method in init.unwrap_or(&[InitAddr::Last, InitAddr::Libc]) {
+        match method {
+            InitAddr::Last => {}
+            InitAddr::Libc => match resolve(&format!("{}:1", w.host)) {
+                Ok(found) => return Ok(start(found.ip(), fqdn, false)),
+                Err(e) => failed = e,
+            },
+            InitAddr::None => return Ok(start([0, 0, 0, 0].into(), fqdn, true)),
+            InitAddr::Ip(ip) => return Ok(start(*ip, fqdn, false)),
+        }
+    }
+    Err(failed)
 }
 
 /// A server as a backend of source address `source` serves it; `cookie` its persistence
@@ -520,6 +577,9 @@ pub fn lower_server(
         send_proxy: s.opts.send_proxy,
         source: s.opts.source.or(source),
         dynamic: false,
+        fqdn: s.fqdn.clone(),
+        resolve: None,
+        unresolved: s.unresolved,
     }
 }
 
@@ -537,6 +597,8 @@ pub fn lower(name: &str, id: u32, conf: &ProxyConf) -> Backend {
             addr,
             port: PortMap::Fixed,
             unix: None,
+            fqdn: None,
+            unresolved: false,
             opts: conf.backend.default_server.clone(),
         });
     let specs = match &dispatch {
@@ -712,7 +774,7 @@ mod tests {
 
     #[test]
     fn server_addresses_with_and_without_ports() {
-        let a = |s: &str| server_addr(s).map(|(a, m)| (a.to_string(), m));
+        let a = |s: &str| server_addr(s, None).map(|a| (a.addr.to_string(), a.map));
         assert_eq!(a("10.0.0.1:80"), Ok(("10.0.0.1:80".into(), PortMap::Fixed)));
         assert_eq!(a("10.0.0.1"), Ok(("10.0.0.1:0".into(), PortMap::Client)));
         assert_eq!(
@@ -765,6 +827,7 @@ mod tests {
                 h2: false,
                 send_proxy: None,
                 source: None,
+                resolve: Default::default(),
             }
         );
         parse_server(&mut c, &words("s2 [::1]:8080 disabled")).unwrap();

@@ -746,6 +746,8 @@ mod tests {
                 addr: "127.0.0.1:1".parse().unwrap(),
                 port: Default::default(),
                 unix: None,
+                fqdn: None,
+                unresolved: false,
                 opts: crate::conf::backend::ServerOpts {
                     weight: Some(weight),
                     backup,

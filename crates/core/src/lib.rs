@@ -65,6 +65,7 @@ pub mod balance;
 pub mod check;
 pub mod compression;
 pub mod cookie;
+pub mod dns;
 pub mod errorpages;
 pub mod filters;
 pub mod mail;

@@ -37,6 +37,8 @@ fn process() -> Arc<Process> {
         server_edits: Default::default(),
         added_checks: Default::default(),
         mail: Default::default(),
+        resolvers: Default::default(),
+        renamed: Default::default(),
     })
 }
 

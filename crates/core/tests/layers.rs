@@ -44,6 +44,7 @@ const LAYERS: &[&[&str]] = &[
         "errorpages",
         "filters",
         "mail",
+        "dns",
         "backend",
         "pending",
         "stats",

@@ -57,7 +57,7 @@ fn errors_name_file_line_and_keyword() {
         ("backend b\n    timeout connetc 5s\n", "c.cfg:2: unknown keyword 'timeout connetc' in 'backend' section; did you mean 'timeout connect'?"),
         ("backend b\n    timeout connect 5x\n", "c.cfg:2: 'timeout connect' in 'backend' section: argument 1 '5x': unknown time unit 'x'"),
         ("backend b\n    server s1 127.0.0.1:80 weight 999\n", "c.cfg:2: 'server' in 'backend' section: argument 4 '999': expects an integer from 0 to 256"),
-        ("backend b\n    server s1 127.0.0.1:80 resolvers dns\n", "c.cfg:2: 'server' in 'backend' section: server option 'resolvers': not supported yet"),
+        ("frontend f\n    bind :1\n    default_backend b\nbackend b\n    server s1 127.0.0.1:80 resolvers dns\n", "c.cfg:4: backend 'b': server 's1': can't find resolvers section 'dns'"),
         ("frontend f\n    bind :1\n    default_backend b\nbackend b\n    server s1 127.0.0.1:80 track nope/s9\n", "c.cfg:4: backend 'b': server 's1' tracks 'nope/s9', which does not exist"),
         ("backend b\n    server s1 127.0.0.1:80 check rise 0\n", "c.cfg:2: 'server' in 'backend' section: argument 5 '0': expects a positive integer"),
         ("backend b\n    tcp-check expect string-lf %[src]\n", "c.cfg:2: 'tcp-check expect' in 'backend' section: tcp-check expect string-lf: not supported yet"),

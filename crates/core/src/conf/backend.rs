@@ -49,6 +49,8 @@ pub struct ServerOpts {
     pub send_proxy: Option<SendProxy>,
     /// `source ADDR[:PORT]`: the address connections to the server leave from.
     pub source: Option<std::net::SocketAddr>,
+    /// `resolvers`, `resolve-*`, `init-addr`: following the server's name at run time.
+    pub resolve: super::resolvers::ResolveOpts,
 }
 
 /// The PROXY protocol header sluice puts before each connection to a server: version 1
@@ -79,6 +81,11 @@ pub struct ServerSpec {
     pub port: PortMap,
     /// `unix@PATH`, `/PATH`, `abns@NAME`: the server listens on a unix socket.
     pub unix: Option<super::listen::UnixAddr>,
+    /// The name written for the server's address, when it is not an IP address.
+    pub fqdn: Option<String>,
+    /// `init-addr none` left the server without an address: it starts in maintenance
+    /// until its name resolves.
+    pub unresolved: bool,
     pub opts: ServerOpts,
 }
 

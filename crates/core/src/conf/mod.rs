@@ -30,6 +30,7 @@ pub mod log;
 pub mod mail;
 pub mod patterns;
 pub mod pool;
+pub mod resolvers;
 pub mod rules;
 pub mod sample;
 pub mod sample_parse;
@@ -364,6 +365,13 @@ pub struct Server {
     pub source: Option<SocketAddr>,
     /// Added at run time (`add server`): another server's `track` may not name it.
     pub dynamic: bool,
+    /// The name written for the server's address, when it is not an IP address
+    /// (`srv_fqdn`).
+    pub fqdn: Option<String>,
+    /// How the server follows its name at run time (`resolvers`), filled by the loader.
+    pub resolve: Option<resolvers::ServerResolve>,
+    /// It starts in maintenance until its name resolves (`init-addr none`).
+    pub unresolved: bool,
 }
 
 impl Server {
@@ -494,6 +502,8 @@ pub struct Config {
     pub tables: Vec<stick::TableConf>,
     /// `peers` sections.
     pub peers: Vec<stick::PeersConf>,
+    /// `resolvers` sections, in the order written.
+    pub resolvers: Vec<resolvers::Resolvers>,
     /// `userlist` sections.
     pub userlists: Vec<auth::Userlist>,
     /// `cache` sections.

@@ -343,6 +343,12 @@ pub const COMMANDS: &[Command] = &[
         run: clear_counters,
     },
     Command {
+        words: &["show", "resolvers"],
+        help: "dump counters from all resolvers section and associated name servers [NAME]",
+        level: Level::User,
+        run: |p, args, _| crate::dns::show(p, args.first().copied()).unwrap_or_else(|e| e),
+    },
+    Command {
         words: &["show", "servers", "state"],
         help: "dump the volatile server information [BACKEND]",
         level: Level::User,

@@ -444,6 +444,11 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         },
     );
     let (inboxes, receivers) = worker::inboxes(nbthread);
+    let resolvers = config
+        .resolvers
+        .iter()
+        .map(|r| r.nameservers.iter().map(|_| Default::default()).collect())
+        .collect();
     let process = Arc::new(Process {
         compress_limit: config.global.compression.max_rate.into(),
         state: Runtime::new(&config),
@@ -472,6 +477,8 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         server_edits: Default::default(),
         added_checks: Default::default(),
         mail: Default::default(),
+        resolvers,
+        renamed: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

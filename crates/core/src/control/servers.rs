@@ -167,17 +167,26 @@ pub fn set_server(p: &Process, args: &[&str], level: Level) -> String {
                 p.state.backends[b].servers[s].set_ssl(on);
                 Ok("server ssl setting updated.\n".into())
             }
-            // A server's name is resolved once, at load: no server has run-time resolution
-            // (a `resolvers` section), and HAProxy answers this for such servers.
+            // Only a server that follows its name (`resolvers`) can be given another.
             (Some("fqdn"), name) => {
                 needs(level, Level::Admin)?;
-                Err(match name {
-                    None => "set server <b>/<s> fqdn requires a FQDN.\n",
-                    Some(_) => {
+                let Some(name) = name else {
+                    return Err("set server <b>/<s> fqdn requires a FQDN.\n".into());
+                };
+                if !crate::dns::resolves(p, b, s) {
+                    return Err(
                         "set server <b>/<s> fqdn failed because no resolution is configured.\n"
-                    }
+                            .into(),
+                    );
                 }
-                .into())
+                let sst = &p.state.backends[b].servers[s];
+                let old = sst.fqdn().unwrap_or_default();
+                sst.set_fqdn(name.to_string());
+                p.renamed.push((b, s));
+                Ok(format!(
+                    "{}/{} changed its FQDN from {old} to {name} by 'stats socket command'\n",
+                    p.config.backends[b].name, p.config.backends[b].servers[s].name
+                ))
             }
             (Some(kw @ "check-port"), _) => {
                 Err(format!("'set server <srv> {kw}' is not supported yet.\n"))
@@ -322,7 +331,10 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
     } else {
         0
     };
+    // SRV_ADMF_RMAINT: out of service until its name resolves.
+    let resolution = if sst.unresolved() { 0x20 } else { 0 };
     let admin = configured
+        | resolution
         | match sst.admin() {
             AdminState::Ready => 0,
             AdminState::Maint => 0x01,
@@ -363,8 +375,9 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         .and_then(|c| c.addr)
         .map_or("-".to_string(), |a| a.to_string());
     let (addr, port) = shown_addr(srv, sst.addr());
+    let fqdn = sst.fqdn().unwrap_or_else(|| "-".into());
     format!(
-        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 - {port} - {} {check_port} {check_addr} - 0",
+        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 {fqdn} {port} - {} {check_port} {check_addr} - 0",
         srv.id,
         srv.name,
         sst.weight(),

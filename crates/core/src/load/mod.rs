@@ -138,6 +138,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut userlists = Vec::new();
     let mut caches = Vec::new();
     let mut mailers: Vec<crate::conf::mail::Mailers> = Vec::new();
+    let mut resolvers: Vec<crate::conf::resolvers::Resolvers> = Vec::new();
     // The defaults section each proxy takes its settings from (`None`: an anonymous one),
     // to check how defaults with rules are shared.
     let mut defaults_name: Option<String> = None;
@@ -187,6 +188,15 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
                         errors.push(header.error(format!("mailers '{}' is defined twice", m.name)));
                     }
                     mailers.push(m);
+                }
+            }
+            SectionKind::Resolvers => {
+                if let Some(r) = crate::dns::parse_section(section, &mut errors) {
+                    if resolvers.iter().any(|x| x.name == r.name) {
+                        errors
+                            .push(header.error(format!("resolvers '{}' is defined twice", r.name)));
+                    }
+                    resolvers.push(r);
                 }
             }
             SectionKind::HttpErrors => {
@@ -402,7 +412,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut config = lower(global, proxies, peer_sets, &mailers)?;
+    let mut config = lower(global, proxies, peer_sets, (&mailers, resolvers))?;
     config.warnings.splice(0..0, warnings);
     config.userlists = userlists;
     config.caches = caches;
@@ -548,7 +558,10 @@ fn lower(
     global: GlobalConf,
     proxies: Vec<Proxy>,
     (peers_confs, peer_tables): (Vec<stick::PeersConf>, Vec<TableConf>),
-    mailers: &[crate::conf::mail::Mailers],
+    (mailers, resolvers): (
+        &[crate::conf::mail::Mailers],
+        Vec<crate::conf::resolvers::Resolvers>,
+    ),
 ) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
@@ -603,6 +616,8 @@ fn lower(
         });
     }
     resolve_tracks(&proxies, &mut backends, &mut errors);
+    let mut resolvers = resolvers;
+    resolve_names(&proxies, &mut backends, &mut resolvers, &mut errors);
     for p in proxies.iter().filter(|p| is_backend(p.kind)) {
         let (found, said) = check::external_lines(p.kind.name(), &p.name, &p.conf.check, &global);
         errors.extend(found.into_iter().map(|e| p.header.error(e)));
@@ -853,6 +868,7 @@ fn lower(
             backends,
             tables,
             peers: peers_confs,
+            resolvers,
             userlists: Vec::new(),
             caches: Vec::new(),
             certs,
@@ -939,6 +955,33 @@ fn assign_ids(proxies: &[Proxy]) -> Result<Vec<u32>, ConfigError> {
             })
         })
         .collect())
+}
+
+/// Lowers each server's `resolvers` into its section's index (a server naming `default`
+/// when no section has that name gets one made of the system's nameservers, as HAProxy's).
+fn resolve_names(
+    proxies: &[Proxy],
+    backends: &mut [Backend],
+    sections: &mut Vec<crate::conf::resolvers::Resolvers>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let is_backend = |k: SectionKind| matches!(k, SectionKind::Backend | SectionKind::Listen);
+    for (bi, p) in proxies.iter().filter(|p| is_backend(p.kind)).enumerate() {
+        for (si, spec) in p.conf.backend.servers.iter().enumerate() {
+            let wanted = spec.opts.resolve.resolvers.as_deref();
+            if wanted == Some("default") && !sections.iter().any(|r| r.name == "default") {
+                sections.extend(crate::dns::default_section());
+            }
+            match crate::dns::lower_server(spec, sections) {
+                Ok(r) if si < backends[bi].servers.len() => backends[bi].servers[si].resolve = r,
+                Ok(_) => {}
+                Err(e) => errors.push(
+                    p.header
+                        .error(format!("backend '{}': server '{}': {e}", p.name, spec.name)),
+                ),
+            }
+        }
+    }
 }
 
 /// Resolves `track [BACKEND/]SERVER` into (backend, server) indices.

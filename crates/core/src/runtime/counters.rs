@@ -45,6 +45,28 @@ impl Counter {
     }
 }
 
+/// What one nameserver of a `resolvers` section answered (`show resolvers`), HAProxy's
+/// counters. Only the first worker, which runs the resolutions, writes them.
+#[derive(Debug, Default)]
+pub struct NameserverCounters {
+    pub sent: Counter,
+    pub snd_error: Counter,
+    pub valid: Counter,
+    /// Valid answers that changed a server's address.
+    pub update: Counter,
+    pub cname: Counter,
+    pub cname_error: Counter,
+    pub any_err: Counter,
+    pub nx: Counter,
+    pub timeout: Counter,
+    pub refused: Counter,
+    pub other: Counter,
+    pub invalid: Counter,
+    pub too_big: Counter,
+    pub truncated: Counter,
+    pub outdated: Counter,
+}
+
 /// A group of counters that `clear counters all` can zero (it lists them in a fixed order).
 pub trait CounterSet {
     fn counters(&self) -> Vec<&Counter>;

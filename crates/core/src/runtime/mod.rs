@@ -22,8 +22,8 @@ mod rate;
 mod state;
 
 pub use self::counters::{
-    Counter, CounterSet, Peak, Peaks, PerWorker, ProxyCounters, ServerCounters, StatusClasses,
-    Timing, Timings, Traffic, WorkerCounters,
+    Counter, CounterSet, NameserverCounters, Peak, Peaks, PerWorker, ProxyCounters, ServerCounters,
+    StatusClasses, Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
     Admission, ClientConn, Handoff, Handover, Mail, MemoryRelease, Process, ProcessFigures,

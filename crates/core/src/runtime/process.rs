@@ -291,6 +291,12 @@ pub struct Process {
     pub added_checks: Handoff<(usize, usize, bool)>,
     /// Email alerts to send (`email-alert`), for the first worker to send.
     pub mail: Handoff<Mail>,
+    /// Each `resolvers` section's nameservers' counters, aligned with
+    /// `Config::resolvers` and their `nameserver` lines.
+    pub resolvers: Box<[Box<[super::counters::NameserverCounters]>]>,
+    /// Servers whose name changed (`set server ... fqdn`), as (backend, server), for the
+    /// first worker's resolutions to ask at once.
+    pub renamed: Handoff<(usize, usize)>,
 }
 
 /// Work any thread (the CLI's, a worker's) hands to the first worker, which does it as it

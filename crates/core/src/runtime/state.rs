@@ -87,6 +87,11 @@ pub struct ServerState {
     /// Still in the maintenance its configuration put it in (`disabled`), which HAProxy
     /// tells apart (`show servers state`), until its administrative state first changes.
     configured_maint: AtomicBool,
+    /// Out of service because its name does not resolve (HAProxy's RMAINT), whatever the
+    /// operator's state: `resolvers` answers set and clear it.
+    unresolved: AtomicBool,
+    /// The name its address follows (`srv_fqdn`; `set server ... fqdn` changes it).
+    fqdn: Mutex<Option<String>>,
 }
 
 pub use crate::clock::{clock_ms, clock_ms_at, clock_ns};
@@ -197,6 +202,8 @@ impl ServerState {
             ramp_from: AtomicU64::new(0),
             gone: AtomicBool::new(false),
             configured_maint: AtomicBool::new(conf.disabled && !conf.dynamic),
+            unresolved: AtomicBool::new(conf.unresolved),
+            fqdn: Mutex::new(conf.fqdn.clone()),
         }
     }
 
@@ -233,7 +240,25 @@ impl ServerState {
 
     /// Whether the balancer may choose this server for a new request.
     pub fn usable(&self) -> bool {
-        self.admin() == AdminState::Ready && self.oper() == OperState::Up && self.weight() > 0
+        self.admin() == AdminState::Ready
+            && self.oper() == OperState::Up
+            && self.weight() > 0
+            && !self.unresolved()
+    }
+
+    /// Out of service because its name does not resolve (`MAINT (resolution)`).
+    pub fn unresolved(&self) -> bool {
+        self.unresolved.load(Ordering::Relaxed)
+    }
+
+    /// The name the server's address follows, if any.
+    pub fn fqdn(&self) -> Option<String> {
+        self.fqdn.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `set server ... fqdn`: the name the server's address follows from now on.
+    pub fn set_fqdn(&self, name: String) {
+        *self.fqdn.lock().unwrap_or_else(|e| e.into_inner()) = Some(name);
     }
 
     /// The weight statistics and `send-state` report, as HAProxy's: the effective one while
@@ -289,6 +314,7 @@ impl ServerState {
     pub fn status(&self, rise_fall: Option<(u32, u32)>) -> String {
         match self.admin() {
             AdminState::Maint => return "MAINT".into(),
+            _ if self.unresolved() => return "MAINT (resolution)".into(),
             AdminState::Drain => return "DRAIN".into(),
             AdminState::Ready => {}
         }
@@ -525,6 +551,24 @@ impl BackendState {
             self.note_servers();
         }
         self.lb.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Takes a server out of service because its name does not resolve, or brings it back
+    /// (`resolvers`); the balancer sees it at its next pick. Whether it changed.
+    pub fn set_unresolved(&self, server: usize, on: bool) -> bool {
+        let s = &self.servers[server];
+        if s.unresolved.swap(on, Ordering::Relaxed) == on {
+            return false;
+        }
+        s.changed();
+        if on {
+            s.queue.closed.notify_waiters();
+        } else {
+            self.start_ramp(server);
+        }
+        self.note_servers();
+        self.lb.generation.fetch_add(1, Ordering::Release);
+        true
     }
 
     /// Notes whether the backend has a usable server left (its `status`, `chkdown`,

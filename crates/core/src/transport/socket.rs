@@ -14,7 +14,6 @@ use tokio::net::TcpStream;
 use crate::fds::Counted;
 use crate::proxy_proto::HeaderError;
 
-
 /// What is known about a connection's TLS session once its handshake is done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsInfo {

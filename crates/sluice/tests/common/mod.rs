@@ -94,7 +94,20 @@ impl Origin {
     }
 
     pub fn with_handler(name: &str, handler: Handler) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Origin::serving(name, TcpListener::bind("127.0.0.1:0").unwrap(), handler)
+    }
+
+    /// An origin as [`Origin::start`] on a listener the test bound itself.
+    pub fn on(name: &str, listener: TcpListener) -> Origin {
+        let n = name.to_string();
+        Origin::serving(
+            name,
+            listener,
+            Arc::new(move |r: &Received| ok_response(&format!("{n} {}", r.target)).into()),
+        )
+    }
+
+    fn serving(name: &str, listener: TcpListener, handler: Handler) -> Origin {
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));

@@ -1,0 +1,271 @@
+//! Run-time name resolution (`resolvers`): servers follow their names as a real DNS server
+//! (dnsmasq, from Debian's packages) changes its records under traffic, leave service when
+//! their name stops resolving and come back, and bad answers from a hostile nameserver
+//! are counted and ignored.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+/// dnsmasq answering on a loopback port from a hosts file the test rewrites; names under
+/// `test` it does not have are NXDOMAIN.
+struct Dns {
+    child: Child,
+    hosts: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Dns {
+    fn start(dir: &TempDir, hosts: &str) -> Dns {
+        let path = PathBuf::from(dir.write("hosts", hosts));
+        // The files must be readable once dnsmasq drops to its own user.
+        let _ = Command::new("chmod")
+            .args(["a+rx", &dir.0.to_string_lossy()])
+            .status();
+        let _ = Command::new("chmod")
+            .args(["a+r", &path.to_string_lossy()])
+            .status();
+        let port = free_udp_port();
+        let child = Command::new("dnsmasq")
+            .args([
+                "--keep-in-foreground",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                "--listen-address=127.0.0.1",
+                "--local=/test/",
+                "--pid-file=",
+                &format!("--port={port}"),
+                &format!("--addn-hosts={}", path.display()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dnsmasq (Debian's dnsmasq-base) must be installed");
+        Dns {
+            child,
+            hosts: path,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    /// New records: the hosts file is rewritten and reread (SIGHUP).
+    fn set(&self, hosts: &str) {
+        std::fs::write(&self.hosts, hosts).unwrap();
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Two listeners on one port, at 127.0.0.1 and 127.0.0.2 (a name moving between them keeps
+/// the server line's port).
+fn two_hosts_one_port() -> (TcpListener, TcpListener) {
+    for _ in 0..50 {
+        let a = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = a.local_addr().unwrap().port();
+        if let Ok(b) = TcpListener::bind(("127.0.0.2", port)) {
+            return (a, b);
+        }
+    }
+    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+}
+
+fn config(sock: &Path, ns: SocketAddr, server: &str) -> String {
+    format!(
+        "global\n    stats socket {} level admin\nresolvers dns\n    nameserver ns1 {ns}\n    timeout resolve 50ms\n    timeout retry 200ms\n    hold valid 100ms\n    hold nx 300ms\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    {server}\n",
+        sock.display()
+    )
+}
+
+fn status(sock: &Path) -> String {
+    stat_field(&Sluice::cli(sock, "show stat"), "be", "web", "status")
+}
+
+fn counter(sock: &Path, name: &str) -> u64 {
+    let out = Sluice::cli(sock, "show resolvers dns");
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {out}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_server_follows_its_name_as_the_records_change() {
+    let dir = TempDir::new();
+    let dns = Dns::start(&dir, "127.0.0.1 web.test\n127.0.0.2 other.test\n");
+    let (la, lb) = two_hosts_one_port();
+    let port = la.local_addr().unwrap().port();
+    let (a, b) = (Origin::on("a", la), Origin::on("b", lb));
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&config(
+        &sock,
+        dns.addr,
+        &format!("server web web.test:{port} resolvers dns init-addr none"),
+    ));
+    // `init-addr none`: out of service until the name resolves, then served by `a`.
+    wait_until("the name resolves", || get(p.addr(), "/").status == 200);
+    assert_eq!(get(p.addr(), "/x").text(), "a /x");
+    let state = Sluice::cli(&sock, "show servers state be");
+    assert!(state.contains(" web.test "), "{state}");
+    // The record moves: the server follows it, no request failing meanwhile.
+    dns.set("127.0.0.2 web.test\n");
+    wait_until("the server follows its name", || {
+        let r = get(p.addr(), "/y");
+        assert_eq!(r.status, 200, "a request failed while the name moved");
+        r.text() == "b /y"
+    });
+    assert!(
+        counter(&sock, "update") >= 2,
+        "{}",
+        Sluice::cli(&sock, "show resolvers")
+    );
+    assert!(counter(&sock, "valid") >= 2);
+    assert!(a.count() > 0 && b.count() > 0);
+    // The name goes away (NXDOMAIN): past `hold nx`, out of service; back when it returns.
+    dns.set("127.0.0.2 other.test\n");
+    wait_until("the server leaves service", || {
+        status(&sock) == "MAINT (resolution)"
+    });
+    assert_eq!(get(p.addr(), "/").status, 503);
+    assert!(counter(&sock, "nx") >= 1);
+    let state = Sluice::cli(&sock, "show servers state be");
+    let line = state.lines().find(|l| l.contains(" web ")).unwrap();
+    let admin: u32 = line.split(' ').nth(6).unwrap().parse().unwrap();
+    assert_eq!(admin & 0x20, 0x20, "RMAINT in {state}");
+    dns.set("127.0.0.1 web.test\n");
+    wait_until("the server comes back", || {
+        get(p.addr(), "/z").status == 200
+    });
+    assert_eq!(get(p.addr(), "/z").text(), "a /z");
+    assert_ne!(status(&sock), "MAINT (resolution)");
+}
+
+#[test]
+fn set_server_fqdn_moves_a_server_that_follows_its_name() {
+    let dir = TempDir::new();
+    let dns = Dns::start(&dir, "127.0.0.1 web.test\n127.0.0.2 other.test\n");
+    let (la, lb) = two_hosts_one_port();
+    let port = la.local_addr().unwrap().port();
+    let (_a, _b) = (Origin::on("a", la), Origin::on("b", lb));
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "{}    server fixed 127.0.0.1:{port}\n",
+        config(
+            &sock,
+            dns.addr,
+            &format!("server web web.test:{port} resolvers dns init-addr none")
+        )
+    ));
+    wait_until("the name resolves", || {
+        status(&sock) != "MAINT (resolution)"
+    });
+    assert_eq!(
+        Sluice::cli(&sock, "set server be/fixed fqdn other.test"),
+        "set server <b>/<s> fqdn failed because no resolution is configured.\n\n"
+    );
+    assert_eq!(
+        Sluice::cli(&sock, "set server be/web fqdn other.test"),
+        "be/web changed its FQDN from web.test to other.test by 'stats socket command'\n\n"
+    );
+    wait_until("the server takes the new name's address", || {
+        let state = Sluice::cli(&sock, "show servers state be");
+        state.contains("127.0.0.2 ") && state.contains(" other.test ")
+    });
+    drop(dns);
+    drop(p);
+}
+
+/// A nameserver that answers every query badly, one way after another: garbage, the
+/// wrong id, a truncated answer. Each is counted; the server keeps its address and stays
+/// in service (the answers are not applied, and `hold timeout` has not passed).
+#[test]
+fn bad_answers_are_counted_and_ignored() {
+    let ns = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ns_addr = ns.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        for turn in 0usize.. {
+            let Ok((n, from)) = ns.recv_from(&mut buf) else {
+                return;
+            };
+            let mut reply = buf[..n].to_vec();
+            match turn % 3 {
+                0 => reply = b"\x12\x34 not a DNS message".to_vec(),
+                1 => {
+                    reply[0] ^= 0xff;
+                    reply[2] |= 0x80;
+                }
+                _ => reply[2] |= 0x80 | 0x02,
+            }
+            let _ = ns.send_to(&reply, from);
+        }
+    });
+    let origin = Origin::start("o");
+    let port = origin.addr.port();
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&config(
+        &sock,
+        ns_addr,
+        &format!("server web web.test:{port} resolvers dns init-addr 127.0.0.1"),
+    ));
+    wait_until("each kind of bad answer is seen", || {
+        counter(&sock, "invalid") >= 1
+            && counter(&sock, "outdated") >= 1
+            && counter(&sock, "truncated") >= 1
+    });
+    assert_eq!(counter(&sock, "valid"), 0);
+    assert_eq!(counter(&sock, "update"), 0);
+    assert_eq!(get(p.addr(), "/").text(), "o /");
+    assert!(Sluice::cli(&sock, "show servers state be").contains(" 127.0.0.1 "));
+}
+
+#[test]
+fn resolvers_lines_are_checked() {
+    let ok = "resolvers dns\n    nameserver ns1 127.0.0.1:53\n    accepted_payload_size 8192\n    resolve_retries 2\n    timeout resolve 1s\n    timeout retry 1s\n    hold valid 10s\n    hold obsolete 0s\ndefaults\n    mode http\nfrontend fe\n    bind 127.0.0.1:8080\n    default_backend be\nbackend be\n    server s1 web.invalid:80 resolvers dns resolve-prefer ipv4 resolve-net 10.0.0.0/8 resolve-opts allow-dup-ip init-addr last,none\n";
+    let (passed, out) = check_config(ok);
+    assert!(passed, "{out}");
+    for (text, says) in [
+        (
+            "backend be\n    server s1 web.invalid:80 resolvers nope init-addr none\n",
+            "can't find resolvers section 'nope'",
+        ),
+        (
+            "resolvers dns\n    nameserver ns1 tcp@127.0.0.1:53\n",
+            "TCP nameservers ('tcp@') are not supported yet",
+        ),
+        ("resolvers dns\n    hold forever 1s\n", "'hold' expects"),
+        ("resolvers dns\n    nameserver ns1 127.0.0.1\n    accepted_payload_size 100\n", "accepted_payload_size"),
+        ("resolvers dns\n", "no nameserver"),
+        (
+            "resolvers dns\n    nameserver ns1 127.0.0.1\nbackend be\n    server s1 web.invalid:80 resolvers dns resolve-prefer ipv5\n",
+            "expects 'ipv4' or 'ipv6'",
+        ),
+        // Without `init-addr none`, a name that does not resolve at start is an error.
+        ("backend be\n    server s1 web.invalid:80\n", "cannot resolve"),
+    ] {
+        let (passed, out) = check_config(text);
+        assert!(!passed, "accepted: {text}");
+        assert!(out.contains(says), "{text}\n{out}");
+    }
+}
