@@ -16,6 +16,12 @@ pub const KEYWORDS: &[Keyword<ProxyConf>] = &[
         parse: parse_server,
     },
     Keyword {
+        name: "server-template",
+        scope: Scope::BACKEND,
+        help: "server-template PREFIX NUM|FIRST-LAST FQDN[:PORT] [options]: declare servers PREFIX<n> that share a name's addresses (resolvers)",
+        parse: parse_server_template,
+    },
+    Keyword {
         name: "source",
         scope: Scope::BE,
         help: "source ADDR[:PORT]: the address connections to the servers leave from",
@@ -445,6 +451,30 @@ fn parse_server(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
         unresolved: start.unresolved,
         opts,
     });
+    Ok(())
+}
+
+/// `server-template PREFIX NUM|FIRST-LAST FQDN[:PORT] [options]`: servers PREFIX<n>, n from
+/// 1 to NUM (or FIRST to LAST), each a `server` line of its own with the same address and
+/// options; with `resolvers`, the addresses the name resolves to are shared out among
+/// them (`crate::dns`).
+fn parse_server_template(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
+    let [prefix, count, addr, rest @ ..] = args else {
+        return Err(KwError::Missing(
+            "a prefix, a number or range and an address (server-template PREFIX NUM|FIRST-LAST FQDN[:PORT] [options])",
+        ));
+    };
+    let range = match count.split_once('-') {
+        Some((a, b)) => a.parse::<u32>().ok().zip(b.parse::<u32>().ok()),
+        None => count.parse::<u32>().ok().map(|n| (1, n)),
+    }
+    .filter(|&(a, b)| a >= 1 && a <= b && b - a < 65536)
+    .ok_or_else(|| KwError::bad(2, count, "expects a number or a range FIRST-LAST from 1"))?;
+    for n in range.0..=range.1 {
+        let mut line = vec![format!("{prefix}{n}"), addr.clone()];
+        line.extend(rest.iter().cloned());
+        parse_server(c, &line)?;
+    }
     Ok(())
 }
 

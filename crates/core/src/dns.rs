@@ -547,43 +547,12 @@ fn judge(
 /// Applies an outcome to its server: a new address when its own is no longer answered,
 /// out of service once a failure has lasted its hold, back in service when it resolves.
 fn apply(p: &Process, r: &mut Resolution, conf: &ServerResolve, fqdn: &str, outcome: Outcome) {
-    let (b, s) = (r.backend, r.server);
     let section = &p.config.resolvers[conf.resolvers];
-    let st = &p.state.backends[b];
-    let sst = &st.servers[s];
-    let name = format!(
-        "{}/{}",
-        p.config.backends[b].name, p.config.backends[b].servers[s].name
-    );
     let now = Instant::now();
     let (hold, why) = match outcome {
         Outcome::Valid(addrs, ns) if !addrs.is_empty() => {
             r.last_valid = Some(now);
-            let old = sst.addr();
-            if !addrs.contains(&old.ip()) || sst.unresolved() {
-                if let Some(ip) = choose(p, (b, s), conf, &addrs) {
-                    if ip != old.ip() {
-                        sst.set_addr(SocketAddr::new(ip, old.port()));
-                        p.resolvers[conf.resolvers][ns].update.bump();
-                        let by = format!("{}/{}", section.name, section.nameservers[ns].name);
-                        log(
-                            p,
-                            b,
-                            Severity::Notice,
-                            &format!("{name} changed its IP from {} to {ip} by {by}.", old.ip()),
-                        );
-                    }
-                }
-            }
-            if sst.unresolved() && st.set_unresolved(s, false) {
-                log(
-                    p,
-                    b,
-                    Severity::Notice,
-                    &format!("Server {name} ('{fqdn}') is UP/READY (resolves again)."),
-                );
-            }
-            return;
+            return take_answer(p, (r.backend, r.server), conf, fqdn, (&addrs, ns));
         }
         Outcome::Valid(..) | Outcome::Other => (section.hold.other, "unspecified DNS error"),
         Outcome::Nx => (section.hold.nx, "DNS NX status"),
@@ -591,35 +560,71 @@ fn apply(p: &Process, r: &mut Resolution, conf: &ServerResolve, fqdn: &str, outc
         Outcome::Timeout => (section.hold.timeout, "DNS timeout status"),
     };
     let held = r.last_valid.is_some_and(|t| now.duration_since(t) < hold);
-    if held || sst.unresolved() || !st.set_unresolved(s, true) {
+    if !held {
+        enter_maintenance(p, (r.backend, r.server), why);
+    }
+}
+
+/// A valid answer with addresses: the server keeps its address if it is among them (and,
+/// unless `allow-dup-ip`, no other server following the name has it), else takes one that
+/// is free; with none free it leaves service ("No IP for server").
+fn take_answer(
+    p: &Process,
+    (b, s): (usize, usize),
+    conf: &ServerResolve,
+    fqdn: &str,
+    (addrs, ns): (&[IpAddr], usize),
+) {
+    let st = &p.state.backends[b];
+    let sst = &st.servers[s];
+    let name = server_name(p, b, s);
+    let old = sst.addr();
+    let taken = taken(p, (b, s), conf, fqdn);
+    let keep = addrs.contains(&old.ip()) && !sst.unresolved() && !taken.contains(&old.ip());
+    if !keep {
+        let Some(ip) = choose(conf, &taken, addrs) else {
+            return enter_maintenance(p, (b, s), "No IP for server");
+        };
+        if ip != old.ip() {
+            sst.set_addr(SocketAddr::new(ip, old.port()));
+            p.resolvers[conf.resolvers][ns].update.bump();
+            let section = &p.config.resolvers[conf.resolvers];
+            let by = format!("{}/{}", section.name, section.nameservers[ns].name);
+            let msg = format!("{name} changed its IP from {} to {ip} by {by}.", old.ip());
+            log(p, b, Severity::Notice, &msg);
+        }
+    }
+    if sst.unresolved() && st.set_unresolved(s, false) {
+        let msg = format!("Server {name} ('{fqdn}') is UP/READY (resolves again).");
+        log(p, b, Severity::Notice, &msg);
+    }
+}
+
+fn server_name(p: &Process, b: usize, s: usize) -> String {
+    let be = &p.config.backends[b];
+    format!("{}/{}", be.name, be.servers[s].name)
+}
+
+/// Takes a server out of service because its name gives it no address, logged as HAProxy
+/// logs it (nothing when it is out already).
+fn enter_maintenance(p: &Process, (b, s): (usize, usize), why: &str) {
+    let st = &p.state.backends[b];
+    let sst = &st.servers[s];
+    if sst.unresolved() || !st.set_unresolved(s, true) {
         return;
     }
     let (active, backup) = usable_counts(p, b);
     log(p, b, Severity::Alert, &format!(
-        "Server {name} is going DOWN for maintenance ({why}). {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+        "Server {} is going DOWN for maintenance ({why}). {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
+        server_name(p, b, s),
         sst.in_flight.load(std::sync::atomic::Ordering::Relaxed),
         sst.queue.waiting.load(std::sync::atomic::Ordering::Relaxed)
     ));
 }
 
-/// The address a server takes from those answered: one in its `resolve-net` networks
-/// first, in the order answered, and (unless `allow-dup-ip`) one no other server of the
-/// backend has, when there is such an address.
-fn choose(
-    p: &Process,
-    (b, s): (usize, usize),
-    conf: &ServerResolve,
-    addrs: &[IpAddr],
-) -> Option<IpAddr> {
-    let st = &p.state.backends[b];
-    let taken: Vec<IpAddr> = if conf.allow_dup_ip {
-        Vec::new()
-    } else {
-        (0..st.servers.len())
-            .filter(|&o| o != s && p.config.backends[b].servers[o].resolve.is_some())
-            .map(|o| st.servers[o].addr().ip())
-            .collect()
-    };
+/// The address a server takes from those answered and not `taken`: one in its
+/// `resolve-net` networks first, in the order answered.
+fn choose(conf: &ServerResolve, taken: &[IpAddr], addrs: &[IpAddr]) -> Option<IpAddr> {
     let preferred =
         |ip: &&IpAddr| conf.nets.is_empty() || conf.nets.iter().any(|n| in_network(**ip, *n));
     let free = |ip: &&IpAddr| !taken.contains(ip);
@@ -627,9 +632,22 @@ fn choose(
         .iter()
         .find(|ip| preferred(ip) && free(ip))
         .or_else(|| addrs.iter().find(free))
-        .or_else(|| addrs.iter().find(preferred))
-        .or(addrs.first())
         .copied()
+}
+
+/// The addresses other servers of the backend following the same name hold (none with
+/// `allow-dup-ip`); a server out of service for its name holds none.
+fn taken(p: &Process, (b, s): (usize, usize), conf: &ServerResolve, fqdn: &str) -> Vec<IpAddr> {
+    if conf.allow_dup_ip {
+        return Vec::new();
+    }
+    let st = &p.state.backends[b];
+    (0..st.servers.len())
+        .filter(|&o| o != s && p.config.backends[b].servers[o].resolve.is_some())
+        .map(|o| &st.servers[o])
+        .filter(|o| !o.unresolved() && !o.gone() && o.fqdn().as_deref() == Some(fqdn))
+        .map(|o| o.addr().ip())
+        .collect()
 }
 
 fn usable_counts(p: &Process, b: usize) -> (usize, usize) {

@@ -61,7 +61,6 @@ pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "option tcp-smart-accept" => Scope::PROXY,
     "option tcp-smart-connect" => Scope::PROXY,
     "option transparent" => Scope::PROXY,
-    "server-template" => Scope::PROXY,
     "transparent" => Scope::PROXY,
     "use-fcgi-app" => Scope::PROXY,
 ];

@@ -76,17 +76,28 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
-/// Two listeners on one port, at 127.0.0.1 and 127.0.0.2 (a name moving between them keeps
+/// Listeners on one port at 127.0.0.1, 127.0.0.2, ... (a name moving between them keeps
 /// the server line's port).
-fn two_hosts_one_port() -> (TcpListener, TcpListener) {
-    for _ in 0..50 {
-        let a = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = a.local_addr().unwrap().port();
-        if let Ok(b) = TcpListener::bind(("127.0.0.2", port)) {
-            return (a, b);
+fn hosts_on_one_port(n: u8) -> Vec<TcpListener> {
+    'port: for _ in 0..50 {
+        let first = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        let mut all = vec![first];
+        for host in 2..=n {
+            match TcpListener::bind(("127.0.0.".to_string() + &host.to_string(), port)) {
+                Ok(l) => all.push(l),
+                Err(_) => continue 'port,
+            }
         }
+        return all;
     }
-    panic!("no port free on both 127.0.0.1 and 127.0.0.2");
+    panic!("no port free on 127.0.0.1 to 127.0.0.{n}");
+}
+
+fn two_hosts_one_port() -> (TcpListener, TcpListener) {
+    let mut l = hosts_on_one_port(2);
+    let b = l.pop().unwrap();
+    (l.pop().unwrap(), b)
 }
 
 fn config(sock: &Path, ns: SocketAddr, server: &str) -> String {
@@ -194,6 +205,78 @@ fn set_server_fqdn_moves_a_server_that_follows_its_name() {
     });
     drop(dns);
     drop(p);
+}
+
+/// `server-template`: the addresses a name resolves to are shared out among the servers,
+/// one each; those left without one wait in `MAINT (resolution)` and take an address when
+/// one appears; a server whose address goes away leaves service (no request fails).
+#[test]
+fn a_server_template_shares_out_the_addresses() {
+    let dir = TempDir::new();
+    let three = "127.0.0.1 pool.test\n127.0.0.2 pool.test\n127.0.0.3 pool.test\n";
+    let dns = Dns::start(&dir, "127.0.0.1 pool.test\n127.0.0.2 pool.test\n");
+    let listeners = hosts_on_one_port(3);
+    let port = listeners[0].local_addr().unwrap().port();
+    let _origins: Vec<Origin> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| Origin::on(&format!("o{}", i + 1), l))
+        .collect();
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&config(
+        &sock,
+        dns.addr,
+        &format!("server-template srv 1-3 pool.test:{port} resolvers dns init-addr none"),
+    ));
+    let addrs = |sock: &Path| -> Vec<(String, String)> {
+        let csv = Sluice::cli(sock, "show stat");
+        (1..=3)
+            .map(|i| {
+                let sv = format!("srv{i}");
+                (
+                    stat_field(&csv, "be", &sv, "addr"),
+                    stat_field(&csv, "be", &sv, "status"),
+                )
+            })
+            .collect()
+    };
+    let in_service = |a: &[(String, String)]| -> Vec<String> {
+        let mut up: Vec<String> = a
+            .iter()
+            .filter(|(_, st)| st != "MAINT (resolution)")
+            .map(|(ad, _)| ad.clone())
+            .collect();
+        up.sort();
+        up
+    };
+    wait_until("two servers take the two addresses", || {
+        in_service(&addrs(&sock)) == [format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}")]
+    });
+    assert_eq!(
+        addrs(&sock)
+            .iter()
+            .filter(|(_, st)| st == "MAINT (resolution)")
+            .count(),
+        1
+    );
+    dns.set(three);
+    wait_until("the third server takes the new address", || {
+        in_service(&addrs(&sock)).len() == 3
+    });
+    let mut seen: Vec<String> = (0..30)
+        .map(|i| get(p.addr(), &format!("/{i}")).text())
+        .collect();
+    seen.sort();
+    seen.dedup_by(|a, b| a.split(' ').next() == b.split(' ').next());
+    assert_eq!(seen.len(), 3, "each address is served: {seen:?}");
+    dns.set("127.0.0.1 pool.test\n127.0.0.3 pool.test\n");
+    wait_until("the server whose address went away leaves service", || {
+        let r = get(p.addr(), "/");
+        assert_eq!(r.status, 200, "a request failed while an address went away");
+        in_service(&addrs(&sock)) == [format!("127.0.0.1:{port}"), format!("127.0.0.3:{port}")]
+    });
+    let log = Sluice::cli(&sock, "show resolvers");
+    assert!(log.contains("Resolvers section dns"), "{log}");
 }
 
 /// A nameserver that answers every query badly, one way after another: garbage, the
