@@ -544,9 +544,12 @@ struct StartAddr {
 /// server-state file is read at parse time, so `last` gives nothing here).
 fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<StartAddr, String> {
     let w = split_addr(a)?;
+    // An SRV name (`_service._proto.name`): its records give address and port, so the
+    // port is the record's, and the server waits for them unless told otherwise.
+    let srv = w.host.starts_with('_');
     let start = |ip, fqdn, unresolved| StartAddr {
         addr: std::net::SocketAddr::new(ip, w.port),
-        map: w.map,
+        map: if srv { PortMap::Fixed } else { w.map },
         fqdn,
         unresolved,
     };
@@ -554,6 +557,9 @@ fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<StartAddr, String> 
         return Ok(start(ip, None, false));
     }
     let fqdn = Some(w.host.to_string());
+    if srv && init.is_none() {
+        return Ok(start([0, 0, 0, 0].into(), fqdn, true));
+    }
     let mut failed = format!("cannot resolve '{}'", w.host);
     for method in init.unwrap_or(&[InitAddr::Last, InitAddr::Libc]) {
         match method {

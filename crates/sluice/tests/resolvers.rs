@@ -21,6 +21,11 @@ struct Dns {
 
 impl Dns {
     fn start(dir: &TempDir, hosts: &str) -> Dns {
+        Dns::start_with(dir, hosts, &[])
+    }
+
+    /// With more of dnsmasq's options (`--srv-host=...`).
+    fn start_with(dir: &TempDir, hosts: &str, extra: &[String]) -> Dns {
         let path = PathBuf::from(dir.write("hosts", hosts));
         // The files must be readable once dnsmasq drops to its own user.
         let _ = Command::new("chmod")
@@ -29,8 +34,16 @@ impl Dns {
         let _ = Command::new("chmod")
             .args(["a+r", &path.to_string_lossy()])
             .status();
-        let port = free_udp_port();
-        let child = Command::new("dnsmasq")
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+        Dns {
+            child: Dns::spawn(&path, addr, extra),
+            hosts: path,
+            addr,
+        }
+    }
+
+    fn spawn(hosts: &Path, addr: SocketAddr, extra: &[String]) -> Child {
+        Command::new("dnsmasq")
             .args([
                 "--keep-in-foreground",
                 "--no-resolv",
@@ -39,18 +52,22 @@ impl Dns {
                 "--listen-address=127.0.0.1",
                 "--local=/test/",
                 "--pid-file=",
-                &format!("--port={port}"),
-                &format!("--addn-hosts={}", path.display()),
+                &format!("--port={}", addr.port()),
+                &format!("--addn-hosts={}", hosts.display()),
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("dnsmasq (Debian's dnsmasq-base) must be installed");
-        Dns {
-            child,
-            hosts: path,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
+            .expect("dnsmasq (Debian's dnsmasq-base) must be installed")
+    }
+
+    /// Started again on its port with other options (SRV records are not reread on
+    /// SIGHUP); queries meanwhile time out, which the `hold timeout` of the tests covers.
+    fn restart_with(&mut self, extra: &[String]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Dns::spawn(&self.hosts, self.addr, extra);
     }
 
     /// New records: the hosts file is rewritten and reread (SIGHUP).
@@ -277,6 +294,70 @@ fn a_server_template_shares_out_the_addresses() {
     });
     let log = Sluice::cli(&sock, "show resolvers");
     assert!(log.contains("Resolvers section dns"), "{log}");
+}
+
+/// SRV records: a template's servers take one record each, its target's address, its
+/// port and its weight (HAProxy's mapping, 512 -> 2); a server without a record waits in
+/// `MAINT (resolution)`, and a record that goes away takes its server out of service.
+#[test]
+fn srv_records_give_servers_their_address_port_and_weight() {
+    let dir = TempDir::new();
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    let srv = |target: &str, port: u16, weight: u16| {
+        format!("--srv-host=_http._tcp.app.test,{target},{port},0,{weight}")
+    };
+    let both = [
+        srv("a.app.test", a.addr.port(), 512),
+        srv("b.app.test", b.addr.port(), 256),
+    ];
+    let mut dns = Dns::start_with(&dir, "127.0.0.1 a.app.test\n127.0.0.1 b.app.test\n", &both);
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&config(
+        &sock,
+        dns.addr,
+        "server-template app 3 _http._tcp.app.test resolvers dns",
+    ));
+    let rows = |sock: &Path| -> Vec<(String, String, String)> {
+        let csv = Sluice::cli(sock, "show stat");
+        (1..=3)
+            .map(|i| {
+                let sv = format!("app{i}");
+                let f = |n| stat_field(&csv, "be", &sv, n);
+                (f("addr"), f("weight"), f("status"))
+            })
+            .collect()
+    };
+    let in_service = |r: &[(String, String, String)]| -> Vec<(String, String)> {
+        let mut up: Vec<_> = r
+            .iter()
+            .filter(|(_, _, st)| st != "MAINT (resolution)")
+            .map(|(ad, w, _)| (ad.clone(), w.clone()))
+            .collect();
+        up.sort();
+        up
+    };
+    let mut want = vec![
+        (a.addr.to_string(), "2".to_string()),
+        (b.addr.to_string(), "1".to_string()),
+    ];
+    want.sort();
+    wait_until("two servers take the two records", || {
+        in_service(&rows(&sock)) == want
+    });
+    let mut seen: Vec<String> = (0..20)
+        .map(|i| get(p.addr(), &format!("/{i}")).text())
+        .collect();
+    seen.retain(|t| t.starts_with("b "));
+    assert!(!seen.is_empty(), "the lighter record is served too");
+    let state = Sluice::cli(&sock, "show servers state be");
+    assert!(state.contains(" _http._tcp.app.test "), "{state}");
+    assert!(state.contains(" a.app.test "), "{state}");
+    // The heavier record goes away: its server leaves service, the other stays.
+    dns.restart_with(&[srv("b.app.test", b.addr.port(), 256)]);
+    wait_until("the server of the removed record leaves service", || {
+        in_service(&rows(&sock)) == [(b.addr.to_string(), "1".to_string())]
+    });
+    assert_eq!(get(p.addr(), "/last").text(), "b /last");
 }
 
 /// A nameserver that answers every query badly, one way after another: garbage, the

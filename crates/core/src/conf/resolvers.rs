@@ -113,7 +113,11 @@ pub struct ServerResolve {
     pub resolvers: usize,
     /// The name asked for.
     pub fqdn: String,
+    /// It is an SRV name (it starts with `_`): its records give address, port and weight.
+    pub srv: bool,
     pub prefer: Family,
     pub nets: Vec<(IpAddr, u8)>,
     pub allow_dup_ip: bool,
+    /// SRV weights are not applied (`resolve-opts ignore-weight`).
+    pub ignore_weight: bool,
 }

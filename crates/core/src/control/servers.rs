@@ -376,8 +376,13 @@ fn server_state_row(srv: &Server, sst: &ServerState) -> String {
         .map_or("-".to_string(), |a| a.to_string());
     let (addr, port) = shown_addr(srv, sst.addr());
     let fqdn = sst.fqdn().unwrap_or_else(|| "-".into());
+    let srvrecord = srv
+        .resolve
+        .as_ref()
+        .filter(|r| r.srv)
+        .map_or("-", |r| r.fqdn.as_str());
     format!(
-        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 {fqdn} {port} - {} {check_port} {check_addr} - 0",
+        "{} {} {addr} {op} {admin} {} {} {since} {status} {result} {health} {state} 0 0 0 {fqdn} {port} {srvrecord} {} {check_port} {check_addr} - 0",
         srv.id,
         srv.name,
         sst.weight(),

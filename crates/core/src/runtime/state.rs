@@ -203,7 +203,8 @@ impl ServerState {
             gone: AtomicBool::new(false),
             configured_maint: AtomicBool::new(conf.disabled && !conf.dynamic),
             unresolved: AtomicBool::new(conf.unresolved),
-            fqdn: Mutex::new(conf.fqdn.clone()),
+            // An SRV name is no server's own: its records give each server a target.
+            fqdn: Mutex::new(conf.fqdn.clone().filter(|n| !n.starts_with('_'))),
         }
     }
 
