@@ -540,8 +540,10 @@ struct StartAddr {
 }
 
 /// A server's address at start: an IP address as written, or its name resolved by the
-/// first of the `init-addr` methods that gives one (HAProxy's default: `last,libc`; no
-/// server-state file is read at parse time, so `last` gives nothing here).
+/// first of the `init-addr` methods that gives one (HAProxy's default: `last,libc`). The
+/// server-state file is read once the configuration is loaded (`control::state_file`):
+/// a `last` written out, when nothing after it gives an address, leaves the server
+/// waiting for that file or its resolution rather than refusing the configuration.
 fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<StartAddr, String> {
     let w = split_addr(a)?;
     // An SRV name (`_service._proto.name`): its records give address and port, so the
@@ -572,7 +574,12 @@ fn server_addr(a: &str, init: Option<&[InitAddr]>) -> Result<StartAddr, String> 
             InitAddr::Ip(ip) => return Ok(start(*ip, fqdn, false)),
         }
     }
-    Err(failed)
+    match init {
+        Some(methods) if methods.contains(&InitAddr::Last) => {
+            Ok(start([0, 0, 0, 0].into(), fqdn, true))
+        }
+        _ => Err(failed),
+    }
 }
 
 /// A server as a backend of source address `source` serves it; `cookie` its persistence

@@ -34,16 +34,24 @@ impl Dns {
         let _ = Command::new("chmod")
             .args(["a+r", &path.to_string_lossy()])
             .status();
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
-        Dns {
-            child: Dns::spawn(&path, addr, extra),
-            hosts: path,
-            addr,
+        // A port free a moment ago may be taken by the time dnsmasq binds it (by the
+        // query sockets of another test's proxy): another is tried.
+        for _ in 0..20 {
+            let addr = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+            if let Some(child) = Dns::spawn(&path, addr, extra) {
+                return Dns {
+                    child,
+                    hosts: path,
+                    addr,
+                };
+            }
         }
+        panic!("dnsmasq never started");
     }
 
-    fn spawn(hosts: &Path, addr: SocketAddr, extra: &[String]) -> Child {
-        Command::new("dnsmasq")
+    /// dnsmasq on `addr`, once it answers (`None` when it could not bind the port).
+    fn spawn(hosts: &Path, addr: SocketAddr, extra: &[String]) -> Option<Child> {
+        let mut child = Command::new("dnsmasq")
             .args([
                 "--keep-in-foreground",
                 "--no-resolv",
@@ -59,15 +67,40 @@ impl Dns {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("dnsmasq (Debian's dnsmasq-base) must be installed")
+            .expect("dnsmasq (Debian's dnsmasq-base) must be installed");
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe
+            .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = [0u8; 512];
+        for _ in 0..300 {
+            if child.try_wait().ok().flatten().is_some() {
+                return None;
+            }
+            let _ = probe.send_to(&probe_query(), addr);
+            if probe.recv_from(&mut buf).is_ok() {
+                return Some(child);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Started again on its port with other options (SRV records are not reread on
-    /// SIGHUP); queries meanwhile time out, which the `hold timeout` of the tests covers.
+    /// SIGHUP), as soon as the port is free again; queries meanwhile time out, which the
+    /// `hold timeout` of the tests covers.
     fn restart_with(&mut self, extra: &[String]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = Dns::spawn(&self.hosts, self.addr, extra);
+        for _ in 0..50 {
+            if let Some(child) = Dns::spawn(&self.hosts, self.addr, extra) {
+                self.child = child;
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("dnsmasq did not start again on {}", self.addr);
     }
 
     /// New records: the hosts file is rewritten and reread (SIGHUP).
@@ -83,6 +116,17 @@ impl Drop for Dns {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A query for `probe.test` (A), as a readiness probe.
+fn probe_query() -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["probe", "test"] {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
 }
 
 fn free_udp_port() -> u16 {
@@ -118,8 +162,18 @@ fn two_hosts_one_port() -> (TcpListener, TcpListener) {
 }
 
 fn config(sock: &Path, ns: SocketAddr, server: &str) -> String {
+    config_with(sock, ns, server, ("", ""))
+}
+
+/// With more lines in `global` and in the backend.
+fn config_with(
+    sock: &Path,
+    ns: SocketAddr,
+    server: &str,
+    (global, backend): (&str, &str),
+) -> String {
     format!(
-        "global\n    stats socket {} level admin\nresolvers dns\n    nameserver ns1 {ns}\n    timeout resolve 50ms\n    timeout retry 200ms\n    hold valid 100ms\n    hold nx 300ms\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    {server}\n",
+        "global\n    stats socket {} level admin\n{global}resolvers dns\n    nameserver ns1 {ns}\n    timeout resolve 50ms\n    timeout retry 200ms\n    hold valid 100ms\n    hold nx 300ms\n{DEFAULTS}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n{backend}    {server}\n",
         sock.display()
     )
 }
@@ -358,6 +412,40 @@ fn srv_records_give_servers_their_address_port_and_weight() {
         in_service(&rows(&sock)) == [(b.addr.to_string(), "1".to_string())]
     });
     assert_eq!(get(p.addr(), "/last").text(), "b /last");
+}
+
+/// `init-addr last`: a process started with the state file the previous one saved takes
+/// the address the server's name had, with no nameserver answering any more (without
+/// the file it would wait in `MAINT (resolution)`).
+#[test]
+fn a_restart_keeps_the_resolved_address_through_the_state_file() {
+    let dir = TempDir::new();
+    let dns = Dns::start(&dir, "127.0.0.2 web.test\n");
+    let (la, lb) = two_hosts_one_port();
+    let port = la.local_addr().unwrap().port();
+    let (_a, _b) = (Origin::on("a", la), Origin::on("b", lb));
+    let state = dir.0.join("servers.state");
+    let global = format!("    server-state-file {}\n", state.display());
+    let lines = (global.as_str(), "    load-server-state-from-file global\n");
+    let server = format!("server web web.test:{port} resolvers dns init-addr last,none");
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&config_with(&sock, dns.addr, &server, lines));
+    wait_until("the name resolves", || get(p.addr(), "/").text() == "b /");
+    std::fs::write(&state, Sluice::cli(&sock, "show servers state")).unwrap();
+    drop(p);
+    drop(dns);
+    let silent = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let (_d2, sock2) = cli_dir();
+    let p = Sluice::start(&config_with(&sock2, silent, &server, lines));
+    wait_until("the saved address serves", || {
+        get(p.addr(), "/x").text() == "b /x"
+    });
+    assert_ne!(status(&sock2), "MAINT (resolution)");
+    // Without the file: nothing to start from, and no answer.
+    let (_d3, sock3) = cli_dir();
+    let p = Sluice::start(&config(&sock3, silent, &server));
+    assert_eq!(status(&sock3), "MAINT (resolution)");
+    assert_eq!(get(p.addr(), "/").status, 503);
 }
 
 /// A nameserver that answers every query badly, one way after another: garbage, the

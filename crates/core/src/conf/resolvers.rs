@@ -71,7 +71,7 @@ impl Default for Hold {
 }
 
 /// An address family a server prefers (`resolve-prefer`; IPv6 by default, as HAProxy).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Family {
     V4,
     #[default]

@@ -140,9 +140,11 @@ fn apply(p: &Process, b: usize, text: &str, said: &mut Vec<String>) {
             continue;
         };
         let st = &p.state.backends[b];
-        // SRV_ADMF_FMAINT 0x01 (and the other maintenance causes), SRV_ADMF_FDRAIN 0x08.
+        // SRV_ADMF_FMAINT 0x01 (and the maintenance it inherits or was configured with),
+        // SRV_ADMF_FDRAIN 0x08. RMAINT (0x20, no address from its name) is not an
+        // operator's: the server's resolution decides it again.
         let admin: u32 = admin.parse().unwrap_or(0);
-        let state = if admin & 0x27 != 0 {
+        let state = if admin & 0x07 != 0 {
             AdminState::Maint
         } else if admin & 0x18 != 0 {
             AdminState::Drain
@@ -166,5 +168,36 @@ fn apply(p: &Process, b: usize, text: &str, said: &mut Vec<String>) {
         if let (Some(ssl), Some(_)) = (f.get(20), &be.servers[s].tls) {
             st.servers[s].set_ssl(*ssl != "0");
         }
+        last_address(p, (b, s), &f, admin);
     }
+}
+
+/// A server that follows its name starts from the address it had (`init-addr last`):
+/// `srv_addr` and `srv_port`, and for an SRV record its target (`srv_fqdn`), when the line
+/// was saved for the same name and the server had an address then (not RMAINT).
+fn last_address(p: &Process, (b, s): (usize, usize), f: &[&str], admin: u32) {
+    let Some(r) = &p.config.backends[b].servers[s].resolve else {
+        return;
+    };
+    let (Some(addr), Some(fqdn), Some(port)) = (f.get(4), f.get(17), f.get(18)) else {
+        return;
+    };
+    let (Ok(ip), Ok(port)) = (addr.parse::<std::net::IpAddr>(), port.parse::<u16>()) else {
+        return;
+    };
+    let same_name = if r.srv {
+        f.get(19) == Some(&r.fqdn.as_str())
+    } else {
+        *fqdn == r.fqdn
+    };
+    if !same_name || admin & 0x20 != 0 {
+        return;
+    }
+    let st = &p.state.backends[b];
+    let sst = &st.servers[s];
+    if r.srv {
+        sst.set_fqdn((*fqdn).to_string());
+    }
+    sst.set_addr(std::net::SocketAddr::new(ip, port));
+    st.set_unresolved(s, false);
 }

@@ -23,12 +23,15 @@
 mod apply;
 mod config;
 mod query;
+mod wire;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use self::query::Outcome;
+use crate::conf::resolvers::{Family, ServerResolve};
 use crate::runtime::{Process, Worker};
 
 pub use self::config::{default_section, lower_server, parse_section, SERVER_OPTIONS};
@@ -40,30 +43,52 @@ struct Resolution {
     /// When the last valid answer came (`None`: never, the server started unresolved).
     last_valid: Option<Instant>,
     next: Instant,
-    running: bool,
+}
+
+/// What is asked: the section, the name, SRV or not, the family asked first. Servers
+/// asking the same share one query (`server-template`'s, or servers named alike).
+type Key = (usize, String, bool, Family);
+
+/// The last answer to a key (`None` while its query is out), and when it came.
+struct Asked {
+    at: Instant,
+    outcome: Option<Outcome>,
+}
+
+/// The first worker's resolutions, the answers they share, and each section's socket
+/// (`None` if it could not be opened: its queries then fail as unsent).
+#[derive(Default)]
+struct Book {
+    list: Vec<Resolution>,
+    asked: HashMap<Key, Asked>,
+    wires: Vec<Option<Rc<wire::Wire>>>,
 }
 
 /// Runs every server's resolution on this worker (the first), until the process stops.
 pub async fn run(w: Rc<Worker>) {
     let p = w.process.clone();
     let now = Instant::now();
-    let mut list = Vec::new();
+    let mut book = Book::default();
     for (b, be) in p.config.backends.iter().enumerate() {
         for (s, srv) in be.servers.iter().enumerate() {
             if srv.resolve.is_some() {
-                list.push(Resolution {
+                // (The state file may have given an unresolved server its last address.)
+                let unresolved = p.state.backends[b].servers[s].unresolved();
+                book.list.push(Resolution {
                     backend: b,
                     server: s,
-                    last_valid: (!srv.unresolved).then_some(now),
+                    last_valid: (!unresolved).then_some(now),
                     next: now,
-                    running: false,
                 });
             }
         }
     }
-    if list.is_empty() {
+    if book.list.is_empty() {
         return;
     }
+    book.wires = (0..p.config.resolvers.len())
+        .map(|i| wire::Wire::open(&p, i).ok())
+        .collect();
     let tick = p
         .config
         .resolvers
@@ -72,16 +97,16 @@ pub async fn run(w: Rc<Worker>) {
         .min()
         .unwrap_or(Duration::from_secs(1))
         .max(Duration::from_millis(10));
-    let list = Rc::new(RefCell::new(list));
+    let book = Rc::new(RefCell::new(book));
     loop {
         for (b, s) in p.renamed.take() {
-            for r in list.borrow_mut().iter_mut() {
+            for r in book.borrow_mut().list.iter_mut() {
                 if (r.backend, r.server) == (b, s) {
                     r.next = Instant::now();
                 }
             }
         }
-        start_due(&w, &list);
+        start_due(&w, &book);
         tokio::select! {
             () = tokio::time::sleep(tick) => {}
             () = p.renamed.wake.notified() => {}
@@ -92,42 +117,107 @@ pub async fn run(w: Rc<Worker>) {
     }
 }
 
-/// Starts the resolutions that are due and not running.
-fn start_due(w: &Rc<Worker>, list: &Rc<RefCell<Vec<Resolution>>>) {
+/// What server `(b, s)` asks now: its key, and the name it follows.
+fn key_of(p: &Process, (b, s): (usize, usize)) -> Option<(Key, ServerResolve, String)> {
+    let conf = p.config.backends[b].servers[s].resolve.clone()?;
+    let name = match conf.srv {
+        true => conf.fqdn.clone(),
+        false => p.state.backends[b].servers[s]
+            .fqdn()
+            .unwrap_or_else(|| conf.fqdn.clone()),
+    };
+    let key = (conf.resolvers, name.clone(), conf.srv, conf.prefer);
+    Some((key, conf, name))
+}
+
+/// Serves the resolutions that are due: from the answer their key was given last, while it
+/// is fresh (`hold valid`, or `timeout resolve` for a failure); else the first of them
+/// asks, the others waiting for its answer.
+fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
+    let p = &w.process;
     let now = Instant::now();
-    for (i, r) in list.borrow_mut().iter_mut().enumerate() {
-        if r.running || r.next > now {
+    let mut guard = book.borrow_mut();
+    let Book { list, asked, wires } = &mut *guard;
+    for r in list.iter_mut().filter(|r| r.next <= now) {
+        let Some((key, conf, name)) = key_of(p, (r.backend, r.server)) else {
             continue;
+        };
+        let section = &p.config.resolvers[conf.resolvers];
+        match asked.get(&key) {
+            Some(Asked { outcome: None, .. }) => continue,
+            Some(Asked {
+                at,
+                outcome: Some(o),
+            }) if now < *at + freshness(section, o) => {
+                r.next = *at + freshness(section, o);
+                let o = o.clone();
+                apply::apply(
+                    p,
+                    (r.backend, r.server),
+                    &mut r.last_valid,
+                    (&conf, &name),
+                    o,
+                );
+                continue;
+            }
+            _ => {}
         }
-        r.running = true;
-        let (w, list) = (w.clone(), list.clone());
-        let (b, s) = (r.backend, r.server);
+        let Some(wire) = section_wire(&*wires, conf.resolvers, p) else {
+            continue;
+        };
+        asked.insert(
+            key.clone(),
+            Asked {
+                at: now,
+                outcome: None,
+            },
+        );
+        // Still due: it takes the answer with the others as it comes.
+        r.next = now;
+        let (w, book) = (w.clone(), book.clone());
         tokio::task::spawn_local(async move {
             let p = &w.process;
-            let Some(conf) = p.config.backends[b].servers[s].resolve.clone() else {
-                return;
+            let outcome = match conf.srv {
+                true => query::resolve_srv(p, &wire, &conf).await,
+                false => query::resolve(p, (&wire, conf.resolvers), &name, conf.prefer).await,
             };
-            let sst = &p.state.backends[b].servers[s];
-            let (fqdn, outcome) = if conf.srv {
-                (conf.fqdn.clone(), query::resolve_srv(p, &conf).await)
-            } else {
-                let fqdn = sst.fqdn().unwrap_or_else(|| conf.fqdn.clone());
-                let outcome = query::resolve(p, conf.resolvers, &fqdn, conf.prefer).await;
-                (fqdn, outcome)
-            };
-            let section = &p.config.resolvers[conf.resolvers];
-            let mut l = list.borrow_mut();
-            let r = &mut l[i];
-            r.running = false;
-            r.next = Instant::now()
-                + match outcome {
-                    Outcome::Valid(..) | Outcome::Records(..) => {
-                        section.hold.valid.max(section.timeout_resolve)
-                    }
-                    _ => section.timeout_resolve,
-                };
-            apply::apply(p, (b, s), &mut r.last_valid, (&conf, &fqdn), outcome);
+            let at = Instant::now();
+            book.borrow_mut().asked.insert(
+                key,
+                Asked {
+                    at,
+                    outcome: Some(outcome),
+                },
+            );
+            // The servers asking it take the answer at once.
+            start_due(&w, &book);
         });
+    }
+}
+
+/// Section `section`'s socket; without one (it could not be opened), the section's
+/// queries count as send errors.
+fn section_wire(
+    wires: &[Option<Rc<wire::Wire>>],
+    section: usize,
+    p: &Process,
+) -> Option<Rc<wire::Wire>> {
+    let found = wires.get(section).cloned().flatten();
+    if found.is_none() {
+        for c in p.resolvers[section].iter() {
+            c.snd_error.bump();
+        }
+    }
+    found
+}
+
+/// How long an answer stands for the servers that share it.
+fn freshness(section: &crate::conf::resolvers::Resolvers, o: &Outcome) -> Duration {
+    match o {
+        Outcome::Valid(..) | Outcome::Records(..) => {
+            section.hold.valid.max(section.timeout_resolve)
+        }
+        _ => section.timeout_resolve,
     }
 }
 

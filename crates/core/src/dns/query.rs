@@ -3,11 +3,12 @@
 //! truncation, size, response code) and counted on the nameserver that gave them; A/AAAA
 //! answers read as addresses (CNAMEs followed), SRV answers as records.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 
+use super::wire::Wire;
 use crate::conf::resolvers::{Family, ServerResolve};
 use crate::runtime::{NameserverCounters, Process};
 
@@ -37,7 +38,12 @@ pub(super) struct Target {
 
 /// Asks `fqdn` of the section, the preferred family first, then the other when the name
 /// has no address of the first.
-pub(super) async fn resolve(p: &Process, section: usize, fqdn: &str, prefer: Family) -> Outcome {
+pub(super) async fn resolve(
+    p: &Process,
+    (wire, section): (&Wire, usize),
+    fqdn: &str,
+    prefer: Family,
+) -> Outcome {
     let types = match prefer {
         Family::V6 => [RecordType::AAAA, RecordType::A],
         Family::V4 => [RecordType::A, RecordType::AAAA],
@@ -47,7 +53,7 @@ pub(super) async fn resolve(p: &Process, section: usize, fqdn: &str, prefer: Fam
     };
     let mut last = Outcome::Other;
     for t in types {
-        match query(p, section, &name, t).await {
+        match query(p, (wire, section), &name, t).await {
             Ok((m, ns)) => {
                 let addrs = addresses(&m, &name, t, &p.resolvers[section][ns]);
                 if !addrs.is_empty() {
@@ -64,11 +70,11 @@ pub(super) async fn resolve(p: &Process, section: usize, fqdn: &str, prefer: Fam
 /// Asks an SRV name: its records by priority, each with its target's addresses (from the
 /// answer's additional records, else asked of the target's name; a target that gives
 /// none is left out).
-pub(super) async fn resolve_srv(p: &Process, conf: &ServerResolve) -> Outcome {
+pub(super) async fn resolve_srv(p: &Process, wire: &Wire, conf: &ServerResolve) -> Outcome {
     let Ok(name) = Name::from_ascii(&conf.fqdn) else {
         return Outcome::Other;
     };
-    let (m, ns) = match query(p, conf.resolvers, &name, RecordType::SRV).await {
+    let (m, ns) = match query(p, (wire, conf.resolvers), &name, RecordType::SRV).await {
         Ok(answered) => answered,
         Err(failed) => return failed,
     };
@@ -76,7 +82,7 @@ pub(super) async fn resolve_srv(p: &Process, conf: &ServerResolve) -> Outcome {
     for t in &mut records {
         if t.addrs.is_empty() {
             if let Outcome::Valid(addrs, _) =
-                Box::pin(resolve(p, conf.resolvers, &t.name, conf.prefer)).await
+                Box::pin(resolve(p, (wire, conf.resolvers), &t.name, conf.prefer)).await
             {
                 t.addrs = addrs;
             }
@@ -91,50 +97,18 @@ pub(super) async fn resolve_srv(p: &Process, conf: &ServerResolve) -> Outcome {
 /// the nameserver's index, or what it said instead (NXDOMAIN, REFUSED, ...).
 async fn query(
     p: &Process,
-    section: usize,
+    (wire, section): (&Wire, usize),
     name: &Name,
     t: RecordType,
 ) -> Result<(Message, usize), Outcome> {
     let conf = &p.config.resolvers[section];
     let counters = &p.resolvers[section];
-    let v6 = conf.nameservers.iter().any(|n| n.addr.is_ipv6());
-    let bind = if v6 {
-        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
-    } else {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    };
-    let Ok(sock) = tokio::net::UdpSocket::bind(bind).await else {
-        for c in counters.iter() {
-            c.snd_error.bump();
-        }
-        return Err(Outcome::Timeout);
-    };
-    let mut buf = vec![0u8; 65536];
     for _ in 0..conf.retries {
-        let id = fastrand::u16(..);
-        let Some(bytes) = question(id, name, t, conf.payload) else {
-            return Err(Outcome::Other);
-        };
-        for (i, ns) in conf.nameservers.iter().enumerate() {
-            let to = if v6 { mapped(ns.addr) } else { ns.addr };
-            match sock.send_to(&bytes, to).await {
-                Ok(_) => counters[i].sent.bump(),
-                Err(_) => counters[i].snd_error.bump(),
-            }
-        }
-        let deadline = tokio::time::Instant::now() + conf.timeout_retry;
-        loop {
-            let got = tokio::time::timeout_at(deadline, sock.recv_from(&mut buf)).await;
-            let Ok(Ok((n, from))) = got else { break };
-            let from = SocketAddr::new(from.ip().to_canonical(), from.port());
-            let Some(i) = conf.nameservers.iter().position(|ns| ns.addr == from) else {
-                continue;
-            };
-            match judge(&buf[..n], (id, name, t), conf.payload, &counters[i]) {
-                Some(Ok(m)) => return Ok((m, i)),
-                Some(Err(said)) => return Err(said),
-                None => {}
-            }
+        let (id, mut answers) = wire.register();
+        let got = ask(p, (wire, section), (id, name, t), &mut answers).await;
+        wire.forget(id);
+        if let Some(decided) = got {
+            return decided;
         }
     }
     for c in counters.iter() {
@@ -143,11 +117,33 @@ async fn query(
     Err(Outcome::Timeout)
 }
 
-/// An IPv4 nameserver's address as a dual-stack socket reaches it.
-fn mapped(a: SocketAddr) -> SocketAddr {
-    match a.ip() {
-        IpAddr::V4(v4) => SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), a.port()),
-        IpAddr::V6(_) => a,
+/// One round of a query: sent to each nameserver, the answers judged until one decides or
+/// `timeout retry` passes (`None`).
+async fn ask(
+    p: &Process,
+    (wire, section): (&Wire, usize),
+    (id, name, t): (u16, &Name, RecordType),
+    answers: &mut tokio::sync::mpsc::UnboundedReceiver<super::wire::Datagram>,
+) -> Option<Result<(Message, usize), Outcome>> {
+    let conf = &p.config.resolvers[section];
+    let counters = &p.resolvers[section];
+    let bytes = question(id, name, t, conf.payload)?;
+    for (i, ns) in conf.nameservers.iter().enumerate() {
+        match wire.send(&bytes, ns.addr).await {
+            Ok(_) => counters[i].sent.bump(),
+            Err(_) => counters[i].snd_error.bump(),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + conf.timeout_retry;
+    loop {
+        let Ok(Some((bytes, ns))) = tokio::time::timeout_at(deadline, answers.recv()).await else {
+            return None;
+        };
+        match judge(&bytes, (id, name, t), conf.payload, &counters[ns]) {
+            Some(Ok(m)) => return Some(Ok((m, ns))),
+            Some(Err(said)) => return Some(Err(said)),
+            None => {}
+        }
     }
 }
 
