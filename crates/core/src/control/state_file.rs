@@ -3,7 +3,8 @@
 //! in backends. The file is what `show servers state` prints (HAProxy's version 1), saved
 //! by the operator before a reload; at start each backend that asks for it takes back its
 //! servers' administrative state (maintenance, drain), weight and health from it, so that
-//! a reload keeps the drains and weights set at run time.
+//! a reload keeps the drains and weights set at run time, and a server that follows its
+//! name (`resolvers`) starts from the address it had (`init-addr last`).
 //!
 //! Servers are matched by backend and server name. A missing or unreadable file, or a line
 //! naming nothing configured, changes nothing (reported at start, as HAProxy warns).
