@@ -243,6 +243,41 @@ fn a_server_follows_its_name_as_the_records_change() {
     assert_ne!(status(&sock), "MAINT (resolution)");
 }
 
+/// `hold obsolete`: an address that stops being answered is kept that long (here longer
+/// than the test) before the server moves: after several answers without it, the server
+/// still has it.
+#[test]
+fn hold_obsolete_keeps_an_address_no_longer_answered() {
+    let dir = TempDir::new();
+    let dns = Dns::start(&dir, "127.0.0.1 web.test\n");
+    let (la, lb) = two_hosts_one_port();
+    let port = la.local_addr().unwrap().port();
+    let (_a, _b) = (Origin::on("a", la), Origin::on("b", lb));
+    let (_d, sock) = cli_dir();
+    let text = config(
+        &sock,
+        dns.addr,
+        &format!("server web web.test:{port} resolvers dns init-addr none"),
+    )
+    .replace(
+        "    hold nx 300ms\n",
+        "    hold nx 300ms\n    hold obsolete 1h\n",
+    );
+    let p = Sluice::start(&text);
+    wait_until("the name resolves", || get(p.addr(), "/").text() == "a /");
+    dns.set("127.0.0.2 web.test\n");
+    let before = counter(&sock, "valid");
+    wait_until("answers without the old address come", || {
+        counter(&sock, "valid") >= before + 6
+    });
+    assert_eq!(get(p.addr(), "/still").text(), "a /still");
+    assert_eq!(
+        counter(&sock, "update"),
+        1,
+        "only the first address was taken"
+    );
+}
+
 #[test]
 fn set_server_fqdn_moves_a_server_that_follows_its_name() {
     let dir = TempDir::new();

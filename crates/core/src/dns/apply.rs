@@ -11,36 +11,75 @@ use crate::conf::resolvers::ServerResolve;
 use crate::log::Severity;
 use crate::runtime::Process;
 
+/// What a server's resolution remembers between answers.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Times {
+    /// When the last valid answer came (`None`: never, the server started unresolved).
+    pub last_valid: Option<Instant>,
+    /// When an answer last had the server's own address (or SRV record).
+    pub seen: Option<Instant>,
+}
+
 /// Applies an outcome to server `(b, s)`: a new address when its own is no longer
-/// answered, out of service once a failure has lasted its hold (`last_valid`: when the
-/// last valid answer came), back in service when it resolves.
+/// answered (once `hold obsolete` has passed since it last was), out of service once a
+/// failure has lasted its hold, back in service when it resolves.
 pub(super) fn apply(
     p: &Process,
     (b, s): (usize, usize),
-    last_valid: &mut Option<Instant>,
+    times: &mut Times,
     (conf, fqdn): (&ServerResolve, &str),
     outcome: Outcome,
 ) {
     let section = &p.config.resolvers[conf.resolvers];
+    let sst = &p.state.backends[b].servers[s];
     let now = Instant::now();
+    // The server's own address (record) is still answered, or was within `hold obsolete`.
+    let mut kept = |present: bool| {
+        if present {
+            times.seen = Some(now);
+        }
+        let held = times
+            .seen
+            .is_some_and(|t| now.duration_since(t) < section.hold.obsolete);
+        !present && held && !sst.unresolved()
+    };
     let (hold, why) = match outcome {
         Outcome::Valid(addrs, ns) if !addrs.is_empty() => {
-            *last_valid = Some(now);
-            return take_answer(p, (b, s), conf, fqdn, (&addrs, ns));
+            times.last_valid = Some(now);
+            if kept(addrs.contains(&sst.addr().ip())) {
+                return;
+            }
+            take_answer(p, (b, s), conf, fqdn, (&addrs, ns));
+            // The address it took is answered.
+            times.seen = Some(now);
+            return;
         }
         Outcome::Records(records, ns) => {
-            *last_valid = Some(now);
-            return match pick_record(p, (b, s), conf, &records) {
-                Some(target) => take_record(p, (b, s), conf, (target, ns)),
+            times.last_valid = Some(now);
+            let own = sst.fqdn().map(|t| (t, sst.addr().port()));
+            let present = own
+                .as_ref()
+                .is_some_and(|(n, port)| records.iter().any(|t| &t.name == n && t.port == *port));
+            if kept(present) {
+                return;
+            }
+            match pick_record(p, (b, s), conf, &records) {
+                Some(target) => {
+                    take_record(p, (b, s), conf, (target, ns));
+                    times.seen = Some(now);
+                }
                 None => enter_maintenance(p, (b, s), "entry removed from SRV record"),
-            };
+            }
+            return;
         }
         Outcome::Valid(..) | Outcome::Other => (section.hold.other, "unspecified DNS error"),
         Outcome::Nx => (section.hold.nx, "DNS NX status"),
         Outcome::Refused => (section.hold.refused, "DNS refused status"),
         Outcome::Timeout => (section.hold.timeout, "DNS timeout status"),
     };
-    let held = last_valid.is_some_and(|t| now.duration_since(t) < hold);
+    let held = times
+        .last_valid
+        .is_some_and(|t| now.duration_since(t) < hold);
     if !held {
         enter_maintenance(p, (b, s), why);
     }

@@ -40,8 +40,7 @@ pub use self::config::{default_section, lower_server, parse_section, SERVER_OPTI
 struct Resolution {
     backend: usize,
     server: usize,
-    /// When the last valid answer came (`None`: never, the server started unresolved).
-    last_valid: Option<Instant>,
+    times: apply::Times,
     next: Instant,
 }
 
@@ -77,7 +76,10 @@ pub async fn run(w: Rc<Worker>) {
                 book.list.push(Resolution {
                     backend: b,
                     server: s,
-                    last_valid: (!unresolved).then_some(now),
+                    times: apply::Times {
+                        last_valid: (!unresolved).then_some(now),
+                        seen: (!unresolved).then_some(now),
+                    },
                     next: now,
                 });
             }
@@ -151,13 +153,7 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
             }) if now < *at + freshness(section, o) => {
                 r.next = *at + freshness(section, o);
                 let o = o.clone();
-                apply::apply(
-                    p,
-                    (r.backend, r.server),
-                    &mut r.last_valid,
-                    (&conf, &name),
-                    o,
-                );
+                apply::apply(p, (r.backend, r.server), &mut r.times, (&conf, &name), o);
                 continue;
             }
             _ => {}
