@@ -278,6 +278,31 @@ fn hold_obsolete_keeps_an_address_no_longer_answered() {
     );
 }
 
+/// A `tcp@` nameserver is asked over TCP (dnsmasq answers there too), its answers taken
+/// as over UDP.
+#[test]
+fn a_tcp_nameserver_is_asked_over_tcp() {
+    let dir = TempDir::new();
+    let dns = Dns::start(&dir, "127.0.0.1 web.test\n");
+    let origin = Origin::start("o");
+    let (_d, sock) = cli_dir();
+    let server = format!(
+        "server web web.test:{} resolvers dns init-addr none",
+        origin.addr.port()
+    );
+    let text = config(&sock, dns.addr, &server).replace(
+        &format!("nameserver ns1 {}", dns.addr),
+        &format!("nameserver ns1 tcp@{}", dns.addr),
+    );
+    let p = Sluice::start(&text);
+    wait_until("the name resolves over TCP", || {
+        get(p.addr(), "/").status == 200
+    });
+    assert_eq!(get(p.addr(), "/t").text(), "o /t");
+    assert!(counter(&sock, "valid") >= 1);
+    assert_eq!(counter(&sock, "snd_error"), 0);
+}
+
 #[test]
 fn set_server_fqdn_moves_a_server_that_follows_its_name() {
     let dir = TempDir::new();
@@ -529,17 +554,13 @@ fn bad_answers_are_counted_and_ignored() {
 
 #[test]
 fn resolvers_lines_are_checked() {
-    let ok = "resolvers dns\n    nameserver ns1 127.0.0.1:53\n    accepted_payload_size 8192\n    resolve_retries 2\n    timeout resolve 1s\n    timeout retry 1s\n    hold valid 10s\n    hold obsolete 0s\ndefaults\n    mode http\nfrontend fe\n    bind 127.0.0.1:8080\n    default_backend be\nbackend be\n    server s1 web.invalid:80 resolvers dns resolve-prefer ipv4 resolve-net 10.0.0.0/8 resolve-opts allow-dup-ip init-addr last,none\n";
+    let ok = "resolvers dns\n    nameserver ns1 127.0.0.1:53\n    nameserver ns2 tcp@127.0.0.1:53\n    accepted_payload_size 8192\n    resolve_retries 2\n    timeout resolve 1s\n    timeout retry 1s\n    hold valid 10s\n    hold obsolete 0s\ndefaults\n    mode http\nfrontend fe\n    bind 127.0.0.1:8080\n    default_backend be\nbackend be\n    server s1 web.invalid:80 resolvers dns resolve-prefer ipv4 resolve-net 10.0.0.0/8 resolve-opts allow-dup-ip init-addr last,none\n";
     let (passed, out) = check_config(ok);
     assert!(passed, "{out}");
     for (text, says) in [
         (
             "backend be\n    server s1 web.invalid:80 resolvers nope init-addr none\n",
             "can't find resolvers section 'nope'",
-        ),
-        (
-            "resolvers dns\n    nameserver ns1 tcp@127.0.0.1:53\n",
-            "TCP nameservers ('tcp@') are not supported yet",
         ),
         ("resolvers dns\n    hold forever 1s\n", "'hold' expects"),
         ("resolvers dns\n    nameserver ns1 127.0.0.1\n    accepted_payload_size 100\n", "accepted_payload_size"),

@@ -42,6 +42,8 @@ impl Resolvers {
 pub struct Nameserver {
     pub name: String,
     pub addr: SocketAddr,
+    /// `tcp@ADDR`: asked over TCP (each message behind its two-byte length).
+    pub tcp: bool,
 }
 
 /// `hold STATUS PERIOD`: how long a server keeps its address while answers of that status

@@ -139,10 +139,12 @@ fn section_line(r: &mut Resolvers, w: &[&str]) -> Result<(), String> {
             if r.nameservers.iter().any(|n| n.name == *id) {
                 return Err(format!("nameserver '{id}' is defined twice"));
             }
-            let addr = nameserver_addr(addr).map_err(|e| format!("nameserver '{id}': {e}"))?;
+            let (addr, tcp) =
+                nameserver_addr(addr).map_err(|e| format!("nameserver '{id}': {e}"))?;
             r.nameservers.push(Nameserver {
                 name: (*id).to_string(),
                 addr,
+                tcp,
             });
         }
         ["nameserver", ..] => return Err("'nameserver' expects <id> and <addr>[:<port>]".into()),
@@ -151,6 +153,7 @@ fn section_line(r: &mut Resolvers, w: &[&str]) -> Result<(), String> {
                 r.nameservers.push(Nameserver {
                     name: format!("resolv.conf-{}", i + 1),
                     addr,
+                    tcp: false,
                 });
             }
         }
@@ -199,19 +202,19 @@ fn section_line(r: &mut Resolvers, w: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// `[udp@]ADDR[:PORT]` (port 53 by default). TCP nameservers are not built.
-fn nameserver_addr(a: &str) -> Result<SocketAddr, String> {
-    if a.starts_with("tcp@") {
-        return Err("TCP nameservers ('tcp@') are not supported yet".into());
-    }
-    let a = a.strip_prefix("udp@").unwrap_or(a);
+/// `[udp@|tcp@]ADDR[:PORT]` (port 53 by default), and whether it is asked over TCP.
+fn nameserver_addr(a: &str) -> Result<(SocketAddr, bool), String> {
+    let (a, tcp) = match a.strip_prefix("tcp@") {
+        Some(rest) => (rest, true),
+        None => (a.strip_prefix("udp@").unwrap_or(a), false),
+    };
     if let Ok(sa) = a.parse::<SocketAddr>() {
-        return Ok(sa);
+        return Ok((sa, tcp));
     }
     let bare = a.trim_start_matches('[').trim_end_matches(']');
     match bare.parse::<IpAddr>() {
-        Ok(ip) => Ok(SocketAddr::new(ip, 53)),
-        Err(_) => crate::conf::resolve(a),
+        Ok(ip) => Ok((SocketAddr::new(ip, 53), tcp)),
+        Err(_) => crate::conf::resolve(a).map(|sa| (sa, tcp)),
     }
 }
 
@@ -233,6 +236,7 @@ pub fn default_section() -> Option<Resolvers> {
         r.nameservers.push(Nameserver {
             name: format!("resolv.conf-{}", i + 1),
             addr,
+            tcp: false,
         });
     }
     (!r.nameservers.is_empty()).then_some(r)

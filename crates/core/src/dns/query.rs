@@ -129,7 +129,7 @@ async fn ask(
     let counters = &p.resolvers[section];
     let bytes = question(id, name, t, conf.payload)?;
     for (i, ns) in conf.nameservers.iter().enumerate() {
-        match wire.send(&bytes, ns.addr).await {
+        match wire.send(&bytes, (i, ns.addr)).await {
             Ok(_) => counters[i].sent.bump(),
             Err(_) => counters[i].snd_error.bump(),
         }
@@ -139,7 +139,13 @@ async fn ask(
         let Ok(Some((bytes, ns))) = tokio::time::timeout_at(deadline, answers.recv()).await else {
             return None;
         };
-        match judge(&bytes, (id, name, t), conf.payload, &counters[ns]) {
+        // Over TCP an answer is as large as it needs (no datagram to fit).
+        let limit = if conf.nameservers[ns].tcp {
+            u16::MAX
+        } else {
+            conf.payload
+        };
+        match judge(&bytes, (id, name, t), limit, &counters[ns]) {
             Some(Ok(m)) => return Some(Ok((m, ns))),
             Some(Err(said)) => return Some(Err(said)),
             None => {}
