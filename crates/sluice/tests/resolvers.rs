@@ -410,6 +410,48 @@ fn a_server_template_shares_out_the_addresses() {
     assert!(log.contains("Resolvers section dns"), "{log}");
 }
 
+/// A template of 50 over a name with 50 addresses (an answer larger than a 512-byte
+/// datagram: `accepted_payload_size` announces more), then 45: each server has an address
+/// of its own, and the five left without one wait out of service. (Nothing listens at
+/// these addresses: without checks the servers are in service all the same.)
+#[test]
+fn a_template_of_fifty_takes_fifty_addresses() {
+    let dir = TempDir::new();
+    let hosts = |n: u8| -> String { (1..=n).map(|i| format!("127.0.1.{i} big.test\n")).collect() };
+    let dns = Dns::start(&dir, &hosts(50));
+    let (_d, sock) = cli_dir();
+    let text = config(
+        &sock,
+        dns.addr,
+        "server-template s 1-50 big.test:80 resolvers dns init-addr none",
+    )
+    .replace(
+        "    hold nx 300ms\n",
+        "    hold nx 300ms\n    accepted_payload_size 8192\n",
+    );
+    let _p = Sluice::start(&text);
+    let assigned = |sock: &Path| -> (usize, usize) {
+        let csv = Sluice::cli(sock, "show stat");
+        let mut up = Vec::new();
+        for i in 1..=50 {
+            let sv = format!("s{i}");
+            if stat_field(&csv, "be", &sv, "status") != "MAINT (resolution)" {
+                up.push(stat_field(&csv, "be", &sv, "addr"));
+            }
+        }
+        let n = up.len();
+        up.sort();
+        up.dedup();
+        (n, up.len())
+    };
+    wait_until("fifty servers take fifty addresses", || {
+        assigned(&sock) == (50, 50)
+    });
+    assert_eq!(counter(&sock, "truncated"), 0);
+    dns.set(&hosts(45));
+    wait_until("five servers leave service", || assigned(&sock) == (45, 45));
+}
+
 /// SRV records: a template's servers take one record each, its target's address, its
 /// port and its weight (HAProxy's mapping, 512 -> 2); a server without a record waits in
 /// `MAINT (resolution)`, and a record that goes away takes its server out of service.
