@@ -2,14 +2,82 @@
 //! weight), out of service once a failure has lasted its hold, back when the name
 //! resolves; the addresses servers following one name share out among themselves.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use super::config::in_network;
-use super::query::{Outcome, Target};
+use super::query::{Outcome, Records, Target};
 use crate::conf::resolvers::ServerResolve;
 use crate::log::Severity;
 use crate::runtime::Process;
+
+/// What one thing a server holds from its name: an address, or an SRV record (target,
+/// port).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Claim {
+    Addr(IpAddr),
+    Record(String, u16),
+}
+
+/// What the servers of one backend following one name hold, gathered once per answer and
+/// kept as each server takes or leaves something: sharing an answer out among N servers
+/// costs N lookups, not N scans of N servers.
+#[derive(Debug, Default)]
+pub(super) struct Claims {
+    held: HashMap<Claim, u32>,
+}
+
+impl Claims {
+    /// What the servers of backend `b` following `conf`'s name (`fqdn` for an address,
+    /// the SRV name for records) hold now.
+    pub fn gather(p: &Process, b: usize, (conf, fqdn): (&ServerResolve, &str)) -> Claims {
+        let be = &p.config.backends[b];
+        let mut c = Claims::default();
+        for s in 0..p.state.backends[b].servers.len() {
+            let Some(r) = &be.servers[s].resolve else {
+                continue;
+            };
+            let same = match conf.srv {
+                true => r.srv && r.fqdn == conf.fqdn,
+                false => !r.srv && p.state.backends[b].servers[s].fqdn().as_deref() == Some(fqdn),
+            };
+            if let Some(claim) = same.then(|| claim_of(p, (b, s), conf.srv)).flatten() {
+                *c.held.entry(claim).or_default() += 1;
+            }
+        }
+        c
+    }
+
+    /// Whether a server other than one holding `own` holds `c`.
+    fn others(&self, c: &Claim, own: Option<&Claim>) -> bool {
+        let n = self.held.get(c).copied().unwrap_or(0);
+        n > u32::from(own == Some(c))
+    }
+
+    fn moved(&mut self, from: Option<Claim>, to: Option<Claim>) {
+        if let Some(f) = from {
+            if let Some(n) = self.held.get_mut(&f) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        if let Some(t) = to {
+            *self.held.entry(t).or_default() += 1;
+        }
+    }
+}
+
+/// What server `(b, s)` holds from its name now (nothing while out of service for it).
+fn claim_of(p: &Process, (b, s): (usize, usize), srv: bool) -> Option<Claim> {
+    let sst = &p.state.backends[b].servers[s];
+    if sst.unresolved() || sst.gone() {
+        return None;
+    }
+    Some(match srv {
+        true => Claim::Record(sst.fqdn()?, sst.addr().port()),
+        false => Claim::Addr(sst.addr().ip()),
+    })
+}
 
 /// What a server's resolution remembers between answers.
 #[derive(Debug, Clone, Copy, Default)]
@@ -26,9 +94,9 @@ pub(super) struct Times {
 pub(super) fn apply(
     p: &Process,
     (b, s): (usize, usize),
-    times: &mut Times,
+    (times, claims): (&mut Times, &mut Claims),
     (conf, fqdn): (&ServerResolve, &str),
-    outcome: Outcome,
+    outcome: &Outcome,
 ) {
     let section = &p.config.resolvers[conf.resolvers];
     let sst = &p.state.backends[b].servers[s];
@@ -49,7 +117,7 @@ pub(super) fn apply(
             if kept(addrs.contains(&sst.addr().ip())) {
                 return;
             }
-            take_answer(p, (b, s), conf, fqdn, (&addrs, ns));
+            take_answer(p, (b, s), (conf, fqdn), (addrs, *ns), claims);
             // The address it took is answered.
             times.seen = Some(now);
             return;
@@ -57,19 +125,19 @@ pub(super) fn apply(
         Outcome::Records(records, ns) => {
             times.last_valid = Some(now);
             let own = sst.fqdn().map(|t| (t, sst.addr().port()));
-            let present = own
-                .as_ref()
-                .is_some_and(|(n, port)| records.iter().any(|t| &t.name == n && t.port == *port));
+            let present = own.as_ref().is_some_and(|(n, port)| records.has(n, *port));
             if kept(present) {
                 return;
             }
-            match pick_record(p, (b, s), conf, &records) {
+            let before = claim_of(p, (b, s), true);
+            match pick_record(before.as_ref(), records, claims) {
                 Some(target) => {
-                    take_record(p, (b, s), conf, (target, ns));
+                    take_record(p, (b, s), conf, (target, *ns));
                     times.seen = Some(now);
                 }
                 None => enter_maintenance(p, (b, s), "entry removed from SRV record"),
             }
+            claims.moved(before, claim_of(p, (b, s), true));
             return;
         }
         Outcome::Valid(..) | Outcome::Other => (section.hold.other, "unspecified DNS error"),
@@ -127,44 +195,22 @@ fn take_record(
     }
 }
 
-/// The record a server takes: the one it has if still answered, else the first (by
-/// priority) no other server following the name holds.
+/// The record a server holding `own` takes: the one it has if still answered, else the
+/// first (by priority) no other server holds.
 fn pick_record<'a>(
-    p: &Process,
-    (b, s): (usize, usize),
-    conf: &ServerResolve,
-    records: &'a [Target],
+    own: Option<&Claim>,
+    records: &'a Records,
+    claims: &Claims,
 ) -> Option<&'a Target> {
-    let sst = &p.state.backends[b].servers[s];
-    let same = |t: &&Target, (n, port): &(String, u16)| t.name == *n && t.port == *port;
-    let current = sst
-        .fqdn()
-        .filter(|_| !sst.unresolved())
-        .map(|t| (t, sst.addr().port()));
-    let taken = taken_records(p, (b, s), conf);
-    current
-        .as_ref()
-        .and_then(|c| records.iter().find(|t| same(t, c)))
-        .or_else(|| records.iter().find(|t| !taken.iter().any(|k| same(t, k))))
-}
-
-/// The records (target, port) other servers of the backend following the same SRV name
-/// hold; a server out of service for its name holds none.
-fn taken_records(p: &Process, (b, s): (usize, usize), conf: &ServerResolve) -> Vec<(String, u16)> {
-    let st = &p.state.backends[b];
-    let be = &p.config.backends[b];
-    (0..st.servers.len())
-        .filter(|&o| o != s)
-        .filter(|&o| {
-            be.servers[o]
-                .resolve
-                .as_ref()
-                .is_some_and(|r| r.fqdn == conf.fqdn)
-        })
-        .map(|o| &st.servers[o])
-        .filter(|o| !o.unresolved() && !o.gone())
-        .filter_map(|o| Some((o.fqdn()?, o.addr().port())))
-        .collect()
+    if let Some(Claim::Record(name, port)) = own {
+        if let Some(t) = records.get(name, *port) {
+            return Some(t);
+        }
+    }
+    records
+        .list
+        .iter()
+        .find(|t| !claims.others(&Claim::Record(t.name.clone(), t.port), own))
 }
 
 /// A valid answer with addresses: the server keeps its address if it is among them (and,
@@ -173,20 +219,23 @@ fn taken_records(p: &Process, (b, s): (usize, usize), conf: &ServerResolve) -> V
 fn take_answer(
     p: &Process,
     (b, s): (usize, usize),
-    conf: &ServerResolve,
-    fqdn: &str,
+    (conf, fqdn): (&ServerResolve, &str),
     (addrs, ns): (&[IpAddr], usize),
+    claims: &mut Claims,
 ) {
     let st = &p.state.backends[b];
     let sst = &st.servers[s];
     let name = server_name(p, b, s);
     let old = sst.addr();
-    let taken = taken(p, (b, s), conf, fqdn);
-    let keep = addrs.contains(&old.ip()) && !sst.unresolved() && !taken.contains(&old.ip());
+    let own = claim_of(p, (b, s), false);
+    let taken = |ip: &IpAddr| !conf.allow_dup_ip && claims.others(&Claim::Addr(*ip), own.as_ref());
+    let keep = addrs.contains(&old.ip()) && !sst.unresolved() && !taken(&old.ip());
     if !keep {
-        let Some(ip) = choose(conf, &taken, addrs) else {
-            return enter_maintenance(p, (b, s), "No IP for server");
+        let Some(ip) = choose(conf, taken, addrs) else {
+            enter_maintenance(p, (b, s), "No IP for server");
+            return claims.moved(own, None);
         };
+        claims.moved(own, Some(Claim::Addr(ip)));
         if ip != old.ip() {
             sst.set_addr(SocketAddr::new(ip, old.port()));
             p.resolvers[conf.resolvers][ns].update.bump();
@@ -226,30 +275,19 @@ fn enter_maintenance(p: &Process, (b, s): (usize, usize), why: &str) {
 
 /// The address a server takes from those answered and not `taken`: one in its
 /// `resolve-net` networks first, in the order answered.
-fn choose(conf: &ServerResolve, taken: &[IpAddr], addrs: &[IpAddr]) -> Option<IpAddr> {
+fn choose(
+    conf: &ServerResolve,
+    taken: impl Fn(&IpAddr) -> bool,
+    addrs: &[IpAddr],
+) -> Option<IpAddr> {
     let preferred =
         |ip: &&IpAddr| conf.nets.is_empty() || conf.nets.iter().any(|n| in_network(**ip, *n));
-    let free = |ip: &&IpAddr| !taken.contains(ip);
+    let free = |ip: &&IpAddr| !taken(ip);
     addrs
         .iter()
         .find(|ip| preferred(ip) && free(ip))
         .or_else(|| addrs.iter().find(free))
         .copied()
-}
-
-/// The addresses other servers of the backend following the same name hold (none with
-/// `allow-dup-ip`); a server out of service for its name holds none.
-fn taken(p: &Process, (b, s): (usize, usize), conf: &ServerResolve, fqdn: &str) -> Vec<IpAddr> {
-    if conf.allow_dup_ip {
-        return Vec::new();
-    }
-    let st = &p.state.backends[b];
-    (0..st.servers.len())
-        .filter(|&o| o != s && p.config.backends[b].servers[o].resolve.is_some())
-        .map(|o| &st.servers[o])
-        .filter(|o| !o.unresolved() && !o.gone() && o.fqdn().as_deref() == Some(fqdn))
-        .map(|o| o.addr().ip())
-        .collect()
 }
 
 fn usable_counts(p: &Process, b: usize) -> (usize, usize) {

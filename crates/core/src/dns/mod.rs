@@ -140,6 +140,8 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
     let now = Instant::now();
     let mut guard = book.borrow_mut();
     let Book { list, asked, wires } = &mut *guard;
+    // What the servers sharing each name hold, gathered as first needed in this pass.
+    let mut claims: HashMap<(usize, Key), apply::Claims> = HashMap::new();
     for r in list.iter_mut().filter(|r| r.next <= now) {
         let Some((key, conf, name)) = key_of(p, (r.backend, r.server)) else {
             continue;
@@ -152,8 +154,11 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
                 outcome: Some(o),
             }) if now < *at + freshness(section, o) => {
                 r.next = *at + freshness(section, o);
-                let o = o.clone();
-                apply::apply(p, (r.backend, r.server), &mut r.times, (&conf, &name), o);
+                let held = claims
+                    .entry((r.backend, key.clone()))
+                    .or_insert_with(|| apply::Claims::gather(p, r.backend, (&conf, &name)));
+                let server = (r.backend, r.server);
+                apply::apply(p, server, (&mut r.times, held), (&conf, &name), o);
                 continue;
             }
             _ => {}

@@ -19,11 +19,39 @@ pub(super) enum Outcome {
     /// family), and the nameserver that answered.
     Valid(Vec<IpAddr>, usize),
     /// An SRV name: its records (by priority), and the nameserver that answered.
-    Records(Vec<Target>, usize),
+    Records(std::rc::Rc<Records>, usize),
     Nx,
     Refused,
     Timeout,
     Other,
+}
+
+/// An SRV answer's records, by priority, and found by target and port.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Records {
+    pub list: Vec<Target>,
+    index: std::collections::HashMap<(String, u16), usize>,
+}
+
+impl Records {
+    fn new(list: Vec<Target>) -> Records {
+        let index = list
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ((t.name.clone(), t.port), i))
+            .collect();
+        Records { list, index }
+    }
+
+    pub fn get(&self, name: &str, port: u16) -> Option<&Target> {
+        self.index
+            .get(&(name.to_string(), port))
+            .map(|&i| &self.list[i])
+    }
+
+    pub fn has(&self, name: &str, port: u16) -> bool {
+        self.get(name, port).is_some()
+    }
 }
 
 /// An SRV record as a server takes it: where (the target's addresses, the port) and its
@@ -89,7 +117,7 @@ pub(super) async fn resolve_srv(p: &Process, wire: &Wire, conf: &ServerResolve) 
         }
     }
     records.retain(|t| !t.addrs.is_empty());
-    Outcome::Records(records, ns)
+    Outcome::Records(std::rc::Rc::new(Records::new(records)), ns)
 }
 
 /// One query, sent to every nameserver of the section and again after `timeout retry`,
