@@ -26,6 +26,9 @@ enum Claim {
 #[derive(Debug, Default)]
 pub(super) struct Claims {
     held: HashMap<Claim, u32>,
+    /// Where the search for a free SRV record goes on from: in one pass a record is only
+    /// given up when the answer no longer has it, so those before are all held.
+    cursor: usize,
 }
 
 impl Claims {
@@ -165,11 +168,13 @@ fn take_record(
     let st = &p.state.backends[b];
     let sst = &st.servers[s];
     let old = sst.addr();
-    let moved = sst.fqdn().as_deref() != Some(t.name.as_str())
-        || old.port() != t.port
-        || !t.addrs.contains(&old.ip());
-    if let (true, Some(&ip)) = (moved, t.addrs.first()) {
+    if sst.fqdn().as_deref() != Some(t.name.as_str()) {
         sst.set_fqdn(t.name.clone());
+    }
+    // Another target at the same address and port changes nothing to connect to: its
+    // connections stay.
+    let moved = old.port() != t.port || !t.addrs.contains(&old.ip());
+    if let (true, Some(&ip)) = (moved, t.addrs.first()) {
         sst.set_addr(SocketAddr::new(ip, t.port));
         p.resolvers[conf.resolvers][ns].update.bump();
         let section = &p.config.resolvers[conf.resolvers];
@@ -200,17 +205,19 @@ fn take_record(
 fn pick_record<'a>(
     own: Option<&Claim>,
     records: &'a Records,
-    claims: &Claims,
+    claims: &mut Claims,
 ) -> Option<&'a Target> {
     if let Some(Claim::Record(name, port)) = own {
         if let Some(t) = records.get(name, *port) {
             return Some(t);
         }
     }
-    records
-        .list
+    let from = claims.cursor.min(records.list.len());
+    let i = records.list[from..]
         .iter()
-        .find(|t| !claims.others(&Claim::Record(t.name.clone(), t.port), own))
+        .position(|t| !claims.others(&Claim::Record(t.name.clone(), t.port), own))?;
+    claims.cursor = from + i + 1;
+    records.list.get(from + i)
 }
 
 /// A valid answer with addresses: the server keeps its address if it is among them (and,

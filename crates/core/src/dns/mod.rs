@@ -109,8 +109,19 @@ pub async fn run(w: Rc<Worker>) {
             }
         }
         start_due(&w, &book);
+        // Until the next resolution is due (at most a tick: a query in flight keeps its
+        // servers due, and they are served when it answers).
+        let now = Instant::now();
+        let next = book
+            .borrow()
+            .list
+            .iter()
+            .map(|r| r.next)
+            .filter(|&t| t > now)
+            .min()
+            .map_or(tick, |t| (t - now).min(tick));
         tokio::select! {
-            () = tokio::time::sleep(tick) => {}
+            () = tokio::time::sleep(next) => {}
             () = p.renamed.wake.notified() => {}
         }
         if w.stopping() {

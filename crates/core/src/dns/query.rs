@@ -261,6 +261,18 @@ fn addresses(m: &Message, name: &Name, t: RecordType, c: &NameserverCounters) ->
 /// The SRV records an answer gives for `name`, by priority (then as answered), each with
 /// the addresses the additional section gives its target (the preferred family first).
 fn srv_records(m: &Message, name: &Name, prefer: Family) -> Vec<Target> {
+    // The additional section's addresses by name, gathered once (an answer may carry a
+    // thousand records: looking each target up in it would be quadratic).
+    let key = |n: &Name| n.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+    let mut extra: std::collections::HashMap<String, Vec<IpAddr>> = Default::default();
+    for a in &m.additionals {
+        let ip = match &a.data {
+            RData::A(v4) => IpAddr::V4(v4.0),
+            RData::AAAA(v6) => IpAddr::V6(v6.0),
+            _ => continue,
+        };
+        extra.entry(key(&a.name)).or_default().push(ip);
+    }
     let mut found: Vec<(u16, Target)> = m
         .answers
         .iter()
@@ -270,19 +282,11 @@ fn srv_records(m: &Message, name: &Name, prefer: Family) -> Vec<Target> {
             _ => None,
         })
         .map(|(priority, srv)| {
-            let mut addrs: Vec<IpAddr> = m
-                .additionals
-                .iter()
-                .filter(|a| a.name.eq_ignore_root_case(&srv.target))
-                .filter_map(|a| match &a.data {
-                    RData::A(v4) => Some(IpAddr::V4(v4.0)),
-                    RData::AAAA(v6) => Some(IpAddr::V6(v6.0)),
-                    _ => None,
-                })
-                .collect();
+            let target = key(&srv.target);
+            let mut addrs = extra.get(&target).cloned().unwrap_or_default();
             addrs.sort_by_key(|ip| ip.is_ipv6() != (prefer == Family::V6));
             let target = Target {
-                name: srv.target.to_ascii().trim_end_matches('.').to_string(),
+                name: target,
                 port: srv.port,
                 weight: srv.weight,
                 addrs,
