@@ -108,7 +108,9 @@ pub async fn run(w: Rc<Worker>) {
                 }
             }
         }
-        start_due(&w, &book);
+        while start_due(&w, &book) {
+            tokio::task::yield_now().await;
+        }
         // Until the next resolution is due (at most a tick: a query in flight keeps its
         // servers due, and they are served when it answers).
         let now = Instant::now();
@@ -143,17 +145,26 @@ fn key_of(p: &Process, (b, s): (usize, usize)) -> Option<(Key, ServerResolve, St
     Some((key, conf, name))
 }
 
+/// Servers an answer is applied to before the worker's requests get a turn: a template of
+/// a thousand servers takes its answer in slices rather than holding the worker up.
+const APPLIED_PER_TURN: usize = 64;
+
 /// Serves the resolutions that are due: from the answer their key was given last, while it
 /// is fresh (`hold valid`, or `timeout resolve` for a failure); else the first of them
-/// asks, the others waiting for its answer.
-fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
+/// asks, the others waiting for its answer. Whether it stopped with some left (after
+/// [`APPLIED_PER_TURN`]): the caller yields and calls again.
+fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) -> bool {
     let p = &w.process;
     let now = Instant::now();
     let mut guard = book.borrow_mut();
     let Book { list, asked, wires } = &mut *guard;
     // What the servers sharing each name hold, gathered as first needed in this pass.
     let mut claims: HashMap<(usize, Key), apply::Claims> = HashMap::new();
+    let mut applied = 0;
     for r in list.iter_mut().filter(|r| r.next <= now) {
+        if applied == APPLIED_PER_TURN {
+            return true;
+        }
         let Some((key, conf, name)) = key_of(p, (r.backend, r.server)) else {
             continue;
         };
@@ -170,6 +181,7 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
                     .or_insert_with(|| apply::Claims::gather(p, r.backend, (&conf, &name)));
                 let server = (r.backend, r.server);
                 apply::apply(p, server, (&mut r.times, held), (&conf, &name), o);
+                applied += 1;
                 continue;
             }
             _ => {}
@@ -201,10 +213,13 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
                     outcome: Some(outcome),
                 },
             );
-            // The servers asking it take the answer at once.
-            start_due(&w, &book);
+            // The servers asking it take the answer at once (a few at a time).
+            while start_due(&w, &book) {
+                tokio::task::yield_now().await;
+            }
         });
     }
+    false
 }
 
 /// Section `section`'s socket; without one (it could not be opened), the section's

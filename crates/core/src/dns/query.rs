@@ -106,6 +106,9 @@ pub(super) async fn resolve_srv(p: &Process, wire: &Wire, conf: &ServerResolve) 
         Ok(answered) => answered,
         Err(failed) => return failed,
     };
+    // Reading a large answer and then its records is a millisecond of the first worker:
+    // its requests get a turn in between.
+    tokio::task::yield_now().await;
     let mut records = srv_records(&m, &name, conf.prefer);
     for t in &mut records {
         if t.addrs.is_empty() {
