@@ -849,7 +849,7 @@ pub fn set_admin(p: &Process, backend: usize, server: usize, to: AdminState) {
     }
     let be = &p.config.backends[backend];
     let name = format!("{}/{}", be.name, be.servers[server].name);
-    let (active, backup) = usable_counts(be, st);
+    let (active, backup) = st.usable_counts(be);
     let sst = &st.servers[server];
     // As HAProxy: a server that leaves service for maintenance is an alert (a notice when
     // it was draining or already down), and a backend left without servers an emergency.
@@ -951,7 +951,7 @@ fn log_state_change(
     let be = &p.config.backends[backend];
     let st = &p.state.backends[backend];
     let name = format!("{}/{}", be.name, be.servers[server].name);
-    let (active, backup) = usable_counts(be, st);
+    let (active, backup) = st.usable_counts(be);
     let send = |sev, msg: &str| {
         for l in &p.backend_loggers[backend] {
             l.send_at(sev, msg);
@@ -980,21 +980,6 @@ fn log_state_change(
             &format!("backend {} has no server available!", be.name),
         );
     }
-}
-
-/// Usable active and backup servers of a backend.
-fn usable_counts(be: &Backend, st: &crate::runtime::BackendState) -> (usize, usize) {
-    let mut counts = (0, 0);
-    for (c, s) in be.servers.iter().zip(st.servers.iter()) {
-        if s.usable() {
-            if c.backup {
-                counts.1 += 1;
-            } else {
-                counts.0 += 1;
-            }
-        }
-    }
-    counts
 }
 
 #[cfg(test)]

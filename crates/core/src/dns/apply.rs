@@ -271,7 +271,7 @@ fn enter_maintenance(p: &Process, (b, s): (usize, usize), why: &str) {
     if sst.unresolved() || !st.set_unresolved(s, true) {
         return;
     }
-    let (active, backup) = usable_counts(p, b);
+    let (active, backup) = st.usable_counts(&p.config.backends[b]);
     log(p, b, Severity::Alert, &format!(
         "Server {} is going DOWN for maintenance ({why}). {active} active and {backup} backup servers left. {} sessions active, 0 requeued, {} remaining in queue.",
         server_name(p, b, s),
@@ -295,22 +295,6 @@ fn choose(
         .find(|ip| preferred(ip) && free(ip))
         .or_else(|| addrs.iter().find(free))
         .copied()
-}
-
-fn usable_counts(p: &Process, b: usize) -> (usize, usize) {
-    let be = &p.config.backends[b];
-    let st = &p.state.backends[b];
-    let mut counts = (0, 0);
-    for (c, s) in be.servers.iter().zip(st.servers.iter()) {
-        if s.usable() {
-            if c.backup {
-                counts.1 += 1;
-            } else {
-                counts.0 += 1;
-            }
-        }
-    }
-    counts
 }
 
 fn log(p: &Process, backend: usize, severity: Severity, msg: &str) {

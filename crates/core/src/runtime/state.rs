@@ -554,6 +554,20 @@ impl BackendState {
         self.lb.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// The servers in service now, (active, backup), as HAProxy's logs count them ("N
+    /// active and M backup servers left").
+    pub fn usable_counts(&self, be: &Backend) -> (usize, usize) {
+        let mut counts = (0, 0);
+        for (c, s) in be.servers.iter().zip(self.servers.iter()) {
+            match (s.usable(), c.backup) {
+                (true, false) => counts.0 += 1,
+                (true, true) => counts.1 += 1,
+                _ => {}
+            }
+        }
+        counts
+    }
+
     /// Takes a server out of service because its name does not resolve, or brings it back
     /// (`resolvers`); the balancer sees it at its next pick. Whether it changed.
     pub fn set_unresolved(&self, server: usize, on: bool) -> bool {
