@@ -8,17 +8,19 @@
 //! back once it resolves again.
 //!
 //! Invariants:
-//! - The first worker runs every resolution, with its own timers and a UDP socket per
-//!   query; the request path never waits on one: an answer is applied through the same
-//!   calls as `set server ... addr` (idle connections to the old address are closed) and
-//!   the maintenance flag, each bumping the balancing generation once.
+//! - The first worker runs every resolution, with its own timers and each section's
+//!   sockets (`wire`); the request path never waits on one. Servers asking the same name
+//!   share one query and its answer, applied a few dozen servers at a time between the
+//!   worker's requests, through the same calls as `set server ... addr` (idle connections
+//!   to the old address are closed) and the maintenance flag.
 //! - An answer is taken only from a nameserver of the section, with the query's id and
 //!   question; anything else (garbage, a wrong id, a truncated or oversized answer) is
 //!   counted and ignored, never applied. The wire format is `hickory-proto`'s.
 //! - Servers following one name (`server-template`) share its addresses (or SRV records)
 //!   out, one each unless `allow-dup-ip`: a server keeps what it has while it is answered.
 //!
-//! `config` reads the keywords, `query` asks and judges, `apply` moves the servers.
+//! `config` reads the keywords, `wire` carries the queries, `query` asks and judges,
+//! `apply` moves the servers.
 
 mod apply;
 mod config;
@@ -28,6 +30,7 @@ mod wire;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::query::Outcome;
@@ -66,31 +69,9 @@ struct Book {
 /// Runs every server's resolution on this worker (the first), until the process stops.
 pub async fn run(w: Rc<Worker>) {
     let p = w.process.clone();
-    let now = Instant::now();
-    let mut book = Book::default();
-    for (b, be) in p.config.backends.iter().enumerate() {
-        for (s, srv) in be.servers.iter().enumerate() {
-            if srv.resolve.is_some() {
-                // (The state file may have given an unresolved server its last address.)
-                let unresolved = p.state.backends[b].servers[s].unresolved();
-                book.list.push(Resolution {
-                    backend: b,
-                    server: s,
-                    times: apply::Times {
-                        last_valid: (!unresolved).then_some(now),
-                        seen: (!unresolved).then_some(now),
-                    },
-                    next: now,
-                });
-            }
-        }
-    }
-    if book.list.is_empty() {
+    let Some(book) = Book::of(&p) else {
         return;
-    }
-    book.wires = (0..p.config.resolvers.len())
-        .map(|i| wire::Wire::open(&p, i).ok())
-        .collect();
+    };
     let tick = p
         .config
         .resolvers
@@ -111,24 +92,60 @@ pub async fn run(w: Rc<Worker>) {
         while start_due(&w, &book) {
             tokio::task::yield_now().await;
         }
-        // Until the next resolution is due (at most a tick: a query in flight keeps its
-        // servers due, and they are served when it answers).
-        let now = Instant::now();
-        let next = book
-            .borrow()
-            .list
-            .iter()
-            .map(|r| r.next)
-            .filter(|&t| t > now)
-            .min()
-            .map_or(tick, |t| (t - now).min(tick));
+        let wait = book.borrow().until_due(tick);
         tokio::select! {
-            () = tokio::time::sleep(next) => {}
+            () = tokio::time::sleep(wait) => {}
             () = p.renamed.wake.notified() => {}
         }
         if w.stopping() {
             return;
         }
+    }
+}
+
+impl Book {
+    /// The resolutions of the servers that follow their names, each due now, and the
+    /// sections' sockets (`None`: no server follows its name).
+    fn of(p: &Arc<Process>) -> Option<Book> {
+        let now = Instant::now();
+        let mut book = Book::default();
+        for (b, be) in p.config.backends.iter().enumerate() {
+            for (s, srv) in be.servers.iter().enumerate() {
+                if srv.resolve.is_none() {
+                    continue;
+                }
+                // (The state file may have given an unresolved server its last address.)
+                let known = (!p.state.backends[b].servers[s].unresolved()).then_some(now);
+                book.list.push(Resolution {
+                    backend: b,
+                    server: s,
+                    times: apply::Times {
+                        last_valid: known,
+                        seen: known,
+                    },
+                    next: now,
+                });
+            }
+        }
+        if book.list.is_empty() {
+            return None;
+        }
+        book.wires = (0..p.config.resolvers.len())
+            .map(|i| wire::Wire::open(p, i).ok())
+            .collect();
+        Some(book)
+    }
+
+    /// How long until the next resolution is due, at most `tick` (a query in flight keeps
+    /// its servers due: they are served when it answers).
+    fn until_due(&self, tick: Duration) -> Duration {
+        let now = Instant::now();
+        self.list
+            .iter()
+            .map(|r| r.next)
+            .filter(|&t| t > now)
+            .min()
+            .map_or(tick, |t| (t - now).min(tick))
     }
 }
 
@@ -198,28 +215,30 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) -> bool {
         );
         // Still due: it takes the answer with the others as it comes.
         r.next = now;
-        let (w, book) = (w.clone(), book.clone());
-        tokio::task::spawn_local(async move {
-            let p = &w.process;
-            let outcome = match conf.srv {
-                true => query::resolve_srv(p, &wire, &conf).await,
-                false => query::resolve(p, (&wire, conf.resolvers), &name, conf.prefer).await,
-            };
-            let at = Instant::now();
-            book.borrow_mut().asked.insert(
-                key,
-                Asked {
-                    at,
-                    outcome: Some(outcome),
-                },
-            );
-            // The servers asking it take the answer at once (a few at a time).
-            while start_due(&w, &book) {
-                tokio::task::yield_now().await;
-            }
-        });
+        tokio::task::spawn_local(ask(w.clone(), book.clone(), (key, conf, name), wire));
     }
     false
+}
+
+/// Asks `key`'s name, keeps the answer for the servers that share it and gives it to
+/// those due (a few at a time).
+async fn ask(
+    w: Rc<Worker>,
+    book: Rc<RefCell<Book>>,
+    (key, conf, name): (Key, ServerResolve, String),
+    wire: Rc<wire::Wire>,
+) {
+    let p = &w.process;
+    let outcome = match conf.srv {
+        true => query::resolve_srv(p, &wire, &conf).await,
+        false => query::resolve(p, (&wire, conf.resolvers), &name, conf.prefer).await,
+    };
+    let at = Instant::now();
+    let outcome = Some(outcome);
+    book.borrow_mut().asked.insert(key, Asked { at, outcome });
+    while start_due(&w, &book) {
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Section `section`'s socket; without one (it could not be opened), the section's
