@@ -278,10 +278,7 @@ fn listen_section_is_frontend_and_backend() {
 #[test]
 fn retries_and_redispatch_on_connection_failures() {
     let good = Origin::start("good");
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let dir = TempDir::new();
     let sock = dir.0.join("cli.sock");
     let cfg = |opts: &str| {
@@ -596,10 +593,7 @@ fn dispatch_serves_a_backend_without_servers() {
 fn http_send_name_header_names_the_server_a_request_reached() {
     let a = Origin::start("a");
     let b = Origin::start("b");
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let p = Sluice::start(&format!(
         "global\n    nbthread 1\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    balance roundrobin\n    retries 1\n    option redispatch\n    http-send-name-header X-Served-By\n    server dead {dead}\n    server a {}\n    server b {}\n",
         a.addr, b.addr
@@ -690,10 +684,7 @@ fn retry_on_sends_a_failed_request_again() {
     assert_eq!(get(p.addr(), "/e").text(), "good /e");
     drop(p);
     // A server that refuses connections: retried by default, not with `retry-on none`.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     for (opts, retries) in [
         ("    retries 2", "2"),
         ("    retries 2\n    retry-on none", "0"),

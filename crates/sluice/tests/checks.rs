@@ -1431,12 +1431,6 @@ fn an_http_check_judges_a_whole_answer_and_ends_with_a_reset() {
     );
 }
 
-/// A port nothing listens on.
-fn closed_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 #[test]
 fn check_connect_rules_and_variables() {
     let (http_at, http_seen) = keeps_open();
@@ -1455,7 +1449,7 @@ fn check_connect_rules_and_variables() {
     });
     // Both servers are configured on a closed port: only the connect rules' `port` (and
     // `addr`) lead the checks to the listening ones.
-    let nowhere = closed_port();
+    let (_nowhere_port, nowhere) = refused_addr();
     let (_d, sock) = cli_dir();
     let _p = Sluice::start(&format!(
         "global\n    stats socket {sock}\n{DEFAULTS}frontend f\n    {{fe}}\n    default_backend web\n\
@@ -2286,10 +2280,7 @@ fn email_alerts_mail_state_changes_as_haproxy_does() {
     let mta = Mta::start();
     let origin = Origin::start("o");
     // A second mailer that refuses every connection: each mail fails there, counted.
-    let dead = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let (_d, sock) = cli_dir();
     let _p = Sluice::start(&format!(
         "global\n    stats socket {} level admin\n{DEFAULTS}\

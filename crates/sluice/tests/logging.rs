@@ -163,10 +163,7 @@ fn httplog_lines_reach_syslog_field_by_field() {
 
 #[test]
 fn connection_refused_logs_sc() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let collector = Collector::new();
     let p = Sluice::start(&config(&collector, dead, "    retries 1"));
     assert_eq!(get(p.addr(), "/").status, 503);

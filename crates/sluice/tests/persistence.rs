@@ -80,9 +80,7 @@ fn insert_mode_keeps_a_client_on_its_server_across_workers() {
 fn a_failed_server_sends_its_clients_elsewhere_with_a_new_cookie() {
     let b = origin("b", None);
     // Server a is a closed port: its clients' connections fail.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = closed.local_addr().unwrap();
-    drop(closed);
+    let (_dead_port, dead) = refused_addr();
     let p = Sluice::start(&format!(
         "{DEFAULTS}    retries 1\n    option redispatch\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    cookie SRV insert indirect\n    server a {dead} cookie ca\n    server b {} cookie cb\n",
         b.addr
@@ -371,9 +369,7 @@ fn persist_with_redispatch_keeps_a_down_server_until_it_fails() {
     assert!(ask(&p, Some("SRV=ca")).text().starts_with("a "));
     // Once connecting to it fails, redispatch sends the client to another server.
     drop(a);
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = closed.local_addr().unwrap();
-    drop(closed);
+    let (_dead_port, dead) = refused_addr();
     Sluice::cli(
         &sock,
         &format!("set server be/a addr 127.0.0.1 port {}", dead.port()),

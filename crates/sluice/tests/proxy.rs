@@ -574,10 +574,7 @@ fn error_statuses() {
     assert_eq!(get(p.addr(), "/").status, 503);
 
     // Connection refused: 503.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let p = Sluice::start(&format!(
         "{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {dead}\n"
     ));
@@ -603,10 +600,7 @@ fn error_statuses() {
 #[test]
 fn a_failed_server_does_not_stop_the_others() {
     let good = Origin::start("good");
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let p = Sluice::start(&format!(
         "global\n    nbthread 2\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server dead {dead}\n    server good {}\n",
         good.addr

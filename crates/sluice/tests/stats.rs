@@ -487,10 +487,7 @@ fn sample(text: &str, series: &str) -> f64 {
 #[test]
 fn the_prometheus_exporter_publishes_haproxy_26_metrics() {
     let origin = Origin::start("o");
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_down_port, down) = refused_addr();
     let p = Sluice::start(&format!(
         "{DEFAULTS}frontend fe\n    {{fe}}\n    acl metrics path /metrics\n    \
          http-request use-service prometheus-exporter if metrics\n    default_backend be\n\
@@ -751,10 +748,7 @@ fn raw(addr: SocketAddr, req: &str) -> String {
 fn the_stats_page_shows_a_table_per_proxy_and_its_admin_form_drains_a_server() {
     let a = Origin::start("a");
     let b = Origin::start("b");
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_down_port, down) = refused_addr();
     let (_d, sock) = cli_dir();
     let p = Sluice::start(&format!(
         "global\n    stats socket {} level admin\n{DEFAULTS}\
@@ -937,10 +931,7 @@ fn chromium(url: &str, args: &[&str]) -> String {
 #[test]
 fn a_headless_browser_renders_the_stats_page() {
     let a = Origin::start("a");
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_down_port, down) = refused_addr();
     let (_d, sock) = cli_dir();
     let p = Sluice::start(&format!(
         "global\n    stats socket {} level admin\n{DEFAULTS}frontend fe\n    {{fe}}\n    stats enable\n    stats uri /st\n    \

@@ -58,10 +58,7 @@ fn tcp_echo_with_half_close_and_balancing() {
 #[test]
 fn tcp_connect_retries_and_redispatch() {
     let good = echo("good");
-    let dead = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_dead_port, dead) = refused_addr();
     let p = Sluice::start(&format!(
         "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    retries 1\n    option redispatch\n    server dead {dead}\n    server good {good}\n"
     ));

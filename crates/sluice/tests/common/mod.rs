@@ -617,6 +617,18 @@ impl Conn {
     }
 }
 
+/// An address on 127.0.0.1 that refuses connections for as long as the returned socket
+/// lives: its port is bound but not listening, so neither another test's listener nor an
+/// outgoing connection takes it meanwhile (a listener bound and dropped leaves a port any
+/// test may be given next, and a "dead" server then answers).
+pub fn refused_addr() -> (socket2::Socket, SocketAddr) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    (s, addr)
+}
+
 /// A free port on 127.0.0.1 for an address sluice binds itself (where it cannot take an
 /// inherited socket). It is chosen below the kernel's ephemeral range (32768 and up), so the
 /// many connections the tests open never take it between this check and sluice's bind; the
