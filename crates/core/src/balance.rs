@@ -822,6 +822,39 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_publishes_its_changes_once_and_picks_stay_on_usable_servers() {
+        let (be, st) = backend(Algo::RoundRobin, &[(1, false, false), (1, false, false)]);
+        let lb = LbCache::default();
+        assert_eq!(picks(&be, &st, &lb, 10), [5, 5]);
+        let before = st.lb.generation.load(Ordering::Relaxed);
+        let batch = st.lb.batch();
+        st.set_weight(0, 3);
+        st.set_unresolved(1, true);
+        assert_eq!(
+            st.lb.generation.load(Ordering::Relaxed),
+            before,
+            "held back"
+        );
+        // The old schedule still serves, without the server that left.
+        assert_eq!(picks(&be, &st, &lb, 10), [10, 0]);
+        st.set_unresolved(1, false);
+        let nested = st.lb.batch();
+        drop(batch);
+        assert_eq!(st.lb.generation.load(Ordering::Relaxed), before);
+        drop(nested);
+        assert_eq!(st.lb.generation.load(Ordering::Relaxed), before + 1);
+        assert_eq!(picks(&be, &st, &lb, 100), [75, 25]);
+        drop(st.lb.batch());
+        assert_eq!(
+            st.lb.generation.load(Ordering::Relaxed),
+            before + 1,
+            "nothing changed"
+        );
+        st.set_weight(0, 1);
+        assert_eq!(st.lb.generation.load(Ordering::Relaxed), before + 2);
+    }
+
+    #[test]
     fn static_rr_keeps_its_map_but_skips_unusable_servers() {
         let (be, st) = backend(Algo::StaticRr, &[(3, false, false), (1, false, false)]);
         let lb = LbCache::default();

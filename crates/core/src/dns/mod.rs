@@ -62,6 +62,8 @@ struct Asked {
 #[derive(Default)]
 struct Book {
     list: Vec<Resolution>,
+    /// The backends of `list`'s servers, each once.
+    backends: Vec<usize>,
     asked: HashMap<Key, Asked>,
     wires: Vec<Option<Rc<wire::Wire>>>,
 }
@@ -89,9 +91,7 @@ pub async fn run(w: Rc<Worker>) {
                 }
             }
         }
-        while start_due(&w, &book) {
-            tokio::task::yield_now().await;
-        }
+        serve_due(&w, &book).await;
         let wait = book.borrow().until_due(tick);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -130,6 +130,8 @@ impl Book {
         if book.list.is_empty() {
             return None;
         }
+        book.backends = book.list.iter().map(|r| r.backend).collect();
+        book.backends.dedup();
         book.wires = (0..p.config.resolvers.len())
             .map(|i| wire::Wire::open(p, i).ok())
             .collect();
@@ -174,7 +176,9 @@ fn start_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) -> bool {
     let p = &w.process;
     let now = Instant::now();
     let mut guard = book.borrow_mut();
-    let Book { list, asked, wires } = &mut *guard;
+    let Book {
+        list, asked, wires, ..
+    } = &mut *guard;
     // What the servers sharing each name hold, gathered as first needed in this pass.
     let mut claims: HashMap<(usize, Key), apply::Claims> = HashMap::new();
     let mut applied = 0;
@@ -236,7 +240,18 @@ async fn ask(
     let at = Instant::now();
     let outcome = Some(outcome);
     book.borrow_mut().asked.insert(key, Asked { at, outcome });
-    while start_due(&w, &book) {
+    serve_due(&w, &book).await;
+}
+
+/// Serves the resolutions that are due, a few at a time, the worker's requests served in
+/// between; what they change in their backends' balancing is published once, at the end.
+async fn serve_due(w: &Rc<Worker>, book: &Rc<RefCell<Book>>) {
+    let backends = book.borrow().backends.clone();
+    let _batches: Vec<_> = backends
+        .iter()
+        .map(|&b| w.process.state.backends[b].lb.batch())
+        .collect();
+    while start_due(w, book) {
         tokio::task::yield_now().await;
     }
 }

@@ -467,6 +467,48 @@ pub struct LbState {
     /// Until when ([`clock_ns`]) a server's weight is ramping up: the dynamic schedule is
     /// rebuilt every 100 ms until then.
     pub ramp_until: AtomicU64,
+    /// Open [`LbBatch`]es, and whether a change was made while one was.
+    batches: AtomicU32,
+    pending: AtomicBool,
+}
+
+impl LbState {
+    /// Publishes a change of the servers' usable weights: the next pick of every worker
+    /// sees a new schedule; while a batch is open, once the last one closes.
+    pub fn changed(&self) {
+        if self.batches.load(Ordering::SeqCst) == 0 {
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        self.pending.store(true, Ordering::SeqCst);
+        // The last batch may have closed meanwhile, before it could see the change.
+        if self.batches.load(Ordering::SeqCst) == 0 && self.pending.swap(false, Ordering::SeqCst) {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Holds back the changes made until it is dropped, then publishes them as one: an
+    /// answer that moves a thousand servers makes each worker rebuild its schedule once.
+    /// (The balancer skips a server that is no longer usable whatever its schedule says.)
+    pub fn batch(&self) -> LbBatch<'_> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        LbBatch(self)
+    }
+}
+
+/// Changes to a backend's servers published together when it is dropped
+/// ([`LbState::batch`]).
+pub struct LbBatch<'a>(&'a LbState);
+
+impl Drop for LbBatch<'_> {
+    fn drop(&mut self) {
+        let lb = self.0;
+        if lb.batches.fetch_sub(1, Ordering::SeqCst) == 1
+            && lb.pending.swap(false, Ordering::SeqCst)
+        {
+            lb.generation.fetch_add(1, Ordering::Release);
+        }
+    }
 }
 
 /// One worker's copies of its backends' dynamic schedules: while a schedule is unchanged,
@@ -551,7 +593,7 @@ impl BackendState {
             }
             self.note_servers();
         }
-        self.lb.generation.fetch_add(1, Ordering::Release);
+        self.lb.changed();
     }
 
     /// The servers in service now, (active, backup), as HAProxy's logs count them ("N
@@ -582,7 +624,7 @@ impl BackendState {
             self.start_ramp(server);
         }
         self.note_servers();
-        self.lb.generation.fetch_add(1, Ordering::Release);
+        self.lb.changed();
         true
     }
 
@@ -614,7 +656,7 @@ impl BackendState {
             s.downtime.note(state == OperState::Down);
             self.note_servers();
         }
-        self.lb.generation.fetch_add(1, Ordering::Release);
+        self.lb.changed();
     }
 
     /// Sets a server's live weight (0 to 256).
@@ -622,7 +664,7 @@ impl BackendState {
         self.servers[server]
             .weight
             .store(weight.min(256), Ordering::Relaxed);
-        self.lb.generation.fetch_add(1, Ordering::Release);
+        self.lb.changed();
     }
 
     /// Starts a server's `slowstart` ramp: its weight grows from 1 to its full value, and
@@ -643,7 +685,7 @@ impl BackendState {
     /// configuration is (`conf::server_list`'s invariant); its index.
     pub fn add_server(&self, conf: &Server, workers: usize) -> usize {
         let at = self.servers.push(Arc::new(ServerState::new(conf, workers)));
-        self.lb.generation.fetch_add(1, Ordering::Release);
+        self.lb.changed();
         at
     }
 
@@ -653,7 +695,7 @@ impl BackendState {
         let s = &self.servers[server];
         s.gone.store(true, Ordering::Release);
         s.queue.closed.notify_waiters();
-        self.lb.generation.fetch_add(1, Ordering::Release);
+        self.lb.changed();
     }
 
     /// The servers that are not gone, with their configuration (`conf`, this backend's):
