@@ -277,9 +277,9 @@ pub fn store(keys: &[(Arc<Table>, Key)], id: u32) {
     let now = crate::runtime::clock_ms();
     for (t, k) in keys {
         if let Some(e) = t.touch(k.clone(), now) {
-            e.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .set(Counter::ServerId, u64::from(id));
+            let mut e = e.lock().unwrap_or_else(|e| e.into_inner());
+            e.set(Counter::ServerId, u64::from(id));
+            t.changed(k, &mut e);
         }
     }
 }

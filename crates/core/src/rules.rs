@@ -1087,6 +1087,7 @@ pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
                     if let Some(t) = t {
                         let mut e = t.entry.lock().unwrap_or_else(|e| e.into_inner());
                         e.set(*tag, v.max(0) as u64);
+                        t.table.changed(&t.key, &mut e);
                     }
                 });
             }

@@ -116,7 +116,7 @@ pub fn parse_table(a: &[String]) -> Result<TableConf, KwError> {
                 }
                 exclusive_arrays(&t.store).map_err(|e| KwError::bad(idx + 1, v, e))?;
                 // Entries list their data in HAProxy's order, whatever the line's.
-                t.store.sort_by_key(|d| d.counter.dump_rank());
+                t.store.sort_by_key(|d| d.counter.data_type());
                 i += 1;
             }
             "peers" => {
@@ -281,7 +281,8 @@ impl Key {
                 IpAddr::V4(v4) => Key::Ip(IpAddr::V6(v4.to_ipv6_mapped())),
                 v6 => Key::Ip(v6),
             },
-            KeyType::Integer => Key::Int(s.as_int()?),
+            // HAProxy keeps integer keys on 32 bits: -3 is 4294967293.
+            KeyType::Integer => Key::Int(i64::from(s.as_int()? as u32)),
             KeyType::String(len) => {
                 let b = s.as_bytes();
                 Key::Bytes(b[..b.len().min(len)].to_vec())
@@ -313,6 +314,14 @@ enum Value {
     Rate(Window, u64),
 }
 
+/// A value as it leaves or enters a table (the peers protocol): a count, or a rate as the
+/// age of its current period (ms) and its two periods' counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    Count(u64),
+    Rate { age: u64, curr: u64, prev: u64 },
+}
+
 /// One key's data, in the order of the table's `store` list.
 #[derive(Debug)]
 pub struct Entry {
@@ -321,6 +330,8 @@ pub struct Entry {
     pub expires: Option<u64>,
     /// Its last update (ms), for dropping the least recent when full.
     pub updated: u64,
+    /// Whether it waits among its table's [`Changes`] (shared tables only).
+    queued: bool,
 }
 
 impl Entry {
@@ -336,6 +347,39 @@ impl Entry {
                 .collect(),
             expires: None,
             updated: now,
+            queued: false,
+        }
+    }
+
+    /// Every stored value as it leaves the table.
+    pub fn snapshot(&self, now: u64) -> Vec<(Counter, Stored)> {
+        self.values
+            .iter()
+            .map(|&(c, v)| match v {
+                Value::Count(n) => (c, Stored::Count(n)),
+                Value::Rate(r, p) => {
+                    let mut r = r;
+                    r.add(now, p, 0);
+                    let (start, curr, prev) = r.parts();
+                    let age = now.saturating_sub(start);
+                    (c, Stored::Rate { age, curr, prev })
+                }
+            })
+            .collect()
+    }
+
+    /// Takes a value another process sent (a count, or a rate's state), if the entry
+    /// stores it. `conn_cur` is each process's own, as in HAProxy: never taken.
+    pub fn put(&mut self, c: Counter, v: Stored, now: u64) {
+        if c == Counter::ConnCur {
+            return;
+        }
+        match (self.value_mut(c), v) {
+            (Some(Value::Count(x)), Stored::Count(n)) => *x = n,
+            (Some(Value::Rate(r, _)), Stored::Rate { age, curr, prev }) => {
+                *r = Window::from_parts(now.saturating_sub(age), curr, prev)
+            }
+            _ => {}
         }
     }
 
@@ -465,6 +509,7 @@ impl Tracker {
         for &(c, n) in counts {
             e.add(c, n, now);
         }
+        self.table.changed(&self.key, &mut e);
     }
 }
 
@@ -476,6 +521,7 @@ impl Drop for Tracker {
         if let Some(x) = self.table.conf.expire {
             e.expires = Some(now + x.as_millis() as u64);
         }
+        self.table.changed(&self.key, &mut e);
     }
 }
 
@@ -485,6 +531,18 @@ pub struct Table {
     pub conf: TableConf,
     shards: Box<[Mutex<HashMap<Key, EntryRef>>]>,
     used: AtomicUsize,
+    /// The entries changed here since the peers last took them (a table shared with a
+    /// `peers` section only).
+    changes: Option<Changes>,
+}
+
+/// The keys of a shared table's entries changed by this process: a worker that changes an
+/// entry not already waiting adds its key (the only lock taken, once per entry until the
+/// peers take them) and wakes the peers' thread, which sends them.
+#[derive(Debug, Default)]
+pub struct Changes {
+    keys: Mutex<Vec<Key>>,
+    pub wake: tokio::sync::Notify,
 }
 
 impl Table {
@@ -493,7 +551,69 @@ impl Table {
             conf: conf.clone(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             used: AtomicUsize::new(0),
+            changes: conf.peers.as_ref().map(|_| Changes::default()),
         }
+    }
+
+    /// Notes that this process changed `key`'s entry `e` (locked by the caller): a table
+    /// shared with peers sends it to them.
+    pub fn changed(&self, key: &Key, e: &mut Entry) {
+        let Some(c) = &self.changes else {
+            return;
+        };
+        if e.queued {
+            return;
+        }
+        e.queued = true;
+        let mut keys = c.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.push(key.clone());
+        if keys.len() == 1 {
+            c.wake.notify_one();
+        }
+    }
+
+    /// Takes the keys changed since the last call: each entry may be changed (and queued)
+    /// again from now on.
+    pub fn take_changes(&self, now: u64) -> Vec<Key> {
+        let Some(c) = &self.changes else {
+            return Vec::new();
+        };
+        let keys = std::mem::take(&mut *c.keys.lock().unwrap_or_else(|e| e.into_inner()));
+        for k in &keys {
+            if let Some(e) = self.lookup(k, now) {
+                e.lock().unwrap_or_else(|e| e.into_inner()).queued = false;
+            }
+        }
+        keys
+    }
+
+    /// The table's changes, if it is shared with peers.
+    pub fn changes(&self) -> Option<&Changes> {
+        self.changes.as_ref()
+    }
+
+    /// Takes an entry a peer sent: its values replace the ones kept (the last writer wins,
+    /// as between HAProxy peers), and it lives `left` ms (else the table's `expire`). It is
+    /// not sent back: only this process's own changes go to the peers. Whether it was
+    /// stored (`nopurge` on a full table refuses it).
+    pub fn learn(
+        &self,
+        key: Key,
+        left: Option<u64>,
+        values: &[(Counter, Stored)],
+        now: u64,
+    ) -> bool {
+        let Some(entry) = self.touch(key, now) else {
+            return false;
+        };
+        let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
+        for &(c, v) in values {
+            e.put(c, v, now);
+        }
+        if let Some(left) = left.filter(|_| self.conf.expire.is_some()) {
+            e.expires = Some(now + left);
+        }
+        true
     }
 
     fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, EntryRef>> {

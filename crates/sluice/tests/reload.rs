@@ -770,12 +770,23 @@ fn a_table_shared_with_the_local_peer_survives_a_reload() {
         hits.contains("key=/mark") && hits.contains("gpc0=5"),
         "{hits}"
     );
-    // A peers section naming another peer is refused, by name.
-    let (ok, out) = check_config(&format!(
-        "global\n    localpeer lb1\npeers pair\n    peer lb1 127.0.0.1:10000\n    peer lb2 10.0.0.2:10000\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers pair\n    http-request track-sc0 src\n    http-request return status 200\n"
-    ));
+    // Other peers are accepted (tests/peers.rs syncs with them); TLS between peers is
+    // refused, by name, and so are `shards`.
+    let pair = |extra: &str| {
+        check_config(&format!(
+            "global\n    localpeer lb1\npeers pair\n    peer lb1 127.0.0.1:10000\n    peer lb2 10.0.0.2:10000{extra}\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers pair\n    http-request track-sc0 src\n    http-request return status 200\n"
+        ))
+    };
+    let (ok, out) = pair("");
+    assert!(ok, "{out}");
+    let (ok, out) = pair(" ssl");
     assert!(
-        !ok && out.contains("'peer lb2'") && out.contains("not supported yet"),
+        !ok && out.contains("option 'ssl' is not supported yet"),
+        "{out}"
+    );
+    let (ok, out) = pair("\n    shards 2");
+    assert!(
+        !ok && out.contains("'shards' in 'peers' section: not supported yet"),
         "{out}"
     );
     // A section that does not name this process is removed with HAProxy's warning, and

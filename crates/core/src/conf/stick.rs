@@ -37,13 +37,27 @@ pub struct TableConf {
     pub peers: Option<String>,
 }
 
-/// A `peers` section: where the local peer listens. Its tables' entries go from the old
-/// process to the new one at a reload, as HAProxy's local peer carries them.
+/// A `peers` section: where the local peer listens and the other peers its tables are
+/// shared with. Its tables' entries also go from the old process to the new one at a
+/// reload, as HAProxy's local peer carries them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeersConf {
     pub name: String,
-    /// The local peer's address.
+    /// This process's name among the peers (`localpeer`, `-L`, else the host name).
+    pub local_name: String,
+    /// The local peer's address: where the other peers connect.
     pub local: std::net::SocketAddr,
+    /// The other peers, in the order of the section.
+    pub remotes: Vec<RemotePeer>,
+    /// `disabled`: the section shares nothing (its tables stay this process's own).
+    pub disabled: bool,
+}
+
+/// Another peer of a `peers` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemotePeer {
+    pub name: String,
+    pub addr: std::net::SocketAddr,
 }
 
 /// What is counted, without the period of rates.
@@ -163,43 +177,51 @@ impl Counter {
         })
     }
 
-    /// Where HAProxy lists the data type in `show table` (its data type numbering; an
-    /// array's elements in index order after the legacy types).
-    pub fn dump_rank(self) -> (u8, u8) {
+    /// HAProxy's number for the data type (and the element's index in an array): the
+    /// order `show table` lists them in, and their number in the peers protocol.
+    pub fn data_type(self) -> (u8, u8) {
         use Counter::*;
-        match self {
-            Gpt(i) => (22, i),
-            Gpc(i) => (23, i),
-            GpcRate(i) => (24, i),
-            c => {
-                let rank = [
-                    ServerId,
-                    Gpt0,
-                    Gpc0,
-                    Gpc0Rate,
-                    ConnCnt,
-                    ConnRate,
-                    ConnCur,
-                    SessCnt,
-                    SessRate,
-                    HttpReqCnt,
-                    HttpReqRate,
-                    HttpErrCnt,
-                    HttpErrRate,
-                    BytesInCnt,
-                    BytesInRate,
-                    BytesOutCnt,
-                    BytesOutRate,
-                    Gpc1,
-                    Gpc1Rate,
-                    HttpFailCnt,
-                    HttpFailRate,
-                ]
+        let t = match self {
+            Gpt(i) => return (22, i),
+            Gpc(i) => return (23, i),
+            GpcRate(i) => return (24, i),
+            ServerId => 0,
+            Gpt0 => 1,
+            Gpc0 => 2,
+            Gpc0Rate => 3,
+            ConnCnt => 4,
+            ConnRate => 5,
+            ConnCur => 6,
+            SessCnt => 7,
+            SessRate => 8,
+            HttpReqCnt => 9,
+            HttpReqRate => 10,
+            HttpErrCnt => 11,
+            HttpErrRate => 12,
+            BytesInCnt => 13,
+            BytesInRate => 14,
+            BytesOutCnt => 15,
+            BytesOutRate => 16,
+            Gpc1 => 17,
+            Gpc1Rate => 18,
+            // 19 is `server_key`, which sluice does not keep.
+            HttpFailCnt => 20,
+            HttpFailRate => 21,
+        };
+        (t, 0)
+    }
+
+    /// The counter HAProxy's data type `t` (element `i` of an array) stands for
+    /// ([`Counter::data_type`] read backwards).
+    pub fn of_data_type(t: u8, i: u8) -> Option<Counter> {
+        match t {
+            22 => Some(Counter::Gpt(i)),
+            23 => Some(Counter::Gpc(i)),
+            24 => Some(Counter::GpcRate(i)),
+            _ => NAMES
                 .iter()
-                .position(|&x| x == c)
-                .unwrap_or(0);
-                (rank as u8, 0)
-            }
+                .map(|(c, _)| *c)
+                .find(|c| c.data_type() == (t, 0)),
         }
     }
 

@@ -181,10 +181,18 @@ pub(super) fn set(s: &Process, args: &[&str]) -> String {
         Err(answer) => return answer,
     };
     let now = crate::runtime::clock_ms();
-    let Some(entry) = t.touch(key, now) else {
+    let Some(entry) = t.touch(key.clone(), now) else {
         return "Unable to allocate a new entry\n".into();
     };
     let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
+    let answer = store_pairs(t, &mut e, data, now);
+    // What was stored before a bad pair stays, and reaches the peers.
+    t.changed(&key, &mut e);
+    answer
+}
+
+/// Stores each `data.TYPE VALUE` pair in turn; HAProxy's answer to the first bad one.
+fn store_pairs(t: &Table, e: &mut crate::stick::Entry, data: &[&str], now: u64) -> String {
     for pair in data.chunks(2) {
         let Some(name) = pair[0].strip_prefix("data.") else {
             return "\"data.<type>\" followed by a value expected\n".into();

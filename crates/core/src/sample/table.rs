@@ -34,7 +34,7 @@ pub(super) fn fetch<'a>(
                     apply(t, Some(&tracked.key), op, counter, now)
                 }
                 _ => apply_entry(
-                    &tracked.table,
+                    (&tracked.table, &tracked.key),
                     Some(tracked.entry.clone()),
                     op,
                     counter,
@@ -106,13 +106,13 @@ fn apply<'a>(
         TableOp::Inc => t.touch(key.clone(), now),
         _ => t.lookup(key, now),
     };
-    apply_entry(t, entry, op, counter, now)
+    apply_entry((t, key), entry, op, counter, now)
 }
 
 /// Reads or changes `counter` of an entry; a key without an entry reads as 0 when the
 /// table stores the counter.
 fn apply_entry<'a>(
-    t: &Table,
+    (t, key): (&Table, &Key),
     entry: Option<EntryRef>,
     op: TableOp,
     counter: Counter,
@@ -129,11 +129,13 @@ fn apply_entry<'a>(
             if let Some(rate) = counter.rate() {
                 e.add(rate, 1, now);
             }
+            t.changed(key, &mut e);
             e.get(counter, now)?
         }
         TableOp::Clr => {
             let before = e.get(counter, now)?;
             e.set(counter, 0);
+            t.changed(key, &mut e);
             before
         }
         TableOp::Read | TableOp::Tracked => e.get(counter, now)?,

@@ -1,0 +1,210 @@
+//! Stick tables shared between processes over HAProxy's peers protocol: sluice nodes with
+//! each other, and with a real HAProxy 2.6 as a peer, on loopback ports.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+
+/// One line of `show table NAME` holding `key=KEY`, if there is one.
+fn entry(sock: &Path, table: &str, key: &str) -> Option<String> {
+    Sluice::cli(sock, &format!("show table {table}"))
+        .lines()
+        .find(|l| l.contains(&format!(" key={key} ")))
+        .map(str::to_string)
+}
+
+/// Waits until `show table NAME` on `sock` has `key=KEY` with `field` (`name=value`).
+fn wait_entry(sock: &Path, table: &str, key: &str, field: &str) -> String {
+    let mut last = None;
+    wait_until(&format!("{key} with {field} in {table}: {last:?}"), || {
+        last = entry(sock, table, key);
+        last.as_ref()
+            .is_some_and(|l| l.split(' ').any(|w| w == field))
+    });
+    last.unwrap_or_default()
+}
+
+/// A node of a two- or three-peer cluster, with its CLI socket.
+struct Node {
+    proxy: Sluice,
+    sock: PathBuf,
+    _dir: TempDir,
+}
+
+/// The configuration of node `me` of `peers` (name, port): a frontend tracking the client
+/// address with a limit of 3 requests per 10 s, and tables of each key type in the
+/// section.
+fn config(me: &str, peers: &[(&str, u16)], sock: &Path, origin: SocketAddr) -> String {
+    let lines: String = peers
+        .iter()
+        .map(|(n, p)| format!("    peer {n} 127.0.0.1:{p}\n"))
+        .collect();
+    format!(
+        "global\n    localpeer {me}\n    stats socket {} level admin\n{DEFAULTS}\
+         peers mesh\n{lines}\
+         \x20   table strs type string len 32 size 100 expire 60s store gpc0,http_req_cnt\n\
+         \x20   table ints type integer size 100 expire 60s store gpc0,conn_cnt\n\
+         frontend fe\n    {{fe}}\n    stick-table type ip size 100 expire 60s store http_req_rate(10s),gpc0 peers mesh\n\
+         \x20   http-request track-sc0 src\n\
+         \x20   http-request deny deny_status 429 if {{ sc_http_req_rate(0) gt 3 }}\n\
+         \x20   default_backend be\n\
+         backend be\n    server s1 {origin}\n",
+        sock.display()
+    )
+}
+
+fn sluice_node(me: &str, peers: &[(&str, u16)], origin: SocketAddr) -> Node {
+    let (dir, sock) = cli_dir();
+    let proxy = Sluice::start(&config(me, peers, &sock, origin));
+    Node {
+        proxy,
+        sock,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn two_nodes_share_a_rate_limit_and_a_restarted_node_learns_the_tables() {
+    let origin = Origin::start("o");
+    let peers = [("a", free_port()), ("b", free_port())];
+    let a = sluice_node("a", &peers, origin.addr);
+    let b = sluice_node("b", &peers, origin.addr);
+    // Three requests on A: within the limit.
+    for _ in 0..3 {
+        assert_eq!(get(a.proxy.addr(), "/").status, 200);
+    }
+    // B learns the client's rate from A, and counts its next request on top of it.
+    wait_entry(&b.sock, "fe", "127.0.0.1", "http_req_rate(10000)=3");
+    assert_eq!(get(b.proxy.addr(), "/").status, 429);
+    // And A learns B's count in turn: the last writer wins.
+    wait_entry(&a.sock, "fe", "127.0.0.1", "http_req_rate(10000)=4");
+    assert_eq!(get(a.proxy.addr(), "/").status, 429);
+    // Tables of the section itself, each key type, changed from the CLI.
+    assert_eq!(
+        Sluice::cli(&a.sock, "set table mesh/strs key alice data.gpc0 5"),
+        "\n"
+    );
+    assert_eq!(
+        Sluice::cli(&b.sock, "set table mesh/ints key 42 data.gpc0 7"),
+        "\n"
+    );
+    wait_entry(&b.sock, "mesh/strs", "alice", "gpc0=5");
+    wait_entry(&a.sock, "mesh/ints", "42", "gpc0=7");
+    // B restarts with nothing: it asks A for the tables.
+    drop(b);
+    let b = sluice_node("b", &peers, origin.addr);
+    wait_entry(&b.sock, "mesh/strs", "alice", "gpc0=5");
+    wait_entry(&b.sock, "mesh/ints", "42", "gpc0=7");
+    wait_entry(&b.sock, "fe", "127.0.0.1", "gpc0=0");
+}
+
+#[test]
+fn three_nodes_each_push_their_changes_to_the_others() {
+    let origin = Origin::start("o");
+    let peers = [("a", free_port()), ("b", free_port()), ("c", free_port())];
+    let nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|me| sluice_node(me, &peers, origin.addr))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        let cmd = format!("set table mesh/strs key k{i} data.gpc0 {}", 10 + i);
+        assert_eq!(Sluice::cli(&n.sock, &cmd), "\n");
+    }
+    for n in &nodes {
+        for i in 0..3 {
+            wait_entry(
+                &n.sock,
+                "mesh/strs",
+                &format!("k{i}"),
+                &format!("gpc0={}", 10 + i),
+            );
+        }
+    }
+}
+
+/// Reads what a peer port answers until it closes (bounded).
+fn answer_of(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn hostile_bytes_on_the_peer_port_end_that_session_only() {
+    let origin = Origin::start("o");
+    let peers = [("a", free_port()), ("b", free_port())];
+    let a = sluice_node("a", &peers, origin.addr);
+    let b = sluice_node("b", &peers, origin.addr);
+    let at: SocketAddr = format!("127.0.0.1:{}", peers[0].1).parse().unwrap();
+    // Handshakes refused with HAProxy's status codes.
+    assert_eq!(answer_of(at, b"GET / HTTP/1.0\r\n\r\n\r\n"), b"501\n");
+    assert_eq!(answer_of(at, b"HAProxyS 3.0\nx\ny 1 1\n"), b"502\n");
+    assert_eq!(answer_of(at, b"HAProxyS 2.1\nnot-a\nb 1 1\n"), b"503\n");
+    assert_eq!(answer_of(at, b"HAProxyS 2.1\na\nstranger 1 1\n"), b"504\n");
+    // A session that then sends the reserved class, a message too big and a truncated
+    // definition: each gets HAProxy's error message and is closed.
+    let hello = b"HAProxyS 2.1\na\nb 1 1\n".to_vec();
+    for (bad, error) in [
+        (vec![255u8, 0], [1u8, 0]),
+        (vec![10, 0x80, 0xff, 0xff, 0xff, 0x7f], [1, 1]),
+        (vec![10, 0x82, 3, 1, 9, b'x'], [1, 0]),
+    ] {
+        let got = answer_of(at, &[hello.clone(), bad].concat());
+        assert!(got.starts_with(b"200\n"), "{got:?}");
+        assert!(got.ends_with(&error), "{got:?}");
+    }
+    // The stranger took B's place for a while; the cluster still syncs afterwards.
+    assert_eq!(
+        Sluice::cli(&b.sock, "set table mesh/strs key after data.gpc0 1"),
+        "\n"
+    );
+    wait_entry(&a.sock, "mesh/strs", "after", "gpc0=1");
+}
+
+/// HAProxy 2.6 (Debian's package) as the other peer: entries made on either side reach
+/// the other, for ip, string and integer keys, counters and rates.
+#[test]
+fn haproxy_and_sluice_share_tables() {
+    let origin = Origin::start("o");
+    let peers = [("h", free_port()), ("s", free_port())];
+    let s = sluice_node("s", &peers, origin.addr);
+    let (hdir, hsock) = cli_dir();
+    // Debian installs it in /usr/sbin, which a user's PATH may lack.
+    let program = match Path::new("/usr/sbin/haproxy").exists() {
+        true => "/usr/sbin/haproxy",
+        false => "haproxy",
+    };
+    let h = Sluice::start_program(program, &["-db"], &config("h", &peers, &hsock, origin.addr));
+    wait_until("HAProxy's CLI", || hsock.exists());
+    // Requests through HAProxy count in sluice's table, and the other way round.
+    for _ in 0..2 {
+        assert_eq!(get(h.addr(), "/").status, 200);
+    }
+    wait_entry(&s.sock, "fe", "127.0.0.1", "http_req_rate(10000)=2");
+    assert_eq!(get(s.proxy.addr(), "/").status, 200);
+    wait_entry(&hsock, "fe", "127.0.0.1", "http_req_rate(10000)=3");
+    // Counters set from either CLI, in tables of each key type.
+    let set = |sock: &Path, cmd: &str| assert_eq!(Sluice::cli(sock, cmd).trim(), "", "{cmd}");
+    set(
+        &hsock,
+        "set table mesh/strs key alice data.gpc0 5 data.http_req_cnt 9",
+    );
+    set(&s.sock, "set table mesh/strs key bob data.gpc0 6");
+    set(&hsock, "set table mesh/ints key 42 data.gpc0 7");
+    set(&s.sock, "set table mesh/ints key -3 data.gpc0 8");
+    set(&s.sock, "set table fe key 127.0.0.9 data.gpc0 4");
+    wait_entry(&s.sock, "mesh/strs", "alice", "gpc0=5");
+    wait_entry(&s.sock, "mesh/strs", "alice", "http_req_cnt=9");
+    wait_entry(&hsock, "mesh/strs", "bob", "gpc0=6");
+    wait_entry(&s.sock, "mesh/ints", "42", "gpc0=7");
+    // Integer keys are 32-bit: -3 is 4294967293 on both sides.
+    wait_entry(&hsock, "mesh/ints", "4294967293", "gpc0=8");
+    wait_entry(&s.sock, "mesh/ints", "4294967293", "gpc0=8");
+    wait_entry(&hsock, "fe", "127.0.0.9", "gpc0=4");
+    drop((h, hdir));
+}
