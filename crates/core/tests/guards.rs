@@ -39,6 +39,7 @@ fn process() -> Arc<Process> {
         mail: Default::default(),
         resolvers: Default::default(),
         renamed: Default::default(),
+        show_peers: Default::default(),
     })
 }
 

@@ -92,6 +92,20 @@ fn two_nodes_share_a_rate_limit_and_a_restarted_node_learns_the_tables() {
     );
     wait_entry(&b.sock, "mesh/strs", "alice", "gpc0=5");
     wait_entry(&a.sock, "mesh/ints", "42", "gpc0=7");
+    // `show peers` in HAProxy's layout: the session with B is up, its tables listed.
+    let shown = Sluice::cli(&a.sock, "show peers");
+    assert!(shown.contains(" id=mesh disabled=0 "), "{shown}");
+    assert!(
+        shown.contains(": id=b(remote,active) addr=127.0.0.1:"),
+        "{shown}"
+    );
+    assert!(shown.contains(" last_status=ESTA "), "{shown}");
+    assert!(shown.contains(": id=a(local,inactive) "), "{shown}");
+    assert!(shown.contains(" id=mesh/strs update="), "{shown}");
+    assert_eq!(
+        Sluice::cli(&a.sock, "show peers nowhere").trim_end(),
+        "No such peers"
+    );
     // B restarts with nothing: it asks A for the tables.
     drop(b);
     let b = sluice_node("b", &peers, origin.addr);
@@ -158,6 +172,9 @@ fn hostile_bytes_on_the_peer_port_end_that_session_only() {
         assert!(got.starts_with(b"200\n"), "{got:?}");
         assert!(got.ends_with(&error), "{got:?}");
     }
+    // Each counted as a protocol error of the peer it claimed to be.
+    let shown = Sluice::cli(&a.sock, "show peers mesh");
+    assert!(shown.contains(" proto_err=3 "), "{shown}");
     // The stranger took B's place for a while; the cluster still syncs afterwards.
     assert_eq!(
         Sluice::cli(&b.sock, "set table mesh/strs key after data.gpc0 1"),

@@ -349,6 +349,12 @@ pub const COMMANDS: &[Command] = &[
         run: |p, args, _| crate::dns::show(p, args.first().copied()).unwrap_or_else(|e| e),
     },
     Command {
+        words: &["show", "peers"],
+        help: "dump some information about all the peers or this peers section [dict|-] [SECTION]",
+        level: Level::User,
+        run: |p, args, _| crate::peers::show(p, args),
+    },
+    Command {
         words: &["show", "servers", "state"],
         help: "dump the volatile server information [BACKEND]",
         level: Level::User,

@@ -479,6 +479,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         mail: Default::default(),
         resolvers,
         renamed: Default::default(),
+        show_peers: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

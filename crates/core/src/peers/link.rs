@@ -44,6 +44,8 @@ const LINE_MAX: usize = 512;
 /// opened.
 pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
     let peer = &node.peers[p];
+    peer.counts.new_conn.set(peer.counts.new_conn.get() + 1);
+    peer.status.set(status::CONNECTING);
     let hello = async {
         let mut conn = TcpStream::connect(peer.conf.addr).await.ok()?;
         let _ = conn.set_nodelay(true);
@@ -64,6 +66,8 @@ pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
     let Ok(Some((conn, read, code))) = tokio::time::timeout(HANDSHAKE_LIMIT, hello).await else {
         return false;
     };
+    peer.handshake.set(Some(std::time::Instant::now()));
+    peer.status.set(code);
     if code != status::SUCCESS {
         return false;
     }
@@ -202,7 +206,13 @@ async fn serve(node: &Rc<Node>, p: usize, conn: TcpStream, read: Vec<u8>) {
         theirs: RefCell::default(),
         current: Cell::new(None),
         got: RefCell::default(),
-        sent: RefCell::new(node.peers[p].acked.borrow().clone()),
+        sent: RefCell::new(
+            node.peers[p]
+                .tables
+                .iter()
+                .map(|t| t.update.get())
+                .collect(),
+        ),
         sending: Cell::new(None),
         teach: RefCell::new(None),
         confirm: Cell::new(0),
@@ -213,6 +223,9 @@ async fn serve(node: &Rc<Node>, p: usize, conn: TcpStream, read: Vec<u8>) {
     if node.resync.get() == Resync::Needed && !node.peers[p].partial.get() {
         node.resync.set(Resync::Asked(p));
         link.ask.set(true);
+    }
+    if let (Ok(local), Ok(remote)) = (conn.local_addr(), conn.peer_addr()) {
+        node.peers[p].ends.set(Some((local, remote)));
     }
     let (rd, wr) = conn.into_split();
     let replaced = async {
@@ -243,15 +256,17 @@ async fn receive(node: &Node, link: &Link, mut rd: OwnedReadHalf, mut buf: Vec<u
             match wire::split(&buf[used..]) {
                 Ok(Some((msg, n))) => {
                     if let Err(fatal) = handle(node, link, msg) {
-                        return fail(link, fatal).await;
+                        return fail(node, link, fatal).await;
                     }
                     used += n;
                 }
                 Ok(None) => break,
                 Err(wire::Malformed::Protocol) => {
-                    return fail(link, Some(wire::ERROR_PROTOCOL)).await
+                    return fail(node, link, Some(wire::ERROR_PROTOCOL)).await
                 }
-                Err(wire::Malformed::TooBig) => return fail(link, Some(wire::ERROR_SIZE)).await,
+                Err(wire::Malformed::TooBig) => {
+                    return fail(node, link, Some(wire::ERROR_SIZE)).await
+                }
             }
         }
         buf.drain(..used);
@@ -264,10 +279,12 @@ async fn receive(node: &Node, link: &Link, mut rd: OwnedReadHalf, mut buf: Vec<u
 
 /// Ends the session, after the error message `code` when there is one (the sender writes
 /// it and returns, which ends the session).
-async fn fail(link: &Link, code: Option<u8>) {
+async fn fail(node: &Node, link: &Link, code: Option<u8>) {
     if code.is_none() {
         return;
     }
+    let counts = &node.peers[link.p].counts;
+    counts.proto_err.set(counts.proto_err.get() + 1);
     link.fatal.set(code);
     link.work.notify_one();
     std::future::pending().await
@@ -298,7 +315,11 @@ fn handle(node: &Node, link: &Link, msg: Message<'_>) -> Result<(), Option<u8>> 
             link.confirm.set(link.confirm.get() + 1);
             link.work.notify_one();
         }
-        Message::Control(Control::ResyncConfirm | Control::Heartbeat) | Message::Unknown => {}
+        Message::Control(Control::Heartbeat) => {
+            let counts = &node.peers[link.p].counts;
+            counts.rx_hbt.set(counts.rx_hbt.get() + 1);
+        }
+        Message::Control(Control::ResyncConfirm) | Message::Unknown => {}
         Message::Error(_) => return Err(None),
         Message::Table(wire::DEFINE, body) => {
             let d = wire::define(body).ok_or(malformed)?;
@@ -306,6 +327,10 @@ fn handle(node: &Node, link: &Link, msg: Message<'_>) -> Result<(), Option<u8>> 
                 .tables
                 .iter()
                 .position(|s| s.wire_name == d.name && wire::same_key(&d, s.table.conf.key));
+            if let Some(t) = ours.and_then(|t| node.peers[link.p].tables.get(t)) {
+                t.remote_id.set(d.id);
+                t.remote_data.set(d.columns.bits());
+            }
             let columns = d.columns;
             link.theirs
                 .borrow_mut()
@@ -324,9 +349,8 @@ fn handle(node: &Node, link: &Link, msg: Message<'_>) -> Result<(), Option<u8>> 
             let (table, update) = wire::ack(body).ok_or(malformed)?;
             // Our table numbers are their positions from 1.
             let i = usize::try_from(table).ok().and_then(|t| t.checked_sub(1));
-            let mut acked = node.peers[link.p].acked.borrow_mut();
-            if let Some(a) = i.and_then(|i| acked.get_mut(i)) {
-                *a = update;
+            if let Some(t) = i.and_then(|i| node.peers[link.p].tables.get(i)) {
+                t.update.set(update);
             }
         }
         Message::Table(..) => {}
@@ -356,6 +380,7 @@ fn learn(node: &Node, link: &Link, kind: u8, body: &[u8]) -> Option<()> {
     let mut got = link.got.borrow_mut();
     let g = got.entry(current).or_insert((0, 0));
     g.0 = u.id.unwrap_or(g.0.wrapping_add(1));
+    node.peers[link.p].tables[*t].last_get.set(g.0);
     link.work.notify_one();
     Some(())
 }
@@ -379,6 +404,8 @@ async fn send(node: &Node, link: &Link, mut wr: OwnedWriteHalf) {
                 r = pushed.changed() => if r.is_err() { return },
                 () = tokio::time::sleep_until(quiet_since + HEARTBEAT) => {
                     wire::put_short(&mut out, wire::CLASS_CONTROL, Control::Heartbeat as u8);
+                    let counts = &node.peers[link.p].counts;
+                    counts.tx_hbt.set(counts.tx_hbt.get() + 1);
                 }
             }
             if out.is_empty() {
@@ -403,6 +430,10 @@ fn fill(node: &Node, link: &Link, out: &mut Vec<u8>) {
         if got != acked {
             wire::put_ack(out, *table, *got);
             *acked = *got;
+            let ours = link.theirs.borrow().get(table).and_then(|t| t.ours);
+            if let Some(t) = ours.and_then(|t| node.peers[link.p].tables.get(t)) {
+                t.last_acked.set(*got);
+            }
         }
     }
     teach(node, link, out);
@@ -449,6 +480,7 @@ fn push(node: &Node, link: &Link, t: usize, out: &mut Vec<u8>) {
     let now = crate::runtime::clock_ms();
     for (number, key) in changes {
         link.sent.borrow_mut()[t] = number;
+        node.peers[link.p].tables[t].last_pushed.set(number);
         put_entry(node, link, (t, number, false), key, now, out);
         if out.len() >= BATCH {
             return;

@@ -190,6 +190,29 @@ fn no_options(kw: &str, rest: &[String]) -> Result<(), String> {
     }
 }
 
+/// `show peers [dict|-] [SECTION]`: asked of the peers' thread, which owns the sessions
+/// (nothing when no section runs; the dictionary cache does not exist in sluice).
+pub fn show(process: &Process, args: &[&str]) -> String {
+    let section = args
+        .iter()
+        .find(|a| !matches!(**a, "dict" | "-"))
+        .map(|s| s.to_string());
+    if let Some(s) = &section {
+        if !process.config.peers.iter().any(|p| &p.name == s) {
+            return "No such peers\n".into();
+        }
+    }
+    if process.config.peers.is_empty() {
+        return String::new();
+    }
+    let (answer, text) = std::sync::mpsc::channel();
+    process
+        .show_peers
+        .push(crate::runtime::ShowPeers { section, answer });
+    text.recv_timeout(std::time::Duration::from_secs(1))
+        .unwrap_or_default()
+}
+
 /// The tables shared with section `peers`.
 fn tables_of<'a>(process: &'a Process, peers: &'a str) -> impl Iterator<Item = &'a Arc<Table>> {
     process

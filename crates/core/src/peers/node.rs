@@ -14,9 +14,11 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
 
@@ -50,23 +52,47 @@ pub(super) fn run(process: Arc<Process>, sections: Vec<Start>) {
     };
     let tasks = tokio::task::LocalSet::new();
     tasks.block_on(&rt, async move {
-        for s in sections {
-            start(&process, s);
-        }
-        std::future::pending::<()>().await
+        let nodes: Vec<Rc<Node>> = sections
+            .into_iter()
+            .filter_map(|s| start(&process, s))
+            .collect();
+        answer_show(&process, &nodes).await
     });
 }
 
-fn start(process: &Arc<Process>, s: Start) {
+/// Answers the CLI's `show peers` as it asks, until the process ends.
+async fn answer_show(process: &Process, nodes: &[Rc<Node>]) {
+    loop {
+        process.show_peers.wake.notified().await;
+        for ask in process.show_peers.take() {
+            let mut out = String::new();
+            let named = nodes
+                .iter()
+                .filter(|n| ask.section.as_ref().is_none_or(|s| *s == n.conf.name));
+            for (i, n) in named.enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                n.show(&mut out);
+            }
+            let _ = ask.answer.send(out);
+        }
+    }
+}
+
+fn start(process: &Arc<Process>, s: Start) -> Option<Rc<Node>> {
     let conf = process.config.peers[s.section].clone();
     let listener = match tokio::net::TcpListener::from_std(s.listener) {
         Ok(l) => l,
-        Err(e) => return say!("sluice: peers '{}': {e}", conf.name),
+        Err(e) => {
+            say!("sluice: peers '{}': {e}", conf.name);
+            return None;
+        }
     };
     let node = Rc::new(Node::new(process, conf, s.learned > 0));
     tokio::task::spawn_local(accept(node.clone(), listener));
     if node.conf.disabled {
-        return;
+        return Some(node);
     }
     for p in 0..node.peers.len() {
         tokio::task::spawn_local(call_again(node.clone(), p));
@@ -79,6 +105,7 @@ fn start(process: &Arc<Process>, s: Start) {
         tokio::time::sleep(RESYNC_LIMIT).await;
         n.resync.set(Resync::Done);
     });
+    Some(node)
 }
 
 /// Whether this process still has to be taught the tables by a peer.
@@ -100,6 +127,8 @@ pub(super) struct Node {
     pub pushed: watch::Sender<u64>,
     pub resync: Cell<Resync>,
     sessions: Cell<u64>,
+    /// When the section started (`show peers`).
+    started: (std::time::SystemTime, Instant),
 }
 
 /// A table shared by the section: its name on the wire and the log of this process's
@@ -110,16 +139,49 @@ pub(super) struct Shared {
     pub log: RefCell<Log>,
 }
 
-/// Another peer: its live session, and how far it acknowledged each table's updates.
+/// Another peer: its live session, what became of the last handshake, its counters (as
+/// `show peers` prints them), and where each table stands with it.
 pub(super) struct Peer {
     pub conf: RemotePeer,
     /// The live session's number (0: none).
     pub session: Cell<u64>,
     /// Signalled when its session ends or is replaced.
     pub ended: Notify,
-    pub acked: RefCell<Vec<u32>>,
     /// It answered a request for the tables as not up to date itself: not asked again.
     pub partial: Cell<bool>,
+    /// The last handshake's status code (HAProxy's: 100 connecting, 200 done, 5xx
+    /// refused; 0 none yet) and when it ended.
+    pub status: Cell<u16>,
+    pub handshake: Cell<Option<Instant>>,
+    /// The live session's addresses (its local end, the peer's).
+    pub ends: Cell<Option<(SocketAddr, SocketAddr)>>,
+    pub counts: PeerCounts,
+    /// Per table of the section, in its order.
+    pub tables: Vec<PeerTable>,
+}
+
+/// A peer's counters, named as HAProxy's `show peers` names them.
+#[derive(Default)]
+pub(super) struct PeerCounts {
+    pub tx_hbt: Cell<u32>,
+    pub rx_hbt: Cell<u32>,
+    pub new_conn: Cell<u32>,
+    pub proto_err: Cell<u32>,
+    /// Sessions replaced by a newer one.
+    pub coll: Cell<u32>,
+}
+
+/// Where a table stands with a peer (HAProxy's names): the peer's number for it and the
+/// data types it sends, the last update of ours sent and the last it acknowledged, the
+/// last of its updates received and the last acknowledged.
+#[derive(Default)]
+pub(super) struct PeerTable {
+    pub remote_id: Cell<u64>,
+    pub remote_data: Cell<u64>,
+    pub last_pushed: Cell<u32>,
+    pub update: Cell<u32>,
+    pub last_get: Cell<u32>,
+    pub last_acked: Cell<u32>,
 }
 
 impl Node {
@@ -138,8 +200,12 @@ impl Node {
                 conf: r.clone(),
                 session: Cell::new(0),
                 ended: Notify::new(),
-                acked: RefCell::new(vec![0; tables.len()]),
                 partial: Cell::new(false),
+                status: Cell::new(0),
+                handshake: Cell::new(None),
+                ends: Cell::new(None),
+                counts: PeerCounts::default(),
+                tables: tables.iter().map(|_| PeerTable::default()).collect(),
             })
             .collect();
         let resync = match learned || conf.remotes.is_empty() {
@@ -154,6 +220,7 @@ impl Node {
             pushed: watch::Sender::new(0),
             resync: Cell::new(resync),
             sessions: Cell::new(0),
+            started: (std::time::SystemTime::now(), Instant::now()),
         }
     }
 
@@ -163,8 +230,11 @@ impl Node {
         self.sessions.set(id);
         let peer = &self.peers[p];
         if peer.session.replace(id) != 0 {
+            peer.counts.coll.set(peer.counts.coll.get() + 1);
             peer.ended.notify_waiters();
         }
+        peer.status.set(super::wire::status::SUCCESS);
+        peer.handshake.set(Some(Instant::now()));
         id
     }
 
@@ -173,6 +243,7 @@ impl Node {
         let peer = &self.peers[p];
         if peer.session.get() == id {
             peer.session.set(0);
+            peer.ends.set(None);
             peer.ended.notify_waiters();
         }
         if self.resync.get() == Resync::Asked(p) {
@@ -180,9 +251,150 @@ impl Node {
         }
     }
 
+    /// The section as HAProxy's `show peers` prints it: the section, then each peer (the
+    /// last defined first, the local one last) with its counters and where each table
+    /// stands with it. Addresses of objects are this process's, as HAProxy prints its own.
+    pub fn show(&self, out: &mut String) {
+        let flags = match self.resync.get() {
+            Resync::Done => 0x3,
+            Resync::Needed => 0x1,
+            Resync::Asked(_) => 0x200d,
+        };
+        let resync_at = self.started.1 + RESYNC_LIMIT;
+        let since = self
+            .started
+            .0
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let date = crate::log::strftime(since.as_secs() as i64, "%d/%b/%Y:%H:%M:%S", true);
+        let _ = writeln!(
+            out,
+            "{:p}: [{}] id={} disabled={} flags=0x{flags:x} resync_timeout={} task_calls=0",
+            self,
+            date.unwrap_or_default(),
+            self.conf.name,
+            u8::from(self.conf.disabled),
+            until(Some(resync_at)),
+        );
+        for peer in self.peers.iter().rev() {
+            self.show_peer(peer, out);
+        }
+        let _ = writeln!(
+            out,
+            "  {:p}: id={}(local,inactive) addr={} last_status=NONE last_hdshk=<NEVER>",
+            &self.conf, self.conf.local_name, self.conf.local
+        );
+        let _ = writeln!(out, "        reconnect=<NEVER> heartbeat=<NEVER> confirm=0 tx_hbt=0 rx_hbt=0 no_hbt=0 new_conn=0 proto_err=0 coll=0");
+        out.push_str("        flags=0x0");
+        self.show_tables(None, out);
+    }
+
+    fn show_peer(&self, peer: &Peer, out: &mut String) {
+        let active = peer.session.get() != 0;
+        let c = &peer.counts;
+        let _ = writeln!(
+            out,
+            "  {:p}: id={}(remote,{}) addr={} last_status={} last_hdshk={}",
+            peer,
+            peer.conf.name,
+            if active { "active" } else { "inactive" },
+            peer.conf.addr,
+            status_name(peer.status.get()),
+            peer.handshake
+                .get()
+                .map_or("<NEVER>".into(), |t| human_time(t.elapsed())),
+        );
+        let _ = writeln!(
+            out,
+            "        reconnect=<NEVER> heartbeat=<NEVER> confirm=0 tx_hbt={} rx_hbt={} no_hbt=0 new_conn={} proto_err={} coll={}",
+            c.tx_hbt.get(),
+            c.rx_hbt.get(),
+            c.new_conn.get(),
+            c.proto_err.get(),
+            c.coll.get()
+        );
+        out.push_str("        flags=0x0");
+        if let Some((local, remote)) = peer.ends.get() {
+            let _ = write!(out, "\n        xprt=RAW src={local} addr={remote}");
+        }
+        self.show_tables(Some(peer), out);
+    }
+
+    fn show_tables(&self, peer: Option<&Peer>, out: &mut String) {
+        if !self.tables.is_empty() {
+            out.push_str("\n        shared tables:");
+        }
+        let zero = PeerTable::default();
+        for (i, t) in self.tables.iter().enumerate().rev() {
+            let st = peer.map_or(&zero, |p| &p.tables[i]);
+            let update = t.log.borrow().last();
+            let _ = write!(
+                out,
+                "\n          {st:p} local_id={} remote_id={} flags=0x0 remote_data=0x{:x}\n              last_acked={} last_pushed={} last_get={} teaching_origin=0 update={}\n              table:{:p} id={} update={update} localupdate={update} commitupdate={update} refcnt=1\n        Dictionary cache not dumped (use \"show peers dict\")",
+                i + 1,
+                st.remote_id.get(),
+                st.remote_data.get(),
+                st.last_acked.get(),
+                st.last_pushed.get(),
+                st.last_get.get(),
+                st.update.get(),
+                Arc::as_ptr(&t.table),
+                t.table.conf.name,
+            );
+        }
+        out.push('\n');
+    }
+
     /// Whether session `id` is still peer `p`'s live one.
     pub fn live(&self, p: usize, id: u64) -> bool {
         self.peers[p].session.get() == id
+    }
+}
+
+/// A handshake's status code as `show peers` names it.
+fn status_name(code: u16) -> &'static str {
+    use super::wire::status::*;
+    match code {
+        CONNECTING => "CONN",
+        SUCCESS => "ESTA",
+        TRY_AGAIN => "RETR",
+        PROTOCOL_ERROR => "PROT",
+        BAD_VERSION => "VERS",
+        BAD_HOST => "NAME",
+        UNKNOWN_PEER => "UNKN",
+        _ => "NONE",
+    }
+}
+
+/// A duration as HAProxy prints one: its two largest units (`1d2h`, `3m4s`, `0s`).
+fn human_time(d: Duration) -> String {
+    let t = d.as_secs();
+    let mut out = String::new();
+    let mut left = 2;
+    for (n, unit) in [
+        (t / 86400, 'd'),
+        (t % 86400 / 3600, 'h'),
+        (t % 3600 / 60, 'm'),
+    ] {
+        if left > 0 && n > 0 {
+            let _ = write!(out, "{n}{unit}");
+            left -= 1;
+        }
+    }
+    if (left > 0 && !t.is_multiple_of(60)) || t == 0 {
+        let _ = write!(out, "{}s", t % 60);
+    }
+    out
+}
+
+/// Time left until `at`, as `show peers` prints a timer.
+fn until(at: Option<Instant>) -> String {
+    match at {
+        None => "<NEVER>".into(),
+        Some(at) => match at.checked_duration_since(Instant::now()) {
+            None => "<PAST>".into(),
+            Some(d) => human_time(d),
+        },
     }
 }
 

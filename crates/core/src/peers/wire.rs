@@ -27,6 +27,8 @@ pub const MAX_MESSAGE: usize = 64 * 1024;
 
 /// Status codes of the handshake.
 pub mod status {
+    /// Not a code on the wire: a call in progress, as `show peers` says.
+    pub const CONNECTING: u16 = 100;
     pub const SUCCESS: u16 = 200;
     pub const TRY_AGAIN: u16 = 300;
     pub const PROTOCOL_ERROR: u16 = 501;
@@ -259,7 +261,8 @@ impl Columns {
         Columns { types }
     }
 
-    fn bits(&self) -> u64 {
+    /// The bit field of the data types, as a definition announces it.
+    pub fn bits(&self) -> u64 {
         self.types.iter().fold(0, |b, (t, _)| b | 1 << t)
     }
 }

@@ -27,7 +27,7 @@ pub use self::counters::{
 };
 pub use self::process::{
     Admission, ClientConn, Handoff, Handover, Mail, MemoryRelease, Process, ProcessFigures,
-    SessionInfo, Slot, ThreadCtx, Worker, WorkerChecks,
+    SessionInfo, ShowPeers, Slot, ThreadCtx, Worker, WorkerChecks,
 };
 pub use self::rate::{AcceptRates, GlobalRate, RateLimits};
 pub use self::state::{

@@ -297,6 +297,16 @@ pub struct Process {
     /// Servers whose name changed (`set server ... fqdn`), as (backend, server), for the
     /// first worker's resolutions to ask at once.
     pub renamed: Handoff<(usize, usize)>,
+    /// `show peers` asked from the CLI, for the peers' thread (which owns the sessions) to
+    /// answer.
+    pub show_peers: Handoff<ShowPeers>,
+}
+
+/// A `show peers [SECTION]` for the peers' thread: it sends the text on `answer`.
+#[derive(Debug)]
+pub struct ShowPeers {
+    pub section: Option<String>,
+    pub answer: std::sync::mpsc::Sender<String>,
 }
 
 /// Work any thread (the CLI's, a worker's) hands to the first worker, which does it as it
