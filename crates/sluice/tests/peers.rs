@@ -225,3 +225,49 @@ fn haproxy_and_sluice_share_tables() {
     wait_entry(&hsock, "fe", "127.0.0.9", "gpc0=4");
     drop((h, hdir));
 }
+
+/// `stick on src` holds across nodes: the server a client was given on one node is the one
+/// it gets on the other, from the entry the first node shared.
+#[test]
+fn persistence_holds_across_nodes() {
+    let (s1, s2) = (Origin::start("s1"), Origin::start("s2"));
+    let peers = [("a", free_port()), ("b", free_port())];
+    let node = |me: &str| {
+        let (dir, sock) = cli_dir();
+        let lines: String = peers
+            .iter()
+            .map(|(n, p)| format!("    peer {n} 127.0.0.1:{p}\n"))
+            .collect();
+        let proxy = Sluice::start(&format!(
+            "global\n    localpeer {me}\n    stats socket {} level admin\n{DEFAULTS}peers mesh\n{lines}\
+             frontend fe\n    {{fe}}\n    default_backend be\n\
+             backend be\n    balance roundrobin\n    stick-table type ip size 100 expire 60s peers mesh\n    stick on src\n\
+             \x20   server s1 {} id 1\n    server s2 {} id 2\n",
+            sock.display(),
+            s1.addr,
+            s2.addr
+        ));
+        Node {
+            proxy,
+            sock,
+            _dir: dir,
+        }
+    };
+    let (a, b) = (node("a"), node("b"));
+    // On A the client lands on s2 (s1 is out of service there).
+    assert_eq!(Sluice::cli(&a.sock, "disable server be/s1"), "\n");
+    assert_eq!(
+        get(a.proxy.addr(), "/").text().split(' ').next(),
+        Some("s2")
+    );
+    // B learns the client's server and sends it there, where its round robin would start
+    // with s1.
+    wait_entry(&b.sock, "be", "127.0.0.1", "server_id=2");
+    for _ in 0..3 {
+        assert_eq!(
+            get(b.proxy.addr(), "/").text().split(' ').next(),
+            Some("s2")
+        );
+    }
+    assert_eq!(s1.count(), 0);
+}
