@@ -40,6 +40,7 @@ fn process() -> Arc<Process> {
         resolvers: Default::default(),
         renamed: Default::default(),
         show_peers: Default::default(),
+        peer_sessions: Default::default(),
     })
 }
 

@@ -106,6 +106,10 @@ fn two_nodes_share_a_rate_limit_and_a_restarted_node_learns_the_tables() {
         Sluice::cli(&a.sock, "show peers nowhere").trim_end(),
         "No such peers"
     );
+    wait_until("A's session with B in show info", || {
+        let info = Sluice::cli(&a.sock, "show info");
+        info.contains("\nActivePeers: 1\n") && info.contains("\nConnectedPeers: 1\n")
+    });
     // B restarts with nothing: it asks A for the tables.
     drop(b);
     let b = sluice_node("b", &peers, origin.addr);

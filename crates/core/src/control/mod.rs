@@ -480,6 +480,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         resolvers,
         renamed: Default::default(),
         show_peers: Default::default(),
+        peer_sessions: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 
 use super::node::{Node, Resync};
 use super::wire::{self, status, Columns, Control, Message};
+use crate::runtime::counters::Held;
 use crate::stick::Key;
 
 /// How long a session may stay silent (HAProxy's reconnect period).
@@ -44,6 +45,7 @@ const LINE_MAX: usize = 512;
 /// opened.
 pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
     let peer = &node.peers[p];
+    let _active = Held::take(&node.process.peer_sessions.active);
     peer.counts.new_conn.set(peer.counts.new_conn.get() + 1);
     peer.status.set(status::CONNECTING);
     let hello = async {
@@ -107,6 +109,7 @@ pub(super) async fn answer(node: Rc<Node>, mut conn: TcpStream) {
             let _ = conn.write_all(format!("{code}\n").as_bytes()).await;
         }
         Hello::Peer(p) => {
+            let _active = Held::take(&node.process.peer_sessions.active);
             if conn.write_all(b"200\n").await.is_ok() {
                 serve(&node, p, conn, read).await;
             }
@@ -201,6 +204,7 @@ struct Theirs {
 /// Serves a session with peer `p` (its handshake done; `read` what came after it).
 async fn serve(node: &Rc<Node>, p: usize, conn: TcpStream, read: Vec<u8>) {
     let id = node.open(p);
+    let _connected = Held::take(&node.process.peer_sessions.connected);
     let link = Link {
         p,
         theirs: RefCell::default(),

@@ -300,6 +300,16 @@ pub struct Process {
     /// `show peers` asked from the CLI, for the peers' thread (which owns the sessions) to
     /// answer.
     pub show_peers: Handoff<ShowPeers>,
+    /// Sessions with other peers (`show info`'s ActivePeers: opened, handshakes
+    /// included; ConnectedPeers: past their handshake), counted by the peers' thread.
+    pub peer_sessions: PeerSessions,
+}
+
+/// Sessions with other peers, as `show info` counts them.
+#[derive(Debug, Default)]
+pub struct PeerSessions {
+    pub active: std::sync::atomic::AtomicUsize,
+    pub connected: std::sync::atomic::AtomicUsize,
 }
 
 /// A `show peers [SECTION]` for the peers' thread: it sends the text on `answer`.

@@ -24,6 +24,7 @@ struct Line {
 /// Every line of `show info`, in order.
 fn lines(p: &Process) -> Vec<Line> {
     let sum = |f: fn(&ThreadCtx) -> u64| p.threads.iter().map(f).sum::<u64>();
+    let peers = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed).to_string();
     let n = p.threads.len() as u64;
     let busy = sum(|t| u64::from(t.busy_pct.load(Ordering::Relaxed)));
     let now = clock_ms();
@@ -318,8 +319,20 @@ fn lines(p: &Process) -> Vec<Line> {
         ),
         l(54, "Unstoppable Jobs", "MGP", U32, zero.clone()),
         l(55, "Listeners", "MGP", U32, listeners.to_string()),
-        l(56, "ActivePeers", "MGP", U32, zero.clone()),
-        l(57, "ConnectedPeers", "MGP", U32, zero.clone()),
+        l(
+            56,
+            "ActivePeers",
+            "MGP",
+            U32,
+            peers(&p.peer_sessions.active),
+        ),
+        l(
+            57,
+            "ConnectedPeers",
+            "MGP",
+            U32,
+            peers(&p.peer_sessions.connected),
+        ),
         l(
             58,
             "DroppedLogs",
