@@ -275,3 +275,47 @@ fn persistence_holds_across_nodes() {
     }
     assert_eq!(s1.count(), 0);
 }
+
+/// TLS between peers, in HAProxy 2.x's syntax (`bind ... ssl crt`, `default-server ssl`,
+/// `server NAME` for the local peer): sluice and HAProxy 2.6 share a table over TLS, and a
+/// peer speaking clear text to the TLS port gets nothing.
+#[test]
+fn peers_share_tables_over_tls() {
+    let origin = Origin::start("o");
+    let certs = TempDir::new();
+    let pem = self_signed(&certs);
+    let peers = [("h", free_port()), ("s", free_port())];
+    let config = |me: &str, sock: &Path| {
+        let port = |n: &str| peers.iter().find(|p| p.0 == n).map(|p| p.1).unwrap_or(0);
+        let other = if me == "h" { "s" } else { "h" };
+        format!(
+            "global\n    localpeer {me}\n    stats socket {} level admin\n{DEFAULTS}\
+             peers mesh\n    default-server ssl verify none crt {pem}\n    bind 127.0.0.1:{} ssl crt {pem}\n\
+             \x20   server {me}\n    server {other} 127.0.0.1:{}\n\
+             \x20   table strs type string len 32 size 100 expire 60s store gpc0\n\
+             frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            sock.display(),
+            port(me),
+            port(other),
+            origin.addr
+        )
+    };
+    let (_sdir, ssock) = cli_dir();
+    let _s = Sluice::start(&config("s", &ssock));
+    let (_hdir, hsock) = cli_dir();
+    let program = match Path::new("/usr/sbin/haproxy").exists() {
+        true => "/usr/sbin/haproxy",
+        false => "haproxy",
+    };
+    let _h = Sluice::start_program(program, &["-db"], &config("h", &hsock));
+    wait_until("HAProxy's CLI", || hsock.exists());
+    let set = |sock: &Path, cmd: &str| assert_eq!(Sluice::cli(sock, cmd).trim(), "", "{cmd}");
+    set(&hsock, "set table mesh/strs key from-haproxy data.gpc0 3");
+    set(&ssock, "set table mesh/strs key from-sluice data.gpc0 4");
+    wait_entry(&ssock, "mesh/strs", "from-haproxy", "gpc0=3");
+    wait_entry(&hsock, "mesh/strs", "from-sluice", "gpc0=4");
+    // A clear-text hello on the TLS port is not a TLS handshake: no status comes back.
+    let at: SocketAddr = format!("127.0.0.1:{}", peers[1].1).parse().unwrap();
+    let answer = answer_of(at, b"HAProxyS 2.1\ns\nh 1 1\n");
+    assert!(!answer.starts_with(b"200"), "{answer:?}");
+}

@@ -770,8 +770,8 @@ fn a_table_shared_with_the_local_peer_survives_a_reload() {
         hits.contains("key=/mark") && hits.contains("gpc0=5"),
         "{hits}"
     );
-    // Other peers are accepted (tests/peers.rs syncs with them); TLS between peers is
-    // refused, by name, and so are `shards`.
+    // Other peers are accepted (tests/peers.rs syncs with them, in clear and over TLS);
+    // server options other than TLS's are refused, by name, and so are `shards`.
     let pair = |extra: &str| {
         check_config(&format!(
             "global\n    localpeer lb1\npeers pair\n    peer lb1 127.0.0.1:10000\n    peer lb2 10.0.0.2:10000{extra}\n{DEFAULTS}frontend fe\n    bind 127.0.0.1:1\n    stick-table type ip size 10 peers pair\n    http-request track-sc0 src\n    http-request return status 200\n"
@@ -779,9 +779,14 @@ fn a_table_shared_with_the_local_peer_survives_a_reload() {
     };
     let (ok, out) = pair("");
     assert!(ok, "{out}");
+    let (ok, out) = pair(" check inter 1s");
+    assert!(
+        !ok && out.contains("option 'check' is not supported yet (only TLS options)"),
+        "{out}"
+    );
     let (ok, out) = pair(" ssl");
     assert!(
-        !ok && out.contains("option 'ssl' is not supported yet"),
+        !ok && out.contains("peer 'lb2': verify is required"),
         "{out}"
     );
     let (ok, out) = pair("\n    shards 2");

@@ -47,6 +47,11 @@ pub struct PeersConf {
     pub local_name: String,
     /// The local peer's address: where the other peers connect.
     pub local: std::net::SocketAddr,
+    /// TLS options of the local peer's listener (`bind ... ssl crt ...`), its acceptor
+    /// built at load.
+    pub tls: Option<crate::conf::tls::BindTls>,
+    /// Where the section starts, for the errors found when its TLS is built.
+    pub at: crate::conf::Loc,
     /// The other peers, in the order of the section.
     pub remotes: Vec<RemotePeer>,
     /// `disabled`: the section shares nothing (its tables stay this process's own).
@@ -58,6 +63,10 @@ pub struct PeersConf {
 pub struct RemotePeer {
     pub name: String,
     pub addr: std::net::SocketAddr,
+    /// TLS options of the connection to it (`ssl`, `verify`, `ca-file`, `crt`, ...).
+    pub tls: crate::conf::tls::ServerTlsOpts,
+    /// Built at load from `tls` when it has `ssl`.
+    pub connector: Option<crate::conf::tls::Connector>,
 }
 
 /// What is counted, without the period of rates.

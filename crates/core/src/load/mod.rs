@@ -510,6 +510,36 @@ fn warn_request_acls_in_responses(kind: SectionKind, c: &ProxyConf, warnings: &m
 
 /// Adds each of `what` (said of the line at `at`) unless the same was said already: a list
 /// in the global defaults is read for every bind or server that uses it.
+/// Builds the TLS of a `peers` section: its listener's acceptor and the connectors to the
+/// peers with `ssl`.
+fn peers_tls(
+    p: &mut stick::PeersConf,
+    global: &GlobalConf,
+    certs: &std::sync::Arc<crate::conf::tls::CertStore>,
+    (errors, warnings): (&mut Vec<ConfigError>, &mut Vec<String>),
+) {
+    let mut skipped = Vec::new();
+    if let Some(t) = &mut p.tls {
+        let built = match t.ssl {
+            true => tls::acceptor(t, &global.tls, certs, &mut skipped),
+            false => Err("TLS options without 'ssl'".to_string()),
+        };
+        match built {
+            Ok(a) => t.acceptor = Some(a),
+            Err(e) => errors.push(p.at.error(format!("peers '{}', local peer: {e}", p.name))),
+        }
+    }
+    for r in p.remotes.iter_mut().filter(|r| r.tls.ssl) {
+        match tls::connector(&r.tls, &global.tls, r.addr, &mut skipped) {
+            Ok(c) => r.connector = Some(c),
+            Err(e) => {
+                errors.push(p.at.error(format!("peers '{}', peer '{}': {e}", p.name, r.name)))
+            }
+        }
+    }
+    warn_once(warnings, &p.at, skipped);
+}
+
 fn warn_once(warnings: &mut Vec<String>, at: &Loc, what: Vec<String>) {
     for w in what {
         if !warnings.iter().any(|x| x.ends_with(&w)) {
@@ -861,6 +891,10 @@ fn lower(
         })
         .chain(peer_tables)
         .collect();
+    let mut peers_confs = peers_confs;
+    for p in &mut peers_confs {
+        peers_tls(p, &global, &certs, (&mut errors, &mut warnings));
+    }
     if errors.is_empty() {
         Ok(Config {
             global,

@@ -17,14 +17,15 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
 use super::node::{Node, Resync};
 use super::wire::{self, status, Columns, Control, Message};
+use crate::conf::BufSizes;
 use crate::runtime::counters::Held;
 use crate::stick::Key;
+use crate::transport::{Detached, Socket};
 
 /// How long a session may stay silent (HAProxy's reconnect period).
 const SILENCE: Duration = Duration::from_secs(5);
@@ -49,8 +50,15 @@ pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
     peer.counts.new_conn.set(peer.counts.new_conn.get() + 1);
     peer.status.set(status::CONNECTING);
     let hello = async {
-        let mut conn = TcpStream::connect(peer.conf.addr).await.ok()?;
-        let _ = conn.set_nodelay(true);
+        let mut conn = Socket::connect(peer.conf.addr, BufSizes::default(), None)
+            .await
+            .ok()?;
+        if let Some(c) = &peer.conf.connector {
+            conn = conn
+                .into_tls_client(c.config.clone(), c.name.clone())
+                .await
+                .ok()?;
+        }
         let hello = format!(
             "{} {}.{}\n{}\n{} {} 1\n",
             wire::PROTOCOL,
@@ -79,28 +87,30 @@ pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
 
 /// Answers a connection to the local peer's address: the next process asking for the
 /// tables, or a peer saying hello (each of its lines judged as it comes, as HAProxy does).
-pub(super) async fn answer(node: Rc<Node>, mut conn: TcpStream) {
+pub(super) async fn answer(node: Rc<Node>, conn: TcpStream) {
     let _ = conn.set_nodelay(true);
     let mut read = Vec::new();
     let hello = async {
+        let mut conn = accepted(&node, conn).await?;
         let first = read_line(&mut conn, &mut read).await?;
         if first == super::local::TEACH {
-            return Some(Hello::Teach);
+            return Some((conn, Hello::Teach));
         }
         if let Err(code) = version(&first) {
-            return Some(Hello::Refused(code));
+            return Some((conn, Hello::Refused(code)));
         }
         let host = read_line(&mut conn, &mut read).await?;
         if host != node.conf.local_name {
-            return Some(Hello::Refused(status::BAD_HOST));
+            return Some((conn, Hello::Refused(status::BAD_HOST)));
         }
         let last = read_line(&mut conn, &mut read).await?;
-        Some(match peer(&node, &last) {
+        let hello = match peer(&node, &last) {
             Ok(p) => Hello::Peer(p),
             Err(code) => Hello::Refused(code),
-        })
+        };
+        Some((conn, hello))
     };
-    let Ok(Some(hello)) = tokio::time::timeout(HANDSHAKE_LIMIT, hello).await else {
+    let Ok(Some((mut conn, hello))) = tokio::time::timeout(HANDSHAKE_LIMIT, hello).await else {
         return;
     };
     match hello {
@@ -115,6 +125,18 @@ pub(super) async fn answer(node: Rc<Node>, mut conn: TcpStream) {
             }
         }
     }
+}
+
+/// A connection accepted at the local peer's address, as a socket of this thread, its TLS
+/// handshake done when the listener has `ssl`.
+async fn accepted(node: &Node, conn: TcpStream) -> Option<Socket> {
+    let conn = Socket::attach(Detached::accepted(conn.into_std().ok()?, false)).ok()?;
+    let Some(acceptor) = node.conf.tls.as_ref().and_then(|t| t.acceptor.as_ref()) else {
+        return Some(conn);
+    };
+    let conn = conn.into_tls(acceptor.config.clone(), 0).ok()?;
+    conn.handshake().await.ok()?;
+    Some(conn)
 }
 
 /// What a connection to the local peer's address asked for.
@@ -153,7 +175,7 @@ fn peer(node: &Node, line: &str) -> Result<usize, u16> {
 }
 
 /// Reads a line (without its end, `\r\n` or `\n`), keeping what follows in `read`.
-async fn read_line(conn: &mut TcpStream, read: &mut Vec<u8>) -> Option<String> {
+async fn read_line(conn: &mut Socket, read: &mut Vec<u8>) -> Option<String> {
     loop {
         if let Some(end) = read.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = read.drain(..=end).collect();
@@ -202,7 +224,7 @@ struct Theirs {
 }
 
 /// Serves a session with peer `p` (its handshake done; `read` what came after it).
-async fn serve(node: &Rc<Node>, p: usize, conn: TcpStream, read: Vec<u8>) {
+async fn serve(node: &Rc<Node>, p: usize, conn: Socket, read: Vec<u8>) {
     let id = node.open(p);
     let _connected = Held::take(&node.process.peer_sessions.connected);
     let link = Link {
@@ -231,7 +253,7 @@ async fn serve(node: &Rc<Node>, p: usize, conn: TcpStream, read: Vec<u8>) {
     if let (Ok(local), Ok(remote)) = (conn.local_addr(), conn.peer_addr()) {
         node.peers[p].ends.set(Some((local, remote)));
     }
-    let (rd, wr) = conn.into_split();
+    let (rd, wr) = tokio::io::split(conn);
     let replaced = async {
         loop {
             let ended = node.peers[p].ended.notified();
@@ -252,7 +274,7 @@ async fn serve(node: &Rc<Node>, p: usize, conn: TcpStream, read: Vec<u8>) {
 }
 
 /// Reads and applies the peer's messages until it closes, falls silent or errs.
-async fn receive(node: &Node, link: &Link, mut rd: OwnedReadHalf, mut buf: Vec<u8>) {
+async fn receive(node: &Node, link: &Link, mut rd: ReadHalf<Socket>, mut buf: Vec<u8>) {
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         let mut used = 0;
@@ -390,14 +412,14 @@ fn learn(node: &Node, link: &Link, kind: u8, body: &[u8]) -> Option<()> {
 }
 
 /// Writes what the session owes the peer, as it comes, until the socket fails or stalls.
-async fn send(node: &Node, link: &Link, mut wr: OwnedWriteHalf) {
+async fn send(node: &Node, link: &Link, mut wr: WriteHalf<Socket>) {
     let mut pushed = node.pushed.subscribe();
     let mut quiet_since = tokio::time::Instant::now();
     loop {
         let mut out = Vec::new();
         if let Some(code) = link.fatal.get() {
             wire::put_short(&mut out, wire::CLASS_ERROR, code);
-            let _ = tokio::time::timeout(SILENCE, wr.write_all(&out)).await;
+            let _ = tokio::time::timeout(SILENCE, write(&mut wr, &out)).await;
             return;
         }
         fill(node, link, &mut out);
@@ -416,11 +438,17 @@ async fn send(node: &Node, link: &Link, mut wr: OwnedWriteHalf) {
                 continue;
             }
         }
-        match tokio::time::timeout(SILENCE, wr.write_all(&out)).await {
+        match tokio::time::timeout(SILENCE, write(&mut wr, &out)).await {
             Ok(Ok(())) => quiet_since = tokio::time::Instant::now(),
             _ => return,
         }
     }
+}
+
+/// Writes `out` and flushes it (over TLS, records leave at the flush).
+async fn write(wr: &mut WriteHalf<Socket>, out: &[u8]) -> std::io::Result<()> {
+    wr.write_all(out).await?;
+    wr.flush().await
 }
 
 /// Appends what is owed now, up to about [`BATCH`] bytes: a request for the tables, the

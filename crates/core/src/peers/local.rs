@@ -15,11 +15,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-
 use super::tables_of;
 use crate::runtime::Process;
 use crate::stick::{PeersConf, Table};
+use crate::transport::Socket;
 
 /// How long a new process waits for its predecessor's tables.
 const LEARN_LIMIT: Duration = Duration::from_secs(1);
@@ -73,7 +72,7 @@ pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
 }
 
 /// Answers the next process (it sent [`TEACH`]) with the section's tables.
-pub(super) async fn teach(process: &Process, peers: &str, mut conn: tokio::net::TcpStream) {
+pub(super) async fn teach(process: &Process, peers: &str, mut conn: Socket) {
     let now = crate::runtime::clock_ms();
     let mut out = String::new();
     for t in tables_of(process, peers) {

@@ -22,7 +22,9 @@ use std::sync::Arc;
 
 use sluice_config::{ConfigError, Keyword, KwError, Scope, Section};
 
+use crate::conf::backend::ServerOpts;
 pub use crate::conf::stick::{PeersConf, RemotePeer};
+use crate::conf::tls::{BindTls, ServerTlsOpts};
 use crate::conf::{GlobalConf, Loc};
 use crate::runtime::Process;
 use crate::stick::{Table, TableConf};
@@ -99,6 +101,8 @@ pub fn parse_section(
             name,
             local_name: local.to_string(),
             local: local_addr,
+            tls: read.bind_tls,
+            at: header,
             remotes: read.remotes,
             disabled: read.disabled,
         }),
@@ -112,6 +116,11 @@ struct SectionLines {
     /// The local peer's line, with its address if it gave one.
     local: Option<Option<SocketAddr>>,
     bind: Option<SocketAddr>,
+    /// TLS of the local peer's listener (its `bind` or `peer` line, over `default-bind`).
+    bind_tls: Option<BindTls>,
+    default_bind: Option<BindTls>,
+    /// TLS towards the other peers (`default-server`, then each line's own).
+    default_server: ServerTlsOpts,
     remotes: Vec<RemotePeer>,
     tables: Vec<TableConf>,
     disabled: bool,
@@ -121,41 +130,18 @@ impl SectionLines {
     fn line(&mut self, w: &[String], local: &str, section: &str) -> Result<(), String> {
         match w[0].as_str() {
             // `peer NAME ADDR` (1.x syntax), `server NAME [ADDR]` (2.x, with `bind`).
-            kw @ ("peer" | "server") => {
-                let Some(peer) = w.get(1) else {
-                    return Err(format!("'{kw}' expects a name and an address"));
-                };
-                let addr = match w.get(2) {
-                    Some(a) => Some(
-                        crate::conf::resolve(a)
-                            .map_err(|e| format!("'{kw}' in 'peers' section: {e}"))?,
-                    ),
-                    None if kw == "peer" => return Err("'peer' expects a name and an address".into()),
-                    None => None,
-                };
-                no_options(kw, &w[3.min(w.len())..])?;
-                if self.local.is_some() && peer == local || self.remotes.iter().any(|r| &r.name == peer) {
-                    return Err(format!("'{kw} {peer}': a peer of that name is already defined"));
-                }
-                match (peer == local, addr) {
-                    (true, a) => self.local = Some(a),
-                    (false, Some(addr)) => self.remotes.push(RemotePeer {
-                        name: peer.clone(),
-                        addr,
-                    }),
-                    (false, None) => {
-                        return Err(format!("'server {peer}': a remote peer needs an address"))
-                    }
-                }
-            }
+            kw @ ("peer" | "server") => self.peer(kw, &w[1..], local)?,
             "bind" => {
                 let a = w.get(1).ok_or("'bind' expects an address")?;
                 self.bind = Some(
                     crate::conf::resolve(a).map_err(|e| format!("'bind' in 'peers' section: {e}"))?,
                 );
-                no_options("bind", &w[2..])?;
+                self.bind_tls = bind_tls(self.default_bind.clone(), "bind", &w[2..])?;
             }
-            kw @ ("default-server" | "default-bind") => no_options(kw, &w[1..])?,
+            "default-bind" => self.default_bind = bind_tls(None, "default-bind", &w[1..])?,
+            "default-server" => {
+                self.default_server = server_tls(&ServerTlsOpts::default(), "default-server", &w[1..])?
+            }
             "disabled" => self.disabled = true,
             "enabled" | "enable" => self.disabled = false,
             "table" => {
@@ -171,23 +157,99 @@ impl SectionLines {
             }
             other => {
                 return Err(format!(
-                    "unknown keyword '{other}' in 'peers' section (expects peer, server, bind, table, disabled)"
+                    "unknown keyword '{other}' in 'peers' section (expects peer, server, bind, default-server, default-bind, table, disabled)"
                 ))
             }
         }
         Ok(())
     }
+
+    /// A `peer NAME ADDR [options]` or `server NAME [ADDR] [options]` line: the local peer
+    /// (its options are its listener's) or another one (options of the connection to it).
+    fn peer(&mut self, kw: &str, w: &[String], local: &str) -> Result<(), String> {
+        let Some(peer) = w.first() else {
+            return Err(format!("'{kw}' expects a name and an address"));
+        };
+        // `server NAME` alone is the local peer of the 2.x syntax.
+        let addr = match w
+            .get(1)
+            .filter(|a| kw == "peer" || crate::conf::resolve(a).is_ok())
+        {
+            Some(a) => Some(
+                crate::conf::resolve(a).map_err(|e| format!("'{kw}' in 'peers' section: {e}"))?,
+            ),
+            None if kw == "peer" => return Err("'peer' expects a name and an address".into()),
+            None => None,
+        };
+        let options = &w[1 + usize::from(addr.is_some())..];
+        let known =
+            self.local.is_some() && peer == local || self.remotes.iter().any(|r| &r.name == peer);
+        if known {
+            return Err(format!(
+                "'{kw} {peer}': a peer of that name is already defined"
+            ));
+        }
+        if peer == local {
+            self.local = Some(addr);
+            if kw == "peer" {
+                self.bind_tls = bind_tls(self.default_bind.clone(), kw, options)?;
+            } else if let Some(o) = options.first() {
+                return Err(format!("'server {peer}': option '{o}' on the local peer: put the listener's options on the 'bind' line"));
+            }
+            return Ok(());
+        }
+        let Some(addr) = addr else {
+            return Err(format!("'{kw} {peer}': a remote peer needs an address"));
+        };
+        self.remotes.push(RemotePeer {
+            name: peer.clone(),
+            addr,
+            tls: server_tls(&self.default_server, kw, options)?,
+            connector: None,
+        });
+        Ok(())
+    }
 }
 
-/// Options on a peer, server or bind line: TLS between peers and the other server and bind
-/// options are not built.
-fn no_options(kw: &str, rest: &[String]) -> Result<(), String> {
-    match rest.first() {
-        None => Ok(()),
-        Some(o) => Err(format!(
-            "'{kw}' in 'peers' section: option '{o}' is not supported yet (peers links are plain TCP)"
-        )),
+/// The TLS options of a connection to a peer, over `base`: the server options of TLS
+/// (`ssl`, `verify`, `ca-file`, `crt`, `sni`, ...); any other server option is refused.
+fn server_tls(base: &ServerTlsOpts, kw: &str, w: &[String]) -> Result<ServerTlsOpts, String> {
+    let mut opts = ServerOpts {
+        tls: base.clone(),
+        ..ServerOpts::default()
+    };
+    let mut i = 0;
+    while i < w.len() {
+        let word = w[i].as_str();
+        let Some(o) = crate::tls::SERVER_OPTIONS.iter().find(|o| o.name == word) else {
+            return Err(format!(
+                "'{kw}' in 'peers' section: option '{word}' is not supported yet (only TLS options)"
+            ));
+        };
+        let args = w
+            .get(i + 1..i + 1 + o.args)
+            .ok_or_else(|| format!("'{kw}': option '{word}' expects {} argument(s)", o.args))?;
+        (o.parse)(&mut opts, args).map_err(|e| format!("'{kw}': option '{word}': {e}"))?;
+        i += 1 + o.args;
     }
+    Ok(opts.tls)
+}
+
+/// The TLS options of the local peer's listener, over `base`: the bind options of TLS
+/// (`ssl`, `crt`, `ca-file`, `verify`, ...); any other bind option is refused.
+fn bind_tls(base: Option<BindTls>, kw: &str, w: &[String]) -> Result<Option<BindTls>, String> {
+    let mut tls = base;
+    let mut i = 0;
+    while i < w.len() {
+        match crate::tls::bind_option(&mut tls, w, i).map_err(|e| format!("'{kw}': {e}"))? {
+            Some(n) => i += n,
+            None => return Err(format!(
+                "'{kw}' in 'peers' section: option '{}' is not supported yet (only TLS options)",
+                w[i]
+            )),
+        }
+    }
+    Ok(tls)
 }
 
 /// `show peers [dict|-] [SECTION]`: asked of the peers' thread, which owns the sessions
