@@ -351,6 +351,11 @@ impl Entry {
         }
     }
 
+    /// Notes that the entry was sent as it is now: its next change is queued again.
+    pub fn sent(&mut self) {
+        self.queued = false;
+    }
+
     /// Every stored value as it leaves the table.
     pub fn snapshot(&self, now: u64) -> Vec<(Counter, Stored)> {
         self.values
@@ -538,7 +543,7 @@ pub struct Table {
 
 /// The keys of a shared table's entries changed by this process: a worker that changes an
 /// entry not already waiting adds its key (the only lock taken, once per entry until the
-/// peers take them) and wakes the peers' thread, which sends them.
+/// peers take them) and wakes the first worker, which sends them.
 #[derive(Debug, Default)]
 pub struct Changes {
     keys: Mutex<Vec<Key>>,
@@ -572,19 +577,13 @@ impl Table {
         }
     }
 
-    /// Takes the keys changed since the last call: each entry may be changed (and queued)
-    /// again from now on.
-    pub fn take_changes(&self, now: u64) -> Vec<Key> {
+    /// Takes the keys changed since the last call. Each entry stays marked until it is
+    /// sent ([`Entry::sent`]): changes until then travel with it.
+    pub fn take_changes(&self) -> Vec<Key> {
         let Some(c) = &self.changes else {
             return Vec::new();
         };
-        let keys = std::mem::take(&mut *c.keys.lock().unwrap_or_else(|e| e.into_inner()));
-        for k in &keys {
-            if let Some(e) = self.lookup(k, now) {
-                e.lock().unwrap_or_else(|e| e.into_inner()).queued = false;
-            }
-        }
-        keys
+        std::mem::take(&mut *c.keys.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The table's changes, if it is shared with peers.

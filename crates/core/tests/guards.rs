@@ -41,6 +41,7 @@ fn process() -> Arc<Process> {
         renamed: Default::default(),
         show_peers: Default::default(),
         peer_sessions: Default::default(),
+        peers_listeners: Default::default(),
     })
 }
 

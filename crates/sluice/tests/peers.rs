@@ -179,6 +179,35 @@ fn hostile_bytes_on_the_peer_port_end_that_session_only() {
     // Each counted as a protocol error of the peer it claimed to be.
     let shown = Sluice::cli(&a.sock, "show peers mesh");
     assert!(shown.contains(" proto_err=3 "), "{shown}");
+    // Updates of a table A does not have are skipped; a key longer than the table's is cut
+    // to its length, as HAProxy cuts it.
+    let message = |kind: u8, body: &[u8]| [&[10, kind, body.len() as u8][..], body].concat();
+    let define = |id: u8, name: &[u8]| {
+        // Id, name, key type 6 (string) of length 33, data types: gpc0 (bit 2).
+        let body = [&[id, name.len() as u8][..], name, &[6, 33, 4]].concat();
+        message(0x82, &body)
+    };
+    let update = |key: &[u8], gpc0: u8| {
+        let body = [&[0, 0, 0, 1, key.len() as u8][..], key, &[gpc0]].concat();
+        message(0x80, &body)
+    };
+    let long = vec![b'k'; 100];
+    let mut rogue = TcpStream::connect(at).unwrap();
+    rogue
+        .write_all(
+            &[
+                hello.clone(),
+                define(7, b"/nope"),
+                update(b"z", 1),
+                define(1, b"/strs"),
+                update(&long, 9),
+            ]
+            .concat(),
+        )
+        .unwrap();
+    wait_entry(&a.sock, "mesh/strs", &"k".repeat(32), "gpc0=9");
+    assert!(entry(&a.sock, "mesh/strs", "z").is_none());
+    drop(rogue);
     // The stranger took B's place for a while; the cluster still syncs afterwards.
     assert_eq!(
         Sluice::cli(&b.sock, "set table mesh/strs key after data.gpc0 1"),

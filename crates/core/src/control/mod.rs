@@ -481,6 +481,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         renamed: Default::default(),
         show_peers: Default::default(),
         peer_sessions: Default::default(),
+        peers_listeners: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

@@ -537,7 +537,8 @@ fn put_entry(
         return;
     };
     let (values, left) = {
-        let e = entry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut e = entry.lock().unwrap_or_else(|e| e.into_inner());
+        e.sent();
         (e.snapshot(now), e.expires.map(|x| x.saturating_sub(now)))
     };
     let previous = link.sending.get();

@@ -4,15 +4,16 @@
 //! a reload by the local peer.
 //!
 //! - `wire`: the protocol's messages; `link`: one session with another peer (handshake,
-//!   updates both ways, heartbeats); `node`: a section's state on the peers' thread (the
+//!   updates both ways, heartbeats); `node`: a section's state on the first worker (the
 //!   log of local changes, the sessions, the connections out and in); `local`: the
 //!   handover to the next process.
 //!
 //! Invariants:
 //! - Updates leave the request path at once: a worker only marks the entry it changed
-//!   (`Table::changed`); the peers' thread, one for the process, takes the marks, numbers
-//!   them and sends them. Entries learned from a peer are written under the same shard and
-//!   entry locks as the workers' own changes, and are never sent back.
+//!   (`Table::changed`); the first worker, whose event loop serves the sections beside its
+//!   clients, takes the marks at most once a millisecond, numbers them and sends them.
+//!   Entries learned from a peer are written under the same shard and entry locks as the
+//!   workers' own changes, and are never sent back.
 //! - At most one session per peer: a new one (theirs or ours) ends the older.
 //! - Bytes from a peer are never trusted: a malformed message ends that session (with
 //!   HAProxy's protocol error message) and nothing else.
@@ -26,7 +27,9 @@ use crate::conf::backend::ServerOpts;
 pub use crate::conf::stick::{PeersConf, RemotePeer};
 use crate::conf::tls::{BindTls, ServerTlsOpts};
 use crate::conf::{GlobalConf, Loc};
-use crate::runtime::Process;
+use std::rc::Rc;
+
+use crate::runtime::{PeersListener, Process, Worker};
 use crate::stick::{Table, TableConf};
 
 mod link;
@@ -243,16 +246,18 @@ fn bind_tls(base: Option<BindTls>, kw: &str, w: &[String]) -> Result<Option<Bind
     while i < w.len() {
         match crate::tls::bind_option(&mut tls, w, i).map_err(|e| format!("'{kw}': {e}"))? {
             Some(n) => i += n,
-            None => return Err(format!(
+            None => {
+                return Err(format!(
                 "'{kw}' in 'peers' section: option '{}' is not supported yet (only TLS options)",
                 w[i]
-            )),
+            ))
+            }
         }
     }
     Ok(tls)
 }
 
-/// `show peers [dict|-] [SECTION]`: asked of the peers' thread, which owns the sessions
+/// `show peers [dict|-] [SECTION]`: asked of the first worker, which owns the sessions
 /// (nothing when no section runs; the dictionary cache does not exist in sluice).
 pub fn show(process: &Process, args: &[&str]) -> String {
     let section = args
@@ -286,15 +291,15 @@ fn tables_of<'a>(process: &'a Process, peers: &'a str) -> impl Iterator<Item = &
 
 /// Starts every `peers` section: its tables first learn the entries of the process this
 /// one replaces (synchronously, before serving), then the section listens at the local
-/// peer's address on the peers' thread, which links it with the other peers and teaches
-/// the next process. A listener that cannot be opened is reported; the section's tables
+/// peer's address, for the first worker to link it with the other peers and teach the next
+/// process ([`run`]). A listener that cannot be opened is reported; the section's tables
 /// then stay this process's own.
 pub fn start(process: &Arc<Process>) {
     let mut sections = Vec::new();
     for (i, p) in process.config.peers.iter().enumerate() {
         let learned = local::learn(process, p);
         match local::bind(p.local) {
-            Ok(listener) => sections.push(node::Start {
+            Ok(listener) => sections.push(PeersListener {
                 section: i,
                 listener,
                 learned,
@@ -306,14 +311,24 @@ pub fn start(process: &Arc<Process>) {
             ),
         }
     }
-    if sections.is_empty() {
-        return;
-    }
-    let process = process.clone();
-    let spawned = std::thread::Builder::new()
-        .name("sluice-peers".into())
-        .spawn(move || node::run(process, sections));
-    if let Err(e) = spawned {
-        say!("sluice: peers: {e}");
+    *process
+        .peers_listeners
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = sections;
+}
+
+/// Serves the `peers` sections on this worker (the first), until the process ends: their
+/// sessions share its event loop with its clients, so a session's work costs no thread
+/// switch.
+pub async fn run(w: Rc<Worker>) {
+    let sections = std::mem::take(
+        &mut *w
+            .process
+            .peers_listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
+    if !sections.is_empty() {
+        node::serve(w.process.clone(), sections).await;
     }
 }

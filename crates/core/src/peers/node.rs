@@ -1,10 +1,10 @@
-//! A `peers` section on the peers' thread: its shared tables with the log of this
+//! A `peers` section on the first worker: its shared tables with the log of this
 //! process's changes to them, its peers with their sessions, and the tasks that keep them
 //! linked (a listener at the local peer's address, a connection out to each peer, a
 //! collector per table).
 //!
 //! Invariants:
-//! - Everything here lives on the peers' thread (`Rc`, `Cell`): the only things crossing
+//! - Everything here lives on the first worker (`Rc`, `Cell`): the only things crossing
 //!   threads are the tables themselves (their shard and entry locks) and the changed keys
 //!   the workers hand over (`stick::Changes`).
 //! - The log holds each changed key once, at the number of its latest change, so a peer
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 
 use super::{link, tables_of, PeersConf, RemotePeer};
-use crate::runtime::Process;
+use crate::runtime::{PeersListener, Process};
 use crate::stick::{Key, Table};
 
 /// How long a process that has learnt nothing waits for a peer to teach it the tables
@@ -33,31 +33,16 @@ const RESYNC_LIMIT: Duration = Duration::from_secs(5);
 /// The wait before calling a peer again after a failed call (HAProxy's figure).
 const RECONNECT: Duration = Duration::from_secs(5);
 
-/// A section to start on the peers' thread.
-pub(super) struct Start {
-    pub section: usize,
-    pub listener: std::net::TcpListener,
-    /// Entries learnt from the process this one replaces.
-    pub learned: usize,
-}
+/// How long the changes to a table are gathered before they are sent.
+const GATHER: Duration = Duration::from_millis(1);
 
-/// Runs the sections on this (the peers') thread, until the process ends.
-pub(super) fn run(process: Arc<Process>, sections: Vec<Start>) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return say!("sluice: peers: {e}"),
-    };
-    let tasks = tokio::task::LocalSet::new();
-    tasks.block_on(&rt, async move {
-        let nodes: Vec<Rc<Node>> = sections
-            .into_iter()
-            .filter_map(|s| start(&process, s))
-            .collect();
-        answer_show(&process, &nodes).await
-    });
+/// Serves the sections on this worker's event loop, until the process ends.
+pub(super) async fn serve(process: Arc<Process>, sections: Vec<PeersListener>) {
+    let nodes: Vec<Rc<Node>> = sections
+        .into_iter()
+        .filter_map(|s| start(&process, s))
+        .collect();
+    answer_show(&process, &nodes).await
 }
 
 /// Answers the CLI's `show peers` as it asks, until the process ends.
@@ -80,7 +65,7 @@ async fn answer_show(process: &Process, nodes: &[Rc<Node>]) {
     }
 }
 
-fn start(process: &Arc<Process>, s: Start) -> Option<Rc<Node>> {
+fn start(process: &Arc<Process>, s: PeersListener) -> Option<Rc<Node>> {
     let conf = process.config.peers[s.section].clone();
     let listener = match tokio::net::TcpListener::from_std(s.listener) {
         Ok(l) => l,
@@ -117,7 +102,7 @@ pub(super) enum Resync {
     Done,
 }
 
-/// A section's state on the peers' thread.
+/// A section's state on the first worker.
 pub(super) struct Node {
     pub process: Arc<Process>,
     pub conf: PeersConf,
@@ -452,9 +437,18 @@ async fn collect(node: Rc<Node>, t: usize) {
     let Some(changes) = shared.table.changes() else {
         return;
     };
+    let mut last = tokio::time::Instant::now();
     loop {
         changes.wake.notified().await;
-        let keys = shared.table.take_changes(crate::runtime::clock_ms());
+        // Changes are taken at most once per GATHER: a change after a quiet moment leaves at
+        // once, and under a stream of them the ones of each moment leave together (one
+        // wake-up of this thread, one write per session, an entry changed again meanwhile
+        // sent once), whatever the request rate.
+        if last.elapsed() < GATHER {
+            tokio::time::sleep_until(last + GATHER).await;
+        }
+        last = tokio::time::Instant::now();
+        let keys = shared.table.take_changes();
         let room = shared.table.conf.size;
         let mut log = shared.log.borrow_mut();
         for k in keys {

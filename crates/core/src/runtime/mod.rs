@@ -26,8 +26,8 @@ pub use self::counters::{
     StatusClasses, Timing, Timings, Traffic, WorkerCounters,
 };
 pub use self::process::{
-    Admission, ClientConn, Handoff, Handover, Mail, MemoryRelease, PeerSessions, Process,
-    ProcessFigures, SessionInfo, ShowPeers, Slot, ThreadCtx, Worker, WorkerChecks,
+    Admission, ClientConn, Handoff, Handover, Mail, MemoryRelease, PeerSessions, PeersListener,
+    Process, ProcessFigures, SessionInfo, ShowPeers, Slot, ThreadCtx, Worker, WorkerChecks,
 };
 pub use self::rate::{AcceptRates, GlobalRate, RateLimits};
 pub use self::state::{

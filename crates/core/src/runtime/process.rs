@@ -297,12 +297,23 @@ pub struct Process {
     /// Servers whose name changed (`set server ... fqdn`), as (backend, server), for the
     /// first worker's resolutions to ask at once.
     pub renamed: Handoff<(usize, usize)>,
-    /// `show peers` asked from the CLI, for the peers' thread (which owns the sessions) to
+    /// `show peers` asked from the CLI, for the first worker (which owns the sessions) to
     /// answer.
     pub show_peers: Handoff<ShowPeers>,
     /// Sessions with other peers (`show info`'s ActivePeers: opened, handshakes
-    /// included; ConnectedPeers: past their handshake), counted by the peers' thread.
+    /// included; ConnectedPeers: past their handshake), counted by the first worker.
     pub peer_sessions: PeerSessions,
+    /// The `peers` sections' listeners, opened at start, for the first worker to serve.
+    pub peers_listeners: std::sync::Mutex<Vec<PeersListener>>,
+}
+
+/// A `peers` section's listener at the local peer's address, and the entries its tables
+/// learnt from the process this one replaces.
+#[derive(Debug)]
+pub struct PeersListener {
+    pub section: usize,
+    pub listener: std::net::TcpListener,
+    pub learned: usize,
 }
 
 /// Sessions with other peers, as `show info` counts them.
@@ -312,7 +323,7 @@ pub struct PeerSessions {
     pub connected: std::sync::atomic::AtomicUsize,
 }
 
-/// A `show peers [SECTION]` for the peers' thread: it sends the text on `answer`.
+/// A `show peers [SECTION]` for the first worker: it sends the text on `answer`.
 #[derive(Debug)]
 pub struct ShowPeers {
     pub section: Option<String>,

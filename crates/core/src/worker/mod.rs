@@ -135,6 +135,7 @@ fn worker_main(
             tokio::task::spawn_local(t.clone().start_added_checks());
             tokio::task::spawn_local(crate::mail::deliver(t.w.clone()));
             tokio::task::spawn_local(crate::dns::run(t.w.clone()));
+            tokio::task::spawn_local(crate::peers::run(t.w.clone()));
         }
         tokio::task::spawn_local(purge_idle(t.w.clone()));
         tokio::task::spawn_local(measure_busy(t.w.clone()));
