@@ -115,12 +115,7 @@ backend be
 
 /// A request on a fresh connection, read to its close.
 fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(TIMEOUT)).unwrap();
-    c.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = c.read_to_end(&mut out);
-    out
+    read_to_close(addr, bytes)
 }
 
 fn get(path: &str) -> Vec<u8> {

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 
@@ -142,14 +142,9 @@ fn three_nodes_each_push_their_changes_to_the_others() {
     }
 }
 
-/// Reads what a peer port answers until it closes (bounded).
+/// What a peer port answers to `bytes`, until it closes.
 fn answer_of(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(TIMEOUT)).unwrap();
-    c.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = c.read_to_end(&mut out);
-    out
+    read_to_close(addr, bytes)
 }
 
 #[test]

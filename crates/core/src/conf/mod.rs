@@ -25,7 +25,7 @@ pub mod errorpages;
 pub mod filter;
 mod host;
 pub mod listen;
-mod loc;
+pub mod loc;
 pub mod log;
 pub mod mail;
 pub mod patterns;

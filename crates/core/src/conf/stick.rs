@@ -51,7 +51,7 @@ pub struct PeersConf {
     /// built at load.
     pub tls: Option<crate::conf::tls::BindTls>,
     /// Where the section starts, for the errors found when its TLS is built.
-    pub at: crate::conf::Loc,
+    pub at: crate::conf::loc::Loc,
     /// The other peers, in the order of the section.
     pub remotes: Vec<RemotePeer>,
     /// `disabled`: the section shares nothing (its tables stay this process's own).

@@ -15,7 +15,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::tables_of;
 use crate::runtime::Process;
 use crate::stick::{PeersConf, Table};
 use crate::transport::Socket;
@@ -69,6 +68,18 @@ pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
         );
     }
     learned
+}
+
+/// The tables shared with section `peers`.
+pub(super) fn tables_of<'a>(
+    process: &'a Process,
+    peers: &'a str,
+) -> impl Iterator<Item = &'a Arc<Table>> {
+    process
+        .state
+        .tables
+        .iter()
+        .filter(move |t| t.conf.peers.as_deref() == Some(peers))
 }
 
 /// Answers the next process (it sent [`TEACH`]) with the section's tables.

@@ -5,8 +5,9 @@
 //!
 //! - `wire`: the protocol's messages; `link`: one session with another peer (handshake,
 //!   updates both ways, heartbeats); `node`: a section's state on the first worker (the
-//!   log of local changes, the sessions, the connections out and in); `local`: the
-//!   handover to the next process.
+//!   log of local changes, the peers and their counters, `show peers`); `run`: the tasks
+//!   that keep it linked (the listener, the calls out, the collectors of changes);
+//!   `local`: the handover to the next process.
 //!
 //! Invariants:
 //! - Updates leave the request path at once: a worker only marks the entry it changed
@@ -30,11 +31,12 @@ use crate::conf::{GlobalConf, Loc};
 use std::rc::Rc;
 
 use crate::runtime::{PeersListener, Process, Worker};
-use crate::stick::{Table, TableConf};
+use crate::stick::TableConf;
 
 mod link;
 mod local;
 mod node;
+mod run;
 pub mod wire;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[Keyword {
@@ -280,15 +282,6 @@ pub fn show(process: &Process, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// The tables shared with section `peers`.
-fn tables_of<'a>(process: &'a Process, peers: &'a str) -> impl Iterator<Item = &'a Arc<Table>> {
-    process
-        .state
-        .tables
-        .iter()
-        .filter(move |t| t.conf.peers.as_deref() == Some(peers))
-}
-
 /// Starts every `peers` section: its tables first learn the entries of the process this
 /// one replaces (synchronously, before serving), then the section listens at the local
 /// peer's address, for the first worker to link it with the other peers and teach the next
@@ -329,6 +322,6 @@ pub async fn run(w: Rc<Worker>) {
             .unwrap_or_else(|e| e.into_inner()),
     );
     if !sections.is_empty() {
-        node::serve(w.process.clone(), sections).await;
+        run::serve(w.process.clone(), sections).await;
     }
 }

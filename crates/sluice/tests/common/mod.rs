@@ -645,6 +645,17 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Sends `bytes` on a fresh connection to `addr` and reads what comes back until the other
+/// side closes (at most [`TIMEOUT`] between reads).
+pub fn read_to_close(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
 /// Waits until `f` holds, failing after [`TIMEOUT`] with what was awaited.
 pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + TIMEOUT;
