@@ -343,3 +343,42 @@ fn peers_share_tables_over_tls() {
     let answer = answer_of(at, b"HAProxyS 2.1\ns\nh 1 1\n");
     assert!(!answer.starts_with(b"200"), "{answer:?}");
 }
+
+/// A reload from HAProxy 2.6 to sluice on one host: the new sluice process calls the old
+/// HAProxy at the local peer's address, as the local peer, and learns its tables before it
+/// serves.
+#[test]
+fn sluice_replacing_haproxy_learns_its_tables_through_the_local_peer() {
+    let origin = Origin::start("o");
+    let port = free_port();
+    let config = |sock: &Path| {
+        format!(
+            "global\n    localpeer lb1\n    stats socket {} level admin\n{DEFAULTS}\
+             peers mesh\n    peer lb1 127.0.0.1:{port}\n\
+             \x20   table strs type string len 32 size 100 expire 60s store gpc0,http_req_rate(10s)\n\
+             frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+            sock.display(),
+            origin.addr
+        )
+    };
+    let (_hdir, hsock) = cli_dir();
+    let program = match Path::new("/usr/sbin/haproxy").exists() {
+        true => "/usr/sbin/haproxy",
+        false => "haproxy",
+    };
+    let _h = Sluice::start_program(program, &["-db"], &config(&hsock));
+    wait_until("HAProxy's CLI", || hsock.exists());
+    let set = |cmd: &str| assert_eq!(Sluice::cli(&hsock, cmd).trim(), "", "{cmd}");
+    set("set table mesh/strs key kept data.gpc0 11 data.http_req_rate 5");
+    let (_sdir, ssock) = cli_dir();
+    let s = Sluice::start(&config(&ssock));
+    assert!(
+        s.stderr()
+            .contains("1 entries learned from the previous process"),
+        "{}",
+        s.stderr()
+    );
+    let line = entry(&ssock, "mesh/strs", "kept").unwrap_or_default();
+    assert!(line.contains(" gpc0=11 "), "{line}");
+    assert!(line.contains(" http_req_rate(10000)=5"), "{line}");
+}

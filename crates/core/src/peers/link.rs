@@ -85,17 +85,15 @@ pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
     true
 }
 
-/// Answers a connection to the local peer's address: the next process asking for the
-/// tables, or a peer saying hello (each of its lines judged as it comes, as HAProxy does).
+/// Answers a connection to the local peer's address: a peer saying hello (each of its
+/// lines judged as it comes, as HAProxy does), another peer or the local one (the next
+/// process, which asks for the tables).
 pub(super) async fn answer(node: Rc<Node>, conn: TcpStream) {
     let _ = conn.set_nodelay(true);
     let mut read = Vec::new();
     let hello = async {
         let mut conn = accepted(&node, conn).await?;
         let first = read_line(&mut conn, &mut read).await?;
-        if first == super::local::TEACH {
-            return Some((conn, Hello::Teach));
-        }
         if let Err(code) = version(&first) {
             return Some((conn, Hello::Refused(code)));
         }
@@ -114,7 +112,6 @@ pub(super) async fn answer(node: Rc<Node>, conn: TcpStream) {
         return;
     };
     match hello {
-        Hello::Teach => super::local::teach(&node.process, &node.conf.name, conn).await,
         Hello::Refused(code) => {
             let _ = conn.write_all(format!("{code}\n").as_bytes()).await;
         }
@@ -141,7 +138,6 @@ async fn accepted(node: &Node, conn: TcpStream) -> Option<Socket> {
 
 /// What a connection to the local peer's address asked for.
 enum Hello {
-    Teach,
     Peer(usize),
     Refused(u16),
 }

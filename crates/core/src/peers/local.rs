@@ -1,29 +1,29 @@
-//! The local peer across a reload: the new process asks the old one, at the local peer's
-//! address, for the tables of the section before it serves, as HAProxy's local peer
-//! teaches its successor. The exchange is sluice's own (a `teach` line, then the tables as
-//! [`Table::dump`] lines): both ends are sluice processes of one host, and the entries
-//! keep their exact expiry and rates.
+//! The local peer across a reload: before it serves, the new process calls the old one at
+//! the local peer's address as the local peer (its own name on both hello lines), asks for
+//! the tables (a resync request) and takes what the old one teaches until it says it is
+//! done, over the peers protocol like any other peer (so an old process of either sluice or
+//! HAProxy 2.6 teaches it). The old process serves that session as any other (`link`).
 //!
 //! Invariants:
-//! - Learning is bounded (a second to connect and read); a missing or silent old process
-//!   leaves the tables empty, as at a first start (the other peers then teach them).
+//! - Learning is bounded: a second to connect and between reads, five in all; a missing or
+//!   silent old process leaves the tables empty, as at a first start (the other peers then
+//!   teach them).
 //! - The listener is shared with the process being replaced (`SO_REUSEPORT`), so the
 //!   address is never closed between the two.
 
-use std::io::{BufRead, BufReader, Write};
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::wire::{self, Columns, Control, Message};
 use crate::runtime::Process;
 use crate::stick::{PeersConf, Table};
-use crate::transport::Socket;
 
-/// How long a new process waits for its predecessor's tables.
+/// How long a new process waits for its predecessor, between reads, and in all.
 const LEARN_LIMIT: Duration = Duration::from_secs(1);
-
-/// The first line a new process sends to the old one.
-pub(super) const TEACH: &str = "teach";
+const LEARN_TOTAL: Duration = Duration::from_secs(5);
 
 /// The local peer's socket, shared with the process being replaced (`SO_REUSEPORT`).
 pub(super) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -40,36 +40,6 @@ pub(super) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(s.into())
 }
 
-/// Asks the process listening at the local peer's address (the one being replaced) for
-/// the section's tables; the entries learned.
-pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
-    let Ok(mut conn) = TcpStream::connect_timeout(&p.local, LEARN_LIMIT) else {
-        return 0;
-    };
-    let _ = conn.set_read_timeout(Some(LEARN_LIMIT));
-    if conn.write_all(format!("{TEACH}\n").as_bytes()).is_err() {
-        return 0;
-    }
-    let now = crate::runtime::clock_ms();
-    let mut table: Option<&Arc<Table>> = None;
-    let mut learned = 0usize;
-    for line in BufReader::new(conn).lines() {
-        let Ok(line) = line else { break };
-        if let Some(name) = line.strip_prefix("table ") {
-            table = tables_of(process, &p.name).find(|t| t.conf.name == name);
-        } else if let Some(t) = table {
-            learned += usize::from(t.restore(&line, now));
-        }
-    }
-    if learned > 0 {
-        say!(
-            "sluice: peers '{}': {learned} entries learned from the previous process",
-            p.name
-        );
-    }
-    learned
-}
-
 /// The tables shared with section `peers`.
 pub(super) fn tables_of<'a>(
     process: &'a Process,
@@ -82,13 +52,162 @@ pub(super) fn tables_of<'a>(
         .filter(move |t| t.conf.peers.as_deref() == Some(peers))
 }
 
-/// Answers the next process (it sent [`TEACH`]) with the section's tables.
-pub(super) async fn teach(process: &Process, peers: &str, mut conn: Socket) {
-    let now = crate::runtime::clock_ms();
-    let mut out = String::new();
-    for t in tables_of(process, peers) {
-        out.push_str(&format!("table {}\n", t.conf.name));
-        out.push_str(&t.dump(now));
+/// Learns the section's tables from the process listening at the local peer's address
+/// (the one being replaced); the entries learnt.
+pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
+    let Ok(mut conn) = TcpStream::connect_timeout(&p.local, LEARN_LIMIT) else {
+        return 0;
+    };
+    let _ = conn.set_read_timeout(Some(LEARN_LIMIT));
+    let mut hello = format!(
+        "{} {}.{}\n{}\n{} {} 1\n",
+        wire::PROTOCOL,
+        wire::VERSION.0,
+        wire::VERSION.1,
+        p.local_name,
+        p.local_name,
+        std::process::id()
+    )
+    .into_bytes();
+    wire::put_short(
+        &mut hello,
+        wire::CLASS_CONTROL,
+        Control::ResyncRequest as u8,
+    );
+    if conn.write_all(&hello).is_err() {
+        return 0;
     }
-    let _ = tokio::time::timeout(LEARN_LIMIT, conn.write_all(out.as_bytes())).await;
+    let tables: Vec<(&Arc<Table>, String)> = tables_of(process, &p.name)
+        .map(|t| (t, wire::table_name(&t.conf.name, &p.name)))
+        .collect();
+    let mut lesson = Lesson {
+        tables,
+        theirs: HashMap::new(),
+        current: None,
+        learned: 0,
+    };
+    lesson.take(&mut conn);
+    if lesson.learned > 0 {
+        say!(
+            "sluice: peers '{}': {} entries learned from the previous process",
+            p.name,
+            lesson.learned
+        );
+    }
+    lesson.learned
+}
+
+/// What the old process teaches, as it is read.
+struct Lesson<'a> {
+    /// The section's tables and their names on the wire.
+    tables: Vec<(&'a Arc<Table>, String)>,
+    /// The old process's tables by its numbers: which of ours, with their columns.
+    theirs: HashMap<u64, (Option<usize>, Columns)>,
+    current: Option<u64>,
+    learned: usize,
+}
+
+impl Lesson<'_> {
+    /// Reads the status line, then messages until the old process says it is done (then
+    /// confirms), stops answering, or sends what is not the protocol.
+    fn take(&mut self, conn: &mut TcpStream) {
+        let deadline = Instant::now() + LEARN_TOTAL;
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 16 * 1024];
+        let mut status = None;
+        while Instant::now() < deadline {
+            let n = match conn.read(&mut chunk) {
+                Ok(n) if n > 0 => n,
+                _ => return,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            if status.is_none() {
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    continue;
+                };
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                status = Some(line);
+                if !status.as_deref().is_some_and(|l| l.starts_with(b"200")) {
+                    return;
+                }
+            }
+            let mut used = 0;
+            while let Ok(Some((msg, n))) = wire::split(&buf[used..]) {
+                used += n;
+                match self.apply(msg) {
+                    Step::Go => {}
+                    Step::Done => {
+                        let mut confirm = Vec::new();
+                        wire::put_short(
+                            &mut confirm,
+                            wire::CLASS_CONTROL,
+                            Control::ResyncConfirm as u8,
+                        );
+                        let _ = conn.write_all(&confirm);
+                        return;
+                    }
+                    Step::Stop => return,
+                }
+            }
+            if wire::split(&buf[used..]).is_err() {
+                return;
+            }
+            buf.drain(..used);
+        }
+    }
+
+    fn apply(&mut self, msg: Message<'_>) -> Step {
+        match msg {
+            Message::Control(Control::ResyncFinished | Control::ResyncPartial) => Step::Done,
+            Message::Error(_) => Step::Stop,
+            Message::Table(wire::DEFINE, body) => {
+                let Some(d) = wire::define(body) else {
+                    return Step::Stop;
+                };
+                let ours = self
+                    .tables
+                    .iter()
+                    .position(|(t, name)| *name == d.name && wire::same_key(&d, t.conf.key));
+                self.theirs.insert(d.id, (ours, d.columns));
+                self.current = Some(d.id);
+                Step::Go
+            }
+            Message::Table(wire::SWITCH, body) => {
+                self.current = wire::varint(body, &mut 0);
+                Step::Go
+            }
+            Message::Table(
+                kind @ (wire::UPDATE
+                | wire::INC_UPDATE
+                | wire::UPDATE_TIMED
+                | wire::INC_UPDATE_TIMED),
+                body,
+            ) => self.update(kind, body),
+            _ => Step::Go,
+        }
+    }
+
+    fn update(&mut self, kind: u8, body: &[u8]) -> Step {
+        let Some((Some(t), columns)) = self.current.and_then(|c| self.theirs.get(&c)) else {
+            return Step::Go;
+        };
+        let table = self.tables[*t].0;
+        let with_id = matches!(kind, wire::UPDATE | wire::UPDATE_TIMED);
+        let timed = matches!(kind, wire::UPDATE_TIMED | wire::INC_UPDATE_TIMED);
+        let Some(u) = wire::update(body, (with_id, timed), table.conf.key, columns) else {
+            return Step::Stop;
+        };
+        let now = crate::runtime::clock_ms();
+        if table.learn(u.key, u.expire.map(u64::from), &u.values, now) {
+            self.learned += 1;
+        }
+        Step::Go
+    }
+}
+
+/// What a message means for the lesson.
+enum Step {
+    Go,
+    Done,
+    Stop,
 }

@@ -65,6 +65,9 @@ pub(super) struct Shared {
 /// `show peers` prints them), and where each table stands with it.
 pub(super) struct Peer {
     pub conf: RemotePeer,
+    /// The local peer: this process's own name, whose sessions are the process before or
+    /// after this one at a reload (never called: it calls).
+    pub local: bool,
     /// The live session's number (0: none).
     pub session: Cell<u64>,
     /// Signalled when its session ends or is replaced.
@@ -110,15 +113,22 @@ impl Node {
     pub(super) fn new(process: &Arc<Process>, conf: PeersConf, learned: bool) -> Node {
         let tables: Vec<Shared> = tables_of(process, &conf.name)
             .map(|t| Shared {
-                wire_name: wire_name(&t.conf.name, &conf.name),
+                wire_name: super::wire::table_name(&t.conf.name, &conf.name),
                 table: t.clone(),
                 log: RefCell::default(),
             })
             .collect();
-        let peers = conf
-            .remotes
-            .iter()
+        let local = RemotePeer {
+            name: conf.local_name.clone(),
+            addr: conf.local,
+            tls: Default::default(),
+            connector: None,
+        };
+        // The local peer first: `show peers` lists the peers from the last.
+        let peers = std::iter::once(&local)
+            .chain(&conf.remotes)
             .map(|r| Peer {
+                local: r.name == conf.local_name,
                 conf: r.clone(),
                 session: Cell::new(0),
                 ended: Notify::new(),
@@ -201,14 +211,6 @@ impl Node {
         for peer in self.peers.iter().rev() {
             self.show_peer(peer, out);
         }
-        let _ = writeln!(
-            out,
-            "  {:p}: id={}(local,inactive) addr={} last_status=NONE last_hdshk=<NEVER>",
-            &self.conf, self.conf.local_name, self.conf.local
-        );
-        let _ = writeln!(out, "        reconnect=<NEVER> heartbeat=<NEVER> confirm=0 tx_hbt=0 rx_hbt=0 no_hbt=0 new_conn=0 proto_err=0 coll=0");
-        out.push_str("        flags=0x0");
-        self.show_tables(None, out);
     }
 
     fn show_peer(&self, peer: &Peer, out: &mut String) {
@@ -216,9 +218,10 @@ impl Node {
         let c = &peer.counts;
         let _ = writeln!(
             out,
-            "  {:p}: id={}(remote,{}) addr={} last_status={} last_hdshk={}",
+            "  {:p}: id={}({},{}) addr={} last_status={} last_hdshk={}",
             peer,
             peer.conf.name,
+            if peer.local { "local" } else { "remote" },
             if active { "active" } else { "inactive" },
             peer.conf.addr,
             status_name(peer.status.get()),
@@ -239,16 +242,15 @@ impl Node {
         if let Some((local, remote)) = peer.ends.get() {
             let _ = write!(out, "\n        xprt=RAW src={local} addr={remote}");
         }
-        self.show_tables(Some(peer), out);
+        self.show_tables(peer, out);
     }
 
-    fn show_tables(&self, peer: Option<&Peer>, out: &mut String) {
+    fn show_tables(&self, peer: &Peer, out: &mut String) {
         if !self.tables.is_empty() {
             out.push_str("\n        shared tables:");
         }
-        let zero = PeerTable::default();
         for (i, t) in self.tables.iter().enumerate().rev() {
-            let st = peer.map_or(&zero, |p| &p.tables[i]);
+            let st = &peer.tables[i];
             let update = t.log.borrow().last();
             let _ = write!(
                 out,
@@ -317,15 +319,6 @@ fn until(at: Option<Instant>) -> String {
             None => "<PAST>".into(),
             Some(d) => human_time(d),
         },
-    }
-}
-
-/// A table's name on the wire: its proxy's name, or for a table of the section itself
-/// (`SECTION/TABLE`) what follows the section's name, slash included (HAProxy's).
-fn wire_name(table: &str, section: &str) -> String {
-    match table.strip_prefix(section).filter(|r| r.starts_with('/')) {
-        Some(rest) => rest.to_string(),
-        None => table.to_string(),
     }
 }
 

@@ -60,7 +60,8 @@ fn start(process: &Arc<Process>, s: PeersListener) -> Option<Rc<Node>> {
     if node.conf.disabled {
         return Some(node);
     }
-    for p in 0..node.peers.len() {
+    // (The local peer is not called: the next process calls it.)
+    for p in (0..node.peers.len()).filter(|&p| !node.peers[p].local) {
         tokio::task::spawn_local(call_again(node.clone(), p));
     }
     for t in 0..node.tables.len() {

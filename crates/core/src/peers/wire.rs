@@ -203,6 +203,15 @@ fn put_table(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// A table's name on the wire: its proxy's name, or for a table of the section itself
+/// (`SECTION/TABLE`) what follows the section's name, slash included (HAProxy's).
+pub fn table_name(table: &str, section: &str) -> String {
+    match table.strip_prefix(section).filter(|r| r.starts_with('/')) {
+        Some(rest) => rest.to_string(),
+        None => table.to_string(),
+    }
+}
+
 /// How a data type's values are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Std {
