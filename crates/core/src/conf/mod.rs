@@ -98,9 +98,12 @@ pub struct GlobalConf {
     pub ulimit_n: Option<u64>,
     /// `fd-hard-limit N`: the system's hard limit as the process sees it, when lower.
     pub fd_hard_limit: Option<u64>,
-    /// `maxpipes N`: the most kernel pipes splicing may use (sluice does not splice yet:
-    /// it uses none, which any limit allows; `show info` shows the figure).
+    /// `maxpipes N`: the most kernel pipes splicing may use (`transport::splice`).
     pub maxpipes: Option<u64>,
+    /// `nosplice`: no splicing, whatever the proxies say.
+    pub nosplice: bool,
+    /// `tune.pipesize`: the size of splicing pipes (else the system's).
+    pub pipesize: Option<usize>,
     /// `tune.listener.multi-queue on|fair|off`.
     pub dispatch: listen::Dispatch,
     /// `tune.listener.default-shards`: the sockets per `bind` without `shards`.
@@ -192,6 +195,8 @@ impl Default for GlobalConf {
             ulimit_n: None,
             fd_hard_limit: None,
             maxpipes: None,
+            nosplice: false,
+            pipesize: None,
             dispatch: listen::Dispatch::default(),
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),

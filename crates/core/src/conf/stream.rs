@@ -118,6 +118,9 @@ pub struct StreamConf {
     /// `option contstats`: a stream's bytes are counted as they move rather than when it
     /// ends (TCP streams; an HTTP transaction counts when it ends).
     pub contstats: bool,
+    /// `option splice-response` / `option splice-auto`: response bodies of known length
+    /// are spliced (`transport::splice`), the frontend's or the backend's saying so.
+    pub splice: bool,
     /// `option http-restrict-req-hdr-names`: what becomes of request fields whose names
     /// hold other characters than letters, digits and `-`.
     pub restrict_names: RestrictNames,

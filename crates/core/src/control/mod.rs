@@ -58,16 +58,9 @@ macro_rules! env_keyword {
 }
 
 /// `strict-limits` (the default) and `no strict-limits`.
-/// Requests for what sluice never does, satisfied as they are: `nosplice` (sluice does
-/// not splice), `nopoll`, `nokqueue`, `noevports` (pollers it does not use; it polls with
-/// epoll). `tune.pipesize` sizes pipes it never makes.
+/// Requests for what sluice never does, satisfied as they are: `nopoll`, `nokqueue`,
+/// `noevports` (pollers it does not use; it polls with epoll).
 pub const SATISFIED_KEYWORDS: &[Keyword<GlobalConf>] = &[
-    Keyword {
-        name: "nosplice",
-        scope: Scope::GLOBAL,
-        help: "nosplice: no kernel splicing (sluice does not splice)",
-        parse: no_args,
-    },
     Keyword {
         name: "nopoll",
         scope: Scope::GLOBAL,
@@ -85,17 +78,6 @@ pub const SATISFIED_KEYWORDS: &[Keyword<GlobalConf>] = &[
         scope: Scope::GLOBAL,
         help: "noevports: not the event ports poller (sluice polls with epoll)",
         parse: no_args,
-    },
-    Keyword {
-        name: "tune.pipesize",
-        scope: Scope::GLOBAL,
-        help: "tune.pipesize SIZE: the size of splicing pipes (sluice makes none)",
-        parse: |_, a| {
-            let v = crate::conf::one_arg(a, "a size")?;
-            sluice_config::units::parse_size(v)
-                .map_err(|e| sluice_config::KwError::bad(1, v, e))?;
-            Ok(())
-        },
     },
 ];
 
@@ -125,12 +107,6 @@ pub const FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_keywords![
 ];
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
-    Keyword {
-        name: "maxpipes",
-        scope: Scope::GLOBAL,
-        help: "maxpipes N: the most kernel pipes splicing may use (sluice does not splice: it uses none)",
-        parse: |g, a| number_arg(a, "a number of pipes", 0).map(|n| g.maxpipes = Some(n)),
-    },
     Keyword {
         name: "fd-hard-limit",
         scope: Scope::GLOBAL,
@@ -482,6 +458,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         show_peers: Default::default(),
         peer_sessions: Default::default(),
         peers_listeners: Default::default(),
+        pipes: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.
     crate::peers::start(&process);

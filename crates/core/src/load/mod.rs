@@ -77,6 +77,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     tls::OPENSSL_ONLY_KEYWORDS,
     peers::GLOBAL_KEYWORDS,
     stats::GLOBAL_KEYWORDS,
+    crate::transport::splice::GLOBAL_KEYWORDS,
     pending::GLOBAL_KEYWORDS,
 ];
 
@@ -106,6 +107,7 @@ const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
     log::OPTION_KEYWORDS,
     stats::KEYWORDS,
     crate::mail::KEYWORDS,
+    crate::transport::splice::PROXY_KEYWORDS,
     pending::PROXY_KEYWORDS,
     control::state_file::KEYWORDS,
 ];

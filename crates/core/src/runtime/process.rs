@@ -305,6 +305,8 @@ pub struct Process {
     pub peer_sessions: PeerSessions,
     /// The `peers` sections' listeners, opened at start, for the first worker to serve.
     pub peers_listeners: std::sync::Mutex<Vec<PeersListener>>,
+    /// Splicing pipes in use and pooled (`show info`).
+    pub pipes: crate::transport::splice::PipeCounts,
 }
 
 /// A `peers` section's listener at the local peer's address, and the entries its tables
@@ -463,6 +465,8 @@ pub struct Worker {
     pub bufs: BufPool,
     /// Compressor output, used within one synchronous step at a time.
     pub comp_out: RefCell<Vec<u8>>,
+    /// Empty splicing pipes, for the next spliced bodies.
+    pub pipes: crate::transport::splice::Pipes,
     /// Decoded body bytes waiting to be compressed, same discipline.
     pub comp_plain: RefCell<Vec<u8>>,
     /// This worker's copies of the balancing schedules.
@@ -504,6 +508,7 @@ impl Worker {
                 process.threads[tid].buffers.clone(),
             ),
             comp_out: RefCell::default(),
+            pipes: Default::default(),
             comp_plain: RefCell::default(),
             lb: LbCache::default(),
             process,

@@ -163,10 +163,23 @@ fn lines(p: &Process) -> Vec<Line> {
             "Maxpipes",
             "CLP",
             U32,
-            p.config.global.maxpipes.unwrap_or(0).to_string(),
+            crate::transport::splice::max_pipes(&p.config.global, p.admission.global_limit())
+                .to_string(),
         ),
-        l(24, "PipesUsed", "MGP", U32, zero.clone()),
-        l(25, "PipesFree", "MGP", U32, zero.clone()),
+        l(
+            24,
+            "PipesUsed",
+            "MGP",
+            U32,
+            p.pipes.used.load(Ordering::Relaxed).to_string(),
+        ),
+        l(
+            25,
+            "PipesFree",
+            "MGP",
+            U32,
+            p.pipes.free.load(Ordering::Relaxed).to_string(),
+        ),
         l(26, "ConnRate", "MRP", U32, conn_rate.to_string()),
         l(
             27,

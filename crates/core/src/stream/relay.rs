@@ -292,7 +292,14 @@ impl Txn {
             self.emit_log(s, i64::from(status), *b"--", true);
             self.log.logged = true;
         }
+        let backend = self.backend.expect("routed");
+        // `option splice-response|splice-auto` on either side, unless `nosplice`; a body
+        // kept for the cache passes through the buffers.
+        let splice = !w.config().global.nosplice
+            && (fe.stream.splice || w.config().backends[backend].stream.splice)
+            && capture.is_none();
         let mut relay = Relay {
+            splice,
             client: &mut s.client,
             out: &mut s.out,
             sbuf: &mut s.sbuf,
@@ -306,7 +313,6 @@ impl Txn {
             closing: !keep_client,
             capture: capture.as_mut(),
         };
-        let backend = self.backend.expect("routed");
         let counters = [
             w.state().frontends[s.fe].counters.at(w.tid),
             w.state().backends[backend].counters.at(w.tid),
@@ -574,6 +580,8 @@ struct Relay<'a> {
     /// `cache-store`: the body is kept as it passes, and stored once whole, before its
     /// last bytes leave (a client that asks again at once finds it).
     capture: Option<&'a mut super::cached::Capture>,
+    /// A body of known length may be spliced once the buffer is sent.
+    splice: bool,
 }
 
 impl Relay<'_> {
@@ -668,6 +676,9 @@ impl Relay<'_> {
                     if remaining == 0 {
                         return Ok(());
                     }
+                    if self.splice && self.spliced(remaining).await? {
+                        return Ok(());
+                    }
                     if !self.read_server().await? {
                         return Err(truncated());
                     }
@@ -736,6 +747,42 @@ impl Relay<'_> {
                     return Ok(());
                 }
             },
+        }
+    }
+
+    /// Splices the body's last `remaining` bytes from server to client (its buffer sent):
+    /// whether it did (`false`: not between two sockets in clear, or no pipe to be had;
+    /// the caller copies them).
+    async fn spliced(&mut self, remaining: u64) -> Result<bool, Cause> {
+        use crate::transport::splice::{self, Stopped};
+        let (Some(from), Some(to)) = (self.server.plain_tcp(), self.client.plain_tcp()) else {
+            return Ok(false);
+        };
+        let p = &self.worker.process;
+        let max = splice::max_pipes(&p.config.global, p.admission.global_limit());
+        let Some(mut lease) = self
+            .worker
+            .pipes
+            .take(&p.pipes, max, p.config.global.pipesize)
+        else {
+            return Ok(false);
+        };
+        let mut moved = 0;
+        let limits = (self.tserver, self.tclient);
+        let done = splice::forward(from, to, &mut lease, remaining, limits, &mut moved).await;
+        drop(lease);
+        self.sent += moved;
+        self.relayed += moved;
+        *self.data.get_or_insert(0) += moved;
+        match done {
+            Ok(()) => {
+                self.whole();
+                Ok(true)
+            }
+            Err(Stopped::Server(e)) => Err(Cause::Server(e)),
+            Err(Stopped::ServerTimeout) => Err(Cause::ServerTimeout),
+            Err(Stopped::Client(e)) => Err(Cause::ClientClosed(Some(e))),
+            Err(Stopped::ClientTimeout) => Err(Cause::ClientTimeout),
         }
     }
 

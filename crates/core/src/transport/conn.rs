@@ -73,6 +73,11 @@ impl Conn {
         }
     }
 
+    /// The TCP socket, when the connection is one in clear (for splicing).
+    pub fn plain_tcp(&self) -> Option<&tokio::net::TcpStream> {
+        self.socket()?.plain_tcp()
+    }
+
     /// The socket this connection is (to pool it, or hand it to a protocol crate), or
     /// the connection itself when it is a stream.
     pub fn into_socket(self) -> Result<Socket, Conn> {

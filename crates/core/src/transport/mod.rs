@@ -17,6 +17,7 @@
 
 mod conn;
 mod socket;
+pub mod splice;
 
 pub use self::conn::Conn;
 pub use self::socket::{Detached, Origin, Socket, TcpInfo, Then, TlsInfo};

@@ -553,6 +553,14 @@ impl Socket {
         }
     }
 
+    /// The TCP socket, when the connection is one in clear (for splicing).
+    pub fn plain_tcp(&self) -> Option<&TcpStream> {
+        match &self.io {
+            Io::Tcp(s) if !self.unix => Some(s),
+            _ => None,
+        }
+    }
+
     /// The TCP (or unix) socket under the connection.
     fn tcp(&self) -> &TcpStream {
         match &self.io {

@@ -1,0 +1,169 @@
+//! Kernel splicing (`option splice-response`, `option splice-auto`): response bodies of
+//! known length move from server to client through a pipe, byte for byte, and the pipes are
+//! counted (`show info`'s PipesUsed and PipesFree) and given back.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A body of `n` bytes no two neighbouring windows of which look alike.
+fn body(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9u32;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+fn response(body: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+/// `show info`'s `NAME: VALUE` as a number.
+fn info(sock: &Path, name: &str) -> u64 {
+    Sluice::cli(sock, "show info")
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+fn proxy(origin: &Origin, option: &str, sock: &Path) -> Sluice {
+    Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}{option}frontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        sock.display(),
+        origin.addr
+    ))
+}
+
+/// Reads one response with a `Content-Length` body from `c`: its head and its body.
+fn read_response(c: &mut TcpStream) -> (String, Vec<u8>) {
+    let head = read_head(c);
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a content-length");
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).unwrap();
+    (head, body)
+}
+
+#[test]
+fn bodies_are_spliced_byte_for_byte_and_the_pipe_kept_for_the_next() {
+    let big = body(3 << 20);
+    let small = body(70_000);
+    let (b1, b2) = (big.clone(), small.clone());
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r| match r.target.as_str() {
+            "/big" => Reply::Raw(response(&b1)),
+            _ => Reply::Raw(response(&b2)),
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = proxy(&origin, "    option splice-response\n", &sock);
+    assert_eq!(info(&sock, "PipesFree"), 0);
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    for (path, want) in [("/big", &big), ("/small", &small), ("/big", &big)] {
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        let (head, got) = read_response(&mut c);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(got == *want, "{path}: the body differs");
+    }
+    // One pipe served the three bodies, one after the other, and waits for the next.
+    assert_eq!(info(&sock, "PipesUsed"), 0);
+    assert_eq!(info(&sock, "PipesFree"), 1);
+    assert!(info(&sock, "Maxpipes") > 0);
+}
+
+#[test]
+fn without_the_option_nothing_is_spliced() {
+    let big = body(1 << 20);
+    let b = big.clone();
+    let origin = Origin::with_handler("o", Arc::new(move |_| Reply::Raw(response(&b))));
+    let (_d, sock) = cli_dir();
+    let p = proxy(&origin, "", &sock);
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert!(read_response(&mut c).1 == big);
+    assert_eq!(info(&sock, "PipesFree"), 0);
+    // `nosplice` wins over the proxies' options.
+    let (_d2, sock2) = cli_dir();
+    let p2 = Sluice::start(&format!(
+        "global\n    nosplice\n    stats socket {}\n{DEFAULTS}    option splice-auto\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {}\n",
+        sock2.display(),
+        origin.addr
+    ));
+    assert!(get(p2.addr(), "/").status == 200);
+    assert_eq!(info(&sock2, "PipesFree"), 0);
+}
+
+#[test]
+fn a_client_or_a_server_leaving_mid_body_leaves_no_pipe_in_use() {
+    let big = body(8 << 20);
+    let b = big.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r| match r.target.as_str() {
+            // Announces the whole body, sends a tenth of it, closes.
+            "/cut" => {
+                let mut r = response(&b);
+                r.truncate(r.len() - b.len() + b.len() / 10);
+                Reply::RawThenClose(r)
+            }
+            _ => Reply::Raw(response(&b)),
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = proxy(&origin, "    option splice-auto\n", &sock);
+    // A client that reads a little and goes.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET /all HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = vec![0u8; 100_000];
+    c.read_exact(&mut first).unwrap();
+    drop(c);
+    wait_until("the client's pipe given up", || {
+        info(&sock, "PipesUsed") == 0
+    });
+    // A server that stops short: the client gets what came, then the connection closes.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET /cut HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(got.len() < big.len(), "{}", got.len());
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    wait_until("the server's pipe given up", || {
+        info(&sock, "PipesUsed") == 0
+    });
+    // And the proxy splices the next one whole.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET /all HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut c).1 == big);
+}
