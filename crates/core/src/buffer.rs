@@ -212,19 +212,19 @@ impl Buf {
 
     /// Reads once from `stream`. Waits for readability without holding storage, so an idle
     /// connection costs no buffer.
-    pub async fn fill(&mut self, stream: &mut Conn, pool: &BufPool) -> std::io::Result<usize> {
+    pub async fn fill(&mut self, stream: &Conn, pool: &BufPool) -> std::io::Result<usize> {
         self.fill_parking(stream, pool, false).await
     }
 
     /// Like `fill`, for a message head: while the rest is awaited, a few buffered bytes are
     /// parked and the storage goes back to the pool.
-    pub async fn fill_head(&mut self, stream: &mut Conn, pool: &BufPool) -> std::io::Result<usize> {
+    pub async fn fill_head(&mut self, stream: &Conn, pool: &BufPool) -> std::io::Result<usize> {
         self.fill_parking(stream, pool, true).await
     }
 
     async fn fill_parking(
         &mut self,
-        stream: &mut Conn,
+        stream: &Conn,
         pool: &BufPool,
         park: bool,
     ) -> std::io::Result<usize> {

@@ -55,7 +55,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = pending![
     "stats" => Scope::PROXY,
     "option http-no-delay" => Scope::PROXY,
-    "option splice-request" => Scope::PROXY,
     "option tcp-smart-accept" => Scope::PROXY,
     "option tcp-smart-connect" => Scope::PROXY,
     "option transparent" => Scope::PROXY,

@@ -167,3 +167,52 @@ fn a_client_or_a_server_leaving_mid_body_leaves_no_pipe_in_use() {
         .unwrap();
     assert!(read_response(&mut c).1 == big);
 }
+
+/// `mode tcp` with `option splice-auto`: both directions through pipes, byte for byte, with
+/// the half-close passed on; the two pipes are kept once the connection is done.
+#[test]
+fn a_tcp_stream_is_spliced_both_ways() {
+    // A server that reads until the client's half-close, then sends it all back reversed.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut got = Vec::new();
+            if c.read_to_end(&mut got).is_err() {
+                continue;
+            }
+            got.reverse();
+            let _ = c.write_all(&got);
+        }
+    });
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n    option splice-auto\nlisten l\n    {{fe}}\n    server s1 {server}\n",
+        sock.display()
+    ));
+    let sent = body(5 << 20);
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut writer = c.try_clone().unwrap();
+    let to_send = sent.clone();
+    let sender = std::thread::spawn(move || {
+        writer.write_all(&to_send).unwrap();
+        writer.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    sender.join().unwrap();
+    let mut want = sent;
+    want.reverse();
+    assert!(back == want, "{} bytes back", back.len());
+    wait_until("both pipes back in the pool", || {
+        info(&sock, "PipesUsed") == 0 && info(&sock, "PipesFree") == 2
+    });
+    // An HTTP proxy's splice-request says that request bodies are copied.
+    let (ok, out) = check_config(&format!(
+        "{DEFAULTS}    option splice-request\nfrontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    server s1 {server}\n"
+    ));
+    assert!(ok, "{out}");
+    assert!(out.contains("HTTP request bodies are copied"), "{out}");
+}

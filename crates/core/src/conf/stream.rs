@@ -90,6 +90,29 @@ pub enum RestrictNames {
     Reject,
 }
 
+/// The directions kernel splicing may move (`option splice-*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Splice {
+    /// Client to server: a `mode tcp` stream's bytes (`splice-request`).
+    pub request: bool,
+    /// Server to client: a `mode tcp` stream's bytes, an HTTP response body of known
+    /// length (`splice-response`).
+    pub response: bool,
+    /// Both, as sluice sees fit (`splice-auto`: HTTP request bodies are copied).
+    pub auto: bool,
+}
+
+impl Splice {
+    /// Either side's (frontend, backend) settings.
+    pub fn or(self, other: Splice) -> Splice {
+        Splice {
+            request: self.request || other.request,
+            response: self.response || other.response,
+            auto: self.auto || other.auto,
+        }
+    }
+}
+
 /// Per-proxy settings of the stream layer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamConf {
@@ -118,9 +141,9 @@ pub struct StreamConf {
     /// `option contstats`: a stream's bytes are counted as they move rather than when it
     /// ends (TCP streams; an HTTP transaction counts when it ends).
     pub contstats: bool,
-    /// `option splice-response` / `option splice-auto`: response bodies of known length
-    /// are spliced (`transport::splice`), the frontend's or the backend's saying so.
-    pub splice: bool,
+    /// `option splice-request|splice-response|splice-auto`: what is spliced
+    /// (`transport::splice`), the frontend's or the backend's saying so.
+    pub splice: Splice,
     /// `option http-restrict-req-hdr-names`: what becomes of request fields whose names
     /// hold other characters than letters, digits and `-`.
     pub restrict_names: RestrictNames,

@@ -296,7 +296,11 @@ impl Txn {
         // `option splice-response|splice-auto` on either side, unless `nosplice`; a body
         // kept for the cache passes through the buffers.
         let splice = !w.config().global.nosplice
-            && (fe.stream.splice || w.config().backends[backend].stream.splice)
+            && fe
+                .stream
+                .splice
+                .or(w.config().backends[backend].stream.splice)
+                .response
             && capture.is_none();
         let mut relay = Relay {
             splice,
@@ -451,7 +455,7 @@ impl Txn {
             if let Progress::Enough = body_wait::progress(arrived, framing, wait) {
                 break;
             }
-            let read = within(facts.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs));
+            let read = within(facts.timeout_server, s.sbuf.fill(&conn.conn, &w.bufs));
             match tokio::time::timeout_at(deadline, read).await {
                 Ok(Ok(Ok(n))) if n > 0 => {}
                 // The server stopped sending: the rules see what it sent, the relay finds
@@ -533,7 +537,7 @@ impl Txn {
             &mut s.client,
             &mut conn.conn,
             (&mut s.cbuf, &mut s.sbuf),
-            &w.bufs,
+            (&w.bufs, Default::default()),
             limits,
             None,
         )
@@ -779,10 +783,10 @@ impl Relay<'_> {
                 self.whole();
                 Ok(true)
             }
-            Err(Stopped::Server(e)) => Err(Cause::Server(e)),
-            Err(Stopped::ServerTimeout) => Err(Cause::ServerTimeout),
-            Err(Stopped::Client(e)) => Err(Cause::ClientClosed(Some(e))),
-            Err(Stopped::ClientTimeout) => Err(Cause::ClientTimeout),
+            Err(Stopped::Read(e)) => Err(Cause::Server(e)),
+            Err(Stopped::ReadTimeout) => Err(Cause::ServerTimeout),
+            Err(Stopped::Write(e)) => Err(Cause::ClientClosed(Some(e))),
+            Err(Stopped::WriteTimeout) => Err(Cause::ClientTimeout),
         }
     }
 

@@ -294,7 +294,7 @@ impl Session {
             };
             let read = tokio::select! {
                 biased;
-                read = within(limit, self.cbuf.fill_head(&mut self.client, &w.bufs)) => read,
+                read = within(limit, self.cbuf.fill_head(&self.client, &w.bufs)) => read,
                 // Nothing was read: `fill_head` returns with the first bytes.
                 () = close_at_stop => return Err(gone(None)),
             };
@@ -432,7 +432,7 @@ impl Session {
             self.cbuf.clear(&w.bufs);
             match within(
                 Some(Duration::from_secs(1)),
-                self.cbuf.fill(&mut self.client, &w.bufs),
+                self.cbuf.fill(&self.client, &w.bufs),
             )
             .await
             {
@@ -490,7 +490,7 @@ impl Session {
     pub async fn read_client(&mut self) -> Result<(), Cause> {
         let w = self.w.clone();
         let limit = w.config().frontends[self.fe].stream.timeout_client;
-        match within(limit, self.cbuf.fill(&mut self.client, &w.bufs)).await {
+        match within(limit, self.cbuf.fill(&self.client, &w.bufs)).await {
             Ok(Ok(n)) if n > 0 => {
                 self.received += n as u64;
                 Ok(())

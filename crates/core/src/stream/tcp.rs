@@ -123,7 +123,7 @@ async fn relay_to(
     let rdp_algo = matches!(be.algo, crate::balance::Algo::RdpCookie(_));
     if (rdp_algo || be.persist.rdp_cookie.is_some()) && cbuf.is_empty() {
         let wait = frontend.rules.inspect_delay.unwrap_or_default();
-        let _ = tokio::time::timeout(wait, cbuf.fill(&mut client, &w.bufs)).await;
+        let _ = tokio::time::timeout(wait, cbuf.fill(&client, &w.bufs)).await;
     }
     if let crate::balance::Algo::RdpCookie(name) = &be.algo {
         rdp = balance::rdp_cookie(cbuf.bytes(), name);
@@ -233,11 +233,16 @@ async fn relay_to(
         Tally::add_bytes(w, (fe, info.listener), backend, at.server, traffic);
     };
     let progress: super::tunnel::Progress = frontend.stream.contstats.then_some(&report);
+    let spliced = spliced(
+        w,
+        frontend.stream.splice.or(be.stream.splice),
+        (&client, &conn.conn),
+    );
     let relay = super::tunnel::relay(
         &mut client,
         &mut conn.conn,
         (&mut cbuf, &mut sbuf),
-        &w.bufs,
+        (&w.bufs, spliced),
         limits,
         progress,
     );
@@ -469,6 +474,29 @@ async fn inspect_payload(
 }
 
 /// What a TCP session adds to the statistics.
+/// The pipes of the directions `splice` asks for, when both connections are sockets in
+/// clear and pipes are to be had (else those directions are copied).
+fn spliced<'w>(
+    w: &'w crate::runtime::Worker,
+    splice: crate::conf::stream::Splice,
+    (client, server): (&Conn, &Conn),
+) -> super::tunnel::Spliced<'w> {
+    let p = &w.process;
+    let plain = client.plain_tcp().is_some() && server.plain_tcp().is_some();
+    if p.config.global.nosplice || !plain {
+        return Default::default();
+    }
+    let max = crate::transport::splice::max_pipes(&p.config.global, p.admission.global_limit());
+    let lease = |on: bool| {
+        on.then(|| w.pipes.take(&p.pipes, max, p.config.global.pipesize))
+            .flatten()
+    };
+    super::tunnel::Spliced {
+        to_b: lease(splice.request),
+        to_a: lease(splice.response),
+    }
+}
+
 fn tally(at: &Attempts, started: Instant, moved: Moved, term: [u8; 2]) -> Tally {
     let now = Instant::now();
     Tally {

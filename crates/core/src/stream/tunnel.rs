@@ -8,7 +8,16 @@ use std::time::{Duration, Instant};
 
 use super::deadline::within;
 use crate::buffer::{Buf, BufPool};
+use crate::transport::splice::{self, Lease, Stopped};
 use crate::transport::Conn;
+
+/// The pipes of the directions spliced rather than copied (`option splice-*`, both sides
+/// sockets in clear): towards `b` (the server) and towards `a` (the client).
+#[derive(Default)]
+pub(crate) struct Spliced<'p> {
+    pub to_b: Option<Lease<'p>>,
+    pub to_a: Option<Lease<'p>>,
+}
 
 /// Inactivity limits of a relay. Each side has its own: `a_idle` (the client's, `timeout
 /// client`) and `b_idle` (the server's, `timeout server`); a tunnel's `timeout tunnel` is
@@ -118,7 +127,7 @@ pub(crate) async fn relay(
     a: &mut Conn,
     b: &mut Conn,
     (a_buf, b_buf): (&mut Buf, &mut Buf),
-    bufs: &BufPool,
+    (bufs, mut spliced): (&BufPool, Spliced<'_>),
     limits: Limits,
     progress: Progress<'_>,
 ) -> Moved {
@@ -159,8 +168,33 @@ pub(crate) async fn relay(
                 None => std::future::pending().await,
             }
         };
+        let (to_b, to_a) = (spliced.to_b.is_some(), spliced.to_a.is_some());
         tokio::select! {
-            r = a_buf.fill(a, bufs), if !a_done => match r {
+            r = pass(&*a, &*b, spliced.to_b.as_mut(), limits.b_idle), if !a_done && to_b => match r {
+                Ok(n) if n > 0 => {
+                    moved.to_b += n;
+                    active.moved(Side::A);
+                    told(n, 0);
+                }
+                Ok(_) | Err(Stopped::Read(_) | Stopped::ReadTimeout) => {
+                    a_done = true;
+                    let _ = within(limits.b_idle, b.shutdown()).await;
+                }
+                Err(Stopped::Write(_) | Stopped::WriteTimeout) => return moved,
+            },
+            r = pass(&*b, &*a, spliced.to_a.as_mut(), limits.a_idle), if !b_done && to_a => match r {
+                Ok(n) if n > 0 => {
+                    moved.to_a += n;
+                    active.moved(Side::B);
+                    told(0, n);
+                }
+                Ok(_) | Err(Stopped::Read(_) | Stopped::ReadTimeout) => {
+                    b_done = true;
+                    let _ = within(limits.a_idle, a.shutdown()).await;
+                }
+                Err(Stopped::Write(_) | Stopped::WriteTimeout) => return moved,
+            },
+            r = a_buf.fill(&*a, bufs), if !a_done && !to_b => match r {
                 Ok(n) if n > 0 => {
                     if !deliver(b, a_buf, limits.b_idle).await {
                         return moved;
@@ -174,7 +208,7 @@ pub(crate) async fn relay(
                     let _ = within(limits.b_idle, b.shutdown()).await;
                 }
             },
-            r = b_buf.fill(b, bufs), if !b_done => match r {
+            r = b_buf.fill(&*b, bufs), if !b_done && !to_a => match r {
                 Ok(n) if n > 0 => {
                     if !deliver(a, b_buf, limits.a_idle).await {
                         return moved;
@@ -197,6 +231,19 @@ pub(crate) async fn relay(
         }
     }
     moved
+}
+
+/// Splices what `from` has to `to` through `lease` (never done without one).
+async fn pass(
+    from: &Conn,
+    to: &Conn,
+    lease: Option<&mut Lease<'_>>,
+    limit: Option<Duration>,
+) -> Result<u64, Stopped> {
+    match (from.plain_tcp(), to.plain_tcp(), lease) {
+        (Some(from), Some(to), Some(lease)) => splice::pass(from, to, lease, limit).await,
+        _ => std::future::pending().await,
+    }
 }
 
 /// Writes everything `buf` holds to `to` within `limit`; false when the peer failed or

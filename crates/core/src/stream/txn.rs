@@ -297,7 +297,7 @@ async fn answered_before_failing(s: &mut Session, conn: &mut ServerConn) -> bool
 async fn server_refused(s: &mut Session, conn: &mut ServerConn) -> Option<bool> {
     let w = s.w.clone();
     // A zero limit: the bytes the socket holds, or nothing (readiness may be stale).
-    let read = within(Some(Duration::ZERO), s.sbuf.fill(&mut conn.conn, &w.bufs)).await;
+    let read = within(Some(Duration::ZERO), s.sbuf.fill(&conn.conn, &w.bufs)).await;
     if let Ok(Ok(0) | Err(_)) = read {
         return Some(true);
     }
@@ -1295,7 +1295,7 @@ impl Txn {
                     }
                 }
             }
-            match within(facts.timeout_server, s.sbuf.fill(&mut conn.conn, &w.bufs)).await {
+            match within(facts.timeout_server, s.sbuf.fill(&conn.conn, &w.bufs)).await {
                 Ok(Ok(n)) if n > 0 => got_any = true,
                 Ok(Ok(_)) if !got_any => {
                     return Err(SendFail::Retryable(io::ErrorKind::UnexpectedEof.into()))

@@ -26,10 +26,12 @@ use tokio::net::TcpStream;
 use crate::conf::{GlobalConf, ProxyConf};
 
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
-    "option splice-response", Scope::PROXY, "response bodies of known length move from server to client through a kernel pipe (splice), not through sluice's buffers",
-        |c: &mut ProxyConf, on| c.stream.splice = on;
-    "option splice-auto", Scope::PROXY, "as splice-response: sluice splices response bodies of known length, the ones where it pays (request bodies are copied)",
-        |c: &mut ProxyConf, on| c.stream.splice = on;
+    "option splice-response", Scope::PROXY, "what servers send moves to clients through a kernel pipe (splice), not through sluice's buffers: a mode tcp stream's bytes, an HTTP response body of known length",
+        |c: &mut ProxyConf, on| c.stream.splice.response = on;
+    "option splice-request", Scope::PROXY, "what clients send moves to servers through a kernel pipe (splice): a mode tcp stream's bytes (HTTP request bodies are copied)",
+        |c: &mut ProxyConf, on| c.stream.splice.request = on;
+    "option splice-auto", Scope::PROXY, "both ways: splice-request and splice-response",
+        |c: &mut ProxyConf, on| c.stream.splice = crate::conf::stream::Splice { request: on, response: on, auto: on };
 ];
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -87,6 +89,8 @@ pub struct Pipe {
     write: OwnedFd,
     held: usize,
     size: usize,
+    /// Bytes delivered since the last [`pass`] that returned (one cancelled meanwhile).
+    drained: u64,
 }
 
 impl Pipe {
@@ -111,6 +115,7 @@ impl Pipe {
             write,
             held: 0,
             size: got,
+            drained: 0,
         })
     }
 }
@@ -167,14 +172,15 @@ impl Drop for Lease<'_> {
     }
 }
 
-/// Why a spliced body stopped before its end.
+/// Why splicing stopped before its end.
 #[derive(Debug)]
 pub enum Stopped {
-    /// The server closed before the whole body (`Ok`) or failed.
-    Server(Option<io::Error>),
-    ServerTimeout,
-    Client(io::Error),
-    ClientTimeout,
+    /// The side read closed before the end (`None`) or failed.
+    Read(Option<io::Error>),
+    ReadTimeout,
+    /// The side written failed, or did not take bytes for its limit.
+    Write(io::Error),
+    WriteTimeout,
 }
 
 /// Moves `n` bytes from `from` to `to` through the leased pipe, waiting at most `limits`
@@ -188,13 +194,13 @@ pub async fn forward(
     moved: &mut u64,
 ) -> Result<(), Stopped> {
     let Some(pipe) = lease.pipe.as_mut() else {
-        return Err(Stopped::Server(None));
+        return Err(Stopped::Read(None));
     };
     while n > 0 || pipe.held > 0 {
         if n > 0 && pipe.held < pipe.size {
             let want = (n as usize).min(pipe.size - pipe.held);
             match splice(from.as_raw_fd(), pipe.write.as_raw_fd(), want, false) {
-                Ok(0) => return Err(Stopped::Server(None)),
+                Ok(0) => return Err(Stopped::Read(None)),
                 Ok(k) => {
                     pipe.held += k;
                     n -= k as u64;
@@ -204,13 +210,11 @@ pub async fn forward(
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && pipe.held == 0 => {
                     wait(from, Interest::READABLE, limits.0)
                         .await
-                        .map_err(|e| {
-                            e.map_or(Stopped::ServerTimeout, |e| Stopped::Server(Some(e)))
-                        })?;
+                        .map_err(|e| e.map_or(Stopped::ReadTimeout, |e| Stopped::Read(Some(e))))?;
                     continue;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(Stopped::Server(Some(e))),
+                Err(e) => return Err(Stopped::Read(Some(e))),
             }
         }
         match splice(pipe.read.as_raw_fd(), to.as_raw_fd(), pipe.held, n > 0) {
@@ -221,12 +225,51 @@ pub async fn forward(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 wait(to, Interest::WRITABLE, limits.1)
                     .await
-                    .map_err(|e| e.map_or(Stopped::ClientTimeout, Stopped::Client))?;
+                    .map_err(|e| e.map_or(Stopped::WriteTimeout, Stopped::Write))?;
             }
-            Err(e) => return Err(Stopped::Client(e)),
+            Err(e) => return Err(Stopped::Write(e)),
         }
     }
     Ok(())
+}
+
+/// Moves what `from` has now, up to a pipe's worth, to `to` (waiting at most `limit` for
+/// `to` to take it), after waiting for `from` to have something: the bytes moved, 0 at
+/// `from`'s end of stream. Cancel-safe (a `select!` branch): bytes left in the pipe by a
+/// cancelled call go first at the next one, and are counted then.
+pub async fn pass(
+    from: &TcpStream,
+    to: &TcpStream,
+    lease: &mut Lease<'_>,
+    limit: Option<Duration>,
+) -> Result<u64, Stopped> {
+    let Some(pipe) = lease.pipe.as_mut() else {
+        return std::future::pending().await;
+    };
+    while pipe.held == 0 {
+        match splice(from.as_raw_fd(), pipe.write.as_raw_fd(), pipe.size, false) {
+            Ok(0) => return Ok(std::mem::take(&mut pipe.drained)),
+            Ok(k) => pipe.held = k,
+            // The relay's own timers watch how long a side stays quiet.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait(from, Interest::READABLE, None)
+                .await
+                .map_err(|e| e.map_or(Stopped::ReadTimeout, |e| Stopped::Read(Some(e))))?,
+            Err(e) => return Err(Stopped::Read(Some(e))),
+        }
+    }
+    while pipe.held > 0 {
+        match splice(pipe.read.as_raw_fd(), to.as_raw_fd(), pipe.held, false) {
+            Ok(k) => {
+                pipe.held -= k;
+                pipe.drained += k as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait(to, Interest::WRITABLE, limit)
+                .await
+                .map_err(|e| e.map_or(Stopped::WriteTimeout, Stopped::Write))?,
+            Err(e) => return Err(Stopped::Write(e)),
+        }
+    }
+    Ok(std::mem::take(&mut pipe.drained))
 }
 
 /// Waits until `sock` may be ready for `interest` again, after the kernel said it was not:
