@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: sluice vs HAProxy vs nginx as reverse proxies in front of one
 # nginx origin, same load generator (wrk), same thread counts, keep-alive on both sides.
-# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|resolvers|peers|splice|rules|cache|accept|tls|h2server|reload|statsrender|instructions|syscalls|cpusplit|wakeups|memory|h2memory] bench/run.sh [seconds-per-run] [runs]
+# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|resolvers|peers|splice|uring|rules|cache|accept|tls|h2server|reload|statsrender|instructions|syscalls|cpusplit|wakeups|memory|h2memory] bench/run.sh [seconds-per-run] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -19,6 +19,7 @@ case "${BENCH:-core}" in
     resolvers) exec python3 bench/resolvers.py "${1:-10}" "${2:-3}" ;;
     peers) exec python3 bench/peers.py "${1:-10}" "${2:-3}" ;;
     splice) exec python3 bench/splice.py "${1:-5}" "${2:-3}" ;;
+    uring) exec python3 bench/uring.py "${1:-5}" "${2:-3}" ;;
     statsrender) exec python3 bench/statsrender.py "${1:-20}" ;;
     reload) exec python3 bench/reload.py "${1:-10}" "${2:-3}" ;;
     rules) exec python3 bench/rules.py "${1:-5}" "${2:-3}" ;;
@@ -46,5 +47,5 @@ case "${BENCH:-core}" in
     operating)
         dpkg -s libnginx-mod-http-echo >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y libnginx-mod-http-echo
         exec python3 bench/operating.py "${1:-8}" "${2:-3}" ;;
-    *) echo "BENCH must be core, compression, pools, operating, checks, resolvers, peers, splice, rules, cache, accept, tls, h2server, statsrender, reload, instructions, syscalls, cpusplit, wakeups, memory or h2memory" >&2; exit 2 ;;
+    *) echo "BENCH must be core, compression, pools, operating, checks, resolvers, peers, splice, uring, rules, cache, accept, tls, h2server, statsrender, reload, instructions, syscalls, cpusplit, wakeups, memory or h2memory" >&2; exit 2 ;;
 esac
