@@ -1,11 +1,10 @@
 //! Issue 40's prototype: the same keep-alive proxy loop for tiny responses on epoll and on
 //! io_uring, one thread, so that their CPU per request can be compared (bench/uring.py).
 //!
-//! Each client connection gets its own connection to the origin; a request is read from
-//! the client and written to the origin, the response read from the origin and written to
-//! the client, in lockstep (wrk sends one request at a time per connection). Reads are
-//! taken to hold a whole request or response (tiny ones on loopback do): this measures the
-//! path through the kernel, not HTTP.
+//! Each client connection gets its own connection to the origin; what the client sends is
+//! written to the origin and what the origin sends to the client, each direction on its
+//! own (a response may come in pieces: nginx writes a head, then sends the file). This
+//! measures the path through the kernel, not HTTP.
 //!
 //! Usage: uring-proto epoll|uring|uring-sqpoll LISTEN_PORT ORIGIN_PORT
 
@@ -102,9 +101,14 @@ const SEND_ORIGIN: u64 = 2;
 const RECV_ORIGIN: u64 = 3;
 const SEND_CLIENT: u64 = 4;
 
+/// A pair and a buffer per direction (client to origin, origin to client), kept until no
+/// operation in flight points into its buffers.
 struct Conn {
     pair: Pair,
-    buf: Box<[u8]>,
+    up: Box<[u8]>,
+    down: Box<[u8]>,
+    in_flight: u8,
+    closing: bool,
 }
 
 fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
@@ -139,26 +143,46 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
                 // SAFETY: the accepted descriptor is new and owned by nobody else.
                 let client = unsafe { TcpStream::from_raw_fd(res) };
                 client.set_nodelay(true).ok();
-                let c = Conn { pair: Pair { client, origin: origin_conn(origin) }, buf: vec![0u8; BUF].into_boxed_slice() };
+                let c = Conn {
+                    pair: Pair { client, origin: origin_conn(origin) },
+                    up: vec![0u8; BUF].into_boxed_slice(),
+                    down: vec![0u8; BUF].into_boxed_slice(),
+                    in_flight: 2,
+                    closing: false,
+                };
                 let i = conns.len();
                 conns.push(Some(c));
                 let c = conns[i].as_mut().expect("just pushed");
-                let e = opcode::Recv::new(types::Fd(c.pair.client.as_raw_fd()), c.buf.as_mut_ptr(), BUF as u32);
+                let e = opcode::Recv::new(types::Fd(c.pair.client.as_raw_fd()), c.up.as_mut_ptr(), BUF as u32);
                 push(&mut ring, e.build().user_data(((i as u64) << 8) | RECV_CLIENT));
+                let e = opcode::Recv::new(types::Fd(c.pair.origin.as_raw_fd()), c.down.as_mut_ptr(), BUF as u32);
+                push(&mut ring, e.build().user_data(((i as u64) << 8) | RECV_ORIGIN));
                 continue;
             }
             let Some(c) = conns[i].as_mut() else { continue };
-            if res <= 0 {
-                conns[i] = None;
+            c.in_flight -= 1;
+            if res <= 0 || c.closing {
+                // Both sockets shut: the other direction's operation completes too; the
+                // buffers go once nothing in flight points into them.
+                if !c.closing {
+                    c.closing = true;
+                    let _ = c.pair.client.shutdown(std::net::Shutdown::Both);
+                    let _ = c.pair.origin.shutdown(std::net::Shutdown::Both);
+                }
+                if c.in_flight == 0 {
+                    conns[i] = None;
+                }
                 continue;
             }
+            c.in_flight += 1;
             let (client, origin) = (c.pair.client.as_raw_fd(), c.pair.origin.as_raw_fd());
-            let ptr = c.buf.as_mut_ptr();
+            let (up, down) = (c.up.as_mut_ptr(), c.down.as_mut_ptr());
+            let tag = |op: u64| ((i as u64) << 8) | op;
             let next = match op {
-                RECV_CLIENT => opcode::Send::new(types::Fd(origin), ptr, res as u32).build().user_data(((i as u64) << 8) | SEND_ORIGIN),
-                SEND_ORIGIN => opcode::Recv::new(types::Fd(origin), ptr, BUF as u32).build().user_data(((i as u64) << 8) | RECV_ORIGIN),
-                RECV_ORIGIN => opcode::Send::new(types::Fd(client), ptr, res as u32).build().user_data(((i as u64) << 8) | SEND_CLIENT),
-                _ => opcode::Recv::new(types::Fd(client), ptr, BUF as u32).build().user_data(((i as u64) << 8) | RECV_CLIENT),
+                RECV_CLIENT => opcode::Send::new(types::Fd(origin), up, res as u32).build().user_data(tag(SEND_ORIGIN)),
+                SEND_ORIGIN => opcode::Recv::new(types::Fd(client), up, BUF as u32).build().user_data(tag(RECV_CLIENT)),
+                RECV_ORIGIN => opcode::Send::new(types::Fd(client), down, res as u32).build().user_data(tag(SEND_CLIENT)),
+                _ => opcode::Recv::new(types::Fd(origin), down, BUF as u32).build().user_data(tag(RECV_ORIGIN)),
             };
             push(&mut ring, next);
         }
