@@ -17,11 +17,17 @@ from core import SECS, RUNS, work
 THREADS = int(os.environ.get("SPLICE_NBTHREAD", "1"))
 
 
+MODE = os.environ.get("SPLICE_MODE", "http")
+
+
 def config(kind, option):
+    # `SPLICE_MODE=tcp`: the same proxies in `mode tcp` (the origin's keep-alive carried
+    # through, each client connection on its own server connection).
+    mode = "    mode tcp\n" if MODE == "tcp" else ""
     return core.write_config(
         f"{kind}-{option.split()[-1] if option else 'copy'}",
         glob=f"    nbthread {THREADS}\n    maxconn 5000\n",
-        defaults=f"    {option}\n" if option else "")
+        defaults=mode + (f"    {option}\n" if option else ""))
 
 
 def cmd(kind, option=None):
@@ -36,7 +42,7 @@ def main():
     root = os.path.join(work, "www")
     with open(os.path.join(root, "big.bin"), "wb") as f:
         f.write(os.urandom(1 << 20))
-    print(f"# Splicing benchmark, {core.time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} rounds (medians, "
+    print(f"# Splicing benchmark, mode {MODE}, {core.time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} rounds (medians, "
           f"contenders in turn), wrk -t1 -c50, nbthread {THREADS}, nginx origin\n")
     # HAProxy 2.6's splice-auto did not splice these keep-alive responses here (its
     # `show info` PipesFree stayed 0); splice-response does: both are measured.
