@@ -42,6 +42,10 @@ const BATCH: usize = 32 * 1024;
 /// The longest handshake line.
 const LINE_MAX: usize = 512;
 
+/// Tables a peer may define on one session beyond ours: what a session keeps of the
+/// other side's definitions stays bounded whatever it sends.
+const FOREIGN_TABLES: usize = 64;
+
 /// Calls peer `p`, says hello and serves the session until it ends. Whether a session was
 /// opened.
 pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
@@ -354,9 +358,11 @@ fn handle(node: &Node, link: &Link, msg: Message<'_>) -> Result<(), Option<u8>> 
                 t.remote_data.set(d.columns.bits());
             }
             let columns = d.columns;
-            link.theirs
-                .borrow_mut()
-                .insert(d.id, Theirs { ours, columns });
+            let mut theirs = link.theirs.borrow_mut();
+            if !theirs.contains_key(&d.id) && theirs.len() >= node.tables.len() + FOREIGN_TABLES {
+                return Err(malformed);
+            }
+            theirs.insert(d.id, Theirs { ours, columns });
             link.current.set(Some(d.id));
         }
         Message::Table(wire::SWITCH, body) => {
