@@ -203,6 +203,13 @@ fn hostile_bytes_on_the_peer_port_end_that_session_only() {
     wait_entry(&a.sock, "mesh/strs", &"k".repeat(32), "gpc0=9");
     assert!(entry(&a.sock, "mesh/strs", "z").is_none());
     drop(rogue);
+    // A peer defining tables without end is cut off: what a session keeps is bounded.
+    let many: Vec<u8> = (0..100u8).flat_map(|i| define(i + 10, b"/other")).collect();
+    let got = answer_of(at, &[hello.clone(), many].concat());
+    assert!(
+        got.starts_with(b"200\n") && got.ends_with(&[1, 0]),
+        "{got:?}"
+    );
     // The stranger took B's place for a while; the cluster still syncs afterwards.
     assert_eq!(
         Sluice::cli(&b.sock, "set table mesh/strs key after data.gpc0 1"),
