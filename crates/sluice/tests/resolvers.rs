@@ -619,3 +619,49 @@ fn resolvers_lines_are_checked() {
         assert!(out.contains(says), "{text}\n{out}");
     }
 }
+
+/// A large answer (200 SRV records and their addresses, about 12 kB over TCP) is read on
+/// a helper thread rather than on the first worker: its servers take their records as
+/// with a small one.
+#[test]
+fn a_large_srv_answer_fills_a_large_template() {
+    let dir = TempDir::new();
+    let n = 200;
+    let records: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "--srv-host=_http._tcp.many.test,t{i}.many.test,{},0,10",
+                1000 + i
+            )
+        })
+        .collect();
+    let hosts: String = (0..n)
+        .map(|i| format!("127.0.{}.{} t{i}.many.test\n", 2 + i / 250, 1 + i % 250))
+        .collect();
+    let dns = Dns::start_with(&dir, &hosts, &records);
+    let (_d, sock) = cli_dir();
+    let text = config(
+        &sock,
+        dns.addr,
+        &format!("server-template s 1-{n} _http._tcp.many.test resolvers dns init-addr none"),
+    )
+    .replace(
+        &format!("nameserver ns1 {}", dns.addr),
+        &format!("nameserver ns1 tcp@{}", dns.addr),
+    );
+    let _p = Sluice::start(&text);
+    let ports = |sock: &Path| -> Vec<String> {
+        let csv = Sluice::cli(sock, "show stat");
+        let mut p: Vec<String> = (1..=n)
+            .map(|i| stat_field(&csv, "be", &format!("s{i}"), "addr"))
+            .filter_map(|a| a.rsplit_once(':').map(|(_, port)| port.to_string()))
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    };
+    wait_until("two hundred servers take two hundred records", || {
+        ports(&sock).len() == n
+    });
+    assert_eq!(counter(&sock, "truncated"), 0);
+}

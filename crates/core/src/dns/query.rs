@@ -10,6 +10,8 @@ use hickory_proto::rr::{Name, RData, RecordType};
 
 use super::wire::Wire;
 use crate::conf::resolvers::{Family, ServerResolve};
+use std::sync::Arc;
+
 use crate::runtime::{NameserverCounters, Process};
 
 /// What a resolution came to.
@@ -67,7 +69,7 @@ pub(super) struct Target {
 /// Asks `fqdn` of the section, the preferred family first, then the other when the name
 /// has no address of the first.
 pub(super) async fn resolve(
-    p: &Process,
+    p: &Arc<Process>,
     (wire, section): (&Wire, usize),
     fqdn: &str,
     prefer: Family,
@@ -98,7 +100,7 @@ pub(super) async fn resolve(
 /// Asks an SRV name: its records by priority, each with its target's addresses (from the
 /// answer's additional records, else asked of the target's name; a target that gives
 /// none is left out).
-pub(super) async fn resolve_srv(p: &Process, wire: &Wire, conf: &ServerResolve) -> Outcome {
+pub(super) async fn resolve_srv(p: &Arc<Process>, wire: &Wire, conf: &ServerResolve) -> Outcome {
     let Ok(name) = Name::from_ascii(&conf.fqdn) else {
         return Outcome::Other;
     };
@@ -106,10 +108,12 @@ pub(super) async fn resolve_srv(p: &Process, wire: &Wire, conf: &ServerResolve) 
         Ok(answered) => answered,
         Err(failed) => return failed,
     };
-    // Reading a large answer and then its records is a millisecond of the first worker:
-    // its requests get a turn in between.
-    tokio::task::yield_now().await;
-    let mut records = srv_records(&m, &name, conf.prefer);
+    let mut records = apart(m.answers.len() > APART_RECORDS, {
+        let prefer = conf.prefer;
+        let name = name.clone();
+        move || srv_records(&m, &name, prefer)
+    })
+    .await;
     for t in &mut records {
         if t.addrs.is_empty() {
             if let Outcome::Valid(addrs, _) =
@@ -127,7 +131,7 @@ pub(super) async fn resolve_srv(p: &Process, wire: &Wire, conf: &ServerResolve) 
 /// `resolve_retries` times in all; the first acceptable answer decides: its message and
 /// the nameserver's index, or what it said instead (NXDOMAIN, REFUSED, ...).
 async fn query(
-    p: &Process,
+    p: &Arc<Process>,
     (wire, section): (&Wire, usize),
     name: &Name,
     t: RecordType,
@@ -151,7 +155,7 @@ async fn query(
 /// One round of a query: sent to each nameserver, the answers judged until one decides or
 /// `timeout retry` passes (`None`).
 async fn ask(
-    p: &Process,
+    p: &Arc<Process>,
     (wire, section): (&Wire, usize),
     (id, name, t): (u16, &Name, RecordType),
     answers: &mut tokio::sync::mpsc::UnboundedReceiver<super::wire::Datagram>,
@@ -176,11 +180,38 @@ async fn ask(
         } else {
             conf.payload
         };
-        match judge(&bytes, (id, name, t), limit, &counters[ns]) {
+        let large = bytes.len() > APART_BYTES;
+        if large {
+            counters[ns].read_apart.bump();
+        }
+        let judged = apart(large, {
+            let (p, name) = (p.clone(), name.clone());
+            move || judge(&bytes, (id, &name, t), limit, &p.resolvers[section][ns])
+        })
+        .await;
+        match judged {
             Some(Ok(m)) => return Some(Ok((m, ns))),
-            Some(Err(said)) => return Some(Err(said)),
+            Some(Err(said)) => return Some(Err(said.into())),
             None => {}
         }
+    }
+}
+
+/// Answers larger than this are read on a helper thread (a thousand SRV records are about a
+/// millisecond of reading: the worker's own requests would wait that long).
+const APART_BYTES: usize = 8 * 1024;
+/// Answers with more records than this have their records gathered there too.
+const APART_RECORDS: usize = 64;
+
+/// Runs `f` here, or on the runtime's helper threads when `far` (the worker serves its
+/// requests meanwhile); its result either way.
+async fn apart<T: Send + 'static>(far: bool, f: impl FnOnce() -> T + Send + 'static) -> T {
+    if !far {
+        return f();
+    }
+    match tokio::task::spawn_blocking(f).await {
+        Ok(t) => t,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 
@@ -200,12 +231,30 @@ fn question(id: u16, name: &Name, t: RecordType, payload: u16) -> Option<Vec<u8>
 /// What an answer says, counted on its nameserver: the message when it answers the query
 /// (NOERROR), what it said instead, or `None` when it is no answer to the query (ignored:
 /// the wait goes on for a proper one).
+/// What a nameserver said instead of answering (plain data: judged on a helper thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Nx,
+    Refused,
+    Other,
+}
+
+impl From<Said> for Outcome {
+    fn from(s: Said) -> Outcome {
+        match s {
+            Said::Nx => Outcome::Nx,
+            Said::Refused => Outcome::Refused,
+            Said::Other => Outcome::Other,
+        }
+    }
+}
+
 fn judge(
     bytes: &[u8],
     (id, name, t): (u16, &Name, RecordType),
     payload: u16,
     c: &NameserverCounters,
-) -> Option<Result<Message, Outcome>> {
+) -> Option<Result<Message, Said>> {
     if bytes.len() > usize::from(payload) {
         c.too_big.bump();
         return None;
@@ -231,9 +280,9 @@ fn judge(
             c.valid.bump();
             return Some(Ok(m));
         }
-        ResponseCode::NXDomain => (&c.nx, Outcome::Nx),
-        ResponseCode::Refused => (&c.refused, Outcome::Refused),
-        _ => (&c.other, Outcome::Other),
+        ResponseCode::NXDomain => (&c.nx, Said::Nx),
+        ResponseCode::Refused => (&c.refused, Said::Refused),
+        _ => (&c.other, Said::Other),
     };
     said.0.bump();
     Some(Err(said.1))

@@ -65,6 +65,9 @@ pub struct NameserverCounters {
     pub too_big: Counter,
     pub truncated: Counter,
     pub outdated: Counter,
+    /// Answers large enough to be read on a helper thread rather than on the worker (not
+    /// one of HAProxy's counters: not shown by `show resolvers`).
+    pub read_apart: Counter,
 }
 
 /// A group of counters that `clear counters all` can zero (it lists them in a fixed order).
