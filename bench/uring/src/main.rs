@@ -20,7 +20,8 @@ fn main() {
         eprintln!("usage: uring-proto epoll|uring|uring-sqpoll LISTEN_PORT ORIGIN_PORT");
         std::process::exit(2);
     }
-    let listener = TcpListener::bind(("127.0.0.1", args[2].parse::<u16>().expect("port"))).expect("bind");
+    let listener =
+        TcpListener::bind(("127.0.0.1", args[2].parse::<u16>().expect("port"))).expect("bind");
     let origin: u16 = args[3].parse().expect("origin port");
     match args[1].as_str() {
         "epoll" => epoll(listener, origin),
@@ -48,7 +49,10 @@ fn epoll(listener: TcpListener, origin: u16) {
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     assert!(ep >= 0);
     let add = |fd: RawFd, token: u64| {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
         // SAFETY: `ev` lives for the call; `fd` is open.
         unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
     };
@@ -70,7 +74,10 @@ fn epoll(listener: TcpListener, origin: u16) {
                     let i = pairs.len() as u64;
                     add(c.as_raw_fd(), i << 1);
                     add(o.as_raw_fd(), (i << 1) | 1);
-                    pairs.push(Some(Pair { client: c, origin: o }));
+                    pairs.push(Some(Pair {
+                        client: c,
+                        origin: o,
+                    }));
                 }
                 continue;
             }
@@ -117,7 +124,10 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
     if sqpoll {
         builder.setup_sqpoll(2000);
     } else {
-        builder.setup_coop_taskrun().setup_single_issuer().setup_defer_taskrun();
+        builder
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .setup_defer_taskrun();
     }
     let mut ring = builder.build(512).expect("io_uring");
     let lfd = listener.as_raw_fd();
@@ -129,14 +139,27 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
             ring.submit().expect("submit");
         }
     };
-    push(&mut ring, opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT));
+    push(
+        &mut ring,
+        opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut())
+            .build()
+            .user_data(ACCEPT),
+    );
     loop {
         ring.submit_and_wait(1).expect("submit_and_wait");
-        let done: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        let done: Vec<(u64, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
         for (data, res) in done {
             let (i, op) = ((data >> 8) as usize, data & 0xff);
             if op == ACCEPT {
-                push(&mut ring, opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut()).build().user_data(ACCEPT));
+                push(
+                    &mut ring,
+                    opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut())
+                        .build()
+                        .user_data(ACCEPT),
+                );
                 if res < 0 {
                     continue;
                 }
@@ -144,7 +167,10 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
                 let client = unsafe { TcpStream::from_raw_fd(res) };
                 client.set_nodelay(true).ok();
                 let c = Conn {
-                    pair: Pair { client, origin: origin_conn(origin) },
+                    pair: Pair {
+                        client,
+                        origin: origin_conn(origin),
+                    },
                     up: vec![0u8; BUF].into_boxed_slice(),
                     down: vec![0u8; BUF].into_boxed_slice(),
                     in_flight: 2,
@@ -153,10 +179,24 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
                 let i = conns.len();
                 conns.push(Some(c));
                 let c = conns[i].as_mut().expect("just pushed");
-                let e = opcode::Recv::new(types::Fd(c.pair.client.as_raw_fd()), c.up.as_mut_ptr(), BUF as u32);
-                push(&mut ring, e.build().user_data(((i as u64) << 8) | RECV_CLIENT));
-                let e = opcode::Recv::new(types::Fd(c.pair.origin.as_raw_fd()), c.down.as_mut_ptr(), BUF as u32);
-                push(&mut ring, e.build().user_data(((i as u64) << 8) | RECV_ORIGIN));
+                let e = opcode::Recv::new(
+                    types::Fd(c.pair.client.as_raw_fd()),
+                    c.up.as_mut_ptr(),
+                    BUF as u32,
+                );
+                push(
+                    &mut ring,
+                    e.build().user_data(((i as u64) << 8) | RECV_CLIENT),
+                );
+                let e = opcode::Recv::new(
+                    types::Fd(c.pair.origin.as_raw_fd()),
+                    c.down.as_mut_ptr(),
+                    BUF as u32,
+                );
+                push(
+                    &mut ring,
+                    e.build().user_data(((i as u64) << 8) | RECV_ORIGIN),
+                );
                 continue;
             }
             let Some(c) = conns[i].as_mut() else { continue };
@@ -179,10 +219,18 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
             let (up, down) = (c.up.as_mut_ptr(), c.down.as_mut_ptr());
             let tag = |op: u64| ((i as u64) << 8) | op;
             let next = match op {
-                RECV_CLIENT => opcode::Send::new(types::Fd(origin), up, res as u32).build().user_data(tag(SEND_ORIGIN)),
-                SEND_ORIGIN => opcode::Recv::new(types::Fd(client), up, BUF as u32).build().user_data(tag(RECV_CLIENT)),
-                RECV_ORIGIN => opcode::Send::new(types::Fd(client), down, res as u32).build().user_data(tag(SEND_CLIENT)),
-                _ => opcode::Recv::new(types::Fd(origin), down, BUF as u32).build().user_data(tag(RECV_ORIGIN)),
+                RECV_CLIENT => opcode::Send::new(types::Fd(origin), up, res as u32)
+                    .build()
+                    .user_data(tag(SEND_ORIGIN)),
+                SEND_ORIGIN => opcode::Recv::new(types::Fd(client), up, BUF as u32)
+                    .build()
+                    .user_data(tag(RECV_CLIENT)),
+                RECV_ORIGIN => opcode::Send::new(types::Fd(client), down, res as u32)
+                    .build()
+                    .user_data(tag(SEND_CLIENT)),
+                _ => opcode::Recv::new(types::Fd(origin), down, BUF as u32)
+                    .build()
+                    .user_data(tag(RECV_ORIGIN)),
             };
             push(&mut ring, next);
         }
