@@ -101,6 +101,16 @@ fn two_nodes_share_a_rate_limit_and_a_restarted_node_learns_the_tables() {
     );
     assert!(shown.contains(" last_status=ESTA "), "{shown}");
     assert!(shown.contains(": id=a(local,inactive) "), "{shown}");
+    // B's session has its next heartbeat due (HAProxy's timer format: `2s`, or `<PAST>`).
+    let b_timers = shown
+        .lines()
+        .skip_while(|l| !l.contains(": id=b(remote,active)"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        b_timers.contains(" heartbeat=") && !b_timers.contains(" heartbeat=<NEVER>"),
+        "{shown}"
+    );
     assert!(shown.contains(" id=mesh/strs update="), "{shown}");
     assert_eq!(
         Sluice::cli(&a.sock, "show peers nowhere").trim_end(),

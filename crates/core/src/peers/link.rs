@@ -425,12 +425,14 @@ async fn send(node: &Node, link: &Link, mut wr: WriteHalf<Socket>) {
             return;
         }
         fill(node, link, &mut out);
+        let heartbeat = quiet_since + HEARTBEAT;
+        node.peers[link.p].heartbeat.set(Some(heartbeat.into_std()));
         if out.is_empty() {
             pushed.mark_unchanged();
             tokio::select! {
                 () = link.work.notified() => {}
                 r = pushed.changed() => if r.is_err() { return },
-                () = tokio::time::sleep_until(quiet_since + HEARTBEAT) => {
+                () = tokio::time::sleep_until(heartbeat) => {
                     wire::put_short(&mut out, wire::CLASS_CONTROL, Control::Heartbeat as u8);
                     let counts = &node.peers[link.p].counts;
                     counts.tx_hbt.set(counts.tx_hbt.get() + 1);

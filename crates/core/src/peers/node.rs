@@ -80,6 +80,10 @@ pub(super) struct Peer {
     pub handshake: Cell<Option<Instant>>,
     /// The live session's addresses (its local end, the peer's).
     pub ends: Cell<Option<(SocketAddr, SocketAddr)>>,
+    /// When it is called next, and when the live session's next heartbeat is due
+    /// (`show peers`' timers).
+    pub reconnect: Cell<Option<Instant>>,
+    pub heartbeat: Cell<Option<Instant>>,
     pub counts: PeerCounts,
     /// Per table of the section, in its order.
     pub tables: Vec<PeerTable>,
@@ -136,6 +140,8 @@ impl Node {
                 status: Cell::new(0),
                 handshake: Cell::new(None),
                 ends: Cell::new(None),
+                reconnect: Cell::new(None),
+                heartbeat: Cell::new(None),
                 counts: PeerCounts::default(),
                 tables: tables.iter().map(|_| PeerTable::default()).collect(),
             })
@@ -176,6 +182,7 @@ impl Node {
         if peer.session.get() == id {
             peer.session.set(0);
             peer.ends.set(None);
+            peer.heartbeat.set(None);
             peer.ended.notify_waiters();
         }
         if self.resync.get() == Resync::Asked(p) {
@@ -231,7 +238,9 @@ impl Node {
         );
         let _ = writeln!(
             out,
-            "        reconnect=<NEVER> heartbeat=<NEVER> confirm=0 tx_hbt={} rx_hbt={} no_hbt=0 new_conn={} proto_err={} coll={}",
+            "        reconnect={} heartbeat={} confirm=0 tx_hbt={} rx_hbt={} no_hbt=0 new_conn={} proto_err={} coll={}",
+            until(peer.reconnect.get()),
+            until(peer.heartbeat.get()),
             c.tx_hbt.get(),
             c.rx_hbt.get(),
             c.new_conn.get(),

@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::link;
 use super::node::{Node, Resync, RESYNC_LIMIT};
@@ -125,14 +125,16 @@ async fn call_again(node: Rc<Node>, p: usize) {
         tokio::pin!(ended);
         ended.as_mut().enable();
         let pause = Duration::from_millis(50 + fastrand::u64(..2000));
-        if node.peers[p].session.get() != 0 {
+        let peer = &node.peers[p];
+        if peer.session.get() != 0 {
             ended.await;
-            tokio::time::sleep(pause).await;
+        } else if !link::call(&node, p).await {
+            // (A call that opened a session and saw it end pauses as one ended above.)
+            peer.reconnect.set(Some(Instant::now() + RECONNECT));
+            tokio::time::sleep(RECONNECT).await;
             continue;
         }
-        match link::call(&node, p).await {
-            true => tokio::time::sleep(pause).await,
-            false => tokio::time::sleep(RECONNECT).await,
-        }
+        peer.reconnect.set(Some(Instant::now() + pause));
+        tokio::time::sleep(pause).await;
     }
 }
