@@ -216,3 +216,33 @@ fn a_tcp_stream_is_spliced_both_ways() {
     assert!(ok, "{out}");
     assert!(out.contains("HTTP request bodies are copied"), "{out}");
 }
+
+/// A WebSocket's tunnel, once the server's 101 opened it, is spliced as a `mode tcp`
+/// stream is: bytes both ways, byte for byte, and two pipes kept after.
+#[test]
+fn an_opened_tunnel_is_spliced() {
+    let server = tunnel_echo_server(Arc::new(std::sync::Mutex::new(Vec::new())));
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}    option splice-auto\n    timeout tunnel 30s\nfrontend fe\n    {{fe}}\n    default_backend be\nbackend be\n    server s1 {server}\n",
+        sock.display()
+    ));
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"GET /chat HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        .unwrap();
+    let head = read_head(&mut c);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let sent = body(2 << 20);
+    let mut writer = c.try_clone().unwrap();
+    let to_send = sent.clone();
+    let sender = std::thread::spawn(move || writer.write_all(&to_send).unwrap());
+    let mut back = vec![0u8; sent.len()];
+    c.read_exact(&mut back).unwrap();
+    sender.join().unwrap();
+    assert!(back == sent, "the echo differs");
+    drop(c);
+    wait_until("both pipes back in the pool", || {
+        info(&sock, "PipesUsed") == 0 && info(&sock, "PipesFree") == 2
+    });
+}

@@ -533,11 +533,14 @@ impl Txn {
         );
         // What the client sent before the switch was counted as it arrived.
         let counted = s.cbuf.bytes().len() as u64;
+        // A tunnel's bytes are spliced as a `mode tcp` stream's would be.
+        let splice = fe.stream.splice.or(be.stream.splice);
+        let spliced = super::tunnel::spliced(&w, splice, (&s.client, &conn.conn));
         let moved = super::tunnel::relay(
             &mut s.client,
             &mut conn.conn,
             (&mut s.cbuf, &mut s.sbuf),
-            (&w.bufs, Default::default()),
+            (&w.bufs, spliced),
             limits,
             None,
         )

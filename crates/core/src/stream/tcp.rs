@@ -233,11 +233,8 @@ async fn relay_to(
         Tally::add_bytes(w, (fe, info.listener), backend, at.server, traffic);
     };
     let progress: super::tunnel::Progress = frontend.stream.contstats.then_some(&report);
-    let spliced = spliced(
-        w,
-        frontend.stream.splice.or(be.stream.splice),
-        (&client, &conn.conn),
-    );
+    let splice = frontend.stream.splice.or(be.stream.splice);
+    let spliced = super::tunnel::spliced(w, splice, (&client, &conn.conn));
     let relay = super::tunnel::relay(
         &mut client,
         &mut conn.conn,
@@ -474,29 +471,6 @@ async fn inspect_payload(
 }
 
 /// What a TCP session adds to the statistics.
-/// The pipes of the directions `splice` asks for, when both connections are sockets in
-/// clear and pipes are to be had (else those directions are copied).
-fn spliced<'w>(
-    w: &'w crate::runtime::Worker,
-    splice: crate::conf::stream::Splice,
-    (client, server): (&Conn, &Conn),
-) -> super::tunnel::Spliced<'w> {
-    let p = &w.process;
-    let plain = client.plain_tcp().is_some() && server.plain_tcp().is_some();
-    if p.config.global.nosplice || !plain {
-        return Default::default();
-    }
-    let max = crate::transport::splice::max_pipes(&p.config.global, p.admission.global_limit());
-    let lease = |on: bool| {
-        on.then(|| w.pipes.take(&p.pipes, max, p.config.global.pipesize))
-            .flatten()
-    };
-    super::tunnel::Spliced {
-        to_b: lease(splice.request),
-        to_a: lease(splice.response),
-    }
-}
-
 fn tally(at: &Attempts, started: Instant, moved: Moved, term: [u8; 2]) -> Tally {
     let now = Instant::now();
     Tally {

@@ -19,6 +19,29 @@ pub(crate) struct Spliced<'p> {
     pub to_a: Option<Lease<'p>>,
 }
 
+/// The pipes of the directions `splice` asks for, when both connections are sockets in
+/// clear and pipes are to be had (else those directions are copied).
+pub(crate) fn spliced<'w>(
+    w: &'w crate::runtime::Worker,
+    splice: crate::conf::stream::Splice,
+    (client, server): (&Conn, &Conn),
+) -> Spliced<'w> {
+    let p = &w.process;
+    let plain = client.plain_tcp().is_some() && server.plain_tcp().is_some();
+    if p.config.global.nosplice || !plain {
+        return Default::default();
+    }
+    let max = crate::transport::splice::max_pipes(&p.config.global, p.admission.global_limit());
+    let lease = |on: bool| {
+        on.then(|| w.pipes.take(&p.pipes, max, p.config.global.pipesize))
+            .flatten()
+    };
+    Spliced {
+        to_b: lease(splice.request),
+        to_a: lease(splice.response),
+    }
+}
+
 /// Inactivity limits of a relay. Each side has its own: `a_idle` (the client's, `timeout
 /// client`) and `b_idle` (the server's, `timeout server`); a tunnel's `timeout tunnel` is
 /// both. Bytes read from a side are its activity, and so are bytes written to it unless
