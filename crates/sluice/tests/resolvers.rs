@@ -93,14 +93,16 @@ impl Dns {
     fn restart_with(&mut self, extra: &[String]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        for _ in 0..50 {
-            if let Some(child) = Dns::spawn(&self.hosts, self.addr, extra) {
-                self.child = child;
-                return;
+        let mut started = None;
+        wait_until("dnsmasq to start again on its port", || {
+            // Polled until the old one's port is free, then started there.
+            if UdpSocket::bind(self.addr).is_err() {
+                return false;
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("dnsmasq did not start again on {}", self.addr);
+            started = Dns::spawn(&self.hosts, self.addr, extra);
+            started.is_some()
+        });
+        self.child = started.expect("started");
     }
 
     /// New records: the hosts file is rewritten and reread (SIGHUP).
