@@ -26,6 +26,14 @@ fn wait_entry(sock: &Path, table: &str, key: &str, field: &str) -> String {
     last.unwrap_or_default()
 }
 
+/// HAProxy 2.6's binary (Debian installs it in /usr/sbin, which a user's PATH may lack).
+fn haproxy() -> &'static str {
+    match Path::new("/usr/sbin/haproxy").exists() {
+        true => "/usr/sbin/haproxy",
+        false => "haproxy",
+    }
+}
+
 /// A node of a two- or three-peer cluster, with its CLI socket.
 struct Node {
     proxy: Sluice,
@@ -236,12 +244,11 @@ fn haproxy_and_sluice_share_tables() {
     let peers = [("h", free_port()), ("s", free_port())];
     let s = sluice_node("s", &peers, origin.addr);
     let (hdir, hsock) = cli_dir();
-    // Debian installs it in /usr/sbin, which a user's PATH may lack.
-    let program = match Path::new("/usr/sbin/haproxy").exists() {
-        true => "/usr/sbin/haproxy",
-        false => "haproxy",
-    };
-    let h = Sluice::start_program(program, &["-db"], &config("h", &peers, &hsock, origin.addr));
+    let h = Sluice::start_program(
+        haproxy(),
+        &["-db"],
+        &config("h", &peers, &hsock, origin.addr),
+    );
     wait_until("HAProxy's CLI", || hsock.exists());
     // Requests through HAProxy count in sluice's table, and the other way round.
     for _ in 0..2 {
@@ -344,11 +351,7 @@ fn peers_share_tables_over_tls() {
     let (_sdir, ssock) = cli_dir();
     let _s = Sluice::start(&config("s", &ssock));
     let (_hdir, hsock) = cli_dir();
-    let program = match Path::new("/usr/sbin/haproxy").exists() {
-        true => "/usr/sbin/haproxy",
-        false => "haproxy",
-    };
-    let _h = Sluice::start_program(program, &["-db"], &config("h", &hsock));
+    let _h = Sluice::start_program(haproxy(), &["-db"], &config("h", &hsock));
     wait_until("HAProxy's CLI", || hsock.exists());
     let set = |sock: &Path, cmd: &str| assert_eq!(Sluice::cli(sock, cmd).trim(), "", "{cmd}");
     set(&hsock, "set table mesh/strs key from-haproxy data.gpc0 3");
@@ -379,11 +382,7 @@ fn sluice_replacing_haproxy_learns_its_tables_through_the_local_peer() {
         )
     };
     let (_hdir, hsock) = cli_dir();
-    let program = match Path::new("/usr/sbin/haproxy").exists() {
-        true => "/usr/sbin/haproxy",
-        false => "haproxy",
-    };
-    let _h = Sluice::start_program(program, &["-db"], &config(&hsock));
+    let _h = Sluice::start_program(haproxy(), &["-db"], &config(&hsock));
     wait_until("HAProxy's CLI", || hsock.exists());
     let set = |cmd: &str| assert_eq!(Sluice::cli(&hsock, cmd).trim(), "", "{cmd}");
     set("set table mesh/strs key kept data.gpc0 11 data.http_req_rate 5");

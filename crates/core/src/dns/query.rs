@@ -211,7 +211,11 @@ async fn apart<T: Send + 'static>(far: bool, f: impl FnOnce() -> T + Send + 'sta
     }
     match tokio::task::spawn_blocking(f).await {
         Ok(t) => t,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled: the runtime is shutting down, and this task with it.
+            Err(_) => std::future::pending().await,
+        },
     }
 }
 

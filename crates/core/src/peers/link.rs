@@ -20,8 +20,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
+use super::learn::{Learner, FOREIGN_TABLES};
 use super::node::{Node, Resync};
-use super::wire::{self, status, Columns, Control, Message};
+use super::wire::{self, status, Control, Message};
 use crate::conf::BufSizes;
 use crate::runtime::counters::Held;
 use crate::stick::Key;
@@ -42,10 +43,6 @@ const BATCH: usize = 32 * 1024;
 /// The longest handshake line.
 const LINE_MAX: usize = 512;
 
-/// Tables a peer may define on one session beyond ours: what a session keeps of the
-/// other side's definitions stays bounded whatever it sends.
-const FOREIGN_TABLES: usize = 64;
-
 /// Calls peer `p`, says hello and serves the session until it ends. Whether a session was
 /// opened.
 pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
@@ -63,15 +60,7 @@ pub(super) async fn call(node: &Rc<Node>, p: usize) -> bool {
                 .await
                 .ok()?;
         }
-        let hello = format!(
-            "{} {}.{}\n{}\n{} {} 1\n",
-            wire::PROTOCOL,
-            wire::VERSION.0,
-            wire::VERSION.1,
-            peer.conf.name,
-            node.conf.local_name,
-            std::process::id()
-        );
+        let hello = wire::hello(&peer.conf.name, &node.conf.local_name);
         conn.write_all(hello.as_bytes()).await.ok()?;
         let mut read = Vec::new();
         let line = read_line(&mut conn, &mut read).await?;
@@ -198,10 +187,8 @@ async fn read_line(conn: &mut Socket, read: &mut Vec<u8>) -> Option<String> {
 /// A session's state, shared by its receiver and its sender.
 struct Link {
     p: usize,
-    /// The other side's tables by its numbers: which of ours each is, with its columns.
-    theirs: RefCell<HashMap<u64, Theirs>>,
-    /// The table (their number) the updates received are for.
-    current: Cell<Option<u64>>,
+    /// The other side's table definitions.
+    theirs: RefCell<Learner>,
     /// Per table of theirs: the last update received, and the last acknowledged.
     got: RefCell<HashMap<u64, (u32, u32)>>,
     /// Per table of ours: the last logged change sent.
@@ -218,11 +205,6 @@ struct Link {
     work: tokio::sync::Notify,
 }
 
-struct Theirs {
-    ours: Option<usize>,
-    columns: Columns,
-}
-
 /// Serves a session with peer `p` (its handshake done; `read` what came after it).
 async fn serve(node: &Rc<Node>, p: usize, conn: Socket, read: Vec<u8>) {
     let id = node.open(p);
@@ -230,7 +212,6 @@ async fn serve(node: &Rc<Node>, p: usize, conn: Socket, read: Vec<u8>) {
     let link = Link {
         p,
         theirs: RefCell::default(),
-        current: Cell::new(None),
         got: RefCell::default(),
         sent: RefCell::new(
             node.peers[p]
@@ -348,26 +329,24 @@ fn handle(node: &Node, link: &Link, msg: Message<'_>) -> Result<(), Option<u8>> 
         Message::Control(Control::ResyncConfirm) | Message::Unknown => {}
         Message::Error(_) => return Err(None),
         Message::Table(wire::DEFINE, body) => {
-            let d = wire::define(body).ok_or(malformed)?;
-            let ours = node
-                .tables
-                .iter()
-                .position(|s| s.wire_name == d.name && wire::same_key(&d, s.table.conf.key));
-            if let Some(t) = ours.and_then(|t| node.peers[link.p].tables.get(t)) {
+            let room = node.tables.len() + FOREIGN_TABLES;
+            let ours = |d: &wire::Definition| {
+                node.tables
+                    .iter()
+                    .position(|s| s.wire_name == d.name && wire::same_key(d, s.table.conf.key))
+            };
+            let d = link
+                .theirs
+                .borrow_mut()
+                .define(body, room, ours)
+                .ok_or(malformed)?;
+            if let Some(t) = d.ours.and_then(|t| node.peers[link.p].tables.get(t)) {
                 t.remote_id.set(d.id);
-                t.remote_data.set(d.columns.bits());
+                t.remote_data.set(d.bits);
             }
-            let columns = d.columns;
-            let mut theirs = link.theirs.borrow_mut();
-            if !theirs.contains_key(&d.id) && theirs.len() >= node.tables.len() + FOREIGN_TABLES {
-                return Err(malformed);
-            }
-            theirs.insert(d.id, Theirs { ours, columns });
-            link.current.set(Some(d.id));
         }
         Message::Table(wire::SWITCH, body) => {
-            let id = wire::varint(body, &mut 0).ok_or(malformed)?;
-            link.current.set(Some(id));
+            link.theirs.borrow_mut().switch(body).ok_or(malformed)?;
         }
         Message::Table(kind @ wire::UPDATE..=wire::INC_UPDATE, body)
         | Message::Table(kind @ wire::UPDATE_TIMED..=wire::INC_UPDATE_TIMED, body) => {
@@ -388,27 +367,18 @@ fn handle(node: &Node, link: &Link, msg: Message<'_>) -> Result<(), Option<u8>> 
 
 /// Takes an entry update into its table (if it is one of ours). `None`: malformed.
 fn learn(node: &Node, link: &Link, kind: u8, body: &[u8]) -> Option<()> {
-    let Some(current) = link.current.get() else {
+    let key = |t: usize| node.tables[t].table.conf.key;
+    let Some((t, theirs, u)) = link.theirs.borrow().update(kind, body, key)? else {
         return Some(());
     };
-    let theirs = link.theirs.borrow();
-    let Some(Theirs {
-        ours: Some(t),
-        columns,
-    }) = theirs.get(&current)
-    else {
-        return Some(());
-    };
-    let with_id = matches!(kind, wire::UPDATE | wire::UPDATE_TIMED);
-    let timed = matches!(kind, wire::UPDATE_TIMED | wire::INC_UPDATE_TIMED);
-    let table = &node.tables[*t].table;
-    let u = wire::update(body, (with_id, timed), table.conf.key, columns)?;
     let now = crate::runtime::clock_ms();
-    table.learn(u.key, u.expire.map(u64::from), &u.values, now);
+    node.tables[t]
+        .table
+        .learn(u.key, u.expire.map(u64::from), &u.values, now);
     let mut got = link.got.borrow_mut();
-    let g = got.entry(current).or_insert((0, 0));
+    let g = got.entry(theirs).or_insert((0, 0));
     g.0 = u.id.unwrap_or(g.0.wrapping_add(1));
-    node.peers[link.p].tables[*t].last_get.set(g.0);
+    node.peers[link.p].tables[t].last_get.set(g.0);
     link.work.notify_one();
     Some(())
 }
@@ -466,7 +436,7 @@ fn fill(node: &Node, link: &Link, out: &mut Vec<u8>) {
         if got != acked {
             wire::put_ack(out, *table, *got);
             *acked = *got;
-            let ours = link.theirs.borrow().get(table).and_then(|t| t.ours);
+            let ours = link.theirs.borrow().ours(*table);
             if let Some(t) = ours.and_then(|t| node.peers[link.p].tables.get(t)) {
                 t.last_acked.set(*got);
             }
@@ -565,7 +535,6 @@ fn put_entry(
         key,
         values,
     };
-    let columns = Columns::of(&table.conf.store);
-    wire::put_update(out, table.conf.key, &columns, &update);
+    wire::put_update(out, table.conf.key, &shared.columns, &update);
     link.sending.set(Some((t, number)));
 }

@@ -11,13 +11,13 @@
 //! - The listener is shared with the process being replaced (`SO_REUSEPORT`), so the
 //!   address is never closed between the two.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::wire::{self, Columns, Control, Message};
+use super::learn::{Learner, FOREIGN_TABLES};
+use super::wire::{self, Control, Message};
 use crate::runtime::Process;
 use crate::stick::{PeersConf, Table};
 
@@ -59,16 +59,7 @@ pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
         return 0;
     };
     let _ = conn.set_read_timeout(Some(LEARN_LIMIT));
-    let mut hello = format!(
-        "{} {}.{}\n{}\n{} {} 1\n",
-        wire::PROTOCOL,
-        wire::VERSION.0,
-        wire::VERSION.1,
-        p.local_name,
-        p.local_name,
-        std::process::id()
-    )
-    .into_bytes();
+    let mut hello = wire::hello(&p.local_name, &p.local_name).into_bytes();
     wire::put_short(
         &mut hello,
         wire::CLASS_CONTROL,
@@ -82,8 +73,7 @@ pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
         .collect();
     let mut lesson = Lesson {
         tables,
-        theirs: HashMap::new(),
-        current: None,
+        theirs: Learner::default(),
         learned: 0,
     };
     lesson.take(&mut conn);
@@ -101,9 +91,8 @@ pub(super) fn learn(process: &Process, p: &PeersConf) -> usize {
 struct Lesson<'a> {
     /// The section's tables and their names on the wire.
     tables: Vec<(&'a Arc<Table>, String)>,
-    /// The old process's tables by its numbers: which of ours, with their columns.
-    theirs: HashMap<u64, (Option<usize>, Columns)>,
-    current: Option<u64>,
+    /// The old process's table definitions.
+    theirs: Learner,
     learned: usize,
 }
 
@@ -161,21 +150,22 @@ impl Lesson<'_> {
             Message::Control(Control::ResyncFinished | Control::ResyncPartial) => Step::Done,
             Message::Error(_) => Step::Stop,
             Message::Table(wire::DEFINE, body) => {
-                let Some(d) = wire::define(body) else {
-                    return Step::Stop;
+                let room = self.tables.len() + FOREIGN_TABLES;
+                let tables = &self.tables;
+                let ours = |d: &wire::Definition| {
+                    tables
+                        .iter()
+                        .position(|(t, name)| *name == d.name && wire::same_key(d, t.conf.key))
                 };
-                let ours = self
-                    .tables
-                    .iter()
-                    .position(|(t, name)| *name == d.name && wire::same_key(&d, t.conf.key));
-                self.theirs.insert(d.id, (ours, d.columns));
-                self.current = Some(d.id);
-                Step::Go
+                match self.theirs.define(body, room, ours) {
+                    Some(_) => Step::Go,
+                    None => Step::Stop,
+                }
             }
-            Message::Table(wire::SWITCH, body) => {
-                self.current = wire::varint(body, &mut 0);
-                Step::Go
-            }
+            Message::Table(wire::SWITCH, body) => match self.theirs.switch(body) {
+                Some(()) => Step::Go,
+                None => Step::Stop,
+            },
             Message::Table(
                 kind @ (wire::UPDATE
                 | wire::INC_UPDATE
@@ -188,17 +178,17 @@ impl Lesson<'_> {
     }
 
     fn update(&mut self, kind: u8, body: &[u8]) -> Step {
-        let Some((Some(t), columns)) = self.current.and_then(|c| self.theirs.get(&c)) else {
-            return Step::Go;
-        };
-        let table = self.tables[*t].0;
-        let with_id = matches!(kind, wire::UPDATE | wire::UPDATE_TIMED);
-        let timed = matches!(kind, wire::UPDATE_TIMED | wire::INC_UPDATE_TIMED);
-        let Some(u) = wire::update(body, (with_id, timed), table.conf.key, columns) else {
-            return Step::Stop;
+        let key = |t: usize| self.tables[t].0.conf.key;
+        let (t, u) = match self.theirs.update(kind, body, key) {
+            None => return Step::Stop,
+            Some(None) => return Step::Go,
+            Some(Some((t, _, u))) => (t, u),
         };
         let now = crate::runtime::clock_ms();
-        if table.learn(u.key, u.expire.map(u64::from), &u.values, now) {
+        if self.tables[t]
+            .0
+            .learn(u.key, u.expire.map(u64::from), &u.values, now)
+        {
             self.learned += 1;
         }
         Step::Go

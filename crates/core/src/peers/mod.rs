@@ -33,6 +33,7 @@ use std::rc::Rc;
 use crate::runtime::{PeersListener, Process, Worker};
 use crate::stick::TableConf;
 
+mod learn;
 mod link;
 mod local;
 mod node;

@@ -58,6 +58,8 @@ pub(super) struct Node {
 pub(super) struct Shared {
     pub table: Arc<Table>,
     pub wire_name: String,
+    /// What its updates carry (its `store`, on the wire).
+    pub columns: super::wire::Columns,
     pub log: RefCell<Log>,
 }
 
@@ -118,6 +120,7 @@ impl Node {
         let tables: Vec<Shared> = tables_of(process, &conf.name)
             .map(|t| Shared {
                 wire_name: super::wire::table_name(&t.conf.name, &conf.name),
+                columns: super::wire::Columns::of(&t.conf.store),
                 table: t.clone(),
                 log: RefCell::default(),
             })

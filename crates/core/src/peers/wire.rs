@@ -22,6 +22,17 @@ use crate::stick::{Key, Stored};
 pub const PROTOCOL: &str = "HAProxyS";
 pub const VERSION: (u32, u32) = (2, 1);
 
+/// The hello a peer named `local` says to peer `remote`: the protocol and version, the name
+/// it calls, its own name with its process id (and a relative pid of 1, as HAProxy's).
+pub fn hello(remote: &str, local: &str) -> String {
+    format!(
+        "{PROTOCOL} {}.{}\n{remote}\n{local} {} 1\n",
+        VERSION.0,
+        VERSION.1,
+        std::process::id()
+    )
+}
+
 /// The largest message body accepted (HAProxy's is a buffer: 16 kB by default).
 pub const MAX_MESSAGE: usize = 64 * 1024;
 

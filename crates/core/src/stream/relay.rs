@@ -765,13 +765,7 @@ impl Relay<'_> {
         let (Some(from), Some(to)) = (self.server.plain_tcp(), self.client.plain_tcp()) else {
             return Ok(false);
         };
-        let p = &self.worker.process;
-        let max = splice::max_pipes(&p.config.global, p.admission.global_limit());
-        let Some(mut lease) = self
-            .worker
-            .pipes
-            .take(&p.pipes, max, p.config.global.pipesize)
-        else {
+        let Some(mut lease) = super::tunnel::pipe(self.worker) else {
             return Ok(false);
         };
         let mut moved = 0;

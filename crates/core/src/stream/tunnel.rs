@@ -26,20 +26,22 @@ pub(crate) fn spliced<'w>(
     splice: crate::conf::stream::Splice,
     (client, server): (&Conn, &Conn),
 ) -> Spliced<'w> {
-    let p = &w.process;
     let plain = client.plain_tcp().is_some() && server.plain_tcp().is_some();
-    if p.config.global.nosplice || !plain {
+    if w.config().global.nosplice || !plain {
         return Default::default();
     }
-    let max = crate::transport::splice::max_pipes(&p.config.global, p.admission.global_limit());
-    let lease = |on: bool| {
-        on.then(|| w.pipes.take(&p.pipes, max, p.config.global.pipesize))
-            .flatten()
-    };
     Spliced {
-        to_b: lease(splice.request),
-        to_a: lease(splice.response),
+        to_b: splice.request.then(|| pipe(w)).flatten(),
+        to_a: splice.response.then(|| pipe(w)).flatten(),
     }
+}
+
+/// A pipe of this worker's for a spliced stream or body (`None`: `maxpipes` reached, or
+/// the system refused one).
+pub(crate) fn pipe(w: &crate::runtime::Worker) -> Option<Lease<'_>> {
+    let p = &w.process;
+    let max = splice::max_pipes(&p.config.global, p.admission.global_limit());
+    w.pipes.take(&p.pipes, max, p.config.global.pipesize)
 }
 
 /// Inactivity limits of a relay. Each side has its own: `a_idle` (the client's, `timeout
