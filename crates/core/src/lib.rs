@@ -44,6 +44,7 @@ pub mod clock;
 pub mod fds;
 pub mod freq;
 pub mod h2_stream;
+pub mod h3_stream;
 pub mod keepalive;
 pub mod padded;
 pub mod proxy_proto;

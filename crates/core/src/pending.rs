@@ -15,7 +15,6 @@ macro_rules! pending {
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = pending![
     "stats" => Scope::GLOBAL,
     "busy-polling" => Scope::GLOBAL,
-    "cluster-secret" => Scope::GLOBAL,
     "default-path" => Scope::GLOBAL,
     "lua-load" => Scope::GLOBAL,
     "lua-load-per-thread" => Scope::GLOBAL,

@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
         "keepalive",
         "sockbuf",
         "h2_stream",
+        "h3_stream",
         "padded",
         "tls",
     ],

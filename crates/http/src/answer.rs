@@ -82,7 +82,7 @@ impl Answer {
         }
         out.extend_from_slice(match self.version {
             Version::Http10 => b"HTTP/1.0 ",
-            Version::Http11 | Version::Http2 => b"HTTP/1.1 ",
+            Version::Http11 | Version::Http2 | Version::Http3 => b"HTTP/1.1 ",
         });
         out.extend_from_slice(self.status.to_string().as_bytes());
         if !self.reason.is_empty() {

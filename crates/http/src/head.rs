@@ -10,6 +10,9 @@ pub enum Version {
     /// A message an HTTP/2 codec decoded (its head is a [`crate::RequestView::h2`] or
     /// [`crate::ResponseView::h2`]).
     Http2,
+    /// A message an HTTP/3 codec decoded (read through the same views as HTTP/2's: the
+    /// `http` crate's parts).
+    Http3,
 }
 
 /// A header as two ranges into the buffer the head was parsed from.

@@ -220,6 +220,9 @@ impl<'a> RequestView<'a> {
     pub fn version(&self) -> Version {
         match self.kind {
             RequestKind::H1 { head, .. } => head.version,
+            RequestKind::H2 { parts, .. } if parts.version == http::Version::HTTP_3 => {
+                Version::Http3
+            }
             RequestKind::H2 { .. } => Version::Http2,
             RequestKind::Copy(c) => c.version,
         }

@@ -254,7 +254,7 @@ async fn http2(
         if let Err(e) = sent {
             return Outcome::invalid(&e);
         }
-        let answer = match stream.as_stream().map(|end| end.response()) {
+        let answer = match stream.as_h2().map(|end| end.response()) {
             Some(answer) => tokio::time::timeout(limit, answer).await,
             None => return unfit(),
         };
@@ -1461,7 +1461,7 @@ async fn external(
         .find(|f| f.order == be.order)
         .and_then(|f| f.listen.binds.first())
         .map_or_else(unused, |b| match &b.spec {
-            BindSpec::Addr(a) => (a.ip().to_string(), a.port().to_string()),
+            BindSpec::Addr(a) | BindSpec::Quic(a) => (a.ip().to_string(), a.port().to_string()),
             BindSpec::Unix(u) => (u.to_string(), "NOT_USED".to_string()),
             BindSpec::Fd(_) => unused(),
         });

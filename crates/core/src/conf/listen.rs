@@ -13,6 +13,8 @@ pub enum BindSpec {
     Fd(RawFd),
     /// A unix socket (`unix@PATH`, `/PATH`, `abns@NAME`).
     Unix(UnixAddr),
+    /// A UDP address served as QUIC (`quic4@ADDR:PORT`, `quic6@ADDR:PORT`): HTTP/3.
+    Quic(SocketAddr),
 }
 
 impl std::fmt::Display for BindSpec {
@@ -21,6 +23,8 @@ impl std::fmt::Display for BindSpec {
             BindSpec::Addr(a) => write!(f, "{a}"),
             BindSpec::Fd(n) => write!(f, "fd@{n}"),
             BindSpec::Unix(u) => write!(f, "{u}"),
+            BindSpec::Quic(a) if a.is_ipv4() => write!(f, "quic4@{a}"),
+            BindSpec::Quic(a) => write!(f, "quic6@{a}"),
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct Bind {
     pub v6only: Option<bool>,
     /// A unix socket's file permissions and owner.
     pub perms: UnixPerms,
+    /// `quic-force-retry`: every new QUIC client proves its address first (a Retry).
+    pub quic_force_retry: bool,
 }
 
 impl Bind {
@@ -148,6 +154,11 @@ impl Bind {
             return 1;
         }
         let allowed = (0..nbthread).filter(|&t| self.on_thread(t)).count().max(1);
+        // A QUIC address has a socket per worker unless told otherwise: datagrams have no
+        // accept to dispatch, so each worker serves what its own socket receives.
+        if matches!(self.spec, BindSpec::Quic(_)) && self.shards.is_none() {
+            return allowed;
+        }
         match self.shards.unwrap_or(default) {
             Shards::Count(n) => n.min(allowed),
             Shards::ByThread => allowed,

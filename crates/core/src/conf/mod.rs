@@ -113,6 +113,8 @@ pub struct GlobalConf {
     pub case_adjust: stream::CaseAdjust,
     /// `tune.h2.*`.
     pub h2: stream::H2Tune,
+    /// `tune.quic.*`, `cluster-secret`: the HTTP/3 front's settings.
+    pub quic: stream::QuicTune,
     /// `server-state-file`, `server-state-base`.
     pub server_state: state::GlobalState,
     /// `set-var proc.NAME EXPR` / `set-var-fmt proc.NAME FMT`: process variables set once
@@ -200,6 +202,7 @@ impl Default for GlobalConf {
             dispatch: listen::Dispatch::default(),
             default_shards: listen::Shards::default(),
             h2: stream::H2Tune::default(),
+            quic: stream::QuicTune::default(),
             case_adjust: Default::default(),
             server_state: Default::default(),
             proc_vars: Vec::new(),

@@ -23,6 +23,36 @@ pub struct ForwardFor {
     pub if_none: bool,
 }
 
+/// The HTTP/3 front's settings (`tune.quic.*`, `cluster-secret`), HAProxy 2.6's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuicTune {
+    /// `tune.quic.frontend.max-streams-bidi`: request streams a client may open at once.
+    pub max_streams_bidi: u32,
+    /// `tune.quic.frontend.max-idle-timeout`: a connection silent this long is gone.
+    pub max_idle_timeout: std::time::Duration,
+    /// `tune.quic.frontend.conn-tx-buffers.limit`: what a connection may have sent and not
+    /// acknowledged yet, in buffers of `tune.bufsize`.
+    pub tx_buffers: u32,
+    /// `tune.quic.retry-threshold`: half-open connections past which a new client must
+    /// prove its address (a Retry) first.
+    pub retry_threshold: u32,
+    /// `cluster-secret`: the keys of stateless resets and Retry tokens derive from it, so
+    /// that every worker (and node) sharing it agrees on them.
+    pub cluster_secret: Option<String>,
+}
+
+impl Default for QuicTune {
+    fn default() -> Self {
+        QuicTune {
+            max_streams_bidi: 100,
+            max_idle_timeout: std::time::Duration::from_secs(30),
+            tx_buffers: 30,
+            retry_threshold: 100,
+            cluster_secret: None,
+        }
+    }
+}
+
 /// The HTTP/2 front's settings (`tune.h2.*`), HAProxy's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H2Tune {

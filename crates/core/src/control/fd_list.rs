@@ -126,7 +126,7 @@ fn inet_owner(
             let bound = fe.listen.binds.iter().any(|b| match b.spec {
                 BindSpec::Fd(n) => n == fd,
                 BindSpec::Addr(a) => same_bind(a, local),
-                BindSpec::Unix(_) => false,
+                BindSpec::Unix(_) | BindSpec::Quic(_) => false,
             });
             if bound {
                 return ("listener", format!(" fe={}", fe.name));

@@ -66,6 +66,7 @@ const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
     stream::keywords::GLOBAL_KEYWORDS,
     stream::h2::GLOBAL_KEYWORDS,
     stream::h2::GLOBAL_FLAG_KEYWORDS,
+    stream::h3::GLOBAL_KEYWORDS,
     compression::GLOBAL_KEYWORDS,
     control::cli::GLOBAL_KEYWORDS,
     pool::GLOBAL_KEYWORDS,
@@ -762,6 +763,11 @@ fn lower(
         let mut listen = p.conf.listen.clone();
         let mut tls_ok = true;
         for b in &mut listen.binds {
+            if let Some(e) = crate::stream::h3::check_bind(b, p.conf.stream.mode) {
+                errors.push(b.at.error(format!("bind {}: {e}", b.spec)));
+                tls_ok = false;
+                continue;
+            }
             // `alpn` on a clear bind: nothing to negotiate it in; HAProxy ignores it too.
             if let Some(t) = b.tls.as_ref().filter(|t| !t.ssl) {
                 let alpn_only = tls::BindTls {

@@ -223,9 +223,9 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
             .payload?
             .hello()
             .map(|h| Sample::Int(h.session_ticket.into())),
-        Fetch::ReqVer => cx.req.map(|r| match cx.client {
-            // A stream of an HTTP/2 connection, served as HTTP/1.1 inside.
-            Some(c) if c.is_stream() => Sample::str(b"2.0"),
+        // (A stream's request reads as its connection's version.)
+        Fetch::ReqVer => cx.req.map(|r| match cx.client.map(|c| c.http_major()) {
+            Some(2) => Sample::str(b"2.0"),
             _ => version(r.version()),
         }),
         Fetch::Status => cx.res.map(|r| Sample::Int(i64::from(r.status()))),
@@ -387,10 +387,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
                 TcpInfoField::Reordering => info.reordering,
             })))
         }
-        Fetch::FcHttpMajor => {
-            let two = cx.client.is_some_and(|c| c.is_stream());
-            Some(Sample::Int(if two { 2 } else { 1 }))
-        }
+        Fetch::FcHttpMajor => Some(Sample::Int(cx.client.map_or(1, |c| c.http_major()).into())),
         Fetch::CurServerTimeout | Fetch::CurTunnelTimeout => {
             let (server, tunnel) = cx.set_timeouts;
             let t = if *f == Fetch::CurServerTimeout {
@@ -428,12 +425,13 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         }
         Fetch::CaptureReqMethod => cx.req.map(|r| Sample::str(r.method())),
         Fetch::CaptureReqUri => cx.req.map(|r| Sample::str(r.target())),
-        Fetch::CaptureReqVer => cx.req.map(|r| match cx.client {
-            Some(c) if c.is_stream() => Sample::str(b"HTTP/2.0"),
+        Fetch::CaptureReqVer => cx.req.map(|r| match cx.client.map(|c| c.http_major()) {
+            Some(2) => Sample::str(b"HTTP/2.0"),
             _ => match r.version() {
                 Version::Http10 => Sample::str(b"HTTP/1.0"),
                 Version::Http11 => Sample::str(b"HTTP/1.1"),
                 Version::Http2 => Sample::str(b"HTTP/2.0"),
+                Version::Http3 => Sample::str(b"HTTP/3.0"),
             },
         }),
         Fetch::FcPpAuthority => cx.client?.proxied()?.authority.as_deref().map(Sample::str),
@@ -586,6 +584,7 @@ fn version(v: Version) -> Sample<'static> {
         Version::Http10 => b"1.0",
         Version::Http11 => b"1.1",
         Version::Http2 => b"2.0",
+        Version::Http3 => b"3.0",
     })
 }
 

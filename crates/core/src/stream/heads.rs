@@ -514,7 +514,7 @@ fn request_line(out: &mut Vec<u8>, req: &RequestView<'_>, edits: &Edits) {
     out.extend_from_slice(edits.target.as_deref().unwrap_or(req.target()));
     out.extend_from_slice(match req.version() {
         Version::Http10 => b" HTTP/1.0\r\n",
-        Version::Http11 | Version::Http2 => b" HTTP/1.1\r\n",
+        Version::Http11 | Version::Http2 | Version::Http3 => b" HTTP/1.1\r\n",
     });
 }
 
@@ -897,8 +897,8 @@ pub(crate) use sluice_http::push_header;
 
 /// Sends the response head to an HTTP/2 client's stream (no text), its body to follow as
 /// `framing` says.
-pub(super) fn send_h2_head(
-    stream: &crate::h2_stream::H2Stream,
+pub(super) fn send_stream_head(
+    stream: &crate::transport::Mux,
     view: &ResponseView<'_>,
     edits: &Edits,
     (framing, length_hint): (Framing, Option<Vec<u8>>),

@@ -31,6 +31,7 @@ mod h1;
 pub mod h2;
 mod h2_frames;
 pub(crate) mod h2_server;
+pub mod h3;
 mod heads;
 pub mod keywords;
 mod relay;

@@ -22,7 +22,7 @@ use sluice_http::{
 use super::body_wait::{self, BodyWait, Buffered, Progress};
 use super::connect::ServerConn;
 use super::deadline::within;
-use super::heads::{push_header, send_h2_head, write_response_head, Edits};
+use super::heads::{push_header, send_stream_head, write_response_head, Edits};
 use super::keywords::CloseMode;
 use super::report::{Cause, Fail, Local, Phase};
 use super::session::Session;
@@ -271,7 +271,7 @@ impl Txn {
         match s.client.as_stream() {
             Some(stream) => {
                 let framed = (client_framing, length_hint);
-                send_h2_head(stream, &view, &rsp_edits, framed, algo)
+                send_stream_head(stream, &view, &rsp_edits, framed, algo)
                     .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Data))?;
             }
             None => {
@@ -505,7 +505,7 @@ impl Txn {
         if let Some(stream) = s.client.as_stream() {
             // The stream makes the answer that opens its tunnel a 2xx (RFC 8441).
             let framed = (Framing::UntilClose, None);
-            send_h2_head(stream, &view, &edits, framed, None)
+            send_stream_head(stream, &view, &edits, framed, None)
                 .map_err(|e| Fail::drop(Cause::ClientClosed(Some(e)), Phase::Data))?;
         } else {
             write_response_head(&mut s.out, &view, &edits, None, None);

@@ -259,7 +259,7 @@ pub(crate) fn htx_head_size(head: &[u8]) -> u64 {
 /// HTTP/1 head's from its bytes (`wire`); an HTTP/2 one's as the HTTP/1.1 head it
 /// stands for (`Host` from `:authority` first, as the view shows it) would count.
 pub(crate) fn head_size(req: &RequestView<'_>, wire: &[u8]) -> (u64, u64) {
-    if req.version() != Version::Http2 {
+    if !matches!(req.version(), Version::Http2 | Version::Http3) {
         return (wire.len() as u64, htx_head_size(wire));
     }
     // "METHOD TARGET HTTP/1.1\r\n", then "name: value\r\n" lines, then "\r\n".
@@ -353,7 +353,9 @@ impl ReqLog {
         };
         let mut method = String::from_utf8_lossy(req.method()).into_owned();
         let mut target = target;
-        let mut version = if h2 {
+        let mut version = if req.version() == Version::Http3 {
+            "HTTP/3.0"
+        } else if h2 {
             "HTTP/2.0"
         } else if req.version() == Version::Http10 {
             "HTTP/1.0"

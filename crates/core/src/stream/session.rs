@@ -450,7 +450,7 @@ impl Session {
     /// fields (read once here: the stream takes heads, never text) and its body as DATA.
     /// An empty page (`errorfile CODE /dev/null`) sends nothing.
     /// Sends one of the proxy's own answers in the client's protocol: as HTTP/1 text, or
-    /// as HEADERS (made from its fields, `heads::send_h2_head`, the relay's writer) and
+    /// as HEADERS (made from its fields, `heads::send_stream_head`, the relay's writer) and
     /// DATA to an HTTP/2 stream. A silent answer sends nothing.
     pub async fn write_page(&mut self, page: &Answer) -> Result<(), Cause> {
         if page.silent {
@@ -466,7 +466,7 @@ impl Session {
         let closed = |e| Cause::ClientClosed(Some(e));
         let view = sluice_http::ResponseView::answer(page);
         let framed = (view.framing(), None);
-        super::heads::send_h2_head(stream, &view, &Default::default(), framed, None)
+        super::heads::send_stream_head(stream, &view, &Default::default(), framed, None)
             .map_err(closed)?;
         self.write_client(&page.body).await
     }

@@ -1015,7 +1015,7 @@ impl Txn {
         conn: &mut ServerConn,
         facts: &ReqFacts,
     ) -> Result<(), SendFail> {
-        let Some(stream) = conn.conn.as_stream() else {
+        let Some(stream) = conn.conn.as_h2() else {
             return self.send_request_over(s, conn, facts).await;
         };
         let invalid = || {
@@ -1214,7 +1214,7 @@ impl Txn {
         conn: &mut ServerConn,
         facts: &ReqFacts,
     ) -> Result<ServerHead, SendFail> {
-        if let Some(stream) = conn.conn.as_stream() {
+        if let Some(stream) = conn.conn.as_h2() {
             return match within(facts.timeout_server, stream.response()).await {
                 Ok(Ok(answer)) => Ok(ServerHead::H2 {
                     answer: Box::new(answer),

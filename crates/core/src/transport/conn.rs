@@ -14,8 +14,10 @@
 use std::io;
 use std::net::SocketAddr;
 
+use super::mux::Mux;
 use super::socket::{Origin, Socket, TcpInfo, Then, TlsInfo};
 use crate::h2_stream::H2Stream;
+use crate::h3_stream::H3Stream;
 
 /// One connection, client or server side.
 #[derive(Debug)]
@@ -26,14 +28,14 @@ pub struct Conn {
 #[derive(Debug)]
 enum Kind {
     Socket(Socket),
-    /// One stream of a multiplexed connection (HTTP/2), served as a connection.
+    /// One stream of a multiplexed connection (HTTP/2, HTTP/3), served as a connection.
     Stream(Box<Stream>),
 }
 
 /// A stream served as a connection: the stream, where it came from, and what it keeps
 /// while it lives (a server stream: its link's count of streams in use).
 struct Stream {
-    end: H2Stream,
+    end: Mux,
     origin: Origin,
     _hold: Option<Box<dyn std::any::Any>>,
 }
@@ -58,9 +60,20 @@ impl Conn {
     pub fn h2_stream(end: H2Stream, origin: Origin, hold: Option<Box<dyn std::any::Any>>) -> Conn {
         Conn {
             kind: Kind::Stream(Box::new(Stream {
-                end,
+                end: Mux::H2(end),
                 origin,
                 _hold: hold,
+            })),
+        }
+    }
+
+    /// A client's HTTP/3 request stream from `origin`, served as a connection of its own.
+    pub fn h3_stream(end: H3Stream, origin: Origin) -> Conn {
+        Conn {
+            kind: Kind::Stream(Box::new(Stream {
+                end: Mux::H3(Box::new(end)),
+                origin,
+                _hold: None,
             })),
         }
     }
@@ -116,17 +129,28 @@ impl Conn {
         }
     }
 
-    /// Whether this is one stream of a multiplexed (HTTP/2) connection.
+    /// Whether this is one stream of a multiplexed (HTTP/2 or HTTP/3) connection.
     pub fn is_stream(&self) -> bool {
         matches!(self.kind, Kind::Stream(_))
     }
 
-    /// The HTTP/2 stream this connection is, if it is one.
-    pub fn as_stream(&self) -> Option<&H2Stream> {
+    /// The stream this connection is, if it is one.
+    pub fn as_stream(&self) -> Option<&Mux> {
         match &self.kind {
             Kind::Stream(s) => Some(&s.end),
             Kind::Socket(_) => None,
         }
+    }
+
+    /// The HTTP/2 stream this connection is, if it is one (a stream to a server).
+    pub fn as_h2(&self) -> Option<&H2Stream> {
+        self.as_stream().and_then(Mux::as_h2)
+    }
+
+    /// The HTTP major version the connection speaks as a whole: 1 for a socket (whatever
+    /// its requests say), 2 or 3 for a stream.
+    pub fn http_major(&self) -> u8 {
+        self.as_stream().map_or(1, Mux::major)
     }
 
     /// What a stream multiplexed on this connection (or this stream's connection) knows

@@ -2,7 +2,7 @@
 //! [`Conn`], whatever carries its bytes: a [`Socket`] (plain TCP or unix, or TLS over it:
 //! rustls, driven here by the same readiness and non-blocking reads and writes, so the
 //! HTTP and relay code is unchanged), or one stream of a multiplexed HTTP/2 connection
-//! (`conn`).
+//! (`conn`), or a client's HTTP/3 request stream (`mux`).
 //!
 //! Invariants:
 //! - A `Socket` is registered with the event loop of the worker that created or attached it,
@@ -16,8 +16,10 @@
 //!   200 ms (and TLS records for good).
 
 mod conn;
+mod mux;
 mod socket;
 pub mod splice;
 
 pub use self::conn::Conn;
+pub use self::mux::Mux;
 pub use self::socket::{Detached, Origin, Socket, TcpInfo, Then, TlsInfo};

@@ -169,6 +169,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
     let mut defer_accept = false;
     let mut accept_proxy = false;
     let mut v6only = None;
+    let mut quic_force_retry = false;
     let mut perms = UnixPerms::default();
     let mut i = 0;
     while i < opts.len() {
@@ -228,6 +229,10 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             }
             "accept-proxy" => {
                 accept_proxy = true;
+                i += 1;
+            }
+            "quic-force-retry" => {
+                quic_force_retry = true;
                 i += 1;
             }
             "v6only" | "v4v6" => {
@@ -295,6 +300,7 @@ pub fn add_bind(c: &mut ProxyConf, args: &[String]) -> Result<(), KwError> {
             accept_proxy,
             v6only,
             perms,
+            quic_force_retry,
         });
     }
     Ok(())
@@ -355,6 +361,22 @@ fn parse_threads(v: &str) -> Result<(usize, usize), String> {
 fn parse_bind(a: &str) -> Result<Vec<BindSpec>, String> {
     if let Some(unix) = UnixAddr::parse(a) {
         return Ok(vec![BindSpec::Unix(unix?)]);
+    }
+    let quic = [("quic4@", true), ("quic6@", false)]
+        .into_iter()
+        .find_map(|(p, v4)| Some((a.strip_prefix(p)?, v4)));
+    if let Some((rest, v4)) = quic {
+        return parse_bind(rest)?
+            .into_iter()
+            .map(|spec| match spec {
+                BindSpec::Addr(addr) if addr.is_ipv4() == v4 => Ok(BindSpec::Quic(addr)),
+                _ => Err(format!(
+                    "'{}' expects an IPv{} ADDR:PORT",
+                    &a[..6],
+                    if v4 { 4 } else { 6 }
+                )),
+            })
+            .collect();
     }
     if let Some(n) = a.strip_prefix("fd@") {
         return n
@@ -500,6 +522,9 @@ fn open(bind: &Bind, backlog: usize, reuse_port: bool) -> Result<socket2::Socket
         BindSpec::Unix(ref u) => {
             open_unix(u, bind.perms, backlog).map_err(|e| OpenError::Unix(u.clone(), e))
         }
+        BindSpec::Quic(addr) => {
+            open_udp(addr, reuse_port, bind.v6only).map_err(|e| OpenError::Bind(addr, e))
+        }
         BindSpec::Fd(fd) => {
             let fail = |reason: String| OpenError::Fd(fd, reason);
             // SAFETY: the descriptor is only borrowed for the duration of these checks; an
@@ -560,6 +585,29 @@ pub fn suspend(sock: &socket2::Socket) -> std::io::Result<()> {
 /// Listens again on a socket [`suspend`] stopped.
 pub fn resume(sock: &socket2::Socket, backlog: usize) -> std::io::Result<()> {
     sock.listen(backlog.min(65535) as i32)
+}
+
+/// A QUIC listener's UDP socket. Each worker has its own in the address's SO_REUSEPORT
+/// group: the kernel sends a client's datagrams (by their addresses) to one of them, so a
+/// connection stays on the worker that saw its first packet.
+fn open_udp(
+    addr: SocketAddr,
+    reuse_port: bool,
+    v6only: Option<bool>,
+) -> std::io::Result<socket2::Socket> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(reuse_port)?;
+    if let (true, Some(only)) = (addr.is_ipv6(), v6only) {
+        sock.set_only_v6(only)?;
+    }
+    sock.bind(&addr.into())?;
+    sock.set_nonblocking(true)?;
+    Ok(sock)
 }
 
 /// A listening unix socket. A socket file is bound under a temporary name beside its path,
@@ -626,6 +674,11 @@ pub(crate) struct Registered {
 }
 
 impl Listening {
+    /// A UDP socket (a QUIC listener's), which has nothing to accept.
+    pub(crate) fn is_datagram(&self) -> bool {
+        self.socket.r#type().ok() == Some(socket2::Type::DGRAM)
+    }
+
     pub(crate) fn register(self) -> std::io::Result<Registered> {
         if self.socket.domain()? != socket2::Domain::UNIX {
             // Inherited by every accepted connection (whoever opened the socket): requests

@@ -116,6 +116,18 @@ fn worker_main(
             let _ = w.set(t.w.clone());
         });
         for l in listeners {
+            if l.is_datagram() {
+                // A QUIC listener: this worker's own endpoint serves what its socket gets.
+                let entry = (l.frontend, l.listener);
+                let served = crate::stream::h3::serve_endpoint(t.w.clone(), entry, l.socket);
+                let process = t.w.process.clone();
+                process.accept_loops.fetch_add(1, Ordering::Relaxed);
+                tokio::task::spawn_local(async move {
+                    served.await;
+                    process.accept_loops.fetch_sub(1, Ordering::Relaxed);
+                });
+                continue;
+            }
             match l.register() {
                 Ok(l) => {
                     let (t, process) = (t.clone(), t.w.process.clone());

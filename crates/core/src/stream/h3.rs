@@ -1,0 +1,483 @@
+//! The HTTP/3 front: `bind quic4@ADDR:PORT ssl crt ...` (and `quic6@`). QUIC is `quinn`'s
+//! (with rustls, the certificates and TLS settings of the bind line) and HTTP/3's framing
+//! the `h3` crate's; each request stream is served as an HTTP/2 stream is, as an HTTP/1.1
+//! session of its own over the stream (`crate::h3_stream`), so rules, routing, queues,
+//! pools, compression, logs and statistics apply to it unchanged.
+//!
+//! Each worker has its own UDP socket in the address's SO_REUSEPORT group and its own
+//! `quinn` endpoint on it (no dispatch between workers: the kernel hashes a client's
+//! addresses to one socket, so a connection lives on the worker that received its first
+//! packet, as a TCP connection does once accepted). A client that changes its address may
+//! be hashed to another worker, which does not know the connection: it is answered with a
+//! stateless reset, whose key every worker shares when `cluster-secret` is set, and the
+//! client reconnects. Connections are not migrated between workers.
+//!
+//! Invariants:
+//! - 0-RTT is refused (a replayed request could repeat an effect).
+//! - A client proves its address (a Retry) before the proxy spends a handshake on it when
+//!   the bind says `quic-force-retry`, or while more than `tune.quic.retry-threshold`
+//!   connections of the worker are half open.
+//! - A connection counts under `maxconn` as a TCP one does, from its first packet to its
+//!   close; what it may hold is bounded by its streams (`tune.quic.frontend.max-streams-bidi`,
+//!   each at most `h3_stream::QUEUED_MAX` queued) and its send window
+//!   (`tune.quic.frontend.conn-tx-buffers.limit` buffers).
+//! - At a soft stop the endpoint takes no new connection; each connection sends GOAWAY
+//!   and closes once its streams are done.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_config::{Keyword, KwError, Scope};
+
+use super::deadline::within;
+use super::session::ClientHead;
+use crate::conf::listen::{Bind, BindSpec};
+use crate::conf::stream::Mode;
+use crate::conf::{one_arg, GlobalConf};
+use crate::h3_stream::H3Stream;
+use crate::runtime::{ClientConn, SessionInfo, Worker};
+use crate::sample::StreamVars;
+use crate::transport::{Conn, Origin, TlsInfo};
+
+pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
+    Keyword {
+        name: "tune.quic.frontend.max-streams-bidi",
+        scope: Scope::GLOBAL,
+        help: "tune.quic.frontend.max-streams-bidi N: request streams an HTTP/3 client may have open at once (default 100)",
+        parse: |g, a| number(a).map(|n| g.quic.max_streams_bidi = n),
+    },
+    Keyword {
+        name: "tune.quic.frontend.max-idle-timeout",
+        scope: Scope::GLOBAL,
+        help: "tune.quic.frontend.max-idle-timeout TIME: a QUIC connection silent this long is closed (default 30s)",
+        parse: |g, a| {
+            let v = one_arg(a, "a time")?;
+            let d = sluice_config::units::parse_time(v).map_err(|e| KwError::bad(1, v, e))?;
+            g.quic.max_idle_timeout = d;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "tune.quic.frontend.conn-tx-buffers.limit",
+        scope: Scope::GLOBAL,
+        help: "tune.quic.frontend.conn-tx-buffers.limit N: buffers of tune.bufsize a QUIC connection may have sent and not acknowledged (default 30)",
+        parse: |g, a| number(a).map(|n| g.quic.tx_buffers = n),
+    },
+    Keyword {
+        name: "tune.quic.retry-threshold",
+        scope: Scope::GLOBAL,
+        help: "tune.quic.retry-threshold N: half-open QUIC connections (per worker) past which new clients must prove their address first (default 100)",
+        parse: |g, a| {
+            let v = one_arg(a, "a number")?;
+            let n = v
+                .parse::<u32>()
+                .map_err(|_| KwError::bad(1, v, "expects a number"))?;
+            g.quic.retry_threshold = n;
+            Ok(())
+        },
+    },
+    Keyword {
+        name: "cluster-secret",
+        scope: Scope::GLOBAL,
+        help: "cluster-secret TEXT: the secret QUIC's stateless reset and Retry token keys derive from, shared by the nodes of a cluster",
+        parse: |g, a| {
+            let v = one_arg(a, "a secret")?;
+            g.quic.cluster_secret = Some(v.to_string());
+            Ok(())
+        },
+    },
+];
+
+fn number(a: &[String]) -> Result<u32, KwError> {
+    let v = one_arg(a, "a positive number")?;
+    v.parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| KwError::bad(1, v, "expects a positive number"))
+}
+
+/// What a `bind quic4@...` line must have, checked at load: HTTP, TLS with a certificate
+/// (ALPN `h3` unless the line names its own), none of the options a byte stream has.
+pub fn check_bind(b: &mut Bind, mode: Mode) -> Option<String> {
+    if !matches!(b.spec, BindSpec::Quic(_)) {
+        return b
+            .quic_force_retry
+            .then(|| "'quic-force-retry' needs a QUIC address (quic4@, quic6@)".into());
+    }
+    if mode != Mode::Http {
+        return Some("a QUIC listener serves HTTP/3: its proxy needs 'mode http'".into());
+    }
+    if b.h2 || b.accept_proxy || b.defer_accept {
+        return Some(
+            "'proto', 'accept-proxy' and 'defer-accept' have no meaning on a QUIC listener".into(),
+        );
+    }
+    match &mut b.tls {
+        Some(t) if t.ssl => {
+            if t.alpn.is_empty() {
+                t.alpn = vec!["h3".into()];
+            }
+            None
+        }
+        _ => Some("a QUIC listener needs 'ssl' and a certificate ('crt')".into()),
+    }
+}
+
+/// The QUIC settings of a bind, from its TLS acceptor and `tune.quic.*`.
+fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String> {
+    let acceptor = bind
+        .tls
+        .as_ref()
+        .and_then(|t| t.acceptor.as_ref())
+        .ok_or("no TLS acceptor")?;
+    let g = &w.config().global;
+    let mut tls = (*acceptor.config).clone();
+    // No 0-RTT: early data could be replayed.
+    tls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| format!("TLS settings QUIC cannot use: {e}"))?;
+    let mut config = match keys(g) {
+        Some((token, _)) => quinn::ServerConfig::new(Arc::new(crypto), Arc::new(token)),
+        None => quinn::ServerConfig::with_crypto(Arc::new(crypto)),
+    };
+    let mut transport = quinn::TransportConfig::default();
+    let q = &g.quic;
+    let window = (g.bufsize as u64).saturating_mul(q.tx_buffers.into());
+    transport
+        .max_concurrent_bidi_streams(q.max_streams_bidi.into())
+        // The client's control stream and QPACK's two, and room for a few it may add.
+        .max_concurrent_uni_streams(8u32.into())
+        .max_idle_timeout(quinn::IdleTimeout::try_from(q.max_idle_timeout).ok())
+        .send_window(window)
+        .stream_receive_window(quinn::VarInt::from_u32(g.bufsize as u32 * 4))
+        .receive_window(quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX));
+    config.transport_config(Arc::new(transport));
+    // What an unaccepted connection may buffer (its early packets).
+    config.incoming_buffer_size(g.bufsize as u64);
+    config.incoming_buffer_size_total(g.bufsize as u64 * 64);
+    Ok(config)
+}
+
+/// The Retry token key and the stateless reset key, derived from `cluster-secret`
+/// (`None`: each endpoint draws its own at random).
+fn keys(g: &GlobalConf) -> Option<(ring::hkdf::Prk, ring::hmac::Key)> {
+    let secret = g.quic.cluster_secret.as_ref()?;
+    let salt = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"sluice quic");
+    let prk = salt.extract(secret.as_bytes());
+    let token = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"sluice quic retry")
+        .extract(secret.as_bytes());
+    let mut reset = [0u8; 32];
+    prk.expand(&[b"stateless reset"], ring::hkdf::HKDF_SHA256)
+        .ok()?
+        .fill(&mut reset)
+        .ok()?;
+    Some((token, ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset)))
+}
+
+/// Serves the QUIC listener `(fe, listener)` on this worker's UDP `socket` until the
+/// worker stops; then lets the connections it has finish.
+pub async fn serve_endpoint(
+    w: Rc<Worker>,
+    (fe, listener): (usize, usize),
+    socket: socket2::Socket,
+) {
+    let bind = &w.config().frontends[fe].listen.binds[listener];
+    let server = match server_config(&w, bind) {
+        Ok(c) => c,
+        Err(e) => {
+            say!("sluice: bind {}: {e}", bind.spec);
+            return;
+        }
+    };
+    let endpoint_config = match keys(&w.config().global) {
+        Some((_, reset)) => quinn::EndpointConfig::new(Arc::new(reset)),
+        None => quinn::EndpointConfig::default(),
+    };
+    let endpoint = match quinn::Endpoint::new(
+        endpoint_config,
+        Some(server),
+        socket.into(),
+        Arc::new(quinn::TokioRuntime),
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            say!("sluice: bind {}: {e}", bind.spec);
+            return;
+        }
+    };
+    let force_retry = bind.quic_force_retry;
+    let half_open = Rc::new(Cell::new(0u32));
+    loop {
+        let stop = w.soft_stop.notified();
+        if w.stopping() {
+            break;
+        }
+        let incoming = tokio::select! {
+            i = endpoint.accept() => i,
+            () = stop => break,
+        };
+        let Some(incoming) = incoming else { break };
+        let threshold = w.config().global.quic.retry_threshold;
+        if !incoming.remote_address_validated() && (force_retry || half_open.get() >= threshold) {
+            let _ = incoming.retry();
+            continue;
+        }
+        let task = serve_connection(w.clone(), incoming, (fe, listener), half_open.clone());
+        tokio::task::spawn_local(crate::clock::Ticking::new(task));
+    }
+    // No new connection; those open finish (each sends GOAWAY at the soft stop), the
+    // endpoint's driver running until the last one closes.
+    endpoint.set_server_config(None);
+}
+
+/// What every stream of one connection shares.
+struct Shared {
+    w: Rc<Worker>,
+    fe: usize,
+    origin: Origin,
+    info: Arc<SessionInfo>,
+    /// Streams being served (or still sending), and started so far.
+    active: Cell<usize>,
+    started: Cell<u32>,
+    /// Signalled when the last stream ends.
+    went_idle: tokio::sync::Notify,
+}
+
+/// One stream counted among those of its connection until dropped (with the stream's
+/// session, and again with its writer, which may outlive it).
+struct Active(Rc<Shared>);
+
+impl Active {
+    fn new(shared: &Rc<Shared>) -> Active {
+        shared.active.set(shared.active.get() + 1);
+        Active(shared.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.active.set(s.active.get() - 1);
+        if s.active.get() == 0 {
+            s.went_idle.notify_one();
+        }
+    }
+}
+
+/// A half-open connection, counted until its handshake ends either way.
+struct HalfOpen(Rc<Cell<u32>>);
+
+impl HalfOpen {
+    fn new(count: Rc<Cell<u32>>) -> HalfOpen {
+        count.set(count.get() + 1);
+        HalfOpen(count)
+    }
+}
+
+impl Drop for HalfOpen {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// Serves one QUIC connection: its handshake, then its request streams.
+async fn serve_connection(
+    w: Rc<Worker>,
+    incoming: quinn::Incoming,
+    (fe, listener): (usize, usize),
+    half_open: Rc<Cell<u32>>,
+) {
+    let peer = incoming.remote_address();
+    let half_open = HalfOpen::new(half_open);
+    w.ctx()
+        .starting
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let _slot = w.process.admission.admit(fe, listener, true).await;
+    let counted = ClientConn::open(&w.process, w.tid, (fe, listener), peer);
+    let st = &w.config().frontends[fe].stream;
+    let limit = st.timeout_http_request.or(st.timeout_client);
+    let Ok(connecting) = incoming.accept() else {
+        return;
+    };
+    let fe_state = &w.state().frontends[fe];
+    let conn = match within(limit, connecting).await {
+        Ok(Ok(c)) => c,
+        _ => {
+            fe_state.counters.at(w.tid).tls_failed.bump();
+            return;
+        }
+    };
+    drop(half_open);
+    let counters = fe_state.counters.at(w.tid);
+    counters.tls_handshakes.bump();
+    w.ctx().counters.tls_sessions.bump();
+    let local = conn
+        .local_ip()
+        .map_or(peer, |ip| SocketAddr::new(ip, local_port(&w, fe, listener)));
+    let origin = Origin {
+        peer,
+        local,
+        tls: Some(Arc::new(tls_info(&conn))),
+        unix: false,
+    };
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(w.config().global.head_room() as u64);
+    let built = within(
+        limit,
+        builder.build::<_, Bytes>(h3_quinn::Connection::new(conn.clone())),
+    );
+    let Ok(Ok(mut h3conn)) = built.await else {
+        return;
+    };
+    let shared = Rc::new(Shared {
+        w: w.clone(),
+        fe,
+        origin,
+        info: counted.info.clone(),
+        active: Cell::new(0),
+        started: Cell::new(0),
+        went_idle: tokio::sync::Notify::new(),
+    });
+    let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
+    loop {
+        let stop = w.soft_stop.notified();
+        let soft_stop = async {
+            if !w.stopping() {
+                stop.await;
+            }
+        };
+        let idle = async {
+            loop {
+                match (shared.active.get(), idle_limit) {
+                    (0, _) if shared.started.get() == 0 => match limit {
+                        Some(d) => return tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    },
+                    (0, Some(d)) => return tokio::time::sleep(d).await,
+                    (0, None) => std::future::pending().await,
+                    _ => shared.went_idle.notified().await,
+                }
+            }
+        };
+        tokio::select! {
+            next = h3conn.accept() => match next {
+                Ok(Some(resolver)) => {
+                    let active = Active::new(&shared);
+                    let earlier = shared.started.get();
+                    shared.started.set(earlier + 1);
+                    let task = serve_stream(shared.clone(), resolver, earlier, active);
+                    tokio::task::spawn_local(crate::clock::Ticking::new(task));
+                }
+                // The client said GOAWAY, or the connection failed.
+                Ok(None) | Err(_) => break,
+            },
+            () = soft_stop => break,
+            () = idle => break,
+            () = counted.info.kill.pulled() => {
+                conn.close(h3::error::Code::H3_NO_ERROR.value().try_into().unwrap_or_default(), b"");
+                return;
+            }
+        }
+    }
+    // GOAWAY, then the streams under way finish before the connection closes.
+    let _ = within(Some(Duration::from_secs(1)), h3conn.shutdown(0)).await;
+    while shared.active.get() > 0 {
+        let idle = shared.went_idle.notified();
+        if shared.active.get() == 0 {
+            break;
+        }
+        tokio::select! {
+            () = idle => {}
+            () = counted.info.kill.pulled() => break,
+        }
+    }
+    drop(h3conn);
+}
+
+/// The listener's port, as the client reached it.
+fn local_port(w: &Worker, fe: usize, listener: usize) -> u16 {
+    match w.config().frontends[fe].listen.binds[listener].spec {
+        BindSpec::Quic(a) => a.port(),
+        _ => 0,
+    }
+}
+
+/// What TLS fetches and logs see of a QUIC connection's handshake.
+fn tls_info(conn: &quinn::Connection) -> TlsInfo {
+    let data = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
+    TlsInfo {
+        alpn: data.as_ref().and_then(|d| d.protocol.clone()),
+        sni: data.as_ref().and_then(|d| d.server_name.clone()),
+        // QUIC is TLS 1.3 only; `quinn` does not say which suite was chosen.
+        version: "TLSv1.3",
+        cipher: "",
+        client_cert: None,
+        resumed: false,
+        hello: None,
+        keys: None,
+    }
+}
+
+/// Serves one request stream as an HTTP/1.1 session of its own, reading and writing the
+/// stream itself (`crate::h3_stream`).
+async fn serve_stream(
+    shared: Rc<Shared>,
+    resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
+    earlier: u32,
+    active: Active,
+) {
+    let limit = {
+        let st = &shared.w.config().frontends[shared.fe].stream;
+        st.timeout_http_request.or(st.timeout_client)
+    };
+    let Ok(Ok((req, stream))) = within(limit, resolver.resolve_request()).await else {
+        return;
+    };
+    let (mut parts, ()) = req.into_parts();
+    let (send, mut recv) = stream.split();
+    if parts.method == http::Method::CONNECT {
+        // Tunnels (CONNECT, WebSockets over HTTP/3) are not served over HTTP/3 yet.
+        let end = H3Stream::answering(send, recv, Vec::new(), true, Box::new(active));
+        let res = http::Response::builder()
+            .status(501)
+            .body(())
+            .unwrap_or_default();
+        let _ = end.send_response(res, sluice_http::Framing::None);
+        return;
+    }
+    // Whether the request has a body shows only by the stream's end: wait for its first
+    // data or its end (a length says there is one).
+    let (first, ended) = match parts.headers.get(http::header::CONTENT_LENGTH) {
+        Some(v) if v.as_bytes() != b"0" => (Vec::new(), false),
+        _ => match within(limit, H3Stream::first_data(&mut recv)).await {
+            Ok(got) => got,
+            Err(()) => return,
+        },
+    };
+    let end = H3Stream::answering(send, recv, first, ended, Box::new(active));
+    sluice_http::join_cookies(&mut parts.headers);
+    let head = Some(ClientHead::H2 {
+        parts: Box::new(parts),
+        ended,
+    });
+    let _ = super::h1::serve_http(
+        &shared.w,
+        Conn::h3_stream(end, shared.origin.clone()),
+        shared.origin.peer,
+        shared.fe,
+        shared.info.clone(),
+        StreamVars::default(),
+        super::h1::Start {
+            earlier,
+            head,
+            ..Default::default()
+        },
+    )
+    .await;
+}

@@ -1,0 +1,105 @@
+"""An HTTP/3 client for sluice's tests, on aioquic (PyPI).
+
+Usage: h3client.py HOST PORT  < requests.json  > results.json
+
+The requests (a JSON list) go over one QUIC connection, all at once unless
+"sequential" is set: each is {"method", "path", "headers": [[name, value]...],
+"body": text, "body_size": N (that many 'x' bytes instead), "trailers": [...],
+"read": false (never read the response: the stream's flow control closes)}.
+Each result is {"status", "headers", "body" (text, or its size and a sample when
+large), "body_size", "trailers", "reset" (the server reset the stream)}.
+"""
+import asyncio
+import json
+import ssl
+import sys
+
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamReset
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.h3 = H3Connection(self._quic)
+        self.results = {}
+        self.waiters = {}
+
+    def finish(self, sid):
+        w = self.waiters.pop(sid, None)
+        if w is not None and not w.done():
+            w.set_result(self.results[sid])
+
+    def quic_event_received(self, event):
+        if isinstance(event, StreamReset):
+            r = self.results.setdefault(event.stream_id, {"headers": [], "body": b"", "trailers": []})
+            r["reset"] = event.error_code
+            self.finish(event.stream_id)
+        for ev in self.h3.handle_event(event):
+            if isinstance(ev, HeadersReceived):
+                r = self.results.setdefault(ev.stream_id, {"headers": [], "body": b"", "trailers": []})
+                fields = [[k.decode(), v.decode()] for k, v in ev.headers]
+                if "status" in r:
+                    r["trailers"] = fields
+                else:
+                    r["status"] = int(dict(fields)[":status"])
+                    r["headers"] = [f for f in fields if not f[0].startswith(":")]
+                if ev.stream_ended:
+                    self.finish(ev.stream_id)
+            elif isinstance(ev, DataReceived):
+                r = self.results.setdefault(ev.stream_id, {"headers": [], "body": b"", "trailers": []})
+                r["body"] += ev.data
+                if ev.stream_ended:
+                    self.finish(ev.stream_id)
+
+    async def request(self, req):
+        sid = self._quic.get_next_available_stream_id()
+        body = req.get("body", "").encode()
+        if "body_size" in req:
+            body = b"x" * req["body_size"]
+        trailers = [(k.encode(), v.encode()) for k, v in req.get("trailers", [])]
+        headers = [
+            (b":method", req.get("method", "GET").encode()),
+            (b":scheme", b"https"),
+            (b":authority", req.get("authority", "localhost").encode()),
+            (b":path", req.get("path", "/").encode()),
+        ] + [(k.encode(), v.encode()) for k, v in req.get("headers", [])]
+        fut = asyncio.get_event_loop().create_future()
+        self.waiters[sid] = fut
+        self.h3.send_headers(sid, headers, end_stream=not body and not trailers)
+        # Large bodies go in pieces, as flow control lets them.
+        step = 16384
+        for i in range(0, len(body), step):
+            last = i + step >= len(body) and not trailers
+            self.h3.send_data(sid, body[i : i + step], end_stream=last)
+            self.transmit()
+            await asyncio.sleep(0)
+        if trailers:
+            self.h3.send_headers(sid, trailers, end_stream=True)
+        self.transmit()
+        r = await asyncio.wait_for(fut, 30)
+        out = dict(r)
+        out["body_size"] = len(r["body"])
+        out["body"] = r["body"].decode("latin-1") if len(r["body"]) <= 4096 else r["body"][:64].decode("latin-1")
+        return out
+
+
+async def main():
+    host, port = sys.argv[1], int(sys.argv[2])
+    reqs = json.load(sys.stdin)
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.verify_mode = ssl.CERT_NONE
+    config.server_name = "localhost"
+    async with connect(host, port, configuration=config, create_protocol=Client) as client:
+        if reqs and reqs[0].get("sequential"):
+            results = [await client.request(r) for r in reqs]
+        else:
+            results = await asyncio.gather(*(client.request(r) for r in reqs))
+    json.dump(results, sys.stdout)
+
+
+asyncio.run(main())
