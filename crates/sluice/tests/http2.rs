@@ -389,14 +389,15 @@ fn a_response_head_is_made_for_the_stream() {
     });
 }
 
-/// The same rules over HTTP/1.1 and HTTP/2, table-driven: every request of the table gets
-/// the same answer and reaches the server the same way over both protocols (rules reading
+/// The same rules over HTTP/1.1, HTTP/2 and HTTP/3, table-driven: every request of the
+/// table gets the same answer and reaches the server the same way over the three protocols
+/// (rules reading
 /// the method, path, query, `Host`, cookies, repeated fields; deny, redirect, return,
 /// set-path, del-header, routing on a header; response rules reading the server's head,
 /// the request as it was sent, and the response as the rules before them edited it;
 /// `http-after-response` rules over the server's and the proxy's own answers).
 #[test]
-fn rules_treat_http1_and_http2_requests_alike() {
+fn rules_treat_http1_http2_and_http3_requests_alike() {
     let echo = |name: &'static str| {
         Origin::with_handler(
             name,
@@ -419,9 +420,12 @@ fn rules_treat_http1_and_http2_requests_alike() {
         )
     };
     let (a, b) = (echo("A"), echo("B"));
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let (held, quic) = quic_port();
     let p = Sluice::start(&format!(
         "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
-         frontend fe\n {{fe}}\n {{fe}} proto h2\n\
+         frontend fe\n {{fe}}\n {{fe}} proto h2\n bind quic4@127.0.0.1:{quic} ssl crt {pem}\n\
          http-request set-header x-seen \"%[method] %[path] %[query] %[req.hdr(host)] \
          %[url_param(a)] %[req.cook(c)] %[req.hdr_cnt(x-multi)] %[req.fhdr(user-agent)]\"\n\
          http-request deny if {{ path_beg /deny }}\n\
@@ -439,6 +443,7 @@ fn rules_treat_http1_and_http2_requests_alike() {
          backend ba\n server a {}\nbackend bb\n server b {}\n",
         a.addr, b.addr
     ));
+    drop(held);
     type Case = (&'static str, &'static [(&'static str, &'static str)]);
     let cases: &[Case] = &[
         (
@@ -511,6 +516,25 @@ fn rules_treat_http1_and_http2_requests_alike() {
         out
     });
     assert_eq!(over_h1, over_h2);
+    let requests: Vec<serde_json::Value> = cases
+        .iter()
+        .map(|(path, fields)| {
+            serde_json::json!({"path": path, "authority": "h2.test", "sequential": true,
+                               "headers": fields.iter().map(|(n, v)| [n, v]).collect::<Vec<_>>()})
+        })
+        .collect();
+    let over_h3: Vec<String> = h3_requests(quic, &serde_json::Value::from(requests))
+        .iter()
+        .map(|r| {
+            let status = r["status"].as_u64().unwrap() as u16;
+            summary(
+                status,
+                &|n| h3_field(r, n),
+                r["body"].as_str().unwrap().as_bytes(),
+            )
+        })
+        .collect();
+    assert_eq!(over_h1, over_h3);
     // And the table says what it should (not only the same wrong thing twice).
     assert!(
         over_h1[0].contains("seen=[GET /a b=1&a=2 h2.test 2 3 2 t/1] drop=1 cookie=c=3"),

@@ -1047,6 +1047,8 @@ fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
         ("h2_queued", |t| {
             t.counters.h2_queued.load(Ordering::Relaxed)
         }),
+        ("quic_conns", |t| t.counters.quic_conns.get()),
+        ("quic_retries", |t| t.counters.quic_retries.get()),
     ];
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());

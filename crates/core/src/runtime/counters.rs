@@ -447,6 +447,10 @@ pub struct WorkerCounters {
     /// DATA the HTTP/2 client connections of this worker have queued for their clients and
     /// not written yet (a gauge: `h2_stream::Queued` moves it).
     pub h2_queued: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// QUIC connections whose handshake completed here, and Retry packets sent (a client
+    /// asked to prove its address first).
+    pub quic_conns: Counter,
+    pub quic_retries: Counter,
     /// TLS client connections accepted here, and those that ended (`CumSslConns`,
     /// `CurrSslConns`), with their rate (`SslRate`).
     pub tls_sessions: Counter,

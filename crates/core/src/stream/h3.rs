@@ -223,7 +223,9 @@ pub async fn serve_endpoint(
         let Some(incoming) = incoming else { break };
         let threshold = w.config().global.quic.retry_threshold;
         if !incoming.remote_address_validated() && (force_retry || half_open.get() >= threshold) {
-            let _ = incoming.retry();
+            if incoming.retry().is_ok() {
+                w.ctx().counters.quic_retries.bump();
+            }
             continue;
         }
         let task = serve_connection(w.clone(), incoming, (fe, listener), half_open.clone());
@@ -315,6 +317,7 @@ async fn serve_connection(
     let counters = fe_state.counters.at(w.tid);
     counters.tls_handshakes.bump();
     w.ctx().counters.tls_sessions.bump();
+    w.ctx().counters.quic_conns.bump();
     let local = conn
         .local_ip()
         .map_or(peer, |ip| SocketAddr::new(ip, local_port(&w, fe, listener)));

@@ -848,3 +848,50 @@ pub fn haproxy_size(msg: &[u8]) -> u64 {
     }
     size + 1 + (msg.len() - at - 4) as u64
 }
+
+/// A UDP port for a QUIC listener, chosen by the kernel: the socket holding it joins the
+/// port's SO_REUSEPORT group, so the proxy can bind beside it; drop it once the proxy
+/// listens (until then no datagram is sent to the port).
+pub fn quic_port() -> (socket2::Socket, u16) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    s.set_reuse_port(true).unwrap();
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    (s, port)
+}
+
+/// Sends `requests` (see `tests/clients/h3client.py`) over one HTTP/3 connection to
+/// 127.0.0.1:`port` with aioquic, and returns the results.
+pub fn h3_requests(port: u16, requests: &serde_json::Value) -> Vec<serde_json::Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/h3client.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg("127.0.0.1")
+        .arg(port.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(requests.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "h3client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("h3client's JSON")
+}
+
+/// A field of an HTTP/3 result (`h3_requests`), if the response had it.
+pub fn h3_field(result: &serde_json::Value, name: &str) -> Option<String> {
+    result["headers"].as_array()?.iter().find_map(|f| {
+        (f[0].as_str()? == name).then(|| f[1].as_str().unwrap_or_default().to_string())
+    })
+}

@@ -1,0 +1,224 @@
+//! The HTTP/3 front (`bind quic4@... ssl crt ...`), through the real binary with a real
+//! HTTP/3 client (aioquic, `tests/clients/h3client.py`). The rules shared with HTTP/1.1
+//! and HTTP/2 are in `http2.rs`'s table-driven test, which takes HTTP/3 too.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const DEFAULTS: &str =
+    "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n";
+
+/// A proxy with one QUIC listener in front of `backend` (its server lines), and the
+/// listener's port.
+fn quic_proxy(frontend_lines: &str, backend: &str, global: &str) -> (Sluice, u16, TempDir) {
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let (held, port) = quic_port();
+    let p = Sluice::start(&format!(
+        "global\n{global}{DEFAULTS}frontend fe\n bind quic4@127.0.0.1:{port} ssl crt {pem}\n\
+         {frontend_lines} default_backend b\nbackend b\n{backend}"
+    ));
+    drop(held);
+    (p, port, dir)
+}
+
+/// Bodies cross both ways, with and without a length, up to a megabyte: the server gets
+/// the request body whole (a body without a length goes chunked to an HTTP/1.1 server),
+/// the client gets the response body whole, on one connection with several streams at
+/// once.
+#[test]
+fn bodies_cross_http3_both_ways() {
+    let big = 1 << 20;
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            let body = match r.target.as_str() {
+                "/big" => vec![b'y'; big],
+                _ => format!(
+                    "{} {} {} te={} cl={}",
+                    r.method,
+                    r.target,
+                    r.body.len(),
+                    r.header("transfer-encoding").unwrap_or("-"),
+                    r.header("content-length").unwrap_or("-"),
+                )
+                .into_bytes(),
+            };
+            let mut out =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+            out.extend_from_slice(&body);
+            Reply::Raw(out)
+        }),
+    );
+    let (p, port, _dir) = quic_proxy("", &format!(" server o {}\n", origin.addr), "");
+    let n = 300_000;
+    let results = h3_requests(
+        port,
+        &json!([
+            {"path": "/big"},
+            {"method": "POST", "path": "/up", "body_size": n,
+             "headers": [["content-length", n.to_string()]]},
+            {"method": "POST", "path": "/chunked", "body_size": 70_000},
+            {"path": "/plain"},
+        ]),
+    );
+    assert_eq!(results[0]["status"], 200);
+    assert_eq!(results[0]["body_size"], big);
+    assert_eq!(
+        results[1]["body"],
+        format!("POST /up {n} te=- cl={n}"),
+        "{results:?}"
+    );
+    assert_eq!(results[2]["body"], "POST /chunked 70000 te=chunked cl=-");
+    // A request without a body goes without one (no framing made up for it).
+    assert_eq!(results[3]["body"], "GET /plain 0 te=- cl=-");
+    drop(p);
+}
+
+/// A server that dies in the middle of a response body: the stream is reset (the client
+/// is not told the response ended), and the connection serves the next request.
+#[test]
+fn a_server_dying_mid_body_resets_its_stream_only() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| match r.target.as_str() {
+            "/cut" => Reply::RawThenClose(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nonly a part".to_vec(),
+            ),
+            _ => Reply::Raw(ok_response("fine")),
+        }),
+    );
+    let (p, port, _dir) = quic_proxy("", &format!(" server o {}\n", origin.addr), "");
+    let results = h3_requests(
+        port,
+        &json!([{"path": "/cut", "sequential": true}, {"path": "/after"}]),
+    );
+    assert!(results[0]["reset"].is_u64(), "{results:?}");
+    assert_ne!(results[0]["body_size"], 100_000);
+    assert_eq!(results[1]["status"], 200);
+    assert_eq!(results[1]["body"], "fine");
+    drop(p);
+}
+
+/// Requests over HTTP/3 are counted and logged as HTTP/3: the frontend's sessions and
+/// requests in `show stat`, the request line `%r` with `HTTP/3.0`, `fc_http_major` 3.
+#[test]
+fn http3_requests_are_counted_and_logged() {
+    let logs = UdpSocket::bind("127.0.0.1:0").unwrap();
+    logs.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let origin = Origin::start("o");
+    let (_cli_dir, sock) = cli_dir();
+    let (p, port, _dir) = quic_proxy(
+        &format!(
+            " log {} local0\n log-format \"%r %ST major=%[fc_http_major] ver=%[req.ver]\"\n",
+            logs.local_addr().unwrap()
+        ),
+        &format!(" server o {}\n", origin.addr),
+        &format!(" stats socket {} level admin\n", sock.display()),
+    );
+    let results = h3_requests(port, &json!([{"path": "/one"}, {"path": "/two"}]));
+    assert!(results.iter().all(|r| r["status"] == 200), "{results:?}");
+    let mut lines = Vec::new();
+    let mut buf = [0u8; 2048];
+    while lines.len() < 2 {
+        let n = logs.recv(&mut buf).expect("a log line");
+        lines.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    lines.sort();
+    assert!(
+        lines[0].ends_with("GET https://localhost/one HTTP/3.0 200 major=3 ver=3.0"),
+        "{lines:?}"
+    );
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "req_tot"), "2", "{csv}");
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "stot"), "1", "{csv}");
+    drop(p);
+}
+
+/// A QUIC listener is checked as the configuration loads: it needs `ssl` and a
+/// certificate, an HTTP proxy, and an address of its family; `quic-force-retry` needs a
+/// QUIC address.
+#[test]
+fn quic_listeners_are_checked_at_load() {
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let cases = [
+        (
+            format!("frontend f\n mode http\n bind quic4@127.0.0.1:4433\n"),
+            "needs 'ssl' and a certificate",
+        ),
+        (
+            format!("frontend f\n mode tcp\n bind quic4@127.0.0.1:4433 ssl crt {pem}\n"),
+            "needs 'mode http'",
+        ),
+        (
+            format!("frontend f\n mode http\n bind quic4@[::1]:4433 ssl crt {pem}\n"),
+            "expects an IPv4 ADDR:PORT",
+        ),
+        (
+            format!("frontend f\n mode http\n bind 127.0.0.1:4433 quic-force-retry\n"),
+            "'quic-force-retry' needs a QUIC address",
+        ),
+    ];
+    for (config, error) in cases {
+        let (ok, out) = check_config(&format!(
+            "{config} default_backend b\nbackend b\n mode http\n server s 127.0.0.1:1\n"
+        ));
+        assert!(!ok, "{config}");
+        assert!(out.contains(error), "{config}: {out}");
+        assert!(out.contains(":3:"), "the bind's line: {out}");
+    }
+    let (ok, out) = check_config(&format!(
+        "global\n tune.quic.frontend.max-streams-bidi 10\n cluster-secret s3cret\n\
+         frontend f\n mode http\n bind quic4@127.0.0.1:4433 ssl crt {pem} quic-force-retry\n\
+         default_backend b\nbackend b\n mode http\n server s 127.0.0.1:1\n"
+    ));
+    assert!(ok, "{out}");
+}
+
+/// `quic-force-retry`: every client proves its address with a Retry before its
+/// handshake (counted in `show activity`); aioquic follows the Retry and is served.
+/// Without it, a client below `tune.quic.retry-threshold` gets none.
+#[test]
+fn a_forced_retry_is_followed_and_served() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let (_cli_dir, sock) = cli_dir();
+    let (held, port) = quic_port();
+    let (held_plain, plain) = quic_port();
+    let p = Sluice::start(&format!(
+        "global\n cluster-secret s3cret\n nbthread 1\n stats socket {} level admin\n\
+         {DEFAULTS}frontend fe\n\
+         bind quic4@127.0.0.1:{port} ssl crt {pem} quic-force-retry\n\
+         bind quic4@127.0.0.1:{plain} ssl crt {pem}\n default_backend b\n\
+         backend b\n server o {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    drop((held, held_plain));
+    let activity = |row: &str| {
+        let out = Sluice::cli(&sock, "show activity");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{row}:")))
+            .unwrap_or_else(|| panic!("{row} in {out}"))
+            .to_string();
+        line.split_whitespace().nth(1).unwrap().to_string()
+    };
+    let results = h3_requests(plain, &json!([{"path": "/p"}]));
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(activity("quic_retries"), "0");
+    let results = h3_requests(port, &json!([{"path": "/r"}]));
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(activity("quic_retries"), "1");
+    assert_eq!(activity("quic_conns"), "2");
+    drop(p);
+}
