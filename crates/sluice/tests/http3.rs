@@ -151,7 +151,7 @@ fn quic_listeners_are_checked_at_load() {
     let pem = self_signed(&dir);
     let cases = [
         (
-            format!("frontend f\n mode http\n bind quic4@127.0.0.1:4433\n"),
+            "frontend f\n mode http\n bind quic4@127.0.0.1:4433\n".to_string(),
             "needs 'ssl' and a certificate",
         ),
         (
@@ -163,7 +163,7 @@ fn quic_listeners_are_checked_at_load() {
             "expects an IPv4 ADDR:PORT",
         ),
         (
-            format!("frontend f\n mode http\n bind 127.0.0.1:4433 quic-force-retry\n"),
+            "frontend f\n mode http\n bind 127.0.0.1:4433 quic-force-retry\n".to_string(),
             "'quic-force-retry' needs a QUIC address",
         ),
     ];
