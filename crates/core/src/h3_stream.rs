@@ -13,9 +13,12 @@
 //! and the end, the writer sends them in order.
 //!
 //! Invariants:
-//! - What a stream holds for its client is bounded: at most [`QUEUED_MAX`] bytes of data
-//!   queued for the writer (a write waits for room beyond), plus what QUIC's own send
-//!   window for the connection allows (`stream::h3`'s transport settings).
+//! - What a connection holds for its client is bounded: its streams queue at most
+//!   [`QUEUED_MAX`] bytes of data each for their writers, and at most their connection's
+//!   [`Budget`] together (a write waits for room beyond, so the session stops reading from
+//!   its server), plus what QUIC's own send window for the connection allows
+//!   (`stream::h3`'s transport settings). The worker's gauge (`show activity`'s
+//!   `h3_queued`) moves with every budget.
 //! - Every stream ends on the wire: a message complete ends with its FIN (trailers first
 //!   when it has some); one left incomplete when the stream is dropped is reset
 //!   (H3_REQUEST_CANCELLED), as is one whose response head never came.
@@ -26,6 +29,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
@@ -37,6 +42,45 @@ pub type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 
 /// Data a stream may have queued for its writer before a write waits.
 pub const QUEUED_MAX: usize = 64 * 1024;
+
+/// What the streams of one connection may have queued for their writers together.
+#[derive(Debug)]
+pub struct Budget {
+    limit: usize,
+    held: Cell<usize>,
+    /// Wakes the writes waiting for room (in the connection's budget, or their stream's).
+    room: tokio::sync::Notify,
+    /// The worker's gauge of what all its connections hold.
+    gauge: Arc<AtomicU64>,
+}
+
+impl Budget {
+    pub fn new(limit: usize, gauge: Arc<AtomicU64>) -> Rc<Budget> {
+        Rc::new(Budget {
+            limit,
+            held: Cell::new(0),
+            room: tokio::sync::Notify::new(),
+            gauge,
+        })
+    }
+
+    /// Whether `n` more bytes fit (always, when nothing is held: a write is never refused
+    /// for its size alone).
+    fn fits(&self, n: usize) -> bool {
+        self.held.get() == 0 || self.held.get() + n <= self.limit
+    }
+
+    fn take(&self, n: usize) {
+        self.held.set(self.held.get() + n);
+        self.gauge.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn give(&self, n: usize) {
+        self.held.set(self.held.get() - n);
+        self.gauge.fetch_sub(n as u64, Ordering::Relaxed);
+        self.room.notify_waiters();
+    }
+}
 
 /// One client request stream, inside the `Conn` of the HTTP/1.1 side.
 pub struct H3Stream {
@@ -67,13 +111,15 @@ enum Op {
     Reset,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Send {
     state: RefCell<SendState>,
     /// Wakes the writer: an operation was queued.
     work: tokio::sync::Notify,
-    /// Wakes a write waiting for room, or for the writer's end.
-    room: tokio::sync::Notify,
+    /// Wakes what waits for the writer's failure ([`H3Stream::closed`]).
+    failed: tokio::sync::Notify,
+    /// The connection's budget, which the stream's queued data counts in.
+    budget: Rc<Budget>,
     /// DATA bytes the writer has sent so far.
     sent: Cell<u64>,
 }
@@ -101,15 +147,21 @@ impl H3Stream {
     /// A client's request stream, its head read already (`first`: data read of the body
     /// while telling whether it has one); `ended`: the request has no body. The writer task
     /// is started here, on the current worker.
-    /// `hold` is kept until the writer is done.
+    /// Its queued data counts in `budget`; `hold` is kept until the writer is done.
     pub fn answering(
         send: SendHalf,
         recv: RecvHalf,
-        first: Vec<u8>,
-        ended: bool,
+        (first, ended): (Vec<u8>, bool),
+        budget: Rc<Budget>,
         hold: Box<dyn std::any::Any>,
     ) -> H3Stream {
-        let shared = Rc::new(Send::default());
+        let shared = Rc::new(Send {
+            state: RefCell::default(),
+            work: tokio::sync::Notify::new(),
+            failed: tokio::sync::Notify::new(),
+            budget,
+            sent: Cell::new(0),
+        });
         tokio::task::spawn_local(writer(send, shared.clone(), hold));
         H3Stream {
             recv: RefCell::new(Recv {
@@ -199,13 +251,13 @@ impl H3Stream {
     /// connection closed, as the writer found when sending).
     pub async fn closed(&self) {
         loop {
-            let room = self.send.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
+            let failed = self.send.failed.notified();
+            tokio::pin!(failed);
+            failed.as_mut().enable();
             if self.send.state.borrow().failed {
                 return;
             }
-            room.await;
+            failed.await;
         }
     }
 
@@ -244,8 +296,9 @@ impl H3Stream {
         if bytes.is_empty() {
             return Ok(());
         }
+        let budget = &self.send.budget;
         loop {
-            let room = self.send.room.notified();
+            let room = budget.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
             {
@@ -253,8 +306,10 @@ impl H3Stream {
                 if st.failed || st.closed || st.head.is_none() {
                     return Err(broken());
                 }
-                if st.queued < QUEUED_MAX {
+                let stream_fits = st.queued == 0 || st.queued + bytes.len() <= QUEUED_MAX;
+                if stream_fits && budget.fits(bytes.len()) {
                     st.queued += bytes.len();
+                    budget.take(bytes.len());
                     st.ops.push_back(Op::Data(Bytes::copy_from_slice(bytes)));
                     if matches!(st.head, Some(Framing::Length(_))) {
                         st.remaining = st.remaining.saturating_sub(bytes.len() as u64);
@@ -312,6 +367,10 @@ impl H3Stream {
         if st.closed {
             return;
         }
+        // What was queued and not sent goes with the reset.
+        st.ops.retain(|op| !matches!(op, Op::Data(_)));
+        let queued = std::mem::take(&mut st.queued);
+        self.send.budget.give(queued);
         st.ops.push_back(Op::Reset);
         st.closed = true;
         drop(st);
@@ -421,8 +480,8 @@ async fn writer(mut half: SendHalf, send: Rc<Send>, _hold: Box<dyn std::any::Any
                 let n = data.len();
                 let r = half.send_data(data).await;
                 send.state.borrow_mut().queued -= n;
+                send.budget.give(n);
                 send.sent.set(send.sent.get() + n as u64);
-                send.room.notify_waiters();
                 r
             }
             Op::Trailers(t) => half.send_trailers(t).await,
@@ -439,9 +498,10 @@ async fn writer(mut half: SendHalf, send: Rc<Send>, _hold: Box<dyn std::any::Any
             let mut st = send.state.borrow_mut();
             st.failed = true;
             st.ops.clear();
-            st.queued = 0;
+            let queued = std::mem::take(&mut st.queued);
             drop(st);
-            send.room.notify_waiters();
+            send.budget.give(queued);
+            send.failed.notify_waiters();
             return;
         }
     }

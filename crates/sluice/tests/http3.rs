@@ -222,3 +222,84 @@ fn a_forced_retry_is_followed_and_served() {
     assert_eq!(activity("quic_conns"), "2");
     drop(p);
 }
+
+/// A `show activity` row's total.
+fn activity(sock: &std::path::Path, row: &str) -> u64 {
+    let out = Sluice::cli(sock, "show activity");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{row}: ")))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{row} in {out}"))
+}
+
+/// A client that stops reading (it neither takes nor acknowledges anything) holds at most
+/// its connection's budget (`tune.quic.frontend.conn-tx-buffers.limit` buffers) in the
+/// proxy's stream queues, however many streams it has open, as `show activity`'s
+/// `h3_queued` counts it; once its connection times out, nothing stays counted.
+#[test]
+fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
+    const BODY: usize = 4 << 20;
+    const BUDGET: u64 = 8 * 16384;
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|_: &Received| {
+            let mut raw = format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").into_bytes();
+            raw.resize(raw.len() + BODY, b'x');
+            Reply::Raw(raw)
+        }),
+    );
+    let (_cli_dir, sock) = cli_dir();
+    let (p, port, _dir) = quic_proxy(
+        "",
+        &format!(" server o {}\n", origin.addr),
+        &format!(
+            " stats socket {} level admin\n tune.quic.frontend.conn-tx-buffers.limit 8\n\
+             tune.quic.frontend.max-idle-timeout 2s\n",
+            sock.display()
+        ),
+    );
+    let requests: Vec<_> = (0..10)
+        .map(|i| json!({"path": format!("/big{i}"), "stall": true}))
+        .collect();
+    let mut client = h3_spawn(port, &serde_json::Value::from(requests));
+    wait_until("the budget filled", || {
+        activity(&sock, "h3_queued") >= BUDGET - 16384
+    });
+    for _ in 0..20 {
+        let held = activity(&sock, "h3_queued");
+        assert!(held <= BUDGET, "{held} held, over the budget");
+    }
+    // The client's silence ends its connection; what its streams held is given back.
+    wait_until("nothing left queued", || activity(&sock, "h3_queued") == 0);
+    let _ = client.kill();
+    let _ = client.wait();
+    drop(p);
+}
+
+/// A client whose address changes in the middle of a connection (a new UDP port: NAT
+/// rebinding, or a phone moving networks) keeps its connection: QUIC validates the new
+/// path and the next request is served on the same connection (one session counted).
+#[test]
+fn a_client_that_changes_its_address_keeps_its_connection() {
+    let origin = Origin::start("o");
+    let (_cli_dir, sock) = cli_dir();
+    let (p, port, _dir) = quic_proxy(
+        "",
+        &format!(" server o {}\n", origin.addr),
+        &format!(
+            " nbthread 1\n stats socket {} level admin\n",
+            sock.display()
+        ),
+    );
+    let results = h3_requests(
+        port,
+        &json!([{"path": "/before", "sequential": true}, {"path": "/after", "rebind": true}]),
+    );
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(results[1]["status"], 200, "{results:?}");
+    assert_eq!(activity(&sock, "quic_conns"), 1);
+    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(stat_field(&csv, "fe", "FRONTEND", "req_tot"), "2", "{csv}");
+    drop(p);
+}

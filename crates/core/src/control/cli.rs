@@ -1049,6 +1049,9 @@ fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
         }),
         ("quic_conns", |t| t.counters.quic_conns.get()),
         ("quic_retries", |t| t.counters.quic_retries.get()),
+        ("h3_queued", |t| {
+            t.counters.h3_queued.load(Ordering::Relaxed)
+        }),
     ];
     let mut out = format!("thread_id: 0 (1..{})\n", s.threads.len());
     let _ = writeln!(out, "uptime_now: {:.3}", s.started.elapsed().as_secs_f64());

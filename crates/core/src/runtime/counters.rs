@@ -451,6 +451,9 @@ pub struct WorkerCounters {
     /// asked to prove its address first).
     pub quic_conns: Counter,
     pub quic_retries: Counter,
+    /// Response data the HTTP/3 streams of this worker have queued and not handed to QUIC
+    /// yet (a gauge: `h3_stream::Budget` moves it).
+    pub h3_queued: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// TLS client connections accepted here, and those that ended (`CumSslConns`,
     /// `CurrSslConns`), with their rate (`SslRate`).
     pub tls_sessions: Counter,

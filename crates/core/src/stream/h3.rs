@@ -38,7 +38,7 @@ use super::session::ClientHead;
 use crate::conf::listen::{Bind, BindSpec};
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, GlobalConf};
-use crate::h3_stream::H3Stream;
+use crate::h3_stream::{Budget, H3Stream};
 use crate::runtime::{ClientConn, SessionInfo, Worker};
 use crate::sample::StreamVars;
 use crate::transport::{Conn, Origin, TlsInfo};
@@ -146,7 +146,7 @@ fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String>
     };
     let mut transport = quinn::TransportConfig::default();
     let q = &g.quic;
-    let window = (g.bufsize as u64).saturating_mul(q.tx_buffers.into());
+    let window = window(w.config());
     transport
         .max_concurrent_bidi_streams(q.max_streams_bidi.into())
         // The client's control stream and QPACK's two, and room for a few it may add.
@@ -160,6 +160,13 @@ fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String>
     config.incoming_buffer_size(g.bufsize as u64);
     config.incoming_buffer_size_total(g.bufsize as u64 * 64);
     Ok(config)
+}
+
+/// What a connection may have sent and not acknowledged, and what its streams may have
+/// queued to send besides: `tune.quic.frontend.conn-tx-buffers.limit` buffers.
+fn window(config: &crate::conf::Config) -> u64 {
+    let g = &config.global;
+    (g.bufsize as u64).saturating_mul(g.quic.tx_buffers.into())
 }
 
 /// The Retry token key and the stateless reset key, derived from `cluster-secret`
@@ -242,6 +249,8 @@ struct Shared {
     fe: usize,
     origin: Origin,
     info: Arc<SessionInfo>,
+    /// What the streams may have queued for their writers together.
+    budget: Rc<Budget>,
     /// Streams being served (or still sending), and started so far.
     active: Cell<usize>,
     started: Cell<u32>,
@@ -341,6 +350,10 @@ async fn serve_connection(
         fe,
         origin,
         info: counted.info.clone(),
+        budget: Budget::new(
+            window(w.config()) as usize,
+            w.ctx().counters.h3_queued.clone(),
+        ),
         active: Cell::new(0),
         started: Cell::new(0),
         went_idle: tokio::sync::Notify::new(),
@@ -446,7 +459,8 @@ async fn serve_stream(
     let (send, mut recv) = stream.split();
     if parts.method == http::Method::CONNECT {
         // Tunnels (CONNECT, WebSockets over HTTP/3) are not served over HTTP/3 yet.
-        let end = H3Stream::answering(send, recv, Vec::new(), true, Box::new(active));
+        let budget = shared.budget.clone();
+        let end = H3Stream::answering(send, recv, (Vec::new(), true), budget, Box::new(active));
         let res = http::Response::builder()
             .status(501)
             .body(())
@@ -463,7 +477,8 @@ async fn serve_stream(
             Err(()) => return,
         },
     };
-    let end = H3Stream::answering(send, recv, first, ended, Box::new(active));
+    let budget = shared.budget.clone();
+    let end = H3Stream::answering(send, recv, (first, ended), budget, Box::new(active));
     sluice_http::join_cookies(&mut parts.headers);
     let head = Some(ClientHead::H2 {
         parts: Box::new(parts),

@@ -3,7 +3,9 @@
 Usage: h3client.py HOST PORT  < requests.json  > results.json
 
 The requests (a JSON list) go over one QUIC connection, all at once unless
-"sequential" is set: each is {"method", "path", "headers": [[name, value]...],
+"sequential" is set on the first; with "stall" set on the first, they are sent and the
+client then ignores every datagram it receives (it neither reads nor acknowledges) until
+it is killed. Each request is {"method", "path", "headers": [[name, value]...],
 "body": text, "body_size": N (that many 'x' bytes instead), "trailers": [...],
 "read": false (never read the response: the stream's flow control closes)}.
 Each result is {"status", "headers", "body" (text, or its size and a sample when
@@ -57,6 +59,12 @@ class Client(QuicConnectionProtocol):
                     self.finish(ev.stream_id)
 
     async def request(self, req):
+        if req.get("rebind"):
+            # A new local port: the server sees the client's address change (migration).
+            loop = asyncio.get_event_loop()
+            old = self._transport
+            await loop.create_datagram_endpoint(lambda: self, local_addr=("::", 0))
+            old.close()
         sid = self._quic.get_next_available_stream_id()
         body = req.get("body", "").encode()
         if "body_size" in req:
@@ -95,6 +103,13 @@ async def main():
     config.verify_mode = ssl.CERT_NONE
     config.server_name = "localhost"
     async with connect(host, port, configuration=config, create_protocol=Client) as client:
+        if reqs and reqs[0].get("stall"):
+            for r in reqs:
+                asyncio.ensure_future(client.request(r))
+            await asyncio.sleep(0)
+            client.datagram_received = lambda data, addr: None
+            print("stalled", file=sys.stderr, flush=True)
+            await asyncio.Event().wait()
         if reqs and reqs[0].get("sequential"):
             results = [await client.request(r) for r in reqs]
         else:

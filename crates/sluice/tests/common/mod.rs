@@ -864,6 +864,19 @@ pub fn quic_port() -> (socket2::Socket, u16) {
 /// Sends `requests` (see `tests/clients/h3client.py`) over one HTTP/3 connection to
 /// 127.0.0.1:`port` with aioquic, and returns the results.
 pub fn h3_requests(port: u16, requests: &serde_json::Value) -> Vec<serde_json::Value> {
+    let child = h3_spawn(port, requests);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "h3client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("h3client's JSON")
+}
+
+/// Starts the HTTP/3 client on `requests` and leaves it running (for a client that
+/// stalls: kill it when done).
+pub fn h3_spawn(port: u16, requests: &serde_json::Value) -> Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/h3client.py");
     let mut child = Command::new("python3")
         .arg(script)
@@ -880,13 +893,7 @@ pub fn h3_requests(port: u16, requests: &serde_json::Value) -> Vec<serde_json::V
         .unwrap()
         .write_all(requests.to_string().as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "h3client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("h3client's JSON")
+    child
 }
 
 /// A field of an HTTP/3 result (`h3_requests`), if the response had it.
