@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: sluice vs HAProxy vs nginx as reverse proxies in front of one
 # nginx origin, same load generator (wrk), same thread counts, keep-alive on both sides.
-# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|resolvers|peers|splice|uring|rules|cache|accept|tls|h2server|reload|statsrender|instructions|syscalls|cpusplit|wakeups|memory|h2memory] bench/run.sh [seconds-per-run] [runs]
+# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|resolvers|peers|splice|uring|rules|cache|accept|tls|h3|h2server|reload|statsrender|instructions|syscalls|cpusplit|wakeups|memory|h2memory] bench/run.sh [seconds-per-run] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -31,6 +31,10 @@ case "${BENCH:-core}" in
         exec python3 bench/h2server.py "${1:-5}" "${2:-3}" ;;
     memory) exec python3 bench/memory.py "${2:-3}" ;;
     h2memory) exec python3 bench/h2memory.py "${2:-3}" ;;
+    h3)
+        command -v h2load >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
+        python3 -c 'import aioquic' 2>/dev/null || python3 -m pip install --quiet aioquic
+        exec python3 bench/h3.py "${1:-5}" "${2:-3}" ;;
     tls)
         command -v h2load >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
         exec python3 bench/tls.py "${1:-5}" "${2:-3}" ;;
@@ -47,5 +51,5 @@ case "${BENCH:-core}" in
     operating)
         dpkg -s libnginx-mod-http-echo >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y libnginx-mod-http-echo
         exec python3 bench/operating.py "${1:-8}" "${2:-3}" ;;
-    *) echo "BENCH must be core, compression, pools, operating, checks, resolvers, peers, splice, uring, rules, cache, accept, tls, h2server, statsrender, reload, instructions, syscalls, cpusplit, wakeups, memory or h2memory" >&2; exit 2 ;;
+    *) echo "BENCH must be core, compression, pools, operating, checks, resolvers, peers, splice, uring, rules, cache, accept, tls, h3, h2server, statsrender, reload, instructions, syscalls, cpusplit, wakeups, memory or h2memory" >&2; exit 2 ;;
 esac
