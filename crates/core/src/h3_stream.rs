@@ -6,15 +6,17 @@
 //! leaves as a HEADERS frame, its body as DATA frames, the end as trailers or the stream's
 //! FIN.
 //!
-//! Reads are polled by the session's own task (no task, no copy but into the stream's
-//! small buffer, which holds at most one chunk QUIC handed over). Writes go through a
-//! writer task per stream ([`writer`]), because the `h3` crate sends only from `async`
-//! calls while the session's head writers are synchronous: the session queues heads, data
-//! and the end, the writer sends them in order.
+//! Reads and writes are made by the session's own task: reads poll the stream (no copy
+//! but into the stream's small buffer, which holds at most one chunk QUIC handed over);
+//! each write sends its data at once, the response head first. The `h3` crate sends only
+//! from `async` calls while the session's head writers and the end of a body are
+//! synchronous calls, so a head and an end are queued: a head leaves with the first data,
+//! an end (trailers, FIN) when the stream is dropped, from a task of its own if anything is
+//! left to send then.
 //!
 //! Invariants:
-//! - What a connection holds for its client is bounded: its streams queue at most
-//!   [`QUEUED_MAX`] bytes of data each for their writers, and at most their connection's
+//! - What a connection holds for its client is bounded: each stream has at most one write
+//!   handed to QUIC and not taken yet, and its connection's streams at most their
 //!   [`Budget`] together (a write waits for room beyond, so the session stops reading from
 //!   its server), plus what QUIC's own send window for the connection allows
 //!   (`stream::h3`'s transport settings). The worker's gauge (`show activity`'s
@@ -22,8 +24,9 @@
 //! - Every stream ends on the wire: a message complete ends with its FIN (trailers first
 //!   when it has some); one left incomplete when the stream is dropped is reset
 //!   (H3_REQUEST_CANCELLED), as is one whose response head never came.
-//! - All calls come from one task, on the worker that owns the QUIC connection; the state
-//!   is shared with the writer by `Rc<RefCell>`, no lock, no borrow held across an await.
+//! - All calls come from one task, on the worker that owns the QUIC connection; no lock,
+//!   no borrow held across an await (the sending half is taken out of its cell while a
+//!   send holds it).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -39,9 +42,6 @@ use sluice_http::Framing;
 /// The `h3` crate's halves of a request stream over `quinn`.
 pub type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 pub type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
-
-/// Data a stream may have queued for its writer before a write waits.
-pub const QUEUED_MAX: usize = 64 * 1024;
 
 /// What the streams of one connection may have queued for their writers together.
 #[derive(Debug)]
@@ -85,7 +85,9 @@ impl Budget {
 /// One client request stream, inside the `Conn` of the HTTP/1.1 side.
 pub struct H3Stream {
     recv: RefCell<Recv>,
-    send: Rc<Send>,
+    send: Send,
+    /// Kept until the stream's end has been sent (see `Drop`).
+    hold: Cell<Option<Box<dyn std::any::Any>>>,
 }
 
 struct Recv {
@@ -101,41 +103,39 @@ struct Recv {
     gone: bool,
 }
 
-/// What a stream's writer is given, in order.
+/// What is left to send once the session is done with the stream (its end: trailers,
+/// FIN, or a reset), in order.
 #[derive(Debug)]
 enum Op {
     Head(http::Response<()>),
-    Data(Bytes),
     Trailers(http::HeaderMap),
     Finish,
-    Reset,
 }
 
-#[derive(Debug)]
 struct Send {
+    /// The `h3` crate's sending half; `None` while a send holds it, or once the message
+    /// has ended on the wire.
+    half: Cell<Option<SendHalf>>,
     state: RefCell<SendState>,
-    /// Wakes the writer: an operation was queued.
-    work: tokio::sync::Notify,
-    /// Wakes what waits for the writer's failure ([`H3Stream::closed`]).
-    failed: tokio::sync::Notify,
-    /// The connection's budget, which the stream's queued data counts in.
+    /// The connection's budget, which data handed to QUIC and not taken yet counts in.
     budget: Rc<Budget>,
-    /// DATA bytes the writer has sent so far.
-    sent: Cell<u64>,
+    /// DATA bytes sent so far (read while a write is under way: shared).
+    sent: Rc<Cell<u64>>,
+    /// The connection, whose close ends what waits for the client ([`H3Stream::closed`]).
+    conn: quinn::Connection,
 }
 
 #[derive(Debug, Default)]
 struct SendState {
+    /// What is to go before the next data, or at the end.
     ops: VecDeque<Op>,
-    /// Data bytes among `ops`.
-    queued: usize,
     /// The response head has been given, and the body it announced.
     head: Option<Framing>,
     /// Bytes still owed by a body of known length.
     remaining: u64,
     /// The message's end is queued (or the stream reset): nothing more is taken.
     closed: bool,
-    /// The writer failed (the client stopped the stream, or its connection went away).
+    /// A send failed (the client stopped the stream, or its connection went away).
     failed: bool,
 }
 
@@ -147,22 +147,15 @@ impl H3Stream {
     /// A client's request stream, its head read already (`first`: data read of the body
     /// while telling whether it has one); `ended`: the request has no body. The writer task
     /// is started here, on the current worker.
-    /// Its queued data counts in `budget`; `hold` is kept until the writer is done.
+    /// Data in flight counts in `budget`; `conn` is the stream's connection; `hold` is kept
+    /// until the stream's end has been sent.
     pub fn answering(
-        send: SendHalf,
-        recv: RecvHalf,
+        (send, recv): (SendHalf, RecvHalf),
         (first, ended): (Vec<u8>, bool),
         budget: Rc<Budget>,
+        conn: quinn::Connection,
         hold: Box<dyn std::any::Any>,
     ) -> H3Stream {
-        let shared = Rc::new(Send {
-            state: RefCell::default(),
-            work: tokio::sync::Notify::new(),
-            failed: tokio::sync::Notify::new(),
-            budget,
-            sent: Cell::new(0),
-        });
-        tokio::task::spawn_local(writer(send, shared.clone(), hold));
         H3Stream {
             recv: RefCell::new(Recv {
                 up: first,
@@ -172,7 +165,14 @@ impl H3Stream {
                 trailers: None,
                 gone: false,
             }),
-            send: shared,
+            send: Send {
+                half: Cell::new(Some(send)),
+                state: RefCell::default(),
+                budget,
+                sent: Rc::default(),
+                conn,
+            },
+            hold: Cell::new(Some(hold)),
         }
     }
 
@@ -247,23 +247,18 @@ impl H3Stream {
         r.gone || (r.body.is_none() && r.read == r.up.len())
     }
 
-    /// Resolves once the client is known to be gone (its stream stopped, or its
-    /// connection closed, as the writer found when sending).
+    /// Resolves once the client is known to be gone: a send to it failed, or its
+    /// connection closed.
     pub async fn closed(&self) {
-        loop {
-            let failed = self.send.failed.notified();
-            tokio::pin!(failed);
-            failed.as_mut().enable();
-            if self.send.state.borrow().failed {
-                return;
-            }
-            failed.await;
+        if !self.send.state.borrow().failed {
+            self.send.conn.closed().await;
         }
     }
 
     /// Gives the response head as the transaction made it; its body follows with
     /// [`Self::write_all`], delimited as `framing` says (a body the stream delimits ends
-    /// with [`Self::end_body`]). Fails once the stream is gone, or if a head was given.
+    /// with [`Self::end_body`]). The head leaves with the first data, or when the stream
+    /// is dropped. Fails once the stream is gone, or if a head was given.
     pub fn send_response(&self, res: http::Response<()>, framing: Framing) -> io::Result<()> {
         let mut st = self.send.state.borrow_mut();
         if st.failed || st.closed {
@@ -285,13 +280,12 @@ impl H3Stream {
             Framing::Length(n) => st.remaining = n,
             _ => {}
         }
-        drop(st);
-        self.send.work.notify_one();
         Ok(())
     }
 
-    /// Queues the next bytes of the response body, once there is room for them; a body
-    /// of known length ends with its last byte.
+    /// Sends the next bytes of the response body (the head first, if it has not left),
+    /// once the connection's budget has room; a body of known length ends with its last
+    /// byte.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
@@ -302,32 +296,61 @@ impl H3Stream {
             tokio::pin!(room);
             room.as_mut().enable();
             {
-                let mut st = self.send.state.borrow_mut();
+                let st = self.send.state.borrow();
                 if st.failed || st.closed || st.head.is_none() {
                     return Err(broken());
                 }
-                let stream_fits = st.queued == 0 || st.queued + bytes.len() <= QUEUED_MAX;
-                if stream_fits && budget.fits(bytes.len()) {
-                    st.queued += bytes.len();
-                    budget.take(bytes.len());
-                    st.ops.push_back(Op::Data(Bytes::copy_from_slice(bytes)));
-                    if matches!(st.head, Some(Framing::Length(_))) {
-                        st.remaining = st.remaining.saturating_sub(bytes.len() as u64);
-                        if st.remaining == 0 {
-                            st.ops.push_back(Op::Finish);
-                            st.closed = true;
-                        }
-                    }
-                    drop(st);
-                    self.send.work.notify_one();
-                    return Ok(());
-                }
+            }
+            if budget.fits(bytes.len()) {
+                break;
             }
             room.await;
         }
+        let Some(mut half) = self.send.half.take() else {
+            return Err(broken());
+        };
+        budget.take(bytes.len());
+        let sent = self.send_data(&mut half, bytes).await;
+        budget.give(bytes.len());
+        match sent {
+            Ok(()) => {
+                self.send.half.set(Some(half));
+                Ok(())
+            }
+            Err(e) => {
+                self.send.state.borrow_mut().failed = true;
+                Err(e)
+            }
+        }
     }
 
-    /// Ends a body the stream delimits: with `trailers`, else with the stream's FIN.
+    /// What [`Self::write_all`] sends, with `half` taken: what is queued before the data,
+    /// the data, and the end if the data completes the body.
+    async fn send_data(&self, half: &mut SendHalf, bytes: &[u8]) -> io::Result<()> {
+        let before = std::mem::take(&mut self.send.state.borrow_mut().ops);
+        for op in before {
+            send(half, op).await?;
+        }
+        half.send_data(Bytes::copy_from_slice(bytes))
+            .await
+            .map_err(|_| broken())?;
+        self.send.sent.set(self.send.sent.get() + bytes.len() as u64);
+        let complete = {
+            let mut st = self.send.state.borrow_mut();
+            let counted = matches!(st.head, Some(Framing::Length(_)));
+            st.remaining = st.remaining.saturating_sub(bytes.len() as u64);
+            let complete = counted && st.remaining == 0;
+            st.closed |= complete;
+            complete
+        };
+        if complete {
+            send(half, Op::Finish).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends a body the stream delimits: with `trailers`, else with the stream's FIN (sent
+    /// when the stream is dropped).
     pub fn end_body(&self, trailers: Option<http::HeaderMap>) {
         let mut st = self.send.state.borrow_mut();
         if st.closed || st.head.is_none() {
@@ -338,14 +361,12 @@ impl H3Stream {
         }
         st.ops.push_back(Op::Finish);
         st.closed = true;
-        drop(st);
-        self.send.work.notify_one();
     }
 
     /// A reading of the DATA bytes sent so far.
     pub fn sent_counter(&self) -> impl Fn() -> u64 + 'static {
-        let send = self.send.clone();
-        move || send.sent.get()
+        let sent = self.send.sent.clone();
+        move || sent.get()
     }
 
     /// Nothing more will be written: a body delimited by the stream ends here; a message
@@ -367,14 +388,11 @@ impl H3Stream {
         if st.closed {
             return;
         }
-        // What was queued and not sent goes with the reset.
-        st.ops.retain(|op| !matches!(op, Op::Data(_)));
-        let queued = std::mem::take(&mut st.queued);
-        self.send.budget.give(queued);
-        st.ops.push_back(Op::Reset);
         st.closed = true;
-        drop(st);
-        self.send.work.notify_one();
+        st.ops.clear();
+        if let Some(mut half) = self.send.half.take() {
+            half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+        }
         if let Some(body) = self.recv.borrow_mut().body.as_mut() {
             body.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
         }
@@ -389,9 +407,34 @@ impl std::fmt::Debug for H3Stream {
 
 impl Drop for H3Stream {
     fn drop(&mut self) {
-        // A message left incomplete is reset; a complete one's end is queued already.
+        // A message left incomplete is reset; what a complete one has left to send (its
+        // head when it has no body, its trailers, its FIN) goes from a task of its own.
         self.abort();
+        let ops = std::mem::take(&mut self.send.state.borrow_mut().ops);
+        let (Some(half), false) = (self.send.half.take(), ops.is_empty()) else {
+            return;
+        };
+        let hold = self.hold.take();
+        tokio::task::spawn_local(async move {
+            let mut half = half;
+            for op in ops {
+                if send(&mut half, op).await.is_err() {
+                    break;
+                }
+            }
+            drop(hold);
+        });
     }
+}
+
+/// Sends one of the stream's operations.
+async fn send(half: &mut SendHalf, op: Op) -> io::Result<()> {
+    let sent = match op {
+        Op::Head(res) => half.send_response(res).await,
+        Op::Trailers(t) => half.send_trailers(t).await,
+        Op::Finish => half.finish().await,
+    };
+    sent.map_err(|_| broken())
 }
 
 impl Recv {
@@ -459,50 +502,6 @@ impl Recv {
                 self.body = None;
                 Poll::Ready(())
             }
-        }
-    }
-}
-
-/// Sends what the stream queues, in order, until its end or a failure.
-async fn writer(mut half: SendHalf, send: Rc<Send>, _hold: Box<dyn std::any::Any>) {
-    loop {
-        let work = send.work.notified();
-        tokio::pin!(work);
-        work.as_mut().enable();
-        let op = send.state.borrow_mut().ops.pop_front();
-        let Some(op) = op else {
-            work.await;
-            continue;
-        };
-        let sent = match op {
-            Op::Head(res) => half.send_response(res).await,
-            Op::Data(data) => {
-                let n = data.len();
-                let r = half.send_data(data).await;
-                send.state.borrow_mut().queued -= n;
-                send.budget.give(n);
-                send.sent.set(send.sent.get() + n as u64);
-                r
-            }
-            Op::Trailers(t) => half.send_trailers(t).await,
-            Op::Finish => {
-                let _ = half.finish().await;
-                return;
-            }
-            Op::Reset => {
-                half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
-                return;
-            }
-        };
-        if sent.is_err() {
-            let mut st = send.state.borrow_mut();
-            st.failed = true;
-            st.ops.clear();
-            let queued = std::mem::take(&mut st.queued);
-            drop(st);
-            send.budget.give(queued);
-            send.failed.notify_waiters();
-            return;
         }
     }
 }

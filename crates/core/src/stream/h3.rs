@@ -18,9 +18,8 @@
 //!   the bind says `quic-force-retry`, or while more than `tune.quic.retry-threshold`
 //!   connections of the worker are half open.
 //! - A connection counts under `maxconn` as a TCP one does, from its first packet to its
-//!   close; what it may hold is bounded by its streams (`tune.quic.frontend.max-streams-bidi`,
-//!   each at most `h3_stream::QUEUED_MAX` queued) and its send window
-//!   (`tune.quic.frontend.conn-tx-buffers.limit` buffers).
+//!   close; what it may hold is bounded by its streams' budget and its send window
+//!   (`tune.quic.frontend.conn-tx-buffers.limit` buffers each).
 //! - At a soft stop the endpoint takes no new connection; each connection sends GOAWAY
 //!   and closes once its streams are done.
 
@@ -249,8 +248,10 @@ struct Shared {
     fe: usize,
     origin: Origin,
     info: Arc<SessionInfo>,
-    /// What the streams may have queued for their writers together.
+    /// What the streams may have handed QUIC and not had taken yet, together.
     budget: Rc<Budget>,
+    /// The QUIC connection (its streams wait on its close).
+    conn: quinn::Connection,
     /// Streams being served (or still sending), and started so far.
     active: Cell<usize>,
     started: Cell<u32>,
@@ -354,6 +355,7 @@ async fn serve_connection(
             window(w.config()) as usize,
             w.ctx().counters.h3_queued.clone(),
         ),
+        conn: conn.clone(),
         active: Cell::new(0),
         started: Cell::new(0),
         went_idle: tokio::sync::Notify::new(),
@@ -459,8 +461,9 @@ async fn serve_stream(
     let (send, mut recv) = stream.split();
     if parts.method == http::Method::CONNECT {
         // Tunnels (CONNECT, WebSockets over HTTP/3) are not served over HTTP/3 yet.
-        let budget = shared.budget.clone();
-        let end = H3Stream::answering(send, recv, (Vec::new(), true), budget, Box::new(active));
+        let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
+        let halves = (send, recv);
+        let end = H3Stream::answering(halves, (Vec::new(), true), budget, conn, Box::new(active));
         let res = http::Response::builder()
             .status(501)
             .body(())
@@ -477,8 +480,8 @@ async fn serve_stream(
             Err(()) => return,
         },
     };
-    let budget = shared.budget.clone();
-    let end = H3Stream::answering(send, recv, (first, ended), budget, Box::new(active));
+    let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
+    let end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(active));
     sluice_http::join_cookies(&mut parts.headers);
     let head = Some(ClientHead::H2 {
         parts: Box::new(parts),
