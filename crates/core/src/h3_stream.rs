@@ -334,7 +334,9 @@ impl H3Stream {
         half.send_data(Bytes::copy_from_slice(bytes))
             .await
             .map_err(|_| broken())?;
-        self.send.sent.set(self.send.sent.get() + bytes.len() as u64);
+        self.send
+            .sent
+            .set(self.send.sent.get() + bytes.len() as u64);
         let complete = {
             let mut st = self.send.state.borrow_mut();
             let counted = matches!(st.head, Some(Framing::Length(_)));

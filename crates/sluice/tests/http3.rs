@@ -303,3 +303,24 @@ fn a_client_that_changes_its_address_keeps_its_connection() {
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "req_tot"), "2", "{csv}");
     drop(p);
 }
+
+/// 0-RTT is refused: the session tickets the proxy gives allow no early data, so a client
+/// that resumes its session (which it does) sends its requests only once the handshake is
+/// done, where they cannot be replayed.
+#[test]
+fn sessions_resume_without_early_data() {
+    let origin = Origin::start("o");
+    let (p, port, _dir) = quic_proxy("", &format!(" server o {}\n", origin.addr), "");
+    let out = h3_requests(port, &json!([{"path": "/again", "resume": true}]));
+    let out = &out[0];
+    // (No early data extension in the ticket, or a zero allowance.)
+    assert_eq!(
+        out["ticket_max_early_data"].as_u64().unwrap_or(0),
+        0,
+        "{out}"
+    );
+    assert_eq!(out["resumed"], true, "{out}");
+    assert_eq!(out["early_data_accepted"], false, "{out}");
+    assert_eq!(out["results"][0]["status"], 200, "{out}");
+    drop(p);
+}

@@ -2,7 +2,9 @@
 
 Usage: h3client.py HOST PORT  < requests.json  > results.json
 
-The requests (a JSON list) go over one QUIC connection, all at once unless
+With "resume" set on the first request, a first connection takes a session ticket and
+the requests go over a second one that resumes the session (see `resumed`). Otherwise
+the requests (a JSON list) go over one QUIC connection, all at once unless
 "sequential" is set on the first; with "stall" set on the first, they are sent and the
 client then ignores every datagram it receives (it neither reads nor acknowledges) until
 it is killed. Each request is {"method", "path", "headers": [[name, value]...],
@@ -96,12 +98,34 @@ class Client(QuicConnectionProtocol):
         return out
 
 
+async def resumed(host, port, config, reqs):
+    """A first connection takes the server's session ticket; a second resumes with it and
+    would send its requests as 0-RTT early data if the ticket allowed any. Reports the
+    ticket's early data allowance, whether the session resumed and early data was
+    accepted, and the second connection's results."""
+    tickets = []
+    async with connect(host, port, configuration=config, create_protocol=Client,
+                       session_ticket_handler=tickets.append) as client:
+        await client.request({"path": "/"})
+    config.session_ticket = tickets[-1]
+    async with connect(host, port, configuration=config, create_protocol=Client,
+                       wait_connected=False) as client:
+        results = [await client.request(r) for r in reqs]
+        tls = client._quic.tls
+        return {"ticket_max_early_data": tickets[-1].max_early_data_size,
+                "resumed": tls.session_resumed, "early_data_accepted": tls.early_data_accepted,
+                "results": results}
+
+
 async def main():
     host, port = sys.argv[1], int(sys.argv[2])
     reqs = json.load(sys.stdin)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.server_name = "localhost"
+    if reqs and reqs[0].get("resume"):
+        json.dump([await resumed(host, port, config, reqs)], sys.stdout)
+        return
     async with connect(host, port, configuration=config, create_protocol=Client) as client:
         if reqs and reqs[0].get("stall"):
             for r in reqs:
