@@ -324,3 +324,61 @@ fn sessions_resume_without_early_data() {
     assert_eq!(out["results"][0]["status"], 200, "{out}");
     drop(p);
 }
+
+/// Compression applies to HTTP/3 responses as to the others: a client that accepts gzip
+/// gets the body compressed (delimited by the stream, no length), which inflates to the
+/// server's; one that does not gets it as it is, with the server's length.
+#[test]
+fn compression_applies_over_http3() {
+    use std::io::Read;
+    let text: String = (0..400).map(|i| format!("line {i} of a page\n")).collect();
+    let page = text.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |_: &Received| {
+            Reply::Raw(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{page}",
+                    page.len()
+                )
+                .into_bytes(),
+            )
+        }),
+    );
+    let (p, port, _dir) = quic_proxy(
+        " compression algo gzip\n compression type text/plain\n",
+        &format!(" server o {}\n", origin.addr),
+        "",
+    );
+    let results = h3_requests(
+        port,
+        &json!([{"path": "/z", "headers": [["accept-encoding", "gzip"]]}, {"path": "/plain"}]),
+    );
+    let zipped = &results[0];
+    assert_eq!(
+        h3_field(zipped, "content-encoding").as_deref(),
+        Some("gzip"),
+        "{zipped}"
+    );
+    assert_eq!(h3_field(zipped, "content-length"), None, "{zipped}");
+    let body: Vec<u8> = zipped["body"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .map(|c| c as u8)
+        .collect();
+    assert!(body.len() < text.len() / 4, "{} bytes", body.len());
+    let mut inflated = String::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_string(&mut inflated)
+        .unwrap();
+    assert_eq!(inflated, text);
+    let plain = &results[1];
+    assert_eq!(h3_field(plain, "content-encoding"), None);
+    assert_eq!(plain["body_size"], text.len());
+    assert_eq!(
+        h3_field(plain, "content-length"),
+        Some(text.len().to_string())
+    );
+    drop(p);
+}
