@@ -30,7 +30,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -88,6 +90,8 @@ pub struct H3Stream {
     send: Send,
     /// Kept until the stream's end has been sent (see `Drop`).
     hold: Cell<Option<Box<dyn std::any::Any>>>,
+    /// A CONNECT: a 2xx opens a tunnel whose bytes cross as DATA until either side ends.
+    tunnel: bool,
 }
 
 struct Recv {
@@ -112,10 +116,16 @@ enum Op {
     Finish,
 }
 
+/// A send that did not complete when first tried (QUIC's buffer was full): it holds the
+/// sending half until it is done.
+type InFlight = Pin<Box<dyn Future<Output = (SendHalf, io::Result<()>)>>>;
+
 struct Send {
     /// The `h3` crate's sending half; `None` while a send holds it, or once the message
     /// has ended on the wire.
     half: Cell<Option<SendHalf>>,
+    /// The send holding the half, if one did not complete at once.
+    in_flight: Cell<Option<InFlight>>,
     state: RefCell<SendState>,
     /// The connection's budget, which data handed to QUIC and not taken yet counts in.
     budget: Rc<Budget>,
@@ -167,13 +177,21 @@ impl H3Stream {
             }),
             send: Send {
                 half: Cell::new(Some(send)),
+                in_flight: Cell::new(None),
                 state: RefCell::default(),
                 budget,
                 sent: Rc::default(),
                 conn,
             },
             hold: Cell::new(Some(hold)),
+            tunnel: false,
         }
+    }
+
+    /// The stream asks for a tunnel (a CONNECT): the answer that opens it has no length,
+    /// and the tunnel's bytes follow until either side ends.
+    pub fn tunnel(&mut self) {
+        self.tunnel = true;
     }
 
     /// Waits for the first of the request body (some data, or its end) and tells whether
@@ -259,7 +277,14 @@ impl H3Stream {
     /// [`Self::write_all`], delimited as `framing` says (a body the stream delimits ends
     /// with [`Self::end_body`]). The head leaves with the first data, or when the stream
     /// is dropped. Fails once the stream is gone, or if a head was given.
-    pub fn send_response(&self, res: http::Response<()>, framing: Framing) -> io::Result<()> {
+    pub fn send_response(&self, mut res: http::Response<()>, framing: Framing) -> io::Result<()> {
+        let framing = if self.tunnel && res.status().is_success() {
+            // (RFC 9110 §9.3.6: a CONNECT's 2xx has no content.)
+            res.headers_mut().remove(http::header::CONTENT_LENGTH);
+            Framing::UntilClose
+        } else {
+            framing
+        };
         let mut st = self.send.state.borrow_mut();
         if st.failed || st.closed {
             return Err(broken());
@@ -280,7 +305,52 @@ impl H3Stream {
             Framing::Length(n) => st.remaining = n,
             _ => {}
         }
+        drop(st);
+        self.push();
         Ok(())
+    }
+
+    /// Starts sending what is queued (a head, an end) at once, as the session's head
+    /// writers and the end of a body are synchronous: it usually completes on the spot,
+    /// QUIC taking it into its buffer; if not, it is finished before the next write, or
+    /// from a task of its own when the stream is dropped. (A head never waits for the
+    /// body: a tunnel's answer, or a response whose server is slow to send its body,
+    /// reaches the client at once.)
+    fn push(&self) {
+        let ops = std::mem::take(&mut self.send.state.borrow_mut().ops);
+        if ops.is_empty() {
+            return;
+        }
+        let Some(half) = self.send.half.take() else {
+            // A send is under way: these go after it.
+            let mut st = self.send.state.borrow_mut();
+            for op in ops.into_iter().rev() {
+                st.ops.push_front(op);
+            }
+            return;
+        };
+        let mut sending: InFlight = Box::pin(send_all(half, ops));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match sending.as_mut().poll(&mut cx) {
+            Poll::Ready((half, sent)) => self.settled(half, sent),
+            Poll::Pending => self.send.in_flight.set(Some(sending)),
+        }
+    }
+
+    /// A send is done: the half is back, or the stream failed.
+    fn settled(&self, half: SendHalf, sent: io::Result<()>) {
+        match sent {
+            Ok(()) => self.send.half.set(Some(half)),
+            Err(_) => self.send.state.borrow_mut().failed = true,
+        }
+    }
+
+    /// Waits for a send under way, if any.
+    async fn settle(&self) {
+        if let Some(sending) = self.send.in_flight.take() {
+            let (half, sent) = sending.await;
+            self.settled(half, sent);
+        }
     }
 
     /// Sends the next bytes of the response body (the head first, if it has not left),
@@ -306,6 +376,7 @@ impl H3Stream {
             }
             room.await;
         }
+        self.settle().await;
         let Some(mut half) = self.send.half.take() else {
             return Err(broken());
         };
@@ -363,6 +434,8 @@ impl H3Stream {
         }
         st.ops.push_back(Op::Finish);
         st.closed = true;
+        drop(st);
+        self.push();
     }
 
     /// A reading of the DATA bytes sent so far.
@@ -395,6 +468,13 @@ impl H3Stream {
         if let Some(mut half) = self.send.half.take() {
             half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
         }
+        if let Some(sending) = self.send.in_flight.take() {
+            // (Dropped, the half would end the stream as if complete.)
+            tokio::task::spawn_local(async move {
+                let (mut half, _) = sending.await;
+                half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+            });
+        }
         if let Some(body) = self.recv.borrow_mut().body.as_mut() {
             body.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
         }
@@ -412,21 +492,29 @@ impl Drop for H3Stream {
         // A message left incomplete is reset; what a complete one has left to send (its
         // head when it has no body, its trailers, its FIN) goes from a task of its own.
         self.abort();
-        let ops = std::mem::take(&mut self.send.state.borrow_mut().ops);
-        let (Some(half), false) = (self.send.half.take(), ops.is_empty()) else {
+        let Some(sending) = self.send.in_flight.take() else {
             return;
         };
+        let ops = std::mem::take(&mut self.send.state.borrow_mut().ops);
         let hold = self.hold.take();
         tokio::task::spawn_local(async move {
-            let mut half = half;
-            for op in ops {
-                if send(&mut half, op).await.is_err() {
-                    break;
-                }
+            let (half, sent) = sending.await;
+            if sent.is_ok() {
+                let _ = send_all(half, ops).await;
             }
             drop(hold);
         });
     }
+}
+
+/// Sends `ops` in order, giving the half back with how it went.
+async fn send_all(mut half: SendHalf, ops: VecDeque<Op>) -> (SendHalf, io::Result<()>) {
+    for op in ops {
+        if let Err(e) = send(&mut half, op).await {
+            return (half, Err(e));
+        }
+    }
+    (half, Ok(()))
 }
 
 /// Sends one of the stream's operations.

@@ -4,6 +4,10 @@
 //! session of its own over the stream (`crate::h3_stream`), so rules, routing, queues,
 //! pools, compression, logs and statistics apply to it unchanged.
 //!
+//! A CONNECT opens a tunnel as over HTTP/2: the server's 2xx leaves as the stream's
+//! response and the tunnel's bytes cross as DATA both ways until either side ends.
+//! Extended CONNECT (RFC 9220's WebSockets, WebTransport) is answered 501.
+//!
 //! Each worker has its own UDP socket in the address's SO_REUSEPORT group and its own
 //! `quinn` endpoint on it (no dispatch between workers: the kernel hashes a client's
 //! addresses to one socket, so a connection lives on the worker that received its first
@@ -459,9 +463,11 @@ async fn serve_stream(
     };
     let (mut parts, ()) = req.into_parts();
     let (send, mut recv) = stream.split();
-    if parts.method == http::Method::CONNECT {
-        // Tunnels (CONNECT, WebSockets over HTTP/3) are not served over HTTP/3 yet.
-        let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
+    let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
+    let connect = parts.method == http::Method::CONNECT;
+    if connect && parts.extensions.get::<h3::ext::Protocol>().is_some() {
+        // Extended CONNECT (WebTransport, CONNECT-UDP) is not served; the `h3` crate
+        // knows no WebSocket protocol (RFC 9220).
         let halves = (send, recv);
         let end = H3Stream::answering(halves, (Vec::new(), true), budget, conn, Box::new(active));
         let res = http::Response::builder()
@@ -472,20 +478,24 @@ async fn serve_stream(
         return;
     }
     // Whether the request has a body shows only by the stream's end: wait for its first
-    // data or its end (a length says there is one).
+    // data or its end (a length says there is one). A CONNECT's stream carries its
+    // tunnel's bytes once the server has opened it, and no body before.
     let (first, ended) = match parts.headers.get(http::header::CONTENT_LENGTH) {
+        _ if connect => (Vec::new(), false),
         Some(v) if v.as_bytes() != b"0" => (Vec::new(), false),
         _ => match within(limit, H3Stream::first_data(&mut recv)).await {
             Ok(got) => got,
             Err(()) => return,
         },
     };
-    let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
-    let end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(active));
+    let mut end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(active));
+    if connect {
+        end.tunnel();
+    }
     sluice_http::join_cookies(&mut parts.headers);
     let head = Some(ClientHead::H2 {
         parts: Box::new(parts),
-        ended,
+        ended: ended || connect,
     });
     let _ = super::h1::serve_http(
         &shared.w,

@@ -3,7 +3,8 @@
 Usage: h3client.py HOST PORT  < requests.json  > results.json
 
 With "resume" set on the first request, a first connection takes a session ticket and
-the requests go over a second one that resumes the session (see `resumed`). Otherwise
+the requests go over a second one that resumes the session (see `resumed`). A request with
+"tunnel": [messages] is a CONNECT to its "authority" (see `Client.tunnel`). Otherwise
 the requests (a JSON list) go over one QUIC connection, all at once unless
 "sequential" is set on the first; with "stall" set on the first, they are sent and the
 client then ignores every datagram it receives (it neither reads nor acknowledges) until
@@ -32,6 +33,8 @@ class Client(QuicConnectionProtocol):
         self.h3 = H3Connection(self._quic)
         self.results = {}
         self.waiters = {}
+        # Woken at every event of a stream (a tunnel waits for its answer and its echoes).
+        self.progress = asyncio.Event()
 
     def finish(self, sid):
         w = self.waiters.pop(sid, None)
@@ -39,6 +42,7 @@ class Client(QuicConnectionProtocol):
             w.set_result(self.results[sid])
 
     def quic_event_received(self, event):
+        self.progress.set()
         if isinstance(event, StreamReset):
             r = self.results.setdefault(event.stream_id, {"headers": [], "body": b"", "trailers": []})
             r["reset"] = event.error_code
@@ -60,7 +64,38 @@ class Client(QuicConnectionProtocol):
                 if ev.stream_ended:
                     self.finish(ev.stream_id)
 
+    async def until(self, cond):
+        while not cond():
+            self.progress.clear()
+            await asyncio.wait_for(self.progress.wait(), 30)
+
+    async def tunnel(self, req):
+        """A CONNECT to req["authority"]: once answered 2xx, each of req["tunnel"] is sent
+        and its echo awaited, then the stream is ended and read to its end."""
+        sid = self._quic.get_next_available_stream_id()
+        fut = asyncio.get_event_loop().create_future()
+        self.waiters[sid] = fut
+        headers = [(b":method", b"CONNECT"), (b":authority", req["authority"].encode())]
+        self.h3.send_headers(sid, headers, end_stream=False)
+        self.transmit()
+        await self.until(lambda: "status" in self.results.get(sid, {}) or fut.done())
+        if fut.done() or not 200 <= self.results[sid]["status"] < 300:
+            r = await asyncio.wait_for(fut, 30)
+            return dict(r, body=r["body"].decode("latin-1"), body_size=len(r["body"]))
+        sent = 0
+        for msg in req["tunnel"]:
+            self.h3.send_data(sid, msg.encode(), end_stream=False)
+            self.transmit()
+            sent += len(msg)
+            await self.until(lambda: len(self.results[sid]["body"]) >= sent)
+        self.h3.send_data(sid, b"", end_stream=True)
+        self.transmit()
+        r = await asyncio.wait_for(fut, 30)
+        return dict(r, body=r["body"].decode("latin-1"), body_size=len(r["body"]))
+
     async def request(self, req):
+        if req.get("tunnel") is not None:
+            return await self.tunnel(req)
         if req.get("rebind"):
             # A new local port: the server sees the client's address change (migration).
             loop = asyncio.get_event_loop()
