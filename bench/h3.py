@@ -10,7 +10,8 @@ low rate each request pays more of the event loop's wake-ups), so HTTP/2 and HTT
 measured twice: at full speed (h2load -c8 -m100, and --h1 -c64) and at the rate the
 HTTP/3 client reached in the same round (h2load --rps, same number of connections and
 requests in flight as the HTTP/3 client), which is the comparison that holds.
-Usage: python3 bench/h3.py [seconds] [runs]  (bench/run.sh installs the tools).
+Usage: python3 bench/h3.py [seconds] [runs]  (bench/run.sh installs the tools); BENCH_ONLY
+runs one size.
 """
 import os, re, statistics, subprocess, time
 
@@ -78,7 +79,8 @@ def main():
     origin = core.nginx_origin()
     print(f"# HTTP/3 benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), "
           "1 worker, ECDSA P-256, nginx origin; HTTP/3 by aioquic (2 connections x 10 streams)\n")
-    for size, path in [("13 B", "/hello.txt"), ("76 kB", "/page.html")]:
+    only = os.environ.get("BENCH_ONLY")  # "13 B" or "76 kB"
+    for size, path in [x for x in [("13 B", "/hello.txt"), ("76 kB", "/page.html")] if not only or x[0] == only]:
         rows = {}
         for _ in range(RUNS):
             p = start(sluice_cmd(pem), PROXY)

@@ -50,8 +50,9 @@ pub type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 pub struct Budget {
     limit: usize,
     held: Cell<usize>,
-    /// Wakes the writes waiting for room (in the connection's budget, or their stream's).
+    /// Wakes the writes waiting for room, when there are some (`waiting`).
     room: tokio::sync::Notify,
+    waiting: Cell<usize>,
     /// The worker's gauge of what all its connections hold.
     gauge: Arc<AtomicU64>,
 }
@@ -62,6 +63,7 @@ impl Budget {
             limit,
             held: Cell::new(0),
             room: tokio::sync::Notify::new(),
+            waiting: Cell::new(0),
             gauge,
         })
     }
@@ -80,7 +82,24 @@ impl Budget {
     fn give(&self, n: usize) {
         self.held.set(self.held.get() - n);
         self.gauge.fetch_sub(n as u64, Ordering::Relaxed);
-        self.room.notify_waiters();
+        if self.waiting.get() > 0 {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Waits until `n` more bytes fit.
+    async fn room_for(&self, n: usize) {
+        while !self.fits(n) {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.fits(n) {
+                return;
+            }
+            self.waiting.set(self.waiting.get() + 1);
+            room.await;
+            self.waiting.set(self.waiting.get() - 1);
+        }
     }
 }
 
@@ -361,20 +380,12 @@ impl H3Stream {
             return Ok(());
         }
         let budget = &self.send.budget;
-        loop {
-            let room = budget.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            {
-                let st = self.send.state.borrow();
-                if st.failed || st.closed || st.head.is_none() {
-                    return Err(broken());
-                }
+        budget.room_for(bytes.len()).await;
+        {
+            let st = self.send.state.borrow();
+            if st.failed || st.closed || st.head.is_none() {
+                return Err(broken());
             }
-            if budget.fits(bytes.len()) {
-                break;
-            }
-            room.await;
         }
         self.settle().await;
         let Some(mut half) = self.send.half.take() else {
