@@ -196,8 +196,15 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
         |c: &mut ProxyConf, on| c.backend.prefer_last_server = on;
 ];
 
-/// One row of the server option table, as HAProxy's `srv_kws`.
-/// The server options of every feature: this module's, then the health checks'.
+/// Every server option (`server` and `default-server` lines), in table order, for the
+/// configuration reference; then the options HAProxy has that are refused as not
+/// supported yet.
+pub fn server_options() -> (Vec<&'static ServerOption>, &'static [&'static str]) {
+    let all = SERVER_OPTION_TABLES.iter().flat_map(|t| t.iter()).collect();
+    (all, PENDING_SERVER_OPTIONS)
+}
+
+/// The server options of every feature: this module's, then the health checks', ...
 const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
     SERVER_OPTIONS,
     crate::check::SERVER_OPTIONS,
@@ -211,6 +218,7 @@ const SERVER_OPTION_TABLES: &[&[ServerOption]] = &[
 const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
         name: "source",
+        help: "ADDR[:PORT]: the address connections to the server leave from",
         args: 1,
         parse: |o, a| {
             o.source = Some(source_addr(&a[0])?);
@@ -219,6 +227,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "id",
+        help: "N: the server's stable numeric identifier",
         args: 1,
         parse: |o, a| {
             let id: u32 = a[0]
@@ -232,6 +241,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "weight",
+        help: "N: its share of the load (0-256, default 1)",
         args: 1,
         parse: |o, a| {
             let w: u32 = a[0]
@@ -246,6 +256,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "slowstart",
+        help: "TIME: after coming up, its weight grows from nothing over this time",
         args: 1,
         parse: |o, a| {
             let t = units::parse_time(&a[0])?;
@@ -255,6 +266,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "track",
+        help: "[BACKEND/]SERVER: take that server's health instead of checking",
         args: 1,
         parse: |o, a| {
             o.track = Some(a[0].clone());
@@ -263,6 +275,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "backup",
+        help: "used only when no active server is up",
         args: 0,
         parse: |o, _| {
             o.backup = true;
@@ -271,6 +284,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "no-backup",
+        help: "undo backup (from default-server)",
         args: 0,
         parse: |o, _| {
             o.backup = false;
@@ -279,6 +293,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "maxconn",
+        help: "N: requests in progress on the server at once (the rest queue)",
         args: 1,
         parse: |o, a| {
             let n: usize = a[0]
@@ -290,6 +305,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "maxqueue",
+        help: "N: requests waiting for it at most (then another server, or 503)",
         args: 1,
         parse: |o, a| {
             let n: usize = a[0]
@@ -301,6 +317,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "pool-max-conn",
+        help: "N: idle connections kept to it per process (-1: no limit)",
         args: 1,
         parse: |o, a| {
             let n: i64 = a[0]
@@ -316,6 +333,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "pool-low-conn",
+        help: "N: below this many idle connections on a worker, take one from a sibling rather than open one",
         args: 1,
         parse: |o, a| {
             o.pool.low_conn = a[0].parse().map_err(|_| "expects a count".to_string())?;
@@ -324,6 +342,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "pool-purge-delay",
+        help: "TIME: how often surplus idle connections are closed",
         args: 1,
         parse: |o, a| {
             o.pool.purge_delay = units::parse_time(&a[0])?;
@@ -332,6 +351,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "disabled",
+        help: "start in maintenance",
         args: 0,
         parse: |o, _| {
             o.disabled = true;
@@ -340,6 +360,7 @@ const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "enabled",
+        help: "undo disabled (from default-server)",
         args: 0,
         parse: |o, _| {
             o.disabled = false;

@@ -49,6 +49,7 @@ pub const OPTION_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords!
 /// The server option `cookie VALUE`.
 pub const SERVER_OPTIONS: &[ServerOption] = &[ServerOption {
     name: "cookie",
+    help: "VALUE: the server's value for the backend's persistence cookie",
     args: 1,
     parse: |o, a| {
         if a[0].is_empty() || !a[0].bytes().all(cookie_octet) {

@@ -20,6 +20,7 @@ use crate::conf::backend::{SendProxy, ServerOption, ServerOpts};
 pub const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
         name: "send-proxy",
+        help: "send a PROXY protocol v1 header (the client's addresses) before the request",
         args: 0,
         parse: |o, _| {
             o.send_proxy = Some(SendProxy::default());
@@ -28,6 +29,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "send-proxy-v2",
+        help: "send a PROXY protocol v2 header before the request",
         args: 0,
         parse: |o, _| {
             v2_opts(o);
@@ -36,6 +38,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "send-proxy-v2-ssl",
+        help: "send a PROXY protocol v2 header with the client connection's TLS facts",
         args: 0,
         parse: |o, _| {
             v2_opts(o).ssl = true;
@@ -44,6 +47,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "send-proxy-v2-ssl-cn",
+        help: "as send-proxy-v2-ssl, with the client certificate's common name",
         args: 0,
         parse: |o, _| {
             let s = v2_opts(o);
@@ -54,6 +58,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "proxy-v2-options",
+        help: "LIST: the TLVs a PROXY v2 header carries (authority, crc32c, unique-id, ssl, cert-cn, ...)",
         args: 1,
         parse: |o, a| {
             let s = v2_opts(o);

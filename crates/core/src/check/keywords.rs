@@ -20,6 +20,7 @@ use crate::conf::{one_arg, time_arg, GlobalConf, ProxyConf};
 pub const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
         name: "check",
+        help: "enable health checks",
         args: 0,
         parse: |o, _| {
             o.check.enabled = true;
@@ -28,6 +29,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "no-check",
+        help: "undo check (from default-server)",
         args: 0,
         parse: |o, _| {
             o.check.enabled = false;
@@ -36,31 +38,37 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "inter",
+        help: "TIME: time between checks (default 2s)",
         args: 1,
         parse: |o, a| interval(&a[0]).map(|t| o.check.inter = t),
     },
     ServerOption {
         name: "fastinter",
+        help: "TIME: time between checks while the server is changing state",
         args: 1,
         parse: |o, a| interval(&a[0]).map(|t| o.check.fastinter = Some(t)),
     },
     ServerOption {
         name: "downinter",
+        help: "TIME: time between checks while the server is down",
         args: 1,
         parse: |o, a| interval(&a[0]).map(|t| o.check.downinter = Some(t)),
     },
     ServerOption {
         name: "rise",
+        help: "N: consecutive passed checks that bring a server up",
         args: 1,
         parse: |o, a| count(&a[0]).map(|n| o.check.rise = n),
     },
     ServerOption {
         name: "fall",
+        help: "N: consecutive failed checks that take it down",
         args: 1,
         parse: |o, a| count(&a[0]).map(|n| o.check.fall = n),
     },
     ServerOption {
         name: "port",
+        help: "N: the port checks connect to",
         args: 1,
         parse: |o: &mut ServerOpts, a| {
             o.check.port = Some(port(&a[0])?);
@@ -69,6 +77,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "addr",
+        help: "ADDR: the address checks connect to",
         args: 1,
         parse: |o, a| {
             // An address, or an address and port (HAProxy takes both; a `port` option,
@@ -90,6 +99,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "observe",
+        help: "layer4|layer7: judge the server by live traffic too",
         args: 1,
         parse: |o, a| {
             o.check.observe = Some(match a[0].as_str() {
@@ -102,11 +112,13 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "error-limit",
+        help: "N: errors observed before on-error acts",
         args: 1,
         parse: |o, a| count(&a[0]).map(|n| o.check.error_limit = n),
     },
     ServerOption {
         name: "on-error",
+        help: "fastinter|fail-check|sudden-death|mark-down: what observed errors do",
         args: 1,
         parse: |o, a| {
             o.check.on_error = match a[0].as_str() {
@@ -121,6 +133,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "on-marked-down",
+        help: "shutdown-sessions: end its connections when it goes down",
         args: 1,
         parse: |o, a| match a[0].as_str() {
             "shutdown-sessions" => {
@@ -132,6 +145,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "on-marked-up",
+        help: "shutdown-backup-sessions: end the backups' connections when it comes up",
         args: 1,
         parse: |o, a| match a[0].as_str() {
             "shutdown-backup-sessions" => {
@@ -143,6 +157,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "agent-check",
+        help: "enable the agent check (the server reports its own state and weight)",
         args: 0,
         parse: |o, _| {
             o.check.agent.enabled = true;
@@ -151,6 +166,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "no-agent-check",
+        help: "undo agent-check",
         args: 0,
         parse: |o, _| {
             o.check.agent.enabled = false;
@@ -159,6 +175,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "agent-port",
+        help: "N: the agent's port",
         args: 1,
         parse: |o, a| {
             o.check.agent.port = Some(port(&a[0])?);
@@ -167,6 +184,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "agent-addr",
+        help: "ADDR: the agent's address",
         args: 1,
         parse: |o, a| {
             let ip = a[0]
@@ -178,11 +196,13 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "agent-inter",
+        help: "TIME: time between agent checks",
         args: 1,
         parse: |o, a| interval(&a[0]).map(|t| o.check.agent.inter = Some(t)),
     },
     ServerOption {
         name: "check-proto",
+        help: "h2: health checks speak HTTP/2",
         args: 1,
         parse: |o, a| {
             o.check.proto = Some(match a[0].as_str() {
@@ -195,6 +215,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "agent-send",
+        help: "STRING: what the agent check sends",
         args: 1,
         parse: |o, a| {
             o.check.agent.send = Some(a[0].clone());

@@ -203,6 +203,8 @@ impl Default for RetryOn {
 /// of arguments, and the parser that writes it into [`ServerOpts`].
 pub struct ServerOption {
     pub name: &'static str,
+    /// One line of meaning, for the configuration reference.
+    pub help: &'static str,
     pub args: usize,
     pub parse: fn(&mut ServerOpts, &[String]) -> Result<(), String>,
 }

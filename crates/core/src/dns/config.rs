@@ -13,6 +13,7 @@ use crate::conf::resolvers::{Family, InitAddr, Nameserver, Resolvers, ServerReso
 pub const SERVER_OPTIONS: &[ServerOption] = &[
     ServerOption {
         name: "resolvers",
+        help: "NAME: the resolvers section that follows the server's name at run time",
         args: 1,
         parse: |o, a| {
             o.resolve.resolvers = Some(a[0].clone());
@@ -21,6 +22,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "resolve-prefer",
+        help: "ipv4|ipv6: the address family chosen when a name has both",
         args: 1,
         parse: |o, a| {
             o.resolve.prefer = Some(match a[0].as_str() {
@@ -33,6 +35,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "resolve-net",
+        help: "NET,...: addresses within these networks are preferred",
         args: 1,
         parse: |o, a| {
             o.resolve.nets = a[0].split(',').map(network).collect::<Result<_, _>>()?;
@@ -41,6 +44,7 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "resolve-opts",
+        help: "allow-dup-ip,ignore-weight,prevent-dup-ip: how answers are applied",
         args: 1,
         parse: |o, a| {
             for opt in a[0].split(',') {
@@ -60,6 +64,8 @@ pub const SERVER_OPTIONS: &[ServerOption] = &[
     },
     ServerOption {
         name: "init-addr",
+        help:
+            "last,libc,none,IP: where the address comes from at start (none: start in maintenance)",
         args: 1,
         parse: |o, a| {
             let methods = a[0]

@@ -52,66 +52,109 @@ const SECTION_KEYWORDS: &[Keyword<ProxyConf>] = &[
 }
 ];
 
-const GLOBAL_TABLES: &[&[Keyword<GlobalConf>]] = &[
-    worker::GLOBAL_KEYWORDS,
-    worker::cpu_map::GLOBAL_KEYWORDS,
-    sockbuf::GLOBAL_KEYWORDS,
-    worker::listener::GLOBAL_KEYWORDS,
-    control::GLOBAL_KEYWORDS,
-    control::FLAG_KEYWORDS,
-    control::SATISFIED_KEYWORDS,
-    control::state_file::GLOBAL_KEYWORDS,
-    rules::GLOBAL_KEYWORDS,
-    check::GLOBAL_KEYWORDS,
-    stream::keywords::GLOBAL_KEYWORDS,
-    stream::h2::GLOBAL_KEYWORDS,
-    stream::h2::GLOBAL_FLAG_KEYWORDS,
-    stream::h3::GLOBAL_KEYWORDS,
-    compression::GLOBAL_KEYWORDS,
-    control::cli::GLOBAL_KEYWORDS,
-    pool::GLOBAL_KEYWORDS,
-    log::GLOBAL_KEYWORDS,
-    log::GLOBAL_SETTINGS_KEYWORDS,
-    tls::GLOBAL_KEYWORDS,
-    tls::TUNE_KEYWORDS,
-    tls::CHAIN_KEYWORDS,
-    tls::OPENSSL_ONLY_KEYWORDS,
-    peers::GLOBAL_KEYWORDS,
-    stats::GLOBAL_KEYWORDS,
-    crate::transport::splice::GLOBAL_KEYWORDS,
-    pending::GLOBAL_KEYWORDS,
+/// The global section's keyword tables, each with the family the configuration reference
+/// (docs/configuration.md) files it under.
+const GLOBAL_TABLES: &[(&str, &[Keyword<GlobalConf>])] = &[
+    ("Process and workers", worker::GLOBAL_KEYWORDS),
+    ("Process and workers", worker::cpu_map::GLOBAL_KEYWORDS),
+    ("Sockets and buffers", sockbuf::GLOBAL_KEYWORDS),
+    ("Accepting connections", worker::listener::GLOBAL_KEYWORDS),
+    ("Process control", control::GLOBAL_KEYWORDS),
+    ("Process control", control::FLAG_KEYWORDS),
+    ("Process control", control::SATISFIED_KEYWORDS),
+    (
+        "Server state across reloads",
+        control::state_file::GLOBAL_KEYWORDS,
+    ),
+    ("Rules, variables and samples", rules::GLOBAL_KEYWORDS),
+    ("Health checks", check::GLOBAL_KEYWORDS),
+    ("HTTP and streams", stream::keywords::GLOBAL_KEYWORDS),
+    ("HTTP/2", stream::h2::GLOBAL_KEYWORDS),
+    ("HTTP/2", stream::h2::GLOBAL_FLAG_KEYWORDS),
+    ("HTTP/3 and QUIC", stream::h3::GLOBAL_KEYWORDS),
+    ("Compression", compression::GLOBAL_KEYWORDS),
+    ("Runtime CLI", control::cli::GLOBAL_KEYWORDS),
+    ("Server connection pools", pool::GLOBAL_KEYWORDS),
+    ("Logging", log::GLOBAL_KEYWORDS),
+    ("Logging", log::GLOBAL_SETTINGS_KEYWORDS),
+    ("TLS", tls::GLOBAL_KEYWORDS),
+    ("TLS", tls::TUNE_KEYWORDS),
+    ("TLS", tls::CHAIN_KEYWORDS),
+    ("TLS", tls::OPENSSL_ONLY_KEYWORDS),
+    ("Peers", peers::GLOBAL_KEYWORDS),
+    ("Statistics", stats::GLOBAL_KEYWORDS),
+    ("Splicing", crate::transport::splice::GLOBAL_KEYWORDS),
+    ("Not supported yet", pending::GLOBAL_KEYWORDS),
 ];
 
-const PROXY_TABLES: &[&[Keyword<ProxyConf>]] = &[
-    SECTION_KEYWORDS,
-    worker::listener::KEYWORDS,
-    stream::keywords::KEYWORDS,
-    stream::keywords::OPTION_KEYWORDS,
-    crate::keepalive::KEYWORDS,
-    crate::keepalive::OPTION_KEYWORDS,
-    backend::KEYWORDS,
-    backend::OPTION_KEYWORDS,
-    balance::KEYWORDS,
-    balance::OPTION_KEYWORDS,
-    check::KEYWORDS,
-    check::OPTION_KEYWORDS,
-    acl::KEYWORDS,
-    rules::KEYWORDS,
-    compression::KEYWORDS,
-    filters::KEYWORDS,
-    cookie::KEYWORDS,
-    cookie::OPTION_KEYWORDS,
-    persist::KEYWORDS,
-    stick::KEYWORDS,
-    errorpages::KEYWORDS,
-    log::KEYWORDS,
-    log::OPTION_KEYWORDS,
-    stats::KEYWORDS,
-    crate::mail::KEYWORDS,
-    crate::transport::splice::PROXY_KEYWORDS,
-    pending::PROXY_KEYWORDS,
-    control::state_file::KEYWORDS,
+/// The proxy sections' keyword tables, with their families (as [`GLOBAL_TABLES`]).
+const PROXY_TABLES: &[(&str, &[Keyword<ProxyConf>])] = &[
+    ("Proxies", SECTION_KEYWORDS),
+    ("Accepting connections", worker::listener::KEYWORDS),
+    ("Modes, timeouts and HTTP", stream::keywords::KEYWORDS),
+    (
+        "Modes, timeouts and HTTP",
+        stream::keywords::OPTION_KEYWORDS,
+    ),
+    ("TCP keep-alive", crate::keepalive::KEYWORDS),
+    ("TCP keep-alive", crate::keepalive::OPTION_KEYWORDS),
+    ("Backends and servers", backend::KEYWORDS),
+    ("Backends and servers", backend::OPTION_KEYWORDS),
+    ("Balancing", balance::KEYWORDS),
+    ("Balancing", balance::OPTION_KEYWORDS),
+    ("Health checks", check::KEYWORDS),
+    ("Health checks", check::OPTION_KEYWORDS),
+    ("ACLs", acl::KEYWORDS),
+    ("Rules", rules::KEYWORDS),
+    ("Compression", compression::KEYWORDS),
+    ("Filters", filters::KEYWORDS),
+    ("Cookie persistence", cookie::KEYWORDS),
+    ("Cookie persistence", cookie::OPTION_KEYWORDS),
+    ("Persistence", persist::KEYWORDS),
+    ("Stick tables", stick::KEYWORDS),
+    ("Error pages", errorpages::KEYWORDS),
+    ("Logging", log::KEYWORDS),
+    ("Logging", log::OPTION_KEYWORDS),
+    ("Statistics", stats::KEYWORDS),
+    ("Email alerts", crate::mail::KEYWORDS),
+    ("Splicing", crate::transport::splice::PROXY_KEYWORDS),
+    ("Server state across reloads", control::state_file::KEYWORDS),
+    ("Not supported yet", pending::PROXY_KEYWORDS),
 ];
+
+/// The tables of `families`, as the dispatcher reads them.
+fn tables<C>(families: &[(&str, &'static [Keyword<C>])]) -> Vec<&'static [Keyword<C>]> {
+    families.iter().map(|(_, t)| *t).collect()
+}
+
+/// One family of the configuration reference: its title and its keywords (name, scope,
+/// one line of meaning), in table order.
+#[derive(Debug)]
+pub struct Family {
+    pub title: &'static str,
+    pub keywords: Vec<(&'static str, Scope, &'static str)>,
+}
+
+/// Every keyword the configuration accepts, by family: the global section's, then the
+/// proxy sections'. The configuration reference (docs/configuration.md) is made from it,
+/// and a test checks that the reference says what this says.
+pub fn reference() -> (Vec<Family>, Vec<Family>) {
+    fn families<C>(tables: &[(&'static str, &'static [Keyword<C>])]) -> Vec<Family> {
+        let mut out: Vec<Family> = Vec::new();
+        for (title, table) in tables {
+            let rows = table.iter().map(|k| (k.name, k.scope, k.help));
+            match out.iter_mut().find(|f| f.title == *title) {
+                Some(f) => f.keywords.extend(rows),
+                None => out.push(Family {
+                    title,
+                    keywords: rows.collect(),
+                }),
+            }
+        }
+        out
+    }
+    (families(GLOBAL_TABLES), families(PROXY_TABLES))
+}
 
 /// Reads, parses and validates configuration files.
 pub fn load(paths: &[String]) -> Result<Config, Vec<ConfigError>> {
@@ -132,6 +175,7 @@ struct Proxy {
 
 fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
     let mut errors = Vec::new();
+    let global_tables = tables(GLOBAL_TABLES);
     let mut global = GlobalConf::default();
     let mut defaults = ProxyConf::default();
     let mut named: std::collections::HashMap<String, ProxyConf> = Default::default();
@@ -156,7 +200,7 @@ fn build(sections: Vec<Section>) -> Result<Config, Vec<ConfigError>> {
             SectionKind::Global => {
                 for line in &section.lines {
                     if let Err(e) =
-                        dispatch(GLOBAL_TABLES, &mut global, line, Scope::GLOBAL, "global")
+                        dispatch(&global_tables, &mut global, line, Scope::GLOBAL, "global")
                     {
                         errors.push(e);
                     }
@@ -566,6 +610,7 @@ fn parse_proxy_lines(
     let what = section.kind.name();
     // As HAProxy 2.6: rules only in named defaults sections.
     let anonymous = section.kind == SectionKind::Defaults && section.name.is_none();
+    let proxy_tables = tables(PROXY_TABLES);
     for line in &section.lines {
         conf.at = Loc {
             file: line.file.clone(),
@@ -573,7 +618,7 @@ fn parse_proxy_lines(
         };
         book.set_at(&conf.at);
         let rules = conf.rules.sets.all().count();
-        if let Err(e) = dispatch(PROXY_TABLES, conf, line, scope, what) {
+        if let Err(e) = dispatch(&proxy_tables, conf, line, scope, what) {
             errors.push(e);
         }
         if anonymous && conf.rules.sets.all().count() > rules {

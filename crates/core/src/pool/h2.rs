@@ -38,6 +38,7 @@ use crate::transport::Origin;
 /// The server option that chooses the protocol: `proto h2` (`proto h1` is the default).
 pub const SERVER_OPTIONS: &[ServerOption] = &[ServerOption {
     name: "proto",
+    help: "h2: speak HTTP/2 to the server (h2c in clear, h2 over ssl)",
     args: 1,
     parse: |o: &mut ServerOpts, a| {
         o.h2 = match a[0].as_str() {

@@ -370,6 +370,7 @@ pub const TUNE_KEYWORDS: &[Keyword<GlobalConf>] = &[
 pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     crate::conf::backend::ServerOption {
         name: "no-sslv3",
+        help: "TLS to the server: refuse SSLv3 (rustls never speaks it)",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("no-sslv3");
@@ -378,6 +379,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "no-tlsv10",
+        help: "TLS to the server: refuse TLS 1.0 (rustls never speaks it)",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("no-tlsv10");
@@ -386,6 +388,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "no-tlsv11",
+        help: "TLS to the server: refuse TLS 1.1 (rustls never speaks it)",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("no-tlsv11");
@@ -394,6 +397,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "no-tlsv12",
+        help: "TLS to the server: refuse TLS 1.2",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("no-tlsv12");
@@ -402,6 +406,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "no-tlsv13",
+        help: "TLS to the server: refuse TLS 1.3",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("no-tlsv13");
@@ -410,6 +415,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "force-sslv3",
+        help: "TLS to the server: SSLv3 only (refused: rustls does not speak it)",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("force-sslv3");
@@ -418,6 +424,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "force-tlsv10",
+        help: "TLS to the server: TLS 1.0 only (refused: rustls does not speak it)",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("force-tlsv10");
@@ -426,6 +433,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "force-tlsv11",
+        help: "TLS to the server: TLS 1.1 only (refused: rustls does not speak it)",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("force-tlsv11");
@@ -434,6 +442,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "force-tlsv12",
+        help: "TLS to the server: TLS 1.2 only",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("force-tlsv12");
@@ -442,6 +451,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "force-tlsv13",
+        help: "TLS to the server: TLS 1.3 only",
         args: 0,
         parse: |o, _| {
             o.tls.versions.take_option("force-tlsv13");
@@ -450,6 +460,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "ssl-min-ver",
+        help: "TLSv1.2|TLSv1.3: the oldest version offered to the server",
         args: 1,
         parse: |o, a| {
             let v = TlsVersion::parse(&a[0]).ok_or(VERSION_WORDS)?;
@@ -459,6 +470,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "ssl-max-ver",
+        help: "TLSv1.2|TLSv1.3: the newest version offered to the server",
         args: 1,
         parse: |o, a| {
             let v = TlsVersion::parse(&a[0]).ok_or(VERSION_WORDS)?;
@@ -468,6 +480,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "ssl",
+        help: "speak TLS to the server",
         args: 0,
         parse: |o, _| {
             o.tls.ssl = true;
@@ -477,6 +490,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     crate::conf::backend::ServerOption {
         // Undoes an `ssl` inherited from `default-server`.
         name: "no-ssl",
+        help: "undo ssl (from default-server)",
         args: 0,
         parse: |o, _| {
             o.tls.ssl = false;
@@ -485,6 +499,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "check-ssl",
+        help: "health checks over TLS",
         args: 0,
         parse: |o, _| {
             o.tls.check_ssl = Some(true);
@@ -493,6 +508,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "no-check-ssl",
+        help: "undo check-ssl",
         args: 0,
         parse: |o, _| {
             o.tls.check_ssl = Some(false);
@@ -501,6 +517,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "verify",
+        help: "none|required: verify the server's certificate (required needs ca-file)",
         args: 1,
         parse: |o, a| match Verify::parse(&a[0]) {
             Some(v @ (Verify::None | Verify::Required)) => {
@@ -512,6 +529,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "ca-file",
+        help: "FILE: the authorities the server's certificate is verified against",
         args: 1,
         parse: |o, a| {
             o.tls.ca_file = Some(a[0].clone());
@@ -520,6 +538,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "crt",
+        help: "FILE: the client certificate and key presented to the server",
         args: 1,
         parse: |o, a| {
             o.tls.crt = Some(a[0].clone());
@@ -528,6 +547,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "sni",
+        help: "EXPR: the name sent in the TLS handshake, from a sample expression",
         args: 1,
         parse: |o, a| {
             // A constant name; a name taken from each request would need a pool per name.
@@ -545,6 +565,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "alpn",
+        help: "LIST: the protocols offered to the server (h2 makes the connection HTTP/2)",
         args: 1,
         parse: |o, a| {
             // A server that picks `h2` is then spoken to in HTTP/2 (`stream::h2_server`).
@@ -554,6 +575,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "check-sni",
+        help: "NAME: the name health checks send in their TLS handshake",
         args: 1,
         parse: |o, a| {
             ServerName::try_from(a[0].clone())
@@ -564,6 +586,7 @@ pub const SERVER_OPTIONS: &[crate::conf::backend::ServerOption] = &[
     },
     crate::conf::backend::ServerOption {
         name: "check-alpn",
+        help: "LIST: the protocols health checks offer",
         args: 1,
         parse: |o, a| {
             // An HTTP check then speaks what the server picks (`check::probe`).

@@ -1,0 +1,128 @@
+//! docs/configuration.md against the code: its generated part is the keyword tables
+//! (global and proxy keywords by family, server options, CLI commands), each keyword with
+//! the one line of meaning its table gives it. A keyword added to a table, or a meaning
+//! changed, without the reference following fails here; regenerate with
+//! `SLUICE_WRITE_REFERENCE=1 cargo test -p sluice-core --test reference`.
+
+use std::fmt::Write;
+
+use sluice_config::Scope;
+
+const BEGIN: &str = "<!-- generated from the keyword tables (crates/core/tests/reference.rs): do not edit by hand -->";
+const END: &str = "<!-- end of the generated part -->";
+
+fn sections(scope: Scope) -> String {
+    let names = [
+        (Scope::GLOBAL, "global"),
+        (Scope::DEFAULTS, "defaults"),
+        (Scope::FRONTEND, "frontend"),
+        (Scope::BACKEND, "backend"),
+    ];
+    let mut out: Vec<&str> = names
+        .iter()
+        .filter(|(s, _)| scope.intersects(*s))
+        .map(|(_, n)| *n)
+        .collect();
+    // A `listen` section is a frontend and a backend.
+    if scope.intersects(Scope::FRONTEND) || scope.intersects(Scope::BACKEND) {
+        out.push("listen");
+    }
+    out.join(", ")
+}
+
+/// A table cell: pipes escaped, the keyword's own name left off its meaning when the
+/// meaning starts by showing its syntax (`name ARGS: ...`).
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn generated() -> String {
+    let (global, proxy) = sluice_core::load::reference();
+    let mut out = String::new();
+    for (part, families, with_sections) in [
+        ("Global section", &global, false),
+        (
+            "Proxy sections (defaults, frontend, listen, backend)",
+            &proxy,
+            true,
+        ),
+    ] {
+        let _ = writeln!(out, "\n## {part}\n");
+        for f in families.iter() {
+            let _ = writeln!(out, "### {}\n", f.title);
+            match with_sections {
+                true => {
+                    out.push_str("| keyword | sections | meaning |\n| --- | --- | --- |\n");
+                    for (name, scope, help) in &f.keywords {
+                        let _ =
+                            writeln!(out, "| `{name}` | {} | {} |", sections(*scope), cell(help));
+                    }
+                }
+                false => {
+                    out.push_str("| keyword | meaning |\n| --- | --- |\n");
+                    for (name, _, help) in &f.keywords {
+                        let _ = writeln!(out, "| `{name}` | {} |", cell(help));
+                    }
+                }
+            }
+            out.push('\n');
+        }
+    }
+    let (options, pending) = sluice_core::backend::server_options();
+    out.push_str("## Server options (`server`, `default-server`)\n\n");
+    out.push_str("| option | meaning |\n| --- | --- |\n");
+    for o in options {
+        let _ = writeln!(out, "| `{}` | {} |", o.name, cell(o.help));
+    }
+    let _ = writeln!(
+        out,
+        "\nRefused as not supported yet (with the line): {}.\n",
+        pending
+            .iter()
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    out.push_str("## Runtime CLI commands (`stats socket`)\n\n");
+    out.push_str("| command | level | meaning |\n| --- | --- | --- |\n");
+    for c in sluice_core::control::cli::COMMANDS {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} |",
+            c.words.join(" "),
+            format!("{:?}", c.level).to_lowercase(),
+            cell(c.help)
+        );
+    }
+    out
+}
+
+#[test]
+fn the_reference_says_what_the_keyword_tables_say() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+    let doc = std::fs::read_to_string(path).expect("docs/configuration.md");
+    let (head, rest) = doc
+        .split_once(BEGIN)
+        .expect("the generated part's start marker");
+    let (_, tail) = rest
+        .split_once(END)
+        .expect("the generated part's end marker");
+    let want = format!("{head}{BEGIN}\n{}{END}{tail}", generated());
+    if std::env::var_os("SLUICE_WRITE_REFERENCE").is_some() {
+        std::fs::write(path, &want).unwrap();
+        return;
+    }
+    if doc != want {
+        let first = doc
+            .lines()
+            .zip(want.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        panic!(
+            "docs/configuration.md does not say what the keyword tables say (from line {}: {:?} where the code says {:?}); regenerate it with SLUICE_WRITE_REFERENCE=1 cargo test -p sluice-core --test reference",
+            first + 1,
+            doc.lines().nth(first),
+            want.lines().nth(first)
+        );
+    }
+}
