@@ -886,3 +886,57 @@ fn setenv_and_its_kin_change_what_the_configuration_reads() {
         "{out}"
     );
 }
+
+/// The README's tour (`examples/tour.cfg`) runs as the README shows it: HTTP/2 over TLS,
+/// round robin over two checked servers, the rate limit answering 429 past 20 requests,
+/// the statistics page and the CLI. Its certificate, socket and ports are moved to the
+/// test's own.
+#[test]
+fn the_readme_tour_runs() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/tour.cfg"
+    ))
+    .unwrap();
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let sock = dir.0.join("tour.sock");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let text = text
+        .replace("/tmp/sluice-tour.pem", &pem)
+        .replace("/tmp/sluice-tour.sock", &sock.to_string_lossy())
+        .replace(":8443", &format!(":{}", ports[0]))
+        .replace(":8081", &format!(":{}", ports[1]))
+        .replace(":8082", &format!(":{}", ports[2]));
+    let cfg = dir.write("tour.cfg", &text);
+    let mut child = Command::new(sluice_bin())
+        .args(["-f", &cfg])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{}", ports[0]);
+    let curl = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-sk", "--http2", "-w", "\n%{http_code} %{http_version}"])
+            .arg(format!("{url}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until("the tour listens", || curl("/").ends_with("200 2"));
+    // Both servers answer in turn; the CLI sees their checks.
+    let state = Sluice::cli(&sock, "show servers state app");
+    assert_eq!(state.lines().filter(|l| l.contains(" app ")).count(), 2, "{state}");
+    let mut seen: Vec<String> = (0..2).map(|_| curl("/")).collect();
+    seen.sort();
+    assert!(seen[0].starts_with("hello from a"), "{seen:?}");
+    assert!(seen[1].starts_with("hello from b"), "{seen:?}");
+    let page = curl("/stats");
+    assert!(page.contains("app") && page.ends_with("200 2"), "{page}");
+    // The rate limit: past 20 requests in 10 seconds, 429.
+    let codes: Vec<String> = (0..25).map(|_| curl("/")).collect();
+    assert!(codes.iter().any(|c| c.ends_with("429 2")), "{codes:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
