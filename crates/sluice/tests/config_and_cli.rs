@@ -927,7 +927,11 @@ fn the_readme_tour_runs() {
     wait_until("the tour listens", || curl("/").ends_with("200 2"));
     // Both servers answer in turn; the CLI sees their checks.
     let state = Sluice::cli(&sock, "show servers state app");
-    assert_eq!(state.lines().filter(|l| l.contains(" app ")).count(), 2, "{state}");
+    assert_eq!(
+        state.lines().filter(|l| l.contains(" app ")).count(),
+        2,
+        "{state}"
+    );
     let mut seen: Vec<String> = (0..2).map(|_| curl("/")).collect();
     seen.sort();
     assert!(seen[0].starts_with("hello from a"), "{seen:?}");
