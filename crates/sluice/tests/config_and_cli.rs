@@ -23,14 +23,23 @@ fn check(text: &str) -> (bool, String, String) {
 #[test]
 fn every_example_config_is_valid() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    // The tour's certificate is made by the reader first (its header says how): here, one
+    // made for the test stands in for it.
+    let tmp = TempDir::new();
+    let pem = self_signed(&tmp);
     let mut seen = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "cfg") {
+            let text = std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("/tmp/sluice-tour.pem", &pem);
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let checked = tmp.write(&name, &text);
             let out = Command::new(sluice_bin())
                 .arg("-c")
                 .arg("-f")
-                .arg(&path)
+                .arg(&checked)
                 .output()
                 .unwrap();
             assert!(
