@@ -8,11 +8,11 @@
 //!
 //! Reads and writes are made by the session's own task: reads poll the stream (no copy
 //! but into the stream's small buffer, which holds at most one chunk QUIC handed over);
-//! each write sends its data at once, the response head first. The `h3` crate sends only
-//! from `async` calls while the session's head writers and the end of a body are
-//! synchronous calls, so a head and an end are queued: a head leaves with the first data,
-//! an end (trailers, FIN) when the stream is dropped, from a task of its own if anything is
-//! left to send then.
+//! each write sends its data at once. The `h3` crate sends only from `async` calls while
+//! the session's head writers and the end of a body are synchronous calls, so a head or an
+//! end (trailers, FIN) is polled once on the spot, which sends it whenever QUIC takes it
+//! into its buffer (nearly always); if not, it is finished before the next write, or from a
+//! task of its own when the stream is dropped.
 //!
 //! Invariants:
 //! - What a connection holds for its client is bounded: each stream has at most one write
@@ -24,6 +24,8 @@
 //! - Every stream ends on the wire: a message complete ends with its FIN (trailers first
 //!   when it has some); one left incomplete when the stream is dropped is reset
 //!   (H3_REQUEST_CANCELLED), as is one whose response head never came.
+//! - A CONNECT's stream ([`H3Stream::tunnel`]) carries its tunnel's bytes as DATA both
+//!   ways once a 2xx answered it.
 //! - All calls come from one task, on the worker that owns the QUIC connection; no lock,
 //!   no borrow held across an await (the sending half is taken out of its cell while a
 //!   send holds it).
@@ -45,7 +47,7 @@ use sluice_http::Framing;
 pub type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 pub type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 
-/// What the streams of one connection may have queued for their writers together.
+/// What the streams of one connection may have handed QUIC and not had taken yet, together.
 #[derive(Debug)]
 pub struct Budget {
     limit: usize,
@@ -174,10 +176,9 @@ fn broken() -> io::Error {
 
 impl H3Stream {
     /// A client's request stream, its head read already (`first`: data read of the body
-    /// while telling whether it has one); `ended`: the request has no body. The writer task
-    /// is started here, on the current worker.
-    /// Data in flight counts in `budget`; `conn` is the stream's connection; `hold` is kept
-    /// until the stream's end has been sent.
+    /// while telling whether it has one); `ended`: the request has no body. Data in flight
+    /// counts in `budget`; `conn` is the stream's connection; `hold` is kept until the
+    /// stream's end has been sent (by the task its drop may start).
     pub fn answering(
         (send, recv): (SendHalf, RecvHalf),
         (first, ended): (Vec<u8>, bool),

@@ -42,6 +42,7 @@ use sluice_config::{Keyword, KwError, Scope};
 use super::deadline::within;
 use super::h2_frames::{read_preface, Tallied};
 use super::session::ClientHead;
+use super::streams::{soft_stop, Open, Streams};
 use crate::conf::{one_arg, GlobalConf};
 use crate::h2_stream::{H2Stream, Queued};
 use crate::runtime::counters::Held;
@@ -127,11 +128,8 @@ struct ConnShared {
     sess_trackers: std::rc::Rc<std::cell::RefCell<crate::sample::Slots>>,
     /// The address `tcp-request connection|session set-dst` gave the connection.
     set_dst: Option<SocketAddr>,
-    /// Streams being served now, and started so far.
-    active: Cell<usize>,
-    started: Cell<u32>,
-    /// Signalled when the last stream being served ends: the idle timer starts.
-    went_idle: tokio::sync::Notify,
+    /// Streams being served now, and started so far (the idle timer's).
+    streams: Rc<Streams>,
     /// Streams the client reset before their answer, in the current window.
     resets: Cell<(u32, tokio::time::Instant)>,
     /// The DATA the streams have queued for the client, and its budget.
@@ -212,9 +210,7 @@ pub(super) async fn serve(
         sess_vars: vars.sess.clone(),
         sess_trackers: vars.sess_trackers.clone(),
         set_dst: vars.set_dst.get(),
-        active: Cell::new(0),
-        started: Cell::new(0),
-        went_idle: tokio::sync::Notify::new(),
+        streams: Rc::default(),
         resets: Cell::new((0, tokio::time::Instant::now())),
         queued,
     });
@@ -223,44 +219,27 @@ pub(super) async fn serve(
     let mut going_away = false;
     let mut linger = None;
     loop {
-        let stop = w.soft_stop.notified();
-        let soft_stop = async {
-            if !w.stopping() {
-                stop.await;
-            }
-        };
         let idle = async {
-            loop {
-                match (shared.active.get(), idle_limit, linger) {
-                    (_, _, Some(until)) => return tokio::time::sleep_until(until).await,
-                    // No stream yet: the wait for the first request.
-                    (0, _, None) if shared.started.get() == 0 => match first_limit {
-                        Some(d) => return tokio::time::sleep(d).await,
-                        None => std::future::pending().await,
-                    },
-                    (0, Some(d), None) => return tokio::time::sleep(d).await,
-                    (0, None, None) => std::future::pending().await,
-                    _ => shared.went_idle.notified().await,
-                }
+            match linger {
+                // GOAWAY sent: the time it has to leave.
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => shared.streams.idle(first_limit, idle_limit).await,
             }
         };
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
-                    // Counted before its task runs: the idle timer must not start meanwhile.
-                    shared.active.set(shared.active.get() + 1);
-                    let earlier = shared.started.get();
-                    shared.started.set(earlier + 1);
+                    let (open, earlier) = shared.streams.open();
                     tokio::task::spawn_local(crate::clock::Ticking::new(serve_stream(
                         shared.clone(),
                         req,
                         respond,
-                        earlier,
+                        (open, earlier),
                     )));
                 }
                 Some(Err(_)) | None => break,
             },
-            () = soft_stop, if !going_away => {
+            () = soft_stop(w), if !going_away => {
                 going_away = true;
                 conn.graceful_shutdown();
             }
@@ -290,19 +269,16 @@ fn over_reset_budget(shared: &ConnShared, budget: u32) -> bool {
     n > budget
 }
 
-/// Serves one stream (counted among those being served since it was accepted); the last
-/// one to end starts the idle timer.
+/// Serves one stream (counted among those being served since it was accepted, until
+/// `open` is dropped).
 async fn serve_stream(
     shared: Rc<ConnShared>,
     req: http::Request<RecvStream>,
     respond: SendResponse<Bytes>,
-    earlier: u32,
+    (open, earlier): (Open, u32),
 ) {
     exchange(&shared, req, respond, earlier).await;
-    shared.active.set(shared.active.get() - 1);
-    if shared.active.get() == 0 {
-        shared.went_idle.notify_one();
-    }
+    drop(open);
 }
 
 /// Serves one stream as an HTTP/1.1 session of its own, reading and writing the stream

@@ -38,6 +38,7 @@ use sluice_config::{Keyword, KwError, Scope};
 
 use super::deadline::within;
 use super::session::ClientHead;
+use super::streams::{soft_stop, Open, Streams};
 use crate::conf::listen::{Bind, BindSpec};
 use crate::conf::stream::Mode;
 use crate::conf::{one_arg, GlobalConf};
@@ -256,32 +257,8 @@ struct Shared {
     budget: Rc<Budget>,
     /// The QUIC connection (its streams wait on its close).
     conn: quinn::Connection,
-    /// Streams being served (or still sending), and started so far.
-    active: Cell<usize>,
-    started: Cell<u32>,
-    /// Signalled when the last stream ends.
-    went_idle: tokio::sync::Notify,
-}
-
-/// One stream counted among those of its connection until dropped (with the stream's
-/// session, and again with its writer, which may outlive it).
-struct Active(Rc<Shared>);
-
-impl Active {
-    fn new(shared: &Rc<Shared>) -> Active {
-        shared.active.set(shared.active.get() + 1);
-        Active(shared.clone())
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        let s = &self.0;
-        s.active.set(s.active.get() - 1);
-        if s.active.get() == 0 {
-            s.went_idle.notify_one();
-        }
-    }
+    /// Streams being served (or still sending their ends), and started so far.
+    streams: Rc<Streams>,
 }
 
 /// A half-open connection, counted until its handshake ends either way.
@@ -360,45 +337,22 @@ async fn serve_connection(
             w.ctx().counters.h3_queued.clone(),
         ),
         conn: conn.clone(),
-        active: Cell::new(0),
-        started: Cell::new(0),
-        went_idle: tokio::sync::Notify::new(),
+        streams: Rc::default(),
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
     loop {
-        let stop = w.soft_stop.notified();
-        let soft_stop = async {
-            if !w.stopping() {
-                stop.await;
-            }
-        };
-        let idle = async {
-            loop {
-                match (shared.active.get(), idle_limit) {
-                    (0, _) if shared.started.get() == 0 => match limit {
-                        Some(d) => return tokio::time::sleep(d).await,
-                        None => std::future::pending().await,
-                    },
-                    (0, Some(d)) => return tokio::time::sleep(d).await,
-                    (0, None) => std::future::pending().await,
-                    _ => shared.went_idle.notified().await,
-                }
-            }
-        };
         tokio::select! {
             next = h3conn.accept() => match next {
                 Ok(Some(resolver)) => {
-                    let active = Active::new(&shared);
-                    let earlier = shared.started.get();
-                    shared.started.set(earlier + 1);
-                    let task = serve_stream(shared.clone(), resolver, earlier, active);
+                    let (open, earlier) = shared.streams.open();
+                    let task = serve_stream(shared.clone(), resolver, earlier, open);
                     tokio::task::spawn_local(crate::clock::Ticking::new(task));
                 }
                 // The client said GOAWAY, or the connection failed.
                 Ok(None) | Err(_) => break,
             },
-            () = soft_stop => break,
-            () = idle => break,
+            () = soft_stop(&w) => break,
+            () = shared.streams.idle(limit, idle_limit) => break,
             () = counted.info.kill.pulled() => {
                 conn.close(h3::error::Code::H3_NO_ERROR.value().try_into().unwrap_or_default(), b"");
                 return;
@@ -407,15 +361,9 @@ async fn serve_connection(
     }
     // GOAWAY, then the streams under way finish before the connection closes.
     let _ = within(Some(Duration::from_secs(1)), h3conn.shutdown(0)).await;
-    while shared.active.get() > 0 {
-        let idle = shared.went_idle.notified();
-        if shared.active.get() == 0 {
-            break;
-        }
-        tokio::select! {
-            () = idle => {}
-            () = counted.info.kill.pulled() => break,
-        }
+    tokio::select! {
+        () = shared.streams.done() => {}
+        () = counted.info.kill.pulled() => {}
     }
     drop(h3conn);
 }
@@ -452,7 +400,7 @@ async fn serve_stream(
     shared: Rc<Shared>,
     resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
     earlier: u32,
-    active: Active,
+    open: Open,
 ) {
     let limit = {
         let st = &shared.w.config().frontends[shared.fe].stream;
@@ -469,7 +417,7 @@ async fn serve_stream(
         // Extended CONNECT (WebTransport, CONNECT-UDP) is not served; the `h3` crate
         // knows no WebSocket protocol (RFC 9220).
         let halves = (send, recv);
-        let end = H3Stream::answering(halves, (Vec::new(), true), budget, conn, Box::new(active));
+        let end = H3Stream::answering(halves, (Vec::new(), true), budget, conn, Box::new(open));
         let res = http::Response::builder()
             .status(501)
             .body(())
@@ -488,7 +436,7 @@ async fn serve_stream(
             Err(()) => return,
         },
     };
-    let mut end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(active));
+    let mut end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(open));
     if connect {
         end.tunnel();
     }

@@ -39,6 +39,7 @@ mod reply;
 mod report;
 mod route;
 mod session;
+mod streams;
 mod tcp;
 mod tunnel;
 mod txn;
