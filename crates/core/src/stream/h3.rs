@@ -41,7 +41,7 @@ use super::session::ClientHead;
 use super::streams::{soft_stop, Open, Streams};
 use crate::conf::listen::{Bind, BindSpec};
 use crate::conf::stream::Mode;
-use crate::conf::{one_arg, GlobalConf};
+use crate::conf::{one_arg, time_arg, GlobalConf};
 use crate::h3_stream::{Budget, H3Stream};
 use crate::runtime::{ClientConn, SessionInfo, Worker};
 use crate::sample::StreamVars;
@@ -58,12 +58,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "tune.quic.frontend.max-idle-timeout",
         scope: Scope::GLOBAL,
         help: "tune.quic.frontend.max-idle-timeout TIME: a QUIC connection silent this long is closed (default 30s)",
-        parse: |g, a| {
-            let v = one_arg(a, "a time")?;
-            let d = sluice_config::units::parse_time(v).map_err(|e| KwError::bad(1, v, e))?;
-            g.quic.max_idle_timeout = d;
-            Ok(())
-        },
+        parse: |g, a| time_arg(a).map(|d| g.quic.max_idle_timeout = d),
     },
     Keyword {
         name: "tune.quic.frontend.conn-tx-buffers.limit",
