@@ -1772,14 +1772,7 @@ fn a_client_that_stops_reading_holds_at_most_the_send_budget() {
     const BODY: usize = 1 << 20;
     const STREAMS: u32 = 40;
     const BUDGET: u64 = 256 * 1024;
-    let origin = Origin::with_handler(
-        "o",
-        Arc::new(|_: &Received| {
-            let mut raw = format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").into_bytes();
-            raw.resize(raw.len() + BODY, b'x');
-            Reply::Raw(raw)
-        }),
-    );
+    let origin = Origin::sized(BODY);
     let dir = TempDir::new();
     let sock = dir.0.join("s.sock");
     let p = Sluice::start(&format!(

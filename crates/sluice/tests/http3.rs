@@ -242,14 +242,7 @@ fn activity(sock: &std::path::Path, row: &str) -> u64 {
 fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
     const BODY: usize = 4 << 20;
     const BUDGET: u64 = 8 * 16384;
-    let origin = Origin::with_handler(
-        "o",
-        Arc::new(|_: &Received| {
-            let mut raw = format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").into_bytes();
-            raw.resize(raw.len() + BODY, b'x');
-            Reply::Raw(raw)
-        }),
-    );
+    let origin = Origin::sized(BODY);
     let (_cli_dir, sock) = cli_dir();
     let (p, port, _dir) = quic_proxy(
         "",

@@ -130,6 +130,19 @@ impl Origin {
         }
     }
 
+    /// An origin answering every request with a body of `size` bytes of `x`, with its length.
+    pub fn sized(size: usize) -> Origin {
+        Origin::with_handler(
+            "sized",
+            Arc::new(move |_: &Received| {
+                let mut raw =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n").into_bytes();
+                raw.resize(raw.len() + size, b'x');
+                Reply::Raw(raw)
+            }),
+        )
+    }
+
     pub fn requests(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
     }
