@@ -176,4 +176,10 @@ async def main():
     json.dump(results, sys.stdout)
 
 
-asyncio.run(main())
+async def bounded():
+    # Any run ends within a minute whatever the server does, so that a test never hangs
+    # on it (a client that stalls on purpose is killed by its test before).
+    await asyncio.wait_for(main(), 60)
+
+
+asyncio.run(bounded())
