@@ -406,3 +406,45 @@ fn a_connect_over_http3_opens_a_tunnel() {
     );
     drop(p);
 }
+
+/// A frontend serving the same site over TLS (TCP) and QUIC advertises HTTP/3 with
+/// HAProxy's rule (`http-response set-header alt-svc ...`): a client over HTTP/2 learns the
+/// QUIC port from the field, and an HTTP/3 client reaches the same rules and servers there.
+#[test]
+fn alt_svc_leads_a_tls_client_to_http3() {
+    let origin = Origin::start("o");
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let (held, port) = quic_port();
+    let p = Sluice::start(&format!(
+        "{DEFAULTS}frontend fe\n {{fe}} ssl crt {pem} alpn h2,http/1.1\n\
+         bind quic4@127.0.0.1:{port} ssl crt {pem}\n\
+         http-response set-header alt-svc \"h3=\\\":{port}\\\"; ma=60\"\n\
+         default_backend b\n\
+         backend b\n server o {}\n",
+        origin.addr
+    ));
+    drop(held);
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "--http2", "-D", "-", "-o", "/dev/null"])
+        .arg(format!("https://{}/", p.addr()))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.starts_with("http/2 200"), "{head}");
+    let advertised = head
+        .lines()
+        .find_map(|l| l.strip_prefix("alt-svc: "))
+        .unwrap_or_else(|| panic!("no alt-svc in {head}"));
+    let quic: u16 = advertised
+        .split_once("h3=\":")
+        .and_then(|(_, rest)| rest.split('"').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no h3 port in {advertised}"));
+    assert_eq!(quic, port);
+    let results = h3_requests(quic, &json!([{"path": "/upgraded"}]));
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert!(h3_field(&results[0], "alt-svc").is_some());
+    assert_eq!(origin.requests().len(), 2);
+    drop(p);
+}
