@@ -126,3 +126,62 @@ fn the_reference_says_what_the_keyword_tables_say() {
         );
     }
 }
+
+/// The names a parser function of `conf/sample_parse.rs` matches on: the string literals
+/// of its match arms (`"name" =>`, `"a" | "b" =>`, with or without a guard).
+fn matched_names(source: &str, function: &str) -> Vec<String> {
+    let start = source
+        .find(&format!("fn {function}("))
+        .unwrap_or_else(|| panic!("fn {function} in sample_parse.rs"));
+    // The function ends where the next item at the left margin starts.
+    let body = &source[start..];
+    let end = body[1..].find("\nfn ").map_or(body.len(), |i| i + 1);
+    let mut names = Vec::new();
+    for line in body[..end].lines() {
+        let t = line.trim_start();
+        let Some(arrow) = t.find("=>") else { continue };
+        let pattern = t[..arrow].split(" if ").next().unwrap_or_default();
+        let alternatives: Vec<&str> = pattern.split('|').map(str::trim).collect();
+        if alternatives
+            .iter()
+            .all(|a| a.len() >= 2 && a.starts_with('"') && a.ends_with('"'))
+        {
+            names.extend(alternatives.iter().map(|a| a[1..a.len() - 1].to_string()));
+        }
+    }
+    names
+}
+
+/// Every sample fetch and converter the parser knows has its row in the reference (as
+/// `` `name` `` or `` `name(ARGS)` ``).
+#[test]
+fn every_fetch_and_converter_has_its_line() {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/conf/sample_parse.rs"
+    ))
+    .unwrap();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .unwrap();
+    let mut missing = Vec::new();
+    for function in ["parse_fetch", "parse_conv"] {
+        let names = matched_names(&source, function);
+        assert!(
+            names.len() > 50,
+            "{function}: only {} names read",
+            names.len()
+        );
+        for name in names {
+            if !doc.contains(&format!("| `{name}` |")) && !doc.contains(&format!("| `{name}(")) {
+                missing.push(format!("{function}: {name}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md has no row for: {missing:?}"
+    );
+}
