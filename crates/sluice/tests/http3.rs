@@ -448,3 +448,79 @@ fn alt_svc_leads_a_tls_client_to_http3() {
     assert_eq!(origin.requests().len(), 2);
     drop(p);
 }
+
+/// A reload (`-sf`) keeps the QUIC connections under way on the old process: a large
+/// response it is sending when the new process starts (its sending needs the client's
+/// acknowledgements and window updates after the reload) arrives whole from the old
+/// process, while a new connection reaches the new one. (Each QUIC connection has a socket
+/// of its own, connected to its client; the old process's listener leaves the address's
+/// group at its soft stop.)
+#[test]
+fn a_reload_keeps_the_quic_connections_under_way() {
+    const BODY: usize = 3 << 20;
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = release.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r: &Received| {
+            if r.target == "/slow" {
+                // Held until the test has reloaded the proxy.
+                let deadline = std::time::Instant::now() + TIMEOUT;
+                while !gate.load(std::sync::atomic::Ordering::SeqCst)
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let mut raw =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").into_bytes();
+                raw.resize(raw.len() + BODY, b'x');
+                return Reply::Raw(raw);
+            }
+            Reply::Raw(ok_response("fresh"))
+        }),
+    );
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let (held, port) = quic_port();
+    let cfg = |generation: &str| {
+        format!(
+            "global\n nbthread 1\n{DEFAULTS}frontend fe\n\
+             bind quic4@127.0.0.1:{port} ssl crt {pem}\n\
+             http-response set-header x-gen {generation}\n default_backend b\n\
+             backend b\n server o {}\n",
+            origin.addr
+        )
+    };
+    let mut old = Sluice::start(&cfg("one"));
+    drop(held);
+    let client = h3_spawn(port, &json!([{"path": "/slow"}]));
+    wait_until("the request reached the server", || origin.count() == 1);
+    let new = Sluice::start_args(&cfg("two"), &["-sf".into(), old.pid().to_string()]);
+    wait_until("the old process stops softly", || {
+        old.stderr().contains("soft stop")
+    });
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nold: {}\nnew: {}",
+        String::from_utf8_lossy(&out.stderr),
+        old.stderr(),
+        new.stderr()
+    );
+    let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(results[0]["body_size"], BODY);
+    assert_eq!(h3_field(&results[0], "x-gen").as_deref(), Some("one"));
+    let fresh = h3_requests(port, &json!([{"path": "/fresh"}]));
+    assert_eq!(
+        h3_field(&fresh[0], "x-gen").as_deref(),
+        Some("two"),
+        "{fresh:?}"
+    );
+    // The old process ends once its connection has.
+    wait_until("the old process exits", || {
+        old.child.try_wait().unwrap().is_some()
+    });
+    drop(new);
+}

@@ -580,6 +580,9 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         .lock()
         .unwrap_or_else(|e| e.into_inner()) = listeners
         .into_iter()
+        // A QUIC listener is not handed over: its connections keep their own sockets, the
+        // new process binds its own (`transport::quic_socket`).
+        .filter(|(_, _, bind, _, _)| !matches!(bind.spec, listener::BindSpec::Quic(_)))
         .map(|(fi, _, bind, l, _)| {
             (
                 process.config.frontends[fi].name.clone(),

@@ -45,6 +45,7 @@ use crate::conf::{one_arg, time_arg, GlobalConf};
 use crate::h3_stream::{Budget, H3Stream};
 use crate::runtime::{ClientConn, SessionInfo, Worker};
 use crate::sample::StreamVars;
+use crate::transport::quic_socket::QuicSocket;
 use crate::transport::{Conn, Origin, TlsInfo};
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -203,13 +204,18 @@ pub async fn serve_endpoint(
         Some((_, reset)) => quinn::EndpointConfig::new(Arc::new(reset)),
         None => quinn::EndpointConfig::default(),
     };
-    let endpoint = match quinn::Endpoint::new(
-        endpoint_config,
-        Some(server),
-        socket.into(),
-        Arc::new(quinn::TokioRuntime),
-    ) {
-        Ok(e) => e,
+    let opened = QuicSocket::new(socket.into()).and_then(|s| {
+        let runtime = Arc::new(quinn::TokioRuntime);
+        let e = quinn::Endpoint::new_with_abstract_socket(
+            endpoint_config,
+            Some(server),
+            s.clone(),
+            runtime,
+        )?;
+        Ok((s, e))
+    });
+    let (sockets, endpoint) = match opened {
+        Ok(both) => both,
         Err(e) => {
             say!("sluice: bind {}: {e}", bind.spec);
             return;
@@ -234,12 +240,18 @@ pub async fn serve_endpoint(
             }
             continue;
         }
-        let task = serve_connection(w.clone(), incoming, (fe, listener), half_open.clone());
+        let held = (half_open.clone(), sockets.clone());
+        let task = serve_connection(w.clone(), incoming, (fe, listener), held);
         tokio::task::spawn_local(crate::clock::Ticking::new(task));
     }
     // No new connection; those open finish (each sends GOAWAY at the soft stop), the
-    // endpoint's driver running until the last one closes.
+    // endpoint's driver running until the last one closes. The listener leaves the
+    // address's group, so that a process replacing this one gets every new client while
+    // this one's connections keep their own sockets.
     endpoint.set_server_config(None);
+    if let Err(e) = sockets.retire() {
+        say!("sluice: bind {}: cannot retire the QUIC listener ({e}); new clients may reach this stopping process", bind.spec);
+    }
 }
 
 /// What every stream of one connection shares.
@@ -277,7 +289,7 @@ async fn serve_connection(
     w: Rc<Worker>,
     incoming: quinn::Incoming,
     (fe, listener): (usize, usize),
-    half_open: Rc<Cell<u32>>,
+    (half_open, sockets): (Rc<Cell<u32>>, Arc<QuicSocket>),
 ) {
     let peer = incoming.remote_address();
     let half_open = HalfOpen::new(half_open);
@@ -300,6 +312,9 @@ async fn serve_connection(
         }
     };
     drop(half_open);
+    // The connection's own socket from now on (see `transport::quic_socket`); without one
+    // (out of descriptors), its datagrams keep coming through the listener.
+    let _own = sockets.own(peer).ok();
     let counters = fe_state.counters.at(w.tid);
     counters.tls_handshakes.bump();
     w.ctx().counters.tls_sessions.bump();
@@ -335,7 +350,8 @@ async fn serve_connection(
         streams: Rc::default(),
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
-    loop {
+    // Whether the last streams' data may still be on its way when they are done.
+    let linger = loop {
         tokio::select! {
             next = h3conn.accept() => match next {
                 Ok(Some(resolver)) => {
@@ -343,25 +359,37 @@ async fn serve_connection(
                     let task = serve_stream(shared.clone(), resolver, earlier, open);
                     tokio::task::spawn_local(crate::clock::Ticking::new(task));
                 }
-                // The client said GOAWAY, or the connection failed.
-                Ok(None) | Err(_) => break,
+                // The client said GOAWAY (its requests finish), or the connection failed.
+                Ok(None) => break true,
+                Err(_) => break false,
             },
-            () = soft_stop(&w) => break,
-            () = shared.streams.idle(limit, idle_limit) => break,
+            () = soft_stop(&w) => break true,
+            () = shared.streams.idle(limit, idle_limit) => break false,
             () = counted.info.kill.pulled() => {
                 conn.close(h3::error::Code::H3_NO_ERROR.value().try_into().unwrap_or_default(), b"");
                 return;
             }
         }
-    }
-    // GOAWAY, then the streams under way finish before the connection closes.
-    let _ = within(Some(Duration::from_secs(1)), h3conn.shutdown(0)).await;
+    };
+    // GOAWAY, then the streams under way finish before the connection closes. (Its id is
+    // the first stream not served: the one after the last accepted, hence the 1.)
+    let _ = within(Some(Duration::from_secs(1)), h3conn.shutdown(1)).await;
     tokio::select! {
         () = shared.streams.done() => {}
         () = counted.info.kill.pulled() => {}
     }
+    // A stream is done once QUIC has taken its last bytes, not once the client has them:
+    // closing now would throw away what is still to be sent. The client closes when it
+    // has its answers (GOAWAY told it to go); it is given a little time to.
+    if linger {
+        let _ = within(Some(GOAWAY_LINGER), conn.closed()).await;
+    }
     drop(h3conn);
 }
+
+/// How long a connection that sent GOAWAY with answers still on their way waits for its
+/// client to close it.
+const GOAWAY_LINGER: Duration = Duration::from_secs(5);
 
 /// The listener's port, as the client reached it.
 fn local_port(w: &Worker, fe: usize, listener: usize) -> u16 {

@@ -1,0 +1,329 @@
+//! The UDP side of a worker's QUIC endpoint: the listener's socket, and a socket of its own
+//! for each established connection, bound to the listener's address and `connect()`ed to
+//! the client (HAProxy 2.7's `quic-socket-owner connection`).
+//!
+//! Why a socket per connection: the listener's socket is one of an address's SO_REUSEPORT
+//! group, whose members the kernel picks from by hashing a datagram's addresses. A process
+//! that replaces this one joins the group, and the hash (or its steering program) would
+//! send this process's clients to it. Once a group has a connected member, the kernel
+//! scores every socket for a datagram instead of taking the group's pick, and the member
+//! connected to the datagram's sender wins (Linux's `udp4_lib_lookup2`; the hash skips
+//! connected members): an established connection's datagrams reach its own socket, on this
+//! worker, whoever joins the group later. The listener then only carries handshakes.
+//!
+//! Invariants:
+//! - A connection's socket joins the group (so that the group counts a connected member)
+//!   behind a filter that drops everything until it is connected: between its `bind` and
+//!   its `connect`, the group's hash could hand it another client's datagrams.
+//! - A receive reads the connected sockets that are ready (an inner epoll set, registered
+//!   once with the worker's reactor, says which: a wake costs what is ready, not a poll of
+//!   every connection), then the listener. A send goes out of the destination's own socket,
+//!   or the listener's when it has none or it would block: both have the same address.
+//! - A connection's socket is closed when its connection ends ([`Owned`]).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use tokio::io::unix::AsyncFd;
+
+/// A worker endpoint's sockets.
+#[derive(Debug)]
+pub struct QuicSocket {
+    listener: Arc<dyn AsyncUdpSocket>,
+    /// The listener's socket itself (another descriptor of it), to retire it.
+    retired: std::net::UdpSocket,
+    local: SocketAddr,
+    /// Which of the listener and the connections' sockets is read first (they take turns,
+    /// so that neither starves the other).
+    listener_first: std::sync::atomic::AtomicBool,
+    conns: Mutex<Conns>,
+    /// Readiness of the connections' sockets (level-triggered).
+    ready: AsyncFd<OwnedFd>,
+}
+
+#[derive(Debug, Default)]
+struct Conns {
+    by_peer: HashMap<SocketAddr, Arc<Connected>>,
+    by_fd: HashMap<RawFd, Arc<Connected>>,
+}
+
+#[derive(Debug)]
+struct Connected {
+    socket: std::net::UdpSocket,
+    state: UdpSocketState,
+}
+
+/// A connection's own socket, closed when dropped.
+#[derive(Debug)]
+pub struct Owned {
+    owner: Arc<QuicSocket>,
+    peer: SocketAddr,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.owner.forget(self.peer);
+    }
+}
+
+fn lock(m: &Mutex<Conns>) -> std::sync::MutexGuard<'_, Conns> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl QuicSocket {
+    /// Wraps the listener's socket (bound, non-blocking), on the current worker's reactor.
+    pub fn new(listener: std::net::UdpSocket) -> io::Result<Arc<QuicSocket>> {
+        let local = listener.local_addr()?;
+        let retired = listener.try_clone()?;
+        let listener = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, listener)?;
+        // SAFETY: epoll_create1 takes no pointer; a negative result is an error, else a new
+        // descriptor this process owns alone.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the epoll descriptor moves into the AsyncFd, which keeps it open and
+        // unchanged until both are dropped together.
+        let ready =
+            unsafe { AsyncFd::register_with_interest(epoll, tokio::io::Interest::READABLE) }?;
+        Ok(Arc::new(QuicSocket {
+            listener,
+            retired,
+            local,
+            listener_first: Default::default(),
+            conns: Mutex::default(),
+            ready,
+        }))
+    }
+
+    /// Gives the connection from `peer` a socket of its own, until the returned guard is
+    /// dropped.
+    pub fn own(self: &Arc<Self>, peer: SocketAddr) -> io::Result<Owned> {
+        let socket = connected(self.local, peer)?;
+        let state = UdpSocketState::new((&socket).into())?;
+        let fd = socket.as_raw_fd();
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: both descriptors are open (the epoll set's and the socket's, owned by
+        // `self` and `socket`); `event` is a valid epoll_event the kernel copies.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.ready.get_ref().as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd,
+                &mut event,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let conn = Arc::new(Connected { socket, state });
+        let mut conns = lock(&self.conns);
+        conns.by_peer.insert(peer, conn.clone());
+        conns.by_fd.insert(fd, conn);
+        Ok(Owned {
+            owner: self.clone(),
+            peer,
+        })
+    }
+
+    /// Takes the listener out of the address's group at a soft stop, the connections
+    /// keeping their own sockets: connected to the listener's own address, it is no longer
+    /// one the kernel hands new clients to (a connected member is only ever given its
+    /// peer's datagrams, and no datagram comes from there), so a process that replaces this
+    /// one receives them all. (Its descriptors stay open: the endpoint still sends from it.)
+    pub fn retire(&self) -> io::Result<()> {
+        let away = match self.local {
+            a if !a.ip().is_unspecified() => a,
+            SocketAddr::V4(a) => SocketAddr::from(([127, 0, 0, 1], a.port())),
+            SocketAddr::V6(a) => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port())),
+        };
+        self.retired.connect(away)
+    }
+
+    fn forget(&self, peer: SocketAddr) {
+        let mut conns = lock(&self.conns);
+        let Some(conn) = conns.by_peer.remove(&peer) else {
+            return;
+        };
+        conns.by_fd.remove(&conn.socket.as_raw_fd());
+        // (Closing the socket takes it out of the epoll set.)
+    }
+
+    /// Reads what a ready connection socket has, if any.
+    fn poll_connected(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = match self.ready.poll_read_ready(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+            // SAFETY: the epoll descriptor is open; `events` has room for the 16 entries
+            // the call may write; a zero timeout never blocks.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.ready.get_ref().as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    0,
+                )
+            };
+            if n <= 0 {
+                guard.clear_ready();
+                continue;
+            }
+            for event in &events[..n as usize] {
+                let fd = event.u64 as RawFd;
+                let Some(conn) = lock(&self.conns).by_fd.get(&fd).cloned() else {
+                    continue;
+                };
+                // An error (an ICMP unreachable, reported on a connected socket) is the
+                // client's connection's business, not the endpoint's: skipped.
+                if let Ok(n) = conn.state.recv((&conn.socket).into(), bufs, meta) {
+                    return Poll::Ready(Ok(n));
+                }
+            }
+        }
+    }
+}
+
+impl AsyncUdpSocket for QuicSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        // Sends that would block on a connection's socket go out of the listener's.
+        self.listener.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        let own = lock(&self.conns)
+            .by_peer
+            .get(&transmit.destination)
+            .cloned();
+        if let Some(conn) = own {
+            match conn.state.send((&conn.socket).into(), transmit) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                sent => return sent,
+            }
+        }
+        self.listener.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let listener_first = !self.listener_first.fetch_xor(true, Relaxed);
+        if listener_first {
+            if let Poll::Ready(got) = self.listener.poll_recv(cx, bufs, meta) {
+                return Poll::Ready(got);
+            }
+        }
+        if let Poll::Ready(got) = self.poll_connected(cx, bufs, meta) {
+            return Poll::Ready(got);
+        }
+        match listener_first {
+            true => Poll::Pending,
+            false => self.listener.poll_recv(cx, bufs, meta),
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.listener.may_fragment()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.listener.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.listener.max_receive_segments()
+    }
+}
+
+/// A socket bound to `local` (beside the listener, in its SO_REUSEPORT group) and
+/// connected to `peer`, non-blocking; it drops what it receives until it is connected.
+fn connected(local: SocketAddr, peer: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(local),
+        socket2::Type::DGRAM,
+        None,
+    )?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    if local.is_ipv6() {
+        sock.set_only_v6(false)?;
+    }
+    drop_all(&sock, true)?;
+    sock.bind(&local.into())?;
+    sock.connect(&peer.into())?;
+    drop_all(&sock, false)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// Attaches (or detaches) a socket filter that drops every datagram.
+fn drop_all(sock: &socket2::Socket, on: bool) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let rc = if on {
+        let mut program = [libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        let fprog = libc::sock_fprog {
+            len: 1,
+            filter: program.as_mut_ptr(),
+        };
+        // SAFETY: `fprog` points at `program`, both valid until the call returns; the
+        // kernel copies them.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&fprog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        }
+    } else {
+        let zero: libc::c_int = 0;
+        // SAFETY: the option's value is the int given, read by the call only.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_DETACH_FILTER,
+                (&zero as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
