@@ -11,10 +11,13 @@
 //! Each worker has its own UDP socket in the address's SO_REUSEPORT group and its own
 //! `quinn` endpoint on it (no dispatch between workers: the kernel hashes a client's
 //! addresses to one socket, so a connection lives on the worker that received its first
-//! packet, as a TCP connection does once accepted). A client that changes its address may
-//! be hashed to another worker, which does not know the connection: it is answered with a
-//! stateless reset, whose key every worker shares when `cluster-secret` is set, and the
-//! client reconnects. Connections are not migrated between workers.
+//! packet, as a TCP connection does once accepted). Once its handshake is done, a
+//! connection has a socket of its own, connected to its client
+//! (`transport::quic_socket`), so that a process replacing this one (a reload) does not
+//! receive its datagrams. A client that changes its address may be hashed to another
+//! worker, which does not know the connection: it is answered with a stateless reset,
+//! whose key every worker shares when `cluster-secret` is set, and the client reconnects.
+//! Connections are not migrated between workers.
 //!
 //! Invariants:
 //! - 0-RTT is refused (a replayed request could repeat an effect).
@@ -24,8 +27,10 @@
 //! - A connection counts under `maxconn` as a TCP one does, from its first packet to its
 //!   close; what it may hold is bounded by its streams' budget and its send window
 //!   (`tune.quic.frontend.conn-tx-buffers.limit` buffers each).
-//! - At a soft stop the endpoint takes no new connection; each connection sends GOAWAY
-//!   and closes once its streams are done.
+//! - At a soft stop the endpoint takes no new connection and its listener leaves the
+//!   address's group; each connection sends GOAWAY and closes once its streams are done
+//!   and its client has closed (or 5 s after), so that nothing QUIC still had to send is
+//!   thrown away.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
