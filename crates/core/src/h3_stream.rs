@@ -216,9 +216,9 @@ impl H3Stream {
 
     /// Waits for the first of the request body (some data, or its end) and tells whether
     /// the request has one: HTTP/3 says so only by the stream's end, where HTTP/2's
-    /// HEADERS carry a flag. Returns what was read, and whether the body ended (or the
-    /// stream was reset) without data.
-    pub async fn first_data(recv: &mut RecvHalf) -> (Vec<u8>, bool) {
+    /// HEADERS carry a flag. Returns what was read, and whether the body ended without
+    /// data; `None` when the client reset the stream (the request is not served).
+    pub async fn first_data(recv: &mut RecvHalf) -> Option<(Vec<u8>, bool)> {
         match recv.recv_data().await {
             Ok(Some(mut data)) => {
                 let mut first = Vec::with_capacity(data.remaining());
@@ -228,15 +228,15 @@ impl H3Stream {
                     let n = chunk.len();
                     data.advance(n);
                 }
-                (first, false)
+                Some((first, false))
             }
             Ok(None) => {
                 // Trailers alone, without data, are kept with nothing to read: rare enough
                 // to read them here and give them up.
-                let _ = recv.recv_trailers().await;
-                (Vec::new(), true)
+                recv.recv_trailers().await.ok()?;
+                Some((Vec::new(), true))
             }
-            Err(_) => (Vec::new(), true),
+            Err(_) => None,
         }
     }
 

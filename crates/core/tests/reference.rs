@@ -30,8 +30,8 @@ fn sections(scope: Scope) -> String {
     out.join(", ")
 }
 
-/// A table cell: pipes escaped, the keyword's own name left off its meaning when the
-/// meaning starts by showing its syntax (`name ARGS: ...`).
+/// A table cell: its pipes escaped (a meaning often starts with the keyword's syntax,
+/// `name ARGS: ...`, which stays).
 fn cell(s: &str) -> String {
     s.replace('|', "\\|")
 }

@@ -249,7 +249,7 @@ fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
         &format!(" server o {}\n", origin.addr),
         &format!(
             " stats socket {} level admin\n tune.quic.frontend.conn-tx-buffers.limit 8\n\
-             tune.quic.frontend.max-idle-timeout 2s\n",
+             tune.quic.frontend.max-idle-timeout 5s\n",
             sock.display()
         ),
     );

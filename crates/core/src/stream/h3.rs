@@ -245,7 +245,8 @@ pub async fn serve_endpoint(
             }
             continue;
         }
-        let held = (half_open.clone(), sockets.clone());
+        // Counted now, not when its task runs: a burst of new clients must see each other.
+        let held = (HalfOpen::new(half_open.clone()), sockets.clone());
         let task = serve_connection(w.clone(), incoming, (fe, listener), held);
         tokio::task::spawn_local(crate::clock::Ticking::new(task));
     }
@@ -294,10 +295,9 @@ async fn serve_connection(
     w: Rc<Worker>,
     incoming: quinn::Incoming,
     (fe, listener): (usize, usize),
-    (half_open, sockets): (Rc<Cell<u32>>, Arc<QuicSocket>),
+    (half_open, sockets): (HalfOpen, Arc<QuicSocket>),
 ) {
     let peer = incoming.remote_address();
-    let half_open = HalfOpen::new(half_open);
     w.ctx()
         .starting
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -319,7 +319,7 @@ async fn serve_connection(
     drop(half_open);
     // The connection's own socket from now on (see `transport::quic_socket`); without one
     // (out of descriptors), its datagrams keep coming through the listener.
-    let _own = sockets.own(peer).ok();
+    let _own = sockets.own(peer, conn.local_ip()).ok();
     let counters = fe_state.counters.at(w.tid);
     counters.tls_handshakes.bump();
     w.ctx().counters.tls_sessions.bump();
@@ -460,8 +460,9 @@ async fn serve_stream(
         _ if connect => (Vec::new(), false),
         Some(v) if v.as_bytes() != b"0" => (Vec::new(), false),
         _ => match within(limit, H3Stream::first_data(&mut recv)).await {
-            Ok(got) => got,
-            Err(()) => return,
+            Ok(Some(got)) => got,
+            // Reset by the client, or nothing within the request's time.
+            Ok(None) | Err(()) => return,
         },
     };
     let mut end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(open));

@@ -895,8 +895,8 @@ fn lower_name<'a>(name: &'a [u8], buf: &'a mut [u8; 64]) -> &'a [u8] {
 
 pub(crate) use sluice_http::push_header;
 
-/// Sends the response head to an HTTP/2 client's stream (no text), its body to follow as
-/// `framing` says.
+/// Sends the response head to a client's HTTP/2 or HTTP/3 stream (no text), its body to
+/// follow as `framing` says.
 pub(super) fn send_stream_head(
     stream: &crate::transport::Mux,
     view: &ResponseView<'_>,
@@ -917,7 +917,7 @@ pub(super) fn send_stream_head(
         stream.abort();
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            "a response field HTTP/2 cannot carry",
+            "a response field HTTP/2 and HTTP/3 cannot carry",
         ));
     };
     stream.send_response(res, framing)

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -65,11 +65,12 @@ struct Connected {
 pub struct Owned {
     owner: Arc<QuicSocket>,
     peer: SocketAddr,
+    fd: RawFd,
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        self.owner.forget(self.peer);
+        self.owner.forget(self.peer, self.fd);
     }
 }
 
@@ -105,10 +106,15 @@ impl QuicSocket {
         }))
     }
 
-    /// Gives the connection from `peer` a socket of its own, until the returned guard is
-    /// dropped.
-    pub fn own(self: &Arc<Self>, peer: SocketAddr) -> io::Result<Owned> {
-        let socket = connected(self.local, peer)?;
+    /// Gives the connection from `peer`, which reached `local_ip`, a socket of its own
+    /// until the returned guard is dropped. (On a wildcard listener the socket is bound to
+    /// the address the client used, which its datagrams are matched on.)
+    pub fn own(self: &Arc<Self>, peer: SocketAddr, local_ip: Option<IpAddr>) -> io::Result<Owned> {
+        let local = match local_ip {
+            Some(ip) if self.local.ip().is_unspecified() => SocketAddr::new(ip, self.local.port()),
+            _ => self.local,
+        };
+        let socket = connected(local, peer)?;
         let state = UdpSocketState::new((&socket).into())?;
         let fd = socket.as_raw_fd();
         let mut event = libc::epoll_event {
@@ -135,6 +141,7 @@ impl QuicSocket {
         Ok(Owned {
             owner: self.clone(),
             peer,
+            fd,
         })
     }
 
@@ -152,13 +159,19 @@ impl QuicSocket {
         self.retired.connect(away)
     }
 
-    fn forget(&self, peer: SocketAddr) {
+    /// A connection's socket goes (by its descriptor: two connections from one client
+    /// address may overlap, the later one's socket then being the address's).
+    fn forget(&self, peer: SocketAddr, fd: RawFd) {
         let mut conns = lock(&self.conns);
-        let Some(conn) = conns.by_peer.remove(&peer) else {
-            return;
-        };
-        conns.by_fd.remove(&conn.socket.as_raw_fd());
+        if conns
+            .by_peer
+            .get(&peer)
+            .is_some_and(|c| c.socket.as_raw_fd() == fd)
+        {
+            conns.by_peer.remove(&peer);
+        }
         // (Closing the socket takes it out of the epoll set.)
+        conns.by_fd.remove(&fd);
     }
 
     /// Reads what a ready connection socket has, if any.

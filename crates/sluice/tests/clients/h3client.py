@@ -10,7 +10,7 @@ the requests (a JSON list) go over one QUIC connection, all at once unless
 client then ignores every datagram it receives (it neither reads nor acknowledges) until
 it is killed. Each request is {"method", "path", "headers": [[name, value]...],
 "body": text, "body_size": N (that many 'x' bytes instead), "trailers": [...],
-"read": false (never read the response: the stream's flow control closes)}.
+"rebind": true (the client moves to a new local port first)}.
 Each result is {"status", "headers", "body" (text, or its size and a sample when
 large), "body_size", "trailers", "reset" (the server reset the stream)}.
 """
