@@ -11,8 +11,9 @@
 //! each write sends its data at once. The `h3` crate sends only from `async` calls while
 //! the session's head writers and the end of a body are synchronous calls, so a head or an
 //! end (trailers, FIN) is polled once on the spot, which sends it whenever QUIC takes it
-//! into its buffer (nearly always); if not, it is finished before the next write, or from a
-//! task of its own when the stream is dropped.
+//! into its buffer (nearly always); if not, a task finishes it ([`drive`]). A send under
+//! way owns the sending half ([`Wire`]); a write that is cancelled (a timeout around it)
+//! leaves it under way, finished by the next write or by that task.
 //!
 //! Invariants:
 //! - What a connection holds for its client is bounded: each stream has at most one write
@@ -26,9 +27,12 @@
 //!   (H3_REQUEST_CANCELLED), as is one whose response head never came.
 //! - A CONNECT's stream ([`H3Stream::tunnel`]) carries its tunnel's bytes as DATA both
 //!   ways once a 2xx answered it.
-//! - All calls come from one task, on the worker that owns the QUIC connection; no lock,
-//!   no borrow held across an await (the sending half is taken out of its cell while a
-//!   send holds it).
+//! - A send is never dropped before it is done: the sending half dropped in the middle of
+//!   a frame would end the stream as if complete (a truncated frame is a connection
+//!   error). Data counts in its connection's budget until it is sent, however its write
+//!   ends.
+//! - All calls come from one task, on the worker that owns the QUIC connection, and the
+//!   task that may finish its sends; no lock, no borrow held across an await.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -91,6 +95,13 @@ impl Budget {
 
     /// Waits until `n` more bytes fit.
     async fn room_for(&self, n: usize) {
+        /// Counted among the waiters while it waits, whether it ends or is cancelled.
+        struct Waiting<'a>(&'a Cell<usize>);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
         while !self.fits(n) {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -99,9 +110,32 @@ impl Budget {
                 return;
             }
             self.waiting.set(self.waiting.get() + 1);
+            let _waiting = Waiting(&self.waiting);
             room.await;
-            self.waiting.set(self.waiting.get() - 1);
         }
+    }
+}
+
+/// Bytes counted in a connection's budget until dropped (with the send that carries them,
+/// however it ends).
+struct Held {
+    budget: Rc<Budget>,
+    n: usize,
+}
+
+impl Held {
+    fn take(budget: &Rc<Budget>, n: usize) -> Held {
+        budget.take(n);
+        Held {
+            budget: budget.clone(),
+            n,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.give(self.n);
     }
 }
 
@@ -109,8 +143,6 @@ impl Budget {
 pub struct H3Stream {
     recv: RefCell<Recv>,
     send: Send,
-    /// Kept until the stream's end has been sent (see `Drop`).
-    hold: Cell<Option<Box<dyn std::any::Any>>>,
     /// A CONNECT: a 2xx opens a tunnel whose bytes cross as DATA until either side ends.
     tunnel: bool,
 }
@@ -128,46 +160,60 @@ struct Recv {
     gone: bool,
 }
 
-/// What is left to send once the session is done with the stream (its end: trailers,
-/// FIN, or a reset), in order.
-#[derive(Debug)]
+/// What goes out on a stream, in order.
 enum Op {
     Head(http::Response<()>),
+    /// Data, counted in the connection's budget until it is sent.
+    Data(Bytes, Held),
     Trailers(http::HeaderMap),
     Finish,
 }
 
-/// A send that did not complete when first tried (QUIC's buffer was full): it holds the
-/// sending half until it is done.
+/// A send under way: it holds the sending half until it is done.
 type InFlight = Pin<Box<dyn Future<Output = (SendHalf, io::Result<()>)>>>;
 
-struct Send {
-    /// The `h3` crate's sending half; `None` while a send holds it, or once the message
-    /// has ended on the wire.
+/// The stream's sending side as the wire sees it, shared with the task that finishes a
+/// send nobody waits for ([`drive`]).
+struct Wire {
+    /// The `h3` crate's sending half, when no send holds it (`None` too once the message
+    /// has ended on the wire, or failed).
     half: Cell<Option<SendHalf>>,
-    /// The send holding the half, if one did not complete at once.
+    /// The send holding the half. Never dropped before it is done: the half dropped in the
+    /// middle of a frame would end the stream as if it were complete.
     in_flight: Cell<Option<InFlight>>,
+    /// What is to go after the send under way.
+    ops: RefCell<VecDeque<Op>>,
+    /// A task is finishing the send under way and what is queued after it.
+    driven: Cell<bool>,
+    /// The stream is to be reset once the send under way is done.
+    reset_after: Cell<bool>,
+    /// A send failed (the client stopped the stream, or its connection went away).
+    failed: Cell<bool>,
+    /// Signalled when the task finishing the sends is done.
+    done: tokio::sync::Notify,
+    /// DATA bytes sent so far (read while a write is under way: shared).
+    sent: Rc<Cell<u64>>,
+    /// Kept until the stream's end has been sent.
+    hold: Cell<Option<Box<dyn std::any::Any>>>,
+}
+
+struct Send {
+    wire: Rc<Wire>,
     state: RefCell<SendState>,
     /// The connection's budget, which data handed to QUIC and not taken yet counts in.
     budget: Rc<Budget>,
-    /// DATA bytes sent so far (read while a write is under way: shared).
-    sent: Rc<Cell<u64>>,
     /// The connection, whose close ends what waits for the client ([`H3Stream::closed`]).
     conn: quinn::Connection,
 }
 
 #[derive(Debug, Default)]
 struct SendState {
-    /// What is to go before the next data, or at the end.
-    ops: VecDeque<Op>,
     /// The response head has been given, and the body it announced.
     head: Option<Framing>,
     /// Bytes still owed by a body of known length.
     remaining: u64,
     /// The message's end is queued (or the stream reset): nothing more is taken.
     closed: bool,
-    /// A send failed (the client stopped the stream, or its connection went away).
-    failed: bool,
 }
 
 fn broken() -> io::Error {
@@ -196,14 +242,21 @@ impl H3Stream {
                 gone: false,
             }),
             send: Send {
-                half: Cell::new(Some(send)),
-                in_flight: Cell::new(None),
+                wire: Rc::new(Wire {
+                    half: Cell::new(Some(send)),
+                    in_flight: Cell::new(None),
+                    ops: RefCell::default(),
+                    driven: Cell::new(false),
+                    reset_after: Cell::new(false),
+                    failed: Cell::new(false),
+                    done: tokio::sync::Notify::new(),
+                    sent: Rc::default(),
+                    hold: Cell::new(Some(hold)),
+                }),
                 state: RefCell::default(),
                 budget,
-                sent: Rc::default(),
                 conn,
             },
-            hold: Cell::new(Some(hold)),
             tunnel: false,
         }
     }
@@ -288,15 +341,15 @@ impl H3Stream {
     /// Resolves once the client is known to be gone: a send to it failed, or its
     /// connection closed.
     pub async fn closed(&self) {
-        if !self.send.state.borrow().failed {
+        if !self.send.wire.failed.get() {
             self.send.conn.closed().await;
         }
     }
 
     /// Gives the response head as the transaction made it; its body follows with
     /// [`Self::write_all`], delimited as `framing` says (a body the stream delimits ends
-    /// with [`Self::end_body`]). The head leaves with the first data, or when the stream
-    /// is dropped. Fails once the stream is gone, or if a head was given.
+    /// with [`Self::end_body`]). The head leaves at once ([`Wire::start`]). Fails once the
+    /// stream is gone, or if a head was given.
     pub fn send_response(&self, mut res: http::Response<()>, framing: Framing) -> io::Result<()> {
         let framing = if self.tunnel && res.status().is_success() {
             // (RFC 9110 §9.3.6: a CONNECT's 2xx has no content.)
@@ -305,8 +358,9 @@ impl H3Stream {
         } else {
             framing
         };
+        let wire = &self.send.wire;
         let mut st = self.send.state.borrow_mut();
-        if st.failed || st.closed {
+        if wire.failed.get() || st.closed {
             return Err(broken());
         }
         if st.head.is_some() {
@@ -315,144 +369,74 @@ impl H3Stream {
                 "a response head sent twice",
             ));
         }
-        st.ops.push_back(Op::Head(res));
         st.head = Some(framing);
+        let mut ops = wire.ops.borrow_mut();
+        ops.push_back(Op::Head(res));
         match framing {
             Framing::Length(0) | Framing::None => {
-                st.ops.push_back(Op::Finish);
+                ops.push_back(Op::Finish);
                 st.closed = true;
             }
             Framing::Length(n) => st.remaining = n,
             _ => {}
         }
-        drop(st);
-        self.push();
+        drop((ops, st));
+        wire.start();
         Ok(())
     }
 
-    /// Starts sending what is queued (a head, an end) at once, as the session's head
-    /// writers and the end of a body are synchronous: it usually completes on the spot,
-    /// QUIC taking it into its buffer; if not, it is finished before the next write, or
-    /// from a task of its own when the stream is dropped. (A head never waits for the
-    /// body: a tunnel's answer, or a response whose server is slow to send its body,
-    /// reaches the client at once.)
-    fn push(&self) {
-        let ops = std::mem::take(&mut self.send.state.borrow_mut().ops);
-        if ops.is_empty() {
-            return;
-        }
-        let Some(half) = self.send.half.take() else {
-            // A send is under way: these go after it.
-            let mut st = self.send.state.borrow_mut();
-            for op in ops.into_iter().rev() {
-                st.ops.push_front(op);
-            }
-            return;
-        };
-        let mut sending: InFlight = Box::pin(send_all(half, ops));
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match sending.as_mut().poll(&mut cx) {
-            Poll::Ready((half, sent)) => self.settled(half, sent),
-            Poll::Pending => self.send.in_flight.set(Some(sending)),
-        }
-    }
-
-    /// A send is done: the half is back, or the stream failed.
-    fn settled(&self, half: SendHalf, sent: io::Result<()>) {
-        match sent {
-            Ok(()) => self.send.half.set(Some(half)),
-            Err(_) => self.send.state.borrow_mut().failed = true,
-        }
-    }
-
-    /// Waits for a send under way, if any.
-    async fn settle(&self) {
-        if let Some(sending) = self.send.in_flight.take() {
-            let (half, sent) = sending.await;
-            self.settled(half, sent);
-        }
-    }
-
-    /// Sends the next bytes of the response body (the head first, if it has not left),
-    /// once the connection's budget has room; a body of known length ends with its last
-    /// byte.
+    /// Sends the next bytes of the response body once the connection's budget has room; a
+    /// body of known length ends with its last byte. Cancelled, the send goes on: it is
+    /// finished by the next write, or when the stream is dropped.
     pub async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
-        let budget = &self.send.budget;
+        let (wire, budget) = (&self.send.wire, &self.send.budget);
         budget.room_for(bytes.len()).await;
+        if self.send.state.borrow().head.is_none() {
+            return Err(broken());
+        }
+        wire.settle().await?;
         {
-            let st = self.send.state.borrow();
-            if st.failed || st.closed || st.head.is_none() {
+            let mut st = self.send.state.borrow_mut();
+            if st.closed {
                 return Err(broken());
             }
-        }
-        self.settle().await;
-        let Some(mut half) = self.send.half.take() else {
-            return Err(broken());
-        };
-        budget.take(bytes.len());
-        let sent = self.send_data(&mut half, bytes).await;
-        budget.give(bytes.len());
-        match sent {
-            Ok(()) => {
-                self.send.half.set(Some(half));
-                Ok(())
-            }
-            Err(e) => {
-                self.send.state.borrow_mut().failed = true;
-                Err(e)
+            let held = Held::take(budget, bytes.len());
+            let mut ops = wire.ops.borrow_mut();
+            ops.push_back(Op::Data(Bytes::copy_from_slice(bytes), held));
+            if matches!(st.head, Some(Framing::Length(_))) {
+                st.remaining = st.remaining.saturating_sub(bytes.len() as u64);
+                if st.remaining == 0 {
+                    ops.push_back(Op::Finish);
+                    st.closed = true;
+                }
             }
         }
+        wire.begin()?;
+        wire.settle().await
     }
 
-    /// What [`Self::write_all`] sends, with `half` taken: what is queued before the data,
-    /// the data, and the end if the data completes the body.
-    async fn send_data(&self, half: &mut SendHalf, bytes: &[u8]) -> io::Result<()> {
-        let before = std::mem::take(&mut self.send.state.borrow_mut().ops);
-        for op in before {
-            send(half, op).await?;
-        }
-        half.send_data(Bytes::copy_from_slice(bytes))
-            .await
-            .map_err(|_| broken())?;
-        self.send
-            .sent
-            .set(self.send.sent.get() + bytes.len() as u64);
-        let complete = {
-            let mut st = self.send.state.borrow_mut();
-            let counted = matches!(st.head, Some(Framing::Length(_)));
-            st.remaining = st.remaining.saturating_sub(bytes.len() as u64);
-            let complete = counted && st.remaining == 0;
-            st.closed |= complete;
-            complete
-        };
-        if complete {
-            send(half, Op::Finish).await?;
-        }
-        Ok(())
-    }
-
-    /// Ends a body the stream delimits: with `trailers`, else with the stream's FIN (sent
-    /// when the stream is dropped).
+    /// Ends a body the stream delimits: with `trailers`, else with the stream's FIN.
     pub fn end_body(&self, trailers: Option<http::HeaderMap>) {
         let mut st = self.send.state.borrow_mut();
         if st.closed || st.head.is_none() {
             return;
         }
+        let mut ops = self.send.wire.ops.borrow_mut();
         if let Some(t) = trailers {
-            st.ops.push_back(Op::Trailers(t));
+            ops.push_back(Op::Trailers(t));
         }
-        st.ops.push_back(Op::Finish);
+        ops.push_back(Op::Finish);
         st.closed = true;
-        drop(st);
-        self.push();
+        drop((ops, st));
+        self.send.wire.start();
     }
 
     /// A reading of the DATA bytes sent so far.
     pub fn sent_counter(&self) -> impl Fn() -> u64 + 'static {
-        let sent = self.send.sent.clone();
+        let sent = self.send.wire.sent.clone();
         move || sent.get()
     }
 
@@ -469,23 +453,23 @@ impl H3Stream {
         }
     }
 
-    /// Ends the stream at once, with a reset if its message was not complete.
+    /// Ends the stream at once, with a reset if its message was not complete (after the
+    /// send under way, if any: its half is not dropped in the middle of a frame).
     pub fn abort(&self) {
         let mut st = self.send.state.borrow_mut();
         if st.closed {
             return;
         }
         st.closed = true;
-        st.ops.clear();
-        if let Some(mut half) = self.send.half.take() {
-            half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
-        }
-        if let Some(sending) = self.send.in_flight.take() {
-            // (Dropped, the half would end the stream as if complete.)
-            tokio::task::spawn_local(async move {
-                let (mut half, _) = sending.await;
-                half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
-            });
+        let wire = &self.send.wire;
+        // (What was queued goes with the reset; its data's budget is given back.)
+        wire.ops.borrow_mut().clear();
+        match wire.half.take() {
+            Some(mut half) => half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED),
+            None => {
+                wire.reset_after.set(true);
+                wire.drive();
+            }
         }
         if let Some(body) = self.recv.borrow_mut().body.as_mut() {
             body.stop_sending(h3::error::Code::H3_REQUEST_CANCELLED);
@@ -501,42 +485,173 @@ impl std::fmt::Debug for H3Stream {
 
 impl Drop for H3Stream {
     fn drop(&mut self) {
-        // A message left incomplete is reset; what a complete one has left to send (its
-        // head when it has no body, its trailers, its FIN) goes from a task of its own.
+        // A message left incomplete is reset; what a complete one has left to send (an
+        // end, or a send a cancelled write left) goes from a task of its own, which keeps
+        // the stream counted by its connection until then.
         self.abort();
-        let Some(sending) = self.send.in_flight.take() else {
-            return;
-        };
-        let ops = std::mem::take(&mut self.send.state.borrow_mut().ops);
-        let hold = self.hold.take();
-        tokio::task::spawn_local(async move {
-            let (half, sent) = sending.await;
-            if sent.is_ok() {
-                let _ = send_all(half, ops).await;
-            }
-            drop(hold);
-        });
+        let wire = &self.send.wire;
+        if wire.busy() {
+            wire.drive();
+        }
     }
+}
+
+impl Wire {
+    /// Starts sending what is queued, from a synchronous call (a head, an end): polled
+    /// once on the spot, it usually completes there, QUIC taking it into its buffer; if
+    /// not, a task finishes it ([`drive`]), so that it never waits for a write that may
+    /// not come (a tunnel's answer, the head of a body its server is slow to send).
+    fn start(self: &Rc<Self>) {
+        if self.driven.get() {
+            return;
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // (A send a cancelled write left may be under way: what is queued goes after it.)
+        loop {
+            if self.begin().is_err() {
+                return;
+            }
+            match self.poll_in_flight(&mut cx) {
+                Poll::Pending => return self.drive(),
+                Poll::Ready(Err(_)) => return,
+                Poll::Ready(Ok(())) if self.ops.borrow().is_empty() => return,
+                Poll::Ready(Ok(())) => {}
+            }
+        }
+    }
+
+    /// Whether a send is under way or queued.
+    fn busy(&self) -> bool {
+        let sending = self.in_flight.take();
+        let busy = sending.is_some();
+        self.in_flight.set(sending);
+        busy || !self.ops.borrow().is_empty()
+    }
+
+    /// Makes what is queued the send under way, unless one is already (it goes after).
+    fn begin(&self) -> io::Result<()> {
+        if self.failed.get() {
+            self.ops.borrow_mut().clear();
+            return Err(broken());
+        }
+        let ops = std::mem::take(&mut *self.ops.borrow_mut());
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let held = self.in_flight.take();
+        if held.is_some() {
+            self.in_flight.set(held);
+            self.ops.borrow_mut().extend(ops);
+            return Ok(());
+        }
+        let Some(half) = self.half.take() else {
+            return Err(broken());
+        };
+        let sent = self.sent.clone();
+        self.in_flight
+            .set(Some(Box::pin(send_all(half, ops, sent))));
+        Ok(())
+    }
+
+    /// Polls the send under way in place; ready (with how it went) once there is none.
+    fn poll_in_flight(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(mut sending) = self.in_flight.take() else {
+            return Poll::Ready(if self.failed.get() {
+                Err(broken())
+            } else {
+                Ok(())
+            });
+        };
+        match sending.as_mut().poll(cx) {
+            Poll::Pending => {
+                self.in_flight.set(Some(sending));
+                Poll::Pending
+            }
+            Poll::Ready((half, Ok(()))) => {
+                self.half.set(Some(half));
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready((_, Err(e))) => {
+                self.failed.set(true);
+                self.ops.borrow_mut().clear();
+                Poll::Ready(Err(e))
+            }
+        }
+    }
+
+    /// Waits until no send is under way (finished here, or by its task).
+    async fn settle(&self) -> io::Result<()> {
+        loop {
+            if !self.driven.get() {
+                return std::future::poll_fn(|cx| self.poll_in_flight(cx)).await;
+            }
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.driven.get() {
+                done.await;
+            }
+        }
+    }
+
+    /// Has a task finish the send under way and what is queued, unless one does.
+    fn drive(self: &Rc<Self>) {
+        if !self.driven.replace(true) {
+            tokio::task::spawn_local(drive(self.clone()));
+        }
+    }
+}
+
+/// Finishes the sends of a stream nobody waits for: the one under way, then what is
+/// queued, then the reset if one was asked for; the stream's hold goes last.
+async fn drive(wire: Rc<Wire>) {
+    loop {
+        if std::future::poll_fn(|cx| wire.poll_in_flight(cx))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        if wire.ops.borrow().is_empty() || wire.begin().is_err() {
+            break;
+        }
+    }
+    if wire.reset_after.get() {
+        if let Some(mut half) = wire.half.take() {
+            half.stop_stream(h3::error::Code::H3_REQUEST_CANCELLED);
+        }
+    }
+    wire.driven.set(false);
+    wire.done.notify_waiters();
+    drop(wire.hold.take());
 }
 
 /// Sends `ops` in order, giving the half back with how it went.
-async fn send_all(mut half: SendHalf, ops: VecDeque<Op>) -> (SendHalf, io::Result<()>) {
+async fn send_all(
+    mut half: SendHalf,
+    ops: VecDeque<Op>,
+    sent: Rc<Cell<u64>>,
+) -> (SendHalf, io::Result<()>) {
     for op in ops {
-        if let Err(e) = send(&mut half, op).await {
-            return (half, Err(e));
+        let done = match op {
+            Op::Head(res) => half.send_response(res).await,
+            Op::Data(data, held) => {
+                let n = data.len() as u64;
+                let r = half.send_data(data).await;
+                drop(held);
+                if r.is_ok() {
+                    sent.set(sent.get() + n);
+                }
+                r
+            }
+            Op::Trailers(t) => half.send_trailers(t).await,
+            Op::Finish => half.finish().await,
+        };
+        if done.is_err() {
+            return (half, Err(broken()));
         }
     }
     (half, Ok(()))
-}
-
-/// Sends one of the stream's operations.
-async fn send(half: &mut SendHalf, op: Op) -> io::Result<()> {
-    let sent = match op {
-        Op::Head(res) => half.send_response(res).await,
-        Op::Trailers(t) => half.send_trailers(t).await,
-        Op::Finish => half.finish().await,
-    };
-    sent.map_err(|_| broken())
 }
 
 impl Recv {
