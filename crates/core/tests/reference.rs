@@ -185,3 +185,98 @@ fn every_fetch_and_converter_has_its_line() {
         "docs/configuration.md has no row for: {missing:?}"
     );
 }
+
+/// The rows of a section of the reference (from its `## TITLE` to the next `## `): the
+/// names of the keywords they list, without their arguments.
+fn rows_of(doc: &str, title: &str) -> Vec<String> {
+    let start = doc
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("section {title}"));
+    let rest = &doc[start + 4..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    rest[..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(|name| {
+            name.split(['(', ' '])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// And the other way: every fetch and converter the reference lists is one the parser
+/// knows (a family written with a star stands for the names it starts).
+#[test]
+fn every_fetch_and_converter_listed_exists() {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/conf/sample_parse.rs"
+    ))
+    .unwrap();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .unwrap();
+    for (title, function) in [
+        ("Sample fetches", "parse_fetch"),
+        ("Converters", "parse_conv"),
+    ] {
+        let known = matched_names(&source, function);
+        for name in rows_of(&doc, title) {
+            let family = name.strip_suffix('*');
+            let found = match family {
+                Some(prefix) => {
+                    source.contains(&format!("\"{prefix}"))
+                        || source.contains(&format!("strip_prefix(\"{prefix}"))
+                }
+                None => known.contains(&name),
+            };
+            assert!(
+                found,
+                "{title}: `{name}` is listed but the parser does not know it"
+            );
+        }
+    }
+}
+
+/// Every relative link of the README and of the pages under docs/ leads to a file that
+/// exists.
+#[test]
+fn links_between_the_docs_resolve() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let mut pages = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (i, _) in text.match_indices("](") {
+            let target = text[i + 2..].split(')').next().unwrap_or_default();
+            let file = target.split('#').next().unwrap_or_default();
+            // (Not a link: code that happens to hold `](`, such as `map(FILE[,DEFAULT])`.)
+            let code = file.contains(['[', ',', ' ', '*', '|', '`']);
+            if file.is_empty() || code || file.contains("://") || file.starts_with("mailto:") {
+                continue;
+            }
+            let resolved = page.parent().unwrap().join(file);
+            if !resolved.exists() {
+                broken.push(format!("{}: {target}", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing: {broken:?}");
+    assert!(pages.len() >= 5, "pages read: {pages:?}");
+}
