@@ -152,20 +152,23 @@ fn matched_names(source: &str, function: &str) -> Vec<String> {
     names
 }
 
+/// The sample parser's source and the reference's text.
+fn parser_and_reference() -> (String, String) {
+    let read = |path: &str| {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+        std::fs::read_to_string(format!("{root}{path}")).unwrap()
+    };
+    (
+        read("src/conf/sample_parse.rs"),
+        read("../../docs/configuration.md"),
+    )
+}
+
 /// Every sample fetch and converter the parser knows has its row in the reference (as
 /// `` `name` `` or `` `name(ARGS)` ``).
 #[test]
 fn every_fetch_and_converter_has_its_line() {
-    let source = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/conf/sample_parse.rs"
-    ))
-    .unwrap();
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/configuration.md"
-    ))
-    .unwrap();
+    let (source, doc) = parser_and_reference();
     let mut missing = Vec::new();
     for function in ["parse_fetch", "parse_conv"] {
         let names = matched_names(&source, function);
@@ -211,16 +214,7 @@ fn rows_of(doc: &str, title: &str) -> Vec<String> {
 /// knows (a family written with a star stands for the names it starts).
 #[test]
 fn every_fetch_and_converter_listed_exists() {
-    let source = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/conf/sample_parse.rs"
-    ))
-    .unwrap();
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/configuration.md"
-    ))
-    .unwrap();
+    let (source, doc) = parser_and_reference();
     for (title, function) in [
         ("Sample fetches", "parse_fetch"),
         ("Converters", "parse_conv"),

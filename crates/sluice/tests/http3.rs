@@ -458,19 +458,14 @@ fn alt_svc_leads_a_tls_client_to_http3() {
 #[test]
 fn a_reload_keeps_the_quic_connections_under_way() {
     const BODY: usize = 3 << 20;
-    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gate = release.clone();
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
     let origin = Origin::with_handler(
         "o",
         Arc::new(move |r: &Received| {
             if r.target == "/slow" {
-                // Held until the test has reloaded the proxy.
-                let deadline = std::time::Instant::now() + TIMEOUT;
-                while !gate.load(std::sync::atomic::Ordering::SeqCst)
-                    && std::time::Instant::now() < deadline
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                // Held until the test has reloaded the proxy (it says so on the channel).
+                let _ = gate.lock().unwrap().recv_timeout(TIMEOUT);
                 let mut raw =
                     format!("HTTP/1.1 200 OK\r\nContent-Length: {BODY}\r\n\r\n").into_bytes();
                 raw.resize(raw.len() + BODY, b'x');
@@ -499,7 +494,7 @@ fn a_reload_keeps_the_quic_connections_under_way() {
     wait_until("the old process stops softly", || {
         old.stderr().contains("soft stop")
     });
-    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    release.send(()).unwrap();
     let out = client.wait_with_output().unwrap();
     assert!(
         out.status.success(),
