@@ -561,6 +561,15 @@ pub fn one_of<T: Copy>(
         .ok_or_else(|| KwError::bad(1, word, format!("expects {expects}")))
 }
 
+/// Parses a keyword's single number argument, from `min` to `max`.
+pub fn u32_in(args: &[String], min: u32, max: u32) -> Result<u32, KwError> {
+    let v = one_arg(args, "a number")?;
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| KwError::bad(1, v, format!("expects a number from {min} to {max}")))
+}
+
 /// Parses the single time argument of a `timeout` keyword.
 pub fn time_arg(args: &[String]) -> Result<Duration, KwError> {
     let v = one_arg(args, "a time (e.g. 5s)")?;

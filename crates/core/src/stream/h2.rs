@@ -43,7 +43,7 @@ use super::deadline::within;
 use super::h2_frames::{read_preface, Tallied};
 use super::session::ClientHead;
 use super::streams::{soft_stop, Open, Streams};
-use crate::conf::{one_arg, GlobalConf};
+use crate::conf::{one_arg, u32_in, GlobalConf};
 use crate::h2_stream::{H2Stream, Queued};
 use crate::runtime::counters::Held;
 use crate::runtime::{SessionInfo, Worker};
@@ -55,19 +55,19 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "tune.h2.header-table-size",
         scope: Scope::GLOBAL,
         help: "tune.h2.header-table-size N: the HPACK table size clients may use (default 4096, at most 65536)",
-        parse: |g, a| setting(a, 0, 65536).map(|n| g.h2.header_table_size = n),
+        parse: |g, a| u32_in(a, 0, 65536).map(|n| g.h2.header_table_size = n),
     },
     Keyword {
         name: "tune.h2.initial-window-size",
         scope: Scope::GLOBAL,
         help: "tune.h2.initial-window-size N: bytes a client may send on a stream before it is read (default 65535)",
-        parse: |g, a| setting(a, 0, (1 << 31) - 1).map(|n| g.h2.initial_window_size = n),
+        parse: |g, a| u32_in(a, 0, (1 << 31) - 1).map(|n| g.h2.initial_window_size = n),
     },
     Keyword {
         name: "tune.h2.max-concurrent-streams",
         scope: Scope::GLOBAL,
         help: "tune.h2.max-concurrent-streams N: streams a client may have open at once on a connection (default 100)",
-        parse: |g, a| setting(a, 1, u32::MAX).map(|n| g.h2.max_concurrent_streams = n),
+        parse: |g, a| u32_in(a, 1, u32::MAX).map(|n| g.h2.max_concurrent_streams = n),
     },
     Keyword {
         name: "tune.h2.fe.send-budget",
@@ -84,7 +84,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "tune.h2.max-frame-size",
         scope: Scope::GLOBAL,
         help: "tune.h2.max-frame-size N: the largest frame sent (default 16384, from 16384 to 16777215)",
-        parse: |g, a| setting(a, 16384, (1 << 24) - 1).map(|n| g.h2.max_frame_size = n),
+        parse: |g, a| u32_in(a, 16384, (1 << 24) - 1).map(|n| g.h2.max_frame_size = n),
     },
 ];
 
@@ -92,14 +92,6 @@ pub const GLOBAL_FLAG_KEYWORDS: &[Keyword<GlobalConf>] = sluice_config::flag_key
     "h2-workaround-bogus-websocket-clients", Scope::GLOBAL, "HTTP/2 clients are not told that WebSockets may open over HTTP/2 streams (RFC 8441), so that they open them over HTTP/1.1",
         |g: &mut GlobalConf, on| g.h2.no_extended_connect = on;
 ];
-
-fn setting(a: &[String], min: u32, max: u32) -> Result<u32, KwError> {
-    let v = one_arg(a, "a number")?;
-    v.parse::<u32>()
-        .ok()
-        .filter(|n| (min..=max).contains(n))
-        .ok_or_else(|| KwError::bad(1, v, format!("expects a number from {min} to {max}")))
-}
 
 /// Client resets of streams not yet answered that a connection may make per
 /// `RESET_WINDOW`, per stream it may have open: past it, the connection is closed.

@@ -39,14 +39,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice_config::{Keyword, KwError, Scope};
+use sluice_config::{Keyword, Scope};
 
 use super::deadline::within;
 use super::session::ClientHead;
 use super::streams::{soft_stop, Open, Streams};
 use crate::conf::listen::{Bind, BindSpec};
 use crate::conf::stream::Mode;
-use crate::conf::{one_arg, time_arg, GlobalConf};
+use crate::conf::{one_arg, time_arg, u32_in, GlobalConf};
 use crate::h3_stream::{Budget, H3Stream};
 use crate::runtime::{ClientConn, SessionInfo, Worker};
 use crate::sample::StreamVars;
@@ -58,7 +58,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "tune.quic.frontend.max-streams-bidi",
         scope: Scope::GLOBAL,
         help: "tune.quic.frontend.max-streams-bidi N: request streams an HTTP/3 client may have open at once (default 100)",
-        parse: |g, a| number(a).map(|n| g.quic.max_streams_bidi = n),
+        parse: |g, a| u32_in(a, 1, u32::MAX).map(|n| g.quic.max_streams_bidi = n),
     },
     Keyword {
         name: "tune.quic.frontend.max-idle-timeout",
@@ -70,20 +70,13 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         name: "tune.quic.frontend.conn-tx-buffers.limit",
         scope: Scope::GLOBAL,
         help: "tune.quic.frontend.conn-tx-buffers.limit N: buffers of tune.bufsize a QUIC connection may have sent and not acknowledged (default 30)",
-        parse: |g, a| number(a).map(|n| g.quic.tx_buffers = n),
+        parse: |g, a| u32_in(a, 1, u32::MAX).map(|n| g.quic.tx_buffers = n),
     },
     Keyword {
         name: "tune.quic.retry-threshold",
         scope: Scope::GLOBAL,
         help: "tune.quic.retry-threshold N: half-open QUIC connections (per worker) past which new clients must prove their address first (default 100)",
-        parse: |g, a| {
-            let v = one_arg(a, "a number")?;
-            let n = v
-                .parse::<u32>()
-                .map_err(|_| KwError::bad(1, v, "expects a number"))?;
-            g.quic.retry_threshold = n;
-            Ok(())
-        },
+        parse: |g, a| u32_in(a, 0, u32::MAX).map(|n| g.quic.retry_threshold = n),
     },
     Keyword {
         name: "cluster-secret",
@@ -96,14 +89,6 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
         },
     },
 ];
-
-fn number(a: &[String]) -> Result<u32, KwError> {
-    let v = one_arg(a, "a positive number")?;
-    v.parse::<u32>()
-        .ok()
-        .filter(|&n| n > 0)
-        .ok_or_else(|| KwError::bad(1, v, "expects a positive number"))
-}
 
 /// What a `bind quic4@...` line must have, checked at load: HTTP, TLS with a certificate
 /// (ALPN `h3` unless the line names its own), none of the options a byte stream has.
