@@ -435,9 +435,8 @@ impl H3Stream {
     }
 
     /// A reading of the DATA bytes sent so far.
-    pub fn sent_counter(&self) -> impl Fn() -> u64 + 'static {
-        let sent = self.send.wire.sent.clone();
-        move || sent.get()
+    pub fn sent_counter(&self) -> Rc<Cell<u64>> {
+        self.send.wire.sent.clone()
     }
 
     /// Nothing more will be written: a body delimited by the stream ends here; a message

@@ -128,7 +128,7 @@ struct State {
     accept: Option<String>,
     /// DATA bytes sent so far: a write that keeps sending is not idle, however long the
     /// peer's flow control makes it.
-    sent: u64,
+    sent: Rc<std::cell::Cell<u64>>,
     /// A client's stream: its connection's queued DATA and budget, and its own id there.
     queued: Option<(Arc<Queued>, u32)>,
     /// The task its connection wakes should the stream break ([`Queued::poll_broken`]).
@@ -440,9 +440,8 @@ impl H2Stream {
 
     /// A reading of the DATA bytes sent so far on the stream, usable while the stream is
     /// written to (see [`crate::transport::Conn::progress`]).
-    pub fn sent_counter(&self) -> impl Fn() -> u64 + 'static {
-        let state = self.state.clone();
-        move || state.try_borrow().map_or(0, |s| s.sent)
+    pub fn sent_counter(&self) -> Rc<std::cell::Cell<u64>> {
+        self.lock().sent.clone()
     }
 
     /// Nothing more will be written: a body delimited by the close ends here; a message
@@ -509,7 +508,7 @@ impl State {
             refused: false,
             tunnel: None,
             accept: None,
-            sent: 0,
+            sent: Rc::default(),
             queued: None,
             watched: None,
         }
@@ -842,7 +841,7 @@ impl State {
                 if let Some((q, id)) = &self.queued {
                     q.handed(*id, part.len());
                 }
-                self.sent += part.len() as u64;
+                self.sent.set(self.sent.get() + part.len() as u64);
                 let end = out.last && out.trailers.is_none() && out.data.is_empty();
                 send.send_data(part, end).is_ok().then_some(end)
             }

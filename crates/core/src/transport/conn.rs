@@ -296,7 +296,7 @@ impl Conn {
             Kind::Stream(p) => Some(p.end.sent_counter()),
             Kind::Socket(_) => None,
         };
-        move || stream.as_ref().map_or(0, |sent| sent())
+        move || stream.as_ref().map_or(0, |sent| sent.get())
     }
 
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {

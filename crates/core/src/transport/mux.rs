@@ -88,8 +88,10 @@ impl Mux {
         either!(self, s => s.end_body(trailers))
     }
 
-    pub fn sent_counter(&self) -> Box<dyn Fn() -> u64> {
-        either!(self, s => Box::new(s.sent_counter()))
+    /// DATA bytes sent so far on the stream, a count that grows while a write makes
+    /// progress.
+    pub fn sent_counter(&self) -> std::rc::Rc<std::cell::Cell<u64>> {
+        either!(self, s => s.sent_counter())
     }
 
     pub fn shutdown(&self) {
