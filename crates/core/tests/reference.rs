@@ -274,3 +274,115 @@ fn links_between_the_docs_resolve() {
     assert!(broken.is_empty(), "links to nothing: {broken:?}");
     assert!(pages.len() >= 5, "pages read: {pages:?}");
 }
+
+/// The options a `bind` line's parsers match on (`add_bind`, and `bind_option` for TLS):
+/// the string literals of the arms that open a block, an arm spread over several lines
+/// included, and the options refused as not supported yet.
+fn bind_options() -> Vec<String> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
+    let mut names = Vec::new();
+    for (file, function) in [
+        ("worker/listener.rs", "add_bind"),
+        ("tls/mod.rs", "bind_option"),
+    ] {
+        let source = std::fs::read_to_string(format!("{root}{file}")).unwrap();
+        let start = source.find(&format!("pub fn {function}(")).unwrap();
+        let body = &source[start..];
+        let end = body[1..].find("\n}\n").map_or(body.len(), |i| i + 1);
+        for line in body[..end].lines() {
+            let t = line.trim().trim_start_matches("| ");
+            let t = t.strip_suffix(" => {").unwrap_or(t);
+            let words: Vec<&str> = t.split(" | ").collect();
+            // (An option's name: a word of lower-case letters, digits and dashes.)
+            let literal = |w: &&str| {
+                w.len() > 2
+                    && w.starts_with('"')
+                    && w.ends_with('"')
+                    && w[1..w.len() - 1]
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            };
+            if !t.is_empty() && words.iter().all(literal) {
+                names.extend(words.iter().map(|w| w[1..w.len() - 1].to_string()));
+            }
+        }
+        if let Some(i) = source.find("const PENDING_BIND_OPTIONS") {
+            let list = &source[i..i + source[i..].find("];").unwrap()];
+            names.extend(list.split('"').skip(1).step_by(2).map(str::to_string));
+        }
+    }
+    names
+}
+
+/// The options the reference's bind table names (each row's `a / b` or `a, b` are several).
+fn bind_rows(doc: &str) -> Vec<String> {
+    let start = doc.find("- **Bind options**").expect("the bind options");
+    let end = start + doc[start..].find("\n- **").expect("the next family");
+    doc[start..end]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .flat_map(|cell| {
+            cell.split([',', '/'])
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|part| part.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Every bind option the parsers know has its row in the reference, and every option the
+/// reference lists is one they know (the TLS versions' `no-` and `force-` forms are read
+/// by a rule of their own, `TlsVersions::take_option`).
+#[test]
+fn the_bind_options_table_says_what_the_parsers_take() {
+    let (_, doc) = parser_and_reference();
+    let known = bind_options();
+    assert!(known.len() > 30, "only {} bind options read", known.len());
+    let listed = bind_rows(&doc);
+    for name in &known {
+        assert!(listed.contains(name), "bind option `{name}` has no row");
+    }
+    let version = |n: &str| {
+        let v = n.strip_prefix("no-").or_else(|| n.strip_prefix("force-"));
+        v.is_some_and(|v| ["sslv3", "tlsv10", "tlsv11", "tlsv12", "tlsv13"].contains(&v))
+    };
+    for name in &listed {
+        assert!(
+            known.contains(name) || version(name),
+            "bind option `{name}` is listed but no parser takes it"
+        );
+    }
+}
+
+/// Every action the reference lists is one the rule parser names (`rules.rs`; an action
+/// numbered by its slot, `track-sc0`, or written with its argument, `set-var(NAME)`, by
+/// the name it starts with). The other way is not checked: the rule parser reads an
+/// action's words in the same match arms as their options.
+#[test]
+fn every_action_listed_exists() {
+    let (_, doc) = parser_and_reference();
+    let rules =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/rules.rs")).unwrap();
+    let start = doc.find("\n## Actions\n").expect("the actions");
+    let rest = &doc[start + 4..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    let listed: Vec<String> = rest[..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .flat_map(|cell| cell.split(", ").map(str::to_string).collect::<Vec<_>>())
+        .map(|a| {
+            let name = a.split([' ', '(', '\\', '*']).next().unwrap_or_default();
+            name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
+                .to_string()
+        })
+        .collect();
+    assert!(listed.len() > 40, "only {} actions read", listed.len());
+    for name in listed {
+        assert!(
+            rules.contains(&format!("\"{name}")),
+            "action `{name}` is listed but the rule parser does not name it"
+        );
+    }
+}
