@@ -42,6 +42,7 @@ fn process() -> Arc<Process> {
         show_peers: Default::default(),
         peer_sessions: Default::default(),
         peers_listeners: Default::default(),
+        quic_routes: Default::default(),
         pipes: Default::default(),
     })
 }

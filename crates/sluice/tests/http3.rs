@@ -297,6 +297,98 @@ fn a_client_that_changes_its_address_keeps_its_connection() {
     drop(p);
 }
 
+/// A client whose new address the kernel hashes to another worker's socket keeps its
+/// connection too: the connection IDs the proxy gives out name their worker, and a worker
+/// that receives a datagram naming another hands it over (`quic_forwarded`), where the
+/// other worker would not know the connection. With two workers, a client moves to new
+/// ports until one lands on the other worker (each move has a third of a chance or more).
+#[test]
+fn a_client_that_moves_to_another_workers_socket_keeps_its_connection() {
+    let origin = Origin::start("o");
+    let (_cli_dir, sock) = cli_dir();
+    let (p, port, _dir) = quic_proxy(
+        "",
+        &format!(" server o {}\n", origin.addr),
+        &format!(
+            " nbthread 2\n stats socket {} level admin\n",
+            sock.display()
+        ),
+    );
+    let mut moves: Vec<_> = vec![json!({"path": "/first", "sequential": true})];
+    moves.extend((0..10).map(|i| json!({"path": format!("/moved{i}"), "rebind": true})));
+    let mut runs = 0;
+    while activity(&sock, "quic_forwarded") == 0 {
+        assert!(runs < 10, "no move reached the other worker in {runs} runs");
+        runs += 1;
+        let results = h3_requests(port, &serde_json::Value::from(moves.clone()));
+        for r in &results {
+            assert_eq!(r["status"], 200, "{results:?}");
+        }
+        assert_eq!(activity(&sock, "quic_conns"), runs, "one connection a run");
+    }
+    assert_eq!(activity(&sock, "quic_fwd_lost"), 0);
+    let csv = Sluice::cli(&sock, "show stat");
+    let served = (runs * moves.len() as u64).to_string();
+    assert_eq!(
+        stat_field(&csv, "fe", "FRONTEND", "req_tot"),
+        served,
+        "{csv}"
+    );
+    drop(p);
+}
+
+/// Datagrams that cannot be QUIC packets (empty, shorter than a protected packet, an
+/// Initial in less than 1,200 bytes, text) are dropped before the endpoint and counted
+/// (`quic_malformed`); a real client's datagrams afterwards are served and none of them
+/// is counted.
+#[test]
+fn datagrams_that_are_no_quic_packets_are_dropped_and_counted() {
+    let origin = Origin::start("o");
+    let (_cli_dir, sock) = cli_dir();
+    let (p, port, _dir) = quic_proxy(
+        "",
+        &format!(" server o {}\n", origin.addr),
+        &format!(" stats socket {} level admin\n", sock.display()),
+    );
+    let mut initial = vec![0xc0, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0x40, 80];
+    initial.resize(100, 0);
+    let garbage: [&[u8]; 4] = [b"", &[0x40; 10], &initial, b"GET / HTTP/1.1\r\n\r\n"];
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in garbage {
+        udp.send_to(d, ("127.0.0.1", port)).unwrap();
+    }
+    wait_until("the datagrams counted", || {
+        activity(&sock, "quic_malformed") == 4
+    });
+    let results = h3_requests(port, &json!([{"path": "/"}]));
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(activity(&sock, "quic_malformed"), 4);
+    drop(p);
+}
+
+/// A client that floods its connection with frames that do no work (PING here, each in
+/// a packet of its own) loses it with H3_EXCESSIVE_LOAD once past the limit, as an
+/// HTTP/2 client does, and the cut is counted (`quic_floods`); its earlier request was
+/// served.
+#[test]
+fn a_flood_of_pings_loses_its_connection() {
+    let origin = Origin::start("o");
+    let (_cli_dir, sock) = cli_dir();
+    let (p, port, _dir) = quic_proxy(
+        "",
+        &format!(" server o {}\n", origin.addr),
+        &format!(" stats socket {} level admin\n", sock.display()),
+    );
+    let results = h3_requests(
+        port,
+        &json!([{"path": "/", "sequential": true}, {"pings": 100_000}]),
+    );
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(results[1]["closed"], 0x107, "{results:?}");
+    assert_eq!(activity(&sock, "quic_floods"), 1);
+    drop(p);
+}
+
 /// 0-RTT is refused: the session tickets the proxy gives allow no early data, so a client
 /// that resumes its session (which it does) sends its requests only once the handshake is
 /// done, where they cannot be replayed.

@@ -1049,6 +1049,16 @@ fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
         }),
         ("quic_conns", |t| t.counters.quic_conns.get()),
         ("quic_retries", |t| t.counters.quic_retries.get()),
+        ("quic_floods", |t| t.counters.quic_floods.get()),
+        ("quic_malformed", |t| {
+            t.counters.quic.malformed.load(Ordering::Relaxed)
+        }),
+        ("quic_forwarded", |t| {
+            t.counters.quic.forwarded.load(Ordering::Relaxed)
+        }),
+        ("quic_fwd_lost", |t| {
+            t.counters.quic.lost.load(Ordering::Relaxed)
+        }),
         ("h3_queued", |t| {
             t.counters.h3_queued.load(Ordering::Relaxed)
         }),

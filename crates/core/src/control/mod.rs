@@ -458,6 +458,7 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
         show_peers: Default::default(),
         peer_sessions: Default::default(),
         peers_listeners: Default::default(),
+        quic_routes: Default::default(),
         pipes: Default::default(),
     });
     // Tables shared with a `peers` section start from the previous process's entries.

@@ -451,6 +451,11 @@ pub struct WorkerCounters {
     /// asked to prove its address first).
     pub quic_conns: Counter,
     pub quic_retries: Counter,
+    /// QUIC connections cut for a flood of frames that do no work.
+    pub quic_floods: Counter,
+    /// Datagrams this worker's QUIC sockets dropped as no QUIC packet, handed to the
+    /// worker they named, or could not hand over.
+    pub quic: std::sync::Arc<crate::transport::quic_route::Tally>,
     /// Response data the HTTP/3 streams of this worker have queued and not handed to QUIC
     /// yet (a gauge: `h3_stream::Budget` moves it).
     pub h3_queued: std::sync::Arc<std::sync::atomic::AtomicU64>,

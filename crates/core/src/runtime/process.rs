@@ -307,6 +307,8 @@ pub struct Process {
     pub peers_listeners: std::sync::Mutex<Vec<PeersListener>>,
     /// Splicing pipes in use and pooled (`show info`).
     pub pipes: crate::transport::splice::PipeCounts,
+    /// The QUIC listeners' workers, for datagrams their connection IDs name.
+    pub quic_routes: crate::transport::quic_route::ListenerRoutes,
 }
 
 /// A `peers` section's listener at the local peer's address, and the entries its tables

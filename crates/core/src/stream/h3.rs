@@ -9,15 +9,14 @@
 //! Extended CONNECT (RFC 9220's WebSockets, WebTransport) is answered 501.
 //!
 //! Each worker has its own UDP socket in the address's SO_REUSEPORT group and its own
-//! `quinn` endpoint on it (no dispatch between workers: the kernel hashes a client's
-//! addresses to one socket, so a connection lives on the worker that received its first
-//! packet, as a TCP connection does once accepted). Once its handshake is done, a
-//! connection has a socket of its own, connected to its client
-//! (`transport::quic_socket`), so that a process replacing this one (a reload) does not
-//! receive its datagrams. A client that changes its address may be hashed to another
-//! worker, which does not know the connection: it is answered with a stateless reset,
-//! whose key every worker shares when `cluster-secret` is set, and the client reconnects.
-//! Connections are not migrated between workers.
+//! `quinn` endpoint on it: the kernel hashes a client's addresses to one socket, so a
+//! connection lives on the worker that received its first packet, as a TCP connection
+//! does once accepted. Once its handshake is done, a connection has a socket of its own,
+//! connected to its client (`transport::quic_socket`), so that a process replacing this
+//! one (a reload) does not receive its datagrams. A client that changes its address may be
+//! hashed to another worker: the connection IDs name their worker, and the datagram is
+//! handed over to it (`transport::quic_route`). Frames that do no work are limited
+//! (`super::quic_floods`).
 //!
 //! Invariants:
 //! - 0-RTT is refused (a replayed request could repeat an effect).
@@ -42,6 +41,7 @@ use bytes::Bytes;
 use sluice_config::{Keyword, Scope};
 
 use super::deadline::within;
+use super::quic_floods::{self, NoWork};
 use super::session::ClientHead;
 use super::streams::{soft_stop, Open, Streams};
 use crate::conf::listen::{Bind, BindSpec};
@@ -50,6 +50,7 @@ use crate::conf::{one_arg, time_arg, u32_in, GlobalConf};
 use crate::h3_stream::{Budget, H3Stream};
 use crate::runtime::{ClientConn, SessionInfo, Worker};
 use crate::sample::StreamVars;
+use crate::transport::quic_route::{Route, WorkerCids};
 use crate::transport::quic_socket::QuicSocket;
 use crate::transport::{Conn, Origin, TlsInfo};
 
@@ -190,11 +191,18 @@ pub async fn serve_endpoint(
             return;
         }
     };
-    let endpoint_config = match keys(&w.config().global) {
+    let mut endpoint_config = match keys(&w.config().global) {
         Some((_, reset)) => quinn::EndpointConfig::new(Arc::new(reset)),
         None => quinn::EndpointConfig::default(),
     };
-    let opened = QuicSocket::new(socket.into()).and_then(|s| {
+    let tid = w.tid;
+    endpoint_config.cid_generator(move || Box::new(WorkerCids::new(tid)));
+    let routes = w
+        .process
+        .quic_routes
+        .get((fe, listener), w.process.threads.len());
+    let route = Route::new(routes, tid, w.ctx().counters.quic.clone());
+    let opened = QuicSocket::new(socket.into(), route).and_then(|s| {
         let runtime = Arc::new(quinn::TokioRuntime);
         let e = quinn::Endpoint::new_with_abstract_socket(
             endpoint_config,
@@ -340,6 +348,7 @@ async fn serve_connection(
         streams: Rc::default(),
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
+    let mut floods = (NoWork::new(), tokio::time::interval(quic_floods::SAMPLE));
     // Whether the last streams' data may still be on its way when they are done.
     let linger = loop {
         tokio::select! {
@@ -355,6 +364,11 @@ async fn serve_connection(
             },
             () = soft_stop(&w) => break true,
             () = shared.streams.idle(limit, idle_limit) => break false,
+            _ = floods.1.tick() => if floods.0.flooded(&conn.stats()) {
+                w.ctx().counters.quic_floods.bump();
+                conn.close(H3_EXCESSIVE_LOAD.into(), b"frames that do no work");
+                return;
+            },
             () = counted.info.kill.pulled() => {
                 conn.close(h3::error::Code::H3_NO_ERROR.value().try_into().unwrap_or_default(), b"");
                 return;
@@ -376,6 +390,9 @@ async fn serve_connection(
     }
     drop(h3conn);
 }
+
+/// The application error a connection cut for a flood ends with (RFC 9114, 8.1).
+const H3_EXCESSIVE_LOAD: u32 = 0x107;
 
 /// How long a connection that sent GOAWAY with answers still on their way waits for its
 /// client to close it.

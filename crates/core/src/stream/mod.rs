@@ -34,6 +34,7 @@ pub(crate) mod h2_server;
 pub mod h3;
 mod heads;
 pub mod keywords;
+mod quic_floods;
 mod relay;
 mod reply;
 mod report;

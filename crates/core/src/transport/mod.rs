@@ -17,6 +17,7 @@
 
 mod conn;
 mod mux;
+pub mod quic_route;
 pub mod quic_socket;
 mod socket;
 pub mod splice;

@@ -20,6 +20,9 @@
 //!   every connection), then the listener. A send goes out of the destination's own socket,
 //!   or the listener's when it has none or it would block: both have the same address.
 //! - A connection's socket is closed when its connection ends ([`Owned`]).
+//! - Every datagram received is sorted by [`Route`] before the endpoint sees it: those of
+//!   another worker's connections go there, those that are no QUIC packet are dropped;
+//!   datagrams other workers hand over are received as the sockets' own.
 
 use std::collections::HashMap;
 use std::io;
@@ -32,6 +35,8 @@ use std::task::{Context, Poll};
 use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use tokio::io::unix::AsyncFd;
+
+use super::quic_route::Route;
 
 /// A worker endpoint's sockets.
 #[derive(Debug)]
@@ -46,6 +51,8 @@ pub struct QuicSocket {
     conns: Mutex<Conns>,
     /// Readiness of the connections' sockets (level-triggered).
     ready: AsyncFd<OwnedFd>,
+    /// Datagrams to and from the listener's other workers.
+    route: Route,
 }
 
 #[derive(Debug, Default)]
@@ -80,7 +87,7 @@ fn lock(m: &Mutex<Conns>) -> std::sync::MutexGuard<'_, Conns> {
 
 impl QuicSocket {
     /// Wraps the listener's socket (bound, non-blocking), on the current worker's reactor.
-    pub fn new(listener: std::net::UdpSocket) -> io::Result<Arc<QuicSocket>> {
+    pub fn new(listener: std::net::UdpSocket, route: Route) -> io::Result<Arc<QuicSocket>> {
         let local = listener.local_addr()?;
         let retired = listener.try_clone()?;
         let listener = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, listener)?;
@@ -103,6 +110,7 @@ impl QuicSocket {
             listener_first: Default::default(),
             conns: Mutex::default(),
             ready,
+            route,
         }))
     }
 
@@ -243,20 +251,14 @@ impl AsyncUdpSocket for QuicSocket {
         bufs: &mut [io::IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let listener_first = !self.listener_first.fetch_xor(true, Relaxed);
-        if listener_first {
-            if let Poll::Ready(got) = self.listener.poll_recv(cx, bufs, meta) {
-                return Poll::Ready(got);
-            }
+        if let Poll::Ready(n) = self.route.poll_inbox(cx, bufs, meta) {
+            return Poll::Ready(Ok(n));
         }
-        if let Poll::Ready(got) = self.poll_connected(cx, bufs, meta) {
-            return Poll::Ready(got);
+        let got = self.poll_sockets(cx, bufs, meta);
+        if let Poll::Ready(Ok(n)) = got {
+            self.route.sort(bufs, meta, n);
         }
-        match listener_first {
-            true => Poll::Pending,
-            false => self.listener.poll_recv(cx, bufs, meta),
-        }
+        got
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -273,6 +275,31 @@ impl AsyncUdpSocket for QuicSocket {
 
     fn max_receive_segments(&self) -> usize {
         self.listener.max_receive_segments()
+    }
+}
+
+impl QuicSocket {
+    /// Receives from the listener or the connections' sockets, taking turns.
+    fn poll_sockets(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let listener_first = !self.listener_first.fetch_xor(true, Relaxed);
+        if listener_first {
+            if let Poll::Ready(got) = self.listener.poll_recv(cx, bufs, meta) {
+                return Poll::Ready(got);
+            }
+        }
+        if let Poll::Ready(got) = self.poll_connected(cx, bufs, meta) {
+            return Poll::Ready(got);
+        }
+        match listener_first {
+            true => Poll::Pending,
+            false => self.listener.poll_recv(cx, bufs, meta),
+        }
     }
 }
 

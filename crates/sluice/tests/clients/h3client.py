@@ -10,7 +10,9 @@ the requests (a JSON list) go over one QUIC connection, all at once unless
 client then ignores every datagram it receives (it neither reads nor acknowledges) until
 it is killed. Each request is {"method", "path", "headers": [[name, value]...],
 "body": text, "body_size": N (that many 'x' bytes instead), "trailers": [...],
-"rebind": true (the client moves to a new local port first)}.
+"rebind": true (the client moves to a new local port first), "pings": N (instead of a
+request, N PING frames in as many packets, then the connection's end is awaited: the
+result is {"closed": error_code, "reason": text})}.
 Each result is {"status", "headers", "body" (text, or its size and a sample when
 large), "body_size", "trailers", "reset" (the server reset the stream)}.
 """
@@ -24,7 +26,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import StreamReset
+from aioquic.quic.events import ConnectionTerminated, StreamReset
 
 
 class Client(QuicConnectionProtocol):
@@ -35,6 +37,7 @@ class Client(QuicConnectionProtocol):
         self.waiters = {}
         # Woken at every event of a stream (a tunnel waits for its answer and its echoes).
         self.progress = asyncio.Event()
+        self.terminated = None
 
     def finish(self, sid):
         w = self.waiters.pop(sid, None)
@@ -43,6 +46,8 @@ class Client(QuicConnectionProtocol):
 
     def quic_event_received(self, event):
         self.progress.set()
+        if isinstance(event, ConnectionTerminated):
+            self.terminated = {"closed": event.error_code, "reason": event.reason_phrase}
         if isinstance(event, StreamReset):
             r = self.results.setdefault(event.stream_id, {"headers": [], "body": b"", "trailers": []})
             r["reset"] = event.error_code
@@ -93,9 +98,29 @@ class Client(QuicConnectionProtocol):
         r = await asyncio.wait_for(fut, 30)
         return dict(r, body=r["body"].decode("latin-1"), body_size=len(r["body"]))
 
+    async def pings(self, n):
+        """Up to n PING frames, each in a packet of its own, until the connection ends.
+        After every 16, the server's next acknowledgement is awaited (or a second): PINGs
+        the congestion window holds back would go out together as one frame."""
+        for i in range(n):
+            if self.terminated is not None:
+                break
+            self._quic.send_ping(i)
+            self.transmit()
+            if i % 16 == 15:
+                self.progress.clear()
+                try:
+                    await asyncio.wait_for(self.progress.wait(), 1)
+                except asyncio.TimeoutError:
+                    pass
+        await self.until(lambda: self.terminated is not None)
+        return self.terminated
+
     async def request(self, req):
         if req.get("tunnel") is not None:
             return await self.tunnel(req)
+        if req.get("pings"):
+            return await self.pings(req["pings"])
         if req.get("rebind"):
             # A new local port: the server sees the client's address change (migration).
             loop = asyncio.get_event_loop()

@@ -1,0 +1,368 @@
+//! Which worker a QUIC datagram belongs to, and the datagrams that are no QUIC packet.
+//!
+//! Each worker has its own socket in the address's SO_REUSEPORT group and its own endpoint,
+//! and the kernel picks a socket by hashing a datagram's addresses. So a client whose
+//! address changes (RFC 9000's migration), or whose handshake is under way while the group
+//! grows by another connection's socket (the hash's pick depends on the group's size),
+//! reaches a worker that does not know its connection. The connection IDs a worker gives
+//! out therefore name it ([`WorkerCids`]), and a worker that receives a datagram naming
+//! another hands it over ([`Routes`]), as HAProxy's listener dispatches datagrams to its
+//! threads by connection ID. [`addressee`] reads the name, and finds the datagrams that
+//! cannot be a QUIC packet (dropped and counted in [`Tally`]).
+//!
+//! Invariants:
+//! - A connection ID of this process is [`CID_LEN`] bytes of system randomness but for its
+//!   first two bytes, the worker's index masked by the next two. Anyone who knows the scheme
+//!   can tell which worker a CID names (as with QUIC-LB's clear-text routing); it says
+//!   nothing of the client, and CIDs of one connection are not linkable otherwise.
+//! - A datagram moves whole, with what its receive said of it, into the named worker's
+//!   bounded inbox ([`INBOX`] datagrams); when that is full it is dropped and counted
+//!   (QUIC sends again what is lost). Only datagrams naming another worker with an
+//!   endpoint on the same listener move; every other datagram is this worker's.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+
+use quinn::udp::RecvMeta;
+use quinn::{ConnectionId, ConnectionIdGenerator};
+use tokio::sync::mpsc;
+
+/// The length of the connection IDs this process gives out.
+pub const CID_LEN: usize = 8;
+
+/// Datagrams a worker's inbox holds at most (each at most one receive's worth).
+pub const INBOX: usize = 256;
+
+/// Bytes a protected packet has at least after its packet number's offset: the 4 bytes
+/// header protection assumes, then its 16-byte sample (RFC 9001, 5.4.2).
+const MIN_PROTECTED: usize = 20;
+
+/// The smallest datagram that may carry a client's Initial packet (RFC 9000, 14.1).
+const MIN_INITIAL_DATAGRAM: usize = 1200;
+
+/// What one worker's QUIC sockets counted (`show activity`).
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Datagrams that are no QUIC packet, dropped.
+    pub malformed: AtomicU64,
+    /// Datagrams handed to the worker their connection ID names.
+    pub forwarded: AtomicU64,
+    /// Datagrams for another worker that its inbox had no room for (or that has stopped).
+    pub lost: AtomicU64,
+}
+
+impl Tally {
+    fn bump(count: &AtomicU64) {
+        count.fetch_add(1, Relaxed);
+    }
+}
+
+/// A datagram handed from the worker that received it to the one it names.
+#[derive(Debug)]
+pub struct Forwarded {
+    meta: RecvMeta,
+    bytes: Vec<u8>,
+}
+
+/// The inboxes of one QUIC listener's workers, by worker index.
+#[derive(Debug)]
+pub struct Routes {
+    inboxes: Box<[OnceLock<mpsc::Sender<Forwarded>>]>,
+}
+
+/// Every QUIC listener's [`Routes`] in a process, by (frontend, listener), made as the
+/// first of its workers asks.
+#[derive(Debug, Default)]
+pub struct ListenerRoutes(Mutex<HashMap<(usize, usize), Arc<Routes>>>);
+
+impl ListenerRoutes {
+    pub fn get(&self, listener: (usize, usize), workers: usize) -> Arc<Routes> {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(listener)
+            .or_insert_with(|| {
+                Arc::new(Routes {
+                    inboxes: (0..workers).map(|_| OnceLock::new()).collect(),
+                })
+            })
+            .clone()
+    }
+}
+
+impl Routes {
+    /// Worker `tid`'s endpoint serves this listener: its inbox.
+    fn join(&self, tid: usize) -> mpsc::Receiver<Forwarded> {
+        let (tx, rx) = mpsc::channel(INBOX);
+        if let Some(slot) = self.inboxes.get(tid) {
+            let _ = slot.set(tx);
+        }
+        rx
+    }
+}
+
+/// One worker's place among a listener's [`Routes`]: what its socket forwards, receives
+/// from the others, and counts.
+#[derive(Debug)]
+pub struct Route {
+    routes: Arc<Routes>,
+    tid: usize,
+    inbox: Mutex<mpsc::Receiver<Forwarded>>,
+    pub tally: Arc<Tally>,
+}
+
+impl Route {
+    pub fn new(routes: Arc<Routes>, tid: usize, tally: Arc<Tally>) -> Route {
+        let inbox = Mutex::new(routes.join(tid));
+        Route {
+            routes,
+            tid,
+            inbox,
+            tally,
+        }
+    }
+
+    /// Sorts what a receive got (`n` buffers, each one datagram or several of one sender
+    /// at `stride`): a buffer naming another worker goes there, a datagram that is no QUIC
+    /// packet is counted, and a buffer either empties has its length set to 0, which the
+    /// endpoint skips.
+    pub fn sort(&self, bufs: &[io::IoSliceMut<'_>], meta: &mut [RecvMeta], n: usize) {
+        for (buf, m) in bufs.iter().zip(meta.iter_mut()).take(n) {
+            let data = &buf[..m.len.min(buf.len())];
+            let stride = m.stride.max(1);
+            if data.is_empty() {
+                Tally::bump(&self.tally.malformed);
+            }
+            let mut good = 0;
+            for datagram in data.chunks(stride) {
+                match addressee(datagram) {
+                    Err(Malformed) => Tally::bump(&self.tally.malformed),
+                    Ok(_) => good += 1,
+                }
+            }
+            // Datagrams batched together come from one sender, hence one connection: the
+            // first names the worker for all.
+            let to = addressee(data.chunks(stride).next().unwrap_or_default());
+            if good == 0 {
+                m.len = 0;
+            } else if let Ok(Some(tid)) = to {
+                if tid != self.tid && self.forward(tid, *m, data) {
+                    m.len = 0;
+                }
+            }
+        }
+    }
+
+    /// Hands a buffer to worker `tid` if it serves this listener; false if it does not.
+    fn forward(&self, tid: usize, meta: RecvMeta, data: &[u8]) -> bool {
+        let Some(inbox) = self.routes.inboxes.get(tid).and_then(OnceLock::get) else {
+            return false;
+        };
+        let bytes = data.to_vec();
+        match inbox.try_send(Forwarded { meta, bytes }) {
+            Ok(()) => Tally::bump(&self.tally.forwarded),
+            Err(_) => Tally::bump(&self.tally.lost),
+        }
+        true
+    }
+
+    /// Fills `bufs` with datagrams other workers handed over, if there are any.
+    pub fn poll_inbox(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<usize> {
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        while n < bufs.len().min(meta.len()) {
+            let got = match n {
+                // The first poll leaves a waker when there is nothing.
+                0 => match inbox.poll_recv(cx) {
+                    Poll::Ready(Some(f)) => f,
+                    _ => return Poll::Pending,
+                },
+                _ => match inbox.try_recv() {
+                    Ok(f) => f,
+                    Err(_) => break,
+                },
+            };
+            let Some(room) = bufs[n].get_mut(..got.bytes.len()) else {
+                Tally::bump(&self.tally.lost);
+                continue;
+            };
+            room.copy_from_slice(&got.bytes);
+            meta[n] = got.meta;
+            n += 1;
+        }
+        match n {
+            0 => Poll::Pending,
+            n => Poll::Ready(n),
+        }
+    }
+}
+
+/// A datagram that cannot be a QUIC packet of a client.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Malformed;
+
+/// The worker a datagram's first packet names by its destination connection ID, if that
+/// has this process's length (a client's first Initial names the ID it chose at random:
+/// whichever worker that reads as takes the connection, consistently). Checks what is read
+/// on the way: the lengths the header gives hold in the datagram, a version 1 header's
+/// IDs are at most 20 bytes, a packet leaves room for its protection's sample, an Initial
+/// comes in a datagram of at least 1,200 bytes, and no client sends a Retry.
+pub fn addressee(d: &[u8]) -> Result<Option<usize>, Malformed> {
+    let first = *d.first().ok_or(Malformed)?;
+    if first & 0x80 == 0 {
+        // A short header: the destination ID is one this process gave out, of its length.
+        if d.len() < 1 + CID_LEN + MIN_PROTECTED {
+            return Err(Malformed);
+        }
+        return Ok(Some(worker_of(&d[1..1 + CID_LEN])));
+    }
+    let version = u32::from_be_bytes(d.get(1..5).ok_or(Malformed)?.try_into().unwrap_or_default());
+    let dcid_len = usize::from(*d.get(5).ok_or(Malformed)?);
+    let dcid = d.get(6..6 + dcid_len).ok_or(Malformed)?;
+    if version != 1 {
+        // Another version (the endpoint answers with the versions it has) or a version
+        // negotiation packet: nothing more is known of its layout.
+        return Ok(None);
+    }
+    let scid_len = usize::from(*d.get(6 + dcid_len).ok_or(Malformed)?);
+    if dcid_len > 20 || scid_len > 20 {
+        return Err(Malformed);
+    }
+    let mut at = 7 + dcid_len + scid_len;
+    match (first >> 4) & 3 {
+        // Initial: a token, in a datagram padded to its minimum.
+        0 => {
+            if d.len() < MIN_INITIAL_DATAGRAM {
+                return Err(Malformed);
+            }
+            let token_len = varint(d, &mut at)?;
+            at = at.checked_add(token_len).ok_or(Malformed)?;
+        }
+        3 => return Err(Malformed),
+        _ => {}
+    }
+    let length = varint(d, &mut at)?;
+    if length < MIN_PROTECTED || at.checked_add(length).is_none_or(|end| end > d.len()) {
+        return Err(Malformed);
+    }
+    Ok((dcid_len == CID_LEN).then(|| worker_of(dcid)))
+}
+
+/// A QUIC variable-length integer at `*at`, which moves past it.
+fn varint(d: &[u8], at: &mut usize) -> Result<usize, Malformed> {
+    let first = *d.get(*at).ok_or(Malformed)?;
+    let len = 1usize << (first >> 6);
+    let bytes = d.get(*at..*at + len).ok_or(Malformed)?;
+    let mut v = u64::from(first & 0x3f);
+    for b in &bytes[1..] {
+        v = (v << 8) | u64::from(*b);
+    }
+    *at += len;
+    usize::try_from(v).map_err(|_| Malformed)
+}
+
+/// The worker a connection ID of this process names.
+fn worker_of(cid: &[u8]) -> usize {
+    usize::from(u16::from_be_bytes([cid[0] ^ cid[2], cid[1] ^ cid[3]]))
+}
+
+/// Connection IDs naming one worker (quinn asks its endpoint's generator for each).
+#[derive(Debug)]
+pub struct WorkerCids {
+    tag: [u8; 2],
+    random: ring::rand::SystemRandom,
+}
+
+impl WorkerCids {
+    /// IDs for worker `tid` (`nbthread` is at most 1,024: two bytes name any worker).
+    pub fn new(tid: usize) -> WorkerCids {
+        WorkerCids {
+            tag: u16::try_from(tid).unwrap_or(u16::MAX).to_be_bytes(),
+            random: ring::rand::SystemRandom::new(),
+        }
+    }
+}
+
+impl ConnectionIdGenerator for WorkerCids {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut id = [0u8; CID_LEN];
+        // The system's randomness does not fail on Linux once booted; were it to, an ID
+        // of zeroes still names its worker and stays unique enough for quinn to retry.
+        let _ = ring::rand::SecureRandom::fill(&self.random, &mut id);
+        id[0] = self.tag[0] ^ id[2];
+        id[1] = self.tag[1] ^ id[3];
+        ConnectionId::new(&id)
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short(cid: &[u8]) -> Vec<u8> {
+        let mut d = vec![0x40];
+        d.extend_from_slice(cid);
+        d.resize(1 + CID_LEN + MIN_PROTECTED, 0xaa);
+        d
+    }
+
+    fn long(kind: u8, dcid: &[u8], datagram: usize) -> Vec<u8> {
+        let mut d = vec![0xc0 | (kind << 4), 0, 0, 0, 1, dcid.len() as u8];
+        d.extend_from_slice(dcid);
+        d.extend_from_slice(&[4, 1, 2, 3, 4]);
+        if kind == 0 {
+            d.push(0); // no token
+        }
+        let rest = datagram - d.len() - 2;
+        d.extend_from_slice(&[0x40 | (rest >> 8) as u8, rest as u8]);
+        d.resize(datagram, 0);
+        d
+    }
+
+    #[test]
+    fn ids_name_their_worker() {
+        for tid in [0, 1, 7, 255, 1023] {
+            let mut g = WorkerCids::new(tid);
+            let a = g.generate_cid();
+            let b = g.generate_cid();
+            assert_ne!(a, b);
+            assert_eq!(addressee(&short(&a)), Ok(Some(tid)));
+            assert_eq!(addressee(&long(2, &b, 60)), Ok(Some(tid)));
+        }
+    }
+
+    #[test]
+    fn what_is_no_quic_packet_is_told() {
+        assert_eq!(addressee(&[]), Err(Malformed));
+        assert_eq!(addressee(&[0x40; 12]), Err(Malformed));
+        // An Initial in a datagram under 1,200 bytes, or with a length past its end.
+        assert_eq!(addressee(&long(0, &[1; 8], 1199)), Err(Malformed));
+        assert_eq!(addressee(&long(0, &[1; 8], 1200)).map(|_| ()), Ok(()));
+        let mut bad = long(2, &[1; 8], 60);
+        bad.truncate(40);
+        assert_eq!(addressee(&bad), Err(Malformed));
+        // A Retry, an ID over 20 bytes.
+        assert_eq!(addressee(&long(3, &[1; 8], 60)), Err(Malformed));
+        assert_eq!(addressee(&long(2, &[1; 21], 80)), Err(Malformed));
+        // A client's own ID of another length names no worker.
+        assert_eq!(addressee(&long(0, &[1; 12], 1200)), Ok(None));
+        // Another version is the endpoint's to answer.
+        let mut v2 = long(0, &[1; 8], 1200);
+        v2[4] = 2;
+        assert_eq!(addressee(&v2), Ok(None));
+    }
+}
