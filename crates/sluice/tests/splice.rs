@@ -1,6 +1,7 @@
-//! Kernel splicing (`option splice-response`, `option splice-auto`): response bodies of
-//! known length move from server to client through a pipe, byte for byte, and the pipes are
-//! counted (`show info`'s PipesUsed and PipesFree) and given back.
+//! Kernel splicing (`option splice-response`, `option splice-request`, `option
+//! splice-auto`): response and request bodies of known length move between client and
+//! server through a pipe, byte for byte, and the pipes are counted (`show info`'s PipesUsed
+//! and PipesFree) and given back.
 
 mod common;
 use common::*;
@@ -209,12 +210,133 @@ fn a_tcp_stream_is_spliced_both_ways() {
     wait_until("both pipes back in the pool", || {
         info(&sock, "PipesUsed") == 0 && info(&sock, "PipesFree") == 2
     });
-    // An HTTP proxy's splice-request says that request bodies are copied.
-    let (ok, out) = check_config(&format!(
-        "{DEFAULTS}    option splice-request\nfrontend fe\n    bind 127.0.0.1:1\n    default_backend be\nbackend be\n    server s1 {server}\n"
+}
+
+/// Request bodies of known length are spliced to the server (`option splice-request`):
+/// the server gets each byte for byte, on one keep-alive connection with one pipe reused,
+/// and the frontend counts the spliced bytes it received (`bin`) as copied ones.
+#[test]
+fn upload_bodies_are_spliced_byte_for_byte() {
+    let big = body(3 << 20);
+    let small = body(70_000);
+    let (b1, b2) = (big.clone(), small.clone());
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r| {
+            let want = if r.target == "/big" { &b1 } else { &b2 };
+            let verdict: &[u8] = if r.body == *want { b"same" } else { b"diff" };
+            Reply::Raw(response(verdict))
+        }),
+    );
+    let (_d, sock) = cli_dir();
+    let p = proxy(&origin, "    option splice-request\n", &sock);
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let bin = || -> usize {
+        let csv = Sluice::cli(&sock, "show stat");
+        stat_field(&csv, "fe", "FRONTEND", "bin").parse().unwrap()
+    };
+    let mut sent = 0;
+    for (path, up) in [("/big", &big), ("/small", &small), ("/big", &big)] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            up.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(up).unwrap();
+        sent += up.len();
+        let (head, got) = read_response(&mut c);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(got, b"same", "{path}");
+    }
+    // (`bin` counts heads as HAProxy does, not as their bytes: the bodies are a floor.)
+    assert!(bin() > sent, "{} <= {sent}", bin());
+    assert_eq!(info(&sock, "PipesUsed"), 0);
+    assert_eq!(info(&sock, "PipesFree"), 1);
+}
+
+/// While an upload is spliced, the server is still heard: an early final answer (a 413)
+/// reaches the client at once and ends the upload, its pipe given back; an interim
+/// `100 Continue` does not stop it, and the body arrives whole.
+#[test]
+fn a_spliced_upload_hears_the_servers_early_answer() {
+    let refusing = early_answering_origin(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope",
+    );
+    let (said, _heard) = std::sync::mpsc::channel();
+    let continuing = continuing_origin(said);
+    let (_d, sock) = cli_dir();
+    let p = Sluice::start(&format!(
+        "global\n    stats socket {}\n{DEFAULTS}    option splice-request\nfrontend fe\n    {{fe}}\n    use_backend cont if {{ path /cont }}\n    default_backend be\nbackend be\n    server s {refusing}\nbackend cont\n    server s {continuing}\n",
+        sock.display(),
     ));
-    assert!(ok, "{out}");
-    assert!(out.contains("HTTP request bodies are copied"), "{out}");
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        .unwrap();
+    c.write_all(&[b'a'; 10_000]).unwrap();
+    let (head, got) = read_response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert_eq!(got, b"nope");
+    // (Given back to the pool, or closed if it held bytes the server never took.)
+    wait_until("the pipe given back", || info(&sock, "PipesUsed") == 0);
+    // The second server says 100 at once, then reads the whole body.
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let up = body(2 << 20);
+    c.write_all(
+        format!(
+            "POST /cont HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            up.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(&up).unwrap();
+    let mut head = read_head(&mut c);
+    if head.starts_with("HTTP/1.1 100") {
+        head = read_head(&mut c);
+    }
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut said = vec![0u8; format!("got {}", up.len()).len()];
+    c.read_exact(&mut said).unwrap();
+    assert_eq!(said, format!("got {}", up.len()).into_bytes());
+    assert_eq!(info(&sock, "PipesUsed"), 0);
+}
+
+/// A client that leaves in the middle of a spliced upload leaves no pipe in use, and the
+/// next upload is spliced whole.
+#[test]
+fn a_client_leaving_mid_upload_leaves_no_pipe_in_use() {
+    let up = body(1 << 20);
+    let want = up.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |r| Reply::Raw(response(if r.body == want { b"same" } else { b"diff" }))),
+    );
+    let (_d, sock) = cli_dir();
+    let p = proxy(&origin, "    option splice-auto\n", &sock);
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 8000000\r\n\r\n")
+        .unwrap();
+    c.write_all(&up).unwrap();
+    drop(c);
+    // (A pipe left holding bytes is closed, not kept.)
+    wait_until("the pipe given up", || info(&sock, "PipesUsed") == 0);
+    let mut c = TcpStream::connect(p.addr()).unwrap();
+    c.set_read_timeout(Some(TIMEOUT)).unwrap();
+    c.write_all(
+        format!(
+            "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            up.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(&up).unwrap();
+    assert_eq!(read_response(&mut c).1, b"same");
+    assert_eq!(info(&sock, "PipesUsed"), 0);
+    assert_eq!(info(&sock, "PipesFree"), 1);
 }
 
 /// A WebSocket's tunnel, once the server's 101 opened it, is spliced as a `mode tcp`

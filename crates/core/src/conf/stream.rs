@@ -123,13 +123,12 @@ pub enum RestrictNames {
 /// The directions kernel splicing may move (`option splice-*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Splice {
-    /// Client to server: a `mode tcp` stream's bytes (`splice-request`).
+    /// Client to server: a `mode tcp` stream's bytes, an HTTP request body of known
+    /// length (`splice-request`).
     pub request: bool,
     /// Server to client: a `mode tcp` stream's bytes, an HTTP response body of known
     /// length (`splice-response`).
     pub response: bool,
-    /// Both, as sluice sees fit (`splice-auto`: HTTP request bodies are copied).
-    pub auto: bool,
 }
 
 impl Splice {
@@ -138,7 +137,6 @@ impl Splice {
         Splice {
             request: self.request || other.request,
             response: self.response || other.response,
-            auto: self.auto || other.auto,
         }
     }
 }

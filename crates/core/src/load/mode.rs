@@ -21,13 +21,6 @@ pub(super) fn strip_http(
     warnings: &mut Vec<String>,
 ) {
     if c.stream.mode != Mode::Tcp {
-        // (sluice's own difference, said rather than left silent.)
-        if c.stream.splice.request && !c.stream.splice.auto {
-            warnings.push(format!(
-                "'option splice-request' on {} '{name}': HTTP request bodies are copied, not spliced (only 'mode tcp' streams are spliced from the client).",
-                kind_str(kind)
-            ));
-        }
         return;
     }
     let who = format!("{} '{name}'", kind_str(kind));

@@ -45,6 +45,7 @@ mod tcp;
 mod tunnel;
 mod txn;
 mod txn_log;
+mod upload;
 
 use std::net::SocketAddr;
 use std::rc::Rc;

@@ -12,8 +12,8 @@ use std::io;
 use std::time::Duration;
 
 use sluice_http::{
-    parse_response, parse_response_limited, Answer, ChunkedDecoder, ChunkedOut, Framing,
-    RequestCopy, ResponseHead, ResponseView, Version,
+    parse_response_limited, Answer, ChunkedDecoder, ChunkedOut, Framing, RequestCopy, ResponseHead,
+    ResponseView, Version,
 };
 
 use super::connect::{self, Attempts, ConnectError, Reuse, ServerConn};
@@ -30,6 +30,10 @@ use super::body_wait::{self, BodyWait, Progress};
 use super::reply::after_response;
 use super::route::{route, Route, StickKeys};
 use super::session::{ClientHead, Session};
+use super::upload::{
+    answered_before_failing, from_client, more_body_or_answer, sent_to_server, splice_rest,
+    SendFail, Spliced,
+};
 use crate::balance::PickKey;
 use crate::check::{self, Seen};
 use crate::clock;
@@ -233,100 +237,6 @@ struct L7Retry<'a> {
 
 /// What a write of the request to the server came to: a failure may be retried elsewhere;
 /// `timeout server` striking is a 504.
-fn sent_to_server(r: Result<io::Result<()>, ()>) -> Result<(), SendFail> {
-    match r {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(SendFail::Retryable(e)),
-        Err(()) => Err(SendFail::Fail(Fail::answer(
-            504,
-            Cause::ServerTimeout,
-            Phase::Headers,
-        ))),
-    }
-}
-
-/// Waits for more of the request body (`false`), or for the server to refuse the rest of
-/// it (`true`; the answer's bytes are in the server buffer): an early answer of 300 or more
-/// (a 413 or a 401 to an upload) reaches the client at once rather than after the whole
-/// upload, and the upload stops there (HAProxy keeps relaying the body while the server
-/// reads it; a server that answers this early rarely does). An interim `100 Continue`, a
-/// `101`, or a 2xx sent before the body is all in (some servers stream their answer while
-/// they read) change nothing: the upload goes on, and those are relayed once it is done
-/// (`watching` turns off). Watched on plain TCP server connections (a TLS one may be
-/// readable for a session ticket alone; an HTTP/2 stream's answer waits, for now, until the
-/// body is sent).
-async fn more_body_or_answer(
-    s: &mut Session,
-    conn: &mut ServerConn,
-    watching: &mut bool,
-) -> Result<bool, Cause> {
-    if !*watching || conn.conn.is_tls() || conn.conn.is_stream() {
-        return s.read_client().await.map(|()| false);
-    }
-    loop {
-        tokio::select! {
-            biased;
-            // The server first: a steady upload must not hide its answer.
-            r = conn.conn.readable() => {
-                if r.is_err() {
-                    return Ok(true);
-                }
-            }
-            r = s.read_client() => return r.map(|()| false),
-        }
-        match server_refused(s, conn).await {
-            Some(refused) if refused => return Ok(true),
-            Some(_) => {
-                *watching = false;
-                return s.read_client().await.map(|()| false);
-            }
-            None => {}
-        }
-    }
-}
-
-/// A write of the request body failed: whether the server had answered first (a server
-/// that refuses an upload often closes at once, and its answer is still to be read).
-async fn answered_before_failing(s: &mut Session, conn: &mut ServerConn) -> bool {
-    !conn.conn.is_stream() && server_refused(s, conn).await.is_some() && !s.sbuf.is_empty()
-}
-
-/// Takes what the server sent without waiting: whether it is the start of an answer that
-/// refuses the rest of the upload (`Some(true)`: 300 or more, or the connection closed),
-/// one that does not (`Some(false)`), or not enough to say (`None`).
-async fn server_refused(s: &mut Session, conn: &mut ServerConn) -> Option<bool> {
-    let w = s.w.clone();
-    // A zero limit: the bytes the socket holds, or nothing (readiness may be stale).
-    let read = within(Some(Duration::ZERO), s.sbuf.fill(&conn.conn, &w.bufs)).await;
-    if let Ok(Ok(0) | Err(_)) = read {
-        return Some(true);
-    }
-    early_status(s.sbuf.bytes()).map(|status| status >= 300)
-}
-
-/// The status of the first answer after any whole interim ones (`100`-`199` but `101`),
-/// once its status line is in.
-fn early_status(mut bytes: &[u8]) -> Option<u16> {
-    loop {
-        match parse_response(bytes, false) {
-            Ok(Some(rsp)) if (100..200).contains(&rsp.status) && rsp.status != 101 => {
-                bytes = &bytes[rsp.len..];
-            }
-            Ok(Some(rsp)) => return Some(rsp.status),
-            // A head not whole yet: its status line says (`HTTP/1.x NNN`).
-            Ok(None) => {
-                let code = std::str::from_utf8(bytes.get(9..12)?).ok()?.parse().ok()?;
-                return bytes
-                    .starts_with(b"HTTP/1.")
-                    .then_some(code)
-                    .filter(|c: &u16| !(100..200).contains(c) || *c == 101);
-            }
-            // Not HTTP: reading the answer says so.
-            Err(_) => return Some(999),
-        }
-    }
-}
-
 /// A server's final response head: HTTP/1 text at the start of the server buffer, or the
 /// head an HTTP/2 stream's answer decoded (its body follows in the server buffer as
 /// HTTP/1.1 would carry it). Read through [`ServerHead::view`].
@@ -420,13 +330,6 @@ impl ServerHead {
             ServerHead::H1(_) => None,
         }
     }
-}
-
-/// Why sending a request or reading its response head failed.
-enum SendFail {
-    /// The connection died before any response byte: a replay may be possible.
-    Retryable(io::Error),
-    Fail(Fail),
 }
 
 impl Txn {
@@ -1050,12 +953,6 @@ impl Txn {
         facts: &ReqFacts,
     ) -> Result<(), SendFail> {
         let tserver = facts.timeout_server;
-        let from_client = |c: Cause| {
-            SendFail::Fail(match c {
-                Cause::ClientTimeout => Fail::answer(408, c, Phase::Headers),
-                c => Fail::drop(c, Phase::Headers),
-            })
-        };
         // Whether an early answer from the server is still looked for, and whether the head
         // has left (a failed first write on a reused connection is retried elsewhere, not
         // read for an answer: a server may say 408 to an idle connection as it closes it).
@@ -1093,6 +990,16 @@ impl Txn {
                     remaining -= take as u64;
                     if remaining == 0 {
                         return Ok(());
+                    }
+                    if self.splices_request(s) {
+                        match splice_rest(s, conn, remaining, watching, tserver).await? {
+                            Spliced::No => {}
+                            Spliced::Sent => return Ok(()),
+                            Spliced::Refused => {
+                                self.upload_cut = true;
+                                return Ok(());
+                            }
+                        }
                     }
                     if more_body_or_answer(s, conn, &mut watching)
                         .await
@@ -1181,6 +1088,18 @@ impl Txn {
                 }
             },
         }
+    }
+
+    /// `option splice-request|splice-auto` on either side, unless `nosplice`: the rest of a
+    /// request body of known length may be spliced.
+    fn splices_request(&self, s: &Session) -> bool {
+        let w = &s.w;
+        let fe = &w.config().frontends[s.fe];
+        let be = self.backend.map(|b| &w.config().backends[b]);
+        !w.config().global.nosplice
+            && be
+                .map_or(fe.stream.splice, |be| fe.stream.splice.or(be.stream.splice))
+                .request
     }
 
     /// Writes what `s.out` holds of the request (nothing to do when it is empty); `Ok(true)`
@@ -1372,6 +1291,7 @@ pub(crate) fn server_close(fe: &Frontend, be: &Backend) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_http::parse_response;
 
     #[test]
     fn a_server_head_counts_as_its_text_would() {

@@ -28,10 +28,10 @@ use crate::conf::{GlobalConf, ProxyConf};
 pub const PROXY_KEYWORDS: &[Keyword<ProxyConf>] = sluice_config::flag_keywords![
     "option splice-response", Scope::PROXY, "what servers send moves to clients through a kernel pipe (splice), not through sluice's buffers: a mode tcp stream's bytes, an HTTP response body of known length",
         |c: &mut ProxyConf, on| c.stream.splice.response = on;
-    "option splice-request", Scope::PROXY, "what clients send moves to servers through a kernel pipe (splice): a mode tcp stream's bytes (HTTP request bodies are copied)",
+    "option splice-request", Scope::PROXY, "what clients send moves to servers through a kernel pipe (splice): a mode tcp stream's bytes, an HTTP request body of known length",
         |c: &mut ProxyConf, on| c.stream.splice.request = on;
     "option splice-auto", Scope::PROXY, "both ways: splice-request and splice-response",
-        |c: &mut ProxyConf, on| c.stream.splice = crate::conf::stream::Splice { request: on, response: on, auto: on };
+        |c: &mut ProxyConf, on| c.stream.splice = crate::conf::stream::Splice { request: on, response: on };
 ];
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[

@@ -915,3 +915,65 @@ pub fn h3_field(result: &serde_json::Value, name: &str) -> Option<String> {
         (f[0].as_str()? == name).then(|| f[1].as_str().unwrap_or_default().to_string())
     })
 }
+
+/// A server that answers as soon as it has a request's head, whatever its body: `answer`,
+/// then it keeps the connection without reading more until the peer closes it.
+pub fn early_answering_origin(answer: &'static [u8]) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                if try_read_head(&mut s).is_none() {
+                    return;
+                }
+                let _ = s.write_all(answer);
+                // Held open, unread, until the proxy closes it (bounded by a timeout).
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut sink = [0u8; 1];
+                let _ = s.peek(&mut sink);
+            });
+        }
+    });
+    addr
+}
+
+/// A server that says `100 Continue` at once (and tells `said`), then reads the whole
+/// announced body and answers how much it got.
+pub fn continuing_origin(said: std::sync::mpsc::Sender<()>) -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let said = said.clone();
+            std::thread::spawn(move || {
+                let Some(head) = try_read_head(&mut s) else {
+                    return;
+                };
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+                let _ = said.send(());
+                let mut body = vec![0u8; len];
+                if s.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let msg = format!("got {len}");
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{msg}",
+                        msg.len()
+                    )
+                    .as_bytes(),
+                );
+            });
+        }
+    });
+    addr
+}
