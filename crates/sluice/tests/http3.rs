@@ -366,6 +366,27 @@ fn datagrams_that_are_no_quic_packets_are_dropped_and_counted() {
     drop(p);
 }
 
+/// A connection with no stream for `timeout client` is closed by the proxy (the client
+/// hears the close: not its own idle timer, which QUIC's 30 s idle timeout would set off),
+/// whatever the one-second flood sample does meanwhile.
+#[test]
+fn an_idle_connection_is_closed_at_its_timeout() {
+    let origin = Origin::start("o");
+    let (p, port, _dir) = quic_proxy(
+        " timeout client 1500ms\n",
+        &format!(" server o {}\n", origin.addr),
+        "",
+    );
+    // (`pings: 0`: no PING, the connection's end awaited.)
+    let results = h3_requests(
+        port,
+        &json!([{"path": "/", "sequential": true}, {"pings": 0}]),
+    );
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_ne!(results[1]["reason"], "Idle timeout", "{results:?}");
+    drop(p);
+}
+
 /// A client that floods its connection with frames that do no work (PING here, each in
 /// a packet of its own) loses it with H3_EXCESSIVE_LOAD once past the limit, as an
 /// HTTP/2 client does, and the cut is counted (`quic_floods`); its earlier request was

@@ -10,8 +10,9 @@
 //!
 //! Each worker has its own UDP socket in the address's SO_REUSEPORT group and its own
 //! `quinn` endpoint on it: the kernel hashes a client's addresses to one socket, so a
-//! connection lives on the worker that received its first packet, as a TCP connection
-//! does once accepted. Once its handshake is done, a connection has a socket of its own,
+//! connection lives on the worker that received its first packet (or the one that
+//! packet's connection ID names, `transport::quic_route`), as a TCP connection does once
+//! accepted. Once its handshake is done, a connection has a socket of its own,
 //! connected to its client (`transport::quic_socket`), so that a process replacing this
 //! one (a reload) does not receive its datagrams. A client that changes its address may be
 //! hashed to another worker: the connection IDs name their worker, and the datagram is
@@ -349,6 +350,10 @@ async fn serve_connection(
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
     let mut floods = (NoWork::new(), tokio::time::interval(quic_floods::SAMPLE));
+    // The idle timer lives across the loop's turns (the flood sample ends one each second)
+    // and starts again only when a stream comes.
+    let idle = shared.streams.idle(limit, idle_limit);
+    tokio::pin!(idle);
     // Whether the last streams' data may still be on its way when they are done.
     let linger = loop {
         tokio::select! {
@@ -357,13 +362,14 @@ async fn serve_connection(
                     let (open, earlier) = shared.streams.open();
                     let task = serve_stream(shared.clone(), resolver, earlier, open);
                     tokio::task::spawn_local(crate::clock::Ticking::new(task));
+                    idle.set(shared.streams.idle(limit, idle_limit));
                 }
                 // The client said GOAWAY (its requests finish), or the connection failed.
                 Ok(None) => break true,
                 Err(_) => break false,
             },
             () = soft_stop(&w) => break true,
-            () = shared.streams.idle(limit, idle_limit) => break false,
+            () = &mut idle => break false,
             _ = floods.1.tick() => if floods.0.flooded(&conn.stats()) {
                 w.ctx().counters.quic_floods.bump();
                 conn.close(H3_EXCESSIVE_LOAD.into(), b"frames that do no work");

@@ -295,12 +295,7 @@ impl Txn {
         let backend = self.backend.expect("routed");
         // `option splice-response|splice-auto` on either side, unless `nosplice`; a body
         // kept for the cache passes through the buffers.
-        let splice = !w.config().global.nosplice
-            && fe
-                .stream
-                .splice
-                .or(w.config().backends[backend].stream.splice)
-                .response
+        let splice = super::tunnel::splicing(&w, fe, &w.config().backends[backend]).response
             && capture.is_none();
         let mut relay = Relay {
             splice,
@@ -534,7 +529,7 @@ impl Txn {
         // What the client sent before the switch was counted as it arrived.
         let counted = s.cbuf.bytes().len() as u64;
         // A tunnel's bytes are spliced as a `mode tcp` stream's would be.
-        let splice = fe.stream.splice.or(be.stream.splice);
+        let splice = super::tunnel::splicing(&w, fe, be);
         let spliced = super::tunnel::spliced(&w, splice, (&s.client, &conn.conn));
         let moved = super::tunnel::relay(
             &mut s.client,

@@ -6,7 +6,8 @@
 //! Invariants:
 //! - A stream counts from the moment its connection accepted it (before its task runs, so
 //!   the idle timer never starts in between) until its [`Open`] guard is dropped.
-//! - The last stream to end wakes whoever waits for the connection to be idle.
+//! - The last stream to end wakes whoever waits for the connection to be idle, or for its
+//!   streams to be done (each checks the count before it waits).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -30,7 +31,9 @@ impl Drop for Open {
         let s = &self.0;
         s.active.set(s.active.get() - 1);
         if s.active.get() == 0 {
-            s.went_idle.notify_one();
+            // Every waiter: the connection's idle timer and its wait for the last stream
+            // may both be there (a `notify_one` would wake the first alone).
+            s.went_idle.notify_waiters();
         }
     }
 }

@@ -233,7 +233,7 @@ async fn relay_to(
         Tally::add_bytes(w, (fe, info.listener), backend, at.server, traffic);
     };
     let progress: super::tunnel::Progress = frontend.stream.contstats.then_some(&report);
-    let splice = frontend.stream.splice.or(be.stream.splice);
+    let splice = super::tunnel::splicing(w, frontend, be);
     let spliced = super::tunnel::spliced(w, splice, (&client, &conn.conn));
     let relay = super::tunnel::relay(
         &mut client,

@@ -19,15 +19,27 @@ pub(crate) struct Spliced<'p> {
     pub to_a: Option<Lease<'p>>,
 }
 
-/// The pipes of the directions `splice` asks for, when both connections are sockets in
-/// clear and pipes are to be had (else those directions are copied).
+/// What a stream between frontend `fe` and backend `be` may splice: `option splice-*` on
+/// either side, nothing under the global `nosplice`.
+pub(crate) fn splicing(
+    w: &crate::runtime::Worker,
+    fe: &crate::conf::Frontend,
+    be: &crate::conf::Backend,
+) -> crate::conf::stream::Splice {
+    match w.config().global.nosplice {
+        true => Default::default(),
+        false => fe.stream.splice.or(be.stream.splice),
+    }
+}
+
+/// The pipes of the directions `splice` asks for ([`splicing`]), when both connections
+/// are sockets in clear and pipes are to be had (else those directions are copied).
 pub(crate) fn spliced<'w>(
     w: &'w crate::runtime::Worker,
     splice: crate::conf::stream::Splice,
     (client, server): (&Conn, &Conn),
 ) -> Spliced<'w> {
-    let plain = client.plain_tcp().is_some() && server.plain_tcp().is_some();
-    if w.config().global.nosplice || !plain {
+    if client.plain_tcp().is_none() || server.plain_tcp().is_none() {
         return Default::default();
     }
     Spliced {

@@ -235,8 +235,6 @@ struct L7Retry<'a> {
     unnamed: Option<&'a [u8]>,
 }
 
-/// What a write of the request to the server came to: a failure may be retried elsewhere;
-/// `timeout server` striking is a 504.
 /// A server's final response head: HTTP/1 text at the start of the server buffer, or the
 /// head an HTTP/2 stream's answer decoded (its body follows in the server buffer as
 /// HTTP/1.1 would carry it). Read through [`ServerHead::view`].
@@ -1094,12 +1092,10 @@ impl Txn {
     /// request body of known length may be spliced.
     fn splices_request(&self, s: &Session) -> bool {
         let w = &s.w;
-        let fe = &w.config().frontends[s.fe];
-        let be = self.backend.map(|b| &w.config().backends[b]);
-        !w.config().global.nosplice
-            && be
-                .map_or(fe.stream.splice, |be| fe.stream.splice.or(be.stream.splice))
-                .request
+        self.backend.is_some_and(|b| {
+            let (fe, be) = (&w.config().frontends[s.fe], &w.config().backends[b]);
+            super::tunnel::splicing(w, fe, be).request
+        })
     }
 
     /// Writes what `s.out` holds of the request (nothing to do when it is empty); `Ok(true)`

@@ -5,7 +5,8 @@
 //! Invariants:
 //! - An upload stops at an early answer of 300 or more (the answer is then in the server
 //!   buffer, for the response to relay); an interim answer or an early 2xx changes nothing.
-//! - Spliced bytes count as received from the client, as copied ones do.
+//! - Spliced bytes count as received from the client (once in the pipe), as copied ones
+//!   do.
 //! - A splice cut short (an early answer, a failure) drops its pipe with what it held: the
 //!   body is not sent whole either way.
 
@@ -18,6 +19,8 @@ use super::connect::ServerConn;
 use super::deadline::within;
 use super::report::{Cause, Fail, Phase};
 use super::session::Session;
+use crate::buffer::{Buf, BufPool};
+use crate::transport::Conn;
 
 /// Why sending a request or reading its response head failed.
 pub(super) enum SendFail {
@@ -26,16 +29,18 @@ pub(super) enum SendFail {
     Fail(Fail),
 }
 
+/// What a write of the request to the server came to: a failure may be retried elsewhere;
+/// `timeout server` striking is a 504.
 pub(super) fn sent_to_server(r: Result<io::Result<()>, ()>) -> Result<(), SendFail> {
     match r {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(SendFail::Retryable(e)),
-        Err(()) => Err(SendFail::Fail(Fail::answer(
-            504,
-            Cause::ServerTimeout,
-            Phase::Headers,
-        ))),
+        Err(()) => Err(server_timeout()),
     }
+}
+
+fn server_timeout() -> SendFail {
+    SendFail::Fail(Fail::answer(504, Cause::ServerTimeout, Phase::Headers))
 }
 
 /// Waits for more of the request body (`false`), or for the server to refuse the rest of
@@ -89,12 +94,18 @@ pub(super) async fn answered_before_failing(s: &mut Session, conn: &mut ServerCo
 /// one that does not (`Some(false)`), or not enough to say (`None`).
 pub(super) async fn server_refused(s: &mut Session, conn: &mut ServerConn) -> Option<bool> {
     let w = s.w.clone();
+    refusal(&mut s.sbuf, &conn.conn, &w.bufs).await
+}
+
+/// [`server_refused`] over the server buffer and connection themselves (for a caller that
+/// holds other parts of the session meanwhile).
+async fn refusal(sbuf: &mut Buf, server: &Conn, bufs: &BufPool) -> Option<bool> {
     // A zero limit: the bytes the socket holds, or nothing (readiness may be stale).
-    let read = within(Some(Duration::ZERO), s.sbuf.fill(&conn.conn, &w.bufs)).await;
+    let read = within(Some(Duration::ZERO), sbuf.fill(server, bufs)).await;
     if let Ok(Ok(0) | Err(_)) = read {
         return Some(true);
     }
-    early_status(s.sbuf.bytes()).map(|status| status >= 300)
+    early_status(sbuf.bytes()).map(|status| status >= 300)
 }
 
 /// The status of the first answer after any whole interim ones (`100`-`199` but `101`),
@@ -167,22 +178,19 @@ pub(super) async fn splice_rest(
                     if r.is_err() {
                         break None;
                     }
-                    // What the server sent, without waiting (readiness may be stale).
-                    match within(Some(Duration::ZERO), s.sbuf.fill(&conn.conn, &w.bufs)).await {
-                        Ok(Ok(0) | Err(_)) => break None,
-                        _ => match early_status(s.sbuf.bytes()) {
-                            Some(status) if status >= 300 => break None,
-                            Some(_) => watching = false,
-                            None => {}
-                        },
+                    match refusal(&mut s.sbuf, &conn.conn, &w.bufs).await {
+                        Some(true) => break None,
+                        Some(false) => watching = false,
+                        None => {}
                     }
                 }
                 r = &mut forward => break Some(r),
             }
         }
     };
+    // Received: what reached the server, and what the pipe still held.
+    s.received += moved + lease.held();
     drop(lease);
-    s.received += moved;
     match done {
         None => Ok(Spliced::Refused),
         Some(Ok(())) => Ok(Spliced::Sent),
@@ -192,7 +200,7 @@ pub(super) async fn splice_rest(
             Err(SendFail::Retryable(e))
         }
         Some(Err(Stopped::Write(_))) => Ok(Spliced::Refused),
-        Some(Err(Stopped::WriteTimeout)) => sent_to_server(Err(())).map(|()| Spliced::Sent),
+        Some(Err(Stopped::WriteTimeout)) => Err(server_timeout()),
     }
 }
 

@@ -40,6 +40,12 @@ pub const INBOX: usize = 256;
 /// header protection assumes, then its 16-byte sample (RFC 9001, 5.4.2).
 const MIN_PROTECTED: usize = 20;
 
+/// The smallest datagram with a short header: a stateless reset's 21 bytes (RFC 9000,
+/// 10.3), shorter than any protected packet.
+const MIN_SHORT: usize = 21;
+// (A short header holds the first byte and a whole connection ID.)
+const _: () = assert!(MIN_SHORT > CID_LEN);
+
 /// The smallest datagram that may carry a client's Initial packet (RFC 9000, 14.1).
 const MIN_INITIAL_DATAGRAM: usize = 1200;
 
@@ -134,27 +140,27 @@ impl Route {
             if data.is_empty() {
                 Tally::bump(&self.tally.malformed);
             }
-            let mut good = 0;
+            // Datagrams batched together come from one sender's address, hence (but for a
+            // client that multiplexes connections on one port) one connection: the first
+            // well-formed one names the worker for all. When some of a batch are malformed
+            // and others not, the endpoint drops the malformed ones itself.
+            let mut to = None;
             for datagram in data.chunks(stride) {
                 match addressee(datagram) {
                     Err(Malformed) => Tally::bump(&self.tally.malformed),
-                    Ok(_) => good += 1,
+                    Ok(worker) => to = Some(to.unwrap_or(worker)),
                 }
             }
-            // Datagrams batched together come from one sender, hence one connection: the
-            // first names the worker for all.
-            let to = addressee(data.chunks(stride).next().unwrap_or_default());
-            if good == 0 {
-                m.len = 0;
-            } else if let Ok(Some(tid)) = to {
-                if tid != self.tid && self.forward(tid, *m, data) {
-                    m.len = 0;
-                }
+            match to {
+                None => m.len = 0,
+                Some(Some(tid)) if tid != self.tid && self.forward(tid, *m, data) => m.len = 0,
+                Some(_) => {}
             }
         }
     }
 
-    /// Hands a buffer to worker `tid` if it serves this listener; false if it does not.
+    /// Hands a buffer to worker `tid` if it serves this listener; false if it does not (or
+    /// no longer does: its endpoint has stopped), and the buffer stays here.
     fn forward(&self, tid: usize, meta: RecvMeta, data: &[u8]) -> bool {
         let Some(inbox) = self.routes.inboxes.get(tid).and_then(OnceLock::get) else {
             return false;
@@ -162,7 +168,8 @@ impl Route {
         let bytes = data.to_vec();
         match inbox.try_send(Forwarded { meta, bytes }) {
             Ok(()) => Tally::bump(&self.tally.forwarded),
-            Err(_) => Tally::bump(&self.tally.lost),
+            Err(mpsc::error::TrySendError::Full(_)) => Tally::bump(&self.tally.lost),
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
         }
         true
     }
@@ -216,8 +223,9 @@ pub struct Malformed;
 pub fn addressee(d: &[u8]) -> Result<Option<usize>, Malformed> {
     let first = *d.first().ok_or(Malformed)?;
     if first & 0x80 == 0 {
-        // A short header: the destination ID is one this process gave out, of its length.
-        if d.len() < 1 + CID_LEN + MIN_PROTECTED {
+        // A short header: the destination ID is one this process gave out, of its length
+        // (or a stateless reset's random bytes, which name any worker or none).
+        if d.len() < MIN_SHORT {
             return Err(Malformed);
         }
         return Ok(Some(worker_of(&d[1..1 + CID_LEN])));
@@ -292,9 +300,11 @@ impl WorkerCids {
 impl ConnectionIdGenerator for WorkerCids {
     fn generate_cid(&mut self) -> ConnectionId {
         let mut id = [0u8; CID_LEN];
-        // The system's randomness does not fail on Linux once booted; were it to, an ID
-        // of zeroes still names its worker and stays unique enough for quinn to retry.
-        let _ = ring::rand::SecureRandom::fill(&self.random, &mut id);
+        // The system's randomness does not fail on Linux once booted; were it to, IDs
+        // would still differ (if less unpredictably), which quinn needs to make new ones.
+        if ring::rand::SecureRandom::fill(&self.random, &mut id).is_err() {
+            id = fastrand::u64(..).to_le_bytes();
+        }
         id[0] = self.tag[0] ^ id[2];
         id[1] = self.tag[1] ^ id[3];
         ConnectionId::new(&id)
@@ -346,9 +356,77 @@ mod tests {
     }
 
     #[test]
+    fn varints_of_every_length() {
+        // RFC 9000's own examples (A.1).
+        let cases: [(&[u8], usize); 4] = [
+            (&[0x25], 37),
+            (&[0x7b, 0xbd], 15_293),
+            (&[0x9d, 0x7f, 0x3e, 0x7d], 494_878_333),
+            (
+                &[0xc2, 0x19, 0x7c, 0x5e, 0xff, 0x14, 0xe8, 0x8c],
+                151_288_809_941_952_652,
+            ),
+        ];
+        for (bytes, want) in cases {
+            let mut at = 0;
+            assert_eq!(varint(bytes, &mut at), Ok(want));
+            assert_eq!(at, bytes.len());
+        }
+        assert_eq!(varint(&[0x9d, 0x7f], &mut 0), Err(Malformed));
+    }
+
+    /// A receive's batch of datagrams at `stride`, sorted by worker 0 of two.
+    #[test]
+    fn batches_go_where_they_belong_and_malformed_ones_are_counted() {
+        let routes = ListenerRoutes::default().get((0, 0), 2);
+        let (t0, t1) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
+        let (w0, w1) = (
+            Route::new(routes.clone(), 0, t0.clone()),
+            Route::new(routes, 1, t1),
+        );
+        let (mine, theirs) = (
+            WorkerCids::new(0).generate_cid(),
+            WorkerCids::new(1).generate_cid(),
+        );
+        let retry = long(3, &[1; 8], 40);
+        let sort = |parts: &[&[u8]]| {
+            let mut data: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            let mut meta = [RecvMeta::default()];
+            meta[0].len = data.len();
+            meta[0].stride = parts[0].len();
+            w0.sort(&[io::IoSliceMut::new(&mut data)], &mut meta, 1);
+            meta[0].len
+        };
+        // Three of worker 1's datagrams move together; nothing stays.
+        let (a, b) = (short(&theirs), short(&theirs));
+        assert_eq!(sort(&[&a, &b, &b]), 0);
+        assert_eq!(t0.forwarded.load(Relaxed), 1);
+        // A malformed datagram first: the batch is named by the next, here worker 0's own.
+        let own = short(&mine);
+        let mut padded = own.clone();
+        padded.resize(retry.len(), 0);
+        assert_eq!(sort(&[&retry, &padded]), retry.len() * 2);
+        assert_eq!(t0.malformed.load(Relaxed), 1);
+        // Nothing well-formed: the whole batch goes.
+        assert_eq!(sort(&[&retry, &retry]), 0);
+        assert_eq!(t0.malformed.load(Relaxed), 3);
+        // Worker 1 receives what it was handed, as it came.
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut buf = vec![0u8; 4096];
+        let mut meta = [RecvMeta::default()];
+        let got = w1.poll_inbox(&mut cx, &mut [io::IoSliceMut::new(&mut buf)], &mut meta);
+        assert_eq!(got, Poll::Ready(1));
+        assert_eq!((meta[0].len, meta[0].stride), (a.len() * 3, a.len()));
+        assert_eq!(&buf[..a.len()], &a[..]);
+    }
+
+    #[test]
     fn what_is_no_quic_packet_is_told() {
         assert_eq!(addressee(&[]), Err(Malformed));
-        assert_eq!(addressee(&[0x40; 12]), Err(Malformed));
+        assert_eq!(addressee(&[0x40; 20]), Err(Malformed));
+        // A stateless reset's least, 21 bytes, is the endpoint's to judge.
+        assert!(addressee(&[0x40; 21]).is_ok());
         // An Initial in a datagram under 1,200 bytes, or with a length past its end.
         assert_eq!(addressee(&long(0, &[1; 8], 1199)), Err(Malformed));
         assert_eq!(addressee(&long(0, &[1; 8], 1200)).map(|_| ()), Ok(()));

@@ -48,6 +48,8 @@ pub struct QuicSocket {
     /// Which of the listener and the connections' sockets is read first (they take turns,
     /// so that neither starves the other).
     listener_first: std::sync::atomic::AtomicBool,
+    /// Whether the inbox of datagrams other workers handed over is read before the sockets.
+    inbox_first: std::sync::atomic::AtomicBool,
     conns: Mutex<Conns>,
     /// Readiness of the connections' sockets (level-triggered).
     ready: AsyncFd<OwnedFd>,
@@ -108,6 +110,7 @@ impl QuicSocket {
             retired,
             local,
             listener_first: Default::default(),
+            inbox_first: Default::default(),
             conns: Mutex::default(),
             ready,
             route,
@@ -251,14 +254,24 @@ impl AsyncUdpSocket for QuicSocket {
         bufs: &mut [io::IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        if let Poll::Ready(n) = self.route.poll_inbox(cx, bufs, meta) {
-            return Poll::Ready(Ok(n));
+        use std::sync::atomic::Ordering::Relaxed;
+        // The inbox and the sockets take turns too: neither starves the other.
+        let inbox_first = !self.inbox_first.fetch_xor(true, Relaxed);
+        if inbox_first {
+            if let Poll::Ready(n) = self.route.poll_inbox(cx, bufs, meta) {
+                return Poll::Ready(Ok(n));
+            }
         }
-        let got = self.poll_sockets(cx, bufs, meta);
-        if let Poll::Ready(Ok(n)) = got {
-            self.route.sort(bufs, meta, n);
+        if let Poll::Ready(got) = self.poll_sockets(cx, bufs, meta) {
+            if let Ok(n) = got {
+                self.route.sort(bufs, meta, n);
+            }
+            return Poll::Ready(got);
         }
-        got
+        match inbox_first {
+            true => Poll::Pending,
+            false => self.route.poll_inbox(cx, bufs, meta).map(Ok),
+        }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {

@@ -131,6 +131,13 @@ pub struct Lease<'a> {
     counts: &'a PipeCounts,
 }
 
+impl Lease<'_> {
+    /// Bytes the pipe holds: read from one side and not yet written to the other.
+    pub fn held(&self) -> u64 {
+        self.pipe.as_ref().map_or(0, |p| p.held as u64)
+    }
+}
+
 impl Pipes {
     /// A pipe for one body: a pooled one, else a new one while the process has fewer than
     /// `max` (`None`: the body is copied).
@@ -184,7 +191,7 @@ pub enum Stopped {
 }
 
 /// Moves `n` bytes from `from` to `to` through the leased pipe, waiting at most `limits`
-/// (server, client) for either side to move. The bytes moved, or why it stopped.
+/// (for `from`, for `to`) for either side to move. The bytes moved, or why it stopped.
 pub async fn forward(
     from: &TcpStream,
     to: &TcpStream,

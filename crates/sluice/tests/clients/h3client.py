@@ -119,7 +119,7 @@ class Client(QuicConnectionProtocol):
     async def request(self, req):
         if req.get("tunnel") is not None:
             return await self.tunnel(req)
-        if req.get("pings"):
+        if "pings" in req:
             return await self.pings(req["pings"])
         if req.get("rebind"):
             # A new local port: the server sees the client's address change (migration).
