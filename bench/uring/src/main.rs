@@ -6,7 +6,11 @@
 //! own (a response may come in pieces: nginx writes a head, then sends the file). This
 //! measures the path through the kernel, not HTTP.
 //!
-//! Usage: uring-proto epoll|uring|uring-sqpoll LISTEN_PORT ORIGIN_PORT
+//! `uring-multi` is the loop with what io_uring adds beyond batching: one multishot receive
+//! per socket (armed once, re-armed only when the kernel ends it) taking buffers from a
+//! provided buffer ring, and registered (fixed) descriptors instead of per-call lookups.
+//!
+//! Usage: uring-proto epoll|uring|uring-sqpoll|uring-multi LISTEN_PORT ORIGIN_PORT
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,7 +21,7 @@ const BUF: usize = 16 * 1024;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 4 {
-        eprintln!("usage: uring-proto epoll|uring|uring-sqpoll LISTEN_PORT ORIGIN_PORT");
+        eprintln!("usage: uring-proto epoll|uring|uring-sqpoll|uring-multi LISTEN_PORT ORIGIN_PORT");
         std::process::exit(2);
     }
     let listener =
@@ -27,6 +31,7 @@ fn main() {
         "epoll" => epoll(listener, origin),
         "uring" => uring(listener, origin, false),
         "uring-sqpoll" => uring(listener, origin, true),
+        "uring-multi" => multi::run(listener, origin),
         m => panic!("unknown mode {m}"),
     }
 }
@@ -233,6 +238,173 @@ fn uring(listener: TcpListener, origin: u16, sqpoll: bool) {
                     .user_data(tag(RECV_ORIGIN)),
             };
             push(&mut ring, next);
+        }
+    }
+}
+
+/// The loop on multishot receives, a provided buffer ring and fixed descriptors.
+mod multi {
+    use std::alloc::{alloc_zeroed, Layout};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::sync::atomic::{AtomicU16, Ordering};
+
+    use io_uring::types::{BufRingEntry, Fixed};
+    use io_uring::{cqueue, opcode, types, IoUring};
+
+    use super::{origin_conn, BUF};
+
+    /// Buffers in the ring (a power of two), each `BUF` bytes.
+    const BUFS: u16 = 512;
+    const GROUP: u16 = 0;
+    const ACCEPT: u64 = u64::MAX;
+    /// What a completion is for: a receive on the connection's client (0) or origin (1)
+    /// socket, or a send to it (2, 3) of buffer `bid`.
+    fn tag(conn: usize, op: u64, bid: u16) -> u64 {
+        ((conn as u64) << 24) | (u64::from(bid) << 8) | op
+    }
+
+    /// The provided buffer ring: its entries (page-aligned, shared with the kernel), the
+    /// buffers, and the tail this side advances as it gives buffers back.
+    struct Ring {
+        entries: *mut BufRingEntry,
+        bufs: Vec<u8>,
+        tail: u16,
+    }
+
+    impl Ring {
+        fn new(ring: &IoUring) -> Ring {
+            let layout = Layout::from_size_align(BUFS as usize * 16, 4096).expect("layout");
+            // SAFETY: a non-zero size; the memory is zeroed, as the kernel wants a new
+            // ring, and lives as long as the process (never freed: the ring stays
+            // registered until exit).
+            let entries = unsafe { alloc_zeroed(layout) } as *mut BufRingEntry;
+            assert!(!entries.is_null());
+            // SAFETY: `entries` is page-aligned memory for BUFS entries that stays put.
+            unsafe {
+                ring.submitter()
+                    .register_buf_ring_with_flags(entries as u64, BUFS, GROUP, 0)
+                    .expect("register_buf_ring");
+            }
+            let mut r = Ring {
+                entries,
+                bufs: vec![0u8; BUFS as usize * BUF],
+                tail: 0,
+            };
+            for bid in 0..BUFS {
+                r.give_back(bid);
+            }
+            r
+        }
+
+        fn buf(&mut self, bid: u16) -> *mut u8 {
+            self.bufs[bid as usize * BUF..].as_mut_ptr()
+        }
+
+        /// Hands buffer `bid` to the kernel again.
+        fn give_back(&mut self, bid: u16) {
+            let addr = self.buf(bid) as u64;
+            // SAFETY: the index is masked into the ring; the kernel reads an entry only
+            // once the tail moves past it, which happens below.
+            let e = unsafe { &mut *self.entries.add((self.tail & (BUFS - 1)) as usize) };
+            e.set_addr(addr);
+            e.set_len(BUF as u32);
+            e.set_bid(bid);
+            self.tail = self.tail.wrapping_add(1);
+            // SAFETY: the tail is the u16 the kernel reads in the first entry; the store
+            // is a release, ordering the entry's writes before it.
+            unsafe {
+                let tail = BufRingEntry::tail(self.entries) as *const AtomicU16;
+                (*tail).store(self.tail, Ordering::Release);
+            }
+        }
+    }
+
+    pub fn run(listener: TcpListener, origin: u16) {
+        let mut ring = IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(1024)
+            .expect("io_uring");
+        ring.submitter().register_files_sparse(4096).expect("files");
+        let mut bufs = Ring::new(&ring);
+        let lfd = listener.as_raw_fd();
+        // Each connection: its client and origin sockets, fixed at slots 2i and 2i+1.
+        let mut conns: Vec<Option<(TcpStream, TcpStream)>> = Vec::new();
+        let push = |ring: &mut IoUring, e: io_uring::squeue::Entry| {
+            // SAFETY: every buffer an entry points into is the ring's, which stays put.
+            while unsafe { ring.submission().push(&e) }.is_err() {
+                ring.submit().expect("submit");
+            }
+        };
+        let accept = || {
+            opcode::Accept::new(types::Fd(lfd), std::ptr::null_mut(), std::ptr::null_mut())
+                .build()
+                .user_data(ACCEPT)
+        };
+        let recv = |i: usize, side: u64| {
+            opcode::RecvMulti::new(Fixed((2 * i) as u32 + side as u32), GROUP)
+                .build()
+                .user_data(tag(i, side, 0))
+        };
+        push(&mut ring, accept());
+        loop {
+            ring.submit_and_wait(1).expect("submit_and_wait");
+            let done: Vec<(u64, i32, u32)> = ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags()))
+                .collect();
+            for (data, res, flags) in done {
+                if data == ACCEPT {
+                    push(&mut ring, accept());
+                    if res < 0 {
+                        continue;
+                    }
+                    // SAFETY: the accepted descriptor is new and owned by nobody else.
+                    let client = unsafe { TcpStream::from_raw_fd(res) };
+                    client.set_nodelay(true).ok();
+                    let o = origin_conn(origin);
+                    let i = conns.len();
+                    ring.submitter()
+                        .register_files_update((2 * i) as u32, &[client.as_raw_fd(), o.as_raw_fd()])
+                        .expect("files update");
+                    conns.push(Some((client, o)));
+                    push(&mut ring, recv(i, 0));
+                    push(&mut ring, recv(i, 1));
+                    continue;
+                }
+                let (i, bid, op) = ((data >> 24) as usize, (data >> 8) as u16, data & 0xff);
+                if op >= 2 {
+                    // A send done: its buffer goes back to the ring.
+                    bufs.give_back(bid);
+                    continue;
+                }
+                if res <= 0 {
+                    if let Some(b) = cqueue::buffer_select(flags) {
+                        bufs.give_back(b);
+                    }
+                    if let Some((c, o)) = conns[i].take() {
+                        let _ = c.shutdown(std::net::Shutdown::Both);
+                        let _ = o.shutdown(std::net::Shutdown::Both);
+                    }
+                    continue;
+                }
+                let Some(b) = cqueue::buffer_select(flags) else { continue };
+                if conns[i].is_none() {
+                    bufs.give_back(b);
+                    continue;
+                }
+                // What one side sent goes to the other, from the buffer it arrived in.
+                let to = Fixed((2 * i) as u32 + (1 - op as u32));
+                let send = opcode::Send::new(to, bufs.buf(b), res as u32)
+                    .build()
+                    .user_data(tag(i, 2 + op, b));
+                push(&mut ring, send);
+                if !cqueue::more(flags) {
+                    push(&mut ring, recv(i, op));
+                }
+            }
         }
     }
 }
