@@ -28,6 +28,29 @@ fn quic_proxy(frontend_lines: &str, backend: &str, global: &str) -> (Sluice, u16
     (p, port, dir)
 }
 
+/// A QUIC proxy (its frontend's and global lines added) in front of a plain origin, with an
+/// admin stats socket to read the counters from.
+struct Watched {
+    port: u16,
+    sock: std::path::PathBuf,
+    _kept: (Sluice, Origin, TempDir, TempDir),
+}
+
+fn watched(frontend_lines: &str, global: &str) -> Watched {
+    let origin = Origin::start("o");
+    let (cli, sock) = cli_dir();
+    let (p, port, dir) = quic_proxy(
+        frontend_lines,
+        &format!(" server o {}\n", origin.addr),
+        &format!("{global} stats socket {} level admin\n", sock.display()),
+    );
+    Watched {
+        port,
+        sock,
+        _kept: (p, origin, cli, dir),
+    }
+}
+
 /// Bodies cross both ways, with and without a length, up to a megabyte: the server gets
 /// the request body whole (a body without a length goes chunked to an HTTP/1.1 server),
 /// the client gets the response body whole, on one connection with several streams at
@@ -275,26 +298,17 @@ fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
 /// path and the next request is served on the same connection (one session counted).
 #[test]
 fn a_client_that_changes_its_address_keeps_its_connection() {
-    let origin = Origin::start("o");
-    let (_cli_dir, sock) = cli_dir();
-    let (p, port, _dir) = quic_proxy(
-        "",
-        &format!(" server o {}\n", origin.addr),
-        &format!(
-            " nbthread 1\n stats socket {} level admin\n",
-            sock.display()
-        ),
-    );
+    let Watched { port, sock, .. } = &watched("", " nbthread 1\n");
+    let (port, sock) = (*port, sock.as_path());
     let results = h3_requests(
         port,
         &json!([{"path": "/before", "sequential": true}, {"path": "/after", "rebind": true}]),
     );
     assert_eq!(results[0]["status"], 200, "{results:?}");
     assert_eq!(results[1]["status"], 200, "{results:?}");
-    assert_eq!(activity(&sock, "quic_conns"), 1);
-    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(activity(sock, "quic_conns"), 1);
+    let csv = Sluice::cli(sock, "show stat");
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "req_tot"), "2", "{csv}");
-    drop(p);
 }
 
 /// A client whose new address the kernel hashes to another worker's socket keeps its
@@ -304,37 +318,28 @@ fn a_client_that_changes_its_address_keeps_its_connection() {
 /// ports until one lands on the other worker (each move has a third of a chance or more).
 #[test]
 fn a_client_that_moves_to_another_workers_socket_keeps_its_connection() {
-    let origin = Origin::start("o");
-    let (_cli_dir, sock) = cli_dir();
-    let (p, port, _dir) = quic_proxy(
-        "",
-        &format!(" server o {}\n", origin.addr),
-        &format!(
-            " nbthread 2\n stats socket {} level admin\n",
-            sock.display()
-        ),
-    );
+    let Watched { port, sock, .. } = &watched("", " nbthread 2\n");
+    let (port, sock) = (*port, sock.as_path());
     let mut moves: Vec<_> = vec![json!({"path": "/first", "sequential": true})];
     moves.extend((0..10).map(|i| json!({"path": format!("/moved{i}"), "rebind": true})));
     let mut runs = 0;
-    while activity(&sock, "quic_forwarded") == 0 {
+    while activity(sock, "quic_forwarded") == 0 {
         assert!(runs < 10, "no move reached the other worker in {runs} runs");
         runs += 1;
         let results = h3_requests(port, &serde_json::Value::from(moves.clone()));
         for r in &results {
             assert_eq!(r["status"], 200, "{results:?}");
         }
-        assert_eq!(activity(&sock, "quic_conns"), runs, "one connection a run");
+        assert_eq!(activity(sock, "quic_conns"), runs, "one connection a run");
     }
-    assert_eq!(activity(&sock, "quic_fwd_lost"), 0);
-    let csv = Sluice::cli(&sock, "show stat");
+    assert_eq!(activity(sock, "quic_fwd_lost"), 0);
+    let csv = Sluice::cli(sock, "show stat");
     let served = (runs * moves.len() as u64).to_string();
     assert_eq!(
         stat_field(&csv, "fe", "FRONTEND", "req_tot"),
         served,
         "{csv}"
     );
-    drop(p);
 }
 
 /// Datagrams that cannot be QUIC packets (empty, shorter than a protected packet, an
@@ -343,13 +348,8 @@ fn a_client_that_moves_to_another_workers_socket_keeps_its_connection() {
 /// is counted.
 #[test]
 fn datagrams_that_are_no_quic_packets_are_dropped_and_counted() {
-    let origin = Origin::start("o");
-    let (_cli_dir, sock) = cli_dir();
-    let (p, port, _dir) = quic_proxy(
-        "",
-        &format!(" server o {}\n", origin.addr),
-        &format!(" stats socket {} level admin\n", sock.display()),
-    );
+    let Watched { port, sock, .. } = &watched("", "");
+    let (port, sock) = (*port, sock.as_path());
     let mut initial = vec![0xc0, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0x40, 80];
     initial.resize(100, 0);
     let garbage: [&[u8]; 4] = [b"", &[0x40; 10], &initial, b"GET / HTTP/1.1\r\n\r\n"];
@@ -358,12 +358,11 @@ fn datagrams_that_are_no_quic_packets_are_dropped_and_counted() {
         udp.send_to(d, ("127.0.0.1", port)).unwrap();
     }
     wait_until("the datagrams counted", || {
-        activity(&sock, "quic_malformed") == 4
+        activity(sock, "quic_malformed") == 4
     });
     let results = h3_requests(port, &json!([{"path": "/"}]));
     assert_eq!(results[0]["status"], 200, "{results:?}");
-    assert_eq!(activity(&sock, "quic_malformed"), 4);
-    drop(p);
+    assert_eq!(activity(sock, "quic_malformed"), 4);
 }
 
 /// A connection with no stream for `timeout client` is closed by the proxy (the client
@@ -393,21 +392,14 @@ fn an_idle_connection_is_closed_at_its_timeout() {
 /// served.
 #[test]
 fn a_flood_of_pings_loses_its_connection() {
-    let origin = Origin::start("o");
-    let (_cli_dir, sock) = cli_dir();
-    let (p, port, _dir) = quic_proxy(
-        "",
-        &format!(" server o {}\n", origin.addr),
-        &format!(" stats socket {} level admin\n", sock.display()),
-    );
+    let Watched { port, sock, .. } = &watched("", "");
     let results = h3_requests(
-        port,
+        *port,
         &json!([{"path": "/", "sequential": true}, {"pings": 100_000}]),
     );
     assert_eq!(results[0]["status"], 200, "{results:?}");
     assert_eq!(results[1]["closed"], 0x107, "{results:?}");
-    assert_eq!(activity(&sock, "quic_floods"), 1);
-    drop(p);
+    assert_eq!(activity(sock, "quic_floods"), 1);
 }
 
 /// 0-RTT is refused: the session tickets the proxy gives allow no early data, so a client

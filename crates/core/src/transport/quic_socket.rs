@@ -254,24 +254,19 @@ impl AsyncUdpSocket for QuicSocket {
         bufs: &mut [io::IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        use std::sync::atomic::Ordering::Relaxed;
         // The inbox and the sockets take turns too: neither starves the other.
-        let inbox_first = !self.inbox_first.fetch_xor(true, Relaxed);
-        if inbox_first {
-            if let Poll::Ready(n) = self.route.poll_inbox(cx, bufs, meta) {
-                return Poll::Ready(Ok(n));
-            }
-        }
-        if let Poll::Ready(got) = self.poll_sockets(cx, bufs, meta) {
-            if let Ok(n) = got {
-                self.route.sort(bufs, meta, n);
-            }
-            return Poll::Ready(got);
-        }
-        match inbox_first {
-            true => Poll::Pending,
-            false => self.route.poll_inbox(cx, bufs, meta).map(Ok),
-        }
+        in_turns(
+            &self.inbox_first,
+            (cx, bufs, meta),
+            |cx, bufs, meta| self.route.poll_inbox(cx, bufs, meta).map(Ok),
+            |cx, bufs, meta| {
+                let got = self.poll_sockets(cx, bufs, meta);
+                if let Poll::Ready(Ok(n)) = got {
+                    self.route.sort(bufs, meta, n);
+                }
+                got
+            },
+        )
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -299,19 +294,33 @@ impl QuicSocket {
         bufs: &mut [io::IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let listener_first = !self.listener_first.fetch_xor(true, Relaxed);
-        if listener_first {
-            if let Poll::Ready(got) = self.listener.poll_recv(cx, bufs, meta) {
-                return Poll::Ready(got);
-            }
+        in_turns(
+            &self.listener_first,
+            (cx, bufs, meta),
+            |cx, bufs, meta| self.listener.poll_recv(cx, bufs, meta),
+            |cx, bufs, meta| self.poll_connected(cx, bufs, meta),
+        )
+    }
+}
+
+/// Polls two sources of datagrams, `a` first at every other call (`a_first` flips each
+/// time): a source always ready cannot starve the other.
+fn in_turns<'c>(
+    a_first: &std::sync::atomic::AtomicBool,
+    (cx, bufs, meta): (&mut Context, &mut [io::IoSliceMut<'c>], &mut [RecvMeta]),
+    a: impl FnOnce(&mut Context, &mut [io::IoSliceMut<'c>], &mut [RecvMeta]) -> Poll<io::Result<usize>>,
+    b: impl FnOnce(&mut Context, &mut [io::IoSliceMut<'c>], &mut [RecvMeta]) -> Poll<io::Result<usize>>,
+) -> Poll<io::Result<usize>> {
+    if a_first.fetch_xor(true, std::sync::atomic::Ordering::Relaxed) {
+        // (The flag was set: `b`'s turn first.)
+        match b(cx, bufs, meta) {
+            Poll::Pending => a(cx, bufs, meta),
+            ready => ready,
         }
-        if let Poll::Ready(got) = self.poll_connected(cx, bufs, meta) {
-            return Poll::Ready(got);
-        }
-        match listener_first {
-            true => Poll::Pending,
-            false => self.listener.poll_recv(cx, bufs, meta),
+    } else {
+        match a(cx, bufs, meta) {
+            Poll::Pending => b(cx, bufs, meta),
+            ready => ready,
         }
     }
 }
