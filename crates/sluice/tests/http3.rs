@@ -333,6 +333,8 @@ fn a_client_that_moves_to_another_workers_socket_keeps_its_connection() {
         assert_eq!(activity(sock, "quic_conns"), runs, "one connection a run");
     }
     assert_eq!(activity(sock, "quic_fwd_lost"), 0);
+    // What was handed over was read: the inboxes hold nothing.
+    wait_until("the inboxes empty", || activity(sock, "quic_fwd_held") == 0);
     let csv = Sluice::cli(sock, "show stat");
     let served = (runs * moves.len() as u64).to_string();
     assert_eq!(

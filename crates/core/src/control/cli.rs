@@ -1059,6 +1059,9 @@ fn show_activity(s: &Process, _: &[&str], _: Level) -> String {
         ("quic_fwd_lost", |t| {
             t.counters.quic.lost.load(Ordering::Relaxed)
         }),
+        ("quic_fwd_held", |t| {
+            t.counters.quic.held.load(Ordering::Relaxed)
+        }),
         ("h3_queued", |t| {
             t.counters.h3_queued.load(Ordering::Relaxed)
         }),

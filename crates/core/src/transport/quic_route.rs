@@ -16,7 +16,8 @@
 //!   can tell which worker a CID names (as with QUIC-LB's clear-text routing); it says
 //!   nothing of the client, and CIDs of one connection are not linkable otherwise.
 //! - A datagram moves whole, with what its receive said of it, into the named worker's
-//!   bounded inbox ([`INBOX`] datagrams); when that is full it is dropped and counted
+//!   bounded inbox (at most [`INBOX`] datagrams and [`INBOX_BYTES`] bytes, the bytes a gauge
+//!   of the receiving worker's: [`Tally::held`]); when that is full it is dropped and counted
 //!   (QUIC sends again what is lost). Only datagrams naming another worker with an
 //!   endpoint on the same listener move; every other datagram is this worker's.
 
@@ -35,6 +36,10 @@ pub const CID_LEN: usize = 8;
 
 /// Datagrams a worker's inbox holds at most (each at most one receive's worth).
 pub const INBOX: usize = 256;
+
+/// Bytes a worker's inboxes hold at most together (a receive's worth may be a batch of
+/// datagrams, up to 64 KiB).
+pub const INBOX_BYTES: u64 = 512 * 1024;
 
 /// Bytes a protected packet has at least after its packet number's offset: the 4 bytes
 /// header protection assumes, then its 16-byte sample (RFC 9001, 5.4.2).
@@ -56,8 +61,10 @@ pub struct Tally {
     pub malformed: AtomicU64,
     /// Datagrams handed to the worker their connection ID names.
     pub forwarded: AtomicU64,
-    /// Datagrams for another worker that its inbox had no room for (or that has stopped).
+    /// Datagrams for another worker that its inbox had no room for.
     pub lost: AtomicU64,
+    /// Bytes other workers handed over that wait in this worker's inboxes (a gauge).
+    pub held: AtomicU64,
 }
 
 impl Tally {
@@ -76,7 +83,15 @@ pub struct Forwarded {
 /// The inboxes of one QUIC listener's workers, by worker index.
 #[derive(Debug)]
 pub struct Routes {
-    inboxes: Box<[OnceLock<mpsc::Sender<Forwarded>>]>,
+    inboxes: Box<[OnceLock<Inbox>]>,
+}
+
+/// A worker's inbox as the others see it: where to send, and its worker's tally (whose
+/// `held` bounds it).
+#[derive(Debug)]
+struct Inbox {
+    tx: mpsc::Sender<Forwarded>,
+    tally: Arc<Tally>,
 }
 
 /// Every QUIC listener's [`Routes`] in a process, by (frontend, listener), made as the
@@ -99,10 +114,10 @@ impl ListenerRoutes {
 
 impl Routes {
     /// Worker `tid`'s endpoint serves this listener: its inbox.
-    fn join(&self, tid: usize) -> mpsc::Receiver<Forwarded> {
+    fn join(&self, tid: usize, tally: Arc<Tally>) -> mpsc::Receiver<Forwarded> {
         let (tx, rx) = mpsc::channel(INBOX);
         if let Some(slot) = self.inboxes.get(tid) {
-            let _ = slot.set(tx);
+            let _ = slot.set(Inbox { tx, tally });
         }
         rx
     }
@@ -118,9 +133,20 @@ pub struct Route {
     pub tally: Arc<Tally>,
 }
 
+impl Drop for Route {
+    /// What still waits in the inbox leaves the gauge with it.
+    fn drop(&mut self) {
+        let inbox = self.inbox.get_mut().unwrap_or_else(|e| e.into_inner());
+        inbox.close();
+        while let Ok(f) = inbox.try_recv() {
+            self.tally.held.fetch_sub(f.bytes.len() as u64, Relaxed);
+        }
+    }
+}
+
 impl Route {
     pub fn new(routes: Arc<Routes>, tid: usize, tally: Arc<Tally>) -> Route {
-        let inbox = Mutex::new(routes.join(tid));
+        let inbox = Mutex::new(routes.join(tid, tally.clone()));
         Route {
             routes,
             tid,
@@ -165,8 +191,18 @@ impl Route {
         let Some(inbox) = self.routes.inboxes.get(tid).and_then(OnceLock::get) else {
             return false;
         };
+        let len = data.len() as u64;
+        if inbox.tally.held.fetch_add(len, Relaxed) + len > INBOX_BYTES {
+            inbox.tally.held.fetch_sub(len, Relaxed);
+            Tally::bump(&self.tally.lost);
+            return true;
+        }
         let bytes = data.to_vec();
-        match inbox.try_send(Forwarded { meta, bytes }) {
+        let sent = inbox.tx.try_send(Forwarded { meta, bytes });
+        if sent.is_err() {
+            inbox.tally.held.fetch_sub(len, Relaxed);
+        }
+        match sent {
             Ok(()) => Tally::bump(&self.tally.forwarded),
             Err(mpsc::error::TrySendError::Full(_)) => Tally::bump(&self.tally.lost),
             Err(mpsc::error::TrySendError::Closed(_)) => return false,
@@ -195,6 +231,7 @@ impl Route {
                     Err(_) => break,
                 },
             };
+            self.tally.held.fetch_sub(got.bytes.len() as u64, Relaxed);
             let Some(room) = bufs[n].get_mut(..got.bytes.len()) else {
                 Tally::bump(&self.tally.lost);
                 continue;
@@ -382,7 +419,7 @@ mod tests {
         let (t0, t1) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
         let (w0, w1) = (
             Route::new(routes.clone(), 0, t0.clone()),
-            Route::new(routes, 1, t1),
+            Route::new(routes, 1, t1.clone()),
         );
         let (mine, theirs) = (
             WorkerCids::new(0).generate_cid(),
@@ -419,6 +456,34 @@ mod tests {
         assert_eq!(got, Poll::Ready(1));
         assert_eq!((meta[0].len, meta[0].stride), (a.len() * 3, a.len()));
         assert_eq!(&buf[..a.len()], &a[..]);
+        assert_eq!(t1.held.load(Relaxed), 0);
+    }
+
+    /// An inbox holds at most INBOX_BYTES: past it datagrams are lost (counted), and what
+    /// it holds is its worker's `held` until read or dropped with the inbox.
+    #[test]
+    fn an_inbox_holds_a_bounded_number_of_bytes() {
+        let routes = ListenerRoutes::default().get((0, 0), 2);
+        let (t0, t1) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
+        let w0 = Route::new(routes.clone(), 0, t0.clone());
+        let w1 = Route::new(routes, 1, t1.clone());
+        let mut batch = short(&WorkerCids::new(1).generate_cid());
+        batch.resize(60_000, 0);
+        let mut sent = 0;
+        for _ in 0..20 {
+            let mut meta = [RecvMeta::default()];
+            meta[0].len = batch.len();
+            meta[0].stride = batch.len();
+            w0.sort(&[io::IoSliceMut::new(&mut batch.clone())], &mut meta, 1);
+            assert_eq!(meta[0].len, 0, "handed over or lost, never kept");
+            sent += 1;
+        }
+        let fits = INBOX_BYTES / 60_000;
+        assert_eq!(t0.forwarded.load(Relaxed), fits);
+        assert_eq!(t0.lost.load(Relaxed), sent - fits);
+        assert_eq!(t1.held.load(Relaxed), fits * 60_000);
+        drop(w1);
+        assert_eq!(t1.held.load(Relaxed), 0);
     }
 
     #[test]
