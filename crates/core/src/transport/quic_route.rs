@@ -157,7 +157,7 @@ impl Route {
 
     /// Sorts what a receive got (`n` buffers, each one datagram or several of one sender
     /// at `stride`): a buffer naming another worker goes there, a datagram that is no QUIC
-    /// packet is counted, and a buffer either empties has its length set to 0, which the
+    /// packet is counted, and a buffer emptied either way has its length set to 0, which the
     /// endpoint skips.
     pub fn sort(&self, bufs: &[io::IoSliceMut<'_>], meta: &mut [RecvMeta], n: usize) {
         for (buf, m) in bufs.iter().zip(meta.iter_mut()).take(n) {
