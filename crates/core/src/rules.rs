@@ -319,7 +319,11 @@ fn rule_of(
                 value,
             }
         }
-        ("wait-for-handshake" | "disable-l7-retry", Side::Request) => {
+        ("wait-for-handshake", Side::Request) => {
+            sluice_config::no_args(params)?;
+            Action::WaitForHandshake
+        }
+        ("disable-l7-retry", Side::Request) => {
             sluice_config::no_args(params)?;
             Action::AlwaysSo
         }
@@ -1048,7 +1052,7 @@ pub enum Level {
 /// variables). Returns `false` for any other action, which is the caller's to run.
 pub fn run_shared(action: &Action, cx: &Ctx<'_>, level: Level) -> bool {
     match action {
-        Action::AlwaysSo => {}
+        Action::AlwaysSo | Action::WaitForHandshake => {}
         // In `tcp-request` rules (HTTP rules change the session's addresses themselves).
         Action::SetSrc(_) | Action::SetDst(_) | Action::SetSrcPort(_) | Action::SetDstPort(_) => {
             set_address(action, cx)

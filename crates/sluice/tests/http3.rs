@@ -130,7 +130,8 @@ fn a_server_dying_mid_body_resets_its_stream_only() {
 }
 
 /// Requests over HTTP/3 are counted and logged as HTTP/3: the frontend's sessions and
-/// requests in `show stat`, the request line `%r` with `HTTP/3.0`, `fc_http_major` 3.
+/// requests in `show stat`, the request line `%r` with `HTTP/3.0`, `fc_http_major` 3, and
+/// its TLS session in `show info` (`CumSslConns`, and `CurrSslConns` back to 0 after).
 #[test]
 fn http3_requests_are_counted_and_logged() {
     let logs = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -162,6 +163,19 @@ fn http3_requests_are_counted_and_logged() {
     let csv = Sluice::cli(&sock, "show stat");
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "req_tot"), "2", "{csv}");
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "stot"), "1", "{csv}");
+    // One TLS session counted, and counted out once the connection is gone.
+    let info = |name: &str| -> u64 {
+        let out = Sluice::cli(&sock, "show info");
+        let prefix = format!("{name}: ");
+        out.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {out}"))
+    };
+    assert_eq!(info("CumSslConns"), 1);
+    wait_until("the QUIC connection counted out", || {
+        info("CurrSslConns") == 0
+    });
     drop(p);
 }
 
@@ -423,6 +437,68 @@ fn sessions_resume_without_early_data() {
     assert_eq!(out["early_data_accepted"], false, "{out}");
     assert_eq!(out["results"][0]["status"], 200, "{out}");
     drop(p);
+}
+
+/// With `allow-0rtt` on its bind, a resumed client's requests come as early data
+/// (the tickets allow it): a GET is served at once, its server told `Early-Data: 1`; a
+/// POST sent with it waits for the handshake to end (a replay never ends it), so it
+/// reaches its server as an ordinary request; a request after a full handshake is not
+/// marked; under `http-request wait-for-handshake` an early GET waits as well. Over TCP
+/// the option is refused at load.
+#[test]
+fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(|r: &Received| {
+            let early = r.header("early-data").unwrap_or("-").to_string();
+            ok_response(&format!("{} {} early={early}", r.method, r.target)).into()
+        }),
+    );
+    let dir = TempDir::new();
+    let pem = self_signed(&dir);
+    let (held, port) = quic_port();
+    let p = Sluice::start(&format!(
+        "global\n nbthread 1\n{DEFAULTS}frontend fe\n\
+         bind quic4@127.0.0.1:{port} ssl crt {pem} allow-0rtt\n default_backend b\n\
+         backend b\n server o {}\n",
+        origin.addr
+    ));
+    drop(held);
+    let reqs = json!([
+        {"path": "/get", "resume": true},
+        {"method": "POST", "path": "/post", "body": "b"},
+    ]);
+    let out = h3_requests(port, &reqs);
+    let out = &out[0];
+    assert_eq!(out["ticket_max_early_data"], 0xffff_ffffu32, "{out}");
+    assert_eq!(out["resumed"], true, "{out}");
+    assert_eq!(out["early_data_accepted"], true, "{out}");
+    assert_eq!(out["results"][0]["body"], "GET /get early=1", "{out}");
+    assert_eq!(out["results"][1]["body"], "POST /post early=-", "{out}");
+    // A request after a full handshake is no early data.
+    let plain = h3_requests(port, &json!([{"path": "/plain"}]));
+    assert_eq!(plain[0]["body"], "GET /plain early=-", "{plain:?}");
+    drop(p);
+    // With `http-request wait-for-handshake`, an early GET waits too.
+    let (held, port) = quic_port();
+    let p = Sluice::start(&format!(
+        "global\n nbthread 1\n{DEFAULTS}frontend fe\n\
+         bind quic4@127.0.0.1:{port} ssl crt {pem} allow-0rtt\n\
+         http-request wait-for-handshake\n default_backend b\n\
+         backend b\n server o {}\n",
+        origin.addr
+    ));
+    drop(held);
+    let out = h3_requests(port, &json!([{"path": "/held", "resume": true}]));
+    assert_eq!(out[0]["early_data_accepted"], true, "{out:?}");
+    assert_eq!(out[0]["results"][0]["body"], "GET /held early=-", "{out:?}");
+    drop(p);
+    let (ok, text) = check_config(&format!(
+        "{DEFAULTS}frontend fe\n bind 127.0.0.1:1 ssl crt {pem} allow-0rtt\n default_backend b\n\
+         backend b\n server o {}\n",
+        origin.addr
+    ));
+    assert!(!ok && text.contains("QUIC listeners only"), "{text}");
 }
 
 /// Compression applies to HTTP/3 responses as to the others: a client that accepts gzip

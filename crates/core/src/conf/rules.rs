@@ -32,10 +32,12 @@ pub enum Action {
     /// `silent-drop`: close it so that the client is not told (no FIN, no reset reaching
     /// it, as far as the system allows).
     SilentDrop,
-    /// `wait-for-handshake` (sluice takes no TLS early data: every request comes after its
-    /// handshake) and `disable-l7-retry` (sluice retries no request once sent): what they
-    /// ask is always so.
+    /// `disable-l7-retry` (sluice retries no request once sent): what it asks is always so.
     AlwaysSo,
+    /// `wait-for-handshake`: nothing by the time rules run. Only an HTTP/3 request can come
+    /// as TLS early data (`allow-0rtt`), and a frontend with this rule has each such
+    /// request wait for its handshake before it is read, whatever the rule's condition.
+    WaitForHandshake,
     /// `set-tos V`: the IP TOS (IPv6: traffic class) of what the client is sent.
     SetTos(u32),
     /// `set-mark V`: the netfilter mark of what the client is sent.

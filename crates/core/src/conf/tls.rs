@@ -179,6 +179,8 @@ pub struct BindTls {
     pub ca_verify_file: Option<String>,
     /// `verify none|optional|required` (client certificates).
     pub verify: Option<Verify>,
+    /// `allow-0rtt`: TLS early data is taken (QUIC listeners only: HTTP/3 requests in 0-RTT).
+    pub allow_0rtt: bool,
     /// The acceptor built from the options (when the configuration is loaded).
     pub acceptor: Option<Acceptor>,
 }

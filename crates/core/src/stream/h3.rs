@@ -33,9 +33,11 @@
 //!   thrown away.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -96,6 +98,11 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
 /// (ALPN `h3` unless the line names its own), none of the options a byte stream has.
 pub fn check_bind(b: &mut Bind, mode: Mode) -> Option<String> {
     if !matches!(b.spec, BindSpec::Quic(_)) {
+        if b.tls.as_ref().is_some_and(|t| t.allow_0rtt) {
+            return Some(
+                "'allow-0rtt' is taken on QUIC listeners only (quic4@, quic6@): over TCP, sluice reads no TLS early data".into(),
+            );
+        }
         return b
             .quic_force_retry
             .then(|| "'quic-force-retry' needs a QUIC address (quic4@, quic6@)".into());
@@ -128,8 +135,16 @@ fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String>
         .ok_or("no TLS acceptor")?;
     let g = &w.config().global;
     let mut tls = (*acceptor.config).clone();
-    // No 0-RTT: early data could be replayed.
-    tls.max_early_data_size = 0;
+    // No 0-RTT unless the bind says `allow-0rtt`: early data could be replayed (QUIC wants
+    // all or nothing here).
+    let early = bind.tls.as_ref().is_some_and(|t| t.allow_0rtt);
+    tls.max_early_data_size = if early { u32::MAX } else { 0 };
+    if early {
+        // rustls takes early data only on sessions resumed from its cache (each ticket
+        // then resumes once, so a replayed first flight is refused even before the rules
+        // below), not from stateless tickets.
+        tls.ticketer = Arc::new(StatefulTickets);
+    }
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| format!("TLS settings QUIC cannot use: {e}"))?;
     let mut config = match keys(g) {
@@ -266,6 +281,80 @@ struct Shared {
     conn: quinn::Connection,
     /// Streams being served (or still sending their ends), and started so far.
     streams: Rc<Streams>,
+    /// Whether the TLS handshake is done (a request before is early data).
+    handshake: Rc<Handshake>,
+    /// The frontend has `http-request wait-for-handshake`: no early request is served
+    /// before the handshake ends, whatever its method.
+    early_waits: bool,
+}
+
+/// Where a connection's TLS handshake stands for its requests: done, or (`allow-0rtt`)
+/// under way while requests that came as early data are read.
+#[derive(Debug, Default)]
+struct Handshake {
+    done: Cell<bool>,
+    ended: tokio::sync::Notify,
+}
+
+impl Handshake {
+    fn finish(&self) {
+        self.done.set(true);
+        self.ended.notify_waiters();
+    }
+
+    /// Resolves once the handshake is done.
+    async fn wait(&self) {
+        loop {
+            let ended = self.ended.notified();
+            if self.done.get() {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// Tickets that name a session of the server's cache rather than carry it (rustls makes
+/// them when no stateless ticket maker is enabled).
+#[derive(Debug)]
+struct StatefulTickets;
+
+impl rustls::server::ProducesTickets for StatefulTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// The connection once it may serve requests: with `early` (`allow-0rtt`) at once, with
+/// the handshake's end still to come; else once its handshake is done, within `limit`.
+async fn opening(
+    connecting: quinn::Connecting,
+    early: bool,
+    limit: Option<Duration>,
+) -> Option<(quinn::Connection, Option<quinn::ZeroRttAccepted>)> {
+    let connecting = match early {
+        true => match connecting.into_0rtt() {
+            Ok((conn, end)) => return Some((conn, Some(end))),
+            Err(connecting) => connecting,
+        },
+        false => connecting,
+    };
+    match within(limit, connecting).await {
+        Ok(Ok(conn)) => Some((conn, None)),
+        _ => None,
+    }
 }
 
 /// A half-open connection, counted until its handshake ends either way.
@@ -303,21 +392,29 @@ async fn serve_connection(
         return;
     };
     let fe_state = &w.state().frontends[fe];
-    let conn = match within(limit, connecting).await {
-        Ok(Ok(c)) => c,
-        _ => {
-            fe_state.counters.at(w.tid).tls_failed.bump();
-            return;
-        }
+    let early = w.config().frontends[fe].listen.binds[listener]
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.allow_0rtt);
+    let Some((conn, handshake_end)) = opening(connecting, early, limit).await else {
+        fe_state.counters.at(w.tid).tls_failed.bump();
+        return;
     };
-    drop(half_open);
     // The connection's own socket from now on (see `transport::quic_socket`); without one
     // (out of descriptors), its datagrams keep coming through the listener.
     let _own = sockets.own(peer, conn.local_ip()).ok();
-    let counters = fe_state.counters.at(w.tid);
-    counters.tls_handshakes.bump();
-    w.ctx().counters.tls_sessions.bump();
-    w.ctx().counters.quic_conns.bump();
+    let handshake = Rc::new(Handshake::default());
+    // Counted once the handshake is done (at once without early data).
+    let mut half_open = Some(half_open);
+    let mut handshake_done = || {
+        half_open.take();
+        handshake.finish();
+        fe_state.counters.at(w.tid).tls_handshakes.bump();
+        w.ctx().counters.tls_sessions.bump();
+        w.ctx().counters.quic_conns.bump();
+        super::TlsEnd(w.clone())
+    };
+    let mut tls_end = handshake_end.is_none().then(&mut handshake_done);
     let local = conn
         .local_ip()
         .map_or(peer, |ip| SocketAddr::new(ip, local_port(&w, fe, listener)));
@@ -347,7 +444,34 @@ async fn serve_connection(
         ),
         conn: conn.clone(),
         streams: Rc::default(),
+        handshake: handshake.clone(),
+        early_waits: w.config().frontends[fe]
+            .rules
+            .http_request
+            .iter()
+            .any(|r| matches!(r.action, crate::conf::rules::Action::WaitForHandshake)),
     });
+    // With early data, the handshake ends while the connection serves: within the same
+    // limit as without.
+    // (Whether it ended in time: quinn's future then says whether early data was taken,
+    // not whether the handshake succeeded, which the connection's state tells.)
+    let handshake_end = async move {
+        match handshake_end {
+            Some(end) => within(limit, end).await.is_ok(),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(handshake_end);
+    // The handshake's end, once known: counted, or the connection closed (`false`).
+    let mut settle = |in_time: bool, tls_end: &mut Option<super::TlsEnd>| {
+        if !in_time || conn.close_reason().is_some() {
+            fe_state.counters.at(w.tid).tls_failed.bump();
+            conn.close(0u32.into(), b"");
+            return false;
+        }
+        *tls_end = Some(handshake_done());
+        true
+    };
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
     let mut floods = (NoWork::new(), tokio::time::interval(quic_floods::SAMPLE));
     // The idle timer lives across the loop's turns (the flood sample ends one each second)
@@ -359,8 +483,19 @@ async fn serve_connection(
         tokio::select! {
             next = h3conn.accept() => match next {
                 Ok(Some(resolver)) => {
+                    // A request is early data only if the handshake has not ended by now
+                    // (quinn may have seen its end before this task did).
+                    if tls_end.is_none() {
+                        let mut now = Context::from_waker(std::task::Waker::noop());
+                        if let Poll::Ready(in_time) = handshake_end.as_mut().poll(&mut now) {
+                            if !settle(in_time, &mut tls_end) {
+                                return;
+                            }
+                        }
+                    }
                     let (open, earlier) = shared.streams.open();
-                    let task = serve_stream(shared.clone(), resolver, earlier, open);
+                    let early = !shared.handshake.done.get();
+                    let task = serve_stream(shared.clone(), resolver, (earlier, early), open);
                     tokio::task::spawn_local(crate::clock::Ticking::new(task));
                     idle.set(shared.streams.idle(limit, idle_limit));
                 }
@@ -370,6 +505,11 @@ async fn serve_connection(
             },
             () = soft_stop(&w) => break true,
             () = &mut idle => break false,
+            in_time = &mut handshake_end, if tls_end.is_none() => {
+                if !settle(in_time, &mut tls_end) {
+                    return;
+                }
+            }
             _ = floods.1.tick() => if floods.0.flooded(&conn.stats()) {
                 w.ctx().counters.quic_floods.bump();
                 conn.close(H3_EXCESSIVE_LOAD.into(), b"frames that do no work");
@@ -399,6 +539,26 @@ async fn serve_connection(
 
 /// The application error a connection cut for a flood ends with (RFC 9114, 8.1).
 const H3_EXCESSIVE_LOAD: u32 = 0x107;
+
+/// A request that came before its connection's handshake was done (`allow-0rtt`), which
+/// could be a replay: a safe method is served at once, its server told by `Early-Data: 1`
+/// (RFC 8470), as HAProxy tells it; any other, or any at all under `http-request
+/// wait-for-handshake`, waits for the handshake, which a replay never completes (false:
+/// it did not end within `limit`).
+async fn early_request(
+    parts: &mut http::request::Parts,
+    (handshake, all_wait): (&Handshake, bool),
+    limit: Option<Duration>,
+) -> bool {
+    use http::Method;
+    let safe = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE].contains(&parts.method);
+    if safe && !all_wait {
+        let one = http::HeaderValue::from_static("1");
+        parts.headers.insert("early-data", one);
+        return true;
+    }
+    within(limit, handshake.wait()).await.is_ok()
+}
 
 /// How long a connection that sent GOAWAY with answers still on their way waits for its
 /// client to close it.
@@ -435,7 +595,7 @@ fn tls_info(conn: &quinn::Connection) -> TlsInfo {
 async fn serve_stream(
     shared: Rc<Shared>,
     resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
-    earlier: u32,
+    (earlier, early): (u32, bool),
     open: Open,
 ) {
     let limit = {
@@ -446,6 +606,10 @@ async fn serve_stream(
         return;
     };
     let (mut parts, ()) = req.into_parts();
+    let early_rules = (&*shared.handshake, shared.early_waits);
+    if early && !early_request(&mut parts, early_rules, limit).await {
+        return;
+    }
     let (send, mut recv) = stream.split();
     let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
     let connect = parts.method == http::Method::CONNECT;
@@ -496,4 +660,46 @@ async fn serve_stream(
         },
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: http::Method) -> http::request::Parts {
+        let (parts, ()) = http::Request::builder()
+            .method(method)
+            .uri("/")
+            .body(())
+            .unwrap_or_default()
+            .into_parts();
+        parts
+    }
+
+    /// An early safe request goes at once, marked; any other waits for the handshake's
+    /// end, and is refused when it does not come in time.
+    #[test]
+    fn early_requests_are_marked_or_wait_for_the_handshake() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let handshake = Handshake::default();
+            let mut get = request(http::Method::GET);
+            assert!(early_request(&mut get, (&handshake, false), None).await);
+            assert_eq!(get.headers["early-data"], "1");
+            // Under `wait-for-handshake`, a GET waits too.
+            let short = Some(Duration::from_millis(1));
+            let mut held = request(http::Method::GET);
+            assert!(!early_request(&mut held, (&handshake, true), short).await);
+            let mut post = request(http::Method::POST);
+            assert!(!early_request(&mut post, (&handshake, false), short).await);
+            let waiting = early_request(&mut post, (&handshake, false), None);
+            let finish = async { handshake.finish() };
+            let (served, ()) = tokio::join!(waiting, finish);
+            assert!(served);
+            assert!(!post.headers.contains_key("early-data"));
+        });
+    }
 }

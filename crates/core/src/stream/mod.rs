@@ -209,7 +209,7 @@ pub async fn serve(
 }
 
 /// A TLS client connection's end, counted when the stream is dropped however it ends.
-struct TlsEnd(Rc<Worker>);
+pub(super) struct TlsEnd(pub(super) Rc<Worker>);
 
 impl Drop for TlsEnd {
     fn drop(&mut self) {

@@ -929,6 +929,10 @@ pub fn bind_option(
             t.prefer_client = true;
             1
         }
+        "allow-0rtt" => {
+            t.allow_0rtt = true;
+            1
+        }
         "crt-list" => {
             t.crt_lists.push(value()?);
             2
@@ -951,7 +955,6 @@ pub fn bind_option(
         "crl-file"
         | "ca-ignore-err"
         | "crt-ignore-err"
-        | "allow-0rtt"
         | "npn"
         | "ssl-reuse"
         | "no-ssl-reuse"

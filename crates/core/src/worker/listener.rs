@@ -989,7 +989,7 @@ mod tests {
         add_bind(&mut c, &["127.0.0.1:1,127.0.0.1:2".into()]).unwrap();
         assert_eq!(c.listen.binds.len(), 2);
         assert!(
-            add_bind(&mut c, &[":80".into(), "ssl".into(), "allow-0rtt".into()])
+            add_bind(&mut c, &[":80".into(), "ssl".into(), "npn".into()])
                 .unwrap_err()
                 .to_string()
                 .contains("not supported yet")
