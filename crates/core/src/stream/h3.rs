@@ -314,6 +314,15 @@ impl Handshake {
     }
 }
 
+/// The frontend has `http-request wait-for-handshake` (whatever its condition).
+fn waits_for_handshake(fe: &crate::conf::Frontend) -> bool {
+    use crate::conf::rules::Action;
+    let rules = &fe.rules.http_request;
+    rules
+        .iter()
+        .any(|r| matches!(r.action, Action::WaitForHandshake))
+}
+
 /// Tickets that name a session of the server's cache rather than carry it (rustls makes
 /// them when no stateless ticket maker is enabled).
 #[derive(Debug)]
@@ -445,11 +454,7 @@ async fn serve_connection(
         conn: conn.clone(),
         streams: Rc::default(),
         handshake: handshake.clone(),
-        early_waits: w.config().frontends[fe]
-            .rules
-            .http_request
-            .iter()
-            .any(|r| matches!(r.action, crate::conf::rules::Action::WaitForHandshake)),
+        early_waits: waits_for_handshake(&w.config().frontends[fe]),
     });
     // With early data, the handshake ends while the connection serves: within the same
     // limit as without.
