@@ -164,17 +164,9 @@ fn http3_requests_are_counted_and_logged() {
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "req_tot"), "2", "{csv}");
     assert_eq!(stat_field(&csv, "fe", "FRONTEND", "stot"), "1", "{csv}");
     // One TLS session counted, and counted out once the connection is gone.
-    let info = |name: &str| -> u64 {
-        let out = Sluice::cli(&sock, "show info");
-        let prefix = format!("{name}: ");
-        out.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {out}"))
-    };
-    assert_eq!(info("CumSslConns"), 1);
+    assert_eq!(show_info_number(&sock, "CumSslConns"), 1);
     wait_until("the QUIC connection counted out", || {
-        info("CurrSslConns") == 0
+        show_info_number(&sock, "CurrSslConns") == 0
     });
     drop(p);
 }

@@ -33,14 +33,7 @@ fn response(body: &[u8]) -> Vec<u8> {
     r
 }
 
-/// `show info`'s `NAME: VALUE` as a number.
-fn info(sock: &Path, name: &str) -> u64 {
-    Sluice::cli(sock, "show info")
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(u64::MAX)
-}
+use common::show_info_number as info;
 
 /// One worker: its pipes are the ones `show info` counts as pooled for the next body.
 fn proxy(origin: &Origin, option: &str, sock: &Path) -> Sluice {

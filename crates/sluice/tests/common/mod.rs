@@ -977,3 +977,12 @@ pub fn continuing_origin(said: std::sync::mpsc::Sender<()>) -> std::net::SocketA
     });
     addr
 }
+
+/// `show info`'s `NAME: VALUE` as a number (`u64::MAX` when it is not there).
+pub fn show_info_number(sock: &std::path::Path, name: &str) -> u64 {
+    Sluice::cli(sock, "show info")
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(u64::MAX)
+}
