@@ -145,6 +145,9 @@ pub struct H3Stream {
     send: Send,
     /// A CONNECT: a 2xx opens a tunnel whose bytes cross as DATA until either side ends.
     tunnel: bool,
+    /// The request came as TLS early data and is served before the handshake ended
+    /// (`ssl_fc_has_early`).
+    early: bool,
 }
 
 struct Recv {
@@ -258,7 +261,17 @@ impl H3Stream {
                 conn,
             },
             tunnel: false,
+            early: false,
         }
+    }
+
+    /// The request is served as early data, before its connection's handshake ended.
+    pub fn served_early(&mut self) {
+        self.early = true;
+    }
+
+    pub fn is_early(&self) -> bool {
+        self.early
     }
 
     /// The stream asks for a tunnel (a CONNECT): the answer that opens it has no length,

@@ -435,15 +435,17 @@ fn sessions_resume_without_early_data() {
 /// (the tickets allow it): a GET is served at once, its server told `Early-Data: 1`; a
 /// POST sent with it waits for the handshake to end (a replay never ends it), so it
 /// reaches its server as an ordinary request; a request after a full handshake is not
-/// marked; under `http-request wait-for-handshake` an early GET waits as well. Over TCP
-/// the option is refused at load.
+/// marked; under `http-request wait-for-handshake` an early GET waits as well. Rules see
+/// it by `ssl_fc_has_early`. Over TCP the option is refused at load.
 #[test]
 fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
     let origin = Origin::with_handler(
         "o",
         Arc::new(|r: &Received| {
             let early = r.header("early-data").unwrap_or("-").to_string();
-            ok_response(&format!("{} {} early={early}", r.method, r.target)).into()
+            let fetch = r.header("x-has-early").unwrap_or("-").to_string();
+            let text = format!("{} {} early={early} has_early={fetch}", r.method, r.target);
+            ok_response(&text).into()
         }),
     );
     let dir = TempDir::new();
@@ -451,7 +453,8 @@ fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
     let (held, port) = quic_port();
     let p = Sluice::start(&format!(
         "global\n nbthread 1\n{DEFAULTS}frontend fe\n\
-         bind quic4@127.0.0.1:{port} ssl crt {pem} allow-0rtt\n default_backend b\n\
+         bind quic4@127.0.0.1:{port} ssl crt {pem} allow-0rtt\n\
+         http-request set-header x-has-early %[ssl_fc_has_early]\n default_backend b\n\
          backend b\n server o {}\n",
         origin.addr
     ));
@@ -465,11 +468,20 @@ fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
     assert_eq!(out["ticket_max_early_data"], 0xffff_ffffu32, "{out}");
     assert_eq!(out["resumed"], true, "{out}");
     assert_eq!(out["early_data_accepted"], true, "{out}");
-    assert_eq!(out["results"][0]["body"], "GET /get early=1", "{out}");
-    assert_eq!(out["results"][1]["body"], "POST /post early=-", "{out}");
+    assert_eq!(
+        out["results"][0]["body"], "GET /get early=1 has_early=1",
+        "{out}"
+    );
+    assert_eq!(
+        out["results"][1]["body"], "POST /post early=- has_early=0",
+        "{out}"
+    );
     // A request after a full handshake is no early data.
     let plain = h3_requests(port, &json!([{"path": "/plain"}]));
-    assert_eq!(plain[0]["body"], "GET /plain early=-", "{plain:?}");
+    assert_eq!(
+        plain[0]["body"], "GET /plain early=- has_early=0",
+        "{plain:?}"
+    );
     drop(p);
     // With `http-request wait-for-handshake`, an early GET waits too.
     let (held, port) = quic_port();
@@ -483,7 +495,10 @@ fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
     drop(held);
     let out = h3_requests(port, &json!([{"path": "/held", "resume": true}]));
     assert_eq!(out[0]["early_data_accepted"], true, "{out:?}");
-    assert_eq!(out[0]["results"][0]["body"], "GET /held early=-", "{out:?}");
+    assert_eq!(
+        out[0]["results"][0]["body"], "GET /held early=- has_early=-",
+        "{out:?}"
+    );
     drop(p);
     let (ok, text) = check_config(&format!(
         "{DEFAULTS}frontend fe\n bind 127.0.0.1:1 ssl crt {pem} allow-0rtt\n default_backend b\n\

@@ -252,6 +252,9 @@ pub enum Fetch {
     SslCIssuer,
     /// `ssl_fc_is_resumed`: the client's TLS session was resumed (no full handshake).
     SslFcIsResumed,
+    /// `ssl_fc_has_early`: the request came as TLS early data and is served before the
+    /// handshake ended (HTTP/3 on an `allow-0rtt` listener).
+    SslFcHasEarly,
     /// `ssl_fc_err`, `ssl_c_err`, `ssl_c_ca_err`: the TLS error (of the session, of the
     /// client certificate, of its chain) a connection was let through with: none (0), as
     /// rustls ends every handshake that has one.

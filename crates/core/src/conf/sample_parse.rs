@@ -403,6 +403,7 @@ fn parse_fetch(c: &Call<'_>) -> Result<Fetch, ParseError> {
         "ssl_c_s_dn" => none(Fetch::SslCSubject)?,
         "ssl_c_i_dn" => none(Fetch::SslCIssuer)?,
         "ssl_fc_is_resumed" => none(Fetch::SslFcIsResumed)?,
+        "ssl_fc_has_early" => none(Fetch::SslFcHasEarly)?,
         "ssl_fc_err" | "ssl_c_err" | "ssl_c_ca_err" => none(Fetch::SslErr)?,
         "fc_err" => none(Fetch::FcErr)?,
         "fc_err_str" => none(Fetch::FcErrStr)?,

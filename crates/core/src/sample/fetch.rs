@@ -14,8 +14,8 @@ pub(super) fn kind(f: &Fetch) -> Kind {
     use Fetch::*;
     match f {
         Src | Dst | Ip(_) => Kind::Ip,
-        SslFc | SslCUsed | SslFcIsResumed | Bool(_) | HttpAuth(_) | SrcIsLocal | DstIsLocal
-        | Stopping | HttpFirstReq => Kind::Bool,
+        SslFc | SslCUsed | SslFcIsResumed | SslFcHasEarly | Bool(_) | HttpAuth(_) | SrcIsLocal
+        | DstIsLocal | Stopping | HttpFirstReq => Kind::Bool,
         Captured { .. } | LastRuleFile => Kind::Str,
         LastRuleLine => Kind::Int,
         Base32Src | BinConst(_) => Kind::Bin,
@@ -271,6 +271,7 @@ pub(super) fn fetch<'a>(f: &'a Fetch, cx: &'a Ctx<'a>) -> Option<Sample<'a>> {
         Fetch::SslCVerify => Some(Sample::Int(0)),
         Fetch::SslCSubject => cx.client?.tls()?.client_cert.map(|c| Sample::string(c.0)),
         Fetch::SslFcIsResumed => Some(Sample::Bool(cx.client?.tls()?.resumed)),
+        Fetch::SslFcHasEarly => Some(Sample::Bool(cx.client.is_some_and(|c| c.is_early()))),
         // A session with an error never completes its handshake (no `crt-ignore-err`).
         Fetch::SslErr => cx.client?.tls().map(|_| Sample::Int(0)),
         // A connection that failed carries no request: only its error log line has one.

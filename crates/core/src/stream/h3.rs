@@ -548,21 +548,21 @@ const H3_EXCESSIVE_LOAD: u32 = 0x107;
 /// A request that came before its connection's handshake was done (`allow-0rtt`), which
 /// could be a replay: a safe method is served at once, its server told by `Early-Data: 1`
 /// (RFC 8470), as HAProxy tells it; any other, or any at all under `http-request
-/// wait-for-handshake`, waits for the handshake, which a replay never completes (false:
-/// it did not end within `limit`).
+/// wait-for-handshake`, waits for the handshake, which a replay never completes. Whether
+/// it is served as early data (`None`: the handshake did not end within `limit`).
 async fn early_request(
     parts: &mut http::request::Parts,
     (handshake, all_wait): (&Handshake, bool),
     limit: Option<Duration>,
-) -> bool {
+) -> Option<bool> {
     use http::Method;
     let safe = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE].contains(&parts.method);
     if safe && !all_wait {
         let one = http::HeaderValue::from_static("1");
         parts.headers.insert("early-data", one);
-        return true;
+        return Some(true);
     }
-    within(limit, handshake.wait()).await.is_ok()
+    within(limit, handshake.wait()).await.ok().map(|()| false)
 }
 
 /// How long a connection that sent GOAWAY with answers still on their way waits for its
@@ -612,9 +612,13 @@ async fn serve_stream(
     };
     let (mut parts, ()) = req.into_parts();
     let early_rules = (&*shared.handshake, shared.early_waits);
-    if early && !early_request(&mut parts, early_rules, limit).await {
-        return;
-    }
+    let served_early = match early {
+        true => match early_request(&mut parts, early_rules, limit).await {
+            Some(served_early) => served_early,
+            None => return,
+        },
+        false => false,
+    };
     let (send, mut recv) = stream.split();
     let (budget, conn) = (shared.budget.clone(), shared.conn.clone());
     let connect = parts.method == http::Method::CONNECT;
@@ -645,6 +649,9 @@ async fn serve_stream(
     let mut end = H3Stream::answering((send, recv), (first, ended), budget, conn, Box::new(open));
     if connect {
         end.tunnel();
+    }
+    if served_early {
+        end.served_early();
     }
     sluice_http::join_cookies(&mut parts.headers);
     let head = Some(ClientHead::H2 {
@@ -692,18 +699,27 @@ mod tests {
         rt.block_on(async {
             let handshake = Handshake::default();
             let mut get = request(http::Method::GET);
-            assert!(early_request(&mut get, (&handshake, false), None).await);
+            assert_eq!(
+                early_request(&mut get, (&handshake, false), None).await,
+                Some(true)
+            );
             assert_eq!(get.headers["early-data"], "1");
             // Under `wait-for-handshake`, a GET waits too.
             let short = Some(Duration::from_millis(1));
             let mut held = request(http::Method::GET);
-            assert!(!early_request(&mut held, (&handshake, true), short).await);
+            assert_eq!(
+                early_request(&mut held, (&handshake, true), short).await,
+                None
+            );
             let mut post = request(http::Method::POST);
-            assert!(!early_request(&mut post, (&handshake, false), short).await);
+            assert_eq!(
+                early_request(&mut post, (&handshake, false), short).await,
+                None
+            );
             let waiting = early_request(&mut post, (&handshake, false), None);
             let finish = async { handshake.finish() };
             let (served, ()) = tokio::join!(waiting, finish);
-            assert!(served);
+            assert_eq!(served, Some(false));
             assert!(!post.headers.contains_key("early-data"));
         });
     }

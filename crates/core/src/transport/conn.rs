@@ -142,6 +142,11 @@ impl Conn {
         }
     }
 
+    /// The request on this connection is served as TLS early data (`ssl_fc_has_early`).
+    pub fn is_early(&self) -> bool {
+        self.as_stream().is_some_and(Mux::is_early)
+    }
+
     /// The HTTP/2 stream this connection is, if it is one (a stream to a server).
     pub fn as_h2(&self) -> Option<&H2Stream> {
         self.as_stream().and_then(Mux::as_h2)

@@ -36,6 +36,15 @@ impl Mux {
         }
     }
 
+    /// The request is served as TLS early data (an HTTP/3 request before its handshake
+    /// ended).
+    pub fn is_early(&self) -> bool {
+        match self {
+            Mux::H2(_) => false,
+            Mux::H3(s) => s.is_early(),
+        }
+    }
+
     /// The HTTP version of the stream's connection (2 or 3).
     pub fn major(&self) -> u8 {
         match self {
