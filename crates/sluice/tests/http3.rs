@@ -435,8 +435,8 @@ fn sessions_resume_without_early_data() {
 /// (the tickets allow it): a GET is served at once, its server told `Early-Data: 1`; a
 /// POST sent with it waits for the handshake to end (a replay never ends it), so it
 /// reaches its server as an ordinary request; a request after a full handshake is not
-/// marked; under `http-request wait-for-handshake` an early GET waits as well. Rules see
-/// it by `ssl_fc_has_early`. Over TCP the option is refused at load.
+/// marked; under `http-request wait-for-handshake` (in a backend too) an early GET waits
+/// as well. Rules see it by `ssl_fc_has_early`. Over TCP the option is refused at load.
 #[test]
 fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
     let origin = Origin::with_handler(
@@ -483,13 +483,13 @@ fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
         "{plain:?}"
     );
     drop(p);
-    // With `http-request wait-for-handshake`, an early GET waits too.
+    // With `http-request wait-for-handshake` (here in the backend), an early GET waits
+    // too; `ssl-default-bind-options allow-0rtt` allows early data as the bind's own.
     let (held, port) = quic_port();
     let p = Sluice::start(&format!(
-        "global\n nbthread 1\n{DEFAULTS}frontend fe\n\
-         bind quic4@127.0.0.1:{port} ssl crt {pem} allow-0rtt\n\
-         http-request wait-for-handshake\n default_backend b\n\
-         backend b\n server o {}\n",
+        "global\n nbthread 1\n ssl-default-bind-options allow-0rtt\n{DEFAULTS}frontend fe\n\
+         bind quic4@127.0.0.1:{port} ssl crt {pem}\n default_backend b\n\
+         backend b\n http-request wait-for-handshake\n server o {}\n",
         origin.addr
     ));
     drop(held);

@@ -35,8 +35,9 @@ pub enum Action {
     /// `disable-l7-retry` (sluice retries no request once sent): what it asks is always so.
     AlwaysSo,
     /// `wait-for-handshake`: nothing by the time rules run. Only an HTTP/3 request can come
-    /// as TLS early data (`allow-0rtt`), and a frontend with this rule has each such
-    /// request wait for its handshake before it is read, whatever the rule's condition.
+    /// as TLS early data (`allow-0rtt`), and with this rule in its frontend or any backend
+    /// each such request waits for its handshake before it is read, whatever the rule's
+    /// condition.
     WaitForHandshake,
     /// `set-tos V`: the IP TOS (IPv6: traffic class) of what the client is sent.
     SetTos(u32),

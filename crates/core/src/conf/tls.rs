@@ -97,6 +97,9 @@ pub struct SideOptions {
     pub no_tickets: bool,
     pub prefer_client: bool,
     pub strict_sni: bool,
+    /// `allow-0rtt` (`ssl-default-bind-options`): as each bind line's own, which only a
+    /// QUIC listener takes (TCP listeners read no early data).
+    pub allow_0rtt: bool,
 }
 
 /// `ca-base`, `crt-base` and the `ssl-default-*` keywords.

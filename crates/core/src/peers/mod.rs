@@ -257,6 +257,11 @@ fn bind_tls(base: Option<BindTls>, kw: &str, w: &[String]) -> Result<Option<Bind
             }
         }
     }
+    if tls.as_ref().is_some_and(|t| t.allow_0rtt) {
+        return Err(format!(
+            "'{kw}' in 'peers' section: 'allow-0rtt' is taken on QUIC listeners only"
+        ));
+    }
     Ok(tls)
 }
 

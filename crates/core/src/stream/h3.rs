@@ -126,6 +126,12 @@ pub fn check_bind(b: &mut Bind, mode: Mode) -> Option<String> {
     }
 }
 
+/// A QUIC bind takes TLS early data: its own `allow-0rtt`, or `ssl-default-bind-options`'.
+fn takes_early_data(w: &Worker, bind: &Bind) -> bool {
+    let defaults = w.config().global.tls.bind.options.allow_0rtt;
+    bind.tls.as_ref().is_some_and(|t| t.allow_0rtt) || defaults
+}
+
 /// The QUIC settings of a bind, from its TLS acceptor and `tune.quic.*`.
 fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String> {
     let acceptor = bind
@@ -137,7 +143,7 @@ fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String>
     let mut tls = (*acceptor.config).clone();
     // No 0-RTT unless the bind says `allow-0rtt`: early data could be replayed (QUIC wants
     // all or nothing here).
-    let early = bind.tls.as_ref().is_some_and(|t| t.allow_0rtt);
+    let early = takes_early_data(w, bind);
     tls.max_early_data_size = if early { u32::MAX } else { 0 };
     if early {
         // rustls takes early data only on sessions resumed from its cache (each ticket
@@ -236,6 +242,7 @@ pub async fn serve_endpoint(
         }
     };
     let force_retry = bind.quic_force_retry;
+    let early_waits = waits_for_handshake(w.config(), fe);
     let half_open = Rc::new(Cell::new(0u32));
     loop {
         let stop = w.soft_stop.notified();
@@ -255,7 +262,11 @@ pub async fn serve_endpoint(
             continue;
         }
         // Counted now, not when its task runs: a burst of new clients must see each other.
-        let held = (HalfOpen::new(half_open.clone()), sockets.clone());
+        let held = (
+            HalfOpen::new(half_open.clone()),
+            sockets.clone(),
+            early_waits,
+        );
         let task = serve_connection(w.clone(), incoming, (fe, listener), held);
         tokio::task::spawn_local(crate::clock::Ticking::new(task));
     }
@@ -288,39 +299,59 @@ struct Shared {
     early_waits: bool,
 }
 
-/// Where a connection's TLS handshake stands for its requests: done, or (`allow-0rtt`)
-/// under way while requests that came as early data are read.
+/// Where a connection's TLS handshake stands for its requests: done, failed, or
+/// (`allow-0rtt`) under way while requests that came as early data are read.
 #[derive(Debug, Default)]
 struct Handshake {
-    done: Cell<bool>,
-    ended: tokio::sync::Notify,
+    /// `Some(true)` once done, `Some(false)` once failed.
+    ended: Cell<Option<bool>>,
+    changed: tokio::sync::Notify,
 }
 
 impl Handshake {
-    fn finish(&self) {
-        self.done.set(true);
-        self.ended.notify_waiters();
+    fn end(&self, done: bool) {
+        if self.ended.get().is_none() {
+            self.ended.set(Some(done));
+            self.changed.notify_waiters();
+        }
     }
 
-    /// Resolves once the handshake is done.
-    async fn wait(&self) {
+    fn is_done(&self) -> bool {
+        self.ended.get() == Some(true)
+    }
+
+    /// Whether the handshake ended done (false: it failed), once it has ended.
+    async fn wait(&self) -> bool {
         loop {
-            let ended = self.ended.notified();
-            if self.done.get() {
-                return;
+            let changed = self.changed.notified();
+            if let Some(done) = self.ended.get() {
+                return done;
             }
-            ended.await;
+            changed.await;
         }
     }
 }
 
-/// The frontend has `http-request wait-for-handshake` (whatever its condition).
-fn waits_for_handshake(fe: &crate::conf::Frontend) -> bool {
+/// `http-request wait-for-handshake` is in frontend `fe` or in any backend (whatever its
+/// condition: an early request waits before it is routed).
+fn waits_for_handshake(config: &crate::conf::Config, fe: usize) -> bool {
     use crate::conf::rules::Action;
-    let rules = &fe.rules.http_request;
-    rules
-        .iter()
-        .any(|r| matches!(r.action, Action::WaitForHandshake))
+    let waits = |rules: &[crate::conf::rules::Rule]| {
+        rules
+            .iter()
+            .any(|r| matches!(r.action, Action::WaitForHandshake))
+    };
+    waits(&config.frontends[fe].rules.http_request)
+        || config.backends.iter().any(|b| waits(&b.rules.http_request))
+}
+
+/// Ends a handshake as failed when dropped, unless it ended before.
+struct Unblock(Rc<Handshake>);
+
+impl Drop for Unblock {
+    fn drop(&mut self) {
+        self.0.end(false);
+    }
 }
 
 /// Tickets that name a session of the server's cache rather than carry it (rustls makes
@@ -353,13 +384,18 @@ async fn opening(
     early: bool,
     limit: Option<Duration>,
 ) -> Option<(quinn::Connection, Option<quinn::ZeroRttAccepted>)> {
-    let connecting = match early {
-        true => match connecting.into_0rtt() {
+    let mut connecting = connecting;
+    if early {
+        // The whole ClientHello first (it may span datagrams): what the connection's
+        // TLS fetches see (SNI, ALPN) is read from it once.
+        if !matches!(within(limit, connecting.handshake_data()).await, Ok(Ok(_))) {
+            return None;
+        }
+        match connecting.into_0rtt() {
             Ok((conn, end)) => return Some((conn, Some(end))),
-            Err(connecting) => connecting,
-        },
-        false => connecting,
-    };
+            Err(back) => connecting = back,
+        }
+    }
     match within(limit, connecting).await {
         Ok(Ok(conn)) => Some((conn, None)),
         _ => None,
@@ -387,7 +423,7 @@ async fn serve_connection(
     w: Rc<Worker>,
     incoming: quinn::Incoming,
     (fe, listener): (usize, usize),
-    (half_open, sockets): (HalfOpen, Arc<QuicSocket>),
+    (half_open, sockets, early_waits): (HalfOpen, Arc<QuicSocket>, bool),
 ) {
     let peer = incoming.remote_address();
     w.ctx()
@@ -401,10 +437,7 @@ async fn serve_connection(
         return;
     };
     let fe_state = &w.state().frontends[fe];
-    let early = w.config().frontends[fe].listen.binds[listener]
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.allow_0rtt);
+    let early = takes_early_data(&w, &w.config().frontends[fe].listen.binds[listener]);
     let Some((conn, handshake_end)) = opening(connecting, early, limit).await else {
         fe_state.counters.at(w.tid).tls_failed.bump();
         return;
@@ -413,11 +446,13 @@ async fn serve_connection(
     // (out of descriptors), its datagrams keep coming through the listener.
     let _own = sockets.own(peer, conn.local_ip()).ok();
     let handshake = Rc::new(Handshake::default());
+    // However this task ends, no request waits for a handshake past it.
+    let _unblock = Unblock(handshake.clone());
     // Counted once the handshake is done (at once without early data).
     let mut half_open = Some(half_open);
     let mut handshake_done = || {
         half_open.take();
-        handshake.finish();
+        handshake.end(true);
         fe_state.counters.at(w.tid).tls_handshakes.bump();
         w.ctx().counters.tls_sessions.bump();
         w.ctx().counters.quic_conns.bump();
@@ -454,22 +489,24 @@ async fn serve_connection(
         conn: conn.clone(),
         streams: Rc::default(),
         handshake: handshake.clone(),
-        early_waits: waits_for_handshake(&w.config().frontends[fe]),
+        early_waits,
     });
     // With early data, the handshake ends while the connection serves: within the same
     // limit as without.
-    // (Whether it ended in time: quinn's future then says whether early data was taken,
-    // not whether the handshake succeeded, which the connection's state tells.)
+    // (`None`: not ended in time. Else quinn's future says whether early data was taken,
+    // which means the handshake is done; when it was not, the connection's state tells.)
     let handshake_end = async move {
         match handshake_end {
-            Some(end) => within(limit, end).await.is_ok(),
+            Some(end) => within(limit, end).await.ok(),
             None => std::future::pending().await,
         }
     };
     tokio::pin!(handshake_end);
     // The handshake's end, once known: counted, or the connection closed (`false`).
-    let mut settle = |in_time: bool, tls_end: &mut Option<super::TlsEnd>| {
-        if !in_time || conn.close_reason().is_some() {
+    let mut settle = |ended: Option<bool>, tls_end: &mut Option<super::TlsEnd>| {
+        let done = ended == Some(true) || (ended.is_some() && conn.close_reason().is_none());
+        if !done {
+            handshake.end(false);
             fe_state.counters.at(w.tid).tls_failed.bump();
             conn.close(0u32.into(), b"");
             return false;
@@ -492,14 +529,14 @@ async fn serve_connection(
                     // (quinn may have seen its end before this task did).
                     if tls_end.is_none() {
                         let mut now = Context::from_waker(std::task::Waker::noop());
-                        if let Poll::Ready(in_time) = handshake_end.as_mut().poll(&mut now) {
-                            if !settle(in_time, &mut tls_end) {
+                        if let Poll::Ready(ended) = handshake_end.as_mut().poll(&mut now) {
+                            if !settle(ended, &mut tls_end) {
                                 return;
                             }
                         }
                     }
                     let (open, earlier) = shared.streams.open();
-                    let early = !shared.handshake.done.get();
+                    let early = !shared.handshake.is_done();
                     let task = serve_stream(shared.clone(), resolver, (earlier, early), open);
                     tokio::task::spawn_local(crate::clock::Ticking::new(task));
                     idle.set(shared.streams.idle(limit, idle_limit));
@@ -510,8 +547,8 @@ async fn serve_connection(
             },
             () = soft_stop(&w) => break true,
             () = &mut idle => break false,
-            in_time = &mut handshake_end, if tls_end.is_none() => {
-                if !settle(in_time, &mut tls_end) {
+            ended = &mut handshake_end, if tls_end.is_none() => {
+                if !settle(ended, &mut tls_end) {
                     return;
                 }
             }
@@ -529,9 +566,21 @@ async fn serve_connection(
     // GOAWAY, then the streams under way finish before the connection closes. (Its id is
     // the first stream not served: the one after the last accepted, hence the 1.)
     let _ = within(Some(Duration::from_secs(1)), h3conn.shutdown(1)).await;
-    tokio::select! {
-        () = shared.streams.done() => {}
-        () = counted.info.kill.pulled() => {}
+    // (A handshake still under way may end meanwhile: requests waiting for it go on.)
+    loop {
+        tokio::select! {
+            () = shared.streams.done() => break,
+            () = counted.info.kill.pulled() => break,
+            ended = &mut handshake_end, if tls_end.is_none() => {
+                if !settle(ended, &mut tls_end) {
+                    return;
+                }
+            }
+        }
+    }
+    if tls_end.is_none() {
+        // The connection ends before its handshake did: failed.
+        fe_state.counters.at(w.tid).tls_failed.bump();
     }
     // A stream is done once QUIC has taken its last bytes, not once the client has them:
     // closing now would throw away what is still to be sent. The client closes when it
@@ -562,7 +611,11 @@ async fn early_request(
         parts.headers.insert("early-data", one);
         return Some(true);
     }
-    within(limit, handshake.wait()).await.ok().map(|()| false)
+    match within(limit, handshake.wait()).await {
+        Ok(true) => Some(false),
+        // Failed, or not ended in time: the request is not served.
+        Ok(false) | Err(()) => None,
+    }
 }
 
 /// How long a connection that sent GOAWAY with answers still on their way waits for its
@@ -717,10 +770,16 @@ mod tests {
                 None
             );
             let waiting = early_request(&mut post, (&handshake, false), None);
-            let finish = async { handshake.finish() };
+            let finish = async { handshake.end(true) };
             let (served, ()) = tokio::join!(waiting, finish);
             assert_eq!(served, Some(false));
             assert!(!post.headers.contains_key("early-data"));
+            // A handshake that fails releases what waits for it, unserved.
+            let failing = Handshake::default();
+            let mut put = request(http::Method::PUT);
+            let waiting = early_request(&mut put, (&failing, false), None);
+            let (served, ()) = tokio::join!(waiting, async { failing.end(false) });
+            assert_eq!(served, None);
         });
     }
 }

@@ -63,7 +63,8 @@ fn version_at(word: &str, at: usize) -> Result<TlsVersion, KwError> {
 }
 
 /// The `ssl-default-*-options` words, read: `ssl-min-ver`/`ssl-max-ver` take a version;
-/// `allow-0rtt` changes nothing (sluice takes no early data).
+/// `allow-0rtt` is each bind line's, which QUIC listeners take and TCP ones pass over
+/// (sluice reads no early data over TCP).
 fn options(args: &[String]) -> Result<SideOptions, KwError> {
     if args.is_empty() {
         return Err(KwError::Missing("at least one option"));
@@ -87,7 +88,7 @@ fn options(args: &[String]) -> Result<SideOptions, KwError> {
             "no-tls-tickets" => o.no_tickets = true,
             "prefer-client-ciphers" => o.prefer_client = true,
             "strict-sni" => o.strict_sni = true,
-            "allow-0rtt" => {}
+            "allow-0rtt" => o.allow_0rtt = true,
             w if o.versions.take_option(w) => {}
             w => return Err(KwError::bad(i + 1, w, "unknown TLS option")),
         }
