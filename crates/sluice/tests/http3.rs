@@ -506,6 +506,14 @@ fn early_data_is_taken_for_safe_requests_with_allow_0rtt() {
         origin.addr
     ));
     assert!(!ok && text.contains("QUIC listeners only"), "{text}");
+    // Without a session cache no early data can come: said at load.
+    let (ok, text) = check_config(&format!(
+        "global\n tune.ssl.cachesize 0\n{DEFAULTS}frontend fe\n\
+         bind quic4@127.0.0.1:1 ssl crt {pem} allow-0rtt\n default_backend b\n\
+         backend b\n server o {}\n",
+        origin.addr
+    ));
+    assert!(ok && text.contains("takes no early data"), "{text}");
 }
 
 /// Compression applies to HTTP/3 responses as to the others: a client that accepts gzip

@@ -813,6 +813,16 @@ fn lower(
                 tls_ok = false;
                 continue;
             }
+            // Early data only comes on sessions resumed from the cache.
+            let early = b.tls.as_ref().is_some_and(|t| t.allow_0rtt)
+                || (matches!(b.spec, crate::conf::listen::BindSpec::Quic(_))
+                    && global.tls.bind.options.allow_0rtt);
+            if early && global.tls.cachesize == Some(0) {
+                warnings.push(format!(
+                    "parsing [{}:{}] : 'allow-0rtt' on bind {} takes no early data with 'tune.ssl.cachesize 0' (only sessions resumed from the cache carry it).",
+                    b.at.file, b.at.line, b.spec
+                ));
+            }
             // `alpn` on a clear bind: nothing to negotiate it in; HAProxy ignores it too.
             if let Some(t) = b.tls.as_ref().filter(|t| !t.ssl) {
                 let alpn_only = tls::BindTls {
