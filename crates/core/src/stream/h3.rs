@@ -20,7 +20,9 @@
 //! (`super::quic_floods`).
 //!
 //! Invariants:
-//! - 0-RTT is refused (a replayed request could repeat an effect).
+//! - 0-RTT is refused (a replayed request could repeat an effect) unless the bind says
+//!   `allow-0rtt`, and then only safe methods go before the handshake ends
+//!   (`super::h3_early`).
 //! - A client proves its address (a Retry) before the proxy spends a handshake on it when
 //!   the bind says `quic-force-retry`, or while more than `tune.quic.retry-threshold`
 //!   connections of the worker are half open.
@@ -33,17 +35,19 @@
 //!   thrown away.
 
 use std::cell::Cell;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_config::{Keyword, Scope};
 
 use super::deadline::within;
+use super::h3_early::{
+    early_request, opening, takes_early_data, waits_for_handshake, HalfOpen, Handshake,
+    Handshaking, StatefulTickets,
+};
 use super::quic_floods::{self, NoWork};
 use super::session::ClientHead;
 use super::streams::{soft_stop, Open, Streams};
@@ -124,12 +128,6 @@ pub fn check_bind(b: &mut Bind, mode: Mode) -> Option<String> {
         }
         _ => Some("a QUIC listener needs 'ssl' and a certificate ('crt')".into()),
     }
-}
-
-/// A QUIC bind takes TLS early data: its own `allow-0rtt`, or `ssl-default-bind-options`'.
-fn takes_early_data(w: &Worker, bind: &Bind) -> bool {
-    let defaults = w.config().global.tls.bind.options.allow_0rtt;
-    bind.tls.as_ref().is_some_and(|t| t.allow_0rtt) || defaults
 }
 
 /// The QUIC settings of a bind, from its TLS acceptor and `tune.quic.*`.
@@ -299,125 +297,6 @@ struct Shared {
     early_waits: bool,
 }
 
-/// Where a connection's TLS handshake stands for its requests: done, failed, or
-/// (`allow-0rtt`) under way while requests that came as early data are read.
-#[derive(Debug, Default)]
-struct Handshake {
-    /// `Some(true)` once done, `Some(false)` once failed.
-    ended: Cell<Option<bool>>,
-    changed: tokio::sync::Notify,
-}
-
-impl Handshake {
-    fn end(&self, done: bool) {
-        if self.ended.get().is_none() {
-            self.ended.set(Some(done));
-            self.changed.notify_waiters();
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.ended.get() == Some(true)
-    }
-
-    /// Whether the handshake ended done (false: it failed), once it has ended.
-    async fn wait(&self) -> bool {
-        loop {
-            let changed = self.changed.notified();
-            if let Some(done) = self.ended.get() {
-                return done;
-            }
-            changed.await;
-        }
-    }
-}
-
-/// `http-request wait-for-handshake` is in frontend `fe` or in any backend (whatever its
-/// condition: an early request waits before it is routed).
-fn waits_for_handshake(config: &crate::conf::Config, fe: usize) -> bool {
-    use crate::conf::rules::Action;
-    let waits = |rules: &[crate::conf::rules::Rule]| {
-        rules
-            .iter()
-            .any(|r| matches!(r.action, Action::WaitForHandshake))
-    };
-    waits(&config.frontends[fe].rules.http_request)
-        || config.backends.iter().any(|b| waits(&b.rules.http_request))
-}
-
-/// Ends a handshake as failed when dropped, unless it ended before.
-struct Unblock(Rc<Handshake>);
-
-impl Drop for Unblock {
-    fn drop(&mut self) {
-        self.0.end(false);
-    }
-}
-
-/// Tickets that name a session of the server's cache rather than carry it (rustls makes
-/// them when no stateless ticket maker is enabled).
-#[derive(Debug)]
-struct StatefulTickets;
-
-impl rustls::server::ProducesTickets for StatefulTickets {
-    fn enabled(&self) -> bool {
-        false
-    }
-
-    fn lifetime(&self) -> u32 {
-        0
-    }
-
-    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-
-    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-}
-
-/// The connection once it may serve requests: with `early` (`allow-0rtt`) at once, with
-/// the handshake's end still to come; else once its handshake is done, within `limit`.
-async fn opening(
-    connecting: quinn::Connecting,
-    early: bool,
-    limit: Option<Duration>,
-) -> Option<(quinn::Connection, Option<quinn::ZeroRttAccepted>)> {
-    let mut connecting = connecting;
-    if early {
-        // The whole ClientHello first (it may span datagrams): what the connection's
-        // TLS fetches see (SNI, ALPN) is read from it once.
-        if !matches!(within(limit, connecting.handshake_data()).await, Ok(Ok(_))) {
-            return None;
-        }
-        match connecting.into_0rtt() {
-            Ok((conn, end)) => return Some((conn, Some(end))),
-            Err(back) => connecting = back,
-        }
-    }
-    match within(limit, connecting).await {
-        Ok(Ok(conn)) => Some((conn, None)),
-        _ => None,
-    }
-}
-
-/// A half-open connection, counted until its handshake ends either way.
-struct HalfOpen(Rc<Cell<u32>>);
-
-impl HalfOpen {
-    fn new(count: Rc<Cell<u32>>) -> HalfOpen {
-        count.set(count.get() + 1);
-        HalfOpen(count)
-    }
-}
-
-impl Drop for HalfOpen {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
-}
-
 /// Serves one QUIC connection: its handshake, then its request streams.
 async fn serve_connection(
     w: Rc<Worker>,
@@ -445,20 +324,12 @@ async fn serve_connection(
     // The connection's own socket from now on (see `transport::quic_socket`); without one
     // (out of descriptors), its datagrams keep coming through the listener.
     let _own = sockets.own(peer, conn.local_ip()).ok();
-    let handshake = Rc::new(Handshake::default());
-    // However this task ends, no request waits for a handshake past it.
-    let _unblock = Unblock(handshake.clone());
-    // Counted once the handshake is done (at once without early data).
-    let mut half_open = Some(half_open);
-    let mut handshake_done = || {
-        half_open.take();
-        handshake.end(true);
-        fe_state.counters.at(w.tid).tls_handshakes.bump();
-        w.ctx().counters.tls_sessions.bump();
-        w.ctx().counters.quic_conns.bump();
-        super::TlsEnd(w.clone())
-    };
-    let mut tls_end = handshake_end.is_none().then(&mut handshake_done);
+    let mut handshake = Handshaking::new(
+        (w.clone(), fe),
+        conn.clone(),
+        half_open,
+        (handshake_end, limit),
+    );
     let local = conn
         .local_ip()
         .map_or(peer, |ip| SocketAddr::new(ip, local_port(&w, fe, listener)));
@@ -488,32 +359,9 @@ async fn serve_connection(
         ),
         conn: conn.clone(),
         streams: Rc::default(),
-        handshake: handshake.clone(),
+        handshake: handshake.state.clone(),
         early_waits,
     });
-    // With early data, the handshake ends while the connection serves: within the same
-    // limit as without.
-    // (`None`: not ended in time. Else quinn's future says whether early data was taken,
-    // which means the handshake is done; when it was not, the connection's state tells.)
-    let handshake_end = async move {
-        match handshake_end {
-            Some(end) => within(limit, end).await.ok(),
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(handshake_end);
-    // The handshake's end, once known: counted, or the connection closed (`false`).
-    let mut settle = |ended: Option<bool>, tls_end: &mut Option<super::TlsEnd>| {
-        let done = ended == Some(true) || (ended.is_some() && conn.close_reason().is_none());
-        if !done {
-            handshake.end(false);
-            fe_state.counters.at(w.tid).tls_failed.bump();
-            conn.close(0u32.into(), b"");
-            return false;
-        }
-        *tls_end = Some(handshake_done());
-        true
-    };
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
     let mut floods = (NoWork::new(), tokio::time::interval(quic_floods::SAMPLE));
     // The idle timer lives across the loop's turns (the flood sample ends one each second)
@@ -527,13 +375,8 @@ async fn serve_connection(
                 Ok(Some(resolver)) => {
                     // A request is early data only if the handshake has not ended by now
                     // (quinn may have seen its end before this task did).
-                    if tls_end.is_none() {
-                        let mut now = Context::from_waker(std::task::Waker::noop());
-                        if let Poll::Ready(ended) = handshake_end.as_mut().poll(&mut now) {
-                            if !settle(ended, &mut tls_end) {
-                                return;
-                            }
-                        }
+                    if !handshake.check_now() {
+                        return;
                     }
                     let (open, earlier) = shared.streams.open();
                     let early = !shared.handshake.is_done();
@@ -547,8 +390,8 @@ async fn serve_connection(
             },
             () = soft_stop(&w) => break true,
             () = &mut idle => break false,
-            ended = &mut handshake_end, if tls_end.is_none() => {
-                if !settle(ended, &mut tls_end) {
+            ended = handshake.ended(), if handshake.pending() => {
+                if !handshake.settle(ended) {
                     return;
                 }
             }
@@ -571,17 +414,14 @@ async fn serve_connection(
         tokio::select! {
             () = shared.streams.done() => break,
             () = counted.info.kill.pulled() => break,
-            ended = &mut handshake_end, if tls_end.is_none() => {
-                if !settle(ended, &mut tls_end) {
+            ended = handshake.ended(), if handshake.pending() => {
+                if !handshake.settle(ended) {
                     return;
                 }
             }
         }
     }
-    if tls_end.is_none() {
-        // The connection ends before its handshake did: failed.
-        fe_state.counters.at(w.tid).tls_failed.bump();
-    }
+    handshake.finish();
     // A stream is done once QUIC has taken its last bytes, not once the client has them:
     // closing now would throw away what is still to be sent. The client closes when it
     // has its answers (GOAWAY told it to go); it is given a little time to.
@@ -593,30 +433,6 @@ async fn serve_connection(
 
 /// The application error a connection cut for a flood ends with (RFC 9114, 8.1).
 const H3_EXCESSIVE_LOAD: u32 = 0x107;
-
-/// A request that came before its connection's handshake was done (`allow-0rtt`), which
-/// could be a replay: a safe method is served at once, its server told by `Early-Data: 1`
-/// (RFC 8470), as HAProxy tells it; any other, or any at all under `http-request
-/// wait-for-handshake`, waits for the handshake, which a replay never completes. Whether
-/// it is served as early data (`None`: the handshake did not end within `limit`).
-async fn early_request(
-    parts: &mut http::request::Parts,
-    (handshake, all_wait): (&Handshake, bool),
-    limit: Option<Duration>,
-) -> Option<bool> {
-    use http::Method;
-    let safe = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE].contains(&parts.method);
-    if safe && !all_wait {
-        let one = http::HeaderValue::from_static("1");
-        parts.headers.insert("early-data", one);
-        return Some(true);
-    }
-    match within(limit, handshake.wait()).await {
-        Ok(true) => Some(false),
-        // Failed, or not ended in time: the request is not served.
-        Ok(false) | Err(()) => None,
-    }
-}
 
 /// How long a connection that sent GOAWAY with answers still on their way waits for its
 /// client to close it.
@@ -725,61 +541,4 @@ async fn serve_stream(
         },
     )
     .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(method: http::Method) -> http::request::Parts {
-        let (parts, ()) = http::Request::builder()
-            .method(method)
-            .uri("/")
-            .body(())
-            .unwrap_or_default()
-            .into_parts();
-        parts
-    }
-
-    /// An early safe request goes at once, marked; any other waits for the handshake's
-    /// end, and is refused when it does not come in time.
-    #[test]
-    fn early_requests_are_marked_or_wait_for_the_handshake() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        rt.block_on(async {
-            let handshake = Handshake::default();
-            let mut get = request(http::Method::GET);
-            assert_eq!(
-                early_request(&mut get, (&handshake, false), None).await,
-                Some(true)
-            );
-            assert_eq!(get.headers["early-data"], "1");
-            // Under `wait-for-handshake`, a GET waits too.
-            let short = Some(Duration::from_millis(1));
-            let mut held = request(http::Method::GET);
-            assert_eq!(
-                early_request(&mut held, (&handshake, true), short).await,
-                None
-            );
-            let mut post = request(http::Method::POST);
-            assert_eq!(
-                early_request(&mut post, (&handshake, false), short).await,
-                None
-            );
-            let waiting = early_request(&mut post, (&handshake, false), None);
-            let finish = async { handshake.end(true) };
-            let (served, ()) = tokio::join!(waiting, finish);
-            assert_eq!(served, Some(false));
-            assert!(!post.headers.contains_key("early-data"));
-            // A handshake that fails releases what waits for it, unserved.
-            let failing = Handshake::default();
-            let mut put = request(http::Method::PUT);
-            let waiting = early_request(&mut put, (&failing, false), None);
-            let (served, ()) = tokio::join!(waiting, async { failing.end(false) });
-            assert_eq!(served, None);
-        });
-    }
 }

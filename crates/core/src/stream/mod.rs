@@ -32,6 +32,7 @@ pub mod h2;
 mod h2_frames;
 pub(crate) mod h2_server;
 pub mod h3;
+mod h3_early;
 mod heads;
 pub mod keywords;
 mod quic_floods;
