@@ -581,6 +581,12 @@ fn scripted(script: fn(&mut TcpStream)) -> SocketAddr {
             std::thread::spawn(move || {
                 let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
                 script(&mut c);
+                // A close with bytes left unread is a reset, which may overtake what the
+                // script sent last (the check then sees a cut answer): end with a FIN and
+                // read the rest until the check closes.
+                let _ = c.shutdown(std::net::Shutdown::Write);
+                let mut sink = [0u8; 512];
+                while matches!(c.read(&mut sink), Ok(n) if n > 0) {}
             });
         }
     });
