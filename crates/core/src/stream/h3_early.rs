@@ -244,28 +244,22 @@ impl Handshaking {
     }
 
     fn done(&mut self) {
-        self.half_open.take();
-        self.state.end(true);
+        self.end_with(true).tls_handshakes.bump();
         let w = &self.w;
-        w.state().frontends[self.fe]
-            .counters
-            .at(w.tid)
-            .tls_handshakes
-            .bump();
         w.ctx().counters.tls_sessions.bump();
         w.ctx().counters.quic_conns.bump();
         self.counted = Some(super::TlsEnd(w.clone()));
     }
 
     fn failed(&mut self) {
+        self.end_with(false).tls_failed.bump();
+    }
+
+    /// The handshake ends (no longer half open): its frontend's counters, to count how.
+    fn end_with(&mut self, done: bool) -> &crate::runtime::counters::ProxyCounters {
         self.half_open.take();
-        self.state.end(false);
-        let w = &self.w;
-        w.state().frontends[self.fe]
-            .counters
-            .at(w.tid)
-            .tls_failed
-            .bump();
+        self.state.end(done);
+        self.w.state().frontends[self.fe].counters.at(self.w.tid)
     }
 }
 

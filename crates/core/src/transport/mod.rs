@@ -20,6 +20,7 @@ mod mux;
 pub mod quic_route;
 pub mod quic_socket;
 mod socket;
+pub mod sockopt;
 pub mod splice;
 
 pub use self::conn::Conn;

@@ -348,44 +348,21 @@ fn connected(local: SocketAddr, peer: SocketAddr) -> io::Result<std::net::UdpSoc
 
 /// Attaches (or detaches) a socket filter that drops every datagram.
 fn drop_all(sock: &socket2::Socket, on: bool) -> io::Result<()> {
-    let fd = sock.as_raw_fd();
-    let rc = if on {
-        let mut program = [libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }];
-        let fprog = libc::sock_fprog {
-            len: 1,
-            filter: program.as_mut_ptr(),
-        };
-        // SAFETY: `fprog` points at `program`, both valid until the call returns; the
-        // kernel copies them.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_FILTER,
-                (&fprog as *const libc::sock_fprog).cast(),
-                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        }
-    } else {
+    use super::sockopt::set_option;
+    if !on {
         let zero: libc::c_int = 0;
-        // SAFETY: the option's value is the int given, read by the call only.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_DETACH_FILTER,
-                (&zero as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        }
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+        return set_option(sock, libc::SOL_SOCKET, libc::SO_DETACH_FILTER, &zero);
     }
-    Ok(())
+    let mut program = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    let fprog = libc::sock_fprog {
+        len: 1,
+        filter: program.as_mut_ptr(),
+    };
+    // (`fprog` points at `program`, valid until the call returns; the kernel copies both.)
+    set_option(sock, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }

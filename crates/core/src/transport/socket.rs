@@ -624,18 +624,9 @@ impl Socket {
     /// reset either way.
     pub fn silence(&self) {
         let tcp = self.tcp();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(tcp);
         let one: libc::c_int = 1;
-        // SAFETY: a valid descriptor this connection owns, an int option and its size.
-        let repaired = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_REPAIR,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        } == 0;
+        let repaired =
+            super::sockopt::set_option(tcp, libc::IPPROTO_TCP, libc::TCP_REPAIR, &one).is_ok();
         let s = socket2::SockRef::from(tcp);
         if !repaired {
             let _ = match tcp.peer_addr() {

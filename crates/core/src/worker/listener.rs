@@ -20,7 +20,6 @@
 //! ([`accept_loop`]): nothing the kernel accepted on the old socket is lost.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -31,6 +30,7 @@ use tokio::io::unix::AsyncFd;
 use super::thread::Thread;
 pub use crate::conf::listen::*;
 use crate::conf::{one_arg, one_of, GlobalConf, ProxyConf};
+use crate::transport::sockopt::set_option;
 use crate::transport::Detached;
 
 pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
@@ -705,30 +705,6 @@ impl Listening {
 fn defer_accept(socket: &socket2::Socket, on: bool) -> std::io::Result<()> {
     let seconds: libc::c_int = on.into();
     set_option(socket, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, &seconds)
-}
-
-/// `setsockopt` for an option whose value is a plain `T` (the kernel copies it).
-fn set_option<T>(
-    socket: &socket2::Socket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> std::io::Result<()> {
-    // SAFETY: `value` points at a valid `T` of the given size for the duration of the call,
-    // and the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Accepts connections for one frontend on this worker's copy of a listening socket, until
