@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: sluice vs HAProxy vs nginx as reverse proxies in front of one
 # nginx origin, same load generator (wrk), same thread counts, keep-alive on both sides.
-# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|resolvers|peers|splice|uring|rules|cache|accept|tls|h3|h2server|reload|statsrender|instructions|syscalls|cpusplit|wakeups|memory|h2memory] bench/run.sh [seconds-per-run] [runs]
+# Never run in CI. Usage: [BENCH=core|compression|pools|operating|checks|resolvers|peers|splice|uring|rules|cache|accept|tls|h3|h2server|reload|statsrender|instructions|syscalls|cpusplit|wakeups|polls|memory|h2memory] bench/run.sh [seconds-per-run] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -45,11 +45,15 @@ case "${BENCH:-core}" in
         command -v perf >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y linux-perf
         [ -x /usr/bin/time ] || DEBIAN_FRONTEND=noninteractive apt-get install -y time
         exec python3 bench/wakeups.py "${1:-5}" "${2:-3}" ;;
+    polls)
+        command -v h2load >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
+        command -v perf >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y linux-perf
+        exec python3 bench/polls.py "${1:-30000}" "${2:-2}" ;;
     instructions)
         command -v valgrind >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind
         exec python3 bench/instructions.py "$@" ;;
     operating)
         dpkg -s libnginx-mod-http-echo >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y libnginx-mod-http-echo
         exec python3 bench/operating.py "${1:-8}" "${2:-3}" ;;
-    *) echo "BENCH must be core, compression, pools, operating, checks, resolvers, peers, splice, uring, rules, cache, accept, tls, h3, h2server, statsrender, reload, instructions, syscalls, cpusplit, wakeups, memory or h2memory" >&2; exit 2 ;;
+    *) echo "BENCH must be core, compression, pools, operating, checks, resolvers, peers, splice, uring, rules, cache, accept, tls, h3, h2server, statsrender, reload, instructions, syscalls, cpusplit, wakeups, polls, memory or h2memory" >&2; exit 2 ;;
 esac
