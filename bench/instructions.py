@@ -5,14 +5,18 @@ requests, once with N1 and once with N2 requests; (instructions(N2) - instructio
 
 Usage: python3 bench/instructions.py [SLUICE_BINARY ...]   (default: target/release/sluice)
 N1 and N2 default to 500 and 2500 (INSTR_N1, INSTR_N2). Needs valgrind and nginx.
+INSTR_PROTO=h2 counts HTTP/2 instead: h2load -c1 -m100 in clear to `bind ... proto h2`
+(prior knowledge), the same page, N1 and N2 requests (2000 and 12000 by default), so that
+the streams' own work shows apart from TLS and from this machine's speed.
 """
 import os, re, signal, socket, subprocess, sys, time
 
 import core
 from core import ORIGIN, PROXY, work, start, stop, wait_closed, wait_port
 
-N1 = int(os.environ.get("INSTR_N1", "500"))
-N2 = int(os.environ.get("INSTR_N2", "2500"))
+H2 = os.environ.get("INSTR_PROTO") == "h2"
+N1 = int(os.environ.get("INSTR_N1", "2000" if H2 else "500"))
+N2 = int(os.environ.get("INSTR_N2", "12000" if H2 else "2500"))
 
 
 def origin():
@@ -31,6 +35,12 @@ http {{ access_log off; keepalive_requests 1000000;
 
 
 def requests(n):
+    if H2:
+        out = subprocess.run(["h2load", "-n", str(n), "-c1", "-m100", f"http://127.0.0.1:{PROXY}/hello.txt"],
+                             capture_output=True, text=True).stdout
+        if f"{n} succeeded" not in out:
+            raise SystemExit(f"h2load failed\n{out}")
+        return
     s = socket.create_connection(("127.0.0.1", PROXY))
     req = b"GET /hello.txt HTTP/1.1\r\nHost: b\r\n\r\n"
     for _ in range(n):
@@ -46,6 +56,10 @@ def requests(n):
 
 def instructions(binary, n):
     cfg = core.write_config("instr", glob="    nbthread 1\n")
+    if H2:
+        text = open(cfg).read().replace(f"bind 127.0.0.1:{PROXY}", f"bind 127.0.0.1:{PROXY} proto h2")
+        with open(cfg, "w") as f:
+            f.write(text)
     out = os.path.join(work, f"callgrind.{n}.out")
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "-f", cfg],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -105,12 +105,14 @@ impl Queued {
             return Poll::Ready(want);
         }
         let mut st = self.lock();
-        if let Some(share) = st.by_stream.get(&stream).filter(|s| s.grant > 0) {
-            return Poll::Ready(want.min(share.grant as usize));
-        }
+        // (The budget first: a stream holding a grant uses it up by what it hands either way,
+        // and the lookup is spared while the budget has room.)
         let taken = st.held + st.promised;
         if taken < self.budget && st.waiting.is_empty() {
             return Poll::Ready(want.min((self.budget - taken + ROOM_PER_WAKE) as usize));
+        }
+        if let Some(share) = st.by_stream.get(&stream).filter(|s| s.grant > 0) {
+            return Poll::Ready(want.min(share.grant as usize));
         }
         // Once per stream, however often it is polled while it waits.
         if !st.waiting.iter().any(|(id, _)| *id == stream) {
