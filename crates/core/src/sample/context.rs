@@ -44,6 +44,30 @@ pub struct StreamVars {
     pub log_level: std::cell::Cell<Option<Option<u8>>>,
 }
 
+impl StreamVars {
+    /// The variables of a stream of a session whose own variables and tracked entries are
+    /// `sess` and `sess_trackers` (an HTTP/2 connection's streams share them). Built field
+    /// by field: a default's own session cells would be allocated only to be dropped.
+    pub fn in_session(
+        sess: std::rc::Rc<RefCell<Vars>>,
+        sess_trackers: std::rc::Rc<RefCell<Slots>>,
+        set_dst: Option<SocketAddr>,
+    ) -> StreamVars {
+        StreamVars {
+            sess,
+            sess_trackers,
+            set_dst: std::cell::Cell::new(set_dst),
+            txn: RefCell::default(),
+            trackers: RefCell::default(),
+            unique_id: RefCell::default(),
+            captured: RefCell::default(),
+            last_rule: RefCell::default(),
+            set_src: std::cell::Cell::default(),
+            log_level: std::cell::Cell::default(),
+        }
+    }
+}
+
 /// The values of a transaction's capture slots, request side and response side.
 #[derive(Debug, Default, Clone)]
 pub struct Captured {

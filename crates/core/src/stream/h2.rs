@@ -305,12 +305,11 @@ async fn exchange(
         parts: Box::new(parts),
         ended: ended || tunnel.is_some(),
     });
-    let vars = StreamVars {
-        sess: shared.sess_vars.clone(),
-        sess_trackers: shared.sess_trackers.clone(),
-        set_dst: Cell::new(shared.set_dst),
-        ..StreamVars::default()
-    };
+    let vars = StreamVars::in_session(
+        shared.sess_vars.clone(),
+        shared.sess_trackers.clone(),
+        shared.set_dst,
+    );
     let session = super::h1::serve_http(
         &shared.w,
         Conn::h2_stream(end, shared.origin.clone(), None),
