@@ -470,19 +470,16 @@ impl Drop for H2Stream {
 }
 
 impl ResetWatch {
-    /// Resolves if the client resets the stream (or its connection goes away) before its
+    /// Ready if the client resets the stream (or its connection goes away) before its
     /// response has ended; never after (a client that stops sending a body it was
-    /// answered early for is not resetting anything). Never resolving registers no waker:
+    /// answered early for is not resetting anything). Never ready registers no waker:
     /// the task polls it beside the session, which does.
-    pub async fn reset(&self) {
-        std::future::poll_fn(|cx| {
-            let mut st = lock(&self.state);
-            if st.answered {
-                return Poll::Pending;
-            }
-            st.poll_peer_gone(cx)
-        })
-        .await
+    pub fn poll_reset(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = lock(&self.state);
+        if st.answered {
+            return Poll::Pending;
+        }
+        st.poll_peer_gone(cx)
     }
 }
 

@@ -36,7 +36,10 @@ pub(super) type SpeaksH2 = (Conn, Vec<u8>, StreamVars);
 /// Serves one HTTP client connection until it closes: one transaction per request, in
 /// order, while the connection stays open. A client that opens with HTTP/2's preface is
 /// given back ([`SpeaksH2`]) for the HTTP/2 side to serve.
-pub(super) async fn serve_http(
+///
+/// The session is made before the future: the future then holds it and the loop alone,
+/// not its makings as well (an HTTP/2 stream's task carries one, and moves it whole).
+pub(super) fn serve_http(
     w: &Rc<Worker>,
     client: Conn,
     peer: SocketAddr,
@@ -44,7 +47,7 @@ pub(super) async fn serve_http(
     info: Arc<SessionInfo>,
     vars: StreamVars,
     start: Start,
-) -> Option<SpeaksH2> {
+) -> impl std::future::Future<Output = Option<SpeaksH2>> + 'static {
     let mut s = Session {
         w: w.clone(),
         fe,
@@ -68,12 +71,14 @@ pub(super) async fn serve_http(
         given: start.head,
         speaks_h2: false,
     };
-    run(&mut s).await;
-    let upgrade = s.speaks_h2.then(|| s.cbuf.bytes().to_vec());
-    // Buffers go back to the worker's pool; whatever they held goes with the connection.
-    s.cbuf.clear(&w.bufs);
-    s.sbuf.clear(&w.bufs);
-    upgrade.map(|read| (s.client, read, s.vars))
+    async move {
+        run(&mut s).await;
+        let upgrade = s.speaks_h2.then(|| s.cbuf.bytes().to_vec());
+        // Buffers go back to the worker's pool; whatever they held goes with the connection.
+        s.cbuf.clear(&s.w.bufs);
+        s.sbuf.clear(&s.w.bufs);
+        upgrade.map(|read| (s.client, read, s.vars))
+    }
 }
 
 async fn run(s: &mut Session) {

@@ -29,9 +29,12 @@
 //!   stream, idle is `timeout http-request` (else `timeout client`), as HAProxy counts it.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,7 +47,7 @@ use super::h2_frames::{read_preface, Tallied};
 use super::session::ClientHead;
 use super::streams::{soft_stop, Open, Streams};
 use crate::conf::{one_arg, u32_in, GlobalConf};
-use crate::h2_stream::{H2Stream, Queued};
+use crate::h2_stream::{H2Stream, Queued, ResetWatch};
 use crate::runtime::counters::Held;
 use crate::runtime::{SessionInfo, Worker};
 use crate::sample::StreamVars;
@@ -222,12 +225,14 @@ pub(super) async fn serve(
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
                     let (open, earlier) = shared.streams.open();
-                    tokio::task::spawn_local(crate::clock::Ticking::new(serve_stream(
-                        shared.clone(),
-                        req,
-                        respond,
-                        (open, earlier),
-                    )));
+                    if let Some((session, watch)) = stream_session(&shared, req, respond, earlier) {
+                        tokio::task::spawn_local(crate::clock::Ticking::new(Serving {
+                            session,
+                            watch: Some(watch),
+                            shared: shared.clone(),
+                            open,
+                        }));
+                    }
                 }
                 Some(Err(_)) | None => break,
             },
@@ -261,26 +266,16 @@ fn over_reset_budget(shared: &ConnShared, budget: u32) -> bool {
     n > budget
 }
 
-/// Serves one stream (counted among those being served since it was accepted, until
-/// `open` is dropped).
-async fn serve_stream(
-    shared: Rc<ConnShared>,
-    req: http::Request<RecvStream>,
-    respond: SendResponse<Bytes>,
-    (open, earlier): (Open, u32),
-) {
-    exchange(&shared, req, respond, earlier).await;
-    drop(open);
-}
-
 /// Serves one stream as an HTTP/1.1 session of its own, reading and writing the stream
-/// itself (`crate::h2_stream`). A client that resets it before its answer is counted.
-async fn exchange(
+/// itself (`crate::h2_stream`): the session, and the watch that tells when the client
+/// resets it; `None` when the stream was answered at once (a CONNECT for a protocol not
+/// served).
+fn stream_session(
     shared: &Rc<ConnShared>,
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     earlier: u32,
-) {
+) -> Option<(impl Future<Output = Option<super::h1::SpeaksH2>> + 'static, ResetWatch)> {
     let (mut parts, body) = req.into_parts();
     if parts.method == http::Method::CONNECT && crate::h2_stream::tunnel(&parts).is_none() {
         // Extended CONNECT opens WebSockets only (RFC 8441); other protocols
@@ -290,7 +285,7 @@ async fn exchange(
             .body(())
             .unwrap_or_default();
         let _ = respond.send_response(res, true);
-        return;
+        return None;
     }
     let ended = body.is_end_stream();
     let tunnel = crate::h2_stream::tunnel(&parts);
@@ -323,15 +318,45 @@ async fn exchange(
             ..Default::default()
         },
     );
-    let mut session = std::pin::pin!(session);
-    tokio::select! {
-        // (A stream's session never hands its connection over: it has none of its own.)
-        _ = &mut session => {}
-        () = watch.reset() => {
-            let (n, since) = shared.resets.get();
-            shared.resets.set((n + 1, since));
-            // The session sees the stream as ended and finishes (its log line included).
-            session.await;
+    Some((session, watch))
+}
+
+pin_project_lite::pin_project! {
+    /// One stream being served, counted among its connection's until it ends (`open`). A
+    /// client that resets it before its answer is counted against the connection's reset
+    /// budget; its session then sees the stream as ended and finishes (its log line
+    /// included). A future of its own rather than an `async` block, so that the session
+    /// lives in it once, not as the block's capture and again as the pinned local a
+    /// `select!` needs.
+    struct Serving<F> {
+        #[pin]
+        session: F,
+        // `None` once the reset is counted.
+        watch: Option<ResetWatch>,
+        shared: Rc<ConnShared>,
+        open: Open,
+    }
+}
+
+impl<F: Future> Future for Serving<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        loop {
+            // (A stream's session never hands its connection over: it has none of its own.)
+            if this.session.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            let Some(watch) = this.watch.as_ref() else {
+                return Poll::Pending;
+            };
+            if watch.poll_reset(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let (n, since) = this.shared.resets.get();
+            this.shared.resets.set((n + 1, since));
+            *this.watch = None;
         }
     }
 }
