@@ -275,7 +275,10 @@ fn stream_session(
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     earlier: u32,
-) -> Option<(impl Future<Output = Option<super::h1::SpeaksH2>> + 'static, ResetWatch)> {
+) -> Option<(
+    impl Future<Output = Option<super::h1::SpeaksH2>> + 'static,
+    ResetWatch,
+)> {
     let (mut parts, body) = req.into_parts();
     if parts.method == http::Method::CONNECT && crate::h2_stream::tunnel(&parts).is_none() {
         // Extended CONNECT opens WebSockets only (RFC 8441); other protocols
