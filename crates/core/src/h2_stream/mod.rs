@@ -638,10 +638,10 @@ impl State {
         if self.gone.is_some() {
             return Poll::Ready(Err(broken()));
         }
-        let (Some((q, id)), Down::Body { .. }) = (&self.queued, &self.down) else {
+        let (Some((q, _)), Down::Body { .. }) = (&self.queued, &self.down) else {
             return Poll::Ready(Ok(()));
         };
-        if q.poll_room(*id, cx, 1).is_ready() {
+        if q.poll_room(cx, 1).is_ready() {
             return Poll::Ready(Ok(()));
         }
         // Waiting: a reset of the stream ends the wait.
@@ -828,7 +828,7 @@ impl State {
         }
         // A client's stream hands no more than its connection's budget has room for.
         let want = match &self.queued {
-            Some((q, id)) => std::task::ready!(q.poll_room(*id, cx, out.data.len())),
+            Some((q, _)) => std::task::ready!(q.poll_room(cx, out.data.len())),
             None => out.data.len(),
         };
         send.reserve_capacity(want);

@@ -12,13 +12,9 @@
 //! - A stream reset gives back what it still had counted (the crate drops what a reset
 //!   stream had queued); one that ended whole keeps it until its last frames are written.
 //!   DATA written for a stream no longer counted changes nothing.
-//! - A stream that finds the budget full waits; waiting streams are woken in the order
-//!   they came, each with a grant of [`GRANT`] bytes it may hand, while what is held and
-//!   what is granted leave room in the budget: a frame written wakes a stream at most, not
-//!   the hundred a connection may have waiting, and a woken stream relays several buffers
-//!   for one wait rather than one buffer per wait (each wait is a poll of the stream's
-//!   whole task). What is held stays under the budget, a grant and a buffer
-//!   ([`ROOM_PER_WAKE`]).
+//! - Streams waiting for room are woken in the order they came, as many as the room made
+//!   (one per [`ROOM_PER_WAKE`] bytes, at least one), all of them once nothing is held: a
+//!   frame written wakes a stream or a few, not the hundred a connection may have waiting.
 //! - It also carries the streams the frame scan found broken (a zero WINDOW_UPDATE): each
 //!   is reset by its own task once woken ([`Queued::broke`], [`Queued::poll_broken`]); at
 //!   most [`BROKEN_KEPT`] marks wait at once (a mark for a stream that has no task, long
@@ -42,32 +38,16 @@ pub struct Queued {
     any_broken: std::sync::atomic::AtomicBool,
 }
 
-/// What a stream may hand beyond a budget not yet full: a buffer's worth.
+/// The room one woken stream is expected to take: a buffer's worth.
 const ROOM_PER_WAKE: u64 = 16 * 1024;
-
-/// What a stream woken from its wait may hand, budget or not: four buffers.
-const GRANT: u64 = 4 * ROOM_PER_WAKE;
-
-/// A stream's share of what the connection holds.
-#[derive(Debug, Default)]
-struct Share {
-    /// DATA handed and not written yet.
-    queued: u64,
-    /// It has ended: its entry goes once nothing is left.
-    ended: bool,
-    /// What it may still hand though the budget is full (see [`GRANT`]).
-    grant: u64,
-}
 
 #[derive(Debug, Default)]
 struct State {
     held: u64,
-    /// What each stream has queued or may hand.
-    by_stream: HashMap<u32, Share>,
-    /// The streams waiting for room, in the order they came.
-    waiting: VecDeque<(u32, Waker)>,
-    /// What the grants of woken streams have left, together.
-    promised: u64,
+    /// What each stream has queued, and whether it has ended (its entry then goes once
+    /// nothing is left).
+    by_stream: HashMap<u32, (u64, bool)>,
+    waiting: VecDeque<Waker>,
     /// Streams to reset for a protocol error, and the task waiting on each, if known.
     broken: VecDeque<(u32, Option<Waker>)>,
     /// The task of each open stream, to wake if it breaks.
@@ -96,29 +76,21 @@ impl Queued {
         self.lock().held
     }
 
-    /// Room for up to `want` more bytes for `stream`, or `Pending` until it has some: what
-    /// its grant has left, else what the budget has (beyond what is held and granted) and
-    /// a buffer more, so that it hands its buffer's worth at once rather than the few
-    /// bytes the budget has left and a wait for each next few.
-    pub(super) fn poll_room(&self, stream: u32, cx: &mut Context<'_>, want: usize) -> Poll<usize> {
+    /// Room for up to `want` more bytes (at least one when any), or `Pending` until some
+    /// is written or given back.
+    pub(super) fn poll_room(&self, cx: &mut Context<'_>, want: usize) -> Poll<usize> {
         if self.budget == 0 || want == 0 {
             return Poll::Ready(want);
         }
         let mut st = self.lock();
-        // (The budget first: a stream holding a grant uses it up by what it hands either way,
-        // and the lookup is spared while the budget has room.)
-        let taken = st.held + st.promised;
-        if taken < self.budget && st.waiting.is_empty() {
-            return Poll::Ready(want.min((self.budget - taken + ROOM_PER_WAKE) as usize));
+        if st.held >= self.budget {
+            // Once per stream, however often it is polled while it waits.
+            if !st.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                st.waiting.push_back(cx.waker().clone());
+            }
+            return Poll::Pending;
         }
-        if let Some(share) = st.by_stream.get(&stream).filter(|s| s.grant > 0) {
-            return Poll::Ready(want.min(share.grant as usize));
-        }
-        // Once per stream, however often it is polled while it waits.
-        if !st.waiting.iter().any(|(id, _)| *id == stream) {
-            st.waiting.push_back((stream, cx.waker().clone()));
-        }
-        Poll::Pending
+        Poll::Ready(want.min((self.budget - st.held) as usize))
     }
 
     /// Stream `stream` handed the crate `n` bytes of DATA.
@@ -126,28 +98,24 @@ impl Queued {
         let n = n as u64;
         let mut st = self.lock();
         st.held += n;
-        let share = st.by_stream.entry(stream).or_default();
-        share.queued += n;
-        let used = share.grant.min(n);
-        share.grant -= used;
-        st.promised -= used;
+        st.by_stream.entry(stream).or_insert((0, false)).0 += n;
         self.gauge.fetch_add(n, Ordering::Relaxed);
     }
 
     /// A DATA frame of `n` bytes for `stream` left for the socket.
     pub fn written(&self, stream: u32, n: usize) {
         let mut st = self.lock();
-        let Some(share) = st.by_stream.get_mut(&stream) else {
+        let Some((count, ended)) = st.by_stream.get_mut(&stream) else {
             return;
         };
-        let n = (n as u64).min(share.queued);
-        share.queued -= n;
-        if share.queued == 0 && share.ended {
+        let n = (n as u64).min(*count);
+        *count -= n;
+        if *count == 0 && *ended {
             st.by_stream.remove(&stream);
         }
         st.held -= n;
         self.gauge.fetch_sub(n, Ordering::Relaxed);
-        wake(&mut st, self.budget);
+        wake(&mut st, n);
     }
 
     /// Stream `stream` broke the protocol (the scan saw a zero WINDOW_UPDATE for it): its
@@ -196,39 +164,35 @@ impl Queued {
     pub(super) fn ended(&self, stream: u32, dropped: bool) {
         let mut st = self.lock();
         st.watching.remove(&stream);
-        st.waiting.retain(|(id, _)| *id != stream);
         if let Some(i) = st.broken.iter().position(|(id, _)| *id == stream) {
             st.broken.remove(i);
             if st.broken.is_empty() {
                 self.any_broken.store(false, Ordering::Relaxed);
             }
         }
-        let Some(share) = st.by_stream.get_mut(&stream) else {
+        let Some((count, ended)) = st.by_stream.get_mut(&stream) else {
             return;
         };
-        let unused = std::mem::take(&mut share.grant);
-        if dropped || share.queued == 0 {
-            let n = share.queued;
+        if dropped || *count == 0 {
+            let n = *count;
             st.by_stream.remove(&stream);
             st.held -= n;
             self.gauge.fetch_sub(n, Ordering::Relaxed);
+            wake(&mut st, n);
         } else {
-            share.ended = true;
+            *ended = true;
         }
-        st.promised -= unused;
-        wake(&mut st, self.budget);
     }
 }
 
-/// Wakes waiting streams, each with a grant, while the budget has room besides what was
-/// granted already.
-fn wake(st: &mut State, budget: u64) {
-    while st.held + st.promised < budget {
-        let Some((id, w)) = st.waiting.pop_front() else {
-            return;
-        };
-        st.promised += GRANT;
-        st.by_stream.entry(id).or_default().grant = GRANT;
+/// Wakes the streams the `freed` bytes make room for (all once nothing is held).
+fn wake(st: &mut State, freed: u64) {
+    let n = if st.held == 0 {
+        st.waiting.len()
+    } else {
+        freed.div_ceil(ROOM_PER_WAKE).max(1) as usize
+    };
+    for w in st.waiting.drain(..n.min(st.waiting.len())) {
         w.wake();
     }
 }
@@ -248,73 +212,27 @@ mod tests {
     #[test]
     fn the_budget_bounds_what_streams_hand_and_writes_make_room() {
         let gauge = Arc::new(AtomicU64::new(0));
-        let room = ROOM_PER_WAKE as usize;
-        let budget = 2 * room;
-        let q = Queued::new(budget, gauge.clone());
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        assert_eq!(q.poll_room(1, &mut cx, budget), Poll::Ready(budget));
-        q.handed(1, budget - 10);
-        // What the budget has left, and a buffer's worth beyond it.
-        assert_eq!(q.poll_room(3, &mut cx, 3 * room), Poll::Ready(10 + room));
-        q.handed(3, 10 + room);
-        assert_eq!(gauge.load(Ordering::Relaxed), (budget + room) as u64);
-        // Stream 3 is reset with all it handed still queued: given back, later writes
-        // ignored.
+        let q = Queued::new(100, gauge.clone());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert_eq!(q.poll_room(&mut cx, 60), Poll::Ready(60));
+        q.handed(1, 60);
+        assert_eq!(q.poll_room(&mut cx, 60), Poll::Ready(40));
+        q.handed(3, 40);
+        assert_eq!(q.poll_room(&mut cx, 10), Poll::Pending);
+        assert_eq!(gauge.load(Ordering::Relaxed), 100);
+        q.written(1, 50);
+        assert_eq!(q.poll_room(&mut cx, 60), Poll::Ready(50));
+        // Stream 3 is reset with 40 still queued: given back, later writes ignored.
         q.ended(3, true);
         q.written(3, 40);
-        assert_eq!(q.held(), (budget - 10) as u64);
-        // Stream 1 ends whole: what it has left counts until written, then it is forgotten.
+        assert_eq!(q.held(), 10);
+        // Stream 1 ends whole: its last 10 count until written, then it is forgotten.
         q.ended(1, false);
-        assert_eq!(q.held(), (budget - 10) as u64);
-        q.written(1, budget - 10);
+        assert_eq!(q.held(), 10);
+        q.written(1, 10);
         assert_eq!((q.held(), q.lock().by_stream.len()), (0, 0));
         drop(q);
         assert_eq!(gauge.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn waiting_streams_are_woken_in_turn_with_a_grant() {
-        let gauge = Arc::new(AtomicU64::new(0));
-        let (room, grant) = (ROOM_PER_WAKE as usize, GRANT as usize);
-        let q = Queued::new(2 * room, gauge);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        q.handed(1, 6 * room);
-        assert_eq!(q.poll_room(2, &mut cx, room), Poll::Pending);
-        assert_eq!(q.poll_room(3, &mut cx, room), Poll::Pending);
-        // Written down to the budget: nobody is woken yet.
-        q.written(1, 4 * room);
-        assert_eq!(q.lock().waiting.len(), 2);
-        // Below it: the first to wait is woken with a grant, which takes the room left.
-        q.written(1, 1);
-        assert_eq!(q.lock().waiting.len(), 1);
-        assert_eq!(q.poll_room(2, &mut cx, 16 * room), Poll::Ready(grant));
-        assert_eq!(
-            q.poll_room(4, &mut cx, 1),
-            Poll::Pending,
-            "a newcomer waits its turn"
-        );
-        q.handed(2, grant - room);
-        assert_eq!(q.poll_room(2, &mut cx, 16 * room), Poll::Ready(room));
-        q.handed(2, room);
-        assert_eq!(q.poll_room(2, &mut cx, 1), Poll::Pending);
-        // The budget and the grant, at most.
-        assert_eq!(q.held(), (2 * room + grant - 1) as u64);
-        // A stream that ends leaves the queue.
-        q.ended(3, true);
-        let queue = |q: &Queued| {
-            q.lock()
-                .waiting
-                .iter()
-                .map(|(id, _)| *id)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(queue(&q), [4, 2]);
-        // Stream 4 is woken with a grant and resets without using it: the grant goes to
-        // the next.
-        q.written(2, grant);
-        assert_eq!(queue(&q), [2]);
-        q.ended(4, true);
-        assert!(queue(&q).is_empty());
-        assert_eq!(q.lock().promised, GRANT);
     }
 }
