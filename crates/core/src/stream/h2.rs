@@ -337,6 +337,7 @@ pin_project_lite::pin_project! {
         // `None` once the reset is counted.
         watch: Option<ResetWatch>,
         shared: Rc<ConnShared>,
+        // Held for its drop: the stream counts as being served until this ends.
         open: Open,
     }
 }
