@@ -574,6 +574,40 @@ fn compression_applies_over_http3() {
     drop(p);
 }
 
+/// `sess.` variables belong to the session, which for HAProxy is the connection: a later
+/// request of the same QUIC connection reads what an earlier one set, another connection
+/// does not (each HTTP/3 stream used to start with variables of its own).
+#[test]
+fn the_streams_of_a_quic_connection_share_its_session_variables() {
+    let origin = Origin::start("o");
+    let (p, port, _dir) = quic_proxy(
+        " http-request set-var(sess.user) str(alice) if { path /login }\n\
+         http-request set-header x-user %[var(sess.user)]\n",
+        &format!(" server o {}\n", origin.addr),
+        "",
+    );
+    let one = h3_requests(
+        port,
+        &json!([{"path": "/login", "sequential": true}, {"path": "/later"}]),
+    );
+    let other = h3_requests(port, &json!([{"path": "/elsewhere"}]));
+    assert!(
+        one.iter().chain(&other).all(|r| r["status"] == 200),
+        "{one:?} {other:?}"
+    );
+    let user = |path: &str| -> Option<String> {
+        origin
+            .requests()
+            .into_iter()
+            .find(|r| r.target == path)
+            .and_then(|r| r.header("x-user").map(str::to_string))
+    };
+    assert_eq!(user("/login").as_deref(), Some("alice"));
+    assert_eq!(user("/later").as_deref(), Some("alice"));
+    assert_eq!(user("/elsewhere").as_deref(), Some(""));
+    drop(p);
+}
+
 /// A CONNECT over HTTP/3 opens a tunnel as over HTTP/2: the server's 2xx reaches the
 /// client as the stream's answer (no length), the tunnel's bytes cross both ways as DATA,
 /// and the client's end reaches the server, whose last bytes and end come back. A server

@@ -295,6 +295,10 @@ struct Shared {
     /// The frontend has `http-request wait-for-handshake`: no early request is served
     /// before the handshake ends, whatever its method.
     early_waits: bool,
+    /// The connection's `sess.` variables and the entries it tracks, which every stream
+    /// shares (HAProxy's session is the connection, as over HTTP/1.1 and HTTP/2).
+    sess_vars: Rc<std::cell::RefCell<crate::conf::sample::Vars>>,
+    sess_trackers: Rc<std::cell::RefCell<crate::sample::Slots>>,
 }
 
 /// Serves one QUIC connection: its handshake, then its request streams.
@@ -361,6 +365,8 @@ async fn serve_connection(
         streams: Rc::default(),
         handshake: handshake.state.clone(),
         early_waits,
+        sess_vars: Rc::default(),
+        sess_trackers: Rc::default(),
     });
     let idle_limit = st.timeout_keep_alive.or(st.timeout_client);
     let mut floods = (NoWork::new(), tokio::time::interval(quic_floods::SAMPLE));
@@ -533,7 +539,7 @@ async fn serve_stream(
         shared.origin.peer,
         shared.fe,
         shared.info.clone(),
-        StreamVars::default(),
+        StreamVars::in_session(shared.sess_vars.clone(), shared.sess_trackers.clone(), None),
         super::h1::Start {
             earlier,
             head,
