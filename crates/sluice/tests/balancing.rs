@@ -830,6 +830,12 @@ fn max_keep_alive_queue_bounds_the_preference_for_the_last_server() {
             wait_until("Alice queued", || {
                 stat_field(&Sluice::cli(&sock, "show stat"), "be", "a", "qcur") == "1"
             });
+        } else {
+            // Sent to the next server while the first is full (released before, the first
+            // would have room again and take it back).
+            wait_until("Alice sent to b", || {
+                b.requests().iter().any(|r| r.target == "/y")
+            });
         }
         release.store(true, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(asked.join().unwrap(), expected, "limit {limit:?}");

@@ -1258,10 +1258,23 @@ fn a_flood_of_frames_that_ask_for_no_work_costs_its_connection() {
 
 #[test]
 fn a_rapid_reset_flood_costs_its_connection_and_nothing_else() {
+    rapid_reset_flood(END_HEADERS | END_STREAM, "GET", "");
+}
+
+/// The same with uploads the proxy waits for (`option http-buffer-request`): each stream's
+/// HEADERS announces a body, then the stream is reset. The stream's session sees the reset
+/// first (reading the body) and ends before its watch looks: the reset counts all the same.
+#[test]
+fn a_rapid_reset_flood_of_uploads_costs_its_connection() {
+    rapid_reset_flood(END_HEADERS, "POST", " option http-buffer-request\n");
+}
+
+fn rapid_reset_flood(flags: u8, method: &'static str, frontend: &str) {
     let origin = Origin::start("o");
     let p = Sluice::start(&format!(
         "defaults\n mode http\n timeout client 10s\n timeout server 10s\n timeout connect 5s\n\
-         frontend fe\n {{fe}} proto h2\n {{fe}}\n default_backend be\nbackend be\n server s {}\n",
+         frontend fe\n {{fe}} proto h2\n {{fe}}\n{frontend} default_backend be\n\
+         backend be\n server s {}\n",
         origin.addr
     ));
     others_are_served(&p, p.addrs[1]);
@@ -1275,13 +1288,9 @@ fn a_rapid_reset_flood_costs_its_connection_and_nothing_else() {
                 let mut out = Vec::new();
                 for i in 0..200u32 {
                     let id = 1 + 2 * (round * 200 + i);
-                    frame(
-                        &mut out,
-                        HEADERS,
-                        END_HEADERS | END_STREAM,
-                        id,
-                        &hpack(&request_fields("/flood")),
-                    );
+                    let mut fields = request_fields("/flood");
+                    fields[0] = (":method", method);
+                    frame(&mut out, HEADERS, flags, id, &hpack(&fields));
                     frame(&mut out, RST_STREAM, 0, id, &8u32.to_be_bytes());
                 }
                 if w.write_all(&out).is_err() {

@@ -350,6 +350,14 @@ impl<F: Future> Future for Serving<F> {
         loop {
             // (A stream's session never hands its connection over: it has none of its own.)
             if this.session.as_mut().poll(cx).is_ready() {
+                // A session that ended because the client reset the stream (it saw the reset
+                // first: reading the body, waiting for room, `option abortonclose`) counts
+                // that reset all the same.
+                if let Some(watch) = this.watch.take() {
+                    if watch.poll_reset(cx).is_ready() {
+                        count_reset(this.shared);
+                    }
+                }
                 return Poll::Ready(());
             }
             let Some(watch) = this.watch.as_ref() else {
@@ -358,9 +366,14 @@ impl<F: Future> Future for Serving<F> {
             if watch.poll_reset(cx).is_pending() {
                 return Poll::Pending;
             }
-            let (n, since) = this.shared.resets.get();
-            this.shared.resets.set((n + 1, since));
+            count_reset(this.shared);
             *this.watch = None;
         }
     }
+}
+
+/// A client reset a stream before its answer: counted against the connection's budget.
+fn count_reset(shared: &ConnShared) {
+    let (n, since) = shared.resets.get();
+    shared.resets.set((n + 1, since));
 }
