@@ -28,6 +28,11 @@ fn quic_proxy(frontend_lines: &str, backend: &str, global: &str) -> (Sluice, u16
     (p, port, dir)
 }
 
+/// The backend line of a proxy in front of `origin` alone.
+fn server_line(origin: &Origin) -> String {
+    format!(" server o {}\n", origin.addr)
+}
+
 /// A QUIC proxy (its frontend's and global lines added) in front of a plain origin, with an
 /// admin stats socket to read the counters from.
 struct Watched {
@@ -41,7 +46,7 @@ fn watched(frontend_lines: &str, global: &str) -> Watched {
     let (cli, sock) = cli_dir();
     let (p, port, dir) = quic_proxy(
         frontend_lines,
-        &format!(" server o {}\n", origin.addr),
+        &server_line(&origin),
         &format!("{global} stats socket {} level admin\n", sock.display()),
     );
     Watched {
@@ -79,7 +84,7 @@ fn bodies_cross_http3_both_ways() {
             Reply::Raw(out)
         }),
     );
-    let (p, port, _dir) = quic_proxy("", &format!(" server o {}\n", origin.addr), "");
+    let (p, port, _dir) = quic_proxy("", &server_line(&origin), "");
     let n = 300_000;
     let results = h3_requests(
         port,
@@ -117,7 +122,7 @@ fn a_server_dying_mid_body_resets_its_stream_only() {
             _ => Reply::Raw(ok_response("fine")),
         }),
     );
-    let (p, port, _dir) = quic_proxy("", &format!(" server o {}\n", origin.addr), "");
+    let (p, port, _dir) = quic_proxy("", &server_line(&origin), "");
     let results = h3_requests(
         port,
         &json!([{"path": "/cut", "sequential": true}, {"path": "/after"}]),
@@ -144,7 +149,7 @@ fn http3_requests_are_counted_and_logged() {
             " log {} local0\n log-format \"%r %ST major=%[fc_http_major] ver=%[req.ver]\"\n",
             logs.local_addr().unwrap()
         ),
-        &format!(" server o {}\n", origin.addr),
+        &server_line(&origin),
         &format!(" stats socket {} level admin\n", sock.display()),
     );
     let results = h3_requests(port, &json!([{"path": "/one"}, {"path": "/two"}]));
@@ -275,7 +280,7 @@ fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
     let (_cli_dir, sock) = cli_dir();
     let (p, port, _dir) = quic_proxy(
         "",
-        &format!(" server o {}\n", origin.addr),
+        &server_line(&origin),
         &format!(
             " stats socket {} level admin\n tune.quic.frontend.conn-tx-buffers.limit 8\n\
              tune.quic.frontend.max-idle-timeout 5s\n",
@@ -379,11 +384,7 @@ fn datagrams_that_are_no_quic_packets_are_dropped_and_counted() {
 #[test]
 fn an_idle_connection_is_closed_at_its_timeout() {
     let origin = Origin::start("o");
-    let (p, port, _dir) = quic_proxy(
-        " timeout client 1500ms\n",
-        &format!(" server o {}\n", origin.addr),
-        "",
-    );
+    let (p, port, _dir) = quic_proxy(" timeout client 1500ms\n", &server_line(&origin), "");
     // (`pings: 0`: no PING, the connection's end awaited.)
     let results = h3_requests(
         port,
@@ -416,7 +417,7 @@ fn a_flood_of_pings_loses_its_connection() {
 #[test]
 fn sessions_resume_without_early_data() {
     let origin = Origin::start("o");
-    let (p, port, _dir) = quic_proxy("", &format!(" server o {}\n", origin.addr), "");
+    let (p, port, _dir) = quic_proxy("", &server_line(&origin), "");
     let out = h3_requests(port, &json!([{"path": "/again", "resume": true}]));
     let out = &out[0];
     // (No early data extension in the ticket, or a zero allowance.)
@@ -538,7 +539,7 @@ fn compression_applies_over_http3() {
     );
     let (p, port, _dir) = quic_proxy(
         " compression algo gzip\n compression type text/plain\n",
-        &format!(" server o {}\n", origin.addr),
+        &server_line(&origin),
         "",
     );
     let results = h3_requests(
@@ -583,7 +584,7 @@ fn the_streams_of_a_quic_connection_share_its_session_variables() {
     let (p, port, _dir) = quic_proxy(
         " http-request set-var(sess.user) str(alice) if { path /login }\n\
          http-request set-header x-user %[var(sess.user)]\n",
-        &format!(" server o {}\n", origin.addr),
+        &server_line(&origin),
         "",
     );
     let one = h3_requests(
