@@ -484,14 +484,16 @@ pub fn run(config: Config, mut opts: RunOptions) -> Result<Option<i32>, RunError
             .enumerate()
             .filter(|(index, (_, _, bind, _, _))| acceptor(*index, bind) == Some(tid))
             .map(|(_, (fe, li, bind, l, owned))| {
-                l.try_clone().map(|socket| Listening {
+                let listening = Listening {
                     frontend: *fe,
                     listener: *li,
                     threads: bind.threads,
                     owned: *owned,
                     defer_accept: bind.defer_accept,
-                    socket,
-                })
+                    socket: l.try_clone()?,
+                };
+                listening.prepare()?;
+                Ok(listening)
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|source| RunError::Worker { tid, source })?;

@@ -679,14 +679,21 @@ impl Listening {
         self.socket.r#type().ok() == Some(socket2::Type::DGRAM)
     }
 
-    pub(crate) fn register(self) -> std::io::Result<Registered> {
-        if self.socket.domain()? != socket2::Domain::UNIX {
-            // Inherited by every accepted connection (whoever opened the socket): requests
-            // and responses leave at once, without a setsockopt per connection.
-            self.socket.set_tcp_nodelay(true)?;
-            // Set either way: a socket handed over by the previous process keeps its options.
-            defer_accept(&self.socket, self.defer_accept)?;
+    /// Sets the socket's options before any worker polls it, so that a process saying it
+    /// listens (and a previous one told to go) has them in force on every connection the
+    /// kernel completes from then on.
+    pub fn prepare(&self) -> std::io::Result<()> {
+        if self.is_datagram() || self.socket.domain()? == socket2::Domain::UNIX {
+            return Ok(());
         }
+        // Inherited by every accepted connection (whoever opened the socket): requests and
+        // responses leave at once, without a setsockopt per connection.
+        self.socket.set_tcp_nodelay(true)?;
+        // Set either way: a socket handed over by the previous process keeps its options.
+        defer_accept(&self.socket, self.defer_accept)
+    }
+
+    pub(crate) fn register(self) -> std::io::Result<Registered> {
         Ok(Registered {
             frontend: self.frontend,
             listener: self.listener,
