@@ -860,6 +860,63 @@ fn a_soft_stop_sends_goaway_and_lets_the_stream_in_flight_finish() {
     assert_eq!(origin.count(), 1);
 }
 
+/// A client that goes while its stream waits for the server: the stream is still served to
+/// its end (the server's answer read, the client found gone) and logged, although the
+/// connection that carried it is over.
+#[test]
+fn a_stream_whose_client_went_is_still_logged() {
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = release.clone();
+    let origin = Origin::with_handler(
+        "o",
+        Arc::new(move |_: &Received| {
+            while !gate.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ok_response("late").into()
+        }),
+    );
+    let dir = TempDir::new();
+    let sock = dir.0.join("admin.sock");
+    let p = Sluice::start(&format!(
+        "global\n log stdout format raw local0\n stats socket {}\n\
+         defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
+         frontend fe\n {{fe}} proto h2\n log global\n log-format \"%HU %ST %ts\"\n\
+         default_backend be\nbackend be\n server s {}\n",
+        sock.display(),
+        origin.addr
+    ));
+    let h2_open = || {
+        stat_field(
+            &Sluice::cli(&sock, "show stat"),
+            "fe",
+            "FRONTEND",
+            "h2_open_connections",
+        )
+    };
+    let mut s = raw_h2(p.addr());
+    let mut out = Vec::new();
+    frame(
+        &mut out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &hpack(&request_fields("/held")),
+    );
+    s.write_all(&out).unwrap();
+    wait_until("the request at the server", || origin.count() == 1);
+    assert_eq!(h2_open(), "1");
+    drop(s);
+    // The server answers only once the proxy closed the client's connection: the stream
+    // outlives it.
+    wait_until("the client connection closed", || h2_open() == "0");
+    assert!(!p.stdout().contains("/held"));
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    wait_until("the stream's log line", || p.stdout().contains("/held"));
+    // Answered by the server, the client gone meanwhile: `CD`, as HAProxy logs it.
+    assert_eq!(p.stdout().trim_end(), "http://h2.test/held 200 CD");
+}
+
 async fn wait_until_async(mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + TIMEOUT;
     while !f() {

@@ -77,7 +77,7 @@ pub struct H2Stream {
     state: Rc<RefCell<State>>,
 }
 
-/// The task serving a client's stream: tells when the client reset it before its answer.
+/// What serves a client's stream: tells when the client reset it before its answer.
 #[derive(Debug)]
 pub struct ResetWatch {
     state: Rc<RefCell<State>>,

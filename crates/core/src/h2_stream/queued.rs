@@ -16,9 +16,9 @@
 //!   (one per [`ROOM_PER_WAKE`] bytes, at least one), all of them once nothing is held: a
 //!   frame written wakes a stream or a few, not the hundred a connection may have waiting.
 //! - It also carries the streams the frame scan found broken (a zero WINDOW_UPDATE): each
-//!   is reset by its own task once woken ([`Queued::broke`], [`Queued::poll_broken`]); at
-//!   most [`BROKEN_KEPT`] marks wait at once (a mark for a stream that has no task, long
-//!   closed, would otherwise stay).
+//!   is reset by its own future once woken ([`Queued::broke`], [`Queued::poll_broken`]);
+//!   at most [`BROKEN_KEPT`] marks wait at once (a mark for a stream no longer served,
+//!   long closed, would otherwise stay).
 //! - Only the connection's worker uses it (the mutex satisfies `Send` bounds).
 
 use std::collections::{HashMap, VecDeque};
