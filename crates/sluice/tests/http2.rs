@@ -865,6 +865,27 @@ fn a_soft_stop_sends_goaway_and_lets_the_stream_in_flight_finish() {
 /// connection that carried it is over.
 #[test]
 fn a_stream_whose_client_went_is_still_logged() {
+    stream_outliving_its_connection(|client, _| drop(client));
+}
+
+/// The same when `shutdown session` ends the connection.
+#[test]
+fn a_stream_whose_connection_was_shut_down_is_still_logged() {
+    stream_outliving_its_connection(|client, sock| {
+        let port = client.local_addr().unwrap().port();
+        let listing = Sluice::cli(sock, "show sess");
+        let id = listing
+            .lines()
+            .find(|l| l.contains(&format!("src=127.0.0.1:{port} ")))
+            .and_then(|l| l.split(':').next())
+            .unwrap_or_else(|| panic!("no session in {listing}"));
+        assert_eq!(Sluice::cli(sock, &format!("shutdown session {id}")), "\n");
+    });
+}
+
+/// Ends the connection of a stream waiting for its server's answer, then lets the server
+/// answer: the stream's log line comes then.
+fn stream_outliving_its_connection(end: impl FnOnce(TcpStream, &std::path::Path)) {
     let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let gate = release.clone();
     let origin = Origin::with_handler(
@@ -879,7 +900,7 @@ fn a_stream_whose_client_went_is_still_logged() {
     let dir = TempDir::new();
     let sock = dir.0.join("admin.sock");
     let p = Sluice::start(&format!(
-        "global\n log stdout format raw local0\n stats socket {}\n\
+        "global\n log stdout format raw local0\n stats socket {} level admin\n\
          defaults\n mode http\n timeout client 30s\n timeout server 30s\n timeout connect 5s\n\
          frontend fe\n {{fe}} proto h2\n log global\n log-format \"%HU %ST %ts\"\n\
          default_backend be\nbackend be\n server s {}\n",
@@ -906,9 +927,9 @@ fn a_stream_whose_client_went_is_still_logged() {
     s.write_all(&out).unwrap();
     wait_until("the request at the server", || origin.count() == 1);
     assert_eq!(h2_open(), "1");
-    drop(s);
-    // The server answers only once the proxy closed the client's connection: the stream
-    // outlives it.
+    end(s, &sock);
+    // The server answers only once the proxy closed the connection: the stream outlives
+    // it.
     wait_until("the client connection closed", || h2_open() == "0");
     assert!(!p.stdout().contains("/held"));
     release.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -215,6 +215,8 @@ pub(super) async fn serve(
     let mut going_away = false;
     let mut linger = None;
     let mut serving = FuturesUnordered::new();
+    let killed = shared.info.kill.pulled();
+    let mut killed = std::pin::pin!(killed);
     loop {
         let idle = async {
             match linger {
@@ -242,6 +244,8 @@ pub(super) async fn serve(
                 }
                 Some(Err(_)) | None => break,
             },
+            // `shutdown session`: the connection closes, its streams finish below.
+            () = &mut killed => break,
             () = soft_stop(w), if !going_away => {
                 going_away = true;
                 conn.graceful_shutdown();
