@@ -357,8 +357,18 @@ async fn connect_reusing(
     }
 }
 
-/// Opens a new connection within `timeout connect`.
+/// Opens a new connection within `timeout connect`. Boxed: its state (1.8 kB) would
+/// otherwise size every transaction's future, and most requests reuse a connection.
 async fn connect_new(
+    w: &Rc<Worker>,
+    backend: usize,
+    server: usize,
+    client: &Client<'_>,
+) -> io::Result<ServerConn> {
+    Box::pin(open_new(w, backend, server, client)).await
+}
+
+async fn open_new(
     w: &Rc<Worker>,
     backend: usize,
     server: usize,

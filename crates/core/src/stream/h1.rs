@@ -109,7 +109,9 @@ async fn run(s: &mut Session) {
                 if !null || (fail.status.is_some() && !s.frontend().log.dont_log_null) {
                     txn.log_head_failure(s, &fail);
                 }
-                return s.fail_head(fail.status).await;
+                // Boxed, as the other failure below: rare, and kilobytes a stream would
+                // otherwise carry all its life.
+                return Box::pin(s.fail_head(fail.status)).await;
             }
         };
         s.w.ctx().counters.requests.bump();
@@ -168,7 +170,7 @@ async fn run(s: &mut Session) {
             }
             Err(fail) => {
                 txn.log_end(s, &fail);
-                return s.fail(txn.backend, fail.status).await;
+                return Box::pin(s.fail(txn.backend, fail.status)).await;
             }
         }
     }
