@@ -186,7 +186,7 @@ impl Capture {
         view: &ResponseView<'_>,
         head: Vec<u8>,
     ) -> Option<Capture> {
-        let lookup = facts.cache.clone()?;
+        let lookup = *facts.cache.clone()?;
         let store = &s.w.state().caches[cache];
         if lookup.method == crate::cache::Method::Unsafe && (200..400).contains(&view.status()) {
             // A successful PUT, POST, DELETE...: the object it changed goes.

@@ -32,8 +32,9 @@ pub(crate) struct Edits {
     pub method: Option<Vec<u8>>,
     pub target: Option<Vec<u8>>,
     pub status: Option<(u16, Option<String>)>,
-    /// The persistence cookie of the response (`cookie`).
-    pub cookie: Option<ResponseCookie>,
+    /// The persistence cookie of the response (`cookie`). Boxed, as the other parts
+    /// that are rare and large: a transaction's future holds two `Edits` across its awaits.
+    pub cookie: Option<Box<ResponseCookie>>,
     /// `replace-header` / `replace-value`: (name, regex, template, per value).
     pub replace: Vec<(String, regex::bytes::Regex, Vec<u8>, bool)>,
     /// `capture`: (slot, value) on the rule's side.
@@ -44,14 +45,14 @@ pub(crate) struct Edits {
     /// `early-hint`: the headers of a 103 answer.
     pub early_hints: Vec<(String, Vec<u8>)>,
     /// `http-response deny`: the status, and the rule's own answer if it gave one.
-    pub denied: Option<(u16, Option<Answer>)>,
+    pub denied: Option<Box<(u16, Option<Answer>)>>,
     /// `http-response return`: the answer that replaces the server's, and its status
     /// (`None`: the proxy's error page of that status).
-    pub returned: Option<(u16, Option<Answer>)>,
+    pub returned: Option<Box<(u16, Option<Answer>)>>,
     /// `http-response silent-drop`: the client's connection was silenced, to be closed.
     pub dropped: bool,
     /// `http-request cache-use`: the request's key and what it allows of the cache.
-    pub cache_lookup: Option<crate::cache::Lookup>,
+    pub cache_lookup: Option<Box<crate::cache::Lookup>>,
     /// `http-response cache-store`: the cache (by index) the response goes to.
     pub cache_store: Option<usize>,
 }
@@ -86,13 +87,14 @@ impl Edits {
             match &rule.action {
                 Action::Allow => break,
                 Action::Deny { status, reply } => {
-                    self.denied = Some((*status, reply.as_ref().map(|r| reply_answer(r, cx))));
+                    let answer = reply.as_ref().map(|r| reply_answer(r, cx));
+                    self.denied = Some(Box::new((*status, answer)));
                     break;
                 }
                 Action::Return(reply) => {
                     // (`default-errorfiles`: the proxy's page, which the relay has.)
                     let page = (!reply.default_page).then(|| reply_answer(reply, cx));
-                    self.returned = Some((reply.status, page));
+                    self.returned = Some(Box::new((reply.status, page)));
                     cx.vars.note_rule(rule);
                     break;
                 }
@@ -105,7 +107,7 @@ impl Edits {
                 Action::Redirect(r) => {
                     if let Some(req) = cx.req {
                         let page = redirect(r, req, &Edits::default(), cx);
-                        self.returned = Some((r.code, Some(page)));
+                        self.returned = Some(Box::new((r.code, Some(page))));
                     }
                     break;
                 }

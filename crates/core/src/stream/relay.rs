@@ -122,7 +122,7 @@ impl Txn {
                 self.log.local = Some(Local::Denied);
                 return Err(Fail::drop(Cause::Proxy, Phase::Headers));
             }
-            if let Some((status, page)) = rsp_edits.returned.take() {
+            if let Some((status, page)) = rsp_edits.returned.take().map(|r| *r) {
                 // `http-response return`: the proxy's answer instead of the server's, whose
                 // response is dropped with its connection.
                 let backend = Some(conn.backend);
@@ -140,7 +140,7 @@ impl Txn {
             }
             if let Some(denied) = rsp_edits.denied.take() {
                 return self
-                    .deny_response(s, (&rsp, head_in), conn.backend, denied)
+                    .deny_response(s, (&rsp, head_in), conn.backend, *denied)
                     .await;
             }
             for rules in [&b.http_after_response, &f.http_after_response] {
@@ -194,7 +194,8 @@ impl Txn {
                 .filter(|(s, _)| *s == conn.server)
                 .map(|(_, dates)| dates),
             facts.post,
-        );
+        )
+        .map(Box::new);
         let status = rsp.status();
         if status == 101 || (facts.connect && (200..300).contains(&status)) {
             // Boxed: a tunnel's state (2.6 kB) would otherwise size every transaction's

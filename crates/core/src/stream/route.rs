@@ -517,7 +517,7 @@ pub(super) fn cache_use(
     let ignore = lookup.policy.ignore;
     let key = lookup.key;
     let vary = lookup.vary.clone().unwrap_or_default();
-    edits.cache_lookup = Some(lookup);
+    edits.cache_lookup = Some(Box::new(lookup));
     if ignore {
         return None;
     }
