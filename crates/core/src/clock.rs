@@ -3,9 +3,8 @@
 //!
 //! A request asks the time a dozen times (its timeouts, the queue and connect timers, the
 //! idle pool's ages, the statistics' rates), each a `clock_gettime`. A poll lasts
-//! microseconds (an HTTP/2 connection's, whose task serves its streams, up to a turn of
-//! them), and every one of those uses is in milliseconds or coarser, so one reading per
-//! poll serves them all, as HAProxy's `now_ms` serves a whole turn of its loop.
+//! microseconds, and every one of those uses is in milliseconds or coarser, so one reading
+//! per poll serves them all, as HAProxy's `now_ms` serves a whole turn of its loop.
 //!
 //! It is also the process's one monotonic clock in milliseconds and nanoseconds (counted
 //! from the first reading, never 0), cheap to store in atomics: rates, ages and ramps all

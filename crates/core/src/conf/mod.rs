@@ -248,13 +248,14 @@ impl GlobalConf {
     }
 
     /// What a client connection's HTTP/2 streams may have queued for the client together
-    /// (0: no limit): `tune.h2.fe.send-budget`, else 128 buffers, so that a connection of
-    /// 100 streams whose client stops reading holds 2 MB, not 6.4 MB, with the default
-    /// `tune.bufsize`. Tighter costs throughput: h2load over TLS on 76 kB responses (8
-    /// connections x 100 streams) lost 24 % of its requests per CPU-second with 32 buffers,
-    /// 14 % with 64, 4 % (within the runs' spread) with 128 (bench/RESULTS.md).
+    /// (0: no limit): `tune.h2.fe.send-budget`, else 64 buffers, so that a connection of
+    /// 100 streams whose client stops reading holds 1 MB, not 6.4 MB, with the default
+    /// `tune.bufsize` (and less in all than HAProxy 2.6 holds for it). Tighter costs
+    /// throughput: h2load over TLS on 76 kB responses (8 connections x 100 streams) lost
+    /// 11 % of its requests per CPU-second with 32 buffers, 0-10 % (within this machine's
+    /// noise) with 64, against 128 (bench/RESULTS.md, session 32).
     pub fn h2_send_budget(&self) -> usize {
-        self.h2.send_budget.unwrap_or(128 * self.bufsize)
+        self.h2.send_budget.unwrap_or(64 * self.bufsize)
     }
 
     /// This node's name: `node`, else the host name.

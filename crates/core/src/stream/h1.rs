@@ -38,8 +38,7 @@ pub(super) type SpeaksH2 = (Conn, Vec<u8>, StreamVars);
 /// given back ([`SpeaksH2`]) for the HTTP/2 side to serve.
 ///
 /// The session is made before the future: the future then holds it and the loop alone,
-/// not its makings as well (an HTTP/2 connection's task holds one per stream, and moves
-/// it whole).
+/// not its makings as well (an HTTP/2 stream's task carries one, and moves it whole).
 pub(super) fn serve_http(
     w: &Rc<Worker>,
     client: Conn,

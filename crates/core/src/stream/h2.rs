@@ -1,7 +1,7 @@
 //! The HTTP/2 front: a client connection that speaks HTTP/2 (`proto h2`, or TLS whose ALPN
 //! chose `h2`) is driven by the `h2` crate on its worker, and each of its streams is served
 //! as an HTTP/1.1 session of its own, whose connection is the stream itself
-//! (`crate::h2_stream`), polled by the connection's task (no task per stream). So every stream goes through the same head checks, rules, routing,
+//! (`crate::h2_stream`), in a task of its own. So every stream goes through the same head checks, rules, routing,
 //! queues, pools, compression and logs as an HTTP/1.1 request.
 //!
 //! A stream's request head reaches its session as the `h2` crate decoded it
@@ -38,7 +38,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use sluice_config::{Keyword, KwError, Scope};
@@ -76,7 +75,7 @@ pub const GLOBAL_KEYWORDS: &[Keyword<GlobalConf>] = &[
     Keyword {
         name: "tune.h2.fe.send-budget",
         scope: Scope::GLOBAL,
-        help: "tune.h2.fe.send-budget SIZE: bytes a client connection's HTTP/2 streams may have queued for it together (sluice's own; default 128 x tune.bufsize, 0: no limit)",
+        help: "tune.h2.fe.send-budget SIZE: bytes a client connection's HTTP/2 streams may have queued for it together (sluice's own; default 64 x tune.bufsize, 0: no limit)",
         parse: |g, a| {
             let v = one_arg(a, "a size")?;
             let n = sluice_config::units::parse_size(v).map_err(|e| KwError::bad(1, v, e))?;
@@ -196,7 +195,7 @@ pub(super) async fn serve(
     let Ok(Ok(mut conn)) = within(first_limit, handshake).await else {
         return;
     };
-    let open = Held::take(&fe_state.h2_conns);
+    let _open = Held::take(&fe_state.h2_conns);
     fe_state.counters.at(w.tid).h2_connections.bump();
     let shared = Rc::new(ConnShared {
         w: w.clone(),
@@ -214,7 +213,6 @@ pub(super) async fn serve(
     let reset_budget = RESETS_PER_STREAM.saturating_mul(tune.max_concurrent_streams);
     let mut going_away = false;
     let mut linger = None;
-    let mut serving = FuturesUnordered::new();
     let killed = shared.info.kill.pulled();
     let mut killed = std::pin::pin!(killed);
     loop {
@@ -226,25 +224,22 @@ pub(super) async fn serve(
             }
         };
         tokio::select! {
-            // The streams first: what they answered in this turn leaves in one flush when
-            // the connection is polled next.
-            biased;
-            () = std::future::poll_fn(|cx| run_streams(&mut serving, cx)) => {}
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
                     let (open, earlier) = shared.streams.open();
                     if let Some((session, watch)) = stream_session(&shared, req, respond, earlier) {
-                        serving.push(Serving {
+                        tokio::task::spawn_local(crate::clock::Ticking::new(Serving {
                             session,
                             watch: Some(watch),
                             shared: shared.clone(),
                             open,
-                        });
+                        }));
                     }
                 }
                 Some(Err(_)) | None => break,
             },
-            // `shutdown session`: the connection closes, its streams finish below.
+            // `shutdown session`: the connection closes; its streams (tasks of their own)
+            // finish, and are logged, as when the client goes.
             () = &mut killed => break,
             () = soft_stop(w), if !going_away => {
                 going_away = true;
@@ -265,20 +260,6 @@ pub(super) async fn serve(
             going_away = true;
         }
     }
-    // Closing the connection ends the streams still open (they read as reset), and they
-    // finish here, their log lines included.
-    drop((conn, open));
-    while serving.next().await.is_some() {}
-}
-
-/// Polls the connection's streams until none is ready; pending for ever after (the
-/// streams are served, never awaited as a whole).
-fn run_streams<F: Future<Output = ()>>(
-    serving: &mut FuturesUnordered<F>,
-    cx: &mut Context<'_>,
-) -> Poll<()> {
-    while let Poll::Ready(Some(())) = serving.poll_next_unpin(cx) {}
-    Poll::Pending
 }
 
 fn over_reset_budget(shared: &ConnShared, budget: u32) -> bool {
