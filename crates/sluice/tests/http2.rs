@@ -917,13 +917,7 @@ fn stream_outliving_its_connection(end: impl FnOnce(TcpStream, &std::path::Path)
     };
     let mut s = raw_h2(p.addr());
     let mut out = Vec::new();
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &hpack(&request_fields("/held")),
-    );
+    raw_get(&mut out, 1, "/held");
     s.write_all(&out).unwrap();
     wait_until("the request at the server", || origin.count() == 1);
     assert_eq!(h2_open(), "1");
@@ -987,6 +981,17 @@ fn request_fields(path: &str) -> Vec<(&str, &str)> {
         (":path", path),
         (":authority", "h2.test"),
     ]
+}
+
+/// Adds a GET of `path` that ends stream `id` (one HEADERS frame).
+fn raw_get(out: &mut Vec<u8>, id: u32, path: &str) {
+    frame(
+        out,
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        id,
+        &hpack(&request_fields(path)),
+    );
 }
 
 /// Opens a raw HTTP/2 connection: preface and an empty SETTINGS.
@@ -1151,13 +1156,7 @@ fn malformed_streams_are_refused_and_never_reach_a_server() {
         1,
         &hpack(&with("/bad", ("connection", "x"))),
     );
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        3,
-        &hpack(&request_fields("/good")),
-    );
+    raw_get(&mut out, 3, "/good");
     s.write_all(&out).unwrap();
     let frames = read_frames(&mut s, |kind, stream, _| kind == DATA && stream == 3);
     assert!(frames
@@ -1190,13 +1189,7 @@ fn show_stat_counts_the_frames_that_crossed_the_wire() {
     frame(&mut out, SETTINGS, 1, 0, &[]);
     // A GET; a POST whose body comes in two DATA frames; a stream refused for a
     // connection-specific field (RST_STREAM PROTOCOL_ERROR); a stream the client resets.
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &hpack(&request_fields("/get")),
-    );
+    raw_get(&mut out, 1, "/get");
     let mut post = request_fields("/post");
     post[0] = (":method", "POST");
     frame(&mut out, HEADERS, END_HEADERS, 3, &hpack(&post));
@@ -1297,13 +1290,7 @@ fn a_flood_costs_its_connection(p: &Sluice, one: impl Fn(&mut Vec<u8>, u32)) {
     for i in 0..10 {
         one(&mut out, i);
     }
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &hpack(&request_fields("/few")),
-    );
+    raw_get(&mut out, 1, "/few");
     s.write_all(&out).unwrap();
     let frames = read_frames(&mut s, |kind, stream, _| kind == HEADERS && stream == 1);
     assert!(
@@ -1431,13 +1418,7 @@ fn a_client_that_stops_an_upload_it_was_answered_for_is_not_resetting() {
     }
     let id = 61;
     let mut out = Vec::new();
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        id,
-        &hpack(&request_fields("/after")),
-    );
+    raw_get(&mut out, id, "/after");
     s.write_all(&out).unwrap();
     let frames = read_frames(&mut s, |kind, stream, _| {
         kind == GOAWAY || (stream == id && kind == HEADERS)
@@ -1877,13 +1858,7 @@ fn a_client_that_stops_reading_holds_at_most_the_send_budget() {
     frame(&mut out, 8, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes());
     for i in 0..STREAMS {
         let id = 1 + 2 * i;
-        frame(
-            &mut out,
-            HEADERS,
-            END_HEADERS | END_STREAM,
-            id,
-            &hpack(&request_fields("/big")),
-        );
+        raw_get(&mut out, id, "/big");
     }
     s.write_all(&out).unwrap();
     // Nothing is read: the kernel's buffers fill, then the proxy's queue, up to its budget.
@@ -1967,13 +1942,7 @@ fn a_flood_of_resets_on_an_ended_stream_costs_its_connection() {
     let p = flood_proxy(&origin);
     let mut s = raw_h2(p.addr());
     let mut out = Vec::new();
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &hpack(&request_fields("/ended")),
-    );
+    raw_get(&mut out, 1, "/ended");
     s.write_all(&out).unwrap();
     // The whole answer: its stream has ended.
     read_frames(&mut s, |kind, stream, _| kind == 0 && stream == 1);
@@ -2045,21 +2014,9 @@ fn protocol_errors_are_named_as_the_rfc_names_them() {
     ));
     let mut s = raw_h2(p.addr());
     let mut out = Vec::new();
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &hpack(&request_fields("/one")),
-    );
+    raw_get(&mut out, 1, "/one");
     frame(&mut out, WINDOW_UPDATE, 0, 1, &0u32.to_be_bytes());
-    frame(
-        &mut out,
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        3,
-        &hpack(&request_fields("/three")),
-    );
+    raw_get(&mut out, 3, "/three");
     s.write_all(&out).unwrap();
     let frames = read_frames(&mut s, |kind, stream, _| {
         (kind == DATA && stream == 3) || kind == GOAWAY

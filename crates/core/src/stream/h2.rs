@@ -1,8 +1,8 @@
 //! The HTTP/2 front: a client connection that speaks HTTP/2 (`proto h2`, or TLS whose ALPN
 //! chose `h2`) is driven by the `h2` crate on its worker, and each of its streams is served
-//! as an HTTP/1.1 session of its own, whose connection is the stream itself
-//! (`crate::h2_stream`), in a task of its own. So every stream goes through the same head checks, rules, routing,
-//! queues, pools, compression and logs as an HTTP/1.1 request.
+//! as an HTTP/1.1 session of its own, in a task of its own, whose connection is the stream
+//! itself (`crate::h2_stream`). So every stream goes through the same head checks, rules,
+//! routing, queues, pools, compression and logs as an HTTP/1.1 request.
 //!
 //! A stream's request head reaches its session as the `h2` crate decoded it
 //! (`sluice_http::RequestView::h2`: `:authority` reads as `Host`, cookies joined), never as
