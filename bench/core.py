@@ -319,8 +319,14 @@ def cleanup():
     shutil.rmtree(work, ignore_errors=True)
 
 
-if __name__ == "__main__":
+def run(main):
+    """Runs a benchmark's `main`, stopping what it started and removing its files however
+    it ends."""
     try:
         main()
     finally:
         cleanup()
+
+
+if __name__ == "__main__":
+    run(main)

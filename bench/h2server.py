@@ -87,7 +87,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        core.cleanup()
+    core.run(main)

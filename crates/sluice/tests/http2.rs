@@ -886,14 +886,16 @@ fn a_stream_whose_connection_was_shut_down_is_still_logged() {
 /// Ends the connection of a stream waiting for its server's answer, then lets the server
 /// answer: the stream's log line comes then.
 fn stream_outliving_its_connection(end: impl FnOnce(TcpStream, &std::path::Path)) {
-    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The server answers once the gate opens.
+    let release = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let gate = release.clone();
     let origin = Origin::with_handler(
         "o",
         Arc::new(move |_: &Received| {
-            while !gate.load(std::sync::atomic::Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let (open, opened) = &*gate;
+            let _open = opened
+                .wait_while(open.lock().unwrap(), |open| !*open)
+                .unwrap();
             ok_response("late").into()
         }),
     );
@@ -926,7 +928,8 @@ fn stream_outliving_its_connection(end: impl FnOnce(TcpStream, &std::path::Path)
     // it.
     wait_until("the client connection closed", || h2_open() == "0");
     assert!(!p.stdout().contains("/held"));
-    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    *release.0.lock().unwrap() = true;
+    release.1.notify_all();
     wait_until("the stream's log line", || p.stdout().contains("/held"));
     // Answered by the server, the client gone meanwhile: `CD`, as HAProxy logs it.
     assert_eq!(p.stdout().trim_end(), "http://h2.test/held 200 CD");

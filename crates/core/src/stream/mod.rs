@@ -55,7 +55,7 @@ use self::h1::serve_http;
 use crate::conf::stream::Mode;
 use crate::rules::{tcp_verdict, Level};
 use crate::runtime::counters::Held;
-use crate::runtime::{ClientConn, SessionInfo, Slot, Worker};
+use crate::runtime::{ClientConn, Slot, Worker};
 use crate::sample::{Arrival, Ctx, StreamVars};
 use crate::stick::Counter;
 use crate::transport::{Conn, Socket};
@@ -172,8 +172,7 @@ pub async fn serve(
             // connection's (4.8 kB) would otherwise size every HTTP/1.1 connection's (2.7 kB),
             // each of them allocated whole as its task starts.
             Mode::Tcp => {
-                let tcp = Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars));
-                let upgrade = killable(&info, tcp).await.flatten();
+                let upgrade = Box::pin(tcp::serve(&w, client, peer, fe, &info, &vars)).await;
                 // The TCP frontend chose an HTTP backend: the connection becomes an HTTP session
                 // bound to that backend, starting from what the client sent so far.
                 if let Some((client, read, backend)) = upgrade {
@@ -183,9 +182,7 @@ pub async fn serve(
                         ..Default::default()
                     };
                     let served = serve_http(&w, client, peer, fe, info.clone(), vars, start);
-                    if let Some((client, read, vars)) =
-                        killable(&info, Box::pin(served)).await.flatten()
-                    {
+                    if let Some((client, read, vars)) = Box::pin(served).await {
                         Box::pin(h2::serve(&w, client, peer, fe, info, vars, read)).await
                     }
                 }
@@ -197,23 +194,18 @@ pub async fn serve(
                 let served =
                     serve_http(&w, client, peer, fe, info.clone(), vars, Default::default());
                 // A client with HTTP/2 prior knowledge, found by its preface.
-                if let Some((client, read, vars)) = killable(&info, served).await.flatten() {
+                if let Some((client, read, vars)) = served.await {
                     Box::pin(h2::serve(&w, client, peer, fe, info, vars, read)).await
                 }
             }
         }
     };
-    served.await
-}
-
-/// `shutdown session`: a request in progress ends by its own watch (and is logged); a
-/// connection between requests is dropped here (`None`). An HTTP/2 connection watches the
-/// switch itself, so that its streams finish (and are logged) when it ends.
-async fn killable<T>(info: &SessionInfo, f: impl std::future::Future<Output = T>) -> Option<T> {
+    // `shutdown session`: a request in progress ends by its own watch (and is logged);
+    // a connection between requests is dropped here.
     tokio::select! {
         biased;
-        t = f => Some(t),
-        () = info.kill.pulled() => None,
+        () = served => {}
+        () = counted.info.kill.pulled() => {}
     }
 }
 

@@ -76,7 +76,7 @@ pub(crate) struct ReqFacts {
     /// The keys `stick on|store-request` rules store once the server answers.
     pub stick: StickKeys,
     /// What `cache-use` learnt of the request, for `cache-store`.
-    pub cache: Option<Box<crate::cache::Lookup>>,
+    pub cache: Option<crate::cache::Lookup>,
 }
 
 /// One request/response exchange.
@@ -622,8 +622,8 @@ impl Txn {
                     self.send_interim(s, &hint).await?;
                 }
                 // `shutdown session`, `shutdown sessions server` end the exchange wherever
-                // it is (the connection's own switch: no lock). An HTTP/2 stream leaves it
-                // to its connection (the switch wakes one waiter), which closes.
+                // it is (the connection's own switch: no lock). An HTTP/2 stream runs in a
+                // task of its own, which the switch does not wake: its connection ends.
                 let info = s.info.clone();
                 let stream = s.client.is_stream();
                 let session_kill = async {
