@@ -213,8 +213,6 @@ pub(super) async fn serve(
     let reset_budget = RESETS_PER_STREAM.saturating_mul(tune.max_concurrent_streams);
     let mut going_away = false;
     let mut linger = None;
-    let killed = shared.info.kill.pulled();
-    let mut killed = std::pin::pin!(killed);
     loop {
         let idle = async {
             match linger {
@@ -238,9 +236,6 @@ pub(super) async fn serve(
                 }
                 Some(Err(_)) | None => break,
             },
-            // `shutdown session`: the connection closes; its streams (tasks of their own)
-            // finish, and are logged, as when the client goes.
-            () = &mut killed => break,
             () = soft_stop(w), if !going_away => {
                 going_away = true;
                 conn.graceful_shutdown();

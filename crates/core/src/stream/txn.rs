@@ -76,7 +76,7 @@ pub(crate) struct ReqFacts {
     /// The keys `stick on|store-request` rules store once the server answers.
     pub stick: StickKeys,
     /// What `cache-use` learnt of the request, for `cache-store`.
-    pub cache: Option<crate::cache::Lookup>,
+    pub cache: Option<Box<crate::cache::Lookup>>,
 }
 
 /// One request/response exchange.
