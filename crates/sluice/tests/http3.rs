@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::io::BufRead;
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::time::Duration;
@@ -271,7 +272,8 @@ fn activity(sock: &std::path::Path, row: &str) -> u64 {
 /// proxy hold at most its connection's budget (`tune.quic.frontend.conn-tx-buffers.limit`
 /// buffers) in writes QUIC has not taken, however many streams it has open, as `show
 /// activity`'s `h3_queued` counts it (QUIC's own send window is as large, by
-/// configuration); once its connection times out, nothing stays counted.
+/// configuration). The client's PINGs keep its connection until it is killed; once its
+/// connection then times out, nothing stays counted.
 #[test]
 fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
     const BODY: usize = 4 << 20;
@@ -291,6 +293,15 @@ fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
         .map(|i| json!({"path": format!("/big{i}"), "stall": true}))
         .collect();
     let mut client = h3_spawn(port, &serde_json::Value::from(requests));
+    // The client says when its requests are sent (it ends within a minute, whatever).
+    let mut said = String::new();
+    let mut lines = std::io::BufReader::new(client.stderr.take().unwrap()).lines();
+    while !said.contains("stalled") {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("the client ended: {said}"));
+        said += &line.unwrap();
+    }
     // QUIC's window fills, then the streams' writes wait.
     wait_until("writes waiting", || activity(&sock, "h3_queued") >= 16384);
     for _ in 0..20 {
@@ -298,9 +309,9 @@ fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
         assert!(held <= BUDGET, "{held} held, over the budget");
     }
     // The client's silence ends its connection; what its streams held is given back.
-    wait_until("nothing left queued", || activity(&sock, "h3_queued") == 0);
     let _ = client.kill();
     let _ = client.wait();
+    wait_until("nothing left queued", || activity(&sock, "h3_queued") == 0);
     drop(p);
 }
 

@@ -7,8 +7,8 @@ the requests go over a second one that resumes the session (see `resumed`). A re
 "tunnel": [messages] is a CONNECT to its "authority" (see `Client.tunnel`). Otherwise
 the requests (a JSON list) go over one QUIC connection, all at once unless
 "sequential" is set on the first; with "stall" set on the first, they are sent and the
-client then ignores every datagram it receives (it neither reads nor acknowledges) until
-it is killed. Each request is {"method", "path", "headers": [[name, value]...],
+client then ignores every datagram it receives (it neither reads nor acknowledges) but
+sends a PING each second until it is killed. Each request is {"method", "path", "headers": [[name, value]...],
 "body": text, "body_size": N (that many 'x' bytes instead), "trailers": [...],
 "rebind": true (the client moves to a new local port first), "pings": N (instead of a
 request, N PING frames in as many packets, then the connection's end is awaited: the
@@ -193,8 +193,16 @@ async def main():
                 asyncio.ensure_future(client.request(r))
             await asyncio.sleep(0)
             client.datagram_received = lambda data, addr: None
+            # The connection lasts until the client is killed, however slowly the server
+            # comes to fill its window: a PING each second keeps the server's idle timer
+            # from firing, and the client's own, which nothing received restarts, is
+            # made endless.
+            client._quic._idle_timeout = lambda: 3600.0
             print("stalled", file=sys.stderr, flush=True)
-            await asyncio.Event().wait()
+            while True:
+                client._quic.send_ping(0)
+                client.transmit()
+                await asyncio.sleep(1)
         if reqs and reqs[0].get("sequential"):
             results = [await client.request(r) for r in reqs]
         else:
