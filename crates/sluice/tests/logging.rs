@@ -179,19 +179,12 @@ fn stdout_raw_logs_and_log_format() {
         "global\n    log stdout format raw local0\n{DEFAULTS}\nfrontend fe\n    {{fe}}\n    log global\n    log-format \"%ci %ft %b/%s %ST %{{+Q}}r %tsc\"\n    default_backend be\nbackend be\n    server s1 {}\n",
         origin.addr
     ));
+    // The first line is awaited before the second request: the workers write their lines
+    // in the order their transactions end.
     get(p.addr(), "/a");
+    stdout_lines(&p, 1);
     get(p.addr(), "/b");
-    let deadline = Instant::now() + TIMEOUT;
-    while p.stdout().lines().count() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "log lines on stdout: {:?}",
-            p.stdout()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = p.stdout();
-    let lines: Vec<&str> = out.lines().collect();
+    let lines = stdout_lines(&p, 2);
     assert_eq!(lines[0], "127.0.0.1 fe be/s1 200 \"GET /a HTTP/1.1\" ----");
     assert_eq!(lines[1], "127.0.0.1 fe be/s1 200 \"GET /b HTTP/1.1\" ----");
 }
@@ -477,10 +470,15 @@ fn the_termination_state_shows_what_happened_to_the_persistence_cookie() {
         "global\n    log stdout format raw local0\n{DEFAULTS}    log global\nfrontend fe\n    {{fe}}\n    log-format \"%tsc\"\n    use_backend rw if {{ path_beg /rw }}\n    default_backend ins\nbackend ins\n    cookie SRV insert indirect\n    server s1 {} cookie s1\nbackend rw\n    cookie JS prefix\n    server s2 {} cookie s2\n",
         origin.addr, setter.addr
     ));
-    let ask = |path: &str, cookie: &str| {
+    // Each request's line is awaited before the next request: the workers write their
+    // lines in the order their transactions end, which is not the clients' order.
+    let mut logged = 0;
+    let mut ask = |path: &str, cookie: &str| {
         let mut c = p.connect();
         c.send(format!("GET {path} HTTP/1.1\r\nHost: h\r\n{cookie}\r\n").as_bytes());
         assert_eq!(c.response().status, 200);
+        logged += 1;
+        stdout_lines(&p, logged);
     };
     ask("/", "");
     ask("/", "Cookie: SRV=s1\r\n");
@@ -740,6 +738,10 @@ fn http_ignore_probes_leaves_no_trace_of_an_empty_connection() {
             "{}",
             String::from_utf8_lossy(&got)
         );
+        // The probe's line, when it has one, is awaited before the next request.
+        if !ignore {
+            stdout_lines(&p, 1);
+        }
         assert_eq!(get(p.addr(), "/after").status, 200);
         let lines = stdout_lines(&p, 1);
         let want_first = if ignore {

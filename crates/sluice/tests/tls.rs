@@ -111,9 +111,13 @@ fn requests_over_tls_see_the_session_in_fetches_and_logs() {
     let client = ca.client(&["http/1.1"], &[&rustls::version::TLS13]);
     let mut s = connect(p.addrs[0], client, "site.test").unwrap();
     assert_eq!(s.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
-    // Two requests on one connection.
+    // Two requests on one connection. Each line is awaited before the next request: the
+    // workers write their lines in the order their transactions end.
+    let logged = |n: usize| wait_until("log lines", || p.stdout().lines().count() >= n);
     assert!(request(&mut s, "/a").ends_with("o /a"));
+    logged(1);
     assert!(request(&mut s, "/b").ends_with("o /b"));
+    logged(2);
     let seen = origin.requests().pop().unwrap();
     assert_eq!(seen.header("x-tls"), Some("1"));
     assert_eq!(seen.header("x-sni"), Some("site.test"));
@@ -128,7 +132,7 @@ fn requests_over_tls_see_the_session_in_fetches_and_logs() {
     assert_eq!(get(p.addrs[1], "/c").status, 200);
     assert_eq!(origin.requests().pop().unwrap().header("x-tls"), Some("0"));
     let lines = {
-        wait_until("log lines", || p.stdout().lines().count() >= 3);
+        logged(3);
         p.stdout()
     };
     let first = lines.lines().next().unwrap();
@@ -154,9 +158,12 @@ fn option_httpslog_adds_the_sessions_errors_resumption_and_names() {
     ));
     // One client, two connections: the second resumes the first one's session.
     let client = ca.client(&[], &[&rustls::version::TLS13]);
-    for path in ["/full", "/resumed"] {
+    // Each line is awaited before the next request: the workers write their lines in the
+    // order their transactions end.
+    for (n, path) in ["/full", "/resumed"].into_iter().enumerate() {
         let mut s = connect(p.addrs[0], client.clone(), "site.test").unwrap();
         assert!(request(&mut s, path).ends_with(&format!("o {path}")));
+        wait_until("its line", || p.stdout().lines().count() > n);
     }
     assert_eq!(get(p.addrs[1], "/clear").status, 200);
     wait_until("three log lines", || p.stdout().lines().count() >= 3);
