@@ -4,12 +4,14 @@ HTTP/2 and HTTP/1.1 over TLS, same certificate (ECDSA P-256), one worker, one ng
 
 No local peer speaks HTTP/3 (Debian's HAProxy 2.6 and nginx 1.22 are built without QUIC)
 and no packaged load generator does (Debian's h2load and curl lack it), so the HTTP/3 load
-is aioquic's (bench/h3load.py: 2 connections x 10 streams), a Python client that reaches a
-few thousand requests per second. Requests per proxy CPU-second depend on the rate (at a
-low rate each request pays more of the event loop's wake-ups), so HTTP/2 and HTTP/1.1 are
-measured twice: at full speed (h2load -c8 -m100, and --h1 -c64) and at the rate the
-HTTP/3 client reached in the same round (h2load --rps, same number of connections and
-requests in flight as the HTTP/3 client), which is the comparison that holds.
+comes from bench/h3load-rs (quinn and h3 on one thread, as h2load -t1; built here with
+cargo), at full speed with h2load's shape (8 connections x 100 streams) and with 2
+connections x 10 streams. Requests per proxy CPU-second depend on the rate (at a low rate
+each request pays more of the event loop's wake-ups), so HTTP/2 and HTTP/1.1 are measured
+at full speed (h2load -c8 -m100, and --h1 -c64) and at the rate the 2 x 10 HTTP/3 load
+reached in the same round (h2load --rps, same connections and requests in flight).
+H3LOAD=aioquic uses the earlier Python client (bench/h3load.py, a few thousand requests per
+second at most) for the 2 x 10 load instead.
 Usage: python3 bench/h3.py [seconds] [runs]  (bench/run.sh installs the tools); BENCH_ONLY
 runs one size.
 """
@@ -40,10 +42,23 @@ def sluice_cmd(pem):
     return [core.SLUICE, "-f", path]
 
 
-def h3load(path, secs):
-    out = subprocess.run(["python3", os.path.join(core.ROOT, "bench", "h3load.py"), "127.0.0.1",
-                          str(PROXY), path, str(secs), "2", "10"],
-                         capture_output=True, text=True, check=True).stdout.split()
+RUST_LOAD = os.path.join(core.ROOT, "bench", "h3load-rs")
+AIOQUIC = os.environ.get("H3LOAD") == "aioquic"
+
+
+def build_load():
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path",
+                    os.path.join(RUST_LOAD, "Cargo.toml")], check=True)
+
+
+def h3load(path, secs, pem, conns=2, streams=10, aioquic=False):
+    if aioquic:
+        cmd = ["python3", os.path.join(core.ROOT, "bench", "h3load.py"), "127.0.0.1", str(PROXY),
+               path, str(secs), str(conns), str(streams)]
+    else:
+        cmd = [os.path.join(RUST_LOAD, "target", "release", "h3load"), "127.0.0.1", str(PROXY),
+               path, str(secs), str(conns), str(streams), pem]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
     ok, failed = int(out[0]), int(out[1])
     if failed:
         raise SystemExit(f"h3load: {failed} failed requests")
@@ -76,21 +91,26 @@ def measured(p, fn):
 
 def main():
     pem = cert()
+    if not AIOQUIC:
+        build_load()
     origin = core.nginx_origin()
+    client = "aioquic" if AIOQUIC else "h3load-rs"
     print(f"# HTTP/3 benchmark, {time.strftime('%Y-%m-%d')}, {SECS}s x {RUNS} runs (medians), "
-          "1 worker, ECDSA P-256, nginx origin; HTTP/3 by aioquic (2 connections x 10 streams)\n")
+          f"1 worker, ECDSA P-256, nginx origin; HTTP/3 by {client}\n")
     only = os.environ.get("BENCH_ONLY")  # "13 B" or "76 kB"
     for size, path in [x for x in [("13 B", "/hello.txt"), ("76 kB", "/page.html")] if not only or x[0] == only]:
         rows = {}
         for _ in range(RUNS):
             p = start(sluice_cmd(pem), PROXY)
-            h3load(path, 1)  # warm-up
-            h3 = measured(p, lambda: h3load(path, SECS))
+            h3load(path, 1, pem, aioquic=AIOQUIC)  # warm-up
+            h3 = measured(p, lambda: h3load(path, SECS, pem, aioquic=AIOQUIC))
             rate = h3[0]
-            loads = [("HTTP/3 (aioquic)", h3),
+            loads = [(f"HTTP/3 ({client}, 2 x 10)", h3),
                      ("HTTP/2 at the HTTP/3 rate", measured(p, lambda: h2load(path, SECS, rate=rate))),
                      ("HTTP/1.1 at the HTTP/3 rate", measured(p, lambda: h2load(path, SECS, True, rate))),
                      ("HTTP/2 full speed (h2load -c8 -m100)", measured(p, lambda: h2load(path, SECS))),
+                     ("HTTP/3 full speed (h3load-rs -c8 -m100)",
+                      measured(p, lambda: h3load(path, SECS, pem, 8, 100))),
                      ("HTTP/1.1 full speed (h2load --h1 -c64)", measured(p, lambda: h2load(path, SECS, True)))]
             for name, r in loads:
                 rows.setdefault(name, []).append(r)
@@ -102,8 +122,10 @@ def main():
         med = {n: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for n, v in rows.items()}
         for name, (rps, rpcpu) in med.items():
             print(f"| {name} | {rps:.0f} | {rpcpu:.0f} |")
-        h3, h2 = med["HTTP/3 (aioquic)"][1], med["HTTP/2 at the HTTP/3 rate"][1]
-        print(f"\nHTTP/3 / HTTP/2 at the same rate, per CPU-second: {h3 / h2:.2f}x (target 0.5x)\n", flush=True)
+        h3, h2 = med[f"HTTP/3 ({client}, 2 x 10)"][1], med["HTTP/2 at the HTTP/3 rate"][1]
+        h3f, h2f = med["HTTP/3 full speed (h3load-rs -c8 -m100)"][1], med["HTTP/2 full speed (h2load -c8 -m100)"][1]
+        print(f"\nHTTP/3 / HTTP/2 per CPU-second, at the same rate: {h3 / h2:.2f}x; "
+              f"both at full speed: {h3f / h2f:.2f}x (target 0.5x)\n", flush=True)
     stop(origin)
 
 
