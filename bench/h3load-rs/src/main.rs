@@ -37,7 +37,9 @@ impl ServerCertVerifier for Pinned {
         if end_entity.as_ref() == self.cert.as_ref() {
             Ok(ServerCertVerified::assertion())
         } else {
-            Err(rustls::Error::General("not the benchmark's certificate".into()))
+            Err(rustls::Error::General(
+                "not the benchmark's certificate".into(),
+            ))
         }
     }
 
@@ -62,7 +64,9 @@ impl ServerCertVerifier for Pinned {
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -120,7 +124,9 @@ async fn main() {
         eprintln!("usage: h3load HOST PORT PATH SECONDS CONNECTIONS STREAMS CERT_PEM");
         std::process::exit(2);
     }
-    let addr: SocketAddr = format!("{}:{}", args[1], args[2]).parse().expect("HOST:PORT");
+    let addr: SocketAddr = format!("{}:{}", args[1], args[2])
+        .parse()
+        .expect("HOST:PORT");
     let uri: http::Uri = format!("https://bench.test:{}{}", args[2], args[3])
         .parse()
         .expect("a path");
@@ -129,8 +135,8 @@ async fn main() {
         args[5].parse().expect("CONNECTIONS"),
         args[6].parse().expect("STREAMS"),
     );
-    let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().expect("an address"))
-        .expect("a UDP socket");
+    let mut endpoint =
+        quinn::Endpoint::client("0.0.0.0:0".parse().expect("an address")).expect("a UDP socket");
     endpoint.set_default_client_config(client_config(&args[7]));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut tasks = tokio::task::JoinSet::new();
