@@ -21,7 +21,8 @@
 //!   [`Budget`] together (a write waits for room beyond, so the session stops reading from
 //!   its server), plus what QUIC's own send window for the connection allows
 //!   (`stream::h3`'s transport settings). The worker's gauge (`show activity`'s
-//!   `h3_queued`) moves with every budget.
+//!   `h3_queued`) moves with every budget. Writes waiting for room are woken one at a
+//!   time, each passing the turn on as it takes its room while room is left.
 //! - Every stream ends on the wire: a message complete ends with its FIN (trailers first
 //!   when it has some); one left incomplete when the stream is dropped is reset
 //!   (H3_REQUEST_CANCELLED), as is one whose response head never came.
@@ -83,13 +84,22 @@ impl Budget {
     fn take(&self, n: usize) {
         self.held.set(self.held.get() + n);
         self.gauge.fetch_add(n as u64, Ordering::Relaxed);
+        // The turn passes on while room is left.
+        self.wake_one();
     }
 
     fn give(&self, n: usize) {
         self.held.set(self.held.get() - n);
         self.gauge.fetch_sub(n as u64, Ordering::Relaxed);
-        if self.waiting.get() > 0 {
-            self.room.notify_waiters();
+        self.wake_one();
+    }
+
+    /// Wakes one waiting write, if any and if room is left: a write taking its room wakes
+    /// the next, so room made wakes as many writes as it holds, one after another, not
+    /// every stream of the connection to find most of them still without room.
+    fn wake_one(&self) {
+        if self.waiting.get() > 0 && self.held.get() < self.limit {
+            self.room.notify_one();
         }
     }
 

@@ -269,15 +269,15 @@ fn activity(sock: &std::path::Path, row: &str) -> u64 {
 }
 
 /// A client that stops reading (it neither takes nor acknowledges anything) makes the
-/// proxy hold at most its connection's budget (`tune.quic.frontend.conn-tx-buffers.limit`
-/// buffers) in writes QUIC has not taken, however many streams it has open, as `show
-/// activity`'s `h3_queued` counts it (QUIC's own send window is as large, by
-/// configuration). The client's PINGs keep its connection until it is killed; once its
+/// proxy hold at most its connection's budget (four buffers, fewer than
+/// `tune.quic.frontend.conn-tx-buffers.limit` here) in writes QUIC has not taken, however
+/// many streams it has open, as `show activity`'s `h3_queued` counts it (QUIC's own send
+/// window is that limit). The client's PINGs keep its connection until it is killed; once its
 /// connection then times out, nothing stays counted.
 #[test]
 fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
     const BODY: usize = 4 << 20;
-    const BUDGET: u64 = 8 * 16384;
+    const BUDGET: u64 = 4 * 16384;
     let origin = Origin::sized(BODY);
     let (_cli_dir, sock) = cli_dir();
     let (p, port, _dir) = quic_proxy(
@@ -312,6 +312,30 @@ fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
     let _ = client.kill();
     let _ = client.wait();
     wait_until("nothing left queued", || activity(&sock, "h3_queued") == 0);
+    drop(p);
+}
+
+/// Many streams of one connection relaying large responses through a budget of one buffer
+/// (`conn-tx-buffers.limit 1`): the writes waiting for room are woken one at a time, each
+/// passing the turn on, and every response arrives whole.
+#[test]
+fn streams_waiting_for_their_connections_budget_all_finish() {
+    const BODY: usize = 300_000;
+    let origin = Origin::sized(BODY);
+    let (p, port, _dir) = quic_proxy(
+        "",
+        &server_line(&origin),
+        " tune.quic.frontend.conn-tx-buffers.limit 1\n",
+    );
+    let requests: Vec<_> = (0..20)
+        .map(|i| json!({"path": format!("/big{i}")}))
+        .collect();
+    let results = h3_requests(port, &serde_json::Value::from(requests));
+    assert_eq!(results.len(), 20);
+    for r in &results {
+        assert_eq!(r["status"], 200, "{r:?}");
+        assert_eq!(r["body_size"], BODY, "{r:?}");
+    }
     drop(p);
 }
 

@@ -27,8 +27,9 @@
 //!   the bind says `quic-force-retry`, or while more than `tune.quic.retry-threshold`
 //!   connections of the worker are half open.
 //! - A connection counts under `maxconn` as a TCP one does, from its first packet to its
-//!   close; what it may hold is bounded by its streams' budget and its send window
-//!   (`tune.quic.frontend.conn-tx-buffers.limit` buffers each).
+//!   close; what it may hold is bounded by its send window
+//!   (`tune.quic.frontend.conn-tx-buffers.limit` buffers) and its streams' budget (four
+//!   buffers, or the window if smaller).
 //! - At a soft stop the endpoint takes no new connection and its listener leaves the
 //!   address's group; each connection sends GOAWAY and closes once its streams are done
 //!   and its client has closed (or 5 s after), so that nothing QUIC still had to send is
@@ -173,11 +174,24 @@ fn server_config(w: &Worker, bind: &Bind) -> Result<quinn::ServerConfig, String>
     Ok(config)
 }
 
-/// What a connection may have sent and not acknowledged, and what its streams may have
-/// queued to send besides: `tune.quic.frontend.conn-tx-buffers.limit` buffers.
+/// What a connection may have sent and not acknowledged (QUIC's send window):
+/// `tune.quic.frontend.conn-tx-buffers.limit` buffers.
 fn window(config: &crate::conf::Config) -> u64 {
     let g = &config.global;
     (g.bufsize as u64).saturating_mul(g.quic.tx_buffers.into())
+}
+
+/// Buffers a connection's streams may have handed QUIC and not had taken yet, together.
+/// Few: quinn wakes every stream blocked on a full send window whenever a little of it
+/// frees, so a hundred streams blocked there cost a hundred wake-ups per acknowledgement
+/// (2.4 times the CPU per 76 kB response, bench/RESULTS.md, session 33); the streams
+/// beyond these wait in the budget, woken one at a time. Four keep the window fed.
+const QUEUED_BUFFERS: usize = 4;
+
+/// The bytes of a connection's [`Budget`]: [`QUEUED_BUFFERS`], or the window if smaller.
+fn queued_limit(config: &crate::conf::Config) -> usize {
+    let buffers = QUEUED_BUFFERS.saturating_mul(config.global.bufsize);
+    buffers.min(window(config) as usize)
 }
 
 /// The Retry token key and the stateless reset key, derived from `cluster-secret`
@@ -357,10 +371,7 @@ async fn serve_connection(
         fe,
         origin,
         info: counted.info.clone(),
-        budget: Budget::new(
-            window(w.config()) as usize,
-            w.ctx().counters.h3_queued.clone(),
-        ),
+        budget: Budget::new(queued_limit(w.config()), w.ctx().counters.h3_queued.clone()),
         conn: conn.clone(),
         streams: Rc::default(),
         handshake: handshake.state.clone(),
