@@ -272,8 +272,8 @@ fn activity(sock: &std::path::Path, row: &str) -> u64 {
 /// proxy hold at most its connection's budget (four buffers, fewer than
 /// `tune.quic.frontend.conn-tx-buffers.limit` here) in writes QUIC has not taken, however
 /// many streams it has open, as `show activity`'s `h3_queued` counts it (QUIC's own send
-/// window is that limit). The client's PINGs keep its connection until it is killed; once its
-/// connection then times out, nothing stays counted.
+/// window is that limit). The client's PINGs keep its connection until it is killed; once
+/// its connection then times out, nothing stays counted.
 #[test]
 fn a_client_that_stops_reading_holds_at_most_the_connection_budget() {
     const BODY: usize = 4 << 20;

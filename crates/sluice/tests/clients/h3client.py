@@ -8,9 +8,10 @@ the requests go over a second one that resumes the session (see `resumed`). A re
 the requests (a JSON list) go over one QUIC connection, all at once unless
 "sequential" is set on the first; with "stall" set on the first, they are sent and the
 client then ignores every datagram it receives (it neither reads nor acknowledges) but
-sends a PING each second until it is killed. Each request is {"method", "path", "headers": [[name, value]...],
-"body": text, "body_size": N (that many 'x' bytes instead), "trailers": [...],
-"rebind": true (the client moves to a new local port first), "pings": N (instead of a
+sends a PING each second until it is killed. Each request is {"method", "path",
+"headers": [[name, value]...], "body": text, "body_size": N (that many 'x' bytes
+instead), "trailers": [...], "rebind": true (the client moves to a new local port
+first), "pings": N (instead of a
 request, N PING frames in as many packets, then the connection's end is awaited: the
 result is {"closed": error_code, "reason": text})}.
 Each result is {"status", "headers", "body" (text, or its size and a sample when
