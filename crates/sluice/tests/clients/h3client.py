@@ -11,9 +11,8 @@ client then ignores every datagram it receives (it neither reads nor acknowledge
 sends a PING each second until it is killed. Each request is {"method", "path",
 "headers": [[name, value]...], "body": text, "body_size": N (that many 'x' bytes
 instead), "trailers": [...], "rebind": true (the client moves to a new local port
-first), "pings": N (instead of a
-request, N PING frames in as many packets, then the connection's end is awaited: the
-result is {"closed": error_code, "reason": text})}.
+first), "pings": N (instead of a request, N PING frames in as many packets, then the
+connection's end is awaited: the result is {"closed": error_code, "reason": text})}.
 Each result is {"status", "headers", "body" (text, or its size and a sample when
 large), "body_size", "trailers", "reset" (the server reset the stream)}.
 """
